@@ -1,0 +1,199 @@
+//! The seam between peerlink and a GPU host.
+//!
+//! Everything above this trait — the bench, the engine, the reports — is safe Rust that talks to a
+//! host only through [`Backend`]. Two implementations exist: [`cuda`] drives real GPUs through the
+//! CUDA driver API, NVRTC and NVML; [`sim`] simulates a host from a preset, moving real bytes in host
+//! memory on a virtual, deterministic clock. Like hyperfine's `Executor`, each can measure its own
+//! overhead, so the same benchmark code runs, and is tested, on both.
+//!
+//! Handles ([`BufferId`], [`StreamId`], …) are small copyable ids owned by the backend that issued them;
+//! passing a handle from another backend, or one already freed, is an [`Error::InvalidHandle`].
+//!
+//! [`Error::InvalidHandle`]: crate::Error::InvalidHandle
+
+pub mod cuda;
+pub mod sim;
+
+use crate::topology::Topology;
+use crate::Result;
+
+/// A block of memory on one GPU or in pinned host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u64);
+
+/// An in-order queue of work on one GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(pub u64);
+
+/// A point in a stream: recorded after the work queued before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(pub u64);
+
+/// A stream held back by a spinning kernel until the host releases it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GateId(pub u64);
+
+/// A recorded sequence of stream work that can be replayed (a CUDA graph on real GPUs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GraphId(pub u64);
+
+/// Where a buffer lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Device memory of this GPU, allocated so that peers granted access can reach it.
+    Device(usize),
+    /// Page-locked host memory, mapped for every GPU, preferably on this NUMA node.
+    PinnedHost { numa_node: Option<i32> },
+}
+
+/// Which hardware moves the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CopyMethod {
+    /// A DMA copy engine, driven by the context of the stream's GPU.
+    CopyEngine,
+    /// A copy kernel on the stream's GPU that loads and stores through peer mappings (16-byte accesses).
+    SmKernel,
+}
+
+/// One contiguous copy between two buffers. The ranges must lie inside their buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy {
+    pub dst: BufferId,
+    pub dst_offset: usize,
+    pub src: BufferId,
+    pub src_offset: usize,
+    pub len: usize,
+}
+
+/// What a GPU host offers to peerlink.
+///
+/// Work on one stream runs in order; work on different streams may overlap. Nothing here blocks the
+/// host except [`Backend::synchronize`], [`Backend::event_synchronize`], [`Backend::read`] and
+/// [`Backend::write`].
+pub trait Backend: Send + Sync {
+    /// `cuda` for real GPUs, `sim:<preset>` for the simulator.
+    fn source(&self) -> &str;
+
+    /// The host's devices and pairs, read once when the backend was opened.
+    fn topology(&self) -> &Topology;
+
+    /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
+    /// already enabled pair succeeds. Fails with a sentence saying why where the pair has no P2P.
+    fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()>;
+
+    /// Bytes of device memory currently free on `device`.
+    fn free_memory(&self, device: usize) -> Result<u64>;
+
+    /// Allocates `bytes` (> 0) of memory. Device memory is reachable by peers once access is enabled.
+    fn alloc(&self, memory: Memory, bytes: usize) -> Result<BufferId>;
+
+    /// Frees a buffer. Work still queued on it must have been synchronised first.
+    fn free(&self, buffer: BufferId) -> Result<()>;
+
+    /// Size of a buffer in bytes.
+    fn len(&self, buffer: BufferId) -> Result<usize>;
+
+    /// Writes `data` at `offset` from the host, synchronously (for filling buffers; not timed).
+    fn write(&self, buffer: BufferId, offset: usize, data: &[u8]) -> Result<()>;
+
+    /// Reads `out.len()` bytes at `offset` into the host, synchronously (for verification; not timed).
+    fn read(&self, buffer: BufferId, offset: usize, out: &mut [u8]) -> Result<()>;
+
+    /// A new stream on `device`.
+    fn create_stream(&self, device: usize) -> Result<StreamId>;
+
+    /// Queues a copy on `stream`. Which GPU's stream issues it decides push (the source's) or pull
+    /// (the destination's); a peer copy needs peer access enabled from the issuing GPU.
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &Copy) -> Result<()>;
+
+    /// Records an event after the work queued so far on `stream`.
+    fn record(&self, stream: StreamId) -> Result<EventId>;
+
+    /// Makes later work on `stream` wait for `event` (no host blocking).
+    fn wait(&self, stream: StreamId, event: EventId) -> Result<()>;
+
+    /// Whether the work before `event` has finished (non-blocking).
+    fn event_done(&self, event: EventId) -> Result<bool>;
+
+    /// Blocks the host until the work before `event` has finished.
+    fn event_synchronize(&self, event: EventId) -> Result<()>;
+
+    /// GPU time between two completed events of one device, in microseconds.
+    fn elapsed_us(&self, start: EventId, end: EventId) -> Result<f64>;
+
+    /// Frees an event's resources.
+    fn destroy_event(&self, event: EventId) -> Result<()>;
+
+    /// Blocks the host until all work queued on `stream` has finished.
+    fn synchronize(&self, stream: StreamId) -> Result<()>;
+
+    /// The host clock in microseconds since the backend was opened: real time on real GPUs, the
+    /// simulator's virtual host time (which advances by each call's modelled CPU cost) on the sim.
+    fn host_time_us(&self) -> f64;
+
+    /// Holds `stream` behind a one-thread kernel spinning on a pinned host flag, so that work queued
+    /// after it starts only at [`Backend::release`]: the CPU's issue cost stays out of GPU-time windows.
+    /// The spin gives up after a timeout so that a forgotten release cannot hang the GPU.
+    fn hold(&self, stream: StreamId) -> Result<GateId>;
+
+    /// Releases a held stream.
+    fn release(&self, gate: GateId) -> Result<()>;
+
+    /// Starts recording the work queued on `stream` into a graph instead of running it.
+    fn begin_capture(&self, stream: StreamId) -> Result<()>;
+
+    /// Ends the recording and returns a replayable graph.
+    fn end_capture(&self, stream: StreamId) -> Result<GraphId>;
+
+    /// Queues one replay of a graph on `stream`.
+    fn replay(&self, graph: GraphId, stream: StreamId) -> Result<()>;
+}
+
+/// Which backend to open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Real GPUs when the NVIDIA driver is present, else the `dgx-h100` simulator with a notice.
+    Auto,
+    /// Real GPUs, or an error saying why there are none.
+    Gpu,
+    /// The simulator with an embedded preset name or a path to a preset JSON file.
+    Sim(String),
+}
+
+/// The simulator preset used when no GPU is found.
+pub const DEFAULT_PRESET: &str = "dgx-h100";
+
+/// An opened backend, with the notice to show when it is not what the user might expect.
+pub struct Opened {
+    pub backend: Box<dyn Backend>,
+    /// Set when `Auto` fell back to the simulator: one line saying so, and why.
+    pub notice: Option<String>,
+}
+
+/// Opens the backend the user asked for.
+pub fn open(choice: &Choice) -> Result<Opened> {
+    match choice {
+        Choice::Sim(preset) => Ok(Opened {
+            backend: Box::new(sim::SimBackend::open(preset)?),
+            notice: None,
+        }),
+        Choice::Gpu => Ok(Opened {
+            backend: Box::new(cuda::CudaBackend::open()?),
+            notice: None,
+        }),
+        Choice::Auto => match cuda::CudaBackend::open() {
+            Ok(backend) => Ok(Opened {
+                backend: Box::new(backend),
+                notice: None,
+            }),
+            Err(crate::Error::NoGpu(why)) => Ok(Opened {
+                backend: Box::new(sim::SimBackend::open(DEFAULT_PRESET)?),
+                notice: Some(format!(
+                    "no usable NVIDIA GPU ({why}): using the SIMULATED `{DEFAULT_PRESET}` host; \
+                     every figure below is simulated (pass --gpu to require real GPUs)"
+                )),
+            }),
+            Err(other) => Err(other),
+        },
+    }
+}

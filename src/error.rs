@@ -1,0 +1,119 @@
+//! The library's one error type.
+//!
+//! Every message says what was wrong and, where there is something to do, what to do. The CLI maps
+//! [`Error::exit_code`] onto the process exit status: 2 for anything the user typed or supplied, 1 for
+//! failures while running (a CUDA error, a transfer that failed verification).
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad command-line input: a value out of range, an unknown name, a malformed size.
+    #[error("{0}")]
+    Usage(String),
+
+    /// A simulator preset (embedded or a user's JSON file) that cannot be used.
+    #[error("simulator preset {origin}: {message}")]
+    Preset { origin: String, message: String },
+
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Real GPUs were required but none can be used.
+    #[error("no NVIDIA GPU can be used: {0}")]
+    NoGpu(String),
+
+    /// A CUDA driver, NVRTC or NVML call failed.
+    #[error("{call} failed: {message}")]
+    Cuda { call: String, message: String },
+
+    /// Peer access between two devices could not be enabled.
+    #[error("cannot enable peer access from GPU {src} to GPU {dst}: {message}")]
+    PeerAccess {
+        src: usize,
+        dst: usize,
+        message: String,
+    },
+
+    /// A transfer delivered wrong bytes.
+    #[error(
+        "verification failed in {test} (GPU {src} -> GPU {dst}): first wrong byte at offset {offset} \
+         (expected {expected:#04x}, found {found:#04x})"
+    )]
+    Verification {
+        test: String,
+        src: usize,
+        dst: usize,
+        offset: usize,
+        expected: u8,
+        found: u8,
+    },
+
+    /// The backend was asked for something it does not have (a freed buffer, an unknown stream).
+    #[error("{0}")]
+    InvalidHandle(String),
+}
+
+impl Error {
+    /// The process exit status for this error: 2 for bad input, 1 for failures while running.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) | Error::Preset { .. } => 2,
+            Error::Io { .. }
+            | Error::NoGpu(_)
+            | Error::Cuda { .. }
+            | Error::PeerAccess { .. }
+            | Error::Verification { .. }
+            | Error::InvalidHandle(_) => 1,
+        }
+    }
+
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Error::Usage(message.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_input_exits_2_and_runtime_failures_exit_1() {
+        assert_eq!(Error::usage("x").exit_code(), 2);
+        let preset = Error::Preset {
+            origin: "a.json".into(),
+            message: "m".into(),
+        };
+        assert_eq!(preset.exit_code(), 2);
+        assert_eq!(Error::NoGpu("none".into()).exit_code(), 1);
+        let cuda = Error::Cuda {
+            call: "cuInit".into(),
+            message: "m".into(),
+        };
+        assert_eq!(cuda.exit_code(), 1);
+    }
+
+    #[test]
+    fn verification_message_names_test_pair_and_offset() {
+        let e = Error::Verification {
+            test: "ce-write".into(),
+            src: 0,
+            dst: 3,
+            offset: 4096,
+            expected: 0x12,
+            found: 0x00,
+        };
+        let text = e.to_string();
+        assert!(text.contains("ce-write"), "{text}");
+        assert!(text.contains("GPU 0 -> GPU 3"), "{text}");
+        assert!(text.contains("offset 4096"), "{text}");
+    }
+}

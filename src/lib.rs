@@ -1,0 +1,13 @@
+//! peerlink: see, measure and speed up GPU-to-GPU (peer-to-peer) traffic on multi-GPU hosts.
+//!
+//! - [`topology`]: which pairs can use P2P, over what, and what is wrong.
+//! - [`backend`]: the seam between peerlink and a host — real GPUs ([`backend::cuda`]) or a simulated
+//!   host that moves real bytes on a virtual clock ([`backend::sim`]).
+//! - [`report`]: text tables and JSON documents for the CLI's verbs.
+
+pub mod backend;
+pub mod error;
+pub mod report;
+pub mod topology;
+
+pub use error::{Error, Result};

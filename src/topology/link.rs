@@ -1,0 +1,129 @@
+//! The link between two GPUs, in `nvidia-smi topo -m`'s vocabulary.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+
+/// How two GPUs are connected, best first.
+///
+/// NVLink is direct; the PCIe classes name the farthest thing a transfer crosses: `PIX` one PCIe
+/// switch, `PXB` several switches but no host bridge, `PHB` a host bridge (the CPU's root complex),
+/// `NODE` several host bridges inside one NUMA node, `SYS` the link between CPU sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Link {
+    /// Direct NVLink (or NVSwitch) with this many links.
+    NvLink(u32),
+    Pix,
+    Pxb,
+    Phb,
+    Node,
+    Sys,
+}
+
+impl Link {
+    /// Whether the pair talks over NVLink.
+    pub fn is_nvlink(self) -> bool {
+        matches!(self, Link::NvLink(_))
+    }
+
+    /// Whether traffic between the pair crosses the CPU sockets' interconnect.
+    pub fn crosses_sockets(self) -> bool {
+        self == Link::Sys
+    }
+
+    /// One-line meaning, for legends.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Link::NvLink(_) => "NVLink (count of bonded links)",
+            Link::Pix => "PCIe, at most one PCIe switch",
+            Link::Pxb => "PCIe, several PCIe switches, no host bridge",
+            Link::Phb => "PCIe through a host bridge (CPU root complex)",
+            Link::Node => "PCIe across host bridges within one NUMA node",
+            Link::Sys => "PCIe across the CPU sockets' interconnect (QPI/UPI/xGMI)",
+        }
+    }
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Link::NvLink(n) => write!(f, "NV{n}"),
+            Link::Pix => f.write_str("PIX"),
+            Link::Pxb => f.write_str("PXB"),
+            Link::Phb => f.write_str("PHB"),
+            Link::Node => f.write_str("NODE"),
+            Link::Sys => f.write_str("SYS"),
+        }
+    }
+}
+
+impl FromStr for Link {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let upper = s.trim().to_ascii_uppercase();
+        match upper.as_str() {
+            "PIX" => Ok(Link::Pix),
+            "PXB" => Ok(Link::Pxb),
+            "PHB" => Ok(Link::Phb),
+            "NODE" => Ok(Link::Node),
+            "SYS" => Ok(Link::Sys),
+            _ => match upper.strip_prefix("NV").map(str::parse::<u32>) {
+                Some(Ok(n)) if n > 0 => Ok(Link::NvLink(n)),
+                _ => Err(format!(
+                    "unknown link `{s}`: expected NV<n> (n ≥ 1), PIX, PXB, PHB, NODE or SYS"
+                )),
+            },
+        }
+    }
+}
+
+impl Serialize for Link {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Link {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_nvidia_smi_vocabulary() {
+        for text in ["NV18", "NV1", "PIX", "PXB", "PHB", "NODE", "SYS"] {
+            let link: Link = text.parse().unwrap();
+            assert_eq!(link.to_string(), text);
+        }
+        assert_eq!("nv2".parse::<Link>().unwrap(), Link::NvLink(2));
+    }
+
+    #[test]
+    fn rejects_unknown_and_zero_links() {
+        assert!("NV0".parse::<Link>().is_err());
+        assert!("NVX".parse::<Link>().is_err());
+        assert!("QPI".parse::<Link>().is_err());
+    }
+
+    #[test]
+    fn orders_best_first() {
+        assert!(Link::NvLink(2) < Link::Pix);
+        assert!(Link::Pix < Link::Sys);
+        assert!(Link::Sys.crosses_sockets());
+        assert!(!Link::Node.crosses_sockets());
+    }
+
+    #[test]
+    fn serializes_as_a_string() {
+        let json = serde_json::to_string(&Link::NvLink(4)).unwrap();
+        assert_eq!(json, "\"NV4\"");
+        let back: Link = serde_json::from_str("\"SYS\"").unwrap();
+        assert_eq!(back, Link::Sys);
+    }
+}

@@ -1,0 +1,185 @@
+//! What a multi-GPU host looks like: its devices, how each ordered pair is linked, and what is wrong.
+//!
+//! The types here are plain data, filled either by the CUDA backend (from the driver and NVML) or by
+//! the simulator (from a preset). The link vocabulary is `nvidia-smi topo -m`'s, so that a user can
+//! put the two side by side.
+
+mod link;
+mod warnings;
+
+pub use link::Link;
+pub use warnings::{warnings, Warning};
+
+use serde::{Deserialize, Serialize};
+
+/// One GPU as the host presents it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    /// CUDA device ordinal (after CUDA_VISIBLE_DEVICES).
+    pub index: usize,
+    pub name: String,
+    pub uuid: String,
+    /// PCI bus id in the driver's form, `0000:18:00.0`.
+    pub pci_bus_id: String,
+    /// NUMA node of the GPU's PCIe root, where known.
+    pub numa_node: Option<i32>,
+    /// Where `numa_node` came from: `nvml`, `sysfs`, `preset` or `unknown`.
+    pub numa_source: String,
+    /// CPUs near the GPU, as a list like `0-47,96-143`, where known.
+    pub cpu_affinity: Option<String>,
+    pub memory_bytes: u64,
+    /// Compute capability as `major.minor`.
+    pub compute_capability: String,
+    /// Asynchronous copy engines (CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT).
+    pub copy_engines: u32,
+    /// Whether MIG mode is enabled (P2P is not available to MIG instances).
+    pub mig_enabled: bool,
+}
+
+/// What the driver says about one ordered pair of distinct GPUs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pair {
+    pub src: usize,
+    pub dst: usize,
+    /// How the two are connected, in nvidia-smi's vocabulary.
+    pub link: Link,
+    /// cuDeviceCanAccessPeer(src, dst).
+    pub p2p: bool,
+    /// CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: lower is better; 0 where P2P is impossible.
+    pub perf_rank: i32,
+    /// CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED.
+    pub atomics: bool,
+    /// CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED.
+    pub array_access: bool,
+}
+
+/// The whole host: devices and every ordered pair of them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Topology {
+    /// `cuda` for real GPUs, `sim:<preset>` for the simulator.
+    pub source: String,
+    /// Driver version as NVML reports it, where known.
+    pub driver_version: Option<String>,
+    /// The value of CUDA_VISIBLE_DEVICES when the topology was read, if set.
+    pub visible_devices: Option<String>,
+    pub devices: Vec<Device>,
+    /// One entry per ordered pair `src != dst`, sorted by (src, dst).
+    pub pairs: Vec<Pair>,
+}
+
+impl Topology {
+    /// The entry for an ordered pair of distinct devices.
+    pub fn pair(&self, src: usize, dst: usize) -> Option<&Pair> {
+        self.pairs.iter().find(|p| p.src == src && p.dst == dst)
+    }
+
+    /// Whether this topology came from the simulator.
+    pub fn is_simulated(&self) -> bool {
+        self.source.starts_with("sim:")
+    }
+
+    /// Checks a user's device list against the host and returns it, or all devices when `None`.
+    pub fn select(&self, devices: Option<&[usize]>) -> crate::Result<Vec<usize>> {
+        let n = self.devices.len();
+        match devices {
+            None => Ok((0..n).collect()),
+            Some(list) => {
+                if list.is_empty() {
+                    return Err(crate::Error::usage("--devices names no device"));
+                }
+                for &d in list {
+                    if d >= n {
+                        return Err(crate::Error::usage(format!(
+                            "--devices: GPU {d} does not exist; this host has {n} GPU{} (0..={})",
+                            if n == 1 { "" } else { "s" },
+                            n.saturating_sub(1)
+                        )));
+                    }
+                }
+                let mut seen = list.to_vec();
+                seen.sort_unstable();
+                seen.dedup();
+                if seen.len() != list.len() {
+                    return Err(crate::Error::usage("--devices names a GPU twice"));
+                }
+                Ok(list.to_vec())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// A device with plausible fields, for tests.
+    pub fn device(index: usize, numa: Option<i32>, bus: &str) -> Device {
+        Device {
+            index,
+            name: "Test GPU".into(),
+            uuid: format!("GPU-test-{index}"),
+            pci_bus_id: bus.into(),
+            numa_node: numa,
+            numa_source: "preset".into(),
+            cpu_affinity: None,
+            memory_bytes: 80 << 30,
+            compute_capability: "9.0".into(),
+            copy_engines: 3,
+            mig_enabled: false,
+        }
+    }
+
+    pub fn pair(src: usize, dst: usize, link: Link, p2p: bool) -> Pair {
+        Pair {
+            src,
+            dst,
+            link,
+            p2p,
+            perf_rank: if p2p { 1 } else { 0 },
+            atomics: p2p,
+            array_access: p2p,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+
+    fn two_gpus() -> Topology {
+        Topology {
+            source: "sim:test".into(),
+            driver_version: None,
+            visible_devices: None,
+            devices: vec![
+                device(0, Some(0), "0000:18:00.0"),
+                device(1, Some(0), "0000:2a:00.0"),
+            ],
+            pairs: vec![
+                pair(0, 1, Link::NvLink(18), true),
+                pair(1, 0, Link::NvLink(18), true),
+            ],
+        }
+    }
+
+    #[test]
+    fn select_defaults_to_all_and_rejects_out_of_range() {
+        let t = two_gpus();
+        assert_eq!(t.select(None).unwrap(), vec![0, 1]);
+        assert_eq!(t.select(Some(&[1])).unwrap(), vec![1]);
+        let err = t.select(Some(&[2])).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("GPU 2 does not exist"), "{err}");
+        assert!(t.select(Some(&[0, 0])).is_err());
+        assert!(t.select(Some(&[])).is_err());
+    }
+
+    #[test]
+    fn pair_lookup_is_ordered() {
+        let t = two_gpus();
+        assert_eq!(t.pair(0, 1).unwrap().dst, 1);
+        assert!(t.pair(0, 0).is_none());
+        assert!(t.is_simulated());
+    }
+}

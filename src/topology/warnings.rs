@@ -1,0 +1,244 @@
+//! What is wrong with a topology, in sentences a user can act on.
+
+use super::{Link, Topology};
+use serde::Serialize;
+
+/// One problem found in a topology.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Warning {
+    /// A stable code for scripts: `no-p2p`, `p2p-across-sockets`, `mig-enabled`, `device-order`.
+    pub code: &'static str,
+    /// The GPUs concerned.
+    pub devices: Vec<usize>,
+    pub message: String,
+}
+
+/// Every warning for a topology, most serious first.
+pub fn warnings(topo: &Topology) -> Vec<Warning> {
+    let mut out = Vec::new();
+    no_p2p(topo, &mut out);
+    p2p_across_sockets(topo, &mut out);
+    mig(topo, &mut out);
+    device_order(topo, &mut out);
+    out
+}
+
+/// Unordered pairs `a < b` for which `keep` holds in at least one direction.
+fn unordered_pairs(topo: &Topology, keep: impl Fn(&super::Pair) -> bool) -> Vec<(usize, usize)> {
+    let mut pairs: Vec<(usize, usize)> = topo
+        .pairs
+        .iter()
+        .filter(|p| keep(p))
+        .map(|p| (p.src.min(p.dst), p.src.max(p.dst)))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    pairs
+}
+
+fn describe(pairs: &[(usize, usize)]) -> String {
+    pairs
+        .iter()
+        .map(|(a, b)| format!("{a}↔{b}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn devices_of(pairs: &[(usize, usize)]) -> Vec<usize> {
+    let mut d: Vec<usize> = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+    d.sort_unstable();
+    d.dedup();
+    d
+}
+
+fn no_p2p(topo: &Topology, out: &mut Vec<Warning>) {
+    let mig_on = |i: usize| topo.devices.get(i).is_some_and(|d| d.mig_enabled);
+    let groups: [(&str, Box<dyn Fn(&super::Pair) -> bool>); 3] = [
+        (
+            "MIG is enabled on one of the GPUs, and MIG instances cannot use P2P",
+            Box::new(|p| !p.p2p && (mig_on(p.src) || mig_on(p.dst))),
+        ),
+        (
+            "they sit under different CPU sockets (root complexes), and the driver does not route \
+             P2P across the socket interconnect; transfers are staged through host memory — put \
+             communicating ranks on GPUs of one socket, or use a relay GPU that has NVLink to both",
+            Box::new(|p| !p.p2p && !mig_on(p.src) && !mig_on(p.dst) && p.link == Link::Sys),
+        ),
+        (
+            "the driver reports P2P unsupported on this path (often an IOMMU or PCIe ACS setting, \
+             or a virtual machine that hides the PCIe topology); transfers are staged through host \
+             memory",
+            Box::new(|p| !p.p2p && !mig_on(p.src) && !mig_on(p.dst) && p.link != Link::Sys),
+        ),
+    ];
+    for (reason, keep) in groups {
+        let pairs = unordered_pairs(topo, keep);
+        if pairs.is_empty() {
+            continue;
+        }
+        out.push(Warning {
+            code: "no-p2p",
+            devices: devices_of(&pairs),
+            message: format!(
+                "{} pair{} without P2P ({}): {reason}",
+                pairs.len(),
+                if pairs.len() == 1 { "" } else { "s" },
+                describe(&pairs)
+            ),
+        });
+    }
+}
+
+fn p2p_across_sockets(topo: &Topology, out: &mut Vec<Warning>) {
+    let pairs = unordered_pairs(topo, |p| p.p2p && p.link == Link::Sys);
+    if pairs.is_empty() {
+        return;
+    }
+    out.push(Warning {
+        code: "p2p-across-sockets",
+        devices: devices_of(&pairs),
+        message: format!(
+            "P2P over PCIe crosses the CPU sockets for {} ({} pair{}): expect lower bandwidth and \
+             higher latency than between GPUs of one NUMA node",
+            describe(&pairs),
+            pairs.len(),
+            if pairs.len() == 1 { "" } else { "s" }
+        ),
+    });
+}
+
+fn mig(topo: &Topology, out: &mut Vec<Warning>) {
+    let devices: Vec<usize> = topo
+        .devices
+        .iter()
+        .filter(|d| d.mig_enabled)
+        .map(|d| d.index)
+        .collect();
+    if devices.is_empty() {
+        return;
+    }
+    out.push(Warning {
+        code: "mig-enabled",
+        message: format!(
+            "MIG mode is enabled on GPU {}: MIG instances cannot use P2P or NVLink to other GPUs",
+            devices
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        devices,
+    });
+}
+
+fn device_order(topo: &Topology, out: &mut Vec<Warning>) {
+    let in_pci_order = topo
+        .devices
+        .windows(2)
+        .all(|w| w[0].pci_bus_id.to_ascii_lowercase() <= w[1].pci_bus_id.to_ascii_lowercase());
+    if in_pci_order {
+        return;
+    }
+    let how = match &topo.visible_devices {
+        Some(v) => format!("CUDA_VISIBLE_DEVICES={v} lists them out of PCI order"),
+        None => "CUDA numbers them fastest-first (set CUDA_DEVICE_ORDER=PCI_BUS_ID)".to_string(),
+    };
+    out.push(Warning {
+        code: "device-order",
+        devices: topo.devices.iter().map(|d| d.index).collect(),
+        message: format!(
+            "GPU indices here are not in PCI bus order, so they differ from nvidia-smi's: {how}; \
+             match GPUs by PCI bus id or UUID"
+        ),
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+
+    fn topo(devices: Vec<super::super::Device>, pairs: Vec<super::super::Pair>) -> Topology {
+        Topology {
+            source: "sim:test".into(),
+            driver_version: None,
+            visible_devices: None,
+            devices,
+            pairs,
+        }
+    }
+
+    fn two_socket() -> Topology {
+        topo(
+            vec![
+                device(0, Some(0), "0000:18:00.0"),
+                device(1, Some(1), "0000:98:00.0"),
+            ],
+            vec![pair(0, 1, Link::Sys, false), pair(1, 0, Link::Sys, false)],
+        )
+    }
+
+    #[test]
+    fn cross_socket_pair_without_p2p_names_the_sockets() {
+        let w = warnings(&two_socket());
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].code, "no-p2p");
+        assert_eq!(w[0].devices, vec![0, 1]);
+        assert!(w[0].message.contains("0↔1"), "{}", w[0].message);
+        assert!(w[0].message.contains("CPU sockets"), "{}", w[0].message);
+    }
+
+    #[test]
+    fn p2p_across_sockets_is_flagged_when_enabled() {
+        let mut t = two_socket();
+        for p in &mut t.pairs {
+            p.p2p = true;
+        }
+        let w = warnings(&t);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].code, "p2p-across-sockets");
+    }
+
+    #[test]
+    fn mig_explains_missing_p2p() {
+        let mut t = two_socket();
+        t.devices[1].mig_enabled = true;
+        let codes: Vec<_> = warnings(&t).iter().map(|w| w.code).collect();
+        assert_eq!(codes, vec!["no-p2p", "mig-enabled"]);
+        assert!(warnings(&t)[0].message.contains("MIG"));
+    }
+
+    #[test]
+    fn device_order_differs_from_pci_order() {
+        let mut t = topo(
+            vec![
+                device(0, Some(0), "0000:98:00.0"),
+                device(1, Some(0), "0000:18:00.0"),
+            ],
+            vec![
+                pair(0, 1, Link::NvLink(18), true),
+                pair(1, 0, Link::NvLink(18), true),
+            ],
+        );
+        t.visible_devices = Some("1,0".into());
+        let w = warnings(&t);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].code, "device-order");
+        assert!(w[0].message.contains("CUDA_VISIBLE_DEVICES=1,0"));
+    }
+
+    #[test]
+    fn healthy_nvswitch_host_has_no_warnings() {
+        let t = topo(
+            vec![
+                device(0, Some(0), "0000:18:00.0"),
+                device(1, Some(0), "0000:2a:00.0"),
+            ],
+            vec![
+                pair(0, 1, Link::NvLink(18), true),
+                pair(1, 0, Link::NvLink(18), true),
+            ],
+        );
+        assert!(warnings(&t).is_empty());
+    }
+}
