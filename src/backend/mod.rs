@@ -139,6 +139,34 @@ pub trait Backend: Send + Sync {
     /// Releases a held stream.
     fn release(&self, gate: GateId) -> Result<()>;
 
+    /// Queues a one-thread kernel on `stream`'s GPU that follows `steps` dependent loads through
+    /// `chain`, which holds little-endian u64 element indices (entry `i` names the next element to load),
+    /// starting at element 0; it stores the last index it reached as a u64 at offset 0 of `result`.
+    /// `chain` may be a peer's memory (access enabled) or pinned host memory: this measures the
+    /// round-trip latency of one load over that path.
+    fn pointer_chase(
+        &self,
+        stream: StreamId,
+        chain: BufferId,
+        steps: u32,
+        result: BufferId,
+    ) -> Result<()>;
+
+    /// Queues a ping-pong between two GPUs' kernels: for each of `rounds` rounds, the kernel on
+    /// `ping`'s GPU stores the round number (a u32, with a system-scope fence) at offset 0 of
+    /// `pong_flag`, which lives on the pong GPU, and the kernel on `pong`'s GPU, spinning on its local
+    /// flag, answers by storing it into `ping_flag` on the ping GPU. Both flags must be zeroed first;
+    /// the two streams must be on GPUs with peer access to each other (one GPU may be its own peer, on
+    /// two streams). Events around the ping stream's work time `rounds` round trips.
+    fn ping_pong(
+        &self,
+        ping: StreamId,
+        pong: StreamId,
+        ping_flag: BufferId,
+        pong_flag: BufferId,
+        rounds: u32,
+    ) -> Result<()>;
+
     /// Starts recording the work queued on `stream` into a graph instead of running it.
     fn begin_capture(&self, stream: StreamId) -> Result<()>;
 

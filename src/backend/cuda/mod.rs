@@ -84,4 +84,23 @@ impl Backend for CudaBackend {
     fn replay(&self, _graph: GraphId, _stream: StreamId) -> Result<()> {
         Err(Error::InvalidHandle("cuda: not yet implemented".into()))
     }
+    fn pointer_chase(
+        &self,
+        _stream: StreamId,
+        _chain: BufferId,
+        _steps: u32,
+        _result: BufferId,
+    ) -> Result<()> {
+        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+    }
+    fn ping_pong(
+        &self,
+        _ping: StreamId,
+        _pong: StreamId,
+        _ping_flag: BufferId,
+        _pong_flag: BufferId,
+        _rounds: u32,
+    ) -> Result<()> {
+        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+    }
 }
