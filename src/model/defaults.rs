@@ -1,0 +1,209 @@
+//! Hop costs derived from the topology alone, for hosts without a measured profile.
+//!
+//! Every figure is a published or measured-here number (shared/REFERENCE.md); they are starting
+//! points that a measured profile replaces. The topology says the link class, the NVLink count and
+//! P2P yes/no; the PCIe generation and NVLink rate are inferred from the GPU architecture (compute
+//! capability), which is how the hardware shipped.
+
+use super::{Cost, Hop};
+use crate::topology::{Link, Topology};
+
+/// NVLink 2, 3 and 4 carry 25 GB/s per link per direction (V100, A100, H100 datasheets);
+/// NVLink 1 (P100) 20 GB/s.
+fn nvlink_gbps_per_link(major: u32) -> f64 {
+    if major >= 7 {
+        25.0
+    } else {
+        20.0
+    }
+}
+
+/// Copy engines reach ~88% of the NVLink line rate: 395 GB/s of 450 on H100 (nvbandwidth v0.10).
+const NVLINK_CE_EFFICIENCY: f64 = 0.88;
+/// An SM copy kernel reaches a little less than a copy engine over NVLink (nvbandwidth's SM tests).
+const NVLINK_SM_EFFICIENCY: f64 = 0.82;
+
+/// Host↔device bandwidth of a PCIe x16 link, by the generation the architecture shipped with:
+/// Gen3 ~12 GB/s (V100), Gen4 ~25 GB/s (A100/A6000), Gen5 ~55 GB/s (H100/H200, measured 54.8 here).
+fn pcie_host_gbps(major: u32) -> f64 {
+    match major {
+        0..=7 => 12.0,
+        8 => 25.0,
+        _ => 55.0,
+    }
+}
+
+/// GPU↔GPU P2P over PCIe as a fraction of the host link, by how far the path goes: ~26 GB/s under
+/// one Gen4 switch vs ~22 across host bridges (A6000), 39–51 vs 53–56 GB/s across NUMA nodes on Gen5.
+fn pcie_p2p_fraction(link: Link) -> f64 {
+    match link {
+        Link::NvLink(_) | Link::Pix | Link::Pxb => 1.0,
+        Link::Phb | Link::Node => 0.85,
+        Link::Sys => 0.8,
+    }
+}
+
+/// Host memory on the other socket is reached over the CPUs' interconnect: ~80% of a local copy
+/// (the same ratio as cross-NUMA PCIe P2P on Gen5 above).
+const REMOTE_NUMA_FRACTION: f64 = 0.8;
+
+/// GPU time of one small copy-engine copy, back to back: 2.3–3.3 µs (p2pBandwidthLatencyTest, H100).
+pub const COPY_ENGINE_ALPHA_US: f64 = 2.5;
+/// A copy kernel's launch, back to back: ~3 µs of GPU time.
+pub const KERNEL_ALPHA_US: f64 = 3.0;
+/// Per message inside one batched copy kernel: 0.015 µs (measured here, 1000 × 4 KiB gather kernel).
+pub const BATCH_MESSAGE_US: f64 = 0.015;
+
+/// Device-memory copy bandwidth (each byte read and written): about half the HBM datasheet
+/// figure — measured 2006 GB/s on H200 here; V100 900, A100 1555, H100 3350 GB/s HBM.
+fn local_copy_gbps(major: u32) -> f64 {
+    match major {
+        0..=6 => 360.0,
+        7 => 450.0,
+        8 => 780.0,
+        _ => 1675.0,
+    }
+}
+
+/// The most NVLinks one GPU has (H100: 18). A GPU whose pairs add up to more is behind an
+/// NVSwitch: every pair goes through the same port, so its pairs share one port's bandwidth.
+const MAX_NVLINKS_PER_GPU: u32 = 18;
+
+/// Whether `device` reaches its NVLink peers through an NVSwitch (shared port) rather than
+/// point-to-point links.
+pub fn behind_switch(topology: &Topology, device: usize) -> bool {
+    let links: u32 = topology
+        .pairs
+        .iter()
+        .filter(|p| p.src == device)
+        .map(|p| match p.link {
+            Link::NvLink(n) => n,
+            _ => 0,
+        })
+        .sum();
+    links > MAX_NVLINKS_PER_GPU
+}
+
+/// The architecture's major version, from `major.minor`; 0 where unreadable (oldest figures).
+fn major(topology: &Topology, device: usize) -> u32 {
+    topology
+        .devices
+        .get(device)
+        .and_then(|d| d.compute_capability.split('.').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The default cost of a hop, or `None` for a device that does not exist or a pair with no entry.
+pub fn cost(topology: &Topology, hop: Hop) -> Option<Cost> {
+    let n = topology.devices.len();
+    let (alpha_us, beta_gbps) = match hop {
+        Hop::PeerCe { src, dst } => (
+            COPY_ENGINE_ALPHA_US,
+            peer_gbps(topology, src, dst, NVLINK_CE_EFFICIENCY)?,
+        ),
+        Hop::PeerSm { src, dst } => (
+            KERNEL_ALPHA_US,
+            peer_gbps(topology, src, dst, NVLINK_SM_EFFICIENCY)?,
+        ),
+        Hop::DeviceToHost { device, node } | Hop::HostToDevice { device, node } => {
+            if device >= n {
+                return None;
+            }
+            let local = node.is_none()
+                || topology.devices[device].numa_node.is_none()
+                || node == topology.devices[device].numa_node;
+            let fraction = if local { 1.0 } else { REMOTE_NUMA_FRACTION };
+            (
+                COPY_ENGINE_ALPHA_US,
+                pcie_host_gbps(major(topology, device)) * fraction,
+            )
+        }
+        Hop::Local { device } => {
+            if device >= n {
+                return None;
+            }
+            (KERNEL_ALPHA_US, local_copy_gbps(major(topology, device)))
+        }
+    };
+    Some(Cost {
+        alpha_us,
+        beta_gbps,
+    })
+}
+
+fn peer_gbps(topology: &Topology, src: usize, dst: usize, nvlink_efficiency: f64) -> Option<f64> {
+    let link = topology.pair(src, dst)?.link;
+    let slower = major(topology, src).min(major(topology, dst));
+    Some(match link {
+        Link::NvLink(count) => count as f64 * nvlink_gbps_per_link(slower) * nvlink_efficiency,
+        pcie => pcie_host_gbps(slower) * pcie_p2p_fraction(pcie),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+
+    #[test]
+    fn nvlink_bandwidth_scales_with_link_count() {
+        let t = dgx1();
+        let one = cost(&t, Hop::PeerCe { src: 0, dst: 1 }).unwrap();
+        let two = cost(&t, Hop::PeerCe { src: 0, dst: 3 }).unwrap();
+        assert!((two.beta_gbps / one.beta_gbps - 2.0).abs() < 1e-9);
+        // V100 NVLink 2: 25 GB/s per link at copy-engine efficiency.
+        assert!((one.beta_gbps - 22.0).abs() < 1e-9);
+        let sm = cost(&t, Hop::PeerSm { src: 0, dst: 1 }).unwrap();
+        assert!(sm.beta_gbps < one.beta_gbps);
+    }
+
+    #[test]
+    fn h100_nvswitch_pair_matches_published_copy_engine_figure() {
+        let c = cost(&nvswitch8(), Hop::PeerCe { src: 0, dst: 7 }).unwrap();
+        // nvbandwidth v0.10: 395–397 GB/s one direction.
+        assert!((c.beta_gbps - 396.0).abs() < 5.0, "{c:?}");
+    }
+
+    #[test]
+    fn remote_host_memory_is_slower_than_local() {
+        let t = pcie_2socket();
+        let local = cost(
+            &t,
+            Hop::HostToDevice {
+                device: 2,
+                node: Some(1),
+            },
+        )
+        .unwrap();
+        let remote = cost(
+            &t,
+            Hop::HostToDevice {
+                device: 2,
+                node: Some(0),
+            },
+        )
+        .unwrap();
+        assert!(remote.beta_gbps < local.beta_gbps);
+        assert_eq!(local.beta_gbps, 25.0);
+    }
+
+    #[test]
+    fn switch_is_detected_from_link_counts() {
+        assert!(behind_switch(&nvswitch8(), 0));
+        assert!(!behind_switch(&dgx1(), 0));
+        assert!(!behind_switch(&pcie_2socket(), 0));
+    }
+
+    #[test]
+    fn unknown_devices_have_no_cost() {
+        assert!(cost(&dgx1(), Hop::Local { device: 8 }).is_none());
+        assert!(cost(
+            &dgx1(),
+            Hop::DeviceToHost {
+                device: 9,
+                node: None
+            }
+        )
+        .is_none());
+    }
+}

@@ -1,0 +1,354 @@
+//! The cost model: how long each hop of a transfer takes, as `α + bytes / β`.
+//!
+//! A transfer strategy is a chain (or several parallel chains) of hops: a peer copy, a copy into or
+//! out of pinned host memory, a copy inside one GPU. Each hop costs a fixed latency `α` (issue,
+//! launch, DMA setup) plus its bytes at a bandwidth `β`. The costs come from a measured
+//! [`Profile`] where one exists for this host, otherwise from the topology ([`defaults`]) with
+//! published figures. The planner in [`crate::engine`] composes hops into strategy predictions.
+
+pub mod defaults;
+pub mod profile;
+
+pub use profile::Profile;
+
+use crate::topology::{Link, Topology};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// The cost of one hop: `alpha_us + bytes / beta`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    /// Fixed latency per operation, in microseconds.
+    pub alpha_us: f64,
+    /// Bandwidth in GB/s (1e9 bytes per second).
+    pub beta_gbps: f64,
+}
+
+impl Cost {
+    /// Predicted time to move `bytes` in one operation, in microseconds.
+    pub fn time_us(&self, bytes: u64) -> f64 {
+        self.alpha_us + self.bytes_us(bytes)
+    }
+
+    /// The bandwidth term alone: `bytes / β`, in microseconds.
+    pub fn bytes_us(&self, bytes: u64) -> f64 {
+        // 1 GB/s = 1e9 B/s = 1e3 B/µs.
+        bytes as f64 / (self.beta_gbps * 1e3)
+    }
+
+    /// Whether both terms are finite, `α ≥ 0` and `β > 0` (what a profile must hold).
+    pub fn is_valid(&self) -> bool {
+        self.alpha_us.is_finite()
+            && self.alpha_us >= 0.0
+            && self.beta_gbps.is_finite()
+            && self.beta_gbps > 0.0
+    }
+}
+
+/// One kind of operation between two places, the unit the model prices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Hop {
+    /// A copy-engine copy from `src`'s memory into `dst`'s, issued on `src` (push). Needs P2P.
+    PeerCe { src: usize, dst: usize },
+    /// An SM copy kernel on `src` storing into `dst`'s memory through the peer mapping. Needs P2P.
+    PeerSm { src: usize, dst: usize },
+    /// A copy-engine copy from `device` into pinned host memory on NUMA node `node`.
+    DeviceToHost { device: usize, node: Option<i32> },
+    /// A copy-engine copy from pinned host memory on NUMA node `node` into `device`.
+    HostToDevice { device: usize, node: Option<i32> },
+    /// A copy inside one GPU's memory (gathering small messages into one staging buffer).
+    Local { device: usize },
+}
+
+/// A shared piece of hardware whose bandwidth concurrent paths divide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resource {
+    /// A point-to-point NVLink bundle between two GPUs, one direction.
+    NvLink { src: usize, dst: usize },
+    /// A GPU's NVSwitch port, sending.
+    SwitchOut(usize),
+    /// A GPU's NVSwitch port, receiving.
+    SwitchIn(usize),
+    /// A GPU's PCIe link towards the host (device → host direction).
+    PcieUp(usize),
+    /// A GPU's PCIe link from the host.
+    PcieDown(usize),
+}
+
+/// Prices hops for one host: measured where a profile says, from the topology otherwise.
+#[derive(Clone, Debug)]
+pub struct CostModel {
+    topology: Topology,
+    costs: HashMap<Hop, Cost>,
+    /// Extra time per message in one batched copy kernel (each message is a thread block).
+    batch_message_us: f64,
+    /// Where the figures came from, in words (shown by `plan`).
+    origin: String,
+}
+
+impl CostModel {
+    /// A model from the topology alone, with published figures (see [`defaults`]).
+    pub fn from_topology(topology: &Topology) -> Self {
+        CostModel {
+            topology: topology.clone(),
+            costs: HashMap::new(),
+            batch_message_us: defaults::BATCH_MESSAGE_US,
+            origin: "topology defaults (published figures; no measured profile)".into(),
+        }
+    }
+
+    /// A model from a measured profile, refused with a sentence if it was measured on another
+    /// host or driver. Hops the profile does not cover fall back to the topology defaults.
+    pub fn from_profile(topology: &Topology, profile: &Profile) -> crate::Result<Self> {
+        profile.check_matches(topology)?;
+        let mut model = CostModel::from_topology(topology);
+        model.costs = profile.hops.iter().map(|m| (m.hop, m.cost)).collect();
+        if let Some(per_message) = profile.batch_message_us {
+            model.batch_message_us = per_message;
+        }
+        model.origin = format!("measured profile ({})", profile.describe());
+        Ok(model)
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Where the figures came from, in words.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    pub fn batch_message_us(&self) -> f64 {
+        self.batch_message_us
+    }
+
+    /// Whether peer copies from `src` to `dst` are possible (the driver reports P2P access).
+    pub fn has_p2p(&self, src: usize, dst: usize) -> bool {
+        self.topology.pair(src, dst).is_some_and(|p| p.p2p)
+    }
+
+    /// The NUMA node of a device's PCIe root, where known.
+    pub fn numa_node(&self, device: usize) -> Option<i32> {
+        self.topology.devices.get(device).and_then(|d| d.numa_node)
+    }
+
+    /// The cost of one hop, or `None` where the hop is impossible (a peer copy without P2P, a
+    /// device that does not exist).
+    pub fn cost(&self, hop: Hop) -> Option<Cost> {
+        if !self.hop_is_possible(hop) {
+            return None;
+        }
+        self.costs
+            .get(&hop)
+            .copied()
+            .or_else(|| defaults::cost(&self.topology, hop))
+    }
+
+    fn hop_is_possible(&self, hop: Hop) -> bool {
+        let n = self.topology.devices.len();
+        match hop {
+            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => {
+                src != dst && self.has_p2p(src, dst)
+            }
+            Hop::DeviceToHost { device, .. }
+            | Hop::HostToDevice { device, .. }
+            | Hop::Local { device } => device < n,
+        }
+    }
+
+    /// The shared hardware a hop's bytes cross, so that concurrent paths divide it.
+    pub fn resources(&self, hop: Hop) -> Vec<Resource> {
+        match hop {
+            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => {
+                match self.topology.pair(src, dst).map(|p| p.link) {
+                    Some(Link::NvLink(_)) if defaults::behind_switch(&self.topology, src) => {
+                        vec![Resource::SwitchOut(src), Resource::SwitchIn(dst)]
+                    }
+                    Some(Link::NvLink(_)) => vec![Resource::NvLink { src, dst }],
+                    _ => vec![Resource::PcieUp(src), Resource::PcieDown(dst)],
+                }
+            }
+            Hop::DeviceToHost { device, .. } => vec![Resource::PcieUp(device)],
+            Hop::HostToDevice { device, .. } => vec![Resource::PcieDown(device)],
+            Hop::Local { .. } => Vec::new(),
+        }
+    }
+
+    /// The bandwidth of a shared resource, in GB/s.
+    pub fn capacity_gbps(&self, resource: Resource) -> f64 {
+        let topo = &self.topology;
+        let best_peer = |device: usize| {
+            topo.pairs
+                .iter()
+                .filter(|p| p.src == device || p.dst == device)
+                .filter_map(|p| {
+                    self.cost(Hop::PeerCe {
+                        src: p.src,
+                        dst: p.dst,
+                    })
+                })
+                .map(|c| c.beta_gbps)
+                .fold(0.0, f64::max)
+        };
+        let host = |hop: Hop| self.cost(hop).map_or(0.0, |c| c.beta_gbps);
+        match resource {
+            Resource::NvLink { src, dst } => self
+                .cost(Hop::PeerCe { src, dst })
+                .map_or(0.0, |c| c.beta_gbps),
+            Resource::SwitchOut(d) | Resource::SwitchIn(d) => best_peer(d),
+            Resource::PcieUp(d) => host(Hop::DeviceToHost {
+                device: d,
+                node: self.numa_node(d),
+            }),
+            Resource::PcieDown(d) => host(Hop::HostToDevice {
+                device: d,
+                node: self.numa_node(d),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::topology::test_support::{device, pair};
+    use crate::topology::{Link, Topology};
+
+    /// A host from a link matrix (`None` on the diagonal); P2P wherever the link is not `SYS`.
+    pub fn topology(cc: &str, numa: &[i32], links: &[&[&str]]) -> Topology {
+        let n = links.len();
+        let mut devices: Vec<_> = (0..n)
+            .map(|i| device(i, Some(numa[i]), &format!("0000:{:02x}:00.0", 0x18 + i)))
+            .collect();
+        for d in &mut devices {
+            d.compute_capability = cc.into();
+        }
+        let mut pairs = Vec::new();
+        for (s, row) in links.iter().enumerate() {
+            for (d, text) in row.iter().enumerate() {
+                if s != d {
+                    let link: Link = text.parse().unwrap();
+                    pairs.push(pair(s, d, link, link != Link::Sys));
+                }
+            }
+        }
+        Topology {
+            source: "sim:test".into(),
+            driver_version: Some("999.1".into()),
+            visible_devices: None,
+            devices,
+            pairs,
+        }
+    }
+
+    /// DGX-1's hybrid cube-mesh (shared/REFERENCE.md).
+    pub fn dgx1() -> Topology {
+        topology(
+            "7.0",
+            &[0, 0, 0, 0, 1, 1, 1, 1],
+            &[
+                &["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"],
+                &["NV1", "X", "NV2", "NV1", "SYS", "NV2", "SYS", "SYS"],
+                &["NV1", "NV2", "X", "NV2", "SYS", "SYS", "NV1", "SYS"],
+                &["NV2", "NV1", "NV2", "X", "SYS", "SYS", "SYS", "NV1"],
+                &["NV2", "SYS", "SYS", "SYS", "X", "NV1", "NV1", "NV2"],
+                &["SYS", "NV2", "SYS", "SYS", "NV1", "X", "NV2", "NV1"],
+                &["SYS", "SYS", "NV1", "SYS", "NV1", "NV2", "X", "NV2"],
+                &["SYS", "SYS", "SYS", "NV1", "NV2", "NV1", "NV2", "X"],
+            ],
+        )
+    }
+
+    /// Eight GPUs, every pair NV18 through NVSwitch.
+    pub fn nvswitch8() -> Topology {
+        let row = |i: usize| -> Vec<&'static str> {
+            (0..8).map(|j| if i == j { "X" } else { "NV18" }).collect()
+        };
+        let rows: Vec<Vec<&str>> = (0..8).map(row).collect();
+        let refs: Vec<&[&str]> = rows.iter().map(Vec::as_slice).collect();
+        topology("9.0", &[0, 0, 0, 0, 1, 1, 1, 1], &refs)
+    }
+
+    /// Four GPUs: two under a PCIe switch on each of two sockets, no P2P across sockets.
+    pub fn pcie_2socket() -> Topology {
+        topology(
+            "8.6",
+            &[0, 0, 1, 1],
+            &[
+                &["X", "PIX", "SYS", "SYS"],
+                &["PIX", "X", "SYS", "SYS"],
+                &["SYS", "SYS", "X", "PIX"],
+                &["SYS", "SYS", "PIX", "X"],
+            ],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+
+    #[test]
+    fn cost_is_latency_plus_bytes_over_bandwidth() {
+        let c = Cost {
+            alpha_us: 2.0,
+            beta_gbps: 10.0,
+        };
+        // 1 MB at 10 GB/s = 100 µs.
+        assert!((c.time_us(1_000_000) - 102.0).abs() < 1e-9);
+        assert!(c.is_valid());
+        assert!(!Cost {
+            alpha_us: -1.0,
+            beta_gbps: 1.0
+        }
+        .is_valid());
+        assert!(!Cost {
+            alpha_us: 1.0,
+            beta_gbps: 0.0
+        }
+        .is_valid());
+    }
+
+    #[test]
+    fn peer_hops_need_p2p() {
+        let model = CostModel::from_topology(&dgx1());
+        assert!(model.cost(Hop::PeerCe { src: 0, dst: 1 }).is_some());
+        assert!(model.cost(Hop::PeerCe { src: 0, dst: 5 }).is_none());
+        assert!(model.cost(Hop::PeerSm { src: 0, dst: 0 }).is_none());
+        assert!(model.cost(Hop::Local { device: 8 }).is_none());
+        assert!(model
+            .cost(Hop::DeviceToHost {
+                device: 0,
+                node: Some(0)
+            })
+            .is_some());
+    }
+
+    #[test]
+    fn switch_ports_are_shared_but_point_to_point_links_are_not() {
+        let switch = CostModel::from_topology(&nvswitch8());
+        assert_eq!(
+            switch.resources(Hop::PeerCe { src: 0, dst: 1 }),
+            vec![Resource::SwitchOut(0), Resource::SwitchIn(1)]
+        );
+        let mesh = CostModel::from_topology(&dgx1());
+        assert_eq!(
+            mesh.resources(Hop::PeerCe { src: 0, dst: 3 }),
+            vec![Resource::NvLink { src: 0, dst: 3 }]
+        );
+        let pcie = CostModel::from_topology(&pcie_2socket());
+        assert_eq!(
+            pcie.resources(Hop::PeerCe { src: 0, dst: 1 }),
+            vec![Resource::PcieUp(0), Resource::PcieDown(1)]
+        );
+        // A switch port carries as much as the best pair through it.
+        let port = switch.capacity_gbps(Resource::SwitchOut(0));
+        let pair = switch
+            .cost(Hop::PeerCe { src: 0, dst: 1 })
+            .unwrap()
+            .beta_gbps;
+        assert_eq!(port, pair);
+    }
+}

@@ -1,0 +1,290 @@
+//! A host profile: measured hop costs for one host, saved as versioned JSON.
+//!
+//! A profile is only true for the GPUs and driver it was measured on, so it names them (GPU UUIDs in
+//! index order, driver version) and [`Profile::check_matches`] refuses it anywhere else. Files are
+//! written atomically (a temporary file in the same directory, then a rename), so a reader never
+//! sees half a profile.
+
+use super::{Cost, Hop};
+use crate::topology::Topology;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::Path;
+
+/// JSON schema name of a profile file.
+pub const SCHEMA: &str = "peerlink.profile/1";
+
+/// One measured hop.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    #[serde(flatten)]
+    pub hop: Hop,
+    #[serde(flatten)]
+    pub cost: Cost,
+}
+
+/// Measured costs of one host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub schema: String,
+    /// `cuda` or `sim:<preset>`: where the measurements were taken.
+    pub source: String,
+    pub driver_version: Option<String>,
+    /// GPU UUIDs in CUDA index order.
+    pub gpus: Vec<String>,
+    pub hops: Vec<Measured>,
+    /// Extra time per message in one batched copy kernel, where measured.
+    pub batch_message_us: Option<f64>,
+}
+
+impl Profile {
+    /// An empty profile for the host `topology` describes.
+    pub fn for_host(topology: &Topology) -> Self {
+        Profile {
+            schema: SCHEMA.into(),
+            source: topology.source.clone(),
+            driver_version: topology.driver_version.clone(),
+            gpus: topology.devices.iter().map(|d| d.uuid.clone()).collect(),
+            hops: Vec::new(),
+            batch_message_us: None,
+        }
+    }
+
+    /// Reads and checks a profile file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let bad = |why: String| {
+            Error::usage(format!(
+                "profile {}: {why}; measure a new one with `peerlink tune`",
+                path.display()
+            ))
+        };
+        let profile: Profile = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("not a peerlink profile ({e})")))?;
+        if profile.schema != SCHEMA {
+            return Err(bad(format!(
+                "schema `{}` is not `{SCHEMA}`, the one this peerlink reads",
+                profile.schema
+            )));
+        }
+        profile.validate().map_err(bad)?;
+        Ok(profile)
+    }
+
+    /// Writes the profile atomically: a temporary file next to `path`, synced, then renamed over it.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let name = path
+            .file_name()
+            .ok_or_else(|| Error::usage(format!("{}: not a file name", path.display())))?;
+        let temp = dir.join(format!(
+            ".{}.tmp.{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let json = serde_json::to_string_pretty(self).expect("a profile always serialises");
+        let written = std::fs::File::create(&temp).and_then(|mut file| {
+            file.write_all(json.as_bytes())?;
+            file.write_all(b"\n")?;
+            file.sync_all()
+        });
+        if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(io(e));
+        }
+        Ok(())
+    }
+
+    /// Refuses a profile measured on other GPUs or another driver, saying which differs.
+    pub fn check_matches(&self, topology: &Topology) -> Result<()> {
+        let here: Vec<&str> = topology.devices.iter().map(|d| d.uuid.as_str()).collect();
+        let there: Vec<&str> = self.gpus.iter().map(String::as_str).collect();
+        if here != there {
+            return Err(Error::usage(format!(
+                "the profile was measured on GPUs [{}] but this host has [{}] (in CUDA index \
+                 order); measure this host with `peerlink tune` or pass the profile made on it",
+                there.join(", "),
+                here.join(", ")
+            )));
+        }
+        if self.driver_version != topology.driver_version {
+            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
+            return Err(Error::usage(format!(
+                "the profile was measured with driver {} but this host runs driver {}; costs change \
+                 with the driver, so measure again with `peerlink tune`",
+                show(&self.driver_version),
+                show(&topology.driver_version)
+            )));
+        }
+        Ok(())
+    }
+
+    /// One line naming where the profile came from.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}, {} GPU{}, driver {}, {} hop{}",
+            self.source,
+            self.gpus.len(),
+            if self.gpus.len() == 1 { "" } else { "s" },
+            self.driver_version.as_deref().unwrap_or("unknown"),
+            self.hops.len(),
+            if self.hops.len() == 1 { "" } else { "s" }
+        )
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        let n = self.gpus.len();
+        for m in &self.hops {
+            if !m.cost.is_valid() {
+                return Err(format!(
+                    "{:?} has alpha_us {} and beta_gbps {}; alpha must be ≥ 0 and beta > 0",
+                    m.hop, m.cost.alpha_us, m.cost.beta_gbps
+                ));
+            }
+            let devices = match m.hop {
+                Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => vec![src, dst],
+                Hop::DeviceToHost { device, .. }
+                | Hop::HostToDevice { device, .. }
+                | Hop::Local { device } => vec![device],
+            };
+            if let Some(d) = devices.into_iter().find(|&d| d >= n) {
+                return Err(format!(
+                    "{:?} names GPU {d} but the profile lists {n} GPUs",
+                    m.hop
+                ));
+            }
+        }
+        match self.batch_message_us {
+            Some(v) if !(v.is_finite() && v >= 0.0) => {
+                Err(format!("batch_message_us is {v}; it must be ≥ 0"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::dgx1;
+    use super::*;
+
+    fn measured() -> Profile {
+        let mut p = Profile::for_host(&dgx1());
+        p.hops.push(Measured {
+            hop: Hop::PeerCe { src: 0, dst: 1 },
+            cost: Cost {
+                alpha_us: 4.0,
+                beta_gbps: 21.5,
+            },
+        });
+        p.hops.push(Measured {
+            hop: Hop::DeviceToHost {
+                device: 2,
+                node: Some(0),
+            },
+            cost: Cost {
+                alpha_us: 3.0,
+                beta_gbps: 11.0,
+            },
+        });
+        p.batch_message_us = Some(0.02);
+        p
+    }
+
+    #[test]
+    fn saves_atomically_and_loads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("host.json");
+        let profile = measured();
+        profile.save(&path).unwrap();
+        assert_eq!(Profile::load(&path).unwrap(), profile);
+        // Nothing but the profile is left in the directory.
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("\"schema\": \"peerlink.profile/1\""),
+            "{text}"
+        );
+        assert!(text.contains("\"kind\": \"peer-ce\""), "{text}");
+        // Saving again replaces the file whole.
+        let mut changed = profile.clone();
+        changed.hops.clear();
+        changed.save(&path).unwrap();
+        assert_eq!(Profile::load(&path).unwrap().hops.len(), 0);
+    }
+
+    #[test]
+    fn profile_of_another_host_or_driver_is_refused_with_a_reason() {
+        let profile = measured();
+        let mut other_gpus = dgx1();
+        other_gpus.devices[3].uuid = "GPU-elsewhere".into();
+        let err = profile.check_matches(&other_gpus).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("GPU-elsewhere"), "{err}");
+
+        let mut other_driver = dgx1();
+        other_driver.driver_version = Some("535.1".into());
+        let err = profile.check_matches(&other_driver).unwrap_err();
+        assert!(err.to_string().contains("driver 999.1"), "{err}");
+        assert!(err.to_string().contains("535.1"), "{err}");
+
+        profile.check_matches(&dgx1()).unwrap();
+    }
+
+    #[test]
+    fn malformed_profiles_are_refused_with_a_sentence() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        let cases = [
+            ("{", "not a peerlink profile"),
+            (
+                r#"{"schema":"peerlink.profile/9","source":"cuda","driver_version":null,"gpus":[],"hops":[],"batch_message_us":null}"#,
+                "schema",
+            ),
+            (
+                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":0,"alpha_us":1,"beta_gbps":0}],"batch_message_us":null}"#,
+                "beta",
+            ),
+            (
+                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":4,"alpha_us":1,"beta_gbps":2}],"batch_message_us":null}"#,
+                "GPU 4",
+            ),
+        ];
+        for (text, needle) in cases {
+            std::fs::write(&path, text).unwrap();
+            let err = Profile::load(&path).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{err}");
+            assert!(err.to_string().contains(needle), "{needle}: {err}");
+        }
+        let missing = Profile::load(&dir.path().join("absent.json")).unwrap_err();
+        assert!(missing.to_string().contains("absent.json"), "{missing}");
+    }
+
+    #[test]
+    fn measured_hops_override_defaults_and_others_fall_back() {
+        let topo = dgx1();
+        let model = super::super::CostModel::from_profile(&topo, &measured()).unwrap();
+        let measured = model.cost(Hop::PeerCe { src: 0, dst: 1 }).unwrap();
+        assert_eq!(measured.beta_gbps, 21.5);
+        let fallback = model.cost(Hop::PeerCe { src: 0, dst: 3 }).unwrap();
+        assert_eq!(fallback.beta_gbps, 44.0);
+        assert_eq!(model.batch_message_us(), 0.02);
+        assert!(
+            model.origin().contains("measured profile"),
+            "{}",
+            model.origin()
+        );
+    }
+}
