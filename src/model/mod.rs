@@ -83,6 +83,8 @@ pub struct CostModel {
     costs: HashMap<Hop, Cost>,
     /// Extra time per message in one batched copy kernel (each message is a thread block).
     batch_message_us: f64,
+    /// Time per copy node when a captured graph is replayed.
+    graph_node_us: f64,
     /// Where the figures came from, in words (shown by `plan`).
     origin: String,
 }
@@ -94,6 +96,7 @@ impl CostModel {
             topology: topology.clone(),
             costs: HashMap::new(),
             batch_message_us: defaults::BATCH_MESSAGE_US,
+            graph_node_us: defaults::GRAPH_NODE_US,
             origin: "topology defaults (published figures; no measured profile)".into(),
         }
     }
@@ -106,6 +109,9 @@ impl CostModel {
         model.costs = profile.hops.iter().map(|m| (m.hop, m.cost)).collect();
         if let Some(per_message) = profile.batch_message_us {
             model.batch_message_us = per_message;
+        }
+        if let Some(per_node) = profile.graph_node_us {
+            model.graph_node_us = per_node;
         }
         model.origin = format!("measured profile ({})", profile.describe());
         Ok(model)
@@ -122,6 +128,10 @@ impl CostModel {
 
     pub fn batch_message_us(&self) -> f64 {
         self.batch_message_us
+    }
+
+    pub fn graph_node_us(&self) -> f64 {
+        self.graph_node_us
     }
 
     /// Whether peer copies from `src` to `dst` are possible (the driver reports P2P access).

@@ -36,6 +36,8 @@ pub struct Profile {
     pub hops: Vec<Measured>,
     /// Extra time per message in one batched copy kernel, where measured.
     pub batch_message_us: Option<f64>,
+    /// Time per copy node of a replayed graph, where measured.
+    pub graph_node_us: Option<f64>,
 }
 
 impl Profile {
@@ -48,6 +50,7 @@ impl Profile {
             gpus: topology.devices.iter().map(|d| d.uuid.clone()).collect(),
             hops: Vec::new(),
             batch_message_us: None,
+            graph_node_us: None,
         }
     }
 
@@ -165,12 +168,15 @@ impl Profile {
                 ));
             }
         }
-        match self.batch_message_us {
-            Some(v) if !(v.is_finite() && v >= 0.0) => {
-                Err(format!("batch_message_us is {v}; it must be ≥ 0"))
+        for (name, value) in [
+            ("batch_message_us", self.batch_message_us),
+            ("graph_node_us", self.graph_node_us),
+        ] {
+            if let Some(v) = value.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+                return Err(format!("{name} is {v}; it must be ≥ 0"));
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 }
 
@@ -250,15 +256,15 @@ mod tests {
         let cases = [
             ("{", "not a peerlink profile"),
             (
-                r#"{"schema":"peerlink.profile/9","source":"cuda","driver_version":null,"gpus":[],"hops":[],"batch_message_us":null}"#,
+                r#"{"schema":"peerlink.profile/9","source":"cuda","driver_version":null,"gpus":[],"hops":[],"batch_message_us":null,"graph_node_us":null}"#,
                 "schema",
             ),
             (
-                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":0,"alpha_us":1,"beta_gbps":0}],"batch_message_us":null}"#,
+                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":0,"alpha_us":1,"beta_gbps":0}],"batch_message_us":null,"graph_node_us":null}"#,
                 "beta",
             ),
             (
-                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":4,"alpha_us":1,"beta_gbps":2}],"batch_message_us":null}"#,
+                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":4,"alpha_us":1,"beta_gbps":2}],"batch_message_us":null,"graph_node_us":null}"#,
                 "GPU 4",
             ),
         ];

@@ -1,0 +1,168 @@
+//! What the planner decides: a strategy, its chunk size, the routes the bytes take, and the
+//! predictions that justify the pick.
+
+use crate::backend::CopyMethod;
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+
+/// A way to move one contiguous range from one GPU to another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// One copy-engine copy over the direct peer path.
+    DirectCe,
+    /// One SM copy kernel storing through the peer mapping.
+    DirectSm,
+    /// Through pinned host memory, chunked, device→host of one chunk overlapping host→device of
+    /// the previous.
+    Staged,
+    /// Through an intermediate GPU, chunked and pipelined.
+    Relay,
+    /// Several routes at once, the bytes divided by their predicted speed.
+    Split,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 5] = [
+        Strategy::DirectCe,
+        Strategy::DirectSm,
+        Strategy::Staged,
+        Strategy::Relay,
+        Strategy::Split,
+    ];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::DirectCe => "direct-ce",
+            Strategy::DirectSm => "direct-sm",
+            Strategy::Staged => "staged",
+            Strategy::Relay => "relay",
+            Strategy::Split => "split",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        Strategy::ALL
+            .into_iter()
+            .find(|st| st.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Strategy::ALL.iter().map(|s| s.name()).collect();
+                crate::Error::usage(format!(
+                    "unknown strategy `{s}`: expected one of {}",
+                    names.join(", ")
+                ))
+            })
+    }
+}
+
+/// One way through the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// The direct peer path, by copy engine or SM kernel.
+    Direct(CopyMethod),
+    /// Through pinned host memory near the source GPU.
+    Host,
+    /// Through this intermediate GPU's memory.
+    Relay(usize),
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Route::Direct(CopyMethod::CopyEngine) => f.write_str("direct (copy engine)"),
+            Route::Direct(CopyMethod::SmKernel) => f.write_str("direct (SM kernel)"),
+            Route::Host => f.write_str("via pinned host memory"),
+            Route::Relay(r) => write!(f, "via GPU {r}"),
+        }
+    }
+}
+
+/// The bytes one route carries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PathShare {
+    pub route: Route,
+    /// Offset of this share inside the transfer.
+    pub offset: u64,
+    pub bytes: u64,
+    /// Predicted time for this share alone, in microseconds.
+    pub predicted_us: f64,
+}
+
+/// The planner's answer for one transfer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub src: usize,
+    pub dst: usize,
+    pub bytes: u64,
+    pub strategy: Strategy,
+    /// Bytes per pipeline step for the chunked strategies; the whole transfer for the others.
+    pub chunk_bytes: u64,
+    /// The routes and the bytes each carries, covering the transfer exactly once.
+    pub paths: Vec<PathShare>,
+    pub predicted_us: f64,
+    /// Every other usable strategy's best prediction, fastest first.
+    pub alternatives: Vec<(Strategy, f64)>,
+}
+
+/// A way to move many small messages between one pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchStrategy {
+    /// One copy kernel performs every message through the peer mapping (needs P2P).
+    Kernel,
+    /// Gather on the source into one staging buffer, one transfer, scatter on the destination.
+    GatherScatter,
+    /// One copy-engine copy per message (needs P2P).
+    Separate,
+    /// The separate copies captured once as a graph and replayed (needs P2P).
+    Graph,
+}
+
+impl BatchStrategy {
+    pub const ALL: [BatchStrategy; 4] = [
+        BatchStrategy::Kernel,
+        BatchStrategy::GatherScatter,
+        BatchStrategy::Separate,
+        BatchStrategy::Graph,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BatchStrategy::Kernel => "kernel",
+            BatchStrategy::GatherScatter => "gather-scatter",
+            BatchStrategy::Separate => "separate",
+            BatchStrategy::Graph => "graph",
+        }
+    }
+}
+
+impl fmt::Display for BatchStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The planner's answer for a batch of small messages.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchPlan {
+    pub src: usize,
+    pub dst: usize,
+    pub strategy: BatchStrategy,
+    /// For [`BatchStrategy::GatherScatter`]: how the gathered bytes cross between the GPUs.
+    pub middle: Option<Plan>,
+    /// Predicted time per execution, with a graph's capture spread over the expected repeats.
+    pub predicted_us: f64,
+    pub alternatives: Vec<(BatchStrategy, f64)>,
+}

@@ -1,0 +1,757 @@
+//! The planner: predicts every usable strategy's time from the cost model and picks the fastest.
+//!
+//! Single-operation routes cost `α + bytes/β`. Chunked routes (host-staged, relay) are pipelines:
+//! chunk `k+1`'s first hop overlaps chunk `k`'s second, so their time is the fill (one chunk through
+//! every hop) plus the remaining chunks at the slowest hop's pace; the planner tries each chunk size
+//! in [`CHUNK_SIZES`] and keeps the best. A split runs several routes at once: routes that share
+//! hardware (an NVSwitch port, a PCIe link) divide its bandwidth, and the bytes are divided so that
+//! every route finishes at the same predicted time.
+
+use super::plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
+use crate::backend::CopyMethod;
+use crate::model::{Cost, CostModel, Hop, Resource};
+use crate::{Error, Result};
+use std::collections::HashMap;
+
+/// Chunk sizes tried for pipelined routes.
+pub const CHUNK_SIZES: [u64; 7] = [
+    64 << 10,
+    128 << 10,
+    256 << 10,
+    512 << 10,
+    1 << 20,
+    2 << 20,
+    4 << 20,
+];
+
+/// The largest chunk: staging buffers hold [`STAGING_SLOTS`] of these.
+pub const MAX_CHUNK: u64 = 4 << 20;
+
+/// Chunks in flight per pipelined route (triple buffering: one being filled, one being drained,
+/// one spare so that a late drain does not stall the next fill).
+pub const STAGING_SLOTS: usize = 3;
+
+/// Chunk and split boundaries fall on multiples of this, so that copies stay aligned.
+pub const ALIGN: u64 = 4096;
+
+/// A route slower than this fraction of the fastest one is left out of a split: its gain would be
+/// within the model's error, while the copy engines and host memory it takes from the others are not
+/// modelled. (This is why two NVSwitch peers, whose one link outruns PCIe tenfold, are not split.)
+const SPLIT_MIN_FRACTION: f64 = 0.25;
+
+/// How a transfer of `bytes` is cut for a target chunk size: `(chunk_len, count)`, the chunks
+/// equal and aligned except a shorter last one.
+pub fn chunking(bytes: u64, target: u64) -> (u64, u64) {
+    let target = target.max(1);
+    let wanted = bytes.div_ceil(target);
+    let len = bytes.div_ceil(wanted).next_multiple_of(ALIGN).min(bytes);
+    (len, bytes.div_ceil(len))
+}
+
+/// Predicts and picks strategies for one host.
+#[derive(Clone, Debug)]
+pub struct Planner {
+    model: CostModel,
+}
+
+/// A route's hops, with their costs.
+struct Hops {
+    hops: Vec<Hop>,
+    costs: Vec<Cost>,
+}
+
+impl Planner {
+    pub fn new(model: CostModel) -> Self {
+        Planner { model }
+    }
+
+    pub fn model(&self) -> &CostModel {
+        &self.model
+    }
+
+    /// The fastest way to move `bytes` from GPU `src` to GPU `dst`, with every other usable
+    /// strategy's prediction. A copy within one GPU is planned as one local copy.
+    pub fn plan(&self, src: usize, dst: usize, bytes: u64) -> Result<Plan> {
+        self.check(src, dst, bytes)?;
+        let mut candidates = self.candidates(src, dst, bytes);
+        candidates.sort_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us));
+        let mut best = candidates.remove(0);
+        best.alternatives = candidates
+            .iter()
+            .map(|p| (p.strategy, p.predicted_us))
+            .collect();
+        Ok(best)
+    }
+
+    /// The best plan that uses `strategy`, or an error saying why it cannot be used for this pair.
+    pub fn plan_with(
+        &self,
+        strategy: Strategy,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+    ) -> Result<Plan> {
+        self.check(src, dst, bytes)?;
+        let mut candidates = self.candidates(src, dst, bytes);
+        candidates.sort_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us));
+        let Some(index) = candidates.iter().position(|p| p.strategy == strategy) else {
+            return Err(self.unavailable(strategy, src, dst));
+        };
+        let mut chosen = candidates.remove(index);
+        chosen.alternatives = candidates
+            .iter()
+            .map(|p| (p.strategy, p.predicted_us))
+            .collect();
+        Ok(chosen)
+    }
+
+    /// The fastest way to move a batch of small messages (their sizes in `sizes`) from `src` to
+    /// `dst`, when the same batch will run `repeats` times (a graph's capture is spread over them).
+    pub fn plan_batch(
+        &self,
+        src: usize,
+        dst: usize,
+        sizes: &[u64],
+        repeats: u32,
+    ) -> Result<BatchPlan> {
+        if sizes.is_empty() {
+            return Err(Error::usage("a batch needs at least one message"));
+        }
+        if let Some(i) = sizes.iter().position(|&s| s == 0) {
+            return Err(Error::usage(format!(
+                "message {i} of the batch has 0 bytes; every message needs at least 1 byte"
+            )));
+        }
+        let total: u64 = sizes.iter().sum();
+        self.check(src, dst, total)?;
+        let count = sizes.len() as f64;
+        let per_message = self.model.batch_message_us();
+        let mut options: Vec<(BatchStrategy, f64, Option<Plan>)> = Vec::new();
+
+        let kernel_hop = if src == dst {
+            Hop::Local { device: src }
+        } else {
+            Hop::PeerSm { src, dst }
+        };
+        if let Some(sm) = self.model.cost(kernel_hop) {
+            options.push((
+                BatchStrategy::Kernel,
+                sm.alpha_us + count * per_message + sm.bytes_us(total),
+                None,
+            ));
+        }
+        if src != dst {
+            if let Some(ce) = self.model.cost(Hop::PeerCe { src, dst }) {
+                let separate = count * ce.alpha_us + ce.bytes_us(total);
+                options.push((BatchStrategy::Separate, separate, None));
+                // Capturing costs what issuing the copies once does; each replay then pays only a
+                // graph node per copy.
+                let replay = count * self.model.graph_node_us() + ce.bytes_us(total);
+                let capture = count * ce.alpha_us;
+                options.push((
+                    BatchStrategy::Graph,
+                    replay + capture / f64::from(repeats.max(1)),
+                    None,
+                ));
+            }
+            let middle = self.plan(src, dst, total)?;
+            let gather = |device| {
+                self.model
+                    .cost(Hop::Local { device })
+                    .map(|c| c.alpha_us + count * per_message + c.bytes_us(total))
+            };
+            if let (Some(g), Some(s)) = (gather(src), gather(dst)) {
+                options.push((
+                    BatchStrategy::GatherScatter,
+                    g + middle.predicted_us + s,
+                    Some(middle),
+                ));
+            }
+        }
+        options.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let (strategy, predicted_us, middle) = options.remove(0);
+        Ok(BatchPlan {
+            src,
+            dst,
+            strategy,
+            middle,
+            predicted_us,
+            alternatives: options.iter().map(|(s, t, _)| (*s, *t)).collect(),
+        })
+    }
+
+    fn check(&self, src: usize, dst: usize, bytes: u64) -> Result<()> {
+        let n = self.model.topology().devices.len();
+        for gpu in [src, dst] {
+            if gpu >= n {
+                return Err(Error::usage(format!(
+                    "GPU {gpu} does not exist; this host has {n} GPU{} (0..={})",
+                    if n == 1 { "" } else { "s" },
+                    n.saturating_sub(1)
+                )));
+            }
+        }
+        if bytes == 0 {
+            return Err(Error::usage(
+                "a transfer of 0 bytes moves nothing; give a size of at least 1 byte",
+            ));
+        }
+        Ok(())
+    }
+
+    fn unavailable(&self, strategy: Strategy, src: usize, dst: usize) -> Error {
+        let link = self
+            .model
+            .topology()
+            .pair(src, dst)
+            .map_or_else(|| "the same GPU".to_string(), |p| p.link.to_string());
+        Error::usage(match strategy {
+            _ if src == dst => format!(
+                "{strategy} moves data between two GPUs; a copy within GPU {src} is one local copy"
+            ),
+            Strategy::DirectCe | Strategy::DirectSm => format!(
+                "{strategy} needs P2P access from GPU {src} to GPU {dst}, which their link ({link}) \
+                 does not allow; use staged, relay or split"
+            ),
+            Strategy::Relay => format!(
+                "relay needs a third GPU with P2P access to both GPU {src} and GPU {dst}; this \
+                 host has none"
+            ),
+            Strategy::Split => format!(
+                "split needs at least two routes from GPU {src} to GPU {dst} of comparable speed; \
+                 this host has one"
+            ),
+            Strategy::Staged => format!("staged cannot be used from GPU {src} to GPU {dst}"),
+        })
+    }
+
+    /// Every usable strategy's best plan (alternatives left empty).
+    fn candidates(&self, src: usize, dst: usize, bytes: u64) -> Vec<Plan> {
+        if src == dst {
+            let local = self
+                .model
+                .cost(Hop::Local { device: src })
+                .expect("device was checked");
+            let route = Route::Direct(CopyMethod::CopyEngine);
+            return vec![self.single(src, dst, bytes, Strategy::DirectCe, route, local)];
+        }
+        let mut plans = Vec::new();
+        for (strategy, method) in [
+            (Strategy::DirectCe, CopyMethod::CopyEngine),
+            (Strategy::DirectSm, CopyMethod::SmKernel),
+        ] {
+            let route = Route::Direct(method);
+            if let Some(h) = self.hops(route, src, dst) {
+                plans.push(self.single(src, dst, bytes, strategy, route, h.costs[0]));
+            }
+        }
+        plans.extend(self.best_chunked(src, dst, bytes, Strategy::Staged, &[Route::Host]));
+        let relays: Vec<Route> = self.relays(src, dst).collect();
+        plans.extend(self.best_chunked(src, dst, bytes, Strategy::Relay, &relays));
+        plans.extend(self.best_split(src, dst, bytes));
+        plans
+    }
+
+    fn relays(&self, src: usize, dst: usize) -> impl Iterator<Item = Route> + '_ {
+        (0..self.model.topology().devices.len())
+            .filter(move |&r| r != src && r != dst)
+            .map(Route::Relay)
+            .filter(move |&route| self.hops(route, src, dst).is_some())
+    }
+
+    /// The hops a route takes, or `None` where one of them is impossible.
+    fn hops(&self, route: Route, src: usize, dst: usize) -> Option<Hops> {
+        let hops = match route {
+            Route::Direct(CopyMethod::CopyEngine) => vec![Hop::PeerCe { src, dst }],
+            Route::Direct(CopyMethod::SmKernel) => vec![Hop::PeerSm { src, dst }],
+            Route::Host => {
+                // The bounce buffer sits on the source's NUMA node.
+                let node = self.model.numa_node(src);
+                vec![
+                    Hop::DeviceToHost { device: src, node },
+                    Hop::HostToDevice { device: dst, node },
+                ]
+            }
+            Route::Relay(r) => vec![Hop::PeerCe { src, dst: r }, Hop::PeerCe { src: r, dst }],
+        };
+        let costs = hops
+            .iter()
+            .map(|&h| self.model.cost(h))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Hops { hops, costs })
+    }
+
+    fn single(
+        &self,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        strategy: Strategy,
+        route: Route,
+        cost: Cost,
+    ) -> Plan {
+        let predicted_us = cost.time_us(bytes);
+        Plan {
+            src,
+            dst,
+            bytes,
+            strategy,
+            chunk_bytes: bytes,
+            paths: vec![PathShare {
+                route,
+                offset: 0,
+                bytes,
+                predicted_us,
+            }],
+            predicted_us,
+            alternatives: Vec::new(),
+        }
+    }
+
+    /// The chunk targets worth trying for `bytes`: every size below it, and one chunk where it fits.
+    fn chunk_targets(bytes: u64) -> impl Iterator<Item = u64> {
+        CHUNK_SIZES
+            .into_iter()
+            .filter(move |&c| c < bytes)
+            .chain((bytes <= MAX_CHUNK).then_some(bytes))
+    }
+
+    /// The fastest of `routes` (each a pipeline) at its best chunk size.
+    fn best_chunked(
+        &self,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        strategy: Strategy,
+        routes: &[Route],
+    ) -> Option<Plan> {
+        let mut best: Option<(f64, Route, u64)> = None;
+        for &route in routes {
+            let Some(h) = self.hops(route, src, dst) else {
+                continue;
+            };
+            for target in Self::chunk_targets(bytes) {
+                let time = pipeline_us(&h.costs, bytes, target);
+                if best.map_or(true, |(t, _, _)| time < t) {
+                    best = Some((time, route, target));
+                }
+            }
+        }
+        let (predicted_us, route, target) = best?;
+        Some(Plan {
+            src,
+            dst,
+            bytes,
+            strategy,
+            chunk_bytes: chunking(bytes, target).0,
+            paths: vec![PathShare {
+                route,
+                offset: 0,
+                bytes,
+                predicted_us,
+            }],
+            predicted_us,
+            alternatives: Vec::new(),
+        })
+    }
+
+    /// The best split over every route at once, or `None` where fewer than two routes would carry
+    /// bytes.
+    fn best_split(&self, src: usize, dst: usize, bytes: u64) -> Option<Plan> {
+        let mut routes = vec![Route::Direct(CopyMethod::CopyEngine), Route::Host];
+        routes.extend(self.relays(src, dst));
+        let routes: Vec<(Route, Hops)> = routes
+            .into_iter()
+            .filter_map(|r| self.hops(r, src, dst).map(|h| (r, h)))
+            .collect();
+        if routes.len() < 2 {
+            return None;
+        }
+        Self::chunk_targets(bytes)
+            .filter_map(|target| self.split_at(src, dst, bytes, target, &routes))
+            .min_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us))
+    }
+
+    fn split_at(
+        &self,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        target: u64,
+        routes: &[(Route, Hops)],
+    ) -> Option<Plan> {
+        let lanes = self.share_bandwidth(routes, target);
+        let shares = divide(bytes, &lanes);
+        if shares.iter().filter(|&&b| b > 0).count() < 2 {
+            return None;
+        }
+        let mut paths = Vec::new();
+        let mut offset = 0;
+        for (lane, &share) in lanes.iter().zip(&shares) {
+            if share == 0 {
+                continue;
+            }
+            paths.push(PathShare {
+                route: lane.route,
+                offset,
+                bytes: share,
+                predicted_us: lane.latency_us + share as f64 / lane.bytes_per_us,
+            });
+            offset += share;
+        }
+        let predicted_us = paths.iter().map(|p| p.predicted_us).fold(0.0, f64::max);
+        Some(Plan {
+            src,
+            dst,
+            bytes,
+            strategy: Strategy::Split,
+            chunk_bytes: chunking(bytes, target).0.min(target),
+            paths,
+            predicted_us,
+            alternatives: Vec::new(),
+        })
+    }
+
+    /// Each route as an affine lane (`latency + bytes / rate`) at chunk size `target`, its rate cut
+    /// to what shared hardware leaves it: routes take bandwidth fastest first, and a route left
+    /// with less than [`SPLIT_MIN_FRACTION`] of the fastest is dropped.
+    fn share_bandwidth(&self, routes: &[(Route, Hops)], target: u64) -> Vec<Lane> {
+        let mut lanes: Vec<(Lane, Vec<Resource>)> = routes
+            .iter()
+            .map(|(route, h)| {
+                let resources = h.hops.iter().flat_map(|&hop| self.model.resources(hop));
+                (Lane::of(*route, &h.costs, target), resources.collect())
+            })
+            .collect();
+        lanes.sort_by(|a, b| b.0.bytes_per_us.total_cmp(&a.0.bytes_per_us));
+        let mut left: HashMap<Resource, f64> = HashMap::new();
+        let mut kept: Vec<Lane> = Vec::new();
+        for (mut lane, resources) in lanes {
+            for &res in &resources {
+                let room = *left
+                    .entry(res)
+                    .or_insert_with(|| self.model.capacity_gbps(res) * 1e3);
+                lane.bytes_per_us = lane.bytes_per_us.min(room);
+            }
+            let fastest = kept.first().map_or(lane.bytes_per_us, |l| l.bytes_per_us);
+            if lane.bytes_per_us <= 0.0 || lane.bytes_per_us < SPLIT_MIN_FRACTION * fastest {
+                continue;
+            }
+            for res in resources {
+                *left.get_mut(&res).expect("inserted above") -= lane.bytes_per_us;
+            }
+            kept.push(lane);
+        }
+        kept
+    }
+}
+
+/// A route seen as `latency_us + bytes / bytes_per_us`.
+#[derive(Clone, Copy, Debug)]
+struct Lane {
+    route: Route,
+    latency_us: f64,
+    bytes_per_us: f64,
+}
+
+impl Lane {
+    /// One operation is affine already; a pipeline costs its fill (one chunk through every hop but
+    /// the slowest) plus every chunk at the slowest hop's pace.
+    fn of(route: Route, costs: &[Cost], target: u64) -> Lane {
+        if let [single] = costs {
+            return Lane {
+                route,
+                latency_us: single.alpha_us,
+                bytes_per_us: single.beta_gbps * 1e3,
+            };
+        }
+        let steps: Vec<f64> = costs.iter().map(|c| c.time_us(target)).collect();
+        let slowest = steps.iter().copied().fold(0.0, f64::max);
+        Lane {
+            route,
+            latency_us: steps.iter().sum::<f64>() - slowest,
+            bytes_per_us: target as f64 / slowest,
+        }
+    }
+}
+
+/// Divides `bytes` over `lanes` so that all finish together (water-filling: a lane whose latency
+/// exceeds the common finish time gets nothing), in multiples of [`ALIGN`], the fastest lane taking
+/// the remainder.
+fn divide(bytes: u64, lanes: &[Lane]) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..lanes.len()).collect();
+    order.sort_by(|&a, &b| lanes[a].latency_us.total_cmp(&lanes[b].latency_us));
+    let (mut rate, mut weighted) = (0.0, 0.0);
+    let mut finish = f64::INFINITY;
+    for (k, &i) in order.iter().enumerate() {
+        rate += lanes[i].bytes_per_us;
+        weighted += lanes[i].bytes_per_us * lanes[i].latency_us;
+        finish = (bytes as f64 + weighted) / rate;
+        if order
+            .get(k + 1)
+            .map_or(true, |&next| finish <= lanes[next].latency_us)
+        {
+            break;
+        }
+    }
+    let mut shares: Vec<u64> = lanes
+        .iter()
+        .map(|l| {
+            let ideal = (l.bytes_per_us * (finish - l.latency_us)).max(0.0) as u64;
+            ideal / ALIGN * ALIGN
+        })
+        .collect();
+    let assigned: u64 = shares.iter().sum();
+    if let Some(first) = shares.first_mut() {
+        // Lanes are sorted fastest first; rounding down never over-assigns.
+        *first += bytes.saturating_sub(assigned);
+    }
+    shares
+}
+
+/// Time of a pipeline of hops with `costs` moving `bytes` in chunks of about `target`: the longest
+/// path through the (chunk, hop) grid, which stays on one hop for every full chunk and takes the
+/// last (shorter) chunk through the remaining hops.
+pub fn pipeline_us(costs: &[Cost], bytes: u64, target: u64) -> f64 {
+    let (len, count) = chunking(bytes, target);
+    let last = bytes - (count - 1) * len;
+    (0..costs.len())
+        .map(|s| {
+            let before: f64 = costs[..s].iter().map(|c| c.time_us(len)).sum();
+            let along = (count - 1) as f64 * costs[s].time_us(len);
+            let after: f64 = costs[s..].iter().map(|c| c.time_us(last)).sum();
+            before + along + after
+        })
+        .fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{dgx1, nvswitch8, pcie_2socket};
+
+    fn planner(topology: crate::topology::Topology) -> Planner {
+        Planner::new(CostModel::from_topology(&topology))
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn chunking_covers_the_transfer_with_aligned_chunks() {
+        assert_eq!(chunking(10 * MIB, MIB), (MIB, 10));
+        let (len, count) = chunking(10 * MIB + 1, MIB);
+        assert_eq!(len % ALIGN, 0);
+        assert!(len * count > 10 * MIB && len * (count - 1) <= 10 * MIB);
+        assert_eq!(chunking(100, MIB), (100, 1));
+        assert_eq!(chunking(5000, 4096), (4096, 2));
+    }
+
+    #[test]
+    fn pipeline_time_is_fill_plus_slowest_hop_per_chunk() {
+        let fast = Cost {
+            alpha_us: 1.0,
+            beta_gbps: 2.0,
+        };
+        let slow = Cost {
+            alpha_us: 1.0,
+            beta_gbps: 1.0,
+        };
+        // 4 chunks of 1 MB: 1+500 (fast) then 4 × (1+1000) on the slow hop.
+        let t = pipeline_us(&[fast, slow], 4_000_000, 1_000_000);
+        let chunk = 4_000_000u64.div_ceil(4).next_multiple_of(ALIGN);
+        let (tf, ts) = (fast.time_us(chunk), slow.time_us(chunk));
+        let last = 4_000_000 - 3 * chunk;
+        assert!(
+            (t - (tf + 3.0 * ts + slow.time_us(last))).abs() < 1e-6,
+            "{t}"
+        );
+        // One chunk: both hops in turn.
+        let one = pipeline_us(&[fast, slow], 1000, 1000);
+        assert!((one - fast.time_us(1000) - slow.time_us(1000)).abs() < 1e-9);
+        // Pipelining beats store-and-forward of the whole transfer.
+        assert!(t < fast.time_us(4_000_000) + slow.time_us(4_000_000));
+    }
+
+    #[test]
+    fn water_filling_finishes_lanes_together() {
+        let lanes = [
+            Lane {
+                route: Route::Host,
+                latency_us: 10.0,
+                bytes_per_us: 3000.0,
+            },
+            Lane {
+                route: Route::Relay(1),
+                latency_us: 10.0,
+                bytes_per_us: 1000.0,
+            },
+        ];
+        let shares = divide(64 * MIB, &lanes);
+        assert_eq!(shares.iter().sum::<u64>(), 64 * MIB);
+        let ratio = shares[0] as f64 / shares[1] as f64;
+        assert!((ratio - 3.0).abs() < 0.01, "{shares:?}");
+        // A lane whose latency alone exceeds the whole job on the other gets nothing.
+        let slow_start = [
+            lanes[0],
+            Lane {
+                latency_us: 1e6,
+                ..lanes[1]
+            },
+        ];
+        assert_eq!(divide(MIB, &slow_start), vec![MIB, 0]);
+    }
+
+    #[test]
+    fn nvswitch_pairs_go_direct_at_every_size() {
+        let p = planner(nvswitch8());
+        for bytes in [1, 4096, MIB, 64 * MIB, 1 << 30] {
+            let plan = p.plan(0, 5, bytes).unwrap();
+            assert_eq!(plan.strategy, Strategy::DirectCe, "{bytes}: {plan:?}");
+        }
+        // Relays share the switch port with the direct path, so no split is offered.
+        let plan = p.plan(0, 5, 1 << 30).unwrap();
+        assert!(plan.alternatives.iter().all(|(s, _)| *s != Strategy::Split));
+    }
+
+    #[test]
+    fn dgx1_pairs_without_nvlink_relay_or_split_and_beat_staging() {
+        let p = planner(dgx1());
+        for bytes in [MIB, 16 * MIB, 256 * MIB] {
+            let plan = p.plan(0, 5, bytes).unwrap();
+            assert!(
+                matches!(plan.strategy, Strategy::Relay | Strategy::Split),
+                "{bytes}: {plan:?}"
+            );
+            let staged = plan
+                .alternatives
+                .iter()
+                .find(|(s, _)| *s == Strategy::Staged)
+                .unwrap()
+                .1;
+            assert!(plan.predicted_us < staged, "{plan:?}");
+        }
+        // Large transfers use both relays (via GPU 1 and GPU 4) at once.
+        let big = p.plan(0, 5, 256 * MIB).unwrap();
+        assert_eq!(big.strategy, Strategy::Split);
+        let relays: Vec<_> = big
+            .paths
+            .iter()
+            .filter_map(|s| match s.route {
+                Route::Relay(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(relays.len(), 2, "{big:?}");
+    }
+
+    #[test]
+    fn pcie_pairs_across_sockets_are_staged() {
+        let p = planner(pcie_2socket());
+        for bytes in [4096, MIB, 64 * MIB] {
+            let plan = p.plan(0, 3, bytes).unwrap();
+            assert_eq!(plan.strategy, Strategy::Staged, "{bytes}: {plan:?}");
+        }
+        // Inside one switch P2P works and wins.
+        assert_eq!(p.plan(0, 1, MIB).unwrap().strategy, Strategy::DirectCe);
+    }
+
+    #[test]
+    fn a_plan_covers_every_byte_once_and_lists_the_alternatives() {
+        let p = planner(dgx1());
+        let bytes = 100 * MIB + 12345;
+        for strategy in Strategy::ALL {
+            let plan = p.plan_with(strategy, 0, 1, bytes).unwrap();
+            assert_eq!(plan.strategy, strategy);
+            let mut offset = 0;
+            for share in &plan.paths {
+                assert_eq!(share.offset, offset);
+                offset += share.bytes;
+            }
+            assert_eq!(offset, bytes);
+            assert_eq!(plan.alternatives.len(), Strategy::ALL.len() - 1);
+            assert!(plan.alternatives.windows(2).all(|w| w[0].1 <= w[1].1));
+            assert!(plan.chunk_bytes <= bytes);
+        }
+        let best = p.plan(0, 1, bytes).unwrap();
+        assert!(best
+            .alternatives
+            .iter()
+            .all(|(_, t)| *t >= best.predicted_us));
+    }
+
+    #[test]
+    fn the_planner_chooses_the_chunk_size() {
+        let p = planner(pcie_2socket());
+        let small = p.plan_with(Strategy::Staged, 0, 3, 64 << 10).unwrap();
+        let large = p.plan_with(Strategy::Staged, 0, 3, 256 * MIB).unwrap();
+        assert_eq!(
+            small.chunk_bytes,
+            64 << 10,
+            "one chunk for a small transfer"
+        );
+        assert!(large.chunk_bytes > 64 << 10, "{large:?}");
+        assert!(large.chunk_bytes <= MAX_CHUNK);
+        // Pipelined staging beats copying everything to the host and then everything back.
+        let m = p.model();
+        let d2h = m
+            .cost(Hop::DeviceToHost {
+                device: 0,
+                node: Some(0),
+            })
+            .unwrap();
+        let h2d = m
+            .cost(Hop::HostToDevice {
+                device: 3,
+                node: Some(0),
+            })
+            .unwrap();
+        assert!(large.predicted_us < d2h.time_us(256 * MIB) + h2d.time_us(256 * MIB));
+    }
+
+    #[test]
+    fn impossible_strategies_and_bad_input_are_refused_with_a_sentence() {
+        let p = planner(pcie_2socket());
+        let err = p.plan_with(Strategy::DirectCe, 0, 3, MIB).unwrap_err();
+        assert!(err.to_string().contains("SYS"), "{err}");
+        let err = p.plan_with(Strategy::Relay, 0, 3, MIB).unwrap_err();
+        assert!(err.to_string().contains("third GPU"), "{err}");
+        for (src, dst, bytes, needle) in [
+            (0, 9, MIB, "GPU 9 does not exist"),
+            (4, 0, MIB, "GPU 4 does not exist"),
+            (0, 1, 0, "0 bytes"),
+        ] {
+            let err = p.plan(src, dst, bytes).unwrap_err();
+            assert_eq!(err.exit_code(), 2);
+            assert!(err.to_string().contains(needle), "{err}");
+        }
+    }
+
+    #[test]
+    fn small_message_batches_use_one_kernel_or_gather_without_p2p() {
+        let sizes = vec![256u64; 1000];
+        let nv = planner(nvswitch8());
+        let plan = nv.plan_batch(0, 1, &sizes, 1).unwrap();
+        assert_eq!(plan.strategy, BatchStrategy::Kernel, "{plan:?}");
+        let pcie = planner(pcie_2socket());
+        let plan = pcie.plan_batch(0, 3, &sizes, 1).unwrap();
+        assert_eq!(plan.strategy, BatchStrategy::GatherScatter, "{plan:?}");
+        assert_eq!(plan.middle.as_ref().unwrap().bytes, 256_000);
+        assert!(
+            plan.alternatives.is_empty(),
+            "only gathering works without P2P"
+        );
+        // A graph's capture pays off over repeats.
+        let once = nv.plan_batch(0, 1, &sizes, 1).unwrap();
+        let many = nv.plan_batch(0, 1, &sizes, 1000).unwrap();
+        let graph = |p: &BatchPlan| {
+            p.alternatives
+                .iter()
+                .find(|a| a.0 == BatchStrategy::Graph)
+                .unwrap()
+                .1
+        };
+        assert!(graph(&many) < graph(&once));
+        assert!(nv.plan_batch(0, 1, &[], 1).is_err());
+        assert!(nv.plan_batch(0, 1, &[4, 0], 1).is_err());
+    }
+}
