@@ -58,6 +58,8 @@ pub struct Planner {
 struct Hops {
     hops: Vec<Hop>,
     costs: Vec<Cost>,
+    /// CPU time to queue one chunk's operations (copies, and the events that order them).
+    issue_us: f64,
 }
 
 impl Planner {
@@ -126,6 +128,13 @@ impl Planner {
         self.check(src, dst, total)?;
         let count = sizes.len() as f64;
         let per_message = self.model.batch_message_us();
+        let issue = self.model.issue();
+        // One kernel moving every message: launch, then a block per message, then the bytes.
+        let kernel = |hop: Hop| {
+            self.model
+                .cost(hop)
+                .map(|c| issue.kernel_us + c.alpha_us + count * per_message + c.bytes_us(total))
+        };
         let mut options: Vec<(BatchStrategy, f64, Option<Plan>)> = Vec::new();
 
         let kernel_hop = if src == dst {
@@ -133,21 +142,21 @@ impl Planner {
         } else {
             Hop::PeerSm { src, dst }
         };
-        if let Some(sm) = self.model.cost(kernel_hop) {
-            options.push((
-                BatchStrategy::Kernel,
-                sm.alpha_us + count * per_message + sm.bytes_us(total),
-                None,
-            ));
+        if let Some(time) = kernel(kernel_hop) {
+            options.push((BatchStrategy::Kernel, time, None));
         }
         if src != dst {
             if let Some(ce) = self.model.cost(Hop::PeerCe { src, dst }) {
-                let separate = count * ce.alpha_us + ce.bytes_us(total);
+                // Back-to-back copies on one stream: paced by the CPU queuing them or by the GPU
+                // running them, whichever is slower.
+                let each = ce.time_us(total / sizes.len() as u64);
+                let separate = issue.copy_us + (count - 1.0) * each.max(issue.copy_us) + each;
                 options.push((BatchStrategy::Separate, separate, None));
-                // Capturing costs what issuing the copies once does; each replay then pays only a
+                // Capturing costs what queuing the copies once does; a replay is one launch and a
                 // graph node per copy.
-                let replay = count * self.model.graph_node_us() + ce.bytes_us(total);
-                let capture = count * ce.alpha_us;
+                let replay =
+                    issue.graph_us + count * self.model.graph_node_us() + ce.bytes_us(total);
+                let capture = count * issue.copy_us;
                 options.push((
                     BatchStrategy::Graph,
                     replay + capture / f64::from(repeats.max(1)),
@@ -155,15 +164,14 @@ impl Planner {
                 ));
             }
             let middle = self.plan(src, dst, total)?;
-            let gather = |device| {
-                self.model
-                    .cost(Hop::Local { device })
-                    .map(|c| c.alpha_us + count * per_message + c.bytes_us(total))
-            };
-            if let (Some(g), Some(s)) = (gather(src), gather(dst)) {
+            let gather = kernel(Hop::Local { device: src });
+            let scatter = kernel(Hop::Local { device: dst });
+            if let (Some(g), Some(s)) = (gather, scatter) {
+                // Two more events order the scatter after the middle transfer.
+                let order = 2.0 * issue.event_us;
                 options.push((
                     BatchStrategy::GatherScatter,
-                    g + middle.predicted_us + s,
+                    g + middle.predicted_us + order + s,
                     Some(middle),
                 ));
             }
@@ -233,7 +241,8 @@ impl Planner {
                 .cost(Hop::Local { device: src })
                 .expect("device was checked");
             let route = Route::Direct(CopyMethod::CopyEngine);
-            return vec![self.single(src, dst, bytes, Strategy::DirectCe, route, local)];
+            let time = self.model.issue().copy_us + local.time_us(bytes);
+            return vec![self.single(src, dst, bytes, Strategy::DirectCe, route, time)];
         }
         let mut plans = Vec::new();
         for (strategy, method) in [
@@ -242,7 +251,8 @@ impl Planner {
         ] {
             let route = Route::Direct(method);
             if let Some(h) = self.hops(route, src, dst) {
-                plans.push(self.single(src, dst, bytes, strategy, route, h.costs[0]));
+                let time = h.issue_us + h.costs[0].time_us(bytes);
+                plans.push(self.single(src, dst, bytes, strategy, route, time));
             }
         }
         plans.extend(self.best_chunked(src, dst, bytes, Strategy::Staged, &[Route::Host]));
@@ -278,7 +288,18 @@ impl Planner {
             .iter()
             .map(|&h| self.model.cost(h))
             .collect::<Option<Vec<_>>>()?;
-        Some(Hops { hops, costs })
+        let issue = self.model.issue();
+        let issue_us = match route {
+            Route::Direct(CopyMethod::SmKernel) => issue.kernel_us,
+            Route::Direct(CopyMethod::CopyEngine) => issue.copy_us,
+            // Per chunk: each copy, the event it records, and the wait before it.
+            Route::Host | Route::Relay(_) => 2.0 * (issue.copy_us + 2.0 * issue.event_us),
+        };
+        Some(Hops {
+            hops,
+            costs,
+            issue_us,
+        })
     }
 
     fn single(
@@ -288,9 +309,8 @@ impl Planner {
         bytes: u64,
         strategy: Strategy,
         route: Route,
-        cost: Cost,
+        predicted_us: f64,
     ) -> Plan {
-        let predicted_us = cost.time_us(bytes);
         Plan {
             src,
             dst,
@@ -331,7 +351,7 @@ impl Planner {
                 continue;
             };
             for target in Self::chunk_targets(bytes) {
-                let time = pipeline_us(&h.costs, bytes, target);
+                let time = pipeline_us(h.issue_us, &h.costs, bytes, target);
                 if best.map_or(true, |(t, _, _)| time < t) {
                     best = Some((time, route, target));
                 }
@@ -387,10 +407,13 @@ impl Planner {
         }
         let mut paths = Vec::new();
         let mut offset = 0;
+        // The CPU queues every route's chunks in turn: the whole split takes at least that long.
+        let mut issue_us = 0.0;
         for (lane, &share) in lanes.iter().zip(&shares) {
             if share == 0 {
                 continue;
             }
+            issue_us += lane.issue_us * chunking(share, target).1 as f64;
             paths.push(PathShare {
                 route: lane.route,
                 offset,
@@ -399,7 +422,10 @@ impl Planner {
             });
             offset += share;
         }
-        let predicted_us = paths.iter().map(|p| p.predicted_us).fold(0.0, f64::max);
+        let predicted_us = paths
+            .iter()
+            .map(|p| p.predicted_us)
+            .fold(issue_us, f64::max);
         Some(Plan {
             src,
             dst,
@@ -420,7 +446,7 @@ impl Planner {
             .iter()
             .map(|(route, h)| {
                 let resources = h.hops.iter().flat_map(|&hop| self.model.resources(hop));
-                (Lane::of(*route, &h.costs, target), resources.collect())
+                (Lane::of(*route, h, target), resources.collect())
             })
             .collect();
         lanes.sort_by(|a, b| b.0.bytes_per_us.total_cmp(&a.0.bytes_per_us));
@@ -452,25 +478,32 @@ struct Lane {
     route: Route,
     latency_us: f64,
     bytes_per_us: f64,
+    /// CPU time to queue one chunk.
+    issue_us: f64,
 }
 
 impl Lane {
-    /// One operation is affine already; a pipeline costs its fill (one chunk through every hop but
-    /// the slowest) plus every chunk at the slowest hop's pace.
-    fn of(route: Route, costs: &[Cost], target: u64) -> Lane {
-        if let [single] = costs {
+    /// One operation is affine already; a pipeline (the CPU queuing chunks being its first step)
+    /// costs its fill (one chunk through every step but the slowest) plus every chunk at the
+    /// slowest step's pace.
+    fn of(route: Route, hops: &Hops, target: u64) -> Lane {
+        if let [single] = hops.costs[..] {
             return Lane {
                 route,
-                latency_us: single.alpha_us,
+                latency_us: hops.issue_us + single.alpha_us,
                 bytes_per_us: single.beta_gbps * 1e3,
+                issue_us: hops.issue_us,
             };
         }
-        let steps: Vec<f64> = costs.iter().map(|c| c.time_us(target)).collect();
+        let steps: Vec<f64> = std::iter::once(hops.issue_us)
+            .chain(hops.costs.iter().map(|c| c.time_us(target)))
+            .collect();
         let slowest = steps.iter().copied().fold(0.0, f64::max);
         Lane {
             route,
             latency_us: steps.iter().sum::<f64>() - slowest,
             bytes_per_us: target as f64 / slowest,
+            issue_us: hops.issue_us,
         }
     }
 }
@@ -509,17 +542,25 @@ fn divide(bytes: u64, lanes: &[Lane]) -> Vec<u64> {
     shares
 }
 
-/// Time of a pipeline of hops with `costs` moving `bytes` in chunks of about `target`: the longest
-/// path through the (chunk, hop) grid, which stays on one hop for every full chunk and takes the
-/// last (shorter) chunk through the remaining hops.
-pub fn pipeline_us(costs: &[Cost], bytes: u64, target: u64) -> f64 {
+/// Time of a pipeline moving `bytes` in chunks of about `target`: the CPU queues each chunk
+/// (`issue_us`), then it crosses the hops with `costs` in turn. This is the longest path through
+/// the (chunk, step) grid, which stays on one step for every full chunk and takes the last
+/// (shorter) chunk through the remaining steps.
+pub fn pipeline_us(issue_us: f64, costs: &[Cost], bytes: u64, target: u64) -> f64 {
     let (len, count) = chunking(bytes, target);
     let last = bytes - (count - 1) * len;
-    (0..costs.len())
+    let issue = Cost {
+        alpha_us: issue_us,
+        beta_gbps: f64::INFINITY,
+    };
+    let steps: Vec<Cost> = std::iter::once(issue)
+        .chain(costs.iter().copied())
+        .collect();
+    (0..steps.len())
         .map(|s| {
-            let before: f64 = costs[..s].iter().map(|c| c.time_us(len)).sum();
-            let along = (count - 1) as f64 * costs[s].time_us(len);
-            let after: f64 = costs[s..].iter().map(|c| c.time_us(last)).sum();
+            let before: f64 = steps[..s].iter().map(|c| c.time_us(len)).sum();
+            let along = (count - 1) as f64 * steps[s].time_us(len);
+            let after: f64 = steps[s..].iter().map(|c| c.time_us(last)).sum();
             before + along + after
         })
         .fold(0.0, f64::max)
@@ -557,7 +598,7 @@ mod tests {
             beta_gbps: 1.0,
         };
         // 4 chunks of 1 MB: 1+500 (fast) then 4 × (1+1000) on the slow hop.
-        let t = pipeline_us(&[fast, slow], 4_000_000, 1_000_000);
+        let t = pipeline_us(0.0, &[fast, slow], 4_000_000, 1_000_000);
         let chunk = 4_000_000u64.div_ceil(4).next_multiple_of(ALIGN);
         let (tf, ts) = (fast.time_us(chunk), slow.time_us(chunk));
         let last = 4_000_000 - 3 * chunk;
@@ -566,8 +607,11 @@ mod tests {
             "{t}"
         );
         // One chunk: both hops in turn.
-        let one = pipeline_us(&[fast, slow], 1000, 1000);
+        let one = pipeline_us(0.0, &[fast, slow], 1000, 1000);
         assert!((one - fast.time_us(1000) - slow.time_us(1000)).abs() < 1e-9);
+        // Tiny chunks are bound by the CPU queuing them.
+        let issue_bound = pipeline_us(50.0, &[fast, slow], 4096 * 100, 4096);
+        assert!(issue_bound >= 100.0 * 50.0, "{issue_bound}");
         // Pipelining beats store-and-forward of the whole transfer.
         assert!(t < fast.time_us(4_000_000) + slow.time_us(4_000_000));
     }
@@ -579,11 +623,13 @@ mod tests {
                 route: Route::Host,
                 latency_us: 10.0,
                 bytes_per_us: 3000.0,
+                issue_us: 1.0,
             },
             Lane {
                 route: Route::Relay(1),
                 latency_us: 10.0,
                 bytes_per_us: 1000.0,
+                issue_us: 1.0,
             },
         ];
         let shares = divide(64 * MIB, &lanes);

@@ -5,7 +5,7 @@
 //! P2P yes/no; the PCIe generation and NVLink rate are inferred from the GPU architecture (compute
 //! capability), which is how the hardware shipped.
 
-use super::{Cost, Hop};
+use super::{Cost, Hop, IssueCosts};
 use crate::topology::{Link, Topology};
 
 /// NVLink 2, 3 and 4 carry 25 GB/s per link per direction (V100, A100, H100 datasheets);
@@ -55,6 +55,16 @@ pub const KERNEL_ALPHA_US: f64 = 3.0;
 pub const BATCH_MESSAGE_US: f64 = 0.015;
 /// Per copy node of a replayed graph: 0.81 µs (measured here, 1000 copies captured once, H200).
 pub const GRAPH_NODE_US: f64 = 0.81;
+
+/// CPU cost of issuing work: ~1.9–2 µs per cudaMemcpyPeerAsync on bare metal
+/// (p2pBandwidthLatencyTest "CPU latency"; 5.25 µs was measured on the lent H200 VM). Kernel, event
+/// and graph launches are estimates of the same order.
+pub const ISSUE: IssueCosts = IssueCosts {
+    copy_us: 2.0,
+    kernel_us: 2.5,
+    event_us: 0.5,
+    graph_us: 2.5,
+};
 
 /// Device-memory copy bandwidth (each byte read and written): about half the HBM datasheet
 /// figure — measured 2006 GB/s on H200 here; V100 900, A100 1555, H100 3350 GB/s HBM.

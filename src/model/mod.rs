@@ -45,6 +45,28 @@ impl Cost {
     }
 }
 
+/// CPU time to queue work, in microseconds: the host cannot issue faster than this, so a
+/// strategy of many small operations can be bound by it rather than by the GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IssueCosts {
+    /// One copy (copy engine).
+    pub copy_us: f64,
+    /// One kernel launch.
+    pub kernel_us: f64,
+    /// Recording an event, or making a stream wait for one.
+    pub event_us: f64,
+    /// Launching a captured graph.
+    pub graph_us: f64,
+}
+
+impl IssueCosts {
+    fn is_valid(&self) -> bool {
+        [self.copy_us, self.kernel_us, self.event_us, self.graph_us]
+            .iter()
+            .all(|v| v.is_finite() && *v >= 0.0)
+    }
+}
+
 /// One kind of operation between two places, the unit the model prices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -85,6 +107,7 @@ pub struct CostModel {
     batch_message_us: f64,
     /// Time per copy node when a captured graph is replayed.
     graph_node_us: f64,
+    issue: IssueCosts,
     /// Where the figures came from, in words (shown by `plan`).
     origin: String,
 }
@@ -97,6 +120,7 @@ impl CostModel {
             costs: HashMap::new(),
             batch_message_us: defaults::BATCH_MESSAGE_US,
             graph_node_us: defaults::GRAPH_NODE_US,
+            issue: defaults::ISSUE,
             origin: "topology defaults (published figures; no measured profile)".into(),
         }
     }
@@ -112,6 +136,9 @@ impl CostModel {
         }
         if let Some(per_node) = profile.graph_node_us {
             model.graph_node_us = per_node;
+        }
+        if let Some(issue) = profile.issue {
+            model.issue = issue;
         }
         model.origin = format!("measured profile ({})", profile.describe());
         Ok(model)
@@ -132,6 +159,11 @@ impl CostModel {
 
     pub fn graph_node_us(&self) -> f64 {
         self.graph_node_us
+    }
+
+    /// What queuing work costs the CPU.
+    pub fn issue(&self) -> IssueCosts {
+        self.issue
     }
 
     /// Whether peer copies from `src` to `dst` are possible (the driver reports P2P access).

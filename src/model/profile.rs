@@ -5,7 +5,7 @@
 //! written atomically (a temporary file in the same directory, then a rename), so a reader never
 //! sees half a profile.
 
-use super::{Cost, Hop};
+use super::{Cost, Hop, IssueCosts};
 use crate::topology::Topology;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -38,6 +38,8 @@ pub struct Profile {
     pub batch_message_us: Option<f64>,
     /// Time per copy node of a replayed graph, where measured.
     pub graph_node_us: Option<f64>,
+    /// CPU cost of queuing work, where measured.
+    pub issue: Option<IssueCosts>,
 }
 
 impl Profile {
@@ -51,6 +53,7 @@ impl Profile {
             hops: Vec::new(),
             batch_message_us: None,
             graph_node_us: None,
+            issue: None,
         }
     }
 
@@ -176,6 +179,9 @@ impl Profile {
                 return Err(format!("{name} is {v}; it must be ≥ 0"));
             }
         }
+        if self.issue.is_some_and(|i| !i.is_valid()) {
+            return Err("an issue cost is negative or not a number; each must be ≥ 0".into());
+        }
         Ok(())
     }
 }
@@ -256,15 +262,15 @@ mod tests {
         let cases = [
             ("{", "not a peerlink profile"),
             (
-                r#"{"schema":"peerlink.profile/9","source":"cuda","driver_version":null,"gpus":[],"hops":[],"batch_message_us":null,"graph_node_us":null}"#,
+                r#"{"schema":"peerlink.profile/9","source":"cuda","driver_version":null,"gpus":[],"hops":[],"batch_message_us":null,"graph_node_us":null,"issue":null}"#,
                 "schema",
             ),
             (
-                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":0,"alpha_us":1,"beta_gbps":0}],"batch_message_us":null,"graph_node_us":null}"#,
+                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":0,"alpha_us":1,"beta_gbps":0}],"batch_message_us":null,"graph_node_us":null,"issue":null}"#,
                 "beta",
             ),
             (
-                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":4,"alpha_us":1,"beta_gbps":2}],"batch_message_us":null,"graph_node_us":null}"#,
+                r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":null,"gpus":["a"],"hops":[{"kind":"local","device":4,"alpha_us":1,"beta_gbps":2}],"batch_message_us":null,"graph_node_us":null,"issue":null}"#,
                 "GPU 4",
             ),
         ];
