@@ -1,10 +1,17 @@
 //! The transfer engine: moves data between GPUs by the fastest way the cost model predicts, and
 //! proves its pick against the alternatives.
 //!
+//! - [`Fabric`]: the safe API — buffers on GPUs, non-blocking transfers with completion handles.
 //! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one.
+//! - The executors queue a plan on the backend's streams, ordered by events.
 
+mod executor;
+pub mod fabric;
 pub mod plan;
 pub mod planner;
+#[cfg(test)]
+mod tests;
 
+pub use fabric::{Buffer, Fabric, FabricBuilder, Planned, Span, Transfer, TransferBuilder};
 pub use plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
 pub use planner::Planner;

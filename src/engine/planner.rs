@@ -52,6 +52,8 @@ pub fn chunking(bytes: u64, target: u64) -> (u64, u64) {
 #[derive(Clone, Debug)]
 pub struct Planner {
     model: CostModel,
+    /// The GPUs transfers may start, end or relay on.
+    devices: Vec<usize>,
 }
 
 /// A route's hops, with their costs.
@@ -63,8 +65,23 @@ struct Hops {
 }
 
 impl Planner {
+    /// A planner that may use every GPU of the host.
     pub fn new(model: CostModel) -> Self {
-        Planner { model }
+        let devices = (0..model.topology().devices.len()).collect();
+        Planner { model, devices }
+    }
+
+    /// A planner that only uses `devices` (already checked against the host).
+    pub fn for_devices(model: CostModel, devices: &[usize]) -> Self {
+        Planner {
+            model,
+            devices: devices.to_vec(),
+        }
+    }
+
+    /// The GPUs this planner may use.
+    pub fn devices(&self) -> &[usize] {
+        &self.devices
     }
 
     pub fn model(&self) -> &CostModel {
@@ -198,6 +215,13 @@ impl Planner {
                     n.saturating_sub(1)
                 )));
             }
+            if !self.devices.contains(&gpu) {
+                let list: Vec<String> = self.devices.iter().map(usize::to_string).collect();
+                return Err(Error::usage(format!(
+                    "GPU {gpu} is not one of the GPUs in use ({})",
+                    list.join(", ")
+                )));
+            }
         }
         if bytes == 0 {
             return Err(Error::usage(
@@ -263,7 +287,9 @@ impl Planner {
     }
 
     fn relays(&self, src: usize, dst: usize) -> impl Iterator<Item = Route> + '_ {
-        (0..self.model.topology().devices.len())
+        self.devices
+            .iter()
+            .copied()
             .filter(move |&r| r != src && r != dst)
             .map(Route::Relay)
             .filter(move |&route| self.hops(route, src, dst).is_some())
@@ -752,6 +778,15 @@ mod tests {
             })
             .unwrap();
         assert!(large.predicted_us < d2h.time_us(256 * MIB) + h2d.time_us(256 * MIB));
+    }
+
+    #[test]
+    fn a_restricted_planner_relays_only_through_its_gpus() {
+        let p = Planner::for_devices(CostModel::from_topology(&dgx1()), &[0, 1, 5]);
+        let plan = p.plan_with(Strategy::Relay, 0, 5, 64 * MIB).unwrap();
+        assert_eq!(plan.paths[0].route, Route::Relay(1), "GPU 4 is not in use");
+        let err = p.plan(0, 4, MIB).unwrap_err();
+        assert!(err.to_string().contains("not one of the GPUs in use"), "{err}");
     }
 
     #[test]

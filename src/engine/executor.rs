@@ -1,0 +1,521 @@
+//! Executors: queue a plan's operations on the backend's streams, ordered by events, without
+//! blocking the host.
+//!
+//! Every transfer starts and ends on its pair's *control* stream on the source GPU: the start event
+//! is recorded there (after any dependencies), the other routes' streams wait for it, and the
+//! control stream waits for each route's last event before recording the end. Start and end are
+//! therefore on one GPU and time the whole transfer.
+//!
+//! Pipelined routes (through pinned host memory, through a relay GPU) go through a *lane*: a staging
+//! buffer of [`STAGING_SLOTS`] chunk slots, allocated once per (pair, route) and reused, and two
+//! streams, one per hop. Chunk `k` fills slot `k mod SLOTS` on the first stream, and the second
+//! stream drains it once the fill's event fires; a fill waits for the drain that last used its slot.
+//! The lane remembers the event of its last drain, so the next transfer through it does not
+//! overwrite a slot still being read. When a split runs several routes, their chunks are queued in
+//! turn so that every route starts at once.
+
+use super::plan::{Plan, Route};
+use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
+use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
+use crate::Result;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Why a stream exists: streams are made once per (GPU, pair, role) and reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum Role {
+    /// Starts, ends and orders a pair's transfers; runs direct copies and batch kernels.
+    Control,
+    /// One hop of a pipelined route.
+    Hop(LaneKey),
+    /// Scatters a gathered batch on the destination.
+    Scatter,
+    /// Captures graphs (never runs work itself, so that other submissions are not captured).
+    Capture,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct StreamKey {
+    pub device: usize,
+    pub src: usize,
+    pub dst: usize,
+    pub role: Role,
+}
+
+/// A reusable staging area: a pipelined route of one pair, or a pair's batch gathering buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum LaneKey {
+    Gather { src: usize, dst: usize },
+    Host { src: usize, dst: usize },
+    Relay { src: usize, dst: usize, via: usize },
+}
+
+/// Staging buffers and the event after their last use.
+#[derive(Default)]
+pub(super) struct Lane {
+    /// Staging buffers, with their sizes (one for a route: the slots; two for gathering).
+    pub staging: Vec<(BufferId, usize)>,
+    /// Recorded after the lane's last use; the next use waits for it before touching the buffers.
+    pub idle: Option<EventId>,
+}
+
+/// Per-fabric state shared by every handle: the backend, the planner, and what is made once.
+pub(super) struct Shared {
+    pub backend: Arc<dyn Backend>,
+    pub planner: super::Planner,
+    peers: Mutex<HashSet<(usize, usize)>>,
+    streams: Mutex<HashMap<StreamKey, StreamId>>,
+    lanes: Mutex<HashMap<LaneKey, Arc<Mutex<Lane>>>>,
+}
+
+/// Locks a mutex, ignoring poisoning: the data behind these locks stays consistent even when a
+/// holder panicked (every update is a single insert or assignment).
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub fn new(backend: Arc<dyn Backend>, planner: super::Planner) -> Shared {
+        Shared {
+            backend,
+            planner,
+            peers: Mutex::default(),
+            streams: Mutex::default(),
+            lanes: Mutex::default(),
+        }
+    }
+
+    /// Lets `device` reach `peer`'s memory; asks the backend once per ordered pair.
+    pub fn ensure_peer(&self, device: usize, peer: usize) -> Result<()> {
+        if device == peer {
+            return Ok(());
+        }
+        let mut peers = lock(&self.peers);
+        if !peers.contains(&(device, peer)) {
+            self.backend.enable_peer_access(device, peer)?;
+            peers.insert((device, peer));
+        }
+        Ok(())
+    }
+
+    pub fn stream(&self, key: StreamKey) -> Result<StreamId> {
+        let mut streams = lock(&self.streams);
+        if let Some(&s) = streams.get(&key) {
+            return Ok(s);
+        }
+        let s = self.backend.create_stream(key.device)?;
+        streams.insert(key, s);
+        Ok(s)
+    }
+
+    pub fn lane(&self, key: LaneKey) -> Arc<Mutex<Lane>> {
+        lock(&self.lanes).entry(key).or_default().clone()
+    }
+
+    /// Whether an event has fired; an unreadable event counts as fired (nothing can wait on it).
+    pub fn fired(&self, event: EventId) -> bool {
+        self.backend.event_done(event).unwrap_or(true)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Nothing else holds the fabric now; wait for each lane's last use, then free its buffers.
+        for lane in lock(&self.lanes).values() {
+            let lane = lock(lane);
+            if let Some(idle) = lane.idle {
+                let _ = self.backend.event_synchronize(idle);
+                let _ = self.backend.destroy_event(idle);
+            }
+            for &(buffer, _) in &lane.staging {
+                let _ = self.backend.free(buffer);
+            }
+        }
+    }
+}
+
+/// The lanes a submission uses, locked in one global order so that concurrent submissions cannot
+/// deadlock.
+pub(super) struct LockedLanes {
+    keys: Vec<LaneKey>,
+    arcs: Vec<Arc<Mutex<Lane>>>,
+}
+
+impl LockedLanes {
+    pub fn new(shared: &Shared, mut keys: Vec<LaneKey>) -> LockedLanes {
+        keys.sort_unstable();
+        keys.dedup();
+        let arcs = keys.iter().map(|&k| shared.lane(k)).collect();
+        LockedLanes { keys, arcs }
+    }
+
+    pub fn guards(&self) -> HashMap<LaneKey, MutexGuard<'_, Lane>> {
+        self.keys
+            .iter()
+            .zip(&self.arcs)
+            .map(|(&k, a)| (k, lock(a)))
+            .collect()
+    }
+}
+
+/// Where a transfer's bytes start or land.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Loc {
+    pub buffer: BufferId,
+    pub offset: usize,
+}
+
+impl Loc {
+    pub fn at(self, delta: usize) -> Loc {
+        Loc {
+            buffer: self.buffer,
+            offset: self.offset + delta,
+        }
+    }
+}
+
+/// What a finished submission leaves: the events that bound it and every event it made.
+pub(super) struct Completion {
+    shared: Arc<Shared>,
+    pub start: EventId,
+    pub end: EventId,
+    events: Vec<EventId>,
+}
+
+impl Completion {
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.shared.backend
+    }
+
+    pub fn is_done(&self) -> Result<bool> {
+        self.shared.backend.event_done(self.end)
+    }
+
+    pub fn wait(&self) -> Result<()> {
+        self.shared.backend.event_synchronize(self.end)
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        // Events can only go once the work before them has run.
+        if !self.shared.fired(self.end) {
+            let _ = self.shared.backend.event_synchronize(self.end);
+        }
+        for &e in &self.events {
+            let _ = self.shared.backend.destroy_event(e);
+        }
+    }
+}
+
+/// Queues one submission's work, keeping every event it makes. Dropped before
+/// [`Issuer::finish`] (an error halfway), it waits for whatever it queued and frees the events.
+pub(super) struct Issuer<'s> {
+    pub shared: &'s Arc<Shared>,
+    events: Vec<EventId>,
+    touched: Vec<StreamId>,
+    finished: bool,
+}
+
+impl<'s> Issuer<'s> {
+    pub fn new(shared: &'s Arc<Shared>) -> Self {
+        Issuer {
+            shared,
+            events: Vec::new(),
+            touched: Vec::new(),
+            finished: false,
+        }
+    }
+
+    fn backend(&self) -> &dyn Backend {
+        &*self.shared.backend
+    }
+
+    pub fn stream(&mut self, key: StreamKey) -> Result<StreamId> {
+        let s = self.shared.stream(key)?;
+        if !self.touched.contains(&s) {
+            self.touched.push(s);
+        }
+        Ok(s)
+    }
+
+    pub fn record(&mut self, stream: StreamId) -> Result<EventId> {
+        let e = self.backend().record(stream)?;
+        self.events.push(e);
+        Ok(e)
+    }
+
+    /// Records an event that outlives this submission (a lane's idle event); its owner frees it.
+    pub fn record_kept(&mut self, stream: StreamId) -> Result<EventId> {
+        self.backend().record(stream)
+    }
+
+    /// Hands an event to this submission, to be freed when it completes.
+    pub fn adopt(&mut self, event: EventId) {
+        self.events.push(event);
+    }
+
+    pub fn wait(&mut self, stream: StreamId, event: EventId) -> Result<()> {
+        self.backend().wait(stream, event)
+    }
+
+    pub fn copy(&mut self, stream: StreamId, method: CopyMethod, copy: Copy) -> Result<()> {
+        self.backend().copy(stream, method, &copy)
+    }
+
+    pub fn copy_batch(&mut self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+        self.backend().copy_batch(stream, copies)
+    }
+
+    pub fn finish(mut self, start: EventId, end: EventId) -> Completion {
+        self.finished = true;
+        Completion {
+            shared: self.shared.clone(),
+            start,
+            end,
+            events: std::mem::take(&mut self.events),
+        }
+    }
+}
+
+impl Drop for Issuer<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        for &s in &self.touched {
+            let _ = self.backend().synchronize(s);
+        }
+        for &e in &self.events {
+            let _ = self.backend().destroy_event(e);
+        }
+    }
+}
+
+/// The lanes a plan's routes need.
+pub(super) fn lanes_of(plan: &Plan) -> Vec<LaneKey> {
+    let (src, dst) = (plan.src, plan.dst);
+    plan.paths
+        .iter()
+        .filter_map(|p| match p.route {
+            Route::Direct(_) => None,
+            Route::Host => Some(LaneKey::Host { src, dst }),
+            Route::Relay(via) => Some(LaneKey::Relay { src, dst, via }),
+        })
+        .collect()
+}
+
+/// Queues a whole single-range transfer: waits for `after`, then the plan, bounded by a start and
+/// an end event on the control stream.
+pub(super) fn submit(
+    shared: &Arc<Shared>,
+    plan: &Plan,
+    src: Loc,
+    dst: Loc,
+    after: &[EventId],
+) -> Result<Completion> {
+    let lanes = LockedLanes::new(shared, lanes_of(plan));
+    let mut guards = lanes.guards();
+    let mut issuer = Issuer::new(shared);
+    let control = issuer.stream(control_key(plan.src, plan.dst))?;
+    for &e in after {
+        issuer.wait(control, e)?;
+    }
+    let start = issuer.record(control)?;
+    issue_routes(&mut issuer, &mut guards, plan, src, dst, control, start)?;
+    let end = issuer.record(control)?;
+    Ok(issuer.finish(start, end))
+}
+
+pub(super) fn control_key(src: usize, dst: usize) -> StreamKey {
+    StreamKey {
+        device: src,
+        src,
+        dst,
+        role: Role::Control,
+    }
+}
+
+/// Queues every route of `plan` after `start` (an event already recorded on `control`), and makes
+/// `control` wait until all of them are done.
+pub(super) fn issue_routes(
+    issuer: &mut Issuer<'_>,
+    lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>,
+    plan: &Plan,
+    src: Loc,
+    dst: Loc,
+    control: StreamId,
+    start: EventId,
+) -> Result<()> {
+    let mut pipelines = Vec::new();
+    for share in &plan.paths {
+        let (from, to) = (src.at(share.offset as usize), dst.at(share.offset as usize));
+        let len = share.bytes as usize;
+        match share.route {
+            Route::Direct(method) => {
+                issuer.shared.ensure_peer(plan.src, plan.dst)?;
+                let copy = Copy {
+                    dst: to.buffer,
+                    dst_offset: to.offset,
+                    src: from.buffer,
+                    src_offset: from.offset,
+                    len,
+                };
+                issuer.copy(control, method, copy)?;
+            }
+            Route::Host | Route::Relay(_) => {
+                let key = lanes_of_route(plan, share.route);
+                let lane = lanes.get_mut(&key).expect("every lane of the plan is locked");
+                let pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
+                pipelines.push((key, pipeline));
+            }
+        }
+    }
+    // Queue the pipelines' chunks in turn, so that every route starts at once.
+    let mut busy = true;
+    while busy {
+        busy = false;
+        for (_, p) in &mut pipelines {
+            busy |= p.step(issuer)?;
+        }
+    }
+    for (key, p) in pipelines {
+        let lane = lanes.get_mut(&key).expect("locked above");
+        let last = p.finish(issuer, lane)?;
+        issuer.wait(control, last)?;
+    }
+    Ok(())
+}
+
+fn lanes_of_route(plan: &Plan, route: Route) -> LaneKey {
+    let (src, dst) = (plan.src, plan.dst);
+    match route {
+        Route::Host => LaneKey::Host { src, dst },
+        Route::Relay(via) => LaneKey::Relay { src, dst, via },
+        Route::Direct(_) => unreachable!("direct routes have no lane"),
+    }
+}
+
+/// One pipelined route of one transfer, queued a chunk at a time.
+struct Pipeline {
+    first: StreamId,
+    second: StreamId,
+    staging: BufferId,
+    from: Loc,
+    to: Loc,
+    len: usize,
+    chunk: usize,
+    chunks: usize,
+    next: usize,
+    /// The drain event of each chunk queued so far.
+    drained: Vec<EventId>,
+}
+
+impl Pipeline {
+    #[allow(clippy::too_many_arguments)]
+    fn begin(
+        issuer: &mut Issuer<'_>,
+        lane: &mut Lane,
+        key: LaneKey,
+        plan: &Plan,
+        from: Loc,
+        to: Loc,
+        len: usize,
+        start: EventId,
+    ) -> Result<Pipeline> {
+        let shared = issuer.shared;
+        let (first_gpu, second_gpu, memory) = match key {
+            LaneKey::Host { src, dst } => {
+                let node = shared.planner.model().numa_node(src);
+                (src, dst, Memory::PinnedHost { numa_node: node })
+            }
+            LaneKey::Relay { src, dst, via } => {
+                shared.ensure_peer(src, via)?;
+                shared.ensure_peer(via, dst)?;
+                (src, via, Memory::Device(via))
+            }
+            LaneKey::Gather { .. } => unreachable!("gather lanes carry no pipeline"),
+        };
+        let slot = MAX_CHUNK as usize;
+        if lane.staging.is_empty() {
+            let buffer = shared.backend.alloc(memory, STAGING_SLOTS * slot)?;
+            lane.staging.push((buffer, STAGING_SLOTS * slot));
+        }
+        let hop = |device| StreamKey {
+            device,
+            src: plan.src,
+            dst: plan.dst,
+            role: Role::Hop(key),
+        };
+        let first = issuer.stream(hop(first_gpu))?;
+        let second = issuer.stream(hop(second_gpu))?;
+        issuer.wait(first, start)?;
+        if let Some(idle) = lane.idle {
+            issuer.wait(first, idle)?;
+        }
+        let (chunk, chunks) = chunking(len as u64, plan.chunk_bytes.min(MAX_CHUNK));
+        Ok(Pipeline {
+            first,
+            second,
+            staging: lane.staging[0].0,
+            from,
+            to,
+            len,
+            chunk: chunk as usize,
+            chunks: chunks as usize,
+            next: 0,
+            drained: Vec::new(),
+        })
+    }
+
+    /// Queues the next chunk; false when every chunk is queued.
+    fn step(&mut self, issuer: &mut Issuer<'_>) -> Result<bool> {
+        let k = self.next;
+        if k == self.chunks {
+            return Ok(false);
+        }
+        let offset = k * self.chunk;
+        let len = self.chunk.min(self.len - offset);
+        let slot = (k % STAGING_SLOTS) * MAX_CHUNK as usize;
+        if k >= STAGING_SLOTS {
+            issuer.wait(self.first, self.drained[k - STAGING_SLOTS])?;
+        }
+        let fill = Copy {
+            dst: self.staging,
+            dst_offset: slot,
+            src: self.from.buffer,
+            src_offset: self.from.offset + offset,
+            len,
+        };
+        issuer.copy(self.first, CopyMethod::CopyEngine, fill)?;
+        let filled = issuer.record(self.first)?;
+        issuer.wait(self.second, filled)?;
+        let drain = Copy {
+            dst: self.to.buffer,
+            dst_offset: self.to.offset + offset,
+            src: self.staging,
+            src_offset: slot,
+            len,
+        };
+        issuer.copy(self.second, CopyMethod::CopyEngine, drain)?;
+        let drained = if k + 1 == self.chunks {
+            // The last drain is the lane's new idle event: the lane owns it.
+            issuer.record_kept(self.second)?
+        } else {
+            issuer.record(self.second)?
+        };
+        self.drained.push(drained);
+        self.next += 1;
+        Ok(true)
+    }
+
+    /// Hands the lane its new idle event and returns it (the route's last event).
+    fn finish(self, issuer: &mut Issuer<'_>, lane: &mut Lane) -> Result<EventId> {
+        let last = *self.drained.last().expect("a route carries at least one chunk");
+        if let Some(old) = lane.idle.replace(last) {
+            // The first fill waited on it; it can go once this transfer is done.
+            issuer.adopt(old);
+        }
+        Ok(last)
+    }
+}

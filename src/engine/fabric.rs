@@ -1,0 +1,465 @@
+//! The safe library API: a [`Fabric`] over a backend, [`Buffer`]s on its GPUs, and [`Transfer`]s
+//! between them.
+//!
+//! A transfer never blocks the host: it returns a handle tied to an event, which can be waited on,
+//! polled, or made a dependency of later work. Buffers know which transfers still use them, and
+//! that rule is checked at run time:
+//! - the host cannot write a buffer a pending transfer reads or writes, nor read one a pending
+//!   transfer writes (an error, not a race);
+//! - a transfer that would race with a pending one on the same buffer (write after read, read
+//!   after write, write after write) is ordered after it on the GPU automatically;
+//! - dropping a buffer waits for the transfers that use it before its memory is freed, and a
+//!   captured pattern keeps its buffers alive.
+
+use super::executor::{self, lock, Completion, Loc, Shared};
+use super::plan::{BatchPlan, Plan, Strategy};
+use super::Planner;
+use crate::backend::{Backend, BufferId, EventId, Memory};
+use crate::model::CostModel;
+use crate::{Error, Result};
+use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+/// Moves data between the GPUs of one host by the fastest way its cost model predicts.
+///
+/// Cheap to share: `&Fabric` may be used from several threads at once.
+pub struct Fabric {
+    shared: Arc<Shared>,
+}
+
+/// Options for opening a [`Fabric`].
+pub struct FabricBuilder {
+    backend: Arc<dyn Backend>,
+    devices: Option<Vec<usize>>,
+    model: Option<CostModel>,
+}
+
+impl FabricBuilder {
+    /// Restricts the fabric to these GPUs: buffers live and routes relay only there.
+    pub fn devices(mut self, devices: &[usize]) -> Self {
+        self.devices = Some(devices.to_vec());
+        self
+    }
+
+    /// Uses this cost model (from a measured profile, say) instead of the topology's defaults.
+    pub fn model(mut self, model: CostModel) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    pub fn open(self) -> Result<Fabric> {
+        let topology = self.backend.topology();
+        let devices = topology.select(self.devices.as_deref())?;
+        let model = self
+            .model
+            .unwrap_or_else(|| CostModel::from_topology(topology));
+        let planner = Planner::for_devices(model, &devices);
+        Ok(Fabric {
+            shared: Arc::new(Shared::new(self.backend, planner)),
+        })
+    }
+}
+
+impl Fabric {
+    /// A fabric over every GPU of `backend`, planning from the topology's default costs.
+    pub fn open(backend: Arc<dyn Backend>) -> Result<Fabric> {
+        Fabric::builder(backend).open()
+    }
+
+    pub fn builder(backend: Arc<dyn Backend>) -> FabricBuilder {
+        FabricBuilder {
+            backend,
+            devices: None,
+            model: None,
+        }
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.shared.backend
+    }
+
+    pub fn planner(&self) -> &Planner {
+        &self.shared.planner
+    }
+
+    /// The GPUs this fabric uses.
+    pub fn devices(&self) -> &[usize] {
+        self.shared.planner.devices()
+    }
+
+    /// Allocates `bytes` of memory on GPU `device`.
+    pub fn alloc(&self, device: usize, bytes: usize) -> Result<Buffer> {
+        if !self.devices().contains(&device) {
+            return Err(Error::usage(format!(
+                "GPU {device} is not part of this fabric (GPUs {})",
+                list(self.devices())
+            )));
+        }
+        if bytes == 0 {
+            return Err(Error::usage(
+                "cannot allocate a buffer of 0 bytes; ask for at least 1 byte",
+            ));
+        }
+        let id = self.shared.backend.alloc(Memory::Device(device), bytes)?;
+        Ok(Buffer {
+            state: Arc::new(BufferState {
+                shared: self.shared.clone(),
+                id,
+                device,
+                size: bytes,
+                uses: Mutex::default(),
+            }),
+        })
+    }
+
+    /// Copies `src` into `dst` (ranges of equal length) by the planner's pick.
+    pub fn copy(&self, src: Span<'_>, dst: Span<'_>) -> Result<Transfer> {
+        self.transfer(src, dst).submit()
+    }
+
+    /// A copy with options: dependencies, a forced strategy.
+    pub fn transfer<'a>(&'a self, src: Span<'a>, dst: Span<'a>) -> TransferBuilder<'a> {
+        TransferBuilder {
+            fabric: self,
+            src,
+            dst,
+            after: Vec::new(),
+            after_events: Vec::new(),
+            strategy: None,
+        }
+    }
+
+    /// Checks that a span is a valid range of a buffer of this fabric; returns its length.
+    pub(super) fn check_span(&self, span: &Span<'_>, what: &str) -> Result<usize> {
+        let state = &span.buffer.state;
+        if !Arc::ptr_eq(&state.shared, &self.shared) {
+            return Err(Error::usage(format!(
+                "the {what} buffer (on GPU {}) belongs to another fabric; use buffers allocated \
+                 from the fabric that moves them",
+                state.device
+            )));
+        }
+        let Range { start, end } = span.range;
+        if start > end {
+            return Err(Error::usage(format!(
+                "the {what} range {start}..{end} runs backwards"
+            )));
+        }
+        if end > state.size {
+            return Err(Error::usage(format!(
+                "the {what} range {start}..{end} ends past the end of its {}-byte buffer on GPU {}",
+                state.size, state.device
+            )));
+        }
+        if start == end {
+            return Err(Error::usage(format!(
+                "the {what} range {start}..{end} is empty; a transfer moves at least 1 byte"
+            )));
+        }
+        Ok(end - start)
+    }
+
+    /// Checks a source and destination pair: valid spans, equal lengths, no overlap in one buffer.
+    pub(super) fn check_pair(&self, src: &Span<'_>, dst: &Span<'_>) -> Result<usize> {
+        let len = self.check_span(src, "source")?;
+        let dst_len = self.check_span(dst, "destination")?;
+        if len != dst_len {
+            return Err(Error::usage(format!(
+                "the source range holds {len} bytes but the destination range {dst_len}; they \
+                 must be equal"
+            )));
+        }
+        if Arc::ptr_eq(&src.buffer.state, &dst.buffer.state) && src.overlaps(dst) {
+            return Err(Error::usage(format!(
+                "the source range {:?} and destination range {:?} overlap in one buffer; bytes \
+                 would be overwritten while they are read",
+                src.range, dst.range
+            )));
+        }
+        Ok(len)
+    }
+
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+fn list(devices: &[usize]) -> String {
+    devices
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Device memory of one GPU, owned by a [`Fabric`]. Freed when dropped (after the transfers that
+/// use it).
+pub struct Buffer {
+    pub(super) state: Arc<BufferState>,
+}
+
+/// A pending transfer's claim on a buffer.
+struct Use {
+    done: Arc<Completion>,
+    writes: bool,
+}
+
+pub(super) struct BufferState {
+    shared: Arc<Shared>,
+    pub id: BufferId,
+    pub device: usize,
+    size: usize,
+    uses: Mutex<Vec<Use>>,
+}
+
+impl BufferState {
+    /// The pending uses, with finished ones forgotten.
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Use>> {
+        let mut uses = lock(&self.uses);
+        uses.retain(|u| !self.shared.fired(u.done.end));
+        uses
+    }
+
+    /// End events of pending transfers that a new access must follow: writers always; readers too
+    /// when the new access writes.
+    pub fn conflicts(&self, writes: bool) -> Vec<Arc<Completion>> {
+        self.pending()
+            .iter()
+            .filter(|u| u.writes || writes)
+            .map(|u| u.done.clone())
+            .collect()
+    }
+
+    pub fn claim(&self, done: &Arc<Completion>, writes: bool) {
+        lock(&self.uses).push(Use {
+            done: done.clone(),
+            writes,
+        });
+    }
+
+    fn check_host_range(&self, offset: usize, len: usize, what: &str) -> Result<()> {
+        if offset.checked_add(len).map_or(true, |end| end > self.size) {
+            return Err(Error::usage(format!(
+                "cannot {what} {len} bytes at offset {offset}: the buffer on GPU {} holds {} bytes",
+                self.device, self.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for BufferState {
+    fn drop(&mut self) {
+        for u in lock(&self.uses).drain(..) {
+            let _ = u.done.wait();
+        }
+        let _ = self.shared.backend.free(self.id);
+    }
+}
+
+impl Buffer {
+    /// The GPU the buffer lives on.
+    pub fn device(&self) -> usize {
+        self.state.device
+    }
+
+    /// Its size in bytes (at least 1).
+    pub fn size(&self) -> usize {
+        self.state.size
+    }
+
+    /// A range of the buffer, for a transfer (checked when the transfer is submitted).
+    pub fn range(&self, range: Range<usize>) -> Span<'_> {
+        Span {
+            buffer: self,
+            range,
+        }
+    }
+
+    /// The whole buffer.
+    pub fn all(&self) -> Span<'_> {
+        self.range(0..self.state.size)
+    }
+
+    /// Writes `data` at `offset` from the host. Refused while a transfer still uses the buffer.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let state = &self.state;
+        state.check_host_range(offset, data.len(), "write")?;
+        let pending = state.pending();
+        if !pending.is_empty() {
+            return Err(Error::usage(format!(
+                "the buffer on GPU {} is in use by {} transfer{} that ha{} not finished; wait() \
+                 for {} before writing it from the host",
+                state.device,
+                pending.len(),
+                if pending.len() == 1 { "" } else { "s" },
+                if pending.len() == 1 { "s" } else { "ve" },
+                if pending.len() == 1 { "it" } else { "them" },
+            )));
+        }
+        state.shared.backend.write(state.id, offset, data)
+    }
+
+    /// Reads `out.len()` bytes at `offset` into the host. Refused while a transfer writes the
+    /// buffer.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let state = &self.state;
+        state.check_host_range(offset, out.len(), "read")?;
+        if state.pending().iter().any(|u| u.writes) {
+            return Err(Error::usage(format!(
+                "the buffer on GPU {} is being written by a transfer that has not finished; \
+                 wait() for it before reading",
+                state.device
+            )));
+        }
+        state.shared.backend.read(state.id, offset, out)
+    }
+
+    /// The whole buffer's bytes (see [`Buffer::read`]).
+    pub fn to_vec(&self) -> Result<Vec<u8>> {
+        let mut out = vec![0; self.state.size];
+        self.read(0, &mut out)?;
+        Ok(out)
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer")
+            .field("device", &self.state.device)
+            .field("size", &self.state.size)
+            .finish()
+    }
+}
+
+/// A range of a [`Buffer`].
+#[derive(Clone, Debug)]
+pub struct Span<'a> {
+    pub(super) buffer: &'a Buffer,
+    pub(super) range: Range<usize>,
+}
+
+impl Span<'_> {
+    pub(super) fn loc(&self) -> Loc {
+        Loc {
+            buffer: self.buffer.state.id,
+            offset: self.range.start,
+        }
+    }
+
+    pub(super) fn device(&self) -> usize {
+        self.buffer.state.device
+    }
+
+    pub(super) fn overlaps(&self, other: &Span<'_>) -> bool {
+        self.range.start < other.range.end && other.range.start < self.range.end
+    }
+}
+
+/// What a transfer was planned as.
+#[derive(Clone, Debug)]
+pub enum Planned {
+    Single(Plan),
+    Batch(BatchPlan),
+}
+
+/// A submitted transfer. Dropping it does not cancel or wait: the buffers it uses stay claimed
+/// until it finishes.
+pub struct Transfer {
+    pub(super) done: Arc<Completion>,
+    pub(super) planned: Planned,
+}
+
+impl Transfer {
+    /// Blocks the host until the transfer has finished.
+    pub fn wait(&self) -> Result<()> {
+        self.done.wait()
+    }
+
+    /// Whether the transfer has finished (non-blocking).
+    pub fn is_done(&self) -> Result<bool> {
+        self.done.is_done()
+    }
+
+    /// The event that fires when the transfer is done: other streams' work can wait on it
+    /// ([`Backend::wait`]). Valid while this handle lives.
+    pub fn event(&self) -> EventId {
+        self.done.end
+    }
+
+    /// GPU time of the whole transfer, from its start to its end event (both on the source GPU), in
+    /// microseconds. Waits for the transfer first.
+    pub fn elapsed_us(&self) -> Result<f64> {
+        self.done.wait()?;
+        self.done
+            .backend()
+            .elapsed_us(self.done.start, self.done.end)
+    }
+
+    /// What the planner chose.
+    pub fn planned(&self) -> &Planned {
+        &self.planned
+    }
+}
+
+/// Options for one copy; see [`Fabric::transfer`].
+pub struct TransferBuilder<'a> {
+    fabric: &'a Fabric,
+    src: Span<'a>,
+    dst: Span<'a>,
+    after: Vec<Arc<Completion>>,
+    after_events: Vec<EventId>,
+    strategy: Option<Strategy>,
+}
+
+impl TransferBuilder<'_> {
+    /// Starts only after `earlier` has finished (on the GPU; the host does not wait).
+    pub fn after(mut self, earlier: &Transfer) -> Self {
+        self.after.push(earlier.done.clone());
+        self
+    }
+
+    /// Starts only after `event` (recorded by the caller's own work on this backend) has fired.
+    pub fn after_event(mut self, event: EventId) -> Self {
+        self.after_events.push(event);
+        self
+    }
+
+    /// Uses this strategy instead of the planner's pick (refused where it cannot be used).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = Some(strategy);
+        self
+    }
+
+    /// Checks the ranges, plans, and queues the transfer.
+    pub fn submit(self) -> Result<Transfer> {
+        let fabric = self.fabric;
+        let len = fabric.check_pair(&self.src, &self.dst)? as u64;
+        let (a, b) = (self.src.device(), self.dst.device());
+        let planner = fabric.planner();
+        let plan = match self.strategy {
+            Some(strategy) => planner.plan_with(strategy, a, b, len)?,
+            None => planner.plan(a, b, len)?,
+        };
+        let (src_state, dst_state) = (&self.src.buffer.state, &self.dst.buffer.state);
+        let mut after = self.after;
+        after.extend(src_state.conflicts(false));
+        after.extend(dst_state.conflicts(true));
+        let mut events: Vec<EventId> = after.iter().map(|c| c.end).collect();
+        events.extend(self.after_events);
+        let done = Arc::new(executor::submit(
+            fabric.shared(),
+            &plan,
+            self.src.loc(),
+            self.dst.loc(),
+            &events,
+        )?);
+        src_state.claim(&done, false);
+        dst_state.claim(&done, true);
+        Ok(Transfer {
+            done,
+            planned: Planned::Single(plan),
+        })
+    }
+}
