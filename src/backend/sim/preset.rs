@@ -12,11 +12,22 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+macro_rules! embedded {
+    ($name:literal) => {
+        (
+            $name,
+            include_str!(concat!("../../topology/presets/", $name, ".json")),
+        )
+    };
+}
+
 /// Embedded presets, by name.
-const EMBEDDED: &[(&str, &str)] = &[(
-    "dgx-h100",
-    include_str!("../../topology/presets/dgx-h100.json"),
-)];
+const EMBEDDED: &[(&str, &str)] = &[
+    embedded!("dgx-h100"),
+    embedded!("dgx1-v100"),
+    embedded!("pcie-4gpu-2socket"),
+    embedded!("pcie-2gpu-switch"),
+];
 
 const EMBEDDED_NAMES: [&str; EMBEDDED.len()] = {
     let mut names = [""; EMBEDDED.len()];
@@ -443,5 +454,248 @@ fn fraction(field: &str, v: f64) -> std::result::Result<(), String> {
         Ok(())
     } else {
         Err(format!("{field} must be in (0, 1], not {v}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100_text() -> &'static str {
+        EMBEDDED[0].1
+    }
+
+    /// The dgx-h100 preset with one edit made to its JSON value.
+    fn edited(edit: impl FnOnce(&mut serde_json::Value)) -> Result<Preset> {
+        let mut value: serde_json::Value = serde_json::from_str(h100_text()).unwrap();
+        edit(&mut value);
+        Preset::parse(&value.to_string(), "test.json")
+    }
+
+    fn message(r: Result<Preset>) -> String {
+        let err = r.unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        assert!(matches!(err, Error::Preset { .. }), "{err:?}");
+        err.to_string()
+    }
+
+    /// A small mesh preset: `links` entries as (a, b, "NV1") over 4 GPUs without a switch.
+    fn mesh(links: &[(usize, usize, &str)]) -> Result<Preset> {
+        edited(|v| {
+            v["nvswitch"] = serde_json::Value::Null;
+            v.as_object_mut().unwrap().remove("nvswitch");
+            v["devices"] = serde_json::json!([
+                {"numa_node": 0}, {"numa_node": 0}, {"numa_node": 1}, {"numa_node": 1}
+            ]);
+            v["links"] = links
+                .iter()
+                .map(|(a, b, l)| serde_json::json!({"gpus": [a, b], "link": l}))
+                .collect();
+        })
+    }
+
+    #[test]
+    fn every_embedded_preset_loads_with_its_own_name_and_cites_sources() {
+        assert_eq!(
+            preset_names(),
+            [
+                "dgx-h100",
+                "dgx1-v100",
+                "pcie-4gpu-2socket",
+                "pcie-2gpu-switch"
+            ]
+        );
+        for name in preset_names() {
+            let p = Preset::load(name).unwrap();
+            assert_eq!(&p.name, name);
+            assert!(p.sources.len() >= 3, "{name} cites too little");
+            assert!(p.description.contains("SIMULATED"), "{name}");
+            let t = p.topology();
+            assert_eq!(t.source, format!("sim:{name}"));
+            let n = t.devices.len();
+            assert_eq!(t.pairs.len(), n * (n - 1));
+            assert!(t
+                .pairs
+                .windows(2)
+                .all(|w| (w[0].src, w[0].dst) < (w[1].src, w[1].dst)));
+        }
+    }
+
+    #[test]
+    fn dgx_h100_is_nv18_everywhere_with_two_numa_nodes() {
+        let t = Preset::load("dgx-h100").unwrap().topology();
+        assert!(t
+            .pairs
+            .iter()
+            .all(|p| p.link == Link::NvLink(18) && p.p2p && p.atomics && p.perf_rank == 1));
+        let numa: Vec<_> = t.devices.iter().map(|d| d.numa_node.unwrap()).collect();
+        assert_eq!(numa, [0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(t.devices[0].name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(t.devices[0].numa_source, "preset");
+        assert_eq!(t.devices[0].memory_bytes, 81559 << 20);
+    }
+
+    #[test]
+    fn dgx1_v100_topology_is_the_published_matrix() {
+        // shared/REFERENCE.md, the commonly published `nvidia-smi topo -m` of a DGX-1.
+        const MATRIX: &str = "
+            X   NV1  NV1  NV2  NV2  SYS  SYS  SYS
+           NV1   X   NV2  NV1  SYS  NV2  SYS  SYS
+           NV1  NV2   X   NV2  SYS  SYS  NV1  SYS
+           NV2  NV1  NV2   X   SYS  SYS  SYS  NV1
+           NV2  SYS  SYS  SYS   X   NV1  NV1  NV2
+           SYS  NV2  SYS  SYS  NV1   X   NV2  NV1
+           SYS  SYS  NV1  SYS  NV1  NV2   X   NV2
+           SYS  SYS  SYS  NV1  NV2  NV1  NV2   X";
+        let t = Preset::load("dgx1-v100").unwrap().topology();
+        for (src, row) in MATRIX.trim().lines().enumerate() {
+            for (dst, cell) in row.split_whitespace().enumerate() {
+                let Some(pair) = t.pair(src, dst) else {
+                    assert_eq!(cell, "X");
+                    continue;
+                };
+                assert_eq!(pair.link.to_string(), cell, "GPU{src}->GPU{dst}");
+                assert_eq!(pair.p2p, cell != "SYS", "GPU{src}->GPU{dst}");
+                assert_eq!(pair.atomics, cell != "SYS");
+                assert_eq!(pair.perf_rank == 0, cell == "SYS");
+            }
+        }
+    }
+
+    #[test]
+    fn pcie_4gpu_2socket_has_p2p_inside_a_switch_and_none_across_sockets() {
+        let t = Preset::load("pcie-4gpu-2socket").unwrap().topology();
+        for p in &t.pairs {
+            let same_socket = (p.src < 2) == (p.dst < 2);
+            if same_socket {
+                assert_eq!(
+                    (p.link, p.p2p, p.atomics),
+                    (Link::Pix, true, false),
+                    "{p:?}"
+                );
+            } else {
+                assert_eq!((p.link, p.p2p, p.perf_rank), (Link::Sys, false, 0), "{p:?}");
+            }
+        }
+        let two = Preset::load("pcie-2gpu-switch").unwrap().topology();
+        assert_eq!(two.pair(0, 1).unwrap().link, Link::Pix);
+        assert!(two.pair(1, 0).unwrap().p2p);
+    }
+
+    #[test]
+    fn a_mesh_preset_without_switch_or_link_falls_back_to_pcie_classes() {
+        let p = mesh(&[(0, 1, "NV2")]).unwrap();
+        assert_eq!(p.link(1, 0), Link::NvLink(2));
+        assert_eq!(p.link(2, 3), Link::Node);
+        assert_eq!(p.link(0, 2), Link::Sys);
+        assert!(!p.p2p(2, 3), "dgx-h100 lists no PCIe P2P class");
+    }
+
+    #[test]
+    fn invalid_json_reports_line_and_column() {
+        let text = "{\n  \"name\": \"x\",\n  oops\n}";
+        let m = message(Preset::parse(text, "mine.json"));
+        assert!(m.contains("mine.json"), "{m}");
+        assert!(m.contains("line 3 column 3"), "{m}");
+    }
+
+    #[test]
+    fn unknown_and_missing_fields_are_named() {
+        let m = message(edited(|v| v["gpu"]["bandwidth"] = 1.into()));
+        assert!(m.contains("unknown field `bandwidth`"), "{m}");
+        let m = message(edited(|v| {
+            v["costs"].as_object_mut().unwrap().remove("sync_us");
+        }));
+        assert!(m.contains("missing field `sync_us`"), "{m}");
+    }
+
+    #[test]
+    fn a_link_to_a_device_that_does_not_exist_is_refused() {
+        let m = message(mesh(&[(0, 7, "NV1")]));
+        assert!(
+            m.contains("links[0] names GPU 7 but there are only 4 devices"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn self_links_and_pairs_listed_twice_are_refused() {
+        let m = message(mesh(&[(2, 2, "NV1")]));
+        assert!(m.contains("links GPU 2 to itself"), "{m}");
+        let m = message(mesh(&[(0, 1, "NV1"), (1, 0, "NV2")]));
+        assert!(
+            m.contains("lists the pair 1↔0 again (first at links[0])"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn zero_negative_and_out_of_range_figures_are_refused() {
+        let m = message(edited(|v| v["pcie"]["host_gbps"] = 0.0.into()));
+        assert!(
+            m.contains("pcie.host_gbps must be a positive number"),
+            "{m}"
+        );
+        let m = message(edited(|v| v["nvlink"]["link_gbps"] = (-25.0).into()));
+        assert!(
+            m.contains("nvlink.link_gbps must be a positive number, not -25"),
+            "{m}"
+        );
+        let m = message(edited(|v| v["nvlink"]["efficiency"] = 1.5.into()));
+        assert!(m.contains("nvlink.efficiency must be in (0, 1]"), "{m}");
+        let m = message(edited(|v| v["costs"]["sync_us"] = (-1.0).into()));
+        assert!(m.contains("costs.sync_us must be zero or more"), "{m}");
+        let m = message(edited(|v| {
+            v["pcie"]["p2p_gbps"] = serde_json::json!({"PIX": 0})
+        }));
+        assert!(
+            m.contains("pcie.p2p_gbps.PIX must be a positive number"),
+            "{m}"
+        );
+        let m = message(edited(|v| {
+            v["pcie"]["p2p_gbps"] = serde_json::json!({"NV2": 5})
+        }));
+        assert!(m.contains("an NVLink class"), "{m}");
+        let m = message(edited(|v| v["devices"] = serde_json::json!([])));
+        assert!(m.contains("`devices` is empty"), "{m}");
+    }
+
+    #[test]
+    fn nvlink_pairs_need_nvlink_figures_and_a_switch_excludes_links() {
+        let m = message(mesh(&[(0, 1, "NV1")]).and_then(|p| {
+            let mut v = serde_json::to_value(p).unwrap();
+            v.as_object_mut().unwrap().remove("nvlink");
+            Preset::parse(&v.to_string(), "t")
+        }));
+        assert!(m.contains("no `nvlink` section"), "{m}");
+        let m = message(edited(|v| {
+            v["links"] = serde_json::json!([{"gpus": [0, 1], "link": "NV2"}]);
+        }));
+        assert!(m.contains("cannot be combined with `nvswitch`"), "{m}");
+        let m = message(edited(|v| {
+            v["links"] = serde_json::json!([{"gpus": [0, 1], "link": "QPI"}])
+        }));
+        assert!(m.contains("unknown link `QPI`"), "{m}");
+    }
+
+    #[test]
+    fn unknown_preset_names_the_known_ones_and_missing_file_says_so() {
+        let m = message(Preset::load("dgx-b200"));
+        for name in preset_names() {
+            assert!(m.contains(name), "{m}");
+        }
+        let m = message(Preset::load("/nonexistent/dir/my.json"));
+        assert!(m.contains("/nonexistent/dir/my.json: no such file"), "{m}");
+    }
+
+    #[test]
+    fn a_preset_file_round_trips_through_serde() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("host");
+        let original = Preset::load("dgx1-v100").unwrap();
+        std::fs::write(&path, serde_json::to_string_pretty(&original).unwrap()).unwrap();
+        // An existing file is read even without a .json suffix.
+        let back = Preset::load(path.to_str().unwrap()).unwrap();
+        assert_eq!(back, original);
     }
 }
