@@ -365,7 +365,9 @@ pub(super) fn issue_routes(
             }
             Route::Host | Route::Relay(_) => {
                 let key = lanes_of_route(plan, share.route);
-                let lane = lanes.get_mut(&key).expect("every lane of the plan is locked");
+                let lane = lanes
+                    .get_mut(&key)
+                    .expect("every lane of the plan is locked");
                 let pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
                 pipelines.push((key, pipeline));
             }
@@ -511,7 +513,10 @@ impl Pipeline {
 
     /// Hands the lane its new idle event and returns it (the route's last event).
     fn finish(self, issuer: &mut Issuer<'_>, lane: &mut Lane) -> Result<EventId> {
-        let last = *self.drained.last().expect("a route carries at least one chunk");
+        let last = *self
+            .drained
+            .last()
+            .expect("a route carries at least one chunk");
         if let Some(old) = lane.idle.replace(last) {
             // The first fill waited on it; it can go once this transfer is done.
             issuer.adopt(old);

@@ -4,7 +4,9 @@
 //! - [`Fabric`]: the safe API — buffers on GPUs, non-blocking transfers with completion handles.
 //! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one.
 //! - The executors queue a plan on the backend's streams, ordered by events.
+//! - [`benchmark`] runs every strategy and the pick over a size sweep and reports the regret.
 
+pub mod benchmark;
 mod executor;
 pub mod fabric;
 pub mod plan;

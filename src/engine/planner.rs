@@ -426,7 +426,14 @@ impl Planner {
         target: u64,
         routes: &[(Route, Hops)],
     ) -> Option<Plan> {
-        let lanes = self.share_bandwidth(routes, target);
+        let mut lanes = self.share_bandwidth(routes, target);
+        // The executor queues the routes' first chunks one after another: each route starts once
+        // the CPU has queued the first chunk of every route before it.
+        let mut queued_before = 0.0;
+        for lane in &mut lanes {
+            lane.latency_us += queued_before;
+            queued_before += lane.issue_us;
+        }
         let shares = divide(bytes, &lanes);
         if shares.iter().filter(|&&b| b > 0).count() < 2 {
             return None;
@@ -786,7 +793,10 @@ mod tests {
         let plan = p.plan_with(Strategy::Relay, 0, 5, 64 * MIB).unwrap();
         assert_eq!(plan.paths[0].route, Route::Relay(1), "GPU 4 is not in use");
         let err = p.plan(0, 4, MIB).unwrap_err();
-        assert!(err.to_string().contains("not one of the GPUs in use"), "{err}");
+        assert!(
+            err.to_string().contains("not one of the GPUs in use"),
+            "{err}"
+        );
     }
 
     #[test]
