@@ -98,6 +98,14 @@ impl Shared {
         Ok(())
     }
 
+    /// The ordered pairs with peer access enabled so far.
+    #[cfg(test)]
+    pub fn peers_enabled(&self) -> Vec<(usize, usize)> {
+        let mut pairs: Vec<_> = lock(&self.peers).iter().copied().collect();
+        pairs.sort_unstable();
+        pairs
+    }
+
     pub fn stream(&self, key: StreamKey) -> Result<StreamId> {
         let mut streams = lock(&self.streams);
         if let Some(&s) = streams.get(&key) {
@@ -368,12 +376,14 @@ pub(super) fn issue_routes(
                 let lane = lanes
                     .get_mut(&key)
                     .expect("every lane of the plan is locked");
-                let pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
+                let mut pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
+                // Its first chunk goes now, before the next route is begun.
+                pipeline.step(issuer)?;
                 pipelines.push((key, pipeline));
             }
         }
     }
-    // Queue the pipelines' chunks in turn, so that every route starts at once.
+    // Queue the remaining chunks in turn, so that the routes run side by side.
     let mut busy = true;
     while busy {
         busy = false;

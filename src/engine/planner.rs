@@ -27,6 +27,10 @@ pub const CHUNK_SIZES: [u64; 7] = [
 /// The largest chunk: staging buffers hold [`STAGING_SLOTS`] of these.
 pub const MAX_CHUNK: u64 = 4 << 20;
 
+/// Chunk sizes that would cut a transfer into more chunks than this are not tried (unless no
+/// other is left): their per-chunk overhead cannot pay, and planning stays cheap.
+const MAX_CHUNKS: u64 = 1024;
+
 /// Chunks in flight per pipelined route (triple buffering: one being filled, one being drained,
 /// one spare so that a late drain does not stall the next fill).
 pub const STAGING_SLOTS: usize = 3;
@@ -62,6 +66,11 @@ struct Hops {
     costs: Vec<Cost>,
     /// CPU time to queue one chunk's operations (copies, and the events that order them).
     issue_us: f64,
+    /// CPU time before the first hop can start: its copy and the waits queued ahead of it.
+    first_issue_us: f64,
+    /// CPU time to queue the first chunk whole, waits included (what a later route of a split
+    /// waits for).
+    first_chunk_issue_us: f64,
 }
 
 impl Planner {
@@ -275,7 +284,7 @@ impl Planner {
         ] {
             let route = Route::Direct(method);
             if let Some(h) = self.hops(route, src, dst) {
-                let time = h.issue_us + h.costs[0].time_us(bytes);
+                let time = h.first_issue_us + h.costs[0].time_us(bytes);
                 plans.push(self.single(src, dst, bytes, strategy, route, time));
             }
         }
@@ -315,16 +324,24 @@ impl Planner {
             .map(|&h| self.model.cost(h))
             .collect::<Option<Vec<_>>>()?;
         let issue = self.model.issue();
-        let issue_us = match route {
-            Route::Direct(CopyMethod::SmKernel) => issue.kernel_us,
-            Route::Direct(CopyMethod::CopyEngine) => issue.copy_us,
-            // Per chunk: each copy, the event it records, and the wait before it.
-            Route::Host | Route::Relay(_) => 2.0 * (issue.copy_us + 2.0 * issue.event_us),
+        // What the executor queues: a direct route is one operation; a pipeline first waits for
+        // the start and for the lane's last use, then each chunk is two copies, each recording an
+        // event, and two waits (the drain for the fill, the fill for a reused slot).
+        let (setup_us, first_op_us, issue_us) = match route {
+            Route::Direct(CopyMethod::SmKernel) => (0.0, issue.kernel_us, issue.kernel_us),
+            Route::Direct(CopyMethod::CopyEngine) => (0.0, issue.copy_us, issue.copy_us),
+            Route::Host | Route::Relay(_) => (
+                2.0 * issue.event_us,
+                issue.copy_us,
+                2.0 * (issue.copy_us + 2.0 * issue.event_us),
+            ),
         };
         Some(Hops {
             hops,
             costs,
             issue_us,
+            first_issue_us: setup_us + first_op_us,
+            first_chunk_issue_us: setup_us + issue_us,
         })
     }
 
@@ -358,7 +375,7 @@ impl Planner {
     fn chunk_targets(bytes: u64) -> impl Iterator<Item = u64> {
         CHUNK_SIZES
             .into_iter()
-            .filter(move |&c| c < bytes)
+            .filter(move |&c| c < bytes && (bytes / c <= MAX_CHUNKS || c == MAX_CHUNK))
             .chain((bytes <= MAX_CHUNK).then_some(bytes))
     }
 
@@ -377,7 +394,7 @@ impl Planner {
                 continue;
             };
             for target in Self::chunk_targets(bytes) {
-                let time = pipeline_us(h.issue_us, &h.costs, bytes, target);
+                let time = pipeline_us(h.first_issue_us, h.issue_us, &h.costs, bytes, target);
                 if best.map_or(true, |(t, _, _)| time < t) {
                     best = Some((time, route, target));
                 }
@@ -418,6 +435,10 @@ impl Planner {
             .min_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us))
     }
 
+    /// A split with chunk size `target`: whole chunks go one at a time to the route where the
+    /// transfer would end soonest, then the remainder likewise. Each route's time is its exact
+    /// pipeline time, with its start delayed by the routes queued before it and its pace bound by
+    /// the one CPU that queues every route's chunks in turn.
     fn split_at(
         &self,
         src: usize,
@@ -426,66 +447,72 @@ impl Planner {
         target: u64,
         routes: &[(Route, Hops)],
     ) -> Option<Plan> {
-        let mut lanes = self.share_bandwidth(routes, target);
-        // The executor queues the routes' first chunks one after another: each route starts once
-        // the CPU has queued the first chunk of every route before it.
-        let mut queued_before = 0.0;
-        for lane in &mut lanes {
-            lane.latency_us += queued_before;
-            queued_before += lane.issue_us;
+        let lanes = self.share_bandwidth(routes, target);
+        let mut shares = vec![0u64; lanes.len()];
+        let pieces = std::iter::repeat(target)
+            .take((bytes / target) as usize)
+            .chain(Some(bytes % target).filter(|&r| r > 0));
+        for piece in pieces {
+            let best = (0..lanes.len())
+                .map(|i| {
+                    shares[i] += piece;
+                    let end = finish_times(&lanes, &shares, target)
+                        .into_iter()
+                        .fold(0.0, f64::max);
+                    shares[i] -= piece;
+                    (i, end)
+                })
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .expect("at least one lane")
+                .0;
+            shares[best] += piece;
         }
-        let shares = divide(bytes, &lanes);
         if shares.iter().filter(|&&b| b > 0).count() < 2 {
             return None;
         }
+        let ends = finish_times(&lanes, &shares, target);
         let mut paths = Vec::new();
         let mut offset = 0;
-        // The CPU queues every route's chunks in turn: the whole split takes at least that long.
-        let mut issue_us = 0.0;
-        for (lane, &share) in lanes.iter().zip(&shares) {
+        for ((lane, &share), &end) in lanes.iter().zip(&shares).zip(&ends) {
             if share == 0 {
                 continue;
             }
-            issue_us += lane.issue_us * chunking(share, target).1 as f64;
             paths.push(PathShare {
                 route: lane.route,
                 offset,
                 bytes: share,
-                predicted_us: lane.latency_us + share as f64 / lane.bytes_per_us,
+                predicted_us: end,
             });
             offset += share;
         }
-        let predicted_us = paths
-            .iter()
-            .map(|p| p.predicted_us)
-            .fold(issue_us, f64::max);
         Some(Plan {
             src,
             dst,
             bytes,
             strategy: Strategy::Split,
-            chunk_bytes: chunking(bytes, target).0.min(target),
+            chunk_bytes: target,
             paths,
-            predicted_us,
+            predicted_us: ends.into_iter().fold(0.0, f64::max),
             alternatives: Vec::new(),
         })
     }
 
-    /// Each route as an affine lane (`latency + bytes / rate`) at chunk size `target`, its rate cut
-    /// to what shared hardware leaves it: routes take bandwidth fastest first, and a route left
-    /// with less than [`SPLIT_MIN_FRACTION`] of the fastest is dropped.
-    fn share_bandwidth(&self, routes: &[(Route, Hops)], target: u64) -> Vec<Lane> {
-        let mut lanes: Vec<(Lane, Vec<Resource>)> = routes
+    /// The routes worth splitting over, fastest first, each slowed to what shared hardware leaves
+    /// it: routes take bandwidth fastest first, and a route left with less than
+    /// [`SPLIT_MIN_FRACTION`] of the fastest is dropped.
+    fn share_bandwidth<'h>(&self, routes: &'h [(Route, Hops)], target: u64) -> Vec<Lane<'h>> {
+        let mut lanes: Vec<(Lane<'h>, Vec<Resource>)> = routes
             .iter()
             .map(|(route, h)| {
                 let resources = h.hops.iter().flat_map(|&hop| self.model.resources(hop));
-                (Lane::of(*route, h, target), resources.collect())
+                (Lane::new(*route, h, target), resources.collect())
             })
             .collect();
         lanes.sort_by(|a, b| b.0.bytes_per_us.total_cmp(&a.0.bytes_per_us));
         let mut left: HashMap<Resource, f64> = HashMap::new();
-        let mut kept: Vec<Lane> = Vec::new();
+        let mut kept: Vec<Lane<'h>> = Vec::new();
         for (mut lane, resources) in lanes {
+            let own = lane.bytes_per_us;
             for &res in &resources {
                 let room = *left
                     .entry(res)
@@ -499,104 +526,106 @@ impl Planner {
             for res in resources {
                 *left.get_mut(&res).expect("inserted above") -= lane.bytes_per_us;
             }
+            lane.slow_down(lane.bytes_per_us / own);
             kept.push(lane);
         }
         kept
     }
 }
 
-/// A route seen as `latency_us + bytes / bytes_per_us`.
-#[derive(Clone, Copy, Debug)]
-struct Lane {
+/// One route of a split.
+struct Lane<'h> {
     route: Route,
-    latency_us: f64,
+    hops: &'h Hops,
+    /// The hops' costs, slowed where the route shares hardware with faster ones.
+    costs: Vec<Cost>,
+    /// Steady-state rate on its own (before sharing), then after.
     bytes_per_us: f64,
-    /// CPU time to queue one chunk.
-    issue_us: f64,
 }
 
-impl Lane {
-    /// One operation is affine already; a pipeline (the CPU queuing chunks being its first step)
-    /// costs its fill (one chunk through every step but the slowest) plus every chunk at the
-    /// slowest step's pace.
-    fn of(route: Route, hops: &Hops, target: u64) -> Lane {
-        if let [single] = hops.costs[..] {
-            return Lane {
-                route,
-                latency_us: hops.issue_us + single.alpha_us,
-                bytes_per_us: single.beta_gbps * 1e3,
-                issue_us: hops.issue_us,
-            };
-        }
-        let steps: Vec<f64> = std::iter::once(hops.issue_us)
-            .chain(hops.costs.iter().map(|c| c.time_us(target)))
-            .collect();
-        let slowest = steps.iter().copied().fold(0.0, f64::max);
+impl<'h> Lane<'h> {
+    fn new(route: Route, hops: &'h Hops, target: u64) -> Self {
+        let slowest = hops
+            .costs
+            .iter()
+            .map(|c| c.bytes_us(target))
+            .fold(0.0, f64::max);
         Lane {
             route,
-            latency_us: steps.iter().sum::<f64>() - slowest,
+            hops,
+            costs: hops.costs.clone(),
             bytes_per_us: target as f64 / slowest,
-            issue_us: hops.issue_us,
         }
+    }
+
+    /// Scales the bandwidth of every hop by `factor` (≤ 1).
+    fn slow_down(&mut self, factor: f64) {
+        for c in &mut self.costs {
+            c.beta_gbps *= factor;
+        }
+    }
+
+    fn is_pipeline(&self) -> bool {
+        self.costs.len() > 1
     }
 }
 
-/// Divides `bytes` over `lanes` so that all finish together (water-filling: a lane whose latency
-/// exceeds the common finish time gets nothing), in multiples of [`ALIGN`], the fastest lane taking
-/// the remainder.
-fn divide(bytes: u64, lanes: &[Lane]) -> Vec<u64> {
-    let mut order: Vec<usize> = (0..lanes.len()).collect();
-    order.sort_by(|&a, &b| lanes[a].latency_us.total_cmp(&lanes[b].latency_us));
-    let (mut rate, mut weighted) = (0.0, 0.0);
-    let mut finish = f64::INFINITY;
-    for (k, &i) in order.iter().enumerate() {
-        rate += lanes[i].bytes_per_us;
-        weighted += lanes[i].bytes_per_us * lanes[i].latency_us;
-        finish = (bytes as f64 + weighted) / rate;
-        if order
-            .get(k + 1)
-            .map_or(true, |&next| finish <= lanes[next].latency_us)
-        {
-            break;
-        }
-    }
-    let mut shares: Vec<u64> = lanes
+/// When each lane would finish with `shares` bytes (0 for a lane with none): lanes are queued in
+/// order, each starting once the CPU has queued the first chunk of those before it, and the
+/// pipelines' chunks are queued in turn, so that each pipeline's chunk period on the CPU is the
+/// sum of all of theirs.
+fn finish_times(lanes: &[Lane<'_>], shares: &[u64], target: u64) -> Vec<f64> {
+    let used = || lanes.iter().zip(shares).filter(|(_, &b)| b > 0);
+    let cpu_period: f64 = used()
+        .filter(|(l, _)| l.is_pipeline())
+        .map(|(l, _)| l.hops.issue_us)
+        .sum();
+    let mut queued_before = 0.0;
+    lanes
         .iter()
-        .map(|l| {
-            let ideal = (l.bytes_per_us * (finish - l.latency_us)).max(0.0) as u64;
-            ideal / ALIGN * ALIGN
+        .zip(shares)
+        .map(|(lane, &share)| {
+            if share == 0 {
+                return 0.0;
+            }
+            let h = lane.hops;
+            let own = if lane.is_pipeline() {
+                let period = h.issue_us.max(cpu_period);
+                pipeline_us(h.first_issue_us, period, &lane.costs, share, target)
+            } else {
+                h.first_issue_us + lane.costs[0].time_us(share)
+            };
+            let end = queued_before + own;
+            queued_before += h.first_chunk_issue_us;
+            end
         })
-        .collect();
-    let assigned: u64 = shares.iter().sum();
-    if let Some(first) = shares.first_mut() {
-        // Lanes are sorted fastest first; rounding down never over-assigns.
-        *first += bytes.saturating_sub(assigned);
-    }
-    shares
+        .collect()
 }
 
 /// Time of a pipeline moving `bytes` in chunks of about `target`: the CPU queues each chunk
-/// (`issue_us`), then it crosses the hops with `costs` in turn. This is the longest path through
-/// the (chunk, step) grid, which stays on one step for every full chunk and takes the last
-/// (shorter) chunk through the remaining steps.
-pub fn pipeline_us(issue_us: f64, costs: &[Cost], bytes: u64, target: u64) -> f64 {
+/// (`issue_us`; the first hop of a chunk can start `first_issue_us` into it), then the chunk crosses
+/// the hops with `costs` in turn. This is the longest path through the (chunk, step) grid, which
+/// stays on one step for every full chunk and takes the last (shorter) chunk through the
+/// remaining steps.
+pub fn pipeline_us(
+    first_issue_us: f64,
+    issue_us: f64,
+    costs: &[Cost],
+    bytes: u64,
+    target: u64,
+) -> f64 {
     let (len, count) = chunking(bytes, target);
     let last = bytes - (count - 1) * len;
-    let issue = Cost {
-        alpha_us: issue_us,
-        beta_gbps: f64::INFINITY,
+    let hops = |range: std::ops::Range<usize>, size: u64| -> f64 {
+        costs[range].iter().map(|c| c.time_us(size)).sum()
     };
-    let steps: Vec<Cost> = std::iter::once(issue)
-        .chain(costs.iter().copied())
-        .collect();
-    (0..steps.len())
+    let on_cpu = (count - 1) as f64 * issue_us + first_issue_us + hops(0..costs.len(), last);
+    (0..costs.len())
         .map(|s| {
-            let before: f64 = steps[..s].iter().map(|c| c.time_us(len)).sum();
-            let along = (count - 1) as f64 * steps[s].time_us(len);
-            let after: f64 = steps[s..].iter().map(|c| c.time_us(last)).sum();
-            before + along + after
+            let along = (count - 1) as f64 * costs[s].time_us(len);
+            first_issue_us + hops(0..s, len) + along + hops(s..costs.len(), last)
         })
-        .fold(0.0, f64::max)
+        .fold(on_cpu, f64::max)
 }
 
 #[cfg(test)]
@@ -631,7 +660,7 @@ mod tests {
             beta_gbps: 1.0,
         };
         // 4 chunks of 1 MB: 1+500 (fast) then 4 × (1+1000) on the slow hop.
-        let t = pipeline_us(0.0, &[fast, slow], 4_000_000, 1_000_000);
+        let t = pipeline_us(0.0, 0.0, &[fast, slow], 4_000_000, 1_000_000);
         let chunk = 4_000_000u64.div_ceil(4).next_multiple_of(ALIGN);
         let (tf, ts) = (fast.time_us(chunk), slow.time_us(chunk));
         let last = 4_000_000 - 3 * chunk;
@@ -640,44 +669,40 @@ mod tests {
             "{t}"
         );
         // One chunk: both hops in turn.
-        let one = pipeline_us(0.0, &[fast, slow], 1000, 1000);
+        let one = pipeline_us(0.0, 0.0, &[fast, slow], 1000, 1000);
         assert!((one - fast.time_us(1000) - slow.time_us(1000)).abs() < 1e-9);
         // Tiny chunks are bound by the CPU queuing them.
-        let issue_bound = pipeline_us(50.0, &[fast, slow], 4096 * 100, 4096);
-        assert!(issue_bound >= 100.0 * 50.0, "{issue_bound}");
+        let issue_bound = pipeline_us(1.0, 50.0, &[fast, slow], 4096 * 100, 4096);
+        assert!(issue_bound >= 99.0 * 50.0, "{issue_bound}");
         // Pipelining beats store-and-forward of the whole transfer.
         assert!(t < fast.time_us(4_000_000) + slow.time_us(4_000_000));
     }
 
     #[test]
-    fn water_filling_finishes_lanes_together() {
-        let lanes = [
-            Lane {
-                route: Route::Host,
-                latency_us: 10.0,
-                bytes_per_us: 3000.0,
-                issue_us: 1.0,
-            },
-            Lane {
-                route: Route::Relay(1),
-                latency_us: 10.0,
-                bytes_per_us: 1000.0,
-                issue_us: 1.0,
-            },
-        ];
-        let shares = divide(64 * MIB, &lanes);
-        assert_eq!(shares.iter().sum::<u64>(), 64 * MIB);
-        let ratio = shares[0] as f64 / shares[1] as f64;
-        assert!((ratio - 3.0).abs() < 0.01, "{shares:?}");
-        // A lane whose latency alone exceeds the whole job on the other gets nothing.
-        let slow_start = [
-            lanes[0],
-            Lane {
-                latency_us: 1e6,
-                ..lanes[1]
-            },
-        ];
-        assert_eq!(divide(MIB, &slow_start), vec![MIB, 0]);
+    fn split_shares_follow_bandwidth_and_finish_together() {
+        let p = planner(dgx1());
+        let plan = p.plan_with(Strategy::Split, 0, 5, 256 * MIB).unwrap();
+        let share = |route| plan.paths.iter().find(|s| s.route == route).unwrap();
+        // Both relays run at one NVLink's pace, the host at a PCIe Gen3 link's (~2.3x slower).
+        let (via1, via4, host) = (
+            share(Route::Relay(1)),
+            share(Route::Relay(4)),
+            share(Route::Host),
+        );
+        assert!(
+            (via1.bytes as f64 / via4.bytes as f64 - 1.0).abs() < 0.05,
+            "{plan:#?}"
+        );
+        let ratio = via1.bytes as f64 / host.bytes as f64;
+        assert!((2.0..2.6).contains(&ratio), "{plan:#?}");
+        // Within one chunk's time of each other (2 MiB on the host route: ~4%).
+        for s in &plan.paths {
+            assert!(s.predicted_us > 0.95 * plan.predicted_us, "{plan:#?}");
+        }
+        // A small transfer is not worth splitting three ways: the CPU queuing the extra routes
+        // costs more than their bandwidth brings.
+        let small = p.plan_with(Strategy::Split, 0, 5, 160 << 10).unwrap();
+        assert!(small.paths.len() < 3, "{small:#?}");
     }
 
     #[test]

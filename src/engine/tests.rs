@@ -48,20 +48,333 @@ fn every_strategy_moves_every_byte_on_nvswitch() {
     }
 }
 
+fn assert_usage(err: crate::Error, needle: &str) {
+    assert_eq!(err.exit_code(), 2, "{err}");
+    assert!(
+        err.to_string().contains(needle),
+        "wanted `{needle}` in: {err}"
+    );
+}
+
+#[test]
+fn bad_ranges_are_refused_and_nothing_is_written() {
+    let f = fabric("dgx1-v100");
+    let a = f.alloc(0, 4096).unwrap();
+    let b = f.alloc(5, 4096).unwrap();
+    let before = pattern(4096, 9);
+    a.write(0, &pattern(4096, 8)).unwrap();
+    b.write(0, &before).unwrap();
+    let other = fabric("dgx1-v100");
+    let foreign = other.alloc(0, 4096).unwrap();
+    let cases: Vec<(Span<'_>, Span<'_>, &str)> = vec![
+        (a.range(0..100), a.range(50..150), "overlap in one buffer"),
+        (a.range(4000..4100), b.range(0..100), "ends past the end"),
+        (a.range(0..100), b.range(4090..4190), "ends past the end"),
+        (a.range(10..10), b.range(10..10), "empty"),
+        (a.range(0..10), b.range(0..11), "must be equal"),
+        #[allow(clippy::reversed_empty_ranges)]
+        (a.range(20..10), b.range(0..10), "runs backwards"),
+        (foreign.range(0..10), b.range(0..10), "another fabric"),
+        (a.range(0..10), foreign.range(0..10), "another fabric"),
+    ];
+    for (src, dst, needle) in cases {
+        let err = f.copy(src, dst).map(|_| ()).unwrap_err();
+        assert_usage(err, needle);
+    }
+    // A forced strategy the pair cannot use is refused the same way.
+    let err = f
+        .transfer(a.range(0..10), b.range(0..10))
+        .strategy(Strategy::DirectCe)
+        .submit()
+        .map(|_| ())
+        .unwrap_err();
+    assert_usage(err, "P2P");
+    assert_eq!(
+        b.to_vec().unwrap(),
+        before,
+        "a refused transfer wrote nothing"
+    );
+    // Disjoint ranges of one buffer are fine.
+    f.copy(a.range(0..100), a.range(100..200))
+        .unwrap()
+        .wait()
+        .unwrap();
+    let got = a.to_vec().unwrap();
+    assert_eq!(got[100..200], got[0..100]);
+}
+
+#[test]
+fn buffers_only_on_the_fabrics_gpus() {
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx1-v100").unwrap());
+    let f = Fabric::builder(backend).devices(&[0, 1, 5]).open().unwrap();
+    assert_usage(f.alloc(4, 16).unwrap_err(), "not part of this fabric");
+    assert_usage(f.alloc(9, 16).unwrap_err(), "not part of this fabric");
+    assert_usage(f.alloc(0, 0).unwrap_err(), "0 bytes");
+    // Relays go only through the fabric's GPUs.
+    let a = f.alloc(0, 1 << 20).unwrap();
+    let b = f.alloc(5, 1 << 20).unwrap();
+    let t = f
+        .transfer(a.all(), b.all())
+        .strategy(Strategy::Relay)
+        .submit()
+        .unwrap();
+    let Planned::Single(plan) = t.planned() else {
+        panic!("a single transfer")
+    };
+    assert_eq!(plan.paths[0].route, Route::Relay(1));
+}
+
+/// A stream held by a gate, and an event behind it: work that waits on the event cannot finish
+/// until the gate is released.
+fn held(f: &Fabric, device: usize) -> (crate::backend::GateId, crate::backend::EventId) {
+    let backend = f.backend();
+    let stream = backend.create_stream(device).unwrap();
+    let gate = backend.hold(stream).unwrap();
+    (gate, backend.record(stream).unwrap())
+}
+
+#[test]
+fn the_host_cannot_touch_buffers_a_pending_transfer_uses() {
+    let f = fabric("dgx-h100");
+    let src = f.alloc(0, 8192).unwrap();
+    let dst = f.alloc(1, 8192).unwrap();
+    let data = pattern(8192, 3);
+    src.write(0, &data).unwrap();
+    let (gate, event) = held(&f, 0);
+    let t = f
+        .transfer(src.all(), dst.all())
+        .after_event(event)
+        .submit()
+        .unwrap();
+    assert!(!t.is_done().unwrap());
+    assert_usage(src.write(0, &[1]).unwrap_err(), "in use by 1 transfer");
+    assert_usage(dst.write(0, &[1]).unwrap_err(), "in use by 1 transfer");
+    assert_usage(dst.to_vec().unwrap_err(), "being written");
+    // Reading the source is harmless.
+    assert_eq!(src.to_vec().unwrap(), data);
+    f.backend().release(gate).unwrap();
+    t.wait().unwrap();
+    assert!(t.is_done().unwrap());
+    assert_eq!(dst.to_vec().unwrap(), data);
+    dst.write(0, &[1]).unwrap();
+}
+
+#[test]
+fn transfers_chain_on_the_gpu_without_the_host_waiting() {
+    let f = fabric("dgx1-v100");
+    let a = f.alloc(0, 1 << 20).unwrap();
+    let b = f.alloc(5, 1 << 20).unwrap();
+    let c = f.alloc(7, 1 << 20).unwrap();
+    let data = pattern(1 << 20, 4);
+    a.write(0, &data).unwrap();
+    let (gate, event) = held(&f, 0);
+    let first = f
+        .transfer(a.all(), b.all())
+        .after_event(event)
+        .submit()
+        .unwrap();
+    // Explicitly after the first, and (reading b) implicitly after it too.
+    let second = f.transfer(b.all(), c.all()).after(&first).submit().unwrap();
+    assert!(!second.is_done().unwrap());
+    f.backend().release(gate).unwrap();
+    second.wait().unwrap();
+    assert!(first.is_done().unwrap());
+    assert_eq!(c.to_vec().unwrap(), data);
+}
+
+#[test]
+fn conflicting_transfers_are_ordered_automatically() {
+    let f = fabric("dgx-h100");
+    let len = 4 << 20;
+    let a = f.alloc(0, len).unwrap();
+    let b = f.alloc(1, len).unwrap();
+    let c = f.alloc(2, len).unwrap();
+    let (first, second) = (pattern(len, 5), pattern(len, 6));
+    a.write(0, &first).unwrap();
+    c.write(0, &second).unwrap();
+    let (gate, event) = held(&f, 0);
+    // a → b is held back; c → b must not land before it and be overwritten.
+    let _held = f
+        .transfer(a.all(), b.all())
+        .after_event(event)
+        .submit()
+        .unwrap();
+    let later = f.copy(c.all(), b.all()).unwrap();
+    f.backend().release(gate).unwrap();
+    later.wait().unwrap();
+    assert_eq!(b.to_vec().unwrap(), second);
+}
+
+#[test]
+fn dropping_handles_and_buffers_mid_transfer_is_safe() {
+    let f = fabric("pcie-4gpu-2socket");
+    let backend = f.backend().clone();
+    let free = backend.free_memory(3).unwrap();
+    {
+        let a = f.alloc(0, 8 << 20).unwrap();
+        let b = f.alloc(3, 8 << 20).unwrap();
+        a.write(0, &pattern(8 << 20, 7)).unwrap();
+        let t = f.copy(a.all(), b.all()).unwrap();
+        drop(t);
+        // Freeing waits for the transfer still using the buffers.
+    }
+    assert_eq!(backend.free_memory(3).unwrap(), free);
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<Fabric>();
+    both::<Buffer>();
+    both::<Transfer>();
+    both::<Planner>();
+}
+
+#[test]
+fn several_threads_submit_at_once() {
+    let f = fabric("dgx1-v100");
+    let pairs = [(0, 5), (5, 0), (0, 1), (2, 7), (3, 4), (6, 6)];
+    std::thread::scope(|scope| {
+        for (i, &(a, b)) in pairs.iter().enumerate() {
+            let f = &f;
+            scope.spawn(move || {
+                for round in 0..3 {
+                    let len = (1 << 20) + 4096 * i + round;
+                    let src = f.alloc(a, len).unwrap();
+                    let dst = f.alloc(b, len).unwrap();
+                    let data = pattern(len, (i * 10 + round) as u64);
+                    src.write(0, &data).unwrap();
+                    f.copy(src.all(), dst.all()).unwrap().wait().unwrap();
+                    assert!(dst.to_vec().unwrap() == data, "{a}->{b} round {round}");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn peer_access_is_enabled_once_per_pair() {
+    let f = fabric("dgx-h100");
+    let a = f.alloc(0, 4096).unwrap();
+    let b = f.alloc(1, 4096).unwrap();
+    for _ in 0..3 {
+        f.copy(a.all(), b.all()).unwrap().wait().unwrap();
+    }
+    assert_eq!(f.shared().peers_enabled(), vec![(0, 1)]);
+}
+
+/// A sweep with points on both sides of every crossover seen on the presets (kept small: CI).
+const SWEEP: [u64; 7] = [
+    4 << 10,
+    32 << 10,
+    96 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+    16 << 20,
+];
+
+fn sweep(preset: &str, src: usize, dst: usize) -> benchmark::Report {
+    let report = benchmark::run(
+        &fabric(preset),
+        src,
+        dst,
+        &SWEEP,
+        benchmark::Options::default(),
+    )
+    .unwrap();
+    for p in &report.points {
+        assert!(
+            p.regret <= 0.05,
+            "{preset} {src}->{dst} at {} bytes: picked {} but {} was faster (regret {:.1}%): {:#?}",
+            p.bytes,
+            p.pick,
+            p.best,
+            p.regret * 100.0,
+            p.timings
+        );
+    }
+    report
+}
+
+#[test]
+fn dgx1_pairs_without_nvlink_relay_or_split_and_beat_staging() {
+    for (src, dst) in [(0, 5), (6, 1)] {
+        let report = sweep("dgx1-v100", src, dst);
+        for p in &report.points {
+            assert!(
+                matches!(p.pick, Strategy::Relay | Strategy::Split),
+                "{p:#?}"
+            );
+            let staged = p.timing(Strategy::Staged).unwrap().measured_us;
+            let pick = p.timing(p.pick).unwrap().measured_us;
+            assert!(pick < staged, "{p:#?}");
+        }
+        // At 16 MiB, using both relays and the host at once beats the best single route by far.
+        let big = report.points.last().unwrap();
+        assert_eq!(big.pick, Strategy::Split);
+        let relay = big.timing(Strategy::Relay).unwrap().measured_us;
+        assert!(
+            big.timing(Strategy::Split).unwrap().measured_us < 0.8 * relay,
+            "{big:#?}"
+        );
+    }
+}
+
+#[test]
+fn dgx1_nvlink_pairs_go_direct_when_small_and_split_when_large() {
+    let report = sweep("dgx1-v100", 0, 1);
+    assert_eq!(report.points[0].pick, Strategy::DirectCe);
+    assert_eq!(report.points.last().unwrap().pick, Strategy::Split);
+}
+
+#[test]
+fn pcie_pairs_across_sockets_are_staged() {
+    for (src, dst) in [(0, 3), (2, 1)] {
+        let report = sweep("pcie-4gpu-2socket", src, dst);
+        assert!(
+            report.points.iter().all(|p| p.pick == Strategy::Staged),
+            "{report:#?}"
+        );
+    }
+    // Inside one PCIe switch P2P works, and direct copies win.
+    let report = sweep("pcie-4gpu-2socket", 0, 1);
+    assert!(
+        report.points.iter().all(|p| p.pick == Strategy::DirectCe),
+        "{report:#?}"
+    );
+}
+
+#[test]
+fn nvswitch_pairs_go_direct() {
+    let report = sweep("dgx-h100", 0, 5);
+    for p in &report.points {
+        assert!(
+            matches!(p.pick, Strategy::DirectCe | Strategy::DirectSm),
+            "{p:#?}"
+        );
+        assert!(
+            p.timing(Strategy::Split).is_none(),
+            "no split between NVSwitch peers"
+        );
+    }
+    assert_eq!(report.source, "sim:dgx-h100");
+}
+
 #[test]
 #[ignore = "exploration: prints the sweep"]
 fn print_sweeps() {
     for (preset, pairs) in [
-        ("dgx1-v100", vec![(0, 5), (0, 1), (0, 3)]),
+        ("dgx1-v100", vec![(0, 5), (0, 1), (0, 3), (6, 1), (2, 7)]),
         ("pcie-4gpu-2socket", vec![(0, 3), (0, 1)]),
         ("dgx-h100", vec![(0, 5)]),
         ("pcie-2gpu-switch", vec![(0, 1)]),
     ] {
         let f = fabric(preset);
         for (a, b) in pairs {
-            let sizes: Vec<u64> = (0..8)
-                .map(|i| 1u64 << (10 + 3 * i))
-                .filter(|&s| s <= 64 << 20)
+            let sizes: Vec<u64> = (0..16)
+                .flat_map(|i| [1u64 << (10 + i), 3u64 << (9 + i)])
+                .filter(|&s| s <= 32 << 20)
                 .collect();
             let r = benchmark::run(&f, a, b, &sizes, benchmark::Options::default()).unwrap();
             for p in &r.points {
@@ -81,6 +394,38 @@ fn print_sweeps() {
                         t.measured_us
                     );
                 }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "exploration"]
+fn print_split() {
+    let f = fabric("dgx1-v100");
+    for kib in [64u64, 96, 128, 192, 256, 384, 512] {
+        let bytes = kib << 10;
+        let a = f.alloc(0, bytes as usize).unwrap();
+        let b = f.alloc(5, bytes as usize).unwrap();
+        for s in [Strategy::Relay, Strategy::Split] {
+            let Ok(warm) = f.transfer(a.all(), b.all()).strategy(s).submit() else {
+                continue;
+            };
+            warm.wait().unwrap();
+            let t = f.transfer(a.all(), b.all()).strategy(s).submit().unwrap();
+            let us = t.elapsed_us().unwrap();
+            let Planned::Single(p) = t.planned() else {
+                panic!()
+            };
+            println!(
+                "{kib}K {s} pred {:.1} meas {us:.1} chunk {}",
+                p.predicted_us, p.chunk_bytes
+            );
+            for share in &p.paths {
+                println!(
+                    "    {} {} pred {:.1}",
+                    share.route, share.bytes, share.predicted_us
+                );
             }
         }
     }
