@@ -110,7 +110,10 @@ fn legend(topo: &Topology) -> String {
     seen.sort();
     seen.dedup();
     let mut out = String::from("Legend:\n  X    = self\n");
-    for link in seen {
+    if seen.iter().any(|l| l.is_nvlink()) {
+        let _ = writeln!(out, "  NV#  = NVLink with # bonded links (direct, or through NVSwitch)");
+    }
+    for link in seen.into_iter().filter(|l| !l.is_nvlink()) {
         let _ = writeln!(out, "  {:<4} = {}", link.to_string(), link.meaning());
     }
     out.push_str(
