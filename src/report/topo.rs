@@ -111,7 +111,10 @@ fn legend(topo: &Topology) -> String {
     seen.dedup();
     let mut out = String::from("Legend:\n  X    = self\n");
     if seen.iter().any(|l| l.is_nvlink()) {
-        let _ = writeln!(out, "  NV#  = NVLink with # bonded links (direct, or through NVSwitch)");
+        let _ = writeln!(
+            out,
+            "  NV#  = NVLink with # bonded links (direct, or through NVSwitch)"
+        );
     }
     for link in seen.into_iter().filter(|l| !l.is_nvlink()) {
         let _ = writeln!(out, "  {:<4} = {}", link.to_string(), link.meaning());
@@ -218,6 +221,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("[no-p2p]"), "{text}");
+        assert_eq!(
+            text.matches("NVLink with").count(),
+            1,
+            "one legend line for NV#: {text}"
+        );
     }
 
     #[test]
