@@ -1,0 +1,252 @@
+//! peerlink's CUDA kernels: compiled by NVRTC at first use, once per GPU architecture, loaded once
+//! per device, and launched from here.
+//!
+//! Compiling takes about 200 ms: it is a setup cost, paid before any timed work that needs a kernel.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+
+use super::driver::{self, failed};
+use crate::{Error, Result};
+
+/// All kernels, compiled as one program (latency.cu uses spin.cu's timer helper).
+const SOURCE: &str = concat!(
+    include_str!("../../../kernels/copy.cu"),
+    "\n",
+    include_str!("../../../kernels/spin.cu"),
+    "\n",
+    include_str!("../../../kernels/latency.cu"),
+);
+
+/// How long a gate or a ping-pong wait spins before giving up: long enough for any issue phase,
+/// short enough that a forgotten release costs seconds, not a hung GPU.
+pub(super) const SPIN_TIMEOUT_NS: u64 = 5_000_000_000;
+
+/// Threads per block of the copy kernel.
+const COPY_THREADS: u32 = 512;
+/// Resident blocks per SM the copy kernel aims for, to fill the GPU.
+const COPY_BLOCKS_PER_SM: u32 = 4;
+
+/// Blocks for a copy of `len` bytes: enough to fill the GPU for large copies, no more blocks than
+/// there are 16-byte vectors to move for small ones.
+pub(super) fn copy_blocks(len: usize, sm_count: u32) -> u32 {
+    let per_block = COPY_THREADS as usize * 16;
+    let wanted = len.div_ceil(per_block).max(1);
+    wanted.min((sm_count.max(1) * COPY_BLOCKS_PER_SM) as usize) as u32
+}
+
+/// One thread, for the latency probes and the gate.
+const ONE_THREAD: LaunchConfig = LaunchConfig {
+    grid_dim: (1, 1, 1),
+    block_dim: (1, 1, 1),
+    shared_mem_bytes: 0,
+};
+
+/// The kernels loaded into one device's context.
+pub(super) struct Kernels {
+    copy: CudaFunction,
+    spin: CudaFunction,
+    chase: CudaFunction,
+    ping: CudaFunction,
+    pong: CudaFunction,
+    sm_count: u32,
+}
+
+/// Compiled programs per architecture and loaded kernels per device, both made on first use.
+pub(super) struct KernelCache {
+    ptx: Mutex<HashMap<String, Ptx>>,
+    loaded: Vec<Mutex<Option<Arc<Kernels>>>>,
+}
+
+impl KernelCache {
+    pub(super) fn new(devices: usize) -> Self {
+        KernelCache {
+            ptx: Mutex::new(HashMap::new()),
+            loaded: (0..devices).map(|_| Mutex::new(None)).collect(),
+        }
+    }
+
+    /// The kernels of `device`, compiling and loading them the first time.
+    pub(super) fn get(&self, device: usize, ctx: &Arc<CudaContext>) -> Result<Arc<Kernels>> {
+        let mut slot = self.loaded[device]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(kernels) = slot.as_ref() {
+            return Ok(kernels.clone());
+        }
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(failed("cuDeviceGetAttribute"))?;
+        let ptx = self.compile(&format!("compute_{major}{minor}"))?;
+        let module = ctx.load_module(ptx).map_err(failed("cuModuleLoadData"))?;
+        let function = |name| {
+            module
+                .load_function(name)
+                .map_err(failed("cuModuleGetFunction"))
+        };
+        let sm_count = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(failed("cuDeviceGetAttribute"))?;
+        let kernels = Arc::new(Kernels {
+            copy: function("copy_bytes")?,
+            spin: function("spin_until_released")?,
+            chase: function("pointer_chase")?,
+            ping: function("ping")?,
+            pong: function("pong")?,
+            sm_count: sm_count.max(1) as u32,
+        });
+        *slot = Some(kernels.clone());
+        Ok(kernels)
+    }
+
+    /// PTX for one architecture (`compute_90`), compiled once.
+    fn compile(&self, arch: &str) -> Result<Ptx> {
+        let mut cache = self.ptx.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ptx) = cache.get(arch) {
+            return Ok(ptx.clone());
+        }
+        if !driver::nvrtc_library_present() {
+            return Err(Error::Cuda {
+                call: "NVRTC".into(),
+                message:
+                    "libnvrtc (CUDA 13) cannot be loaded, so peerlink cannot compile its copy \
+                          and latency kernels: install the CUDA runtime's NVRTC or add its lib \
+                          directory to LD_LIBRARY_PATH"
+                        .into(),
+            });
+        }
+        let options = CompileOptions {
+            options: vec![format!("--gpu-architecture={arch}")],
+            ..Default::default()
+        };
+        let ptx =
+            cudarc::nvrtc::compile_ptx_with_opts(SOURCE, options).map_err(|e| Error::Cuda {
+                call: "nvrtcCompileProgram".into(),
+                message: format!("peerlink's kernels did not compile for {arch}: {e}"),
+            })?;
+        cache.insert(arch.to_string(), ptx.clone());
+        Ok(ptx)
+    }
+}
+
+/// The outcome of a launch (cudarc's optional timing events are never asked for here).
+type Launch = std::result::Result<Option<(CudaEvent, CudaEvent)>, DriverError>;
+
+fn launched(result: Launch) -> Result<()> {
+    result.map(|_| ()).map_err(failed("cuLaunchKernel"))
+}
+
+impl Kernels {
+    /// Queues an SM copy of `len` bytes between two unified addresses.
+    pub(super) fn copy(&self, stream: &CudaStream, dst: u64, src: u64, len: usize) -> Result<()> {
+        let config = LaunchConfig {
+            grid_dim: (copy_blocks(len, self.sm_count), 1, 1),
+            block_dim: (COPY_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let len = len as u64;
+        let mut launch = stream.launch_builder(&self.copy);
+        launch.arg(&dst).arg(&src).arg(&len);
+        // SAFETY: arguments match copy_bytes(uchar*, const uchar*, u64); the caller checked that both
+        // ranges lie inside live allocations reachable from this stream's device.
+        launched(unsafe { launch.launch(config) })
+    }
+
+    /// Queues the gate kernel: it waits until the u64 at `flag` reaches `ticket`, or writes `ticket`
+    /// to `timed_out` and ends after [`SPIN_TIMEOUT_NS`].
+    pub(super) fn spin(
+        &self,
+        stream: &CudaStream,
+        flag: u64,
+        ticket: u64,
+        timed_out: u64,
+    ) -> Result<()> {
+        let mut launch = stream.launch_builder(&self.spin);
+        launch
+            .arg(&flag)
+            .arg(&ticket)
+            .arg(&timed_out)
+            .arg(&SPIN_TIMEOUT_NS);
+        // SAFETY: arguments match spin_until_released(volatile u64*, u64, volatile u64*, u64); both
+        // addresses are slots of the backend's mapped pinned gate memory, which lives as long as it.
+        launched(unsafe { launch.launch(ONE_THREAD) })
+    }
+
+    /// Queues a pointer chase of `steps` loads through `elements` u64 indices at `chain`, storing the
+    /// last index at `result`.
+    pub(super) fn pointer_chase(
+        &self,
+        stream: &CudaStream,
+        chain: u64,
+        elements: u64,
+        steps: u32,
+        result: u64,
+    ) -> Result<()> {
+        let mut launch = stream.launch_builder(&self.chase);
+        launch.arg(&chain).arg(&elements).arg(&steps).arg(&result);
+        // SAFETY: arguments match pointer_chase(const u64*, u64, u32, u64*); the kernel never loads
+        // past `elements` and the caller checked `result` has 8 bytes; both are reachable.
+        launched(unsafe { launch.launch(ONE_THREAD) })
+    }
+
+    /// Queues one side of a ping-pong: `ping` sends first, the other side answers.
+    pub(super) fn ping_pong_side(
+        &self,
+        stream: &CudaStream,
+        sends_first: bool,
+        local_flag: u64,
+        peer_flag: u64,
+        rounds: u32,
+    ) -> Result<()> {
+        let function = if sends_first { &self.ping } else { &self.pong };
+        let mut launch = stream.launch_builder(function);
+        launch
+            .arg(&local_flag)
+            .arg(&peer_flag)
+            .arg(&rounds)
+            .arg(&SPIN_TIMEOUT_NS);
+        // SAFETY: arguments match ping/pong(volatile u32*, volatile u32*, u32, u64); the caller
+        // checked both flags hold 4 bytes and are reachable from this stream's device.
+        launched(unsafe { launch.launch(ONE_THREAD) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_grid_fills_the_gpu_for_large_copies_only() {
+        let h200_sms = 132;
+        assert_eq!(copy_blocks(1, h200_sms), 1);
+        assert_eq!(copy_blocks(512 * 16, h200_sms), 1);
+        assert_eq!(copy_blocks(512 * 16 + 1, h200_sms), 2);
+        assert_eq!(copy_blocks(256 << 20, h200_sms), 132 * 4);
+        assert_eq!(copy_blocks(0, 0), 1);
+    }
+
+    #[test]
+    fn kernel_sources_define_every_launched_kernel() {
+        for name in [
+            "copy_bytes",
+            "spin_until_released",
+            "pointer_chase",
+            "void ping(",
+            "void pong(",
+        ] {
+            assert!(
+                SOURCE.contains(name),
+                "{name} missing from the kernel sources"
+            );
+        }
+        // The gate and the latency probes share one timer helper.
+        assert_eq!(SOURCE.matches("global_timer_ns() {").count(), 1);
+    }
+}
