@@ -294,6 +294,14 @@ pub(super) fn begin_capture(stream: &CudaStream) -> Result<(), Error> {
         .map_err(failed("cuStreamBeginCapture"))
 }
 
+/// Whether `stream` is recording into a graph (work queued now runs only on replay).
+pub(super) fn is_capturing(stream: &CudaStream) -> Result<bool, Error> {
+    let status = stream
+        .capture_status()
+        .map_err(failed("cuStreamIsCapturing"))?;
+    Ok(status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)
+}
+
 /// A captured and instantiated graph; both are destroyed on drop.
 pub(super) struct Graph {
     graph: sys::CUgraph,

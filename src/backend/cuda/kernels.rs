@@ -40,6 +40,33 @@ pub(super) fn copy_blocks(len: usize, sm_count: u32) -> u32 {
     wanted.min((sm_count.max(1) * COPY_BLOCKS_PER_SM) as usize) as u32
 }
 
+/// Threads per block of the batch kernel: one block moves a 4 KiB message in one 16-byte step each.
+const BATCH_THREADS: u32 = 256;
+/// The most blocks a batch launch uses; longer lists are strided over.
+const BATCH_MAX_BLOCKS: usize = 65_535;
+
+/// Bytes of one copy descriptor of `copy_batch` (struct CopyDescriptor in copy.cu).
+const DESCRIPTOR_BYTES: usize = 24;
+
+/// One copy of a batch: unified destination and source addresses, and a length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Descriptor {
+    pub(super) dst: u64,
+    pub(super) src: u64,
+    pub(super) len: u64,
+}
+
+/// The descriptors as copy.cu's `CopyDescriptor` array: three little-endian u64 each.
+pub(super) fn encode(descriptors: &[Descriptor]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(descriptors.len() * DESCRIPTOR_BYTES);
+    for d in descriptors {
+        for word in [d.dst, d.src, d.len] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+    }
+    bytes
+}
+
 /// One thread, for the latency probes and the gate.
 const ONE_THREAD: LaunchConfig = LaunchConfig {
     grid_dim: (1, 1, 1),
@@ -50,6 +77,7 @@ const ONE_THREAD: LaunchConfig = LaunchConfig {
 /// The kernels loaded into one device's context.
 pub(super) struct Kernels {
     copy: CudaFunction,
+    batch: CudaFunction,
     spin: CudaFunction,
     chase: CudaFunction,
     ping: CudaFunction,
@@ -96,6 +124,7 @@ impl KernelCache {
             .map_err(failed("cuDeviceGetAttribute"))?;
         let kernels = Arc::new(Kernels {
             copy: function("copy_bytes")?,
+            batch: function("copy_batch")?,
             spin: function("spin_until_released")?,
             chase: function("pointer_chase")?,
             ping: function("ping")?,
@@ -156,6 +185,26 @@ impl Kernels {
         launch.arg(&dst).arg(&src).arg(&len);
         // SAFETY: arguments match copy_bytes(uchar*, const uchar*, u64); the caller checked that both
         // ranges lie inside live allocations reachable from this stream's device.
+        launched(unsafe { launch.launch(config) })
+    }
+
+    /// Queues one launch performing `count` copies whose descriptors lie at `descriptors` (device
+    /// memory that must stay untouched until the kernel has run).
+    pub(super) fn copy_batch(
+        &self,
+        stream: &CudaStream,
+        descriptors: u64,
+        count: u32,
+    ) -> Result<()> {
+        let config = LaunchConfig {
+            grid_dim: ((count as usize).clamp(1, BATCH_MAX_BLOCKS) as u32, 1, 1),
+            block_dim: (BATCH_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.batch);
+        launch.arg(&descriptors).arg(&count);
+        // SAFETY: arguments match copy_batch(const CopyDescriptor*, u32); the caller wrote `count`
+        // descriptors there, each range checked to lie inside a live, reachable allocation.
         launched(unsafe { launch.launch(config) })
     }
 
@@ -233,9 +282,34 @@ mod tests {
     }
 
     #[test]
+    fn descriptors_are_laid_out_as_in_copy_cu() {
+        let bytes = encode(&[
+            Descriptor {
+                dst: 0x1122,
+                src: 0x3344,
+                len: 5,
+            },
+            Descriptor {
+                dst: 1,
+                src: 2,
+                len: 3,
+            },
+        ]);
+        assert_eq!(bytes.len(), 2 * DESCRIPTOR_BYTES);
+        assert_eq!(&bytes[0..8], &0x1122u64.to_le_bytes());
+        assert_eq!(&bytes[8..16], &0x3344u64.to_le_bytes());
+        assert_eq!(&bytes[16..24], &5u64.to_le_bytes());
+        assert_eq!(&bytes[40..48], &3u64.to_le_bytes());
+        assert!(SOURCE.contains(
+            "unsigned long long dst;\n    unsigned long long src;\n    unsigned long long len;"
+        ));
+    }
+
+    #[test]
     fn kernel_sources_define_every_launched_kernel() {
         for name in [
             "copy_bytes",
+            "copy_batch",
             "spin_until_released",
             "pointer_chase",
             "void ping(",

@@ -9,6 +9,7 @@
 //! One primary context per device, with cudarc's event tracking off: the backend orders work itself,
 //! and cudarc's hidden per-buffer events would otherwise land in timed windows and graph captures.
 
+mod batches;
 mod driver;
 mod gates;
 mod kernels;
@@ -68,11 +69,25 @@ impl Buffer {
 struct Stream {
     device: usize,
     stream: Arc<CudaStream>,
+    /// Descriptor blocks of batches captured on this stream, for the graph to keep at end_capture.
+    captured_descriptors: Mutex<Vec<(usize, DeviceMemory)>>,
+}
+
+/// A replayable graph and the batch descriptors its kernels read (dropped after the graph).
+struct CapturedGraph {
+    graph: Mutex<driver::Graph>,
+    _descriptors: Vec<(usize, DeviceMemory)>,
 }
 
 struct Event {
     device: usize,
     event: CudaEvent,
+}
+
+/// Locks a mutex, carrying on past a panic of another thread (the data stay consistent: every
+/// critical section here is a single insert, remove or push).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Live objects of one kind, by handle id.
@@ -90,7 +105,7 @@ impl<T> Handles<T> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<T>>> {
-        self.items.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.items)
     }
 
     fn insert(&self, id: u64, item: T) {
@@ -136,7 +151,8 @@ pub struct CudaBackend {
     buffers: Handles<Buffer>,
     streams: Handles<Stream>,
     events: Handles<Event>,
-    graphs: Handles<Mutex<driver::Graph>>,
+    graphs: Handles<CapturedGraph>,
+    descriptors: batches::DescriptorPool,
     /// One internal stream per device for the synchronous `write` and `read`.
     io_streams: Vec<Arc<CudaStream>>,
     contexts: Vec<Arc<CudaContext>>,
@@ -193,6 +209,7 @@ impl CudaBackend {
             streams: Handles::new("stream"),
             events: Handles::new("event"),
             graphs: Handles::new("graph"),
+            descriptors: batches::DescriptorPool::new(contexts.len()),
             io_streams,
             contexts,
         })
@@ -347,7 +364,14 @@ impl Backend for CudaBackend {
             .new_stream()
             .map_err(failed("cuStreamCreate"))?;
         let id = self.new_id();
-        self.streams.insert(id, Stream { device, stream });
+        self.streams.insert(
+            id,
+            Stream {
+                device,
+                stream,
+                captured_descriptors: Mutex::new(Vec::new()),
+            },
+        );
         Ok(StreamId(id))
     }
 
@@ -366,6 +390,41 @@ impl Backend for CudaBackend {
                 .kernels(device)?
                 .copy(&stream.stream, dst, src, copy.len),
         }
+    }
+
+    fn copy_batch(&self, stream: StreamId, copies: &[super::Copy]) -> Result<()> {
+        let stream = self.streams.get(stream.0)?;
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let count = u32::try_from(copies.len())
+            .map_err(|_| Error::usage("a copy batch holds at most 4294967295 copies"))?;
+        let device = stream.device;
+        let descriptors = copies
+            .iter()
+            .map(|c| {
+                Ok(kernels::Descriptor {
+                    dst: self.reachable_range(device, c.dst, c.dst_offset, c.len, "destination")?,
+                    src: self.reachable_range(device, c.src, c.src_offset, c.len, "source")?,
+                    len: c.len as u64,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let kernels = self.kernels(device)?;
+        let bytes = kernels::encode(&descriptors);
+        let ctx = &self.contexts[device];
+        let block = self.descriptors.take(ctx, bytes.len())?;
+        driver::copy_to_device_and_wait(&self.io_streams[device], block.1.address(), &bytes)?;
+        kernels.copy_batch(&stream.stream, block.1.address(), count)?;
+        if driver::is_capturing(&stream.stream)? {
+            lock(&stream.captured_descriptors).push(block);
+        } else {
+            let done = ctx.new_event(None).map_err(failed("cuEventCreate"))?;
+            done.record(&stream.stream)
+                .map_err(failed("cuEventRecord"))?;
+            self.descriptors.retire(block, done);
+        }
+        Ok(())
     }
 
     fn record(&self, stream: StreamId) -> Result<EventId> {
@@ -521,16 +580,23 @@ impl Backend for CudaBackend {
     }
 
     fn end_capture(&self, stream: StreamId) -> Result<GraphId> {
-        let graph = driver::Graph::end_capture(&self.streams.get(stream.0)?.stream)?;
+        let stream = self.streams.get(stream.0)?;
+        let graph = driver::Graph::end_capture(&stream.stream)?;
         let id = self.new_id();
-        self.graphs.insert(id, Mutex::new(graph));
+        self.graphs.insert(
+            id,
+            CapturedGraph {
+                graph: Mutex::new(graph),
+                _descriptors: std::mem::take(&mut *lock(&stream.captured_descriptors)),
+            },
+        );
         Ok(GraphId(id))
     }
 
     fn replay(&self, graph: GraphId, stream: StreamId) -> Result<()> {
         let graph = self.graphs.get(graph.0)?;
         let stream = self.streams.get(stream.0)?;
-        let graph = graph.lock().unwrap_or_else(|e| e.into_inner());
+        let graph = lock(&graph.graph);
         graph.launch(&stream.stream)
     }
 }
@@ -550,8 +616,5 @@ impl Drop for CudaBackend {
         self.events.clear();
         self.buffers.clear();
         self.streams.clear();
-    }
-    fn copy_batch(&self, _stream: StreamId, _copies: &[Copy]) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
     }
 }
