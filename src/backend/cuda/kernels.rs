@@ -306,6 +306,29 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs libnvrtc (CUDA 13) on the library path"]
+    fn kernels_compile_for_ampere_hopper_and_blackwell() {
+        let cache = KernelCache::new(0);
+        for arch in ["compute_80", "compute_90", "compute_100"] {
+            let ptx = cache
+                .compile(arch)
+                .unwrap_or_else(|e| panic!("{arch}: {e}"));
+            let text = ptx.to_src();
+            for kernel in [
+                "copy_bytes",
+                "copy_batch",
+                "spin_until_released",
+                "pointer_chase",
+            ] {
+                assert!(
+                    text.contains(&format!(".entry {kernel}")),
+                    "{arch}: {kernel}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn kernel_sources_define_every_launched_kernel() {
         for name in [
             "copy_bytes",
