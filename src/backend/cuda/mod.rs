@@ -576,7 +576,10 @@ impl Backend for CudaBackend {
     }
 
     fn begin_capture(&self, stream: StreamId) -> Result<()> {
-        driver::begin_capture(&self.streams.get(stream.0)?.stream)
+        let stream = self.streams.get(stream.0)?;
+        // Compile and load the kernels now: loading a module inside a capture is asking for trouble.
+        self.kernels(stream.device)?;
+        driver::begin_capture(&stream.stream)
     }
 
     fn end_capture(&self, stream: StreamId) -> Result<GraphId> {
