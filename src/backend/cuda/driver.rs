@@ -8,7 +8,7 @@ use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUresult};
-use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream, DriverError};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaStream, DriverError};
 
 use crate::Error;
 
@@ -49,6 +49,16 @@ pub(super) fn nvrtc_library_present() -> bool {
 /// Makes `ctx` current on this thread, for the raw calls below that act on the current context.
 fn bind(ctx: &CudaContext) -> Result<(), Error> {
     ctx.bind_to_thread().map_err(failed("cuCtxSetCurrent"))
+}
+
+/// Loads a kernel onto its device now. Under lazy loading (the default since CUDA 12.2) its first
+/// launch would do it instead, putting milliseconds of host work into the first timed window.
+pub(super) fn load_now(ctx: &CudaContext, function: &CudaFunction) -> Result<(), Error> {
+    bind(ctx)?;
+    // SAFETY: the handle comes from a module loaded in `ctx`, which the CudaFunction keeps alive.
+    unsafe { sys::cuFuncLoad(function.cu_function()) }
+        .result()
+        .map_err(failed("cuFuncLoad"))
 }
 
 /// cuDeviceCanAccessPeer.

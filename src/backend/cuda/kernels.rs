@@ -113,9 +113,11 @@ impl KernelCache {
         let ptx = self.compile(&format!("compute_{major}{minor}"))?;
         let module = ctx.load_module(ptx).map_err(failed("cuModuleLoadData"))?;
         let function = |name| {
-            module
+            let function = module
                 .load_function(name)
-                .map_err(failed("cuModuleGetFunction"))
+                .map_err(failed("cuModuleGetFunction"))?;
+            driver::load_now(ctx, &function)?;
+            Ok::<_, Error>(function)
         };
         let sm_count = ctx
             .attribute(

@@ -59,13 +59,18 @@ impl PciAddress {
     }
 }
 
-/// A CPU bitmask (NVML's words, CPU 0 in bit 0 of word 0) as a list like `0-15,32-47`.
-pub(super) fn cpu_list(words: &[u64]) -> Option<String> {
-    let cpus = words.iter().enumerate().flat_map(|(word, &bits)| {
+/// The numbers set in an NVML bitmask (bit 0 of word 0 is number 0).
+fn set_bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
+    words.iter().enumerate().flat_map(|(word, &bits)| {
         (0..64)
             .filter(move |bit| bits & (1u64 << bit) != 0)
             .map(move |bit| word * 64 + bit)
-    });
+    })
+}
+
+/// A CPU bitmask (NVML's words, CPU 0 in bit 0 of word 0) as a list like `0-15,32-47`.
+pub(super) fn cpu_list(words: &[u64]) -> Option<String> {
+    let cpus = set_bits(words);
     let mut ranges: Vec<(usize, usize)> = Vec::new();
     for cpu in cpus {
         match ranges.last_mut() {
@@ -87,6 +92,15 @@ pub(super) fn cpu_list(words: &[u64]) -> Option<String> {
         })
         .collect();
     Some(text.join(","))
+}
+
+/// The one NUMA node set in a node mask; none if the mask names no node or several.
+fn single_node(words: &[u64]) -> Option<i32> {
+    let mut nodes = set_bits(words);
+    match (nodes.next(), nodes.next()) {
+        (Some(node), None) => i32::try_from(node).ok(),
+        _ => None,
+    }
 }
 
 /// NVML's common-ancestor level in nvidia-smi's vocabulary.
@@ -153,6 +167,9 @@ fn sysfs_numa_node(address: PciAddress) -> Option<i32> {
 /// Words of CPU mask to ask NVML for: enough for 4096 CPUs.
 const CPU_MASK_WORDS: usize = 64;
 
+/// NVML_AFFINITY_SCOPE_NODE: ask for NUMA nodes (not sockets) in affinity queries.
+const AFFINITY_SCOPE_NODE: u32 = 0;
+
 /// NVML's limit on NVLinks per GPU (NVML_NVLINK_MAX_LINKS).
 const MAX_NVLINKS: u32 = 18;
 
@@ -161,6 +178,8 @@ const MAX_NVLINKS: u32 = 18;
 struct NvmlFacts {
     uuid: Option<String>,
     numa_node: Option<i32>,
+    /// The NUMA node of the memory NVML calls close to the GPU (nvidia-smi's "NUMA Affinity").
+    memory_node: Option<i32>,
     cpu_affinity: Option<String>,
     mig_enabled: bool,
     /// Remote ends of the active NVLinks.
@@ -173,6 +192,10 @@ fn nvml_facts(nvml: &Nvml, address: PciAddress) -> std::result::Result<NvmlFacts
         .numa_node_id()
         .ok()
         .and_then(|n| i32::try_from(n).ok());
+    let memory_node = device
+        .memory_affinity(CPU_MASK_WORDS, AFFINITY_SCOPE_NODE)
+        .ok()
+        .and_then(|words| single_node(&words));
     let cpu_affinity = device
         .cpu_affinity(CPU_MASK_WORDS)
         .ok()
@@ -193,6 +216,7 @@ fn nvml_facts(nvml: &Nvml, address: PciAddress) -> std::result::Result<NvmlFacts
     Ok(NvmlFacts {
         uuid: device.uuid().ok(),
         numa_node,
+        memory_node,
         cpu_affinity,
         mig_enabled,
         nvlink_remotes,
@@ -233,10 +257,12 @@ pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<S
             }),
             None => NvmlFacts::default(),
         };
-        let (numa_node, numa_source) = match facts.numa_node {
-            Some(node) => (Some(node), "nvml"),
-            None => match sysfs_numa_node(address) {
-                Some(node) => (Some(node), "sysfs"),
+        // NVML's own answer, else the kernel's, else the node of the memory NVML calls close.
+        let (numa_node, numa_source) = match (facts.numa_node, sysfs_numa_node(address)) {
+            (Some(node), _) => (Some(node), "nvml"),
+            (None, Some(node)) => (Some(node), "sysfs"),
+            (None, None) => match facts.memory_node {
+                Some(node) => (Some(node), "nvml"),
                 None => (None, "unknown"),
             },
         };
@@ -404,6 +430,14 @@ mod tests {
         // A run that crosses a word boundary stays one range.
         assert_eq!(cpu_list(&[1 << 63, 1]), Some("63-64".into()));
         assert_eq!(cpu_list(&[0, 0]), None);
+    }
+
+    #[test]
+    fn a_node_mask_names_one_node_or_none() {
+        assert_eq!(single_node(&[0b1, 0]), Some(0));
+        assert_eq!(single_node(&[0, 0b100]), Some(66));
+        assert_eq!(single_node(&[0b11]), None);
+        assert_eq!(single_node(&[0, 0]), None);
     }
 
     #[test]
