@@ -2,8 +2,10 @@
 // Relies on global_timer_ns() from spin.cu (the kernels are compiled as one program).
 
 // Follows `steps` dependent loads through `chain` (u64 element indices, `elements` of them) starting at
-// element 0, and stores the last index reached in `result`. __ldcv ("cache as volatile") fetches every
-// load again from memory, so each step costs one real round trip over the path to `chain`. An index
+// element 0, and stores the last index reached in `result`. __ldcv ("cache as volatile") keeps the
+// load out of L1 and, for peer and host memory, fetches it again over the link, so each step costs one
+// real round trip over the path to `chain`. In the GPU's own memory it acts like ld.cg: a chain that
+// fits in L2 measures L2 (about 185 ns on an H200), not HBM. An index
 // outside the chain stops the walk (it is stored, so the host can see the chain was bad) instead of
 // faulting the context.
 extern "C" __global__ void pointer_chase(const unsigned long long *chain,
