@@ -485,8 +485,8 @@ impl Backend for SimBackend {
                 Error::InvalidHandle(format!("gate {} does not exist in this simulator", gate.0))
             })?;
         // The spinning kernel sees the flag one load of pinned host memory later.
-        let poll = self.fabric.load_latency_us(0, Place::Host(None));
-        let at = st.host_us + poll;
+        let poll_us = self.fabric.preset().pcie.load_latency_ns / 1e3;
+        let at = st.host_us + poll_us;
         st.engine.open_gate(g, at);
         Ok(())
     }
