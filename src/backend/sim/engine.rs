@@ -320,9 +320,9 @@ impl Engine {
                     Phase::Partner
                 }
                 Some(partner) => {
-                    let partner_end = self.ping_pong_end(&self.streams[partner].running);
+                    // Both sides exchange from now on, when the later one has started.
                     if let Some(r) = &mut self.streams[partner].running {
-                        r.phase = Phase::Delay(partner_end);
+                        r.phase = Phase::Delay(ping_pong_end_of(&r.work, now));
                     }
                     Phase::Delay(ping_pong_end_of(&work, now))
                 }
@@ -347,12 +347,6 @@ impl Engine {
             op_id: self.next_op_id,
             store: store_on_end,
         });
-    }
-
-    /// When the partner side of a ping-pong that starts now ends.
-    fn ping_pong_end(&self, partner: &Option<Running>) -> f64 {
-        let work = &partner.as_ref().expect("a partner is running").work;
-        ping_pong_end_of(work, self.now)
     }
 
     /// Follows the chain of u64 indices from element 0; a wild index faults the kernel.
