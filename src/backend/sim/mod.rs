@@ -3,8 +3,8 @@
 //! Buffers are `Vec<u8>`s and copies really copy, so chunking, offset and relay bugs show byte for
 //! byte. Time is virtual: a host clock advances by each call's modelled CPU cost; GPU work runs on
 //! in-order streams in a discrete-event simulation whose copy rates come from a link model with
-//! max-min fair sharing (modules `fabric`, `sharing`). Figures come from a [`preset`]. Every figure this
-//! backend produces is simulated, and its source says so (`sim:<preset>`).
+//! max-min fair sharing (modules `fabric`, `sharing`). Figures come from a [`preset`]. Every
+//! figure this backend produces is simulated, and its source says so (`sim:<preset>`).
 
 mod engine;
 mod fabric;
