@@ -15,7 +15,7 @@ pub mod cuda;
 pub mod sim;
 
 use crate::topology::Topology;
-use crate::Result;
+use crate::{Error, Result};
 
 /// A block of memory on one GPU or in pinned host memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -237,4 +237,23 @@ pub fn open(choice: &Choice) -> Result<Opened> {
             Err(other) => Err(other),
         },
     }
+}
+
+/// A batch kernel's messages run concurrently, so their destinations must not overlap.
+pub(crate) fn check_disjoint_destinations(copies: &[Copy]) -> Result<()> {
+    let mut ranges: Vec<(BufferId, usize, usize)> = copies
+        .iter()
+        .filter(|c| c.len > 0)
+        .map(|c| (c.dst, c.dst_offset, c.dst_offset + c.len))
+        .collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        if w[0].0 == w[1].0 && w[1].1 < w[0].2 {
+            return Err(Error::usage(format!(
+                "copy_batch: two messages write overlapping bytes of one buffer (offsets {} and {})",
+                w[0].1, w[1].1
+            )));
+        }
+    }
+    Ok(())
 }

@@ -397,6 +397,7 @@ impl Backend for CudaBackend {
         if copies.is_empty() {
             return Ok(());
         }
+        super::check_disjoint_destinations(copies)?;
         let count = u32::try_from(copies.len())
             .map_err(|_| Error::usage("a copy batch holds at most 4294967295 copies"))?;
         let device = stream.device;

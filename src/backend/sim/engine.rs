@@ -22,9 +22,10 @@ const DONE_BYTES: f64 = 1e-3;
 /// Work a stream can run.
 #[derive(Clone, Debug)]
 pub(super) enum Work {
-    /// Moves bytes: fixed latency (`setup_us` + the route's latency), then a flow over `route`.
+    /// Moves bytes: fixed latency (`setup_us` + the route's latency), then one flow over `route`
+    /// carrying every copy's bytes (one copy, or the messages of one batch kernel).
     Copy {
-        copy: Copy,
+        copies: Vec<Copy>,
         route: Route,
         setup_us: f64,
     },
@@ -56,7 +57,7 @@ impl Work {
     /// The buffers this work touches (they cannot be freed while it is queued).
     pub fn buffers(&self) -> Vec<BufferId> {
         match self {
-            Work::Copy { copy, .. } => vec![copy.src, copy.dst],
+            Work::Copy { copies, .. } => copies.iter().flat_map(|c| [c.src, c.dst]).collect(),
             Work::Chase { chain, result, .. } => vec![*chain, *result],
             Work::PingPong { writes, .. } => vec![*writes],
             Work::Gate(_) | Work::Record(_) | Work::Wait(_) => Vec::new(),
@@ -95,7 +96,7 @@ enum Phase {
 struct Running {
     work: Work,
     phase: Phase,
-    /// Copy operations' reader id in the store.
+    /// The store's reader id of a copy operation's first copy (the others follow in order).
     op_id: u64,
     /// A store to make when the operation ends (a kernel's result or flag).
     store: Option<(BufferId, Vec<u8>)>,
@@ -296,12 +297,15 @@ impl Engine {
                 return;
             }
             Work::Copy {
-                copy,
+                copies,
                 route,
                 setup_us,
             } => {
-                self.next_op_id += 1;
-                store.begin_read(self.next_op_id, copy.src, copy.src_offset, copy.len);
+                // One reader id per copy, so that each finds its own saved source bytes.
+                for copy in copies {
+                    self.next_op_id += 1;
+                    store.begin_read(self.next_op_id, copy.src, copy.src_offset, copy.len);
+                }
                 Phase::Delay(now + setup_us + route.latency_us)
             }
             Work::Chase {
@@ -341,10 +345,14 @@ impl Engine {
             Work::PingPong { writes, rounds, .. } => Some((*writes, rounds.to_le_bytes().to_vec())),
             _ => None,
         };
+        let first_op_id = match &work {
+            Work::Copy { copies, .. } => self.next_op_id + 1 - copies.len() as u64,
+            _ => self.next_op_id,
+        };
         self.streams[s].running = Some(Running {
             work,
             phase,
-            op_id: self.next_op_id,
+            op_id: first_op_id,
             store: store_on_end,
         });
     }
@@ -498,10 +506,11 @@ impl Engine {
                 continue;
             }
             let r = self.streams[s].running.as_mut().expect("due work runs");
-            if let (Phase::Delay(_), Work::Copy { copy, .. }) = (&r.phase, &r.work) {
-                if copy.len > 0 {
+            if let (Phase::Delay(_), Work::Copy { copies, .. }) = (&r.phase, &r.work) {
+                let bytes: usize = copies.iter().map(|c| c.len).sum();
+                if bytes > 0 {
                     r.phase = Phase::Flow {
-                        remaining: copy.len as f64,
+                        remaining: bytes as f64,
                         rate: 0.0,
                     };
                     self.rates_stale = true;
@@ -512,8 +521,10 @@ impl Engine {
                 self.rates_stale = true;
             }
             let r = self.streams[s].running.take().expect("checked above");
-            if let Work::Copy { copy, .. } = &r.work {
-                store.finish_copy(r.op_id, copy);
+            if let Work::Copy { copies, .. } = &r.work {
+                for (op_id, copy) in (r.op_id..).zip(copies) {
+                    store.finish_copy(op_id, copy);
+                }
             }
             if let Some((buffer, bytes)) = &r.store {
                 store

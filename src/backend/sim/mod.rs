@@ -163,7 +163,7 @@ impl SimBackend {
             }
         };
         Ok(Work::Copy {
-            copy: *copy,
+            copies: vec![*copy],
             route,
             setup_us,
         })
@@ -620,7 +620,48 @@ impl Backend for SimBackend {
         }
         Ok(())
     }
-    fn copy_batch(&self, _stream: StreamId, _copies: &[Copy]) -> Result<()> {
-        Err(Error::InvalidHandle("sim: not yet implemented".into()))
+    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+        let mut st = self.lock();
+        let gpu = self.stream(&st, stream)?.device;
+        super::check_disjoint_destinations(copies)?;
+        // One kernel: each message's route as an SM copy; messages that take different paths are
+        // modelled as one flow over all of them (pessimistic where they would not contend).
+        let mut batch: Option<Work> = None;
+        for copy in copies {
+            let Work::Copy {
+                route, setup_us, ..
+            } = self.plan_copy(&st, gpu, CopyMethod::SmKernel, copy)?
+            else {
+                unreachable!("plan_copy plans copies")
+            };
+            batch = Some(match batch {
+                None => Work::Copy {
+                    copies: vec![*copy],
+                    route,
+                    setup_us,
+                },
+                Some(Work::Copy {
+                    mut copies,
+                    route: mut joined,
+                    setup_us,
+                }) => {
+                    copies.push(*copy);
+                    if joined != route {
+                        joined.join(route);
+                    }
+                    Work::Copy {
+                        copies,
+                        route: joined,
+                        setup_us,
+                    }
+                }
+                Some(_) => unreachable!("a batch is a copy"),
+            });
+        }
+        let Some(work) = batch else {
+            return Ok(()); // nothing to copy, nothing launched
+        };
+        let issue = self.costs().kernel_issue_us;
+        self.submit(&mut st, stream, issue, work)
     }
 }

@@ -925,3 +925,101 @@ fn dgx1_nv2_pairs_are_twice_nv1_and_sys_pairs_are_staged() {
     assert!(sys < 9.0, "{sys}");
     assert!(sim.enable_peer_access(0, 5).is_err());
 }
+
+/// 1000 messages of `len` bytes at odd offsets, from `src` into `dst`.
+fn scattered_messages(src: BufferId, dst: BufferId, len: usize) -> Vec<Copy> {
+    (0..1000)
+        .map(|i| Copy {
+            dst,
+            dst_offset: i * (len + 3) + 1,
+            src,
+            src_offset: (999 - i) * (len + 5) + 7,
+            len,
+        })
+        .collect()
+}
+
+#[test]
+fn copy_batch_moves_every_message_over_peer_access() {
+    let sim = h100();
+    sim.enable_peer_access(0, 1).unwrap();
+    let src = device_buffer(&sim, 0, 1000 * (4096 + 5) + 8, 3);
+    let dst = device_buffer(&sim, 1, 1000 * (4096 + 3) + 2, 4);
+    let before = contents(&sim, dst);
+    let stream = sim.create_stream(0).unwrap();
+    let messages = scattered_messages(src, dst, 4096);
+    sim.copy_batch(stream, &messages).unwrap();
+    sim.synchronize(stream).unwrap();
+
+    let (from, to) = (contents(&sim, src), contents(&sim, dst));
+    let mut expected = before;
+    for m in &messages {
+        expected[m.dst_offset..m.dst_offset + m.len]
+            .copy_from_slice(&from[m.src_offset..m.src_offset + m.len]);
+    }
+    assert!(
+        to == expected,
+        "a message landed wrong or bytes between messages changed"
+    );
+}
+
+#[test]
+fn copy_batch_costs_one_launch_not_one_per_message() {
+    let sim = h100();
+    let src = device_buffer(&sim, 0, 1000 * (4096 + 5) + 8, 3);
+    let dst = device_buffer(&sim, 0, 1000 * (4096 + 3) + 2, 4);
+    let stream = sim.create_stream(0).unwrap();
+    let messages = scattered_messages(src, dst, 4096);
+
+    let t0 = sim.host_time_us();
+    for m in &messages {
+        sim.copy(stream, CopyMethod::CopyEngine, m).unwrap();
+    }
+    sim.synchronize(stream).unwrap();
+    let separate = sim.host_time_us() - t0;
+
+    let t0 = sim.host_time_us();
+    sim.copy_batch(stream, &messages).unwrap();
+    sim.synchronize(stream).unwrap();
+    let batched = sim.host_time_us() - t0;
+    assert!(
+        batched * 20.0 < separate,
+        "batch {batched} µs vs separate {separate} µs end to end"
+    );
+}
+
+#[test]
+fn copy_batch_rejects_overlapping_destinations_and_missing_peer_access() {
+    let sim = h100();
+    let src = device_buffer(&sim, 0, 1 << 16, 1);
+    let dst = device_buffer(&sim, 1, 1 << 16, 2);
+    let stream = sim.create_stream(0).unwrap();
+    let overlapping = [
+        Copy {
+            dst,
+            dst_offset: 0,
+            src,
+            src_offset: 0,
+            len: 100,
+        },
+        Copy {
+            dst,
+            dst_offset: 99,
+            src,
+            src_offset: 200,
+            len: 10,
+        },
+    ];
+    sim.enable_peer_access(0, 1).unwrap();
+    let err = sim.copy_batch(stream, &overlapping).unwrap_err();
+    assert!(err.to_string().contains("overlapping"), "{err}");
+
+    let other = sim.create_stream(1).unwrap();
+    let far = device_buffer(&sim, 2, 1 << 16, 3);
+    let err = sim.copy_batch(other, &[whole(far, dst, 64)]).unwrap_err();
+    assert!(err.to_string().contains("peer access"), "{err}");
+    assert!(
+        sim.copy_batch(stream, &[]).is_ok(),
+        "an empty batch is a no-op"
+    );
+}
