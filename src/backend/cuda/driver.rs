@@ -188,6 +188,11 @@ impl PinnedMemory {
         self.pointer as u64
     }
 
+    /// The ordinal of the GPU whose context allocated the memory.
+    pub(super) fn device(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
     /// Copies `data` in at `offset`. The range must lie inside the allocation (callers check it).
     pub(super) fn write_at(&self, offset: usize, data: &[u8]) {
         assert!(

@@ -70,13 +70,13 @@ struct Stream {
     device: usize,
     stream: Arc<CudaStream>,
     /// Descriptor blocks of batches captured on this stream, for the graph to keep at end_capture.
-    captured_descriptors: Mutex<Vec<(usize, DeviceMemory)>>,
+    captured_descriptors: Mutex<Vec<(usize, driver::PinnedMemory)>>,
 }
 
 /// A replayable graph and the batch descriptors its kernels read (dropped after the graph).
 struct CapturedGraph {
     graph: Mutex<driver::Graph>,
-    _descriptors: Vec<(usize, DeviceMemory)>,
+    _descriptors: Vec<(usize, driver::PinnedMemory)>,
 }
 
 struct Event {
@@ -415,7 +415,7 @@ impl Backend for CudaBackend {
         let bytes = kernels::encode(&descriptors);
         let ctx = &self.contexts[device];
         let block = self.descriptors.take(ctx, bytes.len())?;
-        driver::copy_to_device_and_wait(&self.io_streams[device], block.1.address(), &bytes)?;
+        block.1.write_at(0, &bytes);
         kernels.copy_batch(&stream.stream, block.1.address(), count)?;
         if driver::is_capturing(&stream.stream)? {
             lock(&stream.captured_descriptors).push(block);
