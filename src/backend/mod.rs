@@ -106,6 +106,13 @@ pub trait Backend: Send + Sync {
     /// (the destination's); a peer copy needs peer access enabled from the issuing GPU.
     fn copy(&self, stream: StreamId, method: CopyMethod, copy: &Copy) -> Result<()>;
 
+    /// Queues ONE kernel on `stream`'s GPU that performs every copy in `copies` (a thread block per
+    /// message, 16-byte accesses where alignment allows), loading and storing through peer mappings where
+    /// a buffer is another GPU's (peer access enabled) or pinned host memory. The backend carries the copy
+    /// list to the GPU itself (its cost is part of this call). Copies must not overlap each other's
+    /// destinations. This is how thousands of small messages cost one launch instead of one each.
+    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()>;
+
     /// Records an event after the work queued so far on `stream`.
     fn record(&self, stream: StreamId) -> Result<EventId>;
 

@@ -51,28 +51,31 @@ fn devices_of(pairs: &[(usize, usize)]) -> Vec<usize> {
     d
 }
 
-fn no_p2p(topo: &Topology, out: &mut Vec<Warning>) {
+const NO_P2P_MIG: &str = "MIG is enabled on one of the GPUs, and MIG instances cannot use P2P";
+const NO_P2P_SOCKETS: &str = "they sit under different CPU sockets (root complexes), and the driver \
+     does not route P2P across the socket interconnect; transfers are staged through host memory — put \
+     communicating ranks on GPUs of one socket, or use a relay GPU that has NVLink to both";
+const NO_P2P_OTHER: &str = "the driver reports P2P unsupported on this path (often an IOMMU or PCIe \
+     ACS setting, or a virtual machine that hides the PCIe topology); transfers are staged through host \
+     memory";
+
+/// Why a pair has no P2P, or `None` where it has.
+fn no_p2p_reason(topo: &Topology, pair: &super::Pair) -> Option<&'static str> {
     let mig_on = |i: usize| topo.devices.get(i).is_some_and(|d| d.mig_enabled);
-    let groups: [(&str, Box<dyn Fn(&super::Pair) -> bool>); 3] = [
-        (
-            "MIG is enabled on one of the GPUs, and MIG instances cannot use P2P",
-            Box::new(|p| !p.p2p && (mig_on(p.src) || mig_on(p.dst))),
-        ),
-        (
-            "they sit under different CPU sockets (root complexes), and the driver does not route \
-             P2P across the socket interconnect; transfers are staged through host memory — put \
-             communicating ranks on GPUs of one socket, or use a relay GPU that has NVLink to both",
-            Box::new(|p| !p.p2p && !mig_on(p.src) && !mig_on(p.dst) && p.link == Link::Sys),
-        ),
-        (
-            "the driver reports P2P unsupported on this path (often an IOMMU or PCIe ACS setting, \
-             or a virtual machine that hides the PCIe topology); transfers are staged through host \
-             memory",
-            Box::new(|p| !p.p2p && !mig_on(p.src) && !mig_on(p.dst) && p.link != Link::Sys),
-        ),
-    ];
-    for (reason, keep) in groups {
-        let pairs = unordered_pairs(topo, keep);
+    if pair.p2p {
+        None
+    } else if mig_on(pair.src) || mig_on(pair.dst) {
+        Some(NO_P2P_MIG)
+    } else if pair.link == Link::Sys {
+        Some(NO_P2P_SOCKETS)
+    } else {
+        Some(NO_P2P_OTHER)
+    }
+}
+
+fn no_p2p(topo: &Topology, out: &mut Vec<Warning>) {
+    for reason in [NO_P2P_MIG, NO_P2P_SOCKETS, NO_P2P_OTHER] {
+        let pairs = unordered_pairs(topo, |p| no_p2p_reason(topo, p) == Some(reason));
         if pairs.is_empty() {
             continue;
         }

@@ -103,4 +103,7 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         Err(Error::InvalidHandle("cuda: not yet implemented".into()))
     }
+    fn copy_batch(&self, _stream: StreamId, _copies: &[Copy]) -> Result<()> {
+        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+    }
 }

@@ -103,4 +103,7 @@ impl Backend for SimBackend {
     ) -> Result<()> {
         Err(Error::InvalidHandle("sim: not yet implemented".into()))
     }
+    fn copy_batch(&self, _stream: StreamId, _copies: &[Copy]) -> Result<()> {
+        Err(Error::InvalidHandle("sim: not yet implemented".into()))
+    }
 }

@@ -1,0 +1,226 @@
+//! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices, and as JSON.
+
+use super::table::{matrix, plain};
+use crate::topology::{warnings, Link, Topology};
+use serde_json::{json, Value};
+use std::fmt::Write;
+
+/// JSON schema name of the `topo` document.
+pub const SCHEMA: &str = "peerlink.topo/1";
+
+/// The `topo --json` document for the devices in `selected` (indices into `topo.devices`).
+pub fn json(topo: &Topology, selected: &[usize]) -> Value {
+    let topo = restrict(topo, selected);
+    json!({
+        "schema": SCHEMA,
+        "source": topo.source,
+        "driver_version": topo.driver_version,
+        "visible_devices": topo.visible_devices,
+        "devices": topo.devices,
+        "pairs": topo.pairs,
+        "warnings": warnings(&topo),
+    })
+}
+
+/// The human-readable report.
+pub fn text(topo: &Topology, selected: &[usize]) -> String {
+    let topo = restrict(topo, selected);
+    let mut out = String::new();
+    if let Some(banner) = super::simulated_banner(&topo.source) {
+        let _ = writeln!(out, "{banner}\n");
+    }
+    let _ = writeln!(
+        out,
+        "{} GPU{} ({}{})\n",
+        topo.devices.len(),
+        if topo.devices.len() == 1 { "" } else { "s" },
+        topo.source,
+        topo.driver_version
+            .as_deref()
+            .map(|v| format!(", driver {v}"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(out, "{}\n", devices_table(&topo));
+
+    let indices: Vec<usize> = topo.devices.iter().map(|d| d.index).collect();
+    let links = matrix(&indices, false, |s, d| {
+        topo.pair(s, d)
+            .map_or_else(|| "?".to_string(), |p| p.link.to_string())
+    });
+    let _ = writeln!(out, "Links\n{links}\n");
+
+    let p2p = matrix(&indices, false, |s, d| match topo.pair(s, d) {
+        Some(p) if p.p2p => format!("OK/{}{}", p.perf_rank, if p.atomics { "/A" } else { "" }),
+        Some(_) => "NS".to_string(),
+        None => "?".to_string(),
+    });
+    let _ = writeln!(out, "P2P access (row → column)\n{p2p}\n");
+    let _ = writeln!(out, "{}", legend(&topo));
+
+    let found = warnings(&topo);
+    if found.is_empty() {
+        let _ = writeln!(out, "No problems found.");
+    } else {
+        let _ = writeln!(out, "Warnings:");
+        for w in found {
+            let _ = writeln!(out, "  [{}] {}", w.code, w.message);
+        }
+    }
+    out
+}
+
+fn devices_table(topo: &Topology) -> comfy_table::Table {
+    let header = [
+        "GPU",
+        "Name",
+        "PCI bus id",
+        "NUMA",
+        "CPU affinity",
+        "Memory",
+        "CC",
+        "CEs",
+        "MIG",
+        "UUID",
+    ];
+    let mut table = plain(header.iter().map(|h| h.to_string()).collect());
+    for d in &topo.devices {
+        let numa = match d.numa_node {
+            Some(n) => format!("{n} ({})", d.numa_source),
+            None => "N/A".to_string(),
+        };
+        table.add_row(vec![
+            d.index.to_string(),
+            d.name.clone(),
+            d.pci_bus_id.clone(),
+            numa,
+            d.cpu_affinity.clone().unwrap_or_else(|| "N/A".into()),
+            format!("{:.0} GiB", d.memory_bytes as f64 / (1u64 << 30) as f64),
+            d.compute_capability.clone(),
+            d.copy_engines.to_string(),
+            if d.mig_enabled { "on" } else { "off" }.to_string(),
+            d.uuid.clone(),
+        ]);
+    }
+    table
+}
+
+/// Explains the link classes that appear, and the P2P cell format.
+fn legend(topo: &Topology) -> String {
+    let mut seen: Vec<Link> = topo.pairs.iter().map(|p| p.link).collect();
+    seen.sort();
+    seen.dedup();
+    let mut out = String::from("Legend:\n  X    = self\n");
+    for link in seen {
+        let _ = writeln!(out, "  {:<4} = {}", link.to_string(), link.meaning());
+    }
+    out.push_str(
+        "  OK/r/A = P2P supported, performance rank r (lower is better), A = native atomics\n  \
+         NS     = P2P not supported (copies are staged through host memory)\n",
+    );
+    out
+}
+
+/// The topology with only the selected devices and the pairs between them.
+fn restrict(topo: &Topology, selected: &[usize]) -> Topology {
+    let keep = |i: &usize| selected.contains(i);
+    Topology {
+        devices: topo
+            .devices
+            .iter()
+            .filter(|d| keep(&d.index))
+            .cloned()
+            .collect(),
+        pairs: topo
+            .pairs
+            .iter()
+            .filter(|p| keep(&p.src) && keep(&p.dst))
+            .cloned()
+            .collect(),
+        ..topo.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::test_support::{device, pair};
+
+    fn host() -> Topology {
+        Topology {
+            source: "sim:test".into(),
+            driver_version: Some("580.159.04".into()),
+            visible_devices: None,
+            devices: vec![
+                device(0, Some(0), "0000:18:00.0"),
+                device(1, Some(0), "0000:2a:00.0"),
+                device(2, Some(1), "0000:98:00.0"),
+            ],
+            pairs: vec![
+                pair(0, 1, Link::NvLink(2), true),
+                pair(0, 2, Link::Sys, false),
+                pair(1, 0, Link::NvLink(2), true),
+                pair(1, 2, Link::Sys, false),
+                pair(2, 0, Link::Sys, false),
+                pair(2, 1, Link::Sys, false),
+            ],
+        }
+    }
+
+    #[test]
+    fn json_follows_the_contract() {
+        let doc = json(&host(), &[0, 1, 2]);
+        assert_eq!(doc["schema"], SCHEMA);
+        assert_eq!(doc["source"], "sim:test");
+        let devices = doc["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 3);
+        for key in ["index", "name", "pci_bus_id", "numa_node"] {
+            assert!(devices[0].get(key).is_some(), "device lacks {key}");
+        }
+        let pairs = doc["pairs"].as_array().unwrap();
+        assert_eq!(pairs.len(), 6);
+        assert_eq!(pairs[0]["link"], "NV2");
+        assert_eq!(pairs[1]["link"], "SYS");
+        assert_eq!(pairs[1]["p2p"], false);
+        for key in ["src", "dst", "link", "p2p", "perf_rank", "atomics"] {
+            assert!(pairs[0].get(key).is_some(), "pair lacks {key}");
+        }
+        assert_eq!(doc["warnings"][0]["code"], "no-p2p");
+    }
+
+    #[test]
+    fn selection_keeps_only_pairs_inside_it() {
+        let doc = json(&host(), &[0, 2]);
+        assert_eq!(doc["devices"].as_array().unwrap().len(), 2);
+        let pairs = doc["pairs"].as_array().unwrap();
+        assert_eq!(pairs.len(), 2);
+        assert!(pairs.iter().all(|p| p["link"] == "SYS"));
+    }
+
+    #[test]
+    fn text_shows_matrix_legend_banner_and_warnings() {
+        let text = text(&host(), &[0, 1, 2]);
+        assert!(text.starts_with("*** SIMULATED host `test`"), "{text}");
+        let links_row = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Links"))
+            .skip(2)
+            .find(|l| l.trim_start().starts_with("GPU0 "))
+            .unwrap();
+        let cells: Vec<&str> = links_row.split_whitespace().collect();
+        assert_eq!(cells, ["GPU0", "X", "NV2", "SYS"]);
+        assert!(text.contains("OK/1/A"), "{text}");
+        assert!(text.contains("NS"), "{text}");
+        assert!(
+            text.contains("SYS  = PCIe across the CPU sockets"),
+            "{text}"
+        );
+        assert!(text.contains("[no-p2p]"), "{text}");
+    }
+
+    #[test]
+    fn real_host_has_no_banner() {
+        let mut t = host();
+        t.source = "cuda".into();
+        assert!(!text(&t, &[0, 1, 2]).contains("SIMULATED"));
+    }
+}
