@@ -153,6 +153,11 @@ impl<'b> Lane<'b> {
         self.hops[self.hops.len() - 1].1
     }
 
+    /// How many buffer slots the lane rotates over.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
     /// Byte offset of rotation slot `slot` in every buffer of the lane.
     pub fn slot_offset(&self, slot: usize) -> usize {
         slot * self.stride

@@ -6,6 +6,7 @@
 
 pub mod cases;
 pub mod engine;
+pub mod explain;
 pub mod fit;
 pub mod pattern;
 pub mod progress;
@@ -329,40 +330,52 @@ pub fn sweep(
         (pairs.len() * sizes.len()) as u64,
     );
     for place in pairs {
-        let (src, dst) = place.pair();
-        let mut points = Vec::with_capacity(sizes.len());
-        let mut not_measured = None;
-        for &bytes in sizes {
-            match test.measure(ctx, place, bytes)? {
-                Outcome::Measured { time_us, .. } => points.push(SweepPoint {
-                    bytes,
-                    median_us: time_us.median,
-                    p99_us: time_us.p99,
-                    gbps: crate::units::gbps(bytes, time_us.median),
-                }),
-                Outcome::Skipped(reason) => {
-                    not_measured = Some(reason);
-                    break;
-                }
-            }
-            progress.step();
-        }
-        let fit = fit::fit(
-            &points
-                .iter()
-                .map(|p| (p.bytes, p.median_us))
-                .collect::<Vec<_>>(),
-        );
-        sweeps.push(Sweep {
-            test: test.name().to_string(),
-            src,
-            dst,
-            measures: test.measures(),
-            points,
-            fit,
-            not_measured,
-        });
+        sweeps.push(sweep_pair(ctx, test, place, sizes, progress)?);
     }
     progress.finish();
     Ok(sweeps)
+}
+
+/// Sweeps one test over `sizes` on one pair and fits α and β; stops at the first size that cannot be
+/// measured (a pair without P2P cannot be measured at any size).
+pub fn sweep_pair(
+    ctx: &mut Context<'_>,
+    test: &dyn TestCase,
+    place: Place,
+    sizes: &[u64],
+    progress: &dyn Progress,
+) -> Result<Sweep> {
+    let (src, dst) = place.pair();
+    let mut points = Vec::with_capacity(sizes.len());
+    let mut not_measured = None;
+    for &bytes in sizes {
+        match test.measure(ctx, place, bytes)? {
+            Outcome::Measured { time_us, .. } => points.push(SweepPoint {
+                bytes,
+                median_us: time_us.median,
+                p99_us: time_us.p99,
+                gbps: crate::units::gbps(bytes, time_us.median),
+            }),
+            Outcome::Skipped(reason) => {
+                not_measured = Some(reason);
+                break;
+            }
+        }
+        progress.step();
+    }
+    let fit = fit::fit(
+        &points
+            .iter()
+            .map(|p| (p.bytes, p.median_us))
+            .collect::<Vec<_>>(),
+    );
+    Ok(Sweep {
+        test: test.name().to_string(),
+        src,
+        dst,
+        measures: test.measures(),
+        points,
+        fit,
+        not_measured,
+    })
 }

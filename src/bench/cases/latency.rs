@@ -123,24 +123,27 @@ impl TestCase for SmallCopy {
 pub struct EndToEnd;
 
 impl EndToEnd {
-    /// Host µs of each transfer: from the call that queues the copy until the host has seen it
-    /// complete (event synchronisation), one at a time; every byte verified afterwards.
-    pub fn host_times(lane: &mut Lane<'_>, transfers: u32, seed: u64) -> Result<Vec<f64>> {
+    /// Host µs of one transfer: from the call that queues operation `op` of `lane` until the host
+    /// has seen it complete (event synchronisation).
+    pub fn one_transfer(lane: &mut Lane<'_>, op: u64) -> Result<f64> {
         let backend = lane.backend();
+        let start = backend.host_time_us();
+        lane.enqueue(op)?;
+        let done = backend.record(lane.stream())?;
+        backend.event_synchronize(done)?;
+        let end = backend.host_time_us();
+        backend.destroy_event(done)?;
+        Ok(end - start)
+    }
+
+    /// [`EndToEnd::one_transfer`] `transfers` times, one at a time, after one warm-up transfer
+    /// (first-use costs are setup, not the steady state); every byte verified afterwards.
+    pub fn host_times(lane: &mut Lane<'_>, transfers: u32, seed: u64) -> Result<Vec<f64>> {
         lane.fill(seed)?;
-        let mut times = Vec::with_capacity(transfers as usize);
-        // Operation 0 warms up (first-use costs are the setup part, not the steady state).
-        for op in 0..=u64::from(transfers) {
-            let start = backend.host_time_us();
-            lane.enqueue(op)?;
-            let done = backend.record(lane.stream())?;
-            backend.event_synchronize(done)?;
-            let end = backend.host_time_us();
-            backend.destroy_event(done)?;
-            if op > 0 {
-                times.push(end - start);
-            }
-        }
+        EndToEnd::one_transfer(lane, 0)?;
+        let times = (1..=u64::from(transfers))
+            .map(|op| EndToEnd::one_transfer(lane, op))
+            .collect::<Result<Vec<f64>>>()?;
         lane.verify()?;
         Ok(times)
     }

@@ -262,7 +262,7 @@ pub(crate) fn no_p2p(topo: &Topology, src: usize, dst: usize) -> Option<String> 
 }
 
 /// Enables peer access for `device` to reach `peer`, or says why it could not.
-pub(crate) fn enable(ctx: &Context<'_>, device: usize, peer: usize) -> Option<String> {
+pub fn enable(ctx: &Context<'_>, device: usize, peer: usize) -> Option<String> {
     if device == peer {
         return None;
     }

@@ -91,6 +91,40 @@ impl PeerCopy {
     }
 }
 
+impl PeerCopy {
+    /// Allocates one lane per direction `(from, to)`, each on its own streams. Peer access must
+    /// already be enabled for direct routes.
+    pub fn lanes<'b>(
+        &self,
+        ctx: &mut Context<'b>,
+        directions: &[(usize, usize)],
+        message: usize,
+        timing: &Timing,
+    ) -> Result<Vec<Lane<'b>>> {
+        let lane_devices: Vec<usize> = directions
+            .iter()
+            .flat_map(|&(from, to)| self.stream_devices(from, to))
+            .collect();
+        let streams = ctx.streams(&lane_devices)?;
+        let per_lane = streams.len() / directions.len();
+        let mut lanes = Vec::with_capacity(directions.len());
+        for (i, &(from, to)) in directions.iter().enumerate() {
+            let hops = self.hops(ctx, to, &streams[i * per_lane..(i + 1) * per_lane]);
+            let budget = ctx.buffer_budget(from)?.min(ctx.buffer_budget(to)?);
+            lanes.push(Lane::new(
+                ctx.backend,
+                Context::label(&self.name, from, to),
+                Memory::Device(from),
+                &hops,
+                message,
+                timing,
+                budget,
+            )?);
+        }
+        Ok(lanes)
+    }
+}
+
 impl TestCase for PeerCopy {
     fn name(&self) -> &str {
         &self.name
@@ -158,28 +192,9 @@ impl TestCase for PeerCopy {
             }
         }
         let message = bytes as usize;
-        let timing: Timing = ctx.timing;
-        let mut lanes = Vec::with_capacity(directions.len());
-        let lane_devices: Vec<usize> = directions
-            .iter()
-            .flat_map(|&(from, to)| self.stream_devices(from, to))
-            .collect();
-        let streams = ctx.streams(&lane_devices)?;
-        let per_lane = streams.len() / directions.len();
+        let timing = ctx.timing;
         let seed = ctx.next_seed();
-        for (i, &(from, to)) in directions.iter().enumerate() {
-            let hops = self.hops(ctx, to, &streams[i * per_lane..(i + 1) * per_lane]);
-            let budget = ctx.buffer_budget(from)?.min(ctx.buffer_budget(to)?);
-            lanes.push(Lane::new(
-                ctx.backend,
-                Context::label(&self.name, from, to),
-                Memory::Device(from),
-                &hops,
-                message,
-                &timing,
-                budget,
-            )?);
-        }
+        let mut lanes = self.lanes(ctx, &directions, message, &timing)?;
         let m = measure(&mut lanes, &timing, seed)?;
         Ok(Outcome::Measured {
             value: m.lane_gbps(0, message),
