@@ -1,0 +1,301 @@
+//! The link model: the shared resources of a simulated host and the routes transfers take through
+//! them.
+//!
+//! A resource is anything with a rate that concurrent transfers share: a GPU's NVLink port in each
+//! direction, a point-to-point NVLink bundle in each direction, a GPU's PCIe link up and down, a PCIe
+//! switch's uplink, the CPU sockets' interconnect, a GPU's memory for local copies. A [`Route`] lists
+//! the resources one transfer crosses, plus a cap of its own (an SM copy's efficiency, a PCIe path
+//! class's P2P rate) and the latency it adds to the operation.
+
+use super::preset::Preset;
+use crate::topology::Link;
+use std::collections::BTreeMap;
+
+pub(super) type ResourceId = usize;
+
+/// GB/s (1e9 bytes per second) to bytes per microsecond.
+pub(super) fn bytes_per_us(gbps: f64) -> f64 {
+    gbps * 1e3
+}
+
+/// Where bytes live, as the link model sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Place {
+    Device(usize),
+    /// Pinned host memory on this NUMA node; `None` means near whichever GPU touches it.
+    Host(Option<i32>),
+}
+
+/// The resources a transfer crosses, its own rate cap and the latency it adds.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Route {
+    pub resources: Vec<ResourceId>,
+    /// Bytes per µs; infinite when only the resources limit the transfer.
+    pub cap: f64,
+    pub latency_us: f64,
+}
+
+impl Route {
+    fn new(resources: Vec<ResourceId>, cap: f64, latency_us: f64) -> Route {
+        Route {
+            resources,
+            cap,
+            latency_us,
+        }
+    }
+
+    /// This route followed by `next` (a transfer that crosses both, as an SM kernel's loads then
+    /// stores).
+    fn then(mut self, next: Route) -> Route {
+        self.resources.extend(next.resources);
+        self.cap = self.cap.min(next.cap);
+        self.latency_us += next.latency_us;
+        self
+    }
+}
+
+/// How NVLink connects the GPUs.
+enum NvFabric {
+    None,
+    /// Every GPU has one port into a switch, shared by all its peers: (egress, ingress) per GPU.
+    Switch(Vec<(ResourceId, ResourceId)>),
+    /// Direct bundles, one resource per direction of each linked pair.
+    Bundles(BTreeMap<(usize, usize), ResourceId>),
+}
+
+pub(super) struct Fabric {
+    capacity: Vec<f64>,
+    memory: Vec<ResourceId>,
+    pcie_up: Vec<ResourceId>,
+    pcie_down: Vec<ResourceId>,
+    /// Each GPU's switch uplink (towards the CPU, towards the GPUs), if it sits under a switch.
+    switch: Vec<Option<(ResourceId, ResourceId)>>,
+    nvlink: NvFabric,
+    /// The sockets' interconnect, per ordered pair of NUMA nodes.
+    sockets: BTreeMap<(i32, i32), ResourceId>,
+    numa: Vec<i32>,
+    preset: Preset,
+}
+
+impl Fabric {
+    pub fn new(preset: &Preset) -> Fabric {
+        let n = preset.devices.len();
+        let mut capacity = Vec::new();
+        let mut add = |gbps: f64| {
+            capacity.push(bytes_per_us(gbps));
+            capacity.len() - 1
+        };
+        let memory = (0..n).map(|_| add(preset.gpu.local_copy_gbps)).collect();
+        let pcie_up = (0..n).map(|_| add(preset.pcie.host_gbps)).collect();
+        let pcie_down = (0..n).map(|_| add(preset.pcie.host_gbps)).collect();
+        let uplink = preset
+            .pcie
+            .switch_uplink_gbps
+            .unwrap_or(preset.pcie.host_gbps);
+        let mut switches: BTreeMap<&str, (ResourceId, ResourceId)> = BTreeMap::new();
+        let switch = preset
+            .devices
+            .iter()
+            .map(|d| {
+                d.pcie_switch.as_deref().map(|name| {
+                    *switches
+                        .entry(name)
+                        .or_insert_with(|| (add(uplink), add(uplink)))
+                })
+            })
+            .collect();
+        let nvlink = match (&preset.nvlink, &preset.nvswitch) {
+            (Some(nv), Some(sw)) => {
+                let port = sw.links_per_gpu as f64 * nv.link_gbps * nv.efficiency;
+                NvFabric::Switch((0..n).map(|_| (add(port), add(port))).collect())
+            }
+            (Some(nv), None) => {
+                let mut bundles = BTreeMap::new();
+                for a in 0..n {
+                    for b in (0..n).filter(|&b| b != a) {
+                        if let Link::NvLink(count) = preset.link(a, b) {
+                            let rate = count as f64 * nv.link_gbps * nv.efficiency;
+                            bundles.insert((a, b), add(rate));
+                        }
+                    }
+                }
+                NvFabric::Bundles(bundles)
+            }
+            _ => NvFabric::None,
+        };
+        let numa: Vec<i32> = preset.devices.iter().map(|d| d.numa_node).collect();
+        let mut nodes = numa.clone();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let mut sockets = BTreeMap::new();
+        for &from in &nodes {
+            for &to in nodes.iter().filter(|&&to| to != from) {
+                sockets.insert((from, to), add(preset.host.inter_socket_gbps));
+            }
+        }
+        Fabric {
+            capacity,
+            memory,
+            pcie_up,
+            pcie_down,
+            switch,
+            nvlink,
+            sockets,
+            numa,
+            preset: preset.clone(),
+        }
+    }
+
+    /// Capacity of every resource, bytes per µs, indexed by [`ResourceId`].
+    pub fn capacity(&self) -> &[f64] {
+        &self.capacity
+    }
+
+    pub fn preset(&self) -> &Preset {
+        &self.preset
+    }
+
+    pub fn numa_nodes(&self) -> Vec<i32> {
+        let mut nodes = self.numa.clone();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+
+    /// How distinct GPUs `a` and `b` are linked.
+    pub fn link(&self, a: usize, b: usize) -> Link {
+        self.preset.link(a, b)
+    }
+
+    /// A copy inside one GPU's memory.
+    pub fn local(&self, gpu: usize) -> Route {
+        Route::new(vec![self.memory[gpu]], f64::INFINITY, 0.0)
+    }
+
+    fn socket(&self, from: i32, to: i32) -> Option<ResourceId> {
+        self.sockets.get(&(from, to)).copied()
+    }
+
+    /// From `gpu` up to pinned host memory on `node` (`None`: the GPU's own node).
+    fn host_up(&self, gpu: usize, node: Option<i32>) -> Route {
+        let node = node.unwrap_or(self.numa[gpu]);
+        let mut r = vec![self.pcie_up[gpu]];
+        r.extend(self.switch[gpu].map(|(up, _)| up));
+        r.extend(self.socket(self.numa[gpu], node));
+        Route::new(r, f64::INFINITY, self.preset.pcie.latency_us)
+    }
+
+    /// From pinned host memory on `node` down to `gpu`.
+    fn host_down(&self, node: Option<i32>, gpu: usize) -> Route {
+        let node = node.unwrap_or(self.numa[gpu]);
+        let mut r: Vec<ResourceId> = self.socket(node, self.numa[gpu]).into_iter().collect();
+        r.extend(self.switch[gpu].map(|(_, down)| down));
+        r.push(self.pcie_down[gpu]);
+        Route::new(r, f64::INFINITY, self.preset.pcie.latency_us)
+    }
+
+    /// A direct P2P transfer from GPU `a` to GPU `b` (the pair must offer P2P).
+    pub fn peer(&self, a: usize, b: usize) -> Route {
+        match (self.link(a, b), &self.nvlink) {
+            (Link::NvLink(_), NvFabric::Switch(ports)) => Route::new(
+                vec![ports[a].0, ports[b].1],
+                f64::INFINITY,
+                self.nvlink_latency(),
+            ),
+            (Link::NvLink(_), NvFabric::Bundles(bundles)) => {
+                Route::new(vec![bundles[&(a, b)]], f64::INFINITY, self.nvlink_latency())
+            }
+            (class, _) => {
+                let cap = self.preset.pcie.p2p_gbps.get(&class).copied();
+                let mut r = vec![self.pcie_up[a]];
+                if self.switch[a] != self.switch[b] || self.switch[a].is_none() {
+                    r.extend(self.switch[a].map(|(up, _)| up));
+                    r.extend(self.socket(self.numa[a], self.numa[b]));
+                    r.extend(self.switch[b].map(|(_, down)| down));
+                }
+                r.push(self.pcie_down[b]);
+                Route::new(
+                    r,
+                    cap.map_or(f64::INFINITY, bytes_per_us),
+                    self.preset.pcie.latency_us,
+                )
+            }
+        }
+    }
+
+    /// A peer copy the driver stages through host memory (near `a`), for pairs without P2P.
+    pub fn staged(&self, a: usize, b: usize) -> Route {
+        let host = &self.preset.host;
+        let mut route = self
+            .host_up(a, None)
+            .then(self.host_down(Some(self.numa[a]), b));
+        route.cap = bytes_per_us(host.staged_gbps);
+        route.latency_us = host.staged_latency_us;
+        route
+    }
+
+    /// The direct way from one place to another, using P2P between GPUs (the caller has checked
+    /// that it is allowed). `via` is the GPU whose PCIe link a host-to-host transfer crosses.
+    pub fn direct(&self, from: Place, to: Place, via: usize) -> Route {
+        match (from, to) {
+            (Place::Device(a), Place::Device(b)) if a == b => self.local(a),
+            (Place::Device(a), Place::Device(b)) => self.peer(a, b),
+            (Place::Device(a), Place::Host(node)) => self.host_up(a, node),
+            (Place::Host(node), Place::Device(b)) => self.host_down(node, b),
+            (Place::Host(src), Place::Host(dst)) => {
+                self.host_down(src, via).then(self.host_up(via, dst))
+            }
+        }
+    }
+
+    /// What a kernel on `gpu` crosses to load from `from` and store to `to`: the way in, then the
+    /// way out; a copy inside the GPU's own memory when both are local.
+    pub fn through_gpu(&self, from: Place, to: Place, gpu: usize) -> Route {
+        let here = Place::Device(gpu);
+        let leg = |a: Place, b: Place| (a != b).then(|| self.direct(a, b, gpu));
+        match (leg(from, here), leg(here, to)) {
+            (None, None) => self.local(gpu),
+            (Some(r), None) | (None, Some(r)) => r,
+            (Some(a), Some(b)) => a.then(b),
+        }
+    }
+
+    /// The lowest capacity along a route, bytes per µs.
+    pub fn bottleneck(&self, route: &Route) -> f64 {
+        route
+            .resources
+            .iter()
+            .map(|&r| self.capacity[r])
+            .fold(route.cap, f64::min)
+    }
+
+    fn nvlink_latency(&self) -> f64 {
+        self.preset.nvlink.as_ref().map_or(0.0, |nv| nv.latency_us)
+    }
+
+    /// Round trip of one dependent load by `gpu` from `place`, in µs.
+    pub fn load_latency_us(&self, gpu: usize, place: Place) -> f64 {
+        let p = &self.preset;
+        let ns = match place {
+            Place::Device(d) if d == gpu => p.gpu.load_latency_ns,
+            Place::Device(d) => match (self.link(gpu, d), &p.nvlink) {
+                (Link::NvLink(_), Some(nv)) => nv.load_latency_ns,
+                _ => p.pcie.load_latency_ns,
+            },
+            Place::Host(_) => p.pcie.load_latency_ns,
+        };
+        ns / 1e3
+    }
+
+    /// One-way latency of a fenced store + flag from a kernel on `a` to a kernel on `b`, in µs.
+    pub fn signal_us(&self, a: usize, b: usize) -> f64 {
+        let p = &self.preset;
+        if a == b {
+            return p.gpu.signal_us;
+        }
+        match (self.link(a, b), &p.nvlink) {
+            (Link::NvLink(_), Some(nv)) => nv.signal_us,
+            _ => p.pcie.signal_us,
+        }
+    }
+}

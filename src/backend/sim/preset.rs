@@ -1,0 +1,701 @@
+//! Simulator presets: a compact JSON description of a multi-GPU host, parsed and checked.
+//!
+//! A preset names the GPUs, how each pair is linked, and the figures the link model needs (rates,
+//! latencies, CPU and GPU overheads). The format is documented in `docs/sim-format.md`; the embedded
+//! presets live in `src/topology/presets/`, each with a `sources` list saying where its figures come
+//! from. Everything a preset says is checked here, so that the simulator itself never meets a
+//! nonsensical host.
+
+use crate::topology::{Device, Link, Pair, Topology};
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+macro_rules! embedded {
+    ($name:literal) => {
+        (
+            $name,
+            include_str!(concat!("../../topology/presets/", $name, ".json")),
+        )
+    };
+}
+
+/// Embedded presets, by name.
+const EMBEDDED: &[(&str, &str)] = &[
+    embedded!("dgx-h100"),
+    embedded!("dgx1-v100"),
+    embedded!("pcie-4gpu-2socket"),
+    embedded!("pcie-2gpu-switch"),
+];
+
+const EMBEDDED_NAMES: [&str; EMBEDDED.len()] = {
+    let mut names = [""; EMBEDDED.len()];
+    let mut i = 0;
+    while i < EMBEDDED.len() {
+        names[i] = EMBEDDED[i].0;
+        i += 1;
+    }
+    names
+};
+
+/// Names of the embedded presets, for `--sim <name>` and listings.
+pub fn preset_names() -> &'static [&'static str] {
+    &EMBEDDED_NAMES
+}
+
+/// A simulated host. Rates are in GB/s (1e9 bytes per second, one direction), times in µs unless a
+/// field name says `_ns`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preset {
+    /// Short name, shown as `sim:<name>`.
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Where each figure comes from (a measurement, a document, or "estimate: …").
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// Defaults for every GPU; a device entry may override its name and memory.
+    pub gpu: GpuSpec,
+    pub devices: Vec<DeviceSpec>,
+    /// NVLink figures; required when any pair is linked by NVLink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink: Option<NvLinkSpec>,
+    /// An NVSwitch fabric: every pair of GPUs is linked through it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvswitch: Option<NvSwitchSpec>,
+    /// Explicit pairs (unordered): NVLink bundles (`NV2`) or PCIe path classes (`PXB`) that differ
+    /// from what the devices' switches and NUMA nodes imply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkSpec>,
+    pub pcie: PcieSpec,
+    pub host: HostSpec,
+    pub costs: Costs,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSpec {
+    pub name: String,
+    pub memory_mib: u64,
+    pub compute_capability: String,
+    pub copy_engines: u32,
+    /// Device-local copy rate, bytes copied once (not read + write).
+    pub local_copy_gbps: f64,
+    /// Fraction of a route's rate that an SM copy kernel reaches, relative to a copy engine.
+    pub sm_copy_efficiency: f64,
+    /// Round trip of one dependent load from the GPU's own memory.
+    pub load_latency_ns: f64,
+    /// One-way latency of a fenced store + flag seen by another kernel on the same GPU.
+    pub signal_us: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceSpec {
+    pub numa_node: i32,
+    /// Defaults to `0000:<index+1>:00.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// GPUs naming the same switch are `PIX` to each other and share its uplink to the CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_switch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_affinity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mig_enabled: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvLinkSpec {
+    /// Line rate of one link, one direction.
+    pub link_gbps: f64,
+    /// Fraction of the line rate a copy engine reaches (the resource capacity is rate × this).
+    pub efficiency: f64,
+    /// Extra per-copy latency of a copy over NVLink.
+    pub latency_us: f64,
+    /// Round trip of one dependent load from a peer's memory.
+    pub load_latency_ns: f64,
+    /// One-way latency of a fenced store + flag between two GPUs.
+    pub signal_us: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvSwitchSpec {
+    /// NVLinks from each GPU into the switch fabric (shown as `NV<n>` for every pair).
+    pub links_per_gpu: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    pub gpus: [usize; 2],
+    pub link: Link,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcieSpec {
+    /// Each GPU's own PCIe link to its switch or root port, per direction (pinned host copies).
+    pub host_gbps: f64,
+    /// A PCIe switch's uplink to the CPU, per direction; defaults to `host_gbps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_uplink_gbps: Option<f64>,
+    /// Extra per-copy latency of a copy over PCIe.
+    pub latency_us: f64,
+    /// Round trip of one dependent load over PCIe (a peer's or pinned host memory).
+    pub load_latency_ns: f64,
+    /// One-way latency of a fenced store + flag between two GPUs over PCIe.
+    pub signal_us: f64,
+    /// P2P rate per path class (`PIX`, `PXB`, `PHB`, `NODE`, `SYS`); a class left out has no P2P.
+    #[serde(default)]
+    pub p2p_gbps: BTreeMap<Link, f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// The CPU sockets' interconnect, per direction.
+    pub inter_socket_gbps: f64,
+    /// Rate of a peer copy the driver stages through host memory (no P2P).
+    pub staged_gbps: f64,
+    /// Extra latency of a staged peer copy.
+    pub staged_latency_us: f64,
+}
+
+/// CPU costs (`*_issue_us`, `sync_us`: host clock) and GPU overheads (`*_setup_us`, `graph_node_us`:
+/// GPU time per operation before its bytes move).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Costs {
+    pub copy_issue_us: f64,
+    pub kernel_issue_us: f64,
+    pub event_issue_us: f64,
+    pub graph_issue_us: f64,
+    pub sync_us: f64,
+    pub copy_setup_us: f64,
+    pub kernel_setup_us: f64,
+    pub graph_node_us: f64,
+}
+
+impl Preset {
+    /// Opens an embedded preset by name, or a JSON file when `spec` names an existing file or ends
+    /// in `.json`.
+    pub fn load(spec: &str) -> Result<Preset> {
+        if spec.ends_with(".json") || Path::new(spec).is_file() {
+            let text = std::fs::read_to_string(spec).map_err(|e| Error::Preset {
+                origin: spec.to_string(),
+                message: if e.kind() == std::io::ErrorKind::NotFound {
+                    "no such file".to_string()
+                } else {
+                    format!("cannot read it: {e}")
+                },
+            })?;
+            return Preset::parse(&text, spec);
+        }
+        match EMBEDDED.iter().find(|(name, _)| *name == spec) {
+            Some((name, text)) => Preset::parse(text, name),
+            None => Err(Error::Preset {
+                origin: format!("`{spec}`"),
+                message: format!(
+                    "unknown preset; the embedded presets are {} (or pass a path to a .json file)",
+                    EMBEDDED_NAMES.join(", ")
+                ),
+            }),
+        }
+    }
+
+    /// Parses and checks a preset; `origin` names it in error messages (a path or a preset name).
+    pub fn parse(text: &str, origin: &str) -> Result<Preset> {
+        let preset: Preset = serde_json::from_str(text).map_err(|e| Error::Preset {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        preset.validate().map_err(|message| Error::Preset {
+            origin: origin.to_string(),
+            message,
+        })?;
+        Ok(preset)
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("`name` is empty".into());
+        }
+        if self.devices.is_empty() {
+            return Err("`devices` is empty: a host needs at least one GPU".into());
+        }
+        let g = &self.gpu;
+        positive("gpu.memory_mib", g.memory_mib as f64)?;
+        positive("gpu.local_copy_gbps", g.local_copy_gbps)?;
+        fraction("gpu.sm_copy_efficiency", g.sm_copy_efficiency)?;
+        positive("gpu.load_latency_ns", g.load_latency_ns)?;
+        positive("gpu.signal_us", g.signal_us)?;
+        for (i, d) in self.devices.iter().enumerate() {
+            if d.numa_node < 0 {
+                return Err(format!("devices[{i}].numa_node is negative"));
+            }
+            if let Some(m) = d.memory_mib {
+                positive(&format!("devices[{i}].memory_mib"), m as f64)?;
+            }
+        }
+        if let Some(nv) = &self.nvlink {
+            positive("nvlink.link_gbps", nv.link_gbps)?;
+            fraction("nvlink.efficiency", nv.efficiency)?;
+            not_negative("nvlink.latency_us", nv.latency_us)?;
+            positive("nvlink.load_latency_ns", nv.load_latency_ns)?;
+            positive("nvlink.signal_us", nv.signal_us)?;
+        }
+        if let Some(sw) = &self.nvswitch {
+            if sw.links_per_gpu == 0 {
+                return Err("nvswitch.links_per_gpu must be at least 1".into());
+            }
+            if self.nvlink.is_none() {
+                return Err("`nvswitch` needs an `nvlink` section with the link figures".into());
+            }
+            if !self.links.is_empty() {
+                return Err(
+                    "`links` cannot be combined with `nvswitch`: every pair already \
+                            talks through the switch"
+                        .into(),
+                );
+            }
+        }
+        let n = self.devices.len();
+        let mut seen = BTreeMap::new();
+        for (i, l) in self.links.iter().enumerate() {
+            let [a, b] = l.gpus;
+            if a >= n || b >= n {
+                return Err(format!(
+                    "links[{i}] names GPU {} but there are only {n} devices (0..={})",
+                    a.max(b),
+                    n - 1
+                ));
+            }
+            if a == b {
+                return Err(format!("links[{i}] links GPU {a} to itself"));
+            }
+            if let Some(first) = seen.insert((a.min(b), a.max(b)), i) {
+                return Err(format!(
+                    "links[{i}] lists the pair {a}↔{b} again (first at links[{first}])"
+                ));
+            }
+            if l.link.is_nvlink() && self.nvlink.is_none() {
+                return Err(format!(
+                    "links[{i}] is {} but there is no `nvlink` section with the link figures",
+                    l.link
+                ));
+            }
+        }
+        let p = &self.pcie;
+        positive("pcie.host_gbps", p.host_gbps)?;
+        if let Some(up) = p.switch_uplink_gbps {
+            positive("pcie.switch_uplink_gbps", up)?;
+        }
+        not_negative("pcie.latency_us", p.latency_us)?;
+        positive("pcie.load_latency_ns", p.load_latency_ns)?;
+        positive("pcie.signal_us", p.signal_us)?;
+        for (class, gbps) in &p.p2p_gbps {
+            if class.is_nvlink() {
+                return Err(format!(
+                    "pcie.p2p_gbps has `{class}`, an NVLink class; use PIX, PXB, PHB, NODE or SYS"
+                ));
+            }
+            positive(&format!("pcie.p2p_gbps.{class}"), *gbps)?;
+        }
+        let h = &self.host;
+        positive("host.inter_socket_gbps", h.inter_socket_gbps)?;
+        positive("host.staged_gbps", h.staged_gbps)?;
+        not_negative("host.staged_latency_us", h.staged_latency_us)?;
+        let c = &self.costs;
+        for (field, v) in [
+            ("copy_issue_us", c.copy_issue_us),
+            ("kernel_issue_us", c.kernel_issue_us),
+            ("event_issue_us", c.event_issue_us),
+            ("graph_issue_us", c.graph_issue_us),
+            ("sync_us", c.sync_us),
+            ("copy_setup_us", c.copy_setup_us),
+            ("kernel_setup_us", c.kernel_setup_us),
+            ("graph_node_us", c.graph_node_us),
+        ] {
+            not_negative(&format!("costs.{field}"), v)?;
+        }
+        Ok(())
+    }
+
+    /// How GPUs `a` and `b` (distinct) are linked: an explicit entry, the NVSwitch, or the PCIe path
+    /// implied by their switches and NUMA nodes.
+    pub fn link(&self, a: usize, b: usize) -> Link {
+        if let Some(sw) = &self.nvswitch {
+            return Link::NvLink(sw.links_per_gpu);
+        }
+        let explicit = self
+            .links
+            .iter()
+            .find(|l| l.gpus == [a, b] || l.gpus == [b, a]);
+        if let Some(l) = explicit {
+            return l.link;
+        }
+        let (da, db) = (&self.devices[a], &self.devices[b]);
+        if da.numa_node != db.numa_node {
+            Link::Sys
+        } else if da.pcie_switch.is_some() && da.pcie_switch == db.pcie_switch {
+            Link::Pix
+        } else {
+            Link::Node
+        }
+    }
+
+    /// Whether the driver offers P2P between `a` and `b` (distinct).
+    pub fn p2p(&self, a: usize, b: usize) -> bool {
+        if self.devices[a].mig_enabled || self.devices[b].mig_enabled {
+            return false;
+        }
+        match self.link(a, b) {
+            Link::NvLink(_) => true,
+            class => self.pcie.p2p_gbps.contains_key(&class),
+        }
+    }
+
+    pub fn device_memory_bytes(&self, device: usize) -> u64 {
+        self.devices[device]
+            .memory_mib
+            .unwrap_or(self.gpu.memory_mib)
+            << 20
+    }
+
+    /// The topology this preset describes, as `topology()` returns it.
+    pub fn topology(&self) -> Topology {
+        let devices = self
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(index, d)| Device {
+                index,
+                name: d.name.clone().unwrap_or_else(|| self.gpu.name.clone()),
+                uuid: format!("GPU-sim-{}-{index}", self.name),
+                pci_bus_id: d
+                    .pci_bus_id
+                    .clone()
+                    .unwrap_or_else(|| format!("0000:{:02X}:00.0", index + 1)),
+                numa_node: Some(d.numa_node),
+                numa_source: "preset".into(),
+                cpu_affinity: d.cpu_affinity.clone(),
+                memory_bytes: self.device_memory_bytes(index),
+                compute_capability: self.gpu.compute_capability.clone(),
+                copy_engines: self.gpu.copy_engines,
+                mig_enabled: d.mig_enabled,
+            })
+            .collect();
+        let n = self.devices.len();
+        let mut pairs = Vec::with_capacity(n * n.saturating_sub(1));
+        for src in 0..n {
+            for dst in (0..n).filter(|&d| d != src) {
+                let link = self.link(src, dst);
+                let p2p = self.p2p(src, dst);
+                pairs.push(Pair {
+                    src,
+                    dst,
+                    link,
+                    p2p,
+                    perf_rank: if p2p { perf_rank(link) } else { 0 },
+                    atomics: p2p && link.is_nvlink(),
+                    array_access: p2p,
+                });
+            }
+        }
+        Topology {
+            source: format!("sim:{}", self.name),
+            driver_version: None,
+            visible_devices: None,
+            devices,
+            pairs,
+        }
+    }
+}
+
+/// Lower is better, as CUDA's performance rank: NVLink first, then PCIe by distance.
+fn perf_rank(link: Link) -> i32 {
+    match link {
+        Link::NvLink(_) => 1,
+        Link::Pix => 2,
+        Link::Pxb => 3,
+        Link::Phb => 4,
+        Link::Node => 5,
+        Link::Sys => 6,
+    }
+}
+
+fn positive(field: &str, v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{field} must be a positive number, not {v}"))
+    }
+}
+
+fn not_negative(field: &str, v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{field} must be zero or more, not {v}"))
+    }
+}
+
+fn fraction(field: &str, v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() && v > 0.0 && v <= 1.0 {
+        Ok(())
+    } else {
+        Err(format!("{field} must be in (0, 1], not {v}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100_text() -> &'static str {
+        EMBEDDED[0].1
+    }
+
+    /// The dgx-h100 preset with one edit made to its JSON value.
+    fn edited(edit: impl FnOnce(&mut serde_json::Value)) -> Result<Preset> {
+        let mut value: serde_json::Value = serde_json::from_str(h100_text()).unwrap();
+        edit(&mut value);
+        Preset::parse(&value.to_string(), "test.json")
+    }
+
+    fn message(r: Result<Preset>) -> String {
+        let err = r.unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        assert!(matches!(err, Error::Preset { .. }), "{err:?}");
+        err.to_string()
+    }
+
+    /// A small mesh preset: `links` entries as (a, b, "NV1") over 4 GPUs without a switch.
+    fn mesh(links: &[(usize, usize, &str)]) -> Result<Preset> {
+        edited(|v| {
+            v["nvswitch"] = serde_json::Value::Null;
+            v.as_object_mut().unwrap().remove("nvswitch");
+            v["devices"] = serde_json::json!([
+                {"numa_node": 0}, {"numa_node": 0}, {"numa_node": 1}, {"numa_node": 1}
+            ]);
+            v["links"] = links
+                .iter()
+                .map(|(a, b, l)| serde_json::json!({"gpus": [a, b], "link": l}))
+                .collect();
+        })
+    }
+
+    #[test]
+    fn every_embedded_preset_loads_with_its_own_name_and_cites_sources() {
+        assert_eq!(
+            preset_names(),
+            [
+                "dgx-h100",
+                "dgx1-v100",
+                "pcie-4gpu-2socket",
+                "pcie-2gpu-switch"
+            ]
+        );
+        for name in preset_names() {
+            let p = Preset::load(name).unwrap();
+            assert_eq!(&p.name, name);
+            assert!(p.sources.len() >= 3, "{name} cites too little");
+            assert!(p.description.contains("SIMULATED"), "{name}");
+            let t = p.topology();
+            assert_eq!(t.source, format!("sim:{name}"));
+            let n = t.devices.len();
+            assert_eq!(t.pairs.len(), n * (n - 1));
+            assert!(t
+                .pairs
+                .windows(2)
+                .all(|w| (w[0].src, w[0].dst) < (w[1].src, w[1].dst)));
+        }
+    }
+
+    #[test]
+    fn dgx_h100_is_nv18_everywhere_with_two_numa_nodes() {
+        let t = Preset::load("dgx-h100").unwrap().topology();
+        assert!(t
+            .pairs
+            .iter()
+            .all(|p| p.link == Link::NvLink(18) && p.p2p && p.atomics && p.perf_rank == 1));
+        let numa: Vec<_> = t.devices.iter().map(|d| d.numa_node.unwrap()).collect();
+        assert_eq!(numa, [0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(t.devices[0].name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(t.devices[0].numa_source, "preset");
+        assert_eq!(t.devices[0].memory_bytes, 81559 << 20);
+    }
+
+    #[test]
+    fn dgx1_v100_topology_is_the_published_matrix() {
+        // shared/REFERENCE.md, the commonly published `nvidia-smi topo -m` of a DGX-1.
+        const MATRIX: &str = "
+            X   NV1  NV1  NV2  NV2  SYS  SYS  SYS
+           NV1   X   NV2  NV1  SYS  NV2  SYS  SYS
+           NV1  NV2   X   NV2  SYS  SYS  NV1  SYS
+           NV2  NV1  NV2   X   SYS  SYS  SYS  NV1
+           NV2  SYS  SYS  SYS   X   NV1  NV1  NV2
+           SYS  NV2  SYS  SYS  NV1   X   NV2  NV1
+           SYS  SYS  NV1  SYS  NV1  NV2   X   NV2
+           SYS  SYS  SYS  NV1  NV2  NV1  NV2   X";
+        let t = Preset::load("dgx1-v100").unwrap().topology();
+        for (src, row) in MATRIX.trim().lines().enumerate() {
+            for (dst, cell) in row.split_whitespace().enumerate() {
+                let Some(pair) = t.pair(src, dst) else {
+                    assert_eq!(cell, "X");
+                    continue;
+                };
+                assert_eq!(pair.link.to_string(), cell, "GPU{src}->GPU{dst}");
+                assert_eq!(pair.p2p, cell != "SYS", "GPU{src}->GPU{dst}");
+                assert_eq!(pair.atomics, cell != "SYS");
+                assert_eq!(pair.perf_rank == 0, cell == "SYS");
+            }
+        }
+    }
+
+    #[test]
+    fn pcie_4gpu_2socket_has_p2p_inside_a_switch_and_none_across_sockets() {
+        let t = Preset::load("pcie-4gpu-2socket").unwrap().topology();
+        for p in &t.pairs {
+            let same_socket = (p.src < 2) == (p.dst < 2);
+            if same_socket {
+                assert_eq!(
+                    (p.link, p.p2p, p.atomics),
+                    (Link::Pix, true, false),
+                    "{p:?}"
+                );
+            } else {
+                assert_eq!((p.link, p.p2p, p.perf_rank), (Link::Sys, false, 0), "{p:?}");
+            }
+        }
+        let two = Preset::load("pcie-2gpu-switch").unwrap().topology();
+        assert_eq!(two.pair(0, 1).unwrap().link, Link::Pix);
+        assert!(two.pair(1, 0).unwrap().p2p);
+    }
+
+    #[test]
+    fn a_mesh_preset_without_switch_or_link_falls_back_to_pcie_classes() {
+        let p = mesh(&[(0, 1, "NV2")]).unwrap();
+        assert_eq!(p.link(1, 0), Link::NvLink(2));
+        assert_eq!(p.link(2, 3), Link::Node);
+        assert_eq!(p.link(0, 2), Link::Sys);
+        assert!(!p.p2p(2, 3), "dgx-h100 lists no PCIe P2P class");
+    }
+
+    #[test]
+    fn invalid_json_reports_line_and_column() {
+        let text = "{\n  \"name\": \"x\",\n  oops\n}";
+        let m = message(Preset::parse(text, "mine.json"));
+        assert!(m.contains("mine.json"), "{m}");
+        assert!(m.contains("line 3 column 3"), "{m}");
+    }
+
+    #[test]
+    fn unknown_and_missing_fields_are_named() {
+        let m = message(edited(|v| v["gpu"]["bandwidth"] = 1.into()));
+        assert!(m.contains("unknown field `bandwidth`"), "{m}");
+        let m = message(edited(|v| {
+            v["costs"].as_object_mut().unwrap().remove("sync_us");
+        }));
+        assert!(m.contains("missing field `sync_us`"), "{m}");
+    }
+
+    #[test]
+    fn a_link_to_a_device_that_does_not_exist_is_refused() {
+        let m = message(mesh(&[(0, 7, "NV1")]));
+        assert!(
+            m.contains("links[0] names GPU 7 but there are only 4 devices"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn self_links_and_pairs_listed_twice_are_refused() {
+        let m = message(mesh(&[(2, 2, "NV1")]));
+        assert!(m.contains("links GPU 2 to itself"), "{m}");
+        let m = message(mesh(&[(0, 1, "NV1"), (1, 0, "NV2")]));
+        assert!(
+            m.contains("lists the pair 1↔0 again (first at links[0])"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn zero_negative_and_out_of_range_figures_are_refused() {
+        let m = message(edited(|v| v["pcie"]["host_gbps"] = 0.0.into()));
+        assert!(
+            m.contains("pcie.host_gbps must be a positive number"),
+            "{m}"
+        );
+        let m = message(edited(|v| v["nvlink"]["link_gbps"] = (-25.0).into()));
+        assert!(
+            m.contains("nvlink.link_gbps must be a positive number, not -25"),
+            "{m}"
+        );
+        let m = message(edited(|v| v["nvlink"]["efficiency"] = 1.5.into()));
+        assert!(m.contains("nvlink.efficiency must be in (0, 1]"), "{m}");
+        let m = message(edited(|v| v["costs"]["sync_us"] = (-1.0).into()));
+        assert!(m.contains("costs.sync_us must be zero or more"), "{m}");
+        let m = message(edited(|v| {
+            v["pcie"]["p2p_gbps"] = serde_json::json!({"PIX": 0})
+        }));
+        assert!(
+            m.contains("pcie.p2p_gbps.PIX must be a positive number"),
+            "{m}"
+        );
+        let m = message(edited(|v| {
+            v["pcie"]["p2p_gbps"] = serde_json::json!({"NV2": 5})
+        }));
+        assert!(m.contains("an NVLink class"), "{m}");
+        let m = message(edited(|v| v["devices"] = serde_json::json!([])));
+        assert!(m.contains("`devices` is empty"), "{m}");
+    }
+
+    #[test]
+    fn nvlink_pairs_need_nvlink_figures_and_a_switch_excludes_links() {
+        let m = message(mesh(&[(0, 1, "NV1")]).and_then(|p| {
+            let mut v = serde_json::to_value(p).unwrap();
+            v.as_object_mut().unwrap().remove("nvlink");
+            Preset::parse(&v.to_string(), "t")
+        }));
+        assert!(m.contains("no `nvlink` section"), "{m}");
+        let m = message(edited(|v| {
+            v["links"] = serde_json::json!([{"gpus": [0, 1], "link": "NV2"}]);
+        }));
+        assert!(m.contains("cannot be combined with `nvswitch`"), "{m}");
+        let m = message(edited(|v| {
+            v["links"] = serde_json::json!([{"gpus": [0, 1], "link": "QPI"}])
+        }));
+        assert!(m.contains("unknown link `QPI`"), "{m}");
+    }
+
+    #[test]
+    fn unknown_preset_names_the_known_ones_and_missing_file_says_so() {
+        let m = message(Preset::load("dgx-b200"));
+        for name in preset_names() {
+            assert!(m.contains(name), "{m}");
+        }
+        let m = message(Preset::load("/nonexistent/dir/my.json"));
+        assert!(m.contains("/nonexistent/dir/my.json: no such file"), "{m}");
+    }
+
+    #[test]
+    fn a_preset_file_round_trips_through_serde() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("host");
+        let original = Preset::load("dgx1-v100").unwrap();
+        std::fs::write(&path, serde_json::to_string_pretty(&original).unwrap()).unwrap();
+        // An existing file is read even without a .json suffix.
+        let back = Preset::load(path.to_str().unwrap()).unwrap();
+        assert_eq!(back, original);
+    }
+}
