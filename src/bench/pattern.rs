@@ -1,6 +1,6 @@
 //! Data patterns that make wrong copies visible.
 //!
-//! Byte `i` of a message is a byte of a hash of (`i / 8`, seed). Each sample and each buffer gets its
+//! Byte `i` of a message is a byte of a word derived from (`i / 8`, seed). Each sample and each buffer gets its
 //! own seed, so a destination that still holds the previous sample's data (stale), received a copy
 //! shifted by any number of bytes, or only its first part (truncated), differs from what was sent.
 
@@ -37,16 +37,22 @@ pub fn seed(parts: &[u64]) -> u64 {
         .fold(0x5eed_u64, |acc, &p| mix(acc ^ mix(p.wrapping_add(1))))
 }
 
-fn word(seed: u64, index: usize) -> [u8; 8] {
-    mix(seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_le_bytes()
+/// Word `index` of the message. Multiplying by an odd constant is a bijection, so two seeds give
+/// different words at every index and no two words of a message (up to 2^64 of them) are equal; one
+/// multiply a word keeps filling and checking large buffers at memory speed.
+fn word(seed: u64, index: usize) -> u64 {
+    (index as u64)
+        .wrapping_add(seed)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// The `len` bytes of the message for `seed`.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    for (index, chunk_len) in (0..len.div_ceil(8)).map(|k| (k, (len - 8 * k).min(8))) {
-        out.extend_from_slice(&word(seed, index)[..chunk_len]);
+    let mut out = Vec::with_capacity(len + 8);
+    for index in 0..len.div_ceil(8) {
+        out.extend_from_slice(&word(seed, index).to_le_bytes());
     }
+    out.truncate(len);
     out
 }
 
@@ -60,17 +66,31 @@ pub struct Mismatch {
 
 /// Checks every byte of `data` against the message for `seed`.
 pub fn first_mismatch(seed: u64, data: &[u8]) -> Option<Mismatch> {
-    data.chunks(8).enumerate().find_map(|(index, chunk)| {
-        let expected = word(seed, index);
-        chunk
-            .iter()
-            .zip(expected)
-            .position(|(found, want)| *found != want)
-            .map(|at| Mismatch {
-                offset: index * 8 + at,
-                expected: expected[at],
-                found: chunk[at],
-            })
+    // Whole words first (the common, fast path), then the bytes of the word that differs.
+    let words = data.chunks_exact(8);
+    let tail = words.remainder();
+    let wrong_word = words
+        .enumerate()
+        .find(|(index, chunk)| {
+            u64::from_le_bytes((*chunk).try_into().expect("8 bytes")) != word(seed, *index)
+        })
+        .map(|(index, _)| index)
+        .or_else(|| {
+            let index = data.len() / 8;
+            let expected = word(seed, index).to_le_bytes();
+            (tail != &expected[..tail.len()]).then_some(index)
+        })?;
+    let expected = word(seed, wrong_word).to_le_bytes();
+    let found = &data[wrong_word * 8..data.len().min(wrong_word * 8 + 8)];
+    let at = found
+        .iter()
+        .zip(expected)
+        .position(|(f, e)| *f != e)
+        .expect("the word differs");
+    Some(Mismatch {
+        offset: wrong_word * 8 + at,
+        expected: expected[at],
+        found: found[at],
     })
 }
 
