@@ -339,7 +339,17 @@ pub fn run(
         src,
         dst,
         size_bytes: size,
-        route: test.measures(),
+        route: if direct {
+            format!(
+                "direct peer copy: copy-engine write (push) issued on GPU {src}'s stream; link \
+                 transfer in GPU time"
+            )
+        } else {
+            format!(
+                "no P2P between GPU {src} and GPU {dst}: staged through pinned host memory \
+                 (device→host on GPU {src}'s stream, host→device on GPU {dst}'s)"
+            )
+        },
         setup,
         parts,
         sum_us,
