@@ -251,7 +251,8 @@ pub(crate) fn no_p2p(topo: &Topology, src: usize, dst: usize) -> Option<String> 
     match topo.pair(src, dst) {
         Some(pair) if pair.p2p => None,
         Some(pair) => Some(format!(
-            "no P2P: GPU {src} cannot reach GPU {dst}'s memory (link {}: {})",
+            "no P2P over {} ({}): copies between these GPUs are staged through host memory (the \
+             `staged` tests measure that)",
             pair.link,
             pair.link.meaning()
         )),
