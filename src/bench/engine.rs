@@ -131,6 +131,11 @@ impl<'b> Lane<'b> {
         self.hops[0].0.stream
     }
 
+    /// The stream of the last hop: an event recorded there follows the whole message.
+    pub fn final_stream(&self) -> StreamId {
+        self.hops[self.hops.len() - 1].0.stream
+    }
+
     /// Every stream the lane queues on.
     fn streams(&self) -> impl Iterator<Item = StreamId> + '_ {
         self.hops.iter().map(|(h, _)| h.stream)
@@ -199,12 +204,14 @@ impl<'b> Lane<'b> {
     }
 
     /// Queues operation number `op`: every hop of the message in its rotation slot, chunk by chunk,
-    /// each hop's chunk waiting for the previous hop's.
-    pub fn enqueue(&mut self, op: u64) -> Result<()> {
+    /// each hop's chunk waiting for the previous hop's. Returns the host µs spent in the call that
+    /// starts the operation (its first copy); a staged lane's later calls overlap its transfer.
+    pub fn enqueue(&mut self, op: u64) -> Result<f64> {
         let backend = self.backend;
         let slot = (op % self.slots as u64) as usize;
         let base = self.slot_offset(slot);
         let staged = self.hops.len() > 1;
+        let mut starting_call_us = None;
         for (c, start) in (0..self.message).step_by(self.chunk).enumerate() {
             let len = self.chunk.min(self.message - start);
             let mut ready: Option<EventId> = None;
@@ -228,7 +235,9 @@ impl<'b> Lane<'b> {
                     src_offset: base + start,
                     len,
                 };
+                let before = backend.host_time_us();
                 backend.copy(hop.stream, hop.method, &copy)?;
+                starting_call_us.get_or_insert(backend.host_time_us() - before);
                 if staged {
                     let done = backend.record(hop.stream)?;
                     self.events.push(done);
@@ -239,15 +248,14 @@ impl<'b> Lane<'b> {
                 }
             }
         }
-        Ok(())
+        Ok(starting_call_us.unwrap_or(0.0))
     }
 
     /// Makes the lane's own stream wait for its later hops, so an event recorded on it next follows
     /// all of the lane's work.
     fn join(&mut self) -> Result<()> {
         if self.hops.len() > 1 {
-            let last = self.hops[self.hops.len() - 1].0.stream;
-            let done = self.backend.record(last)?;
+            let done = self.backend.record(self.final_stream())?;
             self.events.push(done);
             self.backend.wait(self.stream(), done)?;
         }
@@ -284,6 +292,8 @@ struct SampleTimes {
     round_us: f64,
     /// Host µs spent in the calls that queued one timed operation, averaged.
     issue_us: f64,
+    /// Host µs of the call that starts one timed operation, averaged.
+    start_us: f64,
 }
 
 /// What [`measure`] found, over all samples.
@@ -294,8 +304,10 @@ pub struct Measurement {
     /// GPU µs per round (one operation of every lane), from the anchor's start until every lane
     /// finished, divided by the timed operations.
     pub round_us: Stats,
-    /// Host µs to queue one operation (CPU issue cost).
+    /// Host µs to queue one operation, all its calls (CPU issue cost).
     pub issue_us: Stats,
+    /// Host µs of the one call that starts an operation (equal to `issue_us` for a direct copy).
+    pub start_us: Stats,
     /// Bytes all lanes move in one round.
     pub round_bytes: u64,
 }
@@ -337,6 +349,7 @@ pub fn measure(lanes: &mut [Lane<'_>], timing: &Timing, seed: u64) -> Result<Mea
             .collect::<Result<_>>()?,
         round_us: stats(&|s| s.round_us)?,
         issue_us: stats(&|s| s.issue_us)?,
+        start_us: stats(&|s| s.start_us)?,
         round_bytes: lanes.iter().map(|l| l.message as u64).sum(),
     })
 }
@@ -380,10 +393,12 @@ fn run_sample(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<SampleTimes> {
     for lane in lanes.iter_mut() {
         lane.destroy_events()?;
     }
+    let operations = f64::from(timing.iterations) * lanes.len() as f64;
     Ok(SampleTimes {
         lane_us,
         round_us,
-        issue_us: window.issue_us / (f64::from(timing.iterations) * lanes.len() as f64),
+        issue_us: window.issue_us / operations,
+        start_us: window.start_us / operations,
     })
 }
 
@@ -393,6 +408,7 @@ struct Window {
     end: EventId,
     lanes: Vec<(EventId, EventId)>,
     issue_us: f64,
+    start_us: f64,
 }
 
 fn queue_window(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<Window> {
@@ -410,11 +426,11 @@ fn queue_window(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<Window> {
         backend.wait(lane.stream(), start)?;
         starts.push(backend.record(lane.stream())?);
     }
-    let mut issue_us = 0.0;
+    let (mut issue_us, mut start_us) = (0.0, 0.0);
     for op in u64::from(timing.warmup)..timing.operations() {
         for lane in lanes.iter_mut() {
             let before = backend.host_time_us();
-            lane.enqueue(op)?;
+            start_us += lane.enqueue(op)?;
             issue_us += backend.host_time_us() - before;
         }
     }
@@ -436,5 +452,6 @@ fn queue_window(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<Window> {
         end,
         lanes: starts.into_iter().zip(ends).collect(),
         issue_us,
+        start_us,
     })
 }

@@ -106,9 +106,10 @@ fn host_us<T>(backend: &dyn Backend, call: impl FnOnce() -> Result<T>) -> Result
 /// The sizes the link is swept over: from 4 B by ×16 to at least 16 MiB and `size`, and `size`.
 fn sweep_sizes(size: u64) -> Vec<u64> {
     let top = size.max(16 << 20);
-    let mut sizes: Vec<u64> = std::iter::successors(Some(4u64), |s| s.checked_mul(16))
-        .take_while(|&s| s <= top)
-        .collect();
+    let mut sizes: Vec<u64> = std::iter::successors(Some(4u64), |&s| {
+        (s < top).then(|| s.saturating_mul(16).min(top))
+    })
+    .collect();
     sizes.push(size);
     sizes.sort_unstable();
     sizes.dedup();
@@ -238,6 +239,7 @@ pub fn run(
     let seed = ctx.next_seed();
     let m = measure(std::slice::from_mut(&mut lane), &timing, seed)?;
     let issue = m.issue_us.median;
+    let launch = m.start_us.median;
     progress.step();
 
     let sizes = sweep_sizes(size);
@@ -252,14 +254,23 @@ pub fn run(
     let link_us = fit.map_or(m.lane_us[0].median, |f| f.time_us(size as f64));
     progress.step();
 
-    let (sync_us, poll_us) = completion_costs(backend, lane.stream())?;
+    let (sync_us, poll_us) = completion_costs(backend, lane.final_stream())?;
     progress.step();
 
     let parts = vec![
         part(
             "launch overhead",
-            issue,
-            "CPU issue cost: host clock in the calls that queue one copy, behind a held stream",
+            launch,
+            if direct {
+                "CPU issue cost: host clock in the call that queues the copy, behind a held stream"
+                    .to_string()
+            } else {
+                format!(
+                    "CPU issue cost of the call that starts the transfer (host clock, behind a \
+                     held stream); the route's later calls ({:.2} µs) overlap the transfer",
+                    issue - launch
+                )
+            },
         ),
         part(
             "link transfer",
@@ -391,7 +402,7 @@ fn graph_issue_us(lane: &mut Lane<'_>, ctx: &mut Context<'_>) -> Result<f64> {
     let stream = lane.stream();
     let copies = GRAPH_COPIES.max(lane.slots() as u64);
     backend.begin_capture(stream)?;
-    let captured = (0..copies).try_for_each(|op| lane.enqueue(op));
+    let captured = (0..copies).try_for_each(|op| lane.enqueue(op).map(drop));
     let graph = backend.end_capture(stream)?;
     captured?;
     lane.fill(ctx.next_seed())?;

@@ -75,7 +75,10 @@ fn a_sweep_rises_monotonically_toward_beta_and_the_fit_recovers_the_link() {
     assert!(report.tests.is_empty());
     assert_eq!(report.sweeps.len(), 2, "one sweep per ordered pair");
     let sweep = &report.sweeps[0];
-    assert_eq!((sweep.test.as_str(), sweep.src, sweep.dst), ("ce-write", 0, 1));
+    assert_eq!(
+        (sweep.test.as_str(), sweep.src, sweep.dst),
+        ("ce-write", 0, 1)
+    );
     assert_eq!(sweep.points.len(), 25);
     for w in sweep.points.windows(2) {
         assert!(w[1].gbps > w[0].gbps, "{:?} then {:?}", w[0], w[1]);
@@ -115,7 +118,10 @@ fn dgx1_pairs_without_nvlink_are_na_with_a_reason_and_staged_figures_exist() {
             src: pair.src,
             dst: pair.dst,
         };
-        let staged_gbps = staged.cell(place).expect("staging works on every pair").value;
+        let staged_gbps = staged
+            .cell(place)
+            .expect("staging works on every pair")
+            .value;
         if pair.link.is_nvlink() {
             let direct = ce.cell(place).unwrap().value;
             assert!(direct > staged_gbps, "{place:?}: NVLink beats staging");
@@ -182,9 +188,19 @@ fn one_gpu_is_its_own_peer() {
 #[test]
 fn corrupted_or_stale_destinations_fail_verification() {
     let h100 = sim("dgx-h100");
-    let mut ctx = Context::new(&h100, vec![0, 2], Defaults::for_backend(&h100).timing, 1 << 20);
+    let mut ctx = Context::new(
+        &h100,
+        vec![0, 2],
+        Defaults::for_backend(&h100).timing,
+        1 << 20,
+    );
     ctx.backend.enable_peer_access(0, 2).unwrap();
-    let test = PeerCopy::new("ce", Route::Direct(CopyMethod::CopyEngine), Issuer::Source, false);
+    let test = PeerCopy::new(
+        "ce",
+        Route::Direct(CopyMethod::CopyEngine),
+        Issuer::Source,
+        false,
+    );
     let timing = ctx.timing;
     let mut lanes = test.lanes(&mut ctx, &[(0, 2)], 4096, &timing).unwrap();
     measure(&mut lanes, &timing, 1).unwrap();
@@ -252,7 +268,10 @@ fn bad_input_is_a_usage_error() {
         tests: names(&["ce-write", "warp-drive"]),
         ..Options::default()
     });
-    assert!(unknown.contains("warp-drive") && unknown.contains("pointer-chase"), "{unknown}");
+    assert!(
+        unknown.contains("warp-drive") && unknown.contains("pointer-chase"),
+        "{unknown}"
+    );
     let too_big = usage(Options {
         size: Some(1 << 40),
         ..Options::default()

@@ -215,15 +215,14 @@ pub fn csv(report: &BenchReport) -> String {
         for c in &test.cells {
             let _ = writeln!(
                 out,
-                "cell,{head},{},{},{},{},{},{},{},{}",
+                "cell,{head},{},{},{},{},{},{},{},",
                 place_fields(c.place),
                 c.value,
                 opt(c.total),
                 c.time_us.median,
                 c.time_us.p99,
                 c.time_us.cv,
-                c.time_us.samples,
-                ""
+                c.time_us.samples
             );
         }
         for n in &test.not_measured {

@@ -129,7 +129,7 @@ impl EndToEnd {
         let backend = lane.backend();
         let start = backend.host_time_us();
         lane.enqueue(op)?;
-        let done = backend.record(lane.stream())?;
+        let done = backend.record(lane.final_stream())?;
         backend.event_synchronize(done)?;
         let end = backend.host_time_us();
         backend.destroy_event(done)?;
