@@ -77,6 +77,12 @@ pub trait Backend: Send + Sync {
     /// The host's devices and pairs, read once when the backend was opened.
     fn topology(&self) -> &Topology;
 
+    /// What the backend could not find out about the host (NVML missing, say), one sentence each,
+    /// to show beside the topology. Empty when nothing is missing.
+    fn notices(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
     /// already enabled pair succeeds. Fails with a sentence saying why where the pair has no P2P.
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()>;

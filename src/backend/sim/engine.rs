@@ -119,6 +119,8 @@ pub(super) struct Engine {
     now: f64,
     capacity: Vec<f64>,
     streams: Vec<Stream>,
+    /// Streams with work queued or running, in index order: each step only looks at these.
+    active: Vec<usize>,
     /// Completion time of each recorded event, once known.
     events: Vec<Option<f64>>,
     gates: Vec<Gate>,
@@ -180,6 +182,9 @@ impl Engine {
     /// Queues work on a stream; it starts no earlier than `ready_at` (the host clock when issued).
     pub fn enqueue(&mut self, stream: usize, ready_at: f64, work: Work) {
         self.streams[stream].queue.push_back(Op { ready_at, work });
+        if let Err(at) = self.active.binary_search(&stream) {
+            self.active.insert(at, stream);
+        }
     }
 
     /// Simulates everything that happens up to time `t` (inclusive).
@@ -246,7 +251,8 @@ impl Engine {
     fn start_ready(&mut self, store: &mut Store) {
         loop {
             let mut progressed = false;
-            for s in 0..self.streams.len() {
+            for i in 0..self.active.len() {
+                let s = self.active[i];
                 while self.streams[s].running.is_none() {
                     let Some(head) = self.streams[s].queue.front() else {
                         break;
@@ -264,9 +270,17 @@ impl Engine {
                 }
             }
             if !progressed {
+                self.forget_idle();
                 return;
             }
         }
+    }
+
+    /// Drops streams with nothing queued or running from the active list.
+    fn forget_idle(&mut self) {
+        let streams = &self.streams;
+        self.active
+            .retain(|&s| streams[s].running.is_some() || !streams[s].queue.is_empty());
     }
 
     fn start(&mut self, s: usize, work: Work, store: &mut Store) {
@@ -306,9 +320,9 @@ impl Engine {
                     Phase::Partner
                 }
                 Some(partner) => {
-                    let partner_end = self.ping_pong_end(&self.streams[partner].running);
+                    // Both sides exchange from now on, when the later one has started.
                     if let Some(r) = &mut self.streams[partner].running {
-                        r.phase = Phase::Delay(partner_end);
+                        r.phase = Phase::Delay(ping_pong_end_of(&r.work, now));
                     }
                     Phase::Delay(ping_pong_end_of(&work, now))
                 }
@@ -333,12 +347,6 @@ impl Engine {
             op_id: self.next_op_id,
             store: store_on_end,
         });
-    }
-
-    /// When the partner side of a ping-pong that starts now ends.
-    fn ping_pong_end(&self, partner: &Option<Running>) -> f64 {
-        let work = &partner.as_ref().expect("a partner is running").work;
-        ping_pong_end_of(work, self.now)
     }
 
     /// Follows the chain of u64 indices from element 0; a wild index faults the kernel.
@@ -385,7 +393,10 @@ impl Engine {
 
     /// Rates of all flows in flight, max-min fair.
     fn share_rates(&mut self) {
-        let flows: Vec<usize> = (0..self.streams.len())
+        let flows: Vec<usize> = self
+            .active
+            .iter()
+            .copied()
             .filter(|&s| {
                 matches!(
                     self.streams[s].running,
@@ -424,7 +435,7 @@ impl Engine {
     /// The earliest time something happens, if anything will.
     fn next_time(&self) -> Option<f64> {
         let mut next = f64::INFINITY;
-        for s in &self.streams {
+        for s in self.active.iter().map(|&s| &self.streams[s]) {
             let t = match &s.running {
                 Some(r) => match r.phase {
                     Phase::Delay(until) => until,
@@ -453,11 +464,11 @@ impl Engine {
     /// Moves the clock to `t`, moving every flow's bytes at its current rate.
     fn advance_flows(&mut self, t: f64) {
         let dt = t - self.now;
-        for s in &mut self.streams {
+        for &s in &self.active {
             if let Some(Running {
                 phase: Phase::Flow { remaining, rate },
                 ..
-            }) = &mut s.running
+            }) = &mut self.streams[s].running
             {
                 *remaining -= *rate * dt;
             }
@@ -468,7 +479,8 @@ impl Engine {
     /// Ends every phase that is due at the current time.
     fn finish_due(&mut self, store: &mut Store) {
         let now = self.now;
-        for s in 0..self.streams.len() {
+        for i in 0..self.active.len() {
+            let s = self.active[i];
             let due = match &self.streams[s].running {
                 None => false,
                 Some(r) => match r.phase {
@@ -511,6 +523,7 @@ impl Engine {
             store.release(&r.work.buffers());
             self.streams[s].idle_since = now;
         }
+        self.forget_idle();
     }
 }
 

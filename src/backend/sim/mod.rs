@@ -3,8 +3,8 @@
 //! Buffers are `Vec<u8>`s and copies really copy, so chunking, offset and relay bugs show byte for
 //! byte. Time is virtual: a host clock advances by each call's modelled CPU cost; GPU work runs on
 //! in-order streams in a discrete-event simulation whose copy rates come from a link model with
-//! max-min fair sharing ([`fabric`], [`sharing`]). Figures come from a [`preset`]. Every figure this
-//! backend produces is simulated, and its source says so (`sim:<preset>`).
+//! max-min fair sharing (modules `fabric`, `sharing`). Figures come from a [`preset`]. Every
+//! figure this backend produces is simulated, and its source says so (`sim:<preset>`).
 
 mod engine;
 mod fabric;
@@ -485,8 +485,8 @@ impl Backend for SimBackend {
                 Error::InvalidHandle(format!("gate {} does not exist in this simulator", gate.0))
             })?;
         // The spinning kernel sees the flag one load of pinned host memory later.
-        let poll = self.fabric.load_latency_us(0, Place::Host(None));
-        let at = st.host_us + poll;
+        let poll_us = self.fabric.preset().pcie.load_latency_ns / 1e3;
+        let at = st.host_us + poll_us;
         st.engine.open_gate(g, at);
         Ok(())
     }

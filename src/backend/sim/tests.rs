@@ -12,10 +12,13 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * b.abs().max(1.0)
 }
 
+/// Bytes that differ at every offset and between seeds (built a u64 at a time: tests fill MiBs).
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[1] ^ seed)
-        .collect()
+    let mut bytes: Vec<u8> = (0..len.div_ceil(8) as u64)
+        .flat_map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(seed) << 56).to_le_bytes())
+        .collect();
+    bytes.truncate(len);
+    bytes
 }
 
 fn device_buffer(sim: &SimBackend, device: usize, bytes: usize, seed: u8) -> BufferId {
@@ -293,4 +296,632 @@ fn same_calls_give_the_same_times_bit_for_bit() {
         times
     }
     assert_eq!(run(), run());
+}
+
+fn open(name: &str) -> SimBackend {
+    SimBackend::open(name).unwrap()
+}
+
+/// Starts `n` streams' work at one instant: each stream is held, and all are released together.
+fn held_streams(sim: &SimBackend, devices: &[usize]) -> (Vec<StreamId>, Vec<GateId>, Vec<EventId>) {
+    let streams: Vec<StreamId> = devices
+        .iter()
+        .map(|&d| sim.create_stream(d).unwrap())
+        .collect();
+    let gates = streams.iter().map(|&s| sim.hold(s).unwrap()).collect();
+    let starts = streams.iter().map(|&s| sim.record(s).unwrap()).collect();
+    (streams, gates, starts)
+}
+
+/// Releases the gates and returns each stream's GPU time from its start event to its end.
+fn finish(
+    sim: &SimBackend,
+    streams: &[StreamId],
+    gates: &[GateId],
+    starts: &[EventId],
+) -> Vec<f64> {
+    let ends: Vec<EventId> = streams.iter().map(|&s| sim.record(s).unwrap()).collect();
+    for &g in gates {
+        sim.release(g).unwrap();
+    }
+    streams
+        .iter()
+        .zip(starts.iter().zip(&ends))
+        .map(|(&s, (&a, &b))| {
+            sim.synchronize(s).unwrap();
+            sim.elapsed_us(a, b).unwrap()
+        })
+        .collect()
+}
+
+fn h100_port_bytes_per_us(sim: &SimBackend) -> f64 {
+    let nv = sim.fabric.preset().nvlink.clone().unwrap();
+    18.0 * nv.link_gbps * nv.efficiency * 1e3
+}
+
+#[test]
+fn two_flows_out_of_one_nvlink_port_each_get_half() {
+    let sim = h100();
+    let len = 64 * MIB;
+    for p in [1, 2] {
+        sim.enable_peer_access(0, p).unwrap();
+    }
+    let src = sim.alloc(Memory::Device(0), len).unwrap();
+    let d1 = sim.alloc(Memory::Device(1), len).unwrap();
+    let d2 = sim.alloc(Memory::Device(2), len).unwrap();
+    let (streams, gates, starts) = held_streams(&sim, &[0, 0]);
+    sim.copy(streams[0], CopyMethod::CopyEngine, &whole(src, d1, len))
+        .unwrap();
+    sim.copy(streams[1], CopyMethod::CopyEngine, &whole(src, d2, len))
+        .unwrap();
+    let times = finish(&sim, &streams, &gates, &starts);
+    let alpha = 2.0 + 0.8;
+    let expected = alpha + len as f64 / (h100_port_bytes_per_us(&sim) / 2.0);
+    for t in times {
+        assert!(close(t, expected), "{t} vs {expected}");
+    }
+}
+
+#[test]
+fn flows_on_disjoint_routes_run_at_full_rate() {
+    let sim = h100();
+    let len = 64 * MIB;
+    sim.enable_peer_access(0, 1).unwrap();
+    sim.enable_peer_access(2, 3).unwrap();
+    let bufs: Vec<BufferId> = (0..4)
+        .map(|d| sim.alloc(Memory::Device(d), len).unwrap())
+        .collect();
+    let (streams, gates, starts) = held_streams(&sim, &[0, 2]);
+    sim.copy(
+        streams[0],
+        CopyMethod::CopyEngine,
+        &whole(bufs[0], bufs[1], len),
+    )
+    .unwrap();
+    sim.copy(
+        streams[1],
+        CopyMethod::CopyEngine,
+        &whole(bufs[2], bufs[3], len),
+    )
+    .unwrap();
+    let times = finish(&sim, &streams, &gates, &starts);
+    let expected = 2.8 + len as f64 / h100_port_bytes_per_us(&sim);
+    for t in times {
+        assert!(close(t, expected), "{t} vs {expected}");
+    }
+}
+
+#[test]
+fn both_directions_of_a_pair_do_not_share() {
+    // Egress and ingress are separate resources: 0->1 and 1->0 together give twice one direction,
+    // ~795 GB/s, as the 739-786 GB/s bidirectional figures for H100.
+    let sim = h100();
+    let len = 256 * MIB;
+    sim.enable_peer_access(0, 1).unwrap();
+    sim.enable_peer_access(1, 0).unwrap();
+    let a = sim.alloc(Memory::Device(0), len).unwrap();
+    let b = sim.alloc(Memory::Device(1), len).unwrap();
+    let c = sim.alloc(Memory::Device(0), len).unwrap();
+    let (streams, gates, starts) = held_streams(&sim, &[0, 1]);
+    sim.copy(streams[0], CopyMethod::CopyEngine, &whole(a, b, len))
+        .unwrap();
+    sim.copy(streams[1], CopyMethod::CopyEngine, &whole(b, c, len))
+        .unwrap();
+    let times = finish(&sim, &streams, &gates, &starts);
+    let both_gbps = 2.0 * len as f64 / times[0].max(times[1]) / 1e3;
+    assert!((780.0..800.0).contains(&both_gbps), "{both_gbps}");
+}
+
+#[test]
+fn a_capped_flow_leaves_the_rest_of_a_shared_link_to_the_other() {
+    // A staged copy (capped at host.staged_gbps) and a device-to-host copy share GPU 0's PCIe
+    // uplink: the staged one keeps its cap, the other gets the remainder.
+    let mut preset = Preset::load("dgx-h100").unwrap();
+    preset.host.staged_gbps = 10.0;
+    let sim = SimBackend::from_preset(&preset);
+    let len = 64 * MIB;
+    let src = sim.alloc(Memory::Device(0), len).unwrap();
+    let peer = sim.alloc(Memory::Device(1), len).unwrap();
+    let host = sim
+        .alloc(Memory::PinnedHost { numa_node: None }, len)
+        .unwrap();
+    let (streams, gates, starts) = held_streams(&sim, &[0, 0]);
+    sim.copy(streams[0], CopyMethod::CopyEngine, &whole(src, peer, len))
+        .unwrap();
+    sim.copy(streams[1], CopyMethod::CopyEngine, &whole(src, host, len))
+        .unwrap();
+    let times = finish(&sim, &streams, &gates, &starts);
+    let (staged_alpha, d2h_alpha) = (2.0 + 12.5, 2.0 + 1.0);
+    let staged = staged_alpha + len as f64 / 10e3;
+    assert!(close(times[0], staged), "{} vs {staged}", times[0]);
+    // Alone at 55.4 GB/s until the staged copy's flow starts, then 55.4 - 10.
+    let alone = (staged_alpha - d2h_alpha) * 55.4e3;
+    let d2h = staged_alpha + (len as f64 - alone) / 45.4e3;
+    assert!(close(times[1], d2h), "{} vs {d2h}", times[1]);
+}
+
+#[test]
+fn peer_copies_without_p2p_are_staged_through_the_host() {
+    let sim = h100();
+    let len = 32 * MIB;
+    let src = device_buffer(&sim, 0, len, 5);
+    let dst = sim.alloc(Memory::Device(1), len).unwrap();
+    let s = sim.create_stream(0).unwrap();
+    let staged = timed(&sim, s, || {
+        sim.copy(s, CopyMethod::CopyEngine, &whole(src, dst, len))
+            .unwrap()
+    });
+    assert_eq!(contents(&sim, dst), contents(&sim, src));
+    let expected = 2.0 + 12.5 + len as f64 / 37e3;
+    assert!(close(staged, expected), "{staged} vs {expected}");
+    sim.enable_peer_access(0, 1).unwrap();
+    let direct = timed(&sim, s, || {
+        sim.copy(s, CopyMethod::CopyEngine, &whole(src, dst, len))
+            .unwrap()
+    });
+    assert!(staged > 9.0 * direct, "{staged} vs {direct}");
+    // A small staged copy costs what p2pBandwidthLatencyTest reports with P2P disabled: 14-19 µs.
+    sim.enable_peer_access(1, 0).unwrap();
+    let back = sim.create_stream(2).unwrap();
+    let small = timed(&sim, back, || {
+        sim.copy(back, CopyMethod::CopyEngine, &whole(dst, src, 16))
+            .unwrap()
+    });
+    assert!((14.0..19.0).contains(&small), "{small}");
+}
+
+#[test]
+fn cross_socket_pairs_refuse_peer_access_but_stage_copy_engine_copies() {
+    let sim = open("pcie-4gpu-2socket");
+    let err = sim.enable_peer_access(0, 2).unwrap_err();
+    assert!(
+        matches!(err, Error::PeerAccess { src: 0, dst: 2, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("different CPU sockets"), "{err}");
+    sim.enable_peer_access(0, 1).unwrap();
+    sim.enable_peer_access(0, 1).unwrap(); // idempotent
+    sim.enable_peer_access(3, 3).unwrap(); // itself
+    let len = 4 * MIB;
+    let a = device_buffer(&sim, 0, len, 1);
+    let c = sim.alloc(Memory::Device(2), len).unwrap();
+    let s = sim.create_stream(0).unwrap();
+    sim.copy(s, CopyMethod::CopyEngine, &whole(a, c, len))
+        .unwrap();
+    sim.synchronize(s).unwrap();
+    assert_eq!(contents(&sim, c), contents(&sim, a));
+    let err = sim
+        .copy(s, CopyMethod::SmKernel, &whole(a, c, len))
+        .unwrap_err();
+    assert!(err.to_string().contains("would fault"), "{err}");
+}
+
+#[test]
+fn an_sm_copy_needs_peer_access_and_pays_a_kernel_launch() {
+    let sim = h100();
+    let len = 64 * MIB;
+    let src = device_buffer(&sim, 0, len, 4);
+    let dst = sim.alloc(Memory::Device(1), len).unwrap();
+    let s = sim.create_stream(1).unwrap(); // pull: the destination's kernel reads GPU 0
+    let err = sim
+        .copy(s, CopyMethod::SmKernel, &whole(src, dst, len))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("enable_peer_access(1, 0)"),
+        "{err}"
+    );
+    sim.enable_peer_access(1, 0).unwrap();
+    let before = sim.host_time_us();
+    let sm = timed(&sim, s, || {
+        sim.copy(s, CopyMethod::SmKernel, &whole(src, dst, len))
+            .unwrap()
+    });
+    assert_eq!(contents(&sim, dst), contents(&sim, src));
+    let p = sim.fabric.preset();
+    let expected =
+        p.costs.kernel_setup_us + 0.8 + len as f64 / (0.75 * h100_port_bytes_per_us(&sim));
+    assert!(close(sm, expected), "{sm} vs {expected}");
+    let issued =
+        p.costs.kernel_issue_us * 2.0 + p.costs.event_issue_us * 2.0 + p.costs.kernel_issue_us;
+    assert!(sim.host_time_us() - before > issued);
+}
+
+#[test]
+fn host_copies_use_the_gpu_pcie_link() {
+    let sim = h100();
+    let len = 64 * MIB;
+    let host = sim
+        .alloc(Memory::PinnedHost { numa_node: Some(0) }, len)
+        .unwrap();
+    sim.write(host, 0, &pattern(len, 3)).unwrap();
+    let dev = sim.alloc(Memory::Device(0), len).unwrap();
+    let s = sim.create_stream(0).unwrap();
+    let h2d = timed(&sim, s, || {
+        sim.copy(s, CopyMethod::CopyEngine, &whole(host, dev, len))
+            .unwrap()
+    });
+    assert_eq!(contents(&sim, dev), pattern(len, 3));
+    let expected = 3.0 + len as f64 / 55.4e3;
+    assert!(close(h2d, expected), "{h2d} vs {expected}");
+    assert!(sim
+        .alloc(Memory::PinnedHost { numa_node: Some(5) }, 8)
+        .is_err());
+}
+
+#[test]
+fn graph_replay_repeats_the_captured_copies_with_a_lower_per_copy_cost() {
+    let sim = h100();
+    let n = 100;
+    let src = device_buffer(&sim, 0, n * 64, 8);
+    let dst = sim.alloc(Memory::Device(0), n * 64).unwrap();
+    let s = sim.create_stream(0).unwrap();
+    let copies: Vec<Copy> = (0..n)
+        .map(|i| Copy {
+            dst,
+            dst_offset: i * 64,
+            src,
+            src_offset: (n - 1 - i) * 64,
+            len: 64,
+        })
+        .collect();
+    let stream_us = timed(&sim, s, || {
+        for c in &copies {
+            sim.copy(s, CopyMethod::CopyEngine, c).unwrap();
+        }
+    });
+    sim.begin_capture(s).unwrap();
+    for c in &copies {
+        sim.copy(s, CopyMethod::CopyEngine, c).unwrap();
+    }
+    assert!(sim.record(s).is_err(), "events are not captured");
+    assert!(
+        sim.synchronize(s).is_err(),
+        "a capturing stream cannot be synchronised"
+    );
+    let graph = sim.end_capture(s).unwrap();
+    assert!(sim.end_capture(s).is_err());
+    sim.write(dst, 0, &vec![0; n * 64]).unwrap();
+    let before = sim.host_time_us();
+    let graph_us = timed(&sim, s, || sim.replay(graph, s).unwrap());
+    let host_cost = sim.host_time_us() - before;
+    let (a, b) = (contents(&sim, src), contents(&sim, dst));
+    for i in 0..n {
+        assert_eq!(b[i * 64..(i + 1) * 64], a[(n - 1 - i) * 64..(n - i) * 64]);
+    }
+    let costs = &sim.fabric.preset().costs;
+    // Back-to-back small copies on a stream cost the copy setup each; replayed, the graph node's.
+    assert!(
+        close(stream_us / n as f64, costs.copy_setup_us + 64.0 / 1500e3),
+        "{stream_us}"
+    );
+    assert!(
+        close(graph_us / n as f64, costs.graph_node_us + 64.0 / 1500e3),
+        "{graph_us}"
+    );
+    // One CPU cost for the whole replay instead of one per copy.
+    assert!(
+        host_cost < 2.0 * costs.copy_issue_us + graph_us + 10.0,
+        "{host_cost}"
+    );
+}
+
+#[test]
+fn pointer_chase_follows_the_chain_and_takes_steps_times_load_latency() {
+    let sim = h100();
+    let elements = 1000usize;
+    // A single cycle visiting every element: i -> (i * 7 + 3) mod 1000 (7 is coprime to 1000).
+    let chain: Vec<u8> = (0..elements)
+        .flat_map(|i| (((i * 7 + 3) % elements) as u64).to_le_bytes())
+        .collect();
+    let buf = sim.alloc(Memory::Device(1), chain.len()).unwrap();
+    sim.write(buf, 0, &chain).unwrap();
+    let result = sim.alloc(Memory::Device(0), 8).unwrap();
+    let s = sim.create_stream(0).unwrap();
+    assert!(
+        sim.pointer_chase(s, buf, 10, result).is_err(),
+        "peer access first"
+    );
+    sim.enable_peer_access(0, 1).unwrap();
+    for steps in [0u32, 1, 999, 1000, 12_345, 4_000_000] {
+        let us = timed(&sim, s, || {
+            sim.pointer_chase(s, buf, steps, result).unwrap()
+        });
+        let mut expected = 0usize;
+        for _ in 0..steps {
+            expected = (expected * 7 + 3) % elements;
+        }
+        let mut out = [0u8; 8];
+        sim.read(result, 0, &mut out).unwrap();
+        assert_eq!(u64::from_le_bytes(out), expected as u64, "{steps} steps");
+        let want = sim.fabric.preset().costs.kernel_setup_us + steps as f64 * 0.826;
+        assert!(close(us, want), "{us} vs {want}");
+    }
+}
+
+#[test]
+fn a_wild_chain_index_faults_at_the_next_synchronisation() {
+    let sim = h100();
+    let buf = sim.alloc(Memory::Device(0), 16).unwrap();
+    sim.write(buf, 0, &[1, 0, 0, 0, 0, 0, 0, 0, 99, 0, 0, 0, 0, 0, 0, 0])
+        .unwrap();
+    let result = sim.alloc(Memory::Device(0), 8).unwrap();
+    let s = sim.create_stream(0).unwrap();
+    sim.pointer_chase(s, buf, 5, result).unwrap();
+    let err = sim.synchronize(s).unwrap_err();
+    assert!(
+        err.to_string().contains("holds 99, outside its 2 elements"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ping_pong_writes_the_flags_and_takes_rounds_of_round_trips() {
+    let sim = h100();
+    let ping_flag = sim.alloc(Memory::Device(0), 4).unwrap();
+    let pong_flag = sim.alloc(Memory::Device(1), 4).unwrap();
+    let ping = sim.create_stream(0).unwrap();
+    let pong = sim.create_stream(1).unwrap();
+    assert!(
+        sim.ping_pong(ping, pong, ping_flag, pong_flag, 10).is_err(),
+        "no peer access yet"
+    );
+    sim.enable_peer_access(0, 1).unwrap();
+    sim.enable_peer_access(1, 0).unwrap();
+    assert!(
+        sim.ping_pong(ping, ping, ping_flag, pong_flag, 10).is_err(),
+        "one stream"
+    );
+    assert!(
+        sim.ping_pong(ping, pong, pong_flag, ping_flag, 10).is_err(),
+        "flags swapped"
+    );
+    let rounds = 1000;
+    let us = timed(&sim, ping, || {
+        sim.ping_pong(ping, pong, ping_flag, pong_flag, rounds)
+            .unwrap()
+    });
+    sim.synchronize(pong).unwrap();
+    for flag in [ping_flag, pong_flag] {
+        assert_eq!(contents(&sim, flag), rounds.to_le_bytes());
+    }
+    let want = sim.fabric.preset().costs.kernel_setup_us + rounds as f64 * 2.0 * 2.35;
+    assert!(close(us, want), "{us} vs {want}");
+}
+
+#[test]
+fn a_forgotten_release_times_out_instead_of_hanging() {
+    let sim = h100();
+    let s = sim.create_stream(0).unwrap();
+    sim.hold(s).unwrap();
+    sim.synchronize(s).unwrap();
+    assert!(sim.host_time_us() >= engine::HOLD_TIMEOUT_US);
+}
+
+mod random_copies {
+    use super::*;
+    use proptest::prelude::*;
+
+    const BUF: usize = 3 * MIB;
+
+    /// One random copy: buffer and stream choices are indices, folded into range when used.
+    #[derive(Clone, Debug)]
+    struct Step {
+        src: usize,
+        dst: usize,
+        stream: usize,
+        sm: bool,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+        sync_first: bool,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        (
+            (0usize..16, 0usize..16, 0usize..16, any::<bool>()),
+            (
+                0usize..BUF,
+                0usize..BUF,
+                0usize..=2 * MIB,
+                prop::bool::weighted(0.2),
+            ),
+        )
+            .prop_map(
+                |((src, dst, stream, sm), (so, d_o, len, sync_first))| Step {
+                    src,
+                    dst,
+                    stream,
+                    sm,
+                    src_offset: so,
+                    dst_offset: d_o,
+                    len,
+                    sync_first,
+                },
+            )
+    }
+
+    /// Copies on many streams of a DGX-1 (NVLink, staged and host routes) agree byte for byte with
+    /// a model that applies them in order. Copies that could race with one in flight on another
+    /// stream are preceded by a full synchronisation, so that the order is defined.
+    fn check(steps: &[Step]) {
+        let sim = open("dgx1-v100");
+        let t = sim.topology().clone();
+        for p in t.pairs.iter().filter(|p| p.p2p) {
+            sim.enable_peer_access(p.src, p.dst).unwrap();
+        }
+        let mut buffers = Vec::new();
+        let mut model = Vec::new();
+        // Each buffer a different window of one pattern: distinct contents at memcpy speed.
+        let base = pattern(BUF + 64, 0);
+        for (i, memory) in (0..8)
+            .map(Memory::Device)
+            .chain([Memory::PinnedHost { numa_node: Some(1) }])
+            .enumerate()
+        {
+            let b = sim.alloc(memory, BUF).unwrap();
+            let bytes = base[i * 7..i * 7 + BUF].to_vec();
+            sim.write(b, 0, &bytes).unwrap();
+            buffers.push((b, memory));
+            model.push(bytes);
+        }
+        let streams: Vec<StreamId> = (0..8)
+            .flat_map(|d| [d, d])
+            .map(|d| sim.create_stream(d).unwrap())
+            .collect();
+        // Ranges touched since the last full synchronisation, with the stream that touched them.
+        let mut in_flight: Vec<(usize, usize, std::ops::Range<usize>, bool)> = Vec::new();
+        let sync_all = |in_flight: &mut Vec<_>| {
+            for &s in &streams {
+                sim.synchronize(s).unwrap();
+            }
+            in_flight.clear();
+        };
+        for st in steps {
+            let (src, dst) = (st.src % buffers.len(), st.dst % buffers.len());
+            let len = st.len.min(BUF - st.src_offset).min(BUF - st.dst_offset);
+            let (so, d_o) = (st.src_offset, st.dst_offset);
+            let stream = st.stream;
+            let gpu = stream / 2;
+            let reads = so..so + len;
+            let writes = d_o..d_o + len;
+            let overlap = |a: &std::ops::Range<usize>, b: &std::ops::Range<usize>| {
+                a.start < b.end && b.start < a.end
+            };
+            let races = in_flight.iter().any(|(s, buf, range, written)| {
+                *s != stream
+                    && ((*buf == dst && overlap(range, &writes))
+                        || (*buf == src && *written && overlap(range, &reads)))
+            });
+            if races || st.sync_first {
+                sync_all(&mut in_flight);
+            }
+            let method = if st.sm {
+                CopyMethod::SmKernel
+            } else {
+                CopyMethod::CopyEngine
+            };
+            let reachable = |m: Memory| match m {
+                Memory::Device(d) => d == gpu || t.pair(gpu, d).unwrap().p2p,
+                Memory::PinnedHost { .. } => true,
+            };
+            let c = Copy {
+                dst: buffers[dst].0,
+                dst_offset: d_o,
+                src: buffers[src].0,
+                src_offset: so,
+                len,
+            };
+            let result = sim.copy(streams[stream], method, &c);
+            if st.sm && !(reachable(buffers[src].1) && reachable(buffers[dst].1)) {
+                assert!(
+                    result.is_err(),
+                    "an SM copy touching a GPU without P2P must fail"
+                );
+                continue;
+            }
+            result.unwrap();
+            let moved = model[src][reads.clone()].to_vec();
+            model[dst][writes.clone()].copy_from_slice(&moved);
+            in_flight.push((stream, src, reads, false));
+            in_flight.push((stream, dst, writes, true));
+        }
+        sync_all(&mut in_flight);
+        for (i, (b, _)) in buffers.iter().enumerate() {
+            let got = contents(&sim, *b);
+            if got != model[i] {
+                let at = got.iter().zip(&model[i]).position(|(x, y)| x != y);
+                panic!("buffer {i} differs from the model first at byte {at:?}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_copies_match_a_reference_model(steps in prop::collection::vec(step(), 1..40)) {
+            check(&steps);
+        }
+    }
+}
+
+#[test]
+fn work_cannot_start_before_it_is_issued_so_small_ops_are_issue_bound_without_a_hold() {
+    let sim = h100();
+    let src = device_buffer(&sim, 0, 64, 1);
+    let dst = sim.alloc(Memory::Device(0), 64).unwrap();
+    let s = sim.create_stream(0).unwrap();
+    let n = 50;
+    let kernels = |sim: &SimBackend| {
+        for _ in 0..n {
+            sim.copy(s, CopyMethod::SmKernel, &whole(src, dst, 64))
+                .unwrap();
+        }
+    };
+    let start = sim.record(s).unwrap();
+    kernels(&sim);
+    let end = sim.record(s).unwrap();
+    sim.synchronize(s).unwrap();
+    let issue_bound = sim.elapsed_us(start, end).unwrap() / n as f64;
+    let held = timed(&sim, s, || kernels(&sim)) / n as f64;
+    let costs = &sim.fabric.preset().costs;
+    assert!(
+        (issue_bound - costs.kernel_issue_us).abs() < 0.05,
+        "{issue_bound}"
+    );
+    assert!((held - costs.kernel_setup_us).abs() < 0.05, "{held}");
+}
+
+#[test]
+fn gpus_under_one_pcie_switch_share_its_uplink_but_not_their_p2p_path() {
+    let sim = open("pcie-2gpu-switch");
+    let len = 32 * MIB;
+    sim.enable_peer_access(0, 1).unwrap();
+    let a = sim.alloc(Memory::Device(0), len).unwrap();
+    let b = sim.alloc(Memory::Device(1), len).unwrap();
+    let host = sim
+        .alloc(Memory::PinnedHost { numa_node: None }, 2 * len)
+        .unwrap();
+    let s = sim.create_stream(0).unwrap();
+    let p2p = timed(&sim, s, || {
+        sim.copy(s, CopyMethod::CopyEngine, &whole(a, b, len))
+            .unwrap()
+    });
+    let expected = 3.0 + len as f64 / 26e3;
+    assert!(close(p2p, expected), "{p2p} vs {expected}");
+    // Both GPUs write to the host at once: the switch's one uplink gives each half.
+    let (streams, gates, starts) = held_streams(&sim, &[0, 1]);
+    let mut up = whole(a, host, len);
+    sim.copy(streams[0], CopyMethod::CopyEngine, &up).unwrap();
+    up.src = b;
+    up.dst_offset = len;
+    sim.copy(streams[1], CopyMethod::CopyEngine, &up).unwrap();
+    let times = finish(&sim, &streams, &gates, &starts);
+    let shared = 3.0 + len as f64 / 13e3;
+    for t in times {
+        assert!(close(t, shared), "{t} vs {shared}");
+    }
+}
+
+#[test]
+fn dgx1_nv2_pairs_are_twice_nv1_and_sys_pairs_are_staged() {
+    let sim = open("dgx1-v100");
+    let len = 16 * MIB;
+    let bufs: Vec<BufferId> = (0..8)
+        .map(|d| sim.alloc(Memory::Device(d), len).unwrap())
+        .collect();
+    let s = sim.create_stream(0).unwrap();
+    let rate = |peer: usize| {
+        let _ = sim.enable_peer_access(0, peer);
+        let us = timed(&sim, s, || {
+            sim.copy(s, CopyMethod::CopyEngine, &whole(bufs[0], bufs[peer], len))
+                .unwrap()
+        });
+        len as f64 / us / 1e3
+    };
+    let (nv1, nv2, sys) = (rate(1), rate(3), rate(5));
+    assert!((23.0..24.0).contains(&nv1), "{nv1}");
+    assert!((45.0..48.0).contains(&nv2), "{nv2}");
+    assert!(sys < 9.0, "{sys}");
+    assert!(sim.enable_peer_access(0, 5).is_err());
 }
