@@ -145,14 +145,6 @@ impl<'b> Lane<'b> {
         self.backend
     }
 
-    pub fn message(&self) -> usize {
-        self.message
-    }
-
-    pub fn label(&self) -> &LaneLabel {
-        &self.label
-    }
-
     /// The final destination buffer.
     pub fn destination(&self) -> BufferId {
         self.hops[self.hops.len() - 1].1
@@ -164,7 +156,7 @@ impl<'b> Lane<'b> {
     }
 
     /// Byte offset of rotation slot `slot` in every buffer of the lane.
-    pub fn slot_offset(&self, slot: usize) -> usize {
+    fn slot_offset(&self, slot: usize) -> usize {
         slot * self.stride
     }
 
