@@ -185,6 +185,53 @@ fn preset_file_that_is_not_json_exits_2_with_line_and_column() {
         .stderr(predicate::str::contains("column"));
 }
 
+/// docs/sim-format.md's example, so the inconsistent variants below differ from a valid preset in
+/// exactly one place.
+fn documented_example() -> Value {
+    let doc = std::fs::read_to_string("docs/sim-format.md").unwrap();
+    let json = doc
+        .split("```json")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/sim-format.md has a JSON example");
+    serde_json::from_str(json).unwrap()
+}
+
+fn topo_with_preset(preset: &Value) -> assert_cmd::assert::Assert {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.json");
+    std::fs::write(&path, serde_json::to_string_pretty(preset).unwrap()).unwrap();
+    peerlink()
+        .args(["topo", "--sim", path.to_str().unwrap()])
+        .assert()
+}
+
+#[test]
+fn documented_preset_example_works() {
+    topo_with_preset(&documented_example())
+        .success()
+        .stdout(predicate::str::contains("*** SIMULATED host `my-3gpu`"))
+        .stdout(predicate::str::contains("NV2"));
+}
+
+#[test]
+fn inconsistent_presets_exit_2_saying_what_is_wrong() {
+    let mut dangling = documented_example();
+    dangling["links"][0]["gpus"] = serde_json::json!([0, 7]);
+    topo_with_preset(&dangling)
+        .code(2)
+        .stderr(predicate::str::contains("simulator preset"))
+        .stderr(predicate::str::contains("7"))
+        .stderr(predicate::str::contains("panicked").not());
+
+    let mut negative = documented_example();
+    negative["pcie"]["host_gbps"] = serde_json::json!(-26);
+    topo_with_preset(&negative)
+        .code(2)
+        .stderr(predicate::str::contains("host_gbps"))
+        .stderr(predicate::str::contains("panicked").not());
+}
+
 #[test]
 fn missing_preset_file_exits_2() {
     peerlink()

@@ -15,7 +15,7 @@ pub mod cuda;
 pub mod sim;
 
 use crate::topology::Topology;
-use crate::Result;
+use crate::{Error, Result};
 
 /// A block of memory on one GPU or in pinned host memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -76,6 +76,12 @@ pub trait Backend: Send + Sync {
 
     /// The host's devices and pairs, read once when the backend was opened.
     fn topology(&self) -> &Topology;
+
+    /// What the backend could not find out about the host (NVML missing, say), one sentence each,
+    /// to show beside the topology. Empty when nothing is missing.
+    fn notices(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
     /// already enabled pair succeeds. Fails with a sentence saying why where the pair has no P2P.
@@ -231,4 +237,23 @@ pub fn open(choice: &Choice) -> Result<Opened> {
             Err(other) => Err(other),
         },
     }
+}
+
+/// A batch kernel's messages run concurrently, so their destinations must not overlap.
+pub(crate) fn check_disjoint_destinations(copies: &[Copy]) -> Result<()> {
+    let mut ranges: Vec<(BufferId, usize, usize)> = copies
+        .iter()
+        .filter(|c| c.len > 0)
+        .map(|c| (c.dst, c.dst_offset, c.dst_offset + c.len))
+        .collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        if w[0].0 == w[1].0 && w[1].1 < w[0].2 {
+            return Err(Error::usage(format!(
+                "copy_batch: two messages write overlapping bytes of one buffer (offsets {} and {})",
+                w[0].1, w[1].1
+            )));
+        }
+    }
+    Ok(())
 }

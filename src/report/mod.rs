@@ -4,6 +4,7 @@
 //! `sim:<preset>`), so scripts can check what they are reading. Text output from the simulator opens
 //! with [`simulated_banner`].
 
+pub mod bench;
 pub mod table;
 pub mod topo;
 

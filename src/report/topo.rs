@@ -110,7 +110,13 @@ fn legend(topo: &Topology) -> String {
     seen.sort();
     seen.dedup();
     let mut out = String::from("Legend:\n  X    = self\n");
-    for link in seen {
+    if seen.iter().any(|l| l.is_nvlink()) {
+        let _ = writeln!(
+            out,
+            "  NV#  = NVLink with # bonded links (direct, or through NVSwitch)"
+        );
+    }
+    for link in seen.into_iter().filter(|l| !l.is_nvlink()) {
         let _ = writeln!(out, "  {:<4} = {}", link.to_string(), link.meaning());
     }
     out.push_str(
@@ -215,6 +221,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("[no-p2p]"), "{text}");
+        assert_eq!(
+            text.matches("NVLink with").count(),
+            1,
+            "one legend line for NV#: {text}"
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ impl Link {
     /// One-line meaning, for legends.
     pub fn meaning(self) -> &'static str {
         match self {
-            Link::NvLink(_) => "NVLink (count of bonded links)",
+            Link::NvLink(_) => "NVLink with this many bonded links (direct, or through NVSwitch)",
             Link::Pix => "PCIe, at most one PCIe switch",
             Link::Pxb => "PCIe, several PCIe switches, no host bridge",
             Link::Phb => "PCIe through a host bridge (CPU root complex)",

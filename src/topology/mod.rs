@@ -19,7 +19,7 @@ pub struct Device {
     pub index: usize,
     pub name: String,
     pub uuid: String,
-    /// PCI bus id in the driver's form, `0000:18:00.0`.
+    /// PCI bus id in NVML's and `nvidia-smi -q`'s form, `00000000:18:00.0`.
     pub pci_bus_id: String,
     /// NUMA node of the GPU's PCIe root, where known.
     pub numa_node: Option<i32>,

@@ -1,109 +1,624 @@
-//! Placeholder, replaced by the real cuda backend.
-#![allow(unused)]
-use super::*;
-use crate::Error;
+//! Real GPUs: the CUDA driver API through cudarc, NVRTC-compiled kernels, NVML for the topology.
+//!
+//! - [`driver`]: the thin raw layer (every direct `sys` call, owning types for memory and graphs);
+//! - [`topology`](self::topology): devices and pairs, read once at open;
+//! - [`peer`]: the one place that enables peer access;
+//! - [`kernels`]: copy, gate and latency kernels (sources in `kernels/*.cu`);
+//! - [`gates`]: pinned flags that hold streams until released.
+//!
+//! One primary context per device, with cudarc's event tracking off: the backend orders work itself,
+//! and cudarc's hidden per-buffer events would otherwise land in timed windows and graph captures.
 
-pub struct CudaBackend;
+mod batches;
+mod driver;
+mod gates;
+mod kernels;
+mod peer;
+mod topology;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
+
+use self::driver::{failed, DeviceMemory, PinnedMemory};
+use super::{Backend, BufferId, CopyMethod, EventId, GateId, GraphId, Memory, StreamId};
+use crate::topology::Topology;
+use crate::{Error, Result};
+
+/// Whether the NVIDIA driver library can be loaded on this host (nothing else is called).
+pub fn driver_library_present() -> bool {
+    driver::driver_library_present()
+}
+
+/// A buffer's memory, freed when the last reference goes.
+enum Storage {
+    Device(DeviceMemory),
+    Pinned(PinnedMemory),
+}
+
+struct Buffer {
+    memory: Memory,
+    bytes: usize,
+    storage: Storage,
+}
+
+impl Buffer {
+    fn address(&self) -> u64 {
+        match &self.storage {
+            Storage::Device(memory) => memory.address(),
+            Storage::Pinned(memory) => memory.address(),
+        }
+    }
+
+    /// The unified address of `len` bytes at `offset`, if they lie inside the buffer.
+    fn range(&self, id: u64, offset: usize, len: usize, role: &str) -> Result<u64> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.bytes => Ok(self.address() + offset as u64),
+            _ => Err(Error::usage(format!(
+                "{role} range {offset}..{offset}+{len} lies outside buffer {id} of {} bytes",
+                self.bytes
+            ))),
+        }
+    }
+}
+
+struct Stream {
+    device: usize,
+    stream: Arc<CudaStream>,
+    /// Descriptor blocks of batches captured on this stream, for the graph to keep at end_capture.
+    captured_descriptors: Mutex<Vec<(usize, driver::PinnedMemory)>>,
+}
+
+/// A replayable graph and the batch descriptors its kernels read (dropped after the graph).
+struct CapturedGraph {
+    graph: Mutex<driver::Graph>,
+    _descriptors: Vec<(usize, driver::PinnedMemory)>,
+}
+
+struct Event {
+    device: usize,
+    event: CudaEvent,
+}
+
+/// Locks a mutex, carrying on past a panic of another thread (the data stay consistent: every
+/// critical section here is a single insert, remove or push).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Live objects of one kind, by handle id.
+struct Handles<T> {
+    kind: &'static str,
+    items: Mutex<HashMap<u64, Arc<T>>>,
+}
+
+impl<T> Handles<T> {
+    fn new(kind: &'static str) -> Self {
+        Handles {
+            kind,
+            items: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<T>>> {
+        lock(&self.items)
+    }
+
+    fn insert(&self, id: u64, item: T) {
+        self.lock().insert(id, Arc::new(item));
+    }
+
+    fn unknown(&self, id: u64) -> Error {
+        Error::InvalidHandle(format!(
+            "unknown {} {id}: freed already, or not from this backend",
+            self.kind
+        ))
+    }
+
+    fn get(&self, id: u64) -> Result<Arc<T>> {
+        self.lock()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| self.unknown(id))
+    }
+
+    fn remove(&self, id: u64) -> Result<Arc<T>> {
+        self.lock().remove(&id).ok_or_else(|| self.unknown(id))
+    }
+
+    fn all(&self) -> Vec<Arc<T>> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn clear(&self) {
+        self.lock().clear();
+    }
+}
+
+/// The backend for real NVIDIA GPUs.
+pub struct CudaBackend {
+    started: Instant,
+    topology: Topology,
+    notices: Vec<String>,
+    peers: peer::PeerAccess,
+    kernels: kernels::KernelCache,
+    gates: gates::Gates,
+    next_id: AtomicU64,
+    buffers: Handles<Buffer>,
+    streams: Handles<Stream>,
+    events: Handles<Event>,
+    graphs: Handles<CapturedGraph>,
+    descriptors: batches::DescriptorPool,
+    /// One internal stream per device for the synchronous `write` and `read`.
+    io_streams: Vec<Arc<CudaStream>>,
+    contexts: Vec<Arc<CudaContext>>,
+}
 
 impl CudaBackend {
+    /// Opens every visible GPU. A host without the driver, or with no GPU, is [`Error::NoGpu`].
     pub fn open() -> Result<Self> {
-        Err(Error::NoGpu("cuda backend not yet implemented".into()))
+        if !driver::driver_library_present() {
+            return Err(Error::NoGpu(
+                "the NVIDIA driver library (libcuda.so.1) cannot be loaded: install the NVIDIA \
+                 driver, or add its directory to LD_LIBRARY_PATH"
+                    .into(),
+            ));
+        }
+        let started = Instant::now();
+        cudarc::driver::result::init().map_err(|e| {
+            Error::NoGpu(format!(
+                "the CUDA driver did not start ({}); check that the NVIDIA kernel module is loaded \
+                 and that CUDA_VISIBLE_DEVICES names a GPU",
+                driver::cuda_error("cuInit", e)
+            ))
+        })?;
+        let count = CudaContext::device_count().map_err(failed("cuDeviceGetCount"))?;
+        if count <= 0 {
+            return Err(Error::NoGpu(format!(
+                "the CUDA driver sees no GPU (CUDA_VISIBLE_DEVICES={})",
+                std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
+            )));
+        }
+        let contexts = (0..count as usize)
+            .map(|ordinal| {
+                let ctx = CudaContext::new(ordinal).map_err(failed("cuDevicePrimaryCtxRetain"))?;
+                // SAFETY: nothing has been allocated in this context yet, and the backend never
+                // uses cudarc's tracked slices: it orders its own work with streams and events.
+                unsafe { ctx.disable_event_tracking() };
+                Ok(ctx)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (topology, notices) = topology::discover(&contexts)?;
+        let io_streams = contexts
+            .iter()
+            .map(|ctx| ctx.new_stream().map_err(failed("cuStreamCreate")))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(CudaBackend {
+            started,
+            topology,
+            notices,
+            peers: peer::PeerAccess::default(),
+            kernels: kernels::KernelCache::new(contexts.len()),
+            gates: gates::Gates::new(&contexts[0])?,
+            next_id: AtomicU64::new(1),
+            buffers: Handles::new("buffer"),
+            streams: Handles::new("stream"),
+            events: Handles::new("event"),
+            graphs: Handles::new("graph"),
+            descriptors: batches::DescriptorPool::new(contexts.len()),
+            io_streams,
+            contexts,
+        })
+    }
+
+    fn new_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn context(&self, device: usize) -> Result<&Arc<CudaContext>> {
+        self.contexts.get(device).ok_or_else(|| {
+            Error::usage(format!(
+                "GPU {device} does not exist; this host has {} GPU(s) (0..={})",
+                self.contexts.len(),
+                self.contexts.len() - 1
+            ))
+        })
+    }
+
+    fn kernels(&self, device: usize) -> Result<Arc<kernels::Kernels>> {
+        self.kernels.get(device, self.context(device)?)
+    }
+
+    /// Fails unless work issued on `device` may touch `buffer`: its own memory, pinned host memory,
+    /// or a peer's memory with peer access enabled. Without this check a copy engine would silently
+    /// stage through the host, and a kernel would fault and take the context down with it.
+    fn check_reachable(&self, device: usize, buffer: &Buffer) -> Result<()> {
+        match buffer.memory {
+            Memory::Device(owner) if !self.peers.is_enabled(device, owner) => {
+                Err(Error::PeerAccess {
+                    src: device,
+                    dst: owner,
+                    message: format!(
+                        "work on GPU {device} touches GPU {owner}'s memory, but peer access from \
+                         GPU {device} to GPU {owner} is not enabled: enable it first"
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A buffer's address range after checking it is in bounds and reachable from `device`.
+    fn reachable_range(
+        &self,
+        device: usize,
+        id: BufferId,
+        offset: usize,
+        len: usize,
+        role: &str,
+    ) -> Result<u64> {
+        let buffer = self.buffers.get(id.0)?;
+        let address = buffer.range(id.0, offset, len, role)?;
+        self.check_reachable(device, &buffer)?;
+        Ok(address)
     }
 }
 
 impl Backend for CudaBackend {
     fn source(&self) -> &str {
-        "stub"
+        "cuda"
     }
+
     fn topology(&self) -> &Topology {
-        unimplemented!()
+        &self.topology
     }
-    fn enable_peer_access(&self, _device: usize, _peer: usize) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn notices(&self) -> Vec<String> {
+        self.notices.clone()
     }
-    fn free_memory(&self, _device: usize) -> Result<u64> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
+        self.peers
+            .enable(&self.contexts, &self.topology, device, peer)
     }
-    fn alloc(&self, _memory: Memory, _bytes: usize) -> Result<BufferId> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn free_memory(&self, device: usize) -> Result<u64> {
+        let (free, _total) = self
+            .context(device)?
+            .mem_get_info()
+            .map_err(failed("cuMemGetInfo"))?;
+        Ok(free as u64)
     }
-    fn free(&self, _buffer: BufferId) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn alloc(&self, memory: Memory, bytes: usize) -> Result<BufferId> {
+        if bytes == 0 {
+            return Err(Error::usage("cannot allocate a buffer of 0 bytes"));
+        }
+        let storage = match memory {
+            Memory::Device(device) => {
+                Storage::Device(DeviceMemory::new(self.context(device)?, bytes)?)
+            }
+            // Portable memory: the context it is allocated in does not matter. The NUMA preference
+            // is not applied: the pages land where the calling thread runs.
+            Memory::PinnedHost { .. } => {
+                Storage::Pinned(PinnedMemory::new(&self.contexts[0], bytes)?)
+            }
+        };
+        let id = self.new_id();
+        self.buffers.insert(
+            id,
+            Buffer {
+                memory,
+                bytes,
+                storage,
+            },
+        );
+        Ok(BufferId(id))
     }
-    fn len(&self, _buffer: BufferId) -> Result<usize> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn free(&self, buffer: BufferId) -> Result<()> {
+        self.buffers.remove(buffer.0).map(drop)
     }
-    fn write(&self, _buffer: BufferId, _offset: usize, _data: &[u8]) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn len(&self, buffer: BufferId) -> Result<usize> {
+        Ok(self.buffers.get(buffer.0)?.bytes)
     }
-    fn read(&self, _buffer: BufferId, _offset: usize, _out: &mut [u8]) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn write(&self, buffer: BufferId, offset: usize, data: &[u8]) -> Result<()> {
+        let target = self.buffers.get(buffer.0)?;
+        let address = target.range(buffer.0, offset, data.len(), "write")?;
+        match &target.storage {
+            _ if data.is_empty() => Ok(()),
+            Storage::Pinned(memory) => {
+                memory.write_at(offset, data);
+                Ok(())
+            }
+            Storage::Device(memory) => {
+                driver::copy_to_device_and_wait(&self.io_streams[memory.device()], address, data)
+            }
+        }
     }
-    fn create_stream(&self, _device: usize) -> Result<StreamId> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn read(&self, buffer: BufferId, offset: usize, out: &mut [u8]) -> Result<()> {
+        let source = self.buffers.get(buffer.0)?;
+        let address = source.range(buffer.0, offset, out.len(), "read")?;
+        match &source.storage {
+            _ if out.is_empty() => Ok(()),
+            Storage::Pinned(memory) => {
+                memory.read_at(offset, out);
+                Ok(())
+            }
+            Storage::Device(memory) => {
+                driver::copy_to_host_and_wait(&self.io_streams[memory.device()], out, address)
+            }
+        }
     }
-    fn copy(&self, _stream: StreamId, _method: CopyMethod, _copy: &Copy) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn create_stream(&self, device: usize) -> Result<StreamId> {
+        let stream = self
+            .context(device)?
+            .new_stream()
+            .map_err(failed("cuStreamCreate"))?;
+        let id = self.new_id();
+        self.streams.insert(
+            id,
+            Stream {
+                device,
+                stream,
+                captured_descriptors: Mutex::new(Vec::new()),
+            },
+        );
+        Ok(StreamId(id))
     }
-    fn record(&self, _stream: StreamId) -> Result<EventId> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &super::Copy) -> Result<()> {
+        let stream = self.streams.get(stream.0)?;
+        let device = stream.device;
+        let dst =
+            self.reachable_range(device, copy.dst, copy.dst_offset, copy.len, "destination")?;
+        let src = self.reachable_range(device, copy.src, copy.src_offset, copy.len, "source")?;
+        if copy.len == 0 {
+            return Ok(());
+        }
+        match method {
+            CopyMethod::CopyEngine => driver::copy_async(&stream.stream, dst, src, copy.len),
+            CopyMethod::SmKernel => self
+                .kernels(device)?
+                .copy(&stream.stream, dst, src, copy.len),
+        }
     }
-    fn wait(&self, _stream: StreamId, _event: EventId) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn copy_batch(&self, stream: StreamId, copies: &[super::Copy]) -> Result<()> {
+        let stream = self.streams.get(stream.0)?;
+        if copies.is_empty() {
+            return Ok(());
+        }
+        super::check_disjoint_destinations(copies)?;
+        let count = u32::try_from(copies.len())
+            .map_err(|_| Error::usage("a copy batch holds at most 4294967295 copies"))?;
+        let device = stream.device;
+        let descriptors = copies
+            .iter()
+            .map(|c| {
+                Ok(kernels::Descriptor {
+                    dst: self.reachable_range(device, c.dst, c.dst_offset, c.len, "destination")?,
+                    src: self.reachable_range(device, c.src, c.src_offset, c.len, "source")?,
+                    len: c.len as u64,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let kernels = self.kernels(device)?;
+        let bytes = kernels::encode(&descriptors);
+        let ctx = &self.contexts[device];
+        let block = self.descriptors.take(ctx, bytes.len())?;
+        block.1.write_at(0, &bytes);
+        kernels.copy_batch(&stream.stream, block.1.address(), count)?;
+        if driver::is_capturing(&stream.stream)? {
+            lock(&stream.captured_descriptors).push(block);
+        } else {
+            let done = ctx.new_event(None).map_err(failed("cuEventCreate"))?;
+            done.record(&stream.stream)
+                .map_err(failed("cuEventRecord"))?;
+            self.descriptors.retire(block, done);
+        }
+        Ok(())
     }
-    fn event_done(&self, _event: EventId) -> Result<bool> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn record(&self, stream: StreamId) -> Result<EventId> {
+        let stream = self.streams.get(stream.0)?;
+        // Timing enabled: cudarc's `new_event(None)` would disable it.
+        let event = self.contexts[stream.device]
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(failed("cuEventCreate"))?;
+        event
+            .record(&stream.stream)
+            .map_err(failed("cuEventRecord"))?;
+        let id = self.new_id();
+        self.events.insert(
+            id,
+            Event {
+                device: stream.device,
+                event,
+            },
+        );
+        Ok(EventId(id))
     }
-    fn event_synchronize(&self, _event: EventId) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn wait(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let stream = self.streams.get(stream.0)?;
+        let event = self.events.get(event.0)?;
+        stream
+            .stream
+            .wait(&event.event)
+            .map_err(failed("cuStreamWaitEvent"))
     }
-    fn elapsed_us(&self, _start: EventId, _end: EventId) -> Result<f64> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn event_done(&self, event: EventId) -> Result<bool> {
+        self.events
+            .get(event.0)?
+            .event
+            .try_is_complete()
+            .map_err(failed("cuEventQuery"))
     }
-    fn destroy_event(&self, _event: EventId) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn event_synchronize(&self, event: EventId) -> Result<()> {
+        self.events
+            .get(event.0)?
+            .event
+            .synchronize()
+            .map_err(failed("cuEventSynchronize"))
     }
-    fn synchronize(&self, _stream: StreamId) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn elapsed_us(&self, start: EventId, end: EventId) -> Result<f64> {
+        let (first, last) = (self.events.get(start.0)?, self.events.get(end.0)?);
+        if first.device != last.device {
+            return Err(Error::usage(format!(
+                "events {} and {} were recorded on different GPUs ({} and {}): GPU time can only be \
+                 measured between events of one GPU",
+                start.0, end.0, first.device, last.device
+            )));
+        }
+        match driver::elapsed_ms(&first.event, &last.event)? {
+            Some(ms) => Ok(f64::from(ms) * 1000.0),
+            None => Err(Error::usage(format!(
+                "events {} and {} have not both completed: synchronise before asking for the \
+                 time between them",
+                start.0, end.0
+            ))),
+        }
     }
+
+    fn destroy_event(&self, event: EventId) -> Result<()> {
+        self.events.remove(event.0).map(drop)
+    }
+
+    fn synchronize(&self, stream: StreamId) -> Result<()> {
+        self.streams
+            .get(stream.0)?
+            .stream
+            .synchronize()
+            .map_err(failed("cuStreamSynchronize"))
+    }
+
     fn host_time_us(&self) -> f64 {
-        0.0
+        self.started.elapsed().as_secs_f64() * 1e6
     }
-    fn hold(&self, _stream: StreamId) -> Result<GateId> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn hold(&self, stream: StreamId) -> Result<GateId> {
+        let stream = self.streams.get(stream.0)?;
+        let kernels = self.kernels(stream.device)?;
+        let (claim, at) = self.gates.claim()?;
+        if let Err(error) = kernels.spin(&stream.stream, at.flag, at.ticket, at.timed_out) {
+            self.gates.abandon(claim);
+            return Err(error);
+        }
+        let id = self.new_id();
+        self.gates.register(id, claim);
+        Ok(GateId(id))
     }
-    fn release(&self, _gate: GateId) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn release(&self, gate: GateId) -> Result<()> {
+        self.gates.release(gate.0)
     }
-    fn begin_capture(&self, _stream: StreamId) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
-    }
-    fn end_capture(&self, _stream: StreamId) -> Result<GraphId> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
-    }
-    fn replay(&self, _graph: GraphId, _stream: StreamId) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
-    }
+
     fn pointer_chase(
         &self,
-        _stream: StreamId,
-        _chain: BufferId,
-        _steps: u32,
-        _result: BufferId,
+        stream: StreamId,
+        chain: BufferId,
+        steps: u32,
+        result: BufferId,
     ) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+        let stream = self.streams.get(stream.0)?;
+        let elements = (self.len(chain)? / 8) as u64;
+        if elements == 0 {
+            return Err(Error::usage(format!(
+                "pointer chase: chain buffer {} holds no u64 element",
+                chain.0
+            )));
+        }
+        let device = stream.device;
+        let chain = self.reachable_range(device, chain, 0, elements as usize * 8, "chain")?;
+        let result = self.reachable_range(device, result, 0, 8, "result")?;
+        self.kernels(device)?
+            .pointer_chase(&stream.stream, chain, elements, steps, result)
     }
+
     fn ping_pong(
         &self,
-        _ping: StreamId,
-        _pong: StreamId,
-        _ping_flag: BufferId,
-        _pong_flag: BufferId,
-        _rounds: u32,
+        ping: StreamId,
+        pong: StreamId,
+        ping_flag: BufferId,
+        pong_flag: BufferId,
+        rounds: u32,
     ) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+        if ping == pong {
+            return Err(Error::usage(
+                "ping-pong needs two streams: on one stream the second kernel would wait for the \
+                 first to finish, and the first waits for the second",
+            ));
+        }
+        let (ping, pong) = (self.streams.get(ping.0)?, self.streams.get(pong.0)?);
+        let flags = |device| -> Result<(u64, u64)> {
+            Ok((
+                self.reachable_range(device, ping_flag, 0, 4, "ping flag")?,
+                self.reachable_range(device, pong_flag, 0, 4, "pong flag")?,
+            ))
+        };
+        let (ping_local, pong_remote) = flags(ping.device)?;
+        let (ping_remote, pong_local) = flags(pong.device)?;
+        let (ping_kernels, pong_kernels) = (self.kernels(ping.device)?, self.kernels(pong.device)?);
+        // The answering side first, so it is already spinning when the first round arrives.
+        pong_kernels.ping_pong_side(&pong.stream, false, pong_local, ping_remote, rounds)?;
+        ping_kernels.ping_pong_side(&ping.stream, true, ping_local, pong_remote, rounds)
     }
-    fn copy_batch(&self, _stream: StreamId, _copies: &[Copy]) -> Result<()> {
-        Err(Error::InvalidHandle("cuda: not yet implemented".into()))
+
+    fn begin_capture(&self, stream: StreamId) -> Result<()> {
+        let stream = self.streams.get(stream.0)?;
+        // Compile and load the kernels now: loading a module inside a capture is asking for trouble.
+        self.kernels(stream.device)?;
+        driver::begin_capture(&stream.stream)
+    }
+
+    fn end_capture(&self, stream: StreamId) -> Result<GraphId> {
+        let stream = self.streams.get(stream.0)?;
+        let graph = driver::Graph::end_capture(&stream.stream)?;
+        let id = self.new_id();
+        self.graphs.insert(
+            id,
+            CapturedGraph {
+                graph: Mutex::new(graph),
+                _descriptors: std::mem::take(&mut *lock(&stream.captured_descriptors)),
+            },
+        );
+        Ok(GraphId(id))
+    }
+
+    fn replay(&self, graph: GraphId, stream: StreamId) -> Result<()> {
+        let graph = self.graphs.get(graph.0)?;
+        let stream = self.streams.get(stream.0)?;
+        let graph = lock(&graph.graph);
+        graph.launch(&stream.stream)
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Open every gate first, so that no stream waits out a spin kernel's timeout below.
+        self.gates.release_all();
+        for stream in self.streams.all() {
+            let _ = stream.stream.synchronize();
+        }
+        for stream in &self.io_streams {
+            let _ = stream.synchronize();
+        }
+        // Then free what the work used; the contexts go last, with the fields.
+        self.graphs.clear();
+        self.events.clear();
+        self.buffers.clear();
+        self.streams.clear();
     }
 }

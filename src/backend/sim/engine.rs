@@ -22,9 +22,10 @@ const DONE_BYTES: f64 = 1e-3;
 /// Work a stream can run.
 #[derive(Clone, Debug)]
 pub(super) enum Work {
-    /// Moves bytes: fixed latency (`setup_us` + the route's latency), then a flow over `route`.
+    /// Moves bytes: fixed latency (`setup_us` + the route's latency), then one flow over `route`
+    /// carrying every copy's bytes (one copy, or the messages of one batch kernel).
     Copy {
-        copy: Copy,
+        copies: Vec<Copy>,
         route: Route,
         setup_us: f64,
     },
@@ -56,7 +57,7 @@ impl Work {
     /// The buffers this work touches (they cannot be freed while it is queued).
     pub fn buffers(&self) -> Vec<BufferId> {
         match self {
-            Work::Copy { copy, .. } => vec![copy.src, copy.dst],
+            Work::Copy { copies, .. } => copies.iter().flat_map(|c| [c.src, c.dst]).collect(),
             Work::Chase { chain, result, .. } => vec![*chain, *result],
             Work::PingPong { writes, .. } => vec![*writes],
             Work::Gate(_) | Work::Record(_) | Work::Wait(_) => Vec::new(),
@@ -95,7 +96,7 @@ enum Phase {
 struct Running {
     work: Work,
     phase: Phase,
-    /// Copy operations' reader id in the store.
+    /// The store's reader id of a copy operation's first copy (the others follow in order).
     op_id: u64,
     /// A store to make when the operation ends (a kernel's result or flag).
     store: Option<(BufferId, Vec<u8>)>,
@@ -119,6 +120,8 @@ pub(super) struct Engine {
     now: f64,
     capacity: Vec<f64>,
     streams: Vec<Stream>,
+    /// Streams with work queued or running, in index order: each step only looks at these.
+    active: Vec<usize>,
     /// Completion time of each recorded event, once known.
     events: Vec<Option<f64>>,
     gates: Vec<Gate>,
@@ -180,6 +183,9 @@ impl Engine {
     /// Queues work on a stream; it starts no earlier than `ready_at` (the host clock when issued).
     pub fn enqueue(&mut self, stream: usize, ready_at: f64, work: Work) {
         self.streams[stream].queue.push_back(Op { ready_at, work });
+        if let Err(at) = self.active.binary_search(&stream) {
+            self.active.insert(at, stream);
+        }
     }
 
     /// Simulates everything that happens up to time `t` (inclusive).
@@ -246,7 +252,8 @@ impl Engine {
     fn start_ready(&mut self, store: &mut Store) {
         loop {
             let mut progressed = false;
-            for s in 0..self.streams.len() {
+            for i in 0..self.active.len() {
+                let s = self.active[i];
                 while self.streams[s].running.is_none() {
                     let Some(head) = self.streams[s].queue.front() else {
                         break;
@@ -264,9 +271,17 @@ impl Engine {
                 }
             }
             if !progressed {
+                self.forget_idle();
                 return;
             }
         }
+    }
+
+    /// Drops streams with nothing queued or running from the active list.
+    fn forget_idle(&mut self) {
+        let streams = &self.streams;
+        self.active
+            .retain(|&s| streams[s].running.is_some() || !streams[s].queue.is_empty());
     }
 
     fn start(&mut self, s: usize, work: Work, store: &mut Store) {
@@ -282,12 +297,15 @@ impl Engine {
                 return;
             }
             Work::Copy {
-                copy,
+                copies,
                 route,
                 setup_us,
             } => {
-                self.next_op_id += 1;
-                store.begin_read(self.next_op_id, copy.src, copy.src_offset, copy.len);
+                // One reader id per copy, so that each finds its own saved source bytes.
+                for copy in copies {
+                    self.next_op_id += 1;
+                    store.begin_read(self.next_op_id, copy.src, copy.src_offset, copy.len);
+                }
                 Phase::Delay(now + setup_us + route.latency_us)
             }
             Work::Chase {
@@ -306,9 +324,9 @@ impl Engine {
                     Phase::Partner
                 }
                 Some(partner) => {
-                    let partner_end = self.ping_pong_end(&self.streams[partner].running);
+                    // Both sides exchange from now on, when the later one has started.
                     if let Some(r) = &mut self.streams[partner].running {
-                        r.phase = Phase::Delay(partner_end);
+                        r.phase = Phase::Delay(ping_pong_end_of(&r.work, now));
                     }
                     Phase::Delay(ping_pong_end_of(&work, now))
                 }
@@ -327,18 +345,16 @@ impl Engine {
             Work::PingPong { writes, rounds, .. } => Some((*writes, rounds.to_le_bytes().to_vec())),
             _ => None,
         };
+        let first_op_id = match &work {
+            Work::Copy { copies, .. } => self.next_op_id + 1 - copies.len() as u64,
+            _ => self.next_op_id,
+        };
         self.streams[s].running = Some(Running {
             work,
             phase,
-            op_id: self.next_op_id,
+            op_id: first_op_id,
             store: store_on_end,
         });
-    }
-
-    /// When the partner side of a ping-pong that starts now ends.
-    fn ping_pong_end(&self, partner: &Option<Running>) -> f64 {
-        let work = &partner.as_ref().expect("a partner is running").work;
-        ping_pong_end_of(work, self.now)
     }
 
     /// Follows the chain of u64 indices from element 0; a wild index faults the kernel.
@@ -385,7 +401,10 @@ impl Engine {
 
     /// Rates of all flows in flight, max-min fair.
     fn share_rates(&mut self) {
-        let flows: Vec<usize> = (0..self.streams.len())
+        let flows: Vec<usize> = self
+            .active
+            .iter()
+            .copied()
             .filter(|&s| {
                 matches!(
                     self.streams[s].running,
@@ -424,7 +443,7 @@ impl Engine {
     /// The earliest time something happens, if anything will.
     fn next_time(&self) -> Option<f64> {
         let mut next = f64::INFINITY;
-        for s in &self.streams {
+        for s in self.active.iter().map(|&s| &self.streams[s]) {
             let t = match &s.running {
                 Some(r) => match r.phase {
                     Phase::Delay(until) => until,
@@ -453,11 +472,11 @@ impl Engine {
     /// Moves the clock to `t`, moving every flow's bytes at its current rate.
     fn advance_flows(&mut self, t: f64) {
         let dt = t - self.now;
-        for s in &mut self.streams {
+        for &s in &self.active {
             if let Some(Running {
                 phase: Phase::Flow { remaining, rate },
                 ..
-            }) = &mut s.running
+            }) = &mut self.streams[s].running
             {
                 *remaining -= *rate * dt;
             }
@@ -468,7 +487,8 @@ impl Engine {
     /// Ends every phase that is due at the current time.
     fn finish_due(&mut self, store: &mut Store) {
         let now = self.now;
-        for s in 0..self.streams.len() {
+        for i in 0..self.active.len() {
+            let s = self.active[i];
             let due = match &self.streams[s].running {
                 None => false,
                 Some(r) => match r.phase {
@@ -486,10 +506,11 @@ impl Engine {
                 continue;
             }
             let r = self.streams[s].running.as_mut().expect("due work runs");
-            if let (Phase::Delay(_), Work::Copy { copy, .. }) = (&r.phase, &r.work) {
-                if copy.len > 0 {
+            if let (Phase::Delay(_), Work::Copy { copies, .. }) = (&r.phase, &r.work) {
+                let bytes: usize = copies.iter().map(|c| c.len).sum();
+                if bytes > 0 {
                     r.phase = Phase::Flow {
-                        remaining: copy.len as f64,
+                        remaining: bytes as f64,
                         rate: 0.0,
                     };
                     self.rates_stale = true;
@@ -500,8 +521,10 @@ impl Engine {
                 self.rates_stale = true;
             }
             let r = self.streams[s].running.take().expect("checked above");
-            if let Work::Copy { copy, .. } = &r.work {
-                store.finish_copy(r.op_id, copy);
+            if let Work::Copy { copies, .. } = &r.work {
+                for (op_id, copy) in (r.op_id..).zip(copies) {
+                    store.finish_copy(op_id, copy);
+                }
             }
             if let Some((buffer, bytes)) = &r.store {
                 store
@@ -511,6 +534,7 @@ impl Engine {
             store.release(&r.work.buffers());
             self.streams[s].idle_since = now;
         }
+        self.forget_idle();
     }
 }
 

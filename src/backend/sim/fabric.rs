@@ -44,6 +44,18 @@ impl Route {
         }
     }
 
+    /// Widens this route to also cover `other`: every resource of both, the lower cap, the longer
+    /// latency (a batch whose messages take different paths, as one flow).
+    pub fn join(&mut self, other: Route) {
+        for r in other.resources {
+            if !self.resources.contains(&r) {
+                self.resources.push(r);
+            }
+        }
+        self.cap = self.cap.min(other.cap);
+        self.latency_us = self.latency_us.max(other.latency_us);
+    }
+
     /// This route followed by `next` (a transfer that crosses both, as an SM kernel's loads then
     /// stores).
     fn then(mut self, next: Route) -> Route {

@@ -3,8 +3,8 @@
 //! Buffers are `Vec<u8>`s and copies really copy, so chunking, offset and relay bugs show byte for
 //! byte. Time is virtual: a host clock advances by each call's modelled CPU cost; GPU work runs on
 //! in-order streams in a discrete-event simulation whose copy rates come from a link model with
-//! max-min fair sharing ([`fabric`], [`sharing`]). Figures come from a [`preset`]. Every figure this
-//! backend produces is simulated, and its source says so (`sim:<preset>`).
+//! max-min fair sharing (modules `fabric`, `sharing`). Figures come from a [`preset`]. Every
+//! figure this backend produces is simulated, and its source says so (`sim:<preset>`).
 
 mod engine;
 mod fabric;
@@ -163,7 +163,7 @@ impl SimBackend {
             }
         };
         Ok(Work::Copy {
-            copy: *copy,
+            copies: vec![*copy],
             route,
             setup_us,
         })
@@ -485,8 +485,8 @@ impl Backend for SimBackend {
                 Error::InvalidHandle(format!("gate {} does not exist in this simulator", gate.0))
             })?;
         // The spinning kernel sees the flag one load of pinned host memory later.
-        let poll = self.fabric.load_latency_us(0, Place::Host(None));
-        let at = st.host_us + poll;
+        let poll_us = self.fabric.preset().pcie.load_latency_ns / 1e3;
+        let at = st.host_us + poll_us;
         st.engine.open_gate(g, at);
         Ok(())
     }
@@ -620,7 +620,48 @@ impl Backend for SimBackend {
         }
         Ok(())
     }
-    fn copy_batch(&self, _stream: StreamId, _copies: &[Copy]) -> Result<()> {
-        Err(Error::InvalidHandle("sim: not yet implemented".into()))
+    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+        let mut st = self.lock();
+        let gpu = self.stream(&st, stream)?.device;
+        super::check_disjoint_destinations(copies)?;
+        // One kernel: each message's route as an SM copy; messages that take different paths are
+        // modelled as one flow over all of them (pessimistic where they would not contend).
+        let mut batch: Option<Work> = None;
+        for copy in copies {
+            let Work::Copy {
+                route, setup_us, ..
+            } = self.plan_copy(&st, gpu, CopyMethod::SmKernel, copy)?
+            else {
+                unreachable!("plan_copy plans copies")
+            };
+            batch = Some(match batch {
+                None => Work::Copy {
+                    copies: vec![*copy],
+                    route,
+                    setup_us,
+                },
+                Some(Work::Copy {
+                    mut copies,
+                    route: mut joined,
+                    setup_us,
+                }) => {
+                    copies.push(*copy);
+                    if joined != route {
+                        joined.join(route);
+                    }
+                    Work::Copy {
+                        copies,
+                        route: joined,
+                        setup_us,
+                    }
+                }
+                Some(_) => unreachable!("a batch is a copy"),
+            });
+        }
+        let Some(work) = batch else {
+            return Ok(()); // nothing to copy, nothing launched
+        };
+        let issue = self.costs().kernel_issue_us;
+        self.submit(&mut st, stream, issue, work)
     }
 }

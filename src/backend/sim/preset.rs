@@ -689,6 +689,21 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_parses_and_links_as_described() {
+        let doc = include_str!("../../../docs/sim-format.md");
+        let start = doc.find("```json\n").expect("the doc has a JSON example") + 8;
+        let end = start + doc[start..].find("```").unwrap();
+        let p = Preset::parse(&doc[start..end], "docs/sim-format.md").unwrap();
+        let t = p.topology();
+        assert_eq!(t.pair(0, 1).unwrap().link, Link::NvLink(2));
+        assert!(t.pair(1, 0).unwrap().p2p);
+        assert_eq!(t.pair(0, 2).unwrap().link, Link::Sys);
+        assert!(!t.pair(2, 1).unwrap().p2p);
+        assert_eq!(t.devices[2].pci_bus_id, "0000:81:00.0");
+        assert_eq!(t.devices[1].pci_bus_id, "0000:02:00.0");
+    }
+
+    #[test]
     fn a_preset_file_round_trips_through_serde() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("host");

@@ -844,3 +844,182 @@ mod random_copies {
         }
     }
 }
+
+#[test]
+fn work_cannot_start_before_it_is_issued_so_small_ops_are_issue_bound_without_a_hold() {
+    let sim = h100();
+    let src = device_buffer(&sim, 0, 64, 1);
+    let dst = sim.alloc(Memory::Device(0), 64).unwrap();
+    let s = sim.create_stream(0).unwrap();
+    let n = 50;
+    let kernels = |sim: &SimBackend| {
+        for _ in 0..n {
+            sim.copy(s, CopyMethod::SmKernel, &whole(src, dst, 64))
+                .unwrap();
+        }
+    };
+    let start = sim.record(s).unwrap();
+    kernels(&sim);
+    let end = sim.record(s).unwrap();
+    sim.synchronize(s).unwrap();
+    let issue_bound = sim.elapsed_us(start, end).unwrap() / n as f64;
+    let held = timed(&sim, s, || kernels(&sim)) / n as f64;
+    let costs = &sim.fabric.preset().costs;
+    assert!(
+        (issue_bound - costs.kernel_issue_us).abs() < 0.05,
+        "{issue_bound}"
+    );
+    assert!((held - costs.kernel_setup_us).abs() < 0.05, "{held}");
+}
+
+#[test]
+fn gpus_under_one_pcie_switch_share_its_uplink_but_not_their_p2p_path() {
+    let sim = open("pcie-2gpu-switch");
+    let len = 32 * MIB;
+    sim.enable_peer_access(0, 1).unwrap();
+    let a = sim.alloc(Memory::Device(0), len).unwrap();
+    let b = sim.alloc(Memory::Device(1), len).unwrap();
+    let host = sim
+        .alloc(Memory::PinnedHost { numa_node: None }, 2 * len)
+        .unwrap();
+    let s = sim.create_stream(0).unwrap();
+    let p2p = timed(&sim, s, || {
+        sim.copy(s, CopyMethod::CopyEngine, &whole(a, b, len))
+            .unwrap()
+    });
+    let expected = 3.0 + len as f64 / 26e3;
+    assert!(close(p2p, expected), "{p2p} vs {expected}");
+    // Both GPUs write to the host at once: the switch's one uplink gives each half.
+    let (streams, gates, starts) = held_streams(&sim, &[0, 1]);
+    let mut up = whole(a, host, len);
+    sim.copy(streams[0], CopyMethod::CopyEngine, &up).unwrap();
+    up.src = b;
+    up.dst_offset = len;
+    sim.copy(streams[1], CopyMethod::CopyEngine, &up).unwrap();
+    let times = finish(&sim, &streams, &gates, &starts);
+    let shared = 3.0 + len as f64 / 13e3;
+    for t in times {
+        assert!(close(t, shared), "{t} vs {shared}");
+    }
+}
+
+#[test]
+fn dgx1_nv2_pairs_are_twice_nv1_and_sys_pairs_are_staged() {
+    let sim = open("dgx1-v100");
+    let len = 16 * MIB;
+    let bufs: Vec<BufferId> = (0..8)
+        .map(|d| sim.alloc(Memory::Device(d), len).unwrap())
+        .collect();
+    let s = sim.create_stream(0).unwrap();
+    let rate = |peer: usize| {
+        let _ = sim.enable_peer_access(0, peer);
+        let us = timed(&sim, s, || {
+            sim.copy(s, CopyMethod::CopyEngine, &whole(bufs[0], bufs[peer], len))
+                .unwrap()
+        });
+        len as f64 / us / 1e3
+    };
+    let (nv1, nv2, sys) = (rate(1), rate(3), rate(5));
+    assert!((23.0..24.0).contains(&nv1), "{nv1}");
+    assert!((45.0..48.0).contains(&nv2), "{nv2}");
+    assert!(sys < 9.0, "{sys}");
+    assert!(sim.enable_peer_access(0, 5).is_err());
+}
+
+/// 1000 messages of `len` bytes at odd offsets, from `src` into `dst`.
+fn scattered_messages(src: BufferId, dst: BufferId, len: usize) -> Vec<Copy> {
+    (0..1000)
+        .map(|i| Copy {
+            dst,
+            dst_offset: i * (len + 3) + 1,
+            src,
+            src_offset: (999 - i) * (len + 5) + 7,
+            len,
+        })
+        .collect()
+}
+
+#[test]
+fn copy_batch_moves_every_message_over_peer_access() {
+    let sim = h100();
+    sim.enable_peer_access(0, 1).unwrap();
+    let src = device_buffer(&sim, 0, 1000 * (4096 + 5) + 8, 3);
+    let dst = device_buffer(&sim, 1, 1000 * (4096 + 3) + 2, 4);
+    let before = contents(&sim, dst);
+    let stream = sim.create_stream(0).unwrap();
+    let messages = scattered_messages(src, dst, 4096);
+    sim.copy_batch(stream, &messages).unwrap();
+    sim.synchronize(stream).unwrap();
+
+    let (from, to) = (contents(&sim, src), contents(&sim, dst));
+    let mut expected = before;
+    for m in &messages {
+        expected[m.dst_offset..m.dst_offset + m.len]
+            .copy_from_slice(&from[m.src_offset..m.src_offset + m.len]);
+    }
+    assert!(
+        to == expected,
+        "a message landed wrong or bytes between messages changed"
+    );
+}
+
+#[test]
+fn copy_batch_costs_one_launch_not_one_per_message() {
+    let sim = h100();
+    let src = device_buffer(&sim, 0, 1000 * (4096 + 5) + 8, 3);
+    let dst = device_buffer(&sim, 0, 1000 * (4096 + 3) + 2, 4);
+    let stream = sim.create_stream(0).unwrap();
+    let messages = scattered_messages(src, dst, 4096);
+
+    let t0 = sim.host_time_us();
+    for m in &messages {
+        sim.copy(stream, CopyMethod::CopyEngine, m).unwrap();
+    }
+    sim.synchronize(stream).unwrap();
+    let separate = sim.host_time_us() - t0;
+
+    let t0 = sim.host_time_us();
+    sim.copy_batch(stream, &messages).unwrap();
+    sim.synchronize(stream).unwrap();
+    let batched = sim.host_time_us() - t0;
+    assert!(
+        batched * 20.0 < separate,
+        "batch {batched} µs vs separate {separate} µs end to end"
+    );
+}
+
+#[test]
+fn copy_batch_rejects_overlapping_destinations_and_missing_peer_access() {
+    let sim = h100();
+    let src = device_buffer(&sim, 0, 1 << 16, 1);
+    let dst = device_buffer(&sim, 1, 1 << 16, 2);
+    let stream = sim.create_stream(0).unwrap();
+    let overlapping = [
+        Copy {
+            dst,
+            dst_offset: 0,
+            src,
+            src_offset: 0,
+            len: 100,
+        },
+        Copy {
+            dst,
+            dst_offset: 99,
+            src,
+            src_offset: 200,
+            len: 10,
+        },
+    ];
+    sim.enable_peer_access(0, 1).unwrap();
+    let err = sim.copy_batch(stream, &overlapping).unwrap_err();
+    assert!(err.to_string().contains("overlapping"), "{err}");
+
+    let other = sim.create_stream(1).unwrap();
+    let far = device_buffer(&sim, 2, 1 << 16, 3);
+    let err = sim.copy_batch(other, &[whole(far, dst, 64)]).unwrap_err();
+    assert!(err.to_string().contains("peer access"), "{err}");
+    assert!(
+        sim.copy_batch(stream, &[]).is_ok(),
+        "an empty batch is a no-op"
+    );
+}

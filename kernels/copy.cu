@@ -1,0 +1,62 @@
+// Copy kernels for peerlink's SM copies (compiled at run time by NVRTC).
+//
+// Either side of a copy may be a peer GPU's memory (peer access enabled) or mapped pinned host
+// memory. When source and destination share their alignment modulo 16, the aligned middle moves as
+// 16-byte (uint4) loads and stores and only the head and tail move byte by byte; otherwise every byte
+// moves on its own.
+
+// Copies `len` bytes with `threads` cooperating threads, this one being `thread` (needs threads >= 16).
+__device__ void copy_range(unsigned char *dst, const unsigned char *src, unsigned long long len,
+                           unsigned long long thread, unsigned long long threads) {
+    const unsigned long long dst_misalign = (unsigned long long)dst & 15;
+    const unsigned long long src_misalign = (unsigned long long)src & 15;
+
+    if (dst_misalign != src_misalign) {
+        for (unsigned long long i = thread; i < len; i += threads) {
+            dst[i] = src[i];
+        }
+        return;
+    }
+
+    unsigned long long head = (16 - dst_misalign) & 15;
+    if (head > len) {
+        head = len;
+    }
+    const unsigned long long vectors = (len - head) / 16;
+    const unsigned long long tail = head + vectors * 16;
+
+    if (thread < head) {
+        dst[thread] = src[thread];
+    }
+    uint4 *dst16 = (uint4 *)(dst + head);
+    const uint4 *src16 = (const uint4 *)(src + head);
+    for (unsigned long long i = thread; i < vectors; i += threads) {
+        dst16[i] = src16[i];
+    }
+    if (tail + thread < len) {
+        dst[tail + thread] = src[tail + thread];
+    }
+}
+
+// One copy spread over the whole grid (grid-stride, so any grid size covers any length).
+extern "C" __global__ void copy_bytes(unsigned char *dst, const unsigned char *src,
+                                      unsigned long long len) {
+    copy_range(dst, src, len, blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x,
+               gridDim.x * (unsigned long long)blockDim.x);
+}
+
+// One copy of a batch, as the host lays it out: three little-endian u64.
+struct CopyDescriptor {
+    unsigned long long dst;
+    unsigned long long src;
+    unsigned long long len;
+};
+
+// Many copies in one launch: a block per copy, blocks striding over the list if it is longer.
+extern "C" __global__ void copy_batch(const CopyDescriptor *copies, unsigned int count) {
+    for (unsigned int i = blockIdx.x; i < count; i += gridDim.x) {
+        const CopyDescriptor copy = copies[i];
+        copy_range((unsigned char *)copy.dst, (const unsigned char *)copy.src, copy.len,
+                   threadIdx.x, blockDim.x);
+    }
+}

@@ -1,0 +1,371 @@
+//! The thin raw layer: every call into the CUDA driver that cudarc's safe API does not cover.
+//!
+//! Like cudarc's own `sys → result → safe` layering, this file is the only place that calls
+//! `cudarc::driver::sys` directly. Each function binds the right context first and turns a `CUresult`
+//! into a `Result`; each owning type frees its resource on drop.
+
+use std::ffi::{c_void, CStr};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaStream, DriverError};
+
+use crate::Error;
+
+/// Turns a driver error into the library's error, naming the call that failed.
+pub(super) fn cuda_error(call: &str, error: DriverError) -> Error {
+    let name = error
+        .error_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{:?}", error.0));
+    let text = error
+        .error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Error::Cuda {
+        call: call.to_string(),
+        message: format!("{name}: {text}"),
+    }
+}
+
+/// Adapter for `map_err`: `.map_err(failed("cuMemAlloc"))`.
+pub(super) fn failed(call: &'static str) -> impl Fn(DriverError) -> Error {
+    move |error| cuda_error(call, error)
+}
+
+/// Whether libcuda can be loaded. cudarc panics at the first call into a missing library, so this
+/// must be asked before any other driver call.
+pub(super) fn driver_library_present() -> bool {
+    // SAFETY: only tries to dlopen the library by its usual names; calls nothing in it.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Whether libnvrtc can be loaded (checked before compiling kernels, for the same reason).
+pub(super) fn nvrtc_library_present() -> bool {
+    // SAFETY: as above, only a dlopen attempt.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// Makes `ctx` current on this thread, for the raw calls below that act on the current context.
+fn bind(ctx: &CudaContext) -> Result<(), Error> {
+    ctx.bind_to_thread().map_err(failed("cuCtxSetCurrent"))
+}
+
+/// Loads a kernel onto its device now. Under lazy loading (the default since CUDA 12.2) its first
+/// launch would do it instead, putting milliseconds of host work into the first timed window.
+pub(super) fn load_now(ctx: &CudaContext, function: &CudaFunction) -> Result<(), Error> {
+    bind(ctx)?;
+    // SAFETY: the handle comes from a module loaded in `ctx`, which the CudaFunction keeps alive.
+    unsafe { sys::cuFuncLoad(function.cu_function()) }
+        .result()
+        .map_err(failed("cuFuncLoad"))
+}
+
+/// cuDeviceCanAccessPeer.
+pub(super) fn can_access_peer(device: &CudaContext, peer: &CudaContext) -> Result<bool, Error> {
+    let mut can = 0;
+    // SAFETY: `can` is a valid out-pointer; both handles come from live contexts.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, device.cu_device(), peer.cu_device()) }
+        .result()
+        .map_err(failed("cuDeviceCanAccessPeer"))?;
+    Ok(can != 0)
+}
+
+/// cuDeviceGetP2PAttribute for the ordered pair `src → dst`.
+pub(super) fn p2p_attribute(
+    src: &CudaContext,
+    dst: &CudaContext,
+    attribute: sys::CUdevice_P2PAttribute,
+) -> Result<i32, Error> {
+    let mut value = 0;
+    // SAFETY: `value` is a valid out-pointer; both handles come from live contexts.
+    unsafe {
+        sys::cuDeviceGetP2PAttribute(&mut value, attribute, src.cu_device(), dst.cu_device())
+    }
+    .result()
+    .map_err(failed("cuDeviceGetP2PAttribute"))?;
+    Ok(value)
+}
+
+/// cuDeviceGetPCIBusId, in the driver's own form (`0000:18:00.0`).
+pub(super) fn pci_bus_id(ctx: &CudaContext) -> Result<String, Error> {
+    let mut text = [0 as std::ffi::c_char; 64];
+    // SAFETY: the buffer is 64 bytes and we pass its length; the driver writes a NUL-terminated id.
+    unsafe { sys::cuDeviceGetPCIBusId(text.as_mut_ptr(), text.len() as i32, ctx.cu_device()) }
+        .result()
+        .map_err(failed("cuDeviceGetPCIBusId"))?;
+    // SAFETY: the driver NUL-terminated the string inside the buffer.
+    let id = unsafe { CStr::from_ptr(text.as_ptr()) };
+    Ok(id.to_string_lossy().into_owned())
+}
+
+/// cuCtxEnablePeerAccess from `device`'s context to `peer`'s memory. An already enabled pair is
+/// success; any other failure comes back as the driver's code for the caller to explain.
+pub(super) fn enable_peer_access(device: &CudaContext, peer: &CudaContext) -> Result<(), CUresult> {
+    device.bind_to_thread().map_err(|DriverError(code)| code)?;
+    // SAFETY: the current context is `device`'s; `peer.cu_ctx()` is a live context; flags must be 0.
+    match unsafe { sys::cuCtxEnablePeerAccess(peer.cu_ctx(), 0) } {
+        CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+        code => Err(code),
+    }
+}
+
+/// Device memory from cuMemAlloc_v2 — not the stream-ordered pool, whose memory does not follow
+/// cuCtxEnablePeerAccess. Freed on drop.
+pub(super) struct DeviceMemory {
+    address: sys::CUdeviceptr,
+    ctx: Arc<CudaContext>,
+}
+
+impl DeviceMemory {
+    pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, Error> {
+        bind(ctx)?;
+        let mut address = 0;
+        // SAFETY: `address` is a valid out-pointer and `ctx` is current; `bytes` > 0 (checked above us).
+        unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }
+            .result()
+            .map_err(failed("cuMemAlloc"))?;
+        Ok(DeviceMemory {
+            address,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// The unified (UVA) address, valid in every context.
+    pub(super) fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// The ordinal of the GPU the memory is on.
+    pub(super) fn device(&self) -> usize {
+        self.ctx.ordinal()
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the address came from cuMemAlloc_v2 in this context and is freed once, here.
+            // A failure cannot be reported from drop; the memory goes with the context at the latest.
+            let _ = unsafe { sys::cuMemFree_v2(self.address) };
+        }
+    }
+}
+
+/// Page-locked host memory from cuMemHostAlloc(PORTABLE | DEVICEMAP): usable from every context
+/// and mapped into the unified address space, so kernels and copies on any GPU reach it at the same
+/// address. Not write-combined, so the host reads it back at full speed. Freed on drop.
+pub(super) struct PinnedMemory {
+    pointer: *mut u8,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the allocation is plain memory owned by this value; all access goes through the methods
+// below (raw copies and volatile accesses), which do not rely on thread affinity.
+unsafe impl Send for PinnedMemory {}
+// SAFETY: as above; concurrent host access is the callers' business, as for device memory.
+unsafe impl Sync for PinnedMemory {}
+
+impl PinnedMemory {
+    pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, Error> {
+        bind(ctx)?;
+        let mut pointer: *mut c_void = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: `pointer` is a valid out-pointer, a context is current, `bytes` > 0.
+        unsafe { sys::cuMemHostAlloc(&mut pointer, bytes, flags) }
+            .result()
+            .map_err(failed("cuMemHostAlloc"))?;
+        Ok(PinnedMemory {
+            pointer: pointer.cast(),
+            bytes,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// The unified address: with UVA, mapped pinned memory has the same address on host and GPUs.
+    pub(super) fn address(&self) -> u64 {
+        self.pointer as u64
+    }
+
+    /// The ordinal of the GPU whose context allocated the memory.
+    pub(super) fn device(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    /// Copies `data` in at `offset`. The range must lie inside the allocation (callers check it).
+    pub(super) fn write_at(&self, offset: usize, data: &[u8]) {
+        assert!(
+            offset + data.len() <= self.bytes,
+            "pinned write out of range"
+        );
+        // SAFETY: the range is inside the allocation (asserted); `data` cannot overlap pinned memory
+        // we own exclusively.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.pointer.add(offset), data.len())
+        }
+    }
+
+    /// Copies out from `offset`. The range must lie inside the allocation (callers check it).
+    pub(super) fn read_at(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset + out.len() <= self.bytes, "pinned read out of range");
+        // SAFETY: the range is inside the allocation (asserted); `out` is a distinct host slice.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.pointer.add(offset), out.as_mut_ptr(), out.len())
+        }
+    }
+
+    /// A volatile store of the `index`-th u64, so that a GPU spinning on it sees the new value.
+    pub(super) fn store_u64(&self, index: usize, value: u64) {
+        assert!(
+            (index + 1) * 8 <= self.bytes,
+            "pinned u64 store out of range"
+        );
+        // SAFETY: in range (asserted) and 8-byte aligned (the allocation is page-aligned).
+        unsafe { std::ptr::write_volatile(self.pointer.cast::<u64>().add(index), value) }
+    }
+
+    /// A volatile load of the `index`-th u64, which a GPU may have written.
+    pub(super) fn load_u64(&self, index: usize) -> u64 {
+        assert!(
+            (index + 1) * 8 <= self.bytes,
+            "pinned u64 load out of range"
+        );
+        // SAFETY: in range (asserted) and 8-byte aligned (the allocation is page-aligned).
+        unsafe { std::ptr::read_volatile(self.pointer.cast::<u64>().add(index)) }
+    }
+}
+
+impl Drop for PinnedMemory {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the pointer came from cuMemHostAlloc and is freed once, here.
+            let _ = unsafe { sys::cuMemFreeHost(self.pointer.cast()) };
+        }
+    }
+}
+
+/// Queues a copy-engine copy between two unified addresses on `stream` (cuMemcpyAsync: it works for
+/// device, peer and pinned host memory alike, and can be captured into a graph, unlike
+/// cuMemcpyPeerAsync).
+pub(super) fn copy_async(stream: &CudaStream, dst: u64, src: u64, len: usize) -> Result<(), Error> {
+    bind(stream.context())?;
+    // SAFETY: the caller checked both ranges lie inside live allocations; the stream is live.
+    unsafe { sys::cuMemcpyAsync(dst, src, len, stream.cu_stream()) }
+        .result()
+        .map_err(failed("cuMemcpyAsync"))
+}
+
+/// Copies host bytes to device memory and waits for them to land. Issued on `stream` (an internal
+/// non-blocking stream) rather than the legacy default stream, which would not order with the
+/// backend's non-blocking streams.
+pub(super) fn copy_to_device_and_wait(
+    stream: &CudaStream,
+    dst: u64,
+    data: &[u8],
+) -> Result<(), Error> {
+    bind(stream.context())?;
+    // SAFETY: the caller checked the destination range; `data` stays borrowed until the
+    // synchronisation below has finished the copy.
+    unsafe { sys::cuMemcpyHtoDAsync_v2(dst, data.as_ptr().cast(), data.len(), stream.cu_stream()) }
+        .result()
+        .map_err(failed("cuMemcpyHtoDAsync"))?;
+    stream.synchronize().map_err(failed("cuStreamSynchronize"))
+}
+
+/// Copies device memory to host bytes and waits for them (see [`copy_to_device_and_wait`]).
+pub(super) fn copy_to_host_and_wait(
+    stream: &CudaStream,
+    out: &mut [u8],
+    src: u64,
+) -> Result<(), Error> {
+    bind(stream.context())?;
+    // SAFETY: the caller checked the source range; `out` stays borrowed until the synchronisation
+    // below has finished the copy.
+    unsafe {
+        sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), src, out.len(), stream.cu_stream())
+    }
+    .result()
+    .map_err(failed("cuMemcpyDtoHAsync"))?;
+    stream.synchronize().map_err(failed("cuStreamSynchronize"))
+}
+
+/// GPU time between two completed events in milliseconds; `Ok(None)` if either is not complete yet.
+pub(super) fn elapsed_ms(start: &CudaEvent, end: &CudaEvent) -> Result<Option<f32>, Error> {
+    bind(start.context())?;
+    // SAFETY: both events are live, created with timing enabled.
+    match unsafe { result::event::elapsed(start.cu_event(), end.cu_event()) } {
+        Ok(ms) => Ok(Some(ms)),
+        Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(None),
+        Err(error) => Err(cuda_error("cuEventElapsedTime", error)),
+    }
+}
+
+/// Starts capturing `stream` into a graph. Relaxed mode: other threads of the process may keep
+/// calling the driver (loading a kernel module, querying events) while the capture is open.
+pub(super) fn begin_capture(stream: &CudaStream) -> Result<(), Error> {
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .map_err(failed("cuStreamBeginCapture"))
+}
+
+/// Whether `stream` is recording into a graph (work queued now runs only on replay).
+pub(super) fn is_capturing(stream: &CudaStream) -> Result<bool, Error> {
+    let status = stream
+        .capture_status()
+        .map_err(failed("cuStreamIsCapturing"))?;
+    Ok(status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)
+}
+
+/// A captured and instantiated graph; both are destroyed on drop.
+pub(super) struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: graph handles are not bound to a thread; the backend keeps each `Graph` behind a Mutex,
+// which serialises the calls on it as the driver's graph thread-safety rules require.
+unsafe impl Send for Graph {}
+
+impl Graph {
+    /// Ends the capture on `stream` and instantiates what was recorded.
+    pub(super) fn end_capture(stream: &CudaStream) -> Result<Self, Error> {
+        let ctx = stream.context().clone();
+        bind(&ctx)?;
+        // SAFETY: the stream is live and capturing (the driver says so otherwise).
+        let graph = unsafe { result::stream::end_capture(stream.cu_stream()) }
+            .map_err(failed("cuStreamEndCapture"))?;
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: `graph` is the live graph just captured; `exec` is a valid out-pointer.
+        let instantiated =
+            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }.result();
+        if let Err(error) = instantiated {
+            // SAFETY: the graph is ours and not used again.
+            let _ = unsafe { sys::cuGraphDestroy(graph) };
+            return Err(cuda_error("cuGraphInstantiate", error));
+        }
+        Ok(Graph { graph, exec, ctx })
+    }
+
+    /// Queues one replay on `stream`.
+    pub(super) fn launch(&self, stream: &CudaStream) -> Result<(), Error> {
+        bind(stream.context())?;
+        // SAFETY: the executable graph is live; the stream is live.
+        unsafe { sys::cuGraphLaunch(self.exec, stream.cu_stream()) }
+            .result()
+            .map_err(failed("cuGraphLaunch"))
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: both handles are ours, destroyed once, executable graph first.
+            unsafe {
+                let _ = sys::cuGraphExecDestroy(self.exec);
+                let _ = sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}

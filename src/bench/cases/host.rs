@@ -1,0 +1,189 @@
+//! Per-GPU bandwidth: all peers into one GPU or one GPU into all peers at once, host↔device over
+//! PCIe, and copies within one GPU.
+
+use super::{enable, no_p2p, Context, Outcome, TestCase};
+use crate::backend::{CopyMethod, Memory};
+use crate::bench::engine::{measure, HopSpec, Lane};
+use crate::bench::result::{Place, Shape, Unit};
+use crate::Result;
+
+/// Which way a fan test's copies go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FanDirection {
+    /// Every peer writes into the GPU at once.
+    AllToOne,
+    /// The GPU writes into every peer at once.
+    OneToAll,
+}
+
+/// All-to-one or one-to-all: the aggregate bandwidth one GPU sinks or sources.
+pub struct Fan(pub FanDirection);
+
+impl TestCase for Fan {
+    fn name(&self) -> &str {
+        match self.0 {
+            FanDirection::AllToOne => "all-to-one",
+            FanDirection::OneToAll => "one-to-all",
+        }
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Gbps
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::PerDevice
+    }
+
+    fn measures(&self) -> String {
+        let what = match self.0 {
+            FanDirection::AllToOne => {
+                "every P2P peer writes (push, copy engine, issued on the peer's stream) into this GPU"
+            }
+            FanDirection::OneToAll => {
+                "this GPU writes (push, copy engine, one stream per peer) into every P2P peer"
+            }
+        };
+        format!("{what}, all at once; aggregate GB/s over the whole window; GPU time")
+    }
+
+    fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {
+        let (gpu, _) = place.pair();
+        let mut peers = Vec::new();
+        let mut left_out = Vec::new();
+        for &peer in ctx.devices.iter().filter(|&&d| d != gpu) {
+            let (from, to) = match self.0 {
+                FanDirection::AllToOne => (peer, gpu),
+                FanDirection::OneToAll => (gpu, peer),
+            };
+            match no_p2p(ctx.topology(), from, to).or_else(|| enable(ctx, from, to)) {
+                None => peers.push((from, to)),
+                Some(_) => left_out.push(peer),
+            }
+        }
+        if peers.is_empty() {
+            return Ok(Outcome::Skipped(if ctx.devices.len() < 2 {
+                "needs at least two GPUs".to_string()
+            } else {
+                format!("no P2P: no selected GPU has P2P with GPU {gpu}")
+            }));
+        }
+        let issuers: Vec<usize> = peers.iter().map(|&(from, _)| from).collect();
+        let streams = ctx.streams(&issuers)?;
+        let seed = ctx.next_seed();
+        let budget = ctx.buffer_budget(gpu)? / peers.len() as u64;
+        let timing = ctx.timing;
+        let mut lanes = Vec::with_capacity(peers.len());
+        for (&(from, to), stream) in peers.iter().zip(streams) {
+            let hop = HopSpec {
+                stream,
+                method: CopyMethod::CopyEngine,
+                memory: Memory::Device(to),
+            };
+            lanes.push(Lane::new(
+                ctx.backend,
+                Context::label(self.name(), from, to),
+                Memory::Device(from),
+                &[hop],
+                bytes as usize,
+                &timing,
+                budget,
+            )?);
+        }
+        let m = measure(&mut lanes, &timing, seed)?;
+        Ok(Outcome::Measured {
+            value: m.total_gbps(),
+            total: None,
+            time_us: m.round_us,
+            note: (!left_out.is_empty()).then(|| {
+                format!(
+                    "GPU {gpu}: left out peers without P2P: {}",
+                    left_out
+                        .iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }),
+        })
+    }
+}
+
+/// Which way a host test's copy goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostDirection {
+    HostToDevice,
+    DeviceToHost,
+    /// Device memory to device memory of the same GPU.
+    Local,
+}
+
+/// Host↔device over PCIe with pinned memory on the GPU's NUMA node, or a copy within one GPU.
+pub struct HostCopy(pub HostDirection);
+
+impl TestCase for HostCopy {
+    fn name(&self) -> &str {
+        match self.0 {
+            HostDirection::HostToDevice => "h2d",
+            HostDirection::DeviceToHost => "d2h",
+            HostDirection::Local => "local",
+        }
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Gbps
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::PerDevice
+    }
+
+    fn measures(&self) -> String {
+        match self.0 {
+            HostDirection::HostToDevice => {
+                "host→device: pinned host memory on the GPU's NUMA node, copy engine, issued on \
+                 the GPU's stream; GPU time"
+            }
+            HostDirection::DeviceToHost => {
+                "device→host: into pinned host memory on the GPU's NUMA node, copy engine, \
+                 issued on the GPU's stream; GPU time"
+            }
+            HostDirection::Local => {
+                "device-local copy within the GPU's memory, copy engine; bytes counted once \
+                 (the memory reads and writes each of them); GPU time"
+            }
+        }
+        .to_string()
+    }
+
+    fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {
+        let (gpu, _) = place.pair();
+        let host = Memory::PinnedHost {
+            numa_node: ctx.topology().devices[gpu].numa_node,
+        };
+        let (source, destination) = match self.0 {
+            HostDirection::HostToDevice => (host, Memory::Device(gpu)),
+            HostDirection::DeviceToHost => (Memory::Device(gpu), host),
+            HostDirection::Local => (Memory::Device(gpu), Memory::Device(gpu)),
+        };
+        let stream = ctx.streams(&[gpu])?[0];
+        let seed = ctx.next_seed();
+        let timing = ctx.timing;
+        let hop = HopSpec {
+            stream,
+            method: CopyMethod::CopyEngine,
+            memory: destination,
+        };
+        let mut lanes = [Lane::new(
+            ctx.backend,
+            Context::label(self.name(), gpu, gpu),
+            source,
+            &[hop],
+            bytes as usize,
+            &timing,
+            ctx.buffer_budget(gpu)?,
+        )?];
+        let m = measure(&mut lanes, &timing, seed)?;
+        Ok(super::lane_outcome(self.unit(), &m, bytes as usize))
+    }
+}

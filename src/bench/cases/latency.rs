@@ -1,0 +1,410 @@
+//! Latency: GPU time per small copy, the CPU's cost to issue one, end to end as the host sees it,
+//! one dependent load over the link (pointer chase), and one-way GPU-initiated signalling.
+
+use super::{chase_on_host, enable, lane_outcome, no_p2p, Context, Outcome, TestCase};
+use crate::backend::{Backend, BufferId, CopyMethod, Memory};
+use crate::bench::engine::{measure, HopSpec, Lane, Timing};
+use crate::bench::result::{Place, Shape, Unit};
+use crate::bench::stats::Stats;
+use crate::{Error, Result};
+
+/// Bytes of a latency test's message.
+pub const SMALL_MESSAGE: u64 = 4;
+/// Back-to-back copies per sample behind the gate.
+pub const SMALL_COPIES: u32 = 100;
+/// Transfers per sample for the end-to-end latency.
+pub const END_TO_END_TRANSFERS: u32 = 20;
+/// Dependent loads per pointer-chase sample.
+pub const CHASE_STEPS: u32 = 10_000;
+/// Round trips per ping-pong sample.
+pub const PING_PONG_ROUNDS: u32 = 1_000;
+
+/// Which figure of back-to-back small copies a [`SmallCopy`] test reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmallCopyFigure {
+    /// GPU time per copy, from events around copies queued behind the gate.
+    GpuTime,
+    /// Host time spent in the call that queues one copy.
+    IssueCost,
+}
+
+/// Back-to-back 4-byte peer copies.
+pub struct SmallCopy(pub SmallCopyFigure);
+
+/// The copy-engine push lane of small-copy tests, checked for P2P; `Err(reason)` when it cannot run.
+fn small_lane<'b>(
+    ctx: &mut Context<'b>,
+    test: &str,
+    src: usize,
+    dst: usize,
+    timing: &Timing,
+) -> Result<std::result::Result<Lane<'b>, String>> {
+    if let Some(reason) = no_p2p(ctx.topology(), src, dst).or_else(|| enable(ctx, src, dst)) {
+        return Ok(Err(reason));
+    }
+    let stream = ctx.streams(&[src])?[0];
+    let hop = HopSpec {
+        stream,
+        method: CopyMethod::CopyEngine,
+        memory: Memory::Device(dst),
+    };
+    Ok(Ok(Lane::new(
+        ctx.backend,
+        Context::label(test, src, dst),
+        Memory::Device(src),
+        &[hop],
+        SMALL_MESSAGE as usize,
+        timing,
+        ctx.buffer_budget(dst)?,
+    )?))
+}
+
+impl TestCase for SmallCopy {
+    fn name(&self) -> &str {
+        match self.0 {
+            SmallCopyFigure::GpuTime => "copy-latency",
+            SmallCopyFigure::IssueCost => "issue-cost",
+        }
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Micros
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::Matrix
+    }
+
+    fn message_bytes(&self, _requested: u64) -> u64 {
+        SMALL_MESSAGE
+    }
+
+    fn measures(&self) -> String {
+        match self.0 {
+            SmallCopyFigure::GpuTime => format!(
+                "GPU time per copy of {SMALL_MESSAGE} B, {SMALL_COPIES} back-to-back copy-engine \
+                 writes (push, issued on the source GPU's stream) queued behind the gate; not a \
+                 CPU time"
+            ),
+            SmallCopyFigure::IssueCost => format!(
+                "CPU time (host clock) spent in the call that queues one {SMALL_MESSAGE} B \
+                 copy-engine write on the source GPU's stream, over {SMALL_COPIES} calls; not a \
+                 transfer time"
+            ),
+        }
+    }
+
+    fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
+        let (src, dst) = place.pair();
+        let timing = Timing {
+            warmup: ctx.timing.warmup.max(1),
+            iterations: SMALL_COPIES,
+            ..ctx.timing
+        };
+        let seed = ctx.next_seed();
+        let mut lane = match small_lane(ctx, self.name(), src, dst, &timing)? {
+            Ok(lane) => [lane],
+            Err(reason) => return Ok(Outcome::Skipped(reason)),
+        };
+        let m = measure(&mut lane, &timing, seed)?;
+        Ok(match self.0 {
+            SmallCopyFigure::GpuTime => lane_outcome(Unit::Micros, &m, SMALL_MESSAGE as usize),
+            SmallCopyFigure::IssueCost => Outcome::Measured {
+                value: m.issue_us.median,
+                total: None,
+                time_us: m.issue_us,
+                note: None,
+            },
+        })
+    }
+}
+
+/// End-to-end latency of one small transfer as the host sees it.
+pub struct EndToEnd;
+
+impl EndToEnd {
+    /// Host µs of one transfer: from the call that queues operation `op` of `lane` until the host
+    /// has seen it complete (event synchronisation).
+    pub fn one_transfer(lane: &mut Lane<'_>, op: u64) -> Result<f64> {
+        let backend = lane.backend();
+        let start = backend.host_time_us();
+        lane.enqueue(op)?;
+        let done = backend.record(lane.final_stream())?;
+        backend.event_synchronize(done)?;
+        let end = backend.host_time_us();
+        backend.destroy_event(done)?;
+        Ok(end - start)
+    }
+
+    /// [`EndToEnd::one_transfer`] `transfers` times, one at a time, after one warm-up transfer
+    /// (first-use costs are setup, not the steady state); every byte verified afterwards.
+    pub fn host_times(lane: &mut Lane<'_>, transfers: u32, seed: u64) -> Result<Vec<f64>> {
+        lane.fill(seed)?;
+        EndToEnd::one_transfer(lane, 0)?;
+        let times = (1..=u64::from(transfers))
+            .map(|op| EndToEnd::one_transfer(lane, op))
+            .collect::<Result<Vec<f64>>>()?;
+        lane.verify()?;
+        Ok(times)
+    }
+}
+
+impl TestCase for EndToEnd {
+    fn name(&self) -> &str {
+        "e2e-latency"
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Micros
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::Matrix
+    }
+
+    fn message_bytes(&self, _requested: u64) -> u64 {
+        SMALL_MESSAGE
+    }
+
+    fn measures(&self) -> String {
+        format!(
+            "host clock from the call that queues one {SMALL_MESSAGE} B copy-engine write (source \
+             GPU's stream) until the host sees it complete (event synchronisation); one transfer \
+             at a time, median of {END_TO_END_TRANSFERS} per sample"
+        )
+    }
+
+    fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
+        let (src, dst) = place.pair();
+        let timing = Timing {
+            warmup: 1,
+            iterations: END_TO_END_TRANSFERS,
+            ..ctx.timing
+        };
+        let mut lane = match small_lane(ctx, self.name(), src, dst, &timing)? {
+            Ok(lane) => lane,
+            Err(reason) => return Ok(Outcome::Skipped(reason)),
+        };
+        let mut times = Vec::new();
+        for _ in 0..ctx.timing.samples {
+            let seed = ctx.next_seed();
+            times.extend(EndToEnd::host_times(&mut lane, END_TO_END_TRANSFERS, seed)?);
+        }
+        let stats = finite_stats(&times)?;
+        Ok(Outcome::Measured {
+            value: stats.median,
+            total: None,
+            time_us: stats,
+            note: None,
+        })
+    }
+}
+
+fn finite_stats(values: &[f64]) -> Result<Stats> {
+    Stats::of(values).ok_or_else(|| {
+        Error::InvalidHandle("the backend returned no time, or one that is not finite".into())
+    })
+}
+
+/// Buffers freed when the measurement ends, however it ends.
+struct Buffers<'b> {
+    backend: &'b dyn Backend,
+    ids: Vec<BufferId>,
+}
+
+impl<'b> Buffers<'b> {
+    fn new(backend: &'b dyn Backend) -> Buffers<'b> {
+        Buffers {
+            backend,
+            ids: Vec::new(),
+        }
+    }
+
+    fn alloc(&mut self, memory: Memory, bytes: usize) -> Result<BufferId> {
+        let id = self.backend.alloc(memory, bytes)?;
+        self.ids.push(id);
+        Ok(id)
+    }
+}
+
+impl Drop for Buffers<'_> {
+    fn drop(&mut self) {
+        for id in &self.ids {
+            let _ = self.backend.free(*id);
+        }
+    }
+}
+
+/// GPU µs between two events recorded around `work` on `stream`, after waiting for `also`.
+fn timed(
+    backend: &dyn Backend,
+    stream: crate::backend::StreamId,
+    also: &[crate::backend::StreamId],
+    work: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
+    let start = backend.record(stream)?;
+    work()?;
+    let end = backend.record(stream)?;
+    backend.synchronize(stream)?;
+    for s in also {
+        backend.synchronize(*s)?;
+    }
+    let us = backend.elapsed_us(start, end)?;
+    backend.destroy_event(start)?;
+    backend.destroy_event(end)?;
+    Ok(us)
+}
+
+/// Dependent loads from a peer's memory: the round-trip latency of one load over the link.
+pub struct PointerChase;
+
+impl TestCase for PointerChase {
+    fn name(&self) -> &str {
+        "pointer-chase"
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Nanos
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::Matrix
+    }
+
+    fn message_bytes(&self, _requested: u64) -> u64 {
+        8
+    }
+
+    fn measures(&self) -> String {
+        format!(
+            "ns per dependent 8-byte load by a one-thread kernel on the source (row) GPU from the \
+             destination (column) GPU's memory: {CHASE_STEPS} loads along a random cyclic chain \
+             spread over a region larger than the caches; a round trip over the link; GPU time"
+        )
+    }
+
+    fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
+        let (src, dst) = place.pair();
+        if let Some(reason) = no_p2p(ctx.topology(), src, dst).or_else(|| enable(ctx, src, dst)) {
+            return Ok(Outcome::Skipped(reason));
+        }
+        let chain = ctx.chase_chain();
+        if chain.len() as u64 > ctx.backend.free_memory(dst)? / 2 {
+            return Ok(Outcome::Skipped(format!(
+                "GPU {dst} has too little free memory for the {} chain",
+                crate::units::format_bytes(chain.len() as u64)
+            )));
+        }
+        let backend = ctx.backend;
+        let stream = ctx.streams(&[src])?[0];
+        let mut buffers = Buffers::new(backend);
+        let on_dst = buffers.alloc(Memory::Device(dst), chain.len())?;
+        let result = buffers.alloc(Memory::Device(src), 8)?;
+        backend.write(on_dst, 0, &chain)?;
+        backend.pointer_chase(stream, on_dst, CHASE_STEPS / 10, result)?; // warm-up
+        let expected = chase_on_host(&chain, CHASE_STEPS);
+        let mut per_load_us = Vec::new();
+        for _ in 0..ctx.timing.samples {
+            backend.write(result, 0, &[0xff; 8])?;
+            let us = timed(backend, stream, &[], || {
+                backend.pointer_chase(stream, on_dst, CHASE_STEPS, result)
+            })?;
+            let mut reached = [0u8; 8];
+            backend.read(result, 0, &mut reached)?;
+            check_word(self.name(), src, dst, &expected.to_le_bytes(), &reached)?;
+            per_load_us.push(us / f64::from(CHASE_STEPS));
+        }
+        let stats = finite_stats(&per_load_us)?;
+        Ok(Outcome::Measured {
+            value: stats.median * 1e3,
+            total: None,
+            time_us: stats,
+            note: None,
+        })
+    }
+}
+
+/// Fails with [`Error::Verification`] at the first byte where `found` differs from `expected`.
+fn check_word(test: &str, src: usize, dst: usize, expected: &[u8], found: &[u8]) -> Result<()> {
+    match expected.iter().zip(found).position(|(e, f)| e != f) {
+        None => Ok(()),
+        Some(offset) => Err(Error::Verification {
+            test: test.to_string(),
+            src,
+            dst,
+            offset,
+            expected: expected[offset],
+            found: found[offset],
+        }),
+    }
+}
+
+/// GPU-initiated signalling: half the round trip of a flag bounced between two GPUs' kernels.
+pub struct PingPong;
+
+impl TestCase for PingPong {
+    fn name(&self) -> &str {
+        "ping-pong"
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Micros
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::Matrix
+    }
+
+    fn message_bytes(&self, _requested: u64) -> u64 {
+        4
+    }
+
+    fn measures(&self) -> String {
+        format!(
+            "one-way latency, µs: half the round trip of a 4-byte flag stored (system-scope fence) \
+             by a kernel on the row GPU into the column GPU's memory and answered back, \
+             {PING_PONG_ROUNDS} rounds; GPU time"
+        )
+    }
+
+    fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
+        let (src, dst) = place.pair();
+        for (a, b) in [(src, dst), (dst, src)] {
+            if let Some(reason) = no_p2p(ctx.topology(), a, b).or_else(|| enable(ctx, a, b)) {
+                return Ok(Outcome::Skipped(reason));
+            }
+        }
+        let backend = ctx.backend;
+        let streams = ctx.streams(&[src, dst])?;
+        let (ping, pong) = (streams[0], streams[1]);
+        let mut buffers = Buffers::new(backend);
+        let ping_flag = buffers.alloc(Memory::Device(src), 4)?;
+        let pong_flag = buffers.alloc(Memory::Device(dst), 4)?;
+        let run = |rounds: u32| -> Result<f64> {
+            backend.write(ping_flag, 0, &[0; 4])?;
+            backend.write(pong_flag, 0, &[0; 4])?;
+            let us = timed(backend, ping, &[pong], || {
+                backend.ping_pong(ping, pong, ping_flag, pong_flag, rounds)
+            })?;
+            // Both flags end on the last round's number (rounds count from 1).
+            for flag in [ping_flag, pong_flag] {
+                let mut found = [0u8; 4];
+                backend.read(flag, 0, &mut found)?;
+                check_word(self.name(), src, dst, &rounds.to_le_bytes(), &found)?;
+            }
+            Ok(us)
+        };
+        run(PING_PONG_ROUNDS / 10)?; // warm-up: first launches and module loads
+        let mut one_way_us = Vec::new();
+        for _ in 0..ctx.timing.samples {
+            one_way_us.push(run(PING_PONG_ROUNDS)? / f64::from(PING_PONG_ROUNDS) / 2.0);
+        }
+        let stats = finite_stats(&one_way_us)?;
+        Ok(Outcome::Measured {
+            value: stats.median,
+            total: None,
+            time_us: stats,
+            note: None,
+        })
+    }
+}

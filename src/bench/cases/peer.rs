@@ -1,0 +1,206 @@
+//! GPU-to-GPU bandwidth: copy engine or SM kernel, push or pull, one direction or both, and the
+//! host-staged path used when P2P is off.
+
+use super::{enable, no_p2p, Context, Outcome, TestCase};
+use crate::backend::{CopyMethod, Memory};
+use crate::bench::engine::{measure, HopSpec, Lane, Timing};
+use crate::bench::result::{Place, Shape, Unit};
+use crate::Result;
+
+/// How the bytes travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// One peer copy by this method.
+    Direct(CopyMethod),
+    /// P2P disabled: device→pinned host on the source GPU's stream, then host→device on the
+    /// destination's, chained with events chunk by chunk (p2pBandwidthLatencyTest's P2P=Disabled).
+    Staged,
+}
+
+/// Which GPU's context issues a direct copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Issuer {
+    /// The source GPU writes into the peer (push).
+    Source,
+    /// The destination GPU reads from the peer (pull).
+    Destination,
+}
+
+/// A peer bandwidth test.
+pub struct PeerCopy {
+    name: String,
+    route: Route,
+    issuer: Issuer,
+    bidirectional: bool,
+}
+
+impl PeerCopy {
+    pub fn new(prefix: &str, route: Route, issuer: Issuer, bidirectional: bool) -> PeerCopy {
+        let side = match (route, issuer) {
+            (Route::Staged, _) => "",
+            (_, Issuer::Source) => "-write",
+            (_, Issuer::Destination) => "-read",
+        };
+        let both = if bidirectional { "-bidir" } else { "" };
+        PeerCopy {
+            name: format!("{prefix}{both}{side}"),
+            route,
+            issuer,
+            bidirectional,
+        }
+    }
+
+    /// The GPUs whose streams carry a message `from` → `to`, first the one whose events time it.
+    fn stream_devices(&self, from: usize, to: usize) -> Vec<usize> {
+        match (self.route, self.issuer) {
+            (Route::Direct(_), Issuer::Source) => vec![from],
+            (Route::Direct(_), Issuer::Destination) => vec![to],
+            (Route::Staged, _) => vec![from, to],
+        }
+    }
+
+    /// The hops of a message to `to`, on `streams` (from [`Self::stream_devices`]).
+    fn hops(
+        &self,
+        ctx: &Context<'_>,
+        to: usize,
+        streams: &[crate::backend::StreamId],
+    ) -> Vec<HopSpec> {
+        match self.route {
+            Route::Direct(method) => vec![HopSpec {
+                stream: streams[0],
+                method,
+                memory: Memory::Device(to),
+            }],
+            Route::Staged => {
+                let numa_node = ctx.topology().devices[to].numa_node;
+                vec![
+                    HopSpec {
+                        stream: streams[0],
+                        method: CopyMethod::CopyEngine,
+                        memory: Memory::PinnedHost { numa_node },
+                    },
+                    HopSpec {
+                        stream: streams[1],
+                        method: CopyMethod::CopyEngine,
+                        memory: Memory::Device(to),
+                    },
+                ]
+            }
+        }
+    }
+}
+
+impl PeerCopy {
+    /// Allocates one lane per direction `(from, to)`, each on its own streams. Peer access must
+    /// already be enabled for direct routes.
+    pub fn lanes<'b>(
+        &self,
+        ctx: &mut Context<'b>,
+        directions: &[(usize, usize)],
+        message: usize,
+        timing: &Timing,
+    ) -> Result<Vec<Lane<'b>>> {
+        let lane_devices: Vec<usize> = directions
+            .iter()
+            .flat_map(|&(from, to)| self.stream_devices(from, to))
+            .collect();
+        let streams = ctx.streams(&lane_devices)?;
+        let per_lane = streams.len() / directions.len();
+        let mut lanes = Vec::with_capacity(directions.len());
+        for (i, &(from, to)) in directions.iter().enumerate() {
+            let hops = self.hops(ctx, to, &streams[i * per_lane..(i + 1) * per_lane]);
+            let budget = ctx.buffer_budget(from)?.min(ctx.buffer_budget(to)?);
+            lanes.push(Lane::new(
+                ctx.backend,
+                Context::label(&self.name, from, to),
+                Memory::Device(from),
+                &hops,
+                message,
+                timing,
+                budget,
+            )?);
+        }
+        Ok(lanes)
+    }
+}
+
+impl TestCase for PeerCopy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Gbps
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::Matrix
+    }
+
+    fn sweeps(&self) -> bool {
+        true
+    }
+
+    fn measures(&self) -> String {
+        let how = match (self.route, self.issuer) {
+            (Route::Direct(CopyMethod::CopyEngine), Issuer::Source) => {
+                "write (push): copy engine, issued on the source GPU's stream"
+            }
+            (Route::Direct(CopyMethod::CopyEngine), Issuer::Destination) => {
+                "read (pull): copy engine, issued on the destination GPU's stream"
+            }
+            (Route::Direct(CopyMethod::SmKernel), Issuer::Source) => {
+                "write (push): copy kernel on the source GPU storing into the peer"
+            }
+            (Route::Direct(CopyMethod::SmKernel), Issuer::Destination) => {
+                "read (pull): copy kernel on the destination GPU loading from the peer"
+            }
+            (Route::Staged, _) => {
+                "P2P disabled, staged through pinned host memory: device→host on the source \
+                 GPU's stream, then host→device on the destination's, chained with events"
+            }
+        };
+        let directions = if self.bidirectional {
+            "both directions at once: each cell is row→column while column→row runs; \
+             total_matrix is both together"
+        } else {
+            "one direction (row → column)"
+        };
+        format!("{how}; {directions}; GPU time; GB/s = 1e9 bytes/s")
+    }
+
+    fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {
+        let (src, dst) = place.pair();
+        let mut directions = vec![(src, dst)];
+        if self.bidirectional {
+            directions.push((dst, src));
+        }
+        // Check every direction before allocating anything.
+        if let Route::Direct(_) = self.route {
+            for &(from, to) in &directions {
+                let issuing = match self.issuer {
+                    Issuer::Source => from,
+                    Issuer::Destination => to,
+                };
+                let peer = if issuing == from { to } else { from };
+                if let Some(reason) =
+                    no_p2p(ctx.topology(), issuing, peer).or_else(|| enable(ctx, issuing, peer))
+                {
+                    return Ok(Outcome::Skipped(reason));
+                }
+            }
+        }
+        let message = bytes as usize;
+        let timing = ctx.timing;
+        let seed = ctx.next_seed();
+        let mut lanes = self.lanes(ctx, &directions, message, &timing)?;
+        let m = measure(&mut lanes, &timing, seed)?;
+        Ok(Outcome::Measured {
+            value: m.lane_gbps(0, message),
+            total: self.bidirectional.then(|| m.total_gbps()),
+            time_us: m.lane_us[0],
+            note: None,
+        })
+    }
+}

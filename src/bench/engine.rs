@@ -1,0 +1,449 @@
+//! The one timing engine every bandwidth and copy-latency test runs on (nvbandwidth's design).
+//!
+//! A sample: hold each lane's issuing stream behind a spin kernel (so the CPU's issue cost stays
+//! out of the window) → queue the warm-up operations (outside the window) → record the start event →
+//! queue the timed operations → record the end event → release → synchronise → read the GPU time.
+//! Then the destination is checked byte for byte against what the sources were filled with.
+//!
+//! A [`Lane`] is one message's path: a source buffer and one or more hops, each a copy issued on a
+//! stream into the next buffer (one hop for a direct copy; two, chained with events, for a copy
+//! staged through pinned host memory). Several lanes run at once for bidirectional and fan tests;
+//! the first lane's stream is the anchor whose events time the whole.
+
+use super::pattern::{self, first_mismatch};
+use super::stats::Stats;
+use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
+use crate::{Error, Result};
+use std::collections::HashMap;
+
+/// How many operations and samples a measurement takes.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Timing {
+    /// Operations queued before the start event (first-use costs stay out of the window).
+    pub warmup: u32,
+    /// Operations between the start and end events.
+    pub iterations: u32,
+    /// Samples, each a separate held-and-released window, verified after it.
+    pub samples: u32,
+    /// Each lane rotates its operations over buffer slots spanning at least this many bytes, so that
+    /// messages that fit in the GPU's L2 cache (60 MB on H200) are not served from it. 0 disables.
+    pub rotation_bytes: u64,
+}
+
+impl Timing {
+    fn operations(&self) -> u64 {
+        u64::from(self.warmup) + u64::from(self.iterations)
+    }
+}
+
+/// Byte alignment of rotation slots and staging chunks (a few cache lines).
+const SLOT_ALIGN: usize = 512;
+/// A staged copy is split into chunks of at least this size so its two copies overlap.
+const STAGING_CHUNK: usize = 1 << 20;
+/// …and into at most this many.
+const MAX_STAGING_CHUNKS: usize = 8;
+
+/// Names a lane in errors: which test, which GPUs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaneLabel {
+    pub test: String,
+    pub src: usize,
+    pub dst: usize,
+}
+
+/// One hop of a lane: a copy issued on `stream` into a buffer in `memory`.
+#[derive(Clone, Copy, Debug)]
+pub struct HopSpec {
+    pub stream: StreamId,
+    pub method: CopyMethod,
+    pub memory: Memory,
+}
+
+/// One message's path, with its buffers allocated (and freed on drop).
+pub struct Lane<'b> {
+    backend: &'b dyn Backend,
+    label: LaneLabel,
+    source: BufferId,
+    hops: Vec<(HopSpec, BufferId)>,
+    message: usize,
+    stride: usize,
+    slots: usize,
+    chunk: usize,
+    /// For multi-hop lanes: the event after which hop `k + 1` finished reading chunk `c` of slot `s`
+    /// of hop `k`'s buffer, keyed by (k, s, c); hop `k` waits for it before overwriting that region.
+    read_done: HashMap<(usize, usize, usize), EventId>,
+    events: Vec<EventId>,
+    seeds: Vec<u64>,
+}
+
+impl<'b> Lane<'b> {
+    /// Allocates a lane for messages of `message` bytes from `source` memory through `hops`.
+    /// `max_bytes_per_buffer` caps the rotation (keep it well below the free memory).
+    pub fn new(
+        backend: &'b dyn Backend,
+        label: LaneLabel,
+        source: Memory,
+        hops: &[HopSpec],
+        message: usize,
+        timing: &Timing,
+        max_bytes_per_buffer: u64,
+    ) -> Result<Lane<'b>> {
+        assert!(!hops.is_empty() && message > 0, "a lane copies something");
+        let stride = message.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
+        let wanted = (timing.rotation_bytes as usize).div_ceil(stride).max(1);
+        let affordable = (max_bytes_per_buffer as usize / stride).max(1);
+        let slots = wanted
+            .min(timing.operations().max(1) as usize)
+            .min(affordable);
+        let chunk = if hops.len() > 1 {
+            message
+                .div_ceil(MAX_STAGING_CHUNKS)
+                .max(STAGING_CHUNK)
+                .min(message)
+        } else {
+            message
+        };
+        // Slots are laid out at `stride` even when there is one, so offsets never leave the buffer.
+        let bytes = if slots == 1 { message } else { slots * stride };
+        let mut lane = Lane {
+            backend,
+            label,
+            source: BufferId(u64::MAX),
+            hops: Vec::with_capacity(hops.len()),
+            message,
+            stride,
+            slots,
+            chunk,
+            read_done: HashMap::new(),
+            events: Vec::new(),
+            seeds: Vec::new(),
+        };
+        lane.source = backend.alloc(source, bytes)?;
+        for hop in hops {
+            let buffer = backend.alloc(hop.memory, bytes)?;
+            lane.hops.push((*hop, buffer));
+        }
+        Ok(lane)
+    }
+
+    /// The stream that issues the first hop; its events time the lane.
+    pub fn stream(&self) -> StreamId {
+        self.hops[0].0.stream
+    }
+
+    /// The stream of the last hop: an event recorded there follows the whole message.
+    pub fn final_stream(&self) -> StreamId {
+        self.hops[self.hops.len() - 1].0.stream
+    }
+
+    /// Every stream the lane queues on.
+    fn streams(&self) -> impl Iterator<Item = StreamId> + '_ {
+        self.hops.iter().map(|(h, _)| h.stream)
+    }
+
+    pub fn backend(&self) -> &'b dyn Backend {
+        self.backend
+    }
+
+    /// The final destination buffer.
+    pub fn destination(&self) -> BufferId {
+        self.hops[self.hops.len() - 1].1
+    }
+
+    /// How many buffer slots the lane rotates over.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Byte offset of rotation slot `slot` in every buffer of the lane.
+    fn slot_offset(&self, slot: usize) -> usize {
+        slot * self.stride
+    }
+
+    /// Fills every slot of the source with its own pattern, derived from `seed`.
+    pub fn fill(&mut self, seed: u64) -> Result<()> {
+        self.seeds = (0..self.slots)
+            .map(|slot| pattern::seed(&[seed, slot as u64]))
+            .collect();
+        for (slot, &s) in self.seeds.iter().enumerate() {
+            self.backend.write(
+                self.source,
+                self.slot_offset(slot),
+                &pattern::pattern(s, self.message),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Checks every byte of every slot of the destination against the last fill.
+    pub fn verify(&self) -> Result<()> {
+        let mut data = vec![0u8; self.message];
+        for (slot, &seed) in self.seeds.iter().enumerate() {
+            self.backend
+                .read(self.destination(), self.slot_offset(slot), &mut data)?;
+            if let Some(m) = first_mismatch(seed, &data) {
+                return Err(Error::Verification {
+                    test: self.label.test.clone(),
+                    src: self.label.src,
+                    dst: self.label.dst,
+                    offset: m.offset,
+                    expected: m.expected,
+                    found: m.found,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues operation number `op`: every hop of the message in its rotation slot, chunk by chunk,
+    /// each hop's chunk waiting for the previous hop's. Returns the host µs spent in the call that
+    /// starts the operation (its first copy); a staged lane's later calls overlap its transfer.
+    pub fn enqueue(&mut self, op: u64) -> Result<f64> {
+        let backend = self.backend;
+        let slot = (op % self.slots as u64) as usize;
+        let base = self.slot_offset(slot);
+        let staged = self.hops.len() > 1;
+        let mut starting_call_us = None;
+        for (c, start) in (0..self.message).step_by(self.chunk).enumerate() {
+            let len = self.chunk.min(self.message - start);
+            let mut ready: Option<EventId> = None;
+            for k in 0..self.hops.len() {
+                let (hop, dst) = self.hops[k];
+                let src = if k == 0 {
+                    self.source
+                } else {
+                    self.hops[k - 1].1
+                };
+                if let Some(event) = ready {
+                    backend.wait(hop.stream, event)?;
+                }
+                if let Some(event) = self.read_done.get(&(k, slot, c)) {
+                    backend.wait(hop.stream, *event)?;
+                }
+                let copy = Copy {
+                    dst,
+                    dst_offset: base + start,
+                    src,
+                    src_offset: base + start,
+                    len,
+                };
+                let before = backend.host_time_us();
+                backend.copy(hop.stream, hop.method, &copy)?;
+                starting_call_us.get_or_insert(backend.host_time_us() - before);
+                if staged {
+                    let done = backend.record(hop.stream)?;
+                    self.events.push(done);
+                    if k > 0 {
+                        self.read_done.insert((k - 1, slot, c), done);
+                    }
+                    ready = Some(done);
+                }
+            }
+        }
+        Ok(starting_call_us.unwrap_or(0.0))
+    }
+
+    /// Makes the lane's own stream wait for its later hops, so an event recorded on it next follows
+    /// all of the lane's work.
+    fn join(&mut self) -> Result<()> {
+        if self.hops.len() > 1 {
+            let done = self.backend.record(self.final_stream())?;
+            self.events.push(done);
+            self.backend.wait(self.stream(), done)?;
+        }
+        Ok(())
+    }
+
+    fn destroy_events(&mut self) -> Result<()> {
+        self.read_done.clear();
+        for event in self.events.drain(..) {
+            self.backend.destroy_event(event)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        // Errors here would hide the one that made us drop early; the backend reclaims the rest.
+        let _ = self.destroy_events();
+        let _ = self.backend.free(self.source);
+        for (_, buffer) in &self.hops {
+            let _ = self.backend.free(*buffer);
+        }
+    }
+}
+
+/// One sample's times.
+#[derive(Clone, Debug, PartialEq)]
+struct SampleTimes {
+    /// GPU µs per timed operation, per lane.
+    lane_us: Vec<f64>,
+    /// GPU µs from the anchor's start until every lane finished, per timed round (one operation of
+    /// every lane).
+    round_us: f64,
+    /// Host µs spent in the calls that queued one timed operation, averaged.
+    issue_us: f64,
+    /// Host µs of the call that starts one timed operation, averaged.
+    start_us: f64,
+}
+
+/// What [`measure`] found, over all samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measurement {
+    /// GPU µs per operation, per lane.
+    pub lane_us: Vec<Stats>,
+    /// GPU µs per round (one operation of every lane), from the anchor's start until every lane
+    /// finished, divided by the timed operations.
+    pub round_us: Stats,
+    /// Host µs to queue one operation, all its calls (CPU issue cost).
+    pub issue_us: Stats,
+    /// Host µs of the one call that starts an operation (equal to `issue_us` for a direct copy).
+    pub start_us: Stats,
+    /// Bytes all lanes move in one round.
+    pub round_bytes: u64,
+}
+
+impl Measurement {
+    /// GB/s of lane `i` alone, from its median time per operation.
+    pub fn lane_gbps(&self, i: usize, message: usize) -> f64 {
+        crate::units::gbps(message as u64, self.lane_us[i].median)
+    }
+
+    /// GB/s of all lanes together, from the median round.
+    pub fn total_gbps(&self) -> f64 {
+        crate::units::gbps(self.round_bytes, self.round_us.median)
+    }
+}
+
+/// Runs `timing.samples` samples of `lanes` at once, verifying each, with patterns derived from `seed`.
+pub fn measure(lanes: &mut [Lane<'_>], timing: &Timing, seed: u64) -> Result<Measurement> {
+    assert!(!lanes.is_empty(), "measure needs a lane");
+    assert!(timing.iterations > 0 && timing.samples > 0);
+    let mut samples = Vec::with_capacity(timing.samples as usize);
+    for sample in 0..timing.samples {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            lane.fill(pattern::seed(&[seed, u64::from(sample), i as u64]))?;
+        }
+        samples.push(run_sample(lanes, timing)?);
+        for lane in lanes.iter() {
+            lane.verify()?;
+        }
+    }
+    let stats = |f: &dyn Fn(&SampleTimes) -> f64| {
+        Stats::of(&samples.iter().map(f).collect::<Vec<_>>()).ok_or_else(|| {
+            Error::InvalidHandle("the backend returned a time that is not a finite number".into())
+        })
+    };
+    Ok(Measurement {
+        lane_us: (0..lanes.len())
+            .map(|i| stats(&|s| s.lane_us[i]))
+            .collect::<Result<_>>()?,
+        round_us: stats(&|s| s.round_us)?,
+        issue_us: stats(&|s| s.issue_us)?,
+        start_us: stats(&|s| s.start_us)?,
+        round_bytes: lanes.iter().map(|l| l.message as u64).sum(),
+    })
+}
+
+/// One held-and-released window over all lanes.
+fn run_sample(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<SampleTimes> {
+    let backend = lanes[0].backend;
+    let mut gates = Vec::with_capacity(lanes.len());
+    let held = lanes.iter().try_for_each(|lane| {
+        gates.push(backend.hold(lane.stream())?);
+        Ok(())
+    });
+    let queued = held.and_then(|()| queue_window(lanes, timing));
+    // Release and drain even after an error, so no stream stays held.
+    let released = gates.into_iter().try_for_each(|g| backend.release(g));
+    let mut streams: Vec<StreamId> = lanes.iter().flat_map(Lane::streams).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let drained = streams.into_iter().try_for_each(|s| backend.synchronize(s));
+    let window = queued?;
+    released?;
+    drained?;
+
+    let lane_us = window
+        .lanes
+        .iter()
+        .map(|&(start, end)| {
+            backend
+                .elapsed_us(start, end)
+                .map(|us| us / f64::from(timing.iterations))
+        })
+        .collect::<Result<Vec<f64>>>()?;
+    let round_us = backend.elapsed_us(window.start, window.end)? / f64::from(timing.iterations);
+    let mut events = vec![window.start, window.end];
+    events.extend(window.lanes.iter().flat_map(|&(s, e)| [s, e]));
+    events.sort_unstable();
+    events.dedup();
+    for event in events {
+        backend.destroy_event(event)?;
+    }
+    for lane in lanes.iter_mut() {
+        lane.destroy_events()?;
+    }
+    let operations = f64::from(timing.iterations) * lanes.len() as f64;
+    Ok(SampleTimes {
+        lane_us,
+        round_us,
+        issue_us: window.issue_us / operations,
+        start_us: window.start_us / operations,
+    })
+}
+
+/// The events of one window.
+struct Window {
+    start: EventId,
+    end: EventId,
+    lanes: Vec<(EventId, EventId)>,
+    issue_us: f64,
+    start_us: f64,
+}
+
+fn queue_window(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<Window> {
+    let backend = lanes[0].backend;
+    let anchor = lanes[0].stream();
+    for op in 0..u64::from(timing.warmup) {
+        for lane in lanes.iter_mut() {
+            lane.enqueue(op)?;
+        }
+    }
+    let start = backend.record(anchor)?;
+    let mut starts = vec![start];
+    for lane in &lanes[1..] {
+        // No lane starts before the anchor's window opens.
+        backend.wait(lane.stream(), start)?;
+        starts.push(backend.record(lane.stream())?);
+    }
+    let (mut issue_us, mut start_us) = (0.0, 0.0);
+    for op in u64::from(timing.warmup)..timing.operations() {
+        for lane in lanes.iter_mut() {
+            let before = backend.host_time_us();
+            start_us += lane.enqueue(op)?;
+            issue_us += backend.host_time_us() - before;
+        }
+    }
+    let mut ends = Vec::with_capacity(lanes.len());
+    for lane in lanes.iter_mut() {
+        lane.join()?;
+        ends.push(backend.record(lane.stream())?);
+    }
+    for &end in &ends[1..] {
+        backend.wait(anchor, end)?;
+    }
+    let end = if lanes.len() == 1 {
+        ends[0]
+    } else {
+        backend.record(anchor)?
+    };
+    Ok(Window {
+        start,
+        end,
+        lanes: starts.into_iter().zip(ends).collect(),
+        issue_us,
+        start_us,
+    })
+}

@@ -1,0 +1,504 @@
+//! `peerlink explain`: where the time of one transfer goes, and what each fix would save.
+//!
+//! The steady-state latency of a transfer, as the host sees it, is split into parts that are each
+//! measured on their own: the CPU's cost to issue the copy (launch overhead), the GPU's time to move
+//! the bytes (link transfer, from the α–β fit of a sweep on the pair), and the receiver's cost to
+//! learn that it finished (completion). Their sum is set beside the measured end-to-end time. First
+//! use costs (allocation, pinning, peer enable, first transfer) are measured apart as setup. Every
+//! saving in the fixes is computed from these measurements.
+
+use super::cases::{enable, EndToEnd, Issuer, PeerCopy, Route, TestCase};
+use super::engine::{measure, Lane};
+use super::fit::Fit;
+use super::progress::Progress;
+use super::result::{Place, Sweep};
+use super::stats::Stats;
+use super::{check_fits, sweep_pair, Context, Defaults};
+use crate::backend::{Backend, CopyMethod, EventId, Memory};
+use crate::units::format_bytes;
+use crate::{Error, Result};
+use serde::Serialize;
+
+/// JSON schema name of the explain document.
+pub const SCHEMA: &str = "peerlink.explain/1";
+
+/// Messages coalesced into one copy when computing what batching saves.
+pub const BATCH: u32 = 16;
+/// Copies captured into one graph to measure replay.
+const GRAPH_COPIES: u64 = 16;
+/// Times each completion-cost probe is repeated.
+const PROBES: usize = 20;
+/// End-to-end transfers per sample.
+const TRANSFERS: u32 = 20;
+
+/// One part of the latency.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Part {
+    pub name: String,
+    pub us: f64,
+    /// How it was measured.
+    pub measured_by: String,
+}
+
+/// A way to cut a part, and what it would save.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fix {
+    /// The part it acts on.
+    pub part: String,
+    pub fix: String,
+    /// µs saved per transfer (or once, for setup); ≤ 0 when the fix would not help here.
+    pub saves_us: f64,
+    /// The arithmetic behind `saves_us`, from measured figures.
+    pub computed_from: String,
+}
+
+/// The `peerlink.explain/1` document.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Explanation {
+    pub schema: &'static str,
+    pub source: String,
+    pub simulated: bool,
+    pub src: usize,
+    pub dst: usize,
+    pub size_bytes: u64,
+    /// The path measured: a direct copy-engine write, or staged through host memory without P2P.
+    pub route: String,
+    /// One-time costs before the first transfer, not part of the steady state.
+    pub setup: Vec<Part>,
+    /// launch overhead, link transfer, receiver side.
+    pub parts: Vec<Part>,
+    pub sum_us: f64,
+    /// Median end-to-end time measured on the host clock, with its spread.
+    pub measured_us: f64,
+    pub measured: Stats,
+    /// `measured_us - sum_us`.
+    pub gap_us: f64,
+    /// `|gap| / measured`, in percent.
+    pub gap_percent: f64,
+    pub adds_up_within_10_percent: bool,
+    pub fit: Option<Fit>,
+    pub sweep: Sweep,
+    pub fixes: Vec<Fix>,
+    pub notes: Vec<String>,
+}
+
+fn part(name: &str, us: f64, measured_by: impl Into<String>) -> Part {
+    Part {
+        name: name.to_string(),
+        us,
+        measured_by: measured_by.into(),
+    }
+}
+
+fn median(values: &[f64]) -> Result<Stats> {
+    Stats::of(values).ok_or_else(|| {
+        Error::InvalidHandle("the backend returned no time, or one that is not finite".into())
+    })
+}
+
+/// Host µs spent in `call`.
+fn host_us<T>(backend: &dyn Backend, call: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
+    let start = backend.host_time_us();
+    let value = call()?;
+    Ok((value, backend.host_time_us() - start))
+}
+
+/// The sizes the link is swept over: from 4 B by ×16 to at least 16 MiB and `size`, and `size`.
+fn sweep_sizes(size: u64) -> Vec<u64> {
+    let top = size.max(16 << 20);
+    let mut sizes: Vec<u64> = std::iter::successors(Some(4u64), |&s| {
+        (s < top).then(|| s.saturating_mul(16).min(top))
+    })
+    .collect();
+    sizes.push(size);
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+/// Explains a transfer of `size` bytes from GPU `src` to GPU `dst`.
+pub fn run(
+    backend: &dyn Backend,
+    src: usize,
+    dst: usize,
+    size: u64,
+    progress: &dyn Progress,
+) -> Result<Explanation> {
+    let topo = backend.topology();
+    let n = topo.devices.len();
+    for (flag, gpu) in [("--src", src), ("--dst", dst)] {
+        if gpu >= n {
+            return Err(Error::usage(format!(
+                "{flag}: GPU {gpu} does not exist; this host has {n} GPU{} (0..={})",
+                if n == 1 { "" } else { "s" },
+                n.saturating_sub(1)
+            )));
+        }
+    }
+    check_fits(backend, &[src, dst], size)?;
+    let defaults = Defaults::for_backend(backend);
+    let timing = defaults.timing;
+    let direct = src == dst || topo.pair(src, dst).is_some_and(|p| p.p2p);
+    let mut notes: Vec<String> = defaults.note.iter().cloned().collect();
+    if topo.is_simulated() {
+        notes.insert(
+            0,
+            format!(
+                "SIMULATED host ({}): times come from the preset's model on a virtual clock",
+                backend.source()
+            ),
+        );
+    }
+    let mut ctx = Context::new(backend, vec![src, dst], timing, defaults.chase_region_bytes);
+    progress.start("explain", 6);
+
+    // Setup: first-time costs, each on the host clock.
+    let mut setup = Vec::new();
+    if direct && src != dst {
+        let (enabled, us) = host_us(backend, || Ok(enable(&ctx, src, dst)))?;
+        if let Some(reason) = enabled {
+            return Err(Error::PeerAccess {
+                src,
+                dst,
+                message: reason,
+            });
+        }
+        setup.push(part(
+            "peer access enable",
+            us,
+            "host clock around the first enable_peer_access",
+        ));
+    }
+    let message = size as usize;
+    let ((), alloc_us) = host_us(backend, || {
+        let a = backend.alloc(Memory::Device(src), message)?;
+        let b = backend.alloc(Memory::Device(dst), message)?;
+        backend.free(a)?;
+        backend.free(b)
+    })?;
+    setup.push(part(
+        "device allocation",
+        alloc_us,
+        format!(
+            "host clock around allocating {} on each GPU",
+            format_bytes(size)
+        ),
+    ));
+    let numa_node = topo.devices[dst].numa_node;
+    let ((), pin_us) = host_us(backend, || {
+        let p = backend.alloc(Memory::PinnedHost { numa_node }, message)?;
+        backend.free(p)
+    })?;
+    setup.push(part(
+        "pinned host allocation",
+        pin_us,
+        format!(
+            "host clock around allocating {} of page-locked host memory{}",
+            format_bytes(size),
+            if direct {
+                " (the direct route needs none; a staged one does)"
+            } else {
+                ""
+            }
+        ),
+    ));
+    let route = if direct {
+        Route::Direct(CopyMethod::CopyEngine)
+    } else {
+        Route::Staged
+    };
+    let test = PeerCopy::new(
+        if direct { "ce" } else { "staged" },
+        route,
+        Issuer::Source,
+        false,
+    );
+    let mut lane = test
+        .lanes(&mut ctx, &[(src, dst)], message, &timing)?
+        .remove(0);
+    let seed = ctx.next_seed();
+    lane.fill(seed)?;
+    let first_us = EndToEnd::one_transfer(&mut lane, 0)?;
+    progress.step();
+
+    // Steady state end to end, then each part.
+    let mut times = Vec::new();
+    for _ in 0..timing.samples {
+        let seed = ctx.next_seed();
+        times.extend(EndToEnd::host_times(&mut lane, TRANSFERS, seed)?);
+    }
+    let measured = median(&times)?;
+    setup.push(part(
+        "first transfer",
+        first_us - measured.median,
+        "host clock of the first transfer (first launch, module load, mappings) minus the \
+         steady-state median",
+    ));
+    progress.step();
+
+    let seed = ctx.next_seed();
+    let m = measure(std::slice::from_mut(&mut lane), &timing, seed)?;
+    let issue = m.issue_us.median;
+    let launch = m.start_us.median;
+    progress.step();
+
+    let sizes = sweep_sizes(size);
+    let sweep = sweep_pair(
+        &mut ctx,
+        &test,
+        Place::Pair { src, dst },
+        &sizes,
+        &super::progress::Silent,
+    )?;
+    let fit = sweep.fit;
+    let link_us = fit.map_or(m.lane_us[0].median, |f| f.time_us(size as f64));
+    progress.step();
+
+    let (sync_us, poll_us) = completion_costs(backend, lane.final_stream())?;
+    progress.step();
+
+    let parts = vec![
+        part(
+            "launch overhead",
+            launch,
+            if direct {
+                "CPU issue cost: host clock in the call that queues the copy, behind a held stream"
+                    .to_string()
+            } else {
+                format!(
+                    "CPU issue cost of the call that starts the transfer (host clock, behind a \
+                     held stream); the route's later calls ({:.2} µs) overlap the transfer",
+                    issue - launch
+                )
+            },
+        ),
+        part(
+            "link transfer",
+            link_us,
+            match fit {
+                Some(f) => format!(
+                    "GPU time from the α–β fit at {}: α = {:.2} µs + bytes / β = {:.1} GB/s",
+                    format_bytes(size),
+                    f.alpha_us,
+                    f.beta_gbps
+                ),
+                None => "GPU time per copy at this size (no α–β fit could be made)".to_string(),
+            },
+        ),
+        part(
+            "receiver side",
+            sync_us,
+            "host clock of the event synchronisation that tells the host the copy finished \
+             (on a completed event)",
+        ),
+    ];
+    let sum_us: f64 = parts.iter().map(|p| p.us).sum();
+    let gap_us = measured.median - sum_us;
+    let gap_percent = (gap_us / measured.median).abs() * 100.0;
+
+    let mut fixes = vec![Fix {
+        part: "setup".into(),
+        fix: "allocate, pin, enable peer access and run one warm-up transfer at startup, then \
+              reuse the buffers"
+            .into(),
+        saves_us: setup.iter().map(|p| p.us.max(0.0)).sum(),
+        computed_from: "the sum of the setup parts, saved once on the first transfer".into(),
+    }];
+    if direct {
+        let graph_us = graph_issue_us(&mut lane, &mut ctx)?;
+        fixes.push(Fix {
+            part: "launch overhead".into(),
+            fix: "capture the copies once in a CUDA graph and replay it".into(),
+            saves_us: issue - graph_us,
+            computed_from: format!(
+                "plain issue {issue:.2} µs per copy − graph replay {graph_us:.2} µs per copy \
+                 (host clock of one replay of {GRAPH_COPIES} captured copies / {GRAPH_COPIES})"
+            ),
+        });
+    }
+    progress.step();
+    if let Some(f) = fit {
+        let k = f64::from(BATCH);
+        fixes.push(Fix {
+            part: "launch overhead".into(),
+            fix: format!("batch: coalesce {BATCH} messages into one copy"),
+            saves_us: (1.0 - 1.0 / k) * (issue + f.alpha_us),
+            computed_from: format!(
+                "(1 − 1/{BATCH}) × (issue {issue:.2} µs + α {:.2} µs) per message",
+                f.alpha_us
+            ),
+        });
+        fixes.push(bigger_messages(f, size));
+    }
+    fixes.push(staged_versus_direct(
+        &mut ctx, src, dst, size, link_us, direct,
+    )?);
+    fixes.push(Fix {
+        part: "receiver side".into(),
+        fix: "poll the event (non-blocking query) instead of a blocking synchronisation".into(),
+        saves_us: sync_us - poll_us,
+        computed_from: format!(
+            "synchronise {sync_us:.2} µs − one query {poll_us:.2} µs (host clock, completed event)"
+        ),
+    });
+    progress.finish();
+
+    Ok(Explanation {
+        schema: SCHEMA,
+        source: backend.source().to_string(),
+        simulated: topo.is_simulated(),
+        src,
+        dst,
+        size_bytes: size,
+        route: if direct {
+            format!(
+                "direct peer copy: copy-engine write (push) issued on GPU {src}'s stream; link \
+                 transfer in GPU time"
+            )
+        } else {
+            format!(
+                "no P2P between GPU {src} and GPU {dst}: staged through pinned host memory \
+                 (device→host on GPU {src}'s stream, host→device on GPU {dst}'s)"
+            )
+        },
+        setup,
+        parts,
+        sum_us,
+        measured_us: measured.median,
+        measured,
+        gap_us,
+        gap_percent,
+        adds_up_within_10_percent: gap_percent <= 10.0,
+        fit,
+        sweep,
+        fixes,
+        notes,
+    })
+}
+
+/// Median host µs of a blocking synchronisation and of one query, both on a completed event.
+fn completion_costs(backend: &dyn Backend, stream: crate::backend::StreamId) -> Result<(f64, f64)> {
+    let mut sync = Vec::with_capacity(PROBES);
+    let mut poll = Vec::with_capacity(PROBES);
+    for _ in 0..PROBES {
+        let event: EventId = backend.record(stream)?;
+        backend.synchronize(stream)?;
+        sync.push(host_us(backend, || backend.event_synchronize(event))?.1);
+        let (done, us) = host_us(backend, || backend.event_done(event))?;
+        if !done {
+            return Err(Error::InvalidHandle(
+                "an event reported unfinished after its stream was synchronised".into(),
+            ));
+        }
+        poll.push(us);
+        backend.destroy_event(event)?;
+    }
+    Ok((median(&sync)?.median, median(&poll)?.median))
+}
+
+/// Host µs per copy to replay a graph of captured copies; the replayed bytes are verified.
+fn graph_issue_us(lane: &mut Lane<'_>, ctx: &mut Context<'_>) -> Result<f64> {
+    let backend = lane.backend();
+    let stream = lane.stream();
+    let copies = GRAPH_COPIES.max(lane.slots() as u64);
+    backend.begin_capture(stream)?;
+    let captured = (0..copies).try_for_each(|op| lane.enqueue(op).map(drop));
+    let graph = backend.end_capture(stream)?;
+    captured?;
+    lane.fill(ctx.next_seed())?;
+    backend.replay(graph, stream)?; // warm-up: the first replay uploads the graph
+    backend.synchronize(stream)?;
+    let ((), us) = host_us(backend, || backend.replay(graph, stream))?;
+    backend.synchronize(stream)?;
+    lane.verify()?;
+    Ok(us / copies as f64)
+}
+
+/// What sending bigger messages would save per message of `size`.
+fn bigger_messages(f: Fit, size: u64) -> Fix {
+    let bytes = size as f64;
+    let now = f.time_us(bytes);
+    let efficiency = bytes / (f.beta_gbps * 1e3) / now * 100.0;
+    let at_ninety = bytes / (0.9 * f.beta_gbps * 1e3);
+    Fix {
+        part: "link transfer".into(),
+        fix: format!(
+            "send bigger messages: ≥ {} (9αβ) reach 90% of β, ≥ {} (αβ) half",
+            format_bytes(f.ninety_beta_bytes.ceil() as u64),
+            format_bytes(f.half_beta_bytes.ceil() as u64)
+        ),
+        saves_us: now - at_ninety,
+        computed_from: format!(
+            "at {} a message runs at {efficiency:.0}% of β: α + bytes/β = {now:.2} µs; inside \
+             messages at 90% of β these bytes take {at_ninety:.2} µs",
+            format_bytes(size)
+        ),
+    }
+}
+
+/// Direct peer copy against staging through host memory, both measured at `size`.
+fn staged_versus_direct(
+    ctx: &mut Context<'_>,
+    src: usize,
+    dst: usize,
+    size: u64,
+    link_us: f64,
+    direct: bool,
+) -> Result<Fix> {
+    if !direct {
+        return Ok(Fix {
+            part: "link transfer".into(),
+            fix: "no P2P between these GPUs: staging through host memory is the only direct \
+                  route (a relay through a GPU with P2P to both may be faster)"
+                .into(),
+            saves_us: 0.0,
+            computed_from: "nothing to compare: direct copies are impossible on this pair".into(),
+        });
+    }
+    let staged = PeerCopy::new("staged", Route::Staged, Issuer::Source, false);
+    let staged_us = match staged.measure(ctx, Place::Pair { src, dst }, size)? {
+        super::cases::Outcome::Measured { time_us, .. } => time_us.median,
+        super::cases::Outcome::Skipped(reason) => {
+            return Err(Error::InvalidHandle(format!(
+                "staged copy could not run: {reason}"
+            )))
+        }
+    };
+    Ok(Fix {
+        part: "link transfer".into(),
+        fix: if staged_us < link_us {
+            "stage through pinned host memory instead of the direct copy at this size".into()
+        } else {
+            "keep the direct peer copy: staging through host memory is slower at this size".into()
+        },
+        saves_us: link_us - staged_us,
+        computed_from: format!(
+            "direct {link_us:.2} µs − staged {staged_us:.2} µs (GPU time per message at {}, both \
+             measured)",
+            format_bytes(size)
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_sizes_reach_beyond_the_size_and_include_it() {
+        let sizes = sweep_sizes(3000);
+        assert_eq!(sizes[0], 4);
+        assert!(sizes.contains(&3000));
+        assert!(*sizes.last().unwrap() >= 16 << 20);
+        assert!(sweep_sizes(1 << 30).contains(&(1 << 30)));
+    }
+
+    #[test]
+    fn bigger_messages_save_nothing_past_ninety_percent() {
+        let f = Fit::new(2.0, 400.0);
+        let small = bigger_messages(f, 4096);
+        assert!(small.saves_us > 1.9, "{small:?}");
+        let large = bigger_messages(f, 1 << 30);
+        assert!(large.saves_us < 0.0, "{large:?}");
+    }
+}

@@ -1,0 +1,387 @@
+//! Measuring P2P traffic: one timing engine shared by every test, statistics, the α–β fit, size
+//! sweeps and the latency breakdown (`explain`).
+//!
+//! Everything here talks to a host only through [`Backend`], so all of it runs, and is tested, on
+//! the simulator.
+
+pub mod cases;
+pub mod engine;
+pub mod explain;
+pub mod fit;
+pub mod pattern;
+pub mod progress;
+pub mod result;
+pub mod stats;
+
+use crate::backend::Backend;
+use crate::units::format_bytes;
+use crate::{Error, Result};
+use cases::{registry, Context, Outcome, TestCase};
+use engine::Timing;
+use progress::Progress;
+use result::{BenchReport, Cell, NotMeasured, Place, Shape, Sweep, SweepPoint, TestResult};
+
+/// What `peerlink bench` runs when no test is named: the copy-engine matrices both ways and both
+/// directions at once, the host links, local copies and every latency. The SM-kernel, staged and
+/// fan tests (`--tests`) would more than double the time on an 8-GPU host.
+pub const DEFAULT_TESTS: &[&str] = &[
+    "ce-write",
+    "ce-read",
+    "ce-bidir-write",
+    "h2d",
+    "d2h",
+    "local",
+    "copy-latency",
+    "issue-cost",
+    "e2e-latency",
+    "pointer-chase",
+    "ping-pong",
+];
+
+/// What `peerlink bench --sizes …` sweeps when no test is named.
+pub const DEFAULT_SWEEP_TESTS: &[&str] = &["ce-write"];
+
+/// The user's choices; `None` means the default for the backend.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Options {
+    pub tests: Option<Vec<String>>,
+    pub devices: Option<Vec<usize>>,
+    /// Bytes per message for bandwidth tests.
+    pub size: Option<u64>,
+    pub samples: Option<u32>,
+    pub iterations: Option<u32>,
+    /// Message sizes to sweep; when set, the run is a sweep.
+    pub sizes: Option<Vec<u64>>,
+}
+
+/// Defaults that depend on whether the host is simulated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Defaults {
+    pub size: u64,
+    pub timing: Timing,
+    pub chase_region_bytes: u64,
+    /// What differs from the real-GPU defaults, and why.
+    pub note: Option<String>,
+}
+
+impl Defaults {
+    /// nvbandwidth's counts on real GPUs (64 MiB messages, 4 warm-up and 16 timed operations, 3
+    /// samples). The simulator copies real bytes on the CPU, models no caches and repeats its virtual
+    /// time exactly, so there: 8 MiB messages, 1 warm-up and 2 timed operations, one sample, no
+    /// buffer rotation and a small pointer-chase region — and the report says so.
+    pub fn for_backend(backend: &dyn Backend) -> Defaults {
+        if backend.topology().is_simulated() {
+            Defaults {
+                size: 8 << 20,
+                timing: Timing {
+                    warmup: 1,
+                    iterations: 2,
+                    samples: 1,
+                    rotation_bytes: 0,
+                },
+                chase_region_bytes: 1 << 20,
+                note: Some(
+                    "simulator defaults: 8 MiB messages (not 64 MiB), 1 warm-up and 2 timed \
+                     operations (not 4 and 16), 1 sample (its virtual time repeats exactly), no \
+                     buffer rotation (it models no caches), because it copies every byte for real \
+                     on the CPU; at 8 MiB the per-copy overhead α still shows, so --size 64MiB \
+                     comes closer to the link's rate"
+                        .to_string(),
+                ),
+            }
+        } else {
+            Defaults {
+                size: 64 << 20,
+                timing: Timing {
+                    warmup: 4,
+                    iterations: 16,
+                    samples: 3,
+                    // A 64 MiB message already overflows the H200's 60 MB L2; smaller ones rotate.
+                    rotation_bytes: 64 << 20,
+                },
+                chase_region_bytes: 256 << 20,
+                note: None,
+            }
+        }
+    }
+}
+
+/// The test cases named by `names`, or a usage error listing the known ones.
+pub fn select_tests(names: &[String]) -> Result<Vec<Box<dyn TestCase>>> {
+    let mut all = registry();
+    let known: Vec<String> = all.iter().map(|t| t.name().to_string()).collect();
+    let mut chosen = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(at) = all.iter().position(|t| t.name() == name.as_str()) else {
+            return Err(Error::usage(format!(
+                "unknown test `{name}`; known tests: {}",
+                known.join(", ")
+            )));
+        };
+        chosen.push(all.remove(at));
+    }
+    if chosen.is_empty() {
+        return Err(Error::usage(format!(
+            "no test named; known tests: {}",
+            known.join(", ")
+        )));
+    }
+    Ok(chosen)
+}
+
+/// Runs `peerlink bench`: the named (or default) tests, or size sweeps when `options.sizes` is set.
+pub fn run(
+    backend: &dyn Backend,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<BenchReport> {
+    let topo = backend.topology();
+    let devices = topo.select(options.devices.as_deref())?;
+    let defaults = Defaults::for_backend(backend);
+    let timing = Timing {
+        iterations: positive(options.iterations, "--iterations")?
+            .unwrap_or(defaults.timing.iterations),
+        samples: positive(options.samples, "--samples")?.unwrap_or(defaults.timing.samples),
+        ..defaults.timing
+    };
+    let sweeping = options.sizes.is_some();
+    let names: Vec<String> = match &options.tests {
+        Some(names) => names.clone(),
+        None if sweeping => DEFAULT_SWEEP_TESTS.iter().map(|s| s.to_string()).collect(),
+        None => DEFAULT_TESTS.iter().map(|s| s.to_string()).collect(),
+    };
+    let tests = select_tests(&names)?;
+    let size = options.size.unwrap_or(defaults.size);
+    let sizes = options.sizes.clone().unwrap_or_default();
+    if sweeping && sizes.is_empty() {
+        return Err(Error::usage("--sizes names no size"));
+    }
+    let largest = sizes.iter().copied().max().unwrap_or(size);
+    check_fits(backend, &devices, largest)?;
+
+    let mut notes = Vec::new();
+    if topo.is_simulated() {
+        notes.push(format!(
+            "SIMULATED host ({}): every figure comes from the preset's link model on a virtual \
+             clock, not from hardware; the bytes are really copied and verified",
+            backend.source()
+        ));
+    }
+    notes.extend(defaults.note.clone());
+    if let [only] = devices[..] {
+        notes.push(format!(
+            "one GPU selected: GPU {only} is its own peer, so its pair tests measure ({only},{only}) \
+             — on real hardware a device-local copy through the same peer-copy API"
+        ));
+    }
+    let mut ctx = Context::new(
+        backend,
+        devices.clone(),
+        timing,
+        defaults.chase_region_bytes,
+    );
+    let mut report = BenchReport {
+        schema: result::SCHEMA,
+        source: backend.source().to_string(),
+        simulated: topo.is_simulated(),
+        devices: devices.clone(),
+        timing,
+        notes,
+        tests: Vec::new(),
+        sweeps: Vec::new(),
+    };
+    if sweeping {
+        for test in &tests {
+            if !test.sweeps() || test.shape() != Shape::Matrix {
+                return Err(Error::usage(format!(
+                    "test `{}` has no size sweep (it measures at one fixed size); sweepable tests: {}",
+                    test.name(),
+                    registry()
+                        .iter()
+                        .filter(|t| t.sweeps())
+                        .map(|t| t.name().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+        for test in &tests {
+            report
+                .sweeps
+                .extend(sweep(&mut ctx, test.as_ref(), &sizes, progress)?);
+        }
+    } else {
+        for test in &tests {
+            report
+                .tests
+                .push(run_test(&mut ctx, test.as_ref(), size, progress)?);
+        }
+    }
+    Ok(report)
+}
+
+fn positive(value: Option<u32>, flag: &str) -> Result<Option<u32>> {
+    match value {
+        Some(0) => Err(Error::usage(format!("{flag} must be at least 1"))),
+        other => Ok(other),
+    }
+}
+
+/// A usage error when a message of `bytes` cannot fit in a selected GPU's free memory.
+pub fn check_fits(backend: &dyn Backend, devices: &[usize], bytes: u64) -> Result<()> {
+    for &device in devices {
+        let free = backend.free_memory(device)?;
+        if bytes > free {
+            return Err(Error::usage(format!(
+                "size {} is larger than GPU {device}'s free memory ({}): choose a smaller --size",
+                format_bytes(bytes),
+                format_bytes(free)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The places a test measures on `devices`, and those it leaves out with a reason.
+fn places(shape: Shape, devices: &[usize]) -> (Vec<Place>, Vec<NotMeasured>) {
+    match shape {
+        Shape::PerDevice => (
+            devices
+                .iter()
+                .map(|&device| Place::Device { device })
+                .collect(),
+            Vec::new(),
+        ),
+        Shape::Matrix if devices.len() == 1 => (
+            vec![Place::Pair {
+                src: devices[0],
+                dst: devices[0],
+            }],
+            Vec::new(),
+        ),
+        Shape::Matrix => {
+            let mut measured = Vec::new();
+            let mut skipped = Vec::new();
+            for &src in devices {
+                for &dst in devices {
+                    let place = Place::Pair { src, dst };
+                    if src == dst {
+                        skipped.push(NotMeasured {
+                            place,
+                            reason: "same GPU: the `local` test measures copies within one GPU"
+                                .to_string(),
+                        });
+                    } else {
+                        measured.push(place);
+                    }
+                }
+            }
+            (measured, skipped)
+        }
+    }
+}
+
+/// Runs one test over every place at `bytes` per message.
+pub fn run_test(
+    ctx: &mut Context<'_>,
+    test: &dyn TestCase,
+    bytes: u64,
+    progress: &dyn Progress,
+) -> Result<TestResult> {
+    let (todo, mut not_measured) = places(test.shape(), &ctx.devices);
+    let bytes = test.message_bytes(bytes);
+    let mut cells = Vec::new();
+    let mut notes = Vec::new();
+    progress.start(test.name(), todo.len() as u64);
+    for place in todo {
+        match test.measure(ctx, place, bytes)? {
+            Outcome::Measured {
+                value,
+                total,
+                time_us,
+                note,
+            } => {
+                cells.push(Cell {
+                    place,
+                    value,
+                    total,
+                    time_us,
+                });
+                notes.extend(note);
+            }
+            Outcome::Skipped(reason) => not_measured.push(NotMeasured { place, reason }),
+        }
+        progress.step();
+    }
+    progress.finish();
+    let devices = ctx.topology().devices.len();
+    let mut result = TestResult::new(test.info(bytes), devices, cells, not_measured);
+    result.notes = notes;
+    Ok(result)
+}
+
+/// Sweeps one test over `sizes` on every pair, fitting α and β per pair.
+pub fn sweep(
+    ctx: &mut Context<'_>,
+    test: &dyn TestCase,
+    sizes: &[u64],
+    progress: &dyn Progress,
+) -> Result<Vec<Sweep>> {
+    let (pairs, _) = places(Shape::Matrix, &ctx.devices);
+    let mut sweeps = Vec::with_capacity(pairs.len());
+    progress.start(
+        &format!("{} sweep", test.name()),
+        (pairs.len() * sizes.len()) as u64,
+    );
+    for place in pairs {
+        sweeps.push(sweep_pair(ctx, test, place, sizes, progress)?);
+    }
+    progress.finish();
+    Ok(sweeps)
+}
+
+/// Sweeps one test over `sizes` on one pair and fits α and β; stops at the first size that cannot be
+/// measured (a pair without P2P cannot be measured at any size).
+pub fn sweep_pair(
+    ctx: &mut Context<'_>,
+    test: &dyn TestCase,
+    place: Place,
+    sizes: &[u64],
+    progress: &dyn Progress,
+) -> Result<Sweep> {
+    let (src, dst) = place.pair();
+    let mut points = Vec::with_capacity(sizes.len());
+    let mut not_measured = None;
+    for &bytes in sizes {
+        match test.measure(ctx, place, bytes)? {
+            Outcome::Measured { time_us, .. } => points.push(SweepPoint {
+                bytes,
+                median_us: time_us.median,
+                p99_us: time_us.p99,
+                gbps: crate::units::gbps(bytes, time_us.median),
+            }),
+            Outcome::Skipped(reason) => {
+                not_measured = Some(reason);
+                break;
+            }
+        }
+        progress.step();
+    }
+    let fit = fit::fit(
+        &points
+            .iter()
+            .map(|p| (p.bytes, p.median_us))
+            .collect::<Vec<_>>(),
+    );
+    Ok(Sweep {
+        test: test.name().to_string(),
+        src,
+        dst,
+        measures: test.measures(),
+        points,
+        fit,
+        not_measured,
+    })
+}
+#[cfg(test)]
+mod sim_tests;

@@ -1,0 +1,324 @@
+//! The bench on simulated hosts: figures against the presets, verification, sweeps, explain.
+
+use super::cases::{Context, Issuer, PeerCopy, Route};
+use super::engine::measure;
+use super::result::{BenchReport, Place, TestResult};
+use super::*;
+use crate::backend::sim::SimBackend;
+use crate::backend::CopyMethod;
+
+/// dgx-h100's copy-engine P2P figure: 18 links × 25 GB/s × 0.883 (the preset's sources).
+const H100_CE_GBPS: f64 = 18.0 * 25.0 * 0.883;
+
+fn sim(preset: &str) -> SimBackend {
+    SimBackend::open(preset).unwrap()
+}
+
+fn bench(backend: &dyn Backend, options: Options) -> BenchReport {
+    run(backend, &options, &progress::Silent).unwrap()
+}
+
+fn names(list: &[&str]) -> Option<Vec<String>> {
+    Some(list.iter().map(|s| s.to_string()).collect())
+}
+
+fn only<'r>(report: &'r BenchReport, name: &str) -> &'r TestResult {
+    report.tests.iter().find(|t| t.name == name).unwrap()
+}
+
+fn within(value: f64, target: f64, rel: f64) -> bool {
+    (value - target).abs() <= rel * target
+}
+
+#[test]
+fn ce_write_on_dgx_h100_matches_the_preset_on_every_pair() {
+    let h100 = sim("dgx-h100");
+    let report = bench(
+        &h100,
+        Options {
+            tests: names(&["ce-write"]),
+            size: Some(16 << 20),
+            ..Options::default()
+        },
+    );
+    let t = only(&report, "ce-write");
+    let m = t.matrix.as_ref().unwrap();
+    for (src, row) in m.iter().enumerate() {
+        for (dst, cell) in row.iter().enumerate() {
+            if src == dst {
+                assert!(cell.is_none());
+                let reason = t.reason(Place::Pair { src, dst }).unwrap();
+                assert!(reason.contains("same GPU"), "{reason}");
+            } else {
+                // At 16 MiB the per-copy overhead (α ≈ 2.8 µs) costs ~6% of the link's rate.
+                let gbps = cell.unwrap();
+                assert!(within(gbps, H100_CE_GBPS, 0.07), "{src}->{dst}: {gbps}");
+                assert!(within(gbps, m[0][1].unwrap(), 1e-6), "NVSwitch pairs alike");
+            }
+        }
+    }
+    assert_eq!(report.source, "sim:dgx-h100");
+    assert!(report.notes[0].contains("SIMULATED"));
+}
+
+#[test]
+fn a_sweep_rises_monotonically_toward_beta_and_the_fit_recovers_the_link() {
+    let h100 = sim("dgx-h100");
+    let report = bench(
+        &h100,
+        Options {
+            devices: Some(vec![0, 1]),
+            sizes: Some(crate::units::parse_sizes("4B..64MiB").unwrap()),
+            ..Options::default()
+        },
+    );
+    assert!(report.tests.is_empty());
+    assert_eq!(report.sweeps.len(), 2, "one sweep per ordered pair");
+    let sweep = &report.sweeps[0];
+    assert_eq!(
+        (sweep.test.as_str(), sweep.src, sweep.dst),
+        ("ce-write", 0, 1)
+    );
+    assert_eq!(sweep.points.len(), 25);
+    for w in sweep.points.windows(2) {
+        assert!(w[1].gbps > w[0].gbps, "{:?} then {:?}", w[0], w[1]);
+        assert!(w[1].median_us >= w[0].median_us);
+    }
+    let fit = sweep.fit.unwrap();
+    assert!(within(fit.beta_gbps, H100_CE_GBPS, 0.01), "{fit:?}");
+    assert!(fit.alpha_us > 1.0 && fit.alpha_us < 5.0, "{fit:?}");
+    let last = sweep.points.last().unwrap();
+    assert!(last.gbps < fit.beta_gbps && last.gbps > 0.95 * fit.beta_gbps);
+    // The 90% size is where the points cross 90% of β.
+    let below: Vec<_> = sweep
+        .points
+        .iter()
+        .filter(|p| (p.bytes as f64) < fit.ninety_beta_bytes)
+        .collect();
+    assert!(below.iter().all(|p| p.gbps < 0.9 * fit.beta_gbps));
+}
+
+#[test]
+fn dgx1_pairs_without_nvlink_are_na_with_a_reason_and_staged_figures_exist() {
+    let v100 = sim("dgx1-v100");
+    let report = bench(
+        &v100,
+        Options {
+            tests: names(&["ce-write", "staged", "pointer-chase"]),
+            size: Some(1 << 20),
+            ..Options::default()
+        },
+    );
+    let topo = v100.topology();
+    let ce = only(&report, "ce-write");
+    let staged = only(&report, "staged");
+    let chase = only(&report, "pointer-chase");
+    for pair in &topo.pairs {
+        let place = Place::Pair {
+            src: pair.src,
+            dst: pair.dst,
+        };
+        let staged_gbps = staged
+            .cell(place)
+            .expect("staging works on every pair")
+            .value;
+        if pair.link.is_nvlink() {
+            let direct = ce.cell(place).unwrap().value;
+            assert!(direct > staged_gbps, "{place:?}: NVLink beats staging");
+        } else {
+            for test in [ce, chase] {
+                assert!(test.cell(place).is_none());
+                let reason = test.reason(place).unwrap();
+                assert!(reason.starts_with("no P2P over SYS"), "{reason}");
+            }
+            assert!(staged_gbps > 0.0);
+        }
+    }
+    // Two NVLinks carry twice what one does.
+    let nv1 = ce.cell(Place::Pair { src: 0, dst: 1 }).unwrap().value;
+    let nv2 = ce.cell(Place::Pair { src: 0, dst: 3 }).unwrap().value;
+    assert!(nv2 > 1.8 * nv1, "NV2 {nv2} vs NV1 {nv1}");
+}
+
+#[test]
+fn every_default_test_fills_or_explains_every_cell() {
+    let box4 = sim("pcie-4gpu-2socket");
+    let report = bench(&box4, Options::default());
+    assert_eq!(report.tests.len(), DEFAULT_TESTS.len());
+    for t in &report.tests {
+        let expected = match (&t.matrix, &t.values) {
+            (Some(_), None) => 16,
+            (None, Some(_)) => 4,
+            _ => panic!("{} has neither a matrix nor values", t.name),
+        };
+        assert_eq!(
+            t.cells.len() + t.not_measured.len(),
+            expected,
+            "{}: a silent gap",
+            t.name
+        );
+        assert!(!t.cells.is_empty(), "{} measured nothing", t.name);
+        assert!(t.cells.iter().all(|c| c.value > 0.0 && c.value.is_finite()));
+    }
+    let bidir = only(&report, "ce-bidir-write");
+    let cell = bidir.cells.iter().find(|c| c.total.is_some()).unwrap();
+    assert!(within(cell.total.unwrap(), 2.0 * cell.value, 0.01));
+}
+
+#[test]
+fn one_gpu_is_its_own_peer() {
+    let h100 = sim("dgx-h100");
+    let report = bench(
+        &h100,
+        Options {
+            tests: names(&["ce-write", "ping-pong", "pointer-chase"]),
+            devices: Some(vec![3]),
+            size: Some(1 << 20),
+            ..Options::default()
+        },
+    );
+    for t in &report.tests {
+        assert_eq!(t.cells.len(), 1, "{}", t.name);
+        assert_eq!(t.cells[0].place, Place::Pair { src: 3, dst: 3 });
+        assert!(t.not_measured.is_empty());
+    }
+    assert!(report.notes.iter().any(|n| n.contains("its own peer")));
+}
+
+#[test]
+fn corrupted_or_stale_destinations_fail_verification() {
+    let h100 = sim("dgx-h100");
+    let mut ctx = Context::new(
+        &h100,
+        vec![0, 2],
+        Defaults::for_backend(&h100).timing,
+        1 << 20,
+    );
+    ctx.backend.enable_peer_access(0, 2).unwrap();
+    let test = PeerCopy::new(
+        "ce",
+        Route::Direct(CopyMethod::CopyEngine),
+        Issuer::Source,
+        false,
+    );
+    let timing = ctx.timing;
+    let mut lanes = test.lanes(&mut ctx, &[(0, 2)], 4096, &timing).unwrap();
+    measure(&mut lanes, &timing, 1).unwrap();
+
+    // Corrupt one byte of the destination after timing.
+    let lane = &lanes[0];
+    let mut byte = [0u8];
+    h100.read(lane.destination(), 1000, &mut byte).unwrap();
+    h100.write(lane.destination(), 1000, &[!byte[0]]).unwrap();
+    match lane.verify().unwrap_err() {
+        crate::Error::Verification {
+            test,
+            src,
+            dst,
+            offset,
+            expected,
+            found,
+        } => {
+            assert_eq!((test.as_str(), src, dst, offset), ("ce-write", 0, 2, 1000));
+            assert_eq!((expected, found), (byte[0], !byte[0]));
+        }
+        other => panic!("expected a verification error, got {other}"),
+    }
+
+    // Stale: new source data that was never copied.
+    lanes[0].fill(99).unwrap();
+    let err = lanes[0].verify().unwrap_err();
+    assert_eq!(err.exit_code(), 1);
+    assert!(err.to_string().contains("offset 0"), "{err}");
+}
+
+#[test]
+fn staged_lanes_deliver_every_byte_across_chunks_and_rotation() {
+    let box4 = sim("pcie-4gpu-2socket");
+    let timing = engine::Timing {
+        warmup: 2,
+        iterations: 3,
+        samples: 2,
+        rotation_bytes: 64 << 20,
+    };
+    let mut ctx = Context::new(&box4, vec![0, 3], timing, 1 << 20);
+    let test = PeerCopy::new("staged", Route::Staged, Issuer::Source, true);
+    // 5 MiB + 3 bytes: several staging chunks, the last one short; both directions at once.
+    let mut lanes = test
+        .lanes(&mut ctx, &[(0, 3), (3, 0)], (5 << 20) + 3, &timing)
+        .unwrap();
+    assert!(lanes[0].slots() > 1, "rotation over several slots");
+    let m = measure(&mut lanes, &timing, 7).unwrap();
+    assert_eq!(m.lane_us.len(), 2);
+    assert_eq!(m.lane_us[0].samples, 2);
+    for lane in &lanes {
+        lane.verify().unwrap();
+    }
+}
+
+#[test]
+fn bad_input_is_a_usage_error() {
+    let h100 = sim("dgx-h100");
+    let usage = |options: Options| {
+        let err = run(&h100, &options, &progress::Silent).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        err.to_string()
+    };
+    let unknown = usage(Options {
+        tests: names(&["ce-write", "warp-drive"]),
+        ..Options::default()
+    });
+    assert!(
+        unknown.contains("warp-drive") && unknown.contains("pointer-chase"),
+        "{unknown}"
+    );
+    let too_big = usage(Options {
+        size: Some(1 << 40),
+        ..Options::default()
+    });
+    assert!(too_big.contains("free memory"), "{too_big}");
+    let gpu = usage(Options {
+        devices: Some(vec![8]),
+        ..Options::default()
+    });
+    assert!(gpu.contains("GPU 8 does not exist"), "{gpu}");
+    usage(Options {
+        iterations: Some(0),
+        ..Options::default()
+    });
+    let no_sweep = usage(Options {
+        tests: names(&["ping-pong"]),
+        sizes: Some(vec![4, 8]),
+        ..Options::default()
+    });
+    assert!(no_sweep.contains("no size sweep"), "{no_sweep}");
+}
+
+#[test]
+fn explain_parts_add_up_on_direct_and_staged_pairs() {
+    for (preset, src, dst, size) in [
+        ("dgx-h100", 0, 5, 4096),
+        ("dgx-h100", 2, 2, 1 << 20),
+        ("pcie-4gpu-2socket", 0, 3, 64 << 10),
+    ] {
+        let backend = sim(preset);
+        let e = explain::run(&backend, src, dst, size, &progress::Silent).unwrap();
+        assert!(e.adds_up_within_10_percent, "{preset} {src}->{dst}: {e:#?}");
+        let sum: f64 = e.parts.iter().map(|p| p.us).sum();
+        assert!(within(sum, e.sum_us, 1e-9));
+        assert!(within(e.measured_us, e.sum_us, 0.10));
+        let names: Vec<&str> = e.parts.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["launch overhead", "link transfer", "receiver side"]);
+        assert!(e.fixes.iter().all(|f| f.saves_us.is_finite()));
+        assert!(e.fit.is_some());
+        assert_eq!(e.route.starts_with("no P2P"), preset.starts_with("pcie"));
+    }
+}
+
+#[test]
+fn explain_rejects_gpus_out_of_range() {
+    let h100 = sim("dgx-h100");
+    let err = explain::run(&h100, 0, 9, 4, &progress::Silent).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("--dst"), "{err}");
+}

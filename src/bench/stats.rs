@@ -1,0 +1,83 @@
+//! Summary statistics of repeated measurements.
+
+use serde::Serialize;
+
+/// The spread of a set of samples: what a single median would hide.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Stats {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// 99th percentile, linearly interpolated between closest ranks (numpy's default).
+    pub p99: f64,
+    pub mean: f64,
+    /// Coefficient of variation: sample standard deviation over the mean (0 for one sample).
+    pub cv: f64,
+    pub samples: usize,
+}
+
+impl Stats {
+    /// Statistics of `values`, or `None` when there are none or one is not finite.
+    pub fn of(values: &[f64]) -> Option<Stats> {
+        if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
+            return None;
+        }
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let mean = sorted.iter().sum::<f64>() / n as f64;
+        let cv = if n > 1 && mean != 0.0 {
+            let var = sorted.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            var.sqrt() / mean.abs()
+        } else {
+            0.0
+        };
+        Some(Stats {
+            median: quantile(&sorted, 0.5),
+            min: sorted[0],
+            max: sorted[n - 1],
+            p99: quantile(&sorted, 0.99),
+            mean,
+            cv,
+            samples: n,
+        })
+    }
+}
+
+/// The `q` quantile of sorted values, interpolating between neighbours.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let rank = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_p99_and_cv_of_known_data() {
+        let s = Stats::of(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!(s.median, 3.0);
+        assert_eq!((s.min, s.max), (1.0, 5.0));
+        assert_eq!(s.mean, 3.0);
+        // Sample standard deviation of 1..=5 is sqrt(2.5).
+        assert!((s.cv - 2.5f64.sqrt() / 3.0).abs() < 1e-12);
+        // Rank 0.99 * 4 = 3.96: 4 + 0.96 * (5 - 4).
+        assert!((s.p99 - 4.96).abs() < 1e-12);
+
+        let even = Stats::of(&[1.0, 2.0, 3.0, 10.0]).unwrap();
+        assert_eq!(even.median, 2.5);
+
+        let hundred: Vec<f64> = (1..=101).map(f64::from).collect();
+        assert_eq!(Stats::of(&hundred).unwrap().p99, 100.0);
+    }
+
+    #[test]
+    fn one_sample_has_no_spread_and_bad_input_has_no_stats() {
+        let s = Stats::of(&[7.0]).unwrap();
+        assert_eq!((s.median, s.p99, s.cv), (7.0, 7.0, 0.0));
+        assert!(Stats::of(&[]).is_none());
+        assert!(Stats::of(&[1.0, f64::NAN]).is_none());
+    }
+}

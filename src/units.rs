@@ -1,0 +1,162 @@
+//! Byte sizes as users type them and as reports print them.
+//!
+//! Suffixes: `B` (or none) for bytes; `K`, `M`, `G`, `T` and `KiB`, `MiB`, `GiB`, `TiB` for powers of
+//! 1024 (nccl-tests and nvbandwidth read `64M` that way); `KB`, `MB`, `GB`, `TB` for powers of 1000.
+//! Case is ignored, except that a lone `b` is still bytes. Rates are always GB/s = 1e9 bytes/s.
+
+use crate::{Error, Result};
+
+/// Parses one size such as `64MiB`, `4K`, `1GB` or `4096`. Zero is refused: no test moves no bytes.
+pub fn parse_size(text: &str) -> Result<u64> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, suffix) = trimmed.split_at(split);
+    let bad = || {
+        Error::usage(format!(
+            "bad size `{text}`: expected a number with an optional unit, such as 4096, 4K, 64MiB \
+             or 1GB (K/M/G and KiB/MiB/GiB are powers of 1024, KB/MB/GB powers of 1000)"
+        ))
+    };
+    let multiplier: u64 = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return Err(bad()),
+    };
+    if number.is_empty() {
+        return Err(bad());
+    }
+    let bytes = if number.contains('.') {
+        let value: f64 = number.parse().map_err(|_| bad())?;
+        let bytes = value * multiplier as f64;
+        if bytes.fract() != 0.0 || bytes > u64::MAX as f64 {
+            return Err(Error::usage(format!(
+                "bad size `{text}`: it is not a whole number of bytes"
+            )));
+        }
+        bytes as u64
+    } else {
+        let value: u64 = number.parse().map_err(|_| bad())?;
+        value
+            .checked_mul(multiplier)
+            .ok_or_else(|| Error::usage(format!("size `{text}` is too large")))?
+    };
+    if bytes == 0 {
+        return Err(Error::usage(format!(
+            "size `{text}` is zero: give at least 1 byte"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Parses a list of sizes: a range `4B..1GiB` (the start, then doubling while within the end) or a
+/// comma-separated list `4K,64K,1M`. The result is sorted and free of duplicates.
+pub fn parse_sizes(text: &str) -> Result<Vec<u64>> {
+    let mut sizes = if let Some((start, end)) = text.split_once("..") {
+        let (start, end) = (parse_size(start)?, parse_size(end)?);
+        if start > end {
+            return Err(Error::usage(format!(
+                "bad size range `{text}`: the start is larger than the end"
+            )));
+        }
+        std::iter::successors(Some(start), |s| s.checked_mul(2))
+            .take_while(|&s| s <= end)
+            .collect()
+    } else {
+        text.split(',')
+            .map(parse_size)
+            .collect::<Result<Vec<u64>>>()?
+    };
+    sizes.sort_unstable();
+    sizes.dedup();
+    Ok(sizes)
+}
+
+/// A size for people: `4 B`, `64 KiB`, `1.5 MiB`, `1 GiB`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        format!("{value} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// GB/s (1e9 bytes per second) for `bytes` moved in `micros` microseconds.
+pub fn gbps(bytes: u64, micros: f64) -> f64 {
+    bytes as f64 / micros / 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_binary_and_decimal_units() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("4B").unwrap(), 4);
+        assert_eq!(parse_size("4K").unwrap(), 4096);
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("64 mib").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("1GB").unwrap(), 1_000_000_000);
+        assert_eq!(parse_size("1.5K").unwrap(), 1536);
+        assert_eq!(parse_size("2T").unwrap(), 2 << 40);
+    }
+
+    #[test]
+    fn rejects_zero_junk_and_overflow_as_usage_errors() {
+        for bad in [
+            "0",
+            "0MiB",
+            "",
+            "MiB",
+            "4X",
+            "-4K",
+            "4..K",
+            "0.3B",
+            "99999999999T",
+        ] {
+            let err = parse_size(bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad}: {err}");
+        }
+        assert!(parse_size("0").unwrap_err().to_string().contains("zero"));
+    }
+
+    #[test]
+    fn ranges_double_and_lists_sort() {
+        assert_eq!(parse_sizes("4B..64B").unwrap(), vec![4, 8, 16, 32, 64]);
+        assert_eq!(parse_sizes("4B..100B").unwrap(), vec![4, 8, 16, 32, 64]);
+        assert_eq!(parse_sizes("4B..1GiB").unwrap().len(), 29);
+        assert_eq!(
+            parse_sizes("1M,4K,64K,4K").unwrap(),
+            vec![4096, 65536, 1 << 20]
+        );
+        assert_eq!(parse_sizes("1K..1B").unwrap_err().exit_code(), 2);
+        assert_eq!(parse_sizes("4K,,1M").unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn formats_sizes_and_rates() {
+        assert_eq!(format_bytes(4), "4 B");
+        assert_eq!(format_bytes(64 << 20), "64 MiB");
+        assert_eq!(format_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(1 << 30), "1 GiB");
+        // 1 GB in 1 ms is 1000 GB/s.
+        assert!((gbps(1_000_000_000, 1_000.0) - 1_000.0).abs() < 1e-9);
+    }
+}

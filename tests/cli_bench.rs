@@ -1,0 +1,194 @@
+//! `peerlink bench` and `peerlink explain` from the command line, on the simulator.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn peerlink() -> Command {
+    Command::cargo_bin("peerlink").unwrap()
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let out = peerlink().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is exactly one JSON document")
+}
+
+#[test]
+fn bench_json_follows_the_contract() {
+    let doc = json_of(&[
+        "bench",
+        "--json",
+        "--sim",
+        "dgx1-v100",
+        "--tests",
+        "ce-write,h2d",
+        "--size",
+        "1MiB",
+    ]);
+    assert_eq!(doc["schema"], "peerlink.bench/1");
+    assert_eq!(doc["source"], "sim:dgx1-v100");
+    let tests = doc["tests"].as_array().unwrap();
+    assert_eq!(tests.len(), 2);
+    let ce = &tests[0];
+    assert_eq!(ce["name"], "ce-write");
+    assert_eq!(ce["unit"], "GB/s");
+    assert_eq!(ce["size_bytes"], 1 << 20);
+    let matrix = ce["matrix"].as_array().unwrap();
+    assert_eq!(matrix.len(), 8);
+    assert!(matrix[0][1].as_f64().unwrap() > 0.0, "NV1 pair measured");
+    assert!(matrix[0][5].is_null(), "SYS pair without P2P is null");
+    let reason = ce["not_measured"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["src"] == 0 && n["dst"] == 5)
+        .unwrap();
+    assert!(reason["reason"].as_str().unwrap().starts_with("no P2P"));
+    assert_eq!(tests[1]["values"].as_array().unwrap().len(), 8);
+    assert!(doc["sweeps"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn bench_text_shows_matrices_na_reasons_and_the_simulated_banner() {
+    peerlink()
+        .args([
+            "bench",
+            "--sim",
+            "pcie-4gpu-2socket",
+            "--tests",
+            "ce-write",
+            "--size",
+            "64K",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("SIMULATED"))
+        .stdout(predicate::str::contains(
+            "ce-write — 64 KiB per message, GB/s",
+        ))
+        .stdout(predicate::str::contains("N/A 0→2, 0→3"))
+        .stdout(predicate::str::contains("no P2P over SYS"));
+}
+
+#[test]
+fn bench_csv_has_one_row_per_cell_and_reason() {
+    let out = peerlink()
+        .args([
+            "bench",
+            "--csv",
+            "--sim",
+            "pcie-2gpu-switch",
+            "--tests",
+            "ce-write,d2h",
+            "--size",
+            "4K",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    assert!(header.starts_with("kind,test,unit,size_bytes,src,dst,device,value"));
+    let columns = header.split(',').count();
+    let rows: Vec<&str> = lines.collect();
+    // ce-write: 2 measured pairs + 2 diagonal reasons; d2h: 2 GPUs.
+    assert_eq!(rows.len(), 6, "{text}");
+    for row in &rows {
+        if !row.contains('"') {
+            assert_eq!(row.split(',').count(), columns, "{row}");
+        }
+    }
+}
+
+#[test]
+fn bench_sweep_reports_points_and_a_fit() {
+    let doc = json_of(&[
+        "bench",
+        "--json",
+        "--sim",
+        "dgx-h100",
+        "--devices",
+        "0,1",
+        "--sizes",
+        "4K,64K,1M,16M",
+    ]);
+    let sweeps = doc["sweeps"].as_array().unwrap();
+    assert_eq!(sweeps.len(), 2);
+    let points = sweeps[0]["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4);
+    for key in ["bytes", "median_us", "p99_us", "gbps"] {
+        assert!(points[0].get(key).is_some(), "point lacks {key}");
+    }
+    for key in [
+        "alpha_us",
+        "beta_gbps",
+        "half_beta_bytes",
+        "ninety_beta_bytes",
+    ] {
+        assert!(sweeps[0]["fit"][key].as_f64().is_some(), "fit lacks {key}");
+    }
+}
+
+#[test]
+fn bad_input_exits_2_with_a_message() {
+    for (args, says) in [
+        (vec!["--size", "0"], "zero"),
+        (vec!["--size", "12parsecs"], "bad size"),
+        (vec!["--size", "1TiB"], "free memory"),
+        (vec!["--tests", "ce-write,nope"], "known tests"),
+        (vec!["--devices", "0,9"], "GPU 9 does not exist"),
+        (vec!["--sizes", "1M..4K"], "larger than the end"),
+        (vec!["--samples", "0"], "at least 1"),
+    ] {
+        let mut all = vec!["bench", "--sim", "dgx-h100"];
+        all.extend(args.iter().copied());
+        peerlink()
+            .args(&all)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says))
+            .stdout(predicate::str::is_empty());
+    }
+}
+
+#[test]
+fn explain_json_adds_up_and_computes_fixes() {
+    let doc = json_of(&[
+        "explain", "--json", "--sim", "dgx-h100", "--src", "1", "--dst", "6", "--size", "64K",
+    ]);
+    assert_eq!(doc["schema"], "peerlink.explain/1");
+    assert_eq!(doc["source"], "sim:dgx-h100");
+    assert_eq!(doc["adds_up_within_10_percent"], true);
+    let parts = doc["parts"].as_array().unwrap();
+    let sum: f64 = parts.iter().map(|p| p["us"].as_f64().unwrap()).sum();
+    assert!((sum - doc["sum_us"].as_f64().unwrap()).abs() < 1e-9);
+    assert!(doc["fixes"].as_array().unwrap().len() >= 4);
+}
+
+#[test]
+fn explain_text_and_bad_input() {
+    peerlink()
+        .args(["explain", "--sim", "dgx-h100", "--src", "0", "--dst", "0"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("launch overhead"))
+        .stdout(predicate::str::contains("receiver side"))
+        .stdout(predicate::str::contains("gap:"));
+    peerlink()
+        .args(["explain", "--sim", "dgx-h100", "--src", "0", "--dst", "8"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("GPU 8 does not exist"));
+    peerlink()
+        .args([
+            "explain", "--sim", "dgx-h100", "--src", "0", "--dst", "1", "--size", "0",
+        ])
+        .assert()
+        .code(2);
+}
