@@ -66,6 +66,8 @@ pub(super) struct Shared {
     peers: Mutex<HashSet<(usize, usize)>>,
     streams: Mutex<HashMap<StreamKey, StreamId>>,
     lanes: Mutex<HashMap<LaneKey, Arc<Mutex<Lane>>>>,
+    /// Held while a graph is captured: a stream that captures must see no other submission.
+    capture: Mutex<()>,
 }
 
 /// Locks a mutex, ignoring poisoning: the data behind these locks stays consistent even when a
@@ -82,7 +84,12 @@ impl Shared {
             peers: Mutex::default(),
             streams: Mutex::default(),
             lanes: Mutex::default(),
+            capture: Mutex::default(),
         }
+    }
+
+    pub fn capture_lock(&self) -> &Mutex<()> {
+        &self.capture
     }
 
     /// Lets `device` reach `peer`'s memory; asks the backend once per ordered pair.

@@ -3,9 +3,11 @@
 //!
 //! - [`Fabric`]: the safe API — buffers on GPUs, non-blocking transfers with completion handles.
 //! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one.
-//! - The executors queue a plan on the backend's streams, ordered by events.
+//! - The executors queue a plan on the backend's streams, ordered by events; [`batch`] does the
+//!   same for many small messages, and [`Pattern`] replays a prepared batch.
 //! - [`benchmark`] runs every strategy and the pick over a size sweep and reports the regret.
 
+pub mod batch;
 pub mod benchmark;
 mod executor;
 pub mod fabric;
@@ -14,6 +16,7 @@ pub mod planner;
 #[cfg(test)]
 mod tests;
 
+pub use batch::Pattern;
 pub use fabric::{Buffer, Fabric, FabricBuilder, Planned, Span, Transfer, TransferBuilder};
 pub use plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
 pub use planner::Planner;

@@ -43,6 +43,24 @@ pub const ALIGN: u64 = 4096;
 /// modelled. (This is why two NVSwitch peers, whose one link outruns PCIe tenfold, are not split.)
 const SPLIT_MIN_FRACTION: f64 = 0.25;
 
+/// Messages gathered into one staging buffer start on this alignment, so that the copy kernels
+/// can use 16-byte accesses.
+pub const GATHER_ALIGN: u64 = 16;
+
+/// Where each message of a batch sits in the gathering buffer, and that buffer's length.
+pub fn packing(sizes: &[u64]) -> (Vec<u64>, u64) {
+    let mut at = 0;
+    let offsets = sizes
+        .iter()
+        .map(|&len| {
+            let here = at;
+            at = (at + len).next_multiple_of(GATHER_ALIGN);
+            here
+        })
+        .collect();
+    (offsets, at)
+}
+
 /// How a transfer of `bytes` is cut for a target chunk size: `(chunk_len, count)`, the chunks
 /// equal and aligned except a shorter last one.
 pub fn chunking(bytes: u64, target: u64) -> (u64, u64) {
@@ -142,6 +160,29 @@ impl Planner {
         sizes: &[u64],
         repeats: u32,
     ) -> Result<BatchPlan> {
+        self.pick_batch(None, src, dst, sizes, repeats)
+    }
+
+    /// The plan for a batch by `strategy`, or an error saying why this pair cannot use it.
+    pub fn plan_batch_with(
+        &self,
+        strategy: BatchStrategy,
+        src: usize,
+        dst: usize,
+        sizes: &[u64],
+        repeats: u32,
+    ) -> Result<BatchPlan> {
+        self.pick_batch(Some(strategy), src, dst, sizes, repeats)
+    }
+
+    fn pick_batch(
+        &self,
+        wanted: Option<BatchStrategy>,
+        src: usize,
+        dst: usize,
+        sizes: &[u64],
+        repeats: u32,
+    ) -> Result<BatchPlan> {
         if sizes.is_empty() {
             return Err(Error::usage("a batch needs at least one message"));
         }
@@ -189,7 +230,7 @@ impl Planner {
                     None,
                 ));
             }
-            let middle = self.plan(src, dst, total)?;
+            let middle = self.plan(src, dst, packing(sizes).1)?;
             let gather = kernel(Hop::Local { device: src });
             let scatter = kernel(Hop::Local { device: dst });
             if let (Some(g), Some(s)) = (gather, scatter) {
@@ -203,7 +244,23 @@ impl Planner {
             }
         }
         options.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let (strategy, predicted_us, middle) = options.remove(0);
+        let chosen = match wanted {
+            None => 0,
+            Some(strategy) => options
+                .iter()
+                .position(|o| o.0 == strategy)
+                .ok_or_else(|| {
+                    Error::usage(if src == dst {
+                        format!("a batch within GPU {src} runs as one kernel; {strategy} is for two GPUs")
+                    } else {
+                        format!(
+                            "the {strategy} batch strategy needs P2P access from GPU {src} to GPU \
+                             {dst}, which this host does not offer; use gather-scatter"
+                        )
+                    })
+                })?,
+        };
+        let (strategy, predicted_us, middle) = options.remove(chosen);
         Ok(BatchPlan {
             src,
             dst,
@@ -640,6 +697,13 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     #[test]
+    fn gathered_messages_are_packed_aligned() {
+        let (offsets, len) = packing(&[1, 16, 17, 3]);
+        assert_eq!(offsets, vec![0, 16, 32, 64]);
+        assert_eq!(len, 80);
+    }
+
+    #[test]
     fn chunking_covers_the_transfer_with_aligned_chunks() {
         assert_eq!(chunking(10 * MIB, MIB), (MIB, 10));
         let (len, count) = chunking(10 * MIB + 1, MIB);
@@ -851,6 +915,7 @@ mod tests {
         let pcie = planner(pcie_2socket());
         let plan = pcie.plan_batch(0, 3, &sizes, 1).unwrap();
         assert_eq!(plan.strategy, BatchStrategy::GatherScatter, "{plan:?}");
+        // 1000 messages of 256 bytes, packed back to back (256 is a multiple of the alignment).
         assert_eq!(plan.middle.as_ref().unwrap().bytes, 256_000);
         assert!(
             plan.alternatives.is_empty(),

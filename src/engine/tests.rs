@@ -3,6 +3,7 @@
 use super::*;
 use crate::backend::sim::SimBackend;
 use crate::backend::Backend;
+use std::ops::Range;
 use std::sync::Arc;
 
 pub(super) fn fabric(preset: &str) -> Fabric {
@@ -261,6 +262,205 @@ fn peer_access_is_enabled_once_per_pair() {
         f.copy(a.all(), b.all()).unwrap().wait().unwrap();
     }
     assert_eq!(f.shared().peers_enabled(), vec![(0, 1)]);
+}
+
+/// `count` messages of 1..=max bytes at odd offsets: each at a different place in the source
+/// and destination buffers, with gaps between them that must stay untouched.
+/// A message's source and destination ranges.
+type Ranges = (Range<usize>, Range<usize>);
+
+fn scattered(count: usize, max: usize, seed: u64) -> (usize, Vec<Ranges>) {
+    let lens: Vec<usize> = pattern(count, seed)
+        .iter()
+        .enumerate()
+        .map(|(i, s)| 1 + (*s as usize * 7 + i) % max)
+        .collect();
+    let mut at = 3;
+    let mut src: Vec<Range<usize>> = Vec::new();
+    for (i, len) in lens.iter().enumerate() {
+        src.push(at..at + len);
+        at += len + 1 + i % 3;
+    }
+    let mut end = at;
+    // Destinations in reverse order of sources, so that gathering has to follow the list.
+    at = 5;
+    let mut dst = vec![0..0; count];
+    for (i, len) in lens.iter().enumerate().rev() {
+        dst[i] = at..at + len;
+        at += len + 2 + i % 5;
+    }
+    end = end.max(at) + 8;
+    (end, src.into_iter().zip(dst).collect())
+}
+
+fn check_batch(
+    f: &Fabric,
+    a: usize,
+    b: usize,
+    strategy: Option<BatchStrategy>,
+    expected: BatchStrategy,
+    count: usize,
+) {
+    let (size, ranges) = scattered(count, 700, a as u64 * 31 + b as u64);
+    let src = f.alloc(a, size).unwrap();
+    let dst = f.alloc(b, size).unwrap();
+    let data = pattern(size, 11);
+    let before = pattern(size, 12);
+    src.write(0, &data).unwrap();
+    dst.write(0, &before).unwrap();
+    let messages: Vec<_> = ranges
+        .iter()
+        .map(|(s, d)| (src.range(s.clone()), dst.range(d.clone())))
+        .collect();
+    let t = match strategy {
+        None => f.copy_batch(&messages).unwrap(),
+        Some(s) => f.pattern_with(&messages, 1, s).unwrap().run(&[]).unwrap(),
+    };
+    let Planned::Batch(plan) = t.planned() else {
+        panic!("a batch")
+    };
+    assert_eq!(plan.strategy, expected, "{plan:?}");
+    t.wait().unwrap();
+    let mut want = before.clone();
+    for (s, d) in &ranges {
+        want[d.clone()].copy_from_slice(&data[s.clone()]);
+    }
+    assert!(dst.to_vec().unwrap() == want, "{expected}: wrong bytes");
+}
+
+#[test]
+fn batches_use_one_kernel_over_p2p_and_gather_without_it() {
+    let f = fabric("dgx1-v100");
+    check_batch(&f, 0, 1, None, BatchStrategy::Kernel, 300);
+    check_batch(&f, 0, 5, None, BatchStrategy::GatherScatter, 300);
+    check_batch(&f, 3, 3, None, BatchStrategy::Kernel, 300);
+    let pcie = fabric("pcie-4gpu-2socket");
+    check_batch(&pcie, 1, 2, None, BatchStrategy::GatherScatter, 300);
+}
+
+#[test]
+fn every_batch_strategy_moves_every_byte() {
+    let f = fabric("dgx-h100");
+    for s in BatchStrategy::ALL {
+        check_batch(&f, 2, 6, Some(s), s, 300);
+    }
+    // Gathering twice through the same lane, the second batch larger (the buffers grow).
+    check_batch(
+        &f,
+        2,
+        6,
+        Some(BatchStrategy::GatherScatter),
+        BatchStrategy::GatherScatter,
+        900,
+    );
+    let err = fabric("pcie-4gpu-2socket")
+        .pattern_with(&[], 1, BatchStrategy::Kernel)
+        .map(|_| ())
+        .unwrap_err();
+    assert_usage(err, "at least one message");
+}
+
+#[test]
+fn batch_strategies_that_need_p2p_are_refused_without_it() {
+    let f = fabric("pcie-4gpu-2socket");
+    let a = f.alloc(0, 64).unwrap();
+    let b = f.alloc(3, 64).unwrap();
+    for s in [
+        BatchStrategy::Kernel,
+        BatchStrategy::Separate,
+        BatchStrategy::Graph,
+    ] {
+        let err = f
+            .pattern_with(&[(a.range(0..8), b.range(0..8))], 1, s)
+            .map(|_| ())
+            .unwrap_err();
+        assert_usage(err, "P2P");
+    }
+}
+
+#[test]
+fn a_pattern_replays_with_new_data_and_keeps_its_buffers() {
+    let f = fabric("dgx-h100");
+    let (size, ranges) = scattered(50, 300, 2);
+    let src = f.alloc(0, size).unwrap();
+    let dst = f.alloc(1, size).unwrap();
+    let messages: Vec<_> = ranges
+        .iter()
+        .map(|(s, d)| (src.range(s.clone()), dst.range(d.clone())))
+        .collect();
+    let replay = f
+        .pattern_with(&messages, 100, BatchStrategy::Graph)
+        .unwrap();
+    drop(messages);
+    for round in 0..3u64 {
+        let data = pattern(size, 100 + round);
+        src.write(0, &data).unwrap();
+        replay.run(&[]).unwrap().wait().unwrap();
+        let got = dst.to_vec().unwrap();
+        for (s, d) in &ranges {
+            assert!(got[d.clone()] == data[s.clone()], "round {round}");
+        }
+    }
+    // The buffers are gone from the caller, but the pattern still holds them.
+    let expected = src.to_vec().unwrap();
+    drop(src);
+    let check = dst.to_vec().unwrap();
+    drop(dst);
+    replay.run(&[]).unwrap().wait().unwrap();
+    assert_eq!(check.len(), expected.len());
+}
+
+#[test]
+fn batches_whose_result_depends_on_order_are_refused() {
+    let f = fabric("dgx-h100");
+    let a = f.alloc(0, 1024).unwrap();
+    let b = f.alloc(1, 1024).unwrap();
+    let c = f.alloc(2, 1024).unwrap();
+    let before = pattern(1024, 1);
+    b.write(0, &before).unwrap();
+    let cases: Vec<(Vec<(Span<'_>, Span<'_>)>, &str)> = vec![
+        (
+            vec![
+                (a.range(0..10), b.range(0..10)),
+                (a.range(20..30), b.range(5..15)),
+            ],
+            "overlap",
+        ),
+        (
+            vec![
+                (b.range(0..10), b.range(100..110)),
+                (b.range(105..115), b.range(200..210)),
+            ],
+            "overlap",
+        ),
+        (
+            vec![
+                (a.range(0..10), b.range(0..10)),
+                (a.range(0..10), c.range(0..10)),
+            ],
+            "one GPU to one GPU",
+        ),
+        (
+            vec![
+                (a.range(0..10), b.range(0..10)),
+                (a.range(0..10), b.range(1020..1030)),
+            ],
+            "message 1",
+        ),
+    ];
+    for (messages, needle) in cases {
+        let err = f.copy_batch(&messages).map(|_| ()).unwrap_err();
+        assert_usage(err, needle);
+    }
+    assert_eq!(b.to_vec().unwrap(), before, "nothing was written");
+    // Sources may overlap each other.
+    f.copy_batch(&[
+        (a.range(0..10), b.range(0..10)),
+        (a.range(5..15), b.range(20..30)),
+    ])
+    .unwrap()
+    .wait()
+    .unwrap();
 }
 
 /// A sweep with points on both sides of every crossover seen on the presets (kept small: CI).

@@ -1,0 +1,354 @@
+//! Batches of small messages between one pair of GPUs, and patterns replayed many times.
+//!
+//! Thousands of small copies cost their issue, not their bytes. The planner picks among one copy
+//! kernel for all of them (P2P), separate copies, the separate copies captured once as a graph and
+//! replayed (P2P), or — for pairs without P2P — gathering them into one staging buffer on the
+//! source with one kernel, moving that by the best single-transfer plan, and scattering it on the
+//! destination with another kernel.
+
+use super::executor::{
+    self, control_key, issue_routes, lock, Issuer, LaneKey, Loc, LockedLanes, Role, StreamKey,
+};
+use super::fabric::{BufferState, Fabric, Planned, Span, Transfer};
+use super::plan::{BatchPlan, BatchStrategy};
+use super::planner::packing;
+use crate::backend::{Copy, CopyMethod, EventId, GraphId, Memory};
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// One message of a prepared batch.
+struct Message {
+    src: Arc<BufferState>,
+    src_offset: usize,
+    dst: Arc<BufferState>,
+    dst_offset: usize,
+    len: usize,
+    /// Where it sits in the gathering buffers.
+    packed: usize,
+}
+
+/// A batch prepared once and run any number of times: validated, planned, and (for
+/// [`BatchStrategy::Graph`]) captured. It keeps its buffers alive.
+pub struct Pattern {
+    fabric: Arc<executor::Shared>,
+    plan: BatchPlan,
+    messages: Vec<Message>,
+    /// Bytes in the gathering buffers, alignment gaps included.
+    packed_len: usize,
+    graph: Option<GraphId>,
+}
+
+impl Fabric {
+    /// Copies every `(source, destination)` message of a batch between one pair of GPUs, by the
+    /// batch strategy the model predicts fastest.
+    pub fn copy_batch(&self, messages: &[(Span<'_>, Span<'_>)]) -> Result<Transfer> {
+        self.prepare(messages, 1, None)?.run(&[])
+    }
+
+    /// Prepares a batch that will run about `repeats` times (a graph's capture pays off over
+    /// them); run it with [`Pattern::run`].
+    pub fn pattern(&self, messages: &[(Span<'_>, Span<'_>)], repeats: u32) -> Result<Pattern> {
+        self.prepare(messages, repeats, None)
+    }
+
+    /// Like [`Fabric::pattern`], with this strategy instead of the planner's pick (refused where
+    /// the pair cannot use it).
+    pub fn pattern_with(
+        &self,
+        messages: &[(Span<'_>, Span<'_>)],
+        repeats: u32,
+        strategy: BatchStrategy,
+    ) -> Result<Pattern> {
+        self.prepare(messages, repeats, Some(strategy))
+    }
+
+    fn prepare(
+        &self,
+        messages: &[(Span<'_>, Span<'_>)],
+        repeats: u32,
+        strategy: Option<BatchStrategy>,
+    ) -> Result<Pattern> {
+        let Some((first_src, first_dst)) = messages.first() else {
+            return Err(Error::usage("a batch needs at least one message"));
+        };
+        let (a, b) = (first_src.buffer.device(), first_dst.buffer.device());
+        let mut prepared = Vec::with_capacity(messages.len());
+        for (i, (src, dst)) in messages.iter().enumerate() {
+            let len = self
+                .check_pair(src, dst)
+                .map_err(|e| Error::usage(format!("message {i} of the batch: {e}")))?;
+            if (src.buffer.device(), dst.buffer.device()) != (a, b) {
+                return Err(Error::usage(format!(
+                    "a batch moves messages from one GPU to one GPU: message 0 goes from GPU {a} \
+                     to GPU {b} but message {i} from GPU {} to GPU {}; submit one batch per pair",
+                    src.buffer.device(),
+                    dst.buffer.device()
+                )));
+            }
+            prepared.push(Message {
+                src: src.buffer.state.clone(),
+                src_offset: src.range.start,
+                dst: dst.buffer.state.clone(),
+                dst_offset: dst.range.start,
+                len,
+                packed: 0,
+            });
+        }
+        check_hazards(&prepared)?;
+        let sizes: Vec<u64> = prepared.iter().map(|m| m.len as u64).collect();
+        let (offsets, packed_len) = packing(&sizes);
+        for (m, at) in prepared.iter_mut().zip(offsets) {
+            m.packed = at as usize;
+        }
+        let plan = match strategy {
+            None => self.planner().plan_batch(a, b, &sizes, repeats)?,
+            Some(s) => self.planner().plan_batch_with(s, a, b, &sizes, repeats)?,
+        };
+        let mut pattern = Pattern {
+            fabric: self.shared().clone(),
+            plan,
+            messages: prepared,
+            packed_len: packed_len as usize,
+            graph: None,
+        };
+        if pattern.plan.strategy == BatchStrategy::Graph {
+            pattern.graph = Some(pattern.capture()?);
+        }
+        Ok(pattern)
+    }
+}
+
+/// Refuses batches whose result would depend on the order of the messages: two destinations that
+/// overlap, or a destination that overlaps another message's source.
+fn check_hazards(messages: &[Message]) -> Result<()> {
+    // (buffer, start, end, is destination, message)
+    let mut spans: Vec<(crate::backend::BufferId, usize, usize, bool, usize)> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        spans.push((m.src.id, m.src_offset, m.src_offset + m.len, false, i));
+        spans.push((m.dst.id, m.dst_offset, m.dst_offset + m.len, true, i));
+    }
+    spans.sort_unstable();
+    let mut current = None;
+    // Within one buffer: the furthest end of any span so far, and of any destination so far.
+    let (mut any_end, mut dst_end) = ((0, 0), (0, 0)); // (end, message)
+    for &(buffer, start, end, is_dst, i) in &spans {
+        if current != Some(buffer) {
+            current = Some(buffer);
+            any_end = (0, 0);
+            dst_end = (0, 0);
+        }
+        let clash = if is_dst && start < any_end.0 && any_end.1 != i {
+            Some(any_end.1)
+        } else if start < dst_end.0 && dst_end.1 != i {
+            Some(dst_end.1)
+        } else {
+            None
+        };
+        if let Some(j) = clash {
+            return Err(Error::usage(format!(
+                "messages {} and {} of the batch overlap where one of them writes; the result \
+                 would depend on their order, so give them disjoint ranges",
+                j.min(i),
+                j.max(i)
+            )));
+        }
+        if end > any_end.0 {
+            any_end = (end, i);
+        }
+        if is_dst && end > dst_end.0 {
+            dst_end = (end, i);
+        }
+    }
+    Ok(())
+}
+
+impl Pattern {
+    /// What the planner chose for this batch.
+    pub fn plan(&self) -> &BatchPlan {
+        &self.plan
+    }
+
+    /// Runs the batch once more, after `after` (earlier transfers) on the GPU; the host does not
+    /// wait.
+    pub fn run(&self, after: &[&Transfer]) -> Result<Transfer> {
+        let mut deps: Vec<Arc<executor::Completion>> =
+            after.iter().map(|t| t.done.clone()).collect();
+        for m in &self.messages {
+            deps.extend(m.src.conflicts(false));
+            deps.extend(m.dst.conflicts(true));
+        }
+        let events: Vec<EventId> = deps.iter().map(|c| c.end).collect();
+        let done = Arc::new(self.issue(&events)?);
+        for m in &self.messages {
+            m.src.claim(&done, false);
+            m.dst.claim(&done, true);
+        }
+        Ok(Transfer {
+            done,
+            planned: Planned::Batch(self.plan.clone()),
+        })
+    }
+
+    fn direct_copies(&self) -> Vec<Copy> {
+        self.messages
+            .iter()
+            .map(|m| Copy {
+                dst: m.dst.id,
+                dst_offset: m.dst_offset,
+                src: m.src.id,
+                src_offset: m.src_offset,
+                len: m.len,
+            })
+            .collect()
+    }
+
+    fn pair(&self) -> (usize, usize) {
+        (self.plan.src, self.plan.dst)
+    }
+
+    /// Records the separate copies into a graph on a stream used for nothing else.
+    fn capture(&self) -> Result<GraphId> {
+        let (a, b) = self.pair();
+        let shared = &self.fabric;
+        shared.ensure_peer(a, b)?;
+        let stream = shared.stream(StreamKey {
+            device: a,
+            src: a,
+            dst: b,
+            role: Role::Capture,
+        })?;
+        let _only_capture = lock(shared.capture_lock());
+        shared.backend.begin_capture(stream)?;
+        let recorded = self
+            .direct_copies()
+            .iter()
+            .try_for_each(|c| shared.backend.copy(stream, CopyMethod::CopyEngine, c));
+        // End the capture even when a copy failed, so that the stream is usable again.
+        let graph = shared.backend.end_capture(stream);
+        recorded?;
+        graph
+    }
+
+    fn issue(&self, after: &[EventId]) -> Result<executor::Completion> {
+        let (a, b) = self.pair();
+        let shared = &self.fabric;
+        let middle_lanes = self.plan.middle.as_ref().map(executor::lanes_of);
+        let mut keys = middle_lanes.unwrap_or_default();
+        if self.plan.strategy == BatchStrategy::GatherScatter {
+            keys.push(LaneKey::Gather { src: a, dst: b });
+        }
+        let lanes = LockedLanes::new(shared, keys);
+        let mut guards = lanes.guards();
+        let mut issuer = Issuer::new(shared);
+        let control = issuer.stream(control_key(a, b))?;
+        for &e in after {
+            issuer.wait(control, e)?;
+        }
+        let start = issuer.record(control)?;
+        match self.plan.strategy {
+            BatchStrategy::Kernel => {
+                shared.ensure_peer(a, b)?;
+                issuer.copy_batch(control, &self.direct_copies())?;
+            }
+            BatchStrategy::Separate => {
+                shared.ensure_peer(a, b)?;
+                for copy in self.direct_copies() {
+                    issuer.copy(control, CopyMethod::CopyEngine, copy)?;
+                }
+            }
+            BatchStrategy::Graph => {
+                let graph = self.graph.expect("captured when the pattern was prepared");
+                shared.backend.replay(graph, control)?;
+            }
+            BatchStrategy::GatherScatter => {
+                let middle = self
+                    .plan
+                    .middle
+                    .as_ref()
+                    .expect("gathering has a middle plan");
+                let key = LaneKey::Gather { src: a, dst: b };
+                let mut gather = guards.remove(&key).expect("locked above");
+                let (packed_src, packed_dst) = self.staging(&mut gather)?;
+                if let Some(idle) = gather.idle {
+                    issuer.wait(control, idle)?;
+                }
+                let gathered: Vec<Copy> = self
+                    .messages
+                    .iter()
+                    .map(|m| Copy {
+                        dst: packed_src,
+                        dst_offset: m.packed,
+                        src: m.src.id,
+                        src_offset: m.src_offset,
+                        len: m.len,
+                    })
+                    .collect();
+                issuer.copy_batch(control, &gathered)?;
+                let ready = issuer.record(control)?;
+                let (from, to) = (
+                    Loc {
+                        buffer: packed_src,
+                        offset: 0,
+                    },
+                    Loc {
+                        buffer: packed_dst,
+                        offset: 0,
+                    },
+                );
+                issue_routes(&mut issuer, &mut guards, middle, from, to, control, ready)?;
+                let moved = issuer.record(control)?;
+                let scatter = issuer.stream(StreamKey {
+                    device: b,
+                    src: a,
+                    dst: b,
+                    role: Role::Scatter,
+                })?;
+                issuer.wait(scatter, moved)?;
+                let scattered: Vec<Copy> = self
+                    .messages
+                    .iter()
+                    .map(|m| Copy {
+                        dst: m.dst.id,
+                        dst_offset: m.dst_offset,
+                        src: packed_dst,
+                        src_offset: m.packed,
+                        len: m.len,
+                    })
+                    .collect();
+                issuer.copy_batch(scatter, &scattered)?;
+                let idle = issuer.record_kept(scatter)?;
+                if let Some(old) = gather.idle.replace(idle) {
+                    issuer.adopt(old);
+                }
+                issuer.wait(control, idle)?;
+            }
+        }
+        let end = issuer.record(control)?;
+        Ok(issuer.finish(start, end))
+    }
+
+    /// The gathering buffers (source side, destination side), grown to hold this batch. Growing
+    /// waits for the buffers' last use before freeing them.
+    fn staging(
+        &self,
+        lane: &mut executor::Lane,
+    ) -> Result<(crate::backend::BufferId, crate::backend::BufferId)> {
+        let (a, b) = self.pair();
+        let backend = &self.fabric.backend;
+        let fits = lane.staging.len() == 2 && lane.staging[0].1 >= self.packed_len;
+        if !fits {
+            if let Some(idle) = lane.idle.take() {
+                backend.event_synchronize(idle)?;
+                backend.destroy_event(idle)?;
+            }
+            for (buffer, _) in lane.staging.drain(..) {
+                backend.free(buffer)?;
+            }
+            for device in [a, b] {
+                let buffer = backend.alloc(Memory::Device(device), self.packed_len)?;
+                lane.staging.push((buffer, self.packed_len));
+            }
+        }
+        Ok((lane.staging[0].0, lane.staging[1].0))
+    }
+}
