@@ -4,9 +4,13 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use peerlink::backend::{self, Choice, Opened};
 use peerlink::bench::{self, explain, progress};
+use peerlink::engine::{benchmark, Fabric};
+use peerlink::model::{CostModel, Profile};
 use peerlink::report;
 use peerlink::units::{parse_size, parse_sizes};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(
@@ -57,6 +61,8 @@ enum Verb {
     Bench(BenchArgs),
     /// Where one transfer's time goes (setup, launch, link, receiver) and what each fix would save
     Explain(ExplainArgs),
+    /// How the transfer engine would move one transfer, with every alternative's predicted time
+    Plan(PlanArgs),
 }
 
 #[derive(Args)]
@@ -102,6 +108,30 @@ struct ExplainArgs {
     /// Bytes of the transfer: 4B, 64K, 1MiB, …
     #[arg(long, default_value = "4KiB", value_name = "SIZE")]
     size: String,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    /// The sending GPU
+    #[arg(long)]
+    src: usize,
+
+    /// The receiving GPU
+    #[arg(long)]
+    dst: usize,
+
+    /// Bytes to move: 4096, 4K, 64MiB, 1GB, …
+    #[arg(long, value_name = "SIZE")]
+    size: String,
+
+    /// Costs measured on this host (a profile file) instead of the topology's published defaults
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+
+    /// Also run every strategy at this size on the backend (timed with events, every byte
+    /// verified) and report the pick's regret
+    #[arg(long)]
+    prove: bool,
 }
 
 impl Global {
@@ -174,6 +204,59 @@ fn run(cli: Cli) -> Result<()> {
                 print!("{}", report::bench::explain_text(&found));
             }
         }
+        Verb::Plan(args) => plan(global, &args)?,
+    }
+    Ok(())
+}
+
+fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
+    let size = parse_size(&args.size)?;
+    if args.src == args.dst {
+        return Err(peerlink::Error::Usage(format!(
+            "--src and --dst are both GPU {}: plan moves data between two GPUs",
+            args.src
+        ))
+        .into());
+    }
+    let backend: Arc<dyn peerlink::backend::Backend> = Arc::from(global.open()?.backend);
+    let mut fabric = Fabric::builder(backend.clone());
+    if let Some(devices) = &global.devices {
+        fabric = fabric.devices(devices);
+    }
+    if let Some(path) = &args.profile {
+        let profile = Profile::load(path)?;
+        fabric = fabric.model(CostModel::from_profile(backend.topology(), &profile)?);
+    }
+    let fabric = fabric.open()?;
+    let planner = fabric.planner();
+    let plan = planner.plan(args.src, args.dst, size)?;
+    let unusable = planner.unusable(args.src, args.dst, size)?;
+    let proof = if args.prove {
+        let options = benchmark::Options::default();
+        Some(benchmark::run(
+            &fabric,
+            args.src,
+            args.dst,
+            &[size],
+            options,
+        )?)
+    } else {
+        None
+    };
+    let view = report::plan::PlanView {
+        source: backend.source(),
+        model: planner.model().origin(),
+        plan: &plan,
+        unusable: &unusable,
+        proof: proof.as_ref(),
+    };
+    if global.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::plan::json(&view))?
+        );
+    } else {
+        print!("{}", report::plan::text(&view));
     }
     Ok(())
 }

@@ -151,6 +151,21 @@ impl Planner {
         Ok(chosen)
     }
 
+    /// The strategies that cannot move `bytes` from `src` to `dst` here, each with the reason.
+    pub fn unusable(&self, src: usize, dst: usize, bytes: u64) -> Result<Vec<(Strategy, String)>> {
+        self.check(src, dst, bytes)?;
+        let usable: Vec<Strategy> = self
+            .candidates(src, dst, bytes)
+            .iter()
+            .map(|p| p.strategy)
+            .collect();
+        Ok(Strategy::ALL
+            .into_iter()
+            .filter(|s| !usable.contains(s))
+            .map(|s| (s, self.unavailable(s, src, dst).to_string()))
+            .collect())
+    }
+
     /// The fastest way to move a batch of small messages (their sizes in `sizes`) from `src` to
     /// `dst`, when the same batch will run `repeats` times (a graph's capture is spread over them).
     pub fn plan_batch(
@@ -886,6 +901,28 @@ mod tests {
             err.to_string().contains("not one of the GPUs in use"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn unusable_strategies_come_with_their_reason() {
+        let p = planner(pcie_2socket());
+        let unusable = p.unusable(0, 3, MIB).unwrap();
+        let names: Vec<_> = unusable.iter().map(|(s, _)| *s).collect();
+        assert_eq!(
+            names,
+            vec![
+                Strategy::DirectCe,
+                Strategy::DirectSm,
+                Strategy::Relay,
+                Strategy::Split
+            ]
+        );
+        assert!(unusable[0].1.contains("P2P"), "{unusable:?}");
+        assert!(p
+            .unusable(0, 1, MIB)
+            .unwrap()
+            .iter()
+            .all(|(s, _)| *s != Strategy::DirectCe));
     }
 
     #[test]

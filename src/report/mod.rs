@@ -5,6 +5,7 @@
 //! with [`simulated_banner`].
 
 pub mod bench;
+pub mod plan;
 pub mod table;
 pub mod topo;
 

@@ -1,0 +1,269 @@
+//! `peerlink plan` on the simulator: the JSON contract, the picks on the presets, bad input.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn peerlink() -> Command {
+    Command::cargo_bin("peerlink").unwrap()
+}
+
+fn plan_json(args: &[&str]) -> Value {
+    let out = peerlink()
+        .args(["plan", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is exactly one JSON document")
+}
+
+const STRATEGIES: [&str; 5] = ["direct-ce", "direct-sm", "staged", "relay", "split"];
+
+#[test]
+fn json_follows_the_contract() {
+    let doc = plan_json(&[
+        "--sim",
+        "dgx1-v100",
+        "--src",
+        "0",
+        "--dst",
+        "5",
+        "--size",
+        "64MiB",
+    ]);
+    assert_eq!(doc["schema"], "peerlink.plan/1");
+    assert_eq!(doc["source"], "sim:dgx1-v100");
+    assert_eq!(doc["simulated"], true);
+    assert_eq!(doc["bytes"], 64 << 20);
+    let pick = doc["strategy"].as_str().unwrap();
+    assert!(STRATEGIES.contains(&pick), "{pick}");
+    let predicted = doc["predicted_us"].as_f64().unwrap();
+    assert!(predicted > 0.0);
+    let alternatives = doc["alternatives"].as_array().unwrap();
+    assert!(!alternatives.is_empty());
+    for alt in alternatives {
+        let name = alt["strategy"].as_str().unwrap();
+        assert!(STRATEGIES.contains(&name) && name != pick, "{alt}");
+        assert!(alt["predicted_us"].as_f64().unwrap() >= predicted, "{alt}");
+    }
+    // Every strategy appears once: the pick, an alternative, or unusable with a reason.
+    let unusable = doc["unusable"].as_array().unwrap();
+    assert_eq!(1 + alternatives.len() + unusable.len(), STRATEGIES.len());
+    assert!(unusable
+        .iter()
+        .all(|u| !u["reason"].as_str().unwrap().is_empty()));
+    // The paths cover the transfer.
+    let carried: u64 = doc["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(carried, 64 << 20);
+}
+
+#[test]
+fn picks_on_the_presets() {
+    let pick = |preset: &str, src: &str, dst: &str, size: &str| {
+        plan_json(&["--sim", preset, "--src", src, "--dst", dst, "--size", size])["strategy"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    for size in ["64K", "1MiB", "256MiB"] {
+        let dgx1 = pick("dgx1-v100", "0", "5", size);
+        assert!(dgx1 == "relay" || dgx1 == "split", "{size}: {dgx1}");
+        assert_eq!(pick("pcie-4gpu-2socket", "0", "3", size), "staged");
+        assert_eq!(pick("dgx-h100", "0", "5", size), "direct-ce");
+    }
+}
+
+#[test]
+fn text_output_says_it_is_simulated() {
+    peerlink()
+        .args([
+            "plan",
+            "--sim",
+            "pcie-4gpu-2socket",
+            "--src",
+            "0",
+            "--dst",
+            "3",
+        ])
+        .args(["--size", "8M"])
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with("*** SIMULATED"))
+        .stdout(predicate::str::contains("pick: staged"))
+        .stdout(predicate::str::contains("not usable: direct-ce"));
+}
+
+#[test]
+fn prove_measures_every_strategy_and_reports_the_regret() {
+    let doc = plan_json(&[
+        "--sim",
+        "dgx1-v100",
+        "--src",
+        "0",
+        "--dst",
+        "1",
+        "--size",
+        "4MiB",
+        "--prove",
+    ]);
+    let proof = &doc["proof"];
+    let measured = proof["measured"].as_array().unwrap();
+    assert_eq!(
+        measured.len(),
+        1 + doc["alternatives"].as_array().unwrap().len()
+    );
+    assert!(measured
+        .iter()
+        .all(|m| m["measured_us"].as_f64().unwrap() > 0.0));
+    assert!(proof["regret"].as_f64().unwrap() <= 0.05, "{proof}");
+}
+
+#[test]
+fn devices_limit_the_relays() {
+    let doc = plan_json(&[
+        "--sim",
+        "dgx1-v100",
+        "--devices",
+        "0,4,5",
+        "--src",
+        "0",
+        "--dst",
+        "5",
+        "--size",
+        "64MiB",
+    ]);
+    for path in doc["paths"].as_array().unwrap() {
+        if path["route"] == "relay" {
+            assert_eq!(path["via"], 4, "{doc}");
+        }
+    }
+}
+
+#[test]
+fn bad_input_exits_2_with_a_sentence() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["--src", "0", "--dst", "1", "--size", "0"], "zero"),
+        (&["--src", "0", "--dst", "1", "--size", "lots"], "bad size"),
+        (&["--src", "2", "--dst", "2", "--size", "1M"], "both GPU 2"),
+        (
+            &["--src", "0", "--dst", "9", "--size", "1M"],
+            "GPU 9 does not exist",
+        ),
+        (
+            &["--src", "8", "--dst", "0", "--size", "1M"],
+            "GPU 8 does not exist",
+        ),
+        (
+            &[
+                "--src",
+                "0",
+                "--dst",
+                "1",
+                "--size",
+                "1M",
+                "--devices",
+                "0,2",
+            ],
+            "GPU 1 is not one of the GPUs in use",
+        ),
+    ];
+    for (args, needle) in cases {
+        peerlink()
+            .args(["plan", "--sim", "dgx1-v100"])
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(needle))
+            .stderr(predicate::str::contains("panicked").not());
+    }
+}
+
+#[test]
+fn a_profile_from_another_host_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.json");
+    std::fs::write(
+        &path,
+        r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":"580.1",
+            "gpus":["GPU-elsewhere-0","GPU-elsewhere-1"],"hops":[],"batch_message_us":null,
+            "graph_node_us":null,"issue":null}"#,
+    )
+    .unwrap();
+    peerlink()
+        .args([
+            "plan",
+            "--sim",
+            "dgx1-v100",
+            "--src",
+            "0",
+            "--dst",
+            "5",
+            "--size",
+            "1M",
+        ])
+        .arg("--profile")
+        .arg(&path)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "measured on GPUs [GPU-elsewhere-0",
+        ));
+}
+
+#[test]
+fn a_matching_profile_changes_the_prediction() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mine.json");
+    let topo: Value = serde_json::from_slice(
+        &peerlink()
+            .args(["topo", "--json", "--sim", "pcie-4gpu-2socket"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let uuids: Vec<&str> = topo["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["uuid"].as_str().unwrap())
+        .collect();
+    let profile = serde_json::json!({
+        "schema": "peerlink.profile/1", "source": "sim:pcie-4gpu-2socket",
+        "driver_version": topo["driver_version"], "gpus": uuids,
+        "hops": [{"kind": "peer-ce", "src": 0, "dst": 1, "alpha_us": 100.0, "beta_gbps": 1.0}],
+        "batch_message_us": null, "graph_node_us": null, "issue": null
+    });
+    std::fs::write(&path, profile.to_string()).unwrap();
+    let args = [
+        "--sim",
+        "pcie-4gpu-2socket",
+        "--src",
+        "0",
+        "--dst",
+        "1",
+        "--size",
+        "1M",
+    ];
+    let default = plan_json(&args);
+    assert_eq!(default["strategy"], "direct-ce");
+    let mut with_profile: Vec<&str> = args.to_vec();
+    with_profile.extend(["--profile", path.to_str().unwrap()]);
+    let measured = plan_json(&with_profile);
+    // The profile says the direct path is slow here, so the planner goes another way.
+    assert_ne!(measured["strategy"], "direct-ce", "{measured}");
+    assert!(measured["model"]
+        .as_str()
+        .unwrap()
+        .contains("measured profile"));
+}
