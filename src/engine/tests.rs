@@ -2,8 +2,11 @@
 
 use super::*;
 use crate::backend::sim::SimBackend;
-use crate::backend::Backend;
+use crate::backend::{
+    Backend, BufferId, Copy, CopyMethod, EventId, GateId, GraphId, Memory, StreamId,
+};
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub(super) fn fabric(preset: &str) -> Fabric {
@@ -251,17 +254,6 @@ fn several_threads_submit_at_once() {
             });
         }
     });
-}
-
-#[test]
-fn peer_access_is_enabled_once_per_pair() {
-    let f = fabric("dgx-h100");
-    let a = f.alloc(0, 4096).unwrap();
-    let b = f.alloc(1, 4096).unwrap();
-    for _ in 0..3 {
-        f.copy(a.all(), b.all()).unwrap().wait().unwrap();
-    }
-    assert_eq!(f.shared().peers_enabled(), vec![(0, 1)]);
 }
 
 /// `count` messages of 1..=max bytes at odd offsets: each at a different place in the source
@@ -561,72 +553,175 @@ fn nvswitch_pairs_go_direct() {
     assert_eq!(report.source, "sim:dgx-h100");
 }
 
-#[test]
-#[ignore = "exploration: prints the sweep"]
-fn print_sweeps() {
-    for (preset, pairs) in [
-        ("dgx1-v100", vec![(0, 5), (0, 1), (0, 3), (6, 1), (2, 7)]),
-        ("pcie-4gpu-2socket", vec![(0, 3), (0, 1)]),
-        ("dgx-h100", vec![(0, 5)]),
-        ("pcie-2gpu-switch", vec![(0, 1)]),
-    ] {
-        let f = fabric(preset);
-        for (a, b) in pairs {
-            let sizes: Vec<u64> = (0..16)
-                .flat_map(|i| [1u64 << (10 + i), 3u64 << (9 + i)])
-                .filter(|&s| s <= 32 << 20)
-                .collect();
-            let r = benchmark::run(&f, a, b, &sizes, benchmark::Options::default()).unwrap();
-            for p in &r.points {
-                println!(
-                    "{preset} {a}->{b} {:>9} pick {:<9} best {:<9} regret {:.3}",
-                    p.bytes,
-                    p.pick.name(),
-                    p.best.name(),
-                    p.regret
-                );
-                for t in &p.timings {
-                    println!(
-                        "      {:<9} chunk {:>8} pred {:>10.1} meas {:>10.1}",
-                        t.strategy.name(),
-                        t.chunk_bytes,
-                        t.predicted_us,
-                        t.measured_us
-                    );
-                }
-            }
+/// A backend that counts what the engine asks of the simulator underneath.
+#[derive(Default)]
+struct Counts {
+    peer_enables: AtomicUsize,
+    streams: AtomicUsize,
+    pinned_allocs: AtomicUsize,
+    events_recorded: AtomicUsize,
+    events_destroyed: AtomicUsize,
+}
+
+struct Counting {
+    sim: SimBackend,
+    counts: Arc<Counts>,
+}
+
+fn bump(counter: &AtomicUsize) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Backend for Counting {
+    fn source(&self) -> &str {
+        self.sim.source()
+    }
+    fn topology(&self) -> &crate::topology::Topology {
+        self.sim.topology()
+    }
+    fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
+        bump(&self.counts.peer_enables);
+        self.sim.enable_peer_access(device, peer)
+    }
+    fn free_memory(&self, device: usize) -> crate::Result<u64> {
+        self.sim.free_memory(device)
+    }
+    fn alloc(&self, memory: Memory, bytes: usize) -> crate::Result<BufferId> {
+        if matches!(memory, Memory::PinnedHost { .. }) {
+            bump(&self.counts.pinned_allocs);
         }
+        self.sim.alloc(memory, bytes)
+    }
+    fn free(&self, buffer: BufferId) -> crate::Result<()> {
+        self.sim.free(buffer)
+    }
+    fn len(&self, buffer: BufferId) -> crate::Result<usize> {
+        self.sim.len(buffer)
+    }
+    fn write(&self, buffer: BufferId, offset: usize, data: &[u8]) -> crate::Result<()> {
+        self.sim.write(buffer, offset, data)
+    }
+    fn read(&self, buffer: BufferId, offset: usize, out: &mut [u8]) -> crate::Result<()> {
+        self.sim.read(buffer, offset, out)
+    }
+    fn create_stream(&self, device: usize) -> crate::Result<StreamId> {
+        bump(&self.counts.streams);
+        self.sim.create_stream(device)
+    }
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &Copy) -> crate::Result<()> {
+        self.sim.copy(stream, method, copy)
+    }
+    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> crate::Result<()> {
+        self.sim.copy_batch(stream, copies)
+    }
+    fn record(&self, stream: StreamId) -> crate::Result<EventId> {
+        bump(&self.counts.events_recorded);
+        self.sim.record(stream)
+    }
+    fn wait(&self, stream: StreamId, event: EventId) -> crate::Result<()> {
+        self.sim.wait(stream, event)
+    }
+    fn event_done(&self, event: EventId) -> crate::Result<bool> {
+        self.sim.event_done(event)
+    }
+    fn event_synchronize(&self, event: EventId) -> crate::Result<()> {
+        self.sim.event_synchronize(event)
+    }
+    fn elapsed_us(&self, start: EventId, end: EventId) -> crate::Result<f64> {
+        self.sim.elapsed_us(start, end)
+    }
+    fn destroy_event(&self, event: EventId) -> crate::Result<()> {
+        bump(&self.counts.events_destroyed);
+        self.sim.destroy_event(event)
+    }
+    fn synchronize(&self, stream: StreamId) -> crate::Result<()> {
+        self.sim.synchronize(stream)
+    }
+    fn host_time_us(&self) -> f64 {
+        self.sim.host_time_us()
+    }
+    fn hold(&self, stream: StreamId) -> crate::Result<GateId> {
+        self.sim.hold(stream)
+    }
+    fn release(&self, gate: GateId) -> crate::Result<()> {
+        self.sim.release(gate)
+    }
+    fn pointer_chase(
+        &self,
+        stream: StreamId,
+        chain: BufferId,
+        steps: u32,
+        result: BufferId,
+    ) -> crate::Result<()> {
+        self.sim.pointer_chase(stream, chain, steps, result)
+    }
+    fn ping_pong(
+        &self,
+        ping: StreamId,
+        pong: StreamId,
+        ping_flag: BufferId,
+        pong_flag: BufferId,
+        rounds: u32,
+    ) -> crate::Result<()> {
+        self.sim.ping_pong(ping, pong, ping_flag, pong_flag, rounds)
+    }
+    fn begin_capture(&self, stream: StreamId) -> crate::Result<()> {
+        self.sim.begin_capture(stream)
+    }
+    fn end_capture(&self, stream: StreamId) -> crate::Result<GraphId> {
+        self.sim.end_capture(stream)
+    }
+    fn replay(&self, graph: GraphId, stream: StreamId) -> crate::Result<()> {
+        self.sim.replay(graph, stream)
     }
 }
 
 #[test]
-#[ignore = "exploration"]
-fn print_split() {
-    let f = fabric("dgx1-v100");
-    for kib in [64u64, 96, 128, 192, 256, 384, 512] {
-        let bytes = kib << 10;
-        let a = f.alloc(0, bytes as usize).unwrap();
-        let b = f.alloc(5, bytes as usize).unwrap();
-        for s in [Strategy::Relay, Strategy::Split] {
-            let Ok(warm) = f.transfer(a.all(), b.all()).strategy(s).submit() else {
-                continue;
-            };
-            warm.wait().unwrap();
-            let t = f.transfer(a.all(), b.all()).strategy(s).submit().unwrap();
-            let us = t.elapsed_us().unwrap();
-            let Planned::Single(p) = t.planned() else {
-                panic!()
-            };
-            println!(
-                "{kib}K {s} pred {:.1} meas {us:.1} chunk {}",
-                p.predicted_us, p.chunk_bytes
-            );
-            for share in &p.paths {
-                println!(
-                    "    {} {} pred {:.1}",
-                    share.route, share.bytes, share.predicted_us
-                );
-            }
+fn peer_access_streams_and_bounce_buffers_are_set_up_once_and_events_freed() {
+    let counts = Arc::new(Counts::default());
+    let backend = Counting {
+        sim: SimBackend::open("dgx1-v100").unwrap(),
+        counts: counts.clone(),
+    };
+    let fabric = Fabric::open(Arc::new(backend)).unwrap();
+    let a = fabric.alloc(0, 8 << 20).unwrap();
+    let b = fabric.alloc(5, 8 << 20).unwrap();
+    let c = fabric.alloc(1, 8 << 20).unwrap();
+    let setup = |c: &Counts| {
+        (
+            c.peer_enables.load(Ordering::Relaxed),
+            c.streams.load(Ordering::Relaxed),
+            c.pinned_allocs.load(Ordering::Relaxed),
+        )
+    };
+    let run_all = || {
+        for strategy in [Strategy::Staged, Strategy::Relay, Strategy::Split] {
+            let t = fabric
+                .transfer(a.all(), b.all())
+                .strategy(strategy)
+                .submit()
+                .unwrap();
+            t.wait().unwrap();
         }
+        fabric.copy(a.all(), c.all()).unwrap().wait().unwrap();
+    };
+    run_all();
+    let first = setup(&counts);
+    // One bounce buffer per pair that goes through the host (0→5 staged and split, 0→1 split).
+    assert!(first.0 > 0 && first.1 > 0 && first.2 == 2, "{first:?}");
+    for _ in 0..3 {
+        run_all();
     }
+    assert_eq!(
+        setup(&counts),
+        first,
+        "(peer enables, streams, pinned buffers) grew"
+    );
+    drop((a, b, c));
+    drop(fabric);
+    assert_eq!(
+        counts.events_recorded.load(Ordering::Relaxed),
+        counts.events_destroyed.load(Ordering::Relaxed),
+        "every event is freed"
+    );
 }
