@@ -105,14 +105,6 @@ impl Shared {
         Ok(())
     }
 
-    /// The ordered pairs with peer access enabled so far.
-    #[cfg(test)]
-    pub fn peers_enabled(&self) -> Vec<(usize, usize)> {
-        let mut pairs: Vec<_> = lock(&self.peers).iter().copied().collect();
-        pairs.sort_unstable();
-        pairs
-    }
-
     pub fn stream(&self, key: StreamKey) -> Result<StreamId> {
         let mut streams = lock(&self.streams);
         if let Some(&s) = streams.get(&key) {
