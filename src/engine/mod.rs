@@ -6,6 +6,26 @@
 //! - The executors queue a plan on the backend's streams, ordered by events; [`batch`] does the
 //!   same for many small messages, and [`Pattern`] replays a prepared batch.
 //! - [`benchmark`] runs every strategy and the pick over a size sweep and reports the regret.
+//!
+//! ```
+//! use peerlink::backend::{sim::SimBackend, Backend};
+//! use peerlink::engine::{Fabric, Planned, Strategy};
+//! use std::sync::Arc;
+//!
+//! // A simulated DGX-1: GPUs 0 and 5 have no NVLink and no P2P between them.
+//! let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx1-v100")?);
+//! let fabric = Fabric::open(backend)?;
+//! let src = fabric.alloc(0, 16 << 20)?;
+//! let dst = fabric.alloc(5, 16 << 20)?;
+//! src.write(0, &vec![7; 16 << 20])?;
+//!
+//! let transfer = fabric.copy(src.all(), dst.all())?; // returns at once
+//! transfer.wait()?;
+//! assert_eq!(dst.to_vec()?, vec![7; 16 << 20]);
+//! let Planned::Single(plan) = transfer.planned() else { unreachable!() };
+//! assert_eq!(plan.strategy, Strategy::Split); // both relays and the host at once
+//! # Ok::<(), peerlink::Error>(())
+//! ```
 
 pub mod batch;
 pub mod benchmark;
