@@ -1,0 +1,152 @@
+//! The transfer engine on real GPUs. Ignored by default: build the binary here with
+//! `cargo test --release --no-run --test engine_gpu`, carry it to a GPU host and run it with
+//! `--ignored --test-threads=1 --nocapture`. The tests use the first two GPUs when there are two,
+//! otherwise GPU 0 alone (the multi-route strategies then have nothing to do).
+
+use peerlink::backend::cuda::CudaBackend;
+use peerlink::backend::Backend;
+use peerlink::engine::{benchmark, BatchStrategy, Fabric, Strategy};
+use std::sync::Arc;
+
+fn fabric() -> Fabric {
+    let backend = CudaBackend::open().unwrap_or_else(|e| panic!("this test needs a GPU: {e}"));
+    Fabric::open(Arc::new(backend) as Arc<dyn Backend>).unwrap()
+}
+
+/// The pair to test: GPU 0 → GPU 1, or GPU 0 → GPU 0 on a one-GPU host.
+fn pair(f: &Fabric) -> (usize, usize) {
+    (0, usize::from(f.devices().len() > 1))
+}
+
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn every_usable_strategy_moves_every_byte() {
+    let f = fabric();
+    let (a, b) = pair(&f);
+    let len = (48 << 20) + 4099;
+    let src = f.alloc(a, len + 3).unwrap();
+    let data = bytes(len + 3, 1);
+    src.write(0, &data).unwrap();
+    let mut tried = 0;
+    for strategy in Strategy::ALL {
+        let dst = f.alloc(b, len + 5).unwrap();
+        let Ok(t) = f
+            .transfer(src.range(3..len + 3), dst.range(5..len + 5))
+            .strategy(strategy)
+            .submit()
+        else {
+            continue;
+        };
+        let us = t.elapsed_us().unwrap();
+        let got = dst.to_vec().unwrap();
+        assert!(got[5..] == data[3..], "{strategy}: wrong bytes");
+        eprintln!("{a}->{b} {strategy}: {us:.1} µs for {len} bytes");
+        tried += 1;
+    }
+    assert!(tried > 0);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn batches_and_replayed_patterns_deliver_every_message() {
+    let f = fabric();
+    let (a, b) = pair(&f);
+    let count = 2000;
+    let len = 97;
+    let src = f.alloc(a, count * (len + 3)).unwrap();
+    let dst = f.alloc(b, count * (len + 5)).unwrap();
+    let data = bytes(count * (len + 3), 2);
+    src.write(0, &data).unwrap();
+    let messages: Vec<_> = (0..count)
+        .map(|i| {
+            let s = i * (len + 3);
+            let d = (count - 1 - i) * (len + 5);
+            (src.range(s..s + len), dst.range(d..d + len))
+        })
+        .collect();
+    let strategies: &[BatchStrategy] = if a == b {
+        &[BatchStrategy::Kernel]
+    } else {
+        &BatchStrategy::ALL
+    };
+    for &strategy in strategies {
+        let pattern = f.pattern_with(&messages, 10, strategy).unwrap();
+        for _ in 0..3 {
+            pattern.run(&[]).unwrap().wait().unwrap();
+        }
+        let got = dst.to_vec().unwrap();
+        for i in 0..count {
+            let (s, d) = (i * (len + 3), (count - 1 - i) * (len + 5));
+            assert!(
+                got[d..d + len] == data[s..s + len],
+                "{strategy}: message {i}"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_pending_transfer_keeps_the_host_off_its_buffers() {
+    let f = fabric();
+    let (a, b) = pair(&f);
+    let src = f.alloc(a, 1 << 20).unwrap();
+    let dst = f.alloc(b, 1 << 20).unwrap();
+    let backend = f.backend();
+    let stream = backend.create_stream(a).unwrap();
+    let gate = backend.hold(stream).unwrap();
+    let event = backend.record(stream).unwrap();
+    let t = f
+        .transfer(src.all(), dst.all())
+        .after_event(event)
+        .submit()
+        .unwrap();
+    assert!(!t.is_done().unwrap());
+    assert_eq!(dst.write(0, &[1]).unwrap_err().exit_code(), 2);
+    backend.release(gate).unwrap();
+    t.wait().unwrap();
+    dst.write(0, &[1]).unwrap();
+    backend.destroy_event(event).unwrap();
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_benchmark_reports_measured_times_and_regret() {
+    let f = fabric();
+    let (a, b) = pair(&f);
+    if a == b {
+        eprintln!("one GPU: the engine benchmark compares routes between two GPUs; skipped");
+        return;
+    }
+    let sizes = [4 << 10, 256 << 10, 4 << 20, 64 << 20];
+    let report = benchmark::run(&f, a, b, &sizes, benchmark::Options::default()).unwrap();
+    for p in &report.points {
+        eprintln!(
+            "{a}->{b} {} bytes: pick {} best {} regret {:.1}%",
+            p.bytes,
+            p.pick,
+            p.best,
+            p.regret * 100.0
+        );
+        for t in &p.timings {
+            eprintln!(
+                "    {:<9} predicted {:>9.1} µs measured {:>9.1} µs",
+                t.strategy.name(),
+                t.predicted_us,
+                t.measured_us
+            );
+        }
+    }
+}
