@@ -119,6 +119,9 @@ impl Global {
         if let Some(notice) = &opened.notice {
             eprintln!("peerlink: {notice}");
         }
+        for notice in opened.backend.notices() {
+            eprintln!("peerlink: note: {notice}");
+        }
         Ok(opened)
     }
 }
