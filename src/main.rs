@@ -149,6 +149,9 @@ impl Global {
         if let Some(notice) = &opened.notice {
             eprintln!("peerlink: {notice}");
         }
+        for notice in opened.backend.notices() {
+            eprintln!("peerlink: note: {notice}");
+        }
         Ok(opened)
     }
 }

@@ -199,11 +199,17 @@ fn copy_engine_and_sm_copies_move_exactly_the_right_bytes() {
 #[ignore = "needs a GPU"]
 fn copies_between_device_and_pinned_host() {
     let b = open();
-    let host = Memory::PinnedHost { numa_node: None };
-    for method in [CopyMethod::CopyEngine, CopyMethod::SmKernel] {
-        for (so, d_o, len) in SHAPES {
-            check_copy(&b, 0, method, Memory::Device(0), host, so, d_o, len);
-            check_copy(&b, 0, method, host, Memory::Device(0), so, d_o, len);
+    // Unplaced, and placed on the GPU's own NUMA node (mbind + cuMemHostRegister where allowed).
+    let near = b.topology().devices[0].numa_node.or(Some(0));
+    for host in [
+        Memory::PinnedHost { numa_node: None },
+        Memory::PinnedHost { numa_node: near },
+    ] {
+        for method in [CopyMethod::CopyEngine, CopyMethod::SmKernel] {
+            for (so, d_o, len) in SHAPES {
+                check_copy(&b, 0, method, Memory::Device(0), host, so, d_o, len);
+                check_copy(&b, 0, method, host, Memory::Device(0), so, d_o, len);
+            }
         }
     }
 }

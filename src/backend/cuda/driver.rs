@@ -152,13 +152,23 @@ impl Drop for DeviceMemory {
     }
 }
 
-/// Page-locked host memory from cuMemHostAlloc(PORTABLE | DEVICEMAP): usable from every context
-/// and mapped into the unified address space, so kernels and copies on any GPU reach it at the same
-/// address. Not write-combined, so the host reads it back at full speed. Freed on drop.
+/// Page-locked host memory, usable from every context and mapped into the unified address space, so
+/// kernels and copies on any GPU reach it at the same address. Not write-combined, so the host reads
+/// it back at full speed. Freed on drop.
 pub(super) struct PinnedMemory {
     pointer: *mut u8,
     bytes: usize,
     ctx: Arc<CudaContext>,
+    origin: PinnedOrigin,
+}
+
+/// How pinned memory was obtained, and so how it is released.
+enum PinnedOrigin {
+    /// cuMemHostAlloc(PORTABLE | DEVICEMAP): pages wherever the kernel put them.
+    HostAlloc,
+    /// An anonymous mapping whose pages were placed on a NUMA node (mbind, then first touch), then
+    /// page-locked with cuMemHostRegister(PORTABLE | DEVICEMAP).
+    Registered { mapped_bytes: usize },
 }
 
 // SAFETY: the allocation is plain memory owned by this value; all access goes through the methods
@@ -180,7 +190,80 @@ impl PinnedMemory {
             pointer: pointer.cast(),
             bytes,
             ctx: ctx.clone(),
+            origin: PinnedOrigin::HostAlloc,
         })
+    }
+
+    /// Pinned memory whose pages the kernel was asked to place on NUMA node `node` (a preference:
+    /// it falls back to other nodes rather than fail). Returns `Ok(None)` where the kernel refuses
+    /// the placement (no NUMA support, a sandbox): the caller then allocates without it.
+    pub(super) fn on_numa_node(
+        ctx: &Arc<CudaContext>,
+        bytes: usize,
+        node: u32,
+    ) -> Result<Option<Self>, Error> {
+        const MPOL_PREFERRED: libc::c_long = 1;
+        let node_bits = 8 * std::mem::size_of::<libc::c_ulong>();
+        if node as usize >= node_bits {
+            return Ok(None);
+        }
+        // SAFETY: an anonymous private mapping of `bytes` > 0; the result is checked below.
+        let pointer = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if pointer == libc::MAP_FAILED {
+            return Err(Error::Cuda {
+                call: "mmap of pinned host memory".into(),
+                message: std::io::Error::last_os_error().to_string(),
+            });
+        }
+        let unmap = |pointer| {
+            // SAFETY: `pointer` is the mapping made above, of `bytes`, unmapped once.
+            unsafe { libc::munmap(pointer, bytes) };
+        };
+        let mask: libc::c_ulong = 1 << node;
+        // SAFETY: mbind on the mapping just made, with a one-word node mask that outlives the call.
+        let placed = unsafe {
+            libc::syscall(
+                libc::SYS_mbind,
+                pointer,
+                bytes,
+                MPOL_PREFERRED,
+                &mask as *const libc::c_ulong,
+                node_bits as libc::c_ulong,
+                0 as libc::c_uint,
+            )
+        };
+        if placed != 0 {
+            unmap(pointer);
+            return Ok(None);
+        }
+        // First touch faults every page in, on the preferred node.
+        // SAFETY: the mapping is `bytes` long and writable.
+        unsafe { std::ptr::write_bytes(pointer.cast::<u8>(), 0, bytes) };
+        bind(ctx)?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the range is a live mapping of `bytes`, registered once and unregistered on drop.
+        let registered = unsafe { sys::cuMemHostRegister_v2(pointer, bytes, flags) }.result();
+        if let Err(e) = registered {
+            unmap(pointer);
+            return Err(failed("cuMemHostRegister")(e));
+        }
+        Ok(Some(PinnedMemory {
+            pointer: pointer.cast(),
+            bytes,
+            ctx: ctx.clone(),
+            origin: PinnedOrigin::Registered {
+                mapped_bytes: bytes,
+            },
+        }))
     }
 
     /// The unified address: with UVA, mapped pinned memory has the same address on host and GPUs.
@@ -238,9 +321,22 @@ impl PinnedMemory {
 
 impl Drop for PinnedMemory {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: the pointer came from cuMemHostAlloc and is freed once, here.
-            let _ = unsafe { sys::cuMemFreeHost(self.pointer.cast()) };
+        if self.ctx.bind_to_thread().is_err() {
+            return;
+        }
+        match self.origin {
+            PinnedOrigin::HostAlloc => {
+                // SAFETY: the pointer came from cuMemHostAlloc and is freed once, here.
+                let _ = unsafe { sys::cuMemFreeHost(self.pointer.cast()) };
+            }
+            PinnedOrigin::Registered { mapped_bytes } => {
+                // SAFETY: the range was registered and mapped in `on_numa_node`; both are undone
+                // once, here, unregistering first.
+                unsafe {
+                    let _ = sys::cuMemHostUnregister(self.pointer.cast());
+                    libc::munmap(self.pointer.cast(), mapped_bytes);
+                }
+            }
         }
     }
 }

@@ -302,10 +302,18 @@ impl Backend for CudaBackend {
             Memory::Device(device) => {
                 Storage::Device(DeviceMemory::new(self.context(device)?, bytes)?)
             }
-            // Portable memory: the context it is allocated in does not matter. The NUMA preference
-            // is not applied: the pages land where the calling thread runs.
-            Memory::PinnedHost { .. } => {
-                Storage::Pinned(PinnedMemory::new(&self.contexts[0], bytes)?)
+            // Portable memory: the context it is allocated in does not matter. Placed on the NUMA
+            // node asked for where the kernel allows it, else wherever the calling thread runs.
+            Memory::PinnedHost { numa_node } => {
+                let ctx = &self.contexts[0];
+                let placed = match numa_node.and_then(|n| u32::try_from(n).ok()) {
+                    Some(node) => PinnedMemory::on_numa_node(ctx, bytes, node)?,
+                    None => None,
+                };
+                Storage::Pinned(match placed {
+                    Some(memory) => memory,
+                    None => PinnedMemory::new(ctx, bytes)?,
+                })
             }
         };
         let id = self.new_id();

@@ -141,11 +141,11 @@ impl TestCase for HostCopy {
     fn measures(&self) -> String {
         match self.0 {
             HostDirection::HostToDevice => {
-                "host→device: pinned host memory on the GPU's NUMA node, copy engine, issued on \
+                "host→device: pinned host memory preferring the GPU's NUMA node, copy engine, issued on \
                  the GPU's stream; GPU time"
             }
             HostDirection::DeviceToHost => {
-                "device→host: into pinned host memory on the GPU's NUMA node, copy engine, \
+                "device→host: into pinned host memory preferring the GPU's NUMA node, copy engine, \
                  issued on the GPU's stream; GPU time"
             }
             HostDirection::Local => {

@@ -2,7 +2,7 @@
 //! one dependent load over the link (pointer chase), and one-way GPU-initiated signalling.
 
 use super::{chase_on_host, enable, lane_outcome, no_p2p, Context, Outcome, TestCase};
-use crate::backend::{Backend, BufferId, CopyMethod, Memory};
+use crate::backend::{Backend, BufferId, Copy, CopyMethod, Memory};
 use crate::bench::engine::{measure, HopSpec, Lane, Timing};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
@@ -279,7 +279,8 @@ impl TestCase for PointerChase {
         format!(
             "ns per dependent 8-byte load by a one-thread kernel on the source (row) GPU from the \
              destination (column) GPU's memory: {CHASE_STEPS} loads along a random cyclic chain \
-             spread over a region larger than the caches; a round trip over the link; GPU time"
+             spread over a region larger than the caches, which are flushed before each sample; \
+             a round trip over the link; GPU time"
         )
     }
 
@@ -300,11 +301,33 @@ impl TestCase for PointerChase {
         let mut buffers = Buffers::new(backend);
         let on_dst = buffers.alloc(Memory::Device(dst), chain.len())?;
         let result = buffers.alloc(Memory::Device(src), 8)?;
+        // Each sample walks the same nodes: without an eviction in between, every sample after the
+        // first would be served from the L2 caches. Copying a scratch region as large as the chain
+        // through each GPU's memory evicts them.
+        let mut evictions = Vec::new();
+        for gpu in if src == dst {
+            vec![dst]
+        } else {
+            vec![src, dst]
+        } {
+            let scratch = buffers.alloc(Memory::Device(gpu), chain.len())?;
+            let half = chain.len() / 2;
+            evictions.push(Copy {
+                dst: scratch,
+                dst_offset: half,
+                src: scratch,
+                src_offset: 0,
+                len: half,
+            });
+        }
         backend.write(on_dst, 0, &chain)?;
         backend.pointer_chase(stream, on_dst, CHASE_STEPS / 10, result)?; // warm-up
         let expected = chase_on_host(&chain, CHASE_STEPS);
         let mut per_load_us = Vec::new();
         for _ in 0..ctx.timing.samples {
+            for eviction in &evictions {
+                backend.copy(stream, CopyMethod::CopyEngine, eviction)?;
+            }
             backend.write(result, 0, &[0xff; 8])?;
             let us = timed(backend, stream, &[], || {
                 backend.pointer_chase(stream, on_dst, CHASE_STEPS, result)
