@@ -14,7 +14,7 @@
 //! overwrite a slot still being read. When a split runs several routes, their chunks are queued in
 //! turn so that every route starts at once.
 
-use super::plan::{Plan, Route};
+use super::plan::{Plan, Route, Strategy};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
 use crate::Result;
@@ -68,7 +68,16 @@ pub(super) struct Shared {
     lanes: Mutex<HashMap<LaneKey, Arc<Mutex<Lane>>>>,
     /// Held while a graph is captured: a stream that captures must see no other submission.
     capture: Mutex<()>,
+    /// Plans already made, by (source, destination, bytes, forced strategy): workloads repeat
+    /// sizes, and a split's plan costs tens of microseconds of CPU to make.
+    plans: Mutex<HashMap<PlanKey, Plan>>,
 }
+
+/// A transfer as the plan cache knows it: source, destination, bytes, forced strategy.
+type PlanKey = (usize, usize, u64, Option<Strategy>);
+
+/// Plans kept per fabric; the cache starts over when full.
+const CACHED_PLANS: usize = 4096;
 
 /// Locks a mutex, ignoring poisoning: the data behind these locks stays consistent even when a
 /// holder panicked (every update is a single insert or assignment).
@@ -85,7 +94,33 @@ impl Shared {
             streams: Mutex::default(),
             lanes: Mutex::default(),
             capture: Mutex::default(),
+            plans: Mutex::default(),
         }
+    }
+
+    /// The planner's plan for a transfer (its pick, or `strategy` where given), made once per
+    /// (pair, size, strategy).
+    pub fn plan(
+        &self,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        strategy: Option<Strategy>,
+    ) -> Result<Plan> {
+        let key = (src, dst, bytes, strategy);
+        if let Some(plan) = lock(&self.plans).get(&key) {
+            return Ok(plan.clone());
+        }
+        let plan = match strategy {
+            Some(s) => self.planner.plan_with(s, src, dst, bytes)?,
+            None => self.planner.plan(src, dst, bytes)?,
+        };
+        let mut plans = lock(&self.plans);
+        if plans.len() >= CACHED_PLANS {
+            plans.clear();
+        }
+        plans.insert(key, plan.clone());
+        Ok(plan)
     }
 
     pub fn capture_lock(&self) -> &Mutex<()> {

@@ -437,11 +437,7 @@ impl TransferBuilder<'_> {
         let fabric = self.fabric;
         let len = fabric.check_pair(&self.src, &self.dst)? as u64;
         let (a, b) = (self.src.device(), self.dst.device());
-        let planner = fabric.planner();
-        let plan = match self.strategy {
-            Some(strategy) => planner.plan_with(strategy, a, b, len)?,
-            None => planner.plan(a, b, len)?,
-        };
+        let plan = fabric.shared().plan(a, b, len, self.strategy)?;
         let (src_state, dst_state) = (&self.src.buffer.state, &self.dst.buffer.state);
         let mut after = self.after;
         after.extend(src_state.conflicts(false));

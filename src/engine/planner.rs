@@ -31,6 +31,9 @@ pub const MAX_CHUNK: u64 = 4 << 20;
 /// other is left): their per-chunk overhead cannot pay, and planning stays cheap.
 const MAX_CHUNKS: u64 = 1024;
 
+/// About how many blocks a split hands out before it refines chunk by chunk.
+const COARSE_STEPS: u64 = 128;
+
 /// Chunks in flight per pipelined route (triple buffering: one being filled, one being drained,
 /// one spare so that a late drain does not stall the next fill).
 pub const STAGING_SLOTS: usize = 3;
@@ -521,28 +524,52 @@ impl Planner {
     ) -> Option<Plan> {
         let lanes = self.share_bandwidth(routes, target);
         let mut shares = vec![0u64; lanes.len()];
-        let pieces = std::iter::repeat(target)
-            .take((bytes / target) as usize)
+        let mut queue = Queue::of(&lanes, &shares);
+        let mut ends = vec![0.0; lanes.len()];
+        // Whole chunks go out a block at a time while plenty are left (so that planning stays
+        // cheap), then one at a time, then the remainder.
+        let block = (bytes / COARSE_STEPS / target).max(1) * target;
+        let coarse = bytes.saturating_sub(block * lanes.len() as u64) / block;
+        let fine = (bytes - coarse * block) / target;
+        let pieces = std::iter::repeat(block)
+            .take(coarse as usize)
+            .chain(std::iter::repeat(target).take(fine as usize))
             .chain(Some(bytes % target).filter(|&r| r > 0));
         for piece in pieces {
-            let best = (0..lanes.len())
-                .map(|i| {
+            // The makespan if lane `i` takes the piece. A lane already in use changes only its
+            // own end; a new one changes every lane's start or CPU pace, so all are recomputed.
+            let (top, top_end, second_end) = top_two(&ends);
+            let makespan = |i: usize, shares: &mut Vec<u64>| {
+                if shares[i] > 0 {
+                    let own = queue.end(&lanes[i], i, shares[i] + piece, target);
+                    own.max(if i == top { second_end } else { top_end })
+                } else {
                     shares[i] += piece;
-                    let end = finish_times(&lanes, &shares, target)
-                        .into_iter()
-                        .fold(0.0, f64::max);
+                    let all = Queue::of(&lanes, shares).ends(&lanes, shares, target);
                     shares[i] -= piece;
-                    (i, end)
-                })
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-                .expect("at least one lane")
-                .0;
-            shares[best] += piece;
+                    all.into_iter().fold(0.0, f64::max)
+                }
+            };
+            let mut best = (0, f64::INFINITY);
+            for i in 0..lanes.len() {
+                let end = makespan(i, &mut shares);
+                if end < best.1 {
+                    best = (i, end);
+                }
+            }
+            let i = best.0;
+            let newly_used = shares[i] == 0;
+            shares[i] += piece;
+            if newly_used {
+                queue = Queue::of(&lanes, &shares);
+                ends = queue.ends(&lanes, &shares, target);
+            } else {
+                ends[i] = queue.end(&lanes[i], i, shares[i], target);
+            }
         }
         if shares.iter().filter(|&&b| b > 0).count() < 2 {
             return None;
         }
-        let ends = finish_times(&lanes, &shares, target);
         let mut paths = Vec::new();
         let mut offset = 0;
         for ((lane, &share), &end) in lanes.iter().zip(&shares).zip(&ends) {
@@ -642,36 +669,77 @@ impl<'h> Lane<'h> {
     }
 }
 
-/// When each lane would finish with `shares` bytes (0 for a lane with none): lanes are queued in
-/// order, each starting once the CPU has queued the first chunk of those before it, and the
-/// pipelines' chunks are queued in turn, so that each pipeline's chunk period on the CPU is the
-/// sum of all of theirs.
-fn finish_times(lanes: &[Lane<'_>], shares: &[u64], target: u64) -> Vec<f64> {
-    let used = || lanes.iter().zip(shares).filter(|(_, &b)| b > 0);
-    let cpu_period: f64 = used()
-        .filter(|(l, _)| l.is_pipeline())
-        .map(|(l, _)| l.hops.issue_us)
-        .sum();
-    let mut queued_before = 0.0;
-    lanes
-        .iter()
-        .zip(shares)
-        .map(|(lane, &share)| {
-            if share == 0 {
-                return 0.0;
-            }
-            let h = lane.hops;
-            let own = if lane.is_pipeline() {
-                let period = h.issue_us.max(cpu_period);
-                pipeline_us(h.first_issue_us, period, &lane.costs, share, target)
-            } else {
-                h.first_issue_us + lane.costs[0].time_us(share)
-            };
-            let end = queued_before + own;
-            queued_before += h.first_chunk_issue_us;
-            end
-        })
-        .collect()
+/// How the CPU queues the lanes of a split that carry bytes: in order, each starting once the
+/// first chunk of every lane before it is queued, and the pipelines' chunks in turn, so that each
+/// pipeline's chunk period on the CPU is the sum of all of theirs.
+struct Queue {
+    /// When each lane's first operation can be queued.
+    starts: Vec<f64>,
+    /// The CPU time per round of chunks.
+    cpu_period_us: f64,
+}
+
+impl Queue {
+    fn of(lanes: &[Lane<'_>], shares: &[u64]) -> Queue {
+        let used = || lanes.iter().zip(shares).filter(|(_, &b)| b > 0);
+        let cpu_period_us = used()
+            .filter(|(l, _)| l.is_pipeline())
+            .map(|(l, _)| l.hops.issue_us)
+            .sum();
+        let mut queued_before = 0.0;
+        let starts = lanes
+            .iter()
+            .zip(shares)
+            .map(|(lane, &share)| {
+                let start = queued_before;
+                if share > 0 {
+                    queued_before += lane.hops.first_chunk_issue_us;
+                }
+                start
+            })
+            .collect();
+        Queue {
+            starts,
+            cpu_period_us,
+        }
+    }
+
+    /// When lane `i` would finish carrying `share` bytes.
+    fn end(&self, lane: &Lane<'_>, i: usize, share: u64, target: u64) -> f64 {
+        let h = lane.hops;
+        let own = if lane.is_pipeline() {
+            let period = h.issue_us.max(self.cpu_period_us);
+            pipeline_us(h.first_issue_us, period, &lane.costs, share, target)
+        } else {
+            h.first_issue_us + lane.costs[0].time_us(share)
+        };
+        self.starts[i] + own
+    }
+
+    /// When each lane finishes (0 for a lane without bytes).
+    fn ends(&self, lanes: &[Lane<'_>], shares: &[u64], target: u64) -> Vec<f64> {
+        (0..lanes.len())
+            .map(|i| match shares[i] {
+                0 => 0.0,
+                share => self.end(&lanes[i], i, share, target),
+            })
+            .collect()
+    }
+}
+
+/// The index of the largest value, the largest, and the second largest.
+fn top_two(values: &[f64]) -> (usize, f64, f64) {
+    let mut top = (0, f64::NEG_INFINITY);
+    let mut second = f64::NEG_INFINITY;
+    for (i, &v) in values.iter().enumerate() {
+        if v > top.1 {
+            second = top.1;
+            top = (i, v);
+        } else if v > second {
+            second = v;
+        }
+    }
+    (top.0, top.1, second.max(0.0))
 }
 
 /// Time of a pipeline moving `bytes` in chunks of about `target`: the CPU queues each chunk

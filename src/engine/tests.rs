@@ -725,3 +725,26 @@ fn peer_access_streams_and_bounce_buffers_are_set_up_once_and_events_freed() {
         "every event is freed"
     );
 }
+
+#[test]
+fn plans_are_cached_per_pair_size_and_strategy() {
+    let f = fabric("dgx1-v100");
+    let a = f.alloc(0, 1 << 20).unwrap();
+    let b = f.alloc(5, 1 << 20).unwrap();
+    let strategy_of = |t: &Transfer| match t.planned() {
+        Planned::Single(plan) => plan.strategy,
+        Planned::Batch(_) => panic!("a single transfer"),
+    };
+    let pick = f.copy(a.all(), b.all()).unwrap();
+    for forced in [Strategy::Staged, Strategy::Relay] {
+        let t = f
+            .transfer(a.all(), b.all())
+            .strategy(forced)
+            .submit()
+            .unwrap();
+        assert_eq!(strategy_of(&t), forced);
+    }
+    let again = f.copy(a.all(), b.all()).unwrap();
+    assert_eq!(strategy_of(&again), strategy_of(&pick));
+    again.wait().unwrap();
+}
