@@ -334,8 +334,8 @@ impl Planner {
                  host has none"
             ),
             Strategy::Split => format!(
-                "split needs at least two routes from GPU {src} to GPU {dst} of comparable speed; \
-                 this host has one"
+                "split needs two routes from GPU {src} to GPU {dst} that would each carry bytes; \
+                 here one route outruns the others or shares their links"
             ),
             Strategy::Staged => format!("staged cannot be used from GPU {src} to GPU {dst}"),
         })
