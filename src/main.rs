@@ -214,13 +214,6 @@ fn run(cli: Cli) -> Result<()> {
 
 fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     let size = parse_size(&args.size)?;
-    if args.src == args.dst {
-        return Err(peerlink::Error::Usage(format!(
-            "--src and --dst are both GPU {}: plan moves data between two GPUs",
-            args.src
-        ))
-        .into());
-    }
     let backend: Arc<dyn peerlink::backend::Backend> = Arc::from(global.open()?.backend);
     let mut fabric = Fabric::builder(backend.clone());
     if let Some(devices) = &global.devices {

@@ -81,11 +81,6 @@ pub fn run(
             "the engine benchmark needs at least one timed run",
         ));
     }
-    if src == dst {
-        return Err(Error::usage(format!(
-            "the engine benchmark compares ways between two GPUs; GPU {src} was given as both ends"
-        )));
-    }
     let mut points = Vec::new();
     for &bytes in sizes {
         points.push(point(fabric, src, dst, bytes, options)?);

@@ -26,8 +26,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub(super) enum Role {
     /// Starts, ends and orders a pair's transfers; runs direct copies and batch kernels.
     Control,
-    /// One hop of a pipelined route.
-    Hop(LaneKey),
+    /// The first hop of a pipelined route (filling the staging slots).
+    Fill(LaneKey),
+    /// The second hop (draining them). Its own stream even where both hops run on one GPU (a
+    /// GPU staging to itself through the host), so that fills and drains overlap.
+    Drain(LaneKey),
     /// Scatters a gathered batch on the destination.
     Scatter,
     /// Captures graphs (never runs work itself, so that other submissions are not captured).
@@ -487,14 +490,14 @@ impl Pipeline {
             let buffer = shared.backend.alloc(memory, STAGING_SLOTS * slot)?;
             lane.staging.push((buffer, STAGING_SLOTS * slot));
         }
-        let hop = |device| StreamKey {
+        let hop = |device, role| StreamKey {
             device,
             src: plan.src,
             dst: plan.dst,
-            role: Role::Hop(key),
+            role,
         };
-        let first = issuer.stream(hop(first_gpu))?;
-        let second = issuer.stream(hop(second_gpu))?;
+        let first = issuer.stream(hop(first_gpu, Role::Fill(key)))?;
+        let second = issuer.stream(hop(second_gpu, Role::Drain(key)))?;
         issuer.wait(first, start)?;
         if let Some(idle) = lane.idle {
             issuer.wait(first, idle)?;

@@ -222,32 +222,27 @@ impl Planner {
         };
         let mut options: Vec<(BatchStrategy, f64, Option<Plan>)> = Vec::new();
 
-        let kernel_hop = if src == dst {
-            Hop::Local { device: src }
-        } else {
-            Hop::PeerSm { src, dst }
-        };
-        if let Some(time) = kernel(kernel_hop) {
+        // A GPU is its own peer: within one GPU the kernel and the copies stay in its memory.
+        if let Some(time) = kernel(Hop::PeerSm { src, dst }) {
             options.push((BatchStrategy::Kernel, time, None));
         }
+        if let Some(ce) = self.model.cost(Hop::PeerCe { src, dst }) {
+            // Back-to-back copies on one stream: paced by the CPU queuing them or by the GPU
+            // running them, whichever is slower.
+            let each = ce.time_us(total / sizes.len() as u64);
+            let separate = issue.copy_us + (count - 1.0) * each.max(issue.copy_us) + each;
+            options.push((BatchStrategy::Separate, separate, None));
+            // Capturing costs what queuing the copies once does; a replay is one launch and a
+            // graph node per copy.
+            let replay = issue.graph_us + count * self.model.graph_node_us() + ce.bytes_us(total);
+            let capture = count * issue.copy_us;
+            options.push((
+                BatchStrategy::Graph,
+                replay + capture / f64::from(repeats.max(1)),
+                None,
+            ));
+        }
         if src != dst {
-            if let Some(ce) = self.model.cost(Hop::PeerCe { src, dst }) {
-                // Back-to-back copies on one stream: paced by the CPU queuing them or by the GPU
-                // running them, whichever is slower.
-                let each = ce.time_us(total / sizes.len() as u64);
-                let separate = issue.copy_us + (count - 1.0) * each.max(issue.copy_us) + each;
-                options.push((BatchStrategy::Separate, separate, None));
-                // Capturing costs what queuing the copies once does; a replay is one launch and a
-                // graph node per copy.
-                let replay =
-                    issue.graph_us + count * self.model.graph_node_us() + ce.bytes_us(total);
-                let capture = count * issue.copy_us;
-                options.push((
-                    BatchStrategy::Graph,
-                    replay + capture / f64::from(repeats.max(1)),
-                    None,
-                ));
-            }
             let middle = self.plan(src, dst, packing(sizes).1)?;
             let gather = kernel(Hop::Local { device: src });
             let scatter = kernel(Hop::Local { device: dst });
@@ -269,7 +264,9 @@ impl Planner {
                 .position(|o| o.0 == strategy)
                 .ok_or_else(|| {
                     Error::usage(if src == dst {
-                        format!("a batch within GPU {src} runs as one kernel; {strategy} is for two GPUs")
+                        format!(
+                            "{strategy} is for two GPUs; within GPU {src} a batch needs no staging"
+                        )
                     } else {
                         format!(
                             "the {strategy} batch strategy needs P2P access from GPU {src} to GPU \
@@ -322,9 +319,6 @@ impl Planner {
             .pair(src, dst)
             .map_or_else(|| "the same GPU".to_string(), |p| p.link.to_string());
         Error::usage(match strategy {
-            _ if src == dst => format!(
-                "{strategy} moves data between two GPUs; a copy within GPU {src} is one local copy"
-            ),
             Strategy::DirectCe | Strategy::DirectSm => format!(
                 "{strategy} needs P2P access from GPU {src} to GPU {dst}, which their link ({link}) \
                  does not allow; use staged, relay or split"
@@ -343,15 +337,6 @@ impl Planner {
 
     /// Every usable strategy's best plan (alternatives left empty).
     fn candidates(&self, src: usize, dst: usize, bytes: u64) -> Vec<Plan> {
-        if src == dst {
-            let local = self
-                .model
-                .cost(Hop::Local { device: src })
-                .expect("device was checked");
-            let route = Route::Direct(CopyMethod::CopyEngine);
-            let time = self.model.issue().copy_us + local.time_us(bytes);
-            return vec![self.single(src, dst, bytes, Strategy::DirectCe, route, time)];
-        }
         let mut plans = Vec::new();
         for (strategy, method) in [
             (Strategy::DirectCe, CopyMethod::CopyEngine),

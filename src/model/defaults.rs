@@ -22,6 +22,9 @@ fn nvlink_gbps_per_link(major: u32) -> f64 {
 const NVLINK_CE_EFFICIENCY: f64 = 0.88;
 /// An SM copy kernel reaches a little less than a copy engine over NVLink (nvbandwidth's SM tests).
 const NVLINK_SM_EFFICIENCY: f64 = 0.82;
+/// An SM copy kernel inside one GPU against a copy-engine copy there (measured on the lent H200,
+/// BENCHMARKS.md run 1: 1789 vs 1938 GB/s at 64 MiB).
+const LOCAL_SM_FRACTION: f64 = 0.92;
 
 /// Host↔device bandwidth of a PCIe x16 link, by the generation the architecture shipped with:
 /// Gen3 ~12 GB/s (V100), Gen4 ~25 GB/s (A100/A6000), Gen5 ~55 GB/s (H100/H200, measured 54.8 here).
@@ -111,11 +114,11 @@ pub fn cost(topology: &Topology, hop: Hop) -> Option<Cost> {
     let (alpha_us, beta_gbps) = match hop {
         Hop::PeerCe { src, dst } => (
             COPY_ENGINE_ALPHA_US,
-            peer_gbps(topology, src, dst, NVLINK_CE_EFFICIENCY)?,
+            peer_gbps(topology, src, dst, NVLINK_CE_EFFICIENCY, 1.0)?,
         ),
         Hop::PeerSm { src, dst } => (
             KERNEL_ALPHA_US,
-            peer_gbps(topology, src, dst, NVLINK_SM_EFFICIENCY)?,
+            peer_gbps(topology, src, dst, NVLINK_SM_EFFICIENCY, LOCAL_SM_FRACTION)?,
         ),
         Hop::DeviceToHost { device, node } | Hop::HostToDevice { device, node } => {
             if device >= n {
@@ -143,7 +146,19 @@ pub fn cost(topology: &Topology, hop: Hop) -> Option<Cost> {
     })
 }
 
-fn peer_gbps(topology: &Topology, src: usize, dst: usize, nvlink_efficiency: f64) -> Option<f64> {
+/// A direct copy's rate between two GPUs; a GPU to itself is a local copy at `local_fraction` of
+/// the copy engine's local rate.
+fn peer_gbps(
+    topology: &Topology,
+    src: usize,
+    dst: usize,
+    nvlink_efficiency: f64,
+    local_fraction: f64,
+) -> Option<f64> {
+    if src == dst {
+        topology.devices.get(src)?;
+        return Some(local_copy_gbps(major(topology, src)) * local_fraction);
+    }
     let link = topology.pair(src, dst)?.link;
     let slower = major(topology, src).min(major(topology, dst));
     Some(match link {

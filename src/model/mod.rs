@@ -167,7 +167,11 @@ impl CostModel {
     }
 
     /// Whether peer copies from `src` to `dst` are possible (the driver reports P2P access).
+    /// Whether kernels and copies on `src` can reach `dst`'s memory directly. A GPU is its own peer.
     pub fn has_p2p(&self, src: usize, dst: usize) -> bool {
+        if src == dst {
+            return src < self.topology.devices.len();
+        }
         self.topology.pair(src, dst).is_some_and(|p| p.p2p)
     }
 
@@ -191,9 +195,7 @@ impl CostModel {
     fn hop_is_possible(&self, hop: Hop) -> bool {
         let n = self.topology.devices.len();
         match hop {
-            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => {
-                src != dst && self.has_p2p(src, dst)
-            }
+            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => self.has_p2p(src, dst),
             Hop::DeviceToHost { device, .. }
             | Hop::HostToDevice { device, .. }
             | Hop::Local { device } => device < n,
@@ -203,6 +205,8 @@ impl CostModel {
     /// The shared hardware a hop's bytes cross, so that concurrent paths divide it.
     pub fn resources(&self, hop: Hop) -> Vec<Resource> {
         match hop {
+            // A GPU's copy to itself stays in its own memory, which no other route crosses.
+            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } if src == dst => Vec::new(),
             Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => {
                 match self.topology.pair(src, dst).map(|p| p.link) {
                     Some(Link::NvLink(_)) if defaults::behind_switch(&self.topology, src) => {
@@ -354,11 +358,22 @@ mod tests {
     }
 
     #[test]
+    fn a_gpu_is_its_own_peer_at_its_local_copy_rate() {
+        let model = CostModel::from_topology(&dgx1());
+        let ce = model.cost(Hop::PeerCe { src: 2, dst: 2 }).unwrap();
+        let local = model.cost(Hop::Local { device: 2 }).unwrap();
+        assert_eq!(ce.beta_gbps, local.beta_gbps);
+        let sm = model.cost(Hop::PeerSm { src: 2, dst: 2 }).unwrap();
+        assert!(sm.beta_gbps < ce.beta_gbps);
+        assert!(model.resources(Hop::PeerCe { src: 2, dst: 2 }).is_empty());
+    }
+
+    #[test]
     fn peer_hops_need_p2p() {
         let model = CostModel::from_topology(&dgx1());
         assert!(model.cost(Hop::PeerCe { src: 0, dst: 1 }).is_some());
         assert!(model.cost(Hop::PeerCe { src: 0, dst: 5 }).is_none());
-        assert!(model.cost(Hop::PeerSm { src: 0, dst: 0 }).is_none());
+        assert!(model.cost(Hop::PeerCe { src: 8, dst: 8 }).is_none());
         assert!(model.cost(Hop::Local { device: 8 }).is_none());
         assert!(model
             .cost(Hop::DeviceToHost {
