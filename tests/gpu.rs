@@ -5,6 +5,9 @@ use peerlink::backend::cuda::{driver_library_present, CudaBackend};
 use peerlink::backend::{Backend, BufferId, Copy, CopyMethod, Memory, StreamId};
 use peerlink::Error;
 
+#[path = "gpu/engine.rs"]
+mod engine;
+
 #[test]
 fn open_without_the_driver_is_no_gpu_not_a_panic() {
     let opened = CudaBackend::open();

@@ -1,7 +1,5 @@
-//! The transfer engine on real GPUs. Ignored by default: build the binary here with
-//! `cargo test --release --no-run --test engine_gpu`, carry it to a GPU host and run it with
-//! `--ignored --test-threads=1 --nocapture`. The tests use the first two GPUs when there are two,
-//! otherwise GPU 0 alone (the multi-route strategies then have nothing to do).
+//! The transfer engine on real GPUs (part of the `gpu` test binary). The tests use the first two
+//! GPUs when there are two, otherwise GPU 0 as its own peer.
 
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::Backend;
