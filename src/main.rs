@@ -120,16 +120,26 @@ struct PlanArgs {
     #[arg(long)]
     dst: usize,
 
-    /// Bytes to move: 4096, 4K, 64MiB, 1GB, …
-    #[arg(long, value_name = "SIZE")]
-    size: String,
+    /// Bytes to move (of each message, with --messages): 4096, 4K, 64MiB, 1GB, …
+    #[arg(long, value_name = "SIZE", required_unless_present = "sizes")]
+    size: Option<String>,
+
+    /// Run the engine benchmark over these sizes instead (implies --prove): a range 4B..1GiB
+    /// (powers of two) or a list 4K,64K,1M; every strategy and the pick at each size, with regret
+    #[arg(long, value_name = "RANGE|LIST", conflicts_with_all = ["size", "messages"])]
+    sizes: Option<String>,
+
+    /// Plan a batch of this many messages of --size each, between two buffers; with --prove, time
+    /// every batch strategy against as many plain copies
+    #[arg(long, value_name = "N")]
+    messages: Option<usize>,
 
     /// Costs measured on this host (a profile file) instead of the topology's published defaults
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
 
-    /// Also run every strategy at this size on the backend (timed with events, every byte
-    /// verified) and report the pick's regret
+    /// Also run every strategy on the backend (timed, every byte verified) and report the pick's
+    /// regret and the engine's cost over a plain copy
     #[arg(long)]
     prove: bool,
 }
@@ -213,7 +223,11 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
-    let size = parse_size(&args.size)?;
+    let size = args.size.as_deref().map(parse_size).transpose()?;
+    let sizes = args.sizes.as_deref().map(parse_sizes).transpose()?;
+    if args.messages == Some(0) {
+        return Err(peerlink::Error::Usage("--messages must be at least 1".into()).into());
+    }
     let backend: Arc<dyn peerlink::backend::Backend> = Arc::from(global.open()?.backend);
     let mut fabric = Fabric::builder(backend.clone());
     if let Some(devices) = &global.devices {
@@ -225,10 +239,57 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     }
     let fabric = fabric.open()?;
     let planner = fabric.planner();
+    let options = benchmark::Options::default();
+    let print = |doc: serde_json::Value, text: String| -> Result<()> {
+        if global.json {
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        } else {
+            print!("{text}");
+        }
+        Ok(())
+    };
+
+    if let Some(sizes) = sizes {
+        let report = benchmark::run(&fabric, args.src, args.dst, &sizes, options)?;
+        let view = report::plan::SweepView {
+            model: planner.model().origin(),
+            report: &report,
+        };
+        return print(
+            report::plan::sweep_json(&view),
+            report::plan::sweep_text(&view),
+        );
+    }
+    let size = size.expect("clap requires --size without --sizes");
+    if let Some(count) = args.messages {
+        let message = usize::try_from(size).map_err(|_| {
+            peerlink::Error::Usage("--size does not fit in this host's memory".into())
+        })?;
+        let report = if args.prove {
+            Some(benchmark::batch(
+                &fabric, args.src, args.dst, count, message, options,
+            )?)
+        } else {
+            None
+        };
+        let sizes = vec![size; count];
+        let plan = planner.plan_batch(args.src, args.dst, &sizes, 1)?;
+        let view = report::plan::BatchView {
+            source: backend.source(),
+            model: planner.model().origin(),
+            count,
+            size,
+            plan: &plan,
+            proof: report.as_ref(),
+        };
+        return print(
+            report::plan::batch_json(&view),
+            report::plan::batch_text(&view),
+        );
+    }
     let plan = planner.plan(args.src, args.dst, size)?;
     let unusable = planner.unusable(args.src, args.dst, size)?;
     let proof = if args.prove {
-        let options = benchmark::Options::default();
         Some(benchmark::run(
             &fabric,
             args.src,
@@ -246,15 +307,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
         unusable: &unusable,
         proof: proof.as_ref(),
     };
-    if global.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report::plan::json(&view))?
-        );
-    } else {
-        print!("{}", report::plan::text(&view));
-    }
-    Ok(())
+    print(report::plan::json(&view), report::plan::text(&view))
 }
 
 /// A progress bar on stderr, except for `--json` runs.

@@ -293,3 +293,92 @@ fn a_matching_profile_changes_the_prediction() {
         .unwrap()
         .contains("measured profile"));
 }
+
+fn json_of(args: &[&str]) -> Value {
+    let out = peerlink().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_batch_of_small_messages_beats_plain_copies_a_hundredfold_on_the_simulator() {
+    let doc = json_of(&[
+        "plan",
+        "--json",
+        "--sim",
+        "dgx-h100",
+        "--src",
+        "0",
+        "--dst",
+        "1",
+        "--size",
+        "4KiB",
+        "--messages",
+        "1000",
+        "--prove",
+    ]);
+    assert_eq!(doc["schema"], "peerlink.plan-batch/1");
+    assert_eq!(doc["simulated"], true);
+    assert_eq!(doc["strategy"], "kernel", "{doc}");
+    let proof = &doc["proof"];
+    let plain = proof["plain_copies"]["per_message_us"].as_f64().unwrap();
+    let engine = proof["engine_one_call"]["per_message_us"].as_f64().unwrap();
+    assert!(plain > 100.0 * engine, "plain {plain} vs engine {engine}");
+    let names: Vec<&str> = proof["prepared"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for way in ["kernel", "gather-scatter", "separate", "graph"] {
+        assert!(names.contains(&way), "{names:?}");
+    }
+}
+
+#[test]
+fn the_engine_benchmark_sweeps_sizes_with_regret_and_a_plain_copy_baseline() {
+    let doc = json_of(&[
+        "plan",
+        "--json",
+        "--sim",
+        "dgx1-v100",
+        "--src",
+        "0",
+        "--dst",
+        "5",
+        "--sizes",
+        "4K,1M,16M",
+    ]);
+    assert_eq!(doc["schema"], "peerlink.plan-sweep/1");
+    let points = doc["points"].as_array().unwrap();
+    assert_eq!(points.len(), 3);
+    for p in points {
+        assert!(p["regret"].as_f64().unwrap() <= 0.05, "{p}");
+        assert!(p["plain_copy"]["gpu_us"].as_f64().unwrap() > 0.0, "{p}");
+        // Without NVLink the engine's relay or split must beat the driver's staged plain copy.
+        if p["bytes"].as_u64().unwrap() >= 1 << 20 {
+            assert!(p["engine_overhead"].as_f64().unwrap() < 0.0, "{p}");
+        }
+    }
+    assert!(doc["worst_regret"].as_f64().unwrap() <= 0.05);
+}
+
+#[test]
+fn batch_and_sweep_bad_input_exit_2() {
+    for args in [
+        vec!["--size", "4K", "--messages", "0"],
+        vec!["--sizes", "4K..1K"],
+        vec!["--size", "4K", "--sizes", "4K,8K"],
+    ] {
+        peerlink()
+            .args(["plan", "--sim", "dgx-h100", "--src", "0", "--dst", "1"])
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("panicked").not());
+    }
+}

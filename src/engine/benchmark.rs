@@ -4,8 +4,9 @@
 //! This is how the engine proves its choice: a planner whose predictions rank strategies the way
 //! the backend does has a regret near zero at every size.
 
-use super::fabric::Fabric;
-use super::plan::Strategy;
+use super::fabric::{Buffer, Fabric};
+use super::plan::{BatchStrategy, Strategy};
+use crate::backend::{Copy, CopyMethod};
 use crate::{Error, Result};
 
 /// How much to run per strategy and size.
@@ -43,6 +44,28 @@ pub struct Point {
     /// pick time / best time − 1: 0 when the pick was the fastest.
     pub regret: f64,
     pub timings: Vec<Timing>,
+    /// The same bytes moved without the engine: one plain copy-engine copy queued straight on the
+    /// backend (cudaMemcpyAsync), as a user would write it.
+    pub raw: Baseline,
+    /// The planner's pick through the whole engine, on the host clock: from the call that plans and
+    /// submits it until `wait` returns.
+    pub engine_wall_us: f64,
+}
+
+/// A plain copy's times (medians).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Baseline {
+    /// GPU time between events around the copy.
+    pub gpu_us: f64,
+    /// Host clock from the copy call until the host's event synchronisation returns.
+    pub wall_us: f64,
+}
+
+impl Point {
+    /// The engine's cost over a plain copy, on the host clock: engine / plain − 1.
+    pub fn overhead(&self) -> f64 {
+        self.engine_wall_us / self.raw.wall_us - 1.0
+    }
 }
 
 impl Point {
@@ -141,12 +164,234 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
         .min_by(|a, b| a.measured_us.total_cmp(&b.measured_us))
         .expect("the planner's pick is always usable");
     let pick_us = measured(pick.strategy).expect("the pick was measured");
+    let (best, regret) = (best.strategy, pick_us / best.measured_us - 1.0);
+
+    to.write(0, &poison)?;
+    let mut engine_wall = Vec::with_capacity(options.runs);
+    for run in 0..options.warmup + options.runs {
+        let backend = fabric.backend();
+        let start = backend.host_time_us();
+        fabric.copy(from.all(), to.all())?.wait()?;
+        if run >= options.warmup {
+            engine_wall.push(backend.host_time_us() - start);
+        }
+    }
+    verify(&to.to_vec()?, &data, pick.strategy, src, dst)?;
+    to.write(0, &poison)?;
+    let raw = plain_copy(fabric, &from, &to, options)?;
+    verify(&to.to_vec()?, &data, pick.strategy, src, dst)?;
     Ok(Point {
         bytes,
         pick: pick.strategy,
-        best: best.strategy,
-        regret: pick_us / best.measured_us - 1.0,
+        best,
+        regret,
         timings,
+        raw,
+        engine_wall_us: median(engine_wall),
+    })
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// One copy-engine copy of all of `from` into `to`, issued straight on the backend on a stream of
+/// the source GPU, timed on the GPU (events) and on the host (call to synchronisation).
+fn plain_copy(fabric: &Fabric, from: &Buffer, to: &Buffer, options: Options) -> Result<Baseline> {
+    let backend = fabric.backend();
+    let stream = backend.create_stream(from.device())?;
+    let copy = Copy {
+        dst: to.state.id,
+        dst_offset: 0,
+        src: from.state.id,
+        src_offset: 0,
+        len: from.size(),
+    };
+    let (mut gpu, mut wall) = (Vec::new(), Vec::new());
+    for run in 0..options.warmup + options.runs {
+        let before = backend.record(stream)?;
+        let start = backend.host_time_us();
+        backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+        let after = backend.record(stream)?;
+        backend.event_synchronize(after)?;
+        let end = backend.host_time_us();
+        if run >= options.warmup {
+            gpu.push(backend.elapsed_us(before, after)?);
+            wall.push(end - start);
+        }
+        backend.destroy_event(before)?;
+        backend.destroy_event(after)?;
+    }
+    Ok(Baseline {
+        gpu_us: median(gpu),
+        wall_us: median(wall),
+    })
+}
+
+/// One way of moving a batch, timed on the host clock from the call to the completion seen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchTiming {
+    /// A batch strategy's name, `plain copies` or `engine, one call`.
+    pub name: String,
+    /// Host µs spent preparing it once (validation, planning, a graph's capture), before the runs.
+    pub prepare_us: f64,
+    /// Median host µs of one run, divided by the message count.
+    pub per_message_us: f64,
+}
+
+/// Every way of moving `count` messages of `size` bytes between two buffers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchReport {
+    pub source: String,
+    pub src: usize,
+    pub dst: usize,
+    pub count: usize,
+    pub size: usize,
+    /// What the planner picks for the batch.
+    pub pick: BatchStrategy,
+    /// `count` copy-engine copies queued one by one straight on the backend (cudaMemcpyAsync each),
+    /// then one synchronisation: what a user writes without peerlink.
+    pub plain: BatchTiming,
+    /// `Fabric::copy_batch` then `wait`: validation, planning, the copy list's upload, the launch and
+    /// the completion, all paid in every run.
+    pub one_call: BatchTiming,
+    /// Each usable batch strategy prepared once and run again and again (`Pattern::run` + `wait`).
+    pub prepared: Vec<BatchTiming>,
+}
+
+impl BatchReport {
+    /// plain per-message time / the engine's one-call per-message time.
+    pub fn speedup(&self) -> f64 {
+        self.plain.per_message_us / self.one_call.per_message_us
+    }
+}
+
+/// Moves `count` messages of `size` bytes from GPU `src` to GPU `dst` every way, verifying every
+/// byte after each, and times them.
+pub fn batch(
+    fabric: &Fabric,
+    src: usize,
+    dst: usize,
+    count: usize,
+    size: usize,
+    options: Options,
+) -> Result<BatchReport> {
+    if count == 0 || size == 0 || options.runs == 0 {
+        return Err(Error::usage(
+            "a batch benchmark needs at least one message of at least one byte, and one run",
+        ));
+    }
+    let total = count
+        .checked_mul(size)
+        .ok_or_else(|| Error::usage("the batch is larger than this host's address space"))?;
+    let from = fabric.alloc(src, total)?;
+    let to = fabric.alloc(dst, total)?;
+    let data = pattern(total, (count * 31 + size) as u64);
+    let poison: Vec<u8> = data.iter().map(|b| !b).collect();
+    from.write(0, &data)?;
+    // Message i lands in slot count−1−i: a scatter, not one contiguous copy in disguise.
+    let at = |i: usize| (i * size, (count - 1 - i) * size);
+    let messages: Vec<_> = (0..count)
+        .map(|i| {
+            let (s, d) = at(i);
+            (from.range(s..s + size), to.range(d..d + size))
+        })
+        .collect();
+    let mut expected = vec![0u8; total];
+    for i in 0..count {
+        let (s, d) = at(i);
+        expected[d..d + size].copy_from_slice(&data[s..s + size]);
+    }
+    let backend = fabric.backend();
+    let runs = |name: &str, prepare_us: f64, run: &mut dyn FnMut() -> Result<()>| {
+        to.write(0, &poison)?;
+        let mut wall = Vec::with_capacity(options.runs);
+        for r in 0..options.warmup + options.runs {
+            let start = backend.host_time_us();
+            run()?;
+            if r >= options.warmup {
+                wall.push(backend.host_time_us() - start);
+            }
+        }
+        let got = to.to_vec()?;
+        if let Some(offset) = got.iter().zip(&expected).position(|(g, e)| g != e) {
+            return Err(Error::Verification {
+                test: format!("engine batch, {name}"),
+                src,
+                dst,
+                offset,
+                expected: expected[offset],
+                found: got[offset],
+            });
+        }
+        Ok(BatchTiming {
+            name: name.to_string(),
+            prepare_us,
+            per_message_us: median(wall) / count as f64,
+        })
+    };
+
+    // Plain copies get what any careful user sets up first: peer access, where the pair has it.
+    if fabric.planner().model().has_p2p(src, dst) {
+        fabric.shared.ensure_peer(src, dst)?;
+    }
+    let stream = backend.create_stream(src)?;
+    let copies: Vec<Copy> = (0..count)
+        .map(|i| {
+            let (s, d) = at(i);
+            Copy {
+                dst: to.state.id,
+                dst_offset: d,
+                src: from.state.id,
+                src_offset: s,
+                len: size,
+            }
+        })
+        .collect();
+    let plain = runs("plain copies", 0.0, &mut || {
+        for copy in &copies {
+            backend.copy(stream, CopyMethod::CopyEngine, copy)?;
+        }
+        let done = backend.record(stream)?;
+        backend.event_synchronize(done)?;
+        backend.destroy_event(done)
+    })?;
+
+    let mut pick = None;
+    let one_call = runs("engine, one call", 0.0, &mut || {
+        let t = fabric.copy_batch(&messages)?;
+        t.wait()?;
+        if let super::fabric::Planned::Batch(plan) = t.planned() {
+            pick = Some(plan.strategy);
+        }
+        Ok(())
+    })?;
+
+    let mut prepared = Vec::new();
+    let repeats = u32::try_from(options.warmup + options.runs).unwrap_or(u32::MAX);
+    for strategy in BatchStrategy::ALL {
+        let start = backend.host_time_us();
+        // A strategy this pair cannot use is not a contender.
+        let Ok(pattern) = fabric.pattern_with(&messages, repeats, strategy) else {
+            continue;
+        };
+        let prepare_us = backend.host_time_us() - start;
+        prepared.push(runs(strategy.name(), prepare_us, &mut || {
+            pattern.run(&[])?.wait()
+        })?);
+    }
+    Ok(BatchReport {
+        source: backend.source().to_string(),
+        src,
+        dst,
+        count,
+        size,
+        pick: pick
+            .ok_or_else(|| Error::InvalidHandle("copy_batch was not planned as a batch".into()))?,
+        plain,
+        one_call,
+        prepared,
     })
 }
 

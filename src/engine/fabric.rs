@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 ///
 /// Cheap to share: `&Fabric` may be used from several threads at once.
 pub struct Fabric {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
 }
 
 /// Options for opening a [`Fabric`].

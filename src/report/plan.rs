@@ -2,8 +2,8 @@
 //! and (with `--prove`) the times measured for each on the backend.
 
 use super::table::plain;
-use crate::engine::benchmark::Report;
-use crate::engine::{Plan, Route, Strategy};
+use crate::engine::benchmark::{BatchReport, BatchTiming, Point, Report};
+use crate::engine::{BatchPlan, Plan, Route, Strategy};
 use crate::units::{format_bytes, gbps};
 use comfy_table::CellAlignment;
 use serde_json::{json, Value};
@@ -11,6 +11,10 @@ use std::fmt::Write;
 
 /// JSON schema name of the `plan` document.
 pub const SCHEMA: &str = "peerlink.plan/1";
+/// JSON schema name of the engine benchmark over a size sweep (`plan --sizes`).
+pub const SWEEP_SCHEMA: &str = "peerlink.plan-sweep/1";
+/// JSON schema name of a batch plan (`plan --messages`).
+pub const BATCH_SCHEMA: &str = "peerlink.plan-batch/1";
 
 /// Everything `plan` reports.
 pub struct PlanView<'a> {
@@ -90,13 +94,253 @@ pub fn json(view: &PlanView<'_>) -> Value {
                 })
             })
             .collect();
+        doc["proof"] = point_proof(point, measured);
+    }
+    doc
+}
+
+/// What one size of the engine benchmark measured, as JSON.
+fn point_proof(point: &Point, measured: Vec<Value>) -> Value {
+    json!({
+        "measured": measured,
+        "best": point.best,
+        "regret": point.regret,
+        "plain_copy": {
+            "gpu_us": point.raw.gpu_us,
+            "wall_us": point.raw.wall_us,
+            "what": "one copy-engine copy queued straight on the backend (cudaMemcpyAsync)",
+        },
+        "engine_wall_us": point.engine_wall_us,
+        "engine_overhead": point.overhead(),
+    })
+}
+
+/// The closing lines of a proof: regret, and the engine against a plain copy.
+fn proof_lines(out: &mut String, source: &str, point: &Point) {
+    let what = if source.starts_with("sim:") {
+        "simulated GPU time"
+    } else {
+        "GPU time"
+    };
+    let _ = writeln!(
+        out,
+        "\nmeasured ({what}, median, every byte verified): fastest {}, the pick's regret {:.1}%",
+        point.best,
+        point.regret * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "plain copy-engine copy (no engine): {:.1} µs GPU, {:.1} µs call to completion; the \
+         engine's pick, planned and submitted: {:.1} µs call to completion ({:+.1}%)",
+        point.raw.gpu_us,
+        point.raw.wall_us,
+        point.engine_wall_us,
+        point.overhead() * 100.0
+    );
+}
+
+/// The engine benchmark over a size sweep.
+pub struct SweepView<'a> {
+    pub model: &'a str,
+    pub report: &'a Report,
+}
+
+/// The `plan --sizes --json` document.
+pub fn sweep_json(view: &SweepView<'_>) -> Value {
+    let r = view.report;
+    let points: Vec<Value> = r
+        .points
+        .iter()
+        .map(|p| {
+            let measured = p
+                .timings
+                .iter()
+                .map(|t| {
+                    json!({
+                        "strategy": t.strategy,
+                        "chunk_bytes": t.chunk_bytes,
+                        "predicted_us": t.predicted_us,
+                        "measured_us": t.measured_us,
+                    })
+                })
+                .collect();
+            let mut v = point_proof(p, measured);
+            v["bytes"] = json!(p.bytes);
+            v["pick"] = json!(p.pick);
+            v
+        })
+        .collect();
+    json!({
+        "schema": SWEEP_SCHEMA,
+        "source": r.source,
+        "simulated": r.source.starts_with("sim:"),
+        "model": view.model,
+        "src": r.src,
+        "dst": r.dst,
+        "worst_regret": r.worst_regret(),
+        "points": points,
+    })
+}
+
+/// The engine benchmark's table: one row per size.
+pub fn sweep_text(view: &SweepView<'_>) -> String {
+    let r = view.report;
+    let mut out = String::new();
+    if let Some(banner) = super::simulated_banner(&r.source) {
+        let _ = writeln!(out, "{banner}\n");
+    }
+    let _ = writeln!(
+        out,
+        "engine benchmark, GPU {} → GPU {} ({}); costs: {}",
+        r.src, r.dst, r.source, view.model
+    );
+    let _ = writeln!(
+        out,
+        "each strategy's GPU time (median, every byte verified); regret = pick / fastest − 1; plain \
+         = one cudaMemcpyAsync with no engine (GPU time); engine vs plain = the engine's \
+         call-to-completion time against the plain copy's, in %\n"
+    );
+    let mut strategies: Vec<Strategy> = r
+        .points
+        .iter()
+        .flat_map(|p| p.timings.iter().map(|t| t.strategy))
+        .collect();
+    strategies.dedup();
+    strategies.sort_by_key(|s| Strategy::ALL.iter().position(|a| a == s));
+    strategies.dedup();
+    let mut header = vec!["size".to_string(), "pick".to_string()];
+    header.extend(strategies.iter().map(|s| format!("{s} µs")));
+    header.extend(["plain µs", "regret", "engine vs plain"].map(String::from));
+    let mut table = plain(header);
+    for p in &r.points {
+        let mut row = vec![format_bytes(p.bytes), p.pick.to_string()];
+        for s in &strategies {
+            row.push(
+                p.timing(*s)
+                    .map_or_else(|| "—".to_string(), |t| format!("{:.1}", t.measured_us)),
+            );
+        }
+        row.push(format!("{:.1}", p.raw.gpu_us));
+        row.push(format!("{:.1}%", p.regret * 100.0));
+        row.push(format!("{:+.1}%", p.overhead() * 100.0));
+        table.add_row(row);
+    }
+    for column in table.column_iter_mut().skip(2) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    let _ = writeln!(out, "{table}");
+    let _ = writeln!(out, "\nworst regret: {:.1}%", r.worst_regret() * 100.0);
+    out
+}
+
+/// A batch plan and, with `--prove`, its measurements.
+pub struct BatchView<'a> {
+    pub source: &'a str,
+    pub model: &'a str,
+    pub count: usize,
+    pub size: u64,
+    pub plan: &'a BatchPlan,
+    pub proof: Option<&'a BatchReport>,
+}
+
+fn timing_json(t: &BatchTiming) -> Value {
+    json!({
+        "name": t.name,
+        "prepare_us": t.prepare_us,
+        "per_message_us": t.per_message_us,
+    })
+}
+
+/// The `plan --messages --json` document.
+pub fn batch_json(view: &BatchView<'_>) -> Value {
+    let plan = view.plan;
+    let mut doc = json!({
+        "schema": BATCH_SCHEMA,
+        "source": view.source,
+        "simulated": view.source.starts_with("sim:"),
+        "model": view.model,
+        "src": plan.src,
+        "dst": plan.dst,
+        "messages": view.count,
+        "message_bytes": view.size,
+        "strategy": plan.strategy.name(),
+        "predicted_us": plan.predicted_us,
+        "alternatives": plan
+            .alternatives
+            .iter()
+            .map(|(s, us)| json!({ "strategy": s.name(), "predicted_us": us }))
+            .collect::<Vec<_>>(),
+    });
+    if let Some(r) = view.proof {
         doc["proof"] = json!({
-            "measured": measured,
-            "best": point.best,
-            "regret": point.regret,
+            "what": "host clock per message, from the call to the completion seen, median of runs; \
+                     every byte verified",
+            "pick": r.pick.name(),
+            "plain_copies": timing_json(&r.plain),
+            "engine_one_call": timing_json(&r.one_call),
+            "prepared": r.prepared.iter().map(timing_json).collect::<Vec<_>>(),
+            "speedup_over_plain": r.speedup(),
         });
     }
     doc
+}
+
+/// The human-readable batch plan.
+pub fn batch_text(view: &BatchView<'_>) -> String {
+    let plan = view.plan;
+    let mut out = String::new();
+    if let Some(banner) = super::simulated_banner(view.source) {
+        let _ = writeln!(out, "{banner}\n");
+    }
+    let _ = writeln!(
+        out,
+        "GPU {} → GPU {}, {} messages of {} ({})\ncosts: {}\n",
+        plan.src,
+        plan.dst,
+        view.count,
+        format_bytes(view.size),
+        view.source,
+        view.model
+    );
+    let mut table = plain(vec!["batch strategy".into(), "predicted µs".into()]);
+    table.add_row(vec![
+        format!("{} (pick)", plan.strategy.name()),
+        format!("{:.1}", plan.predicted_us),
+    ]);
+    for (s, us) in &plan.alternatives {
+        table.add_row(vec![s.name().to_string(), format!("{us:.1}")]);
+    }
+    let _ = writeln!(out, "{table}");
+    if let Some(r) = view.proof {
+        let _ = writeln!(
+            out,
+            "\nmeasured: host clock per message, call to completion seen, median; every byte \
+             verified"
+        );
+        let mut table = plain(vec![
+            "way".into(),
+            "µs per message".into(),
+            "prepared once, µs".into(),
+        ]);
+        for t in std::iter::once(&r.plain)
+            .chain(std::iter::once(&r.one_call))
+            .chain(&r.prepared)
+        {
+            table.add_row(vec![
+                t.name.clone(),
+                format!("{:.4}", t.per_message_us),
+                format!("{:.1}", t.prepare_us),
+            ]);
+        }
+        let _ = writeln!(out, "{table}");
+        let _ = writeln!(
+            out,
+            "the engine in one call ({}) is {:.0}× faster per message than plain copies",
+            r.pick.name(),
+            r.speedup()
+        );
+    }
+    out
 }
 
 /// The human-readable report.
@@ -175,17 +419,7 @@ pub fn text(view: &PlanView<'_>) -> String {
         let _ = writeln!(out, "not usable: {strategy} — {why}");
     }
     if let Some(point) = point {
-        let what = if view.source.starts_with("sim:") {
-            "simulated GPU time"
-        } else {
-            "GPU time"
-        };
-        let _ = writeln!(
-            out,
-            "\nmeasured ({what}, median, every byte verified): fastest {}, the pick's regret {:.1}%",
-            point.best,
-            point.regret * 100.0
-        );
+        proof_lines(&mut out, view.source, point);
     }
     out
 }
