@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU host, from the repository root, with gpu-carry/ built by scripts/gpu-build.sh.
-# Collects nvidia-smi's view, peerlink's topo, bench, sweep and explain outputs and the GPU tests'
-# log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
+# Collects nvidia-smi's view, peerlink's topo, bench, sweep, explain and engine-benchmark outputs and
+# the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
 work=$(mktemp -d)
@@ -40,7 +40,17 @@ for size in 8B 64KiB 256MiB; do
     $bin --gpu explain --src 0 --dst 0 --size $size >"$work/explain-$size.txt" 2>&1
 done
 
+step engine
+$bin --gpu plan --src 0 --dst 0 --sizes 4B..1GiB --json >"$work/engine-sweep.json" 2>"$work/engine-sweep.err"
+$bin --gpu plan --src 0 --dst 0 --sizes 4B..1GiB >"$work/engine-sweep.txt" 2>&1
+$bin --gpu plan --src 0 --dst 0 --size 4KiB --messages 1000 --prove --json >"$work/engine-batch.json" 2>"$work/engine-batch.err"
+$bin --gpu plan --src 0 --dst 0 --size 4KiB --messages 1000 --prove >"$work/engine-batch.txt" 2>&1
+$bin --gpu plan --src 0 --dst 0 --size 256MiB --prove --json >"$work/engine-256MiB.json" 2>"$work/engine-256MiB.err"
+$bin --gpu plan --src 0 --dst 0 --size 256MiB --prove >"$work/engine-256MiB.txt" 2>&1
+
 tar czf "$dest/results.tgz" -C "$work" .
-tail -n 3 "$work/gpu-tests.log"
+grep -E "^test |test result|random transfers|gpu tests exit" "$work/gpu-tests.log" | tail -n 25
 cat "$work/bench.time"
-head -c 6000 "$work/bench.txt"
+cat "$work/engine-batch.txt" "$work/engine-256MiB.txt"
+grep -h "gap:" "$work"/explain-*.txt
+cat "$work"/*.err
