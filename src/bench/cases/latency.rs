@@ -122,28 +122,40 @@ impl TestCase for SmallCopy {
 /// End-to-end latency of one small transfer as the host sees it.
 pub struct EndToEnd;
 
+/// Host times of one transfer seen end to end.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostTimes {
+    /// From the call that queues the transfer until the host has seen it complete.
+    pub total_us: f64,
+    /// Spent inside the call that queues its first copy.
+    pub call_us: f64,
+}
+
 impl EndToEnd {
     /// Host µs of one transfer: from the call that queues operation `op` of `lane` until the host
     /// has seen it complete (event synchronisation).
-    pub fn one_transfer(lane: &mut Lane<'_>, op: u64) -> Result<f64> {
+    pub fn one_transfer(lane: &mut Lane<'_>, op: u64) -> Result<HostTimes> {
         let backend = lane.backend();
         let start = backend.host_time_us();
-        lane.enqueue(op)?;
+        let call_us = lane.enqueue(op)?;
         let done = backend.record(lane.final_stream())?;
         backend.event_synchronize(done)?;
         let end = backend.host_time_us();
         backend.destroy_event(done)?;
-        Ok(end - start)
+        Ok(HostTimes {
+            total_us: end - start,
+            call_us,
+        })
     }
 
     /// [`EndToEnd::one_transfer`] `transfers` times, one at a time, after one warm-up transfer
     /// (first-use costs are setup, not the steady state); every byte verified afterwards.
-    pub fn host_times(lane: &mut Lane<'_>, transfers: u32, seed: u64) -> Result<Vec<f64>> {
+    pub fn host_times(lane: &mut Lane<'_>, transfers: u32, seed: u64) -> Result<Vec<HostTimes>> {
         lane.fill(seed)?;
         EndToEnd::one_transfer(lane, 0)?;
         let times = (1..=u64::from(transfers))
             .map(|op| EndToEnd::one_transfer(lane, op))
-            .collect::<Result<Vec<f64>>>()?;
+            .collect::<Result<Vec<HostTimes>>>()?;
         lane.verify()?;
         Ok(times)
     }
@@ -188,7 +200,11 @@ impl TestCase for EndToEnd {
         let mut times = Vec::new();
         for _ in 0..ctx.timing.samples {
             let seed = ctx.next_seed();
-            times.extend(EndToEnd::host_times(&mut lane, END_TO_END_TRANSFERS, seed)?);
+            times.extend(
+                EndToEnd::host_times(&mut lane, END_TO_END_TRANSFERS, seed)?
+                    .into_iter()
+                    .map(|t| t.total_us),
+            );
         }
         let stats = finite_stats(&times)?;
         Ok(Outcome::Measured {
