@@ -33,6 +33,9 @@ pub struct Pattern {
     fabric: Arc<executor::Shared>,
     plan: BatchPlan,
     messages: Vec<Message>,
+    /// Each buffer the messages touch, once, and whether the batch writes it: ordering against
+    /// other transfers is per buffer, so a run checks and claims each once, not once per message.
+    touched: Vec<(Arc<BufferState>, bool)>,
     /// Bytes in the gathering buffers, alignment gaps included.
     packed_len: usize,
     graph: Option<GraphId>,
@@ -107,6 +110,7 @@ impl Fabric {
         let mut pattern = Pattern {
             fabric: self.shared().clone(),
             plan,
+            touched: touched_buffers(&prepared),
             messages: prepared,
             packed_len: packed_len as usize,
             graph: None,
@@ -116,6 +120,21 @@ impl Fabric {
         }
         Ok(pattern)
     }
+}
+
+/// The distinct buffers of a batch; a buffer that is some message's destination counts as written.
+fn touched_buffers(messages: &[Message]) -> Vec<(Arc<BufferState>, bool)> {
+    let mut touched: Vec<(Arc<BufferState>, bool)> = Vec::new();
+    let roles = messages
+        .iter()
+        .flat_map(|m| [(&m.src, false), (&m.dst, true)]);
+    for (buffer, writes) in roles {
+        match touched.iter_mut().find(|(b, _)| b.id == buffer.id) {
+            Some((_, w)) => *w |= writes,
+            None => touched.push((buffer.clone(), writes)),
+        }
+    }
+    touched
 }
 
 /// Refuses batches whose result would depend on the order of the messages: two destinations that
@@ -173,15 +192,15 @@ impl Pattern {
     pub fn run(&self, after: &[&Transfer]) -> Result<Transfer> {
         let mut deps: Vec<Arc<executor::Completion>> =
             after.iter().map(|t| t.done.clone()).collect();
-        for m in &self.messages {
-            deps.extend(m.src.conflicts(false));
-            deps.extend(m.dst.conflicts(true));
+        for (buffer, writes) in &self.touched {
+            deps.extend(buffer.conflicts(*writes));
         }
-        let events: Vec<EventId> = deps.iter().map(|c| c.end).collect();
+        let mut events: Vec<EventId> = deps.iter().map(|c| c.end).collect();
+        events.sort_unstable();
+        events.dedup();
         let done = Arc::new(self.issue(&events)?);
-        for m in &self.messages {
-            m.src.claim(&done, false);
-            m.dst.claim(&done, true);
+        for (buffer, writes) in &self.touched {
+            buffer.claim(&done, *writes);
         }
         Ok(Transfer {
             done,
