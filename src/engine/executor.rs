@@ -19,6 +19,7 @@ use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
 use crate::Result;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Why a stream exists: streams are made once per (GPU, pair, role) and reused.
@@ -156,11 +157,6 @@ impl Shared {
     pub fn lane(&self, key: LaneKey) -> Arc<Mutex<Lane>> {
         lock(&self.lanes).entry(key).or_default().clone()
     }
-
-    /// Whether an event has fired; an unreadable event counts as fired (nothing can wait on it).
-    pub fn fired(&self, event: EventId) -> bool {
-        self.backend.event_done(event).unwrap_or(true)
-    }
 }
 
 impl Drop for Shared {
@@ -225,6 +221,8 @@ pub(super) struct Completion {
     pub start: EventId,
     pub end: EventId,
     events: Vec<EventId>,
+    /// Set once the end event is known to have fired: later checks need no driver call.
+    finished: AtomicBool,
 }
 
 impl Completion {
@@ -233,18 +231,33 @@ impl Completion {
     }
 
     pub fn is_done(&self) -> Result<bool> {
-        self.shared.backend.event_done(self.end)
+        if self.finished.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let done = self.shared.backend.event_done(self.end)?;
+        self.finished.store(done, Ordering::Release);
+        Ok(done)
+    }
+
+    /// Whether the work has finished; an unreadable event counts as finished (nothing can wait on
+    /// it).
+    pub fn fired(&self) -> bool {
+        self.is_done().unwrap_or(true)
     }
 
     pub fn wait(&self) -> Result<()> {
-        self.shared.backend.event_synchronize(self.end)
+        if !self.finished.load(Ordering::Acquire) {
+            self.shared.backend.event_synchronize(self.end)?;
+            self.finished.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 }
 
 impl Drop for Completion {
     fn drop(&mut self) {
         // Events can only go once the work before them has run.
-        if !self.shared.fired(self.end) {
+        if !self.fired() {
             let _ = self.shared.backend.event_synchronize(self.end);
         }
         for &e in &self.events {
@@ -319,6 +332,7 @@ impl<'s> Issuer<'s> {
             start,
             end,
             events: std::mem::take(&mut self.events),
+            finished: AtomicBool::new(false),
         }
     }
 }

@@ -217,7 +217,7 @@ impl BufferState {
     /// The pending uses, with finished ones forgotten.
     fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Use>> {
         let mut uses = lock(&self.uses);
-        uses.retain(|u| !self.shared.fired(u.done.end));
+        uses.retain(|u| !u.done.fired());
         uses
     }
 

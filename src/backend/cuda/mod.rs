@@ -151,6 +151,9 @@ pub struct CudaBackend {
     buffers: Handles<Buffer>,
     streams: Handles<Stream>,
     events: Handles<Event>,
+    /// Per device, destroyed events kept for the next `record`: creating and destroying a CUDA
+    /// event costs the CPU about a microsecond each, which every transfer would otherwise pay.
+    spare_events: Vec<Mutex<Vec<CudaEvent>>>,
     graphs: Handles<CapturedGraph>,
     descriptors: batches::DescriptorPool,
     /// One internal stream per device for the synchronous `write` and `read`.
@@ -208,6 +211,7 @@ impl CudaBackend {
             buffers: Handles::new("buffer"),
             streams: Handles::new("stream"),
             events: Handles::new("event"),
+            spare_events: contexts.iter().map(|_| Mutex::default()).collect(),
             graphs: Handles::new("graph"),
             descriptors: batches::DescriptorPool::new(contexts.len()),
             io_streams,
@@ -438,10 +442,14 @@ impl Backend for CudaBackend {
 
     fn record(&self, stream: StreamId) -> Result<EventId> {
         let stream = self.streams.get(stream.0)?;
-        // Timing enabled: cudarc's `new_event(None)` would disable it.
-        let event = self.contexts[stream.device]
-            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(failed("cuEventCreate"))?;
+        let spare = lock(&self.spare_events[stream.device]).pop();
+        let event = match spare {
+            Some(event) => event,
+            // Timing enabled: cudarc's `new_event(None)` would disable it.
+            None => self.contexts[stream.device]
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(failed("cuEventCreate"))?,
+        };
         event
             .record(&stream.stream)
             .map_err(failed("cuEventRecord"))?;
@@ -501,7 +509,14 @@ impl Backend for CudaBackend {
     }
 
     fn destroy_event(&self, event: EventId) -> Result<()> {
-        self.events.remove(event.0).map(drop)
+        // Recording a kept event again later is safe: a stream that waited on it captured the
+        // record it waited for.
+        let removed = self.events.remove(event.0)?;
+        // Another thread still using the event (a concurrent query) lets it be destroyed instead.
+        if let Ok(Event { device, event }) = Arc::try_unwrap(removed) {
+            lock(&self.spare_events[device]).push(event);
+        }
+        Ok(())
     }
 
     fn synchronize(&self, stream: StreamId) -> Result<()> {
