@@ -91,7 +91,7 @@ fn text_output_names_the_profile_file_and_json_goes_to_stdout_alone() {
         .assert()
         .success()
         .stdout(predicate::str::contains("SIMULATED"))
-        .stdout(predicate::str::contains("GPU 0 → GPU 1 (copy engine)"))
+        .stdout(predicate::str::contains("Copy engine write, row → column"))
         .stdout(predicate::str::contains("profile written to"))
         .stdout(predicate::str::contains("peerlink-profile.json"));
     // The default file lands in the working directory.

@@ -1,11 +1,21 @@
 //! `peerlink tune` as text: the fitted cost of every hop, the issue costs, and what was not
 //! measured.
 
-use super::table::plain;
-use crate::bench::tune::{describe, Measurements};
-use crate::units::format_bytes;
+use super::table::{matrix, plain};
+use crate::bench::tune::{HopSweep, Measurements};
+use crate::model::Hop;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
+
+/// `β (α)` of a hop: GB/s and µs; `-` where the hop was not swept, `no fit` where it could not be
+/// fitted.
+fn cell(m: &Measurements, hop: Hop) -> String {
+    match m.hops.iter().find(|h| h.hop == hop).map(HopSweep::cost) {
+        None => "-".into(),
+        Some(None) => "no fit".into(),
+        Some(Some(c)) => format!("{:.1} ({:.2})", c.beta_gbps, c.alpha_us),
+    }
+}
 
 /// The measurements as a human reads them.
 pub fn text(m: &Measurements) -> String {
@@ -15,7 +25,7 @@ pub fn text(m: &Measurements) -> String {
     }
     let _ = writeln!(
         out,
-        "Hop costs measured on GPU{} {} ({}), time = α + bytes / β",
+        "Hop costs on GPU{} {} ({}): β GB/s (α µs), time = α + bytes / β\n",
         if m.devices.len() == 1 { "" } else { "s" },
         m.devices
             .iter()
@@ -24,28 +34,56 @@ pub fn text(m: &Measurements) -> String {
             .join(", "),
         m.measured_on
     );
-    let mut table = plain(vec![
-        "hop".into(),
-        "α µs".into(),
-        "β GB/s".into(),
-        "largest size".into(),
-    ]);
-    for h in &m.hops {
-        let (alpha, beta) = match h.sweep.fit {
-            Some(f) => (format!("{:.2}", f.alpha_us), format!("{:.1}", f.beta_gbps)),
-            None => ("-".into(), "-".into()),
-        };
-        let largest = h
-            .sweep
-            .points
-            .last()
-            .map_or("not measured".into(), |p| format_bytes(p.bytes));
-        table.add_row(vec![describe(h.hop), alpha, beta, largest]);
+    let peer = |h: Hop| matches!(h, Hop::PeerCe { .. } | Hop::PeerSm { .. });
+    if m.hops.iter().any(|h| peer(h.hop)) {
+        for (title, hop) in [
+            (
+                "Copy engine write, row → column",
+                (|src, dst| Hop::PeerCe { src, dst }) as fn(usize, usize) -> Hop,
+            ),
+            ("SM kernel write, row → column", |src, dst| Hop::PeerSm {
+                src,
+                dst,
+            }),
+        ] {
+            let table = matrix(&m.devices, false, |src, dst| cell(m, hop(src, dst)));
+            let _ = writeln!(out, "{title}\n{table}\n");
+        }
+    }
+
+    let mut nodes: Vec<Option<i32>> = m
+        .hops
+        .iter()
+        .filter_map(|h| match h.hop {
+            Hop::HostToDevice { node, .. } => Some(node),
+            _ => None,
+        })
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let name = |node: Option<i32>| node.map_or(String::new(), |n| format!(" node {n}"));
+    let mut header = vec!["".to_string(), "local copy".to_string()];
+    for &node in &nodes {
+        header.push(format!("host{} → GPU", name(node)));
+        header.push(format!("GPU → host{}", name(node)));
+    }
+    let mut table = plain(header);
+    for &device in &m.devices {
+        let mut row = vec![format!("GPU{device}"), cell(m, Hop::Local { device })];
+        for &node in &nodes {
+            row.push(cell(m, Hop::HostToDevice { device, node }));
+            row.push(cell(m, Hop::DeviceToHost { device, node }));
+        }
+        table.add_row(row);
     }
     for column in table.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }
-    let _ = writeln!(out, "{table}\n");
+    let _ = writeln!(
+        out,
+        "Within each GPU and to or from pinned host memory\n{table}\n"
+    );
+
     let i = &m.issue;
     let _ = writeln!(
         out,
