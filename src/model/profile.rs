@@ -122,8 +122,11 @@ impl Profile {
     /// One line naming where the profile came from.
     pub fn describe(&self) -> String {
         format!(
-            "{}, {} GPU{}, driver {}, {} hop{}",
+            "{}{}, {} GPU{}, driver {}, {} hop{}",
             self.source,
+            self.measured_on
+                .as_deref()
+                .map_or(String::new(), |d| format!(" on {d}")),
             self.gpus.len(),
             if self.gpus.len() == 1 { "" } else { "s" },
             self.driver_version.as_deref().unwrap_or("unknown"),
