@@ -2,9 +2,11 @@
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
+use peerlink::backend::sim::Preset;
 use peerlink::backend::{self, Choice, Opened};
-use peerlink::bench::{self, explain, progress};
+use peerlink::bench::{self, explain, progress, tune};
 use peerlink::engine::{benchmark, Fabric};
+use peerlink::model::profile::write_atomically;
 use peerlink::model::{CostModel, Profile};
 use peerlink::report;
 use peerlink::units::{parse_size, parse_sizes};
@@ -63,6 +65,9 @@ enum Verb {
     Explain(ExplainArgs),
     /// How the transfer engine would move one transfer, with every alternative's predicted time
     Plan(PlanArgs),
+    /// Measure this host's hop costs and write a profile for `plan --profile` (and, with
+    /// --export-sim, a simulator preset calibrated from the same measurements)
+    Tune(TuneArgs),
 }
 
 #[derive(Args)]
@@ -144,6 +149,21 @@ struct PlanArgs {
     prove: bool,
 }
 
+#[derive(Args)]
+struct TuneArgs {
+    /// Where to write the profile (replaced atomically)
+    #[arg(long, value_name = "FILE", default_value = "peerlink-profile.json")]
+    out: PathBuf,
+
+    /// Also write a simulator preset calibrated from the measurements (load it with --sim FILE)
+    #[arg(long, value_name = "FILE")]
+    export_sim: Option<PathBuf>,
+
+    /// Fewer sizes (and one sample on real GPUs): a rougher profile in about half the time
+    #[arg(long)]
+    quick: bool,
+}
+
 impl Global {
     fn choice(&self) -> Choice {
         match (&self.sim, self.gpu) {
@@ -218,8 +238,74 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Verb::Plan(args) => plan(global, &args)?,
+        Verb::Tune(args) => tune(global, &args)?,
     }
     Ok(())
+}
+
+fn tune(global: &Global, args: &TuneArgs) -> Result<()> {
+    // The preset's name is the file's stem; check it before measuring for half a minute.
+    let preset_name = match &args.export_sim {
+        Some(path) => Some(
+            path.file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    peerlink::Error::Usage(format!(
+                        "--export-sim {}: not a file name",
+                        path.display()
+                    ))
+                })?,
+        ),
+        None => None,
+    };
+    let opened = global.open()?;
+    let backend = opened.backend.as_ref();
+    let options = tune::Options {
+        devices: global.devices.clone(),
+        quick: args.quick,
+        latencies: args.export_sim.is_some(),
+    };
+    let measured = tune::run(backend, &options, &*progress_for(global))?;
+    let profile = measured.profile(backend.topology());
+    profile.save(&args.out)?;
+    let preset = match (&args.export_sim, preset_name) {
+        (Some(path), Some(name)) => {
+            let preset: Preset = tune::export::preset(&measured, backend.topology(), &name)?;
+            write_atomically(path, &serde_json::to_string_pretty(&preset)?)?;
+            Some(path)
+        }
+        _ => None,
+    };
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&profile)?);
+    } else {
+        print!("{}", report::tune::text(&measured));
+    }
+    // Where the files went goes to stderr with --json (stdout holds the document), else stdout.
+    let said = format!(
+        "profile written to {}{}",
+        shown(&args.out),
+        preset.map_or(String::new(), |p| format!(
+            "\nsimulator preset written to {} (use it with --sim {})",
+            shown(p),
+            p.display()
+        ))
+    );
+    if global.json {
+        eprintln!("peerlink: {said}");
+    } else {
+        println!("\n{said}");
+    }
+    Ok(())
+}
+
+/// A path as the user can find it: absolute where the working directory is known.
+fn shown(path: &std::path::Path) -> String {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
 }
 
 fn plan(global: &Global, args: &PlanArgs) -> Result<()> {

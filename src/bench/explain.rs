@@ -100,7 +100,10 @@ fn median(values: &[f64]) -> Result<Stats> {
 }
 
 /// Host µs spent in `call`.
-fn host_us<T>(backend: &dyn Backend, call: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
+pub(crate) fn host_us<T>(
+    backend: &dyn Backend,
+    call: impl FnOnce() -> Result<T>,
+) -> Result<(T, f64)> {
     let start = backend.host_time_us();
     let value = call()?;
     Ok((value, backend.host_time_us() - start))

@@ -12,6 +12,7 @@ pub mod pattern;
 pub mod progress;
 pub mod result;
 pub mod stats;
+pub mod tune;
 
 use crate::backend::Backend;
 use crate::units::format_bytes;

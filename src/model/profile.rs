@@ -40,6 +40,12 @@ pub struct Profile {
     pub graph_node_us: Option<f64>,
     /// CPU cost of queuing work, where measured.
     pub issue: Option<IssueCosts>,
+    /// The UTC date of the measurement (`YYYY-MM-DD`), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_on: Option<String>,
+    /// How the figures were measured and what could not be, one sentence each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Profile {
@@ -54,6 +60,8 @@ impl Profile {
             batch_message_us: None,
             graph_node_us: None,
             issue: None,
+            measured_on: None,
+            notes: Vec::new(),
         }
     }
 
@@ -83,33 +91,8 @@ impl Profile {
 
     /// Writes the profile atomically: a temporary file next to `path`, synced, then renamed over it.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let io = |source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let name = path
-            .file_name()
-            .ok_or_else(|| Error::usage(format!("{}: not a file name", path.display())))?;
-        let temp = dir.join(format!(
-            ".{}.tmp.{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
         let json = serde_json::to_string_pretty(self).expect("a profile always serialises");
-        let written = std::fs::File::create(&temp).and_then(|mut file| {
-            file.write_all(json.as_bytes())?;
-            file.write_all(b"\n")?;
-            file.sync_all()
-        });
-        if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
-            let _ = std::fs::remove_file(&temp);
-            return Err(io(e));
-        }
-        Ok(())
+        write_atomically(path, &json)
     }
 
     /// Refuses a profile measured on other GPUs or another driver, saying which differs.
@@ -139,8 +122,11 @@ impl Profile {
     /// One line naming where the profile came from.
     pub fn describe(&self) -> String {
         format!(
-            "{}, {} GPU{}, driver {}, {} hop{}",
+            "{}{}, {} GPU{}, driver {}, {} hop{}",
             self.source,
+            self.measured_on
+                .as_deref()
+                .map_or(String::new(), |d| format!(" on {d}")),
             self.gpus.len(),
             if self.gpus.len() == 1 { "" } else { "s" },
             self.driver_version.as_deref().unwrap_or("unknown"),
@@ -184,6 +170,37 @@ impl Profile {
         }
         Ok(())
     }
+}
+
+/// Writes `text` and a final newline to `path` so that a reader sees the old file or the new one,
+/// never half of one: a temporary file in the same directory, synced, then renamed over `path`.
+pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::usage(format!("{}: not a file name", path.display())))?;
+    let temp = dir.join(format!(
+        ".{}.tmp.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = std::fs::File::create(&temp).and_then(|mut file| {
+        file.write_all(text.as_bytes())?;
+        file.write_all(b"\n")?;
+        file.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(io(e));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

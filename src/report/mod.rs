@@ -8,6 +8,7 @@ pub mod bench;
 pub mod plan;
 pub mod table;
 pub mod topo;
+pub mod tune;
 
 /// The line that opens every text report made from a simulated host, or `None` for real GPUs.
 pub fn simulated_banner(source: &str) -> Option<String> {

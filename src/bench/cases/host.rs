@@ -118,12 +118,36 @@ pub enum HostDirection {
     Local,
 }
 
-/// Host↔device over PCIe with pinned memory on the GPU's NUMA node, or a copy within one GPU.
-pub struct HostCopy(pub HostDirection);
+/// Host↔device over PCIe with pinned memory on the GPU's NUMA node (or a named one), or a copy
+/// within one GPU.
+pub struct HostCopy {
+    pub direction: HostDirection,
+    /// NUMA node of the pinned host memory; `None`: the GPU's own node.
+    pub host_node: Option<i32>,
+}
+
+impl HostCopy {
+    /// The test with pinned host memory on the GPU's own NUMA node.
+    pub fn new(direction: HostDirection) -> HostCopy {
+        HostCopy {
+            direction,
+            host_node: None,
+        }
+    }
+
+    /// The test with pinned host memory on NUMA node `node`, near the GPU or not (what a copy to
+    /// or from the other socket's memory costs).
+    pub fn on_node(direction: HostDirection, node: i32) -> HostCopy {
+        HostCopy {
+            direction,
+            host_node: Some(node),
+        }
+    }
+}
 
 impl TestCase for HostCopy {
     fn name(&self) -> &str {
-        match self.0 {
+        match self.direction {
             HostDirection::HostToDevice => "h2d",
             HostDirection::DeviceToHost => "d2h",
             HostDirection::Local => "local",
@@ -139,29 +163,31 @@ impl TestCase for HostCopy {
     }
 
     fn measures(&self) -> String {
-        match self.0 {
-            HostDirection::HostToDevice => {
-                "host→device: pinned host memory preferring the GPU's NUMA node, copy engine, issued on \
-                 the GPU's stream; GPU time"
-            }
-            HostDirection::DeviceToHost => {
-                "device→host: into pinned host memory preferring the GPU's NUMA node, copy engine, \
-                 issued on the GPU's stream; GPU time"
-            }
-            HostDirection::Local => {
-                "device-local copy within the GPU's memory, copy engine; bytes counted once \
-                 (the memory reads and writes each of them); GPU time"
-            }
+        let node = match self.host_node {
+            None => "preferring the GPU's NUMA node".to_string(),
+            Some(node) => format!("preferring NUMA node {node}"),
+        };
+        match self.direction {
+            HostDirection::HostToDevice => format!(
+                "host→device: pinned host memory {node}, copy engine, issued on the GPU's stream; \
+                 GPU time"
+            ),
+            HostDirection::DeviceToHost => format!(
+                "device→host: into pinned host memory {node}, copy engine, issued on the GPU's \
+                 stream; GPU time"
+            ),
+            HostDirection::Local => "device-local copy within the GPU's memory, copy engine; bytes \
+                                     counted once (the memory reads and writes each of them); GPU time"
+                .to_string(),
         }
-        .to_string()
     }
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {
         let (gpu, _) = place.pair();
         let host = Memory::PinnedHost {
-            numa_node: ctx.topology().devices[gpu].numa_node,
+            numa_node: self.host_node.or(ctx.topology().devices[gpu].numa_node),
         };
-        let (source, destination) = match self.0 {
+        let (source, destination) = match self.direction {
             HostDirection::HostToDevice => (host, Memory::Device(gpu)),
             HostDirection::DeviceToHost => (Memory::Device(gpu), host),
             HostDirection::Local => (Memory::Device(gpu), Memory::Device(gpu)),

@@ -223,20 +223,20 @@ fn finite_stats(values: &[f64]) -> Result<Stats> {
 }
 
 /// Buffers freed when the measurement ends, however it ends.
-struct Buffers<'b> {
+pub(crate) struct Buffers<'b> {
     backend: &'b dyn Backend,
     ids: Vec<BufferId>,
 }
 
 impl<'b> Buffers<'b> {
-    fn new(backend: &'b dyn Backend) -> Buffers<'b> {
+    pub(crate) fn new(backend: &'b dyn Backend) -> Buffers<'b> {
         Buffers {
             backend,
             ids: Vec::new(),
         }
     }
 
-    fn alloc(&mut self, memory: Memory, bytes: usize) -> Result<BufferId> {
+    pub(crate) fn alloc(&mut self, memory: Memory, bytes: usize) -> Result<BufferId> {
         let id = self.backend.alloc(memory, bytes)?;
         self.ids.push(id);
         Ok(id)

@@ -8,6 +8,7 @@ mod latency;
 mod peer;
 
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
+pub(crate) use latency::Buffers;
 pub use latency::{EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
 pub use peer::{Issuer, PeerCopy, Route};
 
@@ -100,9 +101,9 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     )));
     tests.push(Box::new(Fan(FanDirection::AllToOne)));
     tests.push(Box::new(Fan(FanDirection::OneToAll)));
-    tests.push(Box::new(HostCopy(HostDirection::HostToDevice)));
-    tests.push(Box::new(HostCopy(HostDirection::DeviceToHost)));
-    tests.push(Box::new(HostCopy(HostDirection::Local)));
+    tests.push(Box::new(HostCopy::new(HostDirection::HostToDevice)));
+    tests.push(Box::new(HostCopy::new(HostDirection::DeviceToHost)));
+    tests.push(Box::new(HostCopy::new(HostDirection::Local)));
     tests.push(Box::new(SmallCopy(SmallCopyFigure::GpuTime)));
     tests.push(Box::new(SmallCopy(SmallCopyFigure::IssueCost)));
     tests.push(Box::new(EndToEnd));

@@ -1,0 +1,470 @@
+//! A simulator preset calibrated from `tune`'s measurements (`peerlink tune --export-sim FILE`).
+//!
+//! The devices and links come from the topology; every rate and overhead the simulator's link
+//! model uses comes from a measured figure, and the preset's `sources` say which. The simulator
+//! prices a copy as setup + route latency + bytes / rate, so the fitted α of a local copy is the
+//! copy setup, a host or peer copy's α less that setup is its route's latency, and a fitted β is
+//! the rate of the narrowest resource the copy crossed. What `tune` did not measure (a pair class
+//! absent from the selected GPUs, latencies not asked for) is taken from the embedded `dgx-h100`
+//! preset and named as such.
+
+use super::{Measurements, PairLatency};
+use crate::backend::sim::preset::{
+    Costs, DeviceSpec, GpuSpec, HostSpec, LinkSpec, NvLinkSpec, NvSwitchSpec, PcieSpec, Preset,
+};
+use crate::model::{defaults, Cost, Hop};
+use crate::topology::{Link, Topology};
+use crate::Result;
+use std::collections::BTreeMap;
+
+/// The embedded preset whose figures stand in for what was not measured.
+const FALLBACK: &str = "dgx-h100";
+
+/// A preset named `name` for the host `topology` describes, calibrated from `m`. It is checked as
+/// `--sim FILE` would check it.
+pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Preset> {
+    let fallback = Preset::load(FALLBACK)?;
+    let mut sources = vec![format!(
+        "measured by peerlink tune on {}, {} (driver {}): GPUs {}",
+        m.measured_on,
+        m.source,
+        topology.driver_version.as_deref().unwrap_or("unknown"),
+        m.devices
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )];
+    let mut borrowed: Vec<String> = Vec::new();
+
+    let locals = m.costs(|h| matches!(h, Hop::Local { .. }));
+    let copy_setup_us =
+        median(locals.iter().map(|(_, c)| c.alpha_us)).unwrap_or(fallback.costs.copy_setup_us);
+    let local_copy_gbps = median(locals.iter().map(|(_, c)| c.beta_gbps));
+    if local_copy_gbps.is_none() {
+        borrowed.push("gpu.local_copy_gbps, costs.copy_setup_us".into());
+    }
+    let local_copy_gbps = local_copy_gbps.unwrap_or(fallback.gpu.local_copy_gbps);
+    sources.push(format!(
+        "gpu.local_copy_gbps {local_copy_gbps:.1}, costs.copy_setup_us {copy_setup_us:.2}: β and \
+         α of the local copy-engine sweeps (median over GPUs)"
+    ));
+    let sm_local = m.sm_local.fit;
+    let sm_copy_efficiency = sm_local
+        .map(|f| (f.beta_gbps / local_copy_gbps).min(1.0))
+        .unwrap_or(fallback.gpu.sm_copy_efficiency);
+    let kernel_setup_us = sm_local
+        .map(|f| f.alpha_us)
+        .unwrap_or(fallback.costs.kernel_setup_us);
+    match sm_local {
+        Some(_) => sources.push(format!(
+            "gpu.sm_copy_efficiency {sm_copy_efficiency:.3}, costs.kernel_setup_us \
+             {kernel_setup_us:.2}: an SM copy kernel within GPU {} (its β over the local copy \
+             engine's; its α)",
+            m.sm_local.src
+        )),
+        None => borrowed.push("gpu.sm_copy_efficiency, costs.kernel_setup_us".into()),
+    }
+
+    let host = HostCopies::of(m, topology);
+    let pcie_latency_us = (host.local_alpha_us.unwrap_or(copy_setup_us) - copy_setup_us).max(0.0);
+    let host_gbps = host.local_gbps.unwrap_or(fallback.pcie.host_gbps);
+    match host.local_gbps {
+        Some(_) => sources.push(format!(
+            "pcie.host_gbps {host_gbps:.1}, pcie.latency_us {pcie_latency_us:.2}: host↔device \
+             sweeps with pinned memory on the GPU's NUMA node (median β; median α less the copy \
+             setup)"
+        )),
+        None => borrowed.push("pcie.host_gbps, pcie.latency_us".into()),
+    }
+
+    let latencies = m.latencies;
+    let mut figures = Figures {
+        sources: &mut sources,
+        borrowed: &mut borrowed,
+    };
+    let (gpu_load_ns, gpu_signal_us) = figures.latency(
+        "gpu.load_latency_ns, gpu.signal_us",
+        latencies.map(|l| l.local),
+        (fallback.gpu.load_latency_ns, fallback.gpu.signal_us),
+    );
+    let (pcie_load_ns, pcie_signal_us) = figures.latency(
+        "pcie.load_latency_ns, pcie.signal_us",
+        latencies.and_then(|l| l.pcie),
+        (fallback.pcie.load_latency_ns, fallback.pcie.signal_us),
+    );
+
+    let nvlink_pairs = topology.pairs.iter().any(|p| p.link.is_nvlink());
+    let nvlink = if nvlink_pairs {
+        let nv_fallback = fallback.nvlink.clone().expect("dgx-h100 has NVLink");
+        let measured: Vec<(u32, Cost)> = m
+            .costs(|h| matches!(h, Hop::PeerCe { .. }))
+            .into_iter()
+            .filter_map(|(hop, cost)| match (hop, peer_link(topology, hop)) {
+                (_, Some(Link::NvLink(n))) if n > 0 => Some((n, cost)),
+                _ => None,
+            })
+            .collect();
+        let per_link = median(measured.iter().map(|(n, c)| c.beta_gbps / f64::from(*n)));
+        let alpha = median(measured.iter().map(|(_, c)| c.alpha_us));
+        let (load_latency_ns, signal_us) = Figures {
+            sources: &mut sources,
+            borrowed: &mut borrowed,
+        }
+        .latency(
+            "nvlink.load_latency_ns, nvlink.signal_us",
+            latencies.and_then(|l| l.nvlink),
+            (nv_fallback.load_latency_ns, nv_fallback.signal_us),
+        );
+        let spec = NvLinkSpec {
+            link_gbps: per_link.unwrap_or(nv_fallback.link_gbps * nv_fallback.efficiency),
+            efficiency: 1.0,
+            latency_us: alpha.map_or(nv_fallback.latency_us, |a| (a - copy_setup_us).max(0.0)),
+            load_latency_ns,
+            signal_us,
+        };
+        match per_link {
+            Some(rate) => sources.push(format!(
+                "nvlink.link_gbps {rate:.2} with efficiency 1: copy-engine β per link (median over \
+                 {} NVLink pairs of β / link count; the efficiency is already in it); \
+                 nvlink.latency_us {:.2}: their median α less the copy setup",
+                measured.len(),
+                spec.latency_us
+            )),
+            None => borrowed.push(
+                "nvlink.link_gbps (line rate × efficiency), nvlink.latency_us: no NVLink pair \
+                 measured"
+                    .into(),
+            ),
+        }
+        Some(spec)
+    } else {
+        None
+    };
+    let nvswitch = switch_links(topology).map(|links_per_gpu| NvSwitchSpec { links_per_gpu });
+    let links = if nvswitch.is_some() {
+        Vec::new()
+    } else {
+        topology
+            .pairs
+            .iter()
+            .filter(|p| p.src < p.dst)
+            .map(|p| LinkSpec {
+                gpus: [p.src, p.dst],
+                link: p.link,
+            })
+            .collect()
+    };
+
+    let p2p_gbps = pcie_p2p_rates(m, topology, host_gbps, &mut sources, &mut borrowed);
+
+    let inter_socket_gbps = host.remote_gbps.unwrap_or(fallback.host.inter_socket_gbps);
+    match host.remote_gbps {
+        Some(rate) => sources.push(format!(
+            "host.inter_socket_gbps {rate:.1}: host↔device with pinned memory on the other NUMA \
+             node (median β, one GPU at a time: a lower bound on the interconnect)"
+        )),
+        None => borrowed.push("host.inter_socket_gbps (one NUMA node: unused)".into()),
+    }
+    let staged_gbps = host.staged_gbps.unwrap_or(fallback.host.staged_gbps);
+    let staged_latency_us = host
+        .staged_alpha_us
+        .map_or(fallback.host.staged_latency_us, |a| {
+            (a - copy_setup_us).max(0.0)
+        });
+    match host.staged_gbps {
+        Some(_) => sources.push(format!(
+            "host.staged_gbps {staged_gbps:.1}, staged_latency_us {staged_latency_us:.2}: derived \
+             from the measured host hops, not measured as such: a copy the driver stages through \
+             host memory moves at the slower of device→host and host→device and pays both α"
+        )),
+        None => borrowed.push("host.staged_gbps, host.staged_latency_us".into()),
+    }
+    sources.push(format!(
+        "costs: CPU time to queue a copy {:.2} µs, a kernel {:.2}, an event {:.2}, a graph {:.2}, \
+         to wake from a synchronisation {:.2}; GPU time per replayed graph node {:.3} µs \
+         (measured)",
+        m.issue.copy_us,
+        m.issue.kernel_us,
+        m.issue.event_us,
+        m.issue.graph_us,
+        m.sync_us,
+        m.graph_node_us
+    ));
+    if !borrowed.is_empty() {
+        sources.push(format!(
+            "not measured, taken from the embedded {FALLBACK} preset (published figures): {}",
+            borrowed.join("; ")
+        ));
+    }
+
+    let first = &topology.devices[m.devices[0]];
+    let gpu = GpuSpec {
+        name: first.name.clone(),
+        memory_mib: first.memory_bytes >> 20,
+        compute_capability: first.compute_capability.clone(),
+        copy_engines: first.copy_engines,
+        local_copy_gbps,
+        sm_copy_efficiency,
+        load_latency_ns: gpu_load_ns,
+        signal_us: gpu_signal_us,
+    };
+    let switches = pcie_switches(topology);
+    let devices = topology
+        .devices
+        .iter()
+        .zip(switches)
+        .map(|(d, pcie_switch)| DeviceSpec {
+            numa_node: d.numa_node.unwrap_or(0),
+            pci_bus_id: Some(d.pci_bus_id.clone()),
+            pcie_switch,
+            cpu_affinity: d.cpu_affinity.clone(),
+            name: (d.name != gpu.name).then(|| d.name.clone()),
+            memory_mib: (d.memory_bytes >> 20 != gpu.memory_mib).then_some(d.memory_bytes >> 20),
+            mig_enabled: d.mig_enabled,
+        })
+        .collect();
+    if topology.devices.iter().any(|d| d.numa_node.is_none()) {
+        sources.push("devices: NUMA node unknown for some GPUs, set to 0".into());
+    }
+    let preset = Preset {
+        name: name.to_string(),
+        description: format!(
+            "{} × {} calibrated from measurements of {} by peerlink tune on {}. SIMULATED: the \
+             figures drive a link model, they are not this host's hardware.",
+            topology.devices.len(),
+            gpu.name,
+            m.source,
+            m.measured_on
+        ),
+        sources,
+        gpu,
+        devices,
+        nvlink,
+        nvswitch,
+        links,
+        pcie: PcieSpec {
+            host_gbps,
+            switch_uplink_gbps: None,
+            latency_us: pcie_latency_us,
+            load_latency_ns: pcie_load_ns,
+            signal_us: pcie_signal_us,
+            p2p_gbps,
+        },
+        host: HostSpec {
+            inter_socket_gbps,
+            staged_gbps,
+            staged_latency_us,
+        },
+        costs: Costs {
+            copy_issue_us: m.issue.copy_us,
+            kernel_issue_us: m.issue.kernel_us,
+            event_issue_us: m.issue.event_us,
+            graph_issue_us: m.issue.graph_us,
+            sync_us: m.sync_us,
+            copy_setup_us,
+            kernel_setup_us,
+            graph_node_us: m.graph_node_us,
+        },
+    };
+    // Four significant digits: the figures' own precision, and a file a person can read and edit.
+    let mut value = serde_json::to_value(&preset).expect("a preset always serialises");
+    round_floats(&mut value);
+    Preset::parse(&value.to_string(), name)
+}
+
+/// Rounds every non-integer number in `value` to four significant digits.
+fn round_floats(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let x = n.as_f64().expect("an f64");
+            if let Some(r) = serde_json::Number::from_f64(significant(x, 4)) {
+                *n = r;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(round_floats),
+        Value::Object(fields) => fields.values_mut().for_each(round_floats),
+        _ => {}
+    }
+}
+
+/// `x` rounded to `digits` significant digits.
+fn significant(x: f64, digits: i32) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(digits - 1 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+/// Where the preset's figures came from: measured (`sources`) or borrowed from the fallback.
+struct Figures<'a> {
+    sources: &'a mut Vec<String>,
+    borrowed: &'a mut Vec<String>,
+}
+
+impl Figures<'_> {
+    /// A load latency (ns) and a signal latency (µs): measured on a pair, or the fallback's.
+    fn latency(
+        &mut self,
+        fields: &str,
+        measured: Option<PairLatency>,
+        fallback: (f64, f64),
+    ) -> (f64, f64) {
+        match measured {
+            Some(l) => {
+                self.sources.push(format!(
+                    "{fields} {:.0} ns, {:.2} µs: pointer chase and half a ping-pong from GPU {} \
+                     to GPU {}",
+                    l.load_ns, l.signal_us, l.src, l.dst
+                ));
+                (l.load_ns, l.signal_us)
+            }
+            None => {
+                self.borrowed.push(fields.to_string());
+                fallback
+            }
+        }
+    }
+}
+
+/// The median of some figures, `None` when there are none.
+fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+fn peer_link(topology: &Topology, hop: Hop) -> Option<Link> {
+    match hop {
+        Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => {
+            topology.pair(src, dst).map(|p| p.link)
+        }
+        _ => None,
+    }
+}
+
+/// The host-copy figures of the preset, from the measured host hops.
+struct HostCopies {
+    /// Median β and α of host copies with the memory on the GPU's own node.
+    local_gbps: Option<f64>,
+    local_alpha_us: Option<f64>,
+    /// Median β of host copies with the memory on another node.
+    remote_gbps: Option<f64>,
+    /// The slower direction's median β, and the sum of both directions' median α.
+    staged_gbps: Option<f64>,
+    staged_alpha_us: Option<f64>,
+}
+
+impl HostCopies {
+    fn of(m: &Measurements, topology: &Topology) -> HostCopies {
+        let near = |device: usize, node: Option<i32>| {
+            node.is_none() || node == topology.devices[device].numa_node
+        };
+        let local = m.costs(|h| match h {
+            Hop::DeviceToHost { device, node } | Hop::HostToDevice { device, node } => {
+                near(device, node)
+            }
+            _ => false,
+        });
+        let remote = m.costs(|h| match h {
+            Hop::DeviceToHost { device, node } | Hop::HostToDevice { device, node } => {
+                !near(device, node)
+            }
+            _ => false,
+        });
+        let direction = |up: bool| -> Vec<Cost> {
+            local
+                .iter()
+                .filter(|(h, _)| matches!(h, Hop::DeviceToHost { .. }) == up)
+                .map(|(_, c)| *c)
+                .collect()
+        };
+        let (up, down) = (direction(true), direction(false));
+        let beta = |costs: &[Cost]| median(costs.iter().map(|c| c.beta_gbps));
+        let alpha = |costs: &[Cost]| median(costs.iter().map(|c| c.alpha_us));
+        HostCopies {
+            local_gbps: median(local.iter().map(|(_, c)| c.beta_gbps)),
+            local_alpha_us: median(local.iter().map(|(_, c)| c.alpha_us)),
+            remote_gbps: median(remote.iter().map(|(_, c)| c.beta_gbps)),
+            staged_gbps: beta(&up).zip(beta(&down)).map(|(u, d)| u.min(d)),
+            staged_alpha_us: alpha(&up).zip(alpha(&down)).map(|(u, d)| u + d),
+        }
+    }
+}
+
+/// P2P rate per PCIe class that has P2P in the topology: the median copy-engine β of the measured
+/// pairs of that class, or the host link's rate where none was measured.
+fn pcie_p2p_rates(
+    m: &Measurements,
+    topology: &Topology,
+    host_gbps: f64,
+    sources: &mut Vec<String>,
+    borrowed: &mut Vec<String>,
+) -> BTreeMap<Link, f64> {
+    let mut rates = BTreeMap::new();
+    let mut classes: Vec<Link> = topology
+        .pairs
+        .iter()
+        .filter(|p| p.p2p && !p.link.is_nvlink())
+        .map(|p| p.link)
+        .collect();
+    classes.sort_unstable();
+    classes.dedup();
+    for class in classes {
+        let measured =
+            m.costs(|h| matches!(h, Hop::PeerCe { .. }) && peer_link(topology, h) == Some(class));
+        let rate = median(measured.iter().map(|(_, c)| c.beta_gbps));
+        match rate {
+            Some(r) => sources.push(format!(
+                "pcie.p2p_gbps.{class} {r:.1}: copy-engine β of {} {class} pair{} with P2P (median)",
+                measured.len(),
+                if measured.len() == 1 { "" } else { "s" }
+            )),
+            None => borrowed.push(format!(
+                "pcie.p2p_gbps.{class}: no {class} pair measured, set to the host link's rate"
+            )),
+        }
+        if topology.pairs.iter().any(|p| p.link == class && !p.p2p) {
+            sources.push(format!(
+                "{class}: some pairs of this class have P2P and some do not; the simulator gives \
+                 P2P to every {class} pair"
+            ));
+        }
+        rates.insert(class, rate.unwrap_or(host_gbps));
+    }
+    rates
+}
+
+/// `Some(n)` where every pair is `NV<n>` through an NVSwitch (each GPU's port is shared by all its
+/// peers), as the cost model sees it.
+fn switch_links(topology: &Topology) -> Option<u32> {
+    let first = topology.pairs.first()?.link;
+    let Link::NvLink(n) = first else { return None };
+    let uniform = topology.pairs.iter().all(|p| p.link == first);
+    (uniform && defaults::behind_switch(topology, 0)).then_some(n)
+}
+
+/// A PCIe switch name per GPU: GPUs that are `PIX` to each other sit under one switch.
+fn pcie_switches(topology: &Topology) -> Vec<Option<String>> {
+    let n = topology.devices.len();
+    let mut group: Vec<usize> = (0..n).collect();
+    for p in topology.pairs.iter().filter(|p| p.link == Link::Pix) {
+        let (a, b) = (group[p.src], group[p.dst]);
+        for g in group.iter_mut().filter(|g| **g == b) {
+            *g = a;
+        }
+    }
+    (0..n)
+        .map(|i| {
+            let shared = group.iter().filter(|&&g| g == group[i]).count() > 1;
+            shared.then(|| format!("switch{}", group[i]))
+        })
+        .collect()
+}

@@ -1,0 +1,713 @@
+//! `peerlink tune`: what each hop of a transfer costs on this host, measured, as a host profile.
+//!
+//! Every hop kind the cost model prices is swept over a few message sizes with the bench's tests and
+//! timing engine (back-to-back copies queued behind a held stream, GPU time, every byte verified),
+//! and `time = α + bytes / β` is fitted to each sweep ([`super::fit`]): a copy-engine and an SM-kernel
+//! write per ordered pair with P2P, host→device and device→host per GPU and NUMA node, and a copy
+//! inside each GPU. Around them, what the model needs besides hops: the CPU's cost to queue a copy,
+//! a kernel, an event and a graph; the GPU time per node of a replayed graph; the GPU time per
+//! message of a batched copy kernel. A GPU is its own peer: everything but the peer pairs is
+//! measured on one GPU alone, so a one-GPU host gets a profile too.
+//!
+//! [`Measurements::profile`] turns the figures into a [`Profile`]; [`export::preset`] into a
+//! simulator preset calibrated from them.
+
+pub mod export;
+#[cfg(test)]
+mod tests;
+
+use super::cases::{
+    Buffers, Context, HostCopy, HostDirection, Issuer, Outcome, PeerCopy, PingPong, PointerChase,
+    Route, TestCase,
+};
+use super::engine::{measure, HopSpec, Lane, Timing};
+use super::explain::host_us;
+use super::pattern;
+use super::progress::Progress;
+use super::result::{Place, Sweep};
+use super::stats::Stats;
+use super::{check_fits, sweep_pair, Defaults};
+use crate::backend::{Backend, Copy, CopyMethod, Memory, StreamId};
+use crate::model::profile::Measured;
+use crate::model::{Cost, Hop, IssueCosts, Profile};
+use crate::topology::Topology;
+use crate::units::format_bytes;
+use crate::{Error, Result};
+use serde::Serialize;
+
+/// Sweep sizes on the simulator: it copies every byte on the CPU, so a few MiB at most; its time
+/// is exactly affine in the bytes, so four sizes pin α and β down.
+const SIM_SIZES: &[u64] = &[4 << 10, 64 << 10, 1 << 20, 4 << 20];
+const SIM_QUICK_SIZES: &[u64] = &[64 << 10, 1 << 20];
+/// Sweep sizes on real GPUs: α shows at 4 KiB, β from 32 MiB (a 400 GB/s link reaches 90% of β
+/// at ~9 MB, shared/REFERENCE.md).
+const GPU_SIZES: &[u64] = &[4 << 10, 256 << 10, 4 << 20, 32 << 20];
+const GPU_QUICK_SIZES: &[u64] = &[64 << 10, 4 << 20, 32 << 20];
+
+/// Back-to-back 4-byte operations whose queuing is timed on the host clock.
+const ISSUE_OPERATIONS: u32 = 100;
+/// Bytes of the operations whose issue, graph and batch costs are measured.
+const SMALL_BYTES: usize = 4;
+/// Host-clock probes per figure (event record, graph launch, synchronisation); the median is kept.
+const PROBES: usize = 20;
+/// GPU-time windows per figure (graph replay, batch kernel); the median is kept.
+const WINDOWS: usize = 5;
+/// Copies captured into the graph whose replay is timed.
+const GRAPH_COPIES: u64 = 32;
+/// Messages of the batched copy kernel whose time per message is measured, and their size.
+const BATCH_MESSAGES: usize = 256;
+const BATCH_MESSAGE_BYTES: usize = 64;
+
+/// What the user asked for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Options {
+    /// GPUs to measure (default: all).
+    pub devices: Option<Vec<usize>>,
+    /// Fewer sizes (and one sample on real GPUs): a rougher profile in about half the time.
+    pub quick: bool,
+    /// Also measure load and signal latencies (pointer chase, ping-pong), which only a simulator
+    /// preset needs.
+    pub latencies: bool,
+}
+
+/// One hop's sweep; its fit is the hop's cost.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HopSweep {
+    pub hop: Hop,
+    pub sweep: Sweep,
+}
+
+impl HopSweep {
+    /// The fitted cost, if the sweep could be fitted.
+    pub fn cost(&self) -> Option<Cost> {
+        self.sweep.fit.map(|f| Cost {
+            alpha_us: f.alpha_us,
+            beta_gbps: f.beta_gbps,
+        })
+    }
+}
+
+/// Latency of a dependent load and of a signal between two kernels, on one pair of GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PairLatency {
+    pub src: usize,
+    pub dst: usize,
+    /// Round trip of one dependent load by `src` from `dst`'s memory (pointer chase), ns.
+    pub load_ns: f64,
+    /// One way, fenced store + flag between kernels on the two GPUs (half a ping-pong), µs.
+    pub signal_us: f64,
+}
+
+/// Load and signal latencies within a GPU and, where the host has such pairs, over NVLink and
+/// over PCIe.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Latencies {
+    pub local: PairLatency,
+    pub nvlink: Option<PairLatency>,
+    pub pcie: Option<PairLatency>,
+}
+
+/// Everything `tune` measured on one host.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Measurements {
+    /// `cuda` or `sim:<preset>`.
+    pub source: String,
+    /// UTC date of the run, `YYYY-MM-DD`.
+    pub measured_on: String,
+    pub devices: Vec<usize>,
+    /// The message sizes every hop was swept over.
+    pub sizes: Vec<u64>,
+    pub timing: Timing,
+    /// Every hop swept, fitted or not.
+    pub hops: Vec<HopSweep>,
+    /// An SM copy kernel within the first GPU: its α is a kernel's fixed cost, its β against the
+    /// local copy engine's the kernel's efficiency.
+    pub sm_local: Sweep,
+    pub issue: IssueCosts,
+    /// Host µs of a blocking synchronisation on a completed event (waking up).
+    pub sync_us: f64,
+    /// GPU µs per copy node of a replayed graph.
+    pub graph_node_us: f64,
+    /// GPU µs per message of one batched copy kernel, beyond its bytes.
+    pub batch_message_us: f64,
+    /// Measured only when asked for ([`Options::latencies`]).
+    pub latencies: Option<Latencies>,
+    /// How the figures were taken and what could not be measured, one sentence each.
+    pub notes: Vec<String>,
+}
+
+impl Measurements {
+    /// The host profile: every fitted hop, the issue, graph and batch costs, keyed to `topology`'s
+    /// GPUs and driver.
+    pub fn profile(&self, topology: &Topology) -> Profile {
+        let mut profile = Profile::for_host(topology);
+        profile.hops = self
+            .hops
+            .iter()
+            .filter_map(|h| h.cost().map(|cost| Measured { hop: h.hop, cost }))
+            .collect();
+        profile.batch_message_us = Some(self.batch_message_us);
+        profile.graph_node_us = Some(self.graph_node_us);
+        profile.issue = Some(self.issue);
+        profile.measured_on = Some(self.measured_on.clone());
+        profile.notes = self.notes.clone();
+        profile
+    }
+
+    /// The fitted costs of the hops `matches` selects.
+    pub fn costs(&self, matches: impl Fn(Hop) -> bool) -> Vec<(Hop, Cost)> {
+        self.hops
+            .iter()
+            .filter(|h| matches(h.hop))
+            .filter_map(|h| h.cost().map(|c| (h.hop, c)))
+            .collect()
+    }
+}
+
+/// Sizes and timing for this backend.
+fn plan(simulated: bool, quick: bool) -> (Vec<u64>, Timing) {
+    if simulated {
+        let sizes = if quick { SIM_QUICK_SIZES } else { SIM_SIZES };
+        // The simulator's own bench defaults: its virtual time repeats exactly.
+        let timing = Timing {
+            warmup: 1,
+            iterations: 2,
+            samples: 1,
+            rotation_bytes: 0,
+        };
+        (sizes.to_vec(), timing)
+    } else {
+        let sizes = if quick { GPU_QUICK_SIZES } else { GPU_SIZES };
+        let timing = Timing {
+            warmup: 2,
+            iterations: 8,
+            samples: if quick { 1 } else { 3 },
+            // Beyond the H200's 60 MB L2, as the bench's own default.
+            rotation_bytes: 64 << 20,
+        };
+        (sizes.to_vec(), timing)
+    }
+}
+
+/// Measures this host. `progress` hears of every size of every sweep.
+pub fn run(
+    backend: &dyn Backend,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<Measurements> {
+    let topo = backend.topology();
+    let devices = topo.select(options.devices.as_deref())?;
+    let (sizes, timing) = plan(topo.is_simulated(), options.quick);
+    check_fits(backend, &devices, sizes.iter().copied().max().unwrap_or(0))?;
+    let chase_region = Defaults::for_backend(backend).chase_region_bytes;
+    let mut ctx = Context::new(backend, devices.clone(), timing, chase_region);
+    let mut notes = vec![format!(
+        "each hop: time = α + bytes/β fitted (relative residuals, Huber weights) to GPU times of \
+         back-to-back copies queued behind a held stream at {} ({} warm-up, {} timed, {} sample{} \
+         each); every byte verified",
+        sizes
+            .iter()
+            .map(|&s| format_bytes(s))
+            .collect::<Vec<_>>()
+            .join(", "),
+        timing.warmup,
+        timing.iterations,
+        timing.samples,
+        if timing.samples == 1 { "" } else { "s" }
+    )];
+    if topo.is_simulated() {
+        notes.push(format!(
+            "SIMULATED host ({}): the figures come from the preset's link model on a virtual \
+             clock, not from hardware",
+            backend.source()
+        ));
+    }
+
+    let mut hops = peer_sweeps(&mut ctx, &sizes, progress, &mut notes)?;
+    hops.extend(gpu_sweeps(&mut ctx, &sizes, progress)?);
+    for h in hops.iter().filter(|h| h.sweep.fit.is_none()) {
+        notes.push(format!(
+            "{}: no α–β fit ({}); the model keeps its default for this hop",
+            describe(h.hop),
+            h.sweep
+                .not_measured
+                .as_deref()
+                .unwrap_or("the times did not grow with the size")
+        ));
+    }
+
+    let first = devices[0];
+    progress.start("sm-local sweep", sizes.len() as u64);
+    let sm = PeerCopy::new(
+        "sm",
+        Route::Direct(CopyMethod::SmKernel),
+        Issuer::Source,
+        false,
+    );
+    let sm_local = sweep_pair(
+        &mut ctx,
+        &sm,
+        Place::Pair {
+            src: first,
+            dst: first,
+        },
+        &sizes,
+        progress,
+    )?;
+    progress.finish();
+
+    progress.start("issue costs", 5);
+    let stream = ctx.streams(&[first])?[0];
+    let copy_us = queue_cost_us(&mut ctx, first, CopyMethod::CopyEngine)?;
+    progress.step();
+    let kernel_us = queue_cost_us(&mut ctx, first, CopyMethod::SmKernel)?;
+    progress.step();
+    let (event_us, sync_us) = event_and_sync_us(backend, stream)?;
+    progress.step();
+    let graph = graph_costs(&mut ctx, first)?;
+    progress.step();
+    let local_beta = hops
+        .iter()
+        .find(|h| h.hop == Hop::Local { device: first })
+        .and_then(HopSweep::cost)
+        .map(|c| c.beta_gbps);
+    let batch_message_us = batch_message_us(backend, stream, first, local_beta)?;
+    progress.step();
+    progress.finish();
+    notes.push(format!(
+        "on GPU {first} (its own peer): CPU cost to queue one {SMALL_BYTES} B copy and one copy \
+         kernel (host clock, {ISSUE_OPERATIONS} in a row), to record an event and to launch a \
+         graph (median of {PROBES}); GPU time per node of a replayed graph of {GRAPH_COPIES} \
+         copies and per message of one batched copy kernel of {BATCH_MESSAGES} × \
+         {BATCH_MESSAGE_BYTES} B beyond its bytes (median of {WINDOWS} windows behind a held \
+         stream)"
+    ));
+
+    let latencies = if options.latencies {
+        Some(latencies(&mut ctx, &devices, progress)?)
+    } else {
+        None
+    };
+
+    Ok(Measurements {
+        source: backend.source().to_string(),
+        measured_on: utc_date(std::time::SystemTime::now()),
+        devices,
+        sizes,
+        timing,
+        hops,
+        sm_local,
+        issue: IssueCosts {
+            copy_us,
+            kernel_us,
+            event_us,
+            graph_us: graph.launch_us,
+        },
+        sync_us,
+        graph_node_us: graph.node_us,
+        batch_message_us,
+        latencies,
+        notes,
+    })
+}
+
+/// The ordered pairs among the selected GPUs with P2P (measured) and the others (named in a note).
+fn peer_sweeps(
+    ctx: &mut Context<'_>,
+    sizes: &[u64],
+    progress: &dyn Progress,
+    notes: &mut Vec<String>,
+) -> Result<Vec<HopSweep>> {
+    let topo = ctx.topology();
+    let devices = ctx.devices.clone();
+    let ordered: Vec<(usize, usize)> = devices
+        .iter()
+        .flat_map(|&a| devices.iter().map(move |&b| (a, b)))
+        .filter(|(a, b)| a != b)
+        .collect();
+    let (with_p2p, without): (Vec<_>, Vec<_>) = ordered
+        .into_iter()
+        .partition(|&(a, b)| topo.pair(a, b).is_some_and(|p| p.p2p));
+    if devices.len() < 2 {
+        notes.push(format!(
+            "one GPU selected: no peer pairs to measure, so peer copies keep the topology's \
+             defaults; GPU {} was measured as its own peer (local, host and issue costs)",
+            devices[0]
+        ));
+    } else if with_p2p.is_empty() {
+        notes.push(
+            "no selected pair has P2P: no peer copies to measure (transfers between these GPUs \
+             are staged through host memory, whose hops were measured)"
+                .to_string(),
+        );
+    }
+    if !without.is_empty() && !with_p2p.is_empty() {
+        notes.push(format!(
+            "not measured, no P2P: {} (the model stages them through host memory)",
+            without
+                .iter()
+                .map(|(a, b)| format!("{a}→{b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let tests = [
+        (
+            PeerCopy::new(
+                "ce",
+                Route::Direct(CopyMethod::CopyEngine),
+                Issuer::Source,
+                false,
+            ),
+            (|src, dst| Hop::PeerCe { src, dst }) as fn(usize, usize) -> Hop,
+        ),
+        (
+            PeerCopy::new(
+                "sm",
+                Route::Direct(CopyMethod::SmKernel),
+                Issuer::Source,
+                false,
+            ),
+            |src, dst| Hop::PeerSm { src, dst },
+        ),
+    ];
+    let mut sweeps = Vec::new();
+    for (test, hop) in &tests {
+        if with_p2p.is_empty() {
+            continue;
+        }
+        progress.start(
+            &format!("{} sweeps", test.name()),
+            (with_p2p.len() * sizes.len()) as u64,
+        );
+        for &(src, dst) in &with_p2p {
+            sweeps.push(sweep_hop(ctx, test, hop(src, dst), sizes, progress)?);
+        }
+        progress.finish();
+    }
+    Ok(sweeps)
+}
+
+/// Host↔device per GPU and NUMA node (the host's pinned memory may sit on either socket), and a
+/// copy within each GPU.
+fn gpu_sweeps(
+    ctx: &mut Context<'_>,
+    sizes: &[u64],
+    progress: &dyn Progress,
+) -> Result<Vec<HopSweep>> {
+    let topo = ctx.topology();
+    let mut nodes: Vec<i32> = topo.devices.iter().filter_map(|d| d.numa_node).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut todo: Vec<(Box<dyn TestCase>, Hop)> = Vec::new();
+    for &device in &ctx.devices {
+        // Where the GPU's own node is unknown, so is every other: measure "wherever it lands".
+        let host_nodes: Vec<Option<i32>> = match topo.devices[device].numa_node {
+            None => vec![None],
+            Some(_) => nodes.iter().copied().map(Some).collect(),
+        };
+        for node in host_nodes {
+            for direction in [HostDirection::HostToDevice, HostDirection::DeviceToHost] {
+                let test = match node {
+                    Some(n) => HostCopy::on_node(direction, n),
+                    None => HostCopy::new(direction),
+                };
+                let hop = match direction {
+                    HostDirection::HostToDevice => Hop::HostToDevice { device, node },
+                    _ => Hop::DeviceToHost { device, node },
+                };
+                todo.push((Box::new(test), hop));
+            }
+        }
+        todo.push((
+            Box::new(HostCopy::new(HostDirection::Local)),
+            Hop::Local { device },
+        ));
+    }
+    progress.start("host and local sweeps", (todo.len() * sizes.len()) as u64);
+    let mut sweeps = Vec::with_capacity(todo.len());
+    for (test, hop) in &todo {
+        sweeps.push(sweep_hop(ctx, test.as_ref(), *hop, sizes, progress)?);
+    }
+    progress.finish();
+    Ok(sweeps)
+}
+
+fn sweep_hop(
+    ctx: &mut Context<'_>,
+    test: &dyn TestCase,
+    hop: Hop,
+    sizes: &[u64],
+    progress: &dyn Progress,
+) -> Result<HopSweep> {
+    let place = match hop {
+        Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => Place::Pair { src, dst },
+        Hop::DeviceToHost { device, .. }
+        | Hop::HostToDevice { device, .. }
+        | Hop::Local { device } => Place::Device { device },
+    };
+    Ok(HopSweep {
+        hop,
+        sweep: sweep_pair(ctx, test, place, sizes, progress)?,
+    })
+}
+
+/// A hop in words: `GPU 0 → GPU 1 (copy engine)`.
+pub fn describe(hop: Hop) -> String {
+    let host = |node: Option<i32>| match node {
+        Some(n) => format!("host memory on NUMA node {n}"),
+        None => "host memory".to_string(),
+    };
+    match hop {
+        Hop::PeerCe { src, dst } => format!("GPU {src} → GPU {dst} (copy engine)"),
+        Hop::PeerSm { src, dst } => format!("GPU {src} → GPU {dst} (SM kernel)"),
+        Hop::DeviceToHost { device, node } => format!("GPU {device} → {}", host(node)),
+        Hop::HostToDevice { device, node } => format!("{} → GPU {device}", host(node)),
+        Hop::Local { device } => format!("GPU {device} → GPU {device} (local copy)"),
+    }
+}
+
+/// Host µs to queue one small copy on `gpu` by `method`: the timing engine's issue cost of
+/// back-to-back copies within the GPU.
+fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Result<f64> {
+    let timing = Timing {
+        warmup: 1,
+        iterations: ISSUE_OPERATIONS,
+        ..ctx.timing
+    };
+    let stream = ctx.streams(&[gpu])?[0];
+    let hop = HopSpec {
+        stream,
+        method,
+        memory: Memory::Device(gpu),
+    };
+    let mut lane = [Lane::new(
+        ctx.backend,
+        Context::label("tune issue cost", gpu, gpu),
+        Memory::Device(gpu),
+        &[hop],
+        SMALL_BYTES,
+        &timing,
+        ctx.buffer_budget(gpu)?,
+    )?];
+    let seed = ctx.next_seed();
+    Ok(measure(&mut lane, &timing, seed)?.issue_us.median)
+}
+
+fn median(values: &[f64]) -> Result<f64> {
+    Stats::of(values).map(|s| s.median).ok_or_else(|| {
+        Error::InvalidHandle("the backend returned no time, or one that is not finite".into())
+    })
+}
+
+/// Host µs to record an event, and to return from a blocking synchronisation on a completed one.
+fn event_and_sync_us(backend: &dyn Backend, stream: StreamId) -> Result<(f64, f64)> {
+    let mut record = Vec::with_capacity(PROBES);
+    let mut sync = Vec::with_capacity(PROBES);
+    for _ in 0..PROBES {
+        let (event, us) = host_us(backend, || backend.record(stream))?;
+        record.push(us);
+        backend.synchronize(stream)?;
+        sync.push(host_us(backend, || backend.event_synchronize(event))?.1);
+        backend.destroy_event(event)?;
+    }
+    Ok((median(&record)?, median(&sync)?))
+}
+
+/// GPU µs of the work `queue` puts on `stream`, queued while the stream is held so that the CPU's
+/// cost of queuing it stays out of the window.
+fn held_window_us(
+    backend: &dyn Backend,
+    stream: StreamId,
+    queue: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
+    let gate = backend.hold(stream)?;
+    let queued = (|| {
+        let start = backend.record(stream)?;
+        queue()?;
+        Ok((start, backend.record(stream)?))
+    })();
+    // Release and drain even after an error, so that no stream stays held.
+    let released = backend.release(gate);
+    let drained = backend.synchronize(stream);
+    let (start, end) = queued?;
+    released?;
+    drained?;
+    let us = backend.elapsed_us(start, end)?;
+    backend.destroy_event(start)?;
+    backend.destroy_event(end)?;
+    Ok(us)
+}
+
+/// What a captured graph costs.
+struct GraphCosts {
+    /// Host µs to launch one replay.
+    launch_us: f64,
+    /// GPU µs per copy node of a replay.
+    node_us: f64,
+}
+
+/// Captures [`GRAPH_COPIES`] small copies within `gpu` once, then times replays: the launch on
+/// the host clock, the nodes in GPU time. The replayed bytes are verified.
+fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
+    let timing = Timing {
+        warmup: 0,
+        iterations: GRAPH_COPIES as u32,
+        ..ctx.timing
+    };
+    let stream = ctx.streams(&[gpu])?[0];
+    let hop = HopSpec {
+        stream,
+        method: CopyMethod::CopyEngine,
+        memory: Memory::Device(gpu),
+    };
+    let mut lane = Lane::new(
+        ctx.backend,
+        Context::label("tune graph", gpu, gpu),
+        Memory::Device(gpu),
+        &[hop],
+        SMALL_BYTES,
+        &timing,
+        ctx.buffer_budget(gpu)?,
+    )?;
+    let backend = ctx.backend;
+    backend.begin_capture(stream)?;
+    let captured = (0..GRAPH_COPIES).try_for_each(|op| lane.enqueue(op).map(drop));
+    let graph = backend.end_capture(stream)?;
+    captured?;
+    lane.fill(ctx.next_seed())?;
+    backend.replay(graph, stream)?; // warm-up: the first replay uploads the graph
+    backend.synchronize(stream)?;
+    let mut launch = Vec::with_capacity(PROBES);
+    for _ in 0..PROBES {
+        launch.push(host_us(backend, || backend.replay(graph, stream))?.1);
+        backend.synchronize(stream)?;
+    }
+    let mut node = Vec::with_capacity(WINDOWS);
+    for _ in 0..WINDOWS {
+        let us = held_window_us(backend, stream, || backend.replay(graph, stream))?;
+        node.push(us / GRAPH_COPIES as f64);
+    }
+    lane.verify()?;
+    Ok(GraphCosts {
+        launch_us: median(&launch)?,
+        node_us: median(&node)?,
+    })
+}
+
+/// GPU µs per message of one batched copy kernel within `gpu`: a kernel of [`BATCH_MESSAGES`]
+/// messages against a kernel of one, less the bytes at the local copy rate `local_gbps`.
+fn batch_message_us(
+    backend: &dyn Backend,
+    stream: StreamId,
+    gpu: usize,
+    local_gbps: Option<f64>,
+) -> Result<f64> {
+    let bytes = BATCH_MESSAGES * BATCH_MESSAGE_BYTES;
+    let mut buffers = Buffers::new(backend);
+    let src = buffers.alloc(Memory::Device(gpu), bytes)?;
+    let dst = buffers.alloc(Memory::Device(gpu), bytes)?;
+    let seed = pattern::seed(&[0x7a5e, gpu as u64]);
+    backend.write(src, 0, &pattern::pattern(seed, bytes))?;
+    backend.write(dst, 0, &vec![0; bytes])?;
+    let copies: Vec<Copy> = (0..BATCH_MESSAGES)
+        .map(|i| Copy {
+            dst,
+            dst_offset: i * BATCH_MESSAGE_BYTES,
+            src,
+            src_offset: i * BATCH_MESSAGE_BYTES,
+            len: BATCH_MESSAGE_BYTES,
+        })
+        .collect();
+    // Warm-up: the first launch loads the kernel.
+    backend.copy_batch(stream, &copies)?;
+    backend.synchronize(stream)?;
+    let mut per_message = Vec::with_capacity(WINDOWS);
+    for _ in 0..WINDOWS {
+        let one = held_window_us(backend, stream, || backend.copy_batch(stream, &copies[..1]))?;
+        let all = held_window_us(backend, stream, || backend.copy_batch(stream, &copies))?;
+        per_message.push((all - one) / (BATCH_MESSAGES - 1) as f64);
+    }
+    let mut found = vec![0u8; bytes];
+    backend.read(dst, 0, &mut found)?;
+    if let Some(m) = pattern::first_mismatch(seed, &found) {
+        return Err(Error::Verification {
+            test: "tune batch kernel".into(),
+            src: gpu,
+            dst: gpu,
+            offset: m.offset,
+            expected: m.expected,
+            found: m.found,
+        });
+    }
+    let bytes_us = local_gbps.map_or(0.0, |gbps| BATCH_MESSAGE_BYTES as f64 / (gbps * 1e3));
+    Ok((median(&per_message)? - bytes_us).max(0.0))
+}
+
+/// Pointer chase and ping-pong within the first GPU, on the first NVLink pair and on the first
+/// PCIe pair with P2P.
+fn latencies(
+    ctx: &mut Context<'_>,
+    devices: &[usize],
+    progress: &dyn Progress,
+) -> Result<Latencies> {
+    let topo = ctx.topology();
+    let first_pair = |nvlink: bool| {
+        topo.pairs
+            .iter()
+            .filter(|p| devices.contains(&p.src) && devices.contains(&p.dst))
+            .find(|p| p.p2p && p.link.is_nvlink() == nvlink)
+            .map(|p| (p.src, p.dst))
+    };
+    let (nvlink, pcie) = (first_pair(true), first_pair(false));
+    progress.start("latencies", 3);
+    let local = pair_latency(ctx, devices[0], devices[0])?;
+    progress.step();
+    let nvlink = nvlink.map(|(a, b)| pair_latency(ctx, a, b)).transpose()?;
+    progress.step();
+    let pcie = pcie.map(|(a, b)| pair_latency(ctx, a, b)).transpose()?;
+    progress.finish();
+    Ok(Latencies {
+        local,
+        nvlink,
+        pcie,
+    })
+}
+
+fn pair_latency(ctx: &mut Context<'_>, src: usize, dst: usize) -> Result<PairLatency> {
+    let place = Place::Pair { src, dst };
+    let mut value = |test: &dyn TestCase| -> Result<f64> {
+        match test.measure(ctx, place, 8)? {
+            Outcome::Measured { value, .. } => Ok(value),
+            Outcome::Skipped(reason) => Err(Error::PeerAccess {
+                src,
+                dst,
+                message: format!("{} could not run: {reason}", test.name()),
+            }),
+        }
+    };
+    Ok(PairLatency {
+        src,
+        dst,
+        load_ns: value(&PointerChase)?,
+        signal_us: value(&PingPong)?,
+    })
+}
+
+/// The UTC calendar date of `time`, `YYYY-MM-DD` (Howard Hinnant's days-to-civil algorithm).
+fn utc_date(time: std::time::SystemTime) -> String {
+    let days = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}

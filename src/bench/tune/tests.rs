@@ -1,0 +1,231 @@
+//! `tune` on the simulator, whose presets say exactly what a measurement must find.
+
+use super::*;
+use crate::backend::sim::{Preset, SimBackend};
+use crate::bench::progress::Silent;
+use crate::model::CostModel;
+use crate::topology::Link;
+
+fn tuned(preset: &str, devices: Option<Vec<usize>>, latencies: bool) -> (SimBackend, Measurements) {
+    let sim = SimBackend::open(preset).unwrap();
+    let options = Options {
+        devices,
+        quick: true,
+        latencies,
+    };
+    let m = run(&sim, &options, &Silent).unwrap();
+    (sim, m)
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * b.abs()
+}
+
+fn cost(m: &Measurements, hop: Hop) -> Cost {
+    m.hops
+        .iter()
+        .find(|h| h.hop == hop)
+        .and_then(HopSweep::cost)
+        .unwrap_or_else(|| panic!("{hop:?} not measured"))
+}
+
+#[test]
+fn dgx1_profile_fits_the_preset_link_model_and_matches_the_host() {
+    // 0–1 and 1–3 are NV1, 0–3 is NV2 (shared/REFERENCE.md).
+    let (sim, m) = tuned("dgx1-v100", Some(vec![0, 1, 3]), false);
+    let preset = Preset::load("dgx1-v100").unwrap();
+    let nv = preset.nvlink.as_ref().unwrap();
+    let per_link = nv.link_gbps * nv.efficiency;
+    let nv1 = cost(&m, Hop::PeerCe { src: 0, dst: 1 });
+    let nv2 = cost(&m, Hop::PeerCe { src: 0, dst: 3 });
+    assert!(close(nv1.beta_gbps, per_link, 1e-6), "{nv1:?}");
+    assert!(close(nv2.beta_gbps / nv1.beta_gbps, 2.0, 1e-6), "{nv2:?}");
+    // A copy's α is its setup plus the route's latency.
+    assert!(close(
+        nv1.alpha_us,
+        preset.costs.copy_setup_us + nv.latency_us,
+        1e-6
+    ));
+    let sm = cost(&m, Hop::PeerSm { src: 0, dst: 3 });
+    assert!(close(
+        sm.beta_gbps,
+        nv2.beta_gbps * preset.gpu.sm_copy_efficiency,
+        1e-6
+    ));
+    let local = cost(&m, Hop::Local { device: 3 });
+    assert!(close(local.beta_gbps, preset.gpu.local_copy_gbps, 1e-6));
+    assert!(close(local.alpha_us, preset.costs.copy_setup_us, 1e-6));
+    // Host memory on either socket, for every selected GPU and no other.
+    for node in [0, 1] {
+        let h2d = cost(
+            &m,
+            Hop::HostToDevice {
+                device: 1,
+                node: Some(node),
+            },
+        );
+        assert!(close(h2d.beta_gbps, preset.pcie.host_gbps, 1e-6), "{h2d:?}");
+    }
+    assert!(!m
+        .hops
+        .iter()
+        .any(|h| matches!(h.hop, Hop::Local { device: 2 } | Hop::PeerCe { dst: 2, .. })));
+
+    // The issue costs are the preset's CPU costs, and the graph node its GPU cost: a held window
+    // keeps the launch out of the node time.
+    let c = &preset.costs;
+    assert!(
+        close(m.issue.copy_us, c.copy_issue_us, 1e-9),
+        "{:?}",
+        m.issue
+    );
+    assert!(close(m.issue.kernel_us, c.kernel_issue_us, 1e-9));
+    assert!(close(m.issue.event_us, c.event_issue_us, 1e-9));
+    assert!(close(m.issue.graph_us, c.graph_issue_us, 1e-9));
+    assert!(close(m.sync_us, c.sync_us, 1e-9));
+    assert!(
+        close(m.graph_node_us, c.graph_node_us, 1e-4),
+        "{}",
+        m.graph_node_us
+    );
+    // The simulator has no per-message cost in a batch kernel beyond the bytes.
+    assert!(m.batch_message_us < 1e-3, "{}", m.batch_message_us);
+
+    let profile = m.profile(sim.topology());
+    profile.check_matches(sim.topology()).unwrap();
+    assert_eq!(profile.issue, Some(m.issue));
+    assert!(profile.measured_on.is_some());
+    let model = CostModel::from_profile(sim.topology(), &profile).unwrap();
+    assert_eq!(model.cost(Hop::PeerCe { src: 0, dst: 3 }), Some(nv2));
+    assert_eq!(model.graph_node_us(), m.graph_node_us);
+}
+
+#[test]
+fn one_gpu_measures_what_it_can_and_says_there_are_no_peer_pairs() {
+    let (_, m) = tuned("pcie-2gpu-switch", Some(vec![1]), false);
+    assert!(!m
+        .hops
+        .iter()
+        .any(|h| matches!(h.hop, Hop::PeerCe { .. } | Hop::PeerSm { .. })));
+    let kinds: Vec<Hop> = m.hops.iter().map(|h| h.hop).collect();
+    assert_eq!(
+        kinds,
+        [
+            Hop::HostToDevice {
+                device: 1,
+                node: Some(0)
+            },
+            Hop::DeviceToHost {
+                device: 1,
+                node: Some(0)
+            },
+            Hop::Local { device: 1 },
+        ]
+    );
+    assert!(m.hops.iter().all(|h| h.sweep.fit.is_some()));
+    assert!(
+        m.notes.iter().any(|n| n.contains("no peer pairs")),
+        "{:?}",
+        m.notes
+    );
+    assert!(m.issue.copy_us > 0.0 && m.graph_node_us > 0.0);
+}
+
+#[test]
+fn pairs_without_p2p_are_named_not_measured() {
+    // 0 and 5 sit on different sockets of a DGX-1 without NVLink between them.
+    let (_, m) = tuned("dgx1-v100", Some(vec![0, 5]), false);
+    assert!(!m.hops.iter().any(|h| matches!(h.hop, Hop::PeerCe { .. })));
+    assert!(
+        m.notes
+            .iter()
+            .any(|n| n.contains("no selected pair has P2P")),
+        "{:?}",
+        m.notes
+    );
+}
+
+#[test]
+fn exported_preset_reproduces_a_pcie_host() {
+    let (sim, m) = tuned("pcie-4gpu-2socket", None, true);
+    let original = Preset::load("pcie-4gpu-2socket").unwrap();
+    let exported = export::preset(&m, sim.topology(), "tuned").unwrap();
+    let (a, b) = (original.topology(), exported.topology());
+    for (p, q) in a.pairs.iter().zip(&b.pairs) {
+        assert_eq!((p.src, p.dst, p.link, p.p2p), (q.src, q.dst, q.link, q.p2p));
+    }
+    for (d, e) in a.devices.iter().zip(&b.devices) {
+        assert_eq!((d.numa_node, &d.pci_bus_id), (e.numa_node, &e.pci_bus_id));
+    }
+    // GPUs under one switch in the original are under one switch in the copy.
+    let switch = |p: &Preset, i: usize| p.devices[i].pcie_switch.clone();
+    assert!(switch(&exported, 0).is_some());
+    assert_eq!(switch(&exported, 0), switch(&exported, 1));
+    assert_ne!(switch(&exported, 1), switch(&exported, 2));
+    // Rates and overheads are the measured ones, which here are the original's.
+    // Only the classes this host has: its pairs are PIX or SYS without P2P.
+    let pix = original.pcie.p2p_gbps[&Link::Pix];
+    assert_eq!(
+        exported.pcie.p2p_gbps,
+        std::collections::BTreeMap::from([(Link::Pix, pix)])
+    );
+    assert_eq!(exported.pcie.host_gbps, original.pcie.host_gbps);
+    assert_eq!(exported.pcie.latency_us, original.pcie.latency_us);
+    assert_eq!(exported.gpu.local_copy_gbps, original.gpu.local_copy_gbps);
+    assert_eq!(
+        exported.gpu.sm_copy_efficiency,
+        original.gpu.sm_copy_efficiency
+    );
+    assert_eq!(exported.costs.copy_setup_us, original.costs.copy_setup_us);
+    assert_eq!(
+        exported.costs.kernel_setup_us,
+        original.costs.kernel_setup_us
+    );
+    assert_eq!(exported.costs.graph_node_us, original.costs.graph_node_us);
+    assert_eq!(exported.costs.sync_us, original.costs.sync_us);
+    assert!(close(
+        exported.pcie.load_latency_ns,
+        original.pcie.load_latency_ns,
+        1e-3
+    ));
+    assert!(exported.nvlink.is_none() && exported.nvswitch.is_none());
+    assert!(exported.description.contains("SIMULATED"));
+    assert!(exported.sources[0].starts_with(&format!(
+        "measured by peerlink tune on {}, sim:pcie-4gpu-2socket",
+        m.measured_on
+    )));
+}
+
+#[test]
+fn exported_nvswitch_host_keeps_its_switch_and_per_link_rate() {
+    let (sim, m) = tuned("dgx-h100", Some(vec![0, 1]), false);
+    let original = Preset::load("dgx-h100").unwrap();
+    let exported = export::preset(&m, sim.topology(), "h100-tuned").unwrap();
+    assert_eq!(exported.nvswitch, original.nvswitch);
+    assert!(exported.links.is_empty());
+    let (nv, was) = (
+        exported.nvlink.as_ref().unwrap(),
+        original.nvlink.as_ref().unwrap(),
+    );
+    assert!(close(
+        nv.link_gbps * nv.efficiency,
+        was.link_gbps * was.efficiency,
+        1e-3
+    ));
+    assert!(close(nv.latency_us, was.latency_us, 1e-3));
+    // Latencies were not asked for: they come from the fallback preset, and the sources say so.
+    assert!(exported
+        .sources
+        .iter()
+        .any(|s| s.contains("not measured, taken from the embedded dgx-h100 preset")));
+    assert_eq!(exported.topology().pairs, original.topology().pairs);
+}
+
+#[test]
+fn dates_are_utc_calendar_days() {
+    let at = |secs: u64| utc_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+    assert_eq!(at(0), "1970-01-01");
+    assert_eq!(at(1_704_067_200), "2024-01-01");
+    assert_eq!(at(1_709_164_800), "2024-02-29");
+    assert_eq!(at(1_764_374_399), "2025-11-28");
+}

@@ -1,0 +1,121 @@
+//! `peerlink tune` as text: the fitted cost of every hop, the issue costs, and what was not
+//! measured.
+
+use super::table::{matrix, plain};
+use crate::bench::tune::{HopSweep, Measurements};
+use crate::model::Hop;
+use comfy_table::CellAlignment;
+use std::fmt::Write;
+
+/// `β (α)` of a hop: GB/s and µs; `-` where the hop was not swept, `no fit` where it could not be
+/// fitted.
+fn cell(m: &Measurements, hop: Hop) -> String {
+    match m.hops.iter().find(|h| h.hop == hop).map(HopSweep::cost) {
+        None => "-".into(),
+        Some(None) => "no fit".into(),
+        Some(Some(c)) => format!("{:.1} ({:.2})", c.beta_gbps, c.alpha_us),
+    }
+}
+
+/// The measurements as a human reads them.
+pub fn text(m: &Measurements) -> String {
+    let mut out = String::new();
+    if let Some(banner) = super::simulated_banner(&m.source) {
+        let _ = writeln!(out, "{banner}\n");
+    }
+    let _ = writeln!(
+        out,
+        "Hop costs on GPU{} {} ({}): β GB/s (α µs), time = α + bytes / β\n",
+        if m.devices.len() == 1 { "" } else { "s" },
+        m.devices
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        m.measured_on
+    );
+    let peer = |h: Hop| matches!(h, Hop::PeerCe { .. } | Hop::PeerSm { .. });
+    if m.hops.iter().any(|h| peer(h.hop)) {
+        for (title, hop) in [
+            (
+                "Copy engine write, row → column",
+                (|src, dst| Hop::PeerCe { src, dst }) as fn(usize, usize) -> Hop,
+            ),
+            ("SM kernel write, row → column", |src, dst| Hop::PeerSm {
+                src,
+                dst,
+            }),
+        ] {
+            let table = matrix(&m.devices, false, |src, dst| cell(m, hop(src, dst)));
+            let _ = writeln!(out, "{title}\n{table}\n");
+        }
+    }
+
+    let mut nodes: Vec<Option<i32>> = m
+        .hops
+        .iter()
+        .filter_map(|h| match h.hop {
+            Hop::HostToDevice { node, .. } => Some(node),
+            _ => None,
+        })
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let name = |node: Option<i32>| node.map_or(String::new(), |n| format!(" node {n}"));
+    let mut header = vec!["".to_string(), "local copy".to_string()];
+    for &node in &nodes {
+        header.push(format!("host{} → GPU", name(node)));
+        header.push(format!("GPU → host{}", name(node)));
+    }
+    let mut table = plain(header);
+    for &device in &m.devices {
+        let mut row = vec![format!("GPU{device}"), cell(m, Hop::Local { device })];
+        for &node in &nodes {
+            row.push(cell(m, Hop::HostToDevice { device, node }));
+            row.push(cell(m, Hop::DeviceToHost { device, node }));
+        }
+        table.add_row(row);
+    }
+    for column in table.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    let _ = writeln!(
+        out,
+        "Within each GPU and to or from pinned host memory\n{table}\n"
+    );
+
+    let i = &m.issue;
+    let _ = writeln!(
+        out,
+        "CPU time to queue (host clock): copy {:.2} µs, kernel {:.2} µs, event {:.2} µs, graph \
+         launch {:.2} µs",
+        i.copy_us, i.kernel_us, i.event_us, i.graph_us
+    );
+    let _ = writeln!(
+        out,
+        "GPU time: {:.3} µs per node of a replayed graph, {:.4} µs per message of a batched copy \
+         kernel",
+        m.graph_node_us, m.batch_message_us
+    );
+    if let Some(l) = &m.latencies {
+        for (what, pair) in [
+            ("GPU", Some(l.local)),
+            ("NVLink", l.nvlink),
+            ("PCIe", l.pcie),
+        ] {
+            if let Some(p) = pair {
+                let _ = writeln!(
+                    out,
+                    "{what} latency (GPU {} → GPU {}): dependent load {:.0} ns, one-way signal \
+                     {:.2} µs",
+                    p.src, p.dst, p.load_ns, p.signal_us
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "\nNotes:");
+    for note in &m.notes {
+        let _ = writeln!(out, "  - {note}");
+    }
+    out
+}
