@@ -413,12 +413,26 @@ impl Backend for CudaBackend {
         let count = u32::try_from(copies.len())
             .map_err(|_| Error::usage("a copy batch holds at most 4294967295 copies"))?;
         let device = stream.device;
+        // A batch names few buffers many times: look each up (and check it is reachable) once,
+        // not once per message — a thousand lookups cost the CPU more than the kernel's GPU time.
+        let mut resolved: HashMap<u64, Arc<Buffer>> = HashMap::new();
+        let mut address = |id: BufferId, offset: usize, len: usize, role: &str| -> Result<u64> {
+            let buffer = match resolved.get(&id.0) {
+                Some(buffer) => buffer,
+                None => {
+                    let buffer = self.buffers.get(id.0)?;
+                    self.check_reachable(device, &buffer)?;
+                    resolved.entry(id.0).or_insert(buffer)
+                }
+            };
+            buffer.range(id.0, offset, len, role)
+        };
         let descriptors = copies
             .iter()
             .map(|c| {
                 Ok(kernels::Descriptor {
-                    dst: self.reachable_range(device, c.dst, c.dst_offset, c.len, "destination")?,
-                    src: self.reachable_range(device, c.src, c.src_offset, c.len, "source")?,
+                    dst: address(c.dst, c.dst_offset, c.len, "destination")?,
+                    src: address(c.src, c.src_offset, c.len, "source")?,
                     len: c.len as u64,
                 })
             })
