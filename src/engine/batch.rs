@@ -323,7 +323,15 @@ impl Pattern {
                         offset: 0,
                     },
                 );
-                issue_routes(&mut issuer, &mut guards, middle, from, to, control, ready)?;
+                issue_routes(
+                    &mut issuer,
+                    &mut guards,
+                    middle,
+                    from,
+                    to,
+                    control,
+                    Some(ready),
+                )?;
                 let moved = issuer.record(control)?;
                 let scatter = issuer.stream(StreamKey {
                     device: b,
@@ -352,7 +360,7 @@ impl Pattern {
             }
         }
         let end = issuer.record(control)?;
-        Ok(issuer.finish(start, end))
+        Ok(issuer.finish(Some(start), end))
     }
 
     /// The gathering buffers (source side, destination side), grown to hold this batch. Growing

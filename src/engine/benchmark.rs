@@ -143,6 +143,7 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
             let t = fabric
                 .transfer(from.all(), to.all())
                 .strategy(strategy)
+                .timed()
                 .submit()?;
             let us = t.elapsed_us()?;
             if run >= options.warmup {
@@ -171,19 +172,23 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
     let pick_us = measured(pick.strategy).expect("the pick was measured");
     let (best, regret) = (best.strategy, pick_us / best.measured_us - 1.0);
 
-    to.write(0, &poison)?;
-    let mut engine_wall = Vec::with_capacity(options.runs);
+    // The engine's pick and a plain copy, alternating run by run so that drift on the host
+    // (clocks, other load) falls on both alike.
+    let backend = fabric.backend();
+    let plain = PlainCopy::new(fabric, &from, &to)?;
+    let (mut engine_wall, mut plain_gpu, mut plain_wall) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..options.warmup + options.runs {
-        let backend = fabric.backend();
+        let (gpu, wall) = plain.run()?;
+        to.write(0, &poison)?;
         let start = backend.host_time_us();
         fabric.copy(from.all(), to.all())?.wait()?;
+        let engine = backend.host_time_us() - start;
         if run >= options.warmup {
-            engine_wall.push(backend.host_time_us() - start);
+            engine_wall.push(engine);
+            plain_gpu.push(gpu);
+            plain_wall.push(wall);
         }
     }
-    verify(&to.to_vec()?, &data, pick.strategy, src, dst)?;
-    to.write(0, &poison)?;
-    let raw = plain_copy(fabric, &from, &to, options)?;
     verify(&to.to_vec()?, &data, pick.strategy, src, dst)?;
     Ok(Point {
         bytes,
@@ -191,7 +196,10 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
         best,
         regret,
         timings,
-        raw,
+        raw: Baseline {
+            gpu_us: median(plain_gpu),
+            wall_us: median(plain_wall),
+        },
         engine_wall_us: median(engine_wall),
     })
 }
@@ -202,36 +210,44 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 /// One copy-engine copy of all of `from` into `to`, issued straight on the backend on a stream of
-/// the source GPU, timed on the GPU (events) and on the host (call to synchronisation).
-fn plain_copy(fabric: &Fabric, from: &Buffer, to: &Buffer, options: Options) -> Result<Baseline> {
-    let backend = fabric.backend();
-    let stream = backend.create_stream(from.device())?;
-    let copy = Copy {
-        dst: to.state.id,
-        dst_offset: 0,
-        src: from.state.id,
-        src_offset: 0,
-        len: from.size(),
-    };
-    let (mut gpu, mut wall) = (Vec::new(), Vec::new());
-    for run in 0..options.warmup + options.runs {
-        let before = backend.record(stream)?;
+/// the source GPU: what a user writes without peerlink.
+struct PlainCopy<'f> {
+    backend: &'f dyn crate::backend::Backend,
+    stream: crate::backend::StreamId,
+    copy: Copy,
+}
+
+impl<'f> PlainCopy<'f> {
+    fn new(fabric: &'f Fabric, from: &Buffer, to: &Buffer) -> Result<Self> {
+        let backend = &**fabric.backend();
+        Ok(PlainCopy {
+            backend,
+            stream: backend.create_stream(from.device())?,
+            copy: Copy {
+                dst: to.state.id,
+                dst_offset: 0,
+                src: from.state.id,
+                src_offset: 0,
+                len: from.size(),
+            },
+        })
+    }
+
+    /// GPU time between events around the copy, and host time from the copy call until the
+    /// host's synchronisation returns.
+    fn run(&self) -> Result<(f64, f64)> {
+        let backend = self.backend;
+        let before = backend.record(self.stream)?;
         let start = backend.host_time_us();
-        backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
-        let after = backend.record(stream)?;
+        backend.copy(self.stream, CopyMethod::CopyEngine, &self.copy)?;
+        let after = backend.record(self.stream)?;
         backend.event_synchronize(after)?;
-        let end = backend.host_time_us();
-        if run >= options.warmup {
-            gpu.push(backend.elapsed_us(before, after)?);
-            wall.push(end - start);
-        }
+        let wall = backend.host_time_us() - start;
+        let gpu = backend.elapsed_us(before, after)?;
         backend.destroy_event(before)?;
         backend.destroy_event(after)?;
+        Ok((gpu, wall))
     }
-    Ok(Baseline {
-        gpu_us: median(gpu),
-        wall_us: median(wall),
-    })
 }
 
 /// One way of moving a batch, timed on the host clock from the call to the completion seen.

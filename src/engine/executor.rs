@@ -17,7 +17,7 @@
 use super::plan::{Plan, Route, Strategy};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
-use crate::Result;
+use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -218,7 +218,8 @@ impl Loc {
 /// What a finished submission leaves: the events that bound it and every event it made.
 pub(super) struct Completion {
     shared: Arc<Shared>,
-    pub start: EventId,
+    /// Recorded before the transfer's work where it was timed or runs on several streams.
+    pub start: Option<EventId>,
     pub end: EventId,
     events: Vec<EventId>,
     /// Set once the end event is known to have fired: later checks need no driver call.
@@ -325,7 +326,7 @@ impl<'s> Issuer<'s> {
         self.backend().copy_batch(stream, copies)
     }
 
-    pub fn finish(mut self, start: EventId, end: EventId) -> Completion {
+    pub fn finish(mut self, start: Option<EventId>, end: EventId) -> Completion {
         self.finished = true;
         Completion {
             shared: self.shared.clone(),
@@ -364,14 +365,16 @@ pub(super) fn lanes_of(plan: &Plan) -> Vec<LaneKey> {
         .collect()
 }
 
-/// Queues a whole single-range transfer: waits for `after`, then the plan, bounded by a start and
-/// an end event on the control stream.
+/// Queues a whole single-range transfer: waits for `after`, then the plan, followed by an end event
+/// on the control stream. A start event goes first where the plan has pipelined routes (their
+/// streams wait for it) or the caller wants the GPU time (`timed`).
 pub(super) fn submit(
     shared: &Arc<Shared>,
     plan: &Plan,
     src: Loc,
     dst: Loc,
     after: &[EventId],
+    timed: bool,
 ) -> Result<Completion> {
     let lanes = LockedLanes::new(shared, lanes_of(plan));
     let mut guards = lanes.guards();
@@ -380,7 +383,15 @@ pub(super) fn submit(
     for &e in after {
         issuer.wait(control, e)?;
     }
-    let start = issuer.record(control)?;
+    let pipelined = plan
+        .paths
+        .iter()
+        .any(|p| !matches!(p.route, Route::Direct(_)));
+    let start = if timed || pipelined {
+        Some(issuer.record(control)?)
+    } else {
+        None
+    };
     issue_routes(&mut issuer, &mut guards, plan, src, dst, control, start)?;
     let end = issuer.record(control)?;
     Ok(issuer.finish(start, end))
@@ -395,8 +406,8 @@ pub(super) fn control_key(src: usize, dst: usize) -> StreamKey {
     }
 }
 
-/// Queues every route of `plan` after `start` (an event already recorded on `control`), and makes
-/// `control` wait until all of them are done.
+/// Queues every route of `plan` after `start` (an event already recorded on `control`; pipelined
+/// routes need one), and makes `control` wait until all of them are done.
 pub(super) fn issue_routes(
     issuer: &mut Issuer<'_>,
     lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>,
@@ -404,7 +415,7 @@ pub(super) fn issue_routes(
     src: Loc,
     dst: Loc,
     control: StreamId,
-    start: EventId,
+    start: Option<EventId>,
 ) -> Result<()> {
     let mut pipelines = Vec::new();
     for share in &plan.paths {
@@ -427,6 +438,11 @@ pub(super) fn issue_routes(
                 let lane = lanes
                     .get_mut(&key)
                     .expect("every lane of the plan is locked");
+                let start = start.ok_or_else(|| {
+                    Error::InvalidHandle(
+                        "internal: a pipelined route was queued without a start event".into(),
+                    )
+                })?;
                 let mut pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
                 // Its first chunk goes now, before the next route is begun.
                 pipeline.step(issuer)?;

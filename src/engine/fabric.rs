@@ -127,6 +127,7 @@ impl Fabric {
             after: Vec::new(),
             after_events: Vec::new(),
             strategy: None,
+            timed: false,
         }
     }
 
@@ -389,12 +390,16 @@ impl Transfer {
     }
 
     /// GPU time of the whole transfer, from its start to its end event (both on the source GPU), in
-    /// microseconds. Waits for the transfer first.
+    /// microseconds. Waits for the transfer first. Needs a transfer built with
+    /// [`TransferBuilder::timed`] (batches are always timed).
     pub fn elapsed_us(&self) -> Result<f64> {
+        let start = self.done.start.ok_or_else(|| {
+            Error::usage(
+                "this transfer was not timed: build it with .timed() to measure its GPU time",
+            )
+        })?;
         self.done.wait()?;
-        self.done
-            .backend()
-            .elapsed_us(self.done.start, self.done.end)
+        self.done.backend().elapsed_us(start, self.done.end)
     }
 
     /// What the planner chose.
@@ -411,9 +416,17 @@ pub struct TransferBuilder<'a> {
     after: Vec<Arc<Completion>>,
     after_events: Vec<EventId>,
     strategy: Option<Strategy>,
+    timed: bool,
 }
 
 impl TransferBuilder<'_> {
+    /// Records a start event too, so that [`Transfer::elapsed_us`] can tell the transfer's GPU
+    /// time. Untimed direct copies skip it: an event record is CPU time every transfer would pay.
+    pub fn timed(mut self) -> Self {
+        self.timed = true;
+        self
+    }
+
     /// Starts only after `earlier` has finished (on the GPU; the host does not wait).
     pub fn after(mut self, earlier: &Transfer) -> Self {
         self.after.push(earlier.done.clone());
@@ -450,6 +463,7 @@ impl TransferBuilder<'_> {
             self.src.loc(),
             self.dst.loc(),
             &events,
+            self.timed,
         )?);
         src_state.claim(&done, false);
         dst_state.claim(&done, true);

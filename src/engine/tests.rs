@@ -35,6 +35,7 @@ fn every_strategy_moves_every_byte_on_nvswitch() {
         let t = f
             .transfer(src.range(7..len + 7), dst.range(50..len + 50))
             .strategy(strategy)
+            .timed()
             .submit()
             .unwrap();
         t.wait().unwrap();
@@ -50,6 +51,18 @@ fn every_strategy_moves_every_byte_on_nvswitch() {
         );
         assert!(t.elapsed_us().unwrap() > 0.0);
     }
+}
+
+#[test]
+fn only_timed_transfers_tell_their_gpu_time() {
+    let f = fabric("dgx-h100");
+    let a = f.alloc(0, 4096).unwrap();
+    let b = f.alloc(1, 4096).unwrap();
+    let plain = f.copy(a.all(), b.all()).unwrap();
+    let err = plain.elapsed_us().unwrap_err();
+    assert_usage(err, "not timed");
+    let timed = f.transfer(a.all(), b.all()).timed().submit().unwrap();
+    assert!(timed.elapsed_us().unwrap() > 0.0);
 }
 
 fn assert_usage(err: crate::Error, needle: &str) {

@@ -43,6 +43,7 @@ fn every_usable_strategy_moves_every_byte() {
         let Ok(t) = f
             .transfer(src.range(3..len + 3), dst.range(5..len + 5))
             .strategy(strategy)
+            .timed()
             .submit()
         else {
             continue;
