@@ -271,7 +271,10 @@ pub fn run(
         &super::progress::Silent,
     )?;
     let fit = sweep.fit;
-    let link_us = fit.map_or(m.lane_us[0].median, |f| f.time_us(size as f64));
+    // The events around a lone copy take GPU time of their own, which the receiver side's marker
+    // (itself an event) counts again: measure two events with nothing between and take it out.
+    let events_us = empty_window_us(backend, lane.stream(), &lone)?;
+    let link_us = fit.map_or(m.lane_us[0].median, |f| f.time_us(size as f64)) - events_us;
     progress.step();
 
     let completion = completion_costs(backend, lane.final_stream())?;
@@ -300,12 +303,16 @@ pub fn run(
             match fit {
                 Some(f) => format!(
                     "GPU time of a lone copy (events around one copy) from the α–β fit at {}: \
-                     α = {:.2} µs + bytes / β = {:.1} GB/s",
+                     α = {:.2} µs + bytes / β = {:.1} GB/s, less the two events' own {events_us:.2} \
+                     µs (GPU time between two events with nothing between)",
                     format_bytes(size),
                     f.alpha_us,
                     f.beta_gbps
                 ),
-                None => "GPU time per copy at this size (no α–β fit could be made)".to_string(),
+                None => format!(
+                    "GPU time per copy at this size (no α–β fit could be made), less the two \
+                     events' own {events_us:.2} µs"
+                ),
             },
         ),
         part(
@@ -417,6 +424,25 @@ pub fn run(
         fixes,
         notes,
     })
+}
+
+/// Median GPU µs between two events recorded back to back behind a held stream.
+fn empty_window_us(
+    backend: &dyn Backend,
+    stream: crate::backend::StreamId,
+    timing: &Timing,
+) -> Result<f64> {
+    let mut times = Vec::new();
+    for _ in 0..timing.samples {
+        let gate = backend.hold(stream)?;
+        let (start, end) = (backend.record(stream)?, backend.record(stream)?);
+        backend.release(gate)?;
+        backend.synchronize(stream)?;
+        times.push(backend.elapsed_us(start, end)?);
+        backend.destroy_event(start)?;
+        backend.destroy_event(end)?;
+    }
+    Ok(median(&times)?.median)
 }
 
 /// What it costs the host to learn that work finished (medians, host µs).
