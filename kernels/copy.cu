@@ -53,10 +53,18 @@ struct CopyDescriptor {
 };
 
 // Many copies in one launch: a block per copy, blocks striding over the list if it is longer.
+// The list may sit in mapped host memory: one thread reads each descriptor (one PCIe read per
+// block, not one per warp) and shares it through shared memory.
 extern "C" __global__ void copy_batch(const CopyDescriptor *copies, unsigned int count) {
+    __shared__ CopyDescriptor copy;
     for (unsigned int i = blockIdx.x; i < count; i += gridDim.x) {
-        const CopyDescriptor copy = copies[i];
+        if (threadIdx.x == 0) {
+            copy = copies[i];
+        }
+        __syncthreads();
         copy_range((unsigned char *)copy.dst, (const unsigned char *)copy.src, copy.len,
                    threadIdx.x, blockDim.x);
+        // Every thread is done with this descriptor before thread 0 loads the next.
+        __syncthreads();
     }
 }

@@ -27,7 +27,7 @@ fi
 
 if want tests; then
 step gpu tests
-gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture >"$work/gpu-tests.log" 2>&1
+gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture ${GPU_TEST_ARGS:-} >"$work/gpu-tests.log" 2>&1
 echo "gpu tests exit: $?" >>"$work/gpu-tests.log"
 fi
 
