@@ -270,11 +270,14 @@ pub fn run(
         &sizes,
         &super::progress::Silent,
     )?;
-    let fit = sweep.fit;
     // The events around a lone copy take GPU time of their own, which the receiver side's marker
-    // (itself an event) counts again: measure two events with nothing between and take it out.
+    // (itself an event) counts again: measure two events with nothing between and take it out of
+    // the fit's α, so that the link part and every saving computed from α are the copy's alone.
     let events_us = empty_window_us(backend, lane.stream(), &lone)?;
-    let link_us = fit.map_or(m.lane_us[0].median, |f| f.time_us(size as f64)) - events_us;
+    let fit = sweep
+        .fit
+        .map(|f| Fit::new((f.alpha_us - events_us).max(0.0), f.beta_gbps));
+    let link_us = fit.map_or(m.lane_us[0].median - events_us, |f| f.time_us(size as f64));
     progress.step();
 
     let completion = completion_costs(backend, lane.final_stream())?;
@@ -302,9 +305,9 @@ pub fn run(
             link_us,
             match fit {
                 Some(f) => format!(
-                    "GPU time of a lone copy (events around one copy) from the α–β fit at {}: \
-                     α = {:.2} µs + bytes / β = {:.1} GB/s, less the two events' own {events_us:.2} \
-                     µs (GPU time between two events with nothing between)",
+                    "GPU time of a lone copy from the α–β fit at {}: α = {:.2} µs + bytes / β = \
+                     {:.1} GB/s, where α leaves out the {events_us:.2} µs of the two events timing \
+                     it (GPU time between two events with nothing between)",
                     format_bytes(size),
                     f.alpha_us,
                     f.beta_gbps
