@@ -4,6 +4,7 @@
 
 use peerlink::backend::sim::SimBackend;
 use peerlink::backend::Backend;
+use peerlink::engine::benchmark::pattern;
 use peerlink::engine::{BatchStrategy, Buffer, Fabric, Strategy as Way};
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -13,18 +14,6 @@ const PRESETS: [&str; 3] = ["dgx1-v100", "pcie-4gpu-2socket", "dgx-h100"];
 fn fabric(preset: &str) -> Fabric {
     let backend: Arc<dyn Backend> = Arc::new(SimBackend::open(preset).unwrap());
     Fabric::open(backend).unwrap()
-}
-
-fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Mostly small sizes, some medium, a few large: the large ones are what pipelines chunk, but
@@ -53,8 +42,8 @@ fn transfer_checks(
     strategy: Option<Way>,
     seed: u64,
 ) -> Result<bool, TestCaseError> {
-    let data = bytes(src.size(), seed);
-    let before = bytes(dst.size(), !seed);
+    let data = pattern(src.size(), seed);
+    let before = pattern(dst.size(), !seed);
     src.write(0, &data).unwrap();
     dst.write(0, &before).unwrap();
     let mut t = f.transfer(
@@ -138,8 +127,8 @@ proptest! {
         }
         let src = f.alloc(a, src_len).unwrap();
         let dst = f.alloc(b, at + 11).unwrap();
-        let data = bytes(src_len, seed);
-        let before = bytes(at + 11, !seed);
+        let data = pattern(src_len, seed);
+        let before = pattern(at + 11, !seed);
         src.write(0, &data).unwrap();
         dst.write(0, &before).unwrap();
         let messages: Vec<_> = lens

@@ -434,8 +434,9 @@ fn verify(got: &[u8], want: &[u8], strategy: Strategy, src: usize, dst: usize) -
     }
 }
 
-/// Bytes that differ from offset to offset and from size to size.
-pub(super) fn pattern(len: usize, seed: u64) -> Vec<u8> {
+/// Deterministic bytes that differ from offset to offset and from seed to seed (xorshift): what the
+/// benchmark moves and checks, and what tests fill buffers with.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {

@@ -462,19 +462,8 @@ impl Planner {
         }
         let (predicted_us, route, target) = best?;
         Some(Plan {
-            src,
-            dst,
-            bytes,
-            strategy,
             chunk_bytes: chunking(bytes, target).0,
-            paths: vec![PathShare {
-                route,
-                offset: 0,
-                bytes,
-                predicted_us,
-            }],
-            predicted_us,
-            alternatives: Vec::new(),
+            ..self.single(src, dst, bytes, strategy, route, predicted_us)
         })
     }
 

@@ -152,10 +152,7 @@ fn sweep_text(out: &mut String, sweep: &Sweep) {
 
 /// The human-readable bench report.
 pub fn text(report: &BenchReport) -> String {
-    let mut out = String::new();
-    if let Some(banner) = super::simulated_banner(&report.source) {
-        let _ = writeln!(out, "{banner}\n");
-    }
+    let mut out = super::opening(&report.source);
     let t = &report.timing;
     let _ = writeln!(
         out,
@@ -264,10 +261,7 @@ pub fn csv(report: &BenchReport) -> String {
 
 /// The human-readable latency breakdown.
 pub fn explain_text(e: &Explanation) -> String {
-    let mut out = String::new();
-    if let Some(banner) = super::simulated_banner(&e.source) {
-        let _ = writeln!(out, "{banner}\n");
-    }
+    let mut out = super::opening(&e.source);
     let _ = writeln!(
         out,
         "Where the time goes: {} from GPU {} to GPU {} ({})",

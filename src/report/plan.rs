@@ -185,10 +185,7 @@ pub fn sweep_json(view: &SweepView<'_>) -> Value {
 /// The engine benchmark's table: one row per size.
 pub fn sweep_text(view: &SweepView<'_>) -> String {
     let r = view.report;
-    let mut out = String::new();
-    if let Some(banner) = super::simulated_banner(&r.source) {
-        let _ = writeln!(out, "{banner}\n");
-    }
+    let mut out = super::opening(&r.source);
     let _ = writeln!(
         out,
         "engine benchmark, GPU {} → GPU {} ({}); costs: {}",
@@ -288,10 +285,7 @@ pub fn batch_json(view: &BatchView<'_>) -> Value {
 /// The human-readable batch plan.
 pub fn batch_text(view: &BatchView<'_>) -> String {
     let plan = view.plan;
-    let mut out = String::new();
-    if let Some(banner) = super::simulated_banner(view.source) {
-        let _ = writeln!(out, "{banner}\n");
-    }
+    let mut out = super::opening(view.source);
     let _ = writeln!(
         out,
         "GPU {} → GPU {}, {} messages of {} ({})\ncosts: {}\n",
@@ -346,10 +340,7 @@ pub fn batch_text(view: &BatchView<'_>) -> String {
 /// The human-readable report.
 pub fn text(view: &PlanView<'_>) -> String {
     let plan = view.plan;
-    let mut out = String::new();
-    if let Some(banner) = super::simulated_banner(view.source) {
-        let _ = writeln!(out, "{banner}\n");
-    }
+    let mut out = super::opening(view.source);
     let _ = writeln!(
         out,
         "GPU {} → GPU {}, {} ({})",

@@ -25,10 +25,7 @@ pub fn json(topo: &Topology, selected: &[usize]) -> Value {
 /// The human-readable report.
 pub fn text(topo: &Topology, selected: &[usize]) -> String {
     let topo = restrict(topo, selected);
-    let mut out = String::new();
-    if let Some(banner) = super::simulated_banner(&topo.source) {
-        let _ = writeln!(out, "{banner}\n");
-    }
+    let mut out = super::opening(&topo.source);
     let _ = writeln!(
         out,
         "{} GPU{} ({}{})\n",

@@ -19,10 +19,7 @@ fn cell(m: &Measurements, hop: Hop) -> String {
 
 /// The measurements as a human reads them.
 pub fn text(m: &Measurements) -> String {
-    let mut out = String::new();
-    if let Some(banner) = super::simulated_banner(&m.source) {
-        let _ = writeln!(out, "{banner}\n");
-    }
+    let mut out = super::opening(&m.source);
     let _ = writeln!(
         out,
         "Hop costs on GPU{} {} ({}): β GB/s (α µs), time = α + bytes / β\n",

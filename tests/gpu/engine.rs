@@ -3,6 +3,7 @@
 
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::Backend;
+use peerlink::engine::benchmark::pattern;
 use peerlink::engine::{benchmark, BatchStrategy, Fabric, Strategy};
 use std::sync::Arc;
 
@@ -16,18 +17,6 @@ fn pair(f: &Fabric) -> (usize, usize) {
     (0, usize::from(f.devices().len() > 1))
 }
 
-fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 #[ignore = "needs a GPU"]
 fn every_usable_strategy_moves_every_byte() {
@@ -35,7 +24,7 @@ fn every_usable_strategy_moves_every_byte() {
     let (a, b) = pair(&f);
     let len = (48 << 20) + 4099;
     let src = f.alloc(a, len + 3).unwrap();
-    let data = bytes(len + 3, 1);
+    let data = pattern(len + 3, 1);
     src.write(0, &data).unwrap();
     let mut tried = 0;
     for strategy in Strategy::ALL {
@@ -66,7 +55,7 @@ fn batches_and_replayed_patterns_deliver_every_message() {
     let len = 97;
     let src = f.alloc(a, count * (len + 3)).unwrap();
     let dst = f.alloc(b, count * (len + 5)).unwrap();
-    let data = bytes(count * (len + 3), 2);
+    let data = pattern(count * (len + 3), 2);
     src.write(0, &data).unwrap();
     let messages: Vec<_> = (0..count)
         .map(|i| {
@@ -176,9 +165,9 @@ fn ten_thousand_random_transfers_move_every_byte() {
     let (a, b) = pair(&f);
     let src = f.alloc(a, SPAN).unwrap();
     let dst = f.alloc(b, SPAN).unwrap();
-    let data = bytes(SPAN, 7);
+    let data = pattern(SPAN, 7);
     src.write(0, &data).unwrap();
-    let mut mirror = bytes(SPAN, 8);
+    let mut mirror = pattern(SPAN, 8);
     dst.write(0, &mirror).unwrap();
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let mut per_strategy = std::collections::BTreeMap::new();
