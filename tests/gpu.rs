@@ -530,3 +530,75 @@ fn copy_bandwidth_push_and_pull() {
         }
     }
 }
+
+/// Where a batch of 1000 × 4 KiB spends its time on this host, per step, for the engine's batching
+/// goal: the host's time in the `copy_batch` call, the kernel's GPU time behind a held stream, and
+/// the call-to-completion wall time of a lone batch.
+#[test]
+#[ignore = "needs a GPU"]
+fn copy_batch_time_split() {
+    let b = open();
+    let (count, len) = (1000usize, 4096usize);
+    let src = b.alloc(Memory::Device(0), count * len).unwrap();
+    let dst = b.alloc(Memory::Device(0), count * len).unwrap();
+    b.write(src, 0, &pattern(count * len, 5)).unwrap();
+    let copies: Vec<Copy> = (0..count)
+        .map(|i| Copy {
+            dst,
+            dst_offset: (count - 1 - i) * len,
+            src,
+            src_offset: i * len,
+            len,
+        })
+        .collect();
+    let stream = b.create_stream(0).unwrap();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (mut call, mut gpu, mut wall, mut sync) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for run in 0..23 {
+        // GPU time and call time behind a held stream.
+        let gate = b.hold(stream).unwrap();
+        let start = b.record(stream).unwrap();
+        let t0 = b.host_time_us();
+        b.copy_batch(stream, &copies).unwrap();
+        let t1 = b.host_time_us();
+        let end = b.record(stream).unwrap();
+        b.release(gate).unwrap();
+        b.synchronize(stream).unwrap();
+        // A lone batch, call to completion seen.
+        let t2 = b.host_time_us();
+        b.copy_batch(stream, &copies).unwrap();
+        let t3 = b.host_time_us();
+        let done = b.record(stream).unwrap();
+        b.event_synchronize(done).unwrap();
+        let t4 = b.host_time_us();
+        if run >= 3 {
+            call.push(t1 - t0);
+            gpu.push(b.elapsed_us(start, end).unwrap());
+            wall.push(t4 - t2);
+            sync.push(t4 - t3);
+        }
+        for e in [start, end, done] {
+            b.destroy_event(e).unwrap();
+        }
+    }
+    let got = read_all(&b, dst);
+    let data = pattern(count * len, 5);
+    for i in 0..count {
+        let d = (count - 1 - i) * len;
+        assert!(
+            got[d..d + len] == data[i * len..(i + 1) * len],
+            "message {i}"
+        );
+    }
+    eprintln!(
+        "copy_batch 1000 × 4 KiB: call {:.1} µs (host), kernel {:.1} µs (GPU, behind a gate), lone \
+         batch {:.1} µs call to completion, of which {:.1} µs after the call returned",
+        median(call),
+        median(gpu),
+        median(wall),
+        median(sync)
+    );
+}
