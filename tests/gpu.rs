@@ -602,3 +602,35 @@ fn copy_batch_time_split() {
         median(sync)
     );
 }
+
+/// How fast the host writes into pinned memory of each kind (batch descriptors are written there).
+#[test]
+#[ignore = "needs a GPU"]
+fn host_writes_into_pinned_memory() {
+    let b = open();
+    let data = pattern(24 * 1024, 9);
+    for (what, memory) in [
+        ("cuMemHostAlloc", Memory::PinnedHost { numa_node: None }),
+        (
+            "mbind + cuMemHostRegister",
+            Memory::PinnedHost { numa_node: Some(0) },
+        ),
+    ] {
+        let buffer = b.alloc(memory, data.len()).unwrap();
+        let mut times = Vec::new();
+        for _ in 0..21 {
+            let t0 = b.host_time_us();
+            b.write(buffer, 0, &data).unwrap();
+            times.push(b.host_time_us() - t0);
+        }
+        times.sort_by(f64::total_cmp);
+        let mut back = vec![0; data.len()];
+        b.read(buffer, 0, &mut back).unwrap();
+        assert_eq!(back, data);
+        eprintln!(
+            "24 KiB host write into {what} pinned memory: {:.1} µs (median)",
+            times[10]
+        );
+        b.free(buffer).unwrap();
+    }
+}
