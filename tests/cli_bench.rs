@@ -1,22 +1,9 @@
 //! `peerlink bench` and `peerlink explain` from the command line, on the simulator.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{json_of, peerlink};
 use predicates::prelude::*;
-use serde_json::Value;
-
-fn peerlink() -> Command {
-    Command::cargo_bin("peerlink").unwrap()
-}
-
-fn json_of(args: &[&str]) -> Value {
-    let out = peerlink().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("stdout is exactly one JSON document")
-}
 
 #[test]
 fn bench_json_follows_the_contract() {

@@ -1,25 +1,13 @@
 //! `peerlink plan` on the simulator: the JSON contract, the picks on the presets, bad input.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{json_of, peerlink};
 use predicates::prelude::*;
 use serde_json::Value;
 
-fn peerlink() -> Command {
-    Command::cargo_bin("peerlink").unwrap()
-}
-
 fn plan_json(args: &[&str]) -> Value {
-    let out = peerlink()
-        .args(["plan", "--json"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("stdout is exactly one JSON document")
+    json_of(&[&["plan", "--json"], args].concat())
 }
 
 const STRATEGIES: [&str; 5] = ["direct-ce", "direct-sm", "staged", "relay", "split"];
@@ -292,16 +280,6 @@ fn a_matching_profile_changes_the_prediction() {
         .as_str()
         .unwrap()
         .contains("measured profile"));
-}
-
-fn json_of(args: &[&str]) -> Value {
-    let out = peerlink().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]

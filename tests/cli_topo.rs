@@ -1,24 +1,13 @@
 //! `peerlink topo` and the CLI's global contract, on the simulator (no GPU needed).
 
-use assert_cmd::Command;
+mod common;
+
+use common::{json_of, peerlink};
 use predicates::prelude::*;
 use serde_json::Value;
 
-fn peerlink() -> Command {
-    Command::cargo_bin("peerlink").unwrap()
-}
-
 fn topo_json(preset: &str) -> Value {
-    let out = peerlink()
-        .args(["topo", "--json", "--sim", preset])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("stdout is exactly one JSON document")
+    json_of(&["topo", "--json", "--sim", preset])
 }
 
 fn link(doc: &Value, src: u64, dst: u64) -> (String, bool) {

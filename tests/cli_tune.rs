@@ -1,24 +1,16 @@
 //! `peerlink tune` on the simulator: the profile it writes, how `plan` uses it, the exported preset.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{json_of, peerlink};
 use peerlink::backend::sim::Preset;
 use predicates::prelude::*;
 use serde_json::Value;
 use std::path::Path;
 
-fn peerlink() -> Command {
-    Command::cargo_bin("peerlink").unwrap()
-}
-
-/// Runs peerlink with `args`, expecting success, and parses stdout as one JSON document.
+/// Runs peerlink with `--json` and `args`, expecting one JSON document.
 fn json(args: &[&str]) -> Value {
-    let out = peerlink().arg("--json").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("stdout is exactly one JSON document")
+    json_of(&[&["--json"], args].concat())
 }
 
 fn tune(dir: &Path, args: &[&str]) -> Value {

@@ -1,0 +1,20 @@
+//! Helpers shared by the CLI tests.
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// The peerlink binary under test.
+pub fn peerlink() -> Command {
+    Command::cargo_bin("peerlink").unwrap()
+}
+
+/// Runs peerlink with `args`, expecting success, and parses stdout as exactly one JSON document.
+pub fn json_of(args: &[&str]) -> Value {
+    let out = peerlink().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is exactly one JSON document")
+}
