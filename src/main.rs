@@ -6,7 +6,7 @@ use peerlink::backend::sim::Preset;
 use peerlink::backend::{self, Choice, Opened};
 use peerlink::bench::{self, explain, progress, tune};
 use peerlink::engine::{benchmark, Fabric};
-use peerlink::model::profile::write_atomically;
+use peerlink::model::profile::{check_destination, write_atomically};
 use peerlink::model::{CostModel, Profile};
 use peerlink::report;
 use peerlink::units::{parse_size, parse_sizes};
@@ -244,7 +244,12 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn tune(global: &Global, args: &TuneArgs) -> Result<()> {
-    // The preset's name is the file's stem; check it before measuring for half a minute.
+    // Check where the results go before measuring for half a minute; the preset's name is the
+    // file's stem.
+    check_destination(&args.out, "--out")?;
+    if let Some(path) = &args.export_sim {
+        check_destination(path, "--export-sim")?;
+    }
     let preset_name = match &args.export_sim {
         Some(path) => Some(
             path.file_stem()

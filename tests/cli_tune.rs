@@ -211,3 +211,16 @@ fn an_unusable_export_name_is_refused_before_measuring() {
         .code(2)
         .stderr(predicate::str::contains("--export-sim"));
 }
+
+#[test]
+fn an_output_in_a_missing_directory_exits_2_before_measuring() {
+    for flag in ["--out", "--export-sim"] {
+        peerlink()
+            .args(["tune", "--sim", "pcie-2gpu-switch", "--quick", flag])
+            .arg("/nonexistent/peerlink-dir/host.json")
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("/nonexistent/peerlink-dir"))
+            .stderr(predicate::str::contains("does not exist"));
+    }
+}

@@ -174,6 +174,29 @@ impl Profile {
 
 /// Writes `text` and a final newline to `path` so that a reader sees the old file or the new one,
 /// never half of one: a temporary file in the same directory, synced, then renamed over `path`.
+/// Fails with a usage error (exit 2) unless `path` names a file in a directory that exists, so that
+/// a long measurement does not end in a write that cannot happen.
+pub fn check_destination(path: &Path, flag: &str) -> Result<()> {
+    if path.file_name().is_none() {
+        return Err(Error::usage(format!(
+            "{flag} {}: not a file name",
+            path.display()
+        )));
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::usage(format!(
+            "{flag} {}: the directory {} does not exist; create it or choose another path",
+            path.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
     let io = |source| Error::Io {
         path: path.to_path_buf(),
