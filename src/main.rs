@@ -96,7 +96,7 @@ struct BenchArgs {
     sizes: Option<String>,
 
     /// Print CSV instead of tables
-    #[arg(long)]
+    #[arg(long, conflicts_with = "json")]
     csv: bool,
 }
 
@@ -330,7 +330,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     }
     let fabric = fabric.open()?;
     let planner = fabric.planner();
-    let options = benchmark::Options::default();
+    let options = benchmark::Options::for_backend(backend.as_ref());
     let print = |doc: serde_json::Value, text: String| -> Result<()> {
         if global.json {
             println!("{}", serde_json::to_string_pretty(&doc)?);

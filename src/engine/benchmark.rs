@@ -18,6 +18,18 @@ pub struct Options {
     pub runs: usize,
 }
 
+impl Options {
+    /// The defaults, except on the simulator: its virtual times repeat exactly, and it copies every
+    /// byte for real on the CPU, so one warm-up and one timed run say all there is.
+    pub fn for_backend(backend: &dyn crate::backend::Backend) -> Options {
+        if backend.topology().is_simulated() {
+            Options { warmup: 1, runs: 1 }
+        } else {
+            Options::default()
+        }
+    }
+}
+
 impl Default for Options {
     /// Enough runs that the median of a few-µs transfer is steady: with 3 runs, small transfers on
     /// the H200 showed up to 23% regret between strategies that take the same time.
