@@ -240,7 +240,7 @@ impl BufferState {
     }
 
     fn check_host_range(&self, offset: usize, len: usize, what: &str) -> Result<()> {
-        if offset.checked_add(len).map_or(true, |end| end > self.size) {
+        if offset.checked_add(len).is_none_or(|end| end > self.size) {
             return Err(Error::usage(format!(
                 "cannot {what} {len} bytes at offset {offset}: the buffer on GPU {} holds {} bytes",
                 self.device, self.size

@@ -455,7 +455,7 @@ impl Planner {
             };
             for target in Self::chunk_targets(bytes) {
                 let time = pipeline_us(h.first_issue_us, h.issue_us, &h.costs, bytes, target);
-                if best.map_or(true, |(t, _, _)| time < t) {
+                if best.is_none_or(|(t, _, _)| time < t) {
                     best = Some((time, route, target));
                 }
             }
@@ -505,9 +505,8 @@ impl Planner {
         let block = (bytes / COARSE_STEPS / target).max(1) * target;
         let coarse = bytes.saturating_sub(block * lanes.len() as u64) / block;
         let fine = (bytes - coarse * block) / target;
-        let pieces = std::iter::repeat(block)
-            .take(coarse as usize)
-            .chain(std::iter::repeat(target).take(fine as usize))
+        let pieces = std::iter::repeat_n(block, coarse as usize)
+            .chain(std::iter::repeat_n(target, fine as usize))
             .chain(Some(bytes % target).filter(|&r| r > 0));
         for piece in pieces {
             // The makespan if lane `i` takes the piece. A lane already in use changes only its

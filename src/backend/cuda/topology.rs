@@ -472,7 +472,7 @@ mod tests {
         let remotes: Vec<PciAddress> = switches
             .iter()
             .zip([5, 4, 4, 5])
-            .flat_map(|(s, n)| std::iter::repeat(*s).take(n))
+            .flat_map(|(s, n)| std::iter::repeat_n(*s, n))
             .collect();
         let gpus: HashSet<_> = [a, b].into();
         assert_eq!(nvlink_count(&remotes, b, &remotes, &gpus), 18);
