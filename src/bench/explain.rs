@@ -93,12 +93,6 @@ fn part(name: &str, us: f64, measured_by: impl Into<String>) -> Part {
     }
 }
 
-fn median(values: &[f64]) -> Result<Stats> {
-    Stats::of(values).ok_or_else(|| {
-        Error::InvalidHandle("the backend returned no time, or one that is not finite".into())
-    })
-}
-
 /// Host µs spent in `call`.
 pub(crate) fn host_us<T>(
     backend: &dyn Backend,
@@ -236,10 +230,10 @@ pub fn run(
             calls.push(t.call_us);
         }
     }
-    let measured = median(&times)?;
+    let measured = Stats::of_times(&times)?;
     // The issue cost inside the very transfers timed end to end (an idle stream, as a lone transfer
     // has it).
-    let launch = median(&calls)?.median;
+    let launch = Stats::of_times(&calls)?.median;
     setup.push(part(
         "first transfer",
         first_us - measured.median,
@@ -445,7 +439,7 @@ fn empty_window_us(
         backend.destroy_event(start)?;
         backend.destroy_event(end)?;
     }
-    Ok(median(&times)?.median)
+    Ok(Stats::of_times(&times)?.median)
 }
 
 /// What it costs the host to learn that work finished (medians, host µs).
@@ -483,9 +477,9 @@ fn completion_costs(backend: &dyn Backend, stream: crate::backend::StreamId) -> 
         backend.destroy_event(event)?;
     }
     Ok(Completion {
-        sync_us: median(&sync)?.median,
-        poll_us: median(&poll)?.median,
-        marker_us: median(&marker)?.median,
+        sync_us: Stats::of_times(&sync)?.median,
+        poll_us: Stats::of_times(&poll)?.median,
+        marker_us: Stats::of_times(&marker)?.median,
     })
 }
 

@@ -18,6 +18,15 @@ pub struct Stats {
 
 impl Stats {
     /// Statistics of `values`, or `None` when there are none or one is not finite.
+    /// [`Stats::of`] for times a backend returned: none, or one that is not finite, is an error.
+    pub fn of_times(values: &[f64]) -> crate::Result<Stats> {
+        Stats::of(values).ok_or_else(|| {
+            crate::Error::InvalidHandle(
+                "the backend returned no time, or one that is not finite".into(),
+            )
+        })
+    }
+
     pub fn of(values: &[f64]) -> Option<Stats> {
         if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
             return None;

@@ -206,7 +206,7 @@ impl TestCase for EndToEnd {
                     .map(|t| t.total_us),
             );
         }
-        let stats = finite_stats(&times)?;
+        let stats = Stats::of_times(&times)?;
         Ok(Outcome::Measured {
             value: stats.median,
             total: None,
@@ -214,12 +214,6 @@ impl TestCase for EndToEnd {
             note: None,
         })
     }
-}
-
-fn finite_stats(values: &[f64]) -> Result<Stats> {
-    Stats::of(values).ok_or_else(|| {
-        Error::InvalidHandle("the backend returned no time, or one that is not finite".into())
-    })
 }
 
 /// Buffers freed when the measurement ends, however it ends.
@@ -353,7 +347,7 @@ impl TestCase for PointerChase {
             check_word(self.name(), src, dst, &expected.to_le_bytes(), &reached)?;
             per_load_us.push(us / f64::from(CHASE_STEPS));
         }
-        let stats = finite_stats(&per_load_us)?;
+        let stats = Stats::of_times(&per_load_us)?;
         Ok(Outcome::Measured {
             value: stats.median * 1e3,
             total: None,
@@ -438,7 +432,7 @@ impl TestCase for PingPong {
         for _ in 0..ctx.timing.samples {
             one_way_us.push(run(PING_PONG_ROUNDS)? / f64::from(PING_PONG_ROUNDS) / 2.0);
         }
-        let stats = finite_stats(&one_way_us)?;
+        let stats = Stats::of_times(&one_way_us)?;
         Ok(Outcome::Measured {
             value: stats.median,
             total: None,

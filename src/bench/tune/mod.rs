@@ -494,12 +494,6 @@ fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Resul
     Ok(measure(&mut lane, &timing, seed)?.issue_us.median)
 }
 
-fn median(values: &[f64]) -> Result<f64> {
-    Stats::of(values).map(|s| s.median).ok_or_else(|| {
-        Error::InvalidHandle("the backend returned no time, or one that is not finite".into())
-    })
-}
-
 /// Host µs to record an event, and to return from a blocking synchronisation on a completed one.
 fn event_and_sync_us(backend: &dyn Backend, stream: StreamId) -> Result<(f64, f64)> {
     let mut record = Vec::with_capacity(PROBES);
@@ -511,7 +505,10 @@ fn event_and_sync_us(backend: &dyn Backend, stream: StreamId) -> Result<(f64, f6
         sync.push(host_us(backend, || backend.event_synchronize(event))?.1);
         backend.destroy_event(event)?;
     }
-    Ok((median(&record)?, median(&sync)?))
+    Ok((
+        Stats::of_times(&record)?.median,
+        Stats::of_times(&sync)?.median,
+    ))
 }
 
 /// GPU µs of the work `queue` puts on `stream`, queued while the stream is held so that the CPU's
@@ -590,8 +587,8 @@ fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
     }
     lane.verify()?;
     Ok(GraphCosts {
-        launch_us: median(&launch)?,
-        node_us: median(&node)?,
+        launch_us: Stats::of_times(&launch)?.median,
+        node_us: Stats::of_times(&node)?.median,
     })
 }
 
@@ -641,7 +638,7 @@ fn batch_message_us(
         });
     }
     let bytes_us = local_gbps.map_or(0.0, |gbps| BATCH_MESSAGE_BYTES as f64 / (gbps * 1e3));
-    Ok((median(&per_message)? - bytes_us).max(0.0))
+    Ok((Stats::of_times(&per_message)?.median - bytes_us).max(0.0))
 }
 
 /// Pointer chase and ping-pong within the first GPU, on the first NVLink pair and on the first
