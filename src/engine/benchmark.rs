@@ -185,15 +185,24 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
     let (best, regret) = (best.strategy, pick_us / best.measured_us - 1.0);
 
     // The engine's pick and a plain copy, alternating run by run so that drift on the host
-    // (clocks, other load) falls on both alike.
+    // (clocks, other load) falls on both alike, and taking turns at going first so that whatever
+    // the first of two back-to-back copies pays (or leaves behind) falls on both alike too.
     let backend = fabric.backend();
     let plain = PlainCopy::new(fabric, &from, &to)?;
-    let (mut engine_wall, mut plain_gpu, mut plain_wall) = (Vec::new(), Vec::new(), Vec::new());
-    for run in 0..options.warmup + options.runs {
-        let (gpu, wall) = plain.run()?;
+    let engine_run = || -> Result<f64> {
         let start = backend.host_time_us();
         fabric.copy(from.all(), to.all())?.wait()?;
-        let engine = backend.host_time_us() - start;
+        Ok(backend.host_time_us() - start)
+    };
+    let (mut engine_wall, mut plain_gpu, mut plain_wall) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..options.warmup + options.runs {
+        let ((gpu, wall), engine) = if run % 2 == 0 {
+            let plain = plain.run()?;
+            (plain, engine_run()?)
+        } else {
+            let engine = engine_run()?;
+            (plain.run()?, engine)
+        };
         if run >= options.warmup {
             engine_wall.push(engine);
             plain_gpu.push(gpu);
