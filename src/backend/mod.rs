@@ -241,19 +241,117 @@ pub fn open(choice: &Choice) -> Result<Opened> {
 
 /// A batch kernel's messages run concurrently, so their destinations must not overlap.
 pub(crate) fn check_disjoint_destinations(copies: &[Copy]) -> Result<()> {
-    let mut ranges: Vec<(BufferId, usize, usize)> = copies
+    let ranges = copies
         .iter()
         .filter(|c| c.len > 0)
-        .map(|c| (c.dst, c.dst_offset, c.dst_offset + c.len))
-        .collect();
-    ranges.sort_unstable();
-    for w in ranges.windows(2) {
-        if w[0].0 == w[1].0 && w[1].1 < w[0].2 {
-            return Err(Error::usage(format!(
-                "copy_batch: two messages write overlapping bytes of one buffer (offsets {} and {})",
-                w[0].1, w[1].1
-            )));
+        .map(|c| (c.dst, c.dst_offset, c.dst_offset + c.len));
+    match first_overlap(ranges) {
+        None => Ok(()),
+        Some((a, b)) => Err(Error::usage(format!(
+            "copy_batch: two messages write overlapping bytes of one buffer (offsets {a} and {b})"
+        ))),
+    }
+}
+
+/// The starts of two `(buffer, start, end)` ranges that overlap in one buffer, if any.
+///
+/// Batches usually lay their messages out in order or in reverse order, one buffer after another:
+/// such a list is checked in one pass, with no copy and no sort; any other is sorted.
+pub(crate) fn first_overlap<I>(ranges: I) -> Option<(usize, usize)>
+where
+    I: Iterator<Item = (BufferId, usize, usize)> + Clone,
+{
+    // The pass: each range must lie wholly after (or wholly before) the previous one of its buffer,
+    // in one direction per buffer; the list falls back to sorting when it is not laid out so.
+    let mut previous: Option<(BufferId, usize, usize)> = None;
+    let mut direction: Option<bool> = None; // Some(true): ascending
+    let mut seen: Vec<BufferId> = Vec::new();
+    let mut monotone = true;
+    for (buffer, start, end) in ranges.clone() {
+        match previous {
+            Some((b, s, e)) if b == buffer => {
+                let ascending = start >= e;
+                if !(ascending || end <= s) || direction.is_some_and(|d| d != ascending) {
+                    monotone = false;
+                    break;
+                }
+                direction = Some(ascending);
+            }
+            _ => {
+                // A buffer met again after another one: its ranges are not in one run.
+                if seen.contains(&buffer) {
+                    monotone = false;
+                    break;
+                }
+                seen.push(buffer);
+                direction = None;
+            }
+        }
+        previous = Some((buffer, start, end));
+    }
+    if monotone {
+        return None;
+    }
+    let mut sorted: Vec<(BufferId, usize, usize)> = ranges.collect();
+    sorted.sort_unstable();
+    sorted
+        .windows(2)
+        .find(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2)
+        .map(|w| (w[0].1, w[1].1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn overlaps_by_brute_force(ranges: &[(BufferId, usize, usize)]) -> bool {
+        ranges.iter().enumerate().any(|(i, a)| {
+            ranges[i + 1..]
+                .iter()
+                .any(|b| a.0 == b.0 && a.1 < b.2 && b.1 < a.2)
+        })
+    }
+
+    #[test]
+    fn ranges_in_order_or_reverse_pass_in_one_pass() {
+        let up: Vec<_> = (0..10).map(|i| (BufferId(1), i * 8, i * 8 + 8)).collect();
+        let down: Vec<_> = up.iter().rev().copied().collect();
+        assert_eq!(first_overlap(up.iter().copied()), None);
+        assert_eq!(first_overlap(down.iter().copied()), None);
+    }
+
+    #[test]
+    fn an_overlap_is_found_in_a_run_and_out_of_one() {
+        let run = [(BufferId(1), 0, 8), (BufferId(1), 4, 12)];
+        assert_eq!(first_overlap(run.iter().copied()), Some((0, 4)));
+        // Ascending, then back into the first range after another buffer.
+        let scattered = [
+            (BufferId(1), 0, 8),
+            (BufferId(1), 16, 24),
+            (BufferId(2), 0, 8),
+            (BufferId(1), 20, 30),
+        ];
+        assert_eq!(first_overlap(scattered.iter().copied()), Some((16, 20)));
+    }
+
+    proptest! {
+        #[test]
+        fn first_overlap_agrees_with_brute_force(
+            raw in proptest::collection::vec((1u64..4, 0usize..64, 1usize..16), 0..24),
+            sort in 0u8..3,
+        ) {
+            let mut ranges: Vec<_> = raw.iter().map(|&(b, s, l)| (BufferId(b), s, s + l)).collect();
+            // Sorted and reverse-sorted lists take the one-pass path; others the sort.
+            match sort {
+                0 => ranges.sort_unstable(),
+                1 => { ranges.sort_unstable(); ranges.reverse(); }
+                _ => {}
+            }
+            prop_assert_eq!(
+                first_overlap(ranges.iter().copied()).is_some(),
+                overlaps_by_brute_force(&ranges)
+            );
         }
     }
-    Ok(())
 }

@@ -12,31 +12,27 @@ use super::executor::{
 use super::fabric::{BufferState, Fabric, Planned, Span, Transfer};
 use super::plan::{BatchPlan, BatchStrategy};
 use super::planner::packing;
-use crate::backend::{Copy, CopyMethod, EventId, GraphId, Memory};
+use crate::backend::{first_overlap, Copy, CopyMethod, EventId, GraphId, Memory};
 use crate::{Error, Result};
 use std::sync::Arc;
 
-/// One message of a prepared batch.
-struct Message {
-    src: Arc<BufferState>,
-    src_offset: usize,
-    dst: Arc<BufferState>,
-    dst_offset: usize,
-    len: usize,
-    /// Where it sits in the gathering buffers.
-    packed: usize,
-}
-
 /// A batch prepared once and run any number of times: validated, planned, and (for
 /// [`BatchStrategy::Graph`]) captured. It keeps its buffers alive.
+///
+/// Preparing and running cost CPU time per message on the path of every batch, so the messages are
+/// kept as the backend's copy list, made once, and buffers are held once each rather than once per
+/// message.
 pub struct Pattern {
     fabric: Arc<executor::Shared>,
     plan: BatchPlan,
-    messages: Vec<Message>,
+    /// The messages, as direct copies from their source to their destination ranges.
+    copies: Vec<Copy>,
     /// Each buffer the messages touch, once, and whether the batch writes it: ordering against
     /// other transfers is per buffer, so a run checks and claims each once, not once per message.
     touched: Vec<(Arc<BufferState>, bool)>,
-    /// Bytes in the gathering buffers, alignment gaps included.
+    /// Where each message sits in the gathering buffers, and their size with alignment gaps
+    /// (gather-scatter plans only).
+    packed: Vec<u64>,
     packed_len: usize,
     graph: Option<GraphId>,
 }
@@ -75,7 +71,8 @@ impl Fabric {
             return Err(Error::usage("a batch needs at least one message"));
         };
         let (a, b) = (first_src.buffer.device(), first_dst.buffer.device());
-        let mut prepared = Vec::with_capacity(messages.len());
+        let mut copies = Vec::with_capacity(messages.len());
+        let mut touched: Vec<(Arc<BufferState>, bool)> = Vec::new();
         for (i, (src, dst)) in messages.iter().enumerate() {
             let len = self
                 .check_pair(src, dst)
@@ -88,30 +85,33 @@ impl Fabric {
                     dst.buffer.device()
                 )));
             }
-            prepared.push(Message {
-                src: src.buffer.state.clone(),
-                src_offset: src.range.start,
-                dst: dst.buffer.state.clone(),
+            note(&mut touched, &src.buffer.state, false);
+            note(&mut touched, &dst.buffer.state, true);
+            copies.push(Copy {
+                dst: dst.buffer.state.id,
                 dst_offset: dst.range.start,
+                src: src.buffer.state.id,
+                src_offset: src.range.start,
                 len,
-                packed: 0,
             });
         }
-        check_hazards(&prepared)?;
-        let sizes: Vec<u64> = prepared.iter().map(|m| m.len as u64).collect();
-        let (offsets, packed_len) = packing(&sizes);
-        for (m, at) in prepared.iter_mut().zip(offsets) {
-            m.packed = at as usize;
-        }
+        check_hazards(&copies)?;
+        let sizes: Vec<u64> = copies.iter().map(|c| c.len as u64).collect();
         let plan = match strategy {
             None => self.planner().plan_batch(a, b, &sizes, repeats)?,
             Some(s) => self.planner().plan_batch_with(s, a, b, &sizes, repeats)?,
         };
+        let (packed, packed_len) = if plan.strategy == BatchStrategy::GatherScatter {
+            packing(&sizes)
+        } else {
+            (Vec::new(), 0)
+        };
         let mut pattern = Pattern {
             fabric: self.shared().clone(),
             plan,
-            touched: touched_buffers(&prepared),
-            messages: prepared,
+            copies,
+            touched,
+            packed,
             packed_len: packed_len as usize,
             graph: None,
         };
@@ -122,39 +122,42 @@ impl Fabric {
     }
 }
 
-/// The distinct buffers of a batch; a buffer that is some message's destination counts as written.
-fn touched_buffers(messages: &[Message]) -> Vec<(Arc<BufferState>, bool)> {
-    let mut touched: Vec<(Arc<BufferState>, bool)> = Vec::new();
-    let roles = messages
-        .iter()
-        .flat_map(|m| [(&m.src, false), (&m.dst, true)]);
-    for (buffer, writes) in roles {
-        match touched.iter_mut().find(|(b, _)| b.id == buffer.id) {
-            Some((_, w)) => *w |= writes,
-            None => touched.push((buffer.clone(), writes)),
-        }
+/// Adds `buffer` to a batch's distinct buffers (a destination counts as written). The last one
+/// added is checked first: consecutive messages mostly name the same buffers.
+fn note(touched: &mut Vec<(Arc<BufferState>, bool)>, buffer: &Arc<BufferState>, writes: bool) {
+    match touched
+        .iter_mut()
+        .rev()
+        .find(|(b, _)| Arc::ptr_eq(b, buffer))
+    {
+        Some((_, w)) => *w |= writes,
+        None => touched.push((buffer.clone(), writes)),
     }
-    touched
 }
 
 /// Refuses batches whose result would depend on the order of the messages: two destinations that
 /// overlap, or a destination that overlaps another message's source.
-fn check_hazards(messages: &[Message]) -> Result<()> {
+fn check_hazards(copies: &[Copy]) -> Result<()> {
+    let span = |buffer, offset, len| (buffer, offset, offset + len);
+    let all = copies
+        .iter()
+        .map(|c| span(c.src, c.src_offset, c.len))
+        .chain(copies.iter().map(|c| span(c.dst, c.dst_offset, c.len)));
+    // Most batches touch no byte twice, which one pass shows; where some ranges meet, the sort
+    // below tells a clash from messages merely reading the same bytes.
+    if first_overlap(all).is_none() {
+        return Ok(());
+    }
     // (buffer, start, end, is destination, message)
-    let mut spans: Vec<(crate::backend::BufferId, usize, usize, bool, usize)> =
-        Vec::with_capacity(2 * messages.len());
-    let sources = messages
+    let sources = copies
         .iter()
         .enumerate()
-        .map(|(i, m)| (m.src.id, m.src_offset, m.src_offset + m.len, false, i));
-    let destinations = messages
+        .map(|(i, c)| (c.src, c.src_offset, c.src_offset + c.len, false, i));
+    let destinations = copies
         .iter()
         .enumerate()
-        .map(|(i, m)| (m.dst.id, m.dst_offset, m.dst_offset + m.len, true, i));
-    spans.extend(sources);
-    spans.extend(destinations);
-    // Sources, then destinations: batches usually lay each side out in order (or in reverse), and
-    // the stable sort merges such runs in linear time instead of sorting from scratch.
+        .map(|(i, c)| (c.dst, c.dst_offset, c.dst_offset + c.len, true, i));
+    let mut spans: Vec<_> = sources.chain(destinations).collect();
     spans.sort_by_key(|&(buffer, start, ..)| (buffer, start));
     let mut current = None;
     // Within one buffer: the furthest end of any span so far, and of any destination so far.
@@ -217,19 +220,6 @@ impl Pattern {
         })
     }
 
-    fn direct_copies(&self) -> Vec<Copy> {
-        self.messages
-            .iter()
-            .map(|m| Copy {
-                dst: m.dst.id,
-                dst_offset: m.dst_offset,
-                src: m.src.id,
-                src_offset: m.src_offset,
-                len: m.len,
-            })
-            .collect()
-    }
-
     fn pair(&self) -> (usize, usize) {
         (self.plan.src, self.plan.dst)
     }
@@ -248,7 +238,7 @@ impl Pattern {
         let _only_capture = lock(shared.capture_lock());
         shared.backend.begin_capture(stream)?;
         let recorded = self
-            .direct_copies()
+            .copies
             .iter()
             .try_for_each(|c| shared.backend.copy(stream, CopyMethod::CopyEngine, c));
         // End the capture even when a copy failed, so that the stream is usable again.
@@ -276,12 +266,12 @@ impl Pattern {
         match self.plan.strategy {
             BatchStrategy::Kernel => {
                 shared.ensure_peer(a, b)?;
-                issuer.copy_batch(control, &self.direct_copies())?;
+                issuer.copy_batch(control, &self.copies)?;
             }
             BatchStrategy::Separate => {
                 shared.ensure_peer(a, b)?;
-                for copy in self.direct_copies() {
-                    issuer.copy(control, CopyMethod::CopyEngine, copy)?;
+                for copy in &self.copies {
+                    issuer.copy(control, CopyMethod::CopyEngine, *copy)?;
                 }
             }
             BatchStrategy::Graph => {
@@ -301,14 +291,13 @@ impl Pattern {
                     issuer.wait(control, idle)?;
                 }
                 let gathered: Vec<Copy> = self
-                    .messages
+                    .copies
                     .iter()
-                    .map(|m| Copy {
+                    .zip(&self.packed)
+                    .map(|(c, &at)| Copy {
                         dst: packed_src,
-                        dst_offset: m.packed,
-                        src: m.src.id,
-                        src_offset: m.src_offset,
-                        len: m.len,
+                        dst_offset: at as usize,
+                        ..*c
                     })
                     .collect();
                 issuer.copy_batch(control, &gathered)?;
@@ -341,14 +330,13 @@ impl Pattern {
                 })?;
                 issuer.wait(scatter, moved)?;
                 let scattered: Vec<Copy> = self
-                    .messages
+                    .copies
                     .iter()
-                    .map(|m| Copy {
-                        dst: m.dst.id,
-                        dst_offset: m.dst_offset,
+                    .zip(&self.packed)
+                    .map(|(c, &at)| Copy {
                         src: packed_dst,
-                        src_offset: m.packed,
-                        len: m.len,
+                        src_offset: at as usize,
+                        ..*c
                     })
                     .collect();
                 issuer.copy_batch(scatter, &scattered)?;

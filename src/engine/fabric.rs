@@ -131,8 +131,52 @@ impl Fabric {
         }
     }
 
+    /// Checks a source and destination pair: valid ranges of buffers of this fabric, of equal
+    /// length, not overlapping in one buffer; returns the length. Batches check every message, so
+    /// the valid case is a few comparisons and the sentences are built only for a wrong one.
+    pub(super) fn check_pair(&self, src: &Span<'_>, dst: &Span<'_>) -> Result<usize> {
+        let valid = |span: &Span<'_>| {
+            let state = &span.buffer.state;
+            Arc::ptr_eq(&state.shared, &self.shared)
+                && span.range.start < span.range.end
+                && span.range.end <= state.size
+        };
+        let same_buffer = Arc::ptr_eq(&src.buffer.state, &dst.buffer.state);
+        if valid(src)
+            && valid(dst)
+            && src.range.len() == dst.range.len()
+            && !(same_buffer && src.overlaps(dst))
+        {
+            return Ok(src.range.len());
+        }
+        Err(self.pair_error(src, dst))
+    }
+
+    /// What is wrong with a pair that [`Fabric::check_pair`] refused.
+    #[cold]
+    fn pair_error(&self, src: &Span<'_>, dst: &Span<'_>) -> Error {
+        let (len, dst_len) = match (
+            self.check_span(src, "source"),
+            self.check_span(dst, "destination"),
+        ) {
+            (Err(e), _) | (_, Err(e)) => return e,
+            (Ok(len), Ok(dst_len)) => (len, dst_len),
+        };
+        if len != dst_len {
+            return Error::usage(format!(
+                "the source range holds {len} bytes but the destination range {dst_len}; they \
+                 must be equal"
+            ));
+        }
+        Error::usage(format!(
+            "the source range {:?} and destination range {:?} overlap in one buffer; bytes would \
+             be overwritten while they are read",
+            src.range, dst.range
+        ))
+    }
+
     /// Checks that a span is a valid range of a buffer of this fabric; returns its length.
-    pub(super) fn check_span(&self, span: &Span<'_>, what: &str) -> Result<usize> {
+    fn check_span(&self, span: &Span<'_>, what: &str) -> Result<usize> {
         let state = &span.buffer.state;
         if !Arc::ptr_eq(&state.shared, &self.shared) {
             return Err(Error::usage(format!(
@@ -159,26 +203,6 @@ impl Fabric {
             )));
         }
         Ok(end - start)
-    }
-
-    /// Checks a source and destination pair: valid spans, equal lengths, no overlap in one buffer.
-    pub(super) fn check_pair(&self, src: &Span<'_>, dst: &Span<'_>) -> Result<usize> {
-        let len = self.check_span(src, "source")?;
-        let dst_len = self.check_span(dst, "destination")?;
-        if len != dst_len {
-            return Err(Error::usage(format!(
-                "the source range holds {len} bytes but the destination range {dst_len}; they \
-                 must be equal"
-            )));
-        }
-        if Arc::ptr_eq(&src.buffer.state, &dst.buffer.state) && src.overlaps(dst) {
-            return Err(Error::usage(format!(
-                "the source range {:?} and destination range {:?} overlap in one buffer; bytes \
-                 would be overwritten while they are read",
-                src.range, dst.range
-            )));
-        }
-        Ok(len)
     }
 
     pub(super) fn shared(&self) -> &Arc<Shared> {

@@ -1,28 +1,119 @@
-//! Pinned host memory for `copy_batch`'s descriptor lists, reused once the kernel that read them is
-//! done. The kernel reads its descriptors straight from mapped pinned memory (one small PCIe read per
-//! block, all in parallel), so issuing a batch costs a host memcpy and one launch, with no upload copy
-//! and no host wait.
+//! What `copy_batch` needs besides its kernel: the copy list turned into descriptors, and pinned
+//! host memory to hold them, reused once the kernel that read them is done.
 //!
-//! A batch's descriptors must stay in place until its kernel has run — for ever, if the
-//! launch was captured into a graph. Lists of running kernels wait here behind an event and come back
-//! to a per-device free list when it completes; captured ones go to the graph (see the backend's
+//! The kernel reads its descriptors straight from mapped pinned memory (one small PCIe read per
+//! block, all in parallel), so issuing a batch costs a host memcpy and one launch, with no upload
+//! copy and no host wait. Everything here is per message or per batch CPU time on the path of every
+//! batch, which is why the descriptors are built in one pass with no per-message lookup and the
+//! blocks keep their completion event from one use to the next.
+//!
+//! A batch's descriptors must stay in place until its kernel has run — for ever, if the launch was
+//! captured into a graph. Blocks of running kernels wait here behind their event and come back to
+//! a per-device free list when it has fired; captured ones go to the graph (see the backend's
 //! `end_capture`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use cudarc::driver::{CudaContext, CudaEvent};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
-use super::driver::PinnedMemory;
-use crate::Result;
+use super::driver::{failed, PinnedMemory};
+use super::kernels::{Descriptor, DESCRIPTOR_BYTES};
+use crate::backend::{BufferId, Copy};
+use crate::{Error, Result};
 
 /// Smallest descriptor block allocated: 170 descriptors.
 const MIN_BLOCK_BYTES: usize = 4096;
 
+/// Each copy's unified destination and source addresses, every range checked against its buffer.
+/// `lookup` gives a buffer's base address and size (and checks that the launching GPU reaches it);
+/// a batch names few buffers many times, so it is asked once per buffer, not once per message.
+pub(super) fn describe(
+    copies: &[Copy],
+    mut lookup: impl FnMut(BufferId) -> Result<(u64, usize)>,
+) -> Result<Vec<Descriptor>> {
+    // (buffer, base address, size) of each buffer met so far: one or two in most batches.
+    let mut known: Vec<(BufferId, u64, usize)> = Vec::new();
+    let mut place = |id: BufferId| -> Result<(u64, usize)> {
+        if let Some(&(_, base, size)) = known.iter().find(|k| k.0 == id) {
+            return Ok((base, size));
+        }
+        let (base, size) = lookup(id)?;
+        known.push((id, base, size));
+        Ok((base, size))
+    };
+    let mut descriptors = Vec::with_capacity(copies.len());
+    for c in copies {
+        let (dst_base, dst_size) = place(c.dst)?;
+        let (src_base, src_size) = place(c.src)?;
+        let fits =
+            |offset: usize, size: usize| offset.checked_add(c.len).is_some_and(|e| e <= size);
+        if !fits(c.dst_offset, dst_size) || !fits(c.src_offset, src_size) {
+            return Err(out_of_range(c, dst_size, src_size));
+        }
+        descriptors.push(Descriptor {
+            dst: dst_base + c.dst_offset as u64,
+            src: src_base + c.src_offset as u64,
+            len: c.len as u64,
+        });
+    }
+    Ok(descriptors)
+}
+
+#[cold]
+fn out_of_range(c: &Copy, dst_size: usize, src_size: usize) -> Error {
+    let (role, id, offset, size) = if c.dst_offset.checked_add(c.len).is_none_or(|e| e > dst_size) {
+        ("destination", c.dst, c.dst_offset, dst_size)
+    } else {
+        ("source", c.src, c.src_offset, src_size)
+    };
+    Error::usage(format!(
+        "copy_batch: {role} range {offset}..{offset}+{} lies outside buffer {} of {size} bytes",
+        c.len, id.0
+    ))
+}
+
+/// Pinned memory holding one batch's descriptors, and the event recorded after the kernel that
+/// reads them (made on first use, then recorded again at each use).
+pub(super) struct Block {
+    size: usize,
+    memory: PinnedMemory,
+    done: Option<CudaEvent>,
+}
+
+impl Block {
+    /// Writes `descriptors` at the start of the block, where the kernel will read them.
+    pub(super) fn write(&self, descriptors: &[Descriptor]) {
+        self.memory
+            .write_at(0, super::kernels::as_bytes(descriptors));
+    }
+
+    /// The unified address the kernel reads from.
+    pub(super) fn address(&self) -> u64 {
+        self.memory.address()
+    }
+
+    fn device(&self) -> usize {
+        self.memory.device()
+    }
+
+    /// Whether no kernel can still read the block; an event that cannot say counts as fired (the
+    /// context is broken then anyway).
+    fn is_idle(&self) -> bool {
+        self.done
+            .as_ref()
+            .is_none_or(|e| e.try_is_complete().unwrap_or(true))
+    }
+}
+
 pub(super) struct DescriptorPool {
-    /// Per device: free blocks and their sizes.
-    free: Vec<Mutex<Vec<(usize, PinnedMemory)>>>,
-    /// Blocks whose kernels may still be running, each with the event recorded after its kernel.
-    in_flight: Mutex<Vec<(CudaEvent, usize, PinnedMemory)>>,
+    /// Per device: blocks no kernel will read any more.
+    free: Vec<Mutex<Vec<Block>>>,
+    /// Blocks whose kernels may still be running.
+    in_flight: Mutex<Vec<Block>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl DescriptorPool {
@@ -33,52 +124,129 @@ impl DescriptorPool {
         }
     }
 
-    /// A block of at least `bytes` on the device of `ctx`: a free one if any fits, else a new one.
-    pub(super) fn take(
-        &self,
-        ctx: &Arc<CudaContext>,
-        bytes: usize,
-    ) -> Result<(usize, PinnedMemory)> {
-        self.reclaim();
+    /// A block of at least `count` descriptors on the device of `ctx`: a free one if any fits,
+    /// else one whose kernel has finished since, else a new one.
+    pub(super) fn take(&self, ctx: &Arc<CudaContext>, count: usize) -> Result<Block> {
+        let bytes = count * DESCRIPTOR_BYTES;
         let device = ctx.ordinal();
-        let mut free = self.free[device].lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(block) = self.best_fit(device, bytes) {
+            return Ok(block);
+        }
+        self.reclaim();
+        if let Some(block) = self.best_fit(device, bytes) {
+            return Ok(block);
+        }
+        let size = bytes.max(MIN_BLOCK_BYTES).next_power_of_two();
+        Ok(Block {
+            size,
+            memory: PinnedMemory::new(ctx, size)?,
+            done: None,
+        })
+    }
+
+    /// Records the block's event after the kernel just queued on `stream` and keeps the block until
+    /// it fires.
+    pub(super) fn retire(&self, mut block: Block, stream: &CudaStream) -> Result<()> {
+        let event = match block.done.take() {
+            Some(event) => event,
+            None => stream
+                .context()
+                .new_event(None)
+                .map_err(failed("cuEventCreate"))?,
+        };
+        event.record(stream).map_err(failed("cuEventRecord"))?;
+        block.done = Some(event);
+        lock(&self.in_flight).push(block);
+        Ok(())
+    }
+
+    fn best_fit(&self, device: usize, bytes: usize) -> Option<Block> {
+        let mut free = lock(&self.free[device]);
         let best = free
             .iter()
             .enumerate()
-            .filter(|(_, (size, _))| *size >= bytes)
-            .min_by_key(|(_, (size, _))| *size)
-            .map(|(i, _)| i);
-        if let Some(i) = best {
-            return Ok(free.swap_remove(i));
-        }
-        drop(free);
-        let size = bytes.max(MIN_BLOCK_BYTES).next_power_of_two();
-        Ok((size, PinnedMemory::new(ctx, size)?))
+            .filter(|(_, b)| b.size >= bytes)
+            .min_by_key(|(_, b)| b.size)
+            .map(|(i, _)| i)?;
+        Some(free.swap_remove(best))
     }
 
-    /// Hands a block back once the work before `done` has completed.
-    pub(super) fn retire(&self, block: (usize, PinnedMemory), done: CudaEvent) {
-        let (size, memory) = block;
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((done, size, memory));
-    }
-
-    /// Moves blocks whose kernels have finished (or whose event cannot say: the context is then
-    /// broken anyway) back to the free lists.
+    /// Moves blocks whose kernels have finished back to the free lists.
     fn reclaim(&self) {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        let (done, running): (Vec<_>, Vec<_>) = in_flight
-            .drain(..)
-            .partition(|(event, _, _)| event.try_is_complete().unwrap_or(true));
-        *in_flight = running;
-        drop(in_flight);
-        for (_, size, memory) in done {
-            self.free[memory.device()]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((size, memory));
+        let mut in_flight = lock(&self.in_flight);
+        let mut i = 0;
+        while i < in_flight.len() {
+            if in_flight[i].is_idle() {
+                let block = in_flight.swap_remove(i);
+                lock(&self.free[block.device()]).push(block);
+            } else {
+                i += 1;
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(dst_offset: usize, src_offset: usize, len: usize) -> Copy {
+        Copy {
+            dst: BufferId(2),
+            dst_offset,
+            src: BufferId(1),
+            src_offset,
+            len,
+        }
+    }
+
+    /// Buffer 1 at 0x1000 and buffer 2 at 0x9000, 64 bytes each; counts the lookups.
+    fn lookup(calls: &mut usize) -> impl FnMut(BufferId) -> Result<(u64, usize)> + '_ {
+        move |id| {
+            *calls += 1;
+            match id.0 {
+                1 => Ok((0x1000, 64)),
+                2 => Ok((0x9000, 64)),
+                other => Err(Error::InvalidHandle(format!("buffer {other}"))),
+            }
+        }
+    }
+
+    #[test]
+    fn descriptors_hold_unified_addresses_and_each_buffer_is_looked_up_once() {
+        let mut calls = 0;
+        let copies: Vec<Copy> = (0..8).map(|i| copy(56 - 8 * i, 8 * i, 8)).collect();
+        let descriptors = describe(&copies, lookup(&mut calls)).unwrap();
+        assert_eq!(calls, 2);
+        assert_eq!(
+            descriptors[1],
+            Descriptor {
+                dst: 0x9000 + 48,
+                src: 0x1000 + 8,
+                len: 8
+            }
+        );
+    }
+
+    #[test]
+    fn a_range_past_either_buffer_end_is_refused_with_its_role() {
+        let mut calls = 0;
+        let err = describe(&[copy(0, 60, 8)], lookup(&mut calls)).unwrap_err();
+        assert!(err.to_string().contains("source range 60..60+8"), "{err}");
+        let err = describe(&[copy(57, 0, 8)], lookup(&mut calls)).unwrap_err();
+        assert!(
+            err.to_string().contains("destination range 57..57+8"),
+            "{err}"
+        );
+        let err = describe(&[copy(usize::MAX, 0, 8)], lookup(&mut calls)).unwrap_err();
+        assert!(err.to_string().contains("destination"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_buffer_is_an_error() {
+        let mut calls = 0;
+        let mut bad = copy(0, 0, 8);
+        bad.src = BufferId(7);
+        assert!(describe(&[bad], lookup(&mut calls)).is_err());
     }
 }

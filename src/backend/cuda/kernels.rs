@@ -46,9 +46,11 @@ const BATCH_THREADS: u32 = 256;
 const BATCH_MAX_BLOCKS: usize = 65_535;
 
 /// Bytes of one copy descriptor of `copy_batch` (struct CopyDescriptor in copy.cu).
-const DESCRIPTOR_BYTES: usize = 24;
+pub(super) const DESCRIPTOR_BYTES: usize = 24;
 
-/// One copy of a batch: unified destination and source addresses, and a length.
+/// One copy of a batch: unified destination and source addresses, and a length, laid out as
+/// copy.cu's `CopyDescriptor` (three u64, no padding).
+#[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Descriptor {
     pub(super) dst: u64,
@@ -56,15 +58,21 @@ pub(super) struct Descriptor {
     pub(super) len: u64,
 }
 
-/// The descriptors as copy.cu's `CopyDescriptor` array: three little-endian u64 each.
-pub(super) fn encode(descriptors: &[Descriptor]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(descriptors.len() * DESCRIPTOR_BYTES);
-    for d in descriptors {
-        for word in [d.dst, d.src, d.len] {
-            bytes.extend_from_slice(&word.to_le_bytes());
-        }
+// The GPU reads the host's bytes as they are: both must agree on the layout and byte order.
+const _: () = assert!(std::mem::size_of::<Descriptor>() == DESCRIPTOR_BYTES);
+const _: () = assert!(cfg!(target_endian = "little"), "GPUs are little-endian");
+
+/// The descriptors' bytes as copy.cu's `CopyDescriptor` array, without copying them.
+pub(super) fn as_bytes(descriptors: &[Descriptor]) -> &[u8] {
+    // SAFETY: `Descriptor` is repr(C) with three u64 fields and no padding (size asserted above),
+    // so every byte of the slice is initialised; u8 has no alignment requirement; the length is
+    // the slice's size in bytes, and the result borrows `descriptors`.
+    unsafe {
+        std::slice::from_raw_parts(
+            descriptors.as_ptr().cast::<u8>(),
+            std::mem::size_of_val(descriptors),
+        )
     }
-    bytes
 }
 
 /// One thread, for the latency probes and the gate.
@@ -285,7 +293,7 @@ mod tests {
 
     #[test]
     fn descriptors_are_laid_out_as_in_copy_cu() {
-        let bytes = encode(&[
+        let bytes = as_bytes(&[
             Descriptor {
                 dst: 0x1122,
                 src: 0x3344,

@@ -70,13 +70,13 @@ struct Stream {
     device: usize,
     stream: Arc<CudaStream>,
     /// Descriptor blocks of batches captured on this stream, for the graph to keep at end_capture.
-    captured_descriptors: Mutex<Vec<(usize, driver::PinnedMemory)>>,
+    captured_descriptors: Mutex<Vec<batches::Block>>,
 }
 
 /// A replayable graph and the batch descriptors its kernels read (dropped after the graph).
 struct CapturedGraph {
     graph: Mutex<driver::Graph>,
-    _descriptors: Vec<(usize, driver::PinnedMemory)>,
+    _descriptors: Vec<batches::Block>,
 }
 
 struct Event {
@@ -413,48 +413,23 @@ impl Backend for CudaBackend {
         let count = u32::try_from(copies.len())
             .map_err(|_| Error::usage("a copy batch holds at most 4294967295 copies"))?;
         let device = stream.device;
-        // A batch names few buffers many times: look each up (and check it is reachable) once,
-        // not once per message — a thousand lookups cost the CPU more than the kernel's GPU time.
-        // A short list searched from the front beats a hash map here: a batch names one or two
-        // buffers, and 2000 SipHash lookups alone cost the H200 host ~40 µs.
-        let mut resolved: Vec<(u64, Arc<Buffer>)> = Vec::new();
-        let mut address = |id: BufferId, offset: usize, len: usize, role: &str| -> Result<u64> {
-            let at = match resolved.iter().position(|(known, _)| *known == id.0) {
-                Some(at) => at,
-                None => {
-                    let buffer = self.buffers.get(id.0)?;
-                    self.check_reachable(device, &buffer)?;
-                    resolved.push((id.0, buffer));
-                    resolved.len() - 1
-                }
-            };
-            resolved[at].1.range(id.0, offset, len, role)
-        };
-        let descriptors = copies
-            .iter()
-            .map(|c| {
-                Ok(kernels::Descriptor {
-                    dst: address(c.dst, c.dst_offset, c.len, "destination")?,
-                    src: address(c.src, c.src_offset, c.len, "source")?,
-                    len: c.len as u64,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let descriptors = batches::describe(copies, |id| {
+            let buffer = self.buffers.get(id.0)?;
+            self.check_reachable(device, &buffer)?;
+            Ok((buffer.address(), buffer.bytes))
+        })?;
         let kernels = self.kernels(device)?;
-        let bytes = kernels::encode(&descriptors);
-        let ctx = &self.contexts[device];
-        let block = self.descriptors.take(ctx, bytes.len())?;
-        block.1.write_at(0, &bytes);
-        kernels.copy_batch(&stream.stream, block.1.address(), count)?;
+        let block = self
+            .descriptors
+            .take(&self.contexts[device], descriptors.len())?;
+        block.write(&descriptors);
+        kernels.copy_batch(&stream.stream, block.address(), count)?;
         if driver::is_capturing(&stream.stream)? {
             lock(&stream.captured_descriptors).push(block);
+            Ok(())
         } else {
-            let done = ctx.new_event(None).map_err(failed("cuEventCreate"))?;
-            done.record(&stream.stream)
-                .map_err(failed("cuEventRecord"))?;
-            self.descriptors.retire(block, done);
+            self.descriptors.retire(block, &stream.stream)
         }
-        Ok(())
     }
 
     fn record(&self, stream: StreamId) -> Result<EventId> {
