@@ -344,7 +344,12 @@ impl Planner {
         ] {
             let route = Route::Direct(method);
             if let Some(h) = self.hops(route, src, dst) {
-                let time = h.first_issue_us + h.costs[0].time_us(bytes);
+                // A measured lone operation holds the issue and the start-up; without one, the
+                // issue cost and α stand in for them.
+                let time = match self.model.lone_us(h.hops[0]) {
+                    Some(lone) => lone + h.costs[0].bytes_us(bytes),
+                    None => h.first_issue_us + h.costs[0].time_us(bytes),
+                };
                 plans.push(self.single(src, dst, bytes, strategy, route, time));
             }
         }
@@ -835,6 +840,46 @@ mod tests {
         // Relays share the switch port with the direct path, so no split is offered.
         let plan = p.plan(0, 5, 1 << 30).unwrap();
         assert!(plan.alternatives.iter().all(|(s, _)| *s != Strategy::Split));
+    }
+
+    #[test]
+    fn measured_lone_operations_decide_small_direct_transfers() {
+        // As on the lent H200: a lone small copy kernel done sooner than a copy-engine copy, but
+        // the copy engine the faster per byte.
+        let topology = nvswitch8();
+        let mut profile = crate::model::Profile::for_host(&topology);
+        profile.lone = vec![
+            crate::model::profile::Lone {
+                hop: Hop::PeerCe { src: 0, dst: 5 },
+                lone_us: 7.2,
+            },
+            crate::model::profile::Lone {
+                hop: Hop::PeerSm { src: 0, dst: 5 },
+                lone_us: 6.6,
+            },
+        ];
+        let p = Planner::new(CostModel::from_profile(&topology, &profile).unwrap());
+        let at = |bytes| p.plan(0, 5, bytes).unwrap();
+        assert_eq!(at(4).strategy, Strategy::DirectSm);
+        assert!((at(4).predicted_us - 6.6).abs() < 0.01, "{:?}", at(4));
+        assert_eq!(at(64 * 1024).strategy, Strategy::DirectSm);
+        assert_eq!(at(1 << 30).strategy, Strategy::DirectCe);
+        // Pairs without a measurement keep the issue-plus-α estimate.
+        assert_eq!(
+            at(4).predicted_us,
+            p.plan_with(Strategy::DirectSm, 0, 5, 4)
+                .unwrap()
+                .predicted_us
+        );
+        let other = p.plan(1, 2, 4).unwrap();
+        assert_eq!(
+            other.strategy,
+            planner(nvswitch8()).plan(1, 2, 4).unwrap().strategy
+        );
+        assert_eq!(
+            other.predicted_us,
+            planner(nvswitch8()).plan(1, 2, 4).unwrap().predicted_us
+        );
     }
 
     #[test]

@@ -24,6 +24,16 @@ pub struct Measured {
     pub cost: Cost,
 }
 
+/// A direct hop's lone operation, measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Lone {
+    #[serde(flatten)]
+    pub hop: Hop,
+    /// GPU time of one operation of a few bytes on an idle stream, from an event recorded just
+    /// before it is queued to one recorded after it (the CPU's queuing included), in µs.
+    pub lone_us: f64,
+}
+
 /// Measured costs of one host.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
@@ -40,6 +50,10 @@ pub struct Profile {
     pub graph_node_us: Option<f64>,
     /// CPU cost of queuing work, where measured.
     pub issue: Option<IssueCosts>,
+    /// Lone small operations of direct hops, where measured: a single transfer pays a start-up
+    /// that back-to-back operations (and so the hops' α) hide.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lone: Vec<Lone>,
     /// The UTC date of the measurement (`YYYY-MM-DD`), where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_on: Option<String>,
@@ -60,6 +74,7 @@ impl Profile {
             batch_message_us: None,
             graph_node_us: None,
             issue: None,
+            lone: Vec::new(),
             measured_on: None,
             notes: Vec::new(),
         }
@@ -137,6 +152,18 @@ impl Profile {
 
     fn validate(&self) -> std::result::Result<(), String> {
         let n = self.gpus.len();
+        let names_a_missing_gpu = |hop: Hop| {
+            let devices = match hop {
+                Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => vec![src, dst],
+                Hop::DeviceToHost { device, .. }
+                | Hop::HostToDevice { device, .. }
+                | Hop::Local { device } => vec![device],
+            };
+            devices
+                .into_iter()
+                .find(|&d| d >= n)
+                .map(|d| format!("{hop:?} names GPU {d} but the profile lists {n} GPUs"))
+        };
         for m in &self.hops {
             if !m.cost.is_valid() {
                 return Err(format!(
@@ -144,17 +171,25 @@ impl Profile {
                     m.hop, m.cost.alpha_us, m.cost.beta_gbps
                 ));
             }
-            let devices = match m.hop {
-                Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => vec![src, dst],
-                Hop::DeviceToHost { device, .. }
-                | Hop::HostToDevice { device, .. }
-                | Hop::Local { device } => vec![device],
-            };
-            if let Some(d) = devices.into_iter().find(|&d| d >= n) {
+            if let Some(why) = names_a_missing_gpu(m.hop) {
+                return Err(why);
+            }
+        }
+        for l in &self.lone {
+            if !(l.lone_us.is_finite() && l.lone_us > 0.0) {
                 return Err(format!(
-                    "{:?} names GPU {d} but the profile lists {n} GPUs",
-                    m.hop
+                    "{:?} has lone_us {}; it must be > 0",
+                    l.hop, l.lone_us
                 ));
+            }
+            if !matches!(l.hop, Hop::PeerCe { .. } | Hop::PeerSm { .. }) {
+                return Err(format!(
+                    "{:?} has lone_us, which only direct peer hops have",
+                    l.hop
+                ));
+            }
+            if let Some(why) = names_a_missing_gpu(l.hop) {
+                return Err(why);
             }
         }
         for (name, value) in [
@@ -251,7 +286,25 @@ mod tests {
             },
         });
         p.batch_message_us = Some(0.02);
+        p.lone = vec![Lone {
+            hop: Hop::PeerSm { src: 0, dst: 1 },
+            lone_us: 5.5,
+        }];
         p
+    }
+
+    #[test]
+    fn lone_operations_must_be_positive_and_of_direct_hops() {
+        let lone = |hop, lone_us| Lone { hop, lone_us };
+        let mut p = measured();
+        p.lone = vec![lone(Hop::PeerSm { src: 0, dst: 0 }, 6.5)];
+        assert_eq!(p.validate(), Ok(()));
+        p.lone = vec![lone(Hop::PeerSm { src: 0, dst: 0 }, 0.0)];
+        assert!(p.validate().unwrap_err().contains("lone_us 0"));
+        p.lone = vec![lone(Hop::Local { device: 0 }, 3.0)];
+        assert!(p.validate().unwrap_err().contains("only direct peer hops"));
+        p.lone = vec![lone(Hop::PeerCe { src: 0, dst: 8 }, 3.0)];
+        assert!(p.validate().unwrap_err().contains("names GPU 8"));
     }
 
     #[test]

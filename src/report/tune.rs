@@ -2,7 +2,7 @@
 //! measured.
 
 use super::table::{matrix, plain};
-use crate::bench::tune::{HopSweep, Measurements};
+use crate::bench::tune::{HopSweep, Measurements, SMALL_BYTES};
 use crate::model::Hop;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
@@ -94,6 +94,26 @@ pub fn text(m: &Measurements) -> String {
          kernel",
         m.graph_node_us, m.batch_message_us
     );
+    if !m.lone.is_empty() {
+        let lone = |hop: Hop| {
+            m.lone
+                .iter()
+                .find(|l| l.hop == hop)
+                .map_or("-".into(), |l| format!("{:.2}", l.lone_us))
+        };
+        let table = matrix(&m.devices, true, |src, dst| {
+            format!(
+                "{} / {}",
+                lone(Hop::PeerCe { src, dst }),
+                lone(Hop::PeerSm { src, dst })
+            )
+        });
+        let _ = writeln!(
+            out,
+            "One lone {SMALL_BYTES} B copy, row → column, from before it is queued to its end: copy \
+             engine / SM kernel, GPU µs\n{table}\n"
+        );
+    }
     if let Some(l) = &m.latencies {
         for (what, pair) in [
             ("GPU", Some(l.local)),

@@ -28,7 +28,7 @@ use super::result::{Place, Sweep};
 use super::stats::Stats;
 use super::{check_fits, sweep_pair, Defaults};
 use crate::backend::{Backend, Copy, CopyMethod, Memory, StreamId};
-use crate::model::profile::Measured;
+use crate::model::profile::{Lone, Measured};
 use crate::model::{Cost, Hop, IssueCosts, Profile};
 use crate::topology::Topology;
 use crate::units::format_bytes;
@@ -47,7 +47,7 @@ const GPU_QUICK_SIZES: &[u64] = &[64 << 10, 4 << 20, 32 << 20];
 /// Back-to-back 4-byte operations whose queuing is timed on the host clock.
 const ISSUE_OPERATIONS: u32 = 100;
 /// Bytes of the operations whose issue, graph and batch costs are measured.
-const SMALL_BYTES: usize = 4;
+pub const SMALL_BYTES: usize = 4;
 /// Host-clock probes per figure (event record, graph launch, synchronisation); the median is kept.
 const PROBES: usize = 20;
 /// GPU-time windows per figure (graph replay, batch kernel); the median is kept.
@@ -120,6 +120,8 @@ pub struct Measurements {
     pub timing: Timing,
     /// Every hop swept, fitted or not.
     pub hops: Vec<HopSweep>,
+    /// Lone small direct operations, both methods, on every measured pair and every GPU to itself.
+    pub lone: Vec<Lone>,
     /// An SM copy kernel within the first GPU: its α is a kernel's fixed cost, its β against the
     /// local copy engine's the kernel's efficiency.
     pub sm_local: Sweep,
@@ -149,6 +151,7 @@ impl Measurements {
         profile.batch_message_us = Some(self.batch_message_us);
         profile.graph_node_us = Some(self.graph_node_us);
         profile.issue = Some(self.issue);
+        profile.lone = self.lone.clone();
         profile.measured_on = Some(self.measured_on.clone());
         profile.notes = self.notes.clone();
         profile
@@ -256,6 +259,13 @@ pub fn run(
     )?;
     progress.finish();
 
+    let lone = lone_operations(backend, &mut ctx, progress)?;
+    notes.push(format!(
+        "lone operations: GPU time of one {SMALL_BYTES} B copy (copy engine, copy kernel) on an \
+         idle stream from an event recorded before it is queued to one after it, median of \
+         {PROBES} after {LONE_WARMUP} untimed, on every measured pair and each GPU to itself"
+    ));
+
     progress.start("issue costs", 5);
     let stream = ctx.streams(&[first])?[0];
     let copy_us = queue_cost_us(&mut ctx, first, CopyMethod::CopyEngine)?;
@@ -296,6 +306,7 @@ pub fn run(
         sizes,
         timing,
         hops,
+        lone,
         sm_local,
         issue: IssueCosts {
             copy_us,
@@ -492,6 +503,86 @@ fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Resul
     )?];
     let seed = ctx.next_seed();
     Ok(measure(&mut lane, &timing, seed)?.issue_us.median)
+}
+
+/// Untimed lone operations before the timed ones (first use of a pair, of a kernel).
+const LONE_WARMUP: usize = 2;
+
+/// Both direct methods' lone operation on each GPU to itself and each ordered pair with P2P.
+fn lone_operations(
+    backend: &dyn Backend,
+    ctx: &mut Context<'_>,
+    progress: &dyn Progress,
+) -> Result<Vec<Lone>> {
+    let topo = ctx.topology();
+    let devices = ctx.devices.clone();
+    let pairs: Vec<(usize, usize)> = devices
+        .iter()
+        .flat_map(|&a| devices.iter().map(move |&b| (a, b)))
+        .filter(|&(a, b)| a == b || topo.pair(a, b).is_some_and(|p| p.p2p))
+        .collect();
+    progress.start("lone operations", 2 * pairs.len() as u64);
+    let mut lone = Vec::new();
+    for (src, dst) in pairs {
+        if let Some(why) = super::cases::enable(ctx, src, dst) {
+            return Err(Error::PeerAccess {
+                src,
+                dst,
+                message: why,
+            });
+        }
+        let stream = ctx.streams(&[src])?[0];
+        for (method, hop) in [
+            (CopyMethod::CopyEngine, Hop::PeerCe { src, dst }),
+            (CopyMethod::SmKernel, Hop::PeerSm { src, dst }),
+        ] {
+            let lone_us = lone_us(backend, stream, method, src, dst)?;
+            lone.push(Lone { hop, lone_us });
+            progress.step();
+        }
+    }
+    progress.finish();
+    Ok(lone)
+}
+
+/// GPU µs of one lone `SMALL_BYTES` copy from GPU `src` to GPU `dst` on an idle `stream`, from an
+/// event recorded just before the copy is queued to one recorded after it: what a single small
+/// direct transfer takes, the CPU's queuing of it included (the GPU waits for it).
+fn lone_us(
+    backend: &dyn Backend,
+    stream: StreamId,
+    method: CopyMethod,
+    src: usize,
+    dst: usize,
+) -> Result<f64> {
+    let from = backend.alloc(Memory::Device(src), SMALL_BYTES)?;
+    let to = backend.alloc(Memory::Device(dst), SMALL_BYTES)?;
+    let copy = Copy {
+        dst: to,
+        dst_offset: 0,
+        src: from,
+        src_offset: 0,
+        len: SMALL_BYTES,
+    };
+    let times = (|| {
+        let mut times = Vec::with_capacity(PROBES);
+        for probe in 0..LONE_WARMUP + PROBES {
+            let start = backend.record(stream)?;
+            backend.copy(stream, method, &copy)?;
+            let end = backend.record(stream)?;
+            backend.event_synchronize(end)?;
+            let us = backend.elapsed_us(start, end)?;
+            backend.destroy_event(start)?;
+            backend.destroy_event(end)?;
+            if probe >= LONE_WARMUP {
+                times.push(us);
+            }
+        }
+        Ok::<_, Error>(times)
+    })();
+    backend.free(from)?;
+    backend.free(to)?;
+    Ok(Stats::of_times(&times?)?.median)
 }
 
 /// Host µs to record an event, and to return from a blocking synchronisation on a completed one.

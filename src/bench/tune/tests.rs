@@ -132,6 +132,57 @@ fn one_gpu_measures_what_it_can_and_says_there_are_no_peer_pairs() {
 }
 
 #[test]
+fn lone_operations_are_timed_for_both_methods_on_each_gpu_and_each_p2p_pair() {
+    let (sim, m) = tuned("pcie-4gpu-2socket", None, false);
+    let pairs: Vec<(usize, usize)> = m
+        .lone
+        .iter()
+        .filter_map(|l| match l.hop {
+            Hop::PeerCe { src, dst } => Some((src, dst)),
+            _ => None,
+        })
+        .collect();
+    // Each GPU to itself and the two PIX pairs; not the pairs across sockets (no P2P).
+    assert_eq!(
+        pairs,
+        [
+            (0, 0),
+            (0, 1),
+            (1, 0),
+            (1, 1),
+            (2, 2),
+            (2, 3),
+            (3, 2),
+            (3, 3)
+        ]
+    );
+    assert_eq!(m.lone.len(), 2 * pairs.len());
+    // The preset's lone copy: its issue, its setup, and the route's latency, nothing more.
+    let local = m
+        .lone
+        .iter()
+        .find(|l| l.hop == Hop::PeerCe { src: 0, dst: 0 })
+        .unwrap();
+    assert!(local.lone_us > 0.0 && local.lone_us < 10.0, "{local:?}");
+    let over_pcie = m
+        .lone
+        .iter()
+        .find(|l| l.hop == Hop::PeerCe { src: 0, dst: 1 })
+        .unwrap();
+    assert!(
+        over_pcie.lone_us > local.lone_us,
+        "{over_pcie:?} vs {local:?}"
+    );
+    // And the profile carries them to the planner's model.
+    let topo = sim.topology();
+    let model = CostModel::from_profile(topo, &m.profile(topo)).unwrap();
+    let hop = Hop::PeerSm { src: 3, dst: 2 };
+    let measured = m.lone.iter().find(|l| l.hop == hop).map(|l| l.lone_us);
+    assert!(measured.is_some());
+    assert_eq!(model.lone_us(hop), measured);
+}
+
+#[test]
 fn pairs_without_p2p_are_named_not_measured() {
     // 0 and 5 sit on different sockets of a DGX-1 without NVLink between them.
     let (_, m) = tuned("dgx1-v100", Some(vec![0, 5]), false);
