@@ -1,8 +1,8 @@
 //! Batches of small messages between one pair of GPUs, and patterns replayed many times.
 //!
 //! Thousands of small copies cost their issue, not their bytes. The planner picks among one copy
-//! kernel for all of them (P2P), separate copies, the separate copies captured once as a graph and
-//! replayed (P2P), or — for pairs without P2P — gathering them into one staging buffer on the
+//! kernel for all of them (P2P), that kernel captured once as a graph and replayed (P2P), separate
+//! copies, the separate copies captured once as a graph and replayed (P2P), or — for pairs without P2P — gathering them into one staging buffer on the
 //! source with one kernel, moving that by the best single-transfer plan, and scattering it on the
 //! destination with another kernel.
 
@@ -17,7 +17,8 @@ use crate::{Error, Result};
 use std::sync::Arc;
 
 /// A batch prepared once and run any number of times: validated, planned, and (for
-/// [`BatchStrategy::Graph`]) captured. It keeps its buffers alive.
+/// [`BatchStrategy::Graph`] and [`BatchStrategy::KernelGraph`]) captured. It keeps its buffers
+/// alive.
 ///
 /// Preparing and running cost CPU time per message on the path of every batch, so the messages are
 /// kept as the backend's copy list, made once, and buffers are held once each rather than once per
@@ -115,7 +116,10 @@ impl Fabric {
             packed_len: packed_len as usize,
             graph: None,
         };
-        if pattern.plan.strategy == BatchStrategy::Graph {
+        if matches!(
+            pattern.plan.strategy,
+            BatchStrategy::Graph | BatchStrategy::KernelGraph
+        ) {
             pattern.graph = Some(pattern.capture()?);
         }
         Ok(pattern)
@@ -224,7 +228,8 @@ impl Pattern {
         (self.plan.src, self.plan.dst)
     }
 
-    /// Records the separate copies into a graph on a stream used for nothing else.
+    /// Records the separate copies, or the one copy kernel, into a graph on a stream used for
+    /// nothing else.
     fn capture(&self) -> Result<GraphId> {
         let (a, b) = self.pair();
         let shared = &self.fabric;
@@ -237,10 +242,13 @@ impl Pattern {
         })?;
         let _only_capture = lock(shared.capture_lock());
         shared.backend.begin_capture(stream)?;
-        let recorded = self
-            .copies
-            .iter()
-            .try_for_each(|c| shared.backend.copy(stream, CopyMethod::CopyEngine, c));
+        let recorded = if self.plan.strategy == BatchStrategy::KernelGraph {
+            shared.backend.copy_batch(stream, &self.copies)
+        } else {
+            self.copies
+                .iter()
+                .try_for_each(|c| shared.backend.copy(stream, CopyMethod::CopyEngine, c))
+        };
         // End the capture even when a copy failed, so that the stream is usable again.
         let graph = shared.backend.end_capture(stream);
         recorded?;
@@ -274,7 +282,7 @@ impl Pattern {
                     issuer.copy(control, CopyMethod::CopyEngine, *copy)?;
                 }
             }
-            BatchStrategy::Graph => {
+            BatchStrategy::Graph | BatchStrategy::KernelGraph => {
                 let graph = self.graph.expect("captured when the pattern was prepared");
                 shared.backend.replay(graph, control)?;
             }

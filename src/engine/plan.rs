@@ -128,11 +128,15 @@ pub enum BatchStrategy {
     Separate,
     /// The separate copies captured once as a graph and replayed (needs P2P).
     Graph,
+    /// The one copy kernel captured once as a graph and replayed: a graph launch per run instead of
+    /// a kernel launch, and the copy list made once (needs P2P).
+    KernelGraph,
 }
 
 impl BatchStrategy {
-    pub const ALL: [BatchStrategy; 4] = [
+    pub const ALL: [BatchStrategy; 5] = [
         BatchStrategy::Kernel,
+        BatchStrategy::KernelGraph,
         BatchStrategy::GatherScatter,
         BatchStrategy::Separate,
         BatchStrategy::Graph,
@@ -144,6 +148,7 @@ impl BatchStrategy {
             BatchStrategy::GatherScatter => "gather-scatter",
             BatchStrategy::Separate => "separate",
             BatchStrategy::Graph => "graph",
+            BatchStrategy::KernelGraph => "kernel-graph",
         }
     }
 }

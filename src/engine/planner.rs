@@ -225,6 +225,14 @@ impl Planner {
         // A GPU is its own peer: within one GPU the kernel and the copies stay in its memory.
         if let Some(time) = kernel(Hop::PeerSm { src, dst }) {
             options.push((BatchStrategy::Kernel, time, None));
+            // Captured once (what queuing the kernel costs), then a graph launch and one graph node
+            // per run instead of the kernel's launch.
+            let replay = time - issue.kernel_us + issue.graph_us + self.model.graph_node_us();
+            options.push((
+                BatchStrategy::KernelGraph,
+                replay + issue.kernel_us / f64::from(repeats.max(1)),
+                None,
+            ));
         }
         if let Some(ce) = self.model.cost(Hop::PeerCe { src, dst }) {
             // Back-to-back copies on one stream: paced by the CPU queuing them or by the GPU
@@ -880,6 +888,37 @@ mod tests {
             other.predicted_us,
             planner(nvswitch8()).plan(1, 2, 4).unwrap().predicted_us
         );
+    }
+
+    #[test]
+    fn a_batch_run_many_times_replays_its_kernel_from_a_graph() {
+        // CPU costs as measured on the lent H200 (tune, BENCHMARKS.md run 4): a graph launch is a
+        // third of a kernel launch there.
+        let topology = nvswitch8();
+        let mut profile = crate::model::Profile::for_host(&topology);
+        profile.issue = Some(crate::model::IssueCosts {
+            copy_us: 6.05,
+            kernel_us: 6.02,
+            event_us: 0.98,
+            graph_us: 2.10,
+        });
+        let p = Planner::new(CostModel::from_profile(&topology, &profile).unwrap());
+        let sizes = vec![4096; 1000];
+        // Once: capturing costs what launching does, so the kernel is launched.
+        assert_eq!(
+            p.plan_batch(0, 5, &sizes, 1).unwrap().strategy,
+            BatchStrategy::Kernel
+        );
+        // A thousand times: a graph launch and one node beat a kernel launch each run.
+        let many = p.plan_batch(0, 5, &sizes, 1000).unwrap();
+        assert_eq!(many.strategy, BatchStrategy::KernelGraph);
+        let kernel = many
+            .alternatives
+            .iter()
+            .find(|(s, _)| *s == BatchStrategy::Kernel)
+            .unwrap()
+            .1;
+        assert!(many.predicted_us < kernel, "{many:?}");
     }
 
     #[test]

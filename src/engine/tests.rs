@@ -372,6 +372,7 @@ fn batch_strategies_that_need_p2p_are_refused_without_it() {
     let b = f.alloc(3, 64).unwrap();
     for s in [
         BatchStrategy::Kernel,
+        BatchStrategy::KernelGraph,
         BatchStrategy::Separate,
         BatchStrategy::Graph,
     ] {
@@ -385,6 +386,12 @@ fn batch_strategies_that_need_p2p_are_refused_without_it() {
 
 #[test]
 fn a_pattern_replays_with_new_data_and_keeps_its_buffers() {
+    for strategy in [BatchStrategy::Graph, BatchStrategy::KernelGraph] {
+        replays_with_new_data_and_keeps_its_buffers(strategy);
+    }
+}
+
+fn replays_with_new_data_and_keeps_its_buffers(strategy: BatchStrategy) {
     let f = fabric("dgx-h100");
     let (size, ranges) = scattered(50, 300, 2);
     let src = f.alloc(0, size).unwrap();
@@ -393,9 +400,7 @@ fn a_pattern_replays_with_new_data_and_keeps_its_buffers() {
         .iter()
         .map(|(s, d)| (src.range(s.clone()), dst.range(d.clone())))
         .collect();
-    let replay = f
-        .pattern_with(&messages, 100, BatchStrategy::Graph)
-        .unwrap();
+    let replay = f.pattern_with(&messages, 100, strategy).unwrap();
     drop(messages);
     for round in 0..3u64 {
         let data = pattern(size, 100 + round);
@@ -403,7 +408,10 @@ fn a_pattern_replays_with_new_data_and_keeps_its_buffers() {
         replay.run(&[]).unwrap().wait().unwrap();
         let got = dst.to_vec().unwrap();
         for (s, d) in &ranges {
-            assert!(got[d.clone()] == data[s.clone()], "round {round}");
+            assert!(
+                got[d.clone()] == data[s.clone()],
+                "{strategy} round {round}"
+            );
         }
     }
     // The buffers are gone from the caller, but the pattern still holds them.
