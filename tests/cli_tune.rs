@@ -142,7 +142,31 @@ fn one_gpu_is_measured_as_its_own_peer_and_says_what_it_could_not() {
         .iter()
         .map(|h| h["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["host-to-device", "device-to-host", "local"]);
+    // Its copies to itself are priced by the local copy and the SM-kernel sweep within it.
+    assert_eq!(
+        kinds,
+        [
+            "host-to-device",
+            "device-to-host",
+            "local",
+            "peer-ce",
+            "peer-sm"
+        ]
+    );
+    let lone: Vec<(&str, u64, u64)> = profile["lone"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            assert!(l["lone_us"].as_f64().unwrap() > 0.0, "{l}");
+            (
+                l["kind"].as_str().unwrap(),
+                l["src"].as_u64().unwrap(),
+                l["dst"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(lone, [("peer-ce", 0, 0), ("peer-sm", 0, 0)]);
     assert!(profile["graph_node_us"].as_f64().unwrap() > 0.0);
     let notes = profile["notes"].to_string();
     assert!(notes.contains("no peer pairs"), "{notes}");

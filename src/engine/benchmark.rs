@@ -32,11 +32,13 @@ impl Options {
 
 impl Default for Options {
     /// Enough runs that the median of a few-µs transfer is steady: with 3 runs, small transfers on
-    /// the H200 showed up to 23% regret between strategies that take the same time.
+    /// the H200 showed up to 23% regret between strategies that take the same time, and with 11
+    /// (not yet interleaved) still up to 12% where two took the same time within 0.1 µs at other
+    /// sizes.
     fn default() -> Self {
         Options {
             warmup: 2,
-            runs: 11,
+            runs: 21,
         }
     }
 }
@@ -140,21 +142,21 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
     let from = fabric.alloc(src, len)?;
     let to = fabric.alloc(dst, len)?;
     let data = pattern(len, bytes);
-    // Stale bytes from an earlier strategy must not pass verification.
     let poison: Vec<u8> = data.iter().map(|b| !b).collect();
     from.write(0, &data)?;
-    let mut timings = Vec::new();
-    for strategy in Strategy::ALL {
-        // A strategy this pair cannot use is not a contender.
-        let Ok(plan) = fabric.planner().plan_with(strategy, src, dst, bytes) else {
-            continue;
-        };
-        to.write(0, &poison)?;
-        let mut times = Vec::with_capacity(options.runs);
-        for run in 0..options.warmup + options.runs {
+    // A strategy this pair cannot use is not a contender.
+    let plans: Vec<_> = Strategy::ALL
+        .into_iter()
+        .filter_map(|s| fabric.planner().plan_with(s, src, dst, bytes).ok())
+        .collect();
+    // Strategies take turns run by run, so that drift on the host or the GPU (clocks, other load)
+    // falls on all of them alike rather than on whichever ran at the time.
+    let mut times = vec![Vec::with_capacity(options.runs); plans.len()];
+    for run in 0..options.warmup + options.runs {
+        for (plan, times) in plans.iter().zip(&mut times) {
             let t = fabric
                 .transfer(from.all(), to.all())
-                .strategy(strategy)
+                .strategy(plan.strategy)
                 .timed()
                 .submit()?;
             let us = t.elapsed_us()?;
@@ -162,15 +164,28 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
                 times.push(us);
             }
         }
-        verify(&to.to_vec()?, &data, strategy, src, dst)?;
-        times.sort_by(f64::total_cmp);
-        timings.push(Timing {
-            strategy,
+    }
+    // Each strategy once more into a poisoned destination: stale bytes from another strategy
+    // cannot pass.
+    for plan in &plans {
+        to.write(0, &poison)?;
+        fabric
+            .transfer(from.all(), to.all())
+            .strategy(plan.strategy)
+            .submit()?
+            .wait()?;
+        verify(&to.to_vec()?, &data, plan.strategy, src, dst)?;
+    }
+    let timings: Vec<Timing> = plans
+        .iter()
+        .zip(times)
+        .map(|(plan, times)| Timing {
+            strategy: plan.strategy,
             chunk_bytes: plan.chunk_bytes,
             predicted_us: plan.predicted_us,
-            measured_us: times[times.len() / 2],
-        });
-    }
+            measured_us: median(times),
+        })
+        .collect();
     let measured = |s: Strategy| {
         timings
             .iter()

@@ -148,6 +148,33 @@ impl Measurements {
             .iter()
             .filter_map(|h| h.cost().map(|cost| Measured { hop: h.hop, cost }))
             .collect();
+        // A GPU is its own peer: a direct copy to itself is the local copy (copy engine) or the
+        // SM-kernel sweep within it, so those fits price it too.
+        let to_itself: Vec<Measured> = profile
+            .hops
+            .iter()
+            .filter_map(|m| match m.hop {
+                Hop::Local { device } => Some(Measured {
+                    hop: Hop::PeerCe {
+                        src: device,
+                        dst: device,
+                    },
+                    cost: m.cost,
+                }),
+                _ => None,
+            })
+            .chain(self.sm_local.fit.map(|f| Measured {
+                hop: Hop::PeerSm {
+                    src: self.sm_local.src,
+                    dst: self.sm_local.src,
+                },
+                cost: Cost {
+                    alpha_us: f.alpha_us,
+                    beta_gbps: f.beta_gbps,
+                },
+            }))
+            .collect();
+        profile.hops.extend(to_itself);
         profile.batch_message_us = Some(self.batch_message_us);
         profile.graph_node_us = Some(self.graph_node_us);
         profile.issue = Some(self.issue);
@@ -262,8 +289,10 @@ pub fn run(
     let lone = lone_operations(backend, &mut ctx, progress)?;
     notes.push(format!(
         "lone operations: GPU time of one {SMALL_BYTES} B copy (copy engine, copy kernel) on an \
-         idle stream from an event recorded before it is queued to one after it, median of \
-         {PROBES} after {LONE_WARMUP} untimed, on every measured pair and each GPU to itself"
+         idle stream from an event recorded before it is queued to one after it, the two \
+         methods taking turns, median of {LONE_PROBES} after {LONE_WARMUP} untimed, on every \
+         measured pair and each GPU to itself; a GPU's direct copies to itself are priced by its \
+         local copy (copy engine) and its SM-kernel sweep"
     ));
 
     progress.start("issue costs", 5);
@@ -341,8 +370,8 @@ fn peer_sweeps(
         .partition(|&(a, b)| topo.pair(a, b).is_some_and(|p| p.p2p));
     if devices.len() < 2 {
         notes.push(format!(
-            "one GPU selected: no peer pairs to measure, so peer copies keep the topology's \
-             defaults; GPU {} was measured as its own peer (local, host and issue costs)",
+            "one GPU selected: no peer pairs to measure, so copies to other GPUs keep the topology's \
+             defaults; GPU {} was measured as its own peer (local, SM, lone, host and issue costs)",
             devices[0]
         ));
     } else if with_p2p.is_empty() {
@@ -507,6 +536,8 @@ fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Resul
 
 /// Untimed lone operations before the timed ones (first use of a pair, of a kernel).
 const LONE_WARMUP: usize = 2;
+/// Timed lone operations per method and pair: they differ by a fraction of a microsecond.
+const LONE_PROBES: usize = 50;
 
 /// Both direct methods' lone operation on each GPU to itself and each ordered pair with P2P.
 fn lone_operations(
@@ -521,7 +552,7 @@ fn lone_operations(
         .flat_map(|&a| devices.iter().map(move |&b| (a, b)))
         .filter(|&(a, b)| a == b || topo.pair(a, b).is_some_and(|p| p.p2p))
         .collect();
-    progress.start("lone operations", 2 * pairs.len() as u64);
+    progress.start("lone operations", pairs.len() as u64);
     let mut lone = Vec::new();
     for (src, dst) in pairs {
         if let Some(why) = super::cases::enable(ctx, src, dst) {
@@ -532,29 +563,26 @@ fn lone_operations(
             });
         }
         let stream = ctx.streams(&[src])?[0];
-        for (method, hop) in [
-            (CopyMethod::CopyEngine, Hop::PeerCe { src, dst }),
-            (CopyMethod::SmKernel, Hop::PeerSm { src, dst }),
-        ] {
-            let lone_us = lone_us(backend, stream, method, src, dst)?;
-            lone.push(Lone { hop, lone_us });
-            progress.step();
-        }
+        let [ce, sm] = lone_us(backend, stream, src, dst)?;
+        lone.push(Lone {
+            hop: Hop::PeerCe { src, dst },
+            lone_us: ce,
+        });
+        lone.push(Lone {
+            hop: Hop::PeerSm { src, dst },
+            lone_us: sm,
+        });
+        progress.step();
     }
     progress.finish();
     Ok(lone)
 }
 
-/// GPU µs of one lone `SMALL_BYTES` copy from GPU `src` to GPU `dst` on an idle `stream`, from an
-/// event recorded just before the copy is queued to one recorded after it: what a single small
-/// direct transfer takes, the CPU's queuing of it included (the GPU waits for it).
-fn lone_us(
-    backend: &dyn Backend,
-    stream: StreamId,
-    method: CopyMethod,
-    src: usize,
-    dst: usize,
-) -> Result<f64> {
+/// GPU µs of one lone `SMALL_BYTES` copy from GPU `src` to GPU `dst` on an idle `stream`, by the
+/// copy engine and by a copy kernel, from an event recorded just before the copy is queued to one
+/// recorded after it: what a single small direct transfer takes, the CPU's queuing of it included
+/// (the GPU waits for it). The two methods take turns, so that drift falls on both alike.
+fn lone_us(backend: &dyn Backend, stream: StreamId, src: usize, dst: usize) -> Result<[f64; 2]> {
     let from = backend.alloc(Memory::Device(src), SMALL_BYTES)?;
     let to = backend.alloc(Memory::Device(dst), SMALL_BYTES)?;
     let copy = Copy {
@@ -564,25 +592,32 @@ fn lone_us(
         src_offset: 0,
         len: SMALL_BYTES,
     };
+    let methods = [CopyMethod::CopyEngine, CopyMethod::SmKernel];
     let times = (|| {
-        let mut times = Vec::with_capacity(PROBES);
-        for probe in 0..LONE_WARMUP + PROBES {
-            let start = backend.record(stream)?;
-            backend.copy(stream, method, &copy)?;
-            let end = backend.record(stream)?;
-            backend.event_synchronize(end)?;
-            let us = backend.elapsed_us(start, end)?;
-            backend.destroy_event(start)?;
-            backend.destroy_event(end)?;
-            if probe >= LONE_WARMUP {
-                times.push(us);
+        let mut times = [
+            Vec::with_capacity(LONE_PROBES),
+            Vec::with_capacity(LONE_PROBES),
+        ];
+        for probe in 0..LONE_WARMUP + LONE_PROBES {
+            for (method, times) in methods.iter().zip(&mut times) {
+                let start = backend.record(stream)?;
+                backend.copy(stream, *method, &copy)?;
+                let end = backend.record(stream)?;
+                backend.event_synchronize(end)?;
+                let us = backend.elapsed_us(start, end)?;
+                backend.destroy_event(start)?;
+                backend.destroy_event(end)?;
+                if probe >= LONE_WARMUP {
+                    times.push(us);
+                }
             }
         }
         Ok::<_, Error>(times)
     })();
     backend.free(from)?;
     backend.free(to)?;
-    Ok(Stats::of_times(&times?)?.median)
+    let [ce, sm] = times?;
+    Ok([Stats::of_times(&ce)?.median, Stats::of_times(&sm)?.median])
 }
 
 /// Host µs to record an event, and to return from a blocking synchronisation on a completed one.
