@@ -352,12 +352,10 @@ impl Planner {
         ] {
             let route = Route::Direct(method);
             if let Some(h) = self.hops(route, src, dst) {
-                // A measured lone operation holds the issue and the start-up; without one, the
-                // issue cost and α stand in for them.
-                let time = match self.model.lone_us(h.hops[0]) {
-                    Some(lone) => lone + h.costs[0].bytes_us(bytes),
-                    None => h.first_issue_us + h.costs[0].time_us(bytes),
-                };
+                // A lone operation holds the issue and the start-up; then the bytes.
+                let lone = self.model.lone_us(h.hops[0]);
+                let time = lone.unwrap_or(h.first_issue_us + h.costs[0].alpha_us)
+                    + h.costs[0].bytes_us(bytes);
                 plans.push(self.single(src, dst, bytes, strategy, route, time));
             }
         }
@@ -872,7 +870,7 @@ mod tests {
         assert!((at(4).predicted_us - 6.6).abs() < 0.01, "{:?}", at(4));
         assert_eq!(at(64 * 1024).strategy, Strategy::DirectSm);
         assert_eq!(at(1 << 30).strategy, Strategy::DirectCe);
-        // Pairs without a measurement keep the issue-plus-α estimate.
+        // Pairs without a measurement keep the estimate: issue, α, the copy engine's start-up.
         assert_eq!(
             at(4).predicted_us,
             p.plan_with(Strategy::DirectSm, 0, 5, 4)

@@ -166,12 +166,23 @@ impl CostModel {
     }
 
     /// How long one direct operation of a few bytes takes on its own, from the moment it is queued
-    /// to its end (the CPU's queuing included), where a profile measured it. Lone transfers pay a
-    /// start-up that back-to-back ones (and so a hop's α) hide, and it differs between the copy
-    /// engine and a copy kernel: on the lent H200 a lone small copy kernel finished 0.4–1 µs sooner
-    /// than a copy-engine copy, while back to back the copy engine was the faster.
+    /// to its end (the CPU's queuing included); `None` for other hops and impossible ones. Lone
+    /// transfers pay a start-up that back-to-back ones (and so a hop's α) hide, and it differs
+    /// between the copy engine and a copy kernel. Measured where a profile says; otherwise the
+    /// issue cost plus α, plus the copy engine's later start ([`defaults::COPY_ENGINE_START_US`]).
     pub fn lone_us(&self, hop: Hop) -> Option<f64> {
-        self.lone.get(&hop).copied()
+        let queued = match hop {
+            Hop::PeerCe { .. } => self.issue.copy_us + defaults::COPY_ENGINE_START_US,
+            Hop::PeerSm { .. } => self.issue.kernel_us,
+            _ => return None,
+        };
+        let cost = self.cost(hop)?;
+        Some(
+            self.lone
+                .get(&hop)
+                .copied()
+                .unwrap_or(queued + cost.alpha_us),
+        )
     }
 
     /// What queuing work costs the CPU.
@@ -348,6 +359,36 @@ pub(crate) mod test_support {
 mod tests {
     use super::test_support::*;
     use super::*;
+
+    #[test]
+    fn a_lone_direct_operation_is_measured_or_issue_plus_alpha_and_start_up() {
+        let topology = pcie_2socket();
+        let model = CostModel::from_topology(&topology);
+        let (ce, sm) = (
+            Hop::PeerCe { src: 0, dst: 1 },
+            Hop::PeerSm { src: 0, dst: 1 },
+        );
+        let issue = model.issue();
+        let expect_ce =
+            issue.copy_us + defaults::COPY_ENGINE_START_US + model.cost(ce).unwrap().alpha_us;
+        assert_eq!(model.lone_us(ce), Some(expect_ce));
+        assert_eq!(
+            model.lone_us(sm),
+            Some(issue.kernel_us + model.cost(sm).unwrap().alpha_us)
+        );
+        // Not a direct hop, or no P2P (across the sockets): nothing to say.
+        assert_eq!(model.lone_us(Hop::Local { device: 0 }), None);
+        assert_eq!(model.lone_us(Hop::PeerCe { src: 0, dst: 3 }), None);
+        // A profile's measurement wins.
+        let mut profile = Profile::for_host(&topology);
+        profile.lone = vec![profile::Lone {
+            hop: sm,
+            lone_us: 4.25,
+        }];
+        let measured = CostModel::from_profile(&topology, &profile).unwrap();
+        assert_eq!(measured.lone_us(sm), Some(4.25));
+        assert_eq!(measured.lone_us(ce), Some(expect_ce));
+    }
 
     #[test]
     fn cost_is_latency_plus_bytes_over_bandwidth() {
