@@ -256,40 +256,16 @@ pub(crate) fn check_disjoint_destinations(copies: &[Copy]) -> Result<()> {
 /// The starts of two `(buffer, start, end)` ranges that overlap in one buffer, if any.
 ///
 /// Batches usually lay their messages out in order or in reverse order, one buffer after another:
-/// such a list is checked in one pass, with no copy and no sort; any other is sorted.
+/// such a list is checked in one pass ([`InOrder`]), with no copy and no sort; any other is sorted.
 pub(crate) fn first_overlap<I>(ranges: I) -> Option<(usize, usize)>
 where
     I: Iterator<Item = (BufferId, usize, usize)> + Clone,
 {
-    // The pass: each range must lie wholly after (or wholly before) the previous one of its buffer,
-    // in one direction per buffer; the list falls back to sorting when it is not laid out so.
-    let mut previous: Option<(BufferId, usize, usize)> = None;
-    let mut direction: Option<bool> = None; // Some(true): ascending
-    let mut seen: Vec<BufferId> = Vec::new();
-    let mut monotone = true;
-    for (buffer, start, end) in ranges.clone() {
-        match previous {
-            Some((b, s, e)) if b == buffer => {
-                let ascending = start >= e;
-                if !(ascending || end <= s) || direction.is_some_and(|d| d != ascending) {
-                    monotone = false;
-                    break;
-                }
-                direction = Some(ascending);
-            }
-            _ => {
-                // A buffer met again after another one: its ranges are not in one run.
-                if seen.contains(&buffer) {
-                    monotone = false;
-                    break;
-                }
-                seen.push(buffer);
-                direction = None;
-            }
-        }
-        previous = Some((buffer, start, end));
-    }
-    if monotone {
+    let mut order = InOrder::default();
+    if ranges
+        .clone()
+        .all(|(buffer, start, end)| order.push(buffer, start, end))
+    {
         return None;
     }
     let mut sorted: Vec<(BufferId, usize, usize)> = ranges.collect();
@@ -298,6 +274,45 @@ where
         .windows(2)
         .find(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2)
         .map(|w| (w[0].1, w[1].1))
+}
+
+/// Follows ranges one at a time while they stay laid out in runs: each buffer's ranges
+/// consecutive, each range wholly after (or, for the whole run, wholly before) the one before it.
+/// Ranges so laid out cannot overlap; once they are not, only a sort can tell.
+#[derive(Default)]
+pub(crate) struct InOrder {
+    previous: Option<(BufferId, usize, usize)>,
+    /// `Some(true)` once the current buffer's run is known to ascend.
+    ascending: Option<bool>,
+    /// Buffers whose run has ended.
+    seen: Vec<BufferId>,
+}
+
+impl InOrder {
+    /// Takes the next non-empty range; `false` once the ranges are no longer in runs.
+    pub(crate) fn push(&mut self, buffer: BufferId, start: usize, end: usize) -> bool {
+        match self.previous {
+            Some((b, s, e)) if b == buffer => {
+                let up = start >= e;
+                if !(up || end <= s) || self.ascending.is_some_and(|a| a != up) {
+                    return false;
+                }
+                self.ascending = Some(up);
+            }
+            previous => {
+                // A buffer met again after another one: its ranges are not in one run.
+                if self.seen.contains(&buffer) {
+                    return false;
+                }
+                if let Some((b, ..)) = previous {
+                    self.seen.push(b);
+                }
+                self.ascending = None;
+            }
+        }
+        self.previous = Some((buffer, start, end));
+        true
+    }
 }
 
 #[cfg(test)]

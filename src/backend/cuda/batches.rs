@@ -18,45 +18,62 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use super::driver::{failed, PinnedMemory};
 use super::kernels::{Descriptor, DESCRIPTOR_BYTES};
-use crate::backend::{BufferId, Copy};
+use crate::backend::{BufferId, Copy, InOrder};
 use crate::{Error, Result};
 
 /// Smallest descriptor block allocated: 170 descriptors.
 const MIN_BLOCK_BYTES: usize = 4096;
 
-/// Each copy's unified destination and source addresses, every range checked against its buffer.
-/// `lookup` gives a buffer's base address and size (and checks that the launching GPU reaches it);
-/// a batch names few buffers many times, so it is asked once per buffer, not once per message.
+/// Writes each copy's unified destination and source addresses into `out` (one per copy), every
+/// range checked against its buffer. `lookup` gives a buffer's base address and size (and checks
+/// that the launching GPU reaches it); a batch names few buffers many times, so it is asked once
+/// per buffer, not once per message. Returns whether the destinations were laid out in order (or
+/// reverse order) buffer by buffer, which shows they do not overlap with no further pass.
 pub(super) fn describe(
     copies: &[Copy],
     mut lookup: impl FnMut(BufferId) -> Result<(u64, usize)>,
-) -> Result<Vec<Descriptor>> {
+    out: &mut [Descriptor],
+) -> Result<bool> {
+    assert_eq!(out.len(), copies.len(), "one descriptor per copy");
     // (buffer, base address, size) of each buffer met so far: one or two in most batches.
     let mut known: Vec<(BufferId, u64, usize)> = Vec::new();
-    let mut place = |id: BufferId| -> Result<(u64, usize)> {
-        if let Some(&(_, base, size)) = known.iter().find(|k| k.0 == id) {
-            return Ok((base, size));
+    let mut place = |id: BufferId| -> Result<(BufferId, u64, usize)> {
+        if let Some(&k) = known.iter().find(|k| k.0 == id) {
+            return Ok(k);
         }
         let (base, size) = lookup(id)?;
         known.push((id, base, size));
-        Ok((base, size))
+        Ok((id, base, size))
     };
-    let mut descriptors = Vec::with_capacity(copies.len());
-    for c in copies {
-        let (dst_base, dst_size) = place(c.dst)?;
-        let (src_base, src_size) = place(c.src)?;
+    // The buffers of the message before: most messages name the same two.
+    let mut dst: Option<(BufferId, u64, usize)> = None;
+    let mut src = dst;
+    let mut order = InOrder::default();
+    let mut in_order = true;
+    for (c, slot) in copies.iter().zip(out) {
+        let (_, dst_base, dst_size) = match dst {
+            Some(k @ (id, ..)) if id == c.dst => k,
+            _ => *dst.insert(place(c.dst)?),
+        };
+        let (_, src_base, src_size) = match src {
+            Some(k @ (id, ..)) if id == c.src => k,
+            _ => *src.insert(place(c.src)?),
+        };
         let fits =
             |offset: usize, size: usize| offset.checked_add(c.len).is_some_and(|e| e <= size);
         if !fits(c.dst_offset, dst_size) || !fits(c.src_offset, src_size) {
             return Err(out_of_range(c, dst_size, src_size));
         }
-        descriptors.push(Descriptor {
+        if c.len > 0 && in_order {
+            in_order = order.push(c.dst, c.dst_offset, c.dst_offset + c.len);
+        }
+        *slot = Descriptor {
             dst: dst_base + c.dst_offset as u64,
             src: src_base + c.src_offset as u64,
             len: c.len as u64,
-        });
+        };
     }
-    Ok(descriptors)
+    Ok(in_order)
 }
 
 #[cold]
@@ -81,10 +98,19 @@ pub(super) struct Block {
 }
 
 impl Block {
-    /// Writes `descriptors` at the start of the block, where the kernel will read them.
-    pub(super) fn write(&self, descriptors: &[Descriptor]) {
-        self.memory
-            .write_at(0, super::kernels::as_bytes(descriptors));
+    /// The first `count` descriptors of the block, where the kernel will read them.
+    pub(super) fn descriptors_mut(&mut self, count: usize) -> &mut [Descriptor] {
+        let (pointer, bytes) = self.memory.as_mut_ptr();
+        assert!(
+            count * DESCRIPTOR_BYTES <= bytes,
+            "descriptor block too small"
+        );
+        assert!(pointer.align_offset(std::mem::align_of::<Descriptor>()) == 0);
+        // SAFETY: the block's pinned memory holds at least `count` descriptors (asserted) from a
+        // suitably aligned start (asserted; pinned allocations are page-aligned); any bytes are a
+        // valid Descriptor (three u64); `&mut self` gives exclusive access for the borrow, and no
+        // kernel reads a block taken from the pool until it is launched after this borrow ends.
+        unsafe { std::slice::from_raw_parts_mut(pointer.cast::<Descriptor>(), count) }
     }
 
     /// The unified address the kernel reads from.
@@ -190,6 +216,12 @@ impl DescriptorPool {
 mod tests {
     use super::*;
 
+    const EMPTY: Descriptor = Descriptor {
+        dst: 0,
+        src: 0,
+        len: 0,
+    };
+
     fn copy(dst_offset: usize, src_offset: usize, len: usize) -> Copy {
         Copy {
             dst: BufferId(2),
@@ -216,7 +248,8 @@ mod tests {
     fn descriptors_hold_unified_addresses_and_each_buffer_is_looked_up_once() {
         let mut calls = 0;
         let copies: Vec<Copy> = (0..8).map(|i| copy(56 - 8 * i, 8 * i, 8)).collect();
-        let descriptors = describe(&copies, lookup(&mut calls)).unwrap();
+        let mut descriptors = vec![EMPTY; 8];
+        assert!(describe(&copies, lookup(&mut calls), &mut descriptors).unwrap());
         assert_eq!(calls, 2);
         assert_eq!(
             descriptors[1],
@@ -231,15 +264,30 @@ mod tests {
     #[test]
     fn a_range_past_either_buffer_end_is_refused_with_its_role() {
         let mut calls = 0;
-        let err = describe(&[copy(0, 60, 8)], lookup(&mut calls)).unwrap_err();
+        let err = describe(&[copy(0, 60, 8)], lookup(&mut calls), &mut [EMPTY]).unwrap_err();
         assert!(err.to_string().contains("source range 60..60+8"), "{err}");
-        let err = describe(&[copy(57, 0, 8)], lookup(&mut calls)).unwrap_err();
+        let err = describe(&[copy(57, 0, 8)], lookup(&mut calls), &mut [EMPTY]).unwrap_err();
         assert!(
             err.to_string().contains("destination range 57..57+8"),
             "{err}"
         );
-        let err = describe(&[copy(usize::MAX, 0, 8)], lookup(&mut calls)).unwrap_err();
+        let err =
+            describe(&[copy(usize::MAX, 0, 8)], lookup(&mut calls), &mut [EMPTY]).unwrap_err();
         assert!(err.to_string().contains("destination"), "{err}");
+    }
+
+    #[test]
+    fn destinations_out_of_order_are_reported_for_the_full_check() {
+        let mut calls = 0;
+        let mut out = [EMPTY; 3];
+        // In order, then back into the first message's range: the sort must decide.
+        let copies = [copy(0, 0, 8), copy(16, 8, 8), copy(4, 16, 8)];
+        assert!(!describe(&copies, lookup(&mut calls), &mut out).unwrap());
+        // Ascending without overlap, then descending without overlap: in order both times.
+        let up = [copy(0, 0, 8), copy(8, 8, 8), copy(16, 16, 8)];
+        assert!(describe(&up, lookup(&mut calls), &mut out).unwrap());
+        let down = [copy(16, 0, 8), copy(8, 8, 8), copy(0, 16, 8)];
+        assert!(describe(&down, lookup(&mut calls), &mut out).unwrap());
     }
 
     #[test]
@@ -247,6 +295,6 @@ mod tests {
         let mut calls = 0;
         let mut bad = copy(0, 0, 8);
         bad.src = BufferId(7);
-        assert!(describe(&[bad], lookup(&mut calls)).is_err());
+        assert!(describe(&[bad], lookup(&mut calls), &mut [EMPTY]).is_err());
     }
 }

@@ -276,6 +276,12 @@ impl PinnedMemory {
         self.ctx.ordinal()
     }
 
+    /// The start of the allocation and its size in bytes, for views over it; writing through the
+    /// pointer needs exclusive access to this value, which `&mut self` shows.
+    pub(super) fn as_mut_ptr(&mut self) -> (*mut u8, usize) {
+        (self.pointer, self.bytes)
+    }
+
     /// Copies `data` in at `offset`. The range must lie inside the allocation (callers check it).
     pub(super) fn write_at(&self, offset: usize, data: &[u8]) {
         assert!(

@@ -409,20 +409,26 @@ impl Backend for CudaBackend {
         if copies.is_empty() {
             return Ok(());
         }
-        super::check_disjoint_destinations(copies)?;
         let count = u32::try_from(copies.len())
             .map_err(|_| Error::usage("a copy batch holds at most 4294967295 copies"))?;
         let device = stream.device;
-        let descriptors = batches::describe(copies, |id| {
-            let buffer = self.buffers.get(id.0)?;
-            self.check_reachable(device, &buffer)?;
-            Ok((buffer.address(), buffer.bytes))
-        })?;
         let kernels = self.kernels(device)?;
-        let block = self
+        let mut block = self
             .descriptors
-            .take(&self.contexts[device], descriptors.len())?;
-        block.write(&descriptors);
+            .take(&self.contexts[device], copies.len())?;
+        let in_order = batches::describe(
+            copies,
+            |id| {
+                let buffer = self.buffers.get(id.0)?;
+                self.check_reachable(device, &buffer)?;
+                Ok((buffer.address(), buffer.bytes))
+            },
+            block.descriptors_mut(copies.len()),
+        )?;
+        // Destinations out of order may still be disjoint: only a sort can tell.
+        if !in_order {
+            super::check_disjoint_destinations(copies)?;
+        }
         kernels.copy_batch(&stream.stream, block.address(), count)?;
         if driver::is_capturing(&stream.stream)? {
             lock(&stream.captured_descriptors).push(block);
