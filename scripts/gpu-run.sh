@@ -4,8 +4,11 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all): smi topo tests bench sweep explain engine tune
-steps=${STEPS:-smi topo tests bench sweep explain engine tune}
+# Which parts to run (default: all): smi topo tests bench sweep explain engine tune torch
+steps=${STEPS:-smi topo tests bench sweep explain engine tune torch}
+# The pair that explain, the engine benchmark and the PyTorch side-by-side measure (default: GPU 0 to
+# itself; say PAIR="0 1" on a two-GPU host).
+read -r src dst <<<"${PAIR:-0 0}"
 want() { [[ " $steps " == *" $1 "* ]]; }
 work=$(mktemp -d)
 bin=gpu-carry/peerlink
@@ -50,29 +53,40 @@ fi
 if want explain; then
 step explain
 for size in 8B 64KiB 256MiB; do
-    $bin --gpu explain --src 0 --dst 0 --size $size --json >"$work/explain-$size.json" 2>"$work/explain-$size.err"
-    $bin --gpu explain --src 0 --dst 0 --size $size >"$work/explain-$size.txt" 2>&1
+    $bin --gpu explain --src $src --dst $dst --size $size --json >"$work/explain-$size.json" 2>"$work/explain-$size.err"
+    $bin --gpu explain --src $src --dst $dst --size $size >"$work/explain-$size.txt" 2>&1
 done
 fi
 
 if want engine; then
 step engine
-$bin --gpu plan --src 0 --dst 0 --sizes 4B..1GiB --json >"$work/engine-sweep.json" 2>"$work/engine-sweep.err"
-$bin --gpu plan --src 0 --dst 0 --sizes 4B..1GiB >"$work/engine-sweep.txt" 2>&1
-$bin --gpu plan --src 0 --dst 0 --size 4KiB --messages 1000 --prove --json >"$work/engine-batch.json" 2>"$work/engine-batch.err"
-$bin --gpu plan --src 0 --dst 0 --size 4KiB --messages 1000 --prove >"$work/engine-batch.txt" 2>&1
-$bin --gpu plan --src 0 --dst 0 --size 256MiB --prove --json >"$work/engine-256MiB.json" 2>"$work/engine-256MiB.err"
-$bin --gpu plan --src 0 --dst 0 --size 256MiB --prove >"$work/engine-256MiB.txt" 2>&1
+$bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB --json >"$work/engine-sweep.json" 2>"$work/engine-sweep.err"
+$bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB >"$work/engine-sweep.txt" 2>&1
+$bin --gpu plan --src $src --dst $dst --size 4KiB --messages 1000 --prove --json >"$work/engine-batch.json" 2>"$work/engine-batch.err"
+$bin --gpu plan --src $src --dst $dst --size 4KiB --messages 1000 --prove >"$work/engine-batch.txt" 2>&1
+$bin --gpu plan --src $src --dst $dst --size 256MiB --prove --json >"$work/engine-256MiB.json" 2>"$work/engine-256MiB.err"
+$bin --gpu plan --src $src --dst $dst --size 256MiB --prove >"$work/engine-256MiB.txt" 2>&1
 fi
 
 if want tune; then
 step tune
 { time $bin --gpu tune --out "$work/profile.json" --export-sim "$work/exported-sim.json" >"$work/tune.txt" 2>&1; } 2>"$work/tune.time"
-$bin --gpu plan --src 0 --dst 0 --sizes 4B..1GiB --profile "$work/profile.json" --json \
+$bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB --profile "$work/profile.json" --json \
     >"$work/engine-sweep-profile.json" 2>"$work/engine-sweep-profile.err"
-$bin --gpu plan --src 0 --dst 0 --sizes 4B..1GiB --profile "$work/profile.json" \
+$bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB --profile "$work/profile.json" \
     >"$work/engine-sweep-profile.txt" 2>&1
 $bin --sim "$work/exported-sim.json" bench --json >"$work/exported-sim-bench.json" 2>"$work/exported-sim-bench.err"
+fi
+
+if want torch; then
+step "torch side by side (pair $src $dst)"
+# peerlink's side: the engine sweep at the same pair, planned with this host's profile where tune ran.
+sweep="$work/engine-sweep-profile.json"
+[[ -s "$sweep" ]] || sweep="$work/engine-sweep.json"
+[[ -s "$sweep" ]] ||
+    $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB --json >"$sweep" 2>"$work/engine-sweep.err"
+python3 scripts/torch-side-by-side.py --src $src --dst $dst --peerlink "$sweep" \
+    --out "$work/side-by-side.json" >"$work/side-by-side.txt" 2>&1
 fi
 
 tar czf "$dest/results.tgz" -C "$work" .
