@@ -116,7 +116,7 @@ def nccl_sendrecv(gpus, sizes, warmup, runs, port):
 
 
 def peerlink_pick_us(point):
-    for t in point["timings"]:
+    for t in point["measured"]:
         if t["strategy"] == point["pick"]:
             return t["measured_us"]
     raise SystemExit(f"peerlink JSON: no timing for the pick at {point['bytes']} B")
