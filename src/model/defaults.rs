@@ -52,9 +52,9 @@ const REMOTE_NUMA_FRACTION: f64 = 0.8;
 
 /// GPU time of one small copy-engine copy, back to back: 2.3–3.3 µs (p2pBandwidthLatencyTest, H100).
 pub const COPY_ENGINE_ALPHA_US: f64 = 2.5;
-/// A lone copy-engine copy of a few bytes ends later than a lone copy kernel: 0.3–1.0 µs on the lent
-/// H200 (BENCHMARKS.md, engine sweeps with the strategies interleaved, 4 B to 16 MiB), while back
-/// to back the copy engine is the faster (its start-up overlaps the copy before it).
+/// A lone copy-engine copy of a few bytes ends later than a lone copy kernel: 0.41–0.46 µs on the lent
+/// H200 (tune's lone 4 B copies, the two methods taking turns, three runs: BENCHMARKS.md runs 11–14),
+/// while back to back the copy engine is the faster (its start-up overlaps the copy before it).
 pub const COPY_ENGINE_START_US: f64 = 0.5;
 /// A copy kernel's launch, back to back: ~3 µs of GPU time.
 pub const KERNEL_ALPHA_US: f64 = 3.0;
