@@ -219,41 +219,48 @@ fn copies_between_device_and_pinned_host() {
 
 #[test]
 #[ignore = "needs a GPU"]
-fn copy_batch_moves_every_message() {
-    let b = open();
-    let src = b.alloc(Memory::Device(0), 1 << 20).unwrap();
-    let dst = b.alloc(Memory::Device(0), 1 << 20).unwrap();
-    let data = pattern(1 << 20, 11);
-    b.write(src, 0, &data).unwrap();
-    b.write(dst, 0, &vec![FILL; 1 << 20]).unwrap();
-    // 1000 messages of odd sizes at odd offsets, packed without overlap into the destination.
-    let mut copies = Vec::new();
-    let mut at = 0;
-    for i in 0..1000usize {
-        let len = 1 + (i * 37) % 700;
-        copies.push(Copy {
-            dst,
-            dst_offset: at + i % 3,
-            src,
-            src_offset: (i * 997) % ((1 << 20) - 800),
-            len,
-        });
-        at += len + 3;
+fn batches_move_every_message() {
+    type BatchCall = fn(&dyn Backend, StreamId, &[Copy]) -> peerlink::Result<()>;
+    let calls: [(&str, BatchCall); 2] = [
+        ("copy_batch", |b, s, c| b.copy_batch(s, c)),
+        ("memcpy_batch", |b, s, c| b.memcpy_batch(s, c)),
+    ];
+    for (name, batch) in calls {
+        let b = open();
+        let src = b.alloc(Memory::Device(0), 1 << 20).unwrap();
+        let dst = b.alloc(Memory::Device(0), 1 << 20).unwrap();
+        let data = pattern(1 << 20, 11);
+        b.write(src, 0, &data).unwrap();
+        b.write(dst, 0, &vec![FILL; 1 << 20]).unwrap();
+        // 1000 messages of odd sizes at odd offsets, packed without overlap into the destination.
+        let mut copies = Vec::new();
+        let mut at = 0;
+        for i in 0..1000usize {
+            let len = 1 + (i * 37) % 700;
+            copies.push(Copy {
+                dst,
+                dst_offset: at + i % 3,
+                src,
+                src_offset: (i * 997) % ((1 << 20) - 800),
+                len,
+            });
+            at += len + 3;
+        }
+        let stream = b.create_stream(0).unwrap();
+        for _ in 0..3 {
+            // Repeated, so descriptor blocks are reused once their kernels are done.
+            batch(&b, stream, &copies).unwrap();
+        }
+        b.synchronize(stream).unwrap();
+        let got = read_all(&b, dst);
+        let mut want = vec![FILL; 1 << 20];
+        for c in &copies {
+            want[c.dst_offset..c.dst_offset + c.len]
+                .copy_from_slice(&data[c.src_offset..c.src_offset + c.len]);
+        }
+        assert!(got == want, "{name} delivered wrong bytes");
+        batch(&b, stream, &[]).unwrap();
     }
-    let stream = b.create_stream(0).unwrap();
-    for _ in 0..3 {
-        // Repeated, so descriptor blocks are reused once their kernels are done.
-        b.copy_batch(stream, &copies).unwrap();
-    }
-    b.synchronize(stream).unwrap();
-    let got = read_all(&b, dst);
-    let mut want = vec![FILL; 1 << 20];
-    for c in &copies {
-        want[c.dst_offset..c.dst_offset + c.len]
-            .copy_from_slice(&data[c.src_offset..c.src_offset + c.len]);
-    }
-    assert!(got == want, "copy_batch delivered wrong bytes");
-    b.copy_batch(stream, &[]).unwrap();
 }
 
 #[test]

@@ -119,6 +119,12 @@ pub trait Backend: Send + Sync {
     /// destinations. This is how thousands of small messages cost one launch instead of one each.
     fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()>;
 
+    /// Queues every copy in `copies` on `stream` as copy-engine copies in ONE driver call
+    /// (cuMemcpyBatchAsync), ordered after the stream's earlier work. Copies must not overlap each
+    /// other's destinations (the driver may run them in any order); peer copies need peer access
+    /// from `stream`'s GPU.
+    fn memcpy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()>;
+
     /// Records an event after the work queued so far on `stream`.
     fn record(&self, stream: StreamId) -> Result<EventId>;
 

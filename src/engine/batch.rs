@@ -2,7 +2,8 @@
 //!
 //! Thousands of small copies cost their issue, not their bytes. The planner picks among one copy
 //! kernel for all of them (P2P), that kernel captured once as a graph and replayed (P2P), separate
-//! copies, the separate copies captured once as a graph and replayed (P2P), or — for pairs without P2P — gathering them into one staging buffer on the
+//! copies, copy-engine copies queued in one driver call (cuMemcpyBatchAsync, P2P), the separate
+//! copies captured once as a graph and replayed (P2P), or — for pairs without P2P — gathering them into one staging buffer on the
 //! source with one kernel, moving that by the best single-transfer plan, and scattering it on the
 //! destination with another kernel.
 
@@ -275,6 +276,10 @@ impl Pattern {
             BatchStrategy::Kernel => {
                 shared.ensure_peer(a, b)?;
                 issuer.copy_batch(control, &self.copies)?;
+            }
+            BatchStrategy::MemcpyBatch => {
+                shared.ensure_peer(a, b)?;
+                issuer.memcpy_batch(control, &self.copies)?;
             }
             BatchStrategy::Separate => {
                 shared.ensure_peer(a, b)?;

@@ -326,6 +326,10 @@ impl<'s> Issuer<'s> {
         self.backend().copy_batch(stream, copies)
     }
 
+    pub fn memcpy_batch(&mut self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+        self.backend().memcpy_batch(stream, copies)
+    }
+
     pub fn finish(mut self, start: Option<EventId>, end: EventId) -> Completion {
         self.finished = true;
         Completion {

@@ -131,14 +131,17 @@ pub enum BatchStrategy {
     /// The one copy kernel captured once as a graph and replayed: a graph launch per run instead of
     /// a kernel launch, and the copy list made once (needs P2P).
     KernelGraph,
+    /// Copy-engine copies queued in one driver call, cuMemcpyBatchAsync (needs P2P).
+    MemcpyBatch,
 }
 
 impl BatchStrategy {
-    pub const ALL: [BatchStrategy; 5] = [
+    pub const ALL: [BatchStrategy; 6] = [
         BatchStrategy::Kernel,
         BatchStrategy::KernelGraph,
         BatchStrategy::GatherScatter,
         BatchStrategy::Separate,
+        BatchStrategy::MemcpyBatch,
         BatchStrategy::Graph,
     ];
 
@@ -149,6 +152,7 @@ impl BatchStrategy {
             BatchStrategy::Separate => "separate",
             BatchStrategy::Graph => "graph",
             BatchStrategy::KernelGraph => "kernel-graph",
+            BatchStrategy::MemcpyBatch => "memcpy-batch",
         }
     }
 }

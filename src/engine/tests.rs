@@ -374,6 +374,7 @@ fn batch_strategies_that_need_p2p_are_refused_without_it() {
         BatchStrategy::Kernel,
         BatchStrategy::KernelGraph,
         BatchStrategy::Separate,
+        BatchStrategy::MemcpyBatch,
         BatchStrategy::Graph,
     ] {
         let err = f
@@ -636,6 +637,9 @@ impl Backend for Counting {
     }
     fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> crate::Result<()> {
         self.sim.copy_batch(stream, copies)
+    }
+    fn memcpy_batch(&self, stream: StreamId, copies: &[Copy]) -> crate::Result<()> {
+        self.sim.memcpy_batch(stream, copies)
     }
     fn record(&self, stream: StreamId) -> crate::Result<EventId> {
         bump(&self.counts.events_recorded);

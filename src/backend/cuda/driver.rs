@@ -347,6 +347,96 @@ impl Drop for PinnedMemory {
     }
 }
 
+/// The driver version cuMemcpyBatchAsync_v2 first shipped in (CUDA 13.0).
+const MEMCPY_BATCH_DRIVER: i32 = 13_000;
+
+/// `CUmemcpyAttributes` as CUDA 13.0's cuda.h lays it out (cudarc's binding is an opaque blob):
+/// source access order, source and destination location hints (`CUmemLocation`: type, id), flags.
+#[repr(C)]
+struct MemcpyAttributes {
+    src_access_order: u32,
+    src_location: [i32; 2],
+    dst_location: [i32; 2],
+    flags: u32,
+}
+
+/// Queues copy-engine copies between unified addresses (`(dst, src, len)`, none empty) on `stream`
+/// in one cuMemcpyBatchAsync_v2 call, each reading its source in stream order. Refused, with a
+/// sentence, on drivers older than CUDA 13.0 (the call would not exist).
+pub(super) fn memcpy_batch_async(
+    stream: &CudaStream,
+    copies: &[(u64, u64, usize)],
+) -> Result<(), Error> {
+    let mut version = 0;
+    // SAFETY: `version` is a valid out-pointer; the call needs no context.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(failed("cuDriverGetVersion"))?;
+    if version < MEMCPY_BATCH_DRIVER {
+        return Err(Error::Cuda {
+            call: "cuMemcpyBatchAsync_v2".into(),
+            message: format!(
+                "the driver supports CUDA {}.{}; batched copy-engine copies need CUDA 13.0 or \
+                 newer: use the kernel or separate-copies batch strategy",
+                version / 1000,
+                version % 1000 / 10
+            ),
+        });
+    }
+    if copies.is_empty() {
+        return Ok(());
+    }
+    bind(stream.context())?;
+    let mut dsts: Vec<sys::CUdeviceptr> = copies.iter().map(|c| c.0).collect();
+    let mut srcs: Vec<sys::CUdeviceptr> = copies.iter().map(|c| c.1).collect();
+    let mut sizes: Vec<usize> = copies.iter().map(|c| c.2).collect();
+    // Location hints only matter for managed memory (none here); they name the stream's GPU.
+    let device = stream.context().ordinal() as i32;
+    let here = [
+        sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as i32,
+        device,
+    ];
+    let ours = MemcpyAttributes {
+        src_access_order: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM as u32,
+        src_location: here,
+        dst_location: here,
+        flags: 0,
+    };
+    // The driver reads one attribute struct of the size it knows; a zeroed binding-sized buffer
+    // (at least as large as ours) with ours at its start serves whichever that is.
+    // SAFETY: the binding's type is plain bytes, so all-zero is a valid value.
+    let mut attributes: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
+    const _: () = assert!(
+        std::mem::size_of::<MemcpyAttributes>() <= std::mem::size_of::<sys::CUmemcpyAttributes>()
+    );
+    // SAFETY: `ours` fits inside `attributes` (asserted above); both are plain data, distinct.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            (&ours as *const MemcpyAttributes).cast::<u8>(),
+            (&mut attributes as *mut sys::CUmemcpyAttributes).cast::<u8>(),
+            std::mem::size_of::<MemcpyAttributes>(),
+        )
+    };
+    let mut attribute_of_copy = [0usize];
+    // SAFETY: the three arrays hold `copies.len()` entries each; one attribute applies to every
+    // copy (index 0); the caller checked every range lies inside a live allocation reachable from
+    // this stream's GPU; the driver copies the arrays before returning.
+    unsafe {
+        sys::cuMemcpyBatchAsync_v2(
+            dsts.as_mut_ptr(),
+            srcs.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            copies.len(),
+            &mut attributes,
+            attribute_of_copy.as_mut_ptr(),
+            1,
+            stream.cu_stream(),
+        )
+    }
+    .result()
+    .map_err(failed("cuMemcpyBatchAsync_v2"))
+}
+
 /// Queues a copy-engine copy between two unified addresses on `stream` (cuMemcpyAsync: it works for
 /// device, peer and pinned host memory alike, and can be captured into a graph, unlike
 /// cuMemcpyPeerAsync).

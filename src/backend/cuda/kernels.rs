@@ -51,7 +51,7 @@ pub(super) const DESCRIPTOR_BYTES: usize = 24;
 /// One copy of a batch: unified destination and source addresses, and a length, laid out as
 /// copy.cu's `CopyDescriptor` (three u64, no padding).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Descriptor {
     pub(super) dst: u64,
     pub(super) src: u64,

@@ -256,6 +256,13 @@ impl CudaBackend {
         }
     }
 
+    /// A buffer's base address and size, after checking it is reachable from `device`.
+    fn placed(&self, device: usize, id: BufferId) -> Result<(u64, usize)> {
+        let buffer = self.buffers.get(id.0)?;
+        self.check_reachable(device, &buffer)?;
+        Ok((buffer.address(), buffer.bytes))
+    }
+
     /// A buffer's address range after checking it is in bounds and reachable from `device`.
     fn reachable_range(
         &self,
@@ -418,11 +425,7 @@ impl Backend for CudaBackend {
             .take(&self.contexts[device], copies.len())?;
         let in_order = batches::describe(
             copies,
-            |id| {
-                let buffer = self.buffers.get(id.0)?;
-                self.check_reachable(device, &buffer)?;
-                Ok((buffer.address(), buffer.bytes))
-            },
+            |id| self.placed(device, id),
             block.descriptors_mut(copies.len()),
         )?;
         // Destinations out of order may still be disjoint: only a sort can tell.
@@ -436,6 +439,22 @@ impl Backend for CudaBackend {
         } else {
             self.descriptors.retire(block, &stream.stream)
         }
+    }
+
+    fn memcpy_batch(&self, stream: StreamId, copies: &[super::Copy]) -> Result<()> {
+        let stream = self.streams.get(stream.0)?;
+        let device = stream.device;
+        let mut addresses = vec![kernels::Descriptor::default(); copies.len()];
+        let in_order = batches::describe(copies, |id| self.placed(device, id), &mut addresses)?;
+        if !in_order {
+            super::check_disjoint_destinations(copies)?;
+        }
+        let copies: Vec<(u64, u64, usize)> = addresses
+            .iter()
+            .filter(|d| d.len > 0)
+            .map(|d| (d.dst, d.src, d.len as usize))
+            .collect();
+        driver::memcpy_batch_async(&stream.stream, &copies)
     }
 
     fn record(&self, stream: StreamId) -> Result<EventId> {

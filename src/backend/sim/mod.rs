@@ -620,6 +620,23 @@ impl Backend for SimBackend {
         }
         Ok(())
     }
+    fn memcpy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+        let mut st = self.lock();
+        let gpu = self.stream(&st, stream)?.device;
+        super::check_disjoint_destinations(copies)?;
+        // Every copy is checked before any is queued, as the one driver call does.
+        let work = copies
+            .iter()
+            .map(|c| self.plan_copy(&st, gpu, CopyMethod::CopyEngine, c))
+            .collect::<Result<Vec<_>>>()?;
+        // One driver call on real GPUs, but the lent H200 measured it no cheaper per copy than
+        // separate copies (5.02 vs 5.15 µs per message, shared/REFERENCE.md), so each copy is
+        // priced as one.
+        let issue = self.costs().copy_issue_us;
+        work.into_iter()
+            .try_for_each(|w| self.submit(&mut st, stream, issue, w))
+    }
+
     fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()> {
         let mut st = self.lock();
         let gpu = self.stream(&st, stream)?.device;

@@ -939,28 +939,37 @@ fn scattered_messages(src: BufferId, dst: BufferId, len: usize) -> Vec<Copy> {
         .collect()
 }
 
-#[test]
-fn copy_batch_moves_every_message_over_peer_access() {
-    let sim = h100();
-    sim.enable_peer_access(0, 1).unwrap();
-    let src = device_buffer(&sim, 0, 1000 * (4096 + 5) + 8, 3);
-    let dst = device_buffer(&sim, 1, 1000 * (4096 + 3) + 2, 4);
-    let before = contents(&sim, dst);
-    let stream = sim.create_stream(0).unwrap();
-    let messages = scattered_messages(src, dst, 4096);
-    sim.copy_batch(stream, &messages).unwrap();
-    sim.synchronize(stream).unwrap();
+/// The two ways to queue a batch: one copy kernel, and copy-engine copies in one driver call.
+type BatchCall = fn(&SimBackend, StreamId, &[Copy]) -> crate::Result<()>;
+const BATCH_CALLS: [(&str, BatchCall); 2] = [
+    ("copy_batch", |s, stream, c| s.copy_batch(stream, c)),
+    ("memcpy_batch", |s, stream, c| s.memcpy_batch(stream, c)),
+];
 
-    let (from, to) = (contents(&sim, src), contents(&sim, dst));
-    let mut expected = before;
-    for m in &messages {
-        expected[m.dst_offset..m.dst_offset + m.len]
-            .copy_from_slice(&from[m.src_offset..m.src_offset + m.len]);
+#[test]
+fn batches_move_every_message_over_peer_access() {
+    for (name, batch) in BATCH_CALLS {
+        let sim = h100();
+        sim.enable_peer_access(0, 1).unwrap();
+        let src = device_buffer(&sim, 0, 1000 * (4096 + 5) + 8, 3);
+        let dst = device_buffer(&sim, 1, 1000 * (4096 + 3) + 2, 4);
+        let before = contents(&sim, dst);
+        let stream = sim.create_stream(0).unwrap();
+        let messages = scattered_messages(src, dst, 4096);
+        batch(&sim, stream, &messages).unwrap();
+        sim.synchronize(stream).unwrap();
+
+        let (from, to) = (contents(&sim, src), contents(&sim, dst));
+        let mut expected = before;
+        for m in &messages {
+            expected[m.dst_offset..m.dst_offset + m.len]
+                .copy_from_slice(&from[m.src_offset..m.src_offset + m.len]);
+        }
+        assert!(
+            to == expected,
+            "{name}: a message landed wrong or bytes between messages changed"
+        );
     }
-    assert!(
-        to == expected,
-        "a message landed wrong or bytes between messages changed"
-    );
 }
 
 #[test]
@@ -986,40 +995,79 @@ fn copy_batch_costs_one_launch_not_one_per_message() {
         batched * 20.0 < separate,
         "batch {batched} µs vs separate {separate} µs end to end"
     );
+    // One driver call for copy-engine copies, priced per copy as measured on the H200.
+    let t0 = sim.host_time_us();
+    sim.memcpy_batch(stream, &messages).unwrap();
+    sim.synchronize(stream).unwrap();
+    let memcpy_batch = sim.host_time_us() - t0;
+    assert!(
+        (memcpy_batch - separate).abs() < 0.01 * separate,
+        "memcpy_batch {memcpy_batch} µs vs separate {separate} µs"
+    );
 }
 
 #[test]
-fn copy_batch_rejects_overlapping_destinations_and_missing_peer_access() {
+fn a_batch_kernel_needs_peer_access_where_copy_engines_stage() {
     let sim = h100();
-    let src = device_buffer(&sim, 0, 1 << 16, 1);
-    let dst = device_buffer(&sim, 1, 1 << 16, 2);
-    let stream = sim.create_stream(0).unwrap();
-    let overlapping = [
-        Copy {
-            dst,
-            dst_offset: 0,
-            src,
-            src_offset: 0,
-            len: 100,
-        },
-        Copy {
-            dst,
-            dst_offset: 99,
-            src,
-            src_offset: 200,
-            len: 10,
-        },
-    ];
-    sim.enable_peer_access(0, 1).unwrap();
-    let err = sim.copy_batch(stream, &overlapping).unwrap_err();
-    assert!(err.to_string().contains("overlapping"), "{err}");
-
-    let other = sim.create_stream(1).unwrap();
     let far = device_buffer(&sim, 2, 1 << 16, 3);
+    let dst = device_buffer(&sim, 1, 1 << 16, 2);
+    let other = sim.create_stream(1).unwrap();
     let err = sim.copy_batch(other, &[whole(far, dst, 64)]).unwrap_err();
     assert!(err.to_string().contains("peer access"), "{err}");
-    assert!(
-        sim.copy_batch(stream, &[]).is_ok(),
-        "an empty batch is a no-op"
-    );
+    // Copy-engine copies without peer access go through host memory, as cudaMemcpyPeerAsync's do.
+    sim.memcpy_batch(other, &[whole(far, dst, 64)]).unwrap();
+    sim.synchronize(other).unwrap();
+    assert_eq!(contents(&sim, dst)[..64], contents(&sim, far)[..64]);
+}
+
+#[test]
+fn batches_reject_overlapping_destinations_and_bad_ranges_writing_nothing() {
+    for (name, batch) in BATCH_CALLS {
+        let sim = h100();
+        let src = device_buffer(&sim, 0, 1 << 16, 1);
+        let dst = device_buffer(&sim, 1, 1 << 16, 2);
+        let stream = sim.create_stream(0).unwrap();
+        let overlapping = [
+            Copy {
+                dst,
+                dst_offset: 0,
+                src,
+                src_offset: 0,
+                len: 100,
+            },
+            Copy {
+                dst,
+                dst_offset: 99,
+                src,
+                src_offset: 200,
+                len: 10,
+            },
+        ];
+        sim.enable_peer_access(0, 1).unwrap();
+        let before = contents(&sim, dst);
+        let err = batch(&sim, stream, &overlapping).unwrap_err();
+        assert!(err.to_string().contains("overlapping"), "{name}: {err}");
+
+        // The second copy reads past its buffer's end: the first must not run either.
+        let refused = [
+            Copy {
+                dst_offset: 1000,
+                ..whole(src, dst, 64)
+            },
+            Copy {
+                src_offset: (1 << 16) - 10,
+                ..whole(src, dst, 64)
+            },
+        ];
+        assert!(batch(&sim, stream, &refused).is_err(), "{name}");
+        sim.synchronize(stream).unwrap();
+        assert!(
+            contents(&sim, dst) == before,
+            "{name}: a refused batch wrote bytes"
+        );
+        assert!(
+            batch(&sim, stream, &[]).is_ok(),
+            "{name}: an empty batch is a no-op"
+        );
+    }
 }
