@@ -1,11 +1,11 @@
 //! Batches of small messages between one pair of GPUs, and patterns replayed many times.
 //!
 //! Thousands of small copies cost their issue, not their bytes. The planner picks among one copy
-//! kernel for all of them (P2P), that kernel captured once as a graph and replayed (P2P), separate
-//! copies, copy-engine copies queued in one driver call (cuMemcpyBatchAsync, P2P), the separate
-//! copies captured once as a graph and replayed (P2P), or — for pairs without P2P — gathering them into one staging buffer on the
-//! source with one kernel, moving that by the best single-transfer plan, and scattering it on the
-//! destination with another kernel.
+//! kernel for all of them (P2P); that kernel captured once as a graph and replayed (P2P); separate
+//! copies; copy-engine copies queued in one driver call (cuMemcpyBatchAsync, P2P); the separate
+//! copies captured once as a graph and replayed (P2P); or — for pairs without P2P — gathering them
+//! into one staging buffer on the source with one kernel, moving that by the best single-transfer
+//! plan, and scattering it on the destination with another kernel.
 
 use super::executor::{
     self, control_key, issue_routes, lock, Issuer, LaneKey, Loc, LockedLanes, Role, StreamKey,
@@ -32,9 +32,9 @@ pub struct Pattern {
     /// Each buffer the messages touch, once, and whether the batch writes it: ordering against
     /// other transfers is per buffer, so a run checks and claims each once, not once per message.
     touched: Vec<(Arc<BufferState>, bool)>,
-    /// Where each message sits in the gathering buffers, and their size with alignment gaps
-    /// (gather-scatter plans only).
+    /// Where each message sits in the gathering buffers (gather-scatter plans only).
     packed: Vec<u64>,
+    /// Bytes in the gathering buffers, alignment gaps included.
     packed_len: usize,
     graph: Option<GraphId>,
 }
