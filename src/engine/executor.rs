@@ -74,7 +74,7 @@ pub(super) struct Shared {
     capture: Mutex<()>,
     /// Plans already made, by (source, destination, bytes, forced strategy): workloads repeat
     /// sizes, and a split's plan costs tens of microseconds of CPU to make.
-    plans: Mutex<HashMap<PlanKey, Plan>>,
+    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
 }
 
 /// A transfer as the plan cache knows it: source, destination, bytes, forced strategy.
@@ -110,15 +110,15 @@ impl Shared {
         dst: usize,
         bytes: u64,
         strategy: Option<Strategy>,
-    ) -> Result<Plan> {
+    ) -> Result<Arc<Plan>> {
         let key = (src, dst, bytes, strategy);
         if let Some(plan) = lock(&self.plans).get(&key) {
             return Ok(plan.clone());
         }
-        let plan = match strategy {
+        let plan = Arc::new(match strategy {
             Some(s) => self.planner.plan_with(s, src, dst, bytes)?,
             None => self.planner.plan(src, dst, bytes)?,
-        };
+        });
         let mut plans = lock(&self.plans);
         if plans.len() >= CACHED_PLANS {
             plans.clear();

@@ -385,7 +385,7 @@ impl Span<'_> {
 /// What a transfer was planned as.
 #[derive(Clone, Debug)]
 pub enum Planned {
-    Single(Plan),
+    Single(Arc<Plan>),
     Batch(BatchPlan),
 }
 
