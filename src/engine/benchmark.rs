@@ -258,7 +258,7 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
 /// How many times more runs the engine-versus-plain comparison takes than each strategy.
 const OVERHEAD_RUNS_FACTOR: usize = 3;
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub(super) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
@@ -470,7 +470,13 @@ pub fn batch(
     })
 }
 
-fn verify(got: &[u8], want: &[u8], strategy: Strategy, src: usize, dst: usize) -> Result<()> {
+pub(super) fn verify(
+    got: &[u8],
+    want: &[u8],
+    strategy: Strategy,
+    src: usize,
+    dst: usize,
+) -> Result<()> {
     match got.iter().zip(want).position(|(g, w)| g != w) {
         None => Ok(()),
         Some(offset) => Err(Error::Verification {

@@ -5,7 +5,8 @@
 //! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one.
 //! - The executors queue a plan on the backend's streams, ordered by events; [`batch`] does the
 //!   same for many small messages, and [`Pattern`] replays a prepared batch.
-//! - [`benchmark`] runs every strategy and the pick over a size sweep and reports the regret.
+//! - [`benchmark`] runs every strategy and the pick over a size sweep and reports the regret;
+//!   [`concurrent`] runs every GPU's transfer at once, against each alone and each strategy for all.
 //!
 //! ```
 //! use peerlink::backend::{sim::SimBackend, Backend};
@@ -29,6 +30,7 @@
 
 pub mod batch;
 pub mod benchmark;
+pub mod concurrent;
 mod executor;
 pub mod fabric;
 pub mod plan;

@@ -1,0 +1,357 @@
+//! Every GPU sending at once: the planner's picks under concurrent traffic, against each transfer
+//! alone and against every strategy used for all of them.
+//!
+//! The planner plans one transfer at a time, as if it had the machine to itself. When every GPU
+//! sends at once, a relay may cross a GPU that is busy with its own transfer, a split may share a
+//! link with a neighbour's direct copy, and staging shares the host. This benchmark shows what that
+//! costs: each transfer's GPU time alone and together, the aggregate bandwidth, and the regret of
+//! the picks against the best single strategy used for every transfer.
+
+use super::benchmark::{median, pattern, verify, Options};
+use super::fabric::{Fabric, Transfer};
+use super::plan::Strategy;
+use crate::{Error, Result};
+
+/// Which transfers run at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Traffic {
+    /// GPU i sends to GPU (i + k) mod n, for every GPU i of the fabric at once.
+    Shift(usize),
+}
+
+impl Traffic {
+    /// `shift` (k = 1) or `shift:K`.
+    pub fn parse(text: &str) -> Result<Traffic> {
+        let bad = || {
+            Error::usage(format!(
+                "unknown traffic `{text}`: say `shift` (GPU i sends to GPU i+1) or `shift:K` \
+                 (to GPU i+K), K ≥ 1"
+            ))
+        };
+        match text.split_once(':') {
+            None if text == "shift" => Ok(Traffic::Shift(1)),
+            Some(("shift", k)) => match k.parse::<usize>() {
+                Ok(k) if k >= 1 => Ok(Traffic::Shift(k)),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
+
+    /// The (source, destination) pairs over `devices`, in device order.
+    pub fn pairs(self, devices: &[usize]) -> Result<Vec<(usize, usize)>> {
+        let Traffic::Shift(k) = self;
+        let n = devices.len();
+        if n < 2 || k % n == 0 {
+            return Err(Error::usage(format!(
+                "shift:{k} over {n} GPU{} sends every GPU to itself; concurrent traffic needs at \
+                 least two GPUs and a shift that is not a multiple of their count",
+                if n == 1 { "" } else { "s" }
+            )));
+        }
+        Ok((0..n).map(|i| (devices[i], devices[(i + k) % n])).collect())
+    }
+}
+
+/// One transfer of the traffic.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flow {
+    pub src: usize,
+    pub dst: usize,
+    /// The planner's pick for it (planned as if alone).
+    pub pick: Strategy,
+    /// Median GPU time of the pick with nothing else running.
+    pub alone_us: f64,
+    /// Median GPU time of the pick while every transfer runs.
+    pub together_us: f64,
+}
+
+/// One way of running all the transfers at once: the planner's picks, or one strategy for all.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Way {
+    /// `None` for the planner's picks.
+    pub strategy: Option<Strategy>,
+    /// Median host time from the first submission until every transfer was seen complete.
+    pub makespan_us: f64,
+    /// All bytes moved over the makespan, GB/s: end to end, the CPU's queuing of every transfer
+    /// included.
+    pub gbps: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// `cuda` or `sim:<preset>`.
+    pub source: String,
+    pub bytes: u64,
+    pub flows: Vec<Flow>,
+    /// The picks first, then each strategy every flow can use.
+    pub ways: Vec<Way>,
+    /// Each flow's bytes over its GPU time alone, summed: what the links give without contention.
+    pub alone_gbps: f64,
+    /// Each flow's bytes over its GPU time while all run (the picks), summed.
+    pub together_gbps: f64,
+    /// picks' makespan / fastest way's makespan − 1.
+    pub regret: f64,
+}
+
+impl Report {
+    /// The fastest way (the picks where none beat them).
+    pub fn best(&self) -> &Way {
+        self.ways
+            .iter()
+            .min_by(|a, b| a.makespan_us.total_cmp(&b.makespan_us))
+            .expect("the picks are always a way")
+    }
+}
+
+/// Runs `pairs` at once, `bytes` each: alone, with the planner's picks, and with each strategy that
+/// every pair can use; every byte verified after each way.
+pub fn run(
+    fabric: &Fabric,
+    pairs: &[(usize, usize)],
+    bytes: u64,
+    options: Options,
+) -> Result<Report> {
+    if pairs.is_empty() || options.runs == 0 {
+        return Err(Error::usage(
+            "concurrent traffic needs at least one transfer and one timed run",
+        ));
+    }
+    let len = usize::try_from(bytes)
+        .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
+    let planner = fabric.planner();
+    let picks = pairs
+        .iter()
+        .map(|&(src, dst)| planner.plan(src, dst, bytes).map(|p| p.strategy))
+        .collect::<Result<Vec<_>>>()?;
+    let mut buffers = Vec::with_capacity(pairs.len());
+    for (i, &(src, dst)) in pairs.iter().enumerate() {
+        let (from, to) = (fabric.alloc(src, len)?, fabric.alloc(dst, len)?);
+        from.write(0, &pattern(len, bytes ^ (i as u64 + 1) << 32))?;
+        buffers.push((from, to));
+    }
+    let submit = |i: usize, strategy: Strategy| -> Result<Transfer> {
+        let (from, to) = &buffers[i];
+        fabric
+            .transfer(from.all(), to.all())
+            .strategy(strategy)
+            .timed()
+            .submit()
+    };
+
+    // Alone: each flow's pick with nothing else running; a warm-up before each timed run.
+    let mut alone = Vec::with_capacity(pairs.len());
+    for (i, &pick) in picks.iter().enumerate() {
+        let mut times = Vec::with_capacity(options.runs);
+        for run in 0..options.warmup + options.runs {
+            submit(i, pick)?.elapsed_us()?;
+            let us = submit(i, pick)?.elapsed_us()?;
+            if run >= options.warmup {
+                times.push(us);
+            }
+        }
+        alone.push(median(times));
+    }
+
+    // Together: the picks, then each strategy every pair can use.
+    let uniform = Strategy::ALL.into_iter().filter(|&s| {
+        pairs
+            .iter()
+            .all(|&(src, dst)| planner.plan_with(s, src, dst, bytes).is_ok())
+    });
+    let ways: Vec<Option<Strategy>> = std::iter::once(None).chain(uniform.map(Some)).collect();
+    let backend = fabric.backend();
+    let all_at_once = |way: Option<Strategy>| -> Result<(f64, Vec<f64>)> {
+        let start = backend.host_time_us();
+        let transfers = (0..pairs.len())
+            .map(|i| submit(i, way.unwrap_or(picks[i])))
+            .collect::<Result<Vec<_>>>()?;
+        for t in &transfers {
+            t.wait()?;
+        }
+        let makespan = backend.host_time_us() - start;
+        let each = transfers
+            .iter()
+            .map(Transfer::elapsed_us)
+            .collect::<Result<Vec<_>>>()?;
+        Ok((makespan, each))
+    };
+    let mut makespans = vec![Vec::with_capacity(options.runs); ways.len()];
+    let mut together = vec![Vec::with_capacity(options.runs); pairs.len()];
+    // Ways take turns round by round in a rotating order, each run twice and timed the second
+    // time, as the single-pair benchmark does (drift and the previous way's wake fall on all).
+    for round in 0..options.warmup + options.runs {
+        for turn in 0..ways.len() {
+            let at = (round + turn) % ways.len();
+            all_at_once(ways[at])?;
+            let (makespan, each) = all_at_once(ways[at])?;
+            if round < options.warmup {
+                continue;
+            }
+            makespans[at].push(makespan);
+            if ways[at].is_none() {
+                for (flow, us) in together.iter_mut().zip(each) {
+                    flow.push(us);
+                }
+            }
+        }
+    }
+    // Every way once more into poisoned destinations, every byte checked.
+    for &way in &ways {
+        for (i, (_, to)) in buffers.iter().enumerate() {
+            to.write(0, &vec![!(i as u8); len])?;
+        }
+        all_at_once(way)?;
+        for (i, (from, to)) in buffers.iter().enumerate() {
+            let strategy = way.unwrap_or(picks[i]);
+            verify(
+                &to.to_vec()?,
+                &from.to_vec()?,
+                strategy,
+                pairs[i].0,
+                pairs[i].1,
+            )?;
+        }
+    }
+
+    let total_bytes = bytes as f64 * pairs.len() as f64;
+    let ways: Vec<Way> = ways
+        .into_iter()
+        .zip(makespans)
+        .map(|(strategy, times)| {
+            let makespan_us = median(times);
+            Way {
+                strategy,
+                makespan_us,
+                gbps: total_bytes / (makespan_us * 1e3),
+            }
+        })
+        .collect();
+    let flows: Vec<Flow> = pairs
+        .iter()
+        .zip(&picks)
+        .zip(alone.iter().zip(together))
+        .map(|((&(src, dst), &pick), (&alone_us, times))| Flow {
+            src,
+            dst,
+            pick,
+            alone_us,
+            together_us: median(times),
+        })
+        .collect();
+    let rate = |us: f64| bytes as f64 / (us * 1e3);
+    let alone_gbps = flows.iter().map(|f| rate(f.alone_us)).sum();
+    let together_gbps = flows.iter().map(|f| rate(f.together_us)).sum();
+    let best = ways
+        .iter()
+        .map(|w| w.makespan_us)
+        .fold(f64::INFINITY, f64::min);
+    let regret = ways[0].makespan_us / best - 1.0;
+    Ok(Report {
+        source: backend.source().to_string(),
+        bytes,
+        flows,
+        ways,
+        alone_gbps,
+        together_gbps,
+        regret,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::tests::fabric;
+
+    const MIB: u64 = 1 << 20;
+
+    fn shifted(preset: &str, bytes: u64) -> Report {
+        let f = fabric(preset);
+        let pairs = Traffic::Shift(1).pairs(f.devices()).unwrap();
+        run(
+            &f,
+            &pairs,
+            bytes,
+            Options::for_backend(f.backend().as_ref()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn nvswitch_hosts_send_all_at_once_as_fast_as_alone() {
+        // Each GPU sends once and receives once through its own switch port: nothing is shared.
+        let r = shifted("dgx-h100", 4 * MIB);
+        assert_eq!(r.flows.len(), 8);
+        for f in &r.flows {
+            assert!(
+                matches!(f.pick, Strategy::DirectCe | Strategy::DirectSm),
+                "{f:?}"
+            );
+            assert!(f.together_us < 1.05 * f.alone_us, "{f:?}");
+        }
+        assert!(r.together_gbps > 0.95 * r.alone_gbps, "{r:#?}");
+        assert!(r.regret <= 0.05, "{r:#?}");
+        // The picks, then every strategy all eight pairs can use.
+        let strategies: Vec<_> = r.ways.iter().map(|w| w.strategy).collect();
+        assert_eq!(strategies[0], None);
+        assert!(strategies.contains(&Some(Strategy::DirectCe)));
+        assert!(strategies.contains(&Some(Strategy::Staged)));
+    }
+
+    #[test]
+    fn dgx1_relays_meet_other_traffic_and_the_report_says_what_it_costs() {
+        // Large enough that the transfers overlap (their chunks' queuing takes CPU time).
+        let r = shifted("dgx1-v100", 16 * MIB);
+        // 3 → 4 and 7 → 0 have no NVLink: the planner routes them around, through busy GPUs.
+        for (src, dst) in [(3, 4), (7, 0)] {
+            let f = r
+                .flows
+                .iter()
+                .find(|f| (f.src, f.dst) == (src, dst))
+                .unwrap();
+            assert!(matches!(f.pick, Strategy::Relay | Strategy::Split), "{f:?}");
+        }
+        // No direct strategy works for every pair, so the picks compete with staging for all.
+        let strategies: Vec<_> = r.ways.iter().map(|w| w.strategy).collect();
+        assert!(
+            !strategies.contains(&Some(Strategy::DirectCe)),
+            "{strategies:?}"
+        );
+        assert!(strategies.contains(&Some(Strategy::Staged)));
+        assert!(r.regret >= 0.0 && r.regret.is_finite());
+        // Relays cross links that other flows use: some flows slow down, none speeds up.
+        for f in &r.flows {
+            assert!(f.together_us >= 0.99 * f.alone_us, "{f:?}");
+        }
+        assert!(
+            r.flows.iter().any(|f| f.together_us > 1.2 * f.alone_us),
+            "{r:#?}"
+        );
+        assert!(r.together_gbps < r.alone_gbps, "{r:#?}");
+        let staged = r
+            .ways
+            .iter()
+            .find(|w| w.strategy == Some(Strategy::Staged))
+            .unwrap();
+        assert!(r.ways[0].makespan_us < staged.makespan_us, "{r:#?}");
+    }
+
+    #[test]
+    fn traffic_is_parsed_and_shifts_every_gpu() {
+        assert_eq!(Traffic::parse("shift").unwrap(), Traffic::Shift(1));
+        assert_eq!(Traffic::parse("shift:3").unwrap(), Traffic::Shift(3));
+        for bad in ["", "ring", "shift:", "shift:0", "shift:x", "shift:-1"] {
+            assert!(Traffic::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            Traffic::Shift(1).pairs(&[0, 1, 2]).unwrap(),
+            [(0, 1), (1, 2), (2, 0)]
+        );
+        assert_eq!(
+            Traffic::Shift(2).pairs(&[1, 3, 5, 7]).unwrap(),
+            [(1, 5), (3, 7), (5, 1), (7, 3)]
+        );
+        assert!(Traffic::Shift(1).pairs(&[0]).is_err());
+        assert!(Traffic::Shift(4).pairs(&[0, 1, 2, 3]).is_err());
+    }
+}
