@@ -4,8 +4,8 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all): smi topo tests bench sweep explain engine tune torch
-steps=${STEPS:-smi topo tests bench sweep explain engine tune torch}
+# Which parts to run (default: all): smi topo tests bench sweep explain engine tune torch concurrent
+steps=${STEPS:-smi topo tests bench sweep explain engine tune torch concurrent}
 # The pair that explain, the engine benchmark and the PyTorch side-by-side measure (default: GPU 0 to
 # itself; say PAIR="0 1" on a two-GPU host).
 read -r src dst <<<"${PAIR:-0 0}"
@@ -87,6 +87,22 @@ sweep="$work/engine-sweep-profile.json"
     $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB --json >"$sweep" 2>"$work/engine-sweep.err"
 python3 scripts/torch-side-by-side.py --src $src --dst $dst --peerlink "$sweep" \
     --out "$work/side-by-side.json" >"$work/side-by-side.txt" 2>&1
+fi
+
+if want concurrent; then
+step "concurrent traffic"
+# Every GPU sending at once needs two GPUs at least.
+if (($(nvidia-smi -L | grep -c '^GPU') >= 2)); then
+    for traffic in shift shift:2; do
+        for size in 1MiB 256MiB; do
+            $bin --gpu plan --concurrent $traffic --size $size --json \
+                >"$work/concurrent-$traffic-$size.json" 2>"$work/concurrent-$traffic-$size.err"
+            $bin --gpu plan --concurrent $traffic --size $size >"$work/concurrent-$traffic-$size.txt" 2>&1
+        done
+    done
+else
+    echo "one GPU: no concurrent traffic to run" >"$work/concurrent.txt"
+fi
 fi
 
 tar czf "$dest/results.tgz" -C "$work" .

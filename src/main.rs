@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use peerlink::backend::sim::Preset;
 use peerlink::backend::{self, Choice, Opened};
 use peerlink::bench::{self, explain, progress, tune};
+use peerlink::engine::concurrent::{self, Traffic};
 use peerlink::engine::{benchmark, Fabric};
 use peerlink::model::profile::{check_destination, write_atomically};
 use peerlink::model::{CostModel, Profile};
@@ -118,12 +119,23 @@ struct ExplainArgs {
 #[derive(Args)]
 struct PlanArgs {
     /// The sending GPU
-    #[arg(long)]
-    src: usize,
+    #[arg(long, required_unless_present = "concurrent")]
+    src: Option<usize>,
 
     /// The receiving GPU
-    #[arg(long)]
-    dst: usize,
+    #[arg(long, required_unless_present = "concurrent")]
+    dst: Option<usize>,
+
+    /// Run every GPU's transfer of --size at once instead, planned as if alone, against each alone
+    /// and each strategy used for all: `shift` (GPU i sends to GPU i+1, over the GPUs in use) or
+    /// `shift:K`
+    #[arg(
+        long,
+        value_name = "TRAFFIC",
+        conflicts_with_all = ["src", "dst", "sizes", "messages", "prove"],
+        requires = "size"
+    )]
+    concurrent: Option<String>,
 
     /// Bytes to move (of each message, with --messages): 4096, 4K, 64MiB, 1GB, …
     #[arg(long, value_name = "SIZE", required_unless_present = "sizes")]
@@ -316,6 +328,7 @@ fn shown(path: &std::path::Path) -> String {
 fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     let size = args.size.as_deref().map(parse_size).transpose()?;
     let sizes = args.sizes.as_deref().map(parse_sizes).transpose()?;
+    let traffic = args.concurrent.as_deref().map(Traffic::parse).transpose()?;
     if args.messages == Some(0) {
         return Err(peerlink::Error::Usage("--messages must be at least 1".into()).into());
     }
@@ -340,8 +353,25 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
         Ok(())
     };
 
+    if let (Some(traffic), Some(size)) = (traffic, size) {
+        let pairs = traffic.pairs(fabric.devices())?;
+        let report = concurrent::run(&fabric, &pairs, size, options)?;
+        let view = report::plan::ConcurrentView {
+            model: planner.model().origin(),
+            traffic: args.concurrent.as_deref().unwrap_or_default(),
+            report: &report,
+        };
+        return print(
+            report::plan::concurrent_json(&view),
+            report::plan::concurrent_text(&view),
+        );
+    }
+    let (src, dst) = args
+        .src
+        .zip(args.dst)
+        .expect("clap requires --src and --dst without --concurrent");
     if let Some(sizes) = sizes {
-        let report = benchmark::run(&fabric, args.src, args.dst, &sizes, options)?;
+        let report = benchmark::run(&fabric, src, dst, &sizes, options)?;
         let view = report::plan::SweepView {
             model: planner.model().origin(),
             report: &report,
@@ -358,13 +388,13 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
         })?;
         let report = if args.prove {
             Some(benchmark::batch(
-                &fabric, args.src, args.dst, count, message, options,
+                &fabric, src, dst, count, message, options,
             )?)
         } else {
             None
         };
         let sizes = vec![size; count];
-        let plan = planner.plan_batch(args.src, args.dst, &sizes, 1)?;
+        let plan = planner.plan_batch(src, dst, &sizes, 1)?;
         let view = report::plan::BatchView {
             source: backend.source(),
             model: planner.model().origin(),
@@ -378,16 +408,10 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
             report::plan::batch_text(&view),
         );
     }
-    let plan = planner.plan(args.src, args.dst, size)?;
-    let unusable = planner.unusable(args.src, args.dst, size)?;
+    let plan = planner.plan(src, dst, size)?;
+    let unusable = planner.unusable(src, dst, size)?;
     let proof = if args.prove {
-        Some(benchmark::run(
-            &fabric,
-            args.src,
-            args.dst,
-            &[size],
-            options,
-        )?)
+        Some(benchmark::run(&fabric, src, dst, &[size], options)?)
     } else {
         None
     };

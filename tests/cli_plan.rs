@@ -360,3 +360,86 @@ fn batch_and_sweep_bad_input_exit_2() {
             .stderr(predicate::str::contains("panicked").not());
     }
 }
+
+#[test]
+fn concurrent_traffic_reports_each_flow_and_each_way() {
+    let doc = plan_json(&[
+        "--sim",
+        "dgx1-v100",
+        "--concurrent",
+        "shift:2",
+        "--size",
+        "1MiB",
+    ]);
+    assert_eq!(doc["schema"], "peerlink.plan-concurrent/1");
+    assert_eq!(doc["source"], "sim:dgx1-v100");
+    assert_eq!(doc["traffic"], "shift:2");
+    let flows = doc["flows"].as_array().unwrap();
+    let pairs: Vec<(u64, u64)> = flows
+        .iter()
+        .map(|f| (f["src"].as_u64().unwrap(), f["dst"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(pairs, (0..8).map(|i| (i, (i + 2) % 8)).collect::<Vec<_>>());
+    for f in flows {
+        assert!(STRATEGIES.contains(&f["pick"].as_str().unwrap()), "{f}");
+        assert!(f["alone_us"].as_f64().unwrap() > 0.0, "{f}");
+        assert!(f["together_us"].as_f64().unwrap() > 0.0, "{f}");
+    }
+    let ways = doc["ways"].as_array().unwrap();
+    assert!(ways[0]["strategy"].is_null(), "the picks come first");
+    assert!(ways.len() >= 2, "{ways:?}");
+    assert!(doc["regret"].as_f64().unwrap() >= 0.0);
+}
+
+#[test]
+fn concurrent_traffic_needs_two_gpus_a_known_pattern_and_no_pair() {
+    for args in [
+        &[
+            "--sim",
+            "dgx-h100",
+            "plan",
+            "--concurrent",
+            "ring",
+            "--size",
+            "1MiB",
+        ][..],
+        &[
+            "--sim",
+            "dgx-h100",
+            "--devices",
+            "3",
+            "plan",
+            "--concurrent",
+            "shift",
+            "--size",
+            "1MiB",
+        ],
+        &[
+            "--sim",
+            "dgx-h100",
+            "plan",
+            "--concurrent",
+            "shift:8",
+            "--size",
+            "1MiB",
+        ],
+        &["--sim", "dgx-h100", "plan", "--concurrent", "shift"],
+        &[
+            "--sim",
+            "dgx-h100",
+            "plan",
+            "--concurrent",
+            "shift",
+            "--size",
+            "1MiB",
+            "--src",
+            "0",
+        ],
+    ] {
+        peerlink()
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("panicked").not());
+    }
+}

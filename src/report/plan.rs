@@ -3,7 +3,7 @@
 
 use super::table::plain;
 use crate::engine::benchmark::{BatchReport, BatchTiming, Point, Report};
-use crate::engine::{BatchPlan, Plan, Route, Strategy};
+use crate::engine::{concurrent, BatchPlan, Plan, Route, Strategy};
 use crate::units::{format_bytes, gbps};
 use comfy_table::CellAlignment;
 use serde_json::{json, Value};
@@ -15,6 +15,8 @@ pub const SCHEMA: &str = "peerlink.plan/1";
 pub const SWEEP_SCHEMA: &str = "peerlink.plan-sweep/1";
 /// JSON schema name of a batch plan (`plan --messages`).
 pub const BATCH_SCHEMA: &str = "peerlink.plan-batch/1";
+/// JSON schema name of concurrent traffic (`plan --concurrent`).
+pub const CONCURRENT_SCHEMA: &str = "peerlink.plan-concurrent/1";
 
 /// Everything `plan` reports.
 pub struct PlanView<'a> {
@@ -227,6 +229,128 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
     }
     let _ = writeln!(out, "{table}");
     let _ = writeln!(out, "\nworst regret: {:.1}%", r.worst_regret() * 100.0);
+    out
+}
+
+/// Concurrent traffic, measured (`plan --concurrent`).
+pub struct ConcurrentView<'a> {
+    pub model: &'a str,
+    pub traffic: &'a str,
+    pub report: &'a concurrent::Report,
+}
+
+/// A way's name: the planner's picks, or one strategy for every flow.
+fn way_name(way: &concurrent::Way) -> String {
+    way.strategy
+        .map_or_else(|| "planner's picks".to_string(), |s| format!("{s} for all"))
+}
+
+/// The `plan --concurrent --json` document.
+pub fn concurrent_json(view: &ConcurrentView<'_>) -> Value {
+    let r = view.report;
+    let flows: Vec<Value> = r
+        .flows
+        .iter()
+        .map(|f| {
+            json!({
+                "src": f.src,
+                "dst": f.dst,
+                "pick": f.pick,
+                "alone_us": f.alone_us,
+                "together_us": f.together_us,
+            })
+        })
+        .collect();
+    let ways: Vec<Value> = r
+        .ways
+        .iter()
+        .map(|w| json!({"strategy": w.strategy, "makespan_us": w.makespan_us, "gbps": w.gbps}))
+        .collect();
+    json!({
+        "schema": CONCURRENT_SCHEMA,
+        "source": r.source,
+        "simulated": r.source.starts_with("sim:"),
+        "model": view.model,
+        "traffic": view.traffic,
+        "bytes": r.bytes,
+        "flows": flows,
+        "ways": ways,
+        "alone_gbps": r.alone_gbps,
+        "together_gbps": r.together_gbps,
+        "regret": r.regret,
+    })
+}
+
+/// Concurrent traffic as a human reads it: each flow alone and together, then each way.
+pub fn concurrent_text(view: &ConcurrentView<'_>) -> String {
+    let r = view.report;
+    let mut out = super::opening(&r.source);
+    let _ = writeln!(
+        out,
+        "concurrent traffic `{}`: {} flows of {} at once ({}); costs: {}",
+        view.traffic,
+        r.flows.len(),
+        format_bytes(r.bytes),
+        r.source,
+        view.model
+    );
+    let _ = writeln!(
+        out,
+        "each flow's pick (planned as if alone), its GPU time alone and while every flow runs \
+         (median, every byte verified)\n"
+    );
+    let mut flows = plain(
+        ["flow", "pick", "alone µs", "together µs", "slowdown"]
+            .map(String::from)
+            .to_vec(),
+    );
+    for f in &r.flows {
+        flows.add_row(vec![
+            format!("GPU {} → GPU {}", f.src, f.dst),
+            f.pick.to_string(),
+            format!("{:.1}", f.alone_us),
+            format!("{:.1}", f.together_us),
+            format!("{:+.1}%", (f.together_us / f.alone_us - 1.0) * 100.0),
+        ]);
+    }
+    for column in flows.column_iter_mut().skip(2) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    let _ = writeln!(out, "{flows}");
+    let _ = writeln!(
+        out,
+        "\naggregate, each flow's bytes over its GPU time, summed: {:.1} GB/s alone, {:.1} GB/s \
+         together ({:+.1}%)\n",
+        r.alone_gbps,
+        r.together_gbps,
+        (r.together_gbps / r.alone_gbps - 1.0) * 100.0
+    );
+    let mut ways = plain(
+        ["way", "makespan µs", "GB/s end to end"]
+            .map(String::from)
+            .to_vec(),
+    );
+    for w in &r.ways {
+        ways.add_row(vec![
+            way_name(w),
+            format!("{:.1}", w.makespan_us),
+            format!("{:.1}", w.gbps),
+        ]);
+    }
+    for column in ways.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    let _ = writeln!(
+        out,
+        "every flow at once, host clock from the first submission until all are seen done \
+         (median):\n{ways}"
+    );
+    let _ = writeln!(
+        out,
+        "\nfastest: {}; the picks' regret {:.1}%",
+        way_name(r.best()),
+        r.regret * 100.0
+    );
     out
 }
 
