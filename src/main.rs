@@ -69,6 +69,17 @@ enum Verb {
     /// Measure this host's hop costs and write a profile for `plan --profile` (and, with
     /// --export-sim, a simulator preset calibrated from the same measurements)
     Tune(TuneArgs),
+    /// Two `bench --json` documents side by side, figure by figure (another run, another host, or
+    /// a simulator preset against the machine it was calibrated on)
+    Compare(CompareArgs),
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// The document compared against (ratios are OTHER / BASE)
+    base: PathBuf,
+    /// The document compared
+    other: PathBuf,
 }
 
 #[derive(Args)]
@@ -251,6 +262,45 @@ fn run(cli: Cli) -> Result<()> {
         }
         Verb::Plan(args) => plan(global, &args)?,
         Verb::Tune(args) => tune(global, &args)?,
+        Verb::Compare(args) => compare(global, &args)?,
+    }
+    Ok(())
+}
+
+fn compare(global: &Global, args: &CompareArgs) -> Result<()> {
+    let read = |path: &PathBuf| -> Result<serde_json::Value> {
+        let text = std::fs::read_to_string(path).map_err(|source| peerlink::Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|e| {
+            peerlink::Error::Usage(format!(
+                "{} is not JSON ({e}); give two `peerlink bench --json` outputs",
+                path.display()
+            ))
+            .into()
+        })
+    };
+    let (base_name, other_name) = (
+        args.base.display().to_string(),
+        args.other.display().to_string(),
+    );
+    let comparison = report::compare::compare(
+        &read(&args.base)?,
+        &read(&args.other)?,
+        &base_name,
+        &other_name,
+    )?;
+    if global.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::compare::json(&comparison))?
+        );
+    } else {
+        print!(
+            "{}",
+            report::compare::text(&comparison, &base_name, &other_name)
+        );
     }
     Ok(())
 }

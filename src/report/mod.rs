@@ -5,6 +5,7 @@
 //! with [`simulated_banner`] (see [`opening`]).
 
 pub mod bench;
+pub mod compare;
 pub mod plan;
 pub mod table;
 pub mod topo;

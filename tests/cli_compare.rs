@@ -1,0 +1,76 @@
+//! `peerlink compare` on two `bench --json` documents from the simulator.
+
+mod common;
+
+use common::{json_of, peerlink};
+use predicates::prelude::*;
+
+#[test]
+fn a_preset_against_another_pairs_every_shared_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let bench = |preset: &str| {
+        let path = dir.path().join(format!("{preset}.json"));
+        let args = [
+            "--sim",
+            preset,
+            "bench",
+            "--tests",
+            "ce-write,h2d",
+            "--size",
+            "1MiB",
+        ];
+        let doc = json_of(&[&args[..], &["--json"]].concat());
+        std::fs::write(&path, doc.to_string()).unwrap();
+        (path.to_str().unwrap().to_string(), doc)
+    };
+    let ((h100, _), (v100, v100_doc)) = (bench("dgx-h100"), bench("dgx1-v100"));
+    // The H100 host measures every pair; the DGX-1 only those with P2P, so it sets the count.
+    let cells: usize = v100_doc["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["cells"].as_array().unwrap().len())
+        .sum();
+    let doc = json_of(&["compare", &h100, &v100, "--json"]);
+    assert_eq!(doc["schema"], "peerlink.compare/1");
+    assert_eq!(doc["source"], "sim:dgx1-v100");
+    assert_eq!(doc["base_source"], "sim:dgx-h100");
+    let tests: Vec<&str> = doc["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(tests, ["ce-write", "h2d"]);
+    assert_eq!(doc["pairs"].as_array().unwrap().len(), cells);
+    assert!(cells > 8, "write cells and one h2d per GPU");
+    // NVLink 2 against NVLink 4 through NVSwitch: V100 pairs are slower.
+    assert!(doc["tests"][0]["median_ratio"].as_f64().unwrap() < 1.0);
+    peerlink()
+        .args(["compare", &h100, &v100])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("median ratio"));
+}
+
+#[test]
+fn anything_but_two_bench_documents_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("topo.json");
+    std::fs::write(
+        &topo,
+        json_of(&["--sim", "dgx-h100", "topo", "--json"]).to_string(),
+    )
+    .unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not json").unwrap();
+    let missing = dir.path().join("missing.json");
+    for (a, b, code) in [(&topo, &topo, 2), (&text, &topo, 2), (&missing, &topo, 1)] {
+        peerlink()
+            .args(["compare", a.to_str().unwrap(), b.to_str().unwrap()])
+            .assert()
+            .code(code)
+            .stderr(predicate::str::contains("panicked").not());
+    }
+    peerlink().args(["compare", "one.json"]).assert().code(2);
+}
