@@ -443,17 +443,20 @@ fn empty_window_us(
 }
 
 /// What it costs the host to learn that work finished (medians, host µs).
-struct Completion {
+pub(crate) struct Completion {
     /// A blocking synchronisation on an already completed event.
-    sync_us: f64,
+    pub sync_us: f64,
     /// One non-blocking query of a completed event.
-    poll_us: f64,
+    pub poll_us: f64,
     /// From the return of the call that queues an event on an idle stream until the host's
     /// synchronisation on it returns.
-    marker_us: f64,
+    pub marker_us: f64,
 }
 
-fn completion_costs(backend: &dyn Backend, stream: crate::backend::StreamId) -> Result<Completion> {
+pub(crate) fn completion_costs(
+    backend: &dyn Backend,
+    stream: crate::backend::StreamId,
+) -> Result<Completion> {
     let mut sync = Vec::with_capacity(PROBES);
     let mut poll = Vec::with_capacity(PROBES);
     let mut marker = Vec::with_capacity(PROBES);

@@ -22,7 +22,7 @@ const BENCH_SCHEMA: &str = "peerlink.bench/1";
 /// One figure both documents hold.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Pair {
-    /// The test, or `<test> sweep` for a sweep point.
+    /// The test and its message size (`ce-write 64 MiB`), or `<test> sweep` for a sweep point.
     pub test: String,
     pub unit: String,
     /// `0→1`, `GPU 0`, or `0→1 4 KiB` for a sweep point.
@@ -44,7 +44,7 @@ pub struct Comparison {
     pub base_source: String,
     pub other_source: String,
     pub pairs: Vec<Pair>,
-    /// Tests (and sweeps) in only one of the two documents.
+    /// Tests (at their sizes) and sweeps in only one of the two documents.
     pub unmatched: Vec<String>,
 }
 
@@ -109,7 +109,15 @@ type Key = ((String, String), (String, f64));
 fn figures(doc: &Value) -> Vec<Key> {
     let mut out = Vec::new();
     for test in doc["tests"].as_array().into_iter().flatten() {
-        let name = test["name"].as_str().unwrap_or_default().to_string();
+        // A test at another message size is another figure: pair like with like only.
+        let name = match test["size_bytes"].as_u64() {
+            Some(bytes) => format!(
+                "{} {}",
+                test["name"].as_str().unwrap_or_default(),
+                format_bytes(bytes)
+            ),
+            None => test["name"].as_str().unwrap_or_default().to_string(),
+        };
         let unit = test["unit"].as_str().unwrap_or_default().to_string();
         for cell in test["cells"].as_array().into_iter().flatten() {
             let Some(value) = cell["value"].as_f64() else {
@@ -263,11 +271,12 @@ mod tests {
             "schema": BENCH_SCHEMA,
             "source": source,
             "tests": [
-                {"name": "ce-write", "unit": "GB/s", "cells": [
+                {"name": "ce-write", "unit": "GB/s", "size_bytes": 1 << 20, "cells": [
                     {"src": 0, "dst": 0, "value": write[0]}, {"src": 0, "dst": 1, "value": write[1]},
                     {"src": 1, "dst": 0, "value": write[2]}, {"src": 1, "dst": 1, "value": write[3]},
                 ]},
-                {"name": "h2d", "unit": "GB/s", "cells": [{"device": 0, "value": h2d}]},
+                {"name": "h2d", "unit": "GB/s", "size_bytes": 1 << 20,
+                 "cells": [{"device": 0, "value": h2d}]},
             ],
             "sweeps": [{"test": "ce-write", "src": 0, "dst": 1,
                         "points": [{"bytes": 4096, "median_us": sweep_us}]}],
@@ -283,11 +292,14 @@ mod tests {
         assert!(c.unmatched.is_empty());
         let s = summaries(&c);
         assert_eq!(s.len(), 3);
-        assert_eq!((s[0].test, s[0].count), ("ce-write", 4));
+        assert_eq!((s[0].test, s[0].count), ("ce-write 1 MiB", 4));
         // The furthest figure from the base, whichever way: 360/400 = 0.9 against 420/400.
         assert_eq!(s[0].worst.place, "0→1");
         assert!((s[0].worst.ratio() - 0.9).abs() < 1e-12);
-        assert_eq!((s[1].test, s[1].worst.place.as_str()), ("h2d", "GPU 0"));
+        assert_eq!(
+            (s[1].test, s[1].worst.place.as_str()),
+            ("h2d 1 MiB", "GPU 0")
+        );
         assert_eq!(s[2].test, "ce-write sweep");
         assert_eq!(s[2].worst.place, "0→1 4 KiB");
         assert!((s[2].median - 0.75).abs() < 1e-12);
@@ -304,9 +316,18 @@ mod tests {
         base["tests"].as_array_mut().unwrap().push(json!({
             "name": "ping-pong", "unit": "us", "cells": [{"src": 0, "dst": 1, "value": 1.7}],
         }));
-        let other = doc("cuda", [1.0; 4], 1.0, 1.0);
+        let mut other = doc("cuda", [1.0; 4], 1.0, 1.0);
+        // The same test at another size is not the same figure.
+        other["tests"][1]["size_bytes"] = json!(8 << 20);
         let c = compare(&base, &other, "a", "b").unwrap();
-        assert_eq!(c.unmatched, ["ping-pong (only in a)"]);
+        assert_eq!(
+            c.unmatched,
+            [
+                "h2d 1 MiB (only in a)",
+                "ping-pong (only in a)",
+                "h2d 8 MiB (only in b)"
+            ]
+        );
         let topo = json!({"schema": "peerlink.topo/1", "source": "cuda"});
         let err = compare(&base, &topo, "a", "topo.json").unwrap_err();
         assert_eq!(err.exit_code(), 2);

@@ -128,6 +128,10 @@ pub struct Measurements {
     pub issue: IssueCosts,
     /// Host µs of a blocking synchronisation on a completed event (waking up).
     pub sync_us: f64,
+    /// Host µs from the return of the call that queues an empty marker (an event) on an idle
+    /// stream until the host's synchronisation on it returns: the GPU picking work up, its
+    /// completion signal and the host's wake-up — what the simulator's `sync_us` stands for.
+    pub receiver_us: f64,
     /// GPU µs per copy node of a replayed graph.
     pub graph_node_us: f64,
     /// GPU µs per message of one batched copy kernel, beyond its bytes.
@@ -301,7 +305,8 @@ pub fn run(
     progress.step();
     let kernel_us = queue_cost_us(&mut ctx, first, CopyMethod::SmKernel)?;
     progress.step();
-    let (event_us, sync_us) = event_and_sync_us(backend, stream)?;
+    let event_us = event_us(backend, stream)?;
+    let completion = super::explain::completion_costs(backend, stream)?;
     progress.step();
     let graph = graph_costs(&mut ctx, first)?;
     progress.step();
@@ -343,7 +348,8 @@ pub fn run(
             event_us,
             graph_us: graph.launch_us,
         },
-        sync_us,
+        sync_us: completion.sync_us,
+        receiver_us: completion.marker_us,
         graph_node_us: graph.node_us,
         batch_message_us,
         latencies,
@@ -620,21 +626,16 @@ fn lone_us(backend: &dyn Backend, stream: StreamId, src: usize, dst: usize) -> R
     Ok([Stats::of_times(&ce)?.median, Stats::of_times(&sm)?.median])
 }
 
-/// Host µs to record an event, and to return from a blocking synchronisation on a completed one.
-fn event_and_sync_us(backend: &dyn Backend, stream: StreamId) -> Result<(f64, f64)> {
+/// Host µs to record an event.
+fn event_us(backend: &dyn Backend, stream: StreamId) -> Result<f64> {
     let mut record = Vec::with_capacity(PROBES);
-    let mut sync = Vec::with_capacity(PROBES);
     for _ in 0..PROBES {
         let (event, us) = host_us(backend, || backend.record(stream))?;
         record.push(us);
         backend.synchronize(stream)?;
-        sync.push(host_us(backend, || backend.event_synchronize(event))?.1);
         backend.destroy_event(event)?;
     }
-    Ok((
-        Stats::of_times(&record)?.median,
-        Stats::of_times(&sync)?.median,
-    ))
+    Stats::of_times(&record).map(|s| s.median)
 }
 
 /// GPU µs of the work `queue` puts on `stream`, queued while the stream is held so that the CPU's

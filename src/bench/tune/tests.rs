@@ -83,6 +83,8 @@ fn dgx1_profile_fits_the_preset_link_model_and_matches_the_host() {
     assert!(close(m.issue.event_us, c.event_issue_us, 1e-9));
     assert!(close(m.issue.graph_us, c.graph_issue_us, 1e-9));
     assert!(close(m.sync_us, c.sync_us, 1e-9));
+    // On the simulator a marker's trip is the wake-up alone: nothing else to pick up or signal.
+    assert!(close(m.receiver_us, c.sync_us, 1e-9), "{}", m.receiver_us);
     assert!(
         close(m.graph_node_us, c.graph_node_us, 1e-4),
         "{}",
@@ -194,6 +196,22 @@ fn pairs_without_p2p_are_named_not_measured() {
         "{:?}",
         m.notes
     );
+}
+
+#[test]
+fn the_exported_wake_up_is_the_receiver_side_not_a_sync_on_a_finished_event() {
+    // On real GPUs the two differ by the GPU's pick-up and completion signal (H200: 5.1 µs for
+    // an empty marker against 0.3 µs to return from a sync on a finished event), and the
+    // simulator's sync_us follows the GPU's end, so it takes the marker's figure.
+    let (sim, mut m) = tuned("pcie-2gpu-switch", None, false);
+    m.receiver_us = 5.07;
+    m.sync_us = 0.33;
+    let exported = export::preset(&m, sim.topology(), "tuned").unwrap();
+    assert_eq!(exported.costs.sync_us, 5.07);
+    assert!(exported
+        .sources
+        .iter()
+        .any(|s| s.contains("sync_us 5.07 µs")));
 }
 
 #[test]
