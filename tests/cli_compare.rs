@@ -41,7 +41,7 @@ fn a_preset_against_another_pairs_every_shared_figure() {
         .iter()
         .map(|t| t["test"].as_str().unwrap())
         .collect();
-    assert_eq!(tests, ["ce-write", "h2d"]);
+    assert_eq!(tests, ["ce-write 1 MiB", "h2d 1 MiB"]);
     assert_eq!(doc["pairs"].as_array().unwrap().len(), cells);
     assert!(cells > 8, "write cells and one h2d per GPU");
     // NVLink 2 against NVLink 4 through NVSwitch: V100 pairs are slower.
