@@ -39,17 +39,12 @@ use serde::Serialize;
 /// is exactly affine in the bytes, so four sizes pin α and β down.
 const SIM_SIZES: &[u64] = &[4 << 10, 64 << 10, 1 << 20, 4 << 20];
 const SIM_QUICK_SIZES: &[u64] = &[64 << 10, 1 << 20];
-/// Sweep sizes on real GPUs: α shows at 4 KiB, β from 32 MiB (a 400 GB/s link reaches 90% of β
-/// at ~9 MB, shared/REFERENCE.md); faster hops get one more size (see [`FULL_RATE_ALPHAS`]).
-const GPU_SIZES: &[u64] = &[4 << 10, 256 << 10, 4 << 20, 32 << 20];
-const GPU_QUICK_SIZES: &[u64] = &[64 << 10, 4 << 20, 32 << 20];
-/// On real GPUs, a hop is measured once more where its largest size took under this many α (α is
-/// then over 2% of it and β leans on the smaller sizes), at the next power of two that takes this
-/// many, up to [`FULL_RATE_MAX_BYTES`]: without it the H200's local copy fitted 1887 GB/s where
-/// copies of 64 MiB and more run at 1930–2090, and the simulator on the exported preset came out
-/// 8–15% slow there (BENCHMARKS.md, run 16).
-const FULL_RATE_ALPHAS: f64 = 50.0;
-const FULL_RATE_MAX_BYTES: u64 = 256 << 20;
+/// Sweep sizes on real GPUs: α shows at 4 KiB, β at 32 and 256 MiB (a 400 GB/s link reaches 90%
+/// of β at ~9 MB, shared/REFERENCE.md). Without 256 MiB the H200's local copy fitted 1887 GB/s
+/// where copies of 64 MiB and more run at 1930–2090, and the simulator on the exported preset came
+/// out 8–15% slow there (BENCHMARKS.md, run 16).
+const GPU_SIZES: &[u64] = &[4 << 10, 256 << 10, 4 << 20, 32 << 20, 256 << 20];
+const GPU_QUICK_SIZES: &[u64] = &[64 << 10, 4 << 20, 256 << 20];
 
 /// Back-to-back 4-byte operations whose queuing is timed on the host clock.
 const ISSUE_OPERATIONS: u32 = 100;
@@ -285,7 +280,7 @@ pub fn run(
         Issuer::Source,
         false,
     );
-    let sm_local = sweep_to_full_rate(
+    let sm_local = sweep_pair(
         &mut ctx,
         &sm,
         Place::Pair {
@@ -501,51 +496,8 @@ fn sweep_hop(
     };
     Ok(HopSweep {
         hop,
-        sweep: sweep_to_full_rate(ctx, test, place, sizes, progress)?,
+        sweep: sweep_pair(ctx, test, place, sizes, progress)?,
     })
-}
-
-/// The size a hop with `fit` is measured at once more, where its largest size (`largest`) took
-/// under [`FULL_RATE_ALPHAS`] α: the next power of two that takes that long, up to
-/// [`FULL_RATE_MAX_BYTES`].
-fn full_rate_bytes(fit: super::fit::Fit, largest: u64) -> Option<u64> {
-    // α + bytes/β = n·α (1 GB/s = 1e3 B/µs).
-    let wanted = (FULL_RATE_ALPHAS - 1.0) * fit.alpha_us * fit.beta_gbps * 1e3;
-    let bytes = (wanted as u64).next_power_of_two().min(FULL_RATE_MAX_BYTES);
-    (wanted > largest as f64 && bytes > largest).then_some(bytes)
-}
-
-/// Sweeps `sizes`; on real GPUs, where the largest size took under [`FULL_RATE_ALPHAS`] α, once
-/// more at a size that takes that long (up to [`FULL_RATE_MAX_BYTES`], where the GPUs have room),
-/// and fits again.
-fn sweep_to_full_rate(
-    ctx: &mut Context<'_>,
-    test: &dyn TestCase,
-    place: Place,
-    sizes: &[u64],
-    progress: &dyn Progress,
-) -> Result<Sweep> {
-    let mut sweep = sweep_pair(ctx, test, place, sizes, progress)?;
-    let largest = sizes.iter().copied().max().unwrap_or(0);
-    let extra = match sweep.fit {
-        Some(fit) if !ctx.topology().is_simulated() => full_rate_bytes(fit, largest),
-        _ => None,
-    };
-    let (src, dst) = place.pair();
-    // Twice over: the buffers, and the rotation the timing engine keeps beyond the L2.
-    let Some(bytes) = extra.filter(|&b| check_fits(ctx.backend, &[src, dst], 2 * b).is_ok()) else {
-        return Ok(sweep);
-    };
-    let extra = sweep_pair(ctx, test, place, &[bytes], &super::progress::Silent)?;
-    sweep.points.extend(extra.points);
-    sweep.fit = super::fit::fit(
-        &sweep
-            .points
-            .iter()
-            .map(|p| (p.bytes, p.median_us))
-            .collect::<Vec<_>>(),
-    );
-    Ok(sweep)
 }
 
 /// A hop in words: `GPU 0 → GPU 1 (copy engine)`.

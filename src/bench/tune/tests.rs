@@ -291,20 +291,6 @@ fn exported_nvswitch_host_keeps_its_switch_and_per_link_rate() {
 }
 
 #[test]
-fn fast_hops_are_measured_once_more_where_alpha_no_longer_counts() {
-    let fit = |alpha_us, beta_gbps| crate::bench::fit::Fit::new(alpha_us, beta_gbps);
-    let largest = 32 << 20;
-    // The H200's local copy: 32 MiB took ~19 µs, ten α; 256 MiB takes over fifty.
-    assert_eq!(full_rate_bytes(fit(1.91, 1887.0), largest), Some(256 << 20));
-    // An NV18 copy-engine pair: 64 MiB.
-    assert_eq!(full_rate_bytes(fit(2.5, 396.0), largest), Some(64 << 20));
-    // Host memory over PCIe: 32 MiB already takes hundreds of α.
-    assert_eq!(full_rate_bytes(fit(2.5, 55.0), largest), None);
-    // Never past the cap.
-    assert_eq!(full_rate_bytes(fit(20.0, 3000.0), largest), Some(256 << 20));
-}
-
-#[test]
 fn dates_are_utc_calendar_days() {
     let at = |secs: u64| utc_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
     assert_eq!(at(0), "1970-01-01");
