@@ -39,12 +39,10 @@ use serde::Serialize;
 /// is exactly affine in the bytes, so four sizes pin α and β down.
 const SIM_SIZES: &[u64] = &[4 << 10, 64 << 10, 1 << 20, 4 << 20];
 const SIM_QUICK_SIZES: &[u64] = &[64 << 10, 1 << 20];
-/// Sweep sizes on real GPUs: α shows at 4 KiB, β at 32 and 256 MiB (a 400 GB/s link reaches 90%
-/// of β at ~9 MB, shared/REFERENCE.md). Without 256 MiB the H200's local copy fitted 1887 GB/s
-/// where copies of 64 MiB and more run at 1930–2090, and the simulator on the exported preset came
-/// out 8–15% slow there (BENCHMARKS.md, run 16).
-const GPU_SIZES: &[u64] = &[4 << 10, 256 << 10, 4 << 20, 32 << 20, 256 << 20];
-const GPU_QUICK_SIZES: &[u64] = &[64 << 10, 4 << 20, 256 << 20];
+/// Sweep sizes on real GPUs: α shows at 4 KiB, β from 32 MiB (a 400 GB/s link reaches 90% of β
+/// at ~9 MB, shared/REFERENCE.md).
+const GPU_SIZES: &[u64] = &[4 << 10, 256 << 10, 4 << 20, 32 << 20];
+const GPU_QUICK_SIZES: &[u64] = &[64 << 10, 4 << 20, 32 << 20];
 
 /// Back-to-back 4-byte operations whose queuing is timed on the host clock.
 const ISSUE_OPERATIONS: u32 = 100;
