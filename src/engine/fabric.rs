@@ -247,17 +247,21 @@ impl BufferState {
     }
 
     /// End events of pending transfers that a new access must follow: writers always; readers too
-    /// when the new access writes.
+    /// when the new access writes. Finished uses stay until [`BufferState::claim`]: forgetting them
+    /// frees their events, CPU time better spent after the new transfer is queued.
     pub fn conflicts(&self, writes: bool) -> Vec<Arc<Completion>> {
-        self.pending()
+        lock(&self.uses)
             .iter()
-            .filter(|u| u.writes || writes)
+            .filter(|u| (u.writes || writes) && !u.done.fired())
             .map(|u| u.done.clone())
             .collect()
     }
 
+    /// Records a new transfer's use, forgetting those that have finished.
     pub fn claim(&self, done: &Arc<Completion>, writes: bool) {
-        lock(&self.uses).push(Use {
+        let mut uses = lock(&self.uses);
+        uses.retain(|u| !u.done.fired());
+        uses.push(Use {
             done: done.clone(),
             writes,
         });
