@@ -46,8 +46,13 @@ fi
 
 if want sweep; then
 step sweep
-$bin --gpu bench --sizes 4B..1GiB --tests ce-write,sm-write,staged --json >"$work/sweep.json" 2>"$work/sweep.err"
-$bin --gpu bench --sizes 4B..1GiB --tests ce-write,sm-write,staged >"$work/sweep.txt" 2>&1
+# Every ordered pair of the GPUs in SWEEP_DEVICES (default: all); on eight GPUs say two, SWEEP_DEVICES=0,1.
+sweep_devices=()
+[[ -n "${SWEEP_DEVICES:-}" ]] && sweep_devices=(--devices "$SWEEP_DEVICES")
+$bin --gpu "${sweep_devices[@]}" bench --sizes 4B..1GiB --tests ce-write,sm-write,staged --json \
+    >"$work/sweep.json" 2>"$work/sweep.err"
+$bin --gpu "${sweep_devices[@]}" bench --sizes 4B..1GiB --tests ce-write,sm-write,staged \
+    >"$work/sweep.txt" 2>&1
 fi
 
 if want explain; then
@@ -75,7 +80,13 @@ $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB --profile "$work/profile.
     >"$work/engine-sweep-profile.json" 2>"$work/engine-sweep-profile.err"
 $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB --profile "$work/profile.json" \
     >"$work/engine-sweep-profile.txt" 2>&1
-$bin --sim "$work/exported-sim.json" bench --json >"$work/exported-sim-bench.json" 2>"$work/exported-sim-bench.err"
+# The simulator on the exported preset against this machine, test by test, at the GPU bench's size.
+$bin --sim "$work/exported-sim.json" bench --size 64MiB --json >"$work/exported-sim-bench.json" \
+    2>"$work/exported-sim-bench.err"
+if [[ -s "$work/bench.json" ]]; then
+    $bin compare "$work/bench.json" "$work/exported-sim-bench.json" >"$work/compare-sim.txt" 2>&1
+    $bin compare "$work/bench.json" "$work/exported-sim-bench.json" --json >"$work/compare-sim.json" 2>&1
+fi
 fi
 
 if want torch; then
