@@ -79,6 +79,28 @@ impl Error {
     pub(crate) fn usage(message: impl Into<String>) -> Self {
         Error::Usage(message.into())
     }
+
+    /// Ok where `found` holds `expected` byte for byte (over the shorter of the two), else
+    /// [`Error::Verification`] at the first byte that differs.
+    pub(crate) fn check_bytes(
+        test: impl Into<String>,
+        src: usize,
+        dst: usize,
+        expected: &[u8],
+        found: &[u8],
+    ) -> Result<(), Error> {
+        match expected.iter().zip(found).position(|(e, f)| e != f) {
+            None => Ok(()),
+            Some(offset) => Err(Error::Verification {
+                test: test.into(),
+                src,
+                dst,
+                offset,
+                expected: expected[offset],
+                found: found[offset],
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -182,14 +182,7 @@ impl<'b> Lane<'b> {
             self.backend
                 .read(self.destination(), self.slot_offset(slot), &mut data)?;
             if let Some(m) = first_mismatch(seed, &data) {
-                return Err(Error::Verification {
-                    test: self.label.test.clone(),
-                    src: self.label.src,
-                    dst: self.label.dst,
-                    offset: m.offset,
-                    expected: m.expected,
-                    found: m.found,
-                });
+                return Err(m.into_error(self.label.test.clone(), self.label.src, self.label.dst));
             }
         }
         Ok(())

@@ -64,6 +64,20 @@ pub struct Mismatch {
     pub found: u8,
 }
 
+impl Mismatch {
+    /// The verification error this mismatch is, in `test` from GPU `src` to GPU `dst`.
+    pub fn into_error(self, test: impl Into<String>, src: usize, dst: usize) -> crate::Error {
+        crate::Error::Verification {
+            test: test.into(),
+            src,
+            dst,
+            offset: self.offset,
+            expected: self.expected,
+            found: self.found,
+        }
+    }
+}
+
 /// Checks every byte of `data` against the message for `seed`.
 pub fn first_mismatch(seed: u64, data: &[u8]) -> Option<Mismatch> {
     // Whole words first (the common, fast path), then the bytes of the word that differs.

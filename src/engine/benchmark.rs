@@ -183,7 +183,13 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
             .strategy(plan.strategy)
             .submit()?
             .wait()?;
-        verify(&to.to_vec()?, &data, plan.strategy, src, dst)?;
+        Error::check_bytes(
+            format!("engine {}", plan.strategy),
+            src,
+            dst,
+            &data,
+            &to.to_vec()?,
+        )?;
     }
     let timings: Vec<Timing> = plans
         .iter()
@@ -240,7 +246,13 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
     // engine's own bytes are checked once more after it.
     to.write(0, &poison)?;
     fabric.copy(from.all(), to.all())?.wait()?;
-    verify(&to.to_vec()?, &data, pick.strategy, src, dst)?;
+    Error::check_bytes(
+        format!("engine {}", pick.strategy),
+        src,
+        dst,
+        &data,
+        &to.to_vec()?,
+    )?;
     Ok(Point {
         bytes,
         pick: pick.strategy,
@@ -389,17 +401,13 @@ pub fn batch(
                 wall.push(backend.host_time_us() - start);
             }
         }
-        let got = to.to_vec()?;
-        if let Some(offset) = got.iter().zip(&expected).position(|(g, e)| g != e) {
-            return Err(Error::Verification {
-                test: format!("engine batch, {name}"),
-                src,
-                dst,
-                offset,
-                expected: expected[offset],
-                found: got[offset],
-            });
-        }
+        Error::check_bytes(
+            format!("engine batch, {name}"),
+            src,
+            dst,
+            &expected,
+            &to.to_vec()?,
+        )?;
         Ok(BatchTiming {
             name: name.to_string(),
             prepare_us,
@@ -468,26 +476,6 @@ pub fn batch(
         one_call,
         prepared,
     })
-}
-
-pub(super) fn verify(
-    got: &[u8],
-    want: &[u8],
-    strategy: Strategy,
-    src: usize,
-    dst: usize,
-) -> Result<()> {
-    match got.iter().zip(want).position(|(g, w)| g != w) {
-        None => Ok(()),
-        Some(offset) => Err(Error::Verification {
-            test: format!("engine {strategy}"),
-            src,
-            dst,
-            offset,
-            expected: want[offset],
-            found: got[offset],
-        }),
-    }
 }
 
 /// Deterministic bytes that differ from offset to offset and from seed to seed (xorshift): what the

@@ -7,7 +7,7 @@
 //! costs: each transfer's GPU time alone and together, the aggregate bandwidth, and the regret of
 //! the picks against the best single strategy used for every transfer.
 
-use super::benchmark::{median, pattern, verify, Options};
+use super::benchmark::{median, pattern, Options};
 use super::fabric::{Fabric, Transfer};
 use super::plan::Strategy;
 use crate::{Error, Result};
@@ -204,13 +204,9 @@ pub fn run(
         all_at_once(way)?;
         for (i, (from, to)) in buffers.iter().enumerate() {
             let strategy = way.unwrap_or(picks[i]);
-            verify(
-                &to.to_vec()?,
-                &from.to_vec()?,
-                strategy,
-                pairs[i].0,
-                pairs[i].1,
-            )?;
+            let (src, dst) = pairs[i];
+            let test = format!("engine {strategy}");
+            Error::check_bytes(test, src, dst, &from.to_vec()?, &to.to_vec()?)?;
         }
     }
 

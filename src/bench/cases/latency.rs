@@ -344,7 +344,7 @@ impl TestCase for PointerChase {
             })?;
             let mut reached = [0u8; 8];
             backend.read(result, 0, &mut reached)?;
-            check_word(self.name(), src, dst, &expected.to_le_bytes(), &reached)?;
+            Error::check_bytes(self.name(), src, dst, &expected.to_le_bytes(), &reached)?;
             per_load_us.push(us / f64::from(CHASE_STEPS));
         }
         let stats = Stats::of_times(&per_load_us)?;
@@ -354,21 +354,6 @@ impl TestCase for PointerChase {
             time_us: stats,
             note: None,
         })
-    }
-}
-
-/// Fails with [`Error::Verification`] at the first byte where `found` differs from `expected`.
-fn check_word(test: &str, src: usize, dst: usize, expected: &[u8], found: &[u8]) -> Result<()> {
-    match expected.iter().zip(found).position(|(e, f)| e != f) {
-        None => Ok(()),
-        Some(offset) => Err(Error::Verification {
-            test: test.to_string(),
-            src,
-            dst,
-            offset,
-            expected: expected[offset],
-            found: found[offset],
-        }),
     }
 }
 
@@ -423,7 +408,7 @@ impl TestCase for PingPong {
             for flag in [ping_flag, pong_flag] {
                 let mut found = [0u8; 4];
                 backend.read(flag, 0, &mut found)?;
-                check_word(self.name(), src, dst, &rounds.to_le_bytes(), &found)?;
+                Error::check_bytes(self.name(), src, dst, &rounds.to_le_bytes(), &found)?;
             }
             Ok(us)
         };

@@ -755,14 +755,7 @@ fn batch_message_us(
     let mut found = vec![0u8; bytes];
     backend.read(dst, 0, &mut found)?;
     if let Some(m) = pattern::first_mismatch(seed, &found) {
-        return Err(Error::Verification {
-            test: "tune batch kernel".into(),
-            src: gpu,
-            dst: gpu,
-            offset: m.offset,
-            expected: m.expected,
-            found: m.found,
-        });
+        return Err(m.into_error("tune batch kernel", gpu, gpu));
     }
     let bytes_us = local_gbps.map_or(0.0, |gbps| BATCH_MESSAGE_BYTES as f64 / (gbps * 1e3));
     Ok((Stats::of_times(&per_message)?.median - bytes_us).max(0.0))
