@@ -18,7 +18,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use super::driver::{failed, PinnedMemory};
 use super::kernels::{Descriptor, DESCRIPTOR_BYTES};
-use crate::backend::{BufferId, Copy, InOrder};
+use crate::backend::{check_disjoint_destinations, BufferId, Copy, InOrder};
 use crate::{Error, Result};
 
 /// Smallest descriptor block allocated: 170 descriptors.
@@ -27,13 +27,14 @@ const MIN_BLOCK_BYTES: usize = 4096;
 /// Writes each copy's unified destination and source addresses into `out` (one per copy), every
 /// range checked against its buffer. `lookup` gives a buffer's base address and size (and checks
 /// that the launching GPU reaches it); a batch names few buffers many times, so it is asked once
-/// per buffer, not once per message. Returns whether the destinations were laid out in order (or
-/// reverse order) buffer by buffer, which shows they do not overlap with no further pass.
+/// per buffer, not once per message. Refuses copies whose destinations overlap: destinations laid
+/// out in order (or reverse order) buffer by buffer show they do not in the same pass; any others
+/// are sorted.
 pub(super) fn describe(
     copies: &[Copy],
     mut lookup: impl FnMut(BufferId) -> Result<(u64, usize)>,
     out: &mut [Descriptor],
-) -> Result<bool> {
+) -> Result<()> {
     assert_eq!(out.len(), copies.len(), "one descriptor per copy");
     // (buffer, base address, size) of each buffer met so far: one or two in most batches.
     let mut known: Vec<(BufferId, u64, usize)> = Vec::new();
@@ -73,7 +74,11 @@ pub(super) fn describe(
             len: c.len as u64,
         };
     }
-    Ok(in_order)
+    if in_order {
+        Ok(())
+    } else {
+        check_disjoint_destinations(copies)
+    }
 }
 
 #[cold]
@@ -249,7 +254,7 @@ mod tests {
         let mut calls = 0;
         let copies: Vec<Copy> = (0..8).map(|i| copy(56 - 8 * i, 8 * i, 8)).collect();
         let mut descriptors = vec![EMPTY; 8];
-        assert!(describe(&copies, lookup(&mut calls), &mut descriptors).unwrap());
+        describe(&copies, lookup(&mut calls), &mut descriptors).unwrap();
         assert_eq!(calls, 2);
         assert_eq!(
             descriptors[1],
@@ -277,17 +282,21 @@ mod tests {
     }
 
     #[test]
-    fn destinations_out_of_order_are_reported_for_the_full_check() {
+    fn destinations_out_of_order_get_the_full_check() {
         let mut calls = 0;
         let mut out = [EMPTY; 3];
-        // In order, then back into the first message's range: the sort must decide.
+        // In order, then back into the first message's range: the sort finds the overlap.
         let copies = [copy(0, 0, 8), copy(16, 8, 8), copy(4, 16, 8)];
-        assert!(!describe(&copies, lookup(&mut calls), &mut out).unwrap());
+        let err = describe(&copies, lookup(&mut calls), &mut out).unwrap_err();
+        assert!(err.to_string().contains("overlapping"), "{err}");
+        // Out of order but disjoint: the sort lets them through.
+        let shuffled = [copy(16, 0, 8), copy(0, 8, 8), copy(8, 16, 8)];
+        describe(&shuffled, lookup(&mut calls), &mut out).unwrap();
         // Ascending without overlap, then descending without overlap: in order both times.
         let up = [copy(0, 0, 8), copy(8, 8, 8), copy(16, 16, 8)];
-        assert!(describe(&up, lookup(&mut calls), &mut out).unwrap());
+        describe(&up, lookup(&mut calls), &mut out).unwrap();
         let down = [copy(16, 0, 8), copy(8, 8, 8), copy(0, 16, 8)];
-        assert!(describe(&down, lookup(&mut calls), &mut out).unwrap());
+        describe(&down, lookup(&mut calls), &mut out).unwrap();
     }
 
     #[test]

@@ -423,15 +423,11 @@ impl Backend for CudaBackend {
         let mut block = self
             .descriptors
             .take(&self.contexts[device], copies.len())?;
-        let in_order = batches::describe(
+        batches::describe(
             copies,
             |id| self.placed(device, id),
             block.descriptors_mut(copies.len()),
         )?;
-        // Destinations out of order may still be disjoint: only a sort can tell.
-        if !in_order {
-            super::check_disjoint_destinations(copies)?;
-        }
         kernels.copy_batch(&stream.stream, block.address(), count)?;
         if driver::is_capturing(&stream.stream)? {
             lock(&stream.captured_descriptors).push(block);
@@ -445,10 +441,7 @@ impl Backend for CudaBackend {
         let stream = self.streams.get(stream.0)?;
         let device = stream.device;
         let mut addresses = vec![kernels::Descriptor::default(); copies.len()];
-        let in_order = batches::describe(copies, |id| self.placed(device, id), &mut addresses)?;
-        if !in_order {
-            super::check_disjoint_destinations(copies)?;
-        }
+        batches::describe(copies, |id| self.placed(device, id), &mut addresses)?;
         let copies: Vec<(u64, u64, usize)> = addresses
             .iter()
             .filter(|d| d.len > 0)
