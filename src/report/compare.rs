@@ -12,6 +12,7 @@ use crate::{Error, Result};
 use comfy_table::CellAlignment;
 use serde::Serialize;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::fmt::Write;
 
 /// JSON schema name of the `compare` document.
@@ -65,19 +66,23 @@ pub fn compare(
         }
     }
     let (base_figures, other_figures) = (figures(base), figures(other));
-    let mut pairs = Vec::new();
-    for (key, (unit, value)) in &base_figures {
-        if let Some((_, other_value)) = other_figures.iter().find(|(k, _)| k == key).map(|(_, f)| f)
-        {
-            pairs.push(Pair {
+    // An eight-GPU run holds thousands of sweep points: look each up, don't scan for it.
+    let other_values: HashMap<&(String, String), f64> = other_figures
+        .iter()
+        .map(|(key, (_, value))| (key, *value))
+        .collect();
+    let pairs = base_figures
+        .iter()
+        .filter_map(|(key, (unit, value))| {
+            other_values.get(key).map(|&other| Pair {
                 test: key.0.clone(),
                 unit: unit.clone(),
                 place: key.1.clone(),
                 base: *value,
-                other: *other_value,
-            });
-        }
-    }
+                other,
+            })
+        })
+        .collect();
     let tests = |figures: &[Key]| -> Vec<String> {
         let mut names: Vec<String> = figures.iter().map(|((test, _), _)| test.clone()).collect();
         names.dedup();
