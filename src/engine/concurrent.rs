@@ -161,7 +161,8 @@ pub fn run(
     });
     let ways: Vec<Option<Strategy>> = std::iter::once(None).chain(uniform.map(Some)).collect();
     let backend = fabric.backend();
-    let all_at_once = |way: Option<Strategy>| -> Result<(f64, Vec<f64>)> {
+    // Every flow submitted, then every one waited for: the makespan and the finished transfers.
+    let all_at_once = |way: Option<Strategy>| -> Result<(f64, Vec<Transfer>)> {
         let start = backend.host_time_us();
         let transfers = (0..pairs.len())
             .map(|i| submit(i, way.unwrap_or(picks[i])))
@@ -169,12 +170,7 @@ pub fn run(
         for t in &transfers {
             t.wait()?;
         }
-        let makespan = backend.host_time_us() - start;
-        let each = transfers
-            .iter()
-            .map(Transfer::elapsed_us)
-            .collect::<Result<Vec<_>>>()?;
-        Ok((makespan, each))
+        Ok((backend.host_time_us() - start, transfers))
     };
     let mut makespans = vec![Vec::with_capacity(options.runs); ways.len()];
     let mut together = vec![Vec::with_capacity(options.runs); pairs.len()];
@@ -184,14 +180,14 @@ pub fn run(
         for turn in 0..ways.len() {
             let at = (round + turn) % ways.len();
             all_at_once(ways[at])?;
-            let (makespan, each) = all_at_once(ways[at])?;
+            let (makespan, transfers) = all_at_once(ways[at])?;
             if round < options.warmup {
                 continue;
             }
             makespans[at].push(makespan);
             if ways[at].is_none() {
-                for (flow, us) in together.iter_mut().zip(each) {
-                    flow.push(us);
+                for (flow, t) in together.iter_mut().zip(&transfers) {
+                    flow.push(t.elapsed_us()?);
                 }
             }
         }
