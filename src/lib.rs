@@ -3,11 +3,36 @@
 //! - [`topology`]: which pairs can use P2P, over what, and what is wrong.
 //! - [`backend`]: the seam between peerlink and a host — real GPUs ([`backend::cuda`]) or a simulated
 //!   host that moves real bytes on a virtual clock ([`backend::sim`]).
-//! - [`bench`]: bandwidth and latency tests, sweeps and the latency breakdown, through the backend.
+//! - [`bench`](mod@bench): bandwidth and latency tests, sweeps and the latency breakdown, through the backend.
 //! - [`engine`]: the transfer engine — plans, runs and proves the fastest way between two GPUs.
 //! - [`model`]: what each hop of a transfer costs (`α + bytes/β`), measured or from the topology.
 //! - [`units`]: byte sizes as users type them.
 //! - [`report`]: text tables and JSON documents for the CLI's verbs.
+//!
+//! Everything above [`backend`] runs the same on real GPUs and on the simulator, so this example
+//! runs anywhere (on a GPU host, open `backend::cuda::CudaBackend` instead):
+//!
+//! ```
+//! use peerlink::backend::{sim::SimBackend, Backend};
+//! use peerlink::engine::Fabric;
+//! use std::sync::Arc;
+//!
+//! // A simulated DGX-1: which pairs have P2P, over what link.
+//! let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx1-v100")?);
+//! let pair = backend.topology().pair(0, 3).expect("GPUs 0 and 3 exist");
+//! assert_eq!(pair.link.to_string(), "NV2");
+//!
+//! // Move 1 MiB from GPU 0 to GPU 3 by the fastest way the engine knows.
+//! let fabric = Fabric::open(backend)?;
+//! let (from, to) = (fabric.alloc(0, 1 << 20)?, fabric.alloc(3, 1 << 20)?);
+//! from.write(0, &[42; 1 << 20])?;
+//! fabric.copy(from.all(), to.all())?.wait()?;
+//! assert_eq!(to.to_vec()?, vec![42; 1 << 20]);
+//! # Ok::<(), peerlink::Error>(())
+//! ```
+//!
+//! The design, the contracts scripts rely on (verbs, JSON fields, exit codes) and the figures the code
+//! cites are in the repository's `docs/` folder.
 
 pub mod backend;
 pub mod bench;

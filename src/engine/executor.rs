@@ -19,7 +19,6 @@ use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -81,42 +80,10 @@ pub(super) struct Shared {
 /// A transfer as the plan cache knows it: source, destination, bytes, forced strategy.
 type PlanKey = (usize, usize, u64, Option<Strategy>);
 
-/// The maps every transfer looks up (its plan, its stream), keyed by a few small integers.
-type SmallKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<SmallKeyHasher>>;
-
-/// A multiply-rotate hash (FxHash's) for keys of a few small integers: with the default SipHash the
-/// two lookups were a fifth of the engine's CPU time per transfer, and these keys come from the
-/// engine itself, never from anyone who could choose them to collide.
-#[derive(Default)]
-struct SmallKeyHasher(u64);
-
-impl SmallKeyHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-impl Hasher for SmallKeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// The maps every transfer looks up (its plan, its stream), keyed by a few small integers. FxHash:
+/// with the default SipHash the two lookups were a fifth of the engine's CPU time per transfer, and
+/// these keys come from the engine itself, never from anyone who could choose them to collide.
+type SmallKeyMap<K, V> = rustc_hash::FxHashMap<K, V>;
 
 /// Plans kept per fabric; the cache starts over when full.
 const CACHED_PLANS: usize = 4096;

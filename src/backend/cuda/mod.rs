@@ -1,10 +1,10 @@
 //! Real GPUs: the CUDA driver API through cudarc, NVRTC-compiled kernels, NVML for the topology.
 //!
-//! - [`driver`]: the thin raw layer (every direct `sys` call, owning types for memory and graphs);
-//! - [`topology`](self::topology): devices and pairs, read once at open;
-//! - [`peer`]: the one place that enables peer access;
-//! - [`kernels`]: copy, gate and latency kernels (sources in `kernels/*.cu`);
-//! - [`gates`]: pinned flags that hold streams until released.
+//! - `driver`: the thin raw layer (every direct `sys` call, owning types for memory and graphs);
+//! - `topology`: devices and pairs, read once at open;
+//! - `peer`: the one place that enables peer access;
+//! - `kernels`: copy, gate and latency kernels (sources in `kernels/*.cu`);
+//! - `gates`: pinned flags that hold streams until released.
 //!
 //! One primary context per device, with cudarc's event tracking off: the backend orders work itself,
 //! and cudarc's hidden per-buffer events would otherwise land in timed windows and graph captures.

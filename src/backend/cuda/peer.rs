@@ -66,7 +66,7 @@ fn explain(topology: &Topology, device: usize, peer: usize, code: CUresult) -> E
         CUresult::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => format!(
             "the driver reports P2P unsupported between them{link}: transfers between these GPUs \
              must be staged through host memory (often an IOMMU/ACS setting, a VM, or GPUs under \
-             different CPU sockets); see `peerlink topo` and `peerlink doctor`"
+             different CPU sockets); see `peerlink topo`"
         ),
         CUresult::CUDA_ERROR_TOO_MANY_PEERS => format!(
             "GPU {device} already has as many peers enabled as its hardware allows (8 on most \
