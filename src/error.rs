@@ -76,7 +76,8 @@ impl Error {
         }
     }
 
-    pub(crate) fn usage(message: impl Into<String>) -> Self {
+    /// Bad usage or input (exit code 2), said in one sentence.
+    pub fn usage(message: impl Into<String>) -> Self {
         Error::Usage(message.into())
     }
 

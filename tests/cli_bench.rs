@@ -178,4 +178,13 @@ fn explain_text_and_bad_input() {
         ])
         .assert()
         .code(2);
+    // --devices is honoured: a GPU outside it is refused, not silently measured.
+    peerlink()
+        .args(["explain", "--sim", "dgx-h100", "--src", "0", "--dst", "1"])
+        .args(["--devices", "2,3"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "GPU 0 is not one of the GPUs in use (2, 3)",
+        ));
 }

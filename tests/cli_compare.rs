@@ -74,3 +74,22 @@ fn anything_but_two_bench_documents_is_bad_input() {
     }
     peerlink().args(["compare", "one.json"]).assert().code(2);
 }
+
+#[test]
+fn options_that_choose_gpus_are_refused_since_compare_opens_none() {
+    for (flags, named) in [
+        (&["--sim", "dgx-h100"][..], "--sim does not apply"),
+        (&["--gpu"][..], "--gpu does not apply"),
+        (
+            &["--devices", "0", "--gpu"][..],
+            "--gpu and --devices do not apply",
+        ),
+    ] {
+        peerlink()
+            .args(flags)
+            .args(["compare", "a.json", "b.json"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(named));
+    }
+}

@@ -1,0 +1,176 @@
+//! The command line's words: every verb, option and default, as clap types. Nothing here runs.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "peerlink",
+    version,
+    about = "See, measure and speed up GPU-to-GPU (peer-to-peer) traffic on multi-GPU hosts",
+    long_about = "See, measure and speed up GPU-to-GPU (peer-to-peer) traffic on multi-GPU hosts.\n\n\
+                  Without --sim, real GPUs are used; a host with no NVIDIA driver falls back to the \
+                  simulated `dgx-h100` host and says so."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub verb: Verb,
+}
+
+#[derive(Args)]
+pub struct Global {
+    /// Use a simulated host: an embedded preset name (dgx-h100, dgx1-v100, pcie-4gpu-2socket,
+    /// pcie-2gpu-switch) or a preset JSON file
+    #[arg(
+        long,
+        global = true,
+        value_name = "PRESET|FILE",
+        conflicts_with = "gpu"
+    )]
+    pub sim: Option<String>,
+
+    /// Require real GPUs: fail instead of falling back to the simulator
+    #[arg(long, global = true)]
+    pub gpu: bool,
+
+    /// Print one JSON document on stdout (human text and progress go to stderr)
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// GPUs to use, by CUDA index (default: all)
+    #[arg(long, global = true, value_delimiter = ',', value_name = "I,J,..")]
+    pub devices: Option<Vec<usize>>,
+}
+
+#[derive(Subcommand)]
+pub enum Verb {
+    /// Which GPU pairs can use P2P, over what link, with what rank and atomics, and what is wrong
+    Topo,
+    /// Bandwidth and latency per GPU pair, and message-size sweeps; every byte verified
+    Bench(BenchArgs),
+    /// Where one transfer's time goes (setup, launch, link, receiver) and what each fix would save
+    Explain(ExplainArgs),
+    /// How the transfer engine would move one transfer, with every alternative's predicted time
+    Plan(PlanArgs),
+    /// Measure this host's hop costs and write a profile for `plan --profile` (and, with
+    /// --export-sim, a simulator preset calibrated from the same measurements)
+    Tune(TuneArgs),
+    /// Two `bench --json` documents side by side, figure by figure (another run, another host, or
+    /// a simulator preset against the machine it was calibrated on)
+    Compare(CompareArgs),
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// The document compared against (ratios are OTHER / BASE)
+    pub base: PathBuf,
+    /// The document compared
+    pub other: PathBuf,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Tests to run, comma-separated (default: ce-write, ce-read, ce-bidir-write, h2d, d2h, local
+    /// and the latency tests; an unknown name lists them all)
+    #[arg(long, value_delimiter = ',', value_name = "NAME,..")]
+    pub tests: Option<Vec<String>>,
+
+    /// Bytes per message: 64MiB, 4K (K/M/G = powers of 1024), 1GB (powers of 1000)
+    /// [default: 64MiB on GPUs, 8MiB on the simulator]
+    #[arg(long, value_name = "SIZE")]
+    pub size: Option<String>,
+
+    /// Samples per measurement, each verified [default: 3 on GPUs, 1 on the simulator]
+    #[arg(long)]
+    pub samples: Option<u32>,
+
+    /// Timed operations per sample [default: 16 on GPUs, 2 on the simulator]
+    #[arg(long)]
+    pub iterations: Option<u32>,
+
+    /// Sweep message sizes instead: a range 4B..1GiB (powers of two) or a list 4K,64K,1M; reports
+    /// median, p99 and GB/s per size and fits time = α + bytes/β per pair
+    #[arg(long, value_name = "RANGE|LIST")]
+    pub sizes: Option<String>,
+
+    /// Print CSV instead of tables
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+}
+
+#[derive(Args)]
+pub struct ExplainArgs {
+    /// The sending GPU
+    #[arg(long)]
+    pub src: usize,
+
+    /// The receiving GPU (may equal --src)
+    #[arg(long)]
+    pub dst: usize,
+
+    /// Bytes of the transfer: 4B, 64K, 1MiB, …
+    #[arg(long, default_value = "4KiB", value_name = "SIZE")]
+    pub size: String,
+}
+
+#[derive(Args)]
+pub struct PlanArgs {
+    /// The sending GPU
+    #[arg(long, required_unless_present = "concurrent")]
+    pub src: Option<usize>,
+
+    /// The receiving GPU
+    #[arg(long, required_unless_present = "concurrent")]
+    pub dst: Option<usize>,
+
+    /// Run every GPU's transfer of --size at once instead, planned as if alone, against each alone
+    /// and each strategy used for all: `shift` (GPU i sends to GPU i+1, over the GPUs in use) or
+    /// `shift:K`
+    #[arg(
+        long,
+        value_name = "TRAFFIC",
+        conflicts_with_all = ["src", "dst", "sizes", "messages", "prove"],
+        requires = "size"
+    )]
+    pub concurrent: Option<String>,
+
+    /// Bytes to move (of each message, with --messages): 4096, 4K, 64MiB, 1GB, …
+    #[arg(long, value_name = "SIZE", required_unless_present = "sizes")]
+    pub size: Option<String>,
+
+    /// Run the engine benchmark over these sizes instead (implies --prove): a range 4B..1GiB
+    /// (powers of two) or a list 4K,64K,1M; every strategy and the pick at each size, with regret
+    #[arg(long, value_name = "RANGE|LIST", conflicts_with_all = ["size", "messages"])]
+    pub sizes: Option<String>,
+
+    /// Plan a batch of this many messages of --size each, between two buffers; with --prove, time
+    /// every batch strategy against as many plain copies
+    #[arg(long, value_name = "N")]
+    pub messages: Option<usize>,
+
+    /// Costs measured on this host (a profile file) instead of the topology's published defaults
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+
+    /// Also run every strategy on the backend (timed, every byte verified) and report the pick's
+    /// regret and the engine's cost over a plain copy
+    #[arg(long)]
+    pub prove: bool,
+}
+
+#[derive(Args)]
+pub struct TuneArgs {
+    /// Where to write the profile (replaced atomically)
+    #[arg(long, value_name = "FILE", default_value = "peerlink-profile.json")]
+    pub out: PathBuf,
+
+    /// Also write a simulator preset calibrated from the measurements (load it with --sim FILE)
+    #[arg(long, value_name = "FILE")]
+    pub export_sim: Option<PathBuf>,
+
+    /// Fewer sizes (and one sample on real GPUs): a rougher profile in about half the time
+    #[arg(long)]
+    pub quick: bool,
+}

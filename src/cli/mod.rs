@@ -1,0 +1,148 @@
+//! The `peerlink` command line: each verb parses its options into the library's types, calls the
+//! library once, and prints what it returns — text on stdout, or one JSON document with `--json`.
+//!
+//! This module is the binary's alone (clap and anyhow are behind the `cli` feature), so a program
+//! embedding the library does not compile them.
+
+pub mod args;
+mod compare;
+mod plan;
+mod tune;
+
+use anyhow::Result;
+use args::{Cli, Global, Verb};
+use peerlink::backend::{self, Choice, Opened};
+use peerlink::bench::{self, explain, progress};
+use peerlink::report;
+use peerlink::units::{parse_size, parse_sizes};
+use serde::Serialize;
+
+/// Runs one command line.
+pub fn run(cli: Cli) -> Result<()> {
+    let global = &cli.global;
+    match cli.verb {
+        Verb::Topo => {
+            let opened = global.open()?;
+            let topo = opened.backend.topology();
+            let selected = topo.select(global.devices.as_deref())?;
+            global.print(&report::topo::json(topo, &selected), || {
+                report::topo::text(topo, &selected)
+            })
+        }
+        Verb::Bench(args) => {
+            let opened = global.open()?;
+            let options = bench::Options {
+                tests: args.tests,
+                devices: global.devices.clone(),
+                size: args.size.as_deref().map(parse_size).transpose()?,
+                samples: args.samples,
+                iterations: args.iterations,
+                sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
+            };
+            let found = bench::run(opened.backend.as_ref(), &options, &*global.progress())?;
+            if args.csv {
+                print!("{}", report::bench::csv(&found));
+                return Ok(());
+            }
+            global.print(&found, || report::bench::text(&found))
+        }
+        Verb::Explain(args) => {
+            let opened = global.open()?;
+            global.check_in_use(opened.backend.topology(), &[args.src, args.dst])?;
+            let size = parse_size(&args.size)?;
+            let found = explain::run(
+                opened.backend.as_ref(),
+                args.src,
+                args.dst,
+                size,
+                &*global.progress(),
+            )?;
+            global.print(&found, || report::bench::explain_text(&found))
+        }
+        Verb::Plan(args) => plan::run(global, &args),
+        Verb::Tune(args) => tune::run(global, &args),
+        Verb::Compare(args) => compare::run(global, &args),
+    }
+}
+
+impl Global {
+    fn choice(&self) -> Choice {
+        match (&self.sim, self.gpu) {
+            (Some(preset), _) => Choice::Sim(preset.clone()),
+            (None, true) => Choice::Gpu,
+            (None, false) => Choice::Auto,
+        }
+    }
+
+    /// Opens the backend, printing the simulator fallback notice on stderr.
+    fn open(&self) -> peerlink::Result<Opened> {
+        let opened = backend::open(&self.choice())?;
+        if let Some(notice) = &opened.notice {
+            eprintln!("peerlink: {notice}");
+        }
+        for notice in opened.backend.notices() {
+            eprintln!("peerlink: note: {notice}");
+        }
+        Ok(opened)
+    }
+
+    /// Refuses the global options a verb that opens no GPU would otherwise ignore in silence.
+    fn refuse_backend_options(&self, verb: &str) -> peerlink::Result<()> {
+        let given: Vec<&str> = [
+            (self.sim.is_some(), "--sim"),
+            (self.gpu, "--gpu"),
+            (self.devices.is_some(), "--devices"),
+        ]
+        .into_iter()
+        .filter_map(|(set, name)| set.then_some(name))
+        .collect();
+        if given.is_empty() {
+            return Ok(());
+        }
+        Err(peerlink::Error::usage(format!(
+            "`{verb}` reads files and uses no GPU, so {} {} not apply: leave {} out",
+            given.join(" and "),
+            if given.len() == 1 { "does" } else { "do" },
+            if given.len() == 1 { "it" } else { "them" },
+        )))
+    }
+
+    /// With `--devices`, the GPUs a verb names must be among them.
+    fn check_in_use(
+        &self,
+        topology: &peerlink::topology::Topology,
+        gpus: &[usize],
+    ) -> peerlink::Result<()> {
+        let in_use = topology.select(self.devices.as_deref())?;
+        match gpus.iter().find(|gpu| !in_use.contains(gpu)) {
+            Some(gpu) if self.devices.is_some() => Err(peerlink::Error::usage(format!(
+                "GPU {gpu} is not one of the GPUs in use ({})",
+                in_use
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Prints `doc` as JSON with `--json`, else the text `text` makes.
+    fn print(&self, doc: &impl Serialize, text: impl FnOnce() -> String) -> Result<()> {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(doc)?);
+        } else {
+            print!("{}", text());
+        }
+        Ok(())
+    }
+
+    /// A progress bar on stderr, except for `--json` runs.
+    fn progress(&self) -> Box<dyn progress::Progress> {
+        if self.json {
+            Box::new(progress::Silent)
+        } else {
+            Box::new(progress::Bar::new())
+        }
+    }
+}

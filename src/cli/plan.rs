@@ -1,0 +1,160 @@
+//! `peerlink plan`: how the engine would move a transfer, and with `--prove` how it did. Four modes,
+//! chosen by the options given (clap keeps them apart): one transfer, a batch of messages, a sweep
+//! of sizes, or every GPU sending at once.
+
+use super::args::{Global, PlanArgs};
+use anyhow::Result;
+use peerlink::backend::Backend;
+use peerlink::engine::concurrent::{self, Traffic};
+use peerlink::engine::{benchmark, Fabric};
+use peerlink::model::{CostModel, Profile};
+use peerlink::report::plan as doc;
+use peerlink::units::{parse_size, parse_sizes};
+use std::sync::Arc;
+
+/// What `plan` was asked to do.
+enum Mode {
+    /// One transfer of `size` bytes; `prove` runs every strategy.
+    Single {
+        src: usize,
+        dst: usize,
+        size: u64,
+        prove: bool,
+    },
+    /// `count` messages of `message` bytes each; `prove` times every batch strategy.
+    Batch {
+        src: usize,
+        dst: usize,
+        count: usize,
+        message: usize,
+        prove: bool,
+    },
+    /// The engine benchmark over `sizes` (always proven).
+    Sweep {
+        src: usize,
+        dst: usize,
+        sizes: Vec<u64>,
+    },
+    /// Every GPU's transfer of `size` bytes at once.
+    Concurrent { traffic: Traffic, size: u64 },
+}
+
+impl Mode {
+    /// The mode the options ask for; bad values are refused before any GPU is opened.
+    fn of(args: &PlanArgs) -> peerlink::Result<Mode> {
+        let size = args.size.as_deref().map(parse_size).transpose()?;
+        let sizes = args.sizes.as_deref().map(parse_sizes).transpose()?;
+        let traffic = args.concurrent.as_deref().map(Traffic::parse).transpose()?;
+        if args.messages == Some(0) {
+            return Err(peerlink::Error::usage("--messages must be at least 1"));
+        }
+        // clap requires --src, --dst and --size or --sizes unless --concurrent, which needs --size.
+        let (pair, size) = match (args.src.zip(args.dst), size) {
+            (_, Some(size)) if traffic.is_some() => {
+                let traffic = traffic.expect("checked just above");
+                return Ok(Mode::Concurrent { traffic, size });
+            }
+            (Some(pair), size) => (pair, size),
+            (None, _) => unreachable!("clap requires --src and --dst without --concurrent"),
+        };
+        let (src, dst) = pair;
+        Ok(match (sizes, size, args.messages) {
+            (Some(sizes), _, _) => Mode::Sweep { src, dst, sizes },
+            (None, Some(size), Some(count)) => Mode::Batch {
+                src,
+                dst,
+                count,
+                message: usize::try_from(size).map_err(|_| {
+                    peerlink::Error::usage("--size does not fit in this host's memory")
+                })?,
+                prove: args.prove,
+            },
+            (None, Some(size), None) => Mode::Single {
+                src,
+                dst,
+                size,
+                prove: args.prove,
+            },
+            (None, None, _) => unreachable!("clap requires --size without --sizes"),
+        })
+    }
+}
+
+pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
+    let mode = Mode::of(args)?;
+    let backend: Arc<dyn Backend> = Arc::from(global.open()?.backend);
+    let mut fabric = Fabric::builder(backend.clone());
+    if let Some(devices) = &global.devices {
+        fabric = fabric.devices(devices);
+    }
+    if let Some(path) = &args.profile {
+        let profile = Profile::load(path)?;
+        fabric = fabric.model(CostModel::from_profile(backend.topology(), &profile)?);
+    }
+    let fabric = fabric.open()?;
+    let planner = fabric.planner();
+    let model = planner.model().origin();
+    let options = benchmark::Options::for_backend(backend.as_ref());
+
+    match mode {
+        Mode::Concurrent { traffic, size } => {
+            let pairs = traffic.pairs(fabric.devices())?;
+            let report = concurrent::run(&fabric, &pairs, size, options)?;
+            let view = doc::ConcurrentView {
+                model,
+                traffic: args.concurrent.as_deref().unwrap_or_default(),
+                report: &report,
+            };
+            global.print(&doc::concurrent_json(&view), || doc::concurrent_text(&view))
+        }
+        Mode::Sweep { src, dst, sizes } => {
+            let report = benchmark::run(&fabric, src, dst, &sizes, options)?;
+            let view = doc::SweepView {
+                model,
+                report: &report,
+            };
+            global.print(&doc::sweep_json(&view), || doc::sweep_text(&view))
+        }
+        Mode::Batch {
+            src,
+            dst,
+            count,
+            message,
+            prove,
+        } => {
+            let proof = prove
+                .then(|| benchmark::batch(&fabric, src, dst, count, message, options))
+                .transpose()?;
+            let plan = planner.plan_batch(src, dst, &vec![message as u64; count], 1)?;
+            let view = doc::BatchView {
+                source: backend.source(),
+                model,
+                count,
+                size: message as u64,
+                plan: &plan,
+                proof: proof.as_ref(),
+            };
+            global.print(&doc::batch_json(&view), || doc::batch_text(&view))
+        }
+        Mode::Single {
+            src,
+            dst,
+            size,
+            prove,
+        } => {
+            let plan = planner.plan(src, dst, size)?;
+            let unusable = planner.unusable(src, dst, size)?;
+            let proof = prove
+                .then(|| benchmark::run(&fabric, src, dst, &[size], options))
+                .transpose()?;
+            let view = doc::PlanView {
+                source: backend.source(),
+                model,
+                plan: &plan,
+                unusable: &unusable,
+                proof: proof.as_ref(),
+            };
+            global.print(&doc::json(&view), || doc::text(&view))
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! `peerlink tune`: measure this host's hop costs into a profile, and optionally a simulator preset.
+
+use super::args::{Global, TuneArgs};
+use anyhow::Result;
+use peerlink::backend::sim::Preset;
+use peerlink::bench::tune;
+use peerlink::model::profile::{check_destination, write_atomically};
+use peerlink::report;
+use std::path::Path;
+
+pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
+    // Check where the results go before measuring for half a minute; the preset's name is the
+    // file's stem.
+    check_destination(&args.out, "--out")?;
+    let export = match &args.export_sim {
+        Some(path) => {
+            check_destination(path, "--export-sim")?;
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    peerlink::Error::usage(format!(
+                        "--export-sim {}: not a file name",
+                        path.display()
+                    ))
+                })?;
+            Some((path, name))
+        }
+        None => None,
+    };
+    let opened = global.open()?;
+    let backend = opened.backend.as_ref();
+    let options = tune::Options {
+        devices: global.devices.clone(),
+        quick: args.quick,
+        latencies: export.is_some(),
+    };
+    let measured = tune::run(backend, &options, &*global.progress())?;
+    let profile = measured.profile(backend.topology());
+    profile.save(&args.out)?;
+    if let Some((path, name)) = &export {
+        let preset: Preset = tune::export::preset(&measured, backend.topology(), name)?;
+        write_atomically(path, &serde_json::to_string_pretty(&preset)?)?;
+    }
+    global.print(&profile, || report::tune::text(&measured))?;
+    // Where the files went goes to stderr with --json (stdout holds the document), else stdout.
+    let said = format!(
+        "profile written to {}{}",
+        shown(&args.out),
+        export.map_or(String::new(), |(p, _)| format!(
+            "\nsimulator preset written to {} (use it with --sim {})",
+            shown(p),
+            p.display()
+        ))
+    );
+    if global.json {
+        eprintln!("peerlink: {said}");
+    } else {
+        println!("\n{said}");
+    }
+    Ok(())
+}
+
+/// A path as the user can find it: absolute where the working directory is known.
+fn shown(path: &Path) -> String {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
