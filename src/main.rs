@@ -4,9 +4,10 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use peerlink::backend::sim::Preset;
 use peerlink::backend::{self, Choice, Opened};
+use peerlink::bench::proof::concurrent::{self, Traffic};
+use peerlink::bench::proof::{self, sweep};
 use peerlink::bench::{self, explain, progress, tune};
-use peerlink::engine::concurrent::{self, Traffic};
-use peerlink::engine::{benchmark, Fabric};
+use peerlink::engine::Fabric;
 use peerlink::model::profile::{check_destination, write_atomically};
 use peerlink::model::{CostModel, Profile};
 use peerlink::report;
@@ -393,7 +394,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     }
     let fabric = fabric.open()?;
     let planner = fabric.planner();
-    let options = benchmark::Options::for_backend(backend.as_ref());
+    let options = proof::Options::for_backend(backend.as_ref());
     let print = |doc: serde_json::Value, text: String| -> Result<()> {
         if global.json {
             println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -421,7 +422,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
         .zip(args.dst)
         .expect("clap requires --src and --dst without --concurrent");
     if let Some(sizes) = sizes {
-        let report = benchmark::run(&fabric, src, dst, &sizes, options)?;
+        let report = sweep::run(&fabric, src, dst, &sizes, options)?;
         let view = report::plan::SweepView {
             model: planner.model().origin(),
             report: &report,
@@ -437,7 +438,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
             peerlink::Error::Usage("--size does not fit in this host's memory".into())
         })?;
         let report = if args.prove {
-            Some(benchmark::batch(
+            Some(proof::batch::run(
                 &fabric, src, dst, count, message, options,
             )?)
         } else {
@@ -461,7 +462,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     let plan = planner.plan(src, dst, size)?;
     let unusable = planner.unusable(src, dst, size)?;
     let proof = if args.prove {
-        Some(benchmark::run(&fabric, src, dst, &[size], options)?)
+        Some(sweep::run(&fabric, src, dst, &[size], options)?)
     } else {
         None
     };

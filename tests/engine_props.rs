@@ -4,7 +4,7 @@
 
 use peerlink::backend::sim::SimBackend;
 use peerlink::backend::Backend;
-use peerlink::engine::benchmark::pattern;
+use peerlink::bench::proof::pattern;
 use peerlink::engine::{BatchStrategy, Buffer, Fabric, Strategy as Way};
 use proptest::prelude::*;
 use std::sync::Arc;

@@ -10,6 +10,7 @@ pub mod explain;
 pub mod fit;
 pub mod pattern;
 pub mod progress;
+pub mod proof;
 pub mod result;
 pub mod stats;
 pub mod tune;

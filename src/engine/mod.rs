@@ -5,8 +5,9 @@
 //! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one.
 //! - The executors queue a plan on the backend's streams, ordered by events; [`batch`] does the
 //!   same for many small messages, and [`Pattern`] replays a prepared batch.
-//! - [`benchmark`] runs every strategy and the pick over a size sweep and reports the regret;
-//!   [`concurrent`] runs every GPU's transfer at once, against each alone and each strategy for all.
+//!
+//! The engine's proofs — its picks measured against the alternatives — are measuring code and live
+//! with the rest of it, in [`crate::bench::proof`].
 //!
 //! ```
 //! use peerlink::backend::{sim::SimBackend, Backend};
@@ -29,14 +30,12 @@
 //! ```
 
 pub mod batch;
-pub mod benchmark;
-pub mod concurrent;
 mod executor;
 pub mod fabric;
 pub mod plan;
 pub mod planner;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use batch::Pattern;
 pub use fabric::{Buffer, Fabric, FabricBuilder, Planned, Span, Transfer, TransferBuilder};

@@ -9,12 +9,12 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-pub(super) fn fabric(preset: &str) -> Fabric {
+pub(crate) fn fabric(preset: &str) -> Fabric {
     let backend: Arc<dyn Backend> = Arc::new(SimBackend::open(preset).unwrap());
     Fabric::open(backend).unwrap()
 }
 
-use super::benchmark::pattern;
+use crate::bench::proof::pattern;
 
 const MIB: usize = 1 << 20;
 
@@ -475,104 +475,6 @@ fn batches_whose_result_depends_on_order_are_refused() {
     .unwrap()
     .wait()
     .unwrap();
-}
-
-/// A sweep with points on both sides of every crossover seen on the presets (kept small: CI).
-const SWEEP: [u64; 7] = [
-    4 << 10,
-    32 << 10,
-    96 << 10,
-    256 << 10,
-    1 << 20,
-    4 << 20,
-    16 << 20,
-];
-
-fn sweep(preset: &str, src: usize, dst: usize) -> benchmark::Report {
-    let report = benchmark::run(
-        &fabric(preset),
-        src,
-        dst,
-        &SWEEP,
-        benchmark::Options::default(),
-    )
-    .unwrap();
-    for p in &report.points {
-        assert!(
-            p.regret <= 0.05,
-            "{preset} {src}->{dst} at {} bytes: picked {} but {} was faster (regret {:.1}%): {:#?}",
-            p.bytes,
-            p.pick,
-            p.best,
-            p.regret * 100.0,
-            p.timings
-        );
-    }
-    report
-}
-
-#[test]
-fn dgx1_pairs_without_nvlink_relay_or_split_and_beat_staging() {
-    for (src, dst) in [(0, 5), (6, 1)] {
-        let report = sweep("dgx1-v100", src, dst);
-        for p in &report.points {
-            assert!(
-                matches!(p.pick, Strategy::Relay | Strategy::Split),
-                "{p:#?}"
-            );
-            let staged = p.timing(Strategy::Staged).unwrap().measured_us;
-            let pick = p.timing(p.pick).unwrap().measured_us;
-            assert!(pick < staged, "{p:#?}");
-        }
-        // At 16 MiB, using both relays and the host at once beats the best single route by far.
-        let big = report.points.last().unwrap();
-        assert_eq!(big.pick, Strategy::Split);
-        let relay = big.timing(Strategy::Relay).unwrap().measured_us;
-        assert!(
-            big.timing(Strategy::Split).unwrap().measured_us < 0.8 * relay,
-            "{big:#?}"
-        );
-    }
-}
-
-#[test]
-fn dgx1_nvlink_pairs_go_direct_when_small_and_split_when_large() {
-    let report = sweep("dgx1-v100", 0, 1);
-    assert_eq!(report.points[0].pick, Strategy::DirectCe);
-    assert_eq!(report.points.last().unwrap().pick, Strategy::Split);
-}
-
-#[test]
-fn pcie_pairs_across_sockets_are_staged() {
-    for (src, dst) in [(0, 3), (2, 1)] {
-        let report = sweep("pcie-4gpu-2socket", src, dst);
-        assert!(
-            report.points.iter().all(|p| p.pick == Strategy::Staged),
-            "{report:#?}"
-        );
-    }
-    // Inside one PCIe switch P2P works, and direct copies win.
-    let report = sweep("pcie-4gpu-2socket", 0, 1);
-    assert!(
-        report.points.iter().all(|p| p.pick == Strategy::DirectCe),
-        "{report:#?}"
-    );
-}
-
-#[test]
-fn nvswitch_pairs_go_direct() {
-    let report = sweep("dgx-h100", 0, 5);
-    for p in &report.points {
-        assert!(
-            matches!(p.pick, Strategy::DirectCe | Strategy::DirectSm),
-            "{p:#?}"
-        );
-        assert!(
-            p.timing(Strategy::Split).is_none(),
-            "no split between NVSwitch peers"
-        );
-    }
-    assert_eq!(report.source, "sim:dgx-h100");
 }
 
 /// A backend that counts what the engine asks of the simulator underneath.

@@ -3,8 +3,8 @@
 
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::Backend;
-use peerlink::engine::benchmark::pattern;
-use peerlink::engine::{benchmark, BatchStrategy, Fabric, Strategy};
+use peerlink::bench::proof::{pattern, sweep, Options};
+use peerlink::engine::{BatchStrategy, Fabric, Strategy};
 use std::sync::Arc;
 
 fn fabric() -> Fabric {
@@ -116,7 +116,7 @@ fn the_benchmark_reports_measured_times_and_regret() {
     let f = fabric();
     let (a, b) = pair(&f);
     let sizes = [4 << 10, 256 << 10, 4 << 20, 64 << 20];
-    let report = benchmark::run(&f, a, b, &sizes, benchmark::Options::default()).unwrap();
+    let report = sweep::run(&f, a, b, &sizes, Options::default()).unwrap();
     for p in &report.points {
         eprintln!(
             "{a}->{b} {} bytes: pick {} best {} regret {:.1}%",

@@ -7,9 +7,8 @@
 //! costs: each transfer's GPU time alone and together, the aggregate bandwidth, and the regret of
 //! the picks against the best single strategy used for every transfer.
 
-use super::benchmark::{median, pattern, Options};
-use super::fabric::{Fabric, Transfer};
-use super::plan::Strategy;
+use super::{median, pattern, Options};
+use crate::engine::{Fabric, Strategy, Transfer};
 use crate::{Error, Result};
 
 /// Which transfers run at once.

@@ -1,47 +1,14 @@
-//! The engine benchmark: runs every usable strategy and the planner's pick over a size sweep, timed
-//! with events, every byte verified, and reports the pick's regret (pick time / best time − 1).
+//! The strategy sweep: runs every usable strategy and the planner's pick over a size sweep, timed
+//! with events, every byte verified, and reports the pick's regret (pick time / best time − 1);
+//! beside it, the pick through the whole engine against one plain copy (the engine's overhead).
 //!
 //! This is how the engine proves its choice: a planner whose predictions rank strategies the way
 //! the backend does has a regret near zero at every size.
 
-use super::fabric::{Buffer, Fabric};
-use super::plan::{BatchStrategy, Strategy};
+use super::{median, pattern, Options};
 use crate::backend::{Copy, CopyMethod};
+use crate::engine::{Buffer, Fabric, Strategy};
 use crate::{Error, Result};
-
-/// How much to run per strategy and size.
-#[derive(Clone, Copy, Debug)]
-pub struct Options {
-    /// Untimed runs first (the first use of a route allocates its staging buffers).
-    pub warmup: usize,
-    /// Timed runs; the median is reported.
-    pub runs: usize,
-}
-
-impl Options {
-    /// The defaults, except on the simulator: its virtual times repeat exactly, and it copies every
-    /// byte for real on the CPU, so one warm-up and one timed run say all there is.
-    pub fn for_backend(backend: &dyn crate::backend::Backend) -> Options {
-        if backend.topology().is_simulated() {
-            Options { warmup: 1, runs: 1 }
-        } else {
-            Options::default()
-        }
-    }
-}
-
-impl Default for Options {
-    /// Enough runs that the median of a few-µs transfer is steady: with 3 runs, small transfers on
-    /// the H200 showed up to 23% regret between strategies that take the same time, and with 11
-    /// (not yet interleaved) still up to 12% where two took the same time within 0.1 µs at other
-    /// sizes.
-    fn default() -> Self {
-        Options {
-            warmup: 2,
-            runs: 21,
-        }
-    }
-}
 
 /// One strategy at one size.
 #[derive(Clone, Debug, PartialEq)]
@@ -270,11 +237,6 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
 /// How many times more runs the engine-versus-plain comparison takes than each strategy.
 const OVERHEAD_RUNS_FACTOR: usize = 3;
 
-pub(super) fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// One copy-engine copy of all of `from` into `to`, issued straight on the backend on a stream of
 /// the source GPU: what a user writes without peerlink.
 struct PlainCopy<'f> {
@@ -290,9 +252,9 @@ impl<'f> PlainCopy<'f> {
             backend,
             stream: backend.create_stream(from.device())?,
             copy: Copy {
-                dst: to.state.id,
+                dst: to.backend_id(),
                 dst_offset: 0,
-                src: from.state.id,
+                src: from.backend_id(),
                 src_offset: 0,
                 len: from.size(),
             },
@@ -316,178 +278,99 @@ impl<'f> PlainCopy<'f> {
     }
 }
 
-/// One way of moving a batch, timed on the host clock from the call to the completion seen.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BatchTiming {
-    /// A batch strategy's name, `plain copies` or `engine, one call`.
-    pub name: String,
-    /// Host µs spent preparing it once (validation, planning, a graph's capture), before the runs.
-    pub prepare_us: f64,
-    /// Median host µs of one run, divided by the message count.
-    pub per_message_us: f64,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::tests::fabric;
 
-/// Every way of moving `count` messages of `size` bytes between two buffers.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BatchReport {
-    pub source: String,
-    pub src: usize,
-    pub dst: usize,
-    pub count: usize,
-    pub size: usize,
-    /// What the planner picks for the batch.
-    pub pick: BatchStrategy,
-    /// `count` copy-engine copies queued one by one straight on the backend (cudaMemcpyAsync each),
-    /// then one synchronisation: what a user writes without peerlink.
-    pub plain: BatchTiming,
-    /// `Fabric::copy_batch` then `wait`: validation, planning, the copy list's upload, the launch and
-    /// the completion, all paid in every run.
-    pub one_call: BatchTiming,
-    /// Each usable batch strategy prepared once and run again and again (`Pattern::run` + `wait`).
-    pub prepared: Vec<BatchTiming>,
-}
+    /// A sweep with points on both sides of every crossover seen on the presets (kept small: CI).
+    const SWEEP: [u64; 7] = [
+        4 << 10,
+        32 << 10,
+        96 << 10,
+        256 << 10,
+        1 << 20,
+        4 << 20,
+        16 << 20,
+    ];
 
-impl BatchReport {
-    /// plain per-message time / the engine's one-call per-message time.
-    pub fn speedup(&self) -> f64 {
-        self.plain.per_message_us / self.one_call.per_message_us
+    fn sweep(preset: &str, src: usize, dst: usize) -> Report {
+        let report = run(&fabric(preset), src, dst, &SWEEP, Options::default()).unwrap();
+        for p in &report.points {
+            assert!(
+                p.regret <= 0.05,
+                "{preset} {src}->{dst} at {} bytes: picked {} but {} was faster (regret {:.1}%): {:#?}",
+                p.bytes,
+                p.pick,
+                p.best,
+                p.regret * 100.0,
+                p.timings
+            );
+        }
+        report
     }
-}
 
-/// Moves `count` messages of `size` bytes from GPU `src` to GPU `dst` every way, verifying every
-/// byte after each, and times them.
-pub fn batch(
-    fabric: &Fabric,
-    src: usize,
-    dst: usize,
-    count: usize,
-    size: usize,
-    options: Options,
-) -> Result<BatchReport> {
-    if count == 0 || size == 0 || options.runs == 0 {
-        return Err(Error::usage(
-            "a batch benchmark needs at least one message of at least one byte, and one run",
-        ));
-    }
-    let total = count
-        .checked_mul(size)
-        .ok_or_else(|| Error::usage("the batch is larger than this host's address space"))?;
-    let from = fabric.alloc(src, total)?;
-    let to = fabric.alloc(dst, total)?;
-    let data = pattern(total, (count * 31 + size) as u64);
-    let poison: Vec<u8> = data.iter().map(|b| !b).collect();
-    from.write(0, &data)?;
-    // Message i lands in slot count−1−i: a scatter, not one contiguous copy in disguise.
-    let at = |i: usize| (i * size, (count - 1 - i) * size);
-    let messages: Vec<_> = (0..count)
-        .map(|i| {
-            let (s, d) = at(i);
-            (from.range(s..s + size), to.range(d..d + size))
-        })
-        .collect();
-    let mut expected = vec![0u8; total];
-    for i in 0..count {
-        let (s, d) = at(i);
-        expected[d..d + size].copy_from_slice(&data[s..s + size]);
-    }
-    let backend = fabric.backend();
-    let runs = |name: &str, prepare_us: f64, run: &mut dyn FnMut() -> Result<()>| {
-        to.write(0, &poison)?;
-        let mut wall = Vec::with_capacity(options.runs);
-        for r in 0..options.warmup + options.runs {
-            let start = backend.host_time_us();
-            run()?;
-            if r >= options.warmup {
-                wall.push(backend.host_time_us() - start);
+    #[test]
+    fn dgx1_pairs_without_nvlink_relay_or_split_and_beat_staging() {
+        for (src, dst) in [(0, 5), (6, 1)] {
+            let report = sweep("dgx1-v100", src, dst);
+            for p in &report.points {
+                assert!(
+                    matches!(p.pick, Strategy::Relay | Strategy::Split),
+                    "{p:#?}"
+                );
+                let staged = p.timing(Strategy::Staged).unwrap().measured_us;
+                let pick = p.timing(p.pick).unwrap().measured_us;
+                assert!(pick < staged, "{p:#?}");
             }
+            // At 16 MiB, using both relays and the host at once beats the best single route by far.
+            let big = report.points.last().unwrap();
+            assert_eq!(big.pick, Strategy::Split);
+            let relay = big.timing(Strategy::Relay).unwrap().measured_us;
+            assert!(
+                big.timing(Strategy::Split).unwrap().measured_us < 0.8 * relay,
+                "{big:#?}"
+            );
         }
-        Error::check_bytes(
-            format!("engine batch, {name}"),
-            src,
-            dst,
-            &expected,
-            &to.to_vec()?,
-        )?;
-        Ok(BatchTiming {
-            name: name.to_string(),
-            prepare_us,
-            per_message_us: median(wall) / count as f64,
-        })
-    };
-
-    // Plain copies get what any careful user sets up first: peer access, where the pair has it.
-    if fabric.planner().model().has_p2p(src, dst) {
-        fabric.shared.ensure_peer(src, dst)?;
     }
-    let stream = backend.create_stream(src)?;
-    let copies: Vec<Copy> = (0..count)
-        .map(|i| {
-            let (s, d) = at(i);
-            Copy {
-                dst: to.state.id,
-                dst_offset: d,
-                src: from.state.id,
-                src_offset: s,
-                len: size,
-            }
-        })
-        .collect();
-    let plain = runs("plain copies", 0.0, &mut || {
-        for copy in &copies {
-            backend.copy(stream, CopyMethod::CopyEngine, copy)?;
-        }
-        let done = backend.record(stream)?;
-        backend.event_synchronize(done)?;
-        backend.destroy_event(done)
-    })?;
 
-    let mut pick = None;
-    let one_call = runs("engine, one call", 0.0, &mut || {
-        let t = fabric.copy_batch(&messages)?;
-        t.wait()?;
-        if let super::fabric::Planned::Batch(plan) = t.planned() {
-            pick = Some(plan.strategy);
-        }
-        Ok(())
-    })?;
-
-    let mut prepared = Vec::new();
-    let repeats = u32::try_from(options.warmup + options.runs).unwrap_or(u32::MAX);
-    for strategy in BatchStrategy::ALL {
-        let start = backend.host_time_us();
-        // A strategy this pair cannot use is not a contender.
-        let Ok(pattern) = fabric.pattern_with(&messages, repeats, strategy) else {
-            continue;
-        };
-        let prepare_us = backend.host_time_us() - start;
-        prepared.push(runs(strategy.name(), prepare_us, &mut || {
-            pattern.run(&[])?.wait()
-        })?);
+    #[test]
+    fn dgx1_nvlink_pairs_go_direct_when_small_and_split_when_large() {
+        let report = sweep("dgx1-v100", 0, 1);
+        assert_eq!(report.points[0].pick, Strategy::DirectCe);
+        assert_eq!(report.points.last().unwrap().pick, Strategy::Split);
     }
-    Ok(BatchReport {
-        source: backend.source().to_string(),
-        src,
-        dst,
-        count,
-        size,
-        pick: pick
-            .ok_or_else(|| Error::InvalidHandle("copy_batch was not planned as a batch".into()))?,
-        plain,
-        one_call,
-        prepared,
-    })
-}
 
-/// Deterministic bytes that differ from offset to offset and from seed to seed (xorshift): what the
-/// benchmark moves and checks, and what tests fill buffers with.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    #[test]
+    fn pcie_pairs_across_sockets_are_staged() {
+        for (src, dst) in [(0, 3), (2, 1)] {
+            let report = sweep("pcie-4gpu-2socket", src, dst);
+            assert!(
+                report.points.iter().all(|p| p.pick == Strategy::Staged),
+                "{report:#?}"
+            );
+        }
+        // Inside one PCIe switch P2P works, and direct copies win.
+        let report = sweep("pcie-4gpu-2socket", 0, 1);
+        assert!(
+            report.points.iter().all(|p| p.pick == Strategy::DirectCe),
+            "{report:#?}"
+        );
+    }
+
+    #[test]
+    fn nvswitch_pairs_go_direct() {
+        let report = sweep("dgx-h100", 0, 5);
+        for p in &report.points {
+            assert!(
+                matches!(p.pick, Strategy::DirectCe | Strategy::DirectSm),
+                "{p:#?}"
+            );
+            assert!(
+                p.timing(Strategy::Split).is_none(),
+                "no split between NVSwitch peers"
+            );
+        }
+        assert_eq!(report.source, "sim:dgx-h100");
+    }
 }
