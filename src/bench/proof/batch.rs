@@ -102,7 +102,7 @@ pub fn run(
         Ok(BatchTiming {
             name: name.to_string(),
             prepare_us,
-            per_message_us: median(wall) / count as f64,
+            per_message_us: median(wall)? / count as f64,
         })
     };
 

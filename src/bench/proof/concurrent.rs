@@ -149,7 +149,7 @@ pub fn run(
                 times.push(us);
             }
         }
-        alone.push(median(times));
+        alone.push(median(times)?);
     }
 
     // Together: the picks, then each strategy every pair can use.
@@ -210,26 +210,28 @@ pub fn run(
         .into_iter()
         .zip(makespans)
         .map(|(strategy, times)| {
-            let makespan_us = median(times);
-            Way {
+            let makespan_us = median(times)?;
+            Ok(Way {
                 strategy,
                 makespan_us,
                 gbps: total_bytes / (makespan_us * 1e3),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let flows: Vec<Flow> = pairs
         .iter()
         .zip(&picks)
         .zip(alone.iter().zip(together))
-        .map(|((&(src, dst), &pick), (&alone_us, times))| Flow {
-            src,
-            dst,
-            pick,
-            alone_us,
-            together_us: median(times),
+        .map(|((&(src, dst), &pick), (&alone_us, times))| {
+            Ok(Flow {
+                src,
+                dst,
+                pick,
+                alone_us,
+                together_us: median(times)?,
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let rate = |us: f64| bytes as f64 / (us * 1e3);
     let alone_gbps = flows.iter().map(|f| rate(f.alone_us)).sum();
     let together_gbps = flows.iter().map(|f| rate(f.together_us)).sum();

@@ -10,6 +10,9 @@ pub mod batch;
 pub mod concurrent;
 pub mod sweep;
 
+use super::stats::Stats;
+use crate::Result;
+
 /// How much to run per strategy and size.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -44,9 +47,9 @@ impl Default for Options {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+/// The median of times a backend returned (an error where one is not finite).
+fn median(values: Vec<f64>) -> Result<f64> {
+    Ok(Stats::of_times(&values)?.median)
 }
 
 /// Deterministic bytes that differ from offset to offset and from seed to seed (xorshift): what the

@@ -161,13 +161,15 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
     let timings: Vec<Timing> = plans
         .iter()
         .zip(times)
-        .map(|(plan, times)| Timing {
-            strategy: plan.strategy,
-            chunk_bytes: plan.chunk_bytes,
-            predicted_us: plan.predicted_us,
-            measured_us: median(times),
+        .map(|(plan, times)| {
+            Ok(Timing {
+                strategy: plan.strategy,
+                chunk_bytes: plan.chunk_bytes,
+                predicted_us: plan.predicted_us,
+                measured_us: median(times)?,
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let measured = |s: Strategy| {
         timings
             .iter()
@@ -227,10 +229,10 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
         regret,
         timings,
         raw: Baseline {
-            gpu_us: median(plain_gpu),
-            wall_us: median(plain_wall),
+            gpu_us: median(plain_gpu)?,
+            wall_us: median(plain_wall)?,
         },
-        engine_wall_us: median(engine_wall),
+        engine_wall_us: median(engine_wall)?,
     })
 }
 
