@@ -4,7 +4,7 @@
 
 use peerlink::backend::sim::SimBackend;
 use peerlink::backend::Backend;
-use peerlink::bench::proof::pattern;
+use peerlink::bench::pattern;
 use peerlink::engine::{BatchStrategy, Buffer, Fabric, Strategy as Way};
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -42,8 +42,8 @@ fn transfer_checks(
     strategy: Option<Way>,
     seed: u64,
 ) -> Result<bool, TestCaseError> {
-    let data = pattern(src.size(), seed);
-    let before = pattern(dst.size(), !seed);
+    let data = pattern::bytes(seed, src.size());
+    let before = pattern::bytes(!seed, dst.size());
     src.write(0, &data).unwrap();
     dst.write(0, &before).unwrap();
     let mut t = f.transfer(
@@ -127,8 +127,8 @@ proptest! {
         }
         let src = f.alloc(a, src_len).unwrap();
         let dst = f.alloc(b, at + 11).unwrap();
-        let data = pattern(src_len, seed);
-        let before = pattern(at + 11, !seed);
+        let data = pattern::bytes(seed, src_len);
+        let before = pattern::bytes(!seed, at + 11);
         src.write(0, &data).unwrap();
         dst.write(0, &before).unwrap();
         let messages: Vec<_> = lens

@@ -169,7 +169,7 @@ impl<'b> Lane<'b> {
             self.backend.write(
                 self.source,
                 self.slot_offset(slot),
-                &pattern::pattern(s, self.message),
+                &pattern::bytes(s, self.message),
             )?;
         }
         Ok(())

@@ -14,7 +14,7 @@ pub(crate) fn fabric(preset: &str) -> Fabric {
     Fabric::open(backend).unwrap()
 }
 
-use crate::bench::proof::pattern;
+use crate::bench::pattern;
 
 const MIB: usize = 1 << 20;
 
@@ -23,7 +23,7 @@ fn every_strategy_moves_every_byte_on_nvswitch() {
     let f = fabric("dgx-h100");
     let len = 9 * MIB + 123;
     let src = f.alloc(0, len + 7).unwrap();
-    let data = pattern(len + 7, 1);
+    let data = pattern::bytes(1, len + 7);
     src.write(0, &data).unwrap();
     for strategy in [
         Strategy::DirectCe,
@@ -78,8 +78,8 @@ fn bad_ranges_are_refused_and_nothing_is_written() {
     let f = fabric("dgx1-v100");
     let a = f.alloc(0, 4096).unwrap();
     let b = f.alloc(5, 4096).unwrap();
-    let before = pattern(4096, 9);
-    a.write(0, &pattern(4096, 8)).unwrap();
+    let before = pattern::bytes(9, 4096);
+    a.write(0, &pattern::bytes(8, 4096)).unwrap();
     b.write(0, &before).unwrap();
     let other = fabric("dgx1-v100");
     let foreign = other.alloc(0, 4096).unwrap();
@@ -155,7 +155,7 @@ fn the_host_cannot_touch_buffers_a_pending_transfer_uses() {
     let f = fabric("dgx-h100");
     let src = f.alloc(0, 8192).unwrap();
     let dst = f.alloc(1, 8192).unwrap();
-    let data = pattern(8192, 3);
+    let data = pattern::bytes(3, 8192);
     src.write(0, &data).unwrap();
     let (gate, event) = held(&f, 0);
     let t = f
@@ -182,7 +182,7 @@ fn transfers_chain_on_the_gpu_without_the_host_waiting() {
     let a = f.alloc(0, 1 << 20).unwrap();
     let b = f.alloc(5, 1 << 20).unwrap();
     let c = f.alloc(7, 1 << 20).unwrap();
-    let data = pattern(1 << 20, 4);
+    let data = pattern::bytes(4, 1 << 20);
     a.write(0, &data).unwrap();
     let (gate, event) = held(&f, 0);
     let first = f
@@ -206,7 +206,7 @@ fn conflicting_transfers_are_ordered_automatically() {
     let a = f.alloc(0, len).unwrap();
     let b = f.alloc(1, len).unwrap();
     let c = f.alloc(2, len).unwrap();
-    let (first, second) = (pattern(len, 5), pattern(len, 6));
+    let (first, second) = (pattern::bytes(5, len), pattern::bytes(6, len));
     a.write(0, &first).unwrap();
     c.write(0, &second).unwrap();
     let (gate, event) = held(&f, 0);
@@ -230,7 +230,7 @@ fn dropping_handles_and_buffers_mid_transfer_is_safe() {
     {
         let a = f.alloc(0, 8 << 20).unwrap();
         let b = f.alloc(3, 8 << 20).unwrap();
-        a.write(0, &pattern(8 << 20, 7)).unwrap();
+        a.write(0, &pattern::bytes(7, 8 << 20)).unwrap();
         let t = f.copy(a.all(), b.all()).unwrap();
         drop(t);
         // Freeing waits for the transfer still using the buffers.
@@ -259,7 +259,7 @@ fn several_threads_submit_at_once() {
                     let len = (1 << 20) + 4096 * i + round;
                     let src = f.alloc(a, len).unwrap();
                     let dst = f.alloc(b, len).unwrap();
-                    let data = pattern(len, (i * 10 + round) as u64);
+                    let data = pattern::bytes((i * 10 + round) as u64, len);
                     src.write(0, &data).unwrap();
                     f.copy(src.all(), dst.all()).unwrap().wait().unwrap();
                     assert!(dst.to_vec().unwrap() == data, "{a}->{b} round {round}");
@@ -275,7 +275,7 @@ fn several_threads_submit_at_once() {
 type Ranges = (Range<usize>, Range<usize>);
 
 fn scattered(count: usize, max: usize, seed: u64) -> (usize, Vec<Ranges>) {
-    let lens: Vec<usize> = pattern(count, seed)
+    let lens: Vec<usize> = pattern::bytes(seed, count)
         .iter()
         .enumerate()
         .map(|(i, s)| 1 + (*s as usize * 7 + i) % max)
@@ -309,8 +309,8 @@ fn check_batch(
     let (size, ranges) = scattered(count, 700, a as u64 * 31 + b as u64);
     let src = f.alloc(a, size).unwrap();
     let dst = f.alloc(b, size).unwrap();
-    let data = pattern(size, 11);
-    let before = pattern(size, 12);
+    let data = pattern::bytes(11, size);
+    let before = pattern::bytes(12, size);
     src.write(0, &data).unwrap();
     dst.write(0, &before).unwrap();
     let messages: Vec<_> = ranges
@@ -404,7 +404,7 @@ fn replays_with_new_data_and_keeps_its_buffers(strategy: BatchStrategy) {
     let replay = f.pattern_with(&messages, 100, strategy).unwrap();
     drop(messages);
     for round in 0..3u64 {
-        let data = pattern(size, 100 + round);
+        let data = pattern::bytes(100 + round, size);
         src.write(0, &data).unwrap();
         replay.run(&[]).unwrap().wait().unwrap();
         let got = dst.to_vec().unwrap();
@@ -430,7 +430,7 @@ fn batches_whose_result_depends_on_order_are_refused() {
     let a = f.alloc(0, 1024).unwrap();
     let b = f.alloc(1, 1024).unwrap();
     let c = f.alloc(2, 1024).unwrap();
-    let before = pattern(1024, 1);
+    let before = pattern::bytes(1, 1024);
     b.write(0, &before).unwrap();
     let cases: Vec<(Vec<(Span<'_>, Span<'_>)>, &str)> = vec![
         (

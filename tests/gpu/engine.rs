@@ -3,7 +3,8 @@
 
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::Backend;
-use peerlink::bench::proof::{pattern, sweep, Options};
+use peerlink::bench::pattern;
+use peerlink::bench::proof::{sweep, Options};
 use peerlink::engine::{BatchStrategy, Fabric, Strategy};
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ fn every_usable_strategy_moves_every_byte() {
     let (a, b) = pair(&f);
     let len = (48 << 20) + 4099;
     let src = f.alloc(a, len + 3).unwrap();
-    let data = pattern(len + 3, 1);
+    let data = pattern::bytes(1, len + 3);
     src.write(0, &data).unwrap();
     let mut tried = 0;
     for strategy in Strategy::ALL {
@@ -55,7 +56,7 @@ fn batches_and_replayed_patterns_deliver_every_message() {
     let len = 97;
     let src = f.alloc(a, count * (len + 3)).unwrap();
     let dst = f.alloc(b, count * (len + 5)).unwrap();
-    let data = pattern(count * (len + 3), 2);
+    let data = pattern::bytes(2, count * (len + 3));
     src.write(0, &data).unwrap();
     let messages: Vec<_> = (0..count)
         .map(|i| {
@@ -165,9 +166,9 @@ fn ten_thousand_random_transfers_move_every_byte() {
     let (a, b) = pair(&f);
     let src = f.alloc(a, SPAN).unwrap();
     let dst = f.alloc(b, SPAN).unwrap();
-    let data = pattern(SPAN, 7);
+    let data = pattern::bytes(7, SPAN);
     src.write(0, &data).unwrap();
-    let mut mirror = pattern(SPAN, 8);
+    let mut mirror = pattern::bytes(8, SPAN);
     dst.write(0, &mirror).unwrap();
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let mut per_strategy = std::collections::BTreeMap::new();

@@ -2,8 +2,9 @@
 //! as a user would queue them, the engine in one call, and each batch strategy prepared once and
 //! run again and again — timed on the host clock, every byte verified after each.
 
-use super::{median, pattern, Options};
+use super::{median, Options};
 use crate::backend::{Copy, CopyMethod};
+use crate::bench::pattern;
 use crate::engine::{BatchStrategy, Fabric, Planned};
 use crate::{Error, Result};
 
@@ -65,7 +66,7 @@ pub fn run(
         .ok_or_else(|| Error::usage("the batch is larger than this host's address space"))?;
     let from = fabric.alloc(src, total)?;
     let to = fabric.alloc(dst, total)?;
-    let data = pattern(total, (count * 31 + size) as u64);
+    let data = pattern::bytes(pattern::seed(&[count as u64, size as u64]), total);
     let poison: Vec<u8> = data.iter().map(|b| !b).collect();
     from.write(0, &data)?;
     // Message i lands in slot count−1−i: a scatter, not one contiguous copy in disguise.

@@ -7,7 +7,8 @@
 //! costs: each transfer's GPU time alone and together, the aggregate bandwidth, and the regret of
 //! the picks against the best single strategy used for every transfer.
 
-use super::{median, pattern, Options};
+use super::{median, Options};
+use crate::bench::pattern;
 use crate::engine::{Fabric, Strategy, Transfer};
 use crate::{Error, Result};
 
@@ -126,7 +127,7 @@ pub fn run(
     let mut buffers = Vec::with_capacity(pairs.len());
     for (i, &(src, dst)) in pairs.iter().enumerate() {
         let (from, to) = (fabric.alloc(src, len)?, fabric.alloc(dst, len)?);
-        from.write(0, &pattern(len, bytes ^ (i as u64 + 1) << 32))?;
+        from.write(0, &pattern::bytes(pattern::seed(&[bytes, i as u64]), len))?;
         buffers.push((from, to));
     }
     let submit = |i: usize, strategy: Strategy| -> Result<Transfer> {

@@ -51,17 +51,3 @@ impl Default for Options {
 fn median(values: Vec<f64>) -> Result<f64> {
     Ok(Stats::of_times(&values)?.median)
 }
-
-/// Deterministic bytes that differ from offset to offset and from seed to seed (xorshift): what the
-/// benchmark moves and checks, and what tests fill buffers with.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}

@@ -5,8 +5,9 @@
 //! This is how the engine proves its choice: a planner whose predictions rank strategies the way
 //! the backend does has a regret near zero at every size.
 
-use super::{median, pattern, Options};
+use super::{median, Options};
 use crate::backend::{Copy, CopyMethod};
+use crate::bench::pattern;
 use crate::engine::{Buffer, Fabric, Strategy};
 use crate::{Error, Result};
 
@@ -108,7 +109,7 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
         .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
     let from = fabric.alloc(src, len)?;
     let to = fabric.alloc(dst, len)?;
-    let data = pattern(len, bytes);
+    let data = pattern::bytes(bytes, len);
     let poison: Vec<u8> = data.iter().map(|b| !b).collect();
     from.write(0, &data)?;
     // A strategy this pair cannot use is not a contender.

@@ -732,7 +732,7 @@ fn batch_message_us(
     let src = buffers.alloc(Memory::Device(gpu), bytes)?;
     let dst = buffers.alloc(Memory::Device(gpu), bytes)?;
     let seed = pattern::seed(&[0x7a5e, gpu as u64]);
-    backend.write(src, 0, &pattern::pattern(seed, bytes))?;
+    backend.write(src, 0, &pattern::bytes(seed, bytes))?;
     backend.write(dst, 0, &vec![0; bytes])?;
     let copies: Vec<Copy> = (0..BATCH_MESSAGES)
         .map(|i| Copy {
