@@ -1,5 +1,8 @@
 //! Helpers shared by the CLI tests.
 
+// Each test binary compiles this module and uses only its own part of it.
+#![allow(dead_code)]
+
 use assert_cmd::Command;
 use serde_json::Value;
 
