@@ -394,7 +394,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     }
     let fabric = fabric.open()?;
     let planner = fabric.planner();
-    let options = proof::Options::for_backend(backend.as_ref());
+    let runs = proof::runs_for(backend.as_ref());
     let print = |doc: serde_json::Value, text: String| -> Result<()> {
         if global.json {
             println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -406,7 +406,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
 
     if let (Some(traffic), Some(size)) = (traffic, size) {
         let pairs = traffic.pairs(fabric.devices())?;
-        let report = concurrent::run(&fabric, &pairs, size, options)?;
+        let report = concurrent::run(&fabric, &pairs, size, runs)?;
         let view = report::plan::ConcurrentView {
             model: planner.model().origin(),
             traffic: args.concurrent.as_deref().unwrap_or_default(),
@@ -422,7 +422,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
         .zip(args.dst)
         .expect("clap requires --src and --dst without --concurrent");
     if let Some(sizes) = sizes {
-        let report = sweep::run(&fabric, src, dst, &sizes, options)?;
+        let report = sweep::run(&fabric, src, dst, &sizes, runs)?;
         let view = report::plan::SweepView {
             model: planner.model().origin(),
             report: &report,
@@ -438,9 +438,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
             peerlink::Error::Usage("--size does not fit in this host's memory".into())
         })?;
         let report = if args.prove {
-            Some(proof::batch::run(
-                &fabric, src, dst, count, message, options,
-            )?)
+            Some(proof::batch::run(&fabric, src, dst, count, message, runs)?)
         } else {
             None
         };
@@ -462,7 +460,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     let plan = planner.plan(src, dst, size)?;
     let unusable = planner.unusable(src, dst, size)?;
     let proof = if args.prove {
-        Some(sweep::run(&fabric, src, dst, &[size], options)?)
+        Some(sweep::run(&fabric, src, dst, &[size], runs)?)
     } else {
         None
     };

@@ -9,11 +9,11 @@
 //! saving in the fixes is computed from these measurements.
 
 use super::cases::{enable, EndToEnd, Issuer, PeerCopy, Route, TestCase};
-use super::engine::{measure, Lane, Timing};
 use super::fit::Fit;
 use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
+use super::timing::{held_gpu_us, host_us, measure, Lane, Runs, Timing};
 use super::{check_fits, sweep_pair, Context, Defaults};
 use crate::backend::{Backend, CopyMethod, EventId, Memory};
 use crate::units::format_bytes;
@@ -91,16 +91,6 @@ fn part(name: &str, us: f64, measured_by: impl Into<String>) -> Part {
         us,
         measured_by: measured_by.into(),
     }
-}
-
-/// Host µs spent in `call`.
-pub(crate) fn host_us<T>(
-    backend: &dyn Backend,
-    call: impl FnOnce() -> Result<T>,
-) -> Result<(T, f64)> {
-    let start = backend.host_time_us();
-    let value = call()?;
-    Ok((value, backend.host_time_us() - start))
 }
 
 /// The sizes the link is swept over: from 4 B by ×16 to at least 16 MiB and `size`, and `size`.
@@ -429,17 +419,12 @@ fn empty_window_us(
     stream: crate::backend::StreamId,
     timing: &Timing,
 ) -> Result<f64> {
-    let mut times = Vec::new();
-    for _ in 0..timing.samples {
-        let gate = backend.hold(stream)?;
-        let (start, end) = (backend.record(stream)?, backend.record(stream)?);
-        backend.release(gate)?;
-        backend.synchronize(stream)?;
-        times.push(backend.elapsed_us(start, end)?);
-        backend.destroy_event(start)?;
-        backend.destroy_event(end)?;
-    }
-    Ok(Stats::of_times(&times)?.median)
+    let windows = Runs {
+        warmup: 0,
+        runs: timing.samples as usize,
+    };
+    let empty = windows.stats(|| held_gpu_us(backend, stream, || Ok(())))?;
+    Ok(empty.median)
 }
 
 /// What it costs the host to learn that work finished (medians, host µs).
@@ -457,32 +442,37 @@ pub(crate) fn completion_costs(
     backend: &dyn Backend,
     stream: crate::backend::StreamId,
 ) -> Result<Completion> {
-    let mut sync = Vec::with_capacity(PROBES);
-    let mut poll = Vec::with_capacity(PROBES);
-    let mut marker = Vec::with_capacity(PROBES);
-    for _ in 0..PROBES {
+    let probes = Runs {
+        warmup: 0,
+        runs: PROBES,
+    };
+    let marker = probes.stats(|| {
         backend.synchronize(stream)?;
         let event = backend.record(stream)?;
-        marker.push(host_us(backend, || backend.event_synchronize(event))?.1);
+        let ((), us) = host_us(backend, || backend.event_synchronize(event))?;
         backend.destroy_event(event)?;
-    }
-    for _ in 0..PROBES {
-        let event: EventId = backend.record(stream)?;
-        backend.synchronize(stream)?;
-        sync.push(host_us(backend, || backend.event_synchronize(event))?.1);
-        let (done, us) = host_us(backend, || backend.event_done(event))?;
-        if !done {
-            return Err(Error::InvalidHandle(
-                "an event reported unfinished after its stream was synchronised".into(),
-            ));
-        }
-        poll.push(us);
-        backend.destroy_event(event)?;
-    }
+        Ok(us)
+    })?;
+    let (sync, poll): (Vec<f64>, Vec<f64>) = probes
+        .collect(|| {
+            let event: EventId = backend.record(stream)?;
+            backend.synchronize(stream)?;
+            let ((), sync_us) = host_us(backend, || backend.event_synchronize(event))?;
+            let (done, poll_us) = host_us(backend, || backend.event_done(event))?;
+            if !done {
+                return Err(Error::InvalidHandle(
+                    "an event reported unfinished after its stream was synchronised".into(),
+                ));
+            }
+            backend.destroy_event(event)?;
+            Ok((sync_us, poll_us))
+        })?
+        .into_iter()
+        .unzip();
     Ok(Completion {
         sync_us: Stats::of_times(&sync)?.median,
         poll_us: Stats::of_times(&poll)?.median,
-        marker_us: Stats::of_times(&marker)?.median,
+        marker_us: marker.median,
     })
 }
 

@@ -5,7 +5,6 @@
 //! the simulator.
 
 pub mod cases;
-pub mod engine;
 pub mod explain;
 pub mod fit;
 pub mod pattern;
@@ -13,15 +12,16 @@ pub mod progress;
 pub mod proof;
 pub mod result;
 pub mod stats;
+pub mod timing;
 pub mod tune;
 
 use crate::backend::Backend;
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use cases::{registry, Context, Outcome, TestCase};
-use engine::Timing;
 use progress::Progress;
 use result::{BenchReport, Cell, NotMeasured, Place, Shape, Sweep, SweepPoint, TestResult};
+use timing::Timing;
 
 /// What `peerlink bench` runs when no test is named: the copy-engine matrices both ways and both
 /// directions at once, the host links, local copies and every latency. The SM-kernel, staged and

@@ -1,8 +1,8 @@
 //! What `peerlink bench` found: the `peerlink.bench/1` document.
 
-use super::engine::Timing;
 use super::fit::Fit;
 use super::stats::Stats;
+use super::timing::Timing;
 use serde::Serialize;
 
 /// JSON schema name of the bench document.

@@ -1,8 +1,8 @@
 //! The bench on simulated hosts: figures against the presets, verification, sweeps, explain.
 
 use super::cases::{Context, Issuer, PeerCopy, Route};
-use super::engine::measure;
 use super::result::{BenchReport, Place, TestResult};
+use super::timing::measure;
 use super::*;
 use crate::backend::sim::SimBackend;
 use crate::backend::CopyMethod;
@@ -235,7 +235,7 @@ fn corrupted_or_stale_destinations_fail_verification() {
 #[test]
 fn staged_lanes_deliver_every_byte_across_chunks_and_rotation() {
     let box4 = sim("pcie-4gpu-2socket");
-    let timing = engine::Timing {
+    let timing = timing::Timing {
         warmup: 2,
         iterations: 3,
         samples: 2,

@@ -3,8 +3,8 @@
 
 use super::{enable, no_p2p, Context, Outcome, TestCase};
 use crate::backend::{CopyMethod, Memory};
-use crate::bench::engine::{measure, HopSpec, Lane};
 use crate::bench::result::{Place, Shape, Unit};
+use crate::bench::timing::{measure, HopSpec, Lane};
 use crate::Result;
 
 /// Which way a fan test's copies go.

@@ -12,10 +12,10 @@ pub(crate) use latency::Buffers;
 pub use latency::{EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
 pub use peer::{Issuer, PeerCopy, Route};
 
-use super::engine::{LaneLabel, Measurement, Timing};
 use super::pattern::SplitMix;
 use super::result::{Place, Shape, TestInfo, Unit};
 use super::stats::Stats;
+use super::timing::{LaneLabel, Measurement, Timing};
 use crate::backend::{Backend, StreamId};
 use crate::topology::Topology;
 use crate::Result;

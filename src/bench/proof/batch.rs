@@ -2,9 +2,9 @@
 //! as a user would queue them, the engine in one call, and each batch strategy prepared once and
 //! run again and again — timed on the host clock, every byte verified after each.
 
-use super::{median, Options};
 use crate::backend::{Copy, CopyMethod};
 use crate::bench::pattern;
+use crate::bench::timing::{host_us, Runs};
 use crate::engine::{BatchStrategy, Fabric, Planned};
 use crate::{Error, Result};
 
@@ -54,9 +54,9 @@ pub fn run(
     dst: usize,
     count: usize,
     size: usize,
-    options: Options,
+    runs: Runs,
 ) -> Result<BatchReport> {
-    if count == 0 || size == 0 || options.runs == 0 {
+    if count == 0 || size == 0 || runs.runs == 0 {
         return Err(Error::usage(
             "a batch benchmark needs at least one message of at least one byte, and one run",
         ));
@@ -83,16 +83,10 @@ pub fn run(
         expected[d..d + size].copy_from_slice(&data[s..s + size]);
     }
     let backend = fabric.backend();
-    let runs = |name: &str, prepare_us: f64, run: &mut dyn FnMut() -> Result<()>| {
+    // One way after another, each run from the call until the completion is seen.
+    let time = |name: &str, prepare_us: f64, run: &mut dyn FnMut() -> Result<()>| {
         to.write(0, &poison)?;
-        let mut wall = Vec::with_capacity(options.runs);
-        for r in 0..options.warmup + options.runs {
-            let start = backend.host_time_us();
-            run()?;
-            if r >= options.warmup {
-                wall.push(backend.host_time_us() - start);
-            }
-        }
+        let wall = runs.stats(|| Ok(host_us(&**backend, &mut *run)?.1))?;
         Error::check_bytes(
             format!("engine batch, {name}"),
             src,
@@ -103,7 +97,7 @@ pub fn run(
         Ok(BatchTiming {
             name: name.to_string(),
             prepare_us,
-            per_message_us: median(wall)? / count as f64,
+            per_message_us: wall.median / count as f64,
         })
     };
 
@@ -124,7 +118,7 @@ pub fn run(
             }
         })
         .collect();
-    let plain = runs("plain copies", 0.0, &mut || {
+    let plain = time("plain copies", 0.0, &mut || {
         for copy in &copies {
             backend.copy(stream, CopyMethod::CopyEngine, copy)?;
         }
@@ -134,7 +128,7 @@ pub fn run(
     })?;
 
     let mut pick = None;
-    let one_call = runs("engine, one call", 0.0, &mut || {
+    let one_call = time("engine, one call", 0.0, &mut || {
         let t = fabric.copy_batch(&messages)?;
         t.wait()?;
         if let Planned::Batch(plan) = t.planned() {
@@ -144,15 +138,15 @@ pub fn run(
     })?;
 
     let mut prepared = Vec::new();
-    let repeats = u32::try_from(options.warmup + options.runs).unwrap_or(u32::MAX);
+    let repeats = u32::try_from(runs.warmup + runs.runs).unwrap_or(u32::MAX);
     for strategy in BatchStrategy::ALL {
-        let start = backend.host_time_us();
         // A strategy this pair cannot use is not a contender.
-        let Ok(pattern) = fabric.pattern_with(&messages, repeats, strategy) else {
+        let Ok((pattern, prepare_us)) = host_us(&**backend, || {
+            fabric.pattern_with(&messages, repeats, strategy)
+        }) else {
             continue;
         };
-        let prepare_us = backend.host_time_us() - start;
-        prepared.push(runs(strategy.name(), prepare_us, &mut || {
+        prepared.push(time(strategy.name(), prepare_us, &mut || {
             pattern.run(&[])?.wait()
         })?);
     }

@@ -5,9 +5,10 @@
 //! This is how the engine proves its choice: a planner whose predictions rank strategies the way
 //! the backend does has a regret near zero at every size.
 
-use super::{median, Options};
 use crate::backend::{Copy, CopyMethod};
 use crate::bench::pattern;
+use crate::bench::stats::Stats;
+use crate::bench::timing::{host_us, interleaved, Runs, Turn};
 use crate::engine::{Buffer, Fabric, Strategy};
 use crate::{Error, Result};
 
@@ -79,21 +80,15 @@ impl Report {
 }
 
 /// Runs the sweep from GPU `src` to GPU `dst`.
-pub fn run(
-    fabric: &Fabric,
-    src: usize,
-    dst: usize,
-    sizes: &[u64],
-    options: Options,
-) -> Result<Report> {
-    if options.runs == 0 {
+pub fn run(fabric: &Fabric, src: usize, dst: usize, sizes: &[u64], runs: Runs) -> Result<Report> {
+    if runs.runs == 0 {
         return Err(Error::usage(
             "the engine benchmark needs at least one timed run",
         ));
     }
     let mut points = Vec::new();
     for &bytes in sizes {
-        points.push(point(fabric, src, dst, bytes, options)?);
+        points.push(point(fabric, src, dst, bytes, runs)?);
     }
     Ok(Report {
         source: fabric.backend().source().to_string(),
@@ -103,7 +98,7 @@ pub fn run(
     })
 }
 
-fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) -> Result<Point> {
+fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, runs: Runs) -> Result<Point> {
     let pick = fabric.planner().plan(src, dst, bytes)?;
     let len = usize::try_from(bytes)
         .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
@@ -117,31 +112,16 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
         .into_iter()
         .filter_map(|s| fabric.planner().plan_with(s, src, dst, bytes).ok())
         .collect();
-    // Strategies take turns round by round, so that drift on the host or the GPU (clocks, other
-    // load) falls on all of them alike rather than on whichever ran at the time. Within a round
-    // each strategy runs twice and the second run is timed: a transfer right after another kind
-    // (a staged one, GPU nearly idle for milliseconds) ran up to 25% slower on the H200 from
-    // 32 MiB up. The round's order rotates, so no strategy always follows the same one.
-    let mut times = vec![Vec::with_capacity(options.runs); plans.len()];
-    for round in 0..options.warmup + options.runs {
-        for turn in 0..plans.len() {
-            let at = (round + turn) % plans.len();
-            let strategy = plans[at].strategy;
-            let run = || {
-                fabric
-                    .transfer(from.all(), to.all())
-                    .strategy(strategy)
-                    .timed()
-                    .submit()?
-                    .elapsed_us()
-            };
-            run()?;
-            let us = run()?;
-            if round >= options.warmup {
-                times[at].push(us);
-            }
-        }
-    }
+    // Strategies take turns round by round, in a rotating order, each timed on the second of two
+    // runs: a transfer right after another kind can run slower, whichever it follows.
+    let times = interleaved(runs, plans.len(), Turn::SecondOfTwo, |at, _| {
+        fabric
+            .transfer(from.all(), to.all())
+            .strategy(plans[at].strategy)
+            .timed()
+            .submit()?
+            .elapsed_us()
+    })?;
     // Each strategy once more into a poisoned destination: stale bytes from another strategy
     // cannot pass.
     for plan in &plans {
@@ -167,7 +147,7 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
                 strategy: plan.strategy,
                 chunk_bytes: plan.chunk_bytes,
                 predicted_us: plan.predicted_us,
-                measured_us: median(times)?,
+                measured_us: Stats::of_times(&times)?.median,
             })
         })
         .collect::<Result<_>>()?;
@@ -184,33 +164,28 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
     let pick_us = measured(pick.strategy).expect("the pick was measured");
     let (best, regret) = (best.strategy, pick_us / best.measured_us - 1.0);
 
-    // The engine's pick and a plain copy, alternating run by run so that drift on the host
-    // (clocks, other load) falls on both alike, and taking turns at going first so that whatever
-    // the first of two back-to-back copies pays (or leaves behind) falls on both alike too.
+    // The engine's pick and a plain copy take turns, each going first every other round, so that
+    // drift and whatever the first of two back-to-back copies pays (or leaves behind) fall on
+    // both alike. Three times the runs: the two differ by about 1% at large sizes, within the
+    // noise of a few.
     let backend = fabric.backend();
     let plain = PlainCopy::new(fabric, &from, &to)?;
-    let engine_run = || -> Result<f64> {
-        let start = backend.host_time_us();
-        fabric.copy(from.all(), to.all())?.wait()?;
-        Ok(backend.host_time_us() - start)
+    let overhead_runs = Runs {
+        runs: OVERHEAD_RUNS_FACTOR * runs.runs,
+        ..runs
     };
-    let (mut engine_wall, mut plain_gpu, mut plain_wall) = (Vec::new(), Vec::new(), Vec::new());
-    // Three times the runs: the two differ by about 1% at large sizes, within the noise of a few.
-    let runs = OVERHEAD_RUNS_FACTOR * options.runs;
-    for run in 0..options.warmup + runs {
-        let ((gpu, wall), engine) = if run % 2 == 0 {
-            let plain = plain.run()?;
-            (plain, engine_run()?)
-        } else {
-            let engine = engine_run()?;
-            (plain.run()?, engine)
-        };
-        if run >= options.warmup {
-            engine_wall.push(engine);
-            plain_gpu.push(gpu);
-            plain_wall.push(wall);
+    let mut plain_gpu = Vec::with_capacity(overhead_runs.runs);
+    let walls = interleaved(overhead_runs, 2, Turn::Once, |contender, timed| {
+        if contender == ENGINE {
+            let ((), wall) = host_us(&**backend, || fabric.copy(from.all(), to.all())?.wait())?;
+            return Ok(wall);
         }
-    }
+        let (gpu, wall) = plain.run()?;
+        if timed {
+            plain_gpu.push(gpu);
+        }
+        Ok(wall)
+    })?;
     // Poisoning inside the loop would put a host write of the whole buffer right before each
     // engine run (seen on the H200: +25–50% from 2 MiB up, against none before plain runs); the
     // engine's own bytes are checked once more after it.
@@ -230,15 +205,19 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, options: Options) 
         regret,
         timings,
         raw: Baseline {
-            gpu_us: median(plain_gpu)?,
-            wall_us: median(plain_wall)?,
+            gpu_us: Stats::of_times(&plain_gpu)?.median,
+            wall_us: Stats::of_times(&walls[PLAIN])?.median,
         },
-        engine_wall_us: median(engine_wall)?,
+        engine_wall_us: Stats::of_times(&walls[ENGINE])?.median,
     })
 }
 
 /// How many times more runs the engine-versus-plain comparison takes than each strategy.
 const OVERHEAD_RUNS_FACTOR: usize = 3;
+/// The contenders of the engine-versus-plain comparison: the plain copy goes first in the first
+/// round.
+const PLAIN: usize = 0;
+const ENGINE: usize = 1;
 
 /// One copy-engine copy of all of `from` into `to`, issued straight on the backend on a stream of
 /// the source GPU: what a user writes without peerlink.
@@ -269,11 +248,12 @@ impl<'f> PlainCopy<'f> {
     fn run(&self) -> Result<(f64, f64)> {
         let backend = self.backend;
         let before = backend.record(self.stream)?;
-        let start = backend.host_time_us();
-        backend.copy(self.stream, CopyMethod::CopyEngine, &self.copy)?;
-        let after = backend.record(self.stream)?;
-        backend.event_synchronize(after)?;
-        let wall = backend.host_time_us() - start;
+        let (after, wall) = host_us(backend, || {
+            backend.copy(self.stream, CopyMethod::CopyEngine, &self.copy)?;
+            let after = backend.record(self.stream)?;
+            backend.event_synchronize(after)?;
+            Ok(after)
+        })?;
         let gpu = backend.elapsed_us(before, after)?;
         backend.destroy_event(before)?;
         backend.destroy_event(after)?;
@@ -284,6 +264,7 @@ impl<'f> PlainCopy<'f> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::proof::RUNS;
     use crate::engine::tests::fabric;
 
     /// A sweep with points on both sides of every crossover seen on the presets (kept small: CI).
@@ -298,7 +279,7 @@ mod tests {
     ];
 
     fn sweep(preset: &str, src: usize, dst: usize) -> Report {
-        let report = run(&fabric(preset), src, dst, &SWEEP, Options::default()).unwrap();
+        let report = run(&fabric(preset), src, dst, &SWEEP, RUNS).unwrap();
         for p in &report.points {
             assert!(
                 p.regret <= 0.05,

@@ -1,4 +1,5 @@
-//! The one timing engine every bandwidth and copy-latency test runs on (nvbandwidth's design).
+//! Windows of back-to-back operations behind a held stream: the timing every bandwidth and
+//! copy-latency test runs on (nvbandwidth's design).
 //!
 //! A sample: hold each lane's issuing stream behind a spin kernel (so the CPU's issue cost stays
 //! out of the window) → queue the warm-up operations (outside the window) → record the start event →
@@ -10,10 +11,10 @@
 //! staged through pinned host memory). Several lanes run at once for bidirectional and fan tests;
 //! the first lane's stream is the anchor whose events time the whole.
 
-use super::pattern::{self, first_mismatch};
-use super::stats::Stats;
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
-use crate::{Error, Result};
+use crate::bench::pattern::{self, first_mismatch};
+use crate::bench::stats::Stats;
+use crate::Result;
 use std::collections::HashMap;
 
 /// How many operations and samples a measurement takes.
@@ -324,9 +325,7 @@ pub fn measure(lanes: &mut [Lane<'_>], timing: &Timing, seed: u64) -> Result<Mea
         }
     }
     let stats = |f: &dyn Fn(&SampleTimes) -> f64| {
-        Stats::of(&samples.iter().map(f).collect::<Vec<_>>()).ok_or_else(|| {
-            Error::InvalidHandle("the backend returned a time that is not a finite number".into())
-        })
+        Stats::of_times(&samples.iter().map(f).collect::<Vec<_>>())
     };
     Ok(Measurement {
         lane_us: (0..lanes.len())

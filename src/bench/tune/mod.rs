@@ -20,12 +20,13 @@ use super::cases::{
     Buffers, Context, HostCopy, HostDirection, Issuer, Outcome, PeerCopy, PingPong, PointerChase,
     Route, TestCase,
 };
-use super::engine::{measure, HopSpec, Lane, Timing};
-use super::explain::host_us;
 use super::pattern;
 use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
+use super::timing::{
+    gpu_us, held_gpu_us, host_us, interleaved, measure, HopSpec, Lane, Runs, Timing, Turn,
+};
 use super::{check_fits, sweep_pair, Defaults};
 use crate::backend::{Backend, Copy, CopyMethod, Memory, StreamId};
 use crate::model::profile::{Lone, Measured};
@@ -49,9 +50,12 @@ const ISSUE_OPERATIONS: u32 = 100;
 /// Bytes of the operations whose issue, graph and batch costs are measured.
 pub const SMALL_BYTES: usize = 4;
 /// Host-clock probes per figure (event record, graph launch, synchronisation); the median is kept.
-const PROBES: usize = 20;
+const PROBES: Runs = Runs {
+    warmup: 0,
+    runs: 20,
+};
 /// GPU-time windows per figure (graph replay, batch kernel); the median is kept.
-const WINDOWS: usize = 5;
+const WINDOWS: Runs = Runs { warmup: 0, runs: 5 };
 /// Copies captured into the graph whose replay is timed.
 const GRAPH_COPIES: u64 = 32;
 /// Messages of the batched copy kernel whose time per message is measured, and their size.
@@ -294,9 +298,10 @@ pub fn run(
     notes.push(format!(
         "lone operations: GPU time of one {SMALL_BYTES} B copy (copy engine, copy kernel) on an \
          idle stream from an event recorded before it is queued to one after it, the two \
-         methods taking turns, median of {LONE_PROBES} after {LONE_WARMUP} untimed, on every \
-         measured pair and each GPU to itself; a GPU's direct copies to itself are priced by its \
-         local copy (copy engine) and its SM-kernel sweep"
+         methods taking turns, median of {} after {} untimed, on every measured pair and each \
+         GPU to itself; a GPU's direct copies to itself are priced by its local copy (copy \
+         engine) and its SM-kernel sweep",
+        LONE.runs, LONE.warmup
     ));
 
     progress.start("issue costs", 5);
@@ -321,10 +326,10 @@ pub fn run(
     notes.push(format!(
         "on GPU {first} (its own peer): CPU cost to queue one {SMALL_BYTES} B copy and one copy \
          kernel (host clock, {ISSUE_OPERATIONS} in a row), to record an event and to launch a \
-         graph (median of {PROBES}); GPU time per node of a replayed graph of {GRAPH_COPIES} \
-         copies and per message of one batched copy kernel of {BATCH_MESSAGES} × \
-         {BATCH_MESSAGE_BYTES} B beyond its bytes (median of {WINDOWS} windows behind a held \
-         stream)"
+         graph (median of {}); GPU time per node of a replayed graph of {GRAPH_COPIES} copies and \
+         per message of one batched copy kernel of {BATCH_MESSAGES} × {BATCH_MESSAGE_BYTES} B \
+         beyond its bytes (median of {} windows behind a held stream)",
+        PROBES.runs, WINDOWS.runs
     ));
 
     let latencies = if options.latencies {
@@ -540,10 +545,12 @@ fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Resul
     Ok(measure(&mut lane, &timing, seed)?.issue_us.median)
 }
 
-/// Untimed lone operations before the timed ones (first use of a pair, of a kernel).
-const LONE_WARMUP: usize = 2;
-/// Timed lone operations per method and pair: they differ by a fraction of a microsecond.
-const LONE_PROBES: usize = 50;
+/// Lone operations per method and pair: untimed ones first (first use of a pair, of a kernel),
+/// then many timed ones, since the two methods differ by a fraction of a microsecond.
+const LONE: Runs = Runs {
+    warmup: 2,
+    runs: 50,
+};
 
 /// Both direct methods' lone operation on each GPU to itself and each ordered pair with P2P.
 fn lone_operations(
@@ -587,7 +594,7 @@ fn lone_operations(
 /// GPU µs of one lone `SMALL_BYTES` copy from GPU `src` to GPU `dst` on an idle `stream`, by the
 /// copy engine and by a copy kernel, from an event recorded just before the copy is queued to one
 /// recorded after it: what a single small direct transfer takes, the CPU's queuing of it included
-/// (the GPU waits for it). The two methods take turns, so that drift falls on both alike.
+/// (the GPU waits for it). The two methods take turns ([`interleaved`]).
 fn lone_us(backend: &dyn Backend, stream: StreamId, src: usize, dst: usize) -> Result<[f64; 2]> {
     let from = backend.alloc(Memory::Device(src), SMALL_BYTES)?;
     let to = backend.alloc(Memory::Device(dst), SMALL_BYTES)?;
@@ -599,68 +606,27 @@ fn lone_us(backend: &dyn Backend, stream: StreamId, src: usize, dst: usize) -> R
         len: SMALL_BYTES,
     };
     let methods = [CopyMethod::CopyEngine, CopyMethod::SmKernel];
-    let times = (|| {
-        let mut times = [
-            Vec::with_capacity(LONE_PROBES),
-            Vec::with_capacity(LONE_PROBES),
-        ];
-        for probe in 0..LONE_WARMUP + LONE_PROBES {
-            for (method, times) in methods.iter().zip(&mut times) {
-                let start = backend.record(stream)?;
-                backend.copy(stream, *method, &copy)?;
-                let end = backend.record(stream)?;
-                backend.event_synchronize(end)?;
-                let us = backend.elapsed_us(start, end)?;
-                backend.destroy_event(start)?;
-                backend.destroy_event(end)?;
-                if probe >= LONE_WARMUP {
-                    times.push(us);
-                }
-            }
-        }
-        Ok::<_, Error>(times)
-    })();
+    let times = interleaved(LONE, methods.len(), Turn::Once, |m, _| {
+        gpu_us(backend, stream, || backend.copy(stream, methods[m], &copy))
+    });
     backend.free(from)?;
     backend.free(to)?;
-    let [ce, sm] = times?;
-    Ok([Stats::of_times(&ce)?.median, Stats::of_times(&sm)?.median])
+    let times = times?;
+    Ok([
+        Stats::of_times(&times[0])?.median,
+        Stats::of_times(&times[1])?.median,
+    ])
 }
 
 /// Host µs to record an event.
 fn event_us(backend: &dyn Backend, stream: StreamId) -> Result<f64> {
-    let mut record = Vec::with_capacity(PROBES);
-    for _ in 0..PROBES {
+    let record = PROBES.stats(|| {
         let (event, us) = host_us(backend, || backend.record(stream))?;
-        record.push(us);
         backend.synchronize(stream)?;
         backend.destroy_event(event)?;
-    }
-    Stats::of_times(&record).map(|s| s.median)
-}
-
-/// GPU µs of the work `queue` puts on `stream`, queued while the stream is held so that the CPU's
-/// cost of queuing it stays out of the window.
-fn held_window_us(
-    backend: &dyn Backend,
-    stream: StreamId,
-    queue: impl FnOnce() -> Result<()>,
-) -> Result<f64> {
-    let gate = backend.hold(stream)?;
-    let queued = (|| {
-        let start = backend.record(stream)?;
-        queue()?;
-        Ok((start, backend.record(stream)?))
-    })();
-    // Release and drain even after an error, so that no stream stays held.
-    let released = backend.release(gate);
-    let drained = backend.synchronize(stream);
-    let (start, end) = queued?;
-    released?;
-    drained?;
-    let us = backend.elapsed_us(start, end)?;
-    backend.destroy_event(start)?;
-    backend.destroy_event(end)?;
-    Ok(us)
+        Ok(us)
+    })?;
+    Ok(record.median)
 }
 
 /// What a captured graph costs.
@@ -702,20 +668,19 @@ fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
     lane.fill(ctx.next_seed())?;
     backend.replay(graph, stream)?; // warm-up: the first replay uploads the graph
     backend.synchronize(stream)?;
-    let mut launch = Vec::with_capacity(PROBES);
-    for _ in 0..PROBES {
-        launch.push(host_us(backend, || backend.replay(graph, stream))?.1);
+    let launch = PROBES.stats(|| {
+        let ((), us) = host_us(backend, || backend.replay(graph, stream))?;
         backend.synchronize(stream)?;
-    }
-    let mut node = Vec::with_capacity(WINDOWS);
-    for _ in 0..WINDOWS {
-        let us = held_window_us(backend, stream, || backend.replay(graph, stream))?;
-        node.push(us / GRAPH_COPIES as f64);
-    }
+        Ok(us)
+    })?;
+    let node = WINDOWS.stats(|| {
+        let us = held_gpu_us(backend, stream, || backend.replay(graph, stream))?;
+        Ok(us / GRAPH_COPIES as f64)
+    })?;
     lane.verify()?;
     Ok(GraphCosts {
-        launch_us: Stats::of_times(&launch)?.median,
-        node_us: Stats::of_times(&node)?.median,
+        launch_us: launch.median,
+        node_us: node.median,
     })
 }
 
@@ -746,19 +711,18 @@ fn batch_message_us(
     // Warm-up: the first launch loads the kernel.
     backend.copy_batch(stream, &copies)?;
     backend.synchronize(stream)?;
-    let mut per_message = Vec::with_capacity(WINDOWS);
-    for _ in 0..WINDOWS {
-        let one = held_window_us(backend, stream, || backend.copy_batch(stream, &copies[..1]))?;
-        let all = held_window_us(backend, stream, || backend.copy_batch(stream, &copies))?;
-        per_message.push((all - one) / (BATCH_MESSAGES - 1) as f64);
-    }
+    let per_message = WINDOWS.stats(|| {
+        let one = held_gpu_us(backend, stream, || backend.copy_batch(stream, &copies[..1]))?;
+        let all = held_gpu_us(backend, stream, || backend.copy_batch(stream, &copies))?;
+        Ok((all - one) / (BATCH_MESSAGES - 1) as f64)
+    })?;
     let mut found = vec![0u8; bytes];
     backend.read(dst, 0, &mut found)?;
     if let Some(m) = pattern::first_mismatch(seed, &found) {
         return Err(m.into_error("tune batch kernel", gpu, gpu));
     }
     let bytes_us = local_gbps.map_or(0.0, |gbps| BATCH_MESSAGE_BYTES as f64 / (gbps * 1e3));
-    Ok((Stats::of_times(&per_message)?.median - bytes_us).max(0.0))
+    Ok((per_message.median - bytes_us).max(0.0))
 }
 
 /// Pointer chase and ping-pong within the first GPU, on the first NVLink pair and on the first
