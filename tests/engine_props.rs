@@ -136,17 +136,17 @@ proptest! {
             .enumerate()
             .map(|(i, &len)| (src.range(src_at[i]..src_at[i] + len), dst.range(dst_at[i]..dst_at[i] + len)))
             .collect();
-        let pattern = match strategy {
-            None => f.pattern(&messages, 1),
-            Some(s) => f.pattern_with(&messages, 1, s),
+        let prepared = match strategy {
+            None => f.prepare_batch(&messages, 1),
+            Some(s) => f.prepare_batch_with(&messages, 1, s),
         };
-        let Ok(pattern) = pattern else {
+        let Ok(batch) = prepared else {
             // Only a forced strategy the pair cannot use may be refused.
             prop_assert!(strategy.is_some());
             prop_assert_eq!(dst.to_vec().unwrap(), before);
             return Ok(());
         };
-        pattern.run(&[]).unwrap().wait().unwrap();
+        batch.run(&[]).unwrap().wait().unwrap();
         let mut want = before;
         for (i, &len) in lens.iter().enumerate() {
             want[dst_at[i]..dst_at[i] + len].copy_from_slice(&data[src_at[i]..src_at[i] + len]);

@@ -21,7 +21,7 @@ use crate::{Error, Result};
 use cases::{registry, Context, Outcome, TestCase};
 use progress::Progress;
 use result::{BenchReport, Cell, NotMeasured, Place, Shape, Sweep, SweepPoint, TestResult};
-use timing::Timing;
+use timing::Sampling;
 
 /// What `peerlink bench` runs when no test is named: the copy-engine matrices both ways and both
 /// directions at once, the host links, local copies and every latency. The SM-kernel, staged and
@@ -60,7 +60,7 @@ pub struct Options {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Defaults {
     pub size: u64,
-    pub timing: Timing,
+    pub sampling: Sampling,
     pub chase_region_bytes: u64,
     /// What differs from the real-GPU defaults, and why.
     pub note: Option<String>,
@@ -75,7 +75,7 @@ impl Defaults {
         if backend.topology().is_simulated() {
             Defaults {
                 size: 8 << 20,
-                timing: Timing {
+                sampling: Sampling {
                     warmup: 1,
                     iterations: 2,
                     samples: 1,
@@ -94,7 +94,7 @@ impl Defaults {
         } else {
             Defaults {
                 size: 64 << 20,
-                timing: Timing {
+                sampling: Sampling {
                     warmup: 4,
                     iterations: 16,
                     samples: 3,
@@ -140,11 +140,11 @@ pub fn run(
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
     let defaults = Defaults::for_backend(backend);
-    let timing = Timing {
+    let sampling = Sampling {
         iterations: positive(options.iterations, "--iterations")?
-            .unwrap_or(defaults.timing.iterations),
-        samples: positive(options.samples, "--samples")?.unwrap_or(defaults.timing.samples),
-        ..defaults.timing
+            .unwrap_or(defaults.sampling.iterations),
+        samples: positive(options.samples, "--samples")?.unwrap_or(defaults.sampling.samples),
+        ..defaults.sampling
     };
     let sweeping = options.sizes.is_some();
     let names: Vec<String> = match &options.tests {
@@ -179,7 +179,7 @@ pub fn run(
     let mut ctx = Context::new(
         backend,
         devices.clone(),
-        timing,
+        sampling,
         defaults.chase_region_bytes,
     );
     let mut report = BenchReport {
@@ -187,7 +187,7 @@ pub fn run(
         source: backend.source().to_string(),
         simulated: topo.is_simulated(),
         devices: devices.clone(),
-        timing,
+        timing: sampling,
         notes,
         tests: Vec::new(),
         sweeps: Vec::new(),

@@ -9,7 +9,7 @@
 //! - a transfer that would race with a pending one on the same buffer (write after read, read
 //!   after write, write after write) is ordered after it on the GPU automatically;
 //! - dropping a buffer waits for the transfers that use it before its memory is freed, and a
-//!   captured pattern keeps its buffers alive.
+//!   prepared batch keeps its buffers alive.
 
 use super::executor::{self, lock, Completion, Loc, Shared};
 use super::plan::{BatchPlan, Plan, Strategy};

@@ -4,7 +4,7 @@
 //! - [`Fabric`]: the safe API — buffers on GPUs, non-blocking transfers with completion handles.
 //! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one.
 //! - The executors queue a plan on the backend's streams, ordered by events; [`batch`] does the
-//!   same for many small messages, and [`Pattern`] replays a prepared batch.
+//!   same for many small messages, and [`PreparedBatch`] replays a batch prepared once.
 //!
 //! The engine's proofs — its picks measured against the alternatives — are measuring code and live
 //! with the rest of it, in [`crate::bench::proof`].
@@ -37,7 +37,7 @@ pub mod planner;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use batch::Pattern;
+pub use batch::PreparedBatch;
 pub use fabric::{Buffer, Fabric, FabricBuilder, Planned, Span, Transfer, TransferBuilder};
 pub use plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
 pub use planner::Planner;

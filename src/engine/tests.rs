@@ -319,7 +319,11 @@ fn check_batch(
         .collect();
     let t = match strategy {
         None => f.copy_batch(&messages).unwrap(),
-        Some(s) => f.pattern_with(&messages, 1, s).unwrap().run(&[]).unwrap(),
+        Some(s) => f
+            .prepare_batch_with(&messages, 1, s)
+            .unwrap()
+            .run(&[])
+            .unwrap(),
     };
     let Planned::Batch(plan) = t.planned() else {
         panic!("a batch")
@@ -359,7 +363,7 @@ fn every_batch_strategy_moves_every_byte() {
         900,
     );
     let err = fabric("pcie-4gpu-2socket")
-        .pattern_with(&[], 1, BatchStrategy::Kernel)
+        .prepare_batch_with(&[], 1, BatchStrategy::Kernel)
         .map(|_| ())
         .unwrap_err();
     assert_usage(err, "at least one message");
@@ -378,7 +382,7 @@ fn batch_strategies_that_need_p2p_are_refused_without_it() {
         BatchStrategy::Graph,
     ] {
         let err = f
-            .pattern_with(&[(a.range(0..8), b.range(0..8))], 1, s)
+            .prepare_batch_with(&[(a.range(0..8), b.range(0..8))], 1, s)
             .map(|_| ())
             .unwrap_err();
         assert_usage(err, "P2P");
@@ -386,7 +390,7 @@ fn batch_strategies_that_need_p2p_are_refused_without_it() {
 }
 
 #[test]
-fn a_pattern_replays_with_new_data_and_keeps_its_buffers() {
+fn a_prepared_batch_replays_with_new_data_and_keeps_its_buffers() {
     for strategy in [BatchStrategy::Graph, BatchStrategy::KernelGraph] {
         replays_with_new_data_and_keeps_its_buffers(strategy);
     }
@@ -401,7 +405,7 @@ fn replays_with_new_data_and_keeps_its_buffers(strategy: BatchStrategy) {
         .iter()
         .map(|(s, d)| (src.range(s.clone()), dst.range(d.clone())))
         .collect();
-    let replay = f.pattern_with(&messages, 100, strategy).unwrap();
+    let replay = f.prepare_batch_with(&messages, 100, strategy).unwrap();
     drop(messages);
     for round in 0..3u64 {
         let data = pattern::bytes(100 + round, size);
@@ -415,7 +419,7 @@ fn replays_with_new_data_and_keeps_its_buffers(strategy: BatchStrategy) {
             );
         }
     }
-    // The buffers are gone from the caller, but the pattern still holds them.
+    // The buffers are gone from the caller, but the prepared batch still holds them.
     let expected = src.to_vec().unwrap();
     drop(src);
     let check = dst.to_vec().unwrap();
@@ -677,14 +681,14 @@ fn a_batch_run_checks_its_buffers_once_not_once_per_message() {
             (src.range(i * len..(i + 1) * len), dst.range(d..d + len))
         })
         .collect();
-    let pattern = fabric.pattern(&messages, 4).unwrap();
-    pattern.run(&[]).unwrap().wait().unwrap();
+    let batch = fabric.prepare_batch(&messages, 4).unwrap();
+    batch.run(&[]).unwrap().wait().unwrap();
     let before = (
         counts.event_queries.load(Ordering::Relaxed),
         counts.stream_waits.load(Ordering::Relaxed),
     );
     for _ in 0..3 {
-        pattern.run(&[]).unwrap().wait().unwrap();
+        batch.run(&[]).unwrap().wait().unwrap();
     }
     let queries = counts.event_queries.load(Ordering::Relaxed) - before.0;
     let waits = counts.stream_waits.load(Ordering::Relaxed) - before.1;

@@ -49,7 +49,7 @@ fn every_usable_strategy_moves_every_byte() {
 
 #[test]
 #[ignore = "needs a GPU"]
-fn batches_and_replayed_patterns_deliver_every_message() {
+fn batches_and_prepared_batches_deliver_every_message() {
     let f = fabric();
     let (a, b) = pair(&f);
     let count = 2000;
@@ -68,12 +68,12 @@ fn batches_and_replayed_patterns_deliver_every_message() {
     let mut tried = 0;
     for strategy in BatchStrategy::ALL {
         // Gather-scatter is for two GPUs; on one, the others remain.
-        let Ok(pattern) = f.pattern_with(&messages, 10, strategy) else {
+        let Ok(batch) = f.prepare_batch_with(&messages, 10, strategy) else {
             continue;
         };
         tried += 1;
         for _ in 0..3 {
-            pattern.run(&[]).unwrap().wait().unwrap();
+            batch.run(&[]).unwrap().wait().unwrap();
         }
         let got = dst.to_vec().unwrap();
         for i in 0..count {

@@ -5,7 +5,7 @@ use super::{chase_on_host, enable, lane_outcome, no_p2p, Context, Outcome, TestC
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, Memory};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
-use crate::bench::timing::{gpu_us, host_us, measure, HopSpec, Lane, Runs, Timing};
+use crate::bench::timing::{gpu_us, host_us, measure, HopSpec, Lane, Runs, Sampling};
 use crate::{Error, Result};
 
 /// Bytes of a latency test's message.
@@ -37,7 +37,7 @@ fn small_lane<'b>(
     test: &str,
     src: usize,
     dst: usize,
-    timing: &Timing,
+    sampling: &Sampling,
 ) -> Result<std::result::Result<Lane<'b>, String>> {
     if let Some(reason) = no_p2p(ctx.topology(), src, dst).or_else(|| enable(ctx, src, dst)) {
         return Ok(Err(reason));
@@ -54,7 +54,7 @@ fn small_lane<'b>(
         Memory::Device(src),
         &[hop],
         SMALL_MESSAGE as usize,
-        timing,
+        sampling,
         ctx.buffer_budget(dst)?,
     )?))
 }
@@ -96,17 +96,17 @@ impl TestCase for SmallCopy {
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
         let (src, dst) = place.pair();
-        let timing = Timing {
-            warmup: ctx.timing.warmup.max(1),
+        let sampling = Sampling {
+            warmup: ctx.sampling.warmup.max(1),
             iterations: SMALL_COPIES,
-            ..ctx.timing
+            ..ctx.sampling
         };
         let seed = ctx.next_seed();
-        let mut lane = match small_lane(ctx, self.name(), src, dst, &timing)? {
+        let mut lane = match small_lane(ctx, self.name(), src, dst, &sampling)? {
             Ok(lane) => [lane],
             Err(reason) => return Ok(Outcome::Skipped(reason)),
         };
-        let m = measure(&mut lane, &timing, seed)?;
+        let m = measure(&mut lane, &sampling, seed)?;
         Ok(match self.0 {
             SmallCopyFigure::GpuTime => lane_outcome(Unit::Micros, &m, SMALL_MESSAGE as usize),
             SmallCopyFigure::IssueCost => Outcome::Measured {
@@ -186,17 +186,17 @@ impl TestCase for EndToEnd {
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
         let (src, dst) = place.pair();
-        let timing = Timing {
+        let sampling = Sampling {
             warmup: 1,
             iterations: END_TO_END_TRANSFERS,
-            ..ctx.timing
+            ..ctx.sampling
         };
-        let mut lane = match small_lane(ctx, self.name(), src, dst, &timing)? {
+        let mut lane = match small_lane(ctx, self.name(), src, dst, &sampling)? {
             Ok(lane) => lane,
             Err(reason) => return Ok(Outcome::Skipped(reason)),
         };
         let mut times = Vec::new();
-        for _ in 0..ctx.timing.samples {
+        for _ in 0..ctx.sampling.samples {
             let seed = ctx.next_seed();
             times.extend(
                 EndToEnd::host_times(&mut lane, END_TO_END_TRANSFERS, seed)?
@@ -243,11 +243,11 @@ impl Drop for Buffers<'_> {
     }
 }
 
-/// One timed run per sample of the context's timing, after the caller's own warm-up.
+/// One timed run per sample of the context's sampling, after the caller's own warm-up.
 fn samples(ctx: &Context<'_>) -> Runs {
     Runs {
         warmup: 0,
-        runs: ctx.timing.samples as usize,
+        runs: ctx.sampling.samples as usize,
     }
 }
 

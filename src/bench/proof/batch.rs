@@ -35,7 +35,7 @@ pub struct BatchReport {
     /// `Fabric::copy_batch` then `wait`: validation, planning, the copy list's upload, the launch and
     /// the completion, all paid in every run.
     pub one_call: BatchTiming,
-    /// Each usable batch strategy prepared once and run again and again (`Pattern::run` + `wait`).
+    /// Each usable batch strategy prepared once and run again and again (`PreparedBatch::run` + `wait`).
     pub prepared: Vec<BatchTiming>,
 }
 
@@ -141,13 +141,13 @@ pub fn run(
     let repeats = u32::try_from(runs.warmup + runs.runs).unwrap_or(u32::MAX);
     for strategy in BatchStrategy::ALL {
         // A strategy this pair cannot use is not a contender.
-        let Ok((pattern, prepare_us)) = host_us(&**backend, || {
-            fabric.pattern_with(&messages, repeats, strategy)
+        let Ok((batch, prepare_us)) = host_us(&**backend, || {
+            fabric.prepare_batch_with(&messages, repeats, strategy)
         }) else {
             continue;
         };
         prepared.push(time(strategy.name(), prepare_us, &mut || {
-            pattern.run(&[])?.wait()
+            batch.run(&[])?.wait()
         })?);
     }
     Ok(BatchReport {

@@ -12,9 +12,9 @@ use crate::bench::timing::{host_us, interleaved, Runs, Turn};
 use crate::engine::{Buffer, Fabric, Strategy};
 use crate::{Error, Result};
 
-/// One strategy at one size.
+/// One strategy at one size: what the planner predicted and what it measured.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Timing {
+pub struct StrategyTiming {
     pub strategy: Strategy,
     pub chunk_bytes: u64,
     pub predicted_us: f64,
@@ -31,7 +31,7 @@ pub struct Point {
     pub best: Strategy,
     /// pick time / best time − 1: 0 when the pick was the fastest.
     pub regret: f64,
-    pub timings: Vec<Timing>,
+    pub timings: Vec<StrategyTiming>,
     /// The same bytes moved without the engine: one plain copy-engine copy queued straight on the
     /// backend (cudaMemcpyAsync), as a user would write it.
     pub raw: Baseline,
@@ -57,7 +57,7 @@ impl Point {
 }
 
 impl Point {
-    pub fn timing(&self, strategy: Strategy) -> Option<&Timing> {
+    pub fn timing(&self, strategy: Strategy) -> Option<&StrategyTiming> {
         self.timings.iter().find(|t| t.strategy == strategy)
     }
 }
@@ -139,11 +139,11 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, runs: Runs) -> Res
             &to.to_vec()?,
         )?;
     }
-    let timings: Vec<Timing> = plans
+    let timings: Vec<StrategyTiming> = plans
         .iter()
         .zip(times)
         .map(|(plan, times)| {
-            Ok(Timing {
+            Ok(StrategyTiming {
                 strategy: plan.strategy,
                 chunk_bytes: plan.chunk_bytes,
                 predicted_us: plan.predicted_us,

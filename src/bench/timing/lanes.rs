@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 /// How many operations and samples a measurement takes.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct Timing {
+pub struct Sampling {
     /// Operations queued before the start event (first-use costs stay out of the window).
     pub warmup: u32,
     /// Operations between the start and end events.
@@ -31,7 +31,7 @@ pub struct Timing {
     pub rotation_bytes: u64,
 }
 
-impl Timing {
+impl Sampling {
     fn operations(&self) -> u64 {
         u64::from(self.warmup) + u64::from(self.iterations)
     }
@@ -86,15 +86,15 @@ impl<'b> Lane<'b> {
         source: Memory,
         hops: &[HopSpec],
         message: usize,
-        timing: &Timing,
+        sampling: &Sampling,
         max_bytes_per_buffer: u64,
     ) -> Result<Lane<'b>> {
         assert!(!hops.is_empty() && message > 0, "a lane copies something");
         let stride = message.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
-        let wanted = (timing.rotation_bytes as usize).div_ceil(stride).max(1);
+        let wanted = (sampling.rotation_bytes as usize).div_ceil(stride).max(1);
         let affordable = (max_bytes_per_buffer as usize / stride).max(1);
         let slots = wanted
-            .min(timing.operations().max(1) as usize)
+            .min(sampling.operations().max(1) as usize)
             .min(affordable);
         let chunk = if hops.len() > 1 {
             message
@@ -310,16 +310,16 @@ impl Measurement {
     }
 }
 
-/// Runs `timing.samples` samples of `lanes` at once, verifying each, with patterns derived from `seed`.
-pub fn measure(lanes: &mut [Lane<'_>], timing: &Timing, seed: u64) -> Result<Measurement> {
+/// Runs `sampling.samples` samples of `lanes` at once, verifying each, with patterns derived from `seed`.
+pub fn measure(lanes: &mut [Lane<'_>], sampling: &Sampling, seed: u64) -> Result<Measurement> {
     assert!(!lanes.is_empty(), "measure needs a lane");
-    assert!(timing.iterations > 0 && timing.samples > 0);
-    let mut samples = Vec::with_capacity(timing.samples as usize);
-    for sample in 0..timing.samples {
+    assert!(sampling.iterations > 0 && sampling.samples > 0);
+    let mut samples = Vec::with_capacity(sampling.samples as usize);
+    for sample in 0..sampling.samples {
         for (i, lane) in lanes.iter_mut().enumerate() {
             lane.fill(pattern::seed(&[seed, u64::from(sample), i as u64]))?;
         }
-        samples.push(run_sample(lanes, timing)?);
+        samples.push(run_sample(lanes, sampling)?);
         for lane in lanes.iter() {
             lane.verify()?;
         }
@@ -339,14 +339,14 @@ pub fn measure(lanes: &mut [Lane<'_>], timing: &Timing, seed: u64) -> Result<Mea
 }
 
 /// One held-and-released window over all lanes.
-fn run_sample(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<SampleTimes> {
+fn run_sample(lanes: &mut [Lane<'_>], sampling: &Sampling) -> Result<SampleTimes> {
     let backend = lanes[0].backend;
     let mut gates = Vec::with_capacity(lanes.len());
     let held = lanes.iter().try_for_each(|lane| {
         gates.push(backend.hold(lane.stream())?);
         Ok(())
     });
-    let queued = held.and_then(|()| queue_window(lanes, timing));
+    let queued = held.and_then(|()| queue_window(lanes, sampling));
     // Release and drain even after an error, so no stream stays held.
     let released = gates.into_iter().try_for_each(|g| backend.release(g));
     let mut streams: Vec<StreamId> = lanes.iter().flat_map(Lane::streams).collect();
@@ -363,10 +363,10 @@ fn run_sample(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<SampleTimes> {
         .map(|&(start, end)| {
             backend
                 .elapsed_us(start, end)
-                .map(|us| us / f64::from(timing.iterations))
+                .map(|us| us / f64::from(sampling.iterations))
         })
         .collect::<Result<Vec<f64>>>()?;
-    let round_us = backend.elapsed_us(window.start, window.end)? / f64::from(timing.iterations);
+    let round_us = backend.elapsed_us(window.start, window.end)? / f64::from(sampling.iterations);
     let mut events = vec![window.start, window.end];
     events.extend(window.lanes.iter().flat_map(|&(s, e)| [s, e]));
     events.sort_unstable();
@@ -377,7 +377,7 @@ fn run_sample(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<SampleTimes> {
     for lane in lanes.iter_mut() {
         lane.destroy_events()?;
     }
-    let operations = f64::from(timing.iterations) * lanes.len() as f64;
+    let operations = f64::from(sampling.iterations) * lanes.len() as f64;
     Ok(SampleTimes {
         lane_us,
         round_us,
@@ -395,10 +395,10 @@ struct Window {
     start_us: f64,
 }
 
-fn queue_window(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<Window> {
+fn queue_window(lanes: &mut [Lane<'_>], sampling: &Sampling) -> Result<Window> {
     let backend = lanes[0].backend;
     let anchor = lanes[0].stream();
-    for op in 0..u64::from(timing.warmup) {
+    for op in 0..u64::from(sampling.warmup) {
         for lane in lanes.iter_mut() {
             lane.enqueue(op)?;
         }
@@ -411,7 +411,7 @@ fn queue_window(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<Window> {
         starts.push(backend.record(lane.stream())?);
     }
     let (mut issue_us, mut start_us) = (0.0, 0.0);
-    for op in u64::from(timing.warmup)..timing.operations() {
+    for op in u64::from(sampling.warmup)..sampling.operations() {
         for lane in lanes.iter_mut() {
             let before = backend.host_time_us();
             start_us += lane.enqueue(op)?;

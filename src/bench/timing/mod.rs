@@ -14,7 +14,7 @@
 
 mod lanes;
 
-pub use lanes::{measure, HopSpec, Lane, LaneLabel, Measurement, Timing};
+pub use lanes::{measure, HopSpec, Lane, LaneLabel, Measurement, Sampling};
 
 use super::stats::Stats;
 use crate::backend::{Backend, StreamId};

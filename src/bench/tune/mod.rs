@@ -17,15 +17,15 @@ pub mod export;
 mod tests;
 
 use super::cases::{
-    Buffers, Context, HostCopy, HostDirection, Issuer, Outcome, PeerCopy, PingPong, PointerChase,
-    Route, TestCase,
+    Buffers, Context, HostCopy, HostDirection, Initiator, Outcome, PeerCopy, PingPong,
+    PointerChase, Route, TestCase,
 };
 use super::pattern;
 use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
 use super::timing::{
-    gpu_us, held_gpu_us, host_us, interleaved, measure, HopSpec, Lane, Runs, Timing, Turn,
+    gpu_us, held_gpu_us, host_us, interleaved, measure, HopSpec, Lane, Runs, Sampling, Turn,
 };
 use super::{check_fits, sweep_pair, Defaults};
 use crate::backend::{Backend, Copy, CopyMethod, Memory, StreamId};
@@ -121,7 +121,7 @@ pub struct Measurements {
     pub devices: Vec<usize>,
     /// The message sizes every hop was swept over.
     pub sizes: Vec<u64>,
-    pub timing: Timing,
+    pub timing: Sampling,
     /// Every hop swept, fitted or not.
     pub hops: Vec<HopSweep>,
     /// Lone small direct operations, both methods, on every measured pair and every GPU to itself.
@@ -202,28 +202,28 @@ impl Measurements {
     }
 }
 
-/// Sizes and timing for this backend.
-fn plan(simulated: bool, quick: bool) -> (Vec<u64>, Timing) {
+/// Sizes and sampling for this backend.
+fn plan(simulated: bool, quick: bool) -> (Vec<u64>, Sampling) {
     if simulated {
         let sizes = if quick { SIM_QUICK_SIZES } else { SIM_SIZES };
         // The simulator's own bench defaults: its virtual time repeats exactly.
-        let timing = Timing {
+        let sampling = Sampling {
             warmup: 1,
             iterations: 2,
             samples: 1,
             rotation_bytes: 0,
         };
-        (sizes.to_vec(), timing)
+        (sizes.to_vec(), sampling)
     } else {
         let sizes = if quick { GPU_QUICK_SIZES } else { GPU_SIZES };
-        let timing = Timing {
+        let sampling = Sampling {
             warmup: 2,
             iterations: 8,
             samples: if quick { 1 } else { 3 },
             // Beyond the H200's 60 MB L2, as the bench's own default.
             rotation_bytes: 64 << 20,
         };
-        (sizes.to_vec(), timing)
+        (sizes.to_vec(), sampling)
     }
 }
 
@@ -235,10 +235,10 @@ pub fn run(
 ) -> Result<Measurements> {
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
-    let (sizes, timing) = plan(topo.is_simulated(), options.quick);
+    let (sizes, sampling) = plan(topo.is_simulated(), options.quick);
     check_fits(backend, &devices, sizes.iter().copied().max().unwrap_or(0))?;
     let chase_region = Defaults::for_backend(backend).chase_region_bytes;
-    let mut ctx = Context::new(backend, devices.clone(), timing, chase_region);
+    let mut ctx = Context::new(backend, devices.clone(), sampling, chase_region);
     let mut notes = vec![format!(
         "each hop: time = α + bytes/β fitted (relative residuals, Huber weights) to GPU times of \
          back-to-back copies queued behind a held stream at {} ({} warm-up, {} timed, {} sample{} \
@@ -248,10 +248,10 @@ pub fn run(
             .map(|&s| format_bytes(s))
             .collect::<Vec<_>>()
             .join(", "),
-        timing.warmup,
-        timing.iterations,
-        timing.samples,
-        if timing.samples == 1 { "" } else { "s" }
+        sampling.warmup,
+        sampling.iterations,
+        sampling.samples,
+        if sampling.samples == 1 { "" } else { "s" }
     )];
     if topo.is_simulated() {
         notes.push(format!(
@@ -279,7 +279,7 @@ pub fn run(
     let sm = PeerCopy::new(
         "sm",
         Route::Direct(CopyMethod::SmKernel),
-        Issuer::Source,
+        Initiator::Source,
         false,
     );
     let sm_local = sweep_pair(
@@ -343,7 +343,7 @@ pub fn run(
         measured_on: utc_date(std::time::SystemTime::now()),
         devices,
         sizes,
-        timing,
+        timing: sampling,
         hops,
         lone,
         sm_local,
@@ -407,7 +407,7 @@ fn peer_sweeps(
             PeerCopy::new(
                 "ce",
                 Route::Direct(CopyMethod::CopyEngine),
-                Issuer::Source,
+                Initiator::Source,
                 false,
             ),
             (|src, dst| Hop::PeerCe { src, dst }) as fn(usize, usize) -> Hop,
@@ -416,7 +416,7 @@ fn peer_sweeps(
             PeerCopy::new(
                 "sm",
                 Route::Direct(CopyMethod::SmKernel),
-                Issuer::Source,
+                Initiator::Source,
                 false,
             ),
             |src, dst| Hop::PeerSm { src, dst },
@@ -521,10 +521,10 @@ pub fn describe(hop: Hop) -> String {
 /// Host µs to queue one small copy on `gpu` by `method`: the timing engine's issue cost of
 /// back-to-back copies within the GPU.
 fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Result<f64> {
-    let timing = Timing {
+    let sampling = Sampling {
         warmup: 1,
         iterations: ISSUE_OPERATIONS,
-        ..ctx.timing
+        ..ctx.sampling
     };
     let stream = ctx.streams(&[gpu])?[0];
     let hop = HopSpec {
@@ -538,11 +538,11 @@ fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Resul
         Memory::Device(gpu),
         &[hop],
         SMALL_BYTES,
-        &timing,
+        &sampling,
         ctx.buffer_budget(gpu)?,
     )?];
     let seed = ctx.next_seed();
-    Ok(measure(&mut lane, &timing, seed)?.issue_us.median)
+    Ok(measure(&mut lane, &sampling, seed)?.issue_us.median)
 }
 
 /// Lone operations per method and pair: untimed ones first (first use of a pair, of a kernel),
@@ -640,10 +640,10 @@ struct GraphCosts {
 /// Captures [`GRAPH_COPIES`] small copies within `gpu` once, then times replays: the launch on
 /// the host clock, the nodes in GPU time. The replayed bytes are verified.
 fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
-    let timing = Timing {
+    let sampling = Sampling {
         warmup: 0,
         iterations: GRAPH_COPIES as u32,
-        ..ctx.timing
+        ..ctx.sampling
     };
     let stream = ctx.streams(&[gpu])?[0];
     let hop = HopSpec {
@@ -657,7 +657,7 @@ fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
         Memory::Device(gpu),
         &[hop],
         SMALL_BYTES,
-        &timing,
+        &sampling,
         ctx.buffer_budget(gpu)?,
     )?;
     let backend = ctx.backend;
