@@ -1,5 +1,18 @@
-//! Measuring P2P traffic: one timing engine shared by every test, statistics, the α–β fit, size
-//! sweeps and the latency breakdown (`explain`).
+//! Measuring: everything peerlink times, and the `bench` verb itself.
+//!
+//! One core that every measurement goes through:
+//! - [`timing`]: how things are timed — windows of back-to-back operations behind a held stream
+//!   (the bench's lanes), and runs one at a time with contenders taking turns; host clock or GPU
+//!   events.
+//! - [`stats`]: the one median, with the spread. [`pattern`]: the one data pattern, and the check
+//!   that finds the first wrong byte. [`fit`]: `time = α + bytes/β` from a size sweep.
+//!
+//! What measures through it:
+//! - `bench` (this module and [`cases`], one type per test), [`explain`] and [`tune`];
+//! - [`proof`]: the transfer engine's choices measured against the alternatives (the engine in
+//!   [`crate::engine`] only plans and moves data);
+//! - the coming workloads (all-reduce and others), timed as nccl-tests times them: back-to-back
+//!   operations between events ([`timing::held_gpu_us`]).
 //!
 //! Everything here talks to a host only through [`Backend`], so all of it runs, and is tested, on
 //! the simulator.

@@ -1,13 +1,14 @@
-//! The transfer engine: moves data between GPUs by the fastest way the cost model predicts, and
-//! proves its pick against the alternatives.
+//! The transfer engine: plans and moves data between GPUs by the fastest way the cost model
+//! predicts. It measures nothing itself.
 //!
 //! - [`Fabric`]: the safe API — buffers on GPUs, non-blocking transfers with completion handles.
-//! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one.
-//! - The executors queue a plan on the backend's streams, ordered by events; [`batch`] does the
+//! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one
+//!   ([`plan`] holds what it decides).
+//! - The executor queues a plan on the backend's streams, ordered by events; [`batch`] does the
 //!   same for many small messages, and [`PreparedBatch`] replays a batch prepared once.
 //!
-//! The engine's proofs — its picks measured against the alternatives — are measuring code and live
-//! with the rest of it, in [`crate::bench::proof`].
+//! Whether its picks are right is measured outside it, with the rest of the measuring code:
+//! [`crate::bench::proof`] times every strategy against the pick.
 //!
 //! ```
 //! use peerlink::backend::{sim::SimBackend, Backend};

@@ -310,7 +310,8 @@ impl Measurement {
     }
 }
 
-/// Runs `sampling.samples` samples of `lanes` at once, verifying each, with patterns derived from `seed`.
+/// Runs `sampling.samples` samples of `lanes` at once, verifying each, with patterns derived from
+/// `seed`.
 pub fn measure(lanes: &mut [Lane<'_>], sampling: &Sampling, seed: u64) -> Result<Measurement> {
     assert!(!lanes.is_empty(), "measure needs a lane");
     assert!(sampling.iterations > 0 && sampling.samples > 0);

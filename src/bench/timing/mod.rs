@@ -2,10 +2,10 @@
 //! workloads measure through.
 //!
 //! Two shapes of measurement, each for its own question:
-//! - **Windows** ([`lanes`]): back-to-back operations queued behind a held stream, GPU events
-//!   around them, the GPU time divided by their count: what a path sustains, the CPU's cost of
-//!   queuing kept out (nvbandwidth's design; nccl-tests times a loop of collectives the same way,
-//!   and [`held_gpu_us`] times any such loop).
+//! - **Windows** ([`Lane`], [`measure`]): back-to-back operations queued behind a held stream,
+//!   GPU events around them, the GPU time divided by their count: what a path sustains, the CPU's
+//!   cost of queuing kept out (nvbandwidth's design; nccl-tests times a loop of collectives the
+//!   same way, and [`held_gpu_us`] times any such loop).
 //! - **Runs** ([`Runs`], [`interleaved`]): one operation at a time, timed on the host clock
 //!   ([`host_us`]) or between events around it ([`gpu_us`]): what a lone transfer costs, or what a
 //!   caller waits for end to end. Several contenders take turns, so that drift falls on all alike.

@@ -1,8 +1,8 @@
 //! `peerlink tune`: what each hop of a transfer costs on this host, measured, as a host profile.
 //!
-//! Every hop kind the cost model prices is swept over a few message sizes with the bench's tests and
-//! timing engine (back-to-back copies queued behind a held stream, GPU time, every byte verified),
-//! and `time = α + bytes / β` is fitted to each sweep ([`super::fit`]): a copy-engine and an SM-kernel
+//! Every hop kind the cost model prices is swept over a few message sizes with the bench's tests
+//! and timing ([`super::timing`]: back-to-back copies queued behind a held stream, GPU time, every
+//! byte verified), and `time = α + bytes / β` is fitted to each sweep ([`super::fit`]): a copy-engine and an SM-kernel
 //! write per ordered pair with P2P, host→device and device→host per GPU and NUMA node, and a copy
 //! inside each GPU. Around them, what the model needs besides hops: the CPU's cost to queue a copy,
 //! a kernel, an event and a graph; the GPU time per node of a replayed graph; the GPU time per
@@ -518,8 +518,8 @@ pub fn describe(hop: Hop) -> String {
     }
 }
 
-/// Host µs to queue one small copy on `gpu` by `method`: the timing engine's issue cost of
-/// back-to-back copies within the GPU.
+/// Host µs to queue one small copy on `gpu` by `method`: the issue cost of back-to-back copies
+/// within the GPU, from the bench's lanes.
 fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Result<f64> {
     let sampling = Sampling {
         warmup: 1,
