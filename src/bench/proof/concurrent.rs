@@ -185,6 +185,7 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
             .map(|(makespan, _)| *makespan)
             .collect::<Vec<f64>>()
     });
+    // Way 0 is the planner's picks.
     let together: Vec<Vec<f64>> = (0..pairs.len())
         .map(|flow| timed_runs[0].iter().map(|(_, us)| us[flow]).collect())
         .collect();
