@@ -3,9 +3,12 @@
 //! - [`topology`]: which pairs can use P2P, over what, and what is wrong.
 //! - [`backend`]: the seam between peerlink and a host — real GPUs ([`backend::cuda`]) or a simulated
 //!   host that moves real bytes on a virtual clock ([`backend::sim`]).
-//! - [`bench`](mod@bench): bandwidth and latency tests, sweeps and the latency breakdown, through the backend.
-//! - [`engine`]: the transfer engine — plans, runs and proves the fastest way between two GPUs.
 //! - [`model`]: what each hop of a transfer costs (`α + bytes/β`), measured or from the topology.
+//! - [`engine`]: the transfer engine — plans and moves data between GPUs by the fastest way the
+//!   model predicts.
+//! - [`bench`](mod@bench): all measuring, through one timing core, one median and one data pattern: the
+//!   bandwidth and latency tests, sweeps, the latency breakdown (`explain`), `tune`, and the
+//!   engine's proofs (its picks timed against every alternative).
 //! - [`units`]: byte sizes as users type them.
 //! - [`report`]: text tables and JSON documents for the CLI's verbs.
 //!

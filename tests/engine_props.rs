@@ -4,7 +4,7 @@
 
 use peerlink::backend::sim::SimBackend;
 use peerlink::backend::Backend;
-use peerlink::engine::benchmark::pattern;
+use peerlink::bench::pattern;
 use peerlink::engine::{BatchStrategy, Buffer, Fabric, Strategy as Way};
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -42,8 +42,8 @@ fn transfer_checks(
     strategy: Option<Way>,
     seed: u64,
 ) -> Result<bool, TestCaseError> {
-    let data = pattern(src.size(), seed);
-    let before = pattern(dst.size(), !seed);
+    let data = pattern::bytes(seed, src.size());
+    let before = pattern::bytes(!seed, dst.size());
     src.write(0, &data).unwrap();
     dst.write(0, &before).unwrap();
     let mut t = f.transfer(
@@ -127,8 +127,8 @@ proptest! {
         }
         let src = f.alloc(a, src_len).unwrap();
         let dst = f.alloc(b, at + 11).unwrap();
-        let data = pattern(src_len, seed);
-        let before = pattern(at + 11, !seed);
+        let data = pattern::bytes(seed, src_len);
+        let before = pattern::bytes(!seed, at + 11);
         src.write(0, &data).unwrap();
         dst.write(0, &before).unwrap();
         let messages: Vec<_> = lens
@@ -136,17 +136,17 @@ proptest! {
             .enumerate()
             .map(|(i, &len)| (src.range(src_at[i]..src_at[i] + len), dst.range(dst_at[i]..dst_at[i] + len)))
             .collect();
-        let pattern = match strategy {
-            None => f.pattern(&messages, 1),
-            Some(s) => f.pattern_with(&messages, 1, s),
+        let prepared = match strategy {
+            None => f.prepare_batch(&messages, 1),
+            Some(s) => f.prepare_batch_with(&messages, 1, s),
         };
-        let Ok(pattern) = pattern else {
+        let Ok(batch) = prepared else {
             // Only a forced strategy the pair cannot use may be refused.
             prop_assert!(strategy.is_some());
             prop_assert_eq!(dst.to_vec().unwrap(), before);
             return Ok(());
         };
-        pattern.run(&[]).unwrap().wait().unwrap();
+        batch.run(&[]).unwrap().wait().unwrap();
         let mut want = before;
         for (i, &len) in lens.iter().enumerate() {
             want[dst_at[i]..dst_at[i] + len].copy_from_slice(&data[src_at[i]..src_at[i] + len]);

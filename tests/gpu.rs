@@ -3,6 +3,8 @@
 
 use peerlink::backend::cuda::{driver_library_present, CudaBackend};
 use peerlink::backend::{Backend, BufferId, Copy, CopyMethod, Memory, StreamId};
+use peerlink::bench::pattern;
+use peerlink::bench::stats::median;
 use peerlink::Error;
 
 #[path = "gpu/engine.rs"]
@@ -25,13 +27,6 @@ fn open_without_the_driver_is_no_gpu_not_a_panic() {
 
 fn open() -> CudaBackend {
     CudaBackend::open().unwrap_or_else(|e| panic!("this test needs a GPU: {e}"))
-}
-
-/// Bytes that differ from their neighbours and from the fill, so a shifted copy shows.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
-        .collect()
 }
 
 const FILL: u8 = 0x00;
@@ -58,7 +53,7 @@ fn check_copy(
     let size = len + 64;
     let src = b.alloc(src_memory, size).unwrap();
     let dst = b.alloc(dst_memory, size).unwrap();
-    let data = pattern(size, 7);
+    let data = pattern::bytes(7, size);
     b.write(src, 0, &data).unwrap();
     b.write(dst, 0, &vec![FILL; size]).unwrap();
     let stream = b.create_stream(issuer).unwrap();
@@ -163,7 +158,7 @@ fn write_read_round_trip_and_bad_handles() {
     let b = open();
     for memory in [Memory::Device(0), Memory::PinnedHost { numa_node: None }] {
         let buffer = b.alloc(memory, 3 << 20).unwrap();
-        let data = pattern(3 << 20, 3);
+        let data = pattern::bytes(3, 3 << 20);
         b.write(buffer, 0, &data).unwrap();
         assert_eq!(read_all(&b, buffer), data, "{memory:?}");
         let mut middle = vec![0; 1001];
@@ -229,7 +224,7 @@ fn batches_move_every_message() {
         let b = open();
         let src = b.alloc(Memory::Device(0), 1 << 20).unwrap();
         let dst = b.alloc(Memory::Device(0), 1 << 20).unwrap();
-        let data = pattern(1 << 20, 11);
+        let data = pattern::bytes(11, 1 << 20);
         b.write(src, 0, &data).unwrap();
         b.write(dst, 0, &vec![FILL; 1 << 20]).unwrap();
         // 1000 messages of odd sizes at odd offsets, packed without overlap into the destination.
@@ -340,7 +335,7 @@ fn captured_graph_replays_the_copies() {
         "capture must not run the work"
     );
     for seed in [1, 2] {
-        let data = pattern(size, seed);
+        let data = pattern::bytes(seed, size);
         b.write(src, 0, &data).unwrap();
         b.replay(graph, stream).unwrap();
         b.synchronize(stream).unwrap();
@@ -500,7 +495,7 @@ fn copy_bandwidth_push_and_pull() {
     let len = 256 << 20; // past the 60 MB L2, so memory and link are measured, not the cache
     let src = b.alloc(Memory::Device(from), len).unwrap();
     let dst = b.alloc(Memory::Device(to), len).unwrap();
-    let data = pattern(len, 5);
+    let data = pattern::bytes(5, len);
     b.write(src, 0, &data).unwrap();
     let copy = Copy {
         dst,
@@ -548,7 +543,7 @@ fn copy_batch_time_split() {
     let (count, len) = (1000usize, 4096usize);
     let src = b.alloc(Memory::Device(0), count * len).unwrap();
     let dst = b.alloc(Memory::Device(0), count * len).unwrap();
-    b.write(src, 0, &pattern(count * len, 5)).unwrap();
+    b.write(src, 0, &pattern::bytes(5, count * len)).unwrap();
     let copies: Vec<Copy> = (0..count)
         .map(|i| Copy {
             dst,
@@ -559,10 +554,6 @@ fn copy_batch_time_split() {
         })
         .collect();
     let stream = b.create_stream(0).unwrap();
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let (mut call, mut gpu, mut wall, mut sync) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for run in 0..23 {
         // GPU time and call time behind a held stream.
@@ -592,7 +583,7 @@ fn copy_batch_time_split() {
         }
     }
     let got = read_all(&b, dst);
-    let data = pattern(count * len, 5);
+    let data = pattern::bytes(5, count * len);
     for i in 0..count {
         let d = (count - 1 - i) * len;
         assert!(
@@ -603,10 +594,10 @@ fn copy_batch_time_split() {
     eprintln!(
         "copy_batch 1000 × 4 KiB: call {:.1} µs (host), kernel {:.1} µs (GPU, behind a gate), lone \
          batch {:.1} µs call to completion, of which {:.1} µs after the call returned",
-        median(call),
-        median(gpu),
-        median(wall),
-        median(sync)
+        median(&call).unwrap(),
+        median(&gpu).unwrap(),
+        median(&wall).unwrap(),
+        median(&sync).unwrap()
     );
 }
 
@@ -615,7 +606,7 @@ fn copy_batch_time_split() {
 #[ignore = "needs a GPU"]
 fn host_writes_into_pinned_memory() {
     let b = open();
-    let data = pattern(24 * 1024, 9);
+    let data = pattern::bytes(9, 24 * 1024);
     for (what, memory) in [
         ("cuMemHostAlloc", Memory::PinnedHost { numa_node: None }),
         (
@@ -630,13 +621,12 @@ fn host_writes_into_pinned_memory() {
             b.write(buffer, 0, &data).unwrap();
             times.push(b.host_time_us() - t0);
         }
-        times.sort_by(f64::total_cmp);
         let mut back = vec![0; data.len()];
         b.read(buffer, 0, &mut back).unwrap();
         assert_eq!(back, data);
         eprintln!(
             "24 KiB host write into {what} pinned memory: {:.1} µs (median)",
-            times[10]
+            median(&times).expect("21 writes")
         );
         b.free(buffer).unwrap();
     }

@@ -8,12 +8,12 @@
 //! use costs (allocation, pinning, peer enable, first transfer) are measured apart as setup. Every
 //! saving in the fixes is computed from these measurements.
 
-use super::cases::{enable, EndToEnd, Issuer, PeerCopy, Route, TestCase};
-use super::engine::{measure, Lane, Timing};
+use super::cases::{enable, EndToEnd, Initiator, PeerCopy, Route, TestCase};
 use super::fit::Fit;
 use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
+use super::timing::{held_gpu_us, host_us, measure, Lane, Runs, Sampling};
 use super::{check_fits, sweep_pair, Context, Defaults};
 use crate::backend::{Backend, CopyMethod, EventId, Memory};
 use crate::units::format_bytes;
@@ -93,16 +93,6 @@ fn part(name: &str, us: f64, measured_by: impl Into<String>) -> Part {
     }
 }
 
-/// Host µs spent in `call`.
-pub(crate) fn host_us<T>(
-    backend: &dyn Backend,
-    call: impl FnOnce() -> Result<T>,
-) -> Result<(T, f64)> {
-    let start = backend.host_time_us();
-    let value = call()?;
-    Ok((value, backend.host_time_us() - start))
-}
-
 /// The sizes the link is swept over: from 4 B by ×16 to at least 16 MiB and `size`, and `size`.
 fn sweep_sizes(size: u64) -> Vec<u64> {
     let top = size.max(16 << 20);
@@ -137,7 +127,7 @@ pub fn run(
     }
     check_fits(backend, &[src, dst], size)?;
     let defaults = Defaults::for_backend(backend);
-    let timing = defaults.timing;
+    let sampling = defaults.sampling;
     let direct = src == dst || topo.pair(src, dst).is_some_and(|p| p.p2p);
     let mut notes: Vec<String> = defaults.note.iter().cloned().collect();
     if topo.is_simulated() {
@@ -149,7 +139,12 @@ pub fn run(
             ),
         );
     }
-    let mut ctx = Context::new(backend, vec![src, dst], timing, defaults.chase_region_bytes);
+    let mut ctx = Context::new(
+        backend,
+        vec![src, dst],
+        sampling,
+        defaults.chase_region_bytes,
+    );
     progress.start("explain", 6);
 
     // Setup: first-time costs, each on the host clock.
@@ -210,11 +205,11 @@ pub fn run(
     let test = PeerCopy::new(
         if direct { "ce" } else { "staged" },
         route,
-        Issuer::Source,
+        Initiator::Source,
         false,
     );
     let mut lane = test
-        .lanes(&mut ctx, &[(src, dst)], message, &timing)?
+        .lanes(&mut ctx, &[(src, dst)], message, &sampling)?
         .remove(0);
     let seed = ctx.next_seed();
     lane.fill(seed)?;
@@ -223,7 +218,7 @@ pub fn run(
 
     // Steady state end to end, then each part.
     let (mut times, mut calls) = (Vec::new(), Vec::new());
-    for _ in 0..timing.samples {
+    for _ in 0..sampling.samples {
         let seed = ctx.next_seed();
         for t in EndToEnd::host_times(&mut lane, TRANSFERS, seed)? {
             times.push(t.total_us);
@@ -243,17 +238,17 @@ pub fn run(
     progress.step();
 
     let seed = ctx.next_seed();
-    let m = measure(std::slice::from_mut(&mut lane), &timing, seed)?;
+    let m = measure(std::slice::from_mut(&mut lane), &sampling, seed)?;
     let issue = m.issue_us.median;
     progress.step();
 
     // The link part is the GPU time of ONE copy on its own, as a lone transfer has it: a fit over
     // windows of one copy each. Back-to-back copies (the bench's sweeps) overlap one copy's start
     // with the previous one's end and would understate a lone copy's latency.
-    let lone = Timing {
+    let lone = Sampling {
         iterations: 1,
-        samples: timing.samples.max(LONE_SAMPLES),
-        ..timing
+        samples: sampling.samples.max(LONE_SAMPLES),
+        ..sampling
     };
     let mut lone_ctx = Context::new(backend, vec![src, dst], lone, defaults.chase_region_bytes);
     let sizes = sweep_sizes(size);
@@ -427,19 +422,14 @@ pub fn run(
 fn empty_window_us(
     backend: &dyn Backend,
     stream: crate::backend::StreamId,
-    timing: &Timing,
+    sampling: &Sampling,
 ) -> Result<f64> {
-    let mut times = Vec::new();
-    for _ in 0..timing.samples {
-        let gate = backend.hold(stream)?;
-        let (start, end) = (backend.record(stream)?, backend.record(stream)?);
-        backend.release(gate)?;
-        backend.synchronize(stream)?;
-        times.push(backend.elapsed_us(start, end)?);
-        backend.destroy_event(start)?;
-        backend.destroy_event(end)?;
-    }
-    Ok(Stats::of_times(&times)?.median)
+    let windows = Runs {
+        warmup: 0,
+        runs: sampling.samples as usize,
+    };
+    let empty = windows.stats(|| held_gpu_us(backend, stream, || Ok(())))?;
+    Ok(empty.median)
 }
 
 /// What it costs the host to learn that work finished (medians, host µs).
@@ -457,32 +447,37 @@ pub(crate) fn completion_costs(
     backend: &dyn Backend,
     stream: crate::backend::StreamId,
 ) -> Result<Completion> {
-    let mut sync = Vec::with_capacity(PROBES);
-    let mut poll = Vec::with_capacity(PROBES);
-    let mut marker = Vec::with_capacity(PROBES);
-    for _ in 0..PROBES {
+    let probes = Runs {
+        warmup: 0,
+        runs: PROBES,
+    };
+    let marker = probes.stats(|| {
         backend.synchronize(stream)?;
         let event = backend.record(stream)?;
-        marker.push(host_us(backend, || backend.event_synchronize(event))?.1);
+        let ((), us) = host_us(backend, || backend.event_synchronize(event))?;
         backend.destroy_event(event)?;
-    }
-    for _ in 0..PROBES {
-        let event: EventId = backend.record(stream)?;
-        backend.synchronize(stream)?;
-        sync.push(host_us(backend, || backend.event_synchronize(event))?.1);
-        let (done, us) = host_us(backend, || backend.event_done(event))?;
-        if !done {
-            return Err(Error::InvalidHandle(
-                "an event reported unfinished after its stream was synchronised".into(),
-            ));
-        }
-        poll.push(us);
-        backend.destroy_event(event)?;
-    }
+        Ok(us)
+    })?;
+    let (sync, poll): (Vec<f64>, Vec<f64>) = probes
+        .collect(|| {
+            let event: EventId = backend.record(stream)?;
+            backend.synchronize(stream)?;
+            let ((), sync_us) = host_us(backend, || backend.event_synchronize(event))?;
+            let (done, poll_us) = host_us(backend, || backend.event_done(event))?;
+            if !done {
+                return Err(Error::InvalidHandle(
+                    "an event reported unfinished after its stream was synchronised".into(),
+                ));
+            }
+            backend.destroy_event(event)?;
+            Ok((sync_us, poll_us))
+        })?
+        .into_iter()
+        .unzip();
     Ok(Completion {
         sync_us: Stats::of_times(&sync)?.median,
         poll_us: Stats::of_times(&poll)?.median,
-        marker_us: Stats::of_times(&marker)?.median,
+        marker_us: marker.median,
     })
 }
 
@@ -545,7 +540,7 @@ fn staged_versus_direct(
             computed_from: "nothing to compare: direct copies are impossible on this pair".into(),
         });
     }
-    let staged = PeerCopy::new("staged", Route::Staged, Issuer::Source, false);
+    let staged = PeerCopy::new("staged", Route::Staged, Initiator::Source, false);
     let staged_us = match staged.measure(ctx, Place::Pair { src, dst }, size)? {
         super::cases::Outcome::Measured { time_us, .. } => time_us.median,
         super::cases::Outcome::Skipped(reason) => {

@@ -6,6 +6,7 @@
 //! negative), and reweights (Huber) so that a few stray points — a jittery small copy, a size served
 //! from cache — cannot drag β.
 
+use super::stats::median;
 use serde::Serialize;
 
 /// α and β of a sweep, with the sizes where a message reaches half and 90% of β.
@@ -74,7 +75,9 @@ pub fn fit(points: &[(u64, f64)]) -> Option<Fit> {
             .iter()
             .map(|(b, t)| (line.0 + line.1 * b - t) / t)
             .collect();
-        let scale = median_abs(&residuals).max(1e-6) / 0.6745;
+        let abs: Vec<f64> = residuals.iter().map(|r| r.abs()).collect();
+        // The median absolute residual (there is one per usable point, at least two).
+        let scale = median(&abs).unwrap_or(0.0).max(1e-6) / 0.6745;
         const HUBER_K: f64 = 1.345;
         robustness = residuals
             .iter()
@@ -116,17 +119,6 @@ fn weighted_line(points: &[(f64, f64)], weights: &[f64]) -> Option<(f64, f64)> {
         Some((0.0, sbt / sbb))
     } else {
         None
-    }
-}
-
-fn median_abs(values: &[f64]) -> f64 {
-    let mut abs: Vec<f64> = values.iter().map(|v| v.abs()).collect();
-    abs.sort_by(f64::total_cmp);
-    let n = abs.len();
-    if n % 2 == 1 {
-        abs[n / 2]
-    } else {
-        (abs[n / 2 - 1] + abs[n / 2]) / 2.0
     }
 }
 

@@ -1,26 +1,40 @@
-//! Measuring P2P traffic: one timing engine shared by every test, statistics, the α–β fit, size
-//! sweeps and the latency breakdown (`explain`).
+//! Measuring: everything peerlink times, and the `bench` verb itself.
+//!
+//! One core that every measurement goes through:
+//! - [`timing`]: how things are timed — windows of back-to-back operations behind a held stream
+//!   (the bench's lanes), and runs one at a time with contenders taking turns; host clock or GPU
+//!   events.
+//! - [`stats`]: the one median, with the spread. [`pattern`]: the one data pattern, and the check
+//!   that finds the first wrong byte. [`fit`]: `time = α + bytes/β` from a size sweep.
+//!
+//! What measures through it:
+//! - `bench` (this module and [`cases`], one type per test), [`explain`] and [`tune`];
+//! - [`proof`]: the transfer engine's choices measured against the alternatives (the engine in
+//!   [`crate::engine`] only plans and moves data);
+//! - the coming workloads (all-reduce and others), timed as nccl-tests times them: back-to-back
+//!   operations between events ([`timing::held_gpu_us`]).
 //!
 //! Everything here talks to a host only through [`Backend`], so all of it runs, and is tested, on
 //! the simulator.
 
 pub mod cases;
-pub mod engine;
 pub mod explain;
 pub mod fit;
 pub mod pattern;
 pub mod progress;
+pub mod proof;
 pub mod result;
 pub mod stats;
+pub mod timing;
 pub mod tune;
 
 use crate::backend::Backend;
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use cases::{registry, Context, Outcome, TestCase};
-use engine::Timing;
 use progress::Progress;
 use result::{BenchReport, Cell, NotMeasured, Place, Shape, Sweep, SweepPoint, TestResult};
+use timing::Sampling;
 
 /// What `peerlink bench` runs when no test is named: the copy-engine matrices both ways and both
 /// directions at once, the host links, local copies and every latency. The SM-kernel, staged and
@@ -59,7 +73,7 @@ pub struct Options {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Defaults {
     pub size: u64,
-    pub timing: Timing,
+    pub sampling: Sampling,
     pub chase_region_bytes: u64,
     /// What differs from the real-GPU defaults, and why.
     pub note: Option<String>,
@@ -74,7 +88,7 @@ impl Defaults {
         if backend.topology().is_simulated() {
             Defaults {
                 size: 8 << 20,
-                timing: Timing {
+                sampling: Sampling {
                     warmup: 1,
                     iterations: 2,
                     samples: 1,
@@ -93,7 +107,7 @@ impl Defaults {
         } else {
             Defaults {
                 size: 64 << 20,
-                timing: Timing {
+                sampling: Sampling {
                     warmup: 4,
                     iterations: 16,
                     samples: 3,
@@ -139,11 +153,11 @@ pub fn run(
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
     let defaults = Defaults::for_backend(backend);
-    let timing = Timing {
+    let sampling = Sampling {
         iterations: positive(options.iterations, "--iterations")?
-            .unwrap_or(defaults.timing.iterations),
-        samples: positive(options.samples, "--samples")?.unwrap_or(defaults.timing.samples),
-        ..defaults.timing
+            .unwrap_or(defaults.sampling.iterations),
+        samples: positive(options.samples, "--samples")?.unwrap_or(defaults.sampling.samples),
+        ..defaults.sampling
     };
     let sweeping = options.sizes.is_some();
     let names: Vec<String> = match &options.tests {
@@ -178,7 +192,7 @@ pub fn run(
     let mut ctx = Context::new(
         backend,
         devices.clone(),
-        timing,
+        sampling,
         defaults.chase_region_bytes,
     );
     let mut report = BenchReport {
@@ -186,7 +200,7 @@ pub fn run(
         source: backend.source().to_string(),
         simulated: topo.is_simulated(),
         devices: devices.clone(),
-        timing,
+        timing: sampling,
         notes,
         tests: Vec::new(),
         sweeps: Vec::new(),

@@ -1,8 +1,10 @@
-//! Data patterns that make wrong copies visible.
+//! The crate's one data pattern: the bytes every measurement, proof and test moves, made so that
+//! wrong copies are visible, and the check that finds the first wrong byte.
 //!
-//! Byte `i` of a message is a byte of a word derived from (`i / 8`, seed). Each sample and each buffer gets its
-//! own seed, so a destination that still holds the previous sample's data (stale), received a copy
-//! shifted by any number of bytes, or only its first part (truncated), differs from what was sent.
+//! Byte `i` of a message is a byte of a word derived from (`i / 8`, seed). Each sample and each
+//! buffer gets its own seed, so a destination that still holds the previous sample's data (stale),
+//! received a copy shifted by any number of bytes, or only its first part (truncated), differs from
+//! what was sent. Any `u64` is a seed: neighbouring seeds (1, 2, 3…) give unrelated messages.
 
 /// SplitMix64: a tiny, good 64-bit mixer and generator (Steele, Lea and Flood, 2014).
 #[derive(Clone, Debug)]
@@ -37,20 +39,28 @@ pub fn seed(parts: &[u64]) -> u64 {
         .fold(0x5eed_u64, |acc, &p| mix(acc ^ mix(p.wrapping_add(1))))
 }
 
-/// Word `index` of the message. Multiplying by an odd constant is a bijection, so two seeds give
-/// different words at every index and no two words of a message (up to 2^64 of them) are equal; one
-/// multiply a word keeps filling and checking large buffers at memory speed.
-fn word(seed: u64, index: usize) -> u64 {
+/// Where the message for `seed` starts its count: mixed, so that the message of seed `s + 1` is not
+/// the message of seed `s` shifted by a word.
+fn base(seed: u64) -> u64 {
+    mix(seed)
+}
+
+/// Word `index` of the message that starts at `base`. Multiplying by an odd constant is a
+/// bijection, so two bases give different words at every index and no two words of a message (up
+/// to 2^64 of them) are equal; one multiply a word keeps filling and checking large buffers at
+/// memory speed.
+fn word(base: u64, index: usize) -> u64 {
     (index as u64)
-        .wrapping_add(seed)
+        .wrapping_add(base)
         .wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// The `len` bytes of the message for `seed`.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let base = base(seed);
     let mut out = Vec::with_capacity(len + 8);
     for index in 0..len.div_ceil(8) {
-        out.extend_from_slice(&word(seed, index).to_le_bytes());
+        out.extend_from_slice(&word(base, index).to_le_bytes());
     }
     out.truncate(len);
     out
@@ -80,21 +90,22 @@ impl Mismatch {
 
 /// Checks every byte of `data` against the message for `seed`.
 pub fn first_mismatch(seed: u64, data: &[u8]) -> Option<Mismatch> {
+    let base = base(seed);
     // Whole words first (the common, fast path), then the bytes of the word that differs.
     let words = data.chunks_exact(8);
     let tail = words.remainder();
     let wrong_word = words
         .enumerate()
         .find(|(index, chunk)| {
-            u64::from_le_bytes((*chunk).try_into().expect("8 bytes")) != word(seed, *index)
+            u64::from_le_bytes((*chunk).try_into().expect("8 bytes")) != word(base, *index)
         })
         .map(|(index, _)| index)
         .or_else(|| {
             let index = data.len() / 8;
-            let expected = word(seed, index).to_le_bytes();
+            let expected = word(base, index).to_le_bytes();
             (tail != &expected[..tail.len()]).then_some(index)
         })?;
-    let expected = word(seed, wrong_word).to_le_bytes();
+    let expected = word(base, wrong_word).to_le_bytes();
     let found = &data[wrong_word * 8..data.len().min(wrong_word * 8 + 8)];
     let at = found
         .iter()
@@ -115,7 +126,7 @@ mod tests {
     #[test]
     fn an_exact_copy_passes_and_lengths_need_not_be_multiples_of_8() {
         for len in [1, 4, 7, 8, 13, 4096] {
-            let data = pattern(42, len);
+            let data = bytes(42, len);
             assert_eq!(data.len(), len);
             assert_eq!(first_mismatch(42, &data), None, "len {len}");
         }
@@ -123,7 +134,7 @@ mod tests {
 
     #[test]
     fn shifted_copies_fail_for_every_shift() {
-        let sent = pattern(7, 4096 + 64);
+        let sent = bytes(7, 4096 + 64);
         for shift in 1..64 {
             let received = &sent[shift..shift + 4096];
             let m = first_mismatch(7, received).expect("shift must be caught");
@@ -132,11 +143,18 @@ mod tests {
     }
 
     #[test]
+    fn neighbouring_seeds_are_not_shifted_copies_of_each_other() {
+        let one = bytes(1, 4096 + 8);
+        assert!(first_mismatch(2, &one[8..]).unwrap().offset < 8);
+        assert!(first_mismatch(0, &one[..4096]).unwrap().offset < 8);
+    }
+
+    #[test]
     fn truncated_and_stale_copies_fail_at_the_first_wrong_byte() {
         let len = 1 << 16;
-        let previous = pattern(seed(&[1, 0]), len);
+        let previous = bytes(seed(&[1, 0]), len);
         let current_seed = seed(&[1, 1]);
-        let current = pattern(current_seed, len);
+        let current = bytes(current_seed, len);
 
         // Truncated: only the first 1000 bytes arrived; the rest is the previous sample's data.
         let mut truncated = previous.clone();

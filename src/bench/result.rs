@@ -1,8 +1,8 @@
 //! What `peerlink bench` found: the `peerlink.bench/1` document.
 
-use super::engine::Timing;
 use super::fit::Fit;
 use super::stats::Stats;
+use super::timing::Sampling;
 use serde::Serialize;
 
 /// JSON schema name of the bench document.
@@ -208,7 +208,8 @@ pub struct BenchReport {
     pub simulated: bool,
     /// GPUs measured (CUDA indices).
     pub devices: Vec<usize>,
-    pub timing: Timing,
+    /// How many operations and samples each figure took.
+    pub timing: Sampling,
     pub notes: Vec<String>,
     pub tests: Vec<TestResult>,
     pub sweeps: Vec<Sweep>,

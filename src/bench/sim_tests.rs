@@ -1,8 +1,8 @@
 //! The bench on simulated hosts: figures against the presets, verification, sweeps, explain.
 
-use super::cases::{Context, Issuer, PeerCopy, Route};
-use super::engine::measure;
+use super::cases::{Context, Initiator, PeerCopy, Route};
 use super::result::{BenchReport, Place, TestResult};
+use super::timing::measure;
 use super::*;
 use crate::backend::sim::SimBackend;
 use crate::backend::CopyMethod;
@@ -191,21 +191,21 @@ fn corrupted_or_stale_destinations_fail_verification() {
     let mut ctx = Context::new(
         &h100,
         vec![0, 2],
-        Defaults::for_backend(&h100).timing,
+        Defaults::for_backend(&h100).sampling,
         1 << 20,
     );
     ctx.backend.enable_peer_access(0, 2).unwrap();
     let test = PeerCopy::new(
         "ce",
         Route::Direct(CopyMethod::CopyEngine),
-        Issuer::Source,
+        Initiator::Source,
         false,
     );
-    let timing = ctx.timing;
-    let mut lanes = test.lanes(&mut ctx, &[(0, 2)], 4096, &timing).unwrap();
-    measure(&mut lanes, &timing, 1).unwrap();
+    let sampling = ctx.sampling;
+    let mut lanes = test.lanes(&mut ctx, &[(0, 2)], 4096, &sampling).unwrap();
+    measure(&mut lanes, &sampling, 1).unwrap();
 
-    // Corrupt one byte of the destination after timing.
+    // Corrupt one byte of the destination after sampling.
     let lane = &lanes[0];
     let mut byte = [0u8];
     h100.read(lane.destination(), 1000, &mut byte).unwrap();
@@ -235,20 +235,20 @@ fn corrupted_or_stale_destinations_fail_verification() {
 #[test]
 fn staged_lanes_deliver_every_byte_across_chunks_and_rotation() {
     let box4 = sim("pcie-4gpu-2socket");
-    let timing = engine::Timing {
+    let sampling = timing::Sampling {
         warmup: 2,
         iterations: 3,
         samples: 2,
         rotation_bytes: 64 << 20,
     };
-    let mut ctx = Context::new(&box4, vec![0, 3], timing, 1 << 20);
-    let test = PeerCopy::new("staged", Route::Staged, Issuer::Source, true);
+    let mut ctx = Context::new(&box4, vec![0, 3], sampling, 1 << 20);
+    let test = PeerCopy::new("staged", Route::Staged, Initiator::Source, true);
     // 5 MiB + 3 bytes: several staging chunks, the last one short; both directions at once.
     let mut lanes = test
-        .lanes(&mut ctx, &[(0, 3), (3, 0)], (5 << 20) + 3, &timing)
+        .lanes(&mut ctx, &[(0, 3), (3, 0)], (5 << 20) + 3, &sampling)
         .unwrap();
     assert!(lanes[0].slots() > 1, "rotation over several slots");
-    let m = measure(&mut lanes, &timing, 7).unwrap();
+    let m = measure(&mut lanes, &sampling, 7).unwrap();
     assert_eq!(m.lane_us.len(), 2);
     assert_eq!(m.lane_us[0].samples, 2);
     for lane in &lanes {

@@ -1,4 +1,5 @@
-//! Summary statistics of repeated measurements.
+//! Summary statistics of repeated measurements: the crate's one median and its one set of spread
+//! figures, for every figure peerlink reports (bench, explain, tune, the engine's proofs, compare).
 
 use serde::Serialize;
 
@@ -17,7 +18,6 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Statistics of `values`, or `None` when there are none or one is not finite.
     /// [`Stats::of`] for times a backend returned: none, or one that is not finite, is an error.
     pub fn of_times(values: &[f64]) -> crate::Result<Stats> {
         Stats::of(values).ok_or_else(|| {
@@ -27,12 +27,12 @@ impl Stats {
         })
     }
 
+    /// Statistics of `values`, or `None` when there are none or one is not finite.
     pub fn of(values: &[f64]) -> Option<Stats> {
-        if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
+        if values.iter().any(|v| !v.is_finite()) {
             return None;
         }
-        let mut sorted = values.to_vec();
-        sorted.sort_by(f64::total_cmp);
+        let sorted = sorted(values)?;
         let n = sorted.len();
         let mean = sorted.iter().sum::<f64>() / n as f64;
         let cv = if n > 1 && mean != 0.0 {
@@ -53,7 +53,24 @@ impl Stats {
     }
 }
 
-/// The `q` quantile of sorted values, interpolating between neighbours.
+/// The median of `values`: the middle one, or the mean of the two middle ones for an even count;
+/// `None` when there are none. Values that are not finite sort to the ends (NaN last).
+pub fn median(values: &[f64]) -> Option<f64> {
+    sorted(values).map(|s| quantile(&s, 0.5))
+}
+
+/// `values` in ascending order, `None` when there are none.
+fn sorted(values: &[f64]) -> Option<Vec<f64>> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    Some(sorted)
+}
+
+/// The `q` quantile of sorted values, interpolating between neighbours (for `q` = 0.5, the mean of
+/// the two middle values of an even count).
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     let rank = q * (sorted.len() - 1) as f64;
     let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
@@ -77,6 +94,14 @@ mod tests {
 
         let even = Stats::of(&[1.0, 2.0, 3.0, 10.0]).unwrap();
         assert_eq!(even.median, 2.5);
+        assert_eq!(median(&[10.0, 3.0, 2.0, 1.0]), Some(2.5));
+        assert_eq!(median(&[4.0, 1.0, 9.0]), Some(4.0));
+        assert_eq!(median(&[]), None);
+        // Not finite: sorted to the ends, where a median does not reach.
+        assert_eq!(
+            median(&[f64::NEG_INFINITY, 1.0, 2.0, f64::NAN, 3.0]),
+            Some(2.0)
+        );
 
         let hundred: Vec<f64> = (1..=101).map(f64::from).collect();
         assert_eq!(Stats::of(&hundred).unwrap().p99, 100.0);

@@ -5,8 +5,9 @@
 use super::args::{Global, PlanArgs};
 use anyhow::Result;
 use peerlink::backend::Backend;
-use peerlink::engine::concurrent::{self, Traffic};
-use peerlink::engine::{benchmark, Fabric};
+use peerlink::bench::proof::concurrent::{self, Traffic};
+use peerlink::bench::proof::{self, batch, sweep};
+use peerlink::engine::Fabric;
 use peerlink::model::{CostModel, Profile};
 use peerlink::report::plan as doc;
 use peerlink::units::{parse_size, parse_sizes};
@@ -94,12 +95,12 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
     let fabric = fabric.open()?;
     let planner = fabric.planner();
     let model = planner.model().origin();
-    let options = benchmark::Options::for_backend(backend.as_ref());
+    let runs = proof::runs_for(backend.as_ref());
 
     match mode {
         Mode::Concurrent { traffic, size } => {
             let pairs = traffic.pairs(fabric.devices())?;
-            let report = concurrent::run(&fabric, &pairs, size, options)?;
+            let report = concurrent::run(&fabric, &pairs, size, runs)?;
             let view = doc::ConcurrentView {
                 model,
                 traffic: args.concurrent.as_deref().unwrap_or_default(),
@@ -108,7 +109,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
             global.print(&doc::concurrent_json(&view), || doc::concurrent_text(&view))
         }
         Mode::Sweep { src, dst, sizes } => {
-            let report = benchmark::run(&fabric, src, dst, &sizes, options)?;
+            let report = sweep::run(&fabric, src, dst, &sizes, runs)?;
             let view = doc::SweepView {
                 model,
                 report: &report,
@@ -123,7 +124,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
             prove,
         } => {
             let proof = prove
-                .then(|| benchmark::batch(&fabric, src, dst, count, message, options))
+                .then(|| batch::run(&fabric, src, dst, count, message, runs))
                 .transpose()?;
             let plan = planner.plan_batch(src, dst, &vec![message as u64; count], 1)?;
             let view = doc::BatchView {
@@ -145,7 +146,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
             let plan = planner.plan(src, dst, size)?;
             let unusable = planner.unusable(src, dst, size)?;
             let proof = prove
-                .then(|| benchmark::run(&fabric, src, dst, &[size], options))
+                .then(|| sweep::run(&fabric, src, dst, &[size], runs))
                 .transpose()?;
             let view = doc::PlanView {
                 source: backend.source(),

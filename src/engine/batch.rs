@@ -1,4 +1,5 @@
-//! Batches of small messages between one pair of GPUs, and patterns replayed many times.
+//! Batches of small messages between one pair of GPUs, and batches prepared once and run many
+//! times.
 //!
 //! Thousands of small copies cost their issue, not their bytes. The planner picks among one copy
 //! kernel for all of them (P2P); that kernel captured once as a graph and replayed (P2P); separate
@@ -24,7 +25,7 @@ use std::sync::Arc;
 /// Preparing and running cost CPU time per message on the path of every batch, so the messages are
 /// kept as the backend's copy list, made once, and buffers are held once each rather than once per
 /// message.
-pub struct Pattern {
+pub struct PreparedBatch {
     fabric: Arc<executor::Shared>,
     plan: BatchPlan,
     /// The messages, as direct copies from their source to their destination ranges.
@@ -47,19 +48,23 @@ impl Fabric {
     }
 
     /// Prepares a batch that will run about `repeats` times (a graph's capture pays off over
-    /// them); run it with [`Pattern::run`].
-    pub fn pattern(&self, messages: &[(Span<'_>, Span<'_>)], repeats: u32) -> Result<Pattern> {
+    /// them); run it with [`PreparedBatch::run`].
+    pub fn prepare_batch(
+        &self,
+        messages: &[(Span<'_>, Span<'_>)],
+        repeats: u32,
+    ) -> Result<PreparedBatch> {
         self.prepare(messages, repeats, None)
     }
 
-    /// Like [`Fabric::pattern`], with this strategy instead of the planner's pick (refused where
+    /// Like [`Fabric::prepare_batch`], with this strategy instead of the planner's pick (refused where
     /// the pair cannot use it).
-    pub fn pattern_with(
+    pub fn prepare_batch_with(
         &self,
         messages: &[(Span<'_>, Span<'_>)],
         repeats: u32,
         strategy: BatchStrategy,
-    ) -> Result<Pattern> {
+    ) -> Result<PreparedBatch> {
         self.prepare(messages, repeats, Some(strategy))
     }
 
@@ -68,7 +73,7 @@ impl Fabric {
         messages: &[(Span<'_>, Span<'_>)],
         repeats: u32,
         strategy: Option<BatchStrategy>,
-    ) -> Result<Pattern> {
+    ) -> Result<PreparedBatch> {
         let Some((first_src, first_dst)) = messages.first() else {
             return Err(Error::usage("a batch needs at least one message"));
         };
@@ -108,7 +113,7 @@ impl Fabric {
         } else {
             (Vec::new(), 0)
         };
-        let mut pattern = Pattern {
+        let mut batch = PreparedBatch {
             fabric: self.shared().clone(),
             plan,
             copies,
@@ -118,12 +123,12 @@ impl Fabric {
             graph: None,
         };
         if matches!(
-            pattern.plan.strategy,
+            batch.plan.strategy,
             BatchStrategy::Graph | BatchStrategy::KernelGraph
         ) {
-            pattern.graph = Some(pattern.capture()?);
+            batch.graph = Some(batch.capture()?);
         }
-        Ok(pattern)
+        Ok(batch)
     }
 }
 
@@ -198,7 +203,7 @@ fn check_hazards(copies: &[Copy]) -> Result<()> {
     Ok(())
 }
 
-impl Pattern {
+impl PreparedBatch {
     /// What the planner chose for this batch.
     pub fn plan(&self) -> &BatchPlan {
         &self.plan
@@ -288,7 +293,7 @@ impl Pattern {
                 }
             }
             BatchStrategy::Graph | BatchStrategy::KernelGraph => {
-                let graph = self.graph.expect("captured when the pattern was prepared");
+                let graph = self.graph.expect("captured when the batch was prepared");
                 shared.backend.replay(graph, control)?;
             }
             BatchStrategy::GatherScatter => {

@@ -9,7 +9,7 @@
 //! - a transfer that would race with a pending one on the same buffer (write after read, read
 //!   after write, write after write) is ordered after it on the GPU automatically;
 //! - dropping a buffer waits for the transfers that use it before its memory is freed, and a
-//!   captured pattern keeps its buffers alive.
+//!   prepared batch keeps its buffers alive.
 
 use super::executor::{self, lock, Completion, Loc, Shared};
 use super::plan::{BatchPlan, Plan, Strategy};
@@ -208,6 +208,13 @@ impl Fabric {
     pub(super) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
+
+    /// Lets `device` reach `peer`'s memory, once per ordered pair, as the engine does before its
+    /// first direct copy between them: what the proofs' plain copies get, as a careful user would
+    /// set it up.
+    pub(crate) fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
+        self.shared.ensure_peer(device, peer)
+    }
 }
 
 fn list(devices: &[usize]) -> String {
@@ -296,6 +303,12 @@ impl Buffer {
     /// Its size in bytes (at least 1).
     pub fn size(&self) -> usize {
         self.state.size
+    }
+
+    /// The backend's buffer underneath, for the proofs' plain copies that bypass the engine: work
+    /// queued on it straight on the backend is not ordered against the engine's transfers.
+    pub(crate) fn backend_id(&self) -> BufferId {
+        self.state.id
     }
 
     /// A range of the buffer, for a transfer (checked when the transfer is submitted).

@@ -1,12 +1,14 @@
-//! The transfer engine: moves data between GPUs by the fastest way the cost model predicts, and
-//! proves its pick against the alternatives.
+//! The transfer engine: plans and moves data between GPUs by the fastest way the cost model
+//! predicts. It measures nothing itself.
 //!
 //! - [`Fabric`]: the safe API — buffers on GPUs, non-blocking transfers with completion handles.
-//! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one.
-//! - The executors queue a plan on the backend's streams, ordered by events; [`batch`] does the
-//!   same for many small messages, and [`Pattern`] replays a prepared batch.
-//! - [`benchmark`] runs every strategy and the pick over a size sweep and reports the regret;
-//!   [`concurrent`] runs every GPU's transfer at once, against each alone and each strategy for all.
+//! - [`Planner`] predicts every strategy from the [`crate::model::CostModel`] and picks one
+//!   ([`plan`] holds what it decides).
+//! - The executor queues a plan on the backend's streams, ordered by events; [`batch`] does the
+//!   same for many small messages, and [`PreparedBatch`] replays a batch prepared once.
+//!
+//! Whether its picks are right is measured outside it, with the rest of the measuring code:
+//! [`crate::bench::proof`] times every strategy against the pick.
 //!
 //! ```
 //! use peerlink::backend::{sim::SimBackend, Backend};
@@ -29,16 +31,14 @@
 //! ```
 
 pub mod batch;
-pub mod benchmark;
-pub mod concurrent;
 mod executor;
 pub mod fabric;
 pub mod plan;
 pub mod planner;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
-pub use batch::Pattern;
+pub use batch::PreparedBatch;
 pub use fabric::{Buffer, Fabric, FabricBuilder, Planned, Span, Transfer, TransferBuilder};
 pub use plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
 pub use planner::Planner;

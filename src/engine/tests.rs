@@ -9,12 +9,12 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-pub(super) fn fabric(preset: &str) -> Fabric {
+pub(crate) fn fabric(preset: &str) -> Fabric {
     let backend: Arc<dyn Backend> = Arc::new(SimBackend::open(preset).unwrap());
     Fabric::open(backend).unwrap()
 }
 
-use super::benchmark::pattern;
+use crate::bench::pattern;
 
 const MIB: usize = 1 << 20;
 
@@ -23,7 +23,7 @@ fn every_strategy_moves_every_byte_on_nvswitch() {
     let f = fabric("dgx-h100");
     let len = 9 * MIB + 123;
     let src = f.alloc(0, len + 7).unwrap();
-    let data = pattern(len + 7, 1);
+    let data = pattern::bytes(1, len + 7);
     src.write(0, &data).unwrap();
     for strategy in [
         Strategy::DirectCe,
@@ -78,8 +78,8 @@ fn bad_ranges_are_refused_and_nothing_is_written() {
     let f = fabric("dgx1-v100");
     let a = f.alloc(0, 4096).unwrap();
     let b = f.alloc(5, 4096).unwrap();
-    let before = pattern(4096, 9);
-    a.write(0, &pattern(4096, 8)).unwrap();
+    let before = pattern::bytes(9, 4096);
+    a.write(0, &pattern::bytes(8, 4096)).unwrap();
     b.write(0, &before).unwrap();
     let other = fabric("dgx1-v100");
     let foreign = other.alloc(0, 4096).unwrap();
@@ -155,7 +155,7 @@ fn the_host_cannot_touch_buffers_a_pending_transfer_uses() {
     let f = fabric("dgx-h100");
     let src = f.alloc(0, 8192).unwrap();
     let dst = f.alloc(1, 8192).unwrap();
-    let data = pattern(8192, 3);
+    let data = pattern::bytes(3, 8192);
     src.write(0, &data).unwrap();
     let (gate, event) = held(&f, 0);
     let t = f
@@ -182,7 +182,7 @@ fn transfers_chain_on_the_gpu_without_the_host_waiting() {
     let a = f.alloc(0, 1 << 20).unwrap();
     let b = f.alloc(5, 1 << 20).unwrap();
     let c = f.alloc(7, 1 << 20).unwrap();
-    let data = pattern(1 << 20, 4);
+    let data = pattern::bytes(4, 1 << 20);
     a.write(0, &data).unwrap();
     let (gate, event) = held(&f, 0);
     let first = f
@@ -206,7 +206,7 @@ fn conflicting_transfers_are_ordered_automatically() {
     let a = f.alloc(0, len).unwrap();
     let b = f.alloc(1, len).unwrap();
     let c = f.alloc(2, len).unwrap();
-    let (first, second) = (pattern(len, 5), pattern(len, 6));
+    let (first, second) = (pattern::bytes(5, len), pattern::bytes(6, len));
     a.write(0, &first).unwrap();
     c.write(0, &second).unwrap();
     let (gate, event) = held(&f, 0);
@@ -230,7 +230,7 @@ fn dropping_handles_and_buffers_mid_transfer_is_safe() {
     {
         let a = f.alloc(0, 8 << 20).unwrap();
         let b = f.alloc(3, 8 << 20).unwrap();
-        a.write(0, &pattern(8 << 20, 7)).unwrap();
+        a.write(0, &pattern::bytes(7, 8 << 20)).unwrap();
         let t = f.copy(a.all(), b.all()).unwrap();
         drop(t);
         // Freeing waits for the transfer still using the buffers.
@@ -259,7 +259,7 @@ fn several_threads_submit_at_once() {
                     let len = (1 << 20) + 4096 * i + round;
                     let src = f.alloc(a, len).unwrap();
                     let dst = f.alloc(b, len).unwrap();
-                    let data = pattern(len, (i * 10 + round) as u64);
+                    let data = pattern::bytes((i * 10 + round) as u64, len);
                     src.write(0, &data).unwrap();
                     f.copy(src.all(), dst.all()).unwrap().wait().unwrap();
                     assert!(dst.to_vec().unwrap() == data, "{a}->{b} round {round}");
@@ -275,7 +275,7 @@ fn several_threads_submit_at_once() {
 type Ranges = (Range<usize>, Range<usize>);
 
 fn scattered(count: usize, max: usize, seed: u64) -> (usize, Vec<Ranges>) {
-    let lens: Vec<usize> = pattern(count, seed)
+    let lens: Vec<usize> = pattern::bytes(seed, count)
         .iter()
         .enumerate()
         .map(|(i, s)| 1 + (*s as usize * 7 + i) % max)
@@ -309,8 +309,8 @@ fn check_batch(
     let (size, ranges) = scattered(count, 700, a as u64 * 31 + b as u64);
     let src = f.alloc(a, size).unwrap();
     let dst = f.alloc(b, size).unwrap();
-    let data = pattern(size, 11);
-    let before = pattern(size, 12);
+    let data = pattern::bytes(11, size);
+    let before = pattern::bytes(12, size);
     src.write(0, &data).unwrap();
     dst.write(0, &before).unwrap();
     let messages: Vec<_> = ranges
@@ -319,7 +319,11 @@ fn check_batch(
         .collect();
     let t = match strategy {
         None => f.copy_batch(&messages).unwrap(),
-        Some(s) => f.pattern_with(&messages, 1, s).unwrap().run(&[]).unwrap(),
+        Some(s) => f
+            .prepare_batch_with(&messages, 1, s)
+            .unwrap()
+            .run(&[])
+            .unwrap(),
     };
     let Planned::Batch(plan) = t.planned() else {
         panic!("a batch")
@@ -359,7 +363,7 @@ fn every_batch_strategy_moves_every_byte() {
         900,
     );
     let err = fabric("pcie-4gpu-2socket")
-        .pattern_with(&[], 1, BatchStrategy::Kernel)
+        .prepare_batch_with(&[], 1, BatchStrategy::Kernel)
         .map(|_| ())
         .unwrap_err();
     assert_usage(err, "at least one message");
@@ -378,7 +382,7 @@ fn batch_strategies_that_need_p2p_are_refused_without_it() {
         BatchStrategy::Graph,
     ] {
         let err = f
-            .pattern_with(&[(a.range(0..8), b.range(0..8))], 1, s)
+            .prepare_batch_with(&[(a.range(0..8), b.range(0..8))], 1, s)
             .map(|_| ())
             .unwrap_err();
         assert_usage(err, "P2P");
@@ -386,7 +390,7 @@ fn batch_strategies_that_need_p2p_are_refused_without_it() {
 }
 
 #[test]
-fn a_pattern_replays_with_new_data_and_keeps_its_buffers() {
+fn a_prepared_batch_replays_with_new_data_and_keeps_its_buffers() {
     for strategy in [BatchStrategy::Graph, BatchStrategy::KernelGraph] {
         replays_with_new_data_and_keeps_its_buffers(strategy);
     }
@@ -401,10 +405,10 @@ fn replays_with_new_data_and_keeps_its_buffers(strategy: BatchStrategy) {
         .iter()
         .map(|(s, d)| (src.range(s.clone()), dst.range(d.clone())))
         .collect();
-    let replay = f.pattern_with(&messages, 100, strategy).unwrap();
+    let replay = f.prepare_batch_with(&messages, 100, strategy).unwrap();
     drop(messages);
     for round in 0..3u64 {
-        let data = pattern(size, 100 + round);
+        let data = pattern::bytes(100 + round, size);
         src.write(0, &data).unwrap();
         replay.run(&[]).unwrap().wait().unwrap();
         let got = dst.to_vec().unwrap();
@@ -415,7 +419,7 @@ fn replays_with_new_data_and_keeps_its_buffers(strategy: BatchStrategy) {
             );
         }
     }
-    // The buffers are gone from the caller, but the pattern still holds them.
+    // The buffers are gone from the caller, but the prepared batch still holds them.
     let expected = src.to_vec().unwrap();
     drop(src);
     let check = dst.to_vec().unwrap();
@@ -430,7 +434,7 @@ fn batches_whose_result_depends_on_order_are_refused() {
     let a = f.alloc(0, 1024).unwrap();
     let b = f.alloc(1, 1024).unwrap();
     let c = f.alloc(2, 1024).unwrap();
-    let before = pattern(1024, 1);
+    let before = pattern::bytes(1, 1024);
     b.write(0, &before).unwrap();
     let cases: Vec<(Vec<(Span<'_>, Span<'_>)>, &str)> = vec![
         (
@@ -475,104 +479,6 @@ fn batches_whose_result_depends_on_order_are_refused() {
     .unwrap()
     .wait()
     .unwrap();
-}
-
-/// A sweep with points on both sides of every crossover seen on the presets (kept small: CI).
-const SWEEP: [u64; 7] = [
-    4 << 10,
-    32 << 10,
-    96 << 10,
-    256 << 10,
-    1 << 20,
-    4 << 20,
-    16 << 20,
-];
-
-fn sweep(preset: &str, src: usize, dst: usize) -> benchmark::Report {
-    let report = benchmark::run(
-        &fabric(preset),
-        src,
-        dst,
-        &SWEEP,
-        benchmark::Options::default(),
-    )
-    .unwrap();
-    for p in &report.points {
-        assert!(
-            p.regret <= 0.05,
-            "{preset} {src}->{dst} at {} bytes: picked {} but {} was faster (regret {:.1}%): {:#?}",
-            p.bytes,
-            p.pick,
-            p.best,
-            p.regret * 100.0,
-            p.timings
-        );
-    }
-    report
-}
-
-#[test]
-fn dgx1_pairs_without_nvlink_relay_or_split_and_beat_staging() {
-    for (src, dst) in [(0, 5), (6, 1)] {
-        let report = sweep("dgx1-v100", src, dst);
-        for p in &report.points {
-            assert!(
-                matches!(p.pick, Strategy::Relay | Strategy::Split),
-                "{p:#?}"
-            );
-            let staged = p.timing(Strategy::Staged).unwrap().measured_us;
-            let pick = p.timing(p.pick).unwrap().measured_us;
-            assert!(pick < staged, "{p:#?}");
-        }
-        // At 16 MiB, using both relays and the host at once beats the best single route by far.
-        let big = report.points.last().unwrap();
-        assert_eq!(big.pick, Strategy::Split);
-        let relay = big.timing(Strategy::Relay).unwrap().measured_us;
-        assert!(
-            big.timing(Strategy::Split).unwrap().measured_us < 0.8 * relay,
-            "{big:#?}"
-        );
-    }
-}
-
-#[test]
-fn dgx1_nvlink_pairs_go_direct_when_small_and_split_when_large() {
-    let report = sweep("dgx1-v100", 0, 1);
-    assert_eq!(report.points[0].pick, Strategy::DirectCe);
-    assert_eq!(report.points.last().unwrap().pick, Strategy::Split);
-}
-
-#[test]
-fn pcie_pairs_across_sockets_are_staged() {
-    for (src, dst) in [(0, 3), (2, 1)] {
-        let report = sweep("pcie-4gpu-2socket", src, dst);
-        assert!(
-            report.points.iter().all(|p| p.pick == Strategy::Staged),
-            "{report:#?}"
-        );
-    }
-    // Inside one PCIe switch P2P works, and direct copies win.
-    let report = sweep("pcie-4gpu-2socket", 0, 1);
-    assert!(
-        report.points.iter().all(|p| p.pick == Strategy::DirectCe),
-        "{report:#?}"
-    );
-}
-
-#[test]
-fn nvswitch_pairs_go_direct() {
-    let report = sweep("dgx-h100", 0, 5);
-    for p in &report.points {
-        assert!(
-            matches!(p.pick, Strategy::DirectCe | Strategy::DirectSm),
-            "{p:#?}"
-        );
-        assert!(
-            p.timing(Strategy::Split).is_none(),
-            "no split between NVSwitch peers"
-        );
-    }
-    assert_eq!(report.source, "sim:dgx-h100");
 }
 
 /// A backend that counts what the engine asks of the simulator underneath.
@@ -775,14 +681,14 @@ fn a_batch_run_checks_its_buffers_once_not_once_per_message() {
             (src.range(i * len..(i + 1) * len), dst.range(d..d + len))
         })
         .collect();
-    let pattern = fabric.pattern(&messages, 4).unwrap();
-    pattern.run(&[]).unwrap().wait().unwrap();
+    let batch = fabric.prepare_batch(&messages, 4).unwrap();
+    batch.run(&[]).unwrap().wait().unwrap();
     let before = (
         counts.event_queries.load(Ordering::Relaxed),
         counts.stream_waits.load(Ordering::Relaxed),
     );
     for _ in 0..3 {
-        pattern.run(&[]).unwrap().wait().unwrap();
+        batch.run(&[]).unwrap().wait().unwrap();
     }
     let queries = counts.event_queries.load(Ordering::Relaxed) - before.0;
     let waits = counts.stream_waits.load(Ordering::Relaxed) - before.1;

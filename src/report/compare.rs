@@ -7,6 +7,7 @@
 //! and reported as the second over the first.
 
 use super::table::plain;
+use crate::bench::stats::median;
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use comfy_table::CellAlignment;
@@ -177,14 +178,13 @@ fn summaries(c: &Comparison) -> Vec<Summary<'_>> {
                 .take_while(|p| &p.test == test)
                 .count();
         let group = &c.pairs[start..end];
-        let mut ratios: Vec<f64> = group.iter().map(Pair::ratio).collect();
-        ratios.sort_by(f64::total_cmp);
+        let ratios: Vec<f64> = group.iter().map(Pair::ratio).collect();
         let distance = |p: &Pair| p.ratio().max(1.0 / p.ratio());
         out.push(Summary {
             test,
             unit: &group[0].unit,
             count: group.len(),
-            median: ratios[ratios.len() / 2],
+            median: median(&ratios).expect("a group has a pair"),
             worst: group
                 .iter()
                 .max_by(|a, b| distance(a).total_cmp(&distance(b)))

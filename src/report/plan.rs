@@ -2,8 +2,10 @@
 //! and (with `--prove`) the times measured for each on the backend.
 
 use super::table::plain;
-use crate::engine::benchmark::{BatchReport, BatchTiming, Point, Report};
-use crate::engine::{concurrent, BatchPlan, Plan, Route, Strategy};
+use crate::bench::proof::batch::{BatchReport, BatchTiming};
+use crate::bench::proof::concurrent;
+use crate::bench::proof::sweep::{Point, Report};
+use crate::engine::{BatchPlan, Plan, Route, Strategy};
 use crate::units::{format_bytes, gbps};
 use comfy_table::CellAlignment;
 use serde_json::{json, Value};

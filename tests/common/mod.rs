@@ -1,5 +1,8 @@
 //! Helpers shared by the CLI tests.
 
+// Each test binary compiles this module and uses only its own part of it.
+#![allow(dead_code)]
+
 use assert_cmd::Command;
 use serde_json::Value;
 
@@ -9,7 +12,6 @@ pub fn peerlink() -> Command {
 }
 
 /// Runs peerlink with `args`, expecting success, and parses stdout as exactly one JSON document.
-#[allow(dead_code)] // each test crate compiles this module; the golden test compares text instead
 pub fn json_of(args: &[&str]) -> Value {
     let out = peerlink().args(args).output().unwrap();
     assert!(

@@ -3,8 +3,9 @@
 
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::Backend;
-use peerlink::engine::benchmark::pattern;
-use peerlink::engine::{benchmark, BatchStrategy, Fabric, Strategy};
+use peerlink::bench::pattern;
+use peerlink::bench::proof::{sweep, RUNS};
+use peerlink::engine::{BatchStrategy, Fabric, Strategy};
 use std::sync::Arc;
 
 fn fabric() -> Fabric {
@@ -24,7 +25,7 @@ fn every_usable_strategy_moves_every_byte() {
     let (a, b) = pair(&f);
     let len = (48 << 20) + 4099;
     let src = f.alloc(a, len + 3).unwrap();
-    let data = pattern(len + 3, 1);
+    let data = pattern::bytes(1, len + 3);
     src.write(0, &data).unwrap();
     let mut tried = 0;
     for strategy in Strategy::ALL {
@@ -48,14 +49,14 @@ fn every_usable_strategy_moves_every_byte() {
 
 #[test]
 #[ignore = "needs a GPU"]
-fn batches_and_replayed_patterns_deliver_every_message() {
+fn batches_and_prepared_batches_deliver_every_message() {
     let f = fabric();
     let (a, b) = pair(&f);
     let count = 2000;
     let len = 97;
     let src = f.alloc(a, count * (len + 3)).unwrap();
     let dst = f.alloc(b, count * (len + 5)).unwrap();
-    let data = pattern(count * (len + 3), 2);
+    let data = pattern::bytes(2, count * (len + 3));
     src.write(0, &data).unwrap();
     let messages: Vec<_> = (0..count)
         .map(|i| {
@@ -67,12 +68,12 @@ fn batches_and_replayed_patterns_deliver_every_message() {
     let mut tried = 0;
     for strategy in BatchStrategy::ALL {
         // Gather-scatter is for two GPUs; on one, the others remain.
-        let Ok(pattern) = f.pattern_with(&messages, 10, strategy) else {
+        let Ok(batch) = f.prepare_batch_with(&messages, 10, strategy) else {
             continue;
         };
         tried += 1;
         for _ in 0..3 {
-            pattern.run(&[]).unwrap().wait().unwrap();
+            batch.run(&[]).unwrap().wait().unwrap();
         }
         let got = dst.to_vec().unwrap();
         for i in 0..count {
@@ -116,7 +117,7 @@ fn the_benchmark_reports_measured_times_and_regret() {
     let f = fabric();
     let (a, b) = pair(&f);
     let sizes = [4 << 10, 256 << 10, 4 << 20, 64 << 20];
-    let report = benchmark::run(&f, a, b, &sizes, benchmark::Options::default()).unwrap();
+    let report = sweep::run(&f, a, b, &sizes, RUNS).unwrap();
     for p in &report.points {
         eprintln!(
             "{a}->{b} {} bytes: pick {} best {} regret {:.1}%",
@@ -165,9 +166,9 @@ fn ten_thousand_random_transfers_move_every_byte() {
     let (a, b) = pair(&f);
     let src = f.alloc(a, SPAN).unwrap();
     let dst = f.alloc(b, SPAN).unwrap();
-    let data = pattern(SPAN, 7);
+    let data = pattern::bytes(7, SPAN);
     src.write(0, &data).unwrap();
-    let mut mirror = pattern(SPAN, 8);
+    let mut mirror = pattern::bytes(8, SPAN);
     dst.write(0, &mirror).unwrap();
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let mut per_strategy = std::collections::BTreeMap::new();

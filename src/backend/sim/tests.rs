@@ -1,6 +1,7 @@
 //! Behaviour of the simulated backend through the `Backend` trait.
 
 use super::*;
+use crate::bench::pattern;
 
 const MIB: usize = 1 << 20;
 
@@ -12,18 +13,10 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * b.abs().max(1.0)
 }
 
-/// Bytes that differ at every offset and between seeds (built a u64 at a time: tests fill MiBs).
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    let mut bytes: Vec<u8> = (0..len.div_ceil(8) as u64)
-        .flat_map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(seed) << 56).to_le_bytes())
-        .collect();
-    bytes.truncate(len);
-    bytes
-}
-
 fn device_buffer(sim: &SimBackend, device: usize, bytes: usize, seed: u8) -> BufferId {
     let b = sim.alloc(Memory::Device(device), bytes).unwrap();
-    sim.write(b, 0, &pattern(bytes, seed)).unwrap();
+    sim.write(b, 0, &pattern::bytes(seed.into(), bytes))
+        .unwrap();
     b
 }
 
@@ -80,7 +73,7 @@ fn a_peer_copy_moves_the_bytes() {
     sim.synchronize(s).unwrap();
     let (a, b) = (contents(&sim, src), contents(&sim, dst));
     assert_eq!(&b[3..3 + 2 * MIB], &a[1..1 + 2 * MIB]);
-    assert_eq!(&b[..3], &pattern(3 * MIB + 5, 0)[..3]);
+    assert_eq!(&b[..3], &pattern::bytes(0, 3 * MIB + 5)[..3]);
 }
 
 #[test]
@@ -533,14 +526,14 @@ fn host_copies_use_the_gpu_pcie_link() {
     let host = sim
         .alloc(Memory::PinnedHost { numa_node: Some(0) }, len)
         .unwrap();
-    sim.write(host, 0, &pattern(len, 3)).unwrap();
+    sim.write(host, 0, &pattern::bytes(3, len)).unwrap();
     let dev = sim.alloc(Memory::Device(0), len).unwrap();
     let s = sim.create_stream(0).unwrap();
     let h2d = timed(&sim, s, || {
         sim.copy(s, CopyMethod::CopyEngine, &whole(host, dev, len))
             .unwrap()
     });
-    assert_eq!(contents(&sim, dev), pattern(len, 3));
+    assert_eq!(contents(&sim, dev), pattern::bytes(3, len));
     let expected = 3.0 + len as f64 / 55.4e3;
     assert!(close(h2d, expected), "{h2d} vs {expected}");
     assert!(sim
@@ -752,7 +745,7 @@ mod random_copies {
         let mut buffers = Vec::new();
         let mut model = Vec::new();
         // Each buffer a different window of one pattern: distinct contents at memcpy speed.
-        let base = pattern(BUF + 64, 0);
+        let base = pattern::bytes(0, BUF + 64);
         for (i, memory) in (0..8)
             .map(Memory::Device)
             .chain([Memory::PinnedHost { numa_node: Some(1) }])

@@ -3,8 +3,8 @@
 
 use super::{enable, no_p2p, Context, Outcome, TestCase};
 use crate::backend::{CopyMethod, Memory};
-use crate::bench::engine::{measure, HopSpec, Lane};
 use crate::bench::result::{Place, Shape, Unit};
+use crate::bench::timing::{measure, HopSpec, Lane};
 use crate::Result;
 
 /// Which way a fan test's copies go.
@@ -72,7 +72,7 @@ impl TestCase for Fan {
         let streams = ctx.streams(&issuers)?;
         let seed = ctx.next_seed();
         let budget = ctx.buffer_budget(gpu)? / peers.len() as u64;
-        let timing = ctx.timing;
+        let sampling = ctx.sampling;
         let mut lanes = Vec::with_capacity(peers.len());
         for (&(from, to), stream) in peers.iter().zip(streams) {
             let hop = HopSpec {
@@ -86,11 +86,11 @@ impl TestCase for Fan {
                 Memory::Device(from),
                 &[hop],
                 bytes as usize,
-                &timing,
+                &sampling,
                 budget,
             )?);
         }
-        let m = measure(&mut lanes, &timing, seed)?;
+        let m = measure(&mut lanes, &sampling, seed)?;
         Ok(Outcome::Measured {
             value: m.total_gbps(),
             total: None,
@@ -194,7 +194,7 @@ impl TestCase for HostCopy {
         };
         let stream = ctx.streams(&[gpu])?[0];
         let seed = ctx.next_seed();
-        let timing = ctx.timing;
+        let sampling = ctx.sampling;
         let hop = HopSpec {
             stream,
             method: CopyMethod::CopyEngine,
@@ -206,10 +206,10 @@ impl TestCase for HostCopy {
             source,
             &[hop],
             bytes as usize,
-            &timing,
+            &sampling,
             ctx.buffer_budget(gpu)?,
         )?];
-        let m = measure(&mut lanes, &timing, seed)?;
+        let m = measure(&mut lanes, &sampling, seed)?;
         Ok(super::lane_outcome(self.unit(), &m, bytes as usize))
     }
 }

@@ -3,9 +3,9 @@
 
 use super::{chase_on_host, enable, lane_outcome, no_p2p, Context, Outcome, TestCase};
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, Memory};
-use crate::bench::engine::{measure, HopSpec, Lane, Timing};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
+use crate::bench::timing::{gpu_us, host_us, measure, HopSpec, Lane, Runs, Sampling};
 use crate::{Error, Result};
 
 /// Bytes of a latency test's message.
@@ -37,7 +37,7 @@ fn small_lane<'b>(
     test: &str,
     src: usize,
     dst: usize,
-    timing: &Timing,
+    sampling: &Sampling,
 ) -> Result<std::result::Result<Lane<'b>, String>> {
     if let Some(reason) = no_p2p(ctx.topology(), src, dst).or_else(|| enable(ctx, src, dst)) {
         return Ok(Err(reason));
@@ -54,7 +54,7 @@ fn small_lane<'b>(
         Memory::Device(src),
         &[hop],
         SMALL_MESSAGE as usize,
-        timing,
+        sampling,
         ctx.buffer_budget(dst)?,
     )?))
 }
@@ -96,17 +96,17 @@ impl TestCase for SmallCopy {
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
         let (src, dst) = place.pair();
-        let timing = Timing {
-            warmup: ctx.timing.warmup.max(1),
+        let sampling = Sampling {
+            warmup: ctx.sampling.warmup.max(1),
             iterations: SMALL_COPIES,
-            ..ctx.timing
+            ..ctx.sampling
         };
         let seed = ctx.next_seed();
-        let mut lane = match small_lane(ctx, self.name(), src, dst, &timing)? {
+        let mut lane = match small_lane(ctx, self.name(), src, dst, &sampling)? {
             Ok(lane) => [lane],
             Err(reason) => return Ok(Outcome::Skipped(reason)),
         };
-        let m = measure(&mut lane, &timing, seed)?;
+        let m = measure(&mut lane, &sampling, seed)?;
         Ok(match self.0 {
             SmallCopyFigure::GpuTime => lane_outcome(Unit::Micros, &m, SMALL_MESSAGE as usize),
             SmallCopyFigure::IssueCost => Outcome::Measured {
@@ -136,16 +136,14 @@ impl EndToEnd {
     /// has seen it complete (event synchronisation).
     pub fn one_transfer(lane: &mut Lane<'_>, op: u64) -> Result<HostTimes> {
         let backend = lane.backend();
-        let start = backend.host_time_us();
-        let call_us = lane.enqueue(op)?;
-        let done = backend.record(lane.final_stream())?;
-        backend.event_synchronize(done)?;
-        let end = backend.host_time_us();
+        let ((call_us, done), total_us) = host_us(backend, || {
+            let call_us = lane.enqueue(op)?;
+            let done = backend.record(lane.final_stream())?;
+            backend.event_synchronize(done)?;
+            Ok((call_us, done))
+        })?;
         backend.destroy_event(done)?;
-        Ok(HostTimes {
-            total_us: end - start,
-            call_us,
-        })
+        Ok(HostTimes { total_us, call_us })
     }
 
     /// [`EndToEnd::one_transfer`] `transfers` times, one at a time, after one warm-up transfer
@@ -188,17 +186,17 @@ impl TestCase for EndToEnd {
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
         let (src, dst) = place.pair();
-        let timing = Timing {
+        let sampling = Sampling {
             warmup: 1,
             iterations: END_TO_END_TRANSFERS,
-            ..ctx.timing
+            ..ctx.sampling
         };
-        let mut lane = match small_lane(ctx, self.name(), src, dst, &timing)? {
+        let mut lane = match small_lane(ctx, self.name(), src, dst, &sampling)? {
             Ok(lane) => lane,
             Err(reason) => return Ok(Outcome::Skipped(reason)),
         };
         let mut times = Vec::new();
-        for _ in 0..ctx.timing.samples {
+        for _ in 0..ctx.sampling.samples {
             let seed = ctx.next_seed();
             times.extend(
                 EndToEnd::host_times(&mut lane, END_TO_END_TRANSFERS, seed)?
@@ -245,24 +243,12 @@ impl Drop for Buffers<'_> {
     }
 }
 
-/// GPU µs between two events recorded around `work` on `stream`, after waiting for `also`.
-fn timed(
-    backend: &dyn Backend,
-    stream: crate::backend::StreamId,
-    also: &[crate::backend::StreamId],
-    work: impl FnOnce() -> Result<()>,
-) -> Result<f64> {
-    let start = backend.record(stream)?;
-    work()?;
-    let end = backend.record(stream)?;
-    backend.synchronize(stream)?;
-    for s in also {
-        backend.synchronize(*s)?;
+/// One timed run per sample of the context's sampling, after the caller's own warm-up.
+fn samples(ctx: &Context<'_>) -> Runs {
+    Runs {
+        warmup: 0,
+        runs: ctx.sampling.samples as usize,
     }
-    let us = backend.elapsed_us(start, end)?;
-    backend.destroy_event(start)?;
-    backend.destroy_event(end)?;
-    Ok(us)
 }
 
 /// Dependent loads from a peer's memory: the round-trip latency of one load over the link.
@@ -333,21 +319,19 @@ impl TestCase for PointerChase {
         backend.write(on_dst, 0, &chain)?;
         backend.pointer_chase(stream, on_dst, CHASE_STEPS / 10, result)?; // warm-up
         let expected = chase_on_host(&chain, CHASE_STEPS);
-        let mut per_load_us = Vec::new();
-        for _ in 0..ctx.timing.samples {
+        let stats = samples(ctx).stats(|| {
             for eviction in &evictions {
                 backend.copy(stream, CopyMethod::CopyEngine, eviction)?;
             }
             backend.write(result, 0, &[0xff; 8])?;
-            let us = timed(backend, stream, &[], || {
+            let us = gpu_us(backend, stream, || {
                 backend.pointer_chase(stream, on_dst, CHASE_STEPS, result)
             })?;
             let mut reached = [0u8; 8];
             backend.read(result, 0, &mut reached)?;
             Error::check_bytes(self.name(), src, dst, &expected.to_le_bytes(), &reached)?;
-            per_load_us.push(us / f64::from(CHASE_STEPS));
-        }
-        let stats = Stats::of_times(&per_load_us)?;
+            Ok(us / f64::from(CHASE_STEPS))
+        })?;
         Ok(Outcome::Measured {
             value: stats.median * 1e3,
             total: None,
@@ -401,9 +385,10 @@ impl TestCase for PingPong {
         let run = |rounds: u32| -> Result<f64> {
             backend.write(ping_flag, 0, &[0; 4])?;
             backend.write(pong_flag, 0, &[0; 4])?;
-            let us = timed(backend, ping, &[pong], || {
+            let us = gpu_us(backend, ping, || {
                 backend.ping_pong(ping, pong, ping_flag, pong_flag, rounds)
             })?;
+            backend.synchronize(pong)?;
             // Both flags end on the last round's number (rounds count from 1).
             for flag in [ping_flag, pong_flag] {
                 let mut found = [0u8; 4];
@@ -413,11 +398,8 @@ impl TestCase for PingPong {
             Ok(us)
         };
         run(PING_PONG_ROUNDS / 10)?; // warm-up: first launches and module loads
-        let mut one_way_us = Vec::new();
-        for _ in 0..ctx.timing.samples {
-            one_way_us.push(run(PING_PONG_ROUNDS)? / f64::from(PING_PONG_ROUNDS) / 2.0);
-        }
-        let stats = Stats::of_times(&one_way_us)?;
+        let stats = samples(ctx)
+            .stats(|| Ok(run(PING_PONG_ROUNDS)? / f64::from(PING_PONG_ROUNDS) / 2.0))?;
         Ok(Outcome::Measured {
             value: stats.median,
             total: None,

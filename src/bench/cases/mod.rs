@@ -10,12 +10,12 @@ mod peer;
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
 pub(crate) use latency::Buffers;
 pub use latency::{EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
-pub use peer::{Issuer, PeerCopy, Route};
+pub use peer::{Initiator, PeerCopy, Route};
 
-use super::engine::{LaneLabel, Measurement, Timing};
 use super::pattern::SplitMix;
 use super::result::{Place, Shape, TestInfo, Unit};
 use super::stats::Stats;
+use super::timing::{LaneLabel, Measurement, Sampling};
 use crate::backend::{Backend, StreamId};
 use crate::topology::Topology;
 use crate::Result;
@@ -77,11 +77,11 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
         (Route::Direct(SmKernel), "sm"),
     ] {
         for bidirectional in [false, true] {
-            for issuer in [Issuer::Source, Issuer::Destination] {
+            for initiator in [Initiator::Source, Initiator::Destination] {
                 tests.push(Box::new(PeerCopy::new(
                     prefix,
                     route,
-                    issuer,
+                    initiator,
                     bidirectional,
                 )));
             }
@@ -90,13 +90,13 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     tests.push(Box::new(PeerCopy::new(
         "staged",
         Route::Staged,
-        Issuer::Source,
+        Initiator::Source,
         false,
     )));
     tests.push(Box::new(PeerCopy::new(
         "staged",
         Route::Staged,
-        Issuer::Source,
+        Initiator::Source,
         true,
     )));
     tests.push(Box::new(Fan(FanDirection::AllToOne)));
@@ -116,7 +116,7 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
 pub struct Context<'a> {
     pub backend: &'a dyn Backend,
     pub devices: Vec<usize>,
-    pub timing: Timing,
+    pub sampling: Sampling,
     /// Bytes the pointer chase spreads its chain over (bigger than the caches on real GPUs).
     pub chase_region_bytes: u64,
     /// Streams made so far, per device; a measurement asks for the k-th of a device.
@@ -130,13 +130,13 @@ impl<'a> Context<'a> {
     pub fn new(
         backend: &'a dyn Backend,
         devices: Vec<usize>,
-        timing: Timing,
+        sampling: Sampling,
         chase_region_bytes: u64,
     ) -> Context<'a> {
         Context {
             backend,
             devices,
-            timing,
+            sampling,
             chase_region_bytes,
             streams: HashMap::new(),
             chain: None,

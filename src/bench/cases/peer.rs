@@ -3,8 +3,8 @@
 
 use super::{enable, no_p2p, Context, Outcome, TestCase};
 use crate::backend::{CopyMethod, Memory};
-use crate::bench::engine::{measure, HopSpec, Lane, Timing};
 use crate::bench::result::{Place, Shape, Unit};
+use crate::bench::timing::{measure, HopSpec, Lane, Sampling};
 use crate::Result;
 
 /// How the bytes travel.
@@ -17,9 +17,10 @@ pub enum Route {
     Staged,
 }
 
-/// Which GPU's context issues a direct copy.
+/// Which GPU initiates a direct copy (its context issues it): the source pushes, the destination
+/// pulls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Issuer {
+pub enum Initiator {
     /// The source GPU writes into the peer (push).
     Source,
     /// The destination GPU reads from the peer (pull).
@@ -30,31 +31,31 @@ pub enum Issuer {
 pub struct PeerCopy {
     name: String,
     route: Route,
-    issuer: Issuer,
+    initiator: Initiator,
     bidirectional: bool,
 }
 
 impl PeerCopy {
-    pub fn new(prefix: &str, route: Route, issuer: Issuer, bidirectional: bool) -> PeerCopy {
-        let side = match (route, issuer) {
+    pub fn new(prefix: &str, route: Route, initiator: Initiator, bidirectional: bool) -> PeerCopy {
+        let side = match (route, initiator) {
             (Route::Staged, _) => "",
-            (_, Issuer::Source) => "-write",
-            (_, Issuer::Destination) => "-read",
+            (_, Initiator::Source) => "-write",
+            (_, Initiator::Destination) => "-read",
         };
         let both = if bidirectional { "-bidir" } else { "" };
         PeerCopy {
             name: format!("{prefix}{both}{side}"),
             route,
-            issuer,
+            initiator,
             bidirectional,
         }
     }
 
     /// The GPUs whose streams carry a message `from` → `to`, first the one whose events time it.
     fn stream_devices(&self, from: usize, to: usize) -> Vec<usize> {
-        match (self.route, self.issuer) {
-            (Route::Direct(_), Issuer::Source) => vec![from],
-            (Route::Direct(_), Issuer::Destination) => vec![to],
+        match (self.route, self.initiator) {
+            (Route::Direct(_), Initiator::Source) => vec![from],
+            (Route::Direct(_), Initiator::Destination) => vec![to],
             (Route::Staged, _) => vec![from, to],
         }
     }
@@ -99,7 +100,7 @@ impl PeerCopy {
         ctx: &mut Context<'b>,
         directions: &[(usize, usize)],
         message: usize,
-        timing: &Timing,
+        sampling: &Sampling,
     ) -> Result<Vec<Lane<'b>>> {
         let lane_devices: Vec<usize> = directions
             .iter()
@@ -117,7 +118,7 @@ impl PeerCopy {
                 Memory::Device(from),
                 &hops,
                 message,
-                timing,
+                sampling,
                 budget,
             )?);
         }
@@ -143,17 +144,17 @@ impl TestCase for PeerCopy {
     }
 
     fn measures(&self) -> String {
-        let how = match (self.route, self.issuer) {
-            (Route::Direct(CopyMethod::CopyEngine), Issuer::Source) => {
+        let how = match (self.route, self.initiator) {
+            (Route::Direct(CopyMethod::CopyEngine), Initiator::Source) => {
                 "write (push): copy engine, issued on the source GPU's stream"
             }
-            (Route::Direct(CopyMethod::CopyEngine), Issuer::Destination) => {
+            (Route::Direct(CopyMethod::CopyEngine), Initiator::Destination) => {
                 "read (pull): copy engine, issued on the destination GPU's stream"
             }
-            (Route::Direct(CopyMethod::SmKernel), Issuer::Source) => {
+            (Route::Direct(CopyMethod::SmKernel), Initiator::Source) => {
                 "write (push): copy kernel on the source GPU storing into the peer"
             }
-            (Route::Direct(CopyMethod::SmKernel), Issuer::Destination) => {
+            (Route::Direct(CopyMethod::SmKernel), Initiator::Destination) => {
                 "read (pull): copy kernel on the destination GPU loading from the peer"
             }
             (Route::Staged, _) => {
@@ -179,9 +180,9 @@ impl TestCase for PeerCopy {
         // Check every direction before allocating anything.
         if let Route::Direct(_) = self.route {
             for &(from, to) in &directions {
-                let issuing = match self.issuer {
-                    Issuer::Source => from,
-                    Issuer::Destination => to,
+                let issuing = match self.initiator {
+                    Initiator::Source => from,
+                    Initiator::Destination => to,
                 };
                 let peer = if issuing == from { to } else { from };
                 if let Some(reason) =
@@ -192,10 +193,10 @@ impl TestCase for PeerCopy {
             }
         }
         let message = bytes as usize;
-        let timing = ctx.timing;
+        let sampling = ctx.sampling;
         let seed = ctx.next_seed();
-        let mut lanes = self.lanes(ctx, &directions, message, &timing)?;
-        let m = measure(&mut lanes, &timing, seed)?;
+        let mut lanes = self.lanes(ctx, &directions, message, &sampling)?;
+        let m = measure(&mut lanes, &sampling, seed)?;
         Ok(Outcome::Measured {
             value: m.lane_gbps(0, message),
             total: self.bidirectional.then(|| m.total_gbps()),

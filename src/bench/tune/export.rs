@@ -12,6 +12,7 @@ use super::{Measurements, PairLatency};
 use crate::backend::sim::preset::{
     Costs, DeviceSpec, GpuSpec, HostSpec, LinkSpec, NvLinkSpec, NvSwitchSpec, PcieSpec, Preset,
 };
+use crate::bench::stats::median;
 use crate::model::{defaults, Cost, Hop};
 use crate::topology::{Link, Topology};
 use crate::Result;
@@ -38,9 +39,9 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
     let mut borrowed: Vec<String> = Vec::new();
 
     let locals = m.costs(|h| matches!(h, Hop::Local { .. }));
-    let copy_setup_us =
-        median(locals.iter().map(|(_, c)| c.alpha_us)).unwrap_or(fallback.costs.copy_setup_us);
-    let local_copy_gbps = median(locals.iter().map(|(_, c)| c.beta_gbps));
+    let copy_setup_us = finite_median(locals.iter().map(|(_, c)| c.alpha_us))
+        .unwrap_or(fallback.costs.copy_setup_us);
+    let local_copy_gbps = finite_median(locals.iter().map(|(_, c)| c.beta_gbps));
     if local_copy_gbps.is_none() {
         borrowed.push("gpu.local_copy_gbps, costs.copy_setup_us".into());
     }
@@ -105,8 +106,8 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
                 _ => None,
             })
             .collect();
-        let per_link = median(measured.iter().map(|(n, c)| c.beta_gbps / f64::from(*n)));
-        let alpha = median(measured.iter().map(|(_, c)| c.alpha_us));
+        let per_link = finite_median(measured.iter().map(|(n, c)| c.beta_gbps / f64::from(*n)));
+        let alpha = finite_median(measured.iter().map(|(_, c)| c.alpha_us));
         let (load_latency_ns, signal_us) = Figures {
             sources: &mut sources,
             borrowed: &mut borrowed,
@@ -332,16 +333,10 @@ impl Figures<'_> {
     }
 }
 
-/// The median of some figures, `None` when there are none.
-fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
+/// The median of the finite ones of some figures, `None` when there are none.
+fn finite_median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let finite: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+    median(&finite)
 }
 
 fn peer_link(topology: &Topology, hop: Hop) -> Option<Link> {
@@ -390,12 +385,12 @@ impl HostCopies {
                 .collect()
         };
         let (up, down) = (direction(true), direction(false));
-        let beta = |costs: &[Cost]| median(costs.iter().map(|c| c.beta_gbps));
-        let alpha = |costs: &[Cost]| median(costs.iter().map(|c| c.alpha_us));
+        let beta = |costs: &[Cost]| finite_median(costs.iter().map(|c| c.beta_gbps));
+        let alpha = |costs: &[Cost]| finite_median(costs.iter().map(|c| c.alpha_us));
         HostCopies {
-            local_gbps: median(local.iter().map(|(_, c)| c.beta_gbps)),
-            local_alpha_us: median(local.iter().map(|(_, c)| c.alpha_us)),
-            remote_gbps: median(remote.iter().map(|(_, c)| c.beta_gbps)),
+            local_gbps: finite_median(local.iter().map(|(_, c)| c.beta_gbps)),
+            local_alpha_us: finite_median(local.iter().map(|(_, c)| c.alpha_us)),
+            remote_gbps: finite_median(remote.iter().map(|(_, c)| c.beta_gbps)),
             staged_gbps: beta(&up).zip(beta(&down)).map(|(u, d)| u.min(d)),
             staged_alpha_us: alpha(&up).zip(alpha(&down)).map(|(u, d)| u + d),
         }
@@ -423,7 +418,7 @@ fn pcie_p2p_rates(
     for class in classes {
         let measured =
             m.costs(|h| matches!(h, Hop::PeerCe { .. }) && peer_link(topology, h) == Some(class));
-        let rate = median(measured.iter().map(|(_, c)| c.beta_gbps));
+        let rate = finite_median(measured.iter().map(|(_, c)| c.beta_gbps));
         match rate {
             Some(r) => sources.push(format!(
                 "pcie.p2p_gbps.{class} {r:.1}: copy-engine β of {} {class} pair{} with P2P (median)",

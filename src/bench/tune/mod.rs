@@ -1,8 +1,8 @@
 //! `peerlink tune`: what each hop of a transfer costs on this host, measured, as a host profile.
 //!
-//! Every hop kind the cost model prices is swept over a few message sizes with the bench's tests and
-//! timing engine (back-to-back copies queued behind a held stream, GPU time, every byte verified),
-//! and `time = α + bytes / β` is fitted to each sweep ([`super::fit`]): a copy-engine and an SM-kernel
+//! Every hop kind the cost model prices is swept over a few message sizes with the bench's tests
+//! and timing ([`super::timing`]: back-to-back copies queued behind a held stream, GPU time, every
+//! byte verified), and `time = α + bytes / β` is fitted to each sweep ([`super::fit`]): a copy-engine and an SM-kernel
 //! write per ordered pair with P2P, host→device and device→host per GPU and NUMA node, and a copy
 //! inside each GPU. Around them, what the model needs besides hops: the CPU's cost to queue a copy,
 //! a kernel, an event and a graph; the GPU time per node of a replayed graph; the GPU time per
@@ -17,15 +17,16 @@ pub mod export;
 mod tests;
 
 use super::cases::{
-    Buffers, Context, HostCopy, HostDirection, Issuer, Outcome, PeerCopy, PingPong, PointerChase,
-    Route, TestCase,
+    Buffers, Context, HostCopy, HostDirection, Initiator, Outcome, PeerCopy, PingPong,
+    PointerChase, Route, TestCase,
 };
-use super::engine::{measure, HopSpec, Lane, Timing};
-use super::explain::host_us;
 use super::pattern;
 use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
+use super::timing::{
+    gpu_us, held_gpu_us, host_us, interleaved, measure, HopSpec, Lane, Runs, Sampling, Turn,
+};
 use super::{check_fits, sweep_pair, Defaults};
 use crate::backend::{Backend, Copy, CopyMethod, Memory, StreamId};
 use crate::model::profile::{Lone, Measured};
@@ -49,9 +50,12 @@ const ISSUE_OPERATIONS: u32 = 100;
 /// Bytes of the operations whose issue, graph and batch costs are measured.
 pub const SMALL_BYTES: usize = 4;
 /// Host-clock probes per figure (event record, graph launch, synchronisation); the median is kept.
-const PROBES: usize = 20;
+const PROBES: Runs = Runs {
+    warmup: 0,
+    runs: 20,
+};
 /// GPU-time windows per figure (graph replay, batch kernel); the median is kept.
-const WINDOWS: usize = 5;
+const WINDOWS: Runs = Runs { warmup: 0, runs: 5 };
 /// Copies captured into the graph whose replay is timed.
 const GRAPH_COPIES: u64 = 32;
 /// Messages of the batched copy kernel whose time per message is measured, and their size.
@@ -117,7 +121,7 @@ pub struct Measurements {
     pub devices: Vec<usize>,
     /// The message sizes every hop was swept over.
     pub sizes: Vec<u64>,
-    pub timing: Timing,
+    pub timing: Sampling,
     /// Every hop swept, fitted or not.
     pub hops: Vec<HopSweep>,
     /// Lone small direct operations, both methods, on every measured pair and every GPU to itself.
@@ -198,28 +202,28 @@ impl Measurements {
     }
 }
 
-/// Sizes and timing for this backend.
-fn plan(simulated: bool, quick: bool) -> (Vec<u64>, Timing) {
+/// Sizes and sampling for this backend.
+fn plan(simulated: bool, quick: bool) -> (Vec<u64>, Sampling) {
     if simulated {
         let sizes = if quick { SIM_QUICK_SIZES } else { SIM_SIZES };
         // The simulator's own bench defaults: its virtual time repeats exactly.
-        let timing = Timing {
+        let sampling = Sampling {
             warmup: 1,
             iterations: 2,
             samples: 1,
             rotation_bytes: 0,
         };
-        (sizes.to_vec(), timing)
+        (sizes.to_vec(), sampling)
     } else {
         let sizes = if quick { GPU_QUICK_SIZES } else { GPU_SIZES };
-        let timing = Timing {
+        let sampling = Sampling {
             warmup: 2,
             iterations: 8,
             samples: if quick { 1 } else { 3 },
             // Beyond the H200's 60 MB L2, as the bench's own default.
             rotation_bytes: 64 << 20,
         };
-        (sizes.to_vec(), timing)
+        (sizes.to_vec(), sampling)
     }
 }
 
@@ -231,10 +235,10 @@ pub fn run(
 ) -> Result<Measurements> {
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
-    let (sizes, timing) = plan(topo.is_simulated(), options.quick);
+    let (sizes, sampling) = plan(topo.is_simulated(), options.quick);
     check_fits(backend, &devices, sizes.iter().copied().max().unwrap_or(0))?;
     let chase_region = Defaults::for_backend(backend).chase_region_bytes;
-    let mut ctx = Context::new(backend, devices.clone(), timing, chase_region);
+    let mut ctx = Context::new(backend, devices.clone(), sampling, chase_region);
     let mut notes = vec![format!(
         "each hop: time = α + bytes/β fitted (relative residuals, Huber weights) to GPU times of \
          back-to-back copies queued behind a held stream at {} ({} warm-up, {} timed, {} sample{} \
@@ -244,10 +248,10 @@ pub fn run(
             .map(|&s| format_bytes(s))
             .collect::<Vec<_>>()
             .join(", "),
-        timing.warmup,
-        timing.iterations,
-        timing.samples,
-        if timing.samples == 1 { "" } else { "s" }
+        sampling.warmup,
+        sampling.iterations,
+        sampling.samples,
+        if sampling.samples == 1 { "" } else { "s" }
     )];
     if topo.is_simulated() {
         notes.push(format!(
@@ -275,7 +279,7 @@ pub fn run(
     let sm = PeerCopy::new(
         "sm",
         Route::Direct(CopyMethod::SmKernel),
-        Issuer::Source,
+        Initiator::Source,
         false,
     );
     let sm_local = sweep_pair(
@@ -294,9 +298,10 @@ pub fn run(
     notes.push(format!(
         "lone operations: GPU time of one {SMALL_BYTES} B copy (copy engine, copy kernel) on an \
          idle stream from an event recorded before it is queued to one after it, the two \
-         methods taking turns, median of {LONE_PROBES} after {LONE_WARMUP} untimed, on every \
-         measured pair and each GPU to itself; a GPU's direct copies to itself are priced by its \
-         local copy (copy engine) and its SM-kernel sweep"
+         methods taking turns, median of {} after {} untimed, on every measured pair and each \
+         GPU to itself; a GPU's direct copies to itself are priced by its local copy (copy \
+         engine) and its SM-kernel sweep",
+        LONE.runs, LONE.warmup
     ));
 
     progress.start("issue costs", 5);
@@ -321,10 +326,10 @@ pub fn run(
     notes.push(format!(
         "on GPU {first} (its own peer): CPU cost to queue one {SMALL_BYTES} B copy and one copy \
          kernel (host clock, {ISSUE_OPERATIONS} in a row), to record an event and to launch a \
-         graph (median of {PROBES}); GPU time per node of a replayed graph of {GRAPH_COPIES} \
-         copies and per message of one batched copy kernel of {BATCH_MESSAGES} × \
-         {BATCH_MESSAGE_BYTES} B beyond its bytes (median of {WINDOWS} windows behind a held \
-         stream)"
+         graph (median of {}); GPU time per node of a replayed graph of {GRAPH_COPIES} copies and \
+         per message of one batched copy kernel of {BATCH_MESSAGES} × {BATCH_MESSAGE_BYTES} B \
+         beyond its bytes (median of {} windows behind a held stream)",
+        PROBES.runs, WINDOWS.runs
     ));
 
     let latencies = if options.latencies {
@@ -338,7 +343,7 @@ pub fn run(
         measured_on: utc_date(std::time::SystemTime::now()),
         devices,
         sizes,
-        timing,
+        timing: sampling,
         hops,
         lone,
         sm_local,
@@ -402,7 +407,7 @@ fn peer_sweeps(
             PeerCopy::new(
                 "ce",
                 Route::Direct(CopyMethod::CopyEngine),
-                Issuer::Source,
+                Initiator::Source,
                 false,
             ),
             (|src, dst| Hop::PeerCe { src, dst }) as fn(usize, usize) -> Hop,
@@ -411,7 +416,7 @@ fn peer_sweeps(
             PeerCopy::new(
                 "sm",
                 Route::Direct(CopyMethod::SmKernel),
-                Issuer::Source,
+                Initiator::Source,
                 false,
             ),
             |src, dst| Hop::PeerSm { src, dst },
@@ -513,13 +518,13 @@ pub fn describe(hop: Hop) -> String {
     }
 }
 
-/// Host µs to queue one small copy on `gpu` by `method`: the timing engine's issue cost of
-/// back-to-back copies within the GPU.
+/// Host µs to queue one small copy on `gpu` by `method`: the issue cost of back-to-back copies
+/// within the GPU, from the bench's lanes.
 fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Result<f64> {
-    let timing = Timing {
+    let sampling = Sampling {
         warmup: 1,
         iterations: ISSUE_OPERATIONS,
-        ..ctx.timing
+        ..ctx.sampling
     };
     let stream = ctx.streams(&[gpu])?[0];
     let hop = HopSpec {
@@ -533,17 +538,19 @@ fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Resul
         Memory::Device(gpu),
         &[hop],
         SMALL_BYTES,
-        &timing,
+        &sampling,
         ctx.buffer_budget(gpu)?,
     )?];
     let seed = ctx.next_seed();
-    Ok(measure(&mut lane, &timing, seed)?.issue_us.median)
+    Ok(measure(&mut lane, &sampling, seed)?.issue_us.median)
 }
 
-/// Untimed lone operations before the timed ones (first use of a pair, of a kernel).
-const LONE_WARMUP: usize = 2;
-/// Timed lone operations per method and pair: they differ by a fraction of a microsecond.
-const LONE_PROBES: usize = 50;
+/// Lone operations per method and pair: untimed ones first (first use of a pair, of a kernel),
+/// then many timed ones, since the two methods differ by a fraction of a microsecond.
+const LONE: Runs = Runs {
+    warmup: 2,
+    runs: 50,
+};
 
 /// Both direct methods' lone operation on each GPU to itself and each ordered pair with P2P.
 fn lone_operations(
@@ -587,7 +594,7 @@ fn lone_operations(
 /// GPU µs of one lone `SMALL_BYTES` copy from GPU `src` to GPU `dst` on an idle `stream`, by the
 /// copy engine and by a copy kernel, from an event recorded just before the copy is queued to one
 /// recorded after it: what a single small direct transfer takes, the CPU's queuing of it included
-/// (the GPU waits for it). The two methods take turns, so that drift falls on both alike.
+/// (the GPU waits for it). The two methods take turns ([`interleaved`]).
 fn lone_us(backend: &dyn Backend, stream: StreamId, src: usize, dst: usize) -> Result<[f64; 2]> {
     let from = backend.alloc(Memory::Device(src), SMALL_BYTES)?;
     let to = backend.alloc(Memory::Device(dst), SMALL_BYTES)?;
@@ -599,68 +606,27 @@ fn lone_us(backend: &dyn Backend, stream: StreamId, src: usize, dst: usize) -> R
         len: SMALL_BYTES,
     };
     let methods = [CopyMethod::CopyEngine, CopyMethod::SmKernel];
-    let times = (|| {
-        let mut times = [
-            Vec::with_capacity(LONE_PROBES),
-            Vec::with_capacity(LONE_PROBES),
-        ];
-        for probe in 0..LONE_WARMUP + LONE_PROBES {
-            for (method, times) in methods.iter().zip(&mut times) {
-                let start = backend.record(stream)?;
-                backend.copy(stream, *method, &copy)?;
-                let end = backend.record(stream)?;
-                backend.event_synchronize(end)?;
-                let us = backend.elapsed_us(start, end)?;
-                backend.destroy_event(start)?;
-                backend.destroy_event(end)?;
-                if probe >= LONE_WARMUP {
-                    times.push(us);
-                }
-            }
-        }
-        Ok::<_, Error>(times)
-    })();
+    let times = interleaved(LONE, methods.len(), Turn::Once, |m, _| {
+        gpu_us(backend, stream, || backend.copy(stream, methods[m], &copy))
+    });
     backend.free(from)?;
     backend.free(to)?;
-    let [ce, sm] = times?;
-    Ok([Stats::of_times(&ce)?.median, Stats::of_times(&sm)?.median])
+    let times = times?;
+    Ok([
+        Stats::of_times(&times[0])?.median,
+        Stats::of_times(&times[1])?.median,
+    ])
 }
 
 /// Host µs to record an event.
 fn event_us(backend: &dyn Backend, stream: StreamId) -> Result<f64> {
-    let mut record = Vec::with_capacity(PROBES);
-    for _ in 0..PROBES {
+    let record = PROBES.stats(|| {
         let (event, us) = host_us(backend, || backend.record(stream))?;
-        record.push(us);
         backend.synchronize(stream)?;
         backend.destroy_event(event)?;
-    }
-    Stats::of_times(&record).map(|s| s.median)
-}
-
-/// GPU µs of the work `queue` puts on `stream`, queued while the stream is held so that the CPU's
-/// cost of queuing it stays out of the window.
-fn held_window_us(
-    backend: &dyn Backend,
-    stream: StreamId,
-    queue: impl FnOnce() -> Result<()>,
-) -> Result<f64> {
-    let gate = backend.hold(stream)?;
-    let queued = (|| {
-        let start = backend.record(stream)?;
-        queue()?;
-        Ok((start, backend.record(stream)?))
-    })();
-    // Release and drain even after an error, so that no stream stays held.
-    let released = backend.release(gate);
-    let drained = backend.synchronize(stream);
-    let (start, end) = queued?;
-    released?;
-    drained?;
-    let us = backend.elapsed_us(start, end)?;
-    backend.destroy_event(start)?;
-    backend.destroy_event(end)?;
-    Ok(us)
+        Ok(us)
+    })?;
+    Ok(record.median)
 }
 
 /// What a captured graph costs.
@@ -674,10 +640,10 @@ struct GraphCosts {
 /// Captures [`GRAPH_COPIES`] small copies within `gpu` once, then times replays: the launch on
 /// the host clock, the nodes in GPU time. The replayed bytes are verified.
 fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
-    let timing = Timing {
+    let sampling = Sampling {
         warmup: 0,
         iterations: GRAPH_COPIES as u32,
-        ..ctx.timing
+        ..ctx.sampling
     };
     let stream = ctx.streams(&[gpu])?[0];
     let hop = HopSpec {
@@ -691,7 +657,7 @@ fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
         Memory::Device(gpu),
         &[hop],
         SMALL_BYTES,
-        &timing,
+        &sampling,
         ctx.buffer_budget(gpu)?,
     )?;
     let backend = ctx.backend;
@@ -702,20 +668,19 @@ fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
     lane.fill(ctx.next_seed())?;
     backend.replay(graph, stream)?; // warm-up: the first replay uploads the graph
     backend.synchronize(stream)?;
-    let mut launch = Vec::with_capacity(PROBES);
-    for _ in 0..PROBES {
-        launch.push(host_us(backend, || backend.replay(graph, stream))?.1);
+    let launch = PROBES.stats(|| {
+        let ((), us) = host_us(backend, || backend.replay(graph, stream))?;
         backend.synchronize(stream)?;
-    }
-    let mut node = Vec::with_capacity(WINDOWS);
-    for _ in 0..WINDOWS {
-        let us = held_window_us(backend, stream, || backend.replay(graph, stream))?;
-        node.push(us / GRAPH_COPIES as f64);
-    }
+        Ok(us)
+    })?;
+    let node = WINDOWS.stats(|| {
+        let us = held_gpu_us(backend, stream, || backend.replay(graph, stream))?;
+        Ok(us / GRAPH_COPIES as f64)
+    })?;
     lane.verify()?;
     Ok(GraphCosts {
-        launch_us: Stats::of_times(&launch)?.median,
-        node_us: Stats::of_times(&node)?.median,
+        launch_us: launch.median,
+        node_us: node.median,
     })
 }
 
@@ -732,7 +697,7 @@ fn batch_message_us(
     let src = buffers.alloc(Memory::Device(gpu), bytes)?;
     let dst = buffers.alloc(Memory::Device(gpu), bytes)?;
     let seed = pattern::seed(&[0x7a5e, gpu as u64]);
-    backend.write(src, 0, &pattern::pattern(seed, bytes))?;
+    backend.write(src, 0, &pattern::bytes(seed, bytes))?;
     backend.write(dst, 0, &vec![0; bytes])?;
     let copies: Vec<Copy> = (0..BATCH_MESSAGES)
         .map(|i| Copy {
@@ -746,19 +711,18 @@ fn batch_message_us(
     // Warm-up: the first launch loads the kernel.
     backend.copy_batch(stream, &copies)?;
     backend.synchronize(stream)?;
-    let mut per_message = Vec::with_capacity(WINDOWS);
-    for _ in 0..WINDOWS {
-        let one = held_window_us(backend, stream, || backend.copy_batch(stream, &copies[..1]))?;
-        let all = held_window_us(backend, stream, || backend.copy_batch(stream, &copies))?;
-        per_message.push((all - one) / (BATCH_MESSAGES - 1) as f64);
-    }
+    let per_message = WINDOWS.stats(|| {
+        let one = held_gpu_us(backend, stream, || backend.copy_batch(stream, &copies[..1]))?;
+        let all = held_gpu_us(backend, stream, || backend.copy_batch(stream, &copies))?;
+        Ok((all - one) / (BATCH_MESSAGES - 1) as f64)
+    })?;
     let mut found = vec![0u8; bytes];
     backend.read(dst, 0, &mut found)?;
     if let Some(m) = pattern::first_mismatch(seed, &found) {
         return Err(m.into_error("tune batch kernel", gpu, gpu));
     }
     let bytes_us = local_gbps.map_or(0.0, |gbps| BATCH_MESSAGE_BYTES as f64 / (gbps * 1e3));
-    Ok((Stats::of_times(&per_message)?.median - bytes_us).max(0.0))
+    Ok((per_message.median - bytes_us).max(0.0))
 }
 
 /// Pointer chase and ping-pong within the first GPU, on the first NVLink pair and on the first

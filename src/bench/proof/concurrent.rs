@@ -7,9 +7,10 @@
 //! costs: each transfer's GPU time alone and together, the aggregate bandwidth, and the regret of
 //! the picks against the best single strategy used for every transfer.
 
-use super::benchmark::{median, pattern, Options};
-use super::fabric::{Fabric, Transfer};
-use super::plan::Strategy;
+use crate::bench::pattern;
+use crate::bench::stats::Stats;
+use crate::bench::timing::{host_us, interleaved, Runs, Turn};
+use crate::engine::{Fabric, Strategy, Transfer};
 use crate::{Error, Result};
 
 /// Which transfers run at once.
@@ -106,13 +107,8 @@ impl Report {
 
 /// Runs `pairs` at once, `bytes` each: alone, with the planner's picks, and with each strategy that
 /// every pair can use; every byte verified after each way.
-pub fn run(
-    fabric: &Fabric,
-    pairs: &[(usize, usize)],
-    bytes: u64,
-    options: Options,
-) -> Result<Report> {
-    if pairs.is_empty() || options.runs == 0 {
+pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) -> Result<Report> {
+    if pairs.is_empty() || runs.runs == 0 {
         return Err(Error::usage(
             "concurrent traffic needs at least one transfer and one timed run",
         ));
@@ -127,7 +123,7 @@ pub fn run(
     let mut buffers = Vec::with_capacity(pairs.len());
     for (i, &(src, dst)) in pairs.iter().enumerate() {
         let (from, to) = (fabric.alloc(src, len)?, fabric.alloc(dst, len)?);
-        from.write(0, &pattern(len, bytes ^ (i as u64 + 1) << 32))?;
+        from.write(0, &pattern::bytes(pattern::seed(&[bytes, i as u64]), len))?;
         buffers.push((from, to));
     }
     let submit = |i: usize, strategy: Strategy| -> Result<Transfer> {
@@ -139,19 +135,16 @@ pub fn run(
             .submit()
     };
 
-    // Alone: each flow's pick with nothing else running; a warm-up before each timed run.
-    let mut alone = Vec::with_capacity(pairs.len());
-    for (i, &pick) in picks.iter().enumerate() {
-        let mut times = Vec::with_capacity(options.runs);
-        for run in 0..options.warmup + options.runs {
-            submit(i, pick)?.elapsed_us()?;
-            let us = submit(i, pick)?.elapsed_us()?;
-            if run >= options.warmup {
-                times.push(us);
-            }
-        }
-        alone.push(median(times));
-    }
+    // Alone: each flow's pick with nothing else running, one flow after another, each timed on
+    // the second of two runs as the ways below are.
+    let alone = (0..pairs.len())
+        .map(|i| {
+            let times = interleaved(runs, 1, Turn::SecondOfTwo, |_, _| {
+                submit(i, picks[i])?.elapsed_us()
+            })?;
+            Ok(Stats::of_times(&times[0])?.median)
+        })
+        .collect::<Result<Vec<f64>>>()?;
 
     // Together: the picks, then each strategy every pair can use.
     let uniform = Strategy::ALL.into_iter().filter(|&s| {
@@ -162,36 +155,40 @@ pub fn run(
     let ways: Vec<Option<Strategy>> = std::iter::once(None).chain(uniform.map(Some)).collect();
     let backend = fabric.backend();
     // Every flow submitted, then every one waited for: the makespan and the finished transfers.
-    let all_at_once = |way: Option<Strategy>| -> Result<(f64, Vec<Transfer>)> {
-        let start = backend.host_time_us();
-        let transfers = (0..pairs.len())
-            .map(|i| submit(i, way.unwrap_or(picks[i])))
-            .collect::<Result<Vec<_>>>()?;
-        for t in &transfers {
-            t.wait()?;
-        }
-        Ok((backend.host_time_us() - start, transfers))
+    let all_at_once = |way: Option<Strategy>| -> Result<(Vec<Transfer>, f64)> {
+        host_us(&**backend, || {
+            let transfers = (0..pairs.len())
+                .map(|i| submit(i, way.unwrap_or(picks[i])))
+                .collect::<Result<Vec<_>>>()?;
+            for t in &transfers {
+                t.wait()?;
+            }
+            Ok(transfers)
+        })
     };
-    let mut makespans = vec![Vec::with_capacity(options.runs); ways.len()];
-    let mut together = vec![Vec::with_capacity(options.runs); pairs.len()];
-    // Ways take turns round by round in a rotating order, each run twice and timed the second
-    // time, as the single-pair benchmark does (drift and the previous way's wake fall on all).
-    for round in 0..options.warmup + options.runs {
-        for turn in 0..ways.len() {
-            let at = (round + turn) % ways.len();
-            all_at_once(ways[at])?;
-            let (makespan, transfers) = all_at_once(ways[at])?;
-            if round < options.warmup {
-                continue;
-            }
-            makespans[at].push(makespan);
-            if ways[at].is_none() {
-                for (flow, t) in together.iter_mut().zip(&transfers) {
-                    flow.push(t.elapsed_us()?);
-                }
-            }
-        }
-    }
+    // Ways take turns round by round in a rotating order, each timed on the second of two runs,
+    // as the single-pair sweep does (drift and the previous way's wake fall on all). The flows'
+    // GPU times are read where they are reported: the picks' timed runs.
+    let timed_runs = interleaved(runs, ways.len(), Turn::SecondOfTwo, |at, timed| {
+        let (transfers, makespan) = all_at_once(ways[at])?;
+        let flow_us = match ways[at] {
+            None if timed => transfers
+                .iter()
+                .map(Transfer::elapsed_us)
+                .collect::<Result<Vec<f64>>>()?,
+            _ => Vec::new(),
+        };
+        Ok((makespan, flow_us))
+    })?;
+    let makespans = timed_runs.iter().map(|way| {
+        way.iter()
+            .map(|(makespan, _)| *makespan)
+            .collect::<Vec<f64>>()
+    });
+    // Way 0 is the planner's picks.
+    let together: Vec<Vec<f64>> = (0..pairs.len())
+        .map(|flow| timed_runs[0].iter().map(|(_, us)| us[flow]).collect())
+        .collect();
     // Every way once more into poisoned destinations, every byte checked.
     for &way in &ways {
         for (i, (_, to)) in buffers.iter().enumerate() {
@@ -211,26 +208,28 @@ pub fn run(
         .into_iter()
         .zip(makespans)
         .map(|(strategy, times)| {
-            let makespan_us = median(times);
-            Way {
+            let makespan_us = Stats::of_times(&times)?.median;
+            Ok(Way {
                 strategy,
                 makespan_us,
                 gbps: total_bytes / (makespan_us * 1e3),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let flows: Vec<Flow> = pairs
         .iter()
         .zip(&picks)
         .zip(alone.iter().zip(together))
-        .map(|((&(src, dst), &pick), (&alone_us, times))| Flow {
-            src,
-            dst,
-            pick,
-            alone_us,
-            together_us: median(times),
+        .map(|((&(src, dst), &pick), (&alone_us, times))| {
+            Ok(Flow {
+                src,
+                dst,
+                pick,
+                alone_us,
+                together_us: Stats::of_times(&times)?.median,
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let rate = |us: f64| bytes as f64 / (us * 1e3);
     let alone_gbps = flows.iter().map(|f| rate(f.alone_us)).sum();
     let together_gbps = flows.iter().map(|f| rate(f.together_us)).sum();
@@ -253,6 +252,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::proof::runs_for;
     use crate::engine::tests::fabric;
 
     const MIB: u64 = 1 << 20;
@@ -260,13 +260,7 @@ mod tests {
     fn shifted(preset: &str, bytes: u64) -> Report {
         let f = fabric(preset);
         let pairs = Traffic::Shift(1).pairs(f.devices()).unwrap();
-        run(
-            &f,
-            &pairs,
-            bytes,
-            Options::for_backend(f.backend().as_ref()),
-        )
-        .unwrap()
+        run(&f, &pairs, bytes, runs_for(f.backend().as_ref())).unwrap()
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The one timing engine every bandwidth and copy-latency test runs on (nvbandwidth's design).
+//! Windows of back-to-back operations behind a held stream: the timing every bandwidth and
+//! copy-latency test runs on (nvbandwidth's design).
 //!
 //! A sample: hold each lane's issuing stream behind a spin kernel (so the CPU's issue cost stays
 //! out of the window) → queue the warm-up operations (outside the window) → record the start event →
@@ -10,15 +11,15 @@
 //! staged through pinned host memory). Several lanes run at once for bidirectional and fan tests;
 //! the first lane's stream is the anchor whose events time the whole.
 
-use super::pattern::{self, first_mismatch};
-use super::stats::Stats;
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
-use crate::{Error, Result};
+use crate::bench::pattern::{self, first_mismatch};
+use crate::bench::stats::Stats;
+use crate::Result;
 use std::collections::HashMap;
 
 /// How many operations and samples a measurement takes.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct Timing {
+pub struct Sampling {
     /// Operations queued before the start event (first-use costs stay out of the window).
     pub warmup: u32,
     /// Operations between the start and end events.
@@ -30,7 +31,7 @@ pub struct Timing {
     pub rotation_bytes: u64,
 }
 
-impl Timing {
+impl Sampling {
     fn operations(&self) -> u64 {
         u64::from(self.warmup) + u64::from(self.iterations)
     }
@@ -85,15 +86,15 @@ impl<'b> Lane<'b> {
         source: Memory,
         hops: &[HopSpec],
         message: usize,
-        timing: &Timing,
+        sampling: &Sampling,
         max_bytes_per_buffer: u64,
     ) -> Result<Lane<'b>> {
         assert!(!hops.is_empty() && message > 0, "a lane copies something");
         let stride = message.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
-        let wanted = (timing.rotation_bytes as usize).div_ceil(stride).max(1);
+        let wanted = (sampling.rotation_bytes as usize).div_ceil(stride).max(1);
         let affordable = (max_bytes_per_buffer as usize / stride).max(1);
         let slots = wanted
-            .min(timing.operations().max(1) as usize)
+            .min(sampling.operations().max(1) as usize)
             .min(affordable);
         let chunk = if hops.len() > 1 {
             message
@@ -169,7 +170,7 @@ impl<'b> Lane<'b> {
             self.backend.write(
                 self.source,
                 self.slot_offset(slot),
-                &pattern::pattern(s, self.message),
+                &pattern::bytes(s, self.message),
             )?;
         }
         Ok(())
@@ -309,24 +310,23 @@ impl Measurement {
     }
 }
 
-/// Runs `timing.samples` samples of `lanes` at once, verifying each, with patterns derived from `seed`.
-pub fn measure(lanes: &mut [Lane<'_>], timing: &Timing, seed: u64) -> Result<Measurement> {
+/// Runs `sampling.samples` samples of `lanes` at once, verifying each, with patterns derived from
+/// `seed`.
+pub fn measure(lanes: &mut [Lane<'_>], sampling: &Sampling, seed: u64) -> Result<Measurement> {
     assert!(!lanes.is_empty(), "measure needs a lane");
-    assert!(timing.iterations > 0 && timing.samples > 0);
-    let mut samples = Vec::with_capacity(timing.samples as usize);
-    for sample in 0..timing.samples {
+    assert!(sampling.iterations > 0 && sampling.samples > 0);
+    let mut samples = Vec::with_capacity(sampling.samples as usize);
+    for sample in 0..sampling.samples {
         for (i, lane) in lanes.iter_mut().enumerate() {
             lane.fill(pattern::seed(&[seed, u64::from(sample), i as u64]))?;
         }
-        samples.push(run_sample(lanes, timing)?);
+        samples.push(run_sample(lanes, sampling)?);
         for lane in lanes.iter() {
             lane.verify()?;
         }
     }
     let stats = |f: &dyn Fn(&SampleTimes) -> f64| {
-        Stats::of(&samples.iter().map(f).collect::<Vec<_>>()).ok_or_else(|| {
-            Error::InvalidHandle("the backend returned a time that is not a finite number".into())
-        })
+        Stats::of_times(&samples.iter().map(f).collect::<Vec<_>>())
     };
     Ok(Measurement {
         lane_us: (0..lanes.len())
@@ -340,14 +340,14 @@ pub fn measure(lanes: &mut [Lane<'_>], timing: &Timing, seed: u64) -> Result<Mea
 }
 
 /// One held-and-released window over all lanes.
-fn run_sample(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<SampleTimes> {
+fn run_sample(lanes: &mut [Lane<'_>], sampling: &Sampling) -> Result<SampleTimes> {
     let backend = lanes[0].backend;
     let mut gates = Vec::with_capacity(lanes.len());
     let held = lanes.iter().try_for_each(|lane| {
         gates.push(backend.hold(lane.stream())?);
         Ok(())
     });
-    let queued = held.and_then(|()| queue_window(lanes, timing));
+    let queued = held.and_then(|()| queue_window(lanes, sampling));
     // Release and drain even after an error, so no stream stays held.
     let released = gates.into_iter().try_for_each(|g| backend.release(g));
     let mut streams: Vec<StreamId> = lanes.iter().flat_map(Lane::streams).collect();
@@ -364,10 +364,10 @@ fn run_sample(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<SampleTimes> {
         .map(|&(start, end)| {
             backend
                 .elapsed_us(start, end)
-                .map(|us| us / f64::from(timing.iterations))
+                .map(|us| us / f64::from(sampling.iterations))
         })
         .collect::<Result<Vec<f64>>>()?;
-    let round_us = backend.elapsed_us(window.start, window.end)? / f64::from(timing.iterations);
+    let round_us = backend.elapsed_us(window.start, window.end)? / f64::from(sampling.iterations);
     let mut events = vec![window.start, window.end];
     events.extend(window.lanes.iter().flat_map(|&(s, e)| [s, e]));
     events.sort_unstable();
@@ -378,7 +378,7 @@ fn run_sample(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<SampleTimes> {
     for lane in lanes.iter_mut() {
         lane.destroy_events()?;
     }
-    let operations = f64::from(timing.iterations) * lanes.len() as f64;
+    let operations = f64::from(sampling.iterations) * lanes.len() as f64;
     Ok(SampleTimes {
         lane_us,
         round_us,
@@ -396,10 +396,10 @@ struct Window {
     start_us: f64,
 }
 
-fn queue_window(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<Window> {
+fn queue_window(lanes: &mut [Lane<'_>], sampling: &Sampling) -> Result<Window> {
     let backend = lanes[0].backend;
     let anchor = lanes[0].stream();
-    for op in 0..u64::from(timing.warmup) {
+    for op in 0..u64::from(sampling.warmup) {
         for lane in lanes.iter_mut() {
             lane.enqueue(op)?;
         }
@@ -412,7 +412,7 @@ fn queue_window(lanes: &mut [Lane<'_>], timing: &Timing) -> Result<Window> {
         starts.push(backend.record(lane.stream())?);
     }
     let (mut issue_us, mut start_us) = (0.0, 0.0);
-    for op in u64::from(timing.warmup)..timing.operations() {
+    for op in u64::from(sampling.warmup)..sampling.operations() {
         for lane in lanes.iter_mut() {
             let before = backend.host_time_us();
             start_us += lane.enqueue(op)?;

@@ -1,0 +1,165 @@
+//! The batch proof: every way of moving a batch of small messages between two GPUs — plain copies
+//! as a user would queue them, the engine in one call, and each batch strategy prepared once and
+//! run again and again — timed on the host clock, every byte verified after each.
+
+use crate::backend::{Copy, CopyMethod};
+use crate::bench::pattern;
+use crate::bench::timing::{host_us, Runs};
+use crate::engine::{BatchStrategy, Fabric, Planned};
+use crate::{Error, Result};
+
+/// One way of moving a batch, timed on the host clock from the call to the completion seen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchTiming {
+    /// A batch strategy's name, `plain copies` or `engine, one call`.
+    pub name: String,
+    /// Host µs spent preparing it once (validation, planning, a graph's capture), before the runs.
+    pub prepare_us: f64,
+    /// Median host µs of one run, divided by the message count.
+    pub per_message_us: f64,
+}
+
+/// Every way of moving `count` messages of `size` bytes between two buffers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchReport {
+    pub source: String,
+    pub src: usize,
+    pub dst: usize,
+    pub count: usize,
+    pub size: usize,
+    /// What the planner picks for the batch.
+    pub pick: BatchStrategy,
+    /// `count` copy-engine copies queued one by one straight on the backend (cudaMemcpyAsync each),
+    /// then one synchronisation: what a user writes without peerlink.
+    pub plain: BatchTiming,
+    /// `Fabric::copy_batch` then `wait`: validation, planning, the copy list's upload, the launch and
+    /// the completion, all paid in every run.
+    pub one_call: BatchTiming,
+    /// Each usable batch strategy prepared once and run again and again (`PreparedBatch::run` + `wait`).
+    pub prepared: Vec<BatchTiming>,
+}
+
+impl BatchReport {
+    /// plain per-message time / the engine's one-call per-message time.
+    pub fn speedup(&self) -> f64 {
+        self.plain.per_message_us / self.one_call.per_message_us
+    }
+}
+
+/// Moves `count` messages of `size` bytes from GPU `src` to GPU `dst` every way, verifying every
+/// byte after each, and times them.
+pub fn run(
+    fabric: &Fabric,
+    src: usize,
+    dst: usize,
+    count: usize,
+    size: usize,
+    runs: Runs,
+) -> Result<BatchReport> {
+    if count == 0 || size == 0 || runs.runs == 0 {
+        return Err(Error::usage(
+            "a batch benchmark needs at least one message of at least one byte, and one run",
+        ));
+    }
+    let total = count
+        .checked_mul(size)
+        .ok_or_else(|| Error::usage("the batch is larger than this host's address space"))?;
+    let from = fabric.alloc(src, total)?;
+    let to = fabric.alloc(dst, total)?;
+    let data = pattern::bytes(pattern::seed(&[count as u64, size as u64]), total);
+    let poison: Vec<u8> = data.iter().map(|b| !b).collect();
+    from.write(0, &data)?;
+    // Message i lands in slot count−1−i: a scatter, not one contiguous copy in disguise.
+    let at = |i: usize| (i * size, (count - 1 - i) * size);
+    let messages: Vec<_> = (0..count)
+        .map(|i| {
+            let (s, d) = at(i);
+            (from.range(s..s + size), to.range(d..d + size))
+        })
+        .collect();
+    let mut expected = vec![0u8; total];
+    for i in 0..count {
+        let (s, d) = at(i);
+        expected[d..d + size].copy_from_slice(&data[s..s + size]);
+    }
+    let backend = fabric.backend();
+    // One way after another, each run from the call until the completion is seen.
+    let time = |name: &str, prepare_us: f64, run: &mut dyn FnMut() -> Result<()>| {
+        to.write(0, &poison)?;
+        let wall = runs.stats(|| Ok(host_us(&**backend, &mut *run)?.1))?;
+        Error::check_bytes(
+            format!("engine batch, {name}"),
+            src,
+            dst,
+            &expected,
+            &to.to_vec()?,
+        )?;
+        Ok(BatchTiming {
+            name: name.to_string(),
+            prepare_us,
+            per_message_us: wall.median / count as f64,
+        })
+    };
+
+    // Plain copies get what any careful user sets up first: peer access, where the pair has it.
+    if fabric.planner().model().has_p2p(src, dst) {
+        fabric.enable_peer_access(src, dst)?;
+    }
+    let stream = backend.create_stream(src)?;
+    let copies: Vec<Copy> = (0..count)
+        .map(|i| {
+            let (s, d) = at(i);
+            Copy {
+                dst: to.backend_id(),
+                dst_offset: d,
+                src: from.backend_id(),
+                src_offset: s,
+                len: size,
+            }
+        })
+        .collect();
+    let plain = time("plain copies", 0.0, &mut || {
+        for copy in &copies {
+            backend.copy(stream, CopyMethod::CopyEngine, copy)?;
+        }
+        let done = backend.record(stream)?;
+        backend.event_synchronize(done)?;
+        backend.destroy_event(done)
+    })?;
+
+    let mut pick = None;
+    let one_call = time("engine, one call", 0.0, &mut || {
+        let t = fabric.copy_batch(&messages)?;
+        t.wait()?;
+        if let Planned::Batch(plan) = t.planned() {
+            pick = Some(plan.strategy);
+        }
+        Ok(())
+    })?;
+
+    let mut prepared = Vec::new();
+    let repeats = u32::try_from(runs.warmup + runs.runs).unwrap_or(u32::MAX);
+    for strategy in BatchStrategy::ALL {
+        // A strategy this pair cannot use is not a contender.
+        let Ok((batch, prepare_us)) = host_us(&**backend, || {
+            fabric.prepare_batch_with(&messages, repeats, strategy)
+        }) else {
+            continue;
+        };
+        prepared.push(time(strategy.name(), prepare_us, &mut || {
+            batch.run(&[])?.wait()
+        })?);
+    }
+    Ok(BatchReport {
+        source: backend.source().to_string(),
+        src,
+        dst,
+        count,
+        size,
+        pick: pick
+            .ok_or_else(|| Error::InvalidHandle("copy_batch was not planned as a batch".into()))?,
+        plain,
+        one_call,
+        prepared,
+    })
+}

@@ -1,0 +1,207 @@
+//! How peerlink times things: the one core that bench, explain, tune, the engine's proofs and the
+//! workloads measure through.
+//!
+//! Two shapes of measurement, each for its own question:
+//! - **Windows** ([`Lane`], [`measure`]): back-to-back operations queued behind a held stream,
+//!   GPU events around them, the GPU time divided by their count: what a path sustains, the CPU's
+//!   cost of queuing kept out (nvbandwidth's design; nccl-tests times a loop of collectives the
+//!   same way, and [`held_gpu_us`] times any such loop).
+//! - **Runs** ([`Runs`], [`interleaved`]): one operation at a time, timed on the host clock
+//!   ([`host_us`]) or between events around it ([`gpu_us`]): what a lone transfer costs, or what a
+//!   caller waits for end to end. Several contenders take turns, so that drift falls on all alike.
+//!
+//! Either way the figures end in [`Stats`]: the median, with the spread.
+
+mod lanes;
+
+pub use lanes::{measure, HopSpec, Lane, LaneLabel, Measurement, Sampling};
+
+use super::stats::Stats;
+use crate::backend::{Backend, StreamId};
+use crate::Result;
+
+/// How often a measurement taken run by run runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Runs {
+    /// Untimed runs first: first-use costs (allocations, module loads, a route's staging buffers)
+    /// stay out of the figures.
+    pub warmup: usize,
+    /// Timed runs; their median is reported.
+    pub runs: usize,
+}
+
+impl Runs {
+    /// `warmup` untimed calls of `run`, then `runs` timed ones: what the timed ones returned.
+    pub fn collect<T>(self, mut run: impl FnMut() -> Result<T>) -> Result<Vec<T>> {
+        let mut all = interleaved(self, 1, Turn::Once, |_, _| run())?;
+        Ok(all.pop().unwrap_or_default())
+    }
+
+    /// [`Runs::collect`] of times, as statistics (an error where a time is not finite).
+    pub fn stats(self, run: impl FnMut() -> Result<f64>) -> Result<Stats> {
+        Stats::of_times(&self.collect(run)?)
+    }
+}
+
+/// What one contender's turn in a round is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// One run.
+    Once,
+    /// Two runs back to back, the second timed: a transfer right after another kind (after a
+    /// staged one, the GPU nearly idle for milliseconds) ran up to 25% slower on the H200 from
+    /// 32 MiB up; the contender's own first run takes that.
+    SecondOfTwo,
+}
+
+/// Measures `contenders` against each other: round after round, each takes its [`Turn`], and
+/// `run(contender, timed)` runs it; the first `runs.warmup` rounds are untimed. Returns what each
+/// contender's timed runs returned, in round order.
+///
+/// Contenders take turns round by round, rather than one after another, so that drift on the host
+/// or the GPU (clocks, other load) falls on all of them alike rather than on whichever ran at the
+/// time. The order rotates from round to round, so that no contender always follows the same one,
+/// and each goes first as often as the others: whatever the first of two back-to-back runs pays
+/// (or leaves behind) falls on all alike too.
+pub fn interleaved<T>(
+    runs: Runs,
+    contenders: usize,
+    turn: Turn,
+    mut run: impl FnMut(usize, bool) -> Result<T>,
+) -> Result<Vec<Vec<T>>> {
+    let mut results: Vec<Vec<T>> = (0..contenders)
+        .map(|_| Vec::with_capacity(runs.runs))
+        .collect();
+    for round in 0..runs.warmup + runs.runs {
+        let timed = round >= runs.warmup;
+        for place in 0..contenders {
+            let contender = (round + place) % contenders;
+            if turn == Turn::SecondOfTwo {
+                run(contender, false)?;
+            }
+            let result = run(contender, timed)?;
+            if timed {
+                results[contender].push(result);
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// Host µs spent in `call`, and what it returned.
+pub fn host_us<T>(backend: &dyn Backend, call: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
+    let start = backend.host_time_us();
+    let value = call()?;
+    Ok((value, backend.host_time_us() - start))
+}
+
+/// GPU µs between an event recorded on `stream` before `queue` puts its work there and one
+/// recorded after it; the host waits for the second.
+pub fn gpu_us(
+    backend: &dyn Backend,
+    stream: StreamId,
+    queue: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
+    let start = backend.record(stream)?;
+    queue()?;
+    let end = backend.record(stream)?;
+    backend.event_synchronize(end)?;
+    elapsed_then_destroy(backend, start, end)
+}
+
+/// [`gpu_us`] with `stream` held while `queue` puts its work there, so that the CPU's cost of
+/// queuing it stays out of the window: the GPU time of back-to-back work.
+pub fn held_gpu_us(
+    backend: &dyn Backend,
+    stream: StreamId,
+    queue: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
+    let gate = backend.hold(stream)?;
+    let queued = (|| {
+        let start = backend.record(stream)?;
+        queue()?;
+        Ok((start, backend.record(stream)?))
+    })();
+    // Release and drain even after an error, so that no stream stays held.
+    let released = backend.release(gate);
+    let drained = backend.synchronize(stream);
+    let (start, end) = queued?;
+    released?;
+    drained?;
+    elapsed_then_destroy(backend, start, end)
+}
+
+fn elapsed_then_destroy(
+    backend: &dyn Backend,
+    start: crate::backend::EventId,
+    end: crate::backend::EventId,
+) -> Result<f64> {
+    let us = backend.elapsed_us(start, end)?;
+    backend.destroy_event(start)?;
+    backend.destroy_event(end)?;
+    Ok(us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contenders_take_turns_in_a_rotating_order_and_warm_ups_are_not_kept() {
+        let runs = Runs { warmup: 1, runs: 3 };
+        let mut order = Vec::new();
+        let kept = interleaved(runs, 3, Turn::Once, |c, timed| {
+            order.push((c, timed));
+            Ok(order.len())
+        })
+        .unwrap();
+        let contenders: Vec<usize> = order.iter().map(|&(c, _)| c).collect();
+        assert_eq!(contenders, [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2]);
+        assert!(order[..3].iter().all(|&(_, timed)| !timed));
+        assert!(order[3..].iter().all(|&(_, timed)| timed));
+        // Each contender's timed runs, in round order.
+        assert_eq!(kept, [vec![6, 8, 10], vec![4, 9, 11], vec![5, 7, 12]]);
+    }
+
+    #[test]
+    fn a_second_of_two_turn_runs_twice_and_keeps_the_second() {
+        let runs = Runs { warmup: 0, runs: 2 };
+        let mut calls = Vec::new();
+        let kept = interleaved(runs, 2, Turn::SecondOfTwo, |c, timed| {
+            calls.push((c, timed));
+            Ok(calls.len())
+        })
+        .unwrap();
+        assert_eq!(
+            calls,
+            [
+                (0, false),
+                (0, true),
+                (1, false),
+                (1, true),
+                (1, false),
+                (1, true),
+                (0, false),
+                (0, true)
+            ]
+        );
+        assert_eq!(kept, [vec![2, 8], vec![4, 6]]);
+    }
+
+    #[test]
+    fn runs_keep_the_timed_results_and_an_error_stops_them() {
+        let mut n = 0;
+        let runs = Runs { warmup: 2, runs: 3 };
+        let kept = runs
+            .collect(|| {
+                n += 1;
+                Ok(n)
+            })
+            .unwrap();
+        assert_eq!(kept, [3, 4, 5]);
+        let stats = runs.stats(|| Ok(2.0)).unwrap();
+        assert_eq!((stats.median, stats.samples), (2.0, 3));
+        let failed = runs.collect(|| -> Result<()> { Err(crate::Error::usage("no")) });
+        assert!(failed.is_err());
+    }
+}
