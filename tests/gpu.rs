@@ -115,7 +115,7 @@ fn topology_is_sane() {
     for notice in b.notices() {
         println!("notice: {notice}");
     }
-    assert_eq!(t.source, "cuda");
+    assert_eq!(t.source, peerlink::topology::Source::Cuda);
     assert!(!t.devices.is_empty());
     let n = t.devices.len();
     assert_eq!(t.pairs.len(), n * (n - 1));

@@ -59,7 +59,7 @@ pub struct Fix {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Explanation {
     pub schema: &'static str,
-    pub source: String,
+    pub source: crate::topology::Source,
     pub simulated: bool,
     pub src: usize,
     pub dst: usize,
@@ -392,7 +392,7 @@ pub fn run(
 
     Ok(Explanation {
         schema: SCHEMA,
-        source: backend.source().to_string(),
+        source: backend.source().clone(),
         simulated: topo.is_simulated(),
         src,
         dst,

@@ -183,7 +183,7 @@ pub fn run(
     );
     let mut report = BenchReport {
         schema: result::SCHEMA,
-        source: backend.source().to_string(),
+        source: backend.source().clone(),
         simulated: topo.is_simulated(),
         devices: devices.clone(),
         timing,

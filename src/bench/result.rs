@@ -204,7 +204,7 @@ pub struct Sweep {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BenchReport {
     pub schema: &'static str,
-    pub source: String,
+    pub source: crate::topology::Source,
     pub simulated: bool,
     /// GPUs measured (CUDA indices).
     pub devices: Vec<usize>,

@@ -7,6 +7,7 @@
 use super::fabric::{Buffer, Fabric};
 use super::plan::{BatchStrategy, Strategy};
 use crate::backend::{Copy, CopyMethod};
+use crate::topology::Source;
 use crate::{Error, Result};
 
 /// How much to run per strategy and size.
@@ -96,8 +97,8 @@ impl Point {
 /// The whole sweep for one pair.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
-    /// `cuda` or `sim:<preset>`: where the times come from.
-    pub source: String,
+    /// Where the times come from.
+    pub source: Source,
     pub src: usize,
     pub dst: usize,
     pub points: Vec<Point>,
@@ -128,7 +129,7 @@ pub fn run(
         points.push(point(fabric, src, dst, bytes, options)?);
     }
     Ok(Report {
-        source: fabric.backend().source().to_string(),
+        source: fabric.backend().source().clone(),
         src,
         dst,
         points,
@@ -330,7 +331,7 @@ pub struct BatchTiming {
 /// Every way of moving `count` messages of `size` bytes between two buffers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchReport {
-    pub source: String,
+    pub source: Source,
     pub src: usize,
     pub dst: usize,
     pub count: usize,
@@ -465,7 +466,7 @@ pub fn batch(
         })?);
     }
     Ok(BatchReport {
-        source: backend.source().to_string(),
+        source: backend.source().clone(),
         src,
         dst,
         count,

@@ -10,6 +10,7 @@
 use super::benchmark::{median, pattern, Options};
 use super::fabric::{Fabric, Transfer};
 use super::plan::Strategy;
+use crate::topology::Source;
 use crate::{Error, Result};
 
 /// Which transfers run at once.
@@ -80,8 +81,7 @@ pub struct Way {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
-    /// `cuda` or `sim:<preset>`.
-    pub source: String,
+    pub source: Source,
     pub bytes: u64,
     pub flows: Vec<Flow>,
     /// The picks first, then each strategy every flow can use.
@@ -240,7 +240,7 @@ pub fn run(
         .fold(f64::INFINITY, f64::min);
     let regret = ways[0].makespan_us / best - 1.0;
     Ok(Report {
-        source: backend.source().to_string(),
+        source: backend.source().clone(),
         bytes,
         flows,
         ways,

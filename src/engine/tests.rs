@@ -572,7 +572,7 @@ fn nvswitch_pairs_go_direct() {
             "no split between NVSwitch peers"
         );
     }
-    assert_eq!(report.source, "sim:dgx-h100");
+    assert_eq!(report.source.to_string(), "sim:dgx-h100");
 }
 
 /// A backend that counts what the engine asks of the simulator underneath.
@@ -597,7 +597,7 @@ fn bump(counter: &AtomicUsize) {
 }
 
 impl Backend for Counting {
-    fn source(&self) -> &str {
+    fn source(&self) -> &crate::topology::Source {
         self.sim.source()
     }
     fn topology(&self) -> &crate::topology::Topology {

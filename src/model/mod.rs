@@ -304,7 +304,7 @@ pub(crate) mod test_support {
             }
         }
         Topology {
-            source: "sim:test".into(),
+            source: crate::topology::Source::Sim("test".into()),
             driver_version: Some("999.1".into()),
             visible_devices: None,
             devices,

@@ -38,8 +38,8 @@ pub struct Lone {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
     pub schema: String,
-    /// `cuda` or `sim:<preset>`: where the measurements were taken.
-    pub source: String,
+    /// Where the measurements were taken.
+    pub source: crate::topology::Source,
     pub driver_version: Option<String>,
     /// GPU UUIDs in CUDA index order.
     pub gpus: Vec<String>,

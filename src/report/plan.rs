@@ -4,6 +4,7 @@
 use super::table::plain;
 use crate::engine::benchmark::{BatchReport, BatchTiming, Point, Report};
 use crate::engine::{concurrent, BatchPlan, Plan, Route, Strategy};
+use crate::topology::Source;
 use crate::units::{format_bytes, gbps};
 use comfy_table::CellAlignment;
 use serde_json::{json, Value};
@@ -20,8 +21,7 @@ pub const CONCURRENT_SCHEMA: &str = "peerlink.plan-concurrent/1";
 
 /// Everything `plan` reports.
 pub struct PlanView<'a> {
-    /// `cuda` or `sim:<preset>`.
-    pub source: &'a str,
+    pub source: &'a Source,
     /// Where the costs came from, in words.
     pub model: &'a str,
     pub plan: &'a Plan,
@@ -71,7 +71,7 @@ pub fn json(view: &PlanView<'_>) -> Value {
     let mut doc = json!({
         "schema": SCHEMA,
         "source": view.source,
-        "simulated": view.source.starts_with("sim:"),
+        "simulated": view.source.is_simulated(),
         "model": view.model,
         "src": plan.src,
         "dst": plan.dst,
@@ -118,8 +118,8 @@ fn point_proof(point: &Point, measured: Vec<Value>) -> Value {
 }
 
 /// The closing lines of a proof: regret, and the engine against a plain copy.
-fn proof_lines(out: &mut String, source: &str, point: &Point) {
-    let what = if source.starts_with("sim:") {
+fn proof_lines(out: &mut String, source: &Source, point: &Point) {
+    let what = if source.is_simulated() {
         "simulated GPU time"
     } else {
         "GPU time"
@@ -175,7 +175,7 @@ pub fn sweep_json(view: &SweepView<'_>) -> Value {
     json!({
         "schema": SWEEP_SCHEMA,
         "source": r.source,
-        "simulated": r.source.starts_with("sim:"),
+        "simulated": r.source.is_simulated(),
         "model": view.model,
         "src": r.src,
         "dst": r.dst,
@@ -269,7 +269,7 @@ pub fn concurrent_json(view: &ConcurrentView<'_>) -> Value {
     json!({
         "schema": CONCURRENT_SCHEMA,
         "source": r.source,
-        "simulated": r.source.starts_with("sim:"),
+        "simulated": r.source.is_simulated(),
         "model": view.model,
         "traffic": view.traffic,
         "bytes": r.bytes,
@@ -356,7 +356,7 @@ pub fn concurrent_text(view: &ConcurrentView<'_>) -> String {
 
 /// A batch plan and, with `--prove`, its measurements.
 pub struct BatchView<'a> {
-    pub source: &'a str,
+    pub source: &'a Source,
     pub model: &'a str,
     pub count: usize,
     pub size: u64,
@@ -378,7 +378,7 @@ pub fn batch_json(view: &BatchView<'_>) -> Value {
     let mut doc = json!({
         "schema": BATCH_SCHEMA,
         "source": view.source,
-        "simulated": view.source.starts_with("sim:"),
+        "simulated": view.source.is_simulated(),
         "model": view.model,
         "src": plan.src,
         "dst": plan.dst,
@@ -575,7 +575,7 @@ mod tests {
         let p = plan();
         let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
         let doc = json(&PlanView {
-            source: "sim:dgx1-v100",
+            source: &Source::Sim("dgx1-v100".into()),
             model: "defaults",
             plan: &p,
             unusable: &unusable,
@@ -598,7 +598,7 @@ mod tests {
         let p = plan();
         let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
         let text = text(&PlanView {
-            source: "sim:dgx1-v100",
+            source: &Source::Sim("dgx1-v100".into()),
             model: "defaults",
             plan: &p,
             unusable: &unusable,

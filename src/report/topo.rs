@@ -150,7 +150,7 @@ mod tests {
 
     fn host() -> Topology {
         Topology {
-            source: "sim:test".into(),
+            source: crate::topology::Source::Sim("test".into()),
             driver_version: Some("580.159.04".into()),
             visible_devices: None,
             devices: vec![
@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn real_host_has_no_banner() {
         let mut t = host();
-        t.source = "cuda".into();
+        t.source = crate::topology::Source::Cuda;
         assert!(!text(&t, &[0, 1, 2]).contains("SIMULATED"));
     }
 }

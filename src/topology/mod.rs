@@ -5,9 +5,11 @@
 //! put the two side by side.
 
 mod link;
+mod source;
 mod warnings;
 
 pub use link::Link;
+pub use source::Source;
 pub use warnings::{warnings, Warning};
 
 use serde::{Deserialize, Serialize};
@@ -56,8 +58,8 @@ pub struct Pair {
 /// The whole host: devices and every ordered pair of them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Topology {
-    /// `cuda` for real GPUs, `sim:<preset>` for the simulator.
-    pub source: String,
+    /// Real GPUs, or the simulator and its preset.
+    pub source: Source,
     /// Driver version as NVML reports it, where known.
     pub driver_version: Option<String>,
     /// The value of CUDA_VISIBLE_DEVICES when the topology was read, if set.
@@ -75,7 +77,7 @@ impl Topology {
 
     /// Whether this topology came from the simulator.
     pub fn is_simulated(&self) -> bool {
-        self.source.starts_with("sim:")
+        self.source.is_simulated()
     }
 
     /// Checks a user's device list against the host and returns it, or all devices when `None`.
@@ -149,7 +151,7 @@ mod tests {
 
     fn two_gpus() -> Topology {
         Topology {
-            source: "sim:test".into(),
+            source: Source::Sim("test".into()),
             driver_version: None,
             visible_devices: None,
             devices: vec![

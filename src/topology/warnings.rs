@@ -163,7 +163,7 @@ mod tests {
 
     fn topo(devices: Vec<super::super::Device>, pairs: Vec<super::super::Pair>) -> Topology {
         Topology {
-            source: "sim:test".into(),
+            source: crate::topology::Source::Sim("test".into()),
             driver_version: None,
             visible_devices: None,
             devices,

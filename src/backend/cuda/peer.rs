@@ -110,7 +110,7 @@ mod tests {
             array_access: false,
         };
         Topology {
-            source: "cuda".into(),
+            source: crate::topology::Source::Cuda,
             driver_version: None,
             visible_devices: None,
             devices: vec![device(0), device(1)],

@@ -6,7 +6,7 @@
 //! from. Everything a preset says is checked here, so that the simulator itself never meets a
 //! nonsensical host.
 
-use crate::topology::{Device, Link, Pair, Topology};
+use crate::topology::{Device, Link, Pair, Source, Topology};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -412,7 +412,7 @@ impl Preset {
             }
         }
         Topology {
-            source: format!("sim:{}", self.name),
+            source: Source::Sim(self.name.clone()),
             driver_version: None,
             visible_devices: None,
             devices,
@@ -511,7 +511,7 @@ mod tests {
             assert!(p.sources.len() >= 3, "{name} cites too little");
             assert!(p.description.contains("SIMULATED"), "{name}");
             let t = p.topology();
-            assert_eq!(t.source, format!("sim:{name}"));
+            assert_eq!(t.source.to_string(), format!("sim:{name}"));
             let n = t.devices.len();
             assert_eq!(t.pairs.len(), n * (n - 1));
             assert!(t

@@ -111,7 +111,7 @@ pub struct Latencies {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Measurements {
     /// `cuda` or `sim:<preset>`.
-    pub source: String,
+    pub source: crate::topology::Source,
     /// UTC date of the run, `YYYY-MM-DD`.
     pub measured_on: String,
     pub devices: Vec<usize>,
@@ -334,7 +334,7 @@ pub fn run(
     };
 
     Ok(Measurements {
-        source: backend.source().to_string(),
+        source: backend.source().clone(),
         measured_on: utc_date(std::time::SystemTime::now()),
         devices,
         sizes,
