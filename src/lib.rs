@@ -7,10 +7,12 @@
 //! - [`engine`]: the transfer engine — plans, runs and proves the fastest way between two GPUs.
 //! - [`model`]: what each hop of a transfer costs (`α + bytes/β`), measured or from the topology.
 //! - [`units`]: byte sizes as users type them.
-//! - [`report`]: text tables and JSON documents for the CLI's verbs.
+//! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
+//! - [`report`]: text tables and CSV for the CLI's verbs.
 
 pub mod backend;
 pub mod bench;
+pub mod document;
 pub mod engine;
 pub mod error;
 pub mod model;

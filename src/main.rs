@@ -5,6 +5,14 @@ use clap::{Args, Parser, Subcommand};
 use peerlink::backend::sim::Preset;
 use peerlink::backend::{self, Choice, Opened};
 use peerlink::bench::{self, explain, progress, tune};
+use peerlink::document::bench::{BenchDocument, ExplainDocument};
+use peerlink::document::compare::CompareDocument;
+use peerlink::document::plan::{
+    BatchView, ConcurrentView, PlanBatchDocument, PlanConcurrentDocument, PlanDocument,
+    PlanSweepDocument, PlanView, SweepView,
+};
+use peerlink::document::topo::TopoDocument;
+use peerlink::document::{self, Document};
 use peerlink::engine::concurrent::{self, Traffic};
 use peerlink::engine::{benchmark, Fabric};
 use peerlink::model::profile::{check_destination, write_atomically};
@@ -217,10 +225,7 @@ fn run(cli: Cli) -> Result<()> {
             let topo = opened.backend.topology();
             let selected = topo.select(global.devices.as_deref())?;
             if global.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report::topo::json(topo, &selected))?
-                );
+                println!("{}", document::to_json(&TopoDocument::new(topo, &selected)));
             } else {
                 print!("{}", report::topo::text(topo, &selected));
             }
@@ -236,12 +241,13 @@ fn run(cli: Cli) -> Result<()> {
                 sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
             };
             let found = bench::run(opened.backend.as_ref(), &options, &*progress_for(global))?;
+            let doc = BenchDocument::new(opened.backend.topology(), found);
             if global.json {
-                println!("{}", serde_json::to_string_pretty(&found)?);
+                println!("{}", document::to_json(&doc));
             } else if args.csv {
-                print!("{}", report::bench::csv(&found));
+                print!("{}", report::bench::csv(&doc.results));
             } else {
-                print!("{}", report::bench::text(&found));
+                print!("{}", report::bench::text(&doc));
             }
         }
         Verb::Explain(args) => {
@@ -254,10 +260,11 @@ fn run(cli: Cli) -> Result<()> {
                 size,
                 &*progress_for(global),
             )?;
+            let doc = ExplainDocument::new(opened.backend.topology(), found);
             if global.json {
-                println!("{}", serde_json::to_string_pretty(&found)?);
+                println!("{}", document::to_json(&doc));
             } else {
-                print!("{}", report::bench::explain_text(&found));
+                print!("{}", report::bench::explain_text(&doc));
             }
         }
         Verb::Plan(args) => plan(global, &args)?,
@@ -268,14 +275,14 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn compare(global: &Global, args: &CompareArgs) -> Result<()> {
-    let read = |path: &PathBuf| -> Result<serde_json::Value> {
+    let read = |path: &PathBuf| -> Result<BenchDocument> {
         let text = std::fs::read_to_string(path).map_err(|source| peerlink::Error::Io {
             path: path.clone(),
             source,
         })?;
-        serde_json::from_str(&text).map_err(|e| {
+        document::read(&text).map_err(|why| {
             peerlink::Error::Usage(format!(
-                "{} is not JSON ({e}); give two `peerlink bench --json` outputs",
+                "{} is {why}; give two `peerlink bench --json` outputs",
                 path.display()
             ))
             .into()
@@ -285,17 +292,14 @@ fn compare(global: &Global, args: &CompareArgs) -> Result<()> {
         args.base.display().to_string(),
         args.other.display().to_string(),
     );
-    let comparison = report::compare::compare(
+    let comparison = document::compare::compare(
         &read(&args.base)?,
         &read(&args.other)?,
         &base_name,
         &other_name,
-    )?;
+    );
     if global.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report::compare::json(&comparison))?
-        );
+        println!("{}", document::to_json(&CompareDocument::new(&comparison)));
     } else {
         print!(
             "{}",
@@ -345,7 +349,7 @@ fn tune(global: &Global, args: &TuneArgs) -> Result<()> {
         _ => None,
     };
     if global.json {
-        println!("{}", serde_json::to_string_pretty(&profile)?);
+        println!("{}", document::to_json(&profile));
     } else {
         print!("{}", report::tune::text(&measured));
     }
@@ -394,27 +398,30 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     let fabric = fabric.open()?;
     let planner = fabric.planner();
     let options = benchmark::Options::for_backend(backend.as_ref());
-    let print = |doc: serde_json::Value, text: String| -> Result<()> {
-        if global.json {
-            println!("{}", serde_json::to_string_pretty(&doc)?);
+    let host = backend.topology();
+    /// Prints the document with `--json`, else the text (made only then).
+    fn print<D: Document>(json: bool, doc: D, text: impl FnOnce() -> String) {
+        if json {
+            println!("{}", document::to_json(&doc));
         } else {
-            print!("{text}");
+            print!("{}", text());
         }
-        Ok(())
-    };
+    }
 
     if let (Some(traffic), Some(size)) = (traffic, size) {
         let pairs = traffic.pairs(fabric.devices())?;
         let report = concurrent::run(&fabric, &pairs, size, options)?;
-        let view = report::plan::ConcurrentView {
+        let view = ConcurrentView {
             model: planner.model().origin(),
             traffic: args.concurrent.as_deref().unwrap_or_default(),
             report: &report,
         };
-        return print(
-            report::plan::concurrent_json(&view),
-            report::plan::concurrent_text(&view),
+        print(
+            global.json,
+            PlanConcurrentDocument::new(host, &view),
+            || report::plan::concurrent_text(&view),
         );
+        return Ok(());
     }
     let (src, dst) = args
         .src
@@ -422,14 +429,14 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
         .expect("clap requires --src and --dst without --concurrent");
     if let Some(sizes) = sizes {
         let report = benchmark::run(&fabric, src, dst, &sizes, options)?;
-        let view = report::plan::SweepView {
+        let view = SweepView {
             model: planner.model().origin(),
             report: &report,
         };
-        return print(
-            report::plan::sweep_json(&view),
-            report::plan::sweep_text(&view),
-        );
+        print(global.json, PlanSweepDocument::new(host, &view), || {
+            report::plan::sweep_text(&view)
+        });
+        return Ok(());
     }
     let size = size.expect("clap requires --size without --sizes");
     if let Some(count) = args.messages {
@@ -445,7 +452,7 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
         };
         let sizes = vec![size; count];
         let plan = planner.plan_batch(src, dst, &sizes, 1)?;
-        let view = report::plan::BatchView {
+        let view = BatchView {
             source: backend.source(),
             model: planner.model().origin(),
             count,
@@ -453,10 +460,10 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
             plan: &plan,
             proof: report.as_ref(),
         };
-        return print(
-            report::plan::batch_json(&view),
-            report::plan::batch_text(&view),
-        );
+        print(global.json, PlanBatchDocument::new(host, &view), || {
+            report::plan::batch_text(&view)
+        });
+        return Ok(());
     }
     let plan = planner.plan(src, dst, size)?;
     let unusable = planner.unusable(src, dst, size)?;
@@ -465,14 +472,17 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
     } else {
         None
     };
-    let view = report::plan::PlanView {
+    let view = PlanView {
         source: backend.source(),
         model: planner.model().origin(),
         plan: &plan,
         unusable: &unusable,
         proof: proof.as_ref(),
     };
-    print(report::plan::json(&view), report::plan::text(&view))
+    print(global.json, PlanDocument::new(host, &view), || {
+        report::plan::text(&view)
+    });
+    Ok(())
 }
 
 /// A progress bar on stderr, except for `--json` runs.

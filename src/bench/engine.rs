@@ -17,7 +17,9 @@ use crate::{Error, Result};
 use std::collections::HashMap;
 
 /// How many operations and samples a measurement takes.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Timing {
     /// Operations queued before the start event (first-use costs stay out of the window).
     pub warmup: u32,

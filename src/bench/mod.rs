@@ -182,9 +182,6 @@ pub fn run(
         defaults.chase_region_bytes,
     );
     let mut report = BenchReport {
-        schema: result::SCHEMA,
-        source: backend.source().clone(),
-        simulated: topo.is_simulated(),
         devices: devices.clone(),
         timing,
         notes,

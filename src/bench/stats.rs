@@ -1,9 +1,10 @@
 //! Summary statistics of repeated measurements.
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// The spread of a set of samples: what a single median would hide.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Stats {
     pub median: f64,
     pub min: f64,

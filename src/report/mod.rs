@@ -1,8 +1,7 @@
-//! Text tables and JSON documents for the CLI's verbs.
+//! Text tables and CSV for the CLI's verbs (their JSON documents are [`crate::document`]).
 //!
-//! Every JSON document carries `"schema": "peerlink.<verb>/<n>"` and `"source"` (`cuda` or
-//! `sim:<preset>`), so scripts can check what they are reading. Text output from the simulator opens
-//! with [`simulated_banner`] (see [`opening`]).
+//! Text output from the simulator opens with [`simulated_banner`] (see [`opening`]), as its JSON
+//! says `"simulated": true`.
 
 pub mod bench;
 pub mod compare;

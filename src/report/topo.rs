@@ -1,30 +1,12 @@
-//! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices, and as JSON.
+//! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices.
 
 use super::table::{matrix, plain};
 use crate::topology::{warnings, Link, Topology};
-use serde_json::{json, Value};
 use std::fmt::Write;
-
-/// JSON schema name of the `topo` document.
-pub const SCHEMA: &str = "peerlink.topo/1";
-
-/// The `topo --json` document for the devices in `selected` (indices into `topo.devices`).
-pub fn json(topo: &Topology, selected: &[usize]) -> Value {
-    let topo = restrict(topo, selected);
-    json!({
-        "schema": SCHEMA,
-        "source": topo.source,
-        "driver_version": topo.driver_version,
-        "visible_devices": topo.visible_devices,
-        "devices": topo.devices,
-        "pairs": topo.pairs,
-        "warnings": warnings(&topo),
-    })
-}
 
 /// The human-readable report.
 pub fn text(topo: &Topology, selected: &[usize]) -> String {
-    let topo = restrict(topo, selected);
+    let topo = topo.restricted_to(selected);
     let mut out = super::opening(&topo.source);
     let _ = writeln!(
         out,
@@ -123,26 +105,6 @@ fn legend(topo: &Topology) -> String {
     out
 }
 
-/// The topology with only the selected devices and the pairs between them.
-fn restrict(topo: &Topology, selected: &[usize]) -> Topology {
-    let keep = |i: &usize| selected.contains(i);
-    Topology {
-        devices: topo
-            .devices
-            .iter()
-            .filter(|d| keep(&d.index))
-            .cloned()
-            .collect(),
-        pairs: topo
-            .pairs
-            .iter()
-            .filter(|p| keep(&p.src) && keep(&p.dst))
-            .cloned()
-            .collect(),
-        ..topo.clone()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +114,7 @@ mod tests {
         Topology {
             source: crate::topology::Source::Sim("test".into()),
             driver_version: Some("580.159.04".into()),
+            cuda_version: None,
             visible_devices: None,
             devices: vec![
                 device(0, Some(0), "0000:18:00.0"),
@@ -167,36 +130,6 @@ mod tests {
                 pair(2, 1, Link::Sys, false),
             ],
         }
-    }
-
-    #[test]
-    fn json_follows_the_contract() {
-        let doc = json(&host(), &[0, 1, 2]);
-        assert_eq!(doc["schema"], SCHEMA);
-        assert_eq!(doc["source"], "sim:test");
-        let devices = doc["devices"].as_array().unwrap();
-        assert_eq!(devices.len(), 3);
-        for key in ["index", "name", "pci_bus_id", "numa_node"] {
-            assert!(devices[0].get(key).is_some(), "device lacks {key}");
-        }
-        let pairs = doc["pairs"].as_array().unwrap();
-        assert_eq!(pairs.len(), 6);
-        assert_eq!(pairs[0]["link"], "NV2");
-        assert_eq!(pairs[1]["link"], "SYS");
-        assert_eq!(pairs[1]["p2p"], false);
-        for key in ["src", "dst", "link", "p2p", "perf_rank", "atomics"] {
-            assert!(pairs[0].get(key).is_some(), "pair lacks {key}");
-        }
-        assert_eq!(doc["warnings"][0]["code"], "no-p2p");
-    }
-
-    #[test]
-    fn selection_keeps_only_pairs_inside_it() {
-        let doc = json(&host(), &[0, 2]);
-        assert_eq!(doc["devices"].as_array().unwrap().len(), 2);
-        let pairs = doc["pairs"].as_array().unwrap();
-        assert_eq!(pairs.len(), 2);
-        assert!(pairs.iter().all(|p| p["link"] == "SYS"));
     }
 
     #[test]

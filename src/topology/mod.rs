@@ -12,10 +12,11 @@ pub use link::Link;
 pub use source::Source;
 pub use warnings::{warnings, Warning};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// One GPU as the host presents it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Device {
     /// CUDA device ordinal (after CUDA_VISIBLE_DEVICES).
     pub index: usize,
@@ -39,7 +40,7 @@ pub struct Device {
 }
 
 /// What the driver says about one ordered pair of distinct GPUs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Pair {
     pub src: usize,
     pub dst: usize,
@@ -56,12 +57,15 @@ pub struct Pair {
 }
 
 /// The whole host: devices and every ordered pair of them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Topology {
     /// Real GPUs, or the simulator and its preset.
     pub source: Source,
     /// Driver version as NVML reports it, where known.
     pub driver_version: Option<String>,
+    /// The CUDA version the driver supports, `major.minor`, where known.
+    #[serde(default)]
+    pub cuda_version: Option<String>,
     /// The value of CUDA_VISIBLE_DEVICES when the topology was read, if set.
     pub visible_devices: Option<String>,
     pub devices: Vec<Device>,
@@ -78,6 +82,26 @@ impl Topology {
     /// Whether this topology came from the simulator.
     pub fn is_simulated(&self) -> bool {
         self.source.is_simulated()
+    }
+
+    /// The same host with only the devices in `selected` (indices) and the pairs between them.
+    pub fn restricted_to(&self, selected: &[usize]) -> Topology {
+        let keep = |i: &usize| selected.contains(i);
+        Topology {
+            devices: self
+                .devices
+                .iter()
+                .filter(|d| keep(&d.index))
+                .cloned()
+                .collect(),
+            pairs: self
+                .pairs
+                .iter()
+                .filter(|p| keep(&p.src) && keep(&p.dst))
+                .cloned()
+                .collect(),
+            ..self.clone()
+        }
     }
 
     /// Checks a user's device list against the host and returns it, or all devices when `None`.
@@ -153,6 +177,7 @@ mod tests {
         Topology {
             source: Source::Sim("test".into()),
             driver_version: None,
+            cuda_version: None,
             visible_devices: None,
             devices: vec![
                 device(0, Some(0), "0000:18:00.0"),

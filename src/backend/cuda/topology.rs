@@ -333,6 +333,7 @@ pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<S
     let topology = Topology {
         source: Source::Cuda,
         driver_version: nvml.as_ref().and_then(|n| n.sys_driver_version().ok()),
+        cuda_version: driver::driver_version().ok().map(driver::version_text),
         visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
         devices,
         pairs,
