@@ -1,5 +1,5 @@
 //! The published JSON Schemas (`docs/schemas/`): generated from the document types, and every
-//! document the repository holds validates against them.
+//! document the repository holds validates against them and reads back as its type.
 //!
 //! When a document type changes, regenerate the files with
 //! `PEERLINK_BLESS=1 cargo test --release --test schemas` and commit them with the change.
@@ -21,20 +21,20 @@ fn committed_schemas_are_the_ones_the_code_generates() {
     let bless = std::env::var_os("PEERLINK_BLESS").is_some();
     let mut differing = Vec::new();
     let generated = published();
-    for (file, schema) in &generated {
-        let path = schema_dir().join(file);
-        let text = serde_json::to_string_pretty(schema).unwrap() + "\n";
+    for published in &generated {
+        let path = schema_dir().join(&published.file);
+        let text = serde_json::to_string_pretty(&published.schema).unwrap() + "\n";
         if bless {
             std::fs::create_dir_all(schema_dir()).unwrap();
             std::fs::write(&path, &text).unwrap();
         } else if std::fs::read_to_string(&path).ok().as_deref() != Some(&text) {
-            differing.push(file.clone());
+            differing.push(published.file.clone());
         }
     }
     // A schema the code no longer generates is stale.
     for entry in std::fs::read_dir(schema_dir()).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().to_string();
-        if !generated.iter().any(|(file, _)| *file == name) {
+        if !generated.iter().any(|p| p.file == name) {
             if bless {
                 std::fs::remove_file(schema_dir().join(&name)).unwrap();
             } else {
@@ -78,25 +78,29 @@ fn schema_file_for(doc: &Value) -> Option<String> {
     }
 }
 
-/// Validates every file in `files`, returning what failed.
+/// Validates every file in `files` and reads it as peerlink does, returning what failed.
 fn validate_all(files: &[PathBuf]) -> (usize, Vec<String>) {
     let schemas = published();
     let mut checked = 0;
     let mut failures = Vec::new();
     for path in files {
         let shown = path.strip_prefix(repo()).unwrap_or(path).display();
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap())
-            .unwrap_or_else(|e| panic!("{shown} is not JSON: {e}"));
+        let text = std::fs::read_to_string(path).unwrap();
+        let doc: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{shown} is not JSON: {e}"));
         let Some(file) = schema_file_for(&doc) else {
             continue;
         };
-        let Some((_, schema)) = schemas.iter().find(|(f, _)| *f == file) else {
+        let Some(published) = schemas.iter().find(|p| p.file == file) else {
             failures.push(format!("{shown}: no published schema {file}"));
             continue;
         };
-        let validator = jsonschema::validator_for(schema).unwrap();
+        let validator = jsonschema::validator_for(&published.schema).unwrap();
         for error in validator.iter_errors(&doc).take(3) {
             failures.push(format!("{shown} at {}: {error}", error.instance_path()));
+        }
+        if let Err(why) = (published.read)(&text) {
+            failures.push(format!("{shown}: peerlink cannot read it: {why}"));
         }
         checked += 1;
     }
@@ -104,7 +108,7 @@ fn validate_all(files: &[PathBuf]) -> (usize, Vec<String>) {
 }
 
 #[test]
-fn every_committed_document_validates_against_its_schema() {
+fn every_committed_document_validates_against_its_schema_and_reads_back() {
     let files = json_files(&repo().join("benchmarks"));
     let (checked, failures) = validate_all(&files);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -133,5 +137,6 @@ fn a_document_that_breaks_its_schema_is_caught() {
     let path = dir.path().join("broken.json");
     std::fs::write(&path, doc.to_string()).unwrap();
     let (_, failures) = validate_all(&[path]);
-    assert_eq!(failures.len(), 2, "{failures:?}");
+    // Two schema violations, and peerlink's own reading refuses it.
+    assert_eq!(failures.len(), 3, "{failures:?}");
 }

@@ -24,8 +24,18 @@ pub fn file_name(schema: &str) -> String {
     format!("{}.schema.json", schema.replace('/', "-"))
 }
 
-/// Every published schema: its file name and the schema.
-pub fn published() -> Vec<(String, Value)> {
+/// One published schema, and how peerlink reads what it describes.
+pub struct Published {
+    /// The file under `docs/schemas/`.
+    pub file: String,
+    pub schema: Value,
+    /// Reads a text as peerlink does (`compare`, `plan --profile`, `--sim FILE`): the sentence
+    /// saying why it cannot, if it cannot.
+    pub read: fn(&str) -> Result<(), String>,
+}
+
+/// Every published schema.
+pub fn published() -> Vec<Published> {
     vec![
         of::<TopoDocument>(),
         of::<BenchDocument>(),
@@ -36,21 +46,30 @@ pub fn published() -> Vec<(String, Value)> {
         of::<PlanConcurrentDocument>(),
         of::<Profile>(),
         of::<CompareDocument>(),
-        (
-            PRESET_FILE.to_string(),
-            titled::<Preset>("peerlink simulator preset"),
-        ),
+        Published {
+            file: PRESET_FILE.to_string(),
+            schema: titled::<Preset>("peerlink simulator preset"),
+            read: |text| {
+                Preset::parse(text, "preset")
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+        },
     ]
 }
 
 /// A document's schema, its `schema` field pinned to the document's name.
-fn of<D: Document>() -> (String, Value) {
+fn of<D: Document>() -> Published {
     let mut schema = titled::<D>(D::SCHEMA);
     schema["properties"]["schema"] = json!({
         "description": "What the document is and the version of its shape.",
         "const": D::SCHEMA,
     });
-    (file_name(D::SCHEMA), schema)
+    Published {
+        file: file_name(D::SCHEMA),
+        schema,
+        read: |text| super::read::<D>(text).map(drop).map_err(|e| e.to_string()),
+    }
 }
 
 fn titled<T: schemars::JsonSchema>(title: &str) -> Value {
@@ -66,11 +85,15 @@ mod tests {
     #[test]
     fn every_document_has_its_own_file_and_pins_its_schema() {
         let all = published();
-        let mut files: Vec<&str> = all.iter().map(|(f, _)| f.as_str()).collect();
+        let mut files: Vec<&str> = all.iter().map(|p| p.file.as_str()).collect();
         files.sort_unstable();
         files.dedup();
         assert_eq!(files.len(), all.len(), "two schemas share a file");
-        let (file, bench) = of::<BenchDocument>();
+        let Published {
+            file,
+            schema: bench,
+            ..
+        } = of::<BenchDocument>();
         assert_eq!(file, "peerlink.bench-1.schema.json");
         assert_eq!(bench["properties"]["schema"]["const"], "peerlink.bench/1");
         let required = bench["required"].as_array().unwrap();
