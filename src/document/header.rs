@@ -77,30 +77,36 @@ impl Header {
             schema: schema.to_string(),
             source: host.source.clone(),
             simulated: host.source.is_simulated(),
-            peerlink_version: Some(PEERLINK_VERSION.to_string()),
-            commit: Some(COMMIT.to_string()),
-            time: Some(rfc3339(SystemTime::now())),
-            host: host_name(),
+            peerlink_version: None,
+            commit: None,
+            time: None,
+            host: None,
             driver_version: host.driver_version.clone(),
             cuda_version: host.cuda_version.clone(),
             host_gpus: host.devices.iter().map(HostGpu::from).collect(),
         }
+        .written_now()
     }
 
-    /// The header of a `schema` document made from another document (`compare`): the same host
-    /// and GPUs, written now by this peerlink.
+    /// The header of a `schema` document made from another document (`compare`): its source and
+    /// GPUs, written now by this peerlink.
     pub fn after(schema: &str, other: &Header) -> Header {
         Header {
             schema: schema.to_string(),
-            source: other.source.clone(),
             simulated: other.source.is_simulated(),
+            ..other.clone()
+        }
+        .written_now()
+    }
+
+    /// The header with this peerlink, this machine and the time now as its writer.
+    fn written_now(self) -> Header {
+        Header {
             peerlink_version: Some(PEERLINK_VERSION.to_string()),
             commit: Some(COMMIT.to_string()),
             time: Some(rfc3339(SystemTime::now())),
             host: host_name(),
-            driver_version: other.driver_version.clone(),
-            cuda_version: other.cuda_version.clone(),
-            host_gpus: other.host_gpus.clone(),
+            ..self
         }
     }
 }

@@ -322,34 +322,13 @@ pub struct BatchProof {
     /// What the planner picks for the batch.
     pub pick: BatchStrategy,
     /// The messages as copy-engine copies queued one by one straight on the backend.
-    pub plain_copies: BatchWay,
+    pub plain_copies: BatchTiming,
     /// The engine's batch call, validation and planning included in every run.
-    pub engine_one_call: BatchWay,
+    pub engine_one_call: BatchTiming,
     /// Each batch strategy prepared once, then run.
-    pub prepared: Vec<BatchWay>,
+    pub prepared: Vec<BatchTiming>,
     /// Plain copies' time per message over the engine's.
     pub speedup_over_plain: f64,
-}
-
-/// One way of moving the batch.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct BatchWay {
-    /// A batch strategy's name, `plain copies` or `engine, one call`.
-    pub name: String,
-    /// Host µs spent preparing it once, before the runs.
-    pub prepare_us: f64,
-    /// Median host µs of one run, divided by the message count.
-    pub per_message_us: f64,
-}
-
-impl From<&BatchTiming> for BatchWay {
-    fn from(t: &BatchTiming) -> Self {
-        BatchWay {
-            name: t.name.clone(),
-            prepare_us: t.prepare_us,
-            per_message_us: t.per_message_us,
-        }
-    }
 }
 
 impl PlanBatchDocument {
@@ -370,9 +349,9 @@ impl PlanBatchDocument {
                        runs; every byte verified"
                     .into(),
                 pick: r.pick,
-                plain_copies: (&r.plain).into(),
-                engine_one_call: (&r.one_call).into(),
-                prepared: r.prepared.iter().map(BatchWay::from).collect(),
+                plain_copies: r.plain.clone(),
+                engine_one_call: r.one_call.clone(),
+                prepared: r.prepared.clone(),
                 speedup_over_plain: r.speedup(),
             }),
         }
@@ -389,9 +368,9 @@ pub struct PlanConcurrentDocument {
     pub traffic: String,
     /// Bytes of each transfer.
     pub bytes: u64,
-    pub flows: Vec<Flow>,
+    pub flows: Vec<concurrent::Flow>,
     /// The planner's picks first (`strategy` null), then each strategy every flow can use.
-    pub ways: Vec<Way>,
+    pub ways: Vec<concurrent::Way>,
     /// Each flow's bytes over its GPU time alone, summed, GB/s.
     pub alone_gbps: f64,
     /// Each flow's bytes over its GPU time while all run (the picks), summed, GB/s.
@@ -402,30 +381,6 @@ pub struct PlanConcurrentDocument {
 
 impl_document!(PlanConcurrentDocument, "peerlink.plan-concurrent/1");
 
-/// One GPU's transfer.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Flow {
-    pub src: usize,
-    pub dst: usize,
-    /// The planner's pick for it, planned as if alone.
-    pub pick: Strategy,
-    /// Median GPU time of the pick with nothing else running, µs.
-    pub alone_us: f64,
-    /// Median GPU time of the pick while every transfer runs, µs.
-    pub together_us: f64,
-}
-
-/// One way of running every transfer at once.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Way {
-    /// One strategy for every flow, or null for the planner's picks.
-    pub strategy: Option<Strategy>,
-    /// Median host time from the first submission until every transfer was seen complete, µs.
-    pub makespan_us: f64,
-    /// All bytes moved over the makespan, GB/s.
-    pub gbps: f64,
-}
-
 impl PlanConcurrentDocument {
     pub fn new(host: &Topology, view: &ConcurrentView<'_>) -> PlanConcurrentDocument {
         let r = view.report;
@@ -434,26 +389,8 @@ impl PlanConcurrentDocument {
             model: view.model.to_string(),
             traffic: view.traffic.to_string(),
             bytes: r.bytes,
-            flows: r
-                .flows
-                .iter()
-                .map(|f| Flow {
-                    src: f.src,
-                    dst: f.dst,
-                    pick: f.pick,
-                    alone_us: f.alone_us,
-                    together_us: f.together_us,
-                })
-                .collect(),
-            ways: r
-                .ways
-                .iter()
-                .map(|w| Way {
-                    strategy: w.strategy,
-                    makespan_us: w.makespan_us,
-                    gbps: w.gbps,
-                })
-                .collect(),
+            flows: r.flows.clone(),
+            ways: r.ways.clone(),
             alone_gbps: r.alone_gbps,
             together_gbps: r.together_gbps,
             regret: r.regret,
@@ -462,11 +399,12 @@ impl PlanConcurrentDocument {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::topology::test_support::device;
 
-    fn plan() -> Plan {
+    /// GPU 0 → GPU 5, 1 MiB split over a relay and host memory, with two alternatives.
+    pub(crate) fn split_plan() -> Plan {
         Plan {
             src: 0,
             dst: 5,
@@ -505,7 +443,7 @@ mod tests {
 
     #[test]
     fn json_names_the_pick_paths_and_every_alternative() {
-        let p = plan();
+        let p = split_plan();
         let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
         let doc = PlanDocument::new(
             &host(),

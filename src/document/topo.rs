@@ -40,34 +40,12 @@ impl TopoDocument {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::test_support::{device, pair};
-    use crate::topology::{Link, Source};
-
-    fn host() -> Topology {
-        Topology {
-            source: Source::Sim("test".into()),
-            driver_version: Some("580.159.04".into()),
-            cuda_version: Some("13.0".into()),
-            visible_devices: None,
-            devices: vec![
-                device(0, Some(0), "0000:18:00.0"),
-                device(1, Some(0), "0000:2a:00.0"),
-                device(2, Some(1), "0000:98:00.0"),
-            ],
-            pairs: vec![
-                pair(0, 1, Link::NvLink(2), true),
-                pair(0, 2, Link::Sys, false),
-                pair(1, 0, Link::NvLink(2), true),
-                pair(1, 2, Link::Sys, false),
-                pair(2, 0, Link::Sys, false),
-                pair(2, 1, Link::Sys, false),
-            ],
-        }
-    }
+    use crate::topology::test_support::three_gpus;
+    use crate::topology::Link;
 
     #[test]
     fn json_follows_the_contract() {
-        let doc = serde_json::to_value(TopoDocument::new(&host(), &[0, 1, 2])).unwrap();
+        let doc = serde_json::to_value(TopoDocument::new(&three_gpus(), &[0, 1, 2])).unwrap();
         assert_eq!(doc["schema"], TopoDocument::SCHEMA);
         assert_eq!(doc["source"], "sim:test");
         assert_eq!(doc["driver_version"], "580.159.04");
@@ -90,7 +68,7 @@ mod tests {
 
     #[test]
     fn selection_keeps_only_pairs_inside_it_and_the_header_every_gpu() {
-        let doc = TopoDocument::new(&host(), &[0, 2]);
+        let doc = TopoDocument::new(&three_gpus(), &[0, 2]);
         assert_eq!(doc.devices.len(), 2);
         assert_eq!(doc.pairs.len(), 2);
         assert!(doc.pairs.iter().all(|p| p.link == Link::Sys));

@@ -318,7 +318,7 @@ impl<'f> PlainCopy<'f> {
 }
 
 /// One way of moving a batch, timed on the host clock from the call to the completion seen.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct BatchTiming {
     /// A batch strategy's name, `plain copies` or `engine, one call`.
     pub name: String,

@@ -12,6 +12,8 @@ use super::fabric::{Fabric, Transfer};
 use super::plan::Strategy;
 use crate::topology::Source;
 use crate::{Error, Result};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// Which transfers run at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +57,7 @@ impl Traffic {
 }
 
 /// One transfer of the traffic.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Flow {
     pub src: usize,
     pub dst: usize,
@@ -68,7 +70,7 @@ pub struct Flow {
 }
 
 /// One way of running all the transfers at once: the planner's picks, or one strategy for all.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Way {
     /// `None` for the planner's picks.
     pub strategy: Option<Strategy>,

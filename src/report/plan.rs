@@ -297,37 +297,11 @@ pub fn text(view: &PlanView<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{PathShare, Plan, Route};
-
-    fn plan() -> Plan {
-        Plan {
-            src: 0,
-            dst: 5,
-            bytes: 1 << 20,
-            strategy: Strategy::Split,
-            chunk_bytes: 256 << 10,
-            paths: vec![
-                PathShare {
-                    route: Route::Relay(1),
-                    offset: 0,
-                    bytes: 600 << 10,
-                    predicted_us: 30.0,
-                },
-                PathShare {
-                    route: Route::Host,
-                    offset: 600 << 10,
-                    bytes: 424 << 10,
-                    predicted_us: 29.0,
-                },
-            ],
-            predicted_us: 30.0,
-            alternatives: vec![(Strategy::Relay, 45.0), (Strategy::Staged, 90.0)],
-        }
-    }
+    use crate::document::plan::tests::split_plan;
 
     #[test]
     fn text_says_simulated_and_lists_every_strategy() {
-        let p = plan();
+        let p = split_plan();
         let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
         let text = text(&PlanView {
             source: &Source::Sim("dgx1-v100".into()),

@@ -108,33 +108,11 @@ fn legend(topo: &Topology) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::test_support::{device, pair};
-
-    fn host() -> Topology {
-        Topology {
-            source: crate::topology::Source::Sim("test".into()),
-            driver_version: Some("580.159.04".into()),
-            cuda_version: None,
-            visible_devices: None,
-            devices: vec![
-                device(0, Some(0), "0000:18:00.0"),
-                device(1, Some(0), "0000:2a:00.0"),
-                device(2, Some(1), "0000:98:00.0"),
-            ],
-            pairs: vec![
-                pair(0, 1, Link::NvLink(2), true),
-                pair(0, 2, Link::Sys, false),
-                pair(1, 0, Link::NvLink(2), true),
-                pair(1, 2, Link::Sys, false),
-                pair(2, 0, Link::Sys, false),
-                pair(2, 1, Link::Sys, false),
-            ],
-        }
-    }
+    use crate::topology::test_support::three_gpus;
 
     #[test]
     fn text_shows_matrix_legend_banner_and_warnings() {
-        let text = text(&host(), &[0, 1, 2]);
+        let text = text(&three_gpus(), &[0, 1, 2]);
         assert!(text.starts_with("*** SIMULATED host `test`"), "{text}");
         let links_row = text
             .lines()
@@ -160,7 +138,7 @@ mod tests {
 
     #[test]
     fn real_host_has_no_banner() {
-        let mut t = host();
+        let mut t = three_gpus();
         t.source = crate::topology::Source::Cuda;
         assert!(!text(&t, &[0, 1, 2]).contains("SIMULATED"));
     }

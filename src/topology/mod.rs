@@ -155,6 +155,29 @@ pub(crate) mod test_support {
         }
     }
 
+    /// Two GPUs bonded by NV2 on one socket and a third on the other socket, `sim:test`.
+    pub fn three_gpus() -> Topology {
+        Topology {
+            source: Source::Sim("test".into()),
+            driver_version: Some("580.159.04".into()),
+            cuda_version: Some("13.0".into()),
+            visible_devices: None,
+            devices: vec![
+                device(0, Some(0), "0000:18:00.0"),
+                device(1, Some(0), "0000:2a:00.0"),
+                device(2, Some(1), "0000:98:00.0"),
+            ],
+            pairs: vec![
+                pair(0, 1, Link::NvLink(2), true),
+                pair(0, 2, Link::Sys, false),
+                pair(1, 0, Link::NvLink(2), true),
+                pair(1, 2, Link::Sys, false),
+                pair(2, 0, Link::Sys, false),
+                pair(2, 1, Link::Sys, false),
+            ],
+        }
+    }
+
     pub fn pair(src: usize, dst: usize, link: Link, p2p: bool) -> Pair {
         Pair {
             src,
