@@ -10,7 +10,8 @@
 //!   bandwidth and latency tests, sweeps, the latency breakdown (`explain`), `tune`, and the
 //!   engine's proofs (its picks timed against every alternative).
 //! - [`units`]: byte sizes as users type them.
-//! - [`report`]: text tables and JSON documents for the CLI's verbs.
+//! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
+//! - [`report`]: text tables and CSV for the CLI's verbs.
 //!
 //! Everything above [`backend`] runs the same on real GPUs and on the simulator, so this example
 //! runs anywhere (on a GPU host, open `backend::cuda::CudaBackend` instead):
@@ -39,6 +40,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod document;
 pub mod engine;
 pub mod error;
 pub mod model;

@@ -54,6 +54,26 @@ fn a_preset_against_another_pairs_every_shared_figure() {
 }
 
 #[test]
+fn documents_older_than_the_header_still_compare() {
+    // Run 17's H200 bench and the simulator exported from it, written before documents carried
+    // peerlink's version, the time or the GPUs.
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benchmarks/h200/run17");
+    let doc = json_of(&[
+        "compare",
+        &format!("{dir}/bench.json"),
+        &format!("{dir}/sim-bench.json"),
+        "--json",
+    ]);
+    assert_eq!(doc["base_source"], "cuda");
+    assert_eq!(doc["source"], "sim:exported-sim");
+    assert_eq!(doc["simulated"], true);
+    // The header is this run's; the GPUs are the compared document's, which named none.
+    assert!(doc["time"].is_string());
+    assert_eq!(doc["host_gpus"].as_array().unwrap().len(), 0);
+    assert!(doc["pairs"].as_array().unwrap().len() > 10);
+}
+
+#[test]
 fn anything_but_two_bench_documents_is_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     let topo = dir.path().join("topo.json");
@@ -65,11 +85,21 @@ fn anything_but_two_bench_documents_is_bad_input() {
     let text = dir.path().join("notes.txt");
     std::fs::write(&text, "not json").unwrap();
     let missing = dir.path().join("missing.json");
-    for (a, b, code) in [(&topo, &topo, 2), (&text, &topo, 2), (&missing, &topo, 1)] {
+    for (a, b, code, says) in [
+        (
+            &topo,
+            &topo,
+            2,
+            "is not a `peerlink.bench/1` document (its schema is `peerlink.topo/1`)",
+        ),
+        (&text, &topo, 2, "is not JSON"),
+        (&missing, &topo, 1, "missing.json"),
+    ] {
         peerlink()
             .args(["compare", a.to_str().unwrap(), b.to_str().unwrap()])
             .assert()
             .code(code)
+            .stderr(predicate::str::contains(says))
             .stderr(predicate::str::contains("panicked").not());
     }
     peerlink().args(["compare", "one.json"]).assert().code(2);

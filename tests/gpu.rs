@@ -103,6 +103,21 @@ fn device_pairs(b: &CudaBackend) -> Vec<(usize, usize)> {
 
 #[test]
 #[ignore = "needs a GPU"]
+fn every_document_header_names_the_driver_cuda_and_each_gpu() {
+    let b = open();
+    let header = peerlink::document::Header::new("peerlink.topo/1", b.topology());
+    assert!(!header.simulated);
+    assert!(header.driver_version.is_some(), "NVML gives the driver");
+    assert!(header.cuda_version.is_some());
+    assert_eq!(header.host_gpus.len(), b.topology().devices.len());
+    for gpu in &header.host_gpus {
+        assert!(gpu.uuid.starts_with("GPU-"), "{gpu:?}");
+        assert_eq!(gpu.pci_bus_id.len(), "00000000:18:00.0".len(), "{gpu:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
 fn topology_is_sane() {
     let b = open();
     let t = b.topology();
@@ -110,7 +125,13 @@ fn topology_is_sane() {
     for notice in b.notices() {
         println!("notice: {notice}");
     }
-    assert_eq!(t.source, "cuda");
+    assert_eq!(t.source, peerlink::topology::Source::Cuda);
+    // Every document's header names the CUDA version the driver supports (`13.0`).
+    assert!(
+        t.cuda_version.as_deref().is_some_and(|v| v.contains('.')),
+        "{:?}",
+        t.cuda_version
+    );
     assert!(!t.devices.is_empty());
     let n = t.devices.len();
     assert_eq!(t.pairs.len(), n * (n - 1));

@@ -14,7 +14,7 @@
 pub mod cuda;
 pub mod sim;
 
-use crate::topology::Topology;
+use crate::topology::{Source, Topology};
 use crate::{Error, Result};
 
 /// A block of memory on one GPU or in pinned host memory.
@@ -71,8 +71,8 @@ pub struct Copy {
 /// host except [`Backend::synchronize`], [`Backend::event_synchronize`], [`Backend::read`] and
 /// [`Backend::write`].
 pub trait Backend: Send + Sync {
-    /// `cuda` for real GPUs, `sim:<preset>` for the simulator.
-    fn source(&self) -> &str;
+    /// Real GPUs or the simulator (`cuda` or `sim:<preset>` in documents).
+    fn source(&self) -> &Source;
 
     /// The host's devices and pairs, read once when the backend was opened.
     fn topology(&self) -> &Topology;

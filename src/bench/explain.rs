@@ -18,10 +18,8 @@ use super::{check_fits, sweep_pair, Context, Defaults};
 use crate::backend::{Backend, CopyMethod, EventId, Memory};
 use crate::units::format_bytes;
 use crate::{Error, Result};
-use serde::Serialize;
-
-/// JSON schema name of the explain document.
-pub const SCHEMA: &str = "peerlink.explain/1";
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// Messages coalesced into one copy when computing what batching saves.
 pub const BATCH: u32 = 16;
@@ -35,7 +33,7 @@ const TRANSFERS: u32 = 20;
 const LONE_SAMPLES: u32 = 9;
 
 /// One part of the latency.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Part {
     pub name: String,
     pub us: f64,
@@ -44,7 +42,7 @@ pub struct Part {
 }
 
 /// A way to cut a part, and what it would save.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Fix {
     /// The part it acts on.
     pub part: String,
@@ -55,12 +53,10 @@ pub struct Fix {
     pub computed_from: String,
 }
 
-/// The `peerlink.explain/1` document.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// Where one transfer's time goes (the body of the `peerlink.explain/1` document,
+/// [`crate::document::bench::ExplainDocument`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Explanation {
-    pub schema: &'static str,
-    pub source: String,
-    pub simulated: bool,
     pub src: usize,
     pub dst: usize,
     pub size_bytes: u64,
@@ -386,9 +382,6 @@ pub fn run(
     progress.finish();
 
     Ok(Explanation {
-        schema: SCHEMA,
-        source: backend.source().to_string(),
-        simulated: topo.is_simulated(),
         src,
         dst,
         size_bytes: size,

@@ -7,10 +7,11 @@
 //! from cache — cannot drag β.
 
 use super::stats::median;
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// α and β of a sweep, with the sizes where a message reaches half and 90% of β.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Fit {
     pub alpha_us: f64,
     pub beta_gbps: f64,

@@ -196,9 +196,6 @@ pub fn run(
         defaults.chase_region_bytes,
     );
     let mut report = BenchReport {
-        schema: result::SCHEMA,
-        source: backend.source().to_string(),
-        simulated: topo.is_simulated(),
         devices: devices.clone(),
         timing: sampling,
         notes,

@@ -1,15 +1,14 @@
-//! What `peerlink bench` found: the `peerlink.bench/1` document.
+//! What `peerlink bench` found (the body of the `peerlink.bench/1` document,
+//! [`crate::document::bench::BenchDocument`]).
 
 use super::fit::Fit;
 use super::stats::Stats;
 use super::timing::Sampling;
-use serde::Serialize;
-
-/// JSON schema name of the bench document.
-pub const SCHEMA: &str = "peerlink.bench/1";
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// The unit of a test's figures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Unit {
     /// 1e9 bytes per second.
     #[serde(rename = "GB/s")]
@@ -21,6 +20,16 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// How documents write the unit: `GB/s`, `us`, `ns`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Gbps => "GB/s",
+            Unit::Micros => "us",
+            Unit::Nanos => "ns",
+        }
+    }
+
+    /// How text tables show it.
     pub fn symbol(self) -> &'static str {
         match self {
             Unit::Gbps => "GB/s",
@@ -38,7 +47,7 @@ pub enum Shape {
 }
 
 /// Where a figure belongs: an ordered pair (matrix tests) or one GPU (per-device tests).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Place {
     Pair { src: usize, dst: usize },
@@ -56,7 +65,7 @@ impl Place {
 }
 
 /// One measured figure with the spread behind it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Cell {
     #[serde(flatten)]
     pub place: Place,
@@ -70,7 +79,7 @@ pub struct Cell {
 }
 
 /// A figure that was not measured, and why.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NotMeasured {
     #[serde(flatten)]
     pub place: Place,
@@ -78,7 +87,7 @@ pub struct NotMeasured {
 }
 
 /// One test's figures.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TestResult {
     pub name: String,
     pub unit: Unit,
@@ -174,7 +183,7 @@ impl TestResult {
 }
 
 /// One point of a message-size sweep.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SweepPoint {
     pub bytes: u64,
     /// Median GPU time of one message, µs.
@@ -186,7 +195,7 @@ pub struct SweepPoint {
 }
 
 /// A message-size sweep of one test on one pair.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Sweep {
     pub test: String,
     pub src: usize,
@@ -200,12 +209,9 @@ pub struct Sweep {
     pub not_measured: Option<String>,
 }
 
-/// The whole `peerlink bench` document.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// Everything `peerlink bench` found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BenchReport {
-    pub schema: &'static str,
-    pub source: String,
-    pub simulated: bool,
     /// GPUs measured (CUDA indices).
     pub devices: Vec<usize>,
     /// How many operations and samples each figure took.
@@ -213,4 +219,18 @@ pub struct BenchReport {
     pub notes: Vec<String>,
     pub tests: Vec<TestResult>,
     pub sweeps: Vec<Sweep>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_are_written_by_their_names() {
+        for unit in [Unit::Gbps, Unit::Micros, Unit::Nanos] {
+            let json = serde_json::to_value(unit).unwrap();
+            assert_eq!(json, unit.name());
+            assert_eq!(serde_json::from_value::<Unit>(json).unwrap(), unit);
+        }
+    }
 }

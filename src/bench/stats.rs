@@ -1,10 +1,11 @@
 //! Summary statistics of repeated measurements: the crate's one median and its one set of spread
 //! figures, for every figure peerlink reports (bench, explain, tune, the engine's proofs, compare).
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// The spread of a set of samples: what a single median would hide.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Stats {
     pub median: f64,
     pub min: f64,

@@ -2,6 +2,9 @@
 
 use super::args::{CompareArgs, Global};
 use anyhow::Result;
+use peerlink::document;
+use peerlink::document::bench::BenchDocument;
+use peerlink::document::compare::CompareDocument;
 use peerlink::report;
 use std::path::Path;
 
@@ -11,25 +14,25 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
         args.base.display().to_string(),
         args.other.display().to_string(),
     );
-    let comparison = report::compare::compare(
+    let comparison = document::compare::compare(
         &read(&args.base)?,
         &read(&args.other)?,
         &base_name,
         &other_name,
-    )?;
-    global.print(&report::compare::json(&comparison), || {
+    );
+    global.print(&CompareDocument::new(&comparison), || {
         report::compare::text(&comparison, &base_name, &other_name)
     })
 }
 
-fn read(path: &Path) -> Result<serde_json::Value> {
+fn read(path: &Path) -> Result<BenchDocument> {
     let text = std::fs::read_to_string(path).map_err(|source| peerlink::Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    serde_json::from_str(&text).map_err(|e| {
+    document::read(&text).map_err(|why| {
         peerlink::Error::usage(format!(
-            "{} is not JSON ({e}); give two `peerlink bench --json` outputs",
+            "{} is {why}; give two `peerlink bench --json` outputs",
             path.display()
         ))
         .into()

@@ -13,9 +13,11 @@ use anyhow::Result;
 use args::{Cli, Global, Verb};
 use peerlink::backend::{self, Choice, Opened};
 use peerlink::bench::{self, explain, progress};
+use peerlink::document::bench::{BenchDocument, ExplainDocument};
+use peerlink::document::topo::TopoDocument;
+use peerlink::document::{self, Document};
 use peerlink::report;
 use peerlink::units::{parse_size, parse_sizes};
-use serde::Serialize;
 
 /// Runs one command line.
 pub fn run(cli: Cli) -> Result<()> {
@@ -25,7 +27,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let opened = global.open()?;
             let topo = opened.backend.topology();
             let selected = topo.select(global.devices.as_deref())?;
-            global.print(&report::topo::json(topo, &selected), || {
+            global.print(&TopoDocument::new(topo, &selected), || {
                 report::topo::text(topo, &selected)
             })
         }
@@ -40,11 +42,12 @@ pub fn run(cli: Cli) -> Result<()> {
                 sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
             };
             let found = bench::run(opened.backend.as_ref(), &options, &*global.progress())?;
+            let doc = BenchDocument::new(opened.backend.topology(), found);
             if args.csv {
-                print!("{}", report::bench::csv(&found));
+                print!("{}", report::bench::csv(&doc.results));
                 return Ok(());
             }
-            global.print(&found, || report::bench::text(&found))
+            global.print(&doc, || report::bench::text(&doc))
         }
         Verb::Explain(args) => {
             let opened = global.open()?;
@@ -57,7 +60,8 @@ pub fn run(cli: Cli) -> Result<()> {
                 size,
                 &*global.progress(),
             )?;
-            global.print(&found, || report::bench::explain_text(&found))
+            let doc = ExplainDocument::new(opened.backend.topology(), found);
+            global.print(&doc, || report::bench::explain_text(&doc))
         }
         Verb::Plan(args) => plan::run(global, &args),
         Verb::Tune(args) => tune::run(global, &args),
@@ -127,10 +131,10 @@ impl Global {
         }
     }
 
-    /// Prints `doc` as JSON with `--json`, else the text `text` makes.
-    fn print(&self, doc: &impl Serialize, text: impl FnOnce() -> String) -> Result<()> {
+    /// Prints `doc` as JSON with `--json`, else the text `text` makes (made only then).
+    fn print(&self, doc: &impl Document, text: impl FnOnce() -> String) -> Result<()> {
         if self.json {
-            println!("{}", serde_json::to_string_pretty(doc)?);
+            println!("{}", document::to_json(doc));
         } else {
             print!("{}", text());
         }

@@ -7,9 +7,13 @@ use anyhow::Result;
 use peerlink::backend::Backend;
 use peerlink::bench::proof::concurrent::{self, Traffic};
 use peerlink::bench::proof::{self, batch, sweep};
+use peerlink::document::plan::{
+    BatchView, ConcurrentView, PlanBatchDocument, PlanConcurrentDocument, PlanDocument,
+    PlanSweepDocument, PlanView, SweepView,
+};
 use peerlink::engine::Fabric;
 use peerlink::model::{CostModel, Profile};
-use peerlink::report::plan as doc;
+use peerlink::report::plan as text;
 use peerlink::units::{parse_size, parse_sizes};
 use std::sync::Arc;
 
@@ -95,26 +99,31 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
     let fabric = fabric.open()?;
     let planner = fabric.planner();
     let model = planner.model().origin();
+    let host = backend.topology();
     let runs = proof::runs_for(backend.as_ref());
 
     match mode {
         Mode::Concurrent { traffic, size } => {
             let pairs = traffic.pairs(fabric.devices())?;
             let report = concurrent::run(&fabric, &pairs, size, runs)?;
-            let view = doc::ConcurrentView {
+            let view = ConcurrentView {
                 model,
                 traffic: args.concurrent.as_deref().unwrap_or_default(),
                 report: &report,
             };
-            global.print(&doc::concurrent_json(&view), || doc::concurrent_text(&view))
+            global.print(&PlanConcurrentDocument::new(host, &view), || {
+                text::concurrent_text(&view)
+            })
         }
         Mode::Sweep { src, dst, sizes } => {
             let report = sweep::run(&fabric, src, dst, &sizes, runs)?;
-            let view = doc::SweepView {
+            let view = SweepView {
                 model,
                 report: &report,
             };
-            global.print(&doc::sweep_json(&view), || doc::sweep_text(&view))
+            global.print(&PlanSweepDocument::new(host, &view), || {
+                text::sweep_text(&view)
+            })
         }
         Mode::Batch {
             src,
@@ -127,7 +136,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
                 .then(|| batch::run(&fabric, src, dst, count, message, runs))
                 .transpose()?;
             let plan = planner.plan_batch(src, dst, &vec![message as u64; count], 1)?;
-            let view = doc::BatchView {
+            let view = BatchView {
                 source: backend.source(),
                 model,
                 count,
@@ -135,7 +144,9 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
                 plan: &plan,
                 proof: proof.as_ref(),
             };
-            global.print(&doc::batch_json(&view), || doc::batch_text(&view))
+            global.print(&PlanBatchDocument::new(host, &view), || {
+                text::batch_text(&view)
+            })
         }
         Mode::Single {
             src,
@@ -148,14 +159,14 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
             let proof = prove
                 .then(|| sweep::run(&fabric, src, dst, &[size], runs))
                 .transpose()?;
-            let view = doc::PlanView {
+            let view = PlanView {
                 source: backend.source(),
                 model,
                 plan: &plan,
                 unusable: &unusable,
                 proof: proof.as_ref(),
             };
-            global.print(&doc::json(&view), || doc::text(&view))
+            global.print(&PlanDocument::new(host, &view), || text::text(&view))
         }
     }
 }

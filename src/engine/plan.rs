@@ -2,12 +2,15 @@
 //! predictions that justify the pick.
 
 use crate::backend::CopyMethod;
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
 /// A way to move one contiguous range from one GPU to another.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// One copy-engine copy over the direct peer path.
@@ -117,7 +120,7 @@ pub struct Plan {
 }
 
 /// A way to move many small messages between one pair.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum BatchStrategy {
     /// One copy kernel performs every message through the peer mapping (needs P2P).

@@ -503,7 +503,7 @@ fn bump(counter: &AtomicUsize) {
 }
 
 impl Backend for Counting {
-    fn source(&self) -> &str {
+    fn source(&self) -> &crate::topology::Source {
         self.sim.source()
     }
     fn topology(&self) -> &crate::topology::Topology {

@@ -12,11 +12,12 @@ pub mod profile;
 pub use profile::Profile;
 
 use crate::topology::{Link, Topology};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// The cost of one hop: `alpha_us + bytes / beta`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Cost {
     /// Fixed latency per operation, in microseconds.
     pub alpha_us: f64,
@@ -47,7 +48,7 @@ impl Cost {
 
 /// CPU time to queue work, in microseconds: the host cannot issue faster than this, so a
 /// strategy of many small operations can be bound by it rather than by the GPUs.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IssueCosts {
     /// One copy (copy engine).
     pub copy_us: f64,
@@ -68,7 +69,9 @@ impl IssueCosts {
 }
 
 /// One kind of operation between two places, the unit the model prices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Hop {
     /// A copy-engine copy from `src`'s memory into `dst`'s, issued on `src` (push). Needs P2P.
@@ -304,8 +307,9 @@ pub(crate) mod test_support {
             }
         }
         Topology {
-            source: "sim:test".into(),
+            source: crate::topology::Source::Sim("test".into()),
             driver_version: Some("999.1".into()),
+            cuda_version: None,
             visible_devices: None,
             devices,
             pairs,

@@ -1,22 +1,24 @@
-//! A host profile: measured hop costs for one host, saved as versioned JSON.
+//! A host profile: measured hop costs for one host, saved as a `peerlink.profile/1` document.
 //!
 //! A profile is only true for the GPUs and driver it was measured on, so it names them (GPU UUIDs in
-//! index order, driver version) and [`Profile::check_matches`] refuses it anywhere else. Files are
-//! written atomically (a temporary file in the same directory, then a rename), so a reader never
-//! sees half a profile.
+//! index order, and the header's driver version) and [`Profile::check_matches`] refuses it anywhere
+//! else. Files are written atomically (a temporary file in the same directory, then a rename), so a
+//! reader never sees half a profile.
+//!
+//! The profile is the cost model's input, so it lives here; like every document it carries the
+//! common [`Header`], and its schema is published with theirs ([`crate::document::schemas`]).
 
 use super::{Cost, Hop, IssueCosts};
+use crate::document::{self, impl_document, Document, Header};
 use crate::topology::Topology;
 use crate::{Error, Result};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
 
-/// JSON schema name of a profile file.
-pub const SCHEMA: &str = "peerlink.profile/1";
-
 /// One measured hop.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Measured {
     #[serde(flatten)]
     pub hop: Hop,
@@ -25,7 +27,7 @@ pub struct Measured {
 }
 
 /// A direct hop's lone operation, measured.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Lone {
     #[serde(flatten)]
     pub hop: Hop,
@@ -34,13 +36,13 @@ pub struct Lone {
     pub lone_us: f64,
 }
 
-/// Measured costs of one host.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Measured costs of one host (`tune` writes it, `plan --profile` reads it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Profile {
-    pub schema: String,
-    /// `cuda` or `sim:<preset>`: where the measurements were taken.
-    pub source: String,
-    pub driver_version: Option<String>,
+    /// Where and with what the measurements were taken; the profile fits only this header's
+    /// driver (`driver_version`).
+    #[serde(flatten)]
+    pub header: Header,
     /// GPU UUIDs in CUDA index order.
     pub gpus: Vec<String>,
     pub hops: Vec<Measured>,
@@ -62,13 +64,13 @@ pub struct Profile {
     pub notes: Vec<String>,
 }
 
+impl_document!(Profile, "peerlink.profile/1");
+
 impl Profile {
     /// An empty profile for the host `topology` describes.
     pub fn for_host(topology: &Topology) -> Self {
         Profile {
-            schema: SCHEMA.into(),
-            source: topology.source.clone(),
-            driver_version: topology.driver_version.clone(),
+            header: Header::new(Self::SCHEMA, topology),
             gpus: topology.devices.iter().map(|d| d.uuid.clone()).collect(),
             hops: Vec::new(),
             batch_message_us: None,
@@ -92,22 +94,14 @@ impl Profile {
                 path.display()
             ))
         };
-        let profile: Profile = serde_json::from_str(&text)
-            .map_err(|e| bad(format!("not a peerlink profile ({e})")))?;
-        if profile.schema != SCHEMA {
-            return Err(bad(format!(
-                "schema `{}` is not `{SCHEMA}`, the one this peerlink reads",
-                profile.schema
-            )));
-        }
+        let profile: Profile = document::read(&text).map_err(|why| bad(why.to_string()))?;
         profile.validate().map_err(bad)?;
         Ok(profile)
     }
 
     /// Writes the profile atomically: a temporary file next to `path`, synced, then renamed over it.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let json = serde_json::to_string_pretty(self).expect("a profile always serialises");
-        write_atomically(path, &json)
+        write_atomically(path, &document::to_json(self))
     }
 
     /// Refuses a profile measured on other GPUs or another driver, saying which differs.
@@ -122,12 +116,12 @@ impl Profile {
                 here.join(", ")
             )));
         }
-        if self.driver_version != topology.driver_version {
+        if self.header.driver_version != topology.driver_version {
             let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
             return Err(Error::usage(format!(
                 "the profile was measured with driver {} but this host runs driver {}; costs change \
                  with the driver, so measure again with `peerlink tune`",
-                show(&self.driver_version),
+                show(&self.header.driver_version),
                 show(&topology.driver_version)
             )));
         }
@@ -138,13 +132,13 @@ impl Profile {
     pub fn describe(&self) -> String {
         format!(
             "{}{}, {} GPU{}, driver {}, {} hop{}",
-            self.source,
+            self.header.source,
             self.measured_on
                 .as_deref()
                 .map_or(String::new(), |d| format!(" on {d}")),
             self.gpus.len(),
             if self.gpus.len() == 1 { "" } else { "s" },
-            self.driver_version.as_deref().unwrap_or("unknown"),
+            self.header.driver_version.as_deref().unwrap_or("unknown"),
             self.hops.len(),
             if self.hops.len() == 1 { "" } else { "s" }
         )
@@ -353,7 +347,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.json");
         let cases = [
-            ("{", "not a peerlink profile"),
+            ("{", "not JSON"),
             (
                 r#"{"schema":"peerlink.profile/9","source":"cuda","driver_version":null,"gpus":[],"hops":[],"batch_message_us":null,"graph_node_us":null,"issue":null}"#,
                 "schema",

@@ -1,9 +1,9 @@
-//! `peerlink bench` and `peerlink explain` as text tables and CSV (their JSON is the serialised
-//! [`BenchReport`] and [`Explanation`]).
+//! `peerlink bench` and `peerlink explain` as text tables and CSV (their JSON documents are
+//! [`BenchDocument`] and [`ExplainDocument`]).
 
 use super::table::{matrix, plain};
-use crate::bench::explain::Explanation;
 use crate::bench::result::{BenchReport, NotMeasured, Place, Sweep, TestResult, Unit};
+use crate::document::bench::{BenchDocument, ExplainDocument};
 use crate::units::format_bytes;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
@@ -151,14 +151,15 @@ fn sweep_text(out: &mut String, sweep: &Sweep) {
 }
 
 /// The human-readable bench report.
-pub fn text(report: &BenchReport) -> String {
-    let mut out = super::opening(&report.source);
+pub fn text(doc: &BenchDocument) -> String {
+    let (source, report) = (&doc.header.source, &doc.results);
+    let mut out = super::opening(source);
     let t = &report.timing;
     let _ = writeln!(
         out,
         "peerlink bench on {} — GPUs {}; {} sample{} of {} timed operation{} after {} warm-up; \
          GB/s = 1e9 bytes/s; rows are sources, columns destinations",
-        report.source,
+        source,
         report
             .devices
             .iter()
@@ -260,15 +261,16 @@ pub fn csv(report: &BenchReport) -> String {
 }
 
 /// The human-readable latency breakdown.
-pub fn explain_text(e: &Explanation) -> String {
-    let mut out = super::opening(&e.source);
+pub fn explain_text(doc: &ExplainDocument) -> String {
+    let (source, e) = (&doc.header.source, &doc.explanation);
+    let mut out = super::opening(source);
     let _ = writeln!(
         out,
         "Where the time goes: {} from GPU {} to GPU {} ({})",
         format_bytes(e.size_bytes),
         e.src,
         e.dst,
-        e.source
+        source
     );
     let _ = writeln!(out, "route: {}", e.route);
     for note in &e.notes {

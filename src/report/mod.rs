@@ -1,8 +1,7 @@
-//! Text tables and JSON documents for the CLI's verbs.
+//! Text tables and CSV for the CLI's verbs (their JSON documents are [`crate::document`]).
 //!
-//! Every JSON document carries `"schema": "peerlink.<verb>/<n>"` and `"source"` (`cuda` or
-//! `sim:<preset>`), so scripts can check what they are reading. Text output from the simulator opens
-//! with [`simulated_banner`] (see [`opening`]).
+//! Text output from the simulator opens with [`simulated_banner`] (see [`opening`]), as its JSON
+//! says `"simulated": true`.
 
 pub mod bench;
 pub mod compare;
@@ -11,15 +10,17 @@ pub mod table;
 pub mod topo;
 pub mod tune;
 
+use crate::topology::Source;
+
 /// The start of a text report: the simulated-host banner and a blank line where `source` is the
 /// simulator, nothing for real GPUs.
-pub fn opening(source: &str) -> String {
+pub fn opening(source: &Source) -> String {
     simulated_banner(source).map_or_else(String::new, |banner| format!("{banner}\n\n"))
 }
 
 /// The line that opens every text report made from a simulated host, or `None` for real GPUs.
-pub fn simulated_banner(source: &str) -> Option<String> {
-    source.strip_prefix("sim:").map(|preset| {
+pub fn simulated_banner(source: &Source) -> Option<String> {
+    source.preset().map(|preset| {
         format!(
             "*** SIMULATED host `{preset}`: every figure comes from the preset's model, not from \
              hardware ***"

@@ -1,127 +1,19 @@
-//! `peerlink plan`: the planner's pick for one transfer, its prediction and every alternative's,
-//! and (with `--prove`) the times measured for each on the backend.
+//! `peerlink plan` as text: the planner's pick for one transfer, its prediction and every
+//! alternative's, and (with `--prove`) the times measured for each on the backend.
 
 use super::table::plain;
-use crate::bench::proof::batch::{BatchReport, BatchTiming};
 use crate::bench::proof::concurrent;
-use crate::bench::proof::sweep::{Point, Report};
-use crate::engine::{BatchPlan, Plan, Route, Strategy};
+use crate::bench::proof::sweep::Point;
+use crate::document::plan::{BatchView, ConcurrentView, PlanView, SweepView};
+use crate::engine::Strategy;
+use crate::topology::Source;
 use crate::units::{format_bytes, gbps};
 use comfy_table::CellAlignment;
-use serde_json::{json, Value};
 use std::fmt::Write;
 
-/// JSON schema name of the `plan` document.
-pub const SCHEMA: &str = "peerlink.plan/1";
-/// JSON schema name of the engine benchmark over a size sweep (`plan --sizes`).
-pub const SWEEP_SCHEMA: &str = "peerlink.plan-sweep/1";
-/// JSON schema name of a batch plan (`plan --messages`).
-pub const BATCH_SCHEMA: &str = "peerlink.plan-batch/1";
-/// JSON schema name of concurrent traffic (`plan --concurrent`).
-pub const CONCURRENT_SCHEMA: &str = "peerlink.plan-concurrent/1";
-
-/// Everything `plan` reports.
-pub struct PlanView<'a> {
-    /// `cuda` or `sim:<preset>`.
-    pub source: &'a str,
-    /// Where the costs came from, in words.
-    pub model: &'a str,
-    pub plan: &'a Plan,
-    /// Strategies this pair cannot use, with the reason.
-    pub unusable: &'a [(Strategy, String)],
-    /// Measurements of every strategy at this size, where asked for.
-    pub proof: Option<&'a Report>,
-}
-
-fn route_json(route: Route) -> Value {
-    match route {
-        Route::Direct(method) => {
-            let name = match method {
-                crate::backend::CopyMethod::CopyEngine => "direct-ce",
-                crate::backend::CopyMethod::SmKernel => "direct-sm",
-            };
-            json!({ "route": name })
-        }
-        Route::Host => json!({ "route": "host" }),
-        Route::Relay(via) => json!({ "route": "relay", "via": via }),
-    }
-}
-
-/// The `plan --json` document.
-pub fn json(view: &PlanView<'_>) -> Value {
-    let plan = view.plan;
-    let paths: Vec<Value> = plan
-        .paths
-        .iter()
-        .map(|p| {
-            let mut v = route_json(p.route);
-            v["bytes"] = json!(p.bytes);
-            v["predicted_us"] = json!(p.predicted_us);
-            v
-        })
-        .collect();
-    let alternatives: Vec<Value> = plan
-        .alternatives
-        .iter()
-        .map(|(s, us)| json!({ "strategy": s, "predicted_us": us }))
-        .collect();
-    let unusable: Vec<Value> = view
-        .unusable
-        .iter()
-        .map(|(s, why)| json!({ "strategy": s, "reason": why }))
-        .collect();
-    let mut doc = json!({
-        "schema": SCHEMA,
-        "source": view.source,
-        "simulated": view.source.starts_with("sim:"),
-        "model": view.model,
-        "src": plan.src,
-        "dst": plan.dst,
-        "bytes": plan.bytes,
-        "strategy": plan.strategy,
-        "chunk_bytes": plan.chunk_bytes,
-        "predicted_us": plan.predicted_us,
-        "predicted_gbps": gbps(plan.bytes, plan.predicted_us),
-        "paths": paths,
-        "alternatives": alternatives,
-        "unusable": unusable,
-    });
-    if let Some(point) = view.proof.and_then(|r| r.points.first()) {
-        let measured: Vec<Value> = point
-            .timings
-            .iter()
-            .map(|t| {
-                json!({
-                    "strategy": t.strategy,
-                    "predicted_us": t.predicted_us,
-                    "measured_us": t.measured_us,
-                })
-            })
-            .collect();
-        doc["proof"] = point_proof(point, measured);
-    }
-    doc
-}
-
-/// What one size of the engine benchmark measured, as JSON.
-fn point_proof(point: &Point, measured: Vec<Value>) -> Value {
-    json!({
-        "measured": measured,
-        "best": point.best,
-        "regret": point.regret,
-        "plain_copy": {
-            "gpu_us": point.raw.gpu_us,
-            "wall_us": point.raw.wall_us,
-            "what": "one copy-engine copy queued straight on the backend (cudaMemcpyAsync)",
-        },
-        "engine_wall_us": point.engine_wall_us,
-        "engine_overhead": point.overhead(),
-    })
-}
-
 /// The closing lines of a proof: regret, and the engine against a plain copy.
-fn proof_lines(out: &mut String, source: &str, point: &Point) {
-    let what = if source.starts_with("sim:") {
+fn proof_lines(out: &mut String, source: &Source, point: &Point) {
+    let what = if source.is_simulated() {
         "simulated GPU time"
     } else {
         "GPU time"
@@ -141,49 +33,6 @@ fn proof_lines(out: &mut String, source: &str, point: &Point) {
         point.engine_wall_us,
         point.overhead() * 100.0
     );
-}
-
-/// The engine benchmark over a size sweep.
-pub struct SweepView<'a> {
-    pub model: &'a str,
-    pub report: &'a Report,
-}
-
-/// The `plan --sizes --json` document.
-pub fn sweep_json(view: &SweepView<'_>) -> Value {
-    let r = view.report;
-    let points: Vec<Value> = r
-        .points
-        .iter()
-        .map(|p| {
-            let measured = p
-                .timings
-                .iter()
-                .map(|t| {
-                    json!({
-                        "strategy": t.strategy,
-                        "chunk_bytes": t.chunk_bytes,
-                        "predicted_us": t.predicted_us,
-                        "measured_us": t.measured_us,
-                    })
-                })
-                .collect();
-            let mut v = point_proof(p, measured);
-            v["bytes"] = json!(p.bytes);
-            v["pick"] = json!(p.pick);
-            v
-        })
-        .collect();
-    json!({
-        "schema": SWEEP_SCHEMA,
-        "source": r.source,
-        "simulated": r.source.starts_with("sim:"),
-        "model": view.model,
-        "src": r.src,
-        "dst": r.dst,
-        "worst_regret": r.worst_regret(),
-        "points": points,
-    })
 }
 
 /// The engine benchmark's table: one row per size.
@@ -234,53 +83,10 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
     out
 }
 
-/// Concurrent traffic, measured (`plan --concurrent`).
-pub struct ConcurrentView<'a> {
-    pub model: &'a str,
-    pub traffic: &'a str,
-    pub report: &'a concurrent::Report,
-}
-
 /// A way's name: the planner's picks, or one strategy for every flow.
 fn way_name(way: &concurrent::Way) -> String {
     way.strategy
         .map_or_else(|| "planner's picks".to_string(), |s| format!("{s} for all"))
-}
-
-/// The `plan --concurrent --json` document.
-pub fn concurrent_json(view: &ConcurrentView<'_>) -> Value {
-    let r = view.report;
-    let flows: Vec<Value> = r
-        .flows
-        .iter()
-        .map(|f| {
-            json!({
-                "src": f.src,
-                "dst": f.dst,
-                "pick": f.pick,
-                "alone_us": f.alone_us,
-                "together_us": f.together_us,
-            })
-        })
-        .collect();
-    let ways: Vec<Value> = r
-        .ways
-        .iter()
-        .map(|w| json!({"strategy": w.strategy, "makespan_us": w.makespan_us, "gbps": w.gbps}))
-        .collect();
-    json!({
-        "schema": CONCURRENT_SCHEMA,
-        "source": r.source,
-        "simulated": r.source.starts_with("sim:"),
-        "model": view.model,
-        "traffic": view.traffic,
-        "bytes": r.bytes,
-        "flows": flows,
-        "ways": ways,
-        "alone_gbps": r.alone_gbps,
-        "together_gbps": r.together_gbps,
-        "regret": r.regret,
-    })
 }
 
 /// Concurrent traffic as a human reads it: each flow alone and together, then each way.
@@ -354,58 +160,6 @@ pub fn concurrent_text(view: &ConcurrentView<'_>) -> String {
         r.regret * 100.0
     );
     out
-}
-
-/// A batch plan and, with `--prove`, its measurements.
-pub struct BatchView<'a> {
-    pub source: &'a str,
-    pub model: &'a str,
-    pub count: usize,
-    pub size: u64,
-    pub plan: &'a BatchPlan,
-    pub proof: Option<&'a BatchReport>,
-}
-
-fn timing_json(t: &BatchTiming) -> Value {
-    json!({
-        "name": t.name,
-        "prepare_us": t.prepare_us,
-        "per_message_us": t.per_message_us,
-    })
-}
-
-/// The `plan --messages --json` document.
-pub fn batch_json(view: &BatchView<'_>) -> Value {
-    let plan = view.plan;
-    let mut doc = json!({
-        "schema": BATCH_SCHEMA,
-        "source": view.source,
-        "simulated": view.source.starts_with("sim:"),
-        "model": view.model,
-        "src": plan.src,
-        "dst": plan.dst,
-        "messages": view.count,
-        "message_bytes": view.size,
-        "strategy": plan.strategy.name(),
-        "predicted_us": plan.predicted_us,
-        "alternatives": plan
-            .alternatives
-            .iter()
-            .map(|(s, us)| json!({ "strategy": s.name(), "predicted_us": us }))
-            .collect::<Vec<_>>(),
-    });
-    if let Some(r) = view.proof {
-        doc["proof"] = json!({
-            "what": "host clock per message, from the call to the completion seen, median of runs; \
-                     every byte verified",
-            "pick": r.pick.name(),
-            "plain_copies": timing_json(&r.plain),
-            "engine_one_call": timing_json(&r.one_call),
-            "prepared": r.prepared.iter().map(timing_json).collect::<Vec<_>>(),
-            "speedup_over_plain": r.speedup(),
-        });
-    }
-    doc
 }
 
 /// The human-readable batch plan.
@@ -544,63 +298,14 @@ pub fn text(view: &PlanView<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::PathShare;
-
-    fn plan() -> Plan {
-        Plan {
-            src: 0,
-            dst: 5,
-            bytes: 1 << 20,
-            strategy: Strategy::Split,
-            chunk_bytes: 256 << 10,
-            paths: vec![
-                PathShare {
-                    route: Route::Relay(1),
-                    offset: 0,
-                    bytes: 600 << 10,
-                    predicted_us: 30.0,
-                },
-                PathShare {
-                    route: Route::Host,
-                    offset: 600 << 10,
-                    bytes: 424 << 10,
-                    predicted_us: 29.0,
-                },
-            ],
-            predicted_us: 30.0,
-            alternatives: vec![(Strategy::Relay, 45.0), (Strategy::Staged, 90.0)],
-        }
-    }
-
-    #[test]
-    fn json_names_the_pick_paths_and_every_alternative() {
-        let p = plan();
-        let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
-        let doc = json(&PlanView {
-            source: "sim:dgx1-v100",
-            model: "defaults",
-            plan: &p,
-            unusable: &unusable,
-            proof: None,
-        });
-        assert_eq!(doc["schema"], SCHEMA);
-        assert_eq!(doc["strategy"], "split");
-        assert_eq!(doc["simulated"], true);
-        assert_eq!(doc["paths"][0]["route"], "relay");
-        assert_eq!(doc["paths"][0]["via"], 1);
-        assert_eq!(doc["paths"][1]["route"], "host");
-        assert_eq!(doc["alternatives"][1]["strategy"], "staged");
-        assert_eq!(doc["alternatives"][1]["predicted_us"], 90.0);
-        assert_eq!(doc["unusable"][0]["strategy"], "direct-ce");
-        assert!(doc.get("proof").is_none());
-    }
+    use crate::document::plan::tests::split_plan;
 
     #[test]
     fn text_says_simulated_and_lists_every_strategy() {
-        let p = plan();
+        let p = split_plan();
         let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
         let text = text(&PlanView {
-            source: "sim:dgx1-v100",
+            source: &Source::Sim("dgx1-v100".into()),
             model: "defaults",
             plan: &p,
             unusable: &unusable,

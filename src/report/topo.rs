@@ -1,30 +1,12 @@
-//! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices, and as JSON.
+//! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices.
 
 use super::table::{matrix, plain};
 use crate::topology::{warnings, Link, Topology};
-use serde_json::{json, Value};
 use std::fmt::Write;
-
-/// JSON schema name of the `topo` document.
-pub const SCHEMA: &str = "peerlink.topo/1";
-
-/// The `topo --json` document for the devices in `selected` (indices into `topo.devices`).
-pub fn json(topo: &Topology, selected: &[usize]) -> Value {
-    let topo = restrict(topo, selected);
-    json!({
-        "schema": SCHEMA,
-        "source": topo.source,
-        "driver_version": topo.driver_version,
-        "visible_devices": topo.visible_devices,
-        "devices": topo.devices,
-        "pairs": topo.pairs,
-        "warnings": warnings(&topo),
-    })
-}
 
 /// The human-readable report.
 pub fn text(topo: &Topology, selected: &[usize]) -> String {
-    let topo = restrict(topo, selected);
+    let topo = topo.restricted_to(selected);
     let mut out = super::opening(&topo.source);
     let _ = writeln!(
         out,
@@ -123,85 +105,14 @@ fn legend(topo: &Topology) -> String {
     out
 }
 
-/// The topology with only the selected devices and the pairs between them.
-fn restrict(topo: &Topology, selected: &[usize]) -> Topology {
-    let keep = |i: &usize| selected.contains(i);
-    Topology {
-        devices: topo
-            .devices
-            .iter()
-            .filter(|d| keep(&d.index))
-            .cloned()
-            .collect(),
-        pairs: topo
-            .pairs
-            .iter()
-            .filter(|p| keep(&p.src) && keep(&p.dst))
-            .cloned()
-            .collect(),
-        ..topo.clone()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::test_support::{device, pair};
-
-    fn host() -> Topology {
-        Topology {
-            source: "sim:test".into(),
-            driver_version: Some("580.159.04".into()),
-            visible_devices: None,
-            devices: vec![
-                device(0, Some(0), "0000:18:00.0"),
-                device(1, Some(0), "0000:2a:00.0"),
-                device(2, Some(1), "0000:98:00.0"),
-            ],
-            pairs: vec![
-                pair(0, 1, Link::NvLink(2), true),
-                pair(0, 2, Link::Sys, false),
-                pair(1, 0, Link::NvLink(2), true),
-                pair(1, 2, Link::Sys, false),
-                pair(2, 0, Link::Sys, false),
-                pair(2, 1, Link::Sys, false),
-            ],
-        }
-    }
-
-    #[test]
-    fn json_follows_the_contract() {
-        let doc = json(&host(), &[0, 1, 2]);
-        assert_eq!(doc["schema"], SCHEMA);
-        assert_eq!(doc["source"], "sim:test");
-        let devices = doc["devices"].as_array().unwrap();
-        assert_eq!(devices.len(), 3);
-        for key in ["index", "name", "pci_bus_id", "numa_node"] {
-            assert!(devices[0].get(key).is_some(), "device lacks {key}");
-        }
-        let pairs = doc["pairs"].as_array().unwrap();
-        assert_eq!(pairs.len(), 6);
-        assert_eq!(pairs[0]["link"], "NV2");
-        assert_eq!(pairs[1]["link"], "SYS");
-        assert_eq!(pairs[1]["p2p"], false);
-        for key in ["src", "dst", "link", "p2p", "perf_rank", "atomics"] {
-            assert!(pairs[0].get(key).is_some(), "pair lacks {key}");
-        }
-        assert_eq!(doc["warnings"][0]["code"], "no-p2p");
-    }
-
-    #[test]
-    fn selection_keeps_only_pairs_inside_it() {
-        let doc = json(&host(), &[0, 2]);
-        assert_eq!(doc["devices"].as_array().unwrap().len(), 2);
-        let pairs = doc["pairs"].as_array().unwrap();
-        assert_eq!(pairs.len(), 2);
-        assert!(pairs.iter().all(|p| p["link"] == "SYS"));
-    }
+    use crate::topology::test_support::three_gpus;
 
     #[test]
     fn text_shows_matrix_legend_banner_and_warnings() {
-        let text = text(&host(), &[0, 1, 2]);
+        let text = text(&three_gpus(), &[0, 1, 2]);
         assert!(text.starts_with("*** SIMULATED host `test`"), "{text}");
         let links_row = text
             .lines()
@@ -227,8 +138,8 @@ mod tests {
 
     #[test]
     fn real_host_has_no_banner() {
-        let mut t = host();
-        t.source = "cuda".into();
+        let mut t = three_gpus();
+        t.source = crate::topology::Source::Cuda;
         assert!(!text(&t, &[0, 1, 2]).contains("SIMULATED"));
     }
 }

@@ -1,6 +1,8 @@
 //! The link between two GPUs, in `nvidia-smi topo -m`'s vocabulary.
 
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -88,6 +90,22 @@ impl<'de> Deserialize<'de> for Link {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
         text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for Link {
+    fn schema_name() -> Cow<'static, str> {
+        "Link".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "How two GPUs are connected, in `nvidia-smi topo -m`'s vocabulary: \
+                            `NV<n>` (n bonded NVLinks, direct or through NVSwitch), `PIX`, `PXB`, \
+                            `PHB`, `NODE`, `SYS`.",
+            "type": "string",
+            "pattern": "^(NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS)$"
+        })
     }
 }
 

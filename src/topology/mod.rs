@@ -5,15 +5,18 @@
 //! put the two side by side.
 
 mod link;
+mod source;
 mod warnings;
 
 pub use link::Link;
+pub use source::Source;
 pub use warnings::{warnings, Warning};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// One GPU as the host presents it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Device {
     /// CUDA device ordinal (after CUDA_VISIBLE_DEVICES).
     pub index: usize,
@@ -37,7 +40,7 @@ pub struct Device {
 }
 
 /// What the driver says about one ordered pair of distinct GPUs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Pair {
     pub src: usize,
     pub dst: usize,
@@ -54,12 +57,15 @@ pub struct Pair {
 }
 
 /// The whole host: devices and every ordered pair of them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Topology {
-    /// `cuda` for real GPUs, `sim:<preset>` for the simulator.
-    pub source: String,
+    /// Real GPUs, or the simulator and its preset.
+    pub source: Source,
     /// Driver version as NVML reports it, where known.
     pub driver_version: Option<String>,
+    /// The CUDA version the driver supports, `major.minor`, where known.
+    #[serde(default)]
+    pub cuda_version: Option<String>,
     /// The value of CUDA_VISIBLE_DEVICES when the topology was read, if set.
     pub visible_devices: Option<String>,
     pub devices: Vec<Device>,
@@ -75,7 +81,27 @@ impl Topology {
 
     /// Whether this topology came from the simulator.
     pub fn is_simulated(&self) -> bool {
-        self.source.starts_with("sim:")
+        self.source.is_simulated()
+    }
+
+    /// The same host with only the devices in `selected` (indices) and the pairs between them.
+    pub fn restricted_to(&self, selected: &[usize]) -> Topology {
+        let keep = |i: &usize| selected.contains(i);
+        Topology {
+            devices: self
+                .devices
+                .iter()
+                .filter(|d| keep(&d.index))
+                .cloned()
+                .collect(),
+            pairs: self
+                .pairs
+                .iter()
+                .filter(|p| keep(&p.src) && keep(&p.dst))
+                .cloned()
+                .collect(),
+            ..self.clone()
+        }
     }
 
     /// Checks a user's device list against the host and returns it, or all devices when `None`.
@@ -129,6 +155,29 @@ pub(crate) mod test_support {
         }
     }
 
+    /// Two GPUs bonded by NV2 on one socket and a third on the other socket, `sim:test`.
+    pub fn three_gpus() -> Topology {
+        Topology {
+            source: Source::Sim("test".into()),
+            driver_version: Some("580.159.04".into()),
+            cuda_version: Some("13.0".into()),
+            visible_devices: None,
+            devices: vec![
+                device(0, Some(0), "0000:18:00.0"),
+                device(1, Some(0), "0000:2a:00.0"),
+                device(2, Some(1), "0000:98:00.0"),
+            ],
+            pairs: vec![
+                pair(0, 1, Link::NvLink(2), true),
+                pair(0, 2, Link::Sys, false),
+                pair(1, 0, Link::NvLink(2), true),
+                pair(1, 2, Link::Sys, false),
+                pair(2, 0, Link::Sys, false),
+                pair(2, 1, Link::Sys, false),
+            ],
+        }
+    }
+
     pub fn pair(src: usize, dst: usize, link: Link, p2p: bool) -> Pair {
         Pair {
             src,
@@ -149,8 +198,9 @@ mod tests {
 
     fn two_gpus() -> Topology {
         Topology {
-            source: "sim:test".into(),
+            source: Source::Sim("test".into()),
             driver_version: None,
+            cuda_version: None,
             visible_devices: None,
             devices: vec![
                 device(0, Some(0), "0000:18:00.0"),

@@ -1,13 +1,14 @@
 //! What is wrong with a topology, in sentences a user can act on.
 
 use super::{Link, Topology};
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// One problem found in a topology.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Warning {
     /// A stable code for scripts: `no-p2p`, `p2p-across-sockets`, `mig-enabled`, `device-order`.
-    pub code: &'static str,
+    pub code: String,
     /// The GPUs concerned.
     pub devices: Vec<usize>,
     pub message: String,
@@ -80,7 +81,7 @@ fn no_p2p(topo: &Topology, out: &mut Vec<Warning>) {
             continue;
         }
         out.push(Warning {
-            code: "no-p2p",
+            code: "no-p2p".into(),
             devices: devices_of(&pairs),
             message: format!(
                 "{} pair{} without P2P ({}): {reason}",
@@ -98,7 +99,7 @@ fn p2p_across_sockets(topo: &Topology, out: &mut Vec<Warning>) {
         return;
     }
     out.push(Warning {
-        code: "p2p-across-sockets",
+        code: "p2p-across-sockets".into(),
         devices: devices_of(&pairs),
         message: format!(
             "P2P over PCIe crosses the CPU sockets for {} ({} pair{}): expect lower bandwidth and \
@@ -121,7 +122,7 @@ fn mig(topo: &Topology, out: &mut Vec<Warning>) {
         return;
     }
     out.push(Warning {
-        code: "mig-enabled",
+        code: "mig-enabled".into(),
         message: format!(
             "MIG mode is enabled on GPU {}: MIG instances cannot use P2P or NVLink to other GPUs",
             devices
@@ -147,7 +148,7 @@ fn device_order(topo: &Topology, out: &mut Vec<Warning>) {
         None => "CUDA numbers them fastest-first (set CUDA_DEVICE_ORDER=PCI_BUS_ID)".to_string(),
     };
     out.push(Warning {
-        code: "device-order",
+        code: "device-order".into(),
         devices: topo.devices.iter().map(|d| d.index).collect(),
         message: format!(
             "GPU indices here are not in PCI bus order, so they differ from nvidia-smi's: {how}; \
@@ -163,8 +164,9 @@ mod tests {
 
     fn topo(devices: Vec<super::super::Device>, pairs: Vec<super::super::Pair>) -> Topology {
         Topology {
-            source: "sim:test".into(),
+            source: crate::topology::Source::Sim("test".into()),
             driver_version: None,
+            cuda_version: None,
             visible_devices: None,
             devices,
             pairs,
@@ -206,7 +208,7 @@ mod tests {
     fn mig_explains_missing_p2p() {
         let mut t = two_socket();
         t.devices[1].mig_enabled = true;
-        let codes: Vec<_> = warnings(&t).iter().map(|w| w.code).collect();
+        let codes: Vec<String> = warnings(&t).into_iter().map(|w| w.code).collect();
         assert_eq!(codes, vec!["no-p2p", "mig-enabled"]);
         assert!(warnings(&t)[0].message.contains("MIG"));
     }

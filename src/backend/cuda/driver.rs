@@ -360,6 +360,21 @@ struct MemcpyAttributes {
     flags: u32,
 }
 
+/// The CUDA version the driver supports, as the driver encodes it: 1000 × major + 10 × minor.
+pub(super) fn driver_version() -> Result<i32, Error> {
+    let mut version = 0;
+    // SAFETY: `version` is a valid out-pointer; the call needs no context.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(failed("cuDriverGetVersion"))?;
+    Ok(version)
+}
+
+/// A driver-encoded CUDA version as people write it: 13000 → `13.0`.
+pub(super) fn version_text(version: i32) -> String {
+    format!("{}.{}", version / 1000, version % 1000 / 10)
+}
+
 /// Queues copy-engine copies between unified addresses (`(dst, src, len)`, none empty) on `stream`
 /// in one cuMemcpyBatchAsync_v2 call, each reading its source in stream order. Refused, with a
 /// sentence, on drivers older than CUDA 13.0 (the call would not exist).
@@ -367,19 +382,14 @@ pub(super) fn memcpy_batch_async(
     stream: &CudaStream,
     copies: &[(u64, u64, usize)],
 ) -> Result<(), Error> {
-    let mut version = 0;
-    // SAFETY: `version` is a valid out-pointer; the call needs no context.
-    unsafe { sys::cuDriverGetVersion(&mut version) }
-        .result()
-        .map_err(failed("cuDriverGetVersion"))?;
+    let version = driver_version()?;
     if version < MEMCPY_BATCH_DRIVER {
         return Err(Error::Cuda {
             call: "cuMemcpyBatchAsync_v2".into(),
             message: format!(
-                "the driver supports CUDA {}.{}; batched copy-engine copies need CUDA 13.0 or \
-                 newer: use the kernel or separate-copies batch strategy",
-                version / 1000,
-                version % 1000 / 10
+                "the driver supports CUDA {}; batched copy-engine copies need CUDA 13.0 or newer: \
+                 use the kernel or separate-copies batch strategy",
+                version_text(version)
             ),
         });
     }

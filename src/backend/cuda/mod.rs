@@ -26,7 +26,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use self::driver::{failed, DeviceMemory, PinnedMemory};
 use super::{Backend, BufferId, CopyMethod, EventId, GateId, GraphId, Memory, StreamId};
-use crate::topology::Topology;
+use crate::topology::{Source, Topology};
 use crate::{Error, Result};
 
 /// Whether the NVIDIA driver library can be loaded on this host (nothing else is called).
@@ -280,8 +280,8 @@ impl CudaBackend {
 }
 
 impl Backend for CudaBackend {
-    fn source(&self) -> &str {
-        "cuda"
+    fn source(&self) -> &Source {
+        &self.topology.source
     }
 
     fn topology(&self) -> &Topology {

@@ -110,8 +110,9 @@ mod tests {
             array_access: false,
         };
         Topology {
-            source: "cuda".into(),
+            source: crate::topology::Source::Cuda,
             driver_version: None,
+            cuda_version: None,
             visible_devices: None,
             devices: vec![device(0), device(1)],
             pairs: vec![pair(0, 1), pair(1, 0)],

@@ -13,7 +13,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use super::driver::{self, failed};
-use crate::topology::{Device, Link, Pair, Topology};
+use crate::topology::{Device, Link, Pair, Source, Topology};
 use crate::Result;
 
 /// A PCI address, parsed from any of the driver's, NVML's or sysfs's spellings.
@@ -331,8 +331,9 @@ pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<S
     }
 
     let topology = Topology {
-        source: "cuda".into(),
+        source: Source::Cuda,
         driver_version: nvml.as_ref().and_then(|n| n.sys_driver_version().ok()),
+        cuda_version: driver::driver_version().ok().map(driver::version_text),
         visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
         devices,
         pairs,

@@ -17,7 +17,7 @@ mod tests;
 pub use preset::{preset_names, Preset};
 
 use super::{Backend, BufferId, Copy, CopyMethod, EventId, GateId, GraphId, Memory, StreamId};
-use crate::topology::Topology;
+use crate::topology::{Source, Topology};
 use crate::{Error, Result};
 use engine::{Engine, Work};
 use fabric::{Fabric, Place};
@@ -27,7 +27,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The simulated backend.
 pub struct SimBackend {
-    source: String,
     topology: Topology,
     fabric: Fabric,
     state: Mutex<State>,
@@ -81,7 +80,6 @@ impl SimBackend {
             allocated: vec![0; preset.devices.len()],
         };
         SimBackend {
-            source: topology.source.clone(),
             topology,
             fabric,
             state: Mutex::new(state),
@@ -243,8 +241,8 @@ impl SimBackend {
 }
 
 impl Backend for SimBackend {
-    fn source(&self) -> &str {
-        &self.source
+    fn source(&self) -> &Source {
+        &self.topology.source
     }
 
     fn topology(&self) -> &Topology {

@@ -6,8 +6,9 @@
 //! from. Everything a preset says is checked here, so that the simulator itself never meets a
 //! nonsensical host.
 
-use crate::topology::{Device, Link, Pair, Topology};
+use crate::topology::{Device, Link, Pair, Source, Topology};
 use crate::{Error, Result};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,7 +47,7 @@ pub fn preset_names() -> &'static [&'static str] {
 
 /// A simulated host. Rates are in GB/s (1e9 bytes per second, one direction), times in µs unless a
 /// field name says `_ns`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Preset {
     /// Short name, shown as `sim:<name>`.
@@ -74,7 +75,7 @@ pub struct Preset {
     pub costs: Costs,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GpuSpec {
     pub name: String,
@@ -91,7 +92,7 @@ pub struct GpuSpec {
     pub signal_us: f64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceSpec {
     pub numa_node: i32,
@@ -111,7 +112,7 @@ pub struct DeviceSpec {
     pub mig_enabled: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NvLinkSpec {
     /// Line rate of one link, one direction.
@@ -126,21 +127,21 @@ pub struct NvLinkSpec {
     pub signal_us: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NvSwitchSpec {
     /// NVLinks from each GPU into the switch fabric (shown as `NV<n>` for every pair).
     pub links_per_gpu: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LinkSpec {
     pub gpus: [usize; 2],
     pub link: Link,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PcieSpec {
     /// Each GPU's own PCIe link to its switch or root port, per direction (pinned host copies).
@@ -159,7 +160,7 @@ pub struct PcieSpec {
     pub p2p_gbps: BTreeMap<Link, f64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HostSpec {
     /// The CPU sockets' interconnect, per direction.
@@ -172,7 +173,7 @@ pub struct HostSpec {
 
 /// CPU costs (`*_issue_us`, `sync_us`: host clock) and GPU overheads (`*_setup_us`, `graph_node_us`:
 /// GPU time per operation before its bytes move).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Costs {
     pub copy_issue_us: f64,
@@ -412,8 +413,9 @@ impl Preset {
             }
         }
         Topology {
-            source: format!("sim:{}", self.name),
+            source: Source::Sim(self.name.clone()),
             driver_version: None,
+            cuda_version: None,
             visible_devices: None,
             devices,
             pairs,
@@ -511,7 +513,7 @@ mod tests {
             assert!(p.sources.len() >= 3, "{name} cites too little");
             assert!(p.description.contains("SIMULATED"), "{name}");
             let t = p.topology();
-            assert_eq!(t.source, format!("sim:{name}"));
+            assert_eq!(t.source.to_string(), format!("sim:{name}"));
             let n = t.devices.len();
             assert_eq!(t.pairs.len(), n * (n - 1));
             assert!(t

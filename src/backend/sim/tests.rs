@@ -50,7 +50,7 @@ fn timed(sim: &SimBackend, stream: StreamId, f: impl FnOnce()) -> f64 {
 #[test]
 fn source_names_the_preset_and_topology_is_simulated() {
     let sim = h100();
-    assert_eq!(sim.source(), "sim:dgx-h100");
+    assert_eq!(sim.source().to_string(), "sim:dgx-h100");
     assert!(sim.topology().is_simulated());
     assert_eq!(sim.topology().devices.len(), 8);
 }

@@ -6,10 +6,11 @@ use crate::backend::{Copy, CopyMethod};
 use crate::bench::pattern;
 use crate::bench::timing::{host_us, Runs};
 use crate::engine::{BatchStrategy, Fabric, Planned};
+use crate::topology::Source;
 use crate::{Error, Result};
 
 /// One way of moving a batch, timed on the host clock from the call to the completion seen.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct BatchTiming {
     /// A batch strategy's name, `plain copies` or `engine, one call`.
     pub name: String,
@@ -22,7 +23,7 @@ pub struct BatchTiming {
 /// Every way of moving `count` messages of `size` bytes between two buffers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchReport {
-    pub source: String,
+    pub source: Source,
     pub src: usize,
     pub dst: usize,
     pub count: usize,
@@ -151,7 +152,7 @@ pub fn run(
         })?);
     }
     Ok(BatchReport {
-        source: backend.source().to_string(),
+        source: backend.source().clone(),
         src,
         dst,
         count,

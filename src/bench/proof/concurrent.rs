@@ -11,7 +11,10 @@ use crate::bench::pattern;
 use crate::bench::stats::Stats;
 use crate::bench::timing::{host_us, interleaved, Runs, Turn};
 use crate::engine::{Fabric, Strategy, Transfer};
+use crate::topology::Source;
 use crate::{Error, Result};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// Which transfers run at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +58,7 @@ impl Traffic {
 }
 
 /// One transfer of the traffic.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Flow {
     pub src: usize,
     pub dst: usize,
@@ -68,7 +71,7 @@ pub struct Flow {
 }
 
 /// One way of running all the transfers at once: the planner's picks, or one strategy for all.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Way {
     /// `None` for the planner's picks.
     pub strategy: Option<Strategy>,
@@ -81,8 +84,7 @@ pub struct Way {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
-    /// `cuda` or `sim:<preset>`.
-    pub source: String,
+    pub source: Source,
     pub bytes: u64,
     pub flows: Vec<Flow>,
     /// The picks first, then each strategy every flow can use.
@@ -239,7 +241,7 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
         .fold(f64::INFINITY, f64::min);
     let regret = ways[0].makespan_us / best - 1.0;
     Ok(Report {
-        source: backend.source().to_string(),
+        source: backend.source().clone(),
         bytes,
         flows,
         ways,

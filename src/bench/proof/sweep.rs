@@ -10,6 +10,7 @@ use crate::bench::pattern;
 use crate::bench::stats::Stats;
 use crate::bench::timing::{host_us, interleaved, Runs, Turn};
 use crate::engine::{Buffer, Fabric, Strategy};
+use crate::topology::Source;
 use crate::{Error, Result};
 
 /// One strategy at one size: what the planner predicted and what it measured.
@@ -66,7 +67,7 @@ impl Point {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
     /// `cuda` or `sim:<preset>`: where the times come from.
-    pub source: String,
+    pub source: Source,
     pub src: usize,
     pub dst: usize,
     pub points: Vec<Point>,
@@ -91,7 +92,7 @@ pub fn run(fabric: &Fabric, src: usize, dst: usize, sizes: &[u64], runs: Runs) -
         points.push(point(fabric, src, dst, bytes, runs)?);
     }
     Ok(Report {
-        source: fabric.backend().source().to_string(),
+        source: fabric.backend().source().clone(),
         src,
         dst,
         points,
@@ -355,6 +356,6 @@ mod tests {
                 "no split between NVSwitch peers"
             );
         }
-        assert_eq!(report.source, "sim:dgx-h100");
+        assert_eq!(report.source.to_string(), "sim:dgx-h100");
     }
 }

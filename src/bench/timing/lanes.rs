@@ -18,7 +18,9 @@ use crate::Result;
 use std::collections::HashMap;
 
 /// How many operations and samples a measurement takes.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Sampling {
     /// Operations queued before the start event (first-use costs stay out of the window).
     pub warmup: u32,

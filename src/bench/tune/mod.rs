@@ -115,7 +115,7 @@ pub struct Latencies {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Measurements {
     /// `cuda` or `sim:<preset>`.
-    pub source: String,
+    pub source: crate::topology::Source,
     /// UTC date of the run, `YYYY-MM-DD`.
     pub measured_on: String,
     pub devices: Vec<usize>,
@@ -339,8 +339,8 @@ pub fn run(
     };
 
     Ok(Measurements {
-        source: backend.source().to_string(),
-        measured_on: utc_date(std::time::SystemTime::now()),
+        source: backend.source().clone(),
+        measured_on: crate::document::utc_date(std::time::SystemTime::now()),
         devices,
         sizes,
         timing: sampling,
@@ -773,22 +773,4 @@ fn pair_latency(ctx: &mut Context<'_>, src: usize, dst: usize) -> Result<PairLat
         load_ns: value(&PointerChase)?,
         signal_us: value(&PingPong)?,
     })
-}
-
-/// The UTC calendar date of `time`, `YYYY-MM-DD` (Howard Hinnant's days-to-civil algorithm).
-fn utc_date(time: std::time::SystemTime) -> String {
-    let days = time
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() / 86_400) as i64;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
 }

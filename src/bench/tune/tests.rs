@@ -289,12 +289,3 @@ fn exported_nvswitch_host_keeps_its_switch_and_per_link_rate() {
         .any(|s| s.contains("not measured, taken from the embedded dgx-h100 preset")));
     assert_eq!(exported.topology().pairs, original.topology().pairs);
 }
-
-#[test]
-fn dates_are_utc_calendar_days() {
-    let at = |secs: u64| utc_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
-    assert_eq!(at(0), "1970-01-01");
-    assert_eq!(at(1_704_067_200), "2024-01-01");
-    assert_eq!(at(1_709_164_800), "2024-02-29");
-    assert_eq!(at(1_764_374_399), "2025-11-28");
-}

@@ -1,0 +1,361 @@
+//! `peerlink compare`: two bench documents side by side, figure by figure, and the
+//! `peerlink.compare/1` document that says how far apart they are.
+//!
+//! Made for the questions a second run raises: how far a simulator preset (say, one `tune
+//! --export-sim` wrote) is from the machine it was calibrated on, or whether today's run of a host
+//! moved from yesterday's. Every figure the two documents share is paired — a matrix cell by its
+//! (source, destination), a per-GPU value by its GPU, a sweep point by its test, pair and size —
+//! and reported as the second over the first.
+
+use super::bench::BenchDocument;
+use super::{impl_document, Header};
+use crate::bench::result::{Place, Unit};
+use crate::bench::stats::median;
+use crate::topology::Source;
+use crate::units::format_bytes;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// One figure both documents hold.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Pair {
+    /// The test and its message size (`ce-write 64 MiB`), or `<test> sweep` for a sweep point.
+    pub test: String,
+    pub unit: Unit,
+    /// `0→1`, `GPU 0`, or `0→1 4 KiB` for a sweep point.
+    pub place: String,
+    pub base: f64,
+    pub other: f64,
+    /// other / base.
+    pub ratio: f64,
+}
+
+impl Pair {
+    fn new(test: &str, unit: Unit, place: &str, base: f64, other: f64) -> Pair {
+        Pair {
+            test: test.to_string(),
+            unit,
+            place: place.to_string(),
+            base,
+            other,
+            ratio: other / base,
+        }
+    }
+
+    /// How far the ratio is from 1, either way.
+    fn distance(&self) -> f64 {
+        self.ratio.max(1.0 / self.ratio)
+    }
+}
+
+/// Everything paired, in the first document's order, and what only one of them has.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Comparison {
+    pub base_source: Source,
+    /// The compared document's header: the comparison's is made from it.
+    pub other: Header,
+    pub pairs: Vec<Pair>,
+    /// Tests (at their sizes) and sweeps in only one of the two documents.
+    pub unmatched: Vec<String>,
+}
+
+/// The paired figures of one test: how many, the median ratio, the one furthest from 1.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TestSummary {
+    pub test: String,
+    pub unit: Unit,
+    /// Figures paired.
+    pub paired: usize,
+    pub median_ratio: f64,
+    /// The figure furthest from the base, whichever way.
+    pub worst: Furthest,
+}
+
+/// The figure of a test furthest from the base.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Furthest {
+    pub place: String,
+    pub base: f64,
+    pub other: f64,
+    pub ratio: f64,
+}
+
+/// Two bench documents compared: per test the median ratio and the furthest figure, then every
+/// paired figure. The header's `source` (and GPUs) are the compared document's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CompareDocument {
+    #[serde(flatten)]
+    pub header: Header,
+    /// The source of the document compared against.
+    pub base_source: Source,
+    pub tests: Vec<TestSummary>,
+    pub pairs: Vec<Pair>,
+    pub unmatched: Vec<String>,
+}
+
+impl_document!(CompareDocument, "peerlink.compare/1");
+
+impl CompareDocument {
+    pub fn new(c: &Comparison) -> CompareDocument {
+        CompareDocument {
+            header: Header::after(<Self as super::Document>::SCHEMA, &c.other),
+            base_source: c.base_source.clone(),
+            tests: c.summaries(),
+            pairs: c.pairs.clone(),
+            unmatched: c.unmatched.clone(),
+        }
+    }
+}
+
+/// Pairs every figure of two bench documents; `name_*` say which file each came from.
+pub fn compare(
+    base: &BenchDocument,
+    other: &BenchDocument,
+    name_base: &str,
+    name_other: &str,
+) -> Comparison {
+    let (base_figures, other_figures) = (figures(base), figures(other));
+    // An eight-GPU run holds thousands of sweep points: look each up, don't scan for it.
+    let other_values: HashMap<(&str, &str), f64> = other_figures
+        .iter()
+        .map(|f| ((f.test.as_str(), f.place.as_str()), f.value))
+        .collect();
+    let pairs = base_figures
+        .iter()
+        .filter_map(|f| {
+            other_values
+                .get(&(f.test.as_str(), f.place.as_str()))
+                .map(|&other| Pair::new(&f.test, f.unit, &f.place, f.value, other))
+        })
+        .collect();
+    let tests = |figures: &[Figure]| -> Vec<String> {
+        let mut names: Vec<String> = figures.iter().map(|f| f.test.clone()).collect();
+        names.dedup();
+        names
+    };
+    let (base_tests, other_tests) = (tests(&base_figures), tests(&other_figures));
+    let unmatched = base_tests
+        .iter()
+        .filter(|t| !other_tests.contains(t))
+        .map(|t| format!("{t} (only in {name_base})"))
+        .chain(
+            other_tests
+                .iter()
+                .filter(|t| !base_tests.contains(t))
+                .map(|t| format!("{t} (only in {name_other})")),
+        )
+        .collect();
+    Comparison {
+        base_source: base.header.source.clone(),
+        other: other.header.clone(),
+        pairs,
+        unmatched,
+    }
+}
+
+/// One figure of a document: which test, where, in what unit.
+struct Figure {
+    test: String,
+    place: String,
+    unit: Unit,
+    value: f64,
+}
+
+/// Every figure of a document, in its order.
+fn figures(doc: &BenchDocument) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for test in &doc.results.tests {
+        // A test at another message size is another figure: pair like with like only.
+        let name = format!("{} {}", test.name, format_bytes(test.size_bytes));
+        for cell in &test.cells {
+            let place = match cell.place {
+                Place::Pair { src, dst } => format!("{src}→{dst}"),
+                Place::Device { device } => format!("GPU {device}"),
+            };
+            out.push(Figure {
+                test: name.clone(),
+                place,
+                unit: test.unit,
+                value: cell.value,
+            });
+        }
+    }
+    for sweep in &doc.results.sweeps {
+        let name = format!("{} sweep", sweep.test);
+        for point in &sweep.points {
+            out.push(Figure {
+                test: name.clone(),
+                place: format!("{}→{} {}", sweep.src, sweep.dst, format_bytes(point.bytes)),
+                unit: Unit::Micros,
+                value: point.median_us,
+            });
+        }
+    }
+    out
+}
+
+impl Comparison {
+    /// One summary per test, in the first document's order.
+    pub fn summaries(&self) -> Vec<TestSummary> {
+        self.pairs
+            .chunk_by(|a, b| a.test == b.test)
+            .map(|group| {
+                let ratios: Vec<f64> = group.iter().map(|p| p.ratio).collect();
+                let worst = group
+                    .iter()
+                    .max_by(|a, b| a.distance().total_cmp(&b.distance()))
+                    .expect("a group has a pair");
+                TestSummary {
+                    test: group[0].test.clone(),
+                    unit: group[0].unit,
+                    paired: group.len(),
+                    median_ratio: median(&ratios).expect("a group has a pair"),
+                    worst: Furthest {
+                        place: worst.place.clone(),
+                        base: worst.base,
+                        other: worst.other,
+                        ratio: worst.ratio,
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::result::{BenchReport, Cell, Sweep, SweepPoint, TestResult};
+    use crate::bench::stats::Stats;
+    use crate::bench::timing::Sampling;
+    use crate::topology::Topology;
+
+    fn test(name: &str, size_bytes: u64, cells: Vec<(Place, f64)>) -> TestResult {
+        let time_us = Stats::of(&[1.0]).unwrap();
+        TestResult {
+            name: name.into(),
+            unit: Unit::Gbps,
+            size_bytes,
+            measures: String::new(),
+            matrix: None,
+            total_matrix: None,
+            values: None,
+            cells: cells
+                .into_iter()
+                .map(|(place, value)| Cell {
+                    place,
+                    value,
+                    total: None,
+                    time_us,
+                })
+                .collect(),
+            not_measured: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn doc(source: &str, write: [f64; 4], h2d: f64, sweep_us: f64) -> BenchDocument {
+        let pair = |src, dst| Place::Pair { src, dst };
+        let host = Topology {
+            source: source.parse().unwrap(),
+            driver_version: None,
+            cuda_version: None,
+            visible_devices: None,
+            devices: Vec::new(),
+            pairs: Vec::new(),
+        };
+        BenchDocument::new(
+            &host,
+            BenchReport {
+                devices: vec![0, 1],
+                timing: Sampling {
+                    warmup: 1,
+                    iterations: 1,
+                    samples: 1,
+                    rotation_bytes: 0,
+                },
+                notes: Vec::new(),
+                tests: vec![
+                    test(
+                        "ce-write",
+                        1 << 20,
+                        vec![
+                            (pair(0, 0), write[0]),
+                            (pair(0, 1), write[1]),
+                            (pair(1, 0), write[2]),
+                            (pair(1, 1), write[3]),
+                        ],
+                    ),
+                    test("h2d", 1 << 20, vec![(Place::Device { device: 0 }, h2d)]),
+                ],
+                sweeps: vec![Sweep {
+                    test: "ce-write".into(),
+                    src: 0,
+                    dst: 1,
+                    measures: String::new(),
+                    points: vec![SweepPoint {
+                        bytes: 4096,
+                        median_us: sweep_us,
+                        p99_us: sweep_us,
+                        gbps: 1.0,
+                    }],
+                    fit: None,
+                    not_measured: None,
+                }],
+            },
+        )
+    }
+
+    #[test]
+    fn every_shared_figure_is_paired_and_summarised_per_test() {
+        let real = doc("cuda", [2000.0, 400.0, 400.0, 2000.0], 55.0, 8.0);
+        let sim = doc("sim:exported", [2000.0, 360.0, 420.0, 2000.0], 55.0, 6.0);
+        let c = compare(&real, &sim, "real.json", "sim.json");
+        assert_eq!(c.pairs.len(), 6);
+        assert!(c.unmatched.is_empty());
+        let s = c.summaries();
+        assert_eq!(s.len(), 3);
+        assert_eq!((s[0].test.as_str(), s[0].paired), ("ce-write 1 MiB", 4));
+        // The furthest figure from the base, whichever way: 360/400 = 0.9 against 420/400.
+        assert_eq!(s[0].worst.place, "0→1");
+        assert!((s[0].worst.ratio - 0.9).abs() < 1e-12);
+        assert_eq!(
+            (s[1].test.as_str(), s[1].worst.place.as_str()),
+            ("h2d 1 MiB", "GPU 0")
+        );
+        assert_eq!(s[2].test, "ce-write sweep");
+        assert_eq!(s[2].unit, Unit::Micros);
+        assert_eq!(s[2].worst.place, "0→1 4 KiB");
+        assert!((s[2].median_ratio - 0.75).abs() < 1e-12);
+        let doc = serde_json::to_value(CompareDocument::new(&c)).unwrap();
+        assert_eq!(doc["schema"], "peerlink.compare/1");
+        assert_eq!(doc["source"], "sim:exported");
+        assert_eq!(doc["simulated"], true);
+        assert_eq!(doc["base_source"], "cuda");
+        assert_eq!(doc["pairs"].as_array().unwrap().len(), 6);
+        assert_eq!(doc["pairs"][0]["unit"], "GB/s");
+    }
+
+    #[test]
+    fn tests_in_one_document_only_are_named() {
+        let mut base = doc("cuda", [1.0; 4], 1.0, 1.0);
+        base.results.tests.push(test(
+            "ping-pong",
+            4,
+            vec![(Place::Pair { src: 0, dst: 1 }, 1.7)],
+        ));
+        let mut other = doc("cuda", [1.0; 4], 1.0, 1.0);
+        // The same test at another size is not the same figure.
+        other.results.tests[1].size_bytes = 8 << 20;
+        let c = compare(&base, &other, "a", "b");
+        assert_eq!(
+            c.unmatched,
+            [
+                "h2d 1 MiB (only in a)",
+                "ping-pong 4 B (only in a)",
+                "h2d 8 MiB (only in b)"
+            ]
+        );
+    }
+}

@@ -1,0 +1,151 @@
+//! Every JSON document peerlink writes or reads, as typed structs: one home for their shapes.
+//!
+//! A document opens with the same [`Header`] — `schema` (`peerlink.<verb>/<n>`), `source` (`cuda`
+//! or `sim:<preset>`), `simulated`, and who wrote it, when, where and on what GPUs — flattened into
+//! its top level beside its own fields, so scripts find `schema` and `source` where they always
+//! were. Each document type converts from the in-memory results of its verb; reading one back
+//! ([`read`]) checks its `schema` first. The JSON Schemas published under `docs/schemas/` are
+//! generated from these types ([`schemas`]), and a test keeps the committed files in step.
+//!
+//! The documents: [`topo::TopoDocument`], [`bench::BenchDocument`] (sweeps included),
+//! [`bench::ExplainDocument`], [`plan::PlanDocument`], [`plan::PlanSweepDocument`],
+//! [`plan::PlanBatchDocument`], [`plan::PlanConcurrentDocument`],
+//! [`crate::model::Profile`] (from `tune`, read by `plan --profile`) and
+//! [`compare::CompareDocument`]. A simulator preset ([`crate::backend::sim::Preset`]) is an input
+//! users write, with no header, but its schema is published beside theirs.
+
+pub mod bench;
+pub mod compare;
+mod header;
+pub mod plan;
+pub mod schemas;
+pub mod topo;
+
+pub use header::{rfc3339, utc_date, Header, HostGpu, COMMIT, PEERLINK_VERSION};
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt;
+
+/// A document type: its schema name and its header.
+pub trait Document: Serialize + DeserializeOwned + JsonSchema {
+    /// `peerlink.<verb>/<n>`: what the document is and the version of its shape.
+    const SCHEMA: &'static str;
+
+    fn header(&self) -> &Header;
+
+    fn header_mut(&mut self) -> &mut Header;
+}
+
+/// Implements [`Document`] for a type whose header is its `header` field.
+macro_rules! impl_document {
+    ($type:ty, $schema:literal) => {
+        impl $crate::document::Document for $type {
+            const SCHEMA: &'static str = $schema;
+
+            fn header(&self) -> &$crate::document::Header {
+                &self.header
+            }
+
+            fn header_mut(&mut self) -> &mut $crate::document::Header {
+                &mut self.header
+            }
+        }
+    };
+}
+pub(crate) use impl_document;
+
+/// Why a text could not be read as a document of the expected kind.
+#[derive(Debug)]
+pub enum ReadError {
+    NotJson(serde_json::Error),
+    /// Another document, or none: the `schema` found (if any) and the one expected.
+    OtherSchema {
+        found: Option<String>,
+        expected: &'static str,
+    },
+    /// The right `schema`, but fields missing or of the wrong type.
+    Malformed {
+        expected: &'static str,
+        error: serde_json::Error,
+    },
+}
+
+impl fmt::Display for ReadError {
+    /// A phrase to follow "<file> is": `not JSON (…)`, `not a `peerlink.bench/1` document (…)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::NotJson(e) => write!(f, "not JSON ({e})"),
+            ReadError::OtherSchema {
+                found: Some(found),
+                expected,
+            } => write!(f, "not a `{expected}` document (its schema is `{found}`)"),
+            ReadError::OtherSchema {
+                found: None,
+                expected,
+            } => write!(f, "not a `{expected}` document (it has no `schema` string)"),
+            ReadError::Malformed { expected, error } => {
+                write!(f, "not a well-formed `{expected}` document ({error})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Reads a `D` document from JSON text, its `schema` checked before its fields.
+pub fn read<D: Document>(text: &str) -> Result<D, ReadError> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(ReadError::NotJson)?;
+    let found = value.get("schema").and_then(|s| s.as_str());
+    if found != Some(D::SCHEMA) {
+        return Err(ReadError::OtherSchema {
+            found: found.map(str::to_string),
+            expected: D::SCHEMA,
+        });
+    }
+    let mut doc: D = serde_json::from_value(value).map_err(|error| ReadError::Malformed {
+        expected: D::SCHEMA,
+        error,
+    })?;
+    // A document written before `simulated` was in every header lacks it; its source says it.
+    let header = doc.header_mut();
+    header.simulated = header.source.is_simulated();
+    Ok(doc)
+}
+
+/// A document as `--json` prints it: pretty, one JSON value.
+pub fn to_json<D: Document>(doc: &D) -> String {
+    serde_json::to_string_pretty(doc).expect("a document always serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::topo::TopoDocument;
+    use super::*;
+
+    #[test]
+    fn reading_checks_the_schema_before_the_fields() {
+        let err = read::<TopoDocument>("{").unwrap_err();
+        assert!(err.to_string().starts_with("not JSON"), "{err}");
+        let err = read::<TopoDocument>(r#"{"schema": "peerlink.bench/1"}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "not a `peerlink.topo/1` document (its schema is `peerlink.bench/1`)"
+        );
+        let err = read::<TopoDocument>("[]").unwrap_err();
+        assert!(err.to_string().contains("no `schema`"), "{err}");
+        let err = read::<TopoDocument>(r#"{"schema": "peerlink.topo/1"}"#).unwrap_err();
+        assert!(err.to_string().contains("missing field"), "{err}");
+    }
+
+    #[test]
+    fn a_document_older_than_the_header_reads_with_what_it_has() {
+        let old = r#"{"schema": "peerlink.topo/1", "source": "sim:old", "driver_version": null,
+                      "visible_devices": null, "devices": [], "pairs": [], "warnings": []}"#;
+        let doc = read::<TopoDocument>(old).unwrap();
+        assert!(doc.header.simulated, "the source says it is simulated");
+        assert_eq!(doc.header.time, None);
+        assert!(doc.header.host_gpus.is_empty());
+    }
+}
