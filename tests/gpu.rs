@@ -2,7 +2,7 @@
 //! run them on a GPU host with `gpu-tests --ignored --test-threads=1` (see scripts/gpu-build.sh).
 
 use peerlink::backend::cuda::{driver_library_present, CudaBackend};
-use peerlink::backend::{Backend, BufferId, Copy, CopyMethod, Memory, StreamId};
+use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, StreamId};
 use peerlink::Error;
 
 #[path = "gpu/engine.rs"]
@@ -62,7 +62,7 @@ fn check_copy(
     b.write(src, 0, &data).unwrap();
     b.write(dst, 0, &vec![FILL; size]).unwrap();
     let stream = b.create_stream(issuer).unwrap();
-    let copy = Copy {
+    let copy = BufferCopy {
         dst,
         dst_offset,
         src,
@@ -220,7 +220,7 @@ fn copies_between_device_and_pinned_host() {
 #[test]
 #[ignore = "needs a GPU"]
 fn batches_move_every_message() {
-    type BatchCall = fn(&dyn Backend, StreamId, &[Copy]) -> peerlink::Result<()>;
+    type BatchCall = fn(&dyn Backend, StreamId, &[BufferCopy]) -> peerlink::Result<()>;
     let calls: [(&str, BatchCall); 2] = [
         ("copy_batch", |b, s, c| b.copy_batch(s, c)),
         ("memcpy_batch", |b, s, c| b.memcpy_batch(s, c)),
@@ -237,7 +237,7 @@ fn batches_move_every_message() {
         let mut at = 0;
         for i in 0..1000usize {
             let len = 1 + (i * 37) % 700;
-            copies.push(Copy {
+            copies.push(BufferCopy {
                 dst,
                 dst_offset: at + i % 3,
                 src,
@@ -273,7 +273,7 @@ fn hold_keeps_work_back_until_release() {
     let stream = b.create_stream(0).unwrap();
     let gate = b.hold(stream).unwrap();
     let start = b.record(stream).unwrap();
-    let copy = Copy {
+    let copy = BufferCopy {
         dst,
         dst_offset: 0,
         src,
@@ -309,20 +309,20 @@ fn captured_graph_replays_the_copies() {
     b.write(dst, 0, &vec![FILL; size]).unwrap();
     let stream = b.create_stream(0).unwrap();
     let half = size / 2;
-    let first = Copy {
+    let first = BufferCopy {
         dst,
         dst_offset: 0,
         src,
         src_offset: 0,
         len: half,
     };
-    let second = Copy {
+    let second = BufferCopy {
         dst_offset: half + 1,
         src_offset: half + 1,
         len: half - 1,
         ..first
     };
-    let third = Copy {
+    let third = BufferCopy {
         dst_offset: half,
         src_offset: half,
         len: 1,
@@ -365,7 +365,7 @@ fn peer_access_is_idempotent_and_required() {
     let dst = b.alloc(Memory::Device(1), 4096).unwrap();
     let src = b.alloc(Memory::Device(0), 4096).unwrap();
     let stream = b.create_stream(0).unwrap();
-    let copy = Copy {
+    let copy = BufferCopy {
         dst,
         dst_offset: 0,
         src,
@@ -502,7 +502,7 @@ fn copy_bandwidth_push_and_pull() {
     let dst = b.alloc(Memory::Device(to), len).unwrap();
     let data = pattern(len, 5);
     b.write(src, 0, &data).unwrap();
-    let copy = Copy {
+    let copy = BufferCopy {
         dst,
         dst_offset: 0,
         src,
@@ -549,8 +549,8 @@ fn copy_batch_time_split() {
     let src = b.alloc(Memory::Device(0), count * len).unwrap();
     let dst = b.alloc(Memory::Device(0), count * len).unwrap();
     b.write(src, 0, &pattern(count * len, 5)).unwrap();
-    let copies: Vec<Copy> = (0..count)
-        .map(|i| Copy {
+    let copies: Vec<BufferCopy> = (0..count)
+        .map(|i| BufferCopy {
             dst,
             dst_offset: (count - 1 - i) * len,
             src,

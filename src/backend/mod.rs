@@ -57,7 +57,7 @@ pub enum CopyMethod {
 
 /// One contiguous copy between two buffers. The ranges must lie inside their buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Copy {
+pub struct BufferCopy {
     pub dst: BufferId,
     pub dst_offset: usize,
     pub src: BufferId,
@@ -110,20 +110,20 @@ pub trait Backend: Send + Sync {
 
     /// Queues a copy on `stream`. Which GPU's stream issues it decides push (the source's) or pull
     /// (the destination's); a peer copy needs peer access enabled from the issuing GPU.
-    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &Copy) -> Result<()>;
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &BufferCopy) -> Result<()>;
 
     /// Queues ONE kernel on `stream`'s GPU that performs every copy in `copies` (a thread block per
     /// message, 16-byte accesses where alignment allows), loading and storing through peer mappings where
     /// a buffer is another GPU's (peer access enabled) or pinned host memory. The backend carries the copy
     /// list to the GPU itself (its cost is part of this call). Copies must not overlap each other's
     /// destinations. This is how thousands of small messages cost one launch instead of one each.
-    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()>;
+    fn copy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> Result<()>;
 
     /// Queues every copy in `copies` on `stream` as copy-engine copies in ONE driver call
     /// (cuMemcpyBatchAsync), ordered after the stream's earlier work. Copies must not overlap each
     /// other's destinations (the driver may run them in any order); peer copies need peer access
     /// from `stream`'s GPU.
-    fn memcpy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()>;
+    fn memcpy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> Result<()>;
 
     /// Records an event after the work queued so far on `stream`.
     fn record(&self, stream: StreamId) -> Result<EventId>;
@@ -246,7 +246,7 @@ pub fn open(choice: &Choice) -> Result<Opened> {
 }
 
 /// A batch kernel's messages run concurrently, so their destinations must not overlap.
-pub(crate) fn check_disjoint_destinations(copies: &[Copy]) -> Result<()> {
+pub(crate) fn check_disjoint_destinations(copies: &[BufferCopy]) -> Result<()> {
     let ranges = copies
         .iter()
         .filter(|c| c.len > 0)

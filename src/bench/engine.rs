@@ -12,7 +12,7 @@
 
 use super::pattern::{self, first_mismatch};
 use super::stats::Stats;
-use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
 use crate::{Error, Result};
 use std::collections::HashMap;
 
@@ -213,7 +213,7 @@ impl<'b> Lane<'b> {
                 if let Some(event) = self.read_done.get(&(k, slot, c)) {
                     backend.wait(hop.stream, *event)?;
                 }
-                let copy = Copy {
+                let copy = BufferCopy {
                     dst,
                     dst_offset: base + start,
                     src,

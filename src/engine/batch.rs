@@ -13,7 +13,7 @@ use super::executor::{
 use super::fabric::{BufferState, Fabric, Planned, Span, Transfer};
 use super::plan::{BatchPlan, BatchStrategy};
 use super::planner::packing;
-use crate::backend::{first_overlap, Copy, CopyMethod, EventId, GraphId, Memory};
+use crate::backend::{first_overlap, BufferCopy, CopyMethod, EventId, GraphId, Memory};
 use crate::{Error, Result};
 use std::sync::Arc;
 
@@ -28,7 +28,7 @@ pub struct Pattern {
     fabric: Arc<executor::Shared>,
     plan: BatchPlan,
     /// The messages, as direct copies from their source to their destination ranges.
-    copies: Vec<Copy>,
+    copies: Vec<BufferCopy>,
     /// Each buffer the messages touch, once, and whether the batch writes it: ordering against
     /// other transfers is per buffer, so a run checks and claims each once, not once per message.
     touched: Vec<(Arc<BufferState>, bool)>,
@@ -89,7 +89,7 @@ impl Fabric {
             }
             note(&mut touched, &src.buffer.state, false);
             note(&mut touched, &dst.buffer.state, true);
-            copies.push(Copy {
+            copies.push(BufferCopy {
                 dst: dst.buffer.state.id,
                 dst_offset: dst.range.start,
                 src: src.buffer.state.id,
@@ -142,7 +142,7 @@ fn note(touched: &mut Vec<(Arc<BufferState>, bool)>, buffer: &Arc<BufferState>, 
 
 /// Refuses batches whose result would depend on the order of the messages: two destinations that
 /// overlap, or a destination that overlaps another message's source.
-fn check_hazards(copies: &[Copy]) -> Result<()> {
+fn check_hazards(copies: &[BufferCopy]) -> Result<()> {
     let span = |buffer, offset, len| (buffer, offset, offset + len);
     let all = copies
         .iter()
@@ -303,11 +303,11 @@ impl Pattern {
                 if let Some(idle) = gather.idle {
                     issuer.wait(control, idle)?;
                 }
-                let gathered: Vec<Copy> = self
+                let gathered: Vec<BufferCopy> = self
                     .copies
                     .iter()
                     .zip(&self.packed)
-                    .map(|(c, &at)| Copy {
+                    .map(|(c, &at)| BufferCopy {
                         dst: packed_src,
                         dst_offset: at as usize,
                         ..*c
@@ -342,11 +342,11 @@ impl Pattern {
                     role: Role::Scatter,
                 })?;
                 issuer.wait(scatter, moved)?;
-                let scattered: Vec<Copy> = self
+                let scattered: Vec<BufferCopy> = self
                     .copies
                     .iter()
                     .zip(&self.packed)
-                    .map(|(c, &at)| Copy {
+                    .map(|(c, &at)| BufferCopy {
                         src: packed_dst,
                         src_offset: at as usize,
                         ..*c

@@ -6,7 +6,7 @@
 
 use super::fabric::{Buffer, Fabric};
 use super::plan::{BatchStrategy, Strategy};
-use crate::backend::{Copy, CopyMethod};
+use crate::backend::{BufferCopy, CopyMethod};
 use crate::{Error, Result};
 
 /// How much to run per strategy and size.
@@ -280,7 +280,7 @@ pub(super) fn median(mut values: Vec<f64>) -> f64 {
 struct PlainCopy<'f> {
     backend: &'f dyn crate::backend::Backend,
     stream: crate::backend::StreamId,
-    copy: Copy,
+    copy: BufferCopy,
 }
 
 impl<'f> PlainCopy<'f> {
@@ -289,7 +289,7 @@ impl<'f> PlainCopy<'f> {
         Ok(PlainCopy {
             backend,
             stream: backend.create_stream(from.device())?,
-            copy: Copy {
+            copy: BufferCopy {
                 dst: to.state.id,
                 dst_offset: 0,
                 src: from.state.id,
@@ -420,10 +420,10 @@ pub fn batch(
         fabric.shared.ensure_peer(src, dst)?;
     }
     let stream = backend.create_stream(src)?;
-    let copies: Vec<Copy> = (0..count)
+    let copies: Vec<BufferCopy> = (0..count)
         .map(|i| {
             let (s, d) = at(i);
-            Copy {
+            BufferCopy {
                 dst: to.state.id,
                 dst_offset: d,
                 src: from.state.id,

@@ -16,7 +16,7 @@
 
 use super::plan::{Plan, Route, Strategy};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
-use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -356,15 +356,15 @@ impl<'s> Issuer<'s> {
         self.backend().wait(stream, event)
     }
 
-    pub fn copy(&mut self, stream: StreamId, method: CopyMethod, copy: Copy) -> Result<()> {
+    pub fn copy(&mut self, stream: StreamId, method: CopyMethod, copy: BufferCopy) -> Result<()> {
         self.backend().copy(stream, method, &copy)
     }
 
-    pub fn copy_batch(&mut self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+    pub fn copy_batch(&mut self, stream: StreamId, copies: &[BufferCopy]) -> Result<()> {
         self.backend().copy_batch(stream, copies)
     }
 
-    pub fn memcpy_batch(&mut self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+    pub fn memcpy_batch(&mut self, stream: StreamId, copies: &[BufferCopy]) -> Result<()> {
         self.backend().memcpy_batch(stream, copies)
     }
 
@@ -466,7 +466,7 @@ pub(super) fn issue_routes(
         match share.route {
             Route::Direct(method) => {
                 issuer.shared.ensure_peer(plan.src, plan.dst)?;
-                let copy = Copy {
+                let copy = BufferCopy {
                     dst: to.buffer,
                     dst_offset: to.offset,
                     src: from.buffer,
@@ -601,7 +601,7 @@ impl Pipeline {
         if k >= STAGING_SLOTS {
             issuer.wait(self.first, self.drained[k - STAGING_SLOTS])?;
         }
-        let fill = Copy {
+        let fill = BufferCopy {
             dst: self.staging,
             dst_offset: slot,
             src: self.from.buffer,
@@ -611,7 +611,7 @@ impl Pipeline {
         issuer.copy(self.first, CopyMethod::CopyEngine, fill)?;
         let filled = issuer.record(self.first)?;
         issuer.wait(self.second, filled)?;
-        let drain = Copy {
+        let drain = BufferCopy {
             dst: self.to.buffer,
             dst_offset: self.to.offset + offset,
             src: self.staging,

@@ -3,7 +3,7 @@
 use super::*;
 use crate::backend::sim::SimBackend;
 use crate::backend::{
-    Backend, BufferId, Copy, CopyMethod, EventId, GateId, GraphId, Memory, StreamId,
+    Backend, BufferCopy, BufferId, CopyMethod, EventId, GateId, GraphId, Memory, StreamId,
 };
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -632,13 +632,13 @@ impl Backend for Counting {
         bump(&self.counts.streams);
         self.sim.create_stream(device)
     }
-    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &Copy) -> crate::Result<()> {
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &BufferCopy) -> crate::Result<()> {
         self.sim.copy(stream, method, copy)
     }
-    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> crate::Result<()> {
+    fn copy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> crate::Result<()> {
         self.sim.copy_batch(stream, copies)
     }
-    fn memcpy_batch(&self, stream: StreamId, copies: &[Copy]) -> crate::Result<()> {
+    fn memcpy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> crate::Result<()> {
         self.sim.memcpy_batch(stream, copies)
     }
     fn record(&self, stream: StreamId) -> crate::Result<EventId> {

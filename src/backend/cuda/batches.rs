@@ -18,7 +18,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use super::driver::{failed, PinnedMemory};
 use super::kernels::{Descriptor, DESCRIPTOR_BYTES};
-use crate::backend::{check_disjoint_destinations, BufferId, Copy, InOrder};
+use crate::backend::{check_disjoint_destinations, BufferCopy, BufferId, InOrder};
 use crate::{Error, Result};
 
 /// Smallest descriptor block allocated: 170 descriptors.
@@ -31,7 +31,7 @@ const MIN_BLOCK_BYTES: usize = 4096;
 /// out in order (or reverse order) buffer by buffer show they do not in the same pass; any others
 /// are sorted.
 pub(super) fn describe(
-    copies: &[Copy],
+    copies: &[BufferCopy],
     mut lookup: impl FnMut(BufferId) -> Result<(u64, usize)>,
     out: &mut [Descriptor],
 ) -> Result<()> {
@@ -82,7 +82,7 @@ pub(super) fn describe(
 }
 
 #[cold]
-fn out_of_range(c: &Copy, dst_size: usize, src_size: usize) -> Error {
+fn out_of_range(c: &BufferCopy, dst_size: usize, src_size: usize) -> Error {
     let (role, id, offset, size) = if c.dst_offset.checked_add(c.len).is_none_or(|e| e > dst_size) {
         ("destination", c.dst, c.dst_offset, dst_size)
     } else {
@@ -227,8 +227,8 @@ mod tests {
         len: 0,
     };
 
-    fn copy(dst_offset: usize, src_offset: usize, len: usize) -> Copy {
-        Copy {
+    fn copy(dst_offset: usize, src_offset: usize, len: usize) -> BufferCopy {
+        BufferCopy {
             dst: BufferId(2),
             dst_offset,
             src: BufferId(1),
@@ -252,7 +252,7 @@ mod tests {
     #[test]
     fn descriptors_hold_unified_addresses_and_each_buffer_is_looked_up_once() {
         let mut calls = 0;
-        let copies: Vec<Copy> = (0..8).map(|i| copy(56 - 8 * i, 8 * i, 8)).collect();
+        let copies: Vec<BufferCopy> = (0..8).map(|i| copy(56 - 8 * i, 8 * i, 8)).collect();
         let mut descriptors = vec![EMPTY; 8];
         describe(&copies, lookup(&mut calls), &mut descriptors).unwrap();
         assert_eq!(calls, 2);

@@ -394,7 +394,7 @@ impl Backend for CudaBackend {
         Ok(StreamId(id))
     }
 
-    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &super::Copy) -> Result<()> {
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &super::BufferCopy) -> Result<()> {
         let stream = self.streams.get(stream.0)?;
         let device = stream.device;
         let dst =
@@ -411,7 +411,7 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn copy_batch(&self, stream: StreamId, copies: &[super::Copy]) -> Result<()> {
+    fn copy_batch(&self, stream: StreamId, copies: &[super::BufferCopy]) -> Result<()> {
         let stream = self.streams.get(stream.0)?;
         if copies.is_empty() {
             return Ok(());
@@ -437,7 +437,7 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn memcpy_batch(&self, stream: StreamId, copies: &[super::Copy]) -> Result<()> {
+    fn memcpy_batch(&self, stream: StreamId, copies: &[super::BufferCopy]) -> Result<()> {
         let stream = self.streams.get(stream.0)?;
         let device = stream.device;
         let mut addresses = vec![kernels::Descriptor::default(); copies.len()];

@@ -144,7 +144,7 @@ impl Store {
     }
 
     /// Copy `op` ends: its destination receives the source bytes as they were when it started.
-    pub fn finish_copy(&mut self, op: u64, copy: &crate::backend::Copy) {
+    pub fn finish_copy(&mut self, op: u64, copy: &crate::backend::BufferCopy) {
         let src = self.get_mut(copy.src);
         let at = src
             .readers
@@ -179,7 +179,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Copy;
+    use crate::backend::BufferCopy;
 
     fn copy(
         src: BufferId,
@@ -187,8 +187,8 @@ mod tests {
         dst: BufferId,
         dst_offset: usize,
         len: usize,
-    ) -> Copy {
-        Copy {
+    ) -> BufferCopy {
+        BufferCopy {
             dst,
             dst_offset,
             src,

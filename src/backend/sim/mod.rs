@@ -3,25 +3,27 @@
 //! Buffers are `Vec<u8>`s and copies really copy, so chunking, offset and relay bugs show byte for
 //! byte. Time is virtual: a host clock advances by each call's modelled CPU cost; GPU work runs on
 //! in-order streams in a discrete-event simulation whose copy rates come from a link model with
-//! max-min fair sharing (modules `fabric`, `sharing`). Figures come from a [`preset`]. Every
+//! max-min fair sharing (modules `links`, `sharing`). Figures come from a [`preset`]. Every
 //! figure this backend produces is simulated, and its source says so (`sim:<preset>`).
 
-mod engine;
-mod fabric;
+mod links;
 mod memory;
 pub mod preset;
+mod scheduler;
 mod sharing;
 #[cfg(test)]
 mod tests;
 
 pub use preset::{preset_names, Preset};
 
-use super::{Backend, BufferId, Copy, CopyMethod, EventId, GateId, GraphId, Memory, StreamId};
+use super::{
+    Backend, BufferCopy, BufferId, CopyMethod, EventId, GateId, GraphId, Memory, StreamId,
+};
 use crate::topology::Topology;
 use crate::{Error, Result};
-use engine::{Engine, Work};
-use fabric::{Fabric, Place};
+use links::{LinkModel, Place};
 use memory::Store;
+use scheduler::{Scheduler, Work};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -29,7 +31,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 pub struct SimBackend {
     source: String,
     topology: Topology,
-    fabric: Fabric,
+    links: LinkModel,
     state: Mutex<State>,
 }
 
@@ -46,7 +48,7 @@ struct EventInfo {
 
 struct State {
     host_us: f64,
-    engine: Engine,
+    scheduler: Scheduler,
     store: Store,
     streams: Vec<StreamInfo>,
     events: BTreeMap<u64, EventInfo>,
@@ -66,11 +68,11 @@ impl SimBackend {
 
     /// Opens the simulator on an already parsed preset.
     pub fn from_preset(preset: &Preset) -> Self {
-        let fabric = Fabric::new(preset);
+        let links = LinkModel::new(preset);
         let topology = preset.topology();
         let state = State {
             host_us: 0.0,
-            engine: Engine::new(fabric.capacity().to_vec()),
+            scheduler: Scheduler::new(links.capacity().to_vec()),
             store: Store::default(),
             streams: Vec::new(),
             events: BTreeMap::new(),
@@ -83,7 +85,7 @@ impl SimBackend {
         SimBackend {
             source: topology.source.clone(),
             topology,
-            fabric,
+            links,
             state: Mutex::new(state),
         }
     }
@@ -94,7 +96,7 @@ impl SimBackend {
     }
 
     fn costs(&self) -> &preset::Costs {
-        &self.fabric.preset().costs
+        &self.links.preset().costs
     }
 
     fn check_device(&self, device: usize) -> Result<()> {
@@ -131,40 +133,46 @@ impl SimBackend {
         Ok(place)
     }
 
-    /// The work of one copy issued on a stream of `gpu`, with its route through the fabric.
-    fn plan_copy(&self, st: &State, gpu: usize, method: CopyMethod, copy: &Copy) -> Result<Work> {
+    /// The work of one copy issued on a stream of `gpu`, with its path through the links.
+    fn plan_copy(
+        &self,
+        st: &State,
+        gpu: usize,
+        method: CopyMethod,
+        copy: &BufferCopy,
+    ) -> Result<Work> {
         st.store
             .check_range(copy.src, copy.src_offset, copy.len, "copy source")?;
         st.store
             .check_range(copy.dst, copy.dst_offset, copy.len, "copy destination")?;
         let costs = self.costs();
-        let (route, setup_us) = match method {
+        let (path, setup_us) = match method {
             CopyMethod::CopyEngine => {
                 let from = self.place(st.store.get(copy.src)?.memory);
                 let to = self.place(st.store.get(copy.dst)?.memory);
                 let reachable = |d: usize| d == gpu || st.peer_access.contains(&(gpu, d));
-                let route = match (from, to) {
+                let path = match (from, to) {
                     (Place::Device(a), Place::Device(b))
                         if a != b && !(reachable(a) && reachable(b)) =>
                     {
-                        self.fabric.staged(a, b)
+                        self.links.staged(a, b)
                     }
-                    _ => self.fabric.direct(from, to, gpu),
+                    _ => self.links.direct(from, to, gpu),
                 };
-                (route, costs.copy_setup_us)
+                (path, costs.copy_setup_us)
             }
             CopyMethod::SmKernel => {
                 let from = self.kernel_place(st, gpu, copy.src, "an SM copy kernel")?;
                 let to = self.kernel_place(st, gpu, copy.dst, "an SM copy kernel")?;
-                let mut route = self.fabric.through_gpu(from, to, gpu);
-                route.cap =
-                    self.fabric.bottleneck(&route) * self.fabric.preset().gpu.sm_copy_efficiency;
-                (route, costs.kernel_setup_us)
+                let mut path = self.links.through_gpu(from, to, gpu);
+                path.cap =
+                    self.links.bottleneck(&path) * self.links.preset().gpu.sm_copy_efficiency;
+                (path, costs.kernel_setup_us)
             }
         };
         Ok(Work::Copy {
             copies: vec![*copy],
-            route,
+            path,
             setup_us,
         })
     }
@@ -214,25 +222,25 @@ impl SimBackend {
         }
         st.store.retain(&work.buffers());
         let ready = st.host_us;
-        st.engine.enqueue(s, ready, work);
+        st.scheduler.enqueue(s, ready, work);
         Ok(())
     }
 
     /// Runs the simulation up to the host clock, so that the state reflects "now".
     fn catch_up(st: &mut State) {
         let State {
-            engine,
+            scheduler,
             store,
             host_us,
             ..
         } = st;
-        engine.advance_to(*host_us, store);
+        scheduler.advance_to(*host_us, store);
     }
 
     /// Host blocked until `t`, then pays the wake-up cost; reports a kernel fault if one happened.
     fn block_until(&self, st: &mut State, t: f64) -> Result<()> {
         st.host_us = st.host_us.max(t) + self.costs().sync_us;
-        match st.engine.fault() {
+        match st.scheduler.fault() {
             Some(fault) => Err(Error::Cuda {
                 call: "synchronize (simulated)".into(),
                 message: fault.to_string(),
@@ -262,7 +270,7 @@ impl Backend for SimBackend {
             .pair(device, peer)
             .expect("every ordered pair of distinct devices is listed");
         if !pair.p2p {
-            let preset = self.fabric.preset();
+            let preset = self.links.preset();
             let message = if preset.devices[device].mig_enabled || preset.devices[peer].mig_enabled
             {
                 "MIG is enabled on one of them, and MIG instances cannot use P2P".to_string()
@@ -315,7 +323,7 @@ impl Backend for SimBackend {
             Memory::PinnedHost {
                 numa_node: Some(node),
             } => {
-                let nodes = self.fabric.numa_nodes();
+                let nodes = self.links.numa_nodes();
                 if !nodes.contains(&node) {
                     return Err(Error::InvalidHandle(format!(
                         "NUMA node {node} does not exist on this simulated host (nodes {nodes:?})"
@@ -356,7 +364,7 @@ impl Backend for SimBackend {
     fn create_stream(&self, device: usize) -> Result<StreamId> {
         self.check_device(device)?;
         let mut st = self.lock();
-        let index = st.engine.add_stream();
+        let index = st.scheduler.add_stream();
         st.streams.push(StreamInfo {
             device,
             capture: None,
@@ -364,7 +372,7 @@ impl Backend for SimBackend {
         Ok(StreamId(index as u64))
     }
 
-    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &Copy) -> Result<()> {
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &BufferCopy) -> Result<()> {
         let mut st = self.lock();
         let gpu = self.stream(&st, stream)?.device;
         let work = self.plan_copy(&st, gpu, method, copy)?;
@@ -378,7 +386,7 @@ impl Backend for SimBackend {
     fn record(&self, stream: StreamId) -> Result<EventId> {
         let mut st = self.lock();
         let s = self.live_stream(&st, stream, "recording an event")?;
-        let slot = st.engine.add_event();
+        let slot = st.scheduler.add_event();
         st.next_event += 1;
         let id = st.next_event;
         let device = st.streams[s].device;
@@ -408,14 +416,16 @@ impl Backend for SimBackend {
         let mut st = self.lock();
         let slot = Self::event(&st, event)?.slot;
         Self::catch_up(&mut st);
-        Ok(st.engine.event_time(slot).is_some())
+        Ok(st.scheduler.event_time(slot).is_some())
     }
 
     fn event_synchronize(&self, event: EventId) -> Result<()> {
         let mut st = self.lock();
         let slot = Self::event(&st, event)?.slot;
-        let State { engine, store, .. } = &mut *st;
-        let t = engine.run_until_event(slot, store)?;
+        let State {
+            scheduler, store, ..
+        } = &mut *st;
+        let t = scheduler.run_until_event(slot, store)?;
         self.block_until(&mut st, t)
     }
 
@@ -431,11 +441,11 @@ impl Backend for SimBackend {
         }
         let (a, b) = (a.slot, b.slot);
         Self::catch_up(&mut st);
-        match (st.engine.event_time(a), st.engine.event_time(b)) {
+        match (st.scheduler.event_time(a), st.scheduler.event_time(b)) {
             (Some(t0), Some(t1)) => Ok(t1 - t0),
             _ => Err(Error::InvalidHandle(format!(
                 "event {} has not completed yet: synchronize on it before asking for elapsed time",
-                if st.engine.event_time(a).is_none() {
+                if st.scheduler.event_time(a).is_none() {
                     start.0
                 } else {
                     end.0
@@ -454,8 +464,10 @@ impl Backend for SimBackend {
     fn synchronize(&self, stream: StreamId) -> Result<()> {
         let mut st = self.lock();
         let s = self.live_stream(&st, stream, "synchronizing")?;
-        let State { engine, store, .. } = &mut *st;
-        let t = engine.run_until_idle(s, store)?;
+        let State {
+            scheduler, store, ..
+        } = &mut *st;
+        let t = scheduler.run_until_idle(s, store)?;
         self.block_until(&mut st, t)
     }
 
@@ -466,7 +478,7 @@ impl Backend for SimBackend {
     fn hold(&self, stream: StreamId) -> Result<GateId> {
         let mut st = self.lock();
         self.live_stream(&st, stream, "holding")?;
-        let gate = st.engine.add_gate();
+        let gate = st.scheduler.add_gate();
         self.submit(
             &mut st,
             stream,
@@ -480,14 +492,14 @@ impl Backend for SimBackend {
         let mut st = self.lock();
         let g = usize::try_from(gate.0)
             .ok()
-            .filter(|&g| st.engine.gate_exists(g))
+            .filter(|&g| st.scheduler.gate_exists(g))
             .ok_or_else(|| {
                 Error::InvalidHandle(format!("gate {} does not exist in this simulator", gate.0))
             })?;
         // The spinning kernel sees the flag one load of pinned host memory later.
-        let poll_us = self.fabric.preset().pcie.load_latency_ns / 1e3;
+        let poll_us = self.links.preset().pcie.load_latency_ns / 1e3;
         let at = st.host_us + poll_us;
-        st.engine.open_gate(g, at);
+        st.scheduler.open_gate(g, at);
         Ok(())
     }
 
@@ -516,7 +528,7 @@ impl Backend for SimBackend {
             steps,
             result,
             setup_us: self.costs().kernel_setup_us,
-            step_us: self.fabric.load_latency_us(gpu, place),
+            step_us: self.links.load_latency_us(gpu, place),
         };
         self.submit(&mut st, stream, self.costs().kernel_issue_us, work)
     }
@@ -555,7 +567,7 @@ impl Backend for SimBackend {
         self.kernel_place(&st, b, ping_flag, "the pong kernel")?;
         st.next_rendezvous += 1;
         let rendezvous = st.next_rendezvous;
-        let one_way_us = self.fabric.signal_us(a, b);
+        let one_way_us = self.links.signal_us(a, b);
         let setup_us = self.costs().kernel_setup_us;
         let issue = self.costs().kernel_issue_us;
         for (stream, is_ping, writes) in [(ping, true, pong_flag), (pong, false, ping_flag)] {
@@ -616,11 +628,11 @@ impl Backend for SimBackend {
         for work in ops {
             let work = work.with_setup(node_us);
             st.store.retain(&work.buffers());
-            st.engine.enqueue(s, ready, work);
+            st.scheduler.enqueue(s, ready, work);
         }
         Ok(())
     }
-    fn memcpy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+    fn memcpy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> Result<()> {
         let mut st = self.lock();
         let gpu = self.stream(&st, stream)?.device;
         super::check_disjoint_destinations(copies)?;
@@ -637,38 +649,37 @@ impl Backend for SimBackend {
             .try_for_each(|w| self.submit(&mut st, stream, issue, w))
     }
 
-    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+    fn copy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> Result<()> {
         let mut st = self.lock();
         let gpu = self.stream(&st, stream)?.device;
         super::check_disjoint_destinations(copies)?;
-        // One kernel: each message's route as an SM copy; messages that take different paths are
+        // One kernel: each message's path as an SM copy; messages that take different paths are
         // modelled as one flow over all of them (pessimistic where they would not contend).
         let mut batch: Option<Work> = None;
         for copy in copies {
-            let Work::Copy {
-                route, setup_us, ..
-            } = self.plan_copy(&st, gpu, CopyMethod::SmKernel, copy)?
+            let Work::Copy { path, setup_us, .. } =
+                self.plan_copy(&st, gpu, CopyMethod::SmKernel, copy)?
             else {
                 unreachable!("plan_copy plans copies")
             };
             batch = Some(match batch {
                 None => Work::Copy {
                     copies: vec![*copy],
-                    route,
+                    path,
                     setup_us,
                 },
                 Some(Work::Copy {
                     mut copies,
-                    route: mut joined,
+                    path: mut joined,
                     setup_us,
                 }) => {
                     copies.push(*copy);
-                    if joined != route {
-                        joined.join(route);
+                    if joined != path {
+                        joined.join(path);
                     }
                     Work::Copy {
                         copies,
-                        route: joined,
+                        path: joined,
                         setup_us,
                     }
                 }

@@ -33,8 +33,8 @@ fn contents(sim: &SimBackend, buffer: BufferId) -> Vec<u8> {
     out
 }
 
-fn whole(src: BufferId, dst: BufferId, len: usize) -> Copy {
-    Copy {
+fn whole(src: BufferId, dst: BufferId, len: usize) -> BufferCopy {
+    BufferCopy {
         dst,
         dst_offset: 0,
         src,
@@ -69,7 +69,7 @@ fn a_peer_copy_moves_the_bytes() {
     let src = device_buffer(&sim, 0, 3 * MIB + 5, 7);
     let dst = device_buffer(&sim, 1, 3 * MIB + 5, 0);
     let s = sim.create_stream(0).unwrap();
-    let c = Copy {
+    let c = BufferCopy {
         dst,
         dst_offset: 3,
         src,
@@ -95,7 +95,7 @@ fn a_256_mib_copy_on_a_dgx_h100_pair_takes_latency_plus_bytes_over_rate() {
         sim.copy(s, CopyMethod::CopyEngine, &whole(src, dst, len))
             .unwrap()
     });
-    let p = sim.fabric.preset();
+    let p = sim.links.preset();
     let nv = p.nvlink.as_ref().unwrap();
     let alpha = p.costs.copy_setup_us + nv.latency_us;
     let rate_bytes_per_us = 18.0 * nv.link_gbps * nv.efficiency * 1e3;
@@ -109,7 +109,7 @@ fn a_256_mib_copy_on_a_dgx_h100_pair_takes_latency_plus_bytes_over_rate() {
 #[test]
 fn host_clock_counts_issue_costs_and_sync_waits_for_the_gpu() {
     let sim = h100();
-    let costs = sim.fabric.preset().costs.clone();
+    let costs = sim.links.preset().costs.clone();
     let src = device_buffer(&sim, 0, 64 * MIB, 1);
     let dst = sim.alloc(Memory::Device(0), 64 * MIB).unwrap();
     let s = sim.create_stream(0).unwrap();
@@ -120,7 +120,7 @@ fn host_clock_counts_issue_costs_and_sync_waits_for_the_gpu() {
     // Not done yet: the host did not wait, so the destination still holds zeros.
     assert!(contents(&sim, dst).iter().all(|&b| b == 0));
     sim.synchronize(s).unwrap();
-    let local_rate = sim.fabric.preset().gpu.local_copy_gbps * 1e3;
+    let local_rate = sim.links.preset().gpu.local_copy_gbps * 1e3;
     let expected =
         costs.copy_issue_us + costs.copy_setup_us + (64 * MIB) as f64 / local_rate + costs.sync_us;
     assert!(
@@ -335,7 +335,7 @@ fn finish(
 }
 
 fn h100_port_bytes_per_us(sim: &SimBackend) -> f64 {
-    let nv = sim.fabric.preset().nvlink.clone().unwrap();
+    let nv = sim.links.preset().nvlink.clone().unwrap();
     18.0 * nv.link_gbps * nv.efficiency * 1e3
 }
 
@@ -517,7 +517,7 @@ fn an_sm_copy_needs_peer_access_and_pays_a_kernel_launch() {
             .unwrap()
     });
     assert_eq!(contents(&sim, dst), contents(&sim, src));
-    let p = sim.fabric.preset();
+    let p = sim.links.preset();
     let expected =
         p.costs.kernel_setup_us + 0.8 + len as f64 / (0.75 * h100_port_bytes_per_us(&sim));
     assert!(close(sm, expected), "{sm} vs {expected}");
@@ -555,8 +555,8 @@ fn graph_replay_repeats_the_captured_copies_with_a_lower_per_copy_cost() {
     let src = device_buffer(&sim, 0, n * 64, 8);
     let dst = sim.alloc(Memory::Device(0), n * 64).unwrap();
     let s = sim.create_stream(0).unwrap();
-    let copies: Vec<Copy> = (0..n)
-        .map(|i| Copy {
+    let copies: Vec<BufferCopy> = (0..n)
+        .map(|i| BufferCopy {
             dst,
             dst_offset: i * 64,
             src,
@@ -588,7 +588,7 @@ fn graph_replay_repeats_the_captured_copies_with_a_lower_per_copy_cost() {
     for i in 0..n {
         assert_eq!(b[i * 64..(i + 1) * 64], a[(n - 1 - i) * 64..(n - i) * 64]);
     }
-    let costs = &sim.fabric.preset().costs;
+    let costs = &sim.links.preset().costs;
     // Back-to-back small copies on a stream cost the copy setup each; replayed, the graph node's.
     assert!(
         close(stream_us / n as f64, costs.copy_setup_us + 64.0 / 1500e3),
@@ -633,7 +633,7 @@ fn pointer_chase_follows_the_chain_and_takes_steps_times_load_latency() {
         let mut out = [0u8; 8];
         sim.read(result, 0, &mut out).unwrap();
         assert_eq!(u64::from_le_bytes(out), expected as u64, "{steps} steps");
-        let want = sim.fabric.preset().costs.kernel_setup_us + steps as f64 * 0.826;
+        let want = sim.links.preset().costs.kernel_setup_us + steps as f64 * 0.826;
         assert!(close(us, want), "{us} vs {want}");
     }
 }
@@ -684,7 +684,7 @@ fn ping_pong_writes_the_flags_and_takes_rounds_of_round_trips() {
     for flag in [ping_flag, pong_flag] {
         assert_eq!(contents(&sim, flag), rounds.to_le_bytes());
     }
-    let want = sim.fabric.preset().costs.kernel_setup_us + rounds as f64 * 2.0 * 2.35;
+    let want = sim.links.preset().costs.kernel_setup_us + rounds as f64 * 2.0 * 2.35;
     assert!(close(us, want), "{us} vs {want}");
 }
 
@@ -694,7 +694,7 @@ fn a_forgotten_release_times_out_instead_of_hanging() {
     let s = sim.create_stream(0).unwrap();
     sim.hold(s).unwrap();
     sim.synchronize(s).unwrap();
-    assert!(sim.host_time_us() >= engine::HOLD_TIMEOUT_US);
+    assert!(sim.host_time_us() >= scheduler::HOLD_TIMEOUT_US);
 }
 
 mod random_copies {
@@ -804,7 +804,7 @@ mod random_copies {
                 Memory::Device(d) => d == gpu || t.pair(gpu, d).unwrap().p2p,
                 Memory::PinnedHost { .. } => true,
             };
-            let c = Copy {
+            let c = BufferCopy {
                 dst: buffers[dst].0,
                 dst_offset: d_o,
                 src: buffers[src].0,
@@ -864,7 +864,7 @@ fn work_cannot_start_before_it_is_issued_so_small_ops_are_issue_bound_without_a_
     sim.synchronize(s).unwrap();
     let issue_bound = sim.elapsed_us(start, end).unwrap() / n as f64;
     let held = timed(&sim, s, || kernels(&sim)) / n as f64;
-    let costs = &sim.fabric.preset().costs;
+    let costs = &sim.links.preset().costs;
     assert!(
         (issue_bound - costs.kernel_issue_us).abs() < 0.05,
         "{issue_bound}"
@@ -927,9 +927,9 @@ fn dgx1_nv2_pairs_are_twice_nv1_and_sys_pairs_are_staged() {
 }
 
 /// 1000 messages of `len` bytes at odd offsets, from `src` into `dst`.
-fn scattered_messages(src: BufferId, dst: BufferId, len: usize) -> Vec<Copy> {
+fn scattered_messages(src: BufferId, dst: BufferId, len: usize) -> Vec<BufferCopy> {
     (0..1000)
-        .map(|i| Copy {
+        .map(|i| BufferCopy {
             dst,
             dst_offset: i * (len + 3) + 1,
             src,
@@ -940,7 +940,7 @@ fn scattered_messages(src: BufferId, dst: BufferId, len: usize) -> Vec<Copy> {
 }
 
 /// The two ways to queue a batch: one copy kernel, and copy-engine copies in one driver call.
-type BatchCall = fn(&SimBackend, StreamId, &[Copy]) -> crate::Result<()>;
+type BatchCall = fn(&SimBackend, StreamId, &[BufferCopy]) -> crate::Result<()>;
 const BATCH_CALLS: [(&str, BatchCall); 2] = [
     ("copy_batch", |s, stream, c| s.copy_batch(stream, c)),
     ("memcpy_batch", |s, stream, c| s.memcpy_batch(stream, c)),
@@ -1028,14 +1028,14 @@ fn batches_reject_overlapping_destinations_and_bad_ranges_writing_nothing() {
         let dst = device_buffer(&sim, 1, 1 << 16, 2);
         let stream = sim.create_stream(0).unwrap();
         let overlapping = [
-            Copy {
+            BufferCopy {
                 dst,
                 dst_offset: 0,
                 src,
                 src_offset: 0,
                 len: 100,
             },
-            Copy {
+            BufferCopy {
                 dst,
                 dst_offset: 99,
                 src,
@@ -1050,11 +1050,11 @@ fn batches_reject_overlapping_destinations_and_bad_ranges_writing_nothing() {
 
         // The second copy reads past its buffer's end: the first must not run either.
         let refused = [
-            Copy {
+            BufferCopy {
                 dst_offset: 1000,
                 ..whole(src, dst, 64)
             },
-            Copy {
+            BufferCopy {
                 src_offset: (1 << 16) - 10,
                 ..whole(src, dst, 64)
             },

@@ -2,7 +2,7 @@
 //! one dependent load over the link (pointer chase), and one-way GPU-initiated signalling.
 
 use super::{chase_on_host, enable, lane_outcome, no_p2p, Context, Outcome, TestCase};
-use crate::backend::{Backend, BufferId, Copy, CopyMethod, Memory};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory};
 use crate::bench::engine::{measure, HopSpec, Lane, Timing};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
@@ -322,7 +322,7 @@ impl TestCase for PointerChase {
         } {
             let scratch = buffers.alloc(Memory::Device(gpu), chain.len())?;
             let half = chain.len() / 2;
-            evictions.push(Copy {
+            evictions.push(BufferCopy {
                 dst: scratch,
                 dst_offset: half,
                 src: scratch,

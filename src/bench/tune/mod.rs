@@ -27,7 +27,7 @@ use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
 use super::{check_fits, sweep_pair, Defaults};
-use crate::backend::{Backend, Copy, CopyMethod, Memory, StreamId};
+use crate::backend::{Backend, BufferCopy, CopyMethod, Memory, StreamId};
 use crate::model::profile::{Lone, Measured};
 use crate::model::{Cost, Hop, IssueCosts, Profile};
 use crate::topology::Topology;
@@ -591,7 +591,7 @@ fn lone_operations(
 fn lone_us(backend: &dyn Backend, stream: StreamId, src: usize, dst: usize) -> Result<[f64; 2]> {
     let from = backend.alloc(Memory::Device(src), SMALL_BYTES)?;
     let to = backend.alloc(Memory::Device(dst), SMALL_BYTES)?;
-    let copy = Copy {
+    let copy = BufferCopy {
         dst: to,
         dst_offset: 0,
         src: from,
@@ -734,8 +734,8 @@ fn batch_message_us(
     let seed = pattern::seed(&[0x7a5e, gpu as u64]);
     backend.write(src, 0, &pattern::pattern(seed, bytes))?;
     backend.write(dst, 0, &vec![0; bytes])?;
-    let copies: Vec<Copy> = (0..BATCH_MESSAGES)
-        .map(|i| Copy {
+    let copies: Vec<BufferCopy> = (0..BATCH_MESSAGES)
+        .map(|i| BufferCopy {
             dst,
             dst_offset: i * BATCH_MESSAGE_BYTES,
             src,

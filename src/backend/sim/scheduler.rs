@@ -6,10 +6,10 @@
 //! enqueues operations that start at or after its own clock, and the simulation never runs past a
 //! time the host has not reached unless the host blocks on it, so the simulation never rewinds.
 
-use super::fabric::Route;
+use super::links::Path;
 use super::memory::Store;
 use super::sharing::{max_min_rates, Demand};
-use crate::backend::{BufferId, Copy};
+use crate::backend::{BufferCopy, BufferId};
 use crate::{Error, Result};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -22,11 +22,11 @@ const DONE_BYTES: f64 = 1e-3;
 /// Work a stream can run.
 #[derive(Clone, Debug)]
 pub(super) enum Work {
-    /// Moves bytes: fixed latency (`setup_us` + the route's latency), then one flow over `route`
+    /// Moves bytes: fixed latency (`setup_us` + the path's latency), then one flow over `path`
     /// carrying every copy's bytes (one copy, or the messages of one batch kernel).
     Copy {
-        copies: Vec<Copy>,
-        route: Route,
+        copies: Vec<BufferCopy>,
+        path: Path,
         setup_us: f64,
     },
     /// Follows `steps` dependent loads through `chain`, then stores the index reached in `result`.
@@ -116,7 +116,7 @@ struct Gate {
 }
 
 #[derive(Default)]
-pub(super) struct Engine {
+pub(super) struct Scheduler {
     now: f64,
     capacity: Vec<f64>,
     streams: Vec<Stream>,
@@ -133,11 +133,11 @@ pub(super) struct Engine {
     fault: Option<String>,
 }
 
-impl Engine {
-    pub fn new(capacity: Vec<f64>) -> Engine {
-        Engine {
+impl Scheduler {
+    pub fn new(capacity: Vec<f64>) -> Scheduler {
+        Scheduler {
             capacity,
-            ..Engine::default()
+            ..Scheduler::default()
         }
     }
 
@@ -195,7 +195,7 @@ impl Engine {
 
     /// Simulates until `stream` has nothing left to do; returns when it became idle.
     pub fn run_until_idle(&mut self, stream: usize, store: &mut Store) -> Result<f64> {
-        let idle = |e: &Engine| {
+        let idle = |e: &Scheduler| {
             let s = &e.streams[stream];
             s.running.is_none() && s.queue.is_empty()
         };
@@ -209,7 +209,7 @@ impl Engine {
         Ok(self.events[event].expect("run_until stopped on it"))
     }
 
-    fn run_until(&mut self, store: &mut Store, done: impl Fn(&Engine) -> bool) -> Result<()> {
+    fn run_until(&mut self, store: &mut Store, done: impl Fn(&Scheduler) -> bool) -> Result<()> {
         loop {
             self.start_ready(store);
             if done(self) {
@@ -298,7 +298,7 @@ impl Engine {
             }
             Work::Copy {
                 copies,
-                route,
+                path,
                 setup_us,
             } => {
                 // One reader id per copy, so that each finds its own saved source bytes.
@@ -306,7 +306,7 @@ impl Engine {
                     self.next_op_id += 1;
                     store.begin_read(self.next_op_id, copy.src, copy.src_offset, copy.len);
                 }
-                Phase::Delay(now + setup_us + route.latency_us)
+                Phase::Delay(now + setup_us + path.latency_us)
             }
             Work::Chase {
                 steps,
@@ -419,9 +419,9 @@ impl Engine {
             .iter()
             .map(
                 |&s| match &self.streams[s].running.as_ref().expect("flow").work {
-                    Work::Copy { route, .. } => Demand {
-                        resources: &route.resources,
-                        cap: route.cap,
+                    Work::Copy { path, .. } => Demand {
+                        resources: &path.resources,
+                        cap: path.cap,
                     },
                     _ => unreachable!("only copies flow"),
                 },
