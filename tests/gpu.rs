@@ -2,7 +2,7 @@
 //! run them on a GPU host with `gpu-tests --ignored --test-threads=1` (see scripts/gpu-build.sh).
 
 use peerlink::backend::cuda::{driver_library_present, CudaBackend};
-use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, StreamId};
+use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Probes, StreamId};
 use peerlink::Error;
 
 #[path = "gpu/engine.rs"]

@@ -580,6 +580,7 @@ fn nvswitch_pairs_go_direct() {
 struct Counts {
     peer_enables: AtomicUsize,
     streams: AtomicUsize,
+    streams_destroyed: AtomicUsize,
     pinned_allocs: AtomicUsize,
     events_recorded: AtomicUsize,
     events_destroyed: AtomicUsize,
@@ -602,6 +603,12 @@ impl Backend for Counting {
     }
     fn topology(&self) -> &crate::topology::Topology {
         self.sim.topology()
+    }
+    fn notices(&self) -> Vec<String> {
+        self.sim.notices()
+    }
+    fn probes(&self) -> &dyn crate::backend::Probes {
+        self.sim.probes()
     }
     fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
         bump(&self.counts.peer_enables);
@@ -631,6 +638,10 @@ impl Backend for Counting {
     fn create_stream(&self, device: usize) -> crate::Result<StreamId> {
         bump(&self.counts.streams);
         self.sim.create_stream(device)
+    }
+    fn destroy_stream(&self, stream: StreamId) -> crate::Result<()> {
+        bump(&self.counts.streams_destroyed);
+        self.sim.destroy_stream(stream)
     }
     fn copy(&self, stream: StreamId, method: CopyMethod, copy: &BufferCopy) -> crate::Result<()> {
         self.sim.copy(stream, method, copy)
@@ -675,25 +686,6 @@ impl Backend for Counting {
     fn release(&self, gate: GateId) -> crate::Result<()> {
         self.sim.release(gate)
     }
-    fn pointer_chase(
-        &self,
-        stream: StreamId,
-        chain: BufferId,
-        steps: u32,
-        result: BufferId,
-    ) -> crate::Result<()> {
-        self.sim.pointer_chase(stream, chain, steps, result)
-    }
-    fn ping_pong(
-        &self,
-        ping: StreamId,
-        pong: StreamId,
-        ping_flag: BufferId,
-        pong_flag: BufferId,
-        rounds: u32,
-    ) -> crate::Result<()> {
-        self.sim.ping_pong(ping, pong, ping_flag, pong_flag, rounds)
-    }
     fn begin_capture(&self, stream: StreamId) -> crate::Result<()> {
         self.sim.begin_capture(stream)
     }
@@ -702,6 +694,9 @@ impl Backend for Counting {
     }
     fn replay(&self, graph: GraphId, stream: StreamId) -> crate::Result<()> {
         self.sim.replay(graph, stream)
+    }
+    fn destroy_graph(&self, graph: GraphId) -> crate::Result<()> {
+        self.sim.destroy_graph(graph)
     }
 }
 

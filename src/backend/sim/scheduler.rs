@@ -7,9 +7,9 @@
 //! time the host has not reached unless the host blocks on it, so the simulation never rewinds.
 
 use super::links::Path;
-use super::memory::Store;
+use super::memory::{Key, Store};
 use super::sharing::{max_min_rates, Demand};
-use crate::backend::{BufferCopy, BufferId};
+use crate::backend::BufferCopy;
 use crate::{Error, Result};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -25,15 +25,15 @@ pub(super) enum Work {
     /// Moves bytes: fixed latency (`setup_us` + the path's latency), then one flow over `path`
     /// carrying every copy's bytes (one copy, or the messages of one batch kernel).
     Copy {
-        copies: Vec<BufferCopy>,
+        copies: Vec<BufferCopy<Key>>,
         path: Path,
         setup_us: f64,
     },
     /// Follows `steps` dependent loads through `chain`, then stores the index reached in `result`.
     Chase {
-        chain: BufferId,
+        chain: Key,
         steps: u32,
-        result: BufferId,
+        result: Key,
         setup_us: f64,
         step_us: f64,
     },
@@ -46,7 +46,7 @@ pub(super) enum Work {
         rendezvous: u64,
         is_ping: bool,
         /// The flag this side stores into (on the other GPU).
-        writes: BufferId,
+        writes: Key,
         rounds: u32,
         one_way_us: f64,
         setup_us: f64,
@@ -55,7 +55,7 @@ pub(super) enum Work {
 
 impl Work {
     /// The buffers this work touches (they cannot be freed while it is queued).
-    pub fn buffers(&self) -> Vec<BufferId> {
+    pub fn buffers(&self) -> Vec<Key> {
         match self {
             Work::Copy { copies, .. } => copies.iter().flat_map(|c| [c.src, c.dst]).collect(),
             Work::Chase { chain, result, .. } => vec![*chain, *result],
@@ -99,7 +99,7 @@ struct Running {
     /// The store's reader id of a copy operation's first copy (the others follow in order).
     op_id: u64,
     /// A store to make when the operation ends (a kernel's result or flag).
-    store: Option<(BufferId, Vec<u8>)>,
+    store: Option<(Key, Vec<u8>)>,
 }
 
 struct Stream {
@@ -165,10 +165,6 @@ impl Scheduler {
             opens_at: None,
         });
         self.gates.len() - 1
-    }
-
-    pub fn gate_exists(&self, gate: usize) -> bool {
-        gate < self.gates.len()
     }
 
     pub fn open_gate(&mut self, gate: usize, at: f64) {
@@ -358,8 +354,8 @@ impl Scheduler {
     }
 
     /// Follows the chain of u64 indices from element 0; a wild index faults the kernel.
-    fn chase(&mut self, store: &Store, chain: BufferId, steps: u32) -> u64 {
-        let bytes = store.bytes(chain).expect("queued buffers exist");
+    fn chase(&mut self, store: &Store, chain: Key, steps: u32) -> u64 {
+        let bytes = store.bytes(chain);
         let elements = bytes.len() / 8;
         let entry = |i: usize| {
             let at = i * 8;
@@ -527,9 +523,7 @@ impl Scheduler {
                 }
             }
             if let Some((buffer, bytes)) = &r.store {
-                store
-                    .write(*buffer, 0, bytes)
-                    .expect("checked when the work was queued");
+                store.write(*buffer, 0, bytes);
             }
             store.release(&r.work.buffers());
             self.streams[s].idle_since = now;

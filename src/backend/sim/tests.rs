@@ -1,6 +1,7 @@
 //! Behaviour of the simulated backend through the `Backend` trait.
 
 use super::*;
+use crate::backend::{Backend, BufferId, EventId, GateId, Probes, StreamId};
 
 const MIB: usize = 1 << 20;
 
@@ -95,7 +96,7 @@ fn a_256_mib_copy_on_a_dgx_h100_pair_takes_latency_plus_bytes_over_rate() {
         sim.copy(s, CopyMethod::CopyEngine, &whole(src, dst, len))
             .unwrap()
     });
-    let p = sim.links.preset();
+    let p = sim.preset();
     let nv = p.nvlink.as_ref().unwrap();
     let alpha = p.costs.copy_setup_us + nv.latency_us;
     let rate_bytes_per_us = 18.0 * nv.link_gbps * nv.efficiency * 1e3;
@@ -109,7 +110,7 @@ fn a_256_mib_copy_on_a_dgx_h100_pair_takes_latency_plus_bytes_over_rate() {
 #[test]
 fn host_clock_counts_issue_costs_and_sync_waits_for_the_gpu() {
     let sim = h100();
-    let costs = sim.links.preset().costs.clone();
+    let costs = sim.preset().costs.clone();
     let src = device_buffer(&sim, 0, 64 * MIB, 1);
     let dst = sim.alloc(Memory::Device(0), 64 * MIB).unwrap();
     let s = sim.create_stream(0).unwrap();
@@ -120,7 +121,7 @@ fn host_clock_counts_issue_costs_and_sync_waits_for_the_gpu() {
     // Not done yet: the host did not wait, so the destination still holds zeros.
     assert!(contents(&sim, dst).iter().all(|&b| b == 0));
     sim.synchronize(s).unwrap();
-    let local_rate = sim.links.preset().gpu.local_copy_gbps * 1e3;
+    let local_rate = sim.preset().gpu.local_copy_gbps * 1e3;
     let expected =
         costs.copy_issue_us + costs.copy_setup_us + (64 * MIB) as f64 / local_rate + costs.sync_us;
     assert!(
@@ -335,7 +336,7 @@ fn finish(
 }
 
 fn h100_port_bytes_per_us(sim: &SimBackend) -> f64 {
-    let nv = sim.links.preset().nvlink.clone().unwrap();
+    let nv = sim.preset().nvlink.clone().unwrap();
     18.0 * nv.link_gbps * nv.efficiency * 1e3
 }
 
@@ -416,7 +417,7 @@ fn both_directions_of_a_pair_do_not_share() {
 fn a_capped_flow_leaves_the_rest_of_a_shared_link_to_the_other() {
     // A staged copy (capped at host.staged_gbps) and a device-to-host copy share GPU 0's PCIe
     // uplink: the staged one keeps its cap, the other gets the remainder.
-    let mut preset = Preset::load("dgx-h100").unwrap();
+    let mut preset = no_p2p_to_gpu_1();
     preset.host.staged_gbps = 10.0;
     let sim = SimBackend::from_preset(&preset);
     let len = 64 * MIB;
@@ -440,9 +441,16 @@ fn a_capped_flow_leaves_the_rest_of_a_shared_link_to_the_other() {
     assert!(close(times[1], d2h), "{} vs {d2h}", times[1]);
 }
 
+/// A DGX H100 whose GPU 1 runs MIG: no P2P between it and the others, on the same links.
+fn no_p2p_to_gpu_1() -> Preset {
+    let mut preset = Preset::load("dgx-h100").unwrap();
+    preset.devices[1].mig_enabled = true;
+    preset
+}
+
 #[test]
 fn peer_copies_without_p2p_are_staged_through_the_host() {
-    let sim = h100();
+    let sim = SimBackend::from_preset(&no_p2p_to_gpu_1());
     let len = 32 * MIB;
     let src = device_buffer(&sim, 0, len, 5);
     let dst = sim.alloc(Memory::Device(1), len).unwrap();
@@ -454,15 +462,15 @@ fn peer_copies_without_p2p_are_staged_through_the_host() {
     assert_eq!(contents(&sim, dst), contents(&sim, src));
     let expected = 2.0 + 12.5 + len as f64 / 37e3;
     assert!(close(staged, expected), "{staged} vs {expected}");
-    sim.enable_peer_access(0, 1).unwrap();
+    let p2p = sim.alloc(Memory::Device(2), len).unwrap();
+    sim.enable_peer_access(0, 2).unwrap();
     let direct = timed(&sim, s, || {
-        sim.copy(s, CopyMethod::CopyEngine, &whole(src, dst, len))
+        sim.copy(s, CopyMethod::CopyEngine, &whole(src, p2p, len))
             .unwrap()
     });
     assert!(staged > 9.0 * direct, "{staged} vs {direct}");
     // A small staged copy costs what p2pBandwidthLatencyTest reports with P2P disabled: 14-19 µs.
-    sim.enable_peer_access(1, 0).unwrap();
-    let back = sim.create_stream(2).unwrap();
+    let back = sim.create_stream(1).unwrap();
     let small = timed(&sim, back, || {
         sim.copy(back, CopyMethod::CopyEngine, &whole(dst, src, 16))
             .unwrap()
@@ -517,7 +525,7 @@ fn an_sm_copy_needs_peer_access_and_pays_a_kernel_launch() {
             .unwrap()
     });
     assert_eq!(contents(&sim, dst), contents(&sim, src));
-    let p = sim.links.preset();
+    let p = sim.preset();
     let expected =
         p.costs.kernel_setup_us + 0.8 + len as f64 / (0.75 * h100_port_bytes_per_us(&sim));
     assert!(close(sm, expected), "{sm} vs {expected}");
@@ -588,7 +596,7 @@ fn graph_replay_repeats_the_captured_copies_with_a_lower_per_copy_cost() {
     for i in 0..n {
         assert_eq!(b[i * 64..(i + 1) * 64], a[(n - 1 - i) * 64..(n - i) * 64]);
     }
-    let costs = &sim.links.preset().costs;
+    let costs = &sim.preset().costs;
     // Back-to-back small copies on a stream cost the copy setup each; replayed, the graph node's.
     assert!(
         close(stream_us / n as f64, costs.copy_setup_us + 64.0 / 1500e3),
@@ -633,7 +641,7 @@ fn pointer_chase_follows_the_chain_and_takes_steps_times_load_latency() {
         let mut out = [0u8; 8];
         sim.read(result, 0, &mut out).unwrap();
         assert_eq!(u64::from_le_bytes(out), expected as u64, "{steps} steps");
-        let want = sim.links.preset().costs.kernel_setup_us + steps as f64 * 0.826;
+        let want = sim.preset().costs.kernel_setup_us + steps as f64 * 0.826;
         assert!(close(us, want), "{us} vs {want}");
     }
 }
@@ -684,7 +692,7 @@ fn ping_pong_writes_the_flags_and_takes_rounds_of_round_trips() {
     for flag in [ping_flag, pong_flag] {
         assert_eq!(contents(&sim, flag), rounds.to_le_bytes());
     }
-    let want = sim.links.preset().costs.kernel_setup_us + rounds as f64 * 2.0 * 2.35;
+    let want = sim.preset().costs.kernel_setup_us + rounds as f64 * 2.0 * 2.35;
     assert!(close(us, want), "{us} vs {want}");
 }
 
@@ -812,6 +820,10 @@ mod random_copies {
                 len,
             };
             let result = sim.copy(streams[stream], method, &c);
+            if src == dst && len > 0 && overlap(&reads, &writes) {
+                assert!(result.is_err(), "a copy onto its own source must fail");
+                continue;
+            }
             if st.sm && !(reachable(buffers[src].1) && reachable(buffers[dst].1)) {
                 assert!(
                     result.is_err(),
@@ -864,7 +876,7 @@ fn work_cannot_start_before_it_is_issued_so_small_ops_are_issue_bound_without_a_
     sim.synchronize(s).unwrap();
     let issue_bound = sim.elapsed_us(start, end).unwrap() / n as f64;
     let held = timed(&sim, s, || kernels(&sim)) / n as f64;
-    let costs = &sim.links.preset().costs;
+    let costs = &sim.preset().costs;
     assert!(
         (issue_bound - costs.kernel_issue_us).abs() < 0.05,
         "{issue_bound}"
@@ -1008,13 +1020,14 @@ fn copy_batch_costs_one_launch_not_one_per_message() {
 
 #[test]
 fn a_batch_kernel_needs_peer_access_where_copy_engines_stage() {
-    let sim = h100();
+    let sim = SimBackend::from_preset(&no_p2p_to_gpu_1());
     let far = device_buffer(&sim, 2, 1 << 16, 3);
     let dst = device_buffer(&sim, 1, 1 << 16, 2);
     let other = sim.create_stream(1).unwrap();
     let err = sim.copy_batch(other, &[whole(far, dst, 64)]).unwrap_err();
     assert!(err.to_string().contains("peer access"), "{err}");
-    // Copy-engine copies without peer access go through host memory, as cudaMemcpyPeerAsync's do.
+    // Copy-engine copies between GPUs without P2P go through host memory, as
+    // cudaMemcpyPeerAsync's do.
     sim.memcpy_batch(other, &[whole(far, dst, 64)]).unwrap();
     sim.synchronize(other).unwrap();
     assert_eq!(contents(&sim, dst)[..64], contents(&sim, far)[..64]);

@@ -331,7 +331,9 @@ impl TestCase for PointerChase {
             });
         }
         backend.write(on_dst, 0, &chain)?;
-        backend.pointer_chase(stream, on_dst, CHASE_STEPS / 10, result)?; // warm-up
+        backend
+            .probes()
+            .pointer_chase(stream, on_dst, CHASE_STEPS / 10, result)?; // warm-up
         let expected = chase_on_host(&chain, CHASE_STEPS);
         let mut per_load_us = Vec::new();
         for _ in 0..ctx.timing.samples {
@@ -340,7 +342,9 @@ impl TestCase for PointerChase {
             }
             backend.write(result, 0, &[0xff; 8])?;
             let us = timed(backend, stream, &[], || {
-                backend.pointer_chase(stream, on_dst, CHASE_STEPS, result)
+                backend
+                    .probes()
+                    .pointer_chase(stream, on_dst, CHASE_STEPS, result)
             })?;
             let mut reached = [0u8; 8];
             backend.read(result, 0, &mut reached)?;
@@ -402,7 +406,9 @@ impl TestCase for PingPong {
             backend.write(ping_flag, 0, &[0; 4])?;
             backend.write(pong_flag, 0, &[0; 4])?;
             let us = timed(backend, ping, &[pong], || {
-                backend.ping_pong(ping, pong, ping_flag, pong_flag, rounds)
+                backend
+                    .probes()
+                    .ping_pong(ping, pong, ping_flag, pong_flag, rounds)
             })?;
             // Both flags end on the last round's number (rounds count from 1).
             for flag in [ping_flag, pong_flag] {
