@@ -270,6 +270,83 @@ pub trait Probes {
     ) -> Result<()>;
 }
 
+/// A handle whose resource has a release: a buffer, stream, event, gate or graph.
+pub trait Handle: Copy {
+    /// Frees, destroys or releases the resource on `backend`.
+    fn release_on(self, backend: &dyn Backend) -> Result<()>;
+}
+
+impl Handle for BufferId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.free(self)
+    }
+}
+
+impl Handle for StreamId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.destroy_stream(self)
+    }
+}
+
+impl Handle for EventId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.destroy_event(self)
+    }
+}
+
+impl Handle for GateId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.release(self)
+    }
+}
+
+impl Handle for GraphId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.destroy_graph(self)
+    }
+}
+
+/// A resource a scope made and releases on every way out, errors included; [`Owned::release`]
+/// releases it early and reports a failure that dropping would have to ignore.
+pub struct Owned<'a, H: Handle> {
+    backend: &'a dyn Backend,
+    handle: Option<H>,
+}
+
+impl<'a, H: Handle> Owned<'a, H> {
+    pub fn new(backend: &'a dyn Backend, handle: H) -> Self {
+        Owned {
+            backend,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn release(mut self) -> Result<()> {
+        self.handle
+            .take()
+            .map_or(Ok(()), |h| h.release_on(self.backend))
+    }
+}
+
+impl<H: Handle> std::ops::Deref for Owned<'_, H> {
+    type Target = H;
+
+    fn deref(&self) -> &H {
+        self.handle
+            .as_ref()
+            .expect("released only by consuming the guard")
+    }
+}
+
+impl<H: Handle> Drop for Owned<'_, H> {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            // Nothing can report a failure from drop; `release` is there for callers who care.
+            let _ = handle.release_on(self.backend);
+        }
+    }
+}
+
 /// Which backend to open.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Choice {

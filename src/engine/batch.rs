@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 /// A batch prepared once and run any number of times: validated, planned, and (for
 /// [`BatchStrategy::Graph`] and [`BatchStrategy::KernelGraph`]) captured. It keeps its buffers
-/// alive.
+/// alive, and releases its graph when dropped.
 ///
 /// Preparing and running cost CPU time per message on the path of every batch, so the messages are
 /// kept as the backend's copy list, made once, and buffers are held once each rather than once per
@@ -124,6 +124,15 @@ impl Fabric {
             pattern.graph = Some(pattern.capture()?);
         }
         Ok(pattern)
+    }
+}
+
+impl Drop for Pattern {
+    fn drop(&mut self) {
+        if let Some(graph) = self.graph {
+            // Replays already queued still run; nothing can report a failure from drop.
+            let _ = self.fabric.backend.destroy_graph(graph);
+        }
     }
 }
 

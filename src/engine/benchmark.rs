@@ -6,7 +6,7 @@
 
 use super::fabric::{Buffer, Fabric};
 use super::plan::{BatchStrategy, Strategy};
-use crate::backend::{BufferCopy, CopyMethod};
+use crate::backend::{BufferCopy, CopyMethod, Owned};
 use crate::{Error, Result};
 
 /// How much to run per strategy and size.
@@ -316,6 +316,12 @@ impl<'f> PlainCopy<'f> {
     }
 }
 
+impl Drop for PlainCopy<'_> {
+    fn drop(&mut self) {
+        let _ = self.backend.destroy_stream(self.stream);
+    }
+}
+
 /// One way of moving a batch, timed on the host clock from the call to the completion seen.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchTiming {
@@ -419,7 +425,7 @@ pub fn batch(
     if fabric.planner().model().has_p2p(src, dst) {
         fabric.shared.ensure_peer(src, dst)?;
     }
-    let stream = backend.create_stream(src)?;
+    let stream = Owned::new(&**backend, backend.create_stream(src)?);
     let copies: Vec<BufferCopy> = (0..count)
         .map(|i| {
             let (s, d) = at(i);
@@ -434,9 +440,9 @@ pub fn batch(
         .collect();
     let plain = runs("plain copies", 0.0, &mut || {
         for copy in &copies {
-            backend.copy(stream, CopyMethod::CopyEngine, copy)?;
+            backend.copy(*stream, CopyMethod::CopyEngine, copy)?;
         }
-        let done = backend.record(stream)?;
+        let done = backend.record(*stream)?;
         backend.event_synchronize(done)?;
         backend.destroy_event(done)
     })?;

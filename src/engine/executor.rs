@@ -199,7 +199,8 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Nothing else holds the fabric now; wait for each lane's last use, then free its buffers.
+        // Nothing else holds the fabric now; wait for each lane's last use, then free its buffers;
+        // then the streams, whose queued work still runs.
         for lane in lock(&self.lanes).values() {
             let lane = lock(lane);
             if let Some(idle) = lane.idle {
@@ -209,6 +210,9 @@ impl Drop for Shared {
             for &(buffer, _) in &lane.staging {
                 let _ = self.backend.free(buffer);
             }
+        }
+        for &stream in lock(&self.streams).values() {
+            let _ = self.backend.destroy_stream(stream);
         }
     }
 }

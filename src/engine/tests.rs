@@ -581,6 +581,8 @@ struct Counts {
     peer_enables: AtomicUsize,
     streams: AtomicUsize,
     streams_destroyed: AtomicUsize,
+    graphs_captured: AtomicUsize,
+    graphs_destroyed: AtomicUsize,
     pinned_allocs: AtomicUsize,
     events_recorded: AtomicUsize,
     events_destroyed: AtomicUsize,
@@ -690,12 +692,14 @@ impl Backend for Counting {
         self.sim.begin_capture(stream)
     }
     fn end_capture(&self, stream: StreamId) -> crate::Result<GraphId> {
+        bump(&self.counts.graphs_captured);
         self.sim.end_capture(stream)
     }
     fn replay(&self, graph: GraphId, stream: StreamId) -> crate::Result<()> {
         self.sim.replay(graph, stream)
     }
     fn destroy_graph(&self, graph: GraphId) -> crate::Result<()> {
+        bump(&self.counts.graphs_destroyed);
         self.sim.destroy_graph(graph)
     }
 }
@@ -748,6 +752,11 @@ fn peer_access_streams_and_bounce_buffers_are_set_up_once_and_events_freed() {
         counts.events_destroyed.load(Ordering::Relaxed),
         "every event is freed"
     );
+    assert_eq!(
+        counts.streams.load(Ordering::Relaxed),
+        counts.streams_destroyed.load(Ordering::Relaxed),
+        "every stream is destroyed"
+    );
 }
 
 /// On a real GPU every event query and stream wait costs the CPU ~0.5 µs: a batch's run must
@@ -783,6 +792,15 @@ fn a_batch_run_checks_its_buffers_once_not_once_per_message() {
     let waits = counts.stream_waits.load(Ordering::Relaxed) - before.1;
     assert!(queries <= 3 * 4, "{queries} event queries for 3 runs");
     assert!(waits <= 3 * 4, "{waits} stream waits for 3 runs");
+    // A pattern's graph goes with the pattern.
+    let replayed = fabric
+        .pattern_with(&messages, 4, BatchStrategy::KernelGraph)
+        .unwrap();
+    replayed.run(&[]).unwrap().wait().unwrap();
+    drop((pattern, replayed));
+    let captured = counts.graphs_captured.load(Ordering::Relaxed);
+    assert!(captured >= 1);
+    assert_eq!(captured, counts.graphs_destroyed.load(Ordering::Relaxed));
 }
 
 #[test]

@@ -27,7 +27,7 @@ use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
 use super::{check_fits, sweep_pair, Defaults};
-use crate::backend::{Backend, BufferCopy, CopyMethod, Memory, StreamId};
+use crate::backend::{Backend, BufferCopy, CopyMethod, Memory, Owned, StreamId};
 use crate::model::profile::{Lone, Measured};
 use crate::model::{Cost, Hop, IssueCosts, Profile};
 use crate::topology::Topology;
@@ -697,19 +697,19 @@ fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
     let backend = ctx.backend;
     backend.begin_capture(stream)?;
     let captured = (0..GRAPH_COPIES).try_for_each(|op| lane.enqueue(op).map(drop));
-    let graph = backend.end_capture(stream)?;
+    let graph = Owned::new(backend, backend.end_capture(stream)?);
     captured?;
     lane.fill(ctx.next_seed())?;
-    backend.replay(graph, stream)?; // warm-up: the first replay uploads the graph
+    backend.replay(*graph, stream)?; // warm-up: the first replay uploads the graph
     backend.synchronize(stream)?;
     let mut launch = Vec::with_capacity(PROBES);
     for _ in 0..PROBES {
-        launch.push(host_us(backend, || backend.replay(graph, stream))?.1);
+        launch.push(host_us(backend, || backend.replay(*graph, stream))?.1);
         backend.synchronize(stream)?;
     }
     let mut node = Vec::with_capacity(WINDOWS);
     for _ in 0..WINDOWS {
-        let us = held_window_us(backend, stream, || backend.replay(graph, stream))?;
+        let us = held_window_us(backend, stream, || backend.replay(*graph, stream))?;
         node.push(us / GRAPH_COPIES as f64);
     }
     lane.verify()?;
