@@ -234,8 +234,9 @@ pub trait Backend: Send + Sync {
     /// the graph uses was freed.
     fn replay(&self, graph: GraphId, stream: StreamId) -> Result<()>;
 
-    /// Releases a graph. Replays already queued still run (on real GPUs, a graph whose kernels
-    /// read copy lists from host memory waits for them first).
+    /// Releases a graph. Replays already queued still run. On real GPUs a graph whose kernels read
+    /// copy lists from host memory (a captured `copy_batch`) waits for its queued replays to finish
+    /// first, so release any gate that holds them before.
     fn destroy_graph(&self, graph: GraphId) -> Result<()>;
 }
 
