@@ -1,21 +1,40 @@
 //! The seam between peerlink and a GPU host.
 //!
-//! Everything above this trait — the bench, the engine, the reports — is safe Rust that talks to a
-//! host only through [`Backend`]. Two implementations exist: [`cuda`] drives real GPUs through the
-//! CUDA driver API, NVRTC and NVML; [`sim`] simulates a host from a preset, moving real bytes in host
-//! memory on a virtual, deterministic clock. Like hyperfine's `Executor`, each can measure its own
-//! overhead, so the same benchmark code runs, and is tested, on both.
+//! Everything above this seam — the bench, the engine, the reports — is safe Rust that talks to a
+//! host only through [`Backend`] (and, for the latency tests, its [`Probes`]). Two implementations
+//! exist: [`cuda`] drives real GPUs through the CUDA driver API, NVRTC and NVML; [`sim`] simulates a
+//! host from a preset, moving real bytes in host memory on a virtual, deterministic clock. Like
+//! hyperfine's `Executor`, each can measure its own overhead, so the same benchmark code runs, and is
+//! tested, on both.
 //!
-//! Handles ([`BufferId`], [`StreamId`], …) are small copyable ids owned by the backend that issued them;
-//! passing a handle from another backend, or one already freed, is an [`Error::InvalidHandle`].
+//! Each implementation provides only its own work, as a [`RawBackend`]; the [`Checked`] layer above
+//! it owns the handles and checks every argument once, for both. One contract suite
+//! (`tests/contract/`) holds both to the same behaviour.
+//!
+//! Handles ([`BufferId`], [`StreamId`], …) are small copyable ids owned by the backend that issued
+//! them. Every resource has a release ([`Backend::free`], [`Backend::destroy_stream`],
+//! [`Backend::destroy_event`], [`Backend::release`], [`Backend::destroy_graph`]); passing a handle
+//! that was released, or that comes from another backend, is an [`Error::InvalidHandle`]. Any other
+//! argument the backend cannot take (a range outside its buffer, a GPU that does not exist, work on
+//! a peer's memory without peer access, a call out of order) is an [`Error::Usage`] naming it.
 //!
 //! [`Error::InvalidHandle`]: crate::Error::InvalidHandle
+//! [`Error::Usage`]: crate::Error::Usage
 
+mod checked;
 pub mod cuda;
+mod handles;
+mod overlap;
+mod raw;
 pub mod sim;
 
+pub use checked::Checked;
+pub(crate) use overlap::first_overlap;
+pub use raw::{Batch, RawBackend, RawProbes};
+
 use crate::topology::{Source, Topology};
-use crate::{Error, Result};
+use crate::Result;
+use std::fmt;
 
 /// A block of memory on one GPU or in pinned host memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -37,6 +56,18 @@ pub struct GateId(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GraphId(pub u64);
 
+/// Handles print as their kind and their index in the backend's table (`buffer 3`).
+macro_rules! display_handle {
+    ($($handle:ident $kind:literal),*) => {$(
+        impl fmt::Display for $handle {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($kind, " {}"), handles::handle_index(self.0))
+            }
+        }
+    )*};
+}
+display_handle!(BufferId "buffer", StreamId "stream", EventId "event", GateId "gate", GraphId "graph");
+
 /// Where a buffer lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Memory {
@@ -55,21 +86,44 @@ pub enum CopyMethod {
     SmKernel,
 }
 
-/// One contiguous copy between two buffers. The ranges must lie inside their buffers.
+/// One contiguous copy between two buffers: `len` bytes from `src` at `src_offset` to `dst` at
+/// `dst_offset`. Callers name buffers by handle; below the checked layer, an implementation gets the
+/// same copy with its own buffer objects (`BufferCopy<&I::Buffer>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Copy {
-    pub dst: BufferId,
+pub struct BufferCopy<B = BufferId> {
+    pub dst: B,
     pub dst_offset: usize,
-    pub src: BufferId,
+    pub src: B,
     pub src_offset: usize,
     pub len: usize,
 }
 
-/// What a GPU host offers to peerlink.
+impl<B> BufferCopy<B> {
+    /// The same ranges, with each buffer replaced by `f`'s answer for it.
+    pub fn map<C>(self, mut f: impl FnMut(B) -> C) -> BufferCopy<C> {
+        BufferCopy {
+            dst: f(self.dst),
+            dst_offset: self.dst_offset,
+            src: f(self.src),
+            src_offset: self.src_offset,
+            len: self.len,
+        }
+    }
+}
+
+/// What a GPU host offers to peerlink: memory, streams, events, copies, batch kernels, gates and
+/// graphs. Implemented by [`Checked`] over each implementation; the contract suite checks every
+/// method, its errors and every release on both.
 ///
 /// Work on one stream runs in order; work on different streams may overlap. Nothing here blocks the
-/// host except [`Backend::synchronize`], [`Backend::event_synchronize`], [`Backend::read`] and
-/// [`Backend::write`].
+/// host except [`Backend::synchronize`], [`Backend::event_synchronize`], [`Backend::read`],
+/// [`Backend::write`] and [`Backend::destroy_graph`] (see there).
+///
+/// Peer access: work issued on one GPU (a stream's) may touch its own memory, pinned host memory,
+/// and another GPU's memory once [`Backend::enable_peer_access`] allowed it. Kernels (SM copies,
+/// batches, probes) need that access; a copy-engine copy between a pair that has no P2P at all is
+/// staged through host memory by the driver instead, but between a pair that has P2P it needs the
+/// access enabled, so that no copy is staged by mistake.
 pub trait Backend: Send + Sync {
     /// Real GPUs or the simulator (`cuda` or `sim:<preset>` in documents).
     fn source(&self) -> &Source;
@@ -79,12 +133,16 @@ pub trait Backend: Send + Sync {
 
     /// What the backend could not find out about the host (NVML missing, say), one sentence each,
     /// to show beside the topology. Empty when nothing is missing.
-    fn notices(&self) -> Vec<String> {
-        Vec::new()
-    }
+    fn notices(&self) -> Vec<String>;
+
+    /// The latency-only kernels (pointer chase, ping-pong).
+    fn probes(&self) -> &dyn Probes;
 
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
-    /// already enabled pair succeeds. Fails with a sentence saying why where the pair has no P2P.
+    /// already enabled pair succeeds, and a GPU is its own peer. Fails with [`Error::PeerAccess`],
+    /// saying why, where the pair has no P2P.
+    ///
+    /// [`Error::PeerAccess`]: crate::Error::PeerAccess
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()>;
 
     /// Bytes of device memory currently free on `device`.
@@ -108,22 +166,27 @@ pub trait Backend: Send + Sync {
     /// A new stream on `device`.
     fn create_stream(&self, device: usize) -> Result<StreamId>;
 
+    /// Releases a stream. Work already queued on it still runs; the handle is gone at once. A
+    /// stream that captures a graph must end the capture first.
+    fn destroy_stream(&self, stream: StreamId) -> Result<()>;
+
     /// Queues a copy on `stream`. Which GPU's stream issues it decides push (the source's) or pull
-    /// (the destination's); a peer copy needs peer access enabled from the issuing GPU.
-    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &Copy) -> Result<()>;
+    /// (the destination's). A copy of 0 bytes queues nothing. Source and destination must not
+    /// overlap.
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &BufferCopy) -> Result<()>;
 
     /// Queues ONE kernel on `stream`'s GPU that performs every copy in `copies` (a thread block per
     /// message, 16-byte accesses where alignment allows), loading and storing through peer mappings where
     /// a buffer is another GPU's (peer access enabled) or pinned host memory. The backend carries the copy
     /// list to the GPU itself (its cost is part of this call). Copies must not overlap each other's
-    /// destinations. This is how thousands of small messages cost one launch instead of one each.
-    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()>;
+    /// destinations. This is how thousands of small messages cost one launch instead of one each. An
+    /// empty list queues nothing.
+    fn copy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> Result<()>;
 
     /// Queues every copy in `copies` on `stream` as copy-engine copies in ONE driver call
     /// (cuMemcpyBatchAsync), ordered after the stream's earlier work. Copies must not overlap each
-    /// other's destinations (the driver may run them in any order); peer copies need peer access
-    /// from `stream`'s GPU.
-    fn memcpy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()>;
+    /// other's destinations (the driver may run them in any order). An empty list queues nothing.
+    fn memcpy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> Result<()>;
 
     /// Records an event after the work queued so far on `stream`.
     fn record(&self, stream: StreamId) -> Result<EventId>;
@@ -140,7 +203,7 @@ pub trait Backend: Send + Sync {
     /// GPU time between two completed events of one device, in microseconds.
     fn elapsed_us(&self, start: EventId, end: EventId) -> Result<f64>;
 
-    /// Frees an event's resources.
+    /// Releases an event. Streams already waiting on it still wait for the work it marked.
     fn destroy_event(&self, event: EventId) -> Result<()>;
 
     /// Blocks the host until all work queued on `stream` has finished.
@@ -152,12 +215,33 @@ pub trait Backend: Send + Sync {
 
     /// Holds `stream` behind a one-thread kernel spinning on a pinned host flag, so that work queued
     /// after it starts only at [`Backend::release`]: the CPU's issue cost stays out of GPU-time windows.
-    /// The spin gives up after a timeout so that a forgotten release cannot hang the GPU.
+    /// The spin gives up after a timeout so that a forgotten release cannot hang the GPU. Every timed
+    /// measurement uses it, which is why it is core and not a probe.
     fn hold(&self, stream: StreamId) -> Result<GateId>;
 
-    /// Releases a held stream.
+    /// Releases a held stream; the gate's handle is gone afterwards.
     fn release(&self, gate: GateId) -> Result<()>;
 
+    /// Starts recording the work queued on `stream` into a graph instead of running it. A capture
+    /// records copies, batches and pointer chases; events, waits, gates, ping-pongs and
+    /// synchronisation on the stream are refused until it ends.
+    fn begin_capture(&self, stream: StreamId) -> Result<()>;
+
+    /// Ends the recording and returns a replayable graph.
+    fn end_capture(&self, stream: StreamId) -> Result<GraphId>;
+
+    /// Queues one replay of a graph on a stream of the GPU that captured it. Refused once a buffer
+    /// the graph uses was freed.
+    fn replay(&self, graph: GraphId, stream: StreamId) -> Result<()>;
+
+    /// Releases a graph. Replays already queued still run. On real GPUs a graph whose kernels read
+    /// copy lists from host memory (a captured `copy_batch`) waits for its queued replays to finish
+    /// first, so release any gate that holds them before.
+    fn destroy_graph(&self, graph: GraphId) -> Result<()>;
+}
+
+/// Kernels that only the latency tests use: one dependent load at a time, one flag at a time.
+pub trait Probes {
     /// Queues a one-thread kernel on `stream`'s GPU that follows `steps` dependent loads through
     /// `chain`, which holds little-endian u64 element indices (entry `i` names the next element to load),
     /// starting at element 0; it stores the last index it reached as a u64 at offset 0 of `result`.
@@ -185,15 +269,83 @@ pub trait Backend: Send + Sync {
         pong_flag: BufferId,
         rounds: u32,
     ) -> Result<()>;
+}
 
-    /// Starts recording the work queued on `stream` into a graph instead of running it.
-    fn begin_capture(&self, stream: StreamId) -> Result<()>;
+/// A handle whose resource has a release: a buffer, stream, event, gate or graph.
+pub trait Handle: Copy {
+    /// Frees, destroys or releases the resource on `backend`.
+    fn release_on(self, backend: &dyn Backend) -> Result<()>;
+}
 
-    /// Ends the recording and returns a replayable graph.
-    fn end_capture(&self, stream: StreamId) -> Result<GraphId>;
+impl Handle for BufferId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.free(self)
+    }
+}
 
-    /// Queues one replay of a graph on `stream`.
-    fn replay(&self, graph: GraphId, stream: StreamId) -> Result<()>;
+impl Handle for StreamId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.destroy_stream(self)
+    }
+}
+
+impl Handle for EventId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.destroy_event(self)
+    }
+}
+
+impl Handle for GateId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.release(self)
+    }
+}
+
+impl Handle for GraphId {
+    fn release_on(self, backend: &dyn Backend) -> Result<()> {
+        backend.destroy_graph(self)
+    }
+}
+
+/// A resource a scope made and releases on every way out, errors included; [`Owned::release`]
+/// releases it early and reports a failure that dropping would have to ignore.
+pub struct Owned<'a, H: Handle> {
+    backend: &'a dyn Backend,
+    handle: Option<H>,
+}
+
+impl<'a, H: Handle> Owned<'a, H> {
+    pub fn new(backend: &'a dyn Backend, handle: H) -> Self {
+        Owned {
+            backend,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn release(mut self) -> Result<()> {
+        self.handle
+            .take()
+            .map_or(Ok(()), |h| h.release_on(self.backend))
+    }
+}
+
+impl<H: Handle> std::ops::Deref for Owned<'_, H> {
+    type Target = H;
+
+    fn deref(&self) -> &H {
+        self.handle
+            .as_ref()
+            .expect("released only by consuming the guard")
+    }
+}
+
+impl<H: Handle> Drop for Owned<'_, H> {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            // Nothing can report a failure from drop; `release` is there for callers who care.
+            let _ = handle.release_on(self.backend);
+        }
+    }
 }
 
 /// Which backend to open.
@@ -242,137 +394,5 @@ pub fn open(choice: &Choice) -> Result<Opened> {
             }),
             Err(other) => Err(other),
         },
-    }
-}
-
-/// A batch kernel's messages run concurrently, so their destinations must not overlap.
-pub(crate) fn check_disjoint_destinations(copies: &[Copy]) -> Result<()> {
-    let ranges = copies
-        .iter()
-        .filter(|c| c.len > 0)
-        .map(|c| (c.dst, c.dst_offset, c.dst_offset + c.len));
-    match first_overlap(ranges) {
-        None => Ok(()),
-        Some((a, b)) => Err(Error::usage(format!(
-            "copy_batch: two messages write overlapping bytes of one buffer (offsets {a} and {b})"
-        ))),
-    }
-}
-
-/// The starts of two `(buffer, start, end)` ranges that overlap in one buffer, if any.
-///
-/// Batches usually lay their messages out in order or in reverse order, one buffer after another:
-/// such a list is checked in one pass ([`InOrder`]), with no copy and no sort; any other is sorted.
-pub(crate) fn first_overlap<I>(ranges: I) -> Option<(usize, usize)>
-where
-    I: Iterator<Item = (BufferId, usize, usize)> + Clone,
-{
-    let mut order = InOrder::default();
-    if ranges
-        .clone()
-        .all(|(buffer, start, end)| order.push(buffer, start, end))
-    {
-        return None;
-    }
-    let mut sorted: Vec<(BufferId, usize, usize)> = ranges.collect();
-    sorted.sort_unstable();
-    sorted
-        .windows(2)
-        .find(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2)
-        .map(|w| (w[0].1, w[1].1))
-}
-
-/// Follows ranges one at a time while they stay laid out in runs: each buffer's ranges
-/// consecutive, each range wholly after (or, for the whole run, wholly before) the one before it.
-/// Ranges so laid out cannot overlap; once they are not, only a sort can tell.
-#[derive(Default)]
-pub(crate) struct InOrder {
-    previous: Option<(BufferId, usize, usize)>,
-    /// `Some(true)` once the current buffer's run is known to ascend.
-    ascending: Option<bool>,
-    /// Buffers whose run has ended.
-    seen: Vec<BufferId>,
-}
-
-impl InOrder {
-    /// Takes the next non-empty range; `false` once the ranges are no longer in runs.
-    pub(crate) fn push(&mut self, buffer: BufferId, start: usize, end: usize) -> bool {
-        match self.previous {
-            Some((b, s, e)) if b == buffer => {
-                let up = start >= e;
-                if !(up || end <= s) || self.ascending.is_some_and(|a| a != up) {
-                    return false;
-                }
-                self.ascending = Some(up);
-            }
-            previous => {
-                // A buffer met again after another one: its ranges are not in one run.
-                if self.seen.contains(&buffer) {
-                    return false;
-                }
-                if let Some((b, ..)) = previous {
-                    self.seen.push(b);
-                }
-                self.ascending = None;
-            }
-        }
-        self.previous = Some((buffer, start, end));
-        true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn overlaps_by_brute_force(ranges: &[(BufferId, usize, usize)]) -> bool {
-        ranges.iter().enumerate().any(|(i, a)| {
-            ranges[i + 1..]
-                .iter()
-                .any(|b| a.0 == b.0 && a.1 < b.2 && b.1 < a.2)
-        })
-    }
-
-    #[test]
-    fn ranges_in_order_or_reverse_pass_in_one_pass() {
-        let up: Vec<_> = (0..10).map(|i| (BufferId(1), i * 8, i * 8 + 8)).collect();
-        let down: Vec<_> = up.iter().rev().copied().collect();
-        assert_eq!(first_overlap(up.iter().copied()), None);
-        assert_eq!(first_overlap(down.iter().copied()), None);
-    }
-
-    #[test]
-    fn an_overlap_is_found_in_a_run_and_out_of_one() {
-        let run = [(BufferId(1), 0, 8), (BufferId(1), 4, 12)];
-        assert_eq!(first_overlap(run.iter().copied()), Some((0, 4)));
-        // Ascending, then back into the first range after another buffer.
-        let scattered = [
-            (BufferId(1), 0, 8),
-            (BufferId(1), 16, 24),
-            (BufferId(2), 0, 8),
-            (BufferId(1), 20, 30),
-        ];
-        assert_eq!(first_overlap(scattered.iter().copied()), Some((16, 20)));
-    }
-
-    proptest! {
-        #[test]
-        fn first_overlap_agrees_with_brute_force(
-            raw in proptest::collection::vec((1u64..4, 0usize..64, 1usize..16), 0..24),
-            sort in 0u8..3,
-        ) {
-            let mut ranges: Vec<_> = raw.iter().map(|&(b, s, l)| (BufferId(b), s, s + l)).collect();
-            // Sorted and reverse-sorted lists take the one-pass path; others the sort.
-            match sort {
-                0 => ranges.sort_unstable(),
-                1 => { ranges.sort_unstable(); ranges.reverse(); }
-                _ => {}
-            }
-            prop_assert_eq!(
-                first_overlap(ranges.iter().copied()).is_some(),
-                overlaps_by_brute_force(&ranges)
-            );
-        }
     }
 }

@@ -15,7 +15,7 @@ use super::result::{Place, Sweep};
 use super::stats::Stats;
 use super::timing::{held_gpu_us, host_us, measure, Lane, Runs, Sampling};
 use super::{check_fits, sweep_pair, Context, Defaults};
-use crate::backend::{Backend, CopyMethod, EventId, Memory};
+use crate::backend::{Backend, CopyMethod, EventId, Memory, Owned};
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use schemars::JsonSchema;
@@ -481,12 +481,12 @@ fn graph_issue_us(lane: &mut Lane<'_>, ctx: &mut Context<'_>) -> Result<f64> {
     let copies = GRAPH_COPIES.max(lane.slots() as u64);
     backend.begin_capture(stream)?;
     let captured = (0..copies).try_for_each(|op| lane.enqueue(op).map(drop));
-    let graph = backend.end_capture(stream)?;
+    let graph = Owned::new(backend, backend.end_capture(stream)?);
     captured?;
     lane.fill(ctx.next_seed())?;
-    backend.replay(graph, stream)?; // warm-up: the first replay uploads the graph
+    backend.replay(*graph, stream)?; // warm-up: the first replay uploads the graph
     backend.synchronize(stream)?;
-    let ((), us) = host_us(backend, || backend.replay(graph, stream))?;
+    let ((), us) = host_us(backend, || backend.replay(*graph, stream))?;
     backend.synchronize(stream)?;
     lane.verify()?;
     Ok(us / copies as f64)

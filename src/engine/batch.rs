@@ -14,13 +14,13 @@ use super::executor::{
 use super::fabric::{BufferState, Fabric, Planned, Span, Transfer};
 use super::plan::{BatchPlan, BatchStrategy};
 use super::planner::packing;
-use crate::backend::{first_overlap, Copy, CopyMethod, EventId, GraphId, Memory};
+use crate::backend::{first_overlap, BufferCopy, CopyMethod, EventId, GraphId, Memory};
 use crate::{Error, Result};
 use std::sync::Arc;
 
 /// A batch prepared once and run any number of times: validated, planned, and (for
 /// [`BatchStrategy::Graph`] and [`BatchStrategy::KernelGraph`]) captured. It keeps its buffers
-/// alive.
+/// alive, and releases its graph when dropped.
 ///
 /// Preparing and running cost CPU time per message on the path of every batch, so the messages are
 /// kept as the backend's copy list, made once, and buffers are held once each rather than once per
@@ -29,7 +29,7 @@ pub struct PreparedBatch {
     fabric: Arc<executor::Shared>,
     plan: BatchPlan,
     /// The messages, as direct copies from their source to their destination ranges.
-    copies: Vec<Copy>,
+    copies: Vec<BufferCopy>,
     /// Each buffer the messages touch, once, and whether the batch writes it: ordering against
     /// other transfers is per buffer, so a run checks and claims each once, not once per message.
     touched: Vec<(Arc<BufferState>, bool)>,
@@ -94,7 +94,7 @@ impl Fabric {
             }
             note(&mut touched, &src.buffer.state, false);
             note(&mut touched, &dst.buffer.state, true);
-            copies.push(Copy {
+            copies.push(BufferCopy {
                 dst: dst.buffer.state.id,
                 dst_offset: dst.range.start,
                 src: src.buffer.state.id,
@@ -132,6 +132,15 @@ impl Fabric {
     }
 }
 
+impl Drop for Pattern {
+    fn drop(&mut self) {
+        if let Some(graph) = self.graph {
+            // Replays already queued still run; nothing can report a failure from drop.
+            let _ = self.fabric.backend.destroy_graph(graph);
+        }
+    }
+}
+
 /// Adds `buffer` to a batch's distinct buffers (a destination counts as written). The last one
 /// added is checked first: consecutive messages mostly name the same buffers.
 fn note(touched: &mut Vec<(Arc<BufferState>, bool)>, buffer: &Arc<BufferState>, writes: bool) {
@@ -147,7 +156,7 @@ fn note(touched: &mut Vec<(Arc<BufferState>, bool)>, buffer: &Arc<BufferState>, 
 
 /// Refuses batches whose result would depend on the order of the messages: two destinations that
 /// overlap, or a destination that overlaps another message's source.
-fn check_hazards(copies: &[Copy]) -> Result<()> {
+fn check_hazards(copies: &[BufferCopy]) -> Result<()> {
     let span = |buffer, offset, len| (buffer, offset, offset + len);
     let all = copies
         .iter()
@@ -308,11 +317,11 @@ impl PreparedBatch {
                 if let Some(idle) = gather.idle {
                     issuer.wait(control, idle)?;
                 }
-                let gathered: Vec<Copy> = self
+                let gathered: Vec<BufferCopy> = self
                     .copies
                     .iter()
                     .zip(&self.packed)
-                    .map(|(c, &at)| Copy {
+                    .map(|(c, &at)| BufferCopy {
                         dst: packed_src,
                         dst_offset: at as usize,
                         ..*c
@@ -347,11 +356,11 @@ impl PreparedBatch {
                     role: Role::Scatter,
                 })?;
                 issuer.wait(scatter, moved)?;
-                let scattered: Vec<Copy> = self
+                let scattered: Vec<BufferCopy> = self
                     .copies
                     .iter()
                     .zip(&self.packed)
-                    .map(|(c, &at)| Copy {
+                    .map(|(c, &at)| BufferCopy {
                         src: packed_dst,
                         src_offset: at as usize,
                         ..*c

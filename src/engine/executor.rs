@@ -16,7 +16,7 @@
 
 use super::plan::{Plan, Route, Strategy};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
-use crate::backend::{Backend, BufferId, Copy, CopyMethod, EventId, Memory, StreamId};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -166,7 +166,8 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Nothing else holds the fabric now; wait for each lane's last use, then free its buffers.
+        // Nothing else holds the fabric now; wait for each lane's last use, then free its buffers;
+        // then the streams, whose queued work still runs.
         for lane in lock(&self.lanes).values() {
             let lane = lock(lane);
             if let Some(idle) = lane.idle {
@@ -176,6 +177,9 @@ impl Drop for Shared {
             for &(buffer, _) in &lane.staging {
                 let _ = self.backend.free(buffer);
             }
+        }
+        for &stream in lock(&self.streams).values() {
+            let _ = self.backend.destroy_stream(stream);
         }
     }
 }
@@ -323,15 +327,15 @@ impl<'s> Issuer<'s> {
         self.backend().wait(stream, event)
     }
 
-    pub fn copy(&mut self, stream: StreamId, method: CopyMethod, copy: Copy) -> Result<()> {
+    pub fn copy(&mut self, stream: StreamId, method: CopyMethod, copy: BufferCopy) -> Result<()> {
         self.backend().copy(stream, method, &copy)
     }
 
-    pub fn copy_batch(&mut self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+    pub fn copy_batch(&mut self, stream: StreamId, copies: &[BufferCopy]) -> Result<()> {
         self.backend().copy_batch(stream, copies)
     }
 
-    pub fn memcpy_batch(&mut self, stream: StreamId, copies: &[Copy]) -> Result<()> {
+    pub fn memcpy_batch(&mut self, stream: StreamId, copies: &[BufferCopy]) -> Result<()> {
         self.backend().memcpy_batch(stream, copies)
     }
 
@@ -433,7 +437,7 @@ pub(super) fn issue_routes(
         match share.route {
             Route::Direct(method) => {
                 issuer.shared.ensure_peer(plan.src, plan.dst)?;
-                let copy = Copy {
+                let copy = BufferCopy {
                     dst: to.buffer,
                     dst_offset: to.offset,
                     src: from.buffer,
@@ -568,7 +572,7 @@ impl Pipeline {
         if k >= STAGING_SLOTS {
             issuer.wait(self.first, self.drained[k - STAGING_SLOTS])?;
         }
-        let fill = Copy {
+        let fill = BufferCopy {
             dst: self.staging,
             dst_offset: slot,
             src: self.from.buffer,
@@ -578,7 +582,7 @@ impl Pipeline {
         issuer.copy(self.first, CopyMethod::CopyEngine, fill)?;
         let filled = issuer.record(self.first)?;
         issuer.wait(self.second, filled)?;
-        let drain = Copy {
+        let drain = BufferCopy {
             dst: self.to.buffer,
             dst_offset: self.to.offset + offset,
             src: self.staging,

@@ -3,7 +3,7 @@
 use super::*;
 use crate::backend::sim::SimBackend;
 use crate::backend::{
-    Backend, BufferId, Copy, CopyMethod, EventId, GateId, GraphId, Memory, StreamId,
+    Backend, BufferCopy, BufferId, CopyMethod, EventId, GateId, GraphId, Memory, StreamId,
 };
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -486,6 +486,9 @@ fn batches_whose_result_depends_on_order_are_refused() {
 struct Counts {
     peer_enables: AtomicUsize,
     streams: AtomicUsize,
+    streams_destroyed: AtomicUsize,
+    graphs_captured: AtomicUsize,
+    graphs_destroyed: AtomicUsize,
     pinned_allocs: AtomicUsize,
     events_recorded: AtomicUsize,
     events_destroyed: AtomicUsize,
@@ -508,6 +511,12 @@ impl Backend for Counting {
     }
     fn topology(&self) -> &crate::topology::Topology {
         self.sim.topology()
+    }
+    fn notices(&self) -> Vec<String> {
+        self.sim.notices()
+    }
+    fn probes(&self) -> &dyn crate::backend::Probes {
+        self.sim.probes()
     }
     fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
         bump(&self.counts.peer_enables);
@@ -538,13 +547,17 @@ impl Backend for Counting {
         bump(&self.counts.streams);
         self.sim.create_stream(device)
     }
-    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &Copy) -> crate::Result<()> {
+    fn destroy_stream(&self, stream: StreamId) -> crate::Result<()> {
+        bump(&self.counts.streams_destroyed);
+        self.sim.destroy_stream(stream)
+    }
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &BufferCopy) -> crate::Result<()> {
         self.sim.copy(stream, method, copy)
     }
-    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> crate::Result<()> {
+    fn copy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> crate::Result<()> {
         self.sim.copy_batch(stream, copies)
     }
-    fn memcpy_batch(&self, stream: StreamId, copies: &[Copy]) -> crate::Result<()> {
+    fn memcpy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> crate::Result<()> {
         self.sim.memcpy_batch(stream, copies)
     }
     fn record(&self, stream: StreamId) -> crate::Result<EventId> {
@@ -581,33 +594,19 @@ impl Backend for Counting {
     fn release(&self, gate: GateId) -> crate::Result<()> {
         self.sim.release(gate)
     }
-    fn pointer_chase(
-        &self,
-        stream: StreamId,
-        chain: BufferId,
-        steps: u32,
-        result: BufferId,
-    ) -> crate::Result<()> {
-        self.sim.pointer_chase(stream, chain, steps, result)
-    }
-    fn ping_pong(
-        &self,
-        ping: StreamId,
-        pong: StreamId,
-        ping_flag: BufferId,
-        pong_flag: BufferId,
-        rounds: u32,
-    ) -> crate::Result<()> {
-        self.sim.ping_pong(ping, pong, ping_flag, pong_flag, rounds)
-    }
     fn begin_capture(&self, stream: StreamId) -> crate::Result<()> {
         self.sim.begin_capture(stream)
     }
     fn end_capture(&self, stream: StreamId) -> crate::Result<GraphId> {
+        bump(&self.counts.graphs_captured);
         self.sim.end_capture(stream)
     }
     fn replay(&self, graph: GraphId, stream: StreamId) -> crate::Result<()> {
         self.sim.replay(graph, stream)
+    }
+    fn destroy_graph(&self, graph: GraphId) -> crate::Result<()> {
+        bump(&self.counts.graphs_destroyed);
+        self.sim.destroy_graph(graph)
     }
 }
 
@@ -659,6 +658,11 @@ fn peer_access_streams_and_bounce_buffers_are_set_up_once_and_events_freed() {
         counts.events_destroyed.load(Ordering::Relaxed),
         "every event is freed"
     );
+    assert_eq!(
+        counts.streams.load(Ordering::Relaxed),
+        counts.streams_destroyed.load(Ordering::Relaxed),
+        "every stream is destroyed"
+    );
 }
 
 /// On a real GPU every event query and stream wait costs the CPU ~0.5 µs: a batch's run must
@@ -694,6 +698,15 @@ fn a_batch_run_checks_its_buffers_once_not_once_per_message() {
     let waits = counts.stream_waits.load(Ordering::Relaxed) - before.1;
     assert!(queries <= 3 * 4, "{queries} event queries for 3 runs");
     assert!(waits <= 3 * 4, "{waits} stream waits for 3 runs");
+    // A pattern's graph goes with the pattern.
+    let replayed = fabric
+        .pattern_with(&messages, 4, BatchStrategy::KernelGraph)
+        .unwrap();
+    replayed.run(&[]).unwrap().wait().unwrap();
+    drop((pattern, replayed));
+    let captured = counts.graphs_captured.load(Ordering::Relaxed);
+    assert!(captured >= 1);
+    assert_eq!(captured, counts.graphs_destroyed.load(Ordering::Relaxed));
 }
 
 #[test]

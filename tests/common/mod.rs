@@ -12,8 +12,6 @@ pub fn peerlink() -> Command {
 }
 
 /// Runs peerlink with `args`, expecting success, and parses stdout as exactly one JSON document.
-// Each test binary compiles this module; `golden` compares stdout as text and never calls it.
-#[allow(dead_code)]
 pub fn json_of(args: &[&str]) -> Value {
     let out = peerlink().args(args).output().unwrap();
     assert!(

@@ -121,7 +121,8 @@ impl DeviceMemory {
     pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, Error> {
         bind(ctx)?;
         let mut address = 0;
-        // SAFETY: `address` is a valid out-pointer and `ctx` is current; `bytes` > 0 (checked above us).
+        // SAFETY: `address` is a valid out-pointer and `ctx` is current; `bytes` > 0 (the checked
+        // layer refuses 0).
         unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }
             .result()
             .map_err(failed("cuMemAlloc"))?;
@@ -429,7 +430,7 @@ pub(super) fn memcpy_batch_async(
     };
     let mut attribute_of_copy = [0usize];
     // SAFETY: the three arrays hold `copies.len()` entries each; one attribute applies to every
-    // copy (index 0); the caller checked every range lies inside a live allocation reachable from
+    // copy (index 0); the checked layer checked every range lies inside a live allocation reachable from
     // this stream's GPU; the driver copies the arrays before returning.
     unsafe {
         sys::cuMemcpyBatchAsync_v2(
@@ -452,7 +453,7 @@ pub(super) fn memcpy_batch_async(
 /// cuMemcpyPeerAsync).
 pub(super) fn copy_async(stream: &CudaStream, dst: u64, src: u64, len: usize) -> Result<(), Error> {
     bind(stream.context())?;
-    // SAFETY: the caller checked both ranges lie inside live allocations; the stream is live.
+    // SAFETY: the checked layer checked both ranges lie inside live allocations; the stream is live.
     unsafe { sys::cuMemcpyAsync(dst, src, len, stream.cu_stream()) }
         .result()
         .map_err(failed("cuMemcpyAsync"))
@@ -467,7 +468,7 @@ pub(super) fn copy_to_device_and_wait(
     data: &[u8],
 ) -> Result<(), Error> {
     bind(stream.context())?;
-    // SAFETY: the caller checked the destination range; `data` stays borrowed until the
+    // SAFETY: the checked layer checked the destination range; `data` stays borrowed until the
     // synchronisation below has finished the copy.
     unsafe { sys::cuMemcpyHtoDAsync_v2(dst, data.as_ptr().cast(), data.len(), stream.cu_stream()) }
         .result()
@@ -482,7 +483,7 @@ pub(super) fn copy_to_host_and_wait(
     src: u64,
 ) -> Result<(), Error> {
     bind(stream.context())?;
-    // SAFETY: the caller checked the source range; `out` stays borrowed until the synchronisation
+    // SAFETY: the checked layer checked the source range; `out` stays borrowed until the synchronisation
     // below has finished the copy.
     unsafe {
         sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), src, out.len(), stream.cu_stream())

@@ -5,7 +5,6 @@
 //! notes that it gave up waiting. Tickets only grow, and the kernel waits for `flag >= ticket`, so a
 //! released slot can serve the next gate at once without waking any earlier kernel early or late.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -21,8 +20,8 @@ const SLOTS: usize = 1024;
 /// u64 words per slot: the flag, then the timed-out marker.
 const WORDS_PER_SLOT: usize = 2;
 
-/// A gate taken but not yet registered under a handle.
-pub(super) struct Claim {
+/// A held gate: its slot and the ticket its kernel waits for.
+pub struct Claim {
     slot: usize,
     ticket: u64,
 }
@@ -37,7 +36,6 @@ pub(super) struct SlotAddresses {
 pub(super) struct Gates {
     memory: PinnedMemory,
     free_slots: Mutex<Vec<usize>>,
-    held: Mutex<HashMap<u64, Claim>>,
     next_ticket: AtomicU64,
 }
 
@@ -50,7 +48,6 @@ impl Gates {
         Ok(Gates {
             memory,
             free_slots: Mutex::new((0..SLOTS).rev().collect()),
-            held: Mutex::new(HashMap::new()),
             next_ticket: AtomicU64::new(1),
         })
     }
@@ -85,27 +82,9 @@ impl Gates {
             .push(claim.slot);
     }
 
-    /// Files a claim whose kernel is queued under the gate's handle.
-    pub(super) fn register(&self, gate: u64, claim: Claim) {
-        self.held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(gate, claim);
-    }
-
     /// Opens a gate. Fails, after opening it, if its kernel had already given up waiting: the work
     /// behind it then started before the release, and any GPU-time window around it is not valid.
-    pub(super) fn release(&self, gate: u64) -> Result<()> {
-        let claim = self
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&gate)
-            .ok_or_else(|| {
-                Error::InvalidHandle(format!(
-                    "unknown gate {gate}: released already, or not from this backend"
-                ))
-            })?;
+    pub(super) fn release(&self, claim: Claim) -> Result<()> {
         let timed_out = self.open(&claim);
         self.abandon(claim);
         if timed_out {
@@ -120,21 +99,6 @@ impl Gates {
             });
         }
         Ok(())
-    }
-
-    /// Opens every held gate (when the backend closes, so no stream waits out its timeout).
-    pub(super) fn release_all(&self) {
-        let held: Vec<Claim> = self
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .map(|(_, claim)| claim)
-            .collect();
-        for claim in held {
-            self.open(&claim);
-            self.abandon(claim);
-        }
     }
 
     /// Stores the claim's ticket in its flag; says whether the kernel had given up before.

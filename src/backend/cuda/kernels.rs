@@ -180,8 +180,8 @@ impl Kernels {
         let len = len as u64;
         let mut launch = stream.launch_builder(&self.copy);
         launch.arg(&dst).arg(&src).arg(&len);
-        // SAFETY: arguments match copy_bytes(uchar*, const uchar*, u64); the caller checked that both
-        // ranges lie inside live allocations reachable from this stream's device.
+        // SAFETY: arguments match copy_bytes(uchar*, const uchar*, u64); the checked layer checked
+        // that both ranges lie inside live allocations reachable from this stream's device.
         launched(unsafe { launch.launch(config) })
     }
 
@@ -238,7 +238,7 @@ impl Kernels {
         let mut launch = stream.launch_builder(&self.chase);
         launch.arg(&chain).arg(&elements).arg(&steps).arg(&result);
         // SAFETY: arguments match pointer_chase(const u64*, u64, u32, u64*); the kernel never loads
-        // past `elements` and the caller checked `result` has 8 bytes; both are reachable.
+        // past `elements` and the checked layer checked `result` has 8 bytes; both are reachable.
         launched(unsafe { launch.launch(ONE_THREAD) })
     }
 

@@ -2,12 +2,15 @@
 //!
 //! - `driver`: the thin raw layer (every direct `sys` call, owning types for memory and graphs);
 //! - `topology`: devices and pairs, read once at open;
-//! - `peer`: the one place that enables peer access;
+//! - `peer`: enabling peer access, and the driver's refusals in words;
 //! - `kernels`: copy, gate and latency kernels (sources in `kernels/*.cu`);
+//! - `batches`: pinned memory for the copy lists of batch kernels;
 //! - `gates`: pinned flags that hold streams until released.
 //!
-//! One primary context per device, with cudarc's event tracking off: the backend orders work itself,
-//! and cudarc's hidden per-buffer events would otherwise land in timed windows and graph captures.
+//! [`Gpus`] does the work on arguments the [`Checked`] layer has already checked (ranges, handles,
+//! peer access), so [`CudaBackend`] is what callers open. One primary context per device, with
+//! cudarc's event tracking off: the backend orders work itself, and cudarc's hidden per-buffer
+//! events would otherwise land in timed windows and graph captures.
 
 mod batches;
 mod driver;
@@ -16,8 +19,6 @@ mod kernels;
 mod peer;
 mod topology;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -25,8 +26,8 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use self::driver::{failed, DeviceMemory, PinnedMemory};
-use super::{Backend, BufferId, CopyMethod, EventId, GateId, GraphId, Memory, StreamId};
-use crate::topology::{Source, Topology};
+use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawProbes};
+use crate::topology::Topology;
 use crate::{Error, Result};
 
 /// Whether the NVIDIA driver library can be loaded on this host (nothing else is called).
@@ -34,54 +35,65 @@ pub fn driver_library_present() -> bool {
     driver::driver_library_present()
 }
 
+/// The backend for real NVIDIA GPUs, as callers open it.
+pub type CudaBackend = Checked<Gpus>;
+
+impl CudaBackend {
+    /// Opens every visible GPU. A host without the driver, or with no GPU, is [`Error::NoGpu`].
+    pub fn open() -> Result<Self> {
+        Ok(Checked::new(Gpus::open()?))
+    }
+}
+
 /// A buffer's memory, freed when the last reference goes.
+pub struct Buffer(Storage);
+
 enum Storage {
     Device(DeviceMemory),
     Pinned(PinnedMemory),
 }
 
-struct Buffer {
-    memory: Memory,
-    bytes: usize,
-    storage: Storage,
-}
-
 impl Buffer {
+    /// The unified (UVA) address of the buffer's first byte, valid in every context.
     fn address(&self) -> u64 {
-        match &self.storage {
+        match &self.0 {
             Storage::Device(memory) => memory.address(),
             Storage::Pinned(memory) => memory.address(),
         }
     }
-
-    /// The unified address of `len` bytes at `offset`, if they lie inside the buffer.
-    fn range(&self, id: u64, offset: usize, len: usize, role: &str) -> Result<u64> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.bytes => Ok(self.address() + offset as u64),
-            _ => Err(Error::usage(format!(
-                "{role} range {offset}..{offset}+{len} lies outside buffer {id} of {} bytes",
-                self.bytes
-            ))),
-        }
-    }
 }
 
-struct Stream {
+/// A stream, and the descriptor blocks of batches captured on it, for the graph to keep at
+/// `end_capture`.
+pub struct Stream {
     device: usize,
     stream: Arc<CudaStream>,
-    /// Descriptor blocks of batches captured on this stream, for the graph to keep at end_capture.
     captured_descriptors: Mutex<Vec<batches::Block>>,
 }
 
-/// A replayable graph and the batch descriptors its kernels read (dropped after the graph).
-struct CapturedGraph {
-    graph: Mutex<driver::Graph>,
-    _descriptors: Vec<batches::Block>,
-}
-
-struct Event {
+/// An event and the GPU it was recorded on.
+pub struct Event {
     device: usize,
     event: CudaEvent,
+}
+
+/// A replayable graph and the batch descriptors its kernels read.
+pub struct CapturedGraph {
+    graph: Mutex<driver::Graph>,
+    descriptors: Vec<batches::Block>,
+    /// Where the graph was replayed, when its kernels read descriptors: they must have run before
+    /// the descriptors are freed.
+    replayed_on: Mutex<Vec<Arc<CudaStream>>>,
+}
+
+impl Drop for CapturedGraph {
+    fn drop(&mut self) {
+        // The fields go after this: the executable graph (a replay in flight would finish on its
+        // own) and the descriptors, which no replay may still read.
+        for stream in lock(&self.replayed_on).iter() {
+            let _ = stream.synchronize();
+        }
+    }
 }
 
 /// Locks a mutex, carrying on past a panic of another thread (the data stay consistent: every
@@ -90,80 +102,24 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Live objects of one kind, by handle id.
-struct Handles<T> {
-    kind: &'static str,
-    items: Mutex<HashMap<u64, Arc<T>>>,
-}
-
-impl<T> Handles<T> {
-    fn new(kind: &'static str) -> Self {
-        Handles {
-            kind,
-            items: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<T>>> {
-        lock(&self.items)
-    }
-
-    fn insert(&self, id: u64, item: T) {
-        self.lock().insert(id, Arc::new(item));
-    }
-
-    fn unknown(&self, id: u64) -> Error {
-        Error::InvalidHandle(format!(
-            "unknown {} {id}: freed already, or not from this backend",
-            self.kind
-        ))
-    }
-
-    fn get(&self, id: u64) -> Result<Arc<T>> {
-        self.lock()
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| self.unknown(id))
-    }
-
-    fn remove(&self, id: u64) -> Result<Arc<T>> {
-        self.lock().remove(&id).ok_or_else(|| self.unknown(id))
-    }
-
-    fn all(&self) -> Vec<Arc<T>> {
-        self.lock().values().cloned().collect()
-    }
-
-    fn clear(&self) {
-        self.lock().clear();
-    }
-}
-
-/// The backend for real NVIDIA GPUs.
-pub struct CudaBackend {
+/// Real GPUs' work, below the checks.
+pub struct Gpus {
     started: Instant,
     topology: Topology,
     notices: Vec<String>,
-    peers: peer::PeerAccess,
     kernels: kernels::KernelCache,
     gates: gates::Gates,
-    next_id: AtomicU64,
-    buffers: Handles<Buffer>,
-    streams: Handles<Stream>,
-    events: Handles<Event>,
     /// Per device, destroyed events kept for the next `record`: creating and destroying a CUDA
     /// event costs the CPU about a microsecond each, which every transfer would otherwise pay.
     spare_events: Vec<Mutex<Vec<CudaEvent>>>,
-    graphs: Handles<CapturedGraph>,
     descriptors: batches::DescriptorPool,
     /// One internal stream per device for the synchronous `write` and `read`.
     io_streams: Vec<Arc<CudaStream>>,
     contexts: Vec<Arc<CudaContext>>,
 }
 
-impl CudaBackend {
-    /// Opens every visible GPU. A host without the driver, or with no GPU, is [`Error::NoGpu`].
-    pub fn open() -> Result<Self> {
+impl Gpus {
+    fn open() -> Result<Self> {
         if !driver::driver_library_present() {
             return Err(Error::NoGpu(
                 "the NVIDIA driver library (libcuda.so.1) cannot be loaded: install the NVIDIA \
@@ -200,89 +156,38 @@ impl CudaBackend {
             .iter()
             .map(|ctx| ctx.new_stream().map_err(failed("cuStreamCreate")))
             .collect::<Result<Vec<_>>>()?;
-        Ok(CudaBackend {
+        Ok(Gpus {
             started,
             topology,
             notices,
-            peers: peer::PeerAccess::default(),
             kernels: kernels::KernelCache::new(contexts.len()),
             gates: gates::Gates::new(&contexts[0])?,
-            next_id: AtomicU64::new(1),
-            buffers: Handles::new("buffer"),
-            streams: Handles::new("stream"),
-            events: Handles::new("event"),
             spare_events: contexts.iter().map(|_| Mutex::default()).collect(),
-            graphs: Handles::new("graph"),
             descriptors: batches::DescriptorPool::new(contexts.len()),
             io_streams,
             contexts,
         })
     }
 
-    fn new_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn context(&self, device: usize) -> Result<&Arc<CudaContext>> {
-        self.contexts.get(device).ok_or_else(|| {
-            Error::usage(format!(
-                "GPU {device} does not exist; this host has {} GPU(s) (0..={})",
-                self.contexts.len(),
-                self.contexts.len() - 1
-            ))
-        })
-    }
-
     fn kernels(&self, device: usize) -> Result<Arc<kernels::Kernels>> {
-        self.kernels.get(device, self.context(device)?)
-    }
-
-    /// Fails unless work issued on `device` may touch `buffer`: its own memory, pinned host memory,
-    /// or a peer's memory with peer access enabled. Without this check a copy engine would silently
-    /// stage through the host, and a kernel would fault and take the context down with it.
-    fn check_reachable(&self, device: usize, buffer: &Buffer) -> Result<()> {
-        match buffer.memory {
-            Memory::Device(owner) if !self.peers.is_enabled(device, owner) => {
-                Err(Error::PeerAccess {
-                    src: device,
-                    dst: owner,
-                    message: format!(
-                        "work on GPU {device} touches GPU {owner}'s memory, but peer access from \
-                         GPU {device} to GPU {owner} is not enabled: enable it first"
-                    ),
-                })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// A buffer's base address and size, after checking it is reachable from `device`.
-    fn placed(&self, device: usize, id: BufferId) -> Result<(u64, usize)> {
-        let buffer = self.buffers.get(id.0)?;
-        self.check_reachable(device, &buffer)?;
-        Ok((buffer.address(), buffer.bytes))
-    }
-
-    /// A buffer's address range after checking it is in bounds and reachable from `device`.
-    fn reachable_range(
-        &self,
-        device: usize,
-        id: BufferId,
-        offset: usize,
-        len: usize,
-        role: &str,
-    ) -> Result<u64> {
-        let buffer = self.buffers.get(id.0)?;
-        let address = buffer.range(id.0, offset, len, role)?;
-        self.check_reachable(device, &buffer)?;
-        Ok(address)
+        self.kernels.get(device, &self.contexts[device])
     }
 }
 
-impl Backend for CudaBackend {
-    fn source(&self) -> &Source {
-        &self.topology.source
-    }
+/// The unified addresses a copy moves between.
+fn addresses(copy: &BufferCopy<&Arc<Buffer>>) -> (u64, u64) {
+    (
+        copy.dst.address() + copy.dst_offset as u64,
+        copy.src.address() + copy.src_offset as u64,
+    )
+}
+
+impl RawBackend for Gpus {
+    type Buffer = Arc<Buffer>;
+    type Stream = Arc<Stream>;
+    type Event = Arc<Event>;
+    type Gate = gates::Claim;
+    type Graph = Arc<CapturedGraph>;
 
     fn topology(&self) -> &Topology {
         &self.topology
@@ -293,25 +198,20 @@ impl Backend for CudaBackend {
     }
 
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
-        self.peers
-            .enable(&self.contexts, &self.topology, device, peer)
+        peer::enable(&self.contexts, &self.topology, device, peer)
     }
 
     fn free_memory(&self, device: usize) -> Result<u64> {
-        let (free, _total) = self
-            .context(device)?
+        let (free, _total) = self.contexts[device]
             .mem_get_info()
             .map_err(failed("cuMemGetInfo"))?;
         Ok(free as u64)
     }
 
-    fn alloc(&self, memory: Memory, bytes: usize) -> Result<BufferId> {
-        if bytes == 0 {
-            return Err(Error::usage("cannot allocate a buffer of 0 bytes"));
-        }
+    fn alloc(&self, memory: Memory, bytes: usize) -> Result<Arc<Buffer>> {
         let storage = match memory {
             Memory::Device(device) => {
-                Storage::Device(DeviceMemory::new(self.context(device)?, bytes)?)
+                Storage::Device(DeviceMemory::new(&self.contexts[device], bytes)?)
             }
             // Portable memory: the context it is allocated in does not matter. Placed on the NUMA
             // node asked for where the kernel allows it, else wherever the calling thread runs.
@@ -327,107 +227,94 @@ impl Backend for CudaBackend {
                 })
             }
         };
-        let id = self.new_id();
-        self.buffers.insert(
-            id,
-            Buffer {
-                memory,
-                bytes,
-                storage,
-            },
-        );
-        Ok(BufferId(id))
+        Ok(Arc::new(Buffer(storage)))
     }
 
-    fn free(&self, buffer: BufferId) -> Result<()> {
-        self.buffers.remove(buffer.0).map(drop)
+    fn free(&self, _buffer: &Arc<Buffer>) -> Result<()> {
+        // The memory goes with the last reference: the checked layer's, or a call still using it.
+        Ok(())
     }
 
-    fn len(&self, buffer: BufferId) -> Result<usize> {
-        Ok(self.buffers.get(buffer.0)?.bytes)
-    }
-
-    fn write(&self, buffer: BufferId, offset: usize, data: &[u8]) -> Result<()> {
-        let target = self.buffers.get(buffer.0)?;
-        let address = target.range(buffer.0, offset, data.len(), "write")?;
-        match &target.storage {
-            _ if data.is_empty() => Ok(()),
+    fn write(&self, buffer: &Arc<Buffer>, offset: usize, data: &[u8]) -> Result<()> {
+        match &buffer.0 {
             Storage::Pinned(memory) => {
                 memory.write_at(offset, data);
                 Ok(())
             }
-            Storage::Device(memory) => {
-                driver::copy_to_device_and_wait(&self.io_streams[memory.device()], address, data)
-            }
+            Storage::Device(memory) => driver::copy_to_device_and_wait(
+                &self.io_streams[memory.device()],
+                memory.address() + offset as u64,
+                data,
+            ),
         }
     }
 
-    fn read(&self, buffer: BufferId, offset: usize, out: &mut [u8]) -> Result<()> {
-        let source = self.buffers.get(buffer.0)?;
-        let address = source.range(buffer.0, offset, out.len(), "read")?;
-        match &source.storage {
-            _ if out.is_empty() => Ok(()),
+    fn read(&self, buffer: &Arc<Buffer>, offset: usize, out: &mut [u8]) -> Result<()> {
+        match &buffer.0 {
             Storage::Pinned(memory) => {
                 memory.read_at(offset, out);
                 Ok(())
             }
-            Storage::Device(memory) => {
-                driver::copy_to_host_and_wait(&self.io_streams[memory.device()], out, address)
+            Storage::Device(memory) => driver::copy_to_host_and_wait(
+                &self.io_streams[memory.device()],
+                out,
+                memory.address() + offset as u64,
+            ),
+        }
+    }
+
+    fn create_stream(&self, device: usize) -> Result<Arc<Stream>> {
+        let stream = self.contexts[device]
+            .new_stream()
+            .map_err(failed("cuStreamCreate"))?;
+        Ok(Arc::new(Stream {
+            device,
+            stream,
+            captured_descriptors: Mutex::new(Vec::new()),
+        }))
+    }
+
+    fn destroy_stream(&self, stream: Arc<Stream>) -> Result<()> {
+        // cudarc's stream calls cuStreamDestroy when its last reference goes (this one, or a call
+        // still using it); work queued on it still runs.
+        drop(stream);
+        Ok(())
+    }
+
+    fn copy(
+        &self,
+        stream: &Arc<Stream>,
+        method: CopyMethod,
+        copy: BufferCopy<&Arc<Buffer>>,
+    ) -> Result<()> {
+        let (dst, src) = addresses(&copy);
+        match method {
+            CopyMethod::CopyEngine => driver::copy_async(&stream.stream, dst, src, copy.len),
+            CopyMethod::SmKernel => {
+                self.kernels(stream.device)?
+                    .copy(&stream.stream, dst, src, copy.len)
             }
         }
     }
 
-    fn create_stream(&self, device: usize) -> Result<StreamId> {
-        let stream = self
-            .context(device)?
-            .new_stream()
-            .map_err(failed("cuStreamCreate"))?;
-        let id = self.new_id();
-        self.streams.insert(
-            id,
-            Stream {
-                device,
-                stream,
-                captured_descriptors: Mutex::new(Vec::new()),
-            },
-        );
-        Ok(StreamId(id))
-    }
-
-    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &super::Copy) -> Result<()> {
-        let stream = self.streams.get(stream.0)?;
-        let device = stream.device;
-        let dst =
-            self.reachable_range(device, copy.dst, copy.dst_offset, copy.len, "destination")?;
-        let src = self.reachable_range(device, copy.src, copy.src_offset, copy.len, "source")?;
-        if copy.len == 0 {
-            return Ok(());
-        }
-        match method {
-            CopyMethod::CopyEngine => driver::copy_async(&stream.stream, dst, src, copy.len),
-            CopyMethod::SmKernel => self
-                .kernels(device)?
-                .copy(&stream.stream, dst, src, copy.len),
-        }
-    }
-
-    fn copy_batch(&self, stream: StreamId, copies: &[super::Copy]) -> Result<()> {
-        let stream = self.streams.get(stream.0)?;
-        if copies.is_empty() {
-            return Ok(());
-        }
-        let count = u32::try_from(copies.len())
+    fn copy_batch(&self, stream: &Arc<Stream>, batch: Batch<'_, Arc<Buffer>>) -> Result<()> {
+        let count = u32::try_from(batch.len())
             .map_err(|_| Error::usage("a copy batch holds at most 4294967295 copies"))?;
         let device = stream.device;
         let kernels = self.kernels(device)?;
-        let mut block = self
-            .descriptors
-            .take(&self.contexts[device], copies.len())?;
-        batches::describe(
-            copies,
-            |id| self.placed(device, id),
-            block.descriptors_mut(copies.len()),
-        )?;
+        let mut block = self.descriptors.take(&self.contexts[device], batch.len())?;
+        for (slot, copy) in block
+            .descriptors_mut(batch.len())
+            .iter_mut()
+            .zip(batch.iter())
+        {
+            let (dst, src) = addresses(&copy);
+            *slot = kernels::Descriptor {
+                dst,
+                src,
+                len: copy.len as u64,
+            };
+        }
         kernels.copy_batch(&stream.stream, block.address(), count)?;
         if driver::is_capturing(&stream.stream)? {
             lock(&stream.captured_descriptors).push(block);
@@ -437,21 +324,19 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn memcpy_batch(&self, stream: StreamId, copies: &[super::Copy]) -> Result<()> {
-        let stream = self.streams.get(stream.0)?;
-        let device = stream.device;
-        let mut addresses = vec![kernels::Descriptor::default(); copies.len()];
-        batches::describe(copies, |id| self.placed(device, id), &mut addresses)?;
-        let copies: Vec<(u64, u64, usize)> = addresses
+    fn memcpy_batch(&self, stream: &Arc<Stream>, batch: Batch<'_, Arc<Buffer>>) -> Result<()> {
+        let copies: Vec<(u64, u64, usize)> = batch
             .iter()
-            .filter(|d| d.len > 0)
-            .map(|d| (d.dst, d.src, d.len as usize))
+            .filter(|c| c.len > 0)
+            .map(|c| {
+                let (dst, src) = addresses(&c);
+                (dst, src, c.len)
+            })
             .collect();
         driver::memcpy_batch_async(&stream.stream, &copies)
     }
 
-    fn record(&self, stream: StreamId) -> Result<EventId> {
-        let stream = self.streams.get(stream.0)?;
+    fn record(&self, stream: &Arc<Stream>) -> Result<Arc<Event>> {
         let spare = lock(&self.spare_events[stream.device]).pop();
         let event = match spare {
             Some(event) => event,
@@ -463,75 +348,49 @@ impl Backend for CudaBackend {
         event
             .record(&stream.stream)
             .map_err(failed("cuEventRecord"))?;
-        let id = self.new_id();
-        self.events.insert(
-            id,
-            Event {
-                device: stream.device,
-                event,
-            },
-        );
-        Ok(EventId(id))
+        Ok(Arc::new(Event {
+            device: stream.device,
+            event,
+        }))
     }
 
-    fn wait(&self, stream: StreamId, event: EventId) -> Result<()> {
-        let stream = self.streams.get(stream.0)?;
-        let event = self.events.get(event.0)?;
+    fn wait(&self, stream: &Arc<Stream>, event: &Arc<Event>) -> Result<()> {
         stream
             .stream
             .wait(&event.event)
             .map_err(failed("cuStreamWaitEvent"))
     }
 
-    fn event_done(&self, event: EventId) -> Result<bool> {
-        self.events
-            .get(event.0)?
+    fn event_done(&self, event: &Arc<Event>) -> Result<bool> {
+        event
             .event
             .try_is_complete()
             .map_err(failed("cuEventQuery"))
     }
 
-    fn event_synchronize(&self, event: EventId) -> Result<()> {
-        self.events
-            .get(event.0)?
+    fn event_synchronize(&self, event: &Arc<Event>) -> Result<()> {
+        event
             .event
             .synchronize()
             .map_err(failed("cuEventSynchronize"))
     }
 
-    fn elapsed_us(&self, start: EventId, end: EventId) -> Result<f64> {
-        let (first, last) = (self.events.get(start.0)?, self.events.get(end.0)?);
-        if first.device != last.device {
-            return Err(Error::usage(format!(
-                "events {} and {} were recorded on different GPUs ({} and {}): GPU time can only be \
-                 measured between events of one GPU",
-                start.0, end.0, first.device, last.device
-            )));
-        }
-        match driver::elapsed_ms(&first.event, &last.event)? {
-            Some(ms) => Ok(f64::from(ms) * 1000.0),
-            None => Err(Error::usage(format!(
-                "events {} and {} have not both completed: synchronise before asking for the \
-                 time between them",
-                start.0, end.0
-            ))),
-        }
+    fn elapsed_us(&self, start: &Arc<Event>, end: &Arc<Event>) -> Result<Option<f64>> {
+        Ok(driver::elapsed_ms(&start.event, &end.event)?.map(|ms| f64::from(ms) * 1000.0))
     }
 
-    fn destroy_event(&self, event: EventId) -> Result<()> {
-        // Recording a kept event again later is safe: a stream that waited on it captured the
-        // record it waited for.
-        let removed = self.events.remove(event.0)?;
-        // Another thread still using the event (a concurrent query) lets it be destroyed instead.
-        if let Ok(Event { device, event }) = Arc::try_unwrap(removed) {
+    fn destroy_event(&self, event: Arc<Event>) -> Result<()> {
+        // Kept for the next record instead. Recording a kept event again later is safe: a stream
+        // that waited on it captured the record it waited for. Another thread still using the
+        // event (a concurrent query) lets it be destroyed with its last reference instead.
+        if let Ok(Event { device, event }) = Arc::try_unwrap(event) {
             lock(&self.spare_events[device]).push(event);
         }
         Ok(())
     }
 
-    fn synchronize(&self, stream: StreamId) -> Result<()> {
-        self.streams
-            .get(stream.0)?
+    fn synchronize(&self, stream: &Arc<Stream>) -> Result<()> {
+        stream
             .stream
             .synchronize()
             .map_err(failed("cuStreamSynchronize"))
@@ -541,117 +400,96 @@ impl Backend for CudaBackend {
         self.started.elapsed().as_secs_f64() * 1e6
     }
 
-    fn hold(&self, stream: StreamId) -> Result<GateId> {
-        let stream = self.streams.get(stream.0)?;
+    fn hold(&self, stream: &Arc<Stream>) -> Result<gates::Claim> {
         let kernels = self.kernels(stream.device)?;
         let (claim, at) = self.gates.claim()?;
         if let Err(error) = kernels.spin(&stream.stream, at.flag, at.ticket, at.timed_out) {
             self.gates.abandon(claim);
             return Err(error);
         }
-        let id = self.new_id();
-        self.gates.register(id, claim);
-        Ok(GateId(id))
+        Ok(claim)
     }
 
-    fn release(&self, gate: GateId) -> Result<()> {
-        self.gates.release(gate.0)
+    fn release(&self, gate: gates::Claim) -> Result<()> {
+        self.gates.release(gate)
     }
 
-    fn pointer_chase(
-        &self,
-        stream: StreamId,
-        chain: BufferId,
-        steps: u32,
-        result: BufferId,
-    ) -> Result<()> {
-        let stream = self.streams.get(stream.0)?;
-        let elements = (self.len(chain)? / 8) as u64;
-        if elements == 0 {
-            return Err(Error::usage(format!(
-                "pointer chase: chain buffer {} holds no u64 element",
-                chain.0
-            )));
-        }
-        let device = stream.device;
-        let chain = self.reachable_range(device, chain, 0, elements as usize * 8, "chain")?;
-        let result = self.reachable_range(device, result, 0, 8, "result")?;
-        self.kernels(device)?
-            .pointer_chase(&stream.stream, chain, elements, steps, result)
-    }
-
-    fn ping_pong(
-        &self,
-        ping: StreamId,
-        pong: StreamId,
-        ping_flag: BufferId,
-        pong_flag: BufferId,
-        rounds: u32,
-    ) -> Result<()> {
-        if ping == pong {
-            return Err(Error::usage(
-                "ping-pong needs two streams: on one stream the second kernel would wait for the \
-                 first to finish, and the first waits for the second",
-            ));
-        }
-        let (ping, pong) = (self.streams.get(ping.0)?, self.streams.get(pong.0)?);
-        let flags = |device| -> Result<(u64, u64)> {
-            Ok((
-                self.reachable_range(device, ping_flag, 0, 4, "ping flag")?,
-                self.reachable_range(device, pong_flag, 0, 4, "pong flag")?,
-            ))
-        };
-        let (ping_local, pong_remote) = flags(ping.device)?;
-        let (ping_remote, pong_local) = flags(pong.device)?;
-        let (ping_kernels, pong_kernels) = (self.kernels(ping.device)?, self.kernels(pong.device)?);
-        // The answering side first, so it is already spinning when the first round arrives.
-        pong_kernels.ping_pong_side(&pong.stream, false, pong_local, ping_remote, rounds)?;
-        ping_kernels.ping_pong_side(&ping.stream, true, ping_local, pong_remote, rounds)
-    }
-
-    fn begin_capture(&self, stream: StreamId) -> Result<()> {
-        let stream = self.streams.get(stream.0)?;
+    fn begin_capture(&self, stream: &Arc<Stream>) -> Result<()> {
         // Compile and load the kernels now: loading a module inside a capture is asking for trouble.
         self.kernels(stream.device)?;
         driver::begin_capture(&stream.stream)
     }
 
-    fn end_capture(&self, stream: StreamId) -> Result<GraphId> {
-        let stream = self.streams.get(stream.0)?;
+    fn end_capture(&self, stream: &Arc<Stream>) -> Result<Arc<CapturedGraph>> {
+        // Taken first: if the capture fails, its kernels never run and their descriptors can go.
+        let descriptors = std::mem::take(&mut *lock(&stream.captured_descriptors));
         let graph = driver::Graph::end_capture(&stream.stream)?;
-        let id = self.new_id();
-        self.graphs.insert(
-            id,
-            CapturedGraph {
-                graph: Mutex::new(graph),
-                _descriptors: std::mem::take(&mut *lock(&stream.captured_descriptors)),
-            },
-        );
-        Ok(GraphId(id))
+        Ok(Arc::new(CapturedGraph {
+            graph: Mutex::new(graph),
+            descriptors,
+            replayed_on: Mutex::new(Vec::new()),
+        }))
     }
 
-    fn replay(&self, graph: GraphId, stream: StreamId) -> Result<()> {
-        let graph = self.graphs.get(graph.0)?;
-        let stream = self.streams.get(stream.0)?;
-        let graph = lock(&graph.graph);
-        graph.launch(&stream.stream)
+    fn replay(&self, graph: &Arc<CapturedGraph>, stream: &Arc<Stream>) -> Result<()> {
+        lock(&graph.graph).launch(&stream.stream)?;
+        if !graph.descriptors.is_empty() {
+            let mut replayed_on = lock(&graph.replayed_on);
+            if !replayed_on.iter().any(|s| Arc::ptr_eq(s, &stream.stream)) {
+                replayed_on.push(stream.stream.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy_graph(&self, graph: Arc<CapturedGraph>) -> Result<()> {
+        // cuGraphExecDestroy and cuGraphDestroy when the last reference goes, after the replays
+        // that read its descriptors (see CapturedGraph's drop).
+        drop(graph);
+        Ok(())
     }
 }
 
-impl Drop for CudaBackend {
+impl RawProbes for Gpus {
+    fn pointer_chase(
+        &self,
+        stream: &Arc<Stream>,
+        chain: &Arc<Buffer>,
+        elements: u64,
+        steps: u32,
+        result: &Arc<Buffer>,
+    ) -> Result<()> {
+        self.kernels(stream.device)?.pointer_chase(
+            &stream.stream,
+            chain.address(),
+            elements,
+            steps,
+            result.address(),
+        )
+    }
+
+    fn ping_pong(
+        &self,
+        ping: &Arc<Stream>,
+        pong: &Arc<Stream>,
+        ping_flag: &Arc<Buffer>,
+        pong_flag: &Arc<Buffer>,
+        rounds: u32,
+    ) -> Result<()> {
+        let (ping_kernels, pong_kernels) = (self.kernels(ping.device)?, self.kernels(pong.device)?);
+        let (ping_at, pong_at) = (ping_flag.address(), pong_flag.address());
+        // The answering side first, so it is already spinning when the first round arrives.
+        pong_kernels.ping_pong_side(&pong.stream, false, pong_at, ping_at, rounds)?;
+        ping_kernels.ping_pong_side(&ping.stream, true, ping_at, pong_at, rounds)
+    }
+}
+
+impl Drop for Gpus {
     fn drop(&mut self) {
-        // Open every gate first, so that no stream waits out a spin kernel's timeout below.
-        self.gates.release_all();
-        for stream in self.streams.all() {
-            let _ = stream.stream.synchronize();
+        // The checked layer released every gate and handle; wait for work on streams destroyed
+        // earlier too, before the descriptor blocks and the gates' memory go with the fields.
+        for ctx in &self.contexts {
+            let _ = ctx.synchronize();
         }
-        for stream in &self.io_streams {
-            let _ = stream.synchronize();
-        }
-        // Then free what the work used; the contexts go last, with the fields.
-        self.graphs.clear();
-        self.events.clear();
-        self.buffers.clear();
-        self.streams.clear();
     }
 }

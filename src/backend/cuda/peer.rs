@@ -1,7 +1,6 @@
-//! Peer access: the one place that enables it, once per ordered pair, and knows which pairs have it.
+//! Peer access: the one place that enables it, and the driver's refusals in words.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaContext, DriverError};
@@ -10,50 +9,16 @@ use super::driver;
 use crate::topology::Topology;
 use crate::{Error, Result};
 
-/// Ordered pairs `(device, peer)` whose peer access this backend has enabled.
-#[derive(Default)]
-pub(super) struct PeerAccess {
-    enabled: Mutex<HashSet<(usize, usize)>>,
-}
-
-impl PeerAccess {
-    /// Lets work issued on `device` reach `peer`'s memory. Idempotent; a device is its own peer.
-    pub(super) fn enable(
-        &self,
-        contexts: &[Arc<CudaContext>],
-        topology: &Topology,
-        device: usize,
-        peer: usize,
-    ) -> Result<()> {
-        let (Some(ctx), Some(peer_ctx)) = (contexts.get(device), contexts.get(peer)) else {
-            return Err(Error::usage(format!(
-                "cannot enable peer access from GPU {device} to GPU {peer}: this host has {} GPU(s)",
-                contexts.len()
-            )));
-        };
-        if device == peer {
-            return Ok(());
-        }
-        // Held across the driver call so two threads cannot race on one pair.
-        let mut enabled = self.enabled.lock().unwrap_or_else(|e| e.into_inner());
-        if enabled.contains(&(device, peer)) {
-            return Ok(());
-        }
-        driver::enable_peer_access(ctx, peer_ctx)
-            .map_err(|code| explain(topology, device, peer, code))?;
-        enabled.insert((device, peer));
-        Ok(())
-    }
-
-    /// Whether work on `device` may touch `peer`'s memory.
-    pub(super) fn is_enabled(&self, device: usize, peer: usize) -> bool {
-        device == peer
-            || self
-                .enabled
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&(device, peer))
-    }
+/// Lets work issued on `device` reach `peer`'s memory (two distinct GPUs; the checked layer asks
+/// once per pair).
+pub(super) fn enable(
+    contexts: &[Arc<CudaContext>],
+    topology: &Topology,
+    device: usize,
+    peer: usize,
+) -> Result<()> {
+    driver::enable_peer_access(&contexts[device], &contexts[peer])
+        .map_err(|code| explain(topology, device, peer, code))
 }
 
 /// The driver's refusal in words, with what to do about it.
@@ -138,15 +103,5 @@ mod tests {
         let text = explain(&topo, 1, 0, CUresult::CUDA_ERROR_TOO_MANY_PEERS).to_string();
         assert!(text.contains("GPU 1 already has as many peers"), "{text}");
         assert!(text.contains("fewer GPUs"), "{text}");
-    }
-
-    #[test]
-    fn a_device_is_its_own_peer_and_unknown_devices_are_bad_input() {
-        let access = PeerAccess::default();
-        assert!(access.is_enabled(3, 3));
-        assert!(!access.is_enabled(0, 1));
-        let topo = topology_with(Link::Sys);
-        let error = access.enable(&[], &topo, 0, 1).unwrap_err();
-        assert_eq!(error.exit_code(), 2, "{error}");
     }
 }

@@ -2,59 +2,34 @@
 //!
 //! Buffers are `Vec<u8>`s and copies really copy, so chunking, offset and relay bugs show byte for
 //! byte. Time is virtual: a host clock advances by each call's modelled CPU cost; GPU work runs on
-//! in-order streams in a discrete-event simulation whose copy rates come from a link model with
-//! max-min fair sharing (modules `fabric`, `sharing`). Figures come from a [`preset`]. Every
-//! figure this backend produces is simulated, and its source says so (`sim:<preset>`).
+//! in-order streams in a discrete-event simulation (module `scheduler`) whose copy rates come from
+//! a link model (`links`) with max-min fair sharing (`sharing`). Figures come from a [`preset`].
+//! Every figure this backend produces is simulated, and its source says so (`sim:<preset>`).
+//!
+//! [`Simulator`] does the simulating; the [`Checked`] layer above it checks every argument, so
+//! [`SimBackend`] is what callers open.
 
-mod engine;
-mod fabric;
+mod links;
 mod memory;
 pub mod preset;
+mod scheduler;
 mod sharing;
 #[cfg(test)]
 mod tests;
 
 pub use preset::{preset_names, Preset};
 
-use super::{Backend, BufferId, Copy, CopyMethod, EventId, GateId, GraphId, Memory, StreamId};
-use crate::topology::{Source, Topology};
+use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawProbes};
+use crate::topology::Topology;
 use crate::{Error, Result};
-use engine::{Engine, Work};
-use fabric::{Fabric, Place};
-use memory::Store;
+use links::{LinkModel, Place};
+use memory::{Key, Store};
+use scheduler::{Scheduler, Work};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// The simulated backend.
-pub struct SimBackend {
-    topology: Topology,
-    fabric: Fabric,
-    state: Mutex<State>,
-}
-
-struct StreamInfo {
-    device: usize,
-    /// Work recorded instead of run while the stream captures a graph.
-    capture: Option<Vec<Work>>,
-}
-
-struct EventInfo {
-    device: usize,
-    slot: usize,
-}
-
-struct State {
-    host_us: f64,
-    engine: Engine,
-    store: Store,
-    streams: Vec<StreamInfo>,
-    events: BTreeMap<u64, EventInfo>,
-    next_event: u64,
-    graphs: Vec<Vec<Work>>,
-    next_rendezvous: u64,
-    peer_access: BTreeSet<(usize, usize)>,
-    allocated: Vec<u64>,
-}
+/// The simulated backend, as callers open it.
+pub type SimBackend = Checked<Simulator>;
 
 impl SimBackend {
     /// Opens the simulator on an embedded preset name, or on a preset JSON file when `preset`
@@ -65,23 +40,62 @@ impl SimBackend {
 
     /// Opens the simulator on an already parsed preset.
     pub fn from_preset(preset: &Preset) -> Self {
-        let fabric = Fabric::new(preset);
+        Checked::new(Simulator::new(preset))
+    }
+
+    /// The preset the simulator runs.
+    pub fn preset(&self) -> &Preset {
+        self.raw().links.preset()
+    }
+}
+
+/// A simulated host's work, below the checks.
+pub struct Simulator {
+    topology: Topology,
+    links: LinkModel,
+    state: Mutex<State>,
+}
+
+/// A simulated stream: the scheduler's stream and the GPU it belongs to.
+#[derive(Clone, Copy, Debug)]
+pub struct Stream {
+    index: usize,
+    device: usize,
+}
+
+/// A captured graph: the work its replays queue.
+#[derive(Clone)]
+pub struct Graph(Arc<Vec<Work>>);
+
+struct State {
+    host_us: f64,
+    scheduler: Scheduler,
+    store: Store,
+    /// Work recorded instead of run, by the index of each stream that captures a graph.
+    captures: BTreeMap<usize, Vec<Work>>,
+    next_rendezvous: u64,
+    /// Pairs whose peer access is enabled: copy engines between other pairs stage through host
+    /// memory.
+    peer_access: BTreeSet<(usize, usize)>,
+    allocated: Vec<u64>,
+}
+
+impl Simulator {
+    fn new(preset: &Preset) -> Self {
+        let links = LinkModel::new(preset);
         let topology = preset.topology();
         let state = State {
             host_us: 0.0,
-            engine: Engine::new(fabric.capacity().to_vec()),
+            scheduler: Scheduler::new(links.capacity().to_vec()),
             store: Store::default(),
-            streams: Vec::new(),
-            events: BTreeMap::new(),
-            next_event: 0,
-            graphs: Vec::new(),
+            captures: BTreeMap::new(),
             next_rendezvous: 0,
             peer_access: BTreeSet::new(),
             allocated: vec![0; preset.devices.len()],
         };
-        SimBackend {
+        Simulator {
             topology,
-            fabric,
+            links,
             state: Mutex::new(state),
         }
     }
@@ -92,145 +106,75 @@ impl SimBackend {
     }
 
     fn costs(&self) -> &preset::Costs {
-        &self.fabric.preset().costs
+        &self.links.preset().costs
     }
 
-    fn check_device(&self, device: usize) -> Result<()> {
-        let n = self.topology.devices.len();
-        if device < n {
-            Ok(())
-        } else {
-            Err(Error::InvalidHandle(format!(
-                "GPU {device} does not exist: this simulated host has {n} GPUs (0..={})",
-                n - 1
-            )))
-        }
-    }
-
-    fn place(&self, memory: Memory) -> Place {
-        match memory {
+    fn place(st: &State, buffer: Key) -> Place {
+        match st.store.get(buffer).memory {
             Memory::Device(d) => Place::Device(d),
             Memory::PinnedHost { numa_node } => Place::Host(numa_node),
         }
     }
 
-    /// Where `buffer` lives; checks that a kernel on `gpu` may touch it.
-    fn kernel_place(&self, st: &State, gpu: usize, buffer: BufferId, what: &str) -> Result<Place> {
-        let place = self.place(st.store.get(buffer)?.memory);
-        if let Place::Device(d) = place {
-            if d != gpu && !st.peer_access.contains(&(gpu, d)) {
-                return Err(Error::InvalidHandle(format!(
-                    "{what} on GPU {gpu} touches GPU {d}'s memory, but peer access from GPU {gpu} \
-                     to GPU {d} is not enabled (a real kernel would fault): call \
-                     enable_peer_access({gpu}, {d}) first"
-                )));
-            }
-        }
-        Ok(place)
-    }
-
-    /// The work of one copy issued on a stream of `gpu`, with its route through the fabric.
-    fn plan_copy(&self, st: &State, gpu: usize, method: CopyMethod, copy: &Copy) -> Result<Work> {
-        st.store
-            .check_range(copy.src, copy.src_offset, copy.len, "copy source")?;
-        st.store
-            .check_range(copy.dst, copy.dst_offset, copy.len, "copy destination")?;
+    /// The work of one copy issued on a stream of `gpu`, with its path through the links.
+    fn plan_copy(&self, st: &State, gpu: usize, method: CopyMethod, copy: BufferCopy<Key>) -> Work {
         let costs = self.costs();
-        let (route, setup_us) = match method {
+        let (from, to) = (Self::place(st, copy.src), Self::place(st, copy.dst));
+        let (path, setup_us) = match method {
             CopyMethod::CopyEngine => {
-                let from = self.place(st.store.get(copy.src)?.memory);
-                let to = self.place(st.store.get(copy.dst)?.memory);
                 let reachable = |d: usize| d == gpu || st.peer_access.contains(&(gpu, d));
-                let route = match (from, to) {
+                let path = match (from, to) {
                     (Place::Device(a), Place::Device(b))
                         if a != b && !(reachable(a) && reachable(b)) =>
                     {
-                        self.fabric.staged(a, b)
+                        self.links.staged(a, b)
                     }
-                    _ => self.fabric.direct(from, to, gpu),
+                    _ => self.links.direct(from, to, gpu),
                 };
-                (route, costs.copy_setup_us)
+                (path, costs.copy_setup_us)
             }
             CopyMethod::SmKernel => {
-                let from = self.kernel_place(st, gpu, copy.src, "an SM copy kernel")?;
-                let to = self.kernel_place(st, gpu, copy.dst, "an SM copy kernel")?;
-                let mut route = self.fabric.through_gpu(from, to, gpu);
-                route.cap =
-                    self.fabric.bottleneck(&route) * self.fabric.preset().gpu.sm_copy_efficiency;
-                (route, costs.kernel_setup_us)
+                let mut path = self.links.through_gpu(from, to, gpu);
+                path.cap =
+                    self.links.bottleneck(&path) * self.links.preset().gpu.sm_copy_efficiency;
+                (path, costs.kernel_setup_us)
             }
         };
-        Ok(Work::Copy {
-            copies: vec![*copy],
-            route,
+        Work::Copy {
+            copies: vec![copy],
+            path,
             setup_us,
-        })
-    }
-
-    fn stream<'a>(&self, st: &'a State, stream: StreamId) -> Result<&'a StreamInfo> {
-        usize::try_from(stream.0)
-            .ok()
-            .and_then(|i| st.streams.get(i))
-            .ok_or_else(|| {
-                Error::InvalidHandle(format!(
-                    "stream {} does not exist in this simulator",
-                    stream.0
-                ))
-            })
-    }
-
-    /// Checks that `stream` exists and is not capturing (for work that cannot be captured).
-    fn live_stream(&self, st: &State, stream: StreamId, what: &str) -> Result<usize> {
-        let info = self.stream(st, stream)?;
-        if info.capture.is_some() {
-            return Err(Error::InvalidHandle(format!(
-                "{what} on stream {} while it captures a graph: the simulator captures only \
-                 copies and pointer chases; end the capture first",
-                stream.0
-            )));
         }
-        Ok(stream.0 as usize)
-    }
-
-    fn event(st: &State, event: EventId) -> Result<&EventInfo> {
-        st.events.get(&event.0).ok_or_else(|| {
-            Error::InvalidHandle(format!(
-                "event {} does not exist in this simulator (destroyed, or from another backend)",
-                event.0
-            ))
-        })
     }
 
     /// Captures `work` if the stream is capturing; otherwise charges `issue_us` to the host and
     /// queues it.
-    fn submit(&self, st: &mut State, stream: StreamId, issue_us: f64, work: Work) -> Result<()> {
-        let s = stream.0 as usize;
+    fn submit(st: &mut State, stream: &Stream, issue_us: f64, work: Work) {
         st.host_us += issue_us;
-        if let Some(graph) = &mut st.streams[s].capture {
+        if let Some(graph) = st.captures.get_mut(&stream.index) {
             graph.push(work);
-            return Ok(());
+            return;
         }
         st.store.retain(&work.buffers());
         let ready = st.host_us;
-        st.engine.enqueue(s, ready, work);
-        Ok(())
+        st.scheduler.enqueue(stream.index, ready, work);
     }
 
     /// Runs the simulation up to the host clock, so that the state reflects "now".
     fn catch_up(st: &mut State) {
         let State {
-            engine,
+            scheduler,
             store,
             host_us,
             ..
         } = st;
-        engine.advance_to(*host_us, store);
+        scheduler.advance_to(*host_us, store);
     }
 
     /// Host blocked until `t`, then pays the wake-up cost; reports a kernel fault if one happened.
     fn block_until(&self, st: &mut State, t: f64) -> Result<()> {
         st.host_us = st.host_us.max(t) + self.costs().sync_us;
-        match st.engine.fault() {
+        match st.scheduler.fault() {
             Some(fault) => Err(Error::Cuda {
                 call: "synchronize (simulated)".into(),
                 message: fault.to_string(),
@@ -240,27 +184,26 @@ impl SimBackend {
     }
 }
 
-impl Backend for SimBackend {
-    fn source(&self) -> &Source {
-        &self.topology.source
-    }
+impl RawBackend for Simulator {
+    type Buffer = Key;
+    type Stream = Stream;
+    /// The scheduler's event slot.
+    type Event = usize;
+    /// The scheduler's gate.
+    type Gate = usize;
+    type Graph = Graph;
 
     fn topology(&self) -> &Topology {
         &self.topology
     }
 
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
-        self.check_device(device)?;
-        self.check_device(peer)?;
-        if device == peer {
-            return Ok(());
-        }
         let pair = self
             .topology
             .pair(device, peer)
             .expect("every ordered pair of distinct devices is listed");
         if !pair.p2p {
-            let preset = self.fabric.preset();
+            let preset = self.links.preset();
             let message = if preset.devices[device].mig_enabled || preset.devices[peer].mig_enabled
             {
                 "MIG is enabled on one of them, and MIG instances cannot use P2P".to_string()
@@ -286,19 +229,14 @@ impl Backend for SimBackend {
     }
 
     fn free_memory(&self, device: usize) -> Result<u64> {
-        self.check_device(device)?;
         let total = self.topology.devices[device].memory_bytes;
         Ok(total - self.lock().allocated[device])
     }
 
-    fn alloc(&self, memory: Memory, bytes: usize) -> Result<BufferId> {
-        if bytes == 0 {
-            return Err(Error::usage("cannot allocate 0 bytes"));
-        }
+    fn alloc(&self, memory: Memory, bytes: usize) -> Result<Key> {
         let mut st = self.lock();
         match memory {
             Memory::Device(d) => {
-                self.check_device(d)?;
                 let free = self.topology.devices[d].memory_bytes - st.allocated[d];
                 if bytes as u64 > free {
                     return Err(Error::Cuda {
@@ -313,9 +251,9 @@ impl Backend for SimBackend {
             Memory::PinnedHost {
                 numa_node: Some(node),
             } => {
-                let nodes = self.fabric.numa_nodes();
+                let nodes = self.links.numa_nodes();
                 if !nodes.contains(&node) {
-                    return Err(Error::InvalidHandle(format!(
+                    return Err(Error::usage(format!(
                         "NUMA node {node} does not exist on this simulated host (nodes {nodes:?})"
                     )));
                 }
@@ -325,135 +263,157 @@ impl Backend for SimBackend {
         Ok(st.store.insert(memory, bytes))
     }
 
-    fn free(&self, buffer: BufferId) -> Result<()> {
+    fn free(&self, buffer: &Key) -> Result<()> {
         let mut st = self.lock();
         Self::catch_up(&mut st);
-        let freed = st.store.remove(buffer)?;
+        let freed = st.store.remove(*buffer)?;
         if let Memory::Device(d) = freed.memory {
             st.allocated[d] -= freed.len() as u64;
         }
         Ok(())
     }
 
-    fn len(&self, buffer: BufferId) -> Result<usize> {
-        Ok(self.lock().store.get(buffer)?.len())
-    }
-
-    fn write(&self, buffer: BufferId, offset: usize, data: &[u8]) -> Result<()> {
+    fn write(&self, buffer: &Key, offset: usize, data: &[u8]) -> Result<()> {
         let mut st = self.lock();
         Self::catch_up(&mut st);
-        st.store.write(buffer, offset, data)
+        st.store.write(*buffer, offset, data);
+        Ok(())
     }
 
-    fn read(&self, buffer: BufferId, offset: usize, out: &mut [u8]) -> Result<()> {
+    fn read(&self, buffer: &Key, offset: usize, out: &mut [u8]) -> Result<()> {
         let mut st = self.lock();
         Self::catch_up(&mut st);
-        st.store.read(buffer, offset, out)
+        st.store.read(*buffer, offset, out);
+        Ok(())
     }
 
-    fn create_stream(&self, device: usize) -> Result<StreamId> {
-        self.check_device(device)?;
-        let mut st = self.lock();
-        let index = st.engine.add_stream();
-        st.streams.push(StreamInfo {
-            device,
-            capture: None,
-        });
-        Ok(StreamId(index as u64))
+    fn create_stream(&self, device: usize) -> Result<Stream> {
+        let index = self.lock().scheduler.add_stream();
+        Ok(Stream { index, device })
     }
 
-    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &Copy) -> Result<()> {
+    fn destroy_stream(&self, _stream: Stream) -> Result<()> {
+        // The scheduler's stream keeps running what was queued on it, like a destroyed CUDA
+        // stream; nothing can queue more.
+        Ok(())
+    }
+
+    fn copy(&self, stream: &Stream, method: CopyMethod, copy: BufferCopy<&Key>) -> Result<()> {
         let mut st = self.lock();
-        let gpu = self.stream(&st, stream)?.device;
-        let work = self.plan_copy(&st, gpu, method, copy)?;
+        let work = self.plan_copy(&st, stream.device, method, copy.map(|k| *k));
         let issue = match method {
             CopyMethod::CopyEngine => self.costs().copy_issue_us,
             CopyMethod::SmKernel => self.costs().kernel_issue_us,
         };
-        self.submit(&mut st, stream, issue, work)
+        Self::submit(&mut st, stream, issue, work);
+        Ok(())
     }
 
-    fn record(&self, stream: StreamId) -> Result<EventId> {
+    fn copy_batch(&self, stream: &Stream, batch: Batch<'_, Key>) -> Result<()> {
         let mut st = self.lock();
-        let s = self.live_stream(&st, stream, "recording an event")?;
-        let slot = st.engine.add_event();
-        st.next_event += 1;
-        let id = st.next_event;
-        let device = st.streams[s].device;
-        st.events.insert(id, EventInfo { device, slot });
-        self.submit(
+        // One kernel: each message's path as an SM copy; messages that take different paths are
+        // modelled as one flow over all of them (pessimistic where they would not contend).
+        let mut copies = Vec::with_capacity(batch.len());
+        let mut joined: Option<(links::Path, f64)> = None;
+        for copy in batch.iter() {
+            let copy = copy.map(|k| *k);
+            let Work::Copy { path, setup_us, .. } =
+                self.plan_copy(&st, stream.device, CopyMethod::SmKernel, copy)
+            else {
+                unreachable!("plan_copy plans copies")
+            };
+            copies.push(copy);
+            match &mut joined {
+                None => joined = Some((path, setup_us)),
+                Some((all, _)) if *all != path => all.join(path),
+                Some(_) => {}
+            }
+        }
+        let (path, setup_us) = joined.expect("a checked batch is not empty");
+        let work = Work::Copy {
+            copies,
+            path,
+            setup_us,
+        };
+        Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
+        Ok(())
+    }
+
+    fn memcpy_batch(&self, stream: &Stream, batch: Batch<'_, Key>) -> Result<()> {
+        let mut st = self.lock();
+        // One driver call on real GPUs, but the lent H200 measured it no cheaper per copy than
+        // separate copies (5.02 vs 5.15 µs per message), so each copy is priced as one.
+        let issue = self.costs().copy_issue_us;
+        for copy in batch.iter() {
+            let work = self.plan_copy(&st, stream.device, CopyMethod::CopyEngine, copy.map(|k| *k));
+            Self::submit(&mut st, stream, issue, work);
+        }
+        Ok(())
+    }
+
+    fn record(&self, stream: &Stream) -> Result<usize> {
+        let mut st = self.lock();
+        let slot = st.scheduler.add_event();
+        Self::submit(
             &mut st,
             stream,
             self.costs().event_issue_us,
             Work::Record(slot),
-        )?;
-        Ok(EventId(id))
+        );
+        Ok(slot)
     }
 
-    fn wait(&self, stream: StreamId, event: EventId) -> Result<()> {
+    fn wait(&self, stream: &Stream, event: &usize) -> Result<()> {
         let mut st = self.lock();
-        self.live_stream(&st, stream, "waiting for an event")?;
-        let slot = Self::event(&st, event)?.slot;
-        self.submit(
+        Self::submit(
             &mut st,
             stream,
             self.costs().event_issue_us,
-            Work::Wait(slot),
-        )
-    }
-
-    fn event_done(&self, event: EventId) -> Result<bool> {
-        let mut st = self.lock();
-        let slot = Self::event(&st, event)?.slot;
-        Self::catch_up(&mut st);
-        Ok(st.engine.event_time(slot).is_some())
-    }
-
-    fn event_synchronize(&self, event: EventId) -> Result<()> {
-        let mut st = self.lock();
-        let slot = Self::event(&st, event)?.slot;
-        let State { engine, store, .. } = &mut *st;
-        let t = engine.run_until_event(slot, store)?;
-        self.block_until(&mut st, t)
-    }
-
-    fn elapsed_us(&self, start: EventId, end: EventId) -> Result<f64> {
-        let mut st = self.lock();
-        let (a, b) = (Self::event(&st, start)?, Self::event(&st, end)?);
-        if a.device != b.device {
-            return Err(Error::InvalidHandle(format!(
-                "events {} and {} were recorded on different GPUs ({} and {}); GPU time can only \
-                 be compared on one device",
-                start.0, end.0, a.device, b.device
-            )));
-        }
-        let (a, b) = (a.slot, b.slot);
-        Self::catch_up(&mut st);
-        match (st.engine.event_time(a), st.engine.event_time(b)) {
-            (Some(t0), Some(t1)) => Ok(t1 - t0),
-            _ => Err(Error::InvalidHandle(format!(
-                "event {} has not completed yet: synchronize on it before asking for elapsed time",
-                if st.engine.event_time(a).is_none() {
-                    start.0
-                } else {
-                    end.0
-                }
-            ))),
-        }
-    }
-
-    fn destroy_event(&self, event: EventId) -> Result<()> {
-        let mut st = self.lock();
-        Self::event(&st, event)?;
-        st.events.remove(&event.0);
+            Work::Wait(*event),
+        );
         Ok(())
     }
 
-    fn synchronize(&self, stream: StreamId) -> Result<()> {
+    fn event_done(&self, event: &usize) -> Result<bool> {
         let mut st = self.lock();
-        let s = self.live_stream(&st, stream, "synchronizing")?;
-        let State { engine, store, .. } = &mut *st;
-        let t = engine.run_until_idle(s, store)?;
+        Self::catch_up(&mut st);
+        Ok(st.scheduler.event_time(*event).is_some())
+    }
+
+    fn event_synchronize(&self, event: &usize) -> Result<()> {
+        let mut st = self.lock();
+        let State {
+            scheduler, store, ..
+        } = &mut *st;
+        let t = scheduler.run_until_event(*event, store)?;
+        self.block_until(&mut st, t)
+    }
+
+    fn elapsed_us(&self, start: &usize, end: &usize) -> Result<Option<f64>> {
+        let mut st = self.lock();
+        Self::catch_up(&mut st);
+        Ok(
+            match (
+                st.scheduler.event_time(*start),
+                st.scheduler.event_time(*end),
+            ) {
+                (Some(t0), Some(t1)) => Some(t1 - t0),
+                _ => None,
+            },
+        )
+    }
+
+    fn destroy_event(&self, _event: usize) -> Result<()> {
+        // The slot stays: a stream that waits on it still needs its time.
+        Ok(())
+    }
+
+    fn synchronize(&self, stream: &Stream) -> Result<()> {
+        let mut st = self.lock();
+        let State {
+            scheduler, store, ..
+        } = &mut *st;
+        let t = scheduler.run_until_idle(stream.index, store)?;
         self.block_until(&mut st, t)
     }
 
@@ -461,102 +421,94 @@ impl Backend for SimBackend {
         self.lock().host_us
     }
 
-    fn hold(&self, stream: StreamId) -> Result<GateId> {
+    fn hold(&self, stream: &Stream) -> Result<usize> {
         let mut st = self.lock();
-        self.live_stream(&st, stream, "holding")?;
-        let gate = st.engine.add_gate();
-        self.submit(
+        let gate = st.scheduler.add_gate();
+        Self::submit(
             &mut st,
             stream,
             self.costs().kernel_issue_us,
             Work::Gate(gate),
-        )?;
-        Ok(GateId(gate as u64))
+        );
+        Ok(gate)
     }
 
-    fn release(&self, gate: GateId) -> Result<()> {
+    fn release(&self, gate: usize) -> Result<()> {
         let mut st = self.lock();
-        let g = usize::try_from(gate.0)
-            .ok()
-            .filter(|&g| st.engine.gate_exists(g))
-            .ok_or_else(|| {
-                Error::InvalidHandle(format!("gate {} does not exist in this simulator", gate.0))
-            })?;
         // The spinning kernel sees the flag one load of pinned host memory later.
-        let poll_us = self.fabric.preset().pcie.load_latency_ns / 1e3;
+        let poll_us = self.links.preset().pcie.load_latency_ns / 1e3;
         let at = st.host_us + poll_us;
-        st.engine.open_gate(g, at);
+        st.scheduler.open_gate(gate, at);
         Ok(())
     }
 
+    fn begin_capture(&self, stream: &Stream) -> Result<()> {
+        self.lock().captures.insert(stream.index, Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self, stream: &Stream) -> Result<Graph> {
+        let captured = self.lock().captures.remove(&stream.index);
+        let work = captured.expect("the checked layer ends only captures it began");
+        Ok(Graph(Arc::new(work)))
+    }
+
+    fn replay(&self, graph: &Graph, stream: &Stream) -> Result<()> {
+        let mut st = self.lock();
+        st.host_us += self.costs().graph_issue_us;
+        let node_us = self.costs().graph_node_us;
+        let ready = st.host_us;
+        for work in graph.0.iter() {
+            let work = work.clone().with_setup(node_us);
+            st.store.retain(&work.buffers());
+            st.scheduler.enqueue(stream.index, ready, work);
+        }
+        Ok(())
+    }
+
+    fn destroy_graph(&self, _graph: Graph) -> Result<()> {
+        // Replays already queued hold their own copies of the work.
+        Ok(())
+    }
+}
+
+impl RawProbes for Simulator {
     fn pointer_chase(
         &self,
-        stream: StreamId,
-        chain: BufferId,
+        stream: &Stream,
+        chain: &Key,
+        _elements: u64,
         steps: u32,
-        result: BufferId,
+        result: &Key,
     ) -> Result<()> {
         let mut st = self.lock();
-        let gpu = self.stream(&st, stream)?.device;
-        let place = self.kernel_place(&st, gpu, chain, "a pointer-chase kernel")?;
-        self.kernel_place(&st, gpu, result, "a pointer-chase kernel")?;
-        let chain_len = st.store.get(chain)?.len();
-        if chain_len < 8 {
-            return Err(Error::InvalidHandle(format!(
-                "pointer chase: the chain buffer {} holds {chain_len} bytes, less than one u64 \
-                 element",
-                chain.0
-            )));
-        }
-        st.store.check_range(result, 0, 8, "pointer-chase result")?;
+        let place = Self::place(&st, *chain);
         let work = Work::Chase {
-            chain,
+            chain: *chain,
             steps,
-            result,
+            result: *result,
             setup_us: self.costs().kernel_setup_us,
-            step_us: self.fabric.load_latency_us(gpu, place),
+            step_us: self.links.load_latency_us(stream.device, place),
         };
-        self.submit(&mut st, stream, self.costs().kernel_issue_us, work)
+        Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
+        Ok(())
     }
 
     fn ping_pong(
         &self,
-        ping: StreamId,
-        pong: StreamId,
-        ping_flag: BufferId,
-        pong_flag: BufferId,
+        ping: &Stream,
+        pong: &Stream,
+        ping_flag: &Key,
+        pong_flag: &Key,
         rounds: u32,
     ) -> Result<()> {
         let mut st = self.lock();
-        let ping_s = self.live_stream(&st, ping, "a ping-pong")?;
-        let pong_s = self.live_stream(&st, pong, "a ping-pong")?;
-        if ping_s == pong_s {
-            return Err(Error::InvalidHandle(
-                "ping-pong needs two different streams: on one stream the two kernels would wait \
-                 for each other forever"
-                    .into(),
-            ));
-        }
-        let (a, b) = (st.streams[ping_s].device, st.streams[pong_s].device);
-        for (flag, owner, name) in [(ping_flag, a, "ping_flag"), (pong_flag, b, "pong_flag")] {
-            let memory = st.store.get(flag)?.memory;
-            if memory != Memory::Device(owner) {
-                return Err(Error::InvalidHandle(format!(
-                    "ping-pong: {name} (buffer {}) must live on GPU {owner}, whose kernel spins \
-                     on it, not in {memory:?}",
-                    flag.0
-                )));
-            }
-            st.store.check_range(flag, 0, 4, name)?;
-        }
-        self.kernel_place(&st, a, pong_flag, "the ping kernel")?;
-        self.kernel_place(&st, b, ping_flag, "the pong kernel")?;
         st.next_rendezvous += 1;
         let rendezvous = st.next_rendezvous;
-        let one_way_us = self.fabric.signal_us(a, b);
+        let one_way_us = self.links.signal_us(ping.device, pong.device);
         let setup_us = self.costs().kernel_setup_us;
         let issue = self.costs().kernel_issue_us;
-        for (stream, is_ping, writes) in [(ping, true, pong_flag), (pong, false, ping_flag)] {
+        for (stream, is_ping, writes) in [(ping, true, *pong_flag), (pong, false, *ping_flag)] {
             let work = Work::PingPong {
                 rendezvous,
                 is_ping,
@@ -565,118 +517,8 @@ impl Backend for SimBackend {
                 one_way_us,
                 setup_us,
             };
-            self.submit(&mut st, stream, issue, work)?;
+            Self::submit(&mut st, stream, issue, work);
         }
         Ok(())
-    }
-
-    fn begin_capture(&self, stream: StreamId) -> Result<()> {
-        let mut st = self.lock();
-        let s = self.live_stream(&st, stream, "beginning a capture")?;
-        st.streams[s].capture = Some(Vec::new());
-        Ok(())
-    }
-
-    fn end_capture(&self, stream: StreamId) -> Result<GraphId> {
-        let mut st = self.lock();
-        self.stream(&st, stream)?;
-        let ops = st.streams[stream.0 as usize]
-            .capture
-            .take()
-            .ok_or_else(|| {
-                Error::InvalidHandle(format!("stream {} is not capturing a graph", stream.0))
-            })?;
-        st.graphs.push(ops);
-        Ok(GraphId(st.graphs.len() as u64 - 1))
-    }
-
-    fn replay(&self, graph: GraphId, stream: StreamId) -> Result<()> {
-        let mut st = self.lock();
-        let s = self.live_stream(&st, stream, "replaying a graph")?;
-        let ops = usize::try_from(graph.0)
-            .ok()
-            .and_then(|g| st.graphs.get(g))
-            .ok_or_else(|| {
-                Error::InvalidHandle(format!(
-                    "graph {} does not exist in this simulator",
-                    graph.0
-                ))
-            })?
-            .clone();
-        for work in &ops {
-            for buffer in work.buffers() {
-                st.store.get(buffer)?;
-            }
-        }
-        st.host_us += self.costs().graph_issue_us;
-        let node_us = self.costs().graph_node_us;
-        let ready = st.host_us;
-        for work in ops {
-            let work = work.with_setup(node_us);
-            st.store.retain(&work.buffers());
-            st.engine.enqueue(s, ready, work);
-        }
-        Ok(())
-    }
-    fn memcpy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()> {
-        let mut st = self.lock();
-        let gpu = self.stream(&st, stream)?.device;
-        super::check_disjoint_destinations(copies)?;
-        // Every copy is checked before any is queued, as the one driver call does.
-        let work = copies
-            .iter()
-            .map(|c| self.plan_copy(&st, gpu, CopyMethod::CopyEngine, c))
-            .collect::<Result<Vec<_>>>()?;
-        // One driver call on real GPUs, but the lent H200 measured it no cheaper per copy than
-        // separate copies (5.02 vs 5.15 µs per message, shared/REFERENCE.md), so each copy is
-        // priced as one.
-        let issue = self.costs().copy_issue_us;
-        work.into_iter()
-            .try_for_each(|w| self.submit(&mut st, stream, issue, w))
-    }
-
-    fn copy_batch(&self, stream: StreamId, copies: &[Copy]) -> Result<()> {
-        let mut st = self.lock();
-        let gpu = self.stream(&st, stream)?.device;
-        super::check_disjoint_destinations(copies)?;
-        // One kernel: each message's route as an SM copy; messages that take different paths are
-        // modelled as one flow over all of them (pessimistic where they would not contend).
-        let mut batch: Option<Work> = None;
-        for copy in copies {
-            let Work::Copy {
-                route, setup_us, ..
-            } = self.plan_copy(&st, gpu, CopyMethod::SmKernel, copy)?
-            else {
-                unreachable!("plan_copy plans copies")
-            };
-            batch = Some(match batch {
-                None => Work::Copy {
-                    copies: vec![*copy],
-                    route,
-                    setup_us,
-                },
-                Some(Work::Copy {
-                    mut copies,
-                    route: mut joined,
-                    setup_us,
-                }) => {
-                    copies.push(*copy);
-                    if joined != route {
-                        joined.join(route);
-                    }
-                    Work::Copy {
-                        copies,
-                        route: joined,
-                        setup_us,
-                    }
-                }
-                Some(_) => unreachable!("a batch is a copy"),
-            });
-        }
-        let Some(work) = batch else {
-            return Ok(()); // nothing to copy, nothing launched
-        };
-        let issue = self.costs().kernel_issue_us;
-        self.submit(&mut st, stream, issue, work)
     }
 }

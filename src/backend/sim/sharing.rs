@@ -4,7 +4,7 @@
 //! cap; those flows freeze and the rest keep growing. The result is the unique max-min fair
 //! allocation: no flow can get more without taking from a flow that has less.
 
-use super::fabric::ResourceId;
+use super::links::ResourceId;
 
 /// One transfer: the resources it crosses and its own cap (bytes per µs, may be infinite).
 pub(super) struct Demand<'a> {
@@ -44,7 +44,7 @@ pub(super) fn max_min_rates(capacity: &[f64], flows: &[Demand<'_>]) -> Vec<f64> 
         }
         if !step.is_finite() {
             // Neither a resource nor a cap limits what is left: nothing real looks like this,
-            // since every route crosses at least one resource.
+            // since every path crosses at least one resource.
             for (i, r) in rate.iter_mut().enumerate() {
                 if !frozen[i] {
                     *r = f64::INFINITY;

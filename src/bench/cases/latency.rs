@@ -2,7 +2,7 @@
 //! one dependent load over the link (pointer chase), and one-way GPU-initiated signalling.
 
 use super::{chase_on_host, enable, lane_outcome, no_p2p, Context, Outcome, TestCase};
-use crate::backend::{Backend, BufferId, Copy, CopyMethod, Memory};
+use crate::backend::{Backend, BufferId, BufferCopy, CopyMethod, Memory};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::bench::timing::{gpu_us, host_us, measure, HopSpec, Lane, Runs, Sampling};
@@ -308,7 +308,7 @@ impl TestCase for PointerChase {
         } {
             let scratch = buffers.alloc(Memory::Device(gpu), chain.len())?;
             let half = chain.len() / 2;
-            evictions.push(Copy {
+            evictions.push(BufferCopy {
                 dst: scratch,
                 dst_offset: half,
                 src: scratch,
@@ -317,7 +317,9 @@ impl TestCase for PointerChase {
             });
         }
         backend.write(on_dst, 0, &chain)?;
-        backend.pointer_chase(stream, on_dst, CHASE_STEPS / 10, result)?; // warm-up
+        backend
+            .probes()
+            .pointer_chase(stream, on_dst, CHASE_STEPS / 10, result)?; // warm-up
         let expected = chase_on_host(&chain, CHASE_STEPS);
         let stats = samples(ctx).stats(|| {
             for eviction in &evictions {
@@ -325,7 +327,9 @@ impl TestCase for PointerChase {
             }
             backend.write(result, 0, &[0xff; 8])?;
             let us = gpu_us(backend, stream, || {
-                backend.pointer_chase(stream, on_dst, CHASE_STEPS, result)
+                backend
+                    .probes()
+                    .pointer_chase(stream, on_dst, CHASE_STEPS, result)
             })?;
             let mut reached = [0u8; 8];
             backend.read(result, 0, &mut reached)?;
@@ -386,7 +390,9 @@ impl TestCase for PingPong {
             backend.write(ping_flag, 0, &[0; 4])?;
             backend.write(pong_flag, 0, &[0; 4])?;
             let us = gpu_us(backend, ping, || {
-                backend.ping_pong(ping, pong, ping_flag, pong_flag, rounds)
+                backend
+                    .probes()
+                    .ping_pong(ping, pong, ping_flag, pong_flag, rounds)
             })?;
             backend.synchronize(pong)?;
             // Both flags end on the last round's number (rounds count from 1).

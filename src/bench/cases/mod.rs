@@ -112,7 +112,8 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     tests
 }
 
-/// Everything a test needs while it runs: the backend, the choices, reusable streams.
+/// Everything a test needs while it runs: the backend, the choices, reusable streams (destroyed with
+/// the context).
 pub struct Context<'a> {
     pub backend: &'a dyn Backend,
     pub devices: Vec<usize>,
@@ -195,6 +196,15 @@ impl<'a> Context<'a> {
             test: test.to_string(),
             src,
             dst,
+        }
+    }
+}
+
+impl Drop for Context<'_> {
+    fn drop(&mut self) {
+        for &stream in self.streams.values().flatten() {
+            // Work still queued runs to its end; nothing can report a failure from drop.
+            let _ = self.backend.destroy_stream(stream);
         }
     }
 }

@@ -2,7 +2,7 @@
 //! as a user would queue them, the engine in one call, and each batch strategy prepared once and
 //! run again and again — timed on the host clock, every byte verified after each.
 
-use crate::backend::{Copy, CopyMethod};
+use crate::backend::{BufferCopy, CopyMethod, Owned};
 use crate::bench::pattern;
 use crate::bench::timing::{host_us, Runs};
 use crate::engine::{BatchStrategy, Fabric, Planned};
@@ -106,11 +106,11 @@ pub fn run(
     if fabric.planner().model().has_p2p(src, dst) {
         fabric.enable_peer_access(src, dst)?;
     }
-    let stream = backend.create_stream(src)?;
-    let copies: Vec<Copy> = (0..count)
+    let stream = Owned::new(&**backend, backend.create_stream(src)?);
+    let copies: Vec<BufferCopy> = (0..count)
         .map(|i| {
             let (s, d) = at(i);
-            Copy {
+            BufferCopy {
                 dst: to.backend_id(),
                 dst_offset: d,
                 src: from.backend_id(),
@@ -121,9 +121,9 @@ pub fn run(
         .collect();
     let plain = time("plain copies", 0.0, &mut || {
         for copy in &copies {
-            backend.copy(stream, CopyMethod::CopyEngine, copy)?;
+            backend.copy(*stream, CopyMethod::CopyEngine, copy)?;
         }
-        let done = backend.record(stream)?;
+        let done = backend.record(*stream)?;
         backend.event_synchronize(done)?;
         backend.destroy_event(done)
     })?;

@@ -5,7 +5,7 @@
 //! This is how the engine proves its choice: a planner whose predictions rank strategies the way
 //! the backend does has a regret near zero at every size.
 
-use crate::backend::{Copy, CopyMethod};
+use crate::backend::{BufferCopy, CopyMethod};
 use crate::bench::pattern;
 use crate::bench::stats::Stats;
 use crate::bench::timing::{host_us, interleaved, Runs, Turn};
@@ -225,7 +225,7 @@ const ENGINE: usize = 1;
 struct PlainCopy<'f> {
     backend: &'f dyn crate::backend::Backend,
     stream: crate::backend::StreamId,
-    copy: Copy,
+    copy: BufferCopy,
 }
 
 impl<'f> PlainCopy<'f> {
@@ -234,7 +234,7 @@ impl<'f> PlainCopy<'f> {
         Ok(PlainCopy {
             backend,
             stream: backend.create_stream(from.device())?,
-            copy: Copy {
+            copy: BufferCopy {
                 dst: to.backend_id(),
                 dst_offset: 0,
                 src: from.backend_id(),
@@ -259,6 +259,13 @@ impl<'f> PlainCopy<'f> {
         backend.destroy_event(before)?;
         backend.destroy_event(after)?;
         Ok((gpu, wall))
+    }
+}
+
+impl Drop for PlainCopy<'_> {
+    fn drop(&mut self) {
+        // An error here would hide the one that dropped us early.
+        let _ = self.backend.destroy_stream(self.stream);
     }
 }
 

@@ -28,7 +28,7 @@ use super::timing::{
     gpu_us, held_gpu_us, host_us, interleaved, measure, HopSpec, Lane, Runs, Sampling, Turn,
 };
 use super::{check_fits, sweep_pair, Defaults};
-use crate::backend::{Backend, Copy, CopyMethod, Memory, StreamId};
+use crate::backend::{Backend, BufferCopy, CopyMethod, Memory, Owned, StreamId};
 use crate::model::profile::{Lone, Measured};
 use crate::model::{Cost, Hop, IssueCosts, Profile};
 use crate::topology::Topology;
@@ -598,7 +598,7 @@ fn lone_operations(
 fn lone_us(backend: &dyn Backend, stream: StreamId, src: usize, dst: usize) -> Result<[f64; 2]> {
     let from = backend.alloc(Memory::Device(src), SMALL_BYTES)?;
     let to = backend.alloc(Memory::Device(dst), SMALL_BYTES)?;
-    let copy = Copy {
+    let copy = BufferCopy {
         dst: to,
         dst_offset: 0,
         src: from,
@@ -663,18 +663,18 @@ fn graph_costs(ctx: &mut Context<'_>, gpu: usize) -> Result<GraphCosts> {
     let backend = ctx.backend;
     backend.begin_capture(stream)?;
     let captured = (0..GRAPH_COPIES).try_for_each(|op| lane.enqueue(op).map(drop));
-    let graph = backend.end_capture(stream)?;
+    let graph = Owned::new(backend, backend.end_capture(stream)?);
     captured?;
     lane.fill(ctx.next_seed())?;
-    backend.replay(graph, stream)?; // warm-up: the first replay uploads the graph
+    backend.replay(*graph, stream)?; // warm-up: the first replay uploads the graph
     backend.synchronize(stream)?;
     let launch = PROBES.stats(|| {
-        let ((), us) = host_us(backend, || backend.replay(graph, stream))?;
+        let ((), us) = host_us(backend, || backend.replay(*graph, stream))?;
         backend.synchronize(stream)?;
         Ok(us)
     })?;
     let node = WINDOWS.stats(|| {
-        let us = held_gpu_us(backend, stream, || backend.replay(graph, stream))?;
+        let us = held_gpu_us(backend, stream, || backend.replay(*graph, stream))?;
         Ok(us / GRAPH_COPIES as f64)
     })?;
     lane.verify()?;
@@ -699,8 +699,8 @@ fn batch_message_us(
     let seed = pattern::seed(&[0x7a5e, gpu as u64]);
     backend.write(src, 0, &pattern::bytes(seed, bytes))?;
     backend.write(dst, 0, &vec![0; bytes])?;
-    let copies: Vec<Copy> = (0..BATCH_MESSAGES)
-        .map(|i| Copy {
+    let copies: Vec<BufferCopy> = (0..BATCH_MESSAGES)
+        .map(|i| BufferCopy {
             dst,
             dst_offset: i * BATCH_MESSAGE_BYTES,
             src,

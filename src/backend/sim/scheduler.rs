@@ -6,10 +6,10 @@
 //! enqueues operations that start at or after its own clock, and the simulation never runs past a
 //! time the host has not reached unless the host blocks on it, so the simulation never rewinds.
 
-use super::fabric::Route;
-use super::memory::Store;
+use super::links::Path;
+use super::memory::{Key, Store};
 use super::sharing::{max_min_rates, Demand};
-use crate::backend::{BufferId, Copy};
+use crate::backend::BufferCopy;
 use crate::{Error, Result};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -22,18 +22,18 @@ const DONE_BYTES: f64 = 1e-3;
 /// Work a stream can run.
 #[derive(Clone, Debug)]
 pub(super) enum Work {
-    /// Moves bytes: fixed latency (`setup_us` + the route's latency), then one flow over `route`
+    /// Moves bytes: fixed latency (`setup_us` + the path's latency), then one flow over `path`
     /// carrying every copy's bytes (one copy, or the messages of one batch kernel).
     Copy {
-        copies: Vec<Copy>,
-        route: Route,
+        copies: Vec<BufferCopy<Key>>,
+        path: Path,
         setup_us: f64,
     },
     /// Follows `steps` dependent loads through `chain`, then stores the index reached in `result`.
     Chase {
-        chain: BufferId,
+        chain: Key,
         steps: u32,
-        result: BufferId,
+        result: Key,
         setup_us: f64,
         step_us: f64,
     },
@@ -46,7 +46,7 @@ pub(super) enum Work {
         rendezvous: u64,
         is_ping: bool,
         /// The flag this side stores into (on the other GPU).
-        writes: BufferId,
+        writes: Key,
         rounds: u32,
         one_way_us: f64,
         setup_us: f64,
@@ -55,7 +55,7 @@ pub(super) enum Work {
 
 impl Work {
     /// The buffers this work touches (they cannot be freed while it is queued).
-    pub fn buffers(&self) -> Vec<BufferId> {
+    pub fn buffers(&self) -> Vec<Key> {
         match self {
             Work::Copy { copies, .. } => copies.iter().flat_map(|c| [c.src, c.dst]).collect(),
             Work::Chase { chain, result, .. } => vec![*chain, *result],
@@ -99,7 +99,7 @@ struct Running {
     /// The store's reader id of a copy operation's first copy (the others follow in order).
     op_id: u64,
     /// A store to make when the operation ends (a kernel's result or flag).
-    store: Option<(BufferId, Vec<u8>)>,
+    store: Option<(Key, Vec<u8>)>,
 }
 
 struct Stream {
@@ -116,7 +116,7 @@ struct Gate {
 }
 
 #[derive(Default)]
-pub(super) struct Engine {
+pub(super) struct Scheduler {
     now: f64,
     capacity: Vec<f64>,
     streams: Vec<Stream>,
@@ -133,11 +133,11 @@ pub(super) struct Engine {
     fault: Option<String>,
 }
 
-impl Engine {
-    pub fn new(capacity: Vec<f64>) -> Engine {
-        Engine {
+impl Scheduler {
+    pub fn new(capacity: Vec<f64>) -> Scheduler {
+        Scheduler {
             capacity,
-            ..Engine::default()
+            ..Scheduler::default()
         }
     }
 
@@ -167,10 +167,6 @@ impl Engine {
         self.gates.len() - 1
     }
 
-    pub fn gate_exists(&self, gate: usize) -> bool {
-        gate < self.gates.len()
-    }
-
     pub fn open_gate(&mut self, gate: usize, at: f64) {
         let g = &mut self.gates[gate];
         g.opens_at.get_or_insert(at);
@@ -195,7 +191,7 @@ impl Engine {
 
     /// Simulates until `stream` has nothing left to do; returns when it became idle.
     pub fn run_until_idle(&mut self, stream: usize, store: &mut Store) -> Result<f64> {
-        let idle = |e: &Engine| {
+        let idle = |e: &Scheduler| {
             let s = &e.streams[stream];
             s.running.is_none() && s.queue.is_empty()
         };
@@ -209,7 +205,7 @@ impl Engine {
         Ok(self.events[event].expect("run_until stopped on it"))
     }
 
-    fn run_until(&mut self, store: &mut Store, done: impl Fn(&Engine) -> bool) -> Result<()> {
+    fn run_until(&mut self, store: &mut Store, done: impl Fn(&Scheduler) -> bool) -> Result<()> {
         loop {
             self.start_ready(store);
             if done(self) {
@@ -298,7 +294,7 @@ impl Engine {
             }
             Work::Copy {
                 copies,
-                route,
+                path,
                 setup_us,
             } => {
                 // One reader id per copy, so that each finds its own saved source bytes.
@@ -306,7 +302,7 @@ impl Engine {
                     self.next_op_id += 1;
                     store.begin_read(self.next_op_id, copy.src, copy.src_offset, copy.len);
                 }
-                Phase::Delay(now + setup_us + route.latency_us)
+                Phase::Delay(now + setup_us + path.latency_us)
             }
             Work::Chase {
                 steps,
@@ -358,8 +354,8 @@ impl Engine {
     }
 
     /// Follows the chain of u64 indices from element 0; a wild index faults the kernel.
-    fn chase(&mut self, store: &Store, chain: BufferId, steps: u32) -> u64 {
-        let bytes = store.bytes(chain).expect("queued buffers exist");
+    fn chase(&mut self, store: &Store, chain: Key, steps: u32) -> u64 {
+        let bytes = store.bytes(chain);
         let elements = bytes.len() / 8;
         let entry = |i: usize| {
             let at = i * 8;
@@ -419,9 +415,9 @@ impl Engine {
             .iter()
             .map(
                 |&s| match &self.streams[s].running.as_ref().expect("flow").work {
-                    Work::Copy { route, .. } => Demand {
-                        resources: &route.resources,
-                        cap: route.cap,
+                    Work::Copy { path, .. } => Demand {
+                        resources: &path.resources,
+                        cap: path.cap,
                     },
                     _ => unreachable!("only copies flow"),
                 },
@@ -527,9 +523,7 @@ impl Engine {
                 }
             }
             if let Some((buffer, bytes)) = &r.store {
-                store
-                    .write(*buffer, 0, bytes)
-                    .expect("checked when the work was queued");
+                store.write(*buffer, 0, bytes);
             }
             store.release(&r.work.buffers());
             self.streams[s].idle_since = now;

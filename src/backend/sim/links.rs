@@ -1,9 +1,9 @@
-//! The link model: the shared resources of a simulated host and the routes transfers take through
+//! The link model: the shared resources of a simulated host and the paths transfers take through
 //! them.
 //!
 //! A resource is anything with a rate that concurrent transfers share: a GPU's NVLink port in each
 //! direction, a point-to-point NVLink bundle in each direction, a GPU's PCIe link up and down, a PCIe
-//! switch's uplink, the CPU sockets' interconnect, a GPU's memory for local copies. A [`Route`] lists
+//! switch's uplink, the CPU sockets' interconnect, a GPU's memory for local copies. A [`Path`] lists
 //! the resources one transfer crosses, plus a cap of its own (an SM copy's efficiency, a PCIe path
 //! class's P2P rate) and the latency it adds to the operation.
 
@@ -28,25 +28,25 @@ pub(super) enum Place {
 
 /// The resources a transfer crosses, its own rate cap and the latency it adds.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Route {
+pub(super) struct Path {
     pub resources: Vec<ResourceId>,
     /// Bytes per µs; infinite when only the resources limit the transfer.
     pub cap: f64,
     pub latency_us: f64,
 }
 
-impl Route {
-    fn new(resources: Vec<ResourceId>, cap: f64, latency_us: f64) -> Route {
-        Route {
+impl Path {
+    fn new(resources: Vec<ResourceId>, cap: f64, latency_us: f64) -> Path {
+        Path {
             resources,
             cap,
             latency_us,
         }
     }
 
-    /// Widens this route to also cover `other`: every resource of both, the lower cap, the longer
+    /// Widens this path to also cover `other`: every resource of both, the lower cap, the longer
     /// latency (a batch whose messages take different paths, as one flow).
-    pub fn join(&mut self, other: Route) {
+    pub fn join(&mut self, other: Path) {
         for r in other.resources {
             if !self.resources.contains(&r) {
                 self.resources.push(r);
@@ -56,9 +56,9 @@ impl Route {
         self.latency_us = self.latency_us.max(other.latency_us);
     }
 
-    /// This route followed by `next` (a transfer that crosses both, as an SM kernel's loads then
+    /// This path followed by `next` (a transfer that crosses both, as an SM kernel's loads then
     /// stores).
-    fn then(mut self, next: Route) -> Route {
+    fn then(mut self, next: Path) -> Path {
         self.resources.extend(next.resources);
         self.cap = self.cap.min(next.cap);
         self.latency_us += next.latency_us;
@@ -67,7 +67,7 @@ impl Route {
 }
 
 /// How NVLink connects the GPUs.
-enum NvFabric {
+enum NvLinks {
     None,
     /// Every GPU has one port into a switch, shared by all its peers: (egress, ingress) per GPU.
     Switch(Vec<(ResourceId, ResourceId)>),
@@ -75,22 +75,22 @@ enum NvFabric {
     Bundles(BTreeMap<(usize, usize), ResourceId>),
 }
 
-pub(super) struct Fabric {
+pub(super) struct LinkModel {
     capacity: Vec<f64>,
     memory: Vec<ResourceId>,
     pcie_up: Vec<ResourceId>,
     pcie_down: Vec<ResourceId>,
     /// Each GPU's switch uplink (towards the CPU, towards the GPUs), if it sits under a switch.
     switch: Vec<Option<(ResourceId, ResourceId)>>,
-    nvlink: NvFabric,
+    nvlink: NvLinks,
     /// The sockets' interconnect, per ordered pair of NUMA nodes.
     sockets: BTreeMap<(i32, i32), ResourceId>,
     numa: Vec<i32>,
     preset: Preset,
 }
 
-impl Fabric {
-    pub fn new(preset: &Preset) -> Fabric {
+impl LinkModel {
+    pub fn new(preset: &Preset) -> LinkModel {
         let n = preset.devices.len();
         let mut capacity = Vec::new();
         let mut add = |gbps: f64| {
@@ -119,7 +119,7 @@ impl Fabric {
         let nvlink = match (&preset.nvlink, &preset.nvswitch) {
             (Some(nv), Some(sw)) => {
                 let port = sw.links_per_gpu as f64 * nv.link_gbps * nv.efficiency;
-                NvFabric::Switch((0..n).map(|_| (add(port), add(port))).collect())
+                NvLinks::Switch((0..n).map(|_| (add(port), add(port))).collect())
             }
             (Some(nv), None) => {
                 let mut bundles = BTreeMap::new();
@@ -131,9 +131,9 @@ impl Fabric {
                         }
                     }
                 }
-                NvFabric::Bundles(bundles)
+                NvLinks::Bundles(bundles)
             }
-            _ => NvFabric::None,
+            _ => NvLinks::None,
         };
         let numa: Vec<i32> = preset.devices.iter().map(|d| d.numa_node).collect();
         let mut nodes = numa.clone();
@@ -145,7 +145,7 @@ impl Fabric {
                 sockets.insert((from, to), add(preset.host.inter_socket_gbps));
             }
         }
-        Fabric {
+        LinkModel {
             capacity,
             memory,
             pcie_up,
@@ -180,8 +180,8 @@ impl Fabric {
     }
 
     /// A copy inside one GPU's memory.
-    pub fn local(&self, gpu: usize) -> Route {
-        Route::new(vec![self.memory[gpu]], f64::INFINITY, 0.0)
+    pub fn local(&self, gpu: usize) -> Path {
+        Path::new(vec![self.memory[gpu]], f64::INFINITY, 0.0)
     }
 
     fn socket(&self, from: i32, to: i32) -> Option<ResourceId> {
@@ -189,33 +189,33 @@ impl Fabric {
     }
 
     /// From `gpu` up to pinned host memory on `node` (`None`: the GPU's own node).
-    fn host_up(&self, gpu: usize, node: Option<i32>) -> Route {
+    fn host_up(&self, gpu: usize, node: Option<i32>) -> Path {
         let node = node.unwrap_or(self.numa[gpu]);
         let mut r = vec![self.pcie_up[gpu]];
         r.extend(self.switch[gpu].map(|(up, _)| up));
         r.extend(self.socket(self.numa[gpu], node));
-        Route::new(r, f64::INFINITY, self.preset.pcie.latency_us)
+        Path::new(r, f64::INFINITY, self.preset.pcie.latency_us)
     }
 
     /// From pinned host memory on `node` down to `gpu`.
-    fn host_down(&self, node: Option<i32>, gpu: usize) -> Route {
+    fn host_down(&self, node: Option<i32>, gpu: usize) -> Path {
         let node = node.unwrap_or(self.numa[gpu]);
         let mut r: Vec<ResourceId> = self.socket(node, self.numa[gpu]).into_iter().collect();
         r.extend(self.switch[gpu].map(|(_, down)| down));
         r.push(self.pcie_down[gpu]);
-        Route::new(r, f64::INFINITY, self.preset.pcie.latency_us)
+        Path::new(r, f64::INFINITY, self.preset.pcie.latency_us)
     }
 
     /// A direct P2P transfer from GPU `a` to GPU `b` (the pair must offer P2P).
-    pub fn peer(&self, a: usize, b: usize) -> Route {
+    pub fn peer(&self, a: usize, b: usize) -> Path {
         match (self.link(a, b), &self.nvlink) {
-            (Link::NvLink(_), NvFabric::Switch(ports)) => Route::new(
+            (Link::NvLink(_), NvLinks::Switch(ports)) => Path::new(
                 vec![ports[a].0, ports[b].1],
                 f64::INFINITY,
                 self.nvlink_latency(),
             ),
-            (Link::NvLink(_), NvFabric::Bundles(bundles)) => {
-                Route::new(vec![bundles[&(a, b)]], f64::INFINITY, self.nvlink_latency())
+            (Link::NvLink(_), NvLinks::Bundles(bundles)) => {
+                Path::new(vec![bundles[&(a, b)]], f64::INFINITY, self.nvlink_latency())
             }
             (class, _) => {
                 let cap = self.preset.pcie.p2p_gbps.get(&class).copied();
@@ -226,7 +226,7 @@ impl Fabric {
                     r.extend(self.switch[b].map(|(_, down)| down));
                 }
                 r.push(self.pcie_down[b]);
-                Route::new(
+                Path::new(
                     r,
                     cap.map_or(f64::INFINITY, bytes_per_us),
                     self.preset.pcie.latency_us,
@@ -236,19 +236,19 @@ impl Fabric {
     }
 
     /// A peer copy the driver stages through host memory (near `a`), for pairs without P2P.
-    pub fn staged(&self, a: usize, b: usize) -> Route {
+    pub fn staged(&self, a: usize, b: usize) -> Path {
         let host = &self.preset.host;
-        let mut route = self
+        let mut path = self
             .host_up(a, None)
             .then(self.host_down(Some(self.numa[a]), b));
-        route.cap = bytes_per_us(host.staged_gbps);
-        route.latency_us = host.staged_latency_us;
-        route
+        path.cap = bytes_per_us(host.staged_gbps);
+        path.latency_us = host.staged_latency_us;
+        path
     }
 
     /// The direct way from one place to another, using P2P between GPUs (the caller has checked
     /// that it is allowed). `via` is the GPU whose PCIe link a host-to-host transfer crosses.
-    pub fn direct(&self, from: Place, to: Place, via: usize) -> Route {
+    pub fn direct(&self, from: Place, to: Place, via: usize) -> Path {
         match (from, to) {
             (Place::Device(a), Place::Device(b)) if a == b => self.local(a),
             (Place::Device(a), Place::Device(b)) => self.peer(a, b),
@@ -262,7 +262,7 @@ impl Fabric {
 
     /// What a kernel on `gpu` crosses to load from `from` and store to `to`: the way in, then the
     /// way out; a copy inside the GPU's own memory when both are local.
-    pub fn through_gpu(&self, from: Place, to: Place, gpu: usize) -> Route {
+    pub fn through_gpu(&self, from: Place, to: Place, gpu: usize) -> Path {
         let here = Place::Device(gpu);
         let leg = |a: Place, b: Place| (a != b).then(|| self.direct(a, b, gpu));
         match (leg(from, here), leg(here, to)) {
@@ -272,13 +272,12 @@ impl Fabric {
         }
     }
 
-    /// The lowest capacity along a route, bytes per µs.
-    pub fn bottleneck(&self, route: &Route) -> f64 {
-        route
-            .resources
+    /// The lowest capacity along a path, bytes per µs.
+    pub fn bottleneck(&self, path: &Path) -> f64 {
+        path.resources
             .iter()
             .map(|&r| self.capacity[r])
-            .fold(route.cap, f64::min)
+            .fold(path.cap, f64::min)
     }
 
     fn nvlink_latency(&self) -> f64 {

@@ -1,0 +1,734 @@
+//! The checked layer: every argument check of the backend, written once, above both
+//! implementations.
+//!
+//! Like cudarc's `sys → result → safe` layers: an implementation ([`super::cuda`], [`super::sim`])
+//! provides a [`RawBackend`] that does its own work and nothing else, and [`Checked`] turns it into a
+//! [`Backend`]. `Checked` owns the handle tables (each handle maps to the implementation's own
+//! object, so nothing is looked up twice), the peer access it has enabled, and each stream's capture
+//! state. It checks:
+//! - handles: issued by this backend and not released (see [`super::handles`]);
+//! - GPUs exist, allocations are not empty, ranges lie inside their buffers, a copy's source and
+//!   destination do not overlap, nor a batch's destinations;
+//! - reachability: work issued on one GPU touches another GPU's memory only with peer access
+//!   (copy engines may stage between GPUs that have no P2P at all);
+//! - order: what a capturing stream may do, events of one GPU for elapsed time, graphs replayed on
+//!   their GPU with their buffers still allocated.
+//!
+//! The table lock is held for lookups only, never across work an implementation does on a GPU, so
+//! threads issuing work at once do not wait on each other here.
+
+use super::handles::{next_tag, Table};
+use super::overlap::{first_overlap, InOrder};
+use super::raw::{Batch, RawBackend, RawProbes};
+use super::{
+    Backend, BufferCopy, BufferId, CopyMethod, EventId, GateId, GraphId, Memory, Probes, StreamId,
+};
+use crate::topology::Topology;
+use crate::{Error, Result};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// A backend: an implementation below, every check above it.
+pub struct Checked<I: RawBackend> {
+    raw: I,
+    state: Mutex<State<I>>,
+    /// Held while peer access is being enabled, so that two threads cannot race on one pair.
+    enabling: Mutex<()>,
+    devices: usize,
+}
+
+struct BufferEntry<B> {
+    memory: Memory,
+    len: usize,
+    raw: B,
+}
+
+struct StreamEntry<S> {
+    device: usize,
+    /// While the stream captures a graph: the buffers its captured work uses so far.
+    capture: Option<Vec<BufferId>>,
+    raw: S,
+}
+
+struct EventEntry<E> {
+    device: usize,
+    raw: E,
+}
+
+struct GraphEntry<G> {
+    device: usize,
+    /// Every buffer the graph's work uses: a replay after one was freed would touch freed memory.
+    buffers: Vec<BufferId>,
+    raw: G,
+}
+
+struct State<I: RawBackend> {
+    buffers: Table<BufferEntry<I::Buffer>>,
+    streams: Table<StreamEntry<I::Stream>>,
+    events: Table<EventEntry<I::Event>>,
+    gates: Table<I::Gate>,
+    graphs: Table<GraphEntry<I::Graph>>,
+    /// `peers[device * devices + peer]`: work issued on `device` may touch `peer`'s memory.
+    peers: Vec<bool>,
+}
+
+/// Who touches memory, which decides whether another GPU's memory needs peer access.
+#[derive(Clone, Copy)]
+enum Toucher {
+    /// A kernel (named for messages): it faults on a peer's memory without access.
+    Kernel(&'static str),
+    /// A copy engine: the driver stages through host memory between GPUs that have no P2P.
+    CopyEngine,
+}
+
+impl<I: RawBackend> Checked<I> {
+    pub fn new(raw: I) -> Self {
+        let tag = next_tag();
+        let devices = raw.topology().devices.len();
+        let state = State {
+            buffers: Table::new("buffer", tag),
+            streams: Table::new("stream", tag),
+            events: Table::new("event", tag),
+            gates: Table::new("gate", tag),
+            graphs: Table::new("graph", tag),
+            peers: (0..devices * devices)
+                .map(|i| i / devices == i % devices)
+                .collect(),
+        };
+        Checked {
+            raw,
+            state: Mutex::new(state),
+            enabling: Mutex::new(()),
+            devices,
+        }
+    }
+
+    /// The implementation, for what only it knows (a simulator's preset).
+    pub(super) fn raw(&self) -> &I {
+        &self.raw
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<I>> {
+        // Every critical section leaves the tables consistent: carry on past another thread's panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check_device(&self, device: usize) -> Result<()> {
+        let n = self.devices;
+        if device < n {
+            return Ok(());
+        }
+        Err(Error::usage(format!(
+            "GPU {device} does not exist; this host has {n} GPU{} (0..={})",
+            if n == 1 { "" } else { "s" },
+            n.saturating_sub(1)
+        )))
+    }
+
+    /// Fails unless work issued on `device` by `toucher` may touch `buffer` in `memory`.
+    fn check_reach(
+        &self,
+        st: &State<I>,
+        device: usize,
+        buffer: BufferId,
+        memory: Memory,
+        toucher: Toucher,
+    ) -> Result<()> {
+        let Memory::Device(owner) = memory else {
+            return Ok(());
+        };
+        if st.peers[device * self.devices + owner] {
+            return Ok(());
+        }
+        let p2p = || {
+            self.raw
+                .topology()
+                .pair(device, owner)
+                .is_some_and(|p| p.p2p)
+        };
+        let (what, without) = match toucher {
+            Toucher::CopyEngine if !p2p() => return Ok(()),
+            Toucher::CopyEngine => (
+                "a copy-engine copy",
+                "the driver would stage it through host memory",
+            ),
+            Toucher::Kernel(what) => (what, "the kernel would fault"),
+        };
+        Err(Error::usage(format!(
+            "{what} on GPU {device} touches GPU {owner}'s memory ({buffer}), but peer access from \
+             GPU {device} to GPU {owner} is not enabled ({without}): call \
+             enable_peer_access({device}, {owner}) first"
+        )))
+    }
+
+    /// Checks every message of a batch issued on `device` and returns each buffer it names, once,
+    /// with the implementation's object. A batch names few buffers many times: each is looked up
+    /// once, and destinations laid out in order show they are disjoint in the same pass.
+    fn check_batch(
+        &self,
+        st: &State<I>,
+        call: &str,
+        device: usize,
+        copies: &[BufferCopy],
+        toucher: Toucher,
+    ) -> Result<Vec<(BufferId, I::Buffer)>> {
+        let mut found: Vec<(BufferId, I::Buffer)> = Vec::new();
+        let mut sizes: Vec<usize> = Vec::new();
+        let mut size_of = |id: BufferId, last: &mut Option<(BufferId, usize)>| -> Result<usize> {
+            if let Some((known, size)) = *last {
+                if known == id {
+                    return Ok(size);
+                }
+            }
+            let size = match found.iter().position(|(b, _)| *b == id) {
+                Some(i) => sizes[i],
+                None => {
+                    let entry = st.buffers.get(id.0)?;
+                    self.check_reach(st, device, id, entry.memory, toucher)?;
+                    found.push((id, entry.raw.clone()));
+                    sizes.push(entry.len);
+                    entry.len
+                }
+            };
+            *last = Some((id, size));
+            Ok(size)
+        };
+        let (mut dst, mut src) = (None, None);
+        let mut order = InOrder::default();
+        let mut in_order = true;
+        for (i, c) in copies.iter().enumerate() {
+            let dst_size = size_of(c.dst, &mut dst)?;
+            let src_size = size_of(c.src, &mut src)?;
+            let fits = |offset: usize, size| offset.checked_add(c.len).is_some_and(|e| e <= size);
+            if !fits(c.dst_offset, dst_size) {
+                return Err(out_of_range(
+                    &format!("{call} message {i}: destination"),
+                    c.dst,
+                    dst_size,
+                    c.dst_offset,
+                    c.len,
+                ));
+            }
+            if !fits(c.src_offset, src_size) {
+                return Err(out_of_range(
+                    &format!("{call} message {i}: source"),
+                    c.src,
+                    src_size,
+                    c.src_offset,
+                    c.len,
+                ));
+            }
+            if c.len > 0 && in_order {
+                in_order = order.push(c.dst, c.dst_offset, c.dst_offset + c.len);
+            }
+        }
+        if !in_order {
+            let destinations = copies
+                .iter()
+                .filter(|c| c.len > 0)
+                .map(|c| (c.dst, c.dst_offset, c.dst_offset + c.len));
+            if let Some((a, b)) = first_overlap(destinations) {
+                return Err(Error::usage(format!(
+                    "{call}: two messages write overlapping bytes of one buffer (offsets {a} and \
+                     {b}); the messages run in any order, so give them disjoint destinations"
+                )));
+            }
+        }
+        Ok(found)
+    }
+
+    /// The stream's GPU and object, for work a capture records.
+    fn stream(&self, st: &State<I>, stream: StreamId) -> Result<(usize, I::Stream)> {
+        let entry = st.streams.get(stream.0)?;
+        Ok((entry.device, entry.raw.clone()))
+    }
+
+    /// The stream's GPU and object, for work a capture cannot record.
+    fn idle_stream(
+        &self,
+        st: &State<I>,
+        stream: StreamId,
+        what: &str,
+    ) -> Result<(usize, I::Stream)> {
+        let entry = st.streams.get(stream.0)?;
+        if entry.capture.is_some() {
+            return Err(Error::usage(format!(
+                "{what} on {stream} while it captures a graph: a capture records only copies, \
+                 batches and pointer chases; end the capture first"
+            )));
+        }
+        Ok((entry.device, entry.raw.clone()))
+    }
+
+    /// Notes the buffers work queued on `stream` uses, where the stream captures a graph.
+    fn note_capture(
+        st: &mut State<I>,
+        stream: StreamId,
+        buffers: impl IntoIterator<Item = BufferId>,
+    ) {
+        if let Ok(StreamEntry {
+            capture: Some(used),
+            ..
+        }) = st.streams.get_mut(stream.0)
+        {
+            for buffer in buffers {
+                if !used.contains(&buffer) {
+                    used.push(buffer);
+                }
+            }
+        }
+    }
+
+    /// Queues a batch after checking it: the shared part of `copy_batch` and `memcpy_batch`.
+    fn batch(
+        &self,
+        call: &str,
+        stream: StreamId,
+        copies: &[BufferCopy],
+        toucher: Toucher,
+        queue: impl FnOnce(&I::Stream, Batch<'_, I::Buffer>) -> Result<()>,
+    ) -> Result<()> {
+        let mut st = self.lock();
+        let (device, raw_stream) = self.stream(&st, stream)?;
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let buffers = self.check_batch(&st, call, device, copies, toucher)?;
+        Self::note_capture(&mut st, stream, buffers.iter().map(|(id, _)| *id));
+        drop(st);
+        queue(&raw_stream, Batch::new(copies, &buffers))
+    }
+}
+
+#[cold]
+fn out_of_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: usize) -> Error {
+    Error::usage(format!(
+        "{what} range {offset}..{offset}+{len} lies outside {buffer} of {size} bytes"
+    ))
+}
+
+fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(out_of_range(what, buffer, size, offset, len)),
+    }
+}
+
+impl<I: RawProbes> Backend for Checked<I> {
+    fn source(&self) -> &Source {
+        &self.raw.topology().source
+    }
+
+    fn topology(&self) -> &Topology {
+        self.raw.topology()
+    }
+
+    fn notices(&self) -> Vec<String> {
+        self.raw.notices()
+    }
+
+    fn probes(&self) -> &dyn Probes {
+        self
+    }
+
+    fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
+        self.check_device(device)?;
+        self.check_device(peer)?;
+        let pair = device * self.devices + peer;
+        if self.lock().peers[pair] {
+            return Ok(());
+        }
+        let _one_at_a_time = self.enabling.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.lock().peers[pair] {
+            return Ok(());
+        }
+        self.raw.enable_peer_access(device, peer)?;
+        self.lock().peers[pair] = true;
+        Ok(())
+    }
+
+    fn free_memory(&self, device: usize) -> Result<u64> {
+        self.check_device(device)?;
+        self.raw.free_memory(device)
+    }
+
+    fn alloc(&self, memory: Memory, bytes: usize) -> Result<BufferId> {
+        if bytes == 0 {
+            return Err(Error::usage("cannot allocate a buffer of 0 bytes"));
+        }
+        if let Memory::Device(device) = memory {
+            self.check_device(device)?;
+        }
+        let raw = self.raw.alloc(memory, bytes)?;
+        let entry = BufferEntry {
+            memory,
+            len: bytes,
+            raw,
+        };
+        self.lock().buffers.insert(entry).map(BufferId)
+    }
+
+    fn free(&self, buffer: BufferId) -> Result<()> {
+        let mut st = self.lock();
+        // Freed under the lock, so that two threads freeing one buffer cannot both succeed.
+        self.raw.free(&st.buffers.get(buffer.0)?.raw)?;
+        let freed = st.buffers.remove(buffer.0)?;
+        drop(st);
+        drop(freed);
+        Ok(())
+    }
+
+    fn len(&self, buffer: BufferId) -> Result<usize> {
+        Ok(self.lock().buffers.get(buffer.0)?.len)
+    }
+
+    fn write(&self, buffer: BufferId, offset: usize, data: &[u8]) -> Result<()> {
+        let raw = {
+            let st = self.lock();
+            let entry = st.buffers.get(buffer.0)?;
+            check_range("write", buffer, entry.len, offset, data.len())?;
+            entry.raw.clone()
+        };
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.raw.write(&raw, offset, data)
+    }
+
+    fn read(&self, buffer: BufferId, offset: usize, out: &mut [u8]) -> Result<()> {
+        let raw = {
+            let st = self.lock();
+            let entry = st.buffers.get(buffer.0)?;
+            check_range("read", buffer, entry.len, offset, out.len())?;
+            entry.raw.clone()
+        };
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.raw.read(&raw, offset, out)
+    }
+
+    fn create_stream(&self, device: usize) -> Result<StreamId> {
+        self.check_device(device)?;
+        let raw = self.raw.create_stream(device)?;
+        let entry = StreamEntry {
+            device,
+            capture: None,
+            raw,
+        };
+        self.lock().streams.insert(entry).map(StreamId)
+    }
+
+    fn destroy_stream(&self, stream: StreamId) -> Result<()> {
+        let entry = {
+            let mut st = self.lock();
+            if st.streams.get(stream.0)?.capture.is_some() {
+                return Err(Error::usage(format!(
+                    "{stream} captures a graph: end the capture before destroying the stream"
+                )));
+            }
+            st.streams.remove(stream.0)?
+        };
+        self.raw.destroy_stream(entry.raw)
+    }
+
+    fn copy(&self, stream: StreamId, method: CopyMethod, copy: &BufferCopy) -> Result<()> {
+        let mut st = self.lock();
+        let (device, raw_stream) = self.stream(&st, stream)?;
+        let (dst, src) = (st.buffers.get(copy.dst.0)?, st.buffers.get(copy.src.0)?);
+        check_range(
+            "copy destination",
+            copy.dst,
+            dst.len,
+            copy.dst_offset,
+            copy.len,
+        )?;
+        check_range("copy source", copy.src, src.len, copy.src_offset, copy.len)?;
+        if copy.dst == copy.src
+            && copy.len > 0
+            && copy.src_offset < copy.dst_offset + copy.len
+            && copy.dst_offset < copy.src_offset + copy.len
+        {
+            return Err(Error::usage(format!(
+                "copy: source and destination overlap in {} (offsets {} and {}, {} bytes): the \
+                 result would depend on the order the bytes move in; copy through another buffer",
+                copy.dst, copy.src_offset, copy.dst_offset, copy.len
+            )));
+        }
+        let toucher = match method {
+            CopyMethod::CopyEngine => Toucher::CopyEngine,
+            CopyMethod::SmKernel => Toucher::Kernel("an SM copy kernel"),
+        };
+        self.check_reach(&st, device, copy.dst, dst.memory, toucher)?;
+        self.check_reach(&st, device, copy.src, src.memory, toucher)?;
+        if copy.len == 0 {
+            return Ok(());
+        }
+        let (raw_dst, raw_src) = (dst.raw.clone(), src.raw.clone());
+        Self::note_capture(&mut st, stream, [copy.dst, copy.src]);
+        drop(st);
+        self.raw.copy(
+            &raw_stream,
+            method,
+            copy.map(|b| if b == copy.dst { &raw_dst } else { &raw_src }),
+        )
+    }
+
+    fn copy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> Result<()> {
+        let kernel = Toucher::Kernel("a copy_batch kernel");
+        self.batch("copy_batch", stream, copies, kernel, |s, batch| {
+            self.raw.copy_batch(s, batch)
+        })
+    }
+
+    fn memcpy_batch(&self, stream: StreamId, copies: &[BufferCopy]) -> Result<()> {
+        let engine = Toucher::CopyEngine;
+        self.batch("memcpy_batch", stream, copies, engine, |s, batch| {
+            self.raw.memcpy_batch(s, batch)
+        })
+    }
+
+    fn record(&self, stream: StreamId) -> Result<EventId> {
+        let (device, raw_stream) = self.idle_stream(&self.lock(), stream, "recording an event")?;
+        let raw = self.raw.record(&raw_stream)?;
+        self.lock()
+            .events
+            .insert(EventEntry { device, raw })
+            .map(EventId)
+    }
+
+    fn wait(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let (raw_stream, raw_event) = {
+            let st = self.lock();
+            let (_, raw_stream) = self.idle_stream(&st, stream, "waiting for an event")?;
+            (raw_stream, st.events.get(event.0)?.raw.clone())
+        };
+        self.raw.wait(&raw_stream, &raw_event)
+    }
+
+    fn event_done(&self, event: EventId) -> Result<bool> {
+        let raw = self.lock().events.get(event.0)?.raw.clone();
+        self.raw.event_done(&raw)
+    }
+
+    fn event_synchronize(&self, event: EventId) -> Result<()> {
+        let raw = self.lock().events.get(event.0)?.raw.clone();
+        self.raw.event_synchronize(&raw)
+    }
+
+    fn elapsed_us(&self, start: EventId, end: EventId) -> Result<f64> {
+        let (first, last) = {
+            let st = self.lock();
+            let (first, last) = (st.events.get(start.0)?, st.events.get(end.0)?);
+            if first.device != last.device {
+                return Err(Error::usage(format!(
+                    "{start} and {end} were recorded on different GPUs ({} and {}): GPU time can \
+                     only be measured between events of one GPU",
+                    first.device, last.device
+                )));
+            }
+            (first.raw.clone(), last.raw.clone())
+        };
+        self.raw.elapsed_us(&first, &last)?.ok_or_else(|| {
+            Error::usage(format!(
+                "{start} and {end} have not both completed: synchronise before asking for the \
+                 time between them"
+            ))
+        })
+    }
+
+    fn destroy_event(&self, event: EventId) -> Result<()> {
+        let entry = self.lock().events.remove(event.0)?;
+        self.raw.destroy_event(entry.raw)
+    }
+
+    fn synchronize(&self, stream: StreamId) -> Result<()> {
+        let (_, raw_stream) = self.idle_stream(&self.lock(), stream, "synchronizing")?;
+        self.raw.synchronize(&raw_stream)
+    }
+
+    fn host_time_us(&self) -> f64 {
+        self.raw.host_time_us()
+    }
+
+    fn hold(&self, stream: StreamId) -> Result<GateId> {
+        let (_, raw_stream) = self.idle_stream(&self.lock(), stream, "holding")?;
+        let gate = self.raw.hold(&raw_stream)?;
+        self.lock().gates.insert(gate).map(GateId)
+    }
+
+    fn release(&self, gate: GateId) -> Result<()> {
+        let raw = self.lock().gates.remove(gate.0)?;
+        self.raw.release(raw)
+    }
+
+    fn begin_capture(&self, stream: StreamId) -> Result<()> {
+        let raw_stream = {
+            let st = self.lock();
+            let entry = st.streams.get(stream.0)?;
+            if entry.capture.is_some() {
+                return Err(Error::usage(format!(
+                    "{stream} already captures a graph: end that capture first"
+                )));
+            }
+            entry.raw.clone()
+        };
+        self.raw.begin_capture(&raw_stream)?;
+        self.lock().streams.get_mut(stream.0)?.capture = Some(Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self, stream: StreamId) -> Result<GraphId> {
+        let (device, buffers, raw_stream) = {
+            let mut st = self.lock();
+            let entry = st.streams.get_mut(stream.0)?;
+            let buffers = entry.capture.take().ok_or_else(|| {
+                Error::usage(format!(
+                    "{stream} is not capturing a graph: call begin_capture first"
+                ))
+            })?;
+            (entry.device, buffers, entry.raw.clone())
+        };
+        let raw = self.raw.end_capture(&raw_stream)?;
+        let entry = GraphEntry {
+            device,
+            buffers,
+            raw,
+        };
+        self.lock().graphs.insert(entry).map(GraphId)
+    }
+
+    fn replay(&self, graph: GraphId, stream: StreamId) -> Result<()> {
+        let (raw_graph, raw_stream) = {
+            let st = self.lock();
+            let (device, raw_stream) = self.idle_stream(&st, stream, "replaying a graph")?;
+            let entry = st.graphs.get(graph.0)?;
+            if entry.device != device {
+                return Err(Error::usage(format!(
+                    "{graph} was captured on GPU {}: replay it on a stream of that GPU, not of GPU \
+                     {device}",
+                    entry.device
+                )));
+            }
+            if let Some(freed) = entry.buffers.iter().find(|b| !st.buffers.contains(b.0)) {
+                return Err(Error::usage(format!(
+                    "{graph} uses {freed}, which was freed since the capture: a replay would touch \
+                     freed memory; capture the graph again"
+                )));
+            }
+            (entry.raw.clone(), raw_stream)
+        };
+        self.raw.replay(&raw_graph, &raw_stream)
+    }
+
+    fn destroy_graph(&self, graph: GraphId) -> Result<()> {
+        let entry = self.lock().graphs.remove(graph.0)?;
+        self.raw.destroy_graph(entry.raw)
+    }
+}
+
+impl<I: RawProbes> Probes for Checked<I> {
+    fn pointer_chase(
+        &self,
+        stream: StreamId,
+        chain: BufferId,
+        steps: u32,
+        result: BufferId,
+    ) -> Result<()> {
+        let kernel = Toucher::Kernel("a pointer-chase kernel");
+        let mut st = self.lock();
+        let (device, raw_stream) = self.stream(&st, stream)?;
+        let (on_chain, on_result) = (st.buffers.get(chain.0)?, st.buffers.get(result.0)?);
+        self.check_reach(&st, device, chain, on_chain.memory, kernel)?;
+        self.check_reach(&st, device, result, on_result.memory, kernel)?;
+        let elements = on_chain.len / 8;
+        if elements == 0 {
+            return Err(Error::usage(format!(
+                "pointer chase: the chain, {chain}, holds {} bytes, less than one u64 element",
+                on_chain.len
+            )));
+        }
+        check_range("pointer-chase result", result, on_result.len, 0, 8)?;
+        let (raw_chain, raw_result) = (on_chain.raw.clone(), on_result.raw.clone());
+        Self::note_capture(&mut st, stream, [chain, result]);
+        drop(st);
+        self.raw
+            .pointer_chase(&raw_stream, &raw_chain, elements as u64, steps, &raw_result)
+    }
+
+    fn ping_pong(
+        &self,
+        ping: StreamId,
+        pong: StreamId,
+        ping_flag: BufferId,
+        pong_flag: BufferId,
+        rounds: u32,
+    ) -> Result<()> {
+        if ping == pong {
+            return Err(Error::usage(
+                "ping-pong needs two different streams: on one stream the second kernel would \
+                 wait for the first to finish, and the first waits for the second",
+            ));
+        }
+        let (ping_stream, pong_stream, raw_ping_flag, raw_pong_flag) = {
+            let st = self.lock();
+            let (a, ping_stream) = self.idle_stream(&st, ping, "a ping-pong")?;
+            let (b, pong_stream) = self.idle_stream(&st, pong, "a ping-pong")?;
+            // Each side spins on its own flag and stores into the other side's.
+            let mut flags = [
+                (ping_flag, a, b, "ping_flag"),
+                (pong_flag, b, a, "pong_flag"),
+            ]
+            .into_iter()
+            .map(|(flag, owner, writer, name)| {
+                let entry = st.buffers.get(flag.0)?;
+                if entry.memory != Memory::Device(owner) {
+                    return Err(Error::usage(format!(
+                        "ping-pong: {name} ({flag}) must be memory of GPU {owner}, whose \
+                             kernel spins on it, not {:?}",
+                        entry.memory
+                    )));
+                }
+                check_range(&format!("ping-pong {name}"), flag, entry.len, 0, 4)?;
+                let kernel = Toucher::Kernel("a ping-pong kernel");
+                self.check_reach(&st, writer, flag, entry.memory, kernel)?;
+                Ok(entry.raw.clone())
+            });
+            let raw_ping_flag = flags.next().expect("two flags")?;
+            let raw_pong_flag = flags.next().expect("two flags")?;
+            (ping_stream, pong_stream, raw_ping_flag, raw_pong_flag)
+        };
+        self.raw.ping_pong(
+            &ping_stream,
+            &pong_stream,
+            &raw_ping_flag,
+            &raw_pong_flag,
+            rounds,
+        )
+    }
+}
+
+impl<I: RawBackend> Drop for Checked<I> {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // Open every gate first, so that no stream waits out a spin kernel's timeout below; then
+        // let the work finish before releasing what it uses. Nothing can report an error here.
+        for gate in st.gates.drain() {
+            let _ = self.raw.release(gate);
+        }
+        for stream in st.streams.iter() {
+            let _ = self.raw.synchronize(&stream.raw);
+        }
+        for graph in st.graphs.drain() {
+            let _ = self.raw.destroy_graph(graph.raw);
+        }
+        for event in st.events.drain() {
+            let _ = self.raw.destroy_event(event.raw);
+        }
+        for buffer in st.buffers.drain() {
+            let _ = self.raw.free(&buffer.raw);
+        }
+        for stream in st.streams.drain() {
+            let _ = self.raw.destroy_stream(stream.raw);
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! What an implementation provides: its own work, on arguments the checked layer has already
+//! checked.
+//!
+//! [`RawBackend`] mirrors [`Backend`](super::Backend) method for method, except that handles arrive
+//! as the implementation's own objects (`Self::Buffer`, `Self::Stream`, …), which the
+//! [`Checked`](super::Checked) layer keeps in its handle tables. Each method's documentation says
+//! what has been checked before it is called; an implementation checks only what it alone can know
+//! (memory left on a device, a preset's NUMA nodes, a driver's refusal).
+
+use super::{BufferCopy, BufferId, CopyMethod, Memory};
+use crate::topology::Topology;
+use crate::Result;
+
+/// The core of a backend, below the checks. Every GPU index exists; every buffer, stream, event and
+/// graph is live and from this backend; every range lies inside its buffer.
+pub trait RawBackend: Send + Sync {
+    /// A buffer's memory (cloned out of the handle table for each call that uses it).
+    type Buffer: Clone + Send + Sync;
+    type Stream: Clone + Send + Sync;
+    type Event: Clone + Send + Sync;
+    /// A held gate (taken out of the table by its release).
+    type Gate: Send + Sync;
+    type Graph: Clone + Send + Sync;
+
+    fn topology(&self) -> &Topology;
+    fn notices(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Called once per ordered pair of distinct GPUs, never concurrently; the pair's P2P is not
+    /// known to work (the implementation says why it does not).
+    fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()>;
+    fn free_memory(&self, device: usize) -> Result<u64>;
+    /// `bytes` > 0.
+    fn alloc(&self, memory: Memory, bytes: usize) -> Result<Self::Buffer>;
+    /// May refuse (the buffer stays live then); on success the checked layer drops the buffer.
+    fn free(&self, buffer: &Self::Buffer) -> Result<()>;
+    /// `data` is not empty.
+    fn write(&self, buffer: &Self::Buffer, offset: usize, data: &[u8]) -> Result<()>;
+    /// `out` is not empty.
+    fn read(&self, buffer: &Self::Buffer, offset: usize, out: &mut [u8]) -> Result<()>;
+
+    fn create_stream(&self, device: usize) -> Result<Self::Stream>;
+    /// The stream does not capture.
+    fn destroy_stream(&self, stream: Self::Stream) -> Result<()>;
+
+    /// `len` > 0; source and destination do not overlap; every buffer is reachable from the
+    /// stream's GPU by `method`'s rule (for a copy engine, another GPU's memory without peer access
+    /// means a pair without P2P: stage the copy through host memory).
+    fn copy(
+        &self,
+        stream: &Self::Stream,
+        method: CopyMethod,
+        copy: BufferCopy<&Self::Buffer>,
+    ) -> Result<()>;
+    /// Not empty; destinations disjoint; every buffer reachable by a kernel on the stream's GPU.
+    fn copy_batch(&self, stream: &Self::Stream, batch: Batch<'_, Self::Buffer>) -> Result<()>;
+    /// Not empty; destinations disjoint; every buffer reachable by the copy-engine rule of `copy`.
+    fn memcpy_batch(&self, stream: &Self::Stream, batch: Batch<'_, Self::Buffer>) -> Result<()>;
+
+    /// The stream does not capture (nor for `wait`, `synchronize`, `hold`).
+    fn record(&self, stream: &Self::Stream) -> Result<Self::Event>;
+    fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
+    fn event_done(&self, event: &Self::Event) -> Result<bool>;
+    fn event_synchronize(&self, event: &Self::Event) -> Result<()>;
+    /// Both events were recorded on one GPU. `None` while either has not completed.
+    fn elapsed_us(&self, start: &Self::Event, end: &Self::Event) -> Result<Option<f64>>;
+    fn destroy_event(&self, event: Self::Event) -> Result<()>;
+    fn synchronize(&self, stream: &Self::Stream) -> Result<()>;
+    fn host_time_us(&self) -> f64;
+
+    fn hold(&self, stream: &Self::Stream) -> Result<Self::Gate>;
+    fn release(&self, gate: Self::Gate) -> Result<()>;
+
+    /// The stream does not capture yet.
+    fn begin_capture(&self, stream: &Self::Stream) -> Result<()>;
+    /// The stream captures.
+    fn end_capture(&self, stream: &Self::Stream) -> Result<Self::Graph>;
+    /// The stream does not capture and is on the GPU that captured the graph; every buffer the
+    /// graph uses is live.
+    fn replay(&self, graph: &Self::Graph, stream: &Self::Stream) -> Result<()>;
+    fn destroy_graph(&self, graph: Self::Graph) -> Result<()>;
+}
+
+/// The latency probes, below the checks.
+pub trait RawProbes: RawBackend {
+    /// `chain` holds `elements` ≥ 1 u64 indices; `result` holds at least 8 bytes; both are reachable
+    /// by a kernel on the stream's GPU.
+    fn pointer_chase(
+        &self,
+        stream: &Self::Stream,
+        chain: &Self::Buffer,
+        elements: u64,
+        steps: u32,
+        result: &Self::Buffer,
+    ) -> Result<()>;
+
+    /// Two distinct streams that do not capture; each flag holds at least 4 bytes of its own
+    /// stream's GPU and is reachable by a kernel on the other stream's GPU.
+    fn ping_pong(
+        &self,
+        ping: &Self::Stream,
+        pong: &Self::Stream,
+        ping_flag: &Self::Buffer,
+        pong_flag: &Self::Buffer,
+        rounds: u32,
+    ) -> Result<()>;
+}
+
+/// A batch's copies with the implementation's buffer objects, checked: every range inside its
+/// buffer, destinations disjoint, every buffer reachable from the stream's GPU.
+pub struct Batch<'a, B> {
+    copies: &'a [BufferCopy],
+    /// Each buffer the copies name, once.
+    buffers: &'a [(BufferId, B)],
+}
+
+impl<'a, B> Batch<'a, B> {
+    /// `buffers` must hold every buffer `copies` names.
+    pub(super) fn new(copies: &'a [BufferCopy], buffers: &'a [(BufferId, B)]) -> Self {
+        Batch { copies, buffers }
+    }
+
+    pub fn len(&self) -> usize {
+        self.copies.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.copies.is_empty()
+    }
+
+    /// Each copy with its buffers' objects, in order. Consecutive messages mostly name the same
+    /// two buffers, which are then found without a search.
+    pub fn iter(&self) -> impl Iterator<Item = BufferCopy<&'a B>> + '_ {
+        let buffers = self.buffers;
+        let resolve = move |last: &mut Option<(BufferId, &'a B)>, id: BufferId| match *last {
+            Some((known, found)) if known == id => found,
+            _ => {
+                let found = &buffers
+                    .iter()
+                    .find(|(b, _)| *b == id)
+                    .expect("the checked layer lists every buffer of a batch")
+                    .1;
+                *last = Some((id, found));
+                found
+            }
+        };
+        let (mut dst, mut src) = (None, None);
+        self.copies.iter().map(move |c| BufferCopy {
+            dst: resolve(&mut dst, c.dst),
+            dst_offset: c.dst_offset,
+            src: resolve(&mut src, c.src),
+            src_offset: c.src_offset,
+            len: c.len,
+        })
+    }
+}
