@@ -23,7 +23,7 @@ fn link(doc: &Value, src: u64, dst: u64) -> (String, bool) {
     )
 }
 
-/// DGX-1's hybrid cube-mesh as `nvidia-smi topo -m` prints it (shared/REFERENCE.md).
+/// DGX-1's hybrid cube-mesh as `nvidia-smi topo -m` prints it (docs/reference.md).
 const DGX1: [[&str; 8]; 8] = [
     ["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"],
     ["NV1", "X", "NV2", "NV1", "SYS", "NV2", "SYS", "SYS"],

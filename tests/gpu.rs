@@ -16,7 +16,7 @@ mod contract;
 #[path = "gpu/engine.rs"]
 mod engine;
 
-use contract::{contents, pattern};
+use contract::contents;
 
 mod cuda_contract {
     contract_tests!(

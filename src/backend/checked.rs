@@ -23,7 +23,7 @@ use super::raw::{Batch, RawBackend, RawProbes};
 use super::{
     Backend, BufferCopy, BufferId, CopyMethod, EventId, GateId, GraphId, Memory, Probes, StreamId,
 };
-use crate::topology::Topology;
+use crate::topology::{Source, Topology};
 use crate::{Error, Result};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

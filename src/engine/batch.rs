@@ -132,7 +132,7 @@ impl Fabric {
     }
 }
 
-impl Drop for Pattern {
+impl Drop for PreparedBatch {
     fn drop(&mut self) {
         if let Some(graph) = self.graph {
             // Replays already queued still run; nothing can report a failure from drop.

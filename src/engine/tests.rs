@@ -698,12 +698,12 @@ fn a_batch_run_checks_its_buffers_once_not_once_per_message() {
     let waits = counts.stream_waits.load(Ordering::Relaxed) - before.1;
     assert!(queries <= 3 * 4, "{queries} event queries for 3 runs");
     assert!(waits <= 3 * 4, "{waits} stream waits for 3 runs");
-    // A pattern's graph goes with the pattern.
+    // A prepared batch's graph goes with it.
     let replayed = fabric
-        .pattern_with(&messages, 4, BatchStrategy::KernelGraph)
+        .prepare_batch_with(&messages, 4, BatchStrategy::KernelGraph)
         .unwrap();
     replayed.run(&[]).unwrap().wait().unwrap();
-    drop((pattern, replayed));
+    drop((batch, replayed));
     let captured = counts.graphs_captured.load(Ordering::Relaxed);
     assert!(captured >= 1);
     assert_eq!(captured, counts.graphs_destroyed.load(Ordering::Relaxed));

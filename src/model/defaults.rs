@@ -1,6 +1,6 @@
 //! Hop costs derived from the topology alone, for hosts without a measured profile.
 //!
-//! Every figure is a published or measured-here number (shared/REFERENCE.md); they are starting
+//! Every figure is a published or measured-here number (docs/reference.md); they are starting
 //! points that a measured profile replaces. The topology says the link class, the NVLink count and
 //! P2P yes/no; the PCIe generation and NVLink rate are inferred from the GPU architecture (compute
 //! capability), which is how the hardware shipped.

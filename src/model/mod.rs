@@ -316,7 +316,7 @@ pub(crate) mod test_support {
         }
     }
 
-    /// DGX-1's hybrid cube-mesh (shared/REFERENCE.md).
+    /// DGX-1's hybrid cube-mesh (docs/reference.md).
     pub fn dgx1() -> Topology {
         topology(
             "7.0",

@@ -91,12 +91,12 @@ macro_rules! contract_tests {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// Bytes that differ from their neighbours, from the fill and between seeds, so a shifted or
-/// truncated copy shows.
+/// The crate's data pattern (a shifted, truncated or stale copy shows), with every byte made odd so
+/// that none equals the zero fill: a byte a copy failed to write cannot pass for a written one.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8 ^ seed | 1)
-        .collect()
+    let mut bytes = peerlink::bench::pattern::bytes(u64::from(seed), len);
+    bytes.iter_mut().for_each(|b| *b |= 1);
+    bytes
 }
 
 const FILL: u8 = 0;
@@ -230,8 +230,12 @@ const SHAPES: [(usize, usize, usize); 7] = [
 // The host
 
 pub fn source_and_topology_describe_the_host(b: &dyn Backend) {
-    assert!(!b.source().is_empty());
     let t = b.topology();
+    // The source names what the figures come from, and says whether they are simulated.
+    assert_eq!(b.source(), &t.source);
+    assert_eq!(b.source().is_simulated(), t.is_simulated());
+    let named = b.source().to_string();
+    assert!(named == "cuda" || named.starts_with("sim:"), "{named}");
     let n = t.devices.len();
     assert!(n >= 1, "a host has a GPU");
     for (i, d) in t.devices.iter().enumerate() {

@@ -539,7 +539,7 @@ mod tests {
 
     #[test]
     fn dgx1_v100_topology_is_the_published_matrix() {
-        // shared/REFERENCE.md, the commonly published `nvidia-smi topo -m` of a DGX-1.
+        // docs/reference.md, the commonly published `nvidia-smi topo -m` of a DGX-1.
         const MATRIX: &str = "
             X   NV1  NV1  NV2  NV2  SYS  SYS  SYS
            NV1   X   NV2  NV1  SYS  NV2  SYS  SYS

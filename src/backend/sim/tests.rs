@@ -1,8 +1,8 @@
 //! Behaviour of the simulated backend through the `Backend` trait.
 
 use super::*;
-use crate::bench::pattern;
 use crate::backend::{Backend, BufferId, EventId, GateId, Probes, StreamId};
+use crate::bench::pattern;
 
 const MIB: usize = 1 << 20;
 

@@ -2,7 +2,7 @@
 //! one dependent load over the link (pointer chase), and one-way GPU-initiated signalling.
 
 use super::{chase_on_host, enable, lane_outcome, no_p2p, Context, Outcome, TestCase};
-use crate::backend::{Backend, BufferId, BufferCopy, CopyMethod, Memory};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::bench::timing::{gpu_us, host_us, measure, HopSpec, Lane, Runs, Sampling};

@@ -11,7 +11,7 @@
 //! staged through pinned host memory). Several lanes run at once for bidirectional and fan tests;
 //! the first lane's stream is the anchor whose events time the whole.
 
-use crate::backend::{Backend, BufferId, BufferCopy, CopyMethod, EventId, Memory, StreamId};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
 use crate::bench::pattern::{self, first_mismatch};
 use crate::bench::stats::Stats;
 use crate::Result;

@@ -41,7 +41,7 @@ use serde::Serialize;
 const SIM_SIZES: &[u64] = &[4 << 10, 64 << 10, 1 << 20, 4 << 20];
 const SIM_QUICK_SIZES: &[u64] = &[64 << 10, 1 << 20];
 /// Sweep sizes on real GPUs: α shows at 4 KiB, β from 32 MiB (a 400 GB/s link reaches 90% of β
-/// at ~9 MB, shared/REFERENCE.md).
+/// at ~9 MB, docs/reference.md).
 const GPU_SIZES: &[u64] = &[4 << 10, 256 << 10, 4 << 20, 32 << 20];
 const GPU_QUICK_SIZES: &[u64] = &[64 << 10, 4 << 20, 32 << 20];
 

@@ -31,7 +31,7 @@ fn cost(m: &Measurements, hop: Hop) -> Cost {
 
 #[test]
 fn dgx1_profile_fits_the_preset_link_model_and_matches_the_host() {
-    // 0–1 and 1–3 are NV1, 0–3 is NV2 (shared/REFERENCE.md).
+    // 0–1 and 1–3 are NV1, 0–3 is NV2 (docs/reference.md).
     let (sim, m) = tuned("dgx1-v100", Some(vec![0, 1, 3]), false);
     let preset = Preset::load("dgx1-v100").unwrap();
     let nv = preset.nvlink.as_ref().unwrap();
