@@ -34,7 +34,7 @@ struct Cli {
 #[derive(Args)]
 struct Global {
     /// Use a simulated host: an embedded preset name (dgx-h100, dgx1-v100, pcie-4gpu-2socket,
-    /// pcie-2gpu-switch) or a preset JSON file
+    /// pcie-2gpu-switch, h200-pair) or a preset JSON file
     #[arg(
         long,
         global = true,

@@ -130,14 +130,15 @@ pub fn run(
         from.write(0, &pattern(len, bytes ^ (i as u64 + 1) << 32))?;
         buffers.push((from, to));
     }
-    let submit = |i: usize, strategy: Strategy| -> Result<Transfer> {
+    let transfer = |i: usize, strategy: Strategy| {
         let (from, to) = &buffers[i];
         fabric
             .transfer(from.all(), to.all())
             .strategy(strategy)
             .timed()
-            .submit()
     };
+    let submit =
+        |i: usize, strategy: Strategy| -> Result<Transfer> { transfer(i, strategy).submit() };
 
     // Alone: each flow's pick with nothing else running; a warm-up before each timed run.
     let mut alone = Vec::with_capacity(pairs.len());
@@ -161,12 +162,15 @@ pub fn run(
     });
     let ways: Vec<Option<Strategy>> = std::iter::once(None).chain(uniform.map(Some)).collect();
     let backend = fabric.backend();
-    // Every flow submitted, then every one waited for: the makespan and the finished transfers.
+    // Every flow submitted together (their chunks interleaved, so that none waits for the CPU to
+    // queue another), then every one waited for: the makespan and the finished transfers.
     let all_at_once = |way: Option<Strategy>| -> Result<(f64, Vec<Transfer>)> {
         let start = backend.host_time_us();
-        let transfers = (0..pairs.len())
-            .map(|i| submit(i, way.unwrap_or(picks[i])))
-            .collect::<Result<Vec<_>>>()?;
+        let transfers = fabric.submit_together(
+            (0..pairs.len())
+                .map(|i| transfer(i, way.unwrap_or(picks[i])))
+                .collect(),
+        )?;
         for t in &transfers {
             t.wait()?;
         }
