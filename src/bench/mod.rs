@@ -36,6 +36,7 @@ pub const DEFAULT_TESTS: &[&str] = &[
     "issue-cost",
     "e2e-latency",
     "pointer-chase",
+    "pointer-chase-resident",
     "ping-pong",
 ];
 

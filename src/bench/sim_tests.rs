@@ -166,6 +166,33 @@ fn every_default_test_fills_or_explains_every_cell() {
 }
 
 #[test]
+fn both_pointer_chases_run_and_say_which_definition_they_are() {
+    let h100 = sim("dgx-h100");
+    let report = bench(
+        &h100,
+        Options {
+            tests: names(&["pointer-chase", "pointer-chase-resident"]),
+            devices: Some(vec![0, 1]),
+            ..Options::default()
+        },
+    );
+    let (flushed, resident) = (
+        only(&report, "pointer-chase"),
+        only(&report, "pointer-chase-resident"),
+    );
+    assert!(flushed.measures.contains("flushed"), "{}", flushed.measures);
+    assert!(resident.measures.contains("device_to_device_latency_sm"));
+    assert!(resident.measures.contains("2 MiB") && resident.measures.contains("128 B"));
+    // The simulator models no caches: both give the preset's NVLink load latency (826 ns).
+    for t in [flushed, resident] {
+        assert_eq!(t.cells.len(), 2, "{}", t.name);
+        for c in &t.cells {
+            assert!(within(c.value, 826.0, 0.01), "{}: {}", t.name, c.value);
+        }
+    }
+}
+
+#[test]
 fn one_gpu_is_its_own_peer() {
     let h100 = sim("dgx-h100");
     let report = bench(

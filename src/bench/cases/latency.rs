@@ -1,7 +1,9 @@
 //! Latency: GPU time per small copy, the CPU's cost to issue one, end to end as the host sees it,
 //! one dependent load over the link (pointer chase), and one-way GPU-initiated signalling.
 
-use super::{chase_on_host, enable, lane_outcome, no_p2p, Context, Outcome, TestCase};
+use super::{
+    chase_on_host, enable, lane_outcome, no_p2p, strided_chain, Context, Outcome, TestCase,
+};
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, Memory};
 use crate::bench::engine::{measure, HopSpec, Lane, Timing};
 use crate::bench::result::{Place, Shape, Unit};
@@ -265,12 +267,33 @@ fn timed(
     Ok(us)
 }
 
+/// Which chain a pointer chase follows: two published definitions of "the latency of one load
+/// over the link" that differ by what the caches and address translation serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChaseChain {
+    /// A random cycle over a region wider than the caches, flushed before each sample: every load
+    /// goes to the peer's memory, translation misses likely included.
+    Flushed,
+    /// nvbandwidth's `device_to_device_latency_sm`: a 2 MiB chain stepping one 128-byte cache line
+    /// at a time, walked once untimed so that it stays resident in the caches.
+    Resident,
+}
+
+/// Bytes of the resident chain (nvbandwidth's latency buffer).
+pub const RESIDENT_CHAIN_BYTES: u64 = 2 << 20;
+/// Bytes between two nodes of the resident chain: one cache line (nvbandwidth's stride of 16
+/// pointers).
+pub const RESIDENT_STRIDE_BYTES: u64 = 128;
+
 /// Dependent loads from a peer's memory: the round-trip latency of one load over the link.
-pub struct PointerChase;
+pub struct PointerChase(pub ChaseChain);
 
 impl TestCase for PointerChase {
     fn name(&self) -> &str {
-        "pointer-chase"
+        match self.0 {
+            ChaseChain::Flushed => "pointer-chase",
+            ChaseChain::Resident => "pointer-chase-resident",
+        }
     }
 
     fn unit(&self) -> Unit {
@@ -286,11 +309,24 @@ impl TestCase for PointerChase {
     }
 
     fn measures(&self) -> String {
+        let chain = match self.0 {
+            ChaseChain::Flushed => {
+                "a random cyclic chain spread over a region larger than the caches, which are \
+                 flushed before each sample (every load reaches the peer's memory, translation \
+                 misses likely included; pointer-chase-resident is nvbandwidth's definition)"
+                    .to_string()
+            }
+            ChaseChain::Resident => format!(
+                "a {} chain stepping {RESIDENT_STRIDE_BYTES} B (a cache line) at a time, walked \
+                 once untimed so that it stays resident in the caches, not flushed \
+                 (nvbandwidth's device_to_device_latency_sm definition)",
+                crate::units::format_bytes(RESIDENT_CHAIN_BYTES)
+            ),
+        };
         format!(
             "ns per dependent 8-byte load by a one-thread kernel on the source (row) GPU from the \
-             destination (column) GPU's memory: {CHASE_STEPS} loads along a random cyclic chain \
-             spread over a region larger than the caches, which are flushed before each sample; \
-             a round trip over the link; GPU time"
+             destination (column) GPU's memory: {CHASE_STEPS} loads per sample along {chain}; a \
+             round trip over the link; GPU time"
         )
     }
 
@@ -299,7 +335,12 @@ impl TestCase for PointerChase {
         if let Some(reason) = no_p2p(ctx.topology(), src, dst).or_else(|| enable(ctx, src, dst)) {
             return Ok(Outcome::Skipped(reason));
         }
-        let chain = ctx.chase_chain();
+        let chain = match self.0 {
+            ChaseChain::Flushed => ctx.chase_chain(),
+            ChaseChain::Resident => {
+                std::sync::Arc::new(strided_chain(RESIDENT_CHAIN_BYTES, RESIDENT_STRIDE_BYTES))
+            }
+        };
         if chain.len() as u64 > ctx.backend.free_memory(dst)? / 2 {
             return Ok(Outcome::Skipped(format!(
                 "GPU {dst} has too little free memory for the {} chain",
@@ -313,13 +354,16 @@ impl TestCase for PointerChase {
         let result = buffers.alloc(Memory::Device(src), 8)?;
         // Each sample walks the same nodes: without an eviction in between, every sample after the
         // first would be served from the L2 caches. Copying a scratch region as large as the chain
-        // through each GPU's memory evicts them.
+        // through each GPU's memory evicts them (the resident chain is meant to stay).
         let mut evictions = Vec::new();
-        for gpu in if src == dst {
+        let flushed = if self.0 == ChaseChain::Resident {
+            Vec::new()
+        } else if src == dst {
             vec![dst]
         } else {
             vec![src, dst]
-        } {
+        };
+        for gpu in flushed {
             let scratch = buffers.alloc(Memory::Device(gpu), chain.len())?;
             let half = chain.len() / 2;
             evictions.push(Copy {
@@ -331,7 +375,13 @@ impl TestCase for PointerChase {
             });
         }
         backend.write(on_dst, 0, &chain)?;
-        backend.pointer_chase(stream, on_dst, CHASE_STEPS / 10, result)?; // warm-up
+        // Warm-up: first launch and module load; the resident chain is walked whole, so that every
+        // node a sample visits is in the caches.
+        let warmup = match self.0 {
+            ChaseChain::Flushed => CHASE_STEPS / 10,
+            ChaseChain::Resident => (RESIDENT_CHAIN_BYTES / RESIDENT_STRIDE_BYTES) as u32,
+        };
+        backend.pointer_chase(stream, on_dst, warmup, result)?;
         let expected = chase_on_host(&chain, CHASE_STEPS);
         let mut per_load_us = Vec::new();
         for _ in 0..ctx.timing.samples {

@@ -9,7 +9,7 @@ mod peer;
 
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
 pub(crate) use latency::Buffers;
-pub use latency::{EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
+pub use latency::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
 pub use peer::{Issuer, PeerCopy, Route};
 
 use super::engine::{LaneLabel, Measurement, Timing};
@@ -107,7 +107,8 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     tests.push(Box::new(SmallCopy(SmallCopyFigure::GpuTime)));
     tests.push(Box::new(SmallCopy(SmallCopyFigure::IssueCost)));
     tests.push(Box::new(EndToEnd));
-    tests.push(Box::new(PointerChase));
+    tests.push(Box::new(PointerChase(ChaseChain::Flushed)));
+    tests.push(Box::new(PointerChase(ChaseChain::Resident)));
     tests.push(Box::new(PingPong));
     tests
 }
@@ -220,6 +221,20 @@ fn build_chain(region: u64) -> Vec<u8> {
     chain
 }
 
+/// A chain over `region` bytes stepping `stride` bytes at a time from element 0 and back to it
+/// (nvbandwidth's latency chain: each node names the one a stride further, the last the first).
+pub fn strided_chain(region: u64, stride: u64) -> Vec<u8> {
+    let step = (stride / 8).max(1) as usize;
+    let nodes = (region as usize / (8 * step)).max(2);
+    let mut chain = vec![0u8; nodes * step * 8];
+    for node in 0..nodes {
+        let next = ((node + 1) % nodes * step) as u64;
+        let at = node * step * 8;
+        chain[at..at + 8].copy_from_slice(&next.to_le_bytes());
+    }
+    chain
+}
+
 /// The element index reached after `steps` loads from element 0 of `chain`.
 pub fn chase_on_host(chain: &[u8], steps: u32) -> u64 {
     let mut index = 0u64;
@@ -301,6 +316,21 @@ mod tests {
         );
         assert_eq!(chase_on_host(&chain, nodes as u32), 0);
         assert_ne!(chase_on_host(&chain, 1), 0);
+    }
+
+    #[test]
+    fn the_strided_chain_steps_one_cache_line_at_a_time_and_closes() {
+        let chain = strided_chain(64 * 1024, 128);
+        assert_eq!(chain.len(), 64 * 1024);
+        let nodes = 64 * 1024 / 128;
+        // Element 0 → 16 → 32 …, and back to 0 after every node.
+        assert_eq!(chase_on_host(&chain, 1), 16);
+        assert_eq!(chase_on_host(&chain, 2), 32);
+        assert_eq!(
+            chase_on_host(&chain, nodes as u32 - 1),
+            (nodes as u64 - 1) * 16
+        );
+        assert_eq!(chase_on_host(&chain, nodes as u32), 0);
     }
 
     #[test]

@@ -17,8 +17,8 @@ pub mod export;
 mod tests;
 
 use super::cases::{
-    Buffers, Context, HostCopy, HostDirection, Issuer, Outcome, PeerCopy, PingPong, PointerChase,
-    Route, TestCase,
+    Buffers, ChaseChain, Context, HostCopy, HostDirection, Issuer, Outcome, PeerCopy, PingPong,
+    PointerChase, Route, TestCase,
 };
 use super::engine::{measure, HopSpec, Lane, Timing};
 use super::explain::host_us;
@@ -806,7 +806,7 @@ fn pair_latency(ctx: &mut Context<'_>, src: usize, dst: usize) -> Result<PairLat
     Ok(PairLatency {
         src,
         dst,
-        load_ns: value(&PointerChase)?,
+        load_ns: value(&PointerChase(ChaseChain::Flushed))?,
         signal_us: value(&PingPong)?,
     })
 }
