@@ -43,6 +43,13 @@ pub const DEFAULT_TESTS: &[&str] = &[
 /// What `peerlink bench --sizes …` sweeps when no test is named.
 pub const DEFAULT_SWEEP_TESTS: &[&str] = &["ce-write"];
 
+/// Samples of the latency tests that cost little (copy-latency, issue-cost, e2e-latency,
+/// ping-pong: a few ms per pair) on real GPUs. Three samples let one outlier move the median of
+/// three `bench` runs by 50% (copy-latency on the H200 pair: one sample of 16.3 µs among 2.27);
+/// the median of 21 needs eleven bad samples to move. Each test also throws its first sample (or
+/// transfer, or short run) away, where first-use costs land.
+pub const LATENCY_SAMPLES: u32 = 21;
+
 /// The user's choices; `None` means the default for the backend.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Options {
@@ -61,6 +68,8 @@ pub struct Options {
 pub struct Defaults {
     pub size: u64,
     pub timing: Timing,
+    /// Samples of copy-latency, issue-cost, e2e-latency and ping-pong (see [`LATENCY_SAMPLES`]).
+    pub latency_samples: u32,
     pub chase_region_bytes: u64,
     /// What differs from the real-GPU defaults, and why.
     pub note: Option<String>,
@@ -81,6 +90,7 @@ impl Defaults {
                     samples: 1,
                     rotation_bytes: 0,
                 },
+                latency_samples: 1,
                 chase_region_bytes: 1 << 20,
                 note: Some(
                     "simulator defaults: 8 MiB messages (not 64 MiB), 1 warm-up and 2 timed \
@@ -101,6 +111,7 @@ impl Defaults {
                     // A 64 MiB message already overflows the H200's 60 MB L2; smaller ones rotate.
                     rotation_bytes: 64 << 20,
                 },
+                latency_samples: LATENCY_SAMPLES,
                 chase_region_bytes: 256 << 20,
                 note: None,
             }
@@ -182,6 +193,8 @@ pub fn run(
         timing,
         defaults.chase_region_bytes,
     );
+    // --samples sets every test's samples; by default the cheap latency tests take more.
+    ctx.latency_samples = options.samples.unwrap_or(defaults.latency_samples);
     let mut report = BenchReport {
         schema: result::SCHEMA,
         source: backend.source().to_string(),

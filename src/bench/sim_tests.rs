@@ -1,7 +1,8 @@
 //! The bench on simulated hosts: figures against the presets, verification, sweeps, explain.
 
 use super::cases::{Context, Issuer, PeerCopy, Route};
-use super::engine::measure;
+use super::cases::latency;
+use super::engine::{measure, Timing};
 use super::result::{BenchReport, Place, TestResult};
 use super::*;
 use crate::backend::sim::SimBackend;
@@ -210,6 +211,47 @@ fn one_gpu_is_its_own_peer() {
         assert!(t.not_measured.is_empty());
     }
     assert!(report.notes.iter().any(|n| n.contains("its own peer")));
+}
+
+#[test]
+fn the_cheap_latency_tests_take_their_own_samples_the_chase_the_bandwidths() {
+    let h100 = sim("dgx-h100");
+    let timing = Timing {
+        samples: 3,
+        ..Defaults::for_backend(&h100).timing
+    };
+    let mut ctx = Context::new(&h100, vec![0, 1], timing, 1 << 20);
+    assert_eq!(ctx.latency_samples, 3, "as many as the bandwidths unless set");
+    ctx.latency_samples = LATENCY_SAMPLES;
+    let place = Place::Pair { src: 0, dst: 1 };
+    let samples = |ctx: &mut Context<'_>, test: &dyn TestCase| match test.measure(ctx, place, 4) {
+        Ok(cases::Outcome::Measured { time_us, .. }) => time_us.samples,
+        other => panic!("{}: {other:?}", test.name()),
+    };
+    use cases::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
+    let n = LATENCY_SAMPLES as usize;
+    assert_eq!(samples(&mut ctx, &SmallCopy(SmallCopyFigure::GpuTime)), n);
+    assert_eq!(samples(&mut ctx, &SmallCopy(SmallCopyFigure::IssueCost)), n);
+    assert_eq!(
+        samples(&mut ctx, &EndToEnd),
+        n * latency::END_TO_END_TRANSFERS as usize
+    );
+    assert_eq!(samples(&mut ctx, &PingPong), n);
+    assert_eq!(samples(&mut ctx, &PointerChase(ChaseChain::Flushed)), 3);
+    // `bench --samples N` sets both.
+    let report = bench(
+        &h100,
+        Options {
+            tests: names(&["copy-latency", "ce-write"]),
+            devices: Some(vec![0, 1]),
+            size: Some(64 << 10),
+            samples: Some(2),
+            ..Options::default()
+        },
+    );
+    for t in &report.tests {
+        assert!(t.cells.iter().all(|c| c.time_us.samples == 2), "{}", t.name);
+    }
 }
 
 #[test]

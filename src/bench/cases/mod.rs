@@ -4,7 +4,7 @@
 //! [`TestCase::measure`], so the same code fills a matrix, a per-GPU list and a size sweep.
 
 mod host;
-mod latency;
+pub(crate) mod latency;
 mod peer;
 
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
@@ -118,6 +118,9 @@ pub struct Context<'a> {
     pub backend: &'a dyn Backend,
     pub devices: Vec<usize>,
     pub timing: Timing,
+    /// Samples of the cheap latency tests (copy-latency, issue-cost, e2e-latency, ping-pong), whose
+    /// medians need more of them than a bandwidth's; `timing.samples` unless set.
+    pub latency_samples: u32,
     /// Bytes the pointer chase spreads its chain over (bigger than the caches on real GPUs).
     pub chase_region_bytes: u64,
     /// Streams made so far, per device; a measurement asks for the k-th of a device.
@@ -138,6 +141,7 @@ impl<'a> Context<'a> {
             backend,
             devices,
             timing,
+            latency_samples: timing.samples,
             chase_region_bytes,
             streams: HashMap::new(),
             chain: None,
