@@ -89,8 +89,9 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_name = "NAME,..")]
     tests: Option<Vec<String>>,
 
-    /// Bytes per message: 64MiB, 4K (K/M/G = powers of 1024), 1GB (powers of 1000)
-    /// [default: 64MiB on GPUs, 8MiB on the simulator]
+    /// Bytes per message: 64MiB, 4K (K/M/G = powers of 1024), 1GB (powers of 1000), or `plateau`:
+    /// each test where it reaches its plateau (512 MiB between GPUs, 64 MiB to or from the host,
+    /// 1 GiB within a GPU) [default: plateau on GPUs, 8MiB on the simulator]
     #[arg(long, value_name = "SIZE")]
     size: Option<String>,
 
@@ -231,7 +232,7 @@ fn run(cli: Cli) -> Result<()> {
             let options = bench::Options {
                 tests: args.tests,
                 devices: global.devices.clone(),
-                size: args.size.as_deref().map(parse_size).transpose()?,
+                size: args.size.as_deref().map(bench_size).transpose()?,
                 samples: args.samples,
                 iterations: args.iterations,
                 sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
@@ -474,6 +475,14 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
         proof: proof.as_ref(),
     };
     print(report::plan::json(&view), report::plan::text(&view))
+}
+
+/// `bench --size`: a size, or `plateau`.
+fn bench_size(text: &str) -> peerlink::Result<bench::Size> {
+    if text == "plateau" {
+        return Ok(bench::Size::Plateau);
+    }
+    parse_size(text).map(bench::Size::Bytes)
 }
 
 /// A progress bar on stderr, except for `--json` runs.

@@ -123,6 +123,31 @@ fn bench_sweep_reports_points_and_a_fit() {
 }
 
 #[test]
+fn size_plateau_runs_each_test_at_its_plateau_and_every_test_tells_its_wall_time() {
+    let doc = json_of(&[
+        "bench",
+        "--json",
+        "--sim",
+        "pcie-2gpu-switch",
+        "--tests",
+        "h2d,copy-latency",
+        "--size",
+        "plateau",
+    ]);
+    let tests = doc["tests"].as_array().unwrap();
+    assert_eq!(tests[0]["name"], "h2d");
+    assert_eq!(tests[0]["size_bytes"], 64 << 20);
+    assert_eq!(
+        tests[1]["size_bytes"], 4,
+        "latency tests keep their own size"
+    );
+    for t in tests {
+        let wall = t["wall_s"].as_f64().unwrap();
+        assert!(wall > 0.0 && wall < 10.0, "{}: {wall}", t["name"]);
+    }
+}
+
+#[test]
 fn bad_input_exits_2_with_a_message() {
     for (args, says) in [
         (vec!["--size", "0"], "zero"),

@@ -1,7 +1,7 @@
 //! The bench on simulated hosts: figures against the presets, verification, sweeps, explain.
 
-use super::cases::{Context, Issuer, PeerCopy, Route};
 use super::cases::latency;
+use super::cases::{Context, Issuer, PeerCopy, Route};
 use super::engine::{measure, Timing};
 use super::result::{BenchReport, Place, TestResult};
 use super::*;
@@ -38,7 +38,7 @@ fn ce_write_on_dgx_h100_matches_the_preset_on_every_pair() {
         &h100,
         Options {
             tests: names(&["ce-write"]),
-            size: Some(16 << 20),
+            size: Some(Size::Bytes(16 << 20)),
             ..Options::default()
         },
     );
@@ -106,7 +106,7 @@ fn dgx1_pairs_without_nvlink_are_na_with_a_reason_and_staged_figures_exist() {
         &v100,
         Options {
             tests: names(&["ce-write", "staged", "pointer-chase"]),
-            size: Some(1 << 20),
+            size: Some(Size::Bytes(1 << 20)),
             ..Options::default()
         },
     );
@@ -201,7 +201,7 @@ fn one_gpu_is_its_own_peer() {
         Options {
             tests: names(&["ce-write", "ping-pong", "pointer-chase"]),
             devices: Some(vec![3]),
-            size: Some(1 << 20),
+            size: Some(Size::Bytes(1 << 20)),
             ..Options::default()
         },
     );
@@ -221,7 +221,10 @@ fn the_cheap_latency_tests_take_their_own_samples_the_chase_the_bandwidths() {
         ..Defaults::for_backend(&h100).timing
     };
     let mut ctx = Context::new(&h100, vec![0, 1], timing, 1 << 20);
-    assert_eq!(ctx.latency_samples, 3, "as many as the bandwidths unless set");
+    assert_eq!(
+        ctx.latency_samples, 3,
+        "as many as the bandwidths unless set"
+    );
     ctx.latency_samples = LATENCY_SAMPLES;
     let place = Place::Pair { src: 0, dst: 1 };
     let samples = |ctx: &mut Context<'_>, test: &dyn TestCase| match test.measure(ctx, place, 4) {
@@ -244,7 +247,7 @@ fn the_cheap_latency_tests_take_their_own_samples_the_chase_the_bandwidths() {
         Options {
             tests: names(&["copy-latency", "ce-write"]),
             devices: Some(vec![0, 1]),
-            size: Some(64 << 10),
+            size: Some(Size::Bytes(64 << 10)),
             samples: Some(2),
             ..Options::default()
         },
@@ -342,7 +345,7 @@ fn bad_input_is_a_usage_error() {
         "{unknown}"
     );
     let too_big = usage(Options {
-        size: Some(1 << 40),
+        size: Some(Size::Bytes(1 << 40)),
         ..Options::default()
     });
     assert!(too_big.contains("free memory"), "{too_big}");

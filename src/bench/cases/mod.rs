@@ -50,6 +50,11 @@ pub trait TestCase: Sync {
     fn message_bytes(&self, requested: u64) -> u64 {
         requested
     }
+    /// Bytes per message by default on real GPUs: where the test's figure reaches its plateau
+    /// (see [`crate::bench::PLATEAU`]).
+    fn plateau_bytes(&self) -> u64 {
+        crate::bench::PLATEAU.host
+    }
     /// Whether a message-size sweep of this test means something.
     fn sweeps(&self) -> bool {
         false
@@ -335,6 +340,32 @@ mod tests {
             (nodes as u64 - 1) * 16
         );
         assert_eq!(chase_on_host(&chain, nodes as u32), 0);
+    }
+
+    #[test]
+    fn each_bandwidth_test_defaults_to_its_kind_of_copys_plateau() {
+        let plateau = |name: &str| {
+            registry()
+                .into_iter()
+                .find(|t| t.name() == name)
+                .unwrap()
+                .plateau_bytes()
+        };
+        let p = crate::bench::PLATEAU;
+        for name in [
+            "ce-write",
+            "ce-read",
+            "ce-bidir-write",
+            "sm-read",
+            "all-to-one",
+        ] {
+            assert_eq!(plateau(name), p.peer, "{name}");
+        }
+        for name in ["h2d", "d2h", "staged", "staged-bidir"] {
+            assert_eq!(plateau(name), p.host, "{name}");
+        }
+        assert_eq!(plateau("local"), p.local);
+        assert_eq!(p.peer, 512 << 20, "nvbandwidth's default size");
     }
 
     #[test]
