@@ -104,6 +104,17 @@ struct BenchArgs {
     #[arg(long)]
     iterations: Option<u32>,
 
+    /// Untimed operations queued before each sample's window [default: 4 on GPUs, 1 on the
+    /// simulator]
+    #[arg(long, value_name = "N")]
+    warmup: Option<u32>,
+
+    /// Rotate each lane's operations over buffers spanning at least this many bytes, so that the
+    /// GPU's cache cannot serve them; 0 keeps one buffer [default: 64MiB on GPUs, 0 on the
+    /// simulator]
+    #[arg(long, value_name = "SIZE")]
+    rotation: Option<String>,
+
     /// Sweep message sizes instead: a range 4B..1GiB (powers of two) or a list 4K,64K,1M; reports
     /// median, p99 and GB/s per size and fits time = α + bytes/β per pair
     #[arg(long, value_name = "RANGE|LIST")]
@@ -235,6 +246,8 @@ fn run(cli: Cli) -> Result<()> {
                 size: args.size.as_deref().map(bench_size).transpose()?,
                 samples: args.samples,
                 iterations: args.iterations,
+                warmup: args.warmup,
+                rotation: args.rotation.as_deref().map(parse_rotation).transpose()?,
                 sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
             };
             let found = bench::run(opened.backend.as_ref(), &options, &*progress_for(global))?;
@@ -475,6 +488,14 @@ fn plan(global: &Global, args: &PlanArgs) -> Result<()> {
         proof: proof.as_ref(),
     };
     print(report::plan::json(&view), report::plan::text(&view))
+}
+
+/// `bench --rotation`: a size, or 0 for one buffer.
+fn parse_rotation(text: &str) -> peerlink::Result<u64> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    parse_size(text)
 }
 
 /// `bench --size`: a size, or `plateau`.

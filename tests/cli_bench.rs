@@ -148,6 +148,45 @@ fn size_plateau_runs_each_test_at_its_plateau_and_every_test_tells_its_wall_time
 }
 
 #[test]
+fn warmup_and_rotation_can_be_set_for_experiments() {
+    let doc = json_of(&[
+        "bench",
+        "--json",
+        "--sim",
+        "dgx-h100",
+        "--devices",
+        "0,1",
+        "--tests",
+        "ce-read",
+        "--size",
+        "64K",
+        "--warmup",
+        "0",
+        "--rotation",
+        "1MiB",
+    ]);
+    assert_eq!(doc["timing"]["warmup"], 0);
+    assert_eq!(doc["timing"]["rotation_bytes"], 1 << 20);
+    peerlink()
+        .args([
+            "bench",
+            "--sim",
+            "dgx-h100",
+            "--devices",
+            "0,1",
+            "--tests",
+            "ce-read",
+            "--size",
+            "64K",
+            "--rotation",
+            "1MiB",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("buffers rotated over 1 MiB"));
+}
+
+#[test]
 fn bad_input_exits_2_with_a_message() {
     for (args, says) in [
         (vec!["--size", "0"], "zero"),
@@ -157,6 +196,7 @@ fn bad_input_exits_2_with_a_message() {
         (vec!["--devices", "0,9"], "GPU 9 does not exist"),
         (vec!["--sizes", "1M..4K"], "larger than the end"),
         (vec!["--samples", "0"], "at least 1"),
+        (vec!["--rotation", "lots"], "bad size"),
     ] {
         let mut all = vec!["bench", "--sim", "dgx-h100"];
         all.extend(args.iter().copied());

@@ -97,6 +97,11 @@ pub struct Options {
     pub size: Option<Size>,
     pub samples: Option<u32>,
     pub iterations: Option<u32>,
+    /// Untimed operations before each sample's window.
+    pub warmup: Option<u32>,
+    /// Bytes each lane rotates its operations over (0: one buffer), so that a cache cannot serve
+    /// them.
+    pub rotation: Option<u64>,
     /// Message sizes to sweep; when set, the run is a sweep.
     pub sizes: Option<Vec<u64>>,
 }
@@ -195,7 +200,8 @@ pub fn run(
         iterations: positive(options.iterations, "--iterations")?
             .unwrap_or(defaults.timing.iterations),
         samples: positive(options.samples, "--samples")?.unwrap_or(defaults.timing.samples),
-        ..defaults.timing
+        warmup: options.warmup.unwrap_or(defaults.timing.warmup),
+        rotation_bytes: options.rotation.unwrap_or(defaults.timing.rotation_bytes),
     };
     let sweeping = options.sizes.is_some();
     let names: Vec<String> = match &options.tests {
