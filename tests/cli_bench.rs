@@ -149,9 +149,8 @@ fn size_plateau_runs_each_test_at_its_plateau_and_every_test_tells_its_wall_time
 
 #[test]
 fn warmup_and_rotation_can_be_set_for_experiments() {
-    let doc = json_of(&[
+    let args = [
         "bench",
-        "--json",
         "--sim",
         "dgx-h100",
         "--devices",
@@ -164,23 +163,12 @@ fn warmup_and_rotation_can_be_set_for_experiments() {
         "0",
         "--rotation",
         "1MiB",
-    ]);
+    ];
+    let doc = json_of(&[&args[..], &["--json"]].concat());
     assert_eq!(doc["timing"]["warmup"], 0);
     assert_eq!(doc["timing"]["rotation_bytes"], 1 << 20);
     peerlink()
-        .args([
-            "bench",
-            "--sim",
-            "dgx-h100",
-            "--devices",
-            "0,1",
-            "--tests",
-            "ce-read",
-            "--size",
-            "64K",
-            "--rotation",
-            "1MiB",
-        ])
+        .args(args)
         .assert()
         .success()
         .stdout(predicate::str::contains("buffers rotated over 1 MiB"));

@@ -5,7 +5,7 @@ use super::{
     chase_on_host, enable, lane_outcome, no_p2p, strided_chain, Context, Outcome, TestCase,
 };
 use crate::backend::{Backend, BufferId, Copy, CopyMethod, Memory};
-use crate::bench::engine::{measure, HopSpec, Lane, Timing};
+use crate::bench::engine::{measure, HopSpec, Lane, Measurement, Timing};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::{Error, Result};
@@ -41,13 +41,25 @@ fn small_lane<'b>(
     dst: usize,
     timing: &Timing,
 ) -> Result<std::result::Result<Lane<'b>, String>> {
+    small_lane_by(ctx, test, src, dst, CopyMethod::CopyEngine, timing)
+}
+
+/// A lane of 4-byte writes from `src` to `dst` by `method`; `Err(reason)` without P2P.
+fn small_lane_by<'b>(
+    ctx: &mut Context<'b>,
+    test: &str,
+    src: usize,
+    dst: usize,
+    method: CopyMethod,
+    timing: &Timing,
+) -> Result<std::result::Result<Lane<'b>, String>> {
     if let Some(reason) = no_p2p(ctx.topology(), src, dst).or_else(|| enable(ctx, src, dst)) {
         return Ok(Err(reason));
     }
     let stream = ctx.streams(&[src])?[0];
     let hop = HopSpec {
         stream,
-        method: CopyMethod::CopyEngine,
+        method,
         memory: Memory::Device(dst),
     };
     Ok(Ok(Lane::new(
@@ -100,28 +112,10 @@ impl TestCase for SmallCopy {
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
         let (src, dst) = place.pair();
-        let timing = Timing {
-            warmup: ctx.timing.warmup.max(1),
-            iterations: SMALL_COPIES,
-            samples: ctx.latency_samples,
-            ..ctx.timing
-        };
-        let seed = ctx.next_seed();
-        let mut lane = match small_lane(ctx, self.name(), src, dst, &timing)? {
-            Ok(lane) => [lane],
+        let m = match SmallCopy::copies(ctx, self.name(), src, dst, CopyMethod::CopyEngine)? {
+            Ok(m) => m,
             Err(reason) => return Ok(Outcome::Skipped(reason)),
         };
-        // A first window on fresh buffers and streams pays first-use costs (seen on the H200: one
-        // sample of 16.3 µs against a median of 2.27): it is run and thrown away.
-        measure(
-            &mut lane,
-            &Timing {
-                samples: 1,
-                ..timing
-            },
-            seed,
-        )?;
-        let m = measure(&mut lane, &timing, seed + 1)?;
         Ok(match self.0 {
             SmallCopyFigure::GpuTime => lane_outcome(Unit::Micros, &m, SMALL_MESSAGE as usize),
             SmallCopyFigure::IssueCost => Outcome::Measured {
@@ -131,6 +125,38 @@ impl TestCase for SmallCopy {
                 note: None,
             },
         })
+    }
+}
+
+impl SmallCopy {
+    /// [`SMALL_COPIES`] back-to-back 4-byte writes from `src` to `dst` by `method` per sample,
+    /// `ctx.latency_samples` samples after one thrown away; `Err(reason)` without P2P.
+    pub(crate) fn copies(
+        ctx: &mut Context<'_>,
+        test: &str,
+        src: usize,
+        dst: usize,
+        method: CopyMethod,
+    ) -> Result<std::result::Result<Measurement, String>> {
+        let timing = Timing {
+            warmup: ctx.timing.warmup.max(1),
+            iterations: SMALL_COPIES,
+            samples: ctx.latency_samples,
+            ..ctx.timing
+        };
+        let seed = ctx.next_seed();
+        let mut lane = match small_lane_by(ctx, test, src, dst, method, &timing)? {
+            Ok(lane) => [lane],
+            Err(reason) => return Ok(Err(reason)),
+        };
+        // A first window on fresh buffers and streams pays first-use costs (seen on the H200: one
+        // sample of 16.3 µs against a median of 2.27): it is run and thrown away.
+        let first = Timing {
+            samples: 1,
+            ..timing
+        };
+        measure(&mut lane, &first, seed)?;
+        Ok(Ok(measure(&mut lane, &timing, seed + 1)?))
     }
 }
 

@@ -20,7 +20,7 @@ use super::cases::{
     Buffers, ChaseChain, Context, HostCopy, HostDirection, Issuer, Outcome, PeerCopy, PingPong,
     PointerChase, Route, SmallCopy, SmallCopyFigure, TestCase,
 };
-use super::engine::{measure, HopSpec, Lane, Timing};
+use super::engine::{HopSpec, Lane, Timing};
 use super::explain::host_us;
 use super::pattern;
 use super::progress::Progress;
@@ -45,7 +45,7 @@ const GPU_SIZES: &[u64] = &[4 << 10, 256 << 10, 4 << 20, 32 << 20];
 const GPU_QUICK_SIZES: &[u64] = &[64 << 10, 4 << 20, 32 << 20];
 
 /// Back-to-back 4-byte operations whose queuing is timed on the host clock.
-const ISSUE_OPERATIONS: u32 = 100;
+const ISSUE_OPERATIONS: u32 = super::cases::latency::SMALL_COPIES;
 /// Bytes of the operations whose issue, graph and batch costs are measured.
 pub const SMALL_BYTES: usize = 4;
 /// Host-clock probes per figure (event record, graph launch, synchronisation); the median is kept.
@@ -572,41 +572,14 @@ fn first_peer_pair(ctx: &Context<'_>) -> Option<(usize, usize)> {
         .find(|&(a, b)| super::cases::enable(ctx, a, b).is_none())
 }
 
-/// Host µs to queue one small copy from GPU `src` to GPU `dst` by `method`: the timing engine's
-/// issue cost of back-to-back copies, as bench's issue-cost takes it (the median of
-/// `ctx.latency_samples` samples after one thrown away).
+/// Host µs to queue one small copy from GPU `src` to GPU `dst` by `method`, as bench's issue-cost
+/// takes it: back-to-back copies, the median of `ctx.latency_samples` samples after one thrown
+/// away.
 fn queue_cost_us(ctx: &mut Context<'_>, src: usize, dst: usize, method: CopyMethod) -> Result<f64> {
-    let timing = Timing {
-        warmup: 1,
-        iterations: ISSUE_OPERATIONS,
-        samples: ctx.latency_samples,
-        ..ctx.timing
-    };
-    let stream = ctx.streams(&[src])?[0];
-    let hop = HopSpec {
-        stream,
-        method,
-        memory: Memory::Device(dst),
-    };
-    let mut lane = [Lane::new(
-        ctx.backend,
-        Context::label("tune issue cost", src, dst),
-        Memory::Device(src),
-        &[hop],
-        SMALL_BYTES,
-        &timing,
-        ctx.buffer_budget(dst)?,
-    )?];
-    let seed = ctx.next_seed();
-    measure(
-        &mut lane,
-        &Timing {
-            samples: 1,
-            ..timing
-        },
-        seed,
-    )?;
-    Ok(measure(&mut lane, &timing, seed + 1)?.issue_us.median)
+    match SmallCopy::copies(ctx, "tune issue cost", src, dst, method)? {
+        Ok(m) => Ok(m.issue_us.median),
+        Err(message) => Err(Error::PeerAccess { src, dst, message }),
+    }
 }
 
 /// Untimed lone operations before the timed ones (first use of a pair, of a kernel).
