@@ -503,7 +503,11 @@ fn bench_size(text: &str) -> peerlink::Result<bench::Size> {
     if text == "plateau" {
         return Ok(bench::Size::Plateau);
     }
-    parse_size(text).map(bench::Size::Bytes)
+    parse_size(text).map(bench::Size::Bytes).map_err(|e| {
+        peerlink::Error::Usage(format!(
+            "{e}; or `plateau` for each test at its plateau size"
+        ))
+    })
 }
 
 /// A progress bar on stderr, except for `--json` runs.
