@@ -4,8 +4,12 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all): smi topo tests bench sweep explain engine tune torch concurrent
+# Which parts to run (default: all but readwrite): smi topo tests bench sweep explain engine tune
+# torch concurrent readwrite
 steps=${STEPS:-smi topo tests bench sweep explain engine tune torch concurrent}
+# How many separate default bench processes to record (bench.json, then bench-2.json, …): three
+# show whether the latency medians hold still from run to run.
+bench_runs=${BENCH_RUNS:-1}
 # The pair that explain, the engine benchmark and the PyTorch side-by-side measure (default: GPU 0 to
 # itself; say PAIR="0 1" on a two-GPU host).
 read -r src dst <<<"${PAIR:-0 0}"
@@ -37,6 +41,10 @@ fi
 if want bench; then
 step bench
 { time $bin --gpu bench --json >"$work/bench.json" 2>"$work/bench.err"; } 2>"$work/bench.time"
+for run in $(seq 2 "$bench_runs"); do
+    { time $bin --gpu bench --json >"$work/bench-$run.json" 2>"$work/bench-$run.err"; } \
+        2>"$work/bench-$run.time"
+done
 $bin --gpu bench >"$work/bench.txt" 2>&1
 $bin --gpu bench --tests sm-write,sm-read,ce-bidir-read,sm-bidir-write,staged,staged-bidir,all-to-one,one-to-all \
     --json >"$work/bench-more.json" 2>"$work/bench-more.err"
@@ -49,9 +57,9 @@ step sweep
 # Every ordered pair of the GPUs in SWEEP_DEVICES (default: all); on eight GPUs say two, SWEEP_DEVICES=0,1.
 sweep_devices=()
 [[ -n "${SWEEP_DEVICES:-}" ]] && sweep_devices=(--devices "$SWEEP_DEVICES")
-$bin --gpu "${sweep_devices[@]}" bench --sizes 4B..1GiB --tests ce-write,sm-write,staged --json \
-    >"$work/sweep.json" 2>"$work/sweep.err"
-$bin --gpu "${sweep_devices[@]}" bench --sizes 4B..1GiB --tests ce-write,sm-write,staged \
+$bin --gpu "${sweep_devices[@]}" bench --sizes 4B..1GiB --tests ce-write,ce-read,sm-write,sm-read,staged \
+    --json >"$work/sweep.json" 2>"$work/sweep.err"
+$bin --gpu "${sweep_devices[@]}" bench --sizes 4B..1GiB --tests ce-write,ce-read,sm-write,sm-read,staged \
     >"$work/sweep.txt" 2>&1
 fi
 
@@ -80,8 +88,9 @@ $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB --profile "$work/profile.
     >"$work/engine-sweep-profile.json" 2>"$work/engine-sweep-profile.err"
 $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB --profile "$work/profile.json" \
     >"$work/engine-sweep-profile.txt" 2>&1
-# The simulator on the exported preset against this machine, test by test, at the GPU bench's size.
-$bin --sim "$work/exported-sim.json" bench --size 64MiB --json >"$work/exported-sim-bench.json" \
+# The simulator on the exported preset against this machine, test by test, at the GPU bench's sizes
+# (each test's plateau).
+$bin --sim "$work/exported-sim.json" bench --size plateau --json >"$work/exported-sim-bench.json" \
     2>"$work/exported-sim-bench.err"
 if [[ -s "$work/bench.json" ]]; then
     $bin compare "$work/bench.json" "$work/exported-sim-bench.json" >"$work/compare-sim.txt" 2>&1
@@ -114,6 +123,24 @@ if (($(nvidia-smi -L | grep -c '^GPU') >= 2)); then
 else
     echo "one GPU: no concurrent traffic to run" >"$work/concurrent.txt"
 fi
+fi
+
+if want readwrite; then
+step "read against write"
+# Is ce-read's gap to ce-write the link or the measurement? By size (a fixed cost per copy shrinks
+# with it, a lower rate does not), with buffers rotated over 1 GiB (no cache can serve them), with
+# four times the warm-up, in the other order (drift), and at 512 MiB with more samples; the matrices'
+# two cells say whether one GPU's copy engines pull slower.
+rw() { $bin --gpu --devices "${src},${dst}" bench --json "$@"; }
+rw --tests ce-write,ce-read,sm-write,sm-read --sizes 64MiB,128MiB,256MiB,512MiB,1GiB \
+    >"$work/rw-sweep.json" 2>"$work/rw-sweep.err"
+rw --tests ce-write,ce-read --size 64MiB >"$work/rw-64MiB.json" 2>"$work/rw-64MiB.err"
+rw --tests ce-read,ce-write --size 64MiB >"$work/rw-64MiB-read-first.json" 2>"$work/rw-read-first.err"
+rw --tests ce-write,ce-read --size 64MiB --rotation 1GiB >"$work/rw-64MiB-rotated.json" \
+    2>"$work/rw-rotated.err"
+rw --tests ce-write,ce-read --size 64MiB --warmup 16 >"$work/rw-64MiB-warm.json" 2>"$work/rw-warm.err"
+rw --tests ce-write,ce-read,ce-bidir-write,ce-bidir-read --size 512MiB --samples 9 \
+    >"$work/rw-512MiB.json" 2>"$work/rw-512MiB.err"
 fi
 
 tar czf "$dest/results.tgz" -C "$work" .

@@ -123,6 +123,58 @@ fn bench_sweep_reports_points_and_a_fit() {
 }
 
 #[test]
+fn size_plateau_runs_each_test_at_its_plateau_and_every_test_tells_its_wall_time() {
+    let doc = json_of(&[
+        "bench",
+        "--json",
+        "--sim",
+        "pcie-2gpu-switch",
+        "--tests",
+        "h2d,copy-latency",
+        "--size",
+        "plateau",
+    ]);
+    let tests = doc["tests"].as_array().unwrap();
+    assert_eq!(tests[0]["name"], "h2d");
+    assert_eq!(tests[0]["size_bytes"], 64 << 20);
+    assert_eq!(
+        tests[1]["size_bytes"], 4,
+        "latency tests keep their own size"
+    );
+    for t in tests {
+        let wall = t["wall_s"].as_f64().unwrap();
+        assert!(wall > 0.0 && wall < 10.0, "{}: {wall}", t["name"]);
+    }
+}
+
+#[test]
+fn warmup_and_rotation_can_be_set_for_experiments() {
+    let args = [
+        "bench",
+        "--sim",
+        "dgx-h100",
+        "--devices",
+        "0,1",
+        "--tests",
+        "ce-read",
+        "--size",
+        "64K",
+        "--warmup",
+        "0",
+        "--rotation",
+        "1MiB",
+    ];
+    let doc = json_of(&[&args[..], &["--json"]].concat());
+    assert_eq!(doc["timing"]["warmup"], 0);
+    assert_eq!(doc["timing"]["rotation_bytes"], 1 << 20);
+    peerlink()
+        .args(args)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("buffers rotated over 1 MiB"));
+}
+
+#[test]
 fn bad_input_exits_2_with_a_message() {
     for (args, says) in [
         (vec!["--size", "0"], "zero"),
@@ -132,6 +184,7 @@ fn bad_input_exits_2_with_a_message() {
         (vec!["--devices", "0,9"], "GPU 9 does not exist"),
         (vec!["--sizes", "1M..4K"], "larger than the end"),
         (vec!["--samples", "0"], "at least 1"),
+        (vec!["--rotation", "lots"], "bad size"),
     ] {
         let mut all = vec!["bench", "--sim", "dgx-h100"];
         all.extend(args.iter().copied());

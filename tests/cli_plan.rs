@@ -67,8 +67,11 @@ fn picks_on_the_presets() {
         let dgx1 = pick("dgx1-v100", "0", "5", size);
         assert!(dgx1 == "relay" || dgx1 == "split", "{size}: {dgx1}");
         assert_eq!(pick("pcie-4gpu-2socket", "0", "3", size), "staged");
-        assert_eq!(pick("dgx-h100", "0", "5", size), "direct-ce");
     }
+    // NVSwitch peers go direct, and large transfers add the host-staged route beside the NVLink.
+    assert_eq!(pick("dgx-h100", "0", "5", "1MiB"), "direct-ce");
+    assert_eq!(pick("dgx-h100", "0", "5", "256MiB"), "split");
+    assert_eq!(pick("h200-pair", "0", "1", "256MiB"), "split");
 }
 
 #[test]

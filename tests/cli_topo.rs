@@ -88,6 +88,7 @@ fn every_preset_satisfies_the_json_contract() {
         "dgx1-v100",
         "pcie-4gpu-2socket",
         "pcie-2gpu-switch",
+        "h200-pair",
     ] {
         let doc = topo_json(preset);
         let n = doc["devices"].as_array().unwrap().len();

@@ -17,6 +17,7 @@
 //! Everything here talks to a host only through [`Backend`], so all of it runs, and is tested, on
 //! the simulator.
 
+pub mod budget;
 pub mod cases;
 pub mod explain;
 pub mod fit;
@@ -50,11 +51,56 @@ pub const DEFAULT_TESTS: &[&str] = &[
     "issue-cost",
     "e2e-latency",
     "pointer-chase",
+    "pointer-chase-resident",
     "ping-pong",
 ];
 
 /// What `peerlink bench --sizes …` sweeps when no test is named.
 pub const DEFAULT_SWEEP_TESTS: &[&str] = &["ce-write"];
+
+/// Samples of the latency tests that cost little (copy-latency, issue-cost, e2e-latency,
+/// ping-pong: a few ms per pair) on real GPUs. Three samples let one outlier move the median of
+/// three `bench` runs by 50% (copy-latency on the H200 pair: one sample of 16.3 µs among 2.27);
+/// the median of 21 needs eleven bad samples to move. Each test also throws its first sample (or
+/// transfer, or short run) away, where first-use costs land.
+pub const LATENCY_SAMPLES: u32 = 21;
+
+/// Bytes per message by kind of copy, where a real GPU's figure comes within 1% of its plateau
+/// (the median at 1 GiB, buffers rotated): what `bench` uses by default on GPUs and with
+/// `--size plateau`. A copy costs `α + bytes/β`, so it runs at `1 / (1 + α·β/bytes)` of β.
+pub const PLATEAU: PlateauSizes = PlateauSizes {
+    // nvbandwidth's default. On the H200 pair ce-write ran at 388.3 GB/s at 64 MiB (−2%) and 396.4
+    // at 512 MiB, a lone 256 MiB copy at 391.6 (−1.2%): more than α (2.46 µs × 392 GB/s, 0.4% of
+    // 256 MiB) holds the mid sizes back.
+    peer: 512 << 20,
+    // Host links: α·β = 2.5 µs × 55 GB/s = 0.14 MB, 0.2% of 64 MiB (h2d 55.3 GB/s at 64 MiB
+    // against 54.8–55.1 at 256 MiB on the H200); the staged route is chunked in eighths, which no
+    // larger size improves.
+    host: 64 << 20,
+    // Copies within a GPU: α·β = 1.9 µs × 2050 GB/s = 3.9 MB, 0.36% of 1 GiB (the H200 pair's 64 MiB
+    // ran at 1944 GB/s, 256 MiB copies at 2006–2096).
+    local: 1 << 30,
+};
+
+/// Plateau sizes by kind of copy (see [`PLATEAU`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlateauSizes {
+    /// Copies between two GPUs (and fans of them).
+    pub peer: u64,
+    /// Copies between a GPU and pinned host memory, and copies staged through it.
+    pub host: u64,
+    /// Copies within one GPU.
+    pub local: u64,
+}
+
+/// Bytes per message the user asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    /// The same for every test.
+    Bytes(u64),
+    /// Each test at its plateau size ([`PLATEAU`]), on the simulator too (to compare with a GPU).
+    Plateau,
+}
 
 /// The user's choices; `None` means the default for the backend.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,9 +108,14 @@ pub struct Options {
     pub tests: Option<Vec<String>>,
     pub devices: Option<Vec<usize>>,
     /// Bytes per message for bandwidth tests.
-    pub size: Option<u64>,
+    pub size: Option<Size>,
     pub samples: Option<u32>,
     pub iterations: Option<u32>,
+    /// Untimed operations before each sample's window.
+    pub warmup: Option<u32>,
+    /// Bytes each lane rotates its operations over (0: one buffer), so that a cache cannot serve
+    /// them.
+    pub rotation: Option<u64>,
     /// Message sizes to sweep; when set, the run is a sweep.
     pub sizes: Option<Vec<u64>>,
 }
@@ -72,41 +123,46 @@ pub struct Options {
 /// Defaults that depend on whether the host is simulated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Defaults {
-    pub size: u64,
+    pub size: Size,
     pub sampling: Sampling,
+    /// Samples of copy-latency, issue-cost, e2e-latency and ping-pong (see [`LATENCY_SAMPLES`]).
+    pub latency_samples: u32,
     pub chase_region_bytes: u64,
     /// What differs from the real-GPU defaults, and why.
     pub note: Option<String>,
 }
 
 impl Defaults {
-    /// nvbandwidth's counts on real GPUs (64 MiB messages, 4 warm-up and 16 timed operations, 3
-    /// samples). The simulator copies real bytes on the CPU, models no caches and repeats its virtual
-    /// time exactly, so there: 8 MiB messages, 1 warm-up and 2 timed operations, one sample, no
-    /// buffer rotation and a small pointer-chase region — and the report says so.
+    /// On real GPUs each test at its plateau size ([`PLATEAU`]) and nvbandwidth's counts (4
+    /// warm-up and 16 timed operations, 3 samples). The simulator copies real bytes on the CPU,
+    /// models no caches and repeats its virtual time exactly, so there: 8 MiB messages, 1 warm-up
+    /// and 2 timed operations, one sample, no buffer rotation and a small pointer-chase region —
+    /// and the report says so.
     pub fn for_backend(backend: &dyn Backend) -> Defaults {
         if backend.topology().is_simulated() {
             Defaults {
-                size: 8 << 20,
+                size: Size::Bytes(8 << 20),
                 sampling: Sampling {
                     warmup: 1,
                     iterations: 2,
                     samples: 1,
                     rotation_bytes: 0,
                 },
+                latency_samples: 1,
                 chase_region_bytes: 1 << 20,
                 note: Some(
-                    "simulator defaults: 8 MiB messages (not 64 MiB), 1 warm-up and 2 timed \
-                     operations (not 4 and 16), 1 sample (its virtual time repeats exactly), no \
-                     buffer rotation (it models no caches), because it copies every byte for real \
-                     on the CPU; at 8 MiB the per-copy overhead α still shows, so --size 64MiB \
-                     comes closer to the link's rate"
+                    "simulator defaults: 8 MiB messages (not each test's plateau size, 64 MiB \
+                     to 1 GiB), 1 warm-up and 2 timed operations (not 4 and 16), 1 sample (its \
+                     virtual time repeats exactly), no buffer rotation (it models no caches), \
+                     because it copies every byte for real on the CPU; at 8 MiB the per-copy \
+                     overhead α still shows, so --size plateau comes closer to the link's rate \
+                     (and compares with a GPU's default bench)"
                         .to_string(),
                 ),
             }
         } else {
             Defaults {
-                size: 64 << 20,
+                size: Size::Plateau,
                 sampling: Sampling {
                     warmup: 4,
                     iterations: 16,
@@ -114,6 +170,7 @@ impl Defaults {
                     // A 64 MiB message already overflows the H200's 60 MB L2; smaller ones rotate.
                     rotation_bytes: 64 << 20,
                 },
+                latency_samples: LATENCY_SAMPLES,
                 chase_region_bytes: 256 << 20,
                 note: None,
             }
@@ -157,7 +214,8 @@ pub fn run(
         iterations: positive(options.iterations, "--iterations")?
             .unwrap_or(defaults.sampling.iterations),
         samples: positive(options.samples, "--samples")?.unwrap_or(defaults.sampling.samples),
-        ..defaults.sampling
+        warmup: options.warmup.unwrap_or(defaults.sampling.warmup),
+        rotation_bytes: options.rotation.unwrap_or(defaults.sampling.rotation_bytes),
     };
     let sweeping = options.sizes.is_some();
     let names: Vec<String> = match &options.tests {
@@ -167,11 +225,22 @@ pub fn run(
     };
     let tests = select_tests(&names)?;
     let size = options.size.unwrap_or(defaults.size);
+    let size_of = |test: &dyn TestCase| match size {
+        Size::Bytes(bytes) => bytes,
+        Size::Plateau => test.plateau_bytes(),
+    };
     let sizes = options.sizes.clone().unwrap_or_default();
     if sweeping && sizes.is_empty() {
         return Err(Error::usage("--sizes names no size"));
     }
-    let largest = sizes.iter().copied().max().unwrap_or(size);
+    let largest = match sizes.iter().copied().max() {
+        Some(largest) => largest,
+        None => tests
+            .iter()
+            .map(|t| t.message_bytes(size_of(t.as_ref())))
+            .max()
+            .unwrap_or(0),
+    };
     check_fits(backend, &devices, largest)?;
 
     let mut notes = Vec::new();
@@ -195,6 +264,8 @@ pub fn run(
         sampling,
         defaults.chase_region_bytes,
     );
+    // --samples sets every test's samples; by default the cheap latency tests take more.
+    ctx.latency_samples = options.samples.unwrap_or(defaults.latency_samples);
     let mut report = BenchReport {
         devices: devices.clone(),
         timing: sampling,
@@ -224,9 +295,10 @@ pub fn run(
         }
     } else {
         for test in &tests {
-            report
-                .tests
-                .push(run_test(&mut ctx, test.as_ref(), size, progress)?);
+            let started = backend.host_time_us();
+            let mut result = run_test(&mut ctx, test.as_ref(), size_of(test.as_ref()), progress)?;
+            result.wall_s = (backend.host_time_us() - started) / 1e6;
+            report.tests.push(result);
         }
     }
     Ok(report)

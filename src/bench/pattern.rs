@@ -57,13 +57,54 @@ fn word(base: u64, index: usize) -> u64 {
 
 /// The `len` bytes of the message for `seed`.
 pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let base = base(seed);
-    let mut out = Vec::with_capacity(len + 8);
-    for index in 0..len.div_ceil(8) {
-        out.extend_from_slice(&word(base, index).to_le_bytes());
-    }
-    out.truncate(len);
+    let mut out = vec![0; len];
+    fill(seed, &mut out);
     out
+}
+
+/// Writes the message for `seed` into `out` (its first `out.len()` bytes), on several threads when
+/// it is large: the bench fills and checks messages of up to 1 GiB, where one thread (about 4 GB/s)
+/// would take longer than the copies it verifies.
+pub fn fill(seed: u64, out: &mut [u8]) {
+    let base = base(seed);
+    let part = part_len(out.len());
+    if part >= out.len() {
+        return fill_words(base, 0, out);
+    }
+    std::thread::scope(|scope| {
+        for (k, chunk) in out.chunks_mut(part).enumerate() {
+            scope.spawn(move || fill_words(base, k * part / 8, chunk));
+        }
+    });
+}
+
+/// Below this many bytes one thread fills or checks a message: starting threads would cost more.
+const PARALLEL_BYTES: usize = 8 << 20;
+/// At most this many threads fill or check one message (memory bandwidth is shared).
+const MAX_THREADS: usize = 16;
+
+/// The bytes each thread takes of a message of `len` bytes: whole words, at least
+/// [`PARALLEL_BYTES`].
+fn part_len(len: usize) -> usize {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_THREADS);
+    len.div_ceil(threads)
+        .next_multiple_of(8)
+        .max(PARALLEL_BYTES)
+}
+
+/// Fills `out` with the message's words from word `first_word` on.
+fn fill_words(base: u64, first_word: usize, out: &mut [u8]) {
+    let whole = out.len() / 8;
+    let mut words = out.chunks_exact_mut(8);
+    for (i, w) in (&mut words).enumerate() {
+        w.copy_from_slice(&word(base, first_word + i).to_le_bytes());
+    }
+    let tail = words.into_remainder();
+    let last = word(base, first_word + whole).to_le_bytes();
+    let n = tail.len();
+    tail.copy_from_slice(&last[..n]);
 }
 
 /// The first byte of `data` that differs from the message for `seed`.
@@ -88,24 +129,47 @@ impl Mismatch {
     }
 }
 
-/// Checks every byte of `data` against the message for `seed`.
+/// Checks every byte of `data` against the message for `seed` (on several threads when large).
 pub fn first_mismatch(seed: u64, data: &[u8]) -> Option<Mismatch> {
     let base = base(seed);
+    let part = part_len(data.len());
+    if part >= data.len() {
+        return mismatch_from(base, 0, data);
+    }
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = data
+            .chunks(part)
+            .enumerate()
+            .map(|(k, chunk)| scope.spawn(move || mismatch_from(base, k * part, chunk)))
+            .collect();
+        // The earliest part with a wrong byte holds the first one.
+        parts
+            .into_iter()
+            .map(|p| p.join().expect("a checking thread does not panic"))
+            .find_map(|m| m)
+    })
+}
+
+/// The first wrong byte of `data`, which holds the message that starts at `base` from byte `offset`
+/// (a multiple of 8) on.
+fn mismatch_from(base: u64, offset: usize, data: &[u8]) -> Option<Mismatch> {
+    let first_word = offset / 8;
     // Whole words first (the common, fast path), then the bytes of the word that differs.
     let words = data.chunks_exact(8);
     let tail = words.remainder();
     let wrong_word = words
         .enumerate()
         .find(|(index, chunk)| {
-            u64::from_le_bytes((*chunk).try_into().expect("8 bytes")) != word(base, *index)
+            u64::from_le_bytes((*chunk).try_into().expect("8 bytes"))
+                != word(base, first_word + *index)
         })
         .map(|(index, _)| index)
         .or_else(|| {
             let index = data.len() / 8;
-            let expected = word(base, index).to_le_bytes();
+            let expected = word(base, first_word + index).to_le_bytes();
             (tail != &expected[..tail.len()]).then_some(index)
         })?;
-    let expected = word(base, wrong_word).to_le_bytes();
+    let expected = word(base, first_word + wrong_word).to_le_bytes();
     let found = &data[wrong_word * 8..data.len().min(wrong_word * 8 + 8)];
     let at = found
         .iter()
@@ -113,7 +177,7 @@ pub fn first_mismatch(seed: u64, data: &[u8]) -> Option<Mismatch> {
         .position(|(f, e)| *f != e)
         .expect("the word differs");
     Some(Mismatch {
-        offset: wrong_word * 8 + at,
+        offset: offset + wrong_word * 8 + at,
         expected: expected[at],
         found: found[at],
     })
@@ -129,6 +193,25 @@ mod tests {
             let data = bytes(42, len);
             assert_eq!(data.len(), len);
             assert_eq!(first_mismatch(42, &data), None, "len {len}");
+        }
+    }
+
+    #[test]
+    fn large_messages_filled_and_checked_in_parts_match_one_thread() {
+        let len = 3 * PARALLEL_BYTES + 13;
+        let mut parallel = vec![0u8; len];
+        fill(5, &mut parallel);
+        let mut one = vec![0u8; len];
+        fill_words(base(5), 0, &mut one);
+        assert!(parallel == one);
+        assert_eq!(first_mismatch(5, &parallel), None);
+        // A wrong byte in a later part is found at its offset, and the earliest one wins.
+        for at in [len - 1, 2 * PARALLEL_BYTES + 3, 17] {
+            let mut wrong = parallel.clone();
+            wrong[at] ^= 0x40;
+            wrong[len - 2] ^= 0x01;
+            let m = first_mismatch(5, &wrong).unwrap();
+            assert_eq!(m.offset, at.min(len - 2), "{at}");
         }
     }
 

@@ -108,6 +108,11 @@ pub struct TestResult {
     pub cells: Vec<Cell>,
     pub not_measured: Vec<NotMeasured>,
     pub notes: Vec<String>,
+    /// Seconds the test took on the backend's host clock (virtual on the simulator), filling and
+    /// checking the messages included: what extrapolates a run to more GPUs
+    /// ([`crate::bench::budget`]). Absent (0 when read) from documents written before it existed.
+    #[serde(default)]
+    pub wall_s: f64,
 }
 
 /// What a test is, independent of what it found.
@@ -165,6 +170,7 @@ impl TestResult {
             cells,
             not_measured,
             notes: Vec::new(),
+            wall_s: 0.0,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The bench on simulated hosts: figures against the presets, verification, sweeps, explain.
 
+use super::cases::latency;
 use super::cases::{Context, Initiator, PeerCopy, Route};
 use super::result::{BenchReport, Place, TestResult};
 use super::timing::measure;
@@ -37,7 +38,7 @@ fn ce_write_on_dgx_h100_matches_the_preset_on_every_pair() {
         &h100,
         Options {
             tests: names(&["ce-write"]),
-            size: Some(16 << 20),
+            size: Some(Size::Bytes(16 << 20)),
             ..Options::default()
         },
     );
@@ -109,7 +110,7 @@ fn dgx1_pairs_without_nvlink_are_na_with_a_reason_and_staged_figures_exist() {
         &v100,
         Options {
             tests: names(&["ce-write", "staged", "pointer-chase"]),
-            size: Some(1 << 20),
+            size: Some(Size::Bytes(1 << 20)),
             ..Options::default()
         },
     );
@@ -170,6 +171,33 @@ fn every_default_test_fills_or_explains_every_cell() {
 }
 
 #[test]
+fn both_pointer_chases_run_and_say_which_definition_they_are() {
+    let h100 = sim("dgx-h100");
+    let report = bench(
+        &h100,
+        Options {
+            tests: names(&["pointer-chase", "pointer-chase-resident"]),
+            devices: Some(vec![0, 1]),
+            ..Options::default()
+        },
+    );
+    let (flushed, resident) = (
+        only(&report, "pointer-chase"),
+        only(&report, "pointer-chase-resident"),
+    );
+    assert!(flushed.measures.contains("flushed"), "{}", flushed.measures);
+    assert!(resident.measures.contains("device_to_device_latency_sm"));
+    assert!(resident.measures.contains("2 MiB") && resident.measures.contains("128 B"));
+    // The simulator models no caches: both give the preset's NVLink load latency (826 ns).
+    for t in [flushed, resident] {
+        assert_eq!(t.cells.len(), 2, "{}", t.name);
+        for c in &t.cells {
+            assert!(within(c.value, 826.0, 0.01), "{}: {}", t.name, c.value);
+        }
+    }
+}
+
+#[test]
 fn one_gpu_is_its_own_peer() {
     let h100 = sim("dgx-h100");
     let report = bench(
@@ -177,7 +205,7 @@ fn one_gpu_is_its_own_peer() {
         Options {
             tests: names(&["ce-write", "ping-pong", "pointer-chase"]),
             devices: Some(vec![3]),
-            size: Some(1 << 20),
+            size: Some(Size::Bytes(1 << 20)),
             ..Options::default()
         },
     );
@@ -187,6 +215,50 @@ fn one_gpu_is_its_own_peer() {
         assert!(t.not_measured.is_empty());
     }
     assert!(report.notes.iter().any(|n| n.contains("its own peer")));
+}
+
+#[test]
+fn the_cheap_latency_tests_take_their_own_samples_the_chase_the_bandwidths() {
+    let h100 = sim("dgx-h100");
+    let sampling = Sampling {
+        samples: 3,
+        ..Defaults::for_backend(&h100).sampling
+    };
+    let mut ctx = Context::new(&h100, vec![0, 1], sampling, 1 << 20);
+    assert_eq!(
+        ctx.latency_samples, 3,
+        "as many as the bandwidths unless set"
+    );
+    ctx.latency_samples = LATENCY_SAMPLES;
+    let place = Place::Pair { src: 0, dst: 1 };
+    let samples = |ctx: &mut Context<'_>, test: &dyn TestCase| match test.measure(ctx, place, 4) {
+        Ok(cases::Outcome::Measured { time_us, .. }) => time_us.samples,
+        other => panic!("{}: {other:?}", test.name()),
+    };
+    use cases::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
+    let n = LATENCY_SAMPLES as usize;
+    assert_eq!(samples(&mut ctx, &SmallCopy(SmallCopyFigure::GpuTime)), n);
+    assert_eq!(samples(&mut ctx, &SmallCopy(SmallCopyFigure::IssueCost)), n);
+    assert_eq!(
+        samples(&mut ctx, &EndToEnd),
+        n * latency::END_TO_END_TRANSFERS as usize
+    );
+    assert_eq!(samples(&mut ctx, &PingPong), n);
+    assert_eq!(samples(&mut ctx, &PointerChase(ChaseChain::Flushed)), 3);
+    // `bench --samples N` sets both.
+    let report = bench(
+        &h100,
+        Options {
+            tests: names(&["copy-latency", "ce-write"]),
+            devices: Some(vec![0, 1]),
+            size: Some(Size::Bytes(64 << 10)),
+            samples: Some(2),
+            ..Options::default()
+        },
+    );
+    for t in &report.tests {
+        assert!(t.cells.iter().all(|c| c.time_us.samples == 2), "{}", t.name);
+    }
 }
 
 #[test]
@@ -277,7 +349,7 @@ fn bad_input_is_a_usage_error() {
         "{unknown}"
     );
     let too_big = usage(Options {
-        size: Some(1 << 40),
+        size: Some(Size::Bytes(1 << 40)),
         ..Options::default()
     });
     assert!(too_big.contains("free memory"), "{too_big}");

@@ -22,7 +22,7 @@ pub struct Cli {
 #[derive(Args)]
 pub struct Global {
     /// Use a simulated host: an embedded preset name (dgx-h100, dgx1-v100, pcie-4gpu-2socket,
-    /// pcie-2gpu-switch) or a preset JSON file
+    /// pcie-2gpu-switch, h200-pair) or a preset JSON file
     #[arg(
         long,
         global = true,
@@ -77,18 +77,31 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_name = "NAME,..")]
     pub tests: Option<Vec<String>>,
 
-    /// Bytes per message: 64MiB, 4K (K/M/G = powers of 1024), 1GB (powers of 1000)
-    /// [default: 64MiB on GPUs, 8MiB on the simulator]
+    /// Bytes per message: 64MiB, 4K (K/M/G = powers of 1024), 1GB (powers of 1000), or `plateau`:
+    /// each test where it reaches its plateau (512 MiB between GPUs, 64 MiB to or from the host,
+    /// 1 GiB within a GPU) [default: plateau on GPUs, 8MiB on the simulator]
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
 
-    /// Samples per measurement, each verified [default: 3 on GPUs, 1 on the simulator]
+    /// Samples per measurement [default: 3 on GPUs (21 for copy-latency, issue-cost, e2e-latency
+    /// and ping-pong), 1 on the simulator]
     #[arg(long)]
     pub samples: Option<u32>,
 
     /// Timed operations per sample [default: 16 on GPUs, 2 on the simulator]
     #[arg(long)]
     pub iterations: Option<u32>,
+
+    /// Untimed operations queued before each sample's window [default: 4 on GPUs, 1 on the
+    /// simulator]
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+
+    /// Rotate each lane's operations over buffers spanning at least this many bytes, so that the
+    /// GPU's cache cannot serve them; 0 keeps one buffer [default: 64MiB on GPUs, 0 on the
+    /// simulator]
+    #[arg(long, value_name = "SIZE")]
+    pub rotation: Option<String>,
 
     /// Sweep message sizes instead: a range 4B..1GiB (powers of two) or a list 4K,64K,1M; reports
     /// median, p99 and GB/s per size and fits time = α + bytes/β per pair

@@ -234,6 +234,7 @@ mod tests {
     fn test(name: &str, size_bytes: u64, cells: Vec<(Place, f64)>) -> TestResult {
         let time_us = Stats::of(&[1.0]).unwrap();
         TestResult {
+            wall_s: 0.0,
             name: name.into(),
             unit: Unit::Gbps,
             size_bytes,

@@ -73,7 +73,7 @@ pub enum ReadError {
 }
 
 impl fmt::Display for ReadError {
-    /// A phrase to follow "<file> is": `not JSON (…)`, `not a `peerlink.bench/1` document (…)`.
+    /// A phrase to follow "`FILE` is": "not JSON (…)", "not a `peerlink.bench/1` document (…)".
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ReadError::NotJson(e) => write!(f, "not JSON ({e})"),

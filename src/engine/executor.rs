@@ -378,36 +378,119 @@ pub(super) fn lanes_of(plan: &Plan) -> Vec<LaneKey> {
         .collect()
 }
 
+/// One single-range transfer to queue: its plan, where its bytes are, what it waits for, and
+/// whether its GPU time is wanted.
+pub(super) struct Job<'p> {
+    pub plan: &'p Plan,
+    pub src: Loc,
+    pub dst: Loc,
+    pub after: &'p [EventId],
+    pub timed: bool,
+}
+
 /// Queues a whole single-range transfer: waits for `after`, then the plan, followed by an end event
 /// on the control stream. A start event goes first where the plan has pipelined routes (their
 /// streams wait for it) or the caller wants the GPU time (`timed`).
-pub(super) fn submit(
-    shared: &Arc<Shared>,
-    plan: &Plan,
-    src: Loc,
-    dst: Loc,
-    after: &[EventId],
-    timed: bool,
-) -> Result<Completion> {
-    let lanes = LockedLanes::new(shared, lanes_of(plan));
-    let mut guards = lanes.guards();
-    let mut issuer = Issuer::new(shared);
-    let control = issuer.stream(control_key(plan.src, plan.dst))?;
-    for &e in after {
-        issuer.wait(control, e)?;
+pub(super) fn submit(shared: &Arc<Shared>, job: &Job<'_>) -> Result<Completion> {
+    let mut done = submit_together(shared, std::slice::from_ref(job))?;
+    Ok(done.pop().expect("one completion per job"))
+}
+
+/// Queues several transfers as [`submit`] does each, but interleaved: every transfer's direct
+/// copies and first chunks first, then the pipelines' chunks in turn across all of them, so that
+/// none waits for the CPU to finish queuing another (each GPU sending at once, or a split both
+/// ways between two GPUs). Jobs that would share a staging lane are queued one after another.
+pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<Vec<Completion>> {
+    let mut keys: Vec<LaneKey> = jobs.iter().flat_map(|j| lanes_of(j.plan)).collect();
+    let total = keys.len();
+    keys.sort_unstable();
+    keys.dedup();
+    if keys.len() < total {
+        return jobs
+            .iter()
+            .map(|job| submit(shared, job))
+            .collect::<Result<Vec<_>>>();
     }
-    let pipelined = plan
-        .paths
-        .iter()
-        .any(|p| !matches!(p.route, Route::Direct(_)));
-    let start = if timed || pipelined {
-        Some(issuer.record(control)?)
-    } else {
-        None
-    };
-    issue_routes(&mut issuer, &mut guards, plan, src, dst, control, start)?;
-    let end = issuer.record(control)?;
-    Ok(issuer.finish(start, end))
+    let lanes = LockedLanes::new(shared, keys);
+    let mut guards = lanes.guards();
+    let mut queuing: Vec<Option<Queuing<'_>>> = Vec::with_capacity(jobs.len());
+    let mut done: Vec<Option<Completion>> = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let mut issuer = Issuer::new(shared);
+        let plan = job.plan;
+        let control = issuer.stream(control_key(plan.src, plan.dst))?;
+        for &e in job.after {
+            issuer.wait(control, e)?;
+        }
+        let pipelined = plan
+            .paths
+            .iter()
+            .any(|p| !matches!(p.route, Route::Direct(_)));
+        let start = if job.timed || pipelined {
+            Some(issuer.record(control)?)
+        } else {
+            None
+        };
+        let pipelines = begin_routes(
+            &mut issuer,
+            &mut guards,
+            plan,
+            job.src,
+            job.dst,
+            control,
+            start,
+        )?;
+        let q = Queuing {
+            issuer,
+            control,
+            start,
+            pipelines,
+        };
+        // A transfer of direct copies only is queued whole: it ends at once.
+        if q.pipelines.is_empty() {
+            done.push(Some(q.finish(&mut guards)?));
+            queuing.push(None);
+        } else {
+            done.push(None);
+            queuing.push(Some(q));
+        }
+    }
+    // Chunks in turn across every transfer; each ends (its end event recorded) as soon as its own
+    // last chunk is queued, so that its GPU time does not wait for the others' queuing.
+    let mut busy = true;
+    while busy {
+        busy = false;
+        for (slot, finished) in queuing.iter_mut().zip(&mut done) {
+            let Some(q) = slot else { continue };
+            if step_routes(&mut q.issuer, &mut q.pipelines)? {
+                busy = true;
+                continue;
+            }
+            let q = slot.take().expect("matched above");
+            *finished = Some(q.finish(&mut guards)?);
+        }
+    }
+    Ok(done
+        .into_iter()
+        .map(|d| d.expect("every transfer finished queuing"))
+        .collect())
+}
+
+/// A transfer of [`submit_together`] whose chunks are still being queued.
+struct Queuing<'s> {
+    issuer: Issuer<'s>,
+    control: StreamId,
+    start: Option<EventId>,
+    pipelines: Pipelines,
+}
+
+impl Queuing<'_> {
+    /// Makes the control stream wait for every route, then records the end.
+    fn finish(mut self, lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>) -> Result<Completion> {
+        finish_routes(&mut self.issuer, lanes, self.pipelines, self.control)?;
+        let end = self.issuer.record(self.control)?;
+        Ok(self.issuer.finish(self.start, end))
+    }
 }
 
 pub(super) fn control_key(src: usize, dst: usize) -> StreamKey {
@@ -430,6 +513,25 @@ pub(super) fn issue_routes(
     control: StreamId,
     start: Option<EventId>,
 ) -> Result<()> {
+    let mut pipelines = begin_routes(issuer, lanes, plan, src, dst, control, start)?;
+    while step_routes(issuer, &mut pipelines)? {}
+    finish_routes(issuer, lanes, pipelines, control)
+}
+
+/// The pipelined routes of a transfer being queued, a chunk at a time.
+pub(super) type Pipelines = Vec<(LaneKey, Pipeline)>;
+
+/// Queues `plan`'s direct copies on `control` and each pipelined route's first chunk, and returns
+/// the pipelines whose other chunks are still to queue.
+fn begin_routes(
+    issuer: &mut Issuer<'_>,
+    lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>,
+    plan: &Plan,
+    src: Loc,
+    dst: Loc,
+    control: StreamId,
+    start: Option<EventId>,
+) -> Result<Pipelines> {
     let mut pipelines = Vec::new();
     for share in &plan.paths {
         let (from, to) = (src.at(share.offset as usize), dst.at(share.offset as usize));
@@ -463,16 +565,30 @@ pub(super) fn issue_routes(
             }
         }
     }
-    // Queue the remaining chunks in turn, so that the routes run side by side.
-    let mut busy = true;
-    while busy {
-        busy = false;
-        for (_, p) in &mut pipelines {
-            busy |= p.step(issuer)?;
-        }
+    Ok(pipelines)
+}
+
+/// Queues the next chunk of each pipeline in turn, so that the routes run side by side; false once
+/// every chunk is queued.
+fn step_routes(issuer: &mut Issuer<'_>, pipelines: &mut Pipelines) -> Result<bool> {
+    let mut busy = false;
+    for (_, p) in pipelines {
+        busy |= p.step(issuer)?;
     }
+    Ok(busy)
+}
+
+/// Hands each lane its new idle event and makes `control` wait for every route.
+fn finish_routes(
+    issuer: &mut Issuer<'_>,
+    lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>,
+    pipelines: Pipelines,
+    control: StreamId,
+) -> Result<()> {
     for (key, p) in pipelines {
-        let lane = lanes.get_mut(&key).expect("locked above");
+        let lane = lanes
+            .get_mut(&key)
+            .expect("every lane of the plan is locked");
         let last = p.finish(issuer, lane)?;
         issuer.wait(control, last)?;
     }
@@ -489,7 +605,7 @@ fn lanes_of_route(plan: &Plan, route: Route) -> LaneKey {
 }
 
 /// One pipelined route of one transfer, queued a chunk at a time.
-struct Pipeline {
+pub(super) struct Pipeline {
     first: StreamId,
     second: StreamId,
     staging: BufferId,

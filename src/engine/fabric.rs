@@ -118,6 +118,41 @@ impl Fabric {
         self.transfer(src, dst).submit()
     }
 
+    /// Queues several transfers at once, their chunks interleaved, so that none waits for the CPU
+    /// to finish queuing another: every GPU sending at once, or a split through the host both ways
+    /// between two GPUs, starts all of its transfers together. A transfer may read what another of
+    /// them reads, but none may write bytes another of them reads or writes (submit those one after
+    /// the other, and the later is ordered after the earlier).
+    pub fn submit_together<'a>(
+        &'a self,
+        transfers: Vec<TransferBuilder<'a>>,
+    ) -> Result<Vec<Transfer>> {
+        for (i, a) in transfers.iter().enumerate() {
+            for b in &transfers[i + 1..] {
+                let touches = |w: &Span<'_>, other: &Span<'_>| {
+                    Arc::ptr_eq(&w.buffer.state, &other.buffer.state) && w.overlaps(other)
+                };
+                if touches(&a.dst, &b.src) || touches(&a.dst, &b.dst) || touches(&b.dst, &a.src) {
+                    return Err(Error::usage(
+                        "transfers submitted together must not write bytes another of them reads \
+                         or writes; submit those one after the other",
+                    ));
+                }
+            }
+        }
+        let prepared = transfers
+            .into_iter()
+            .map(TransferBuilder::prepare)
+            .collect::<Result<Vec<_>>>()?;
+        let jobs: Vec<executor::Job<'_>> = prepared.iter().map(Prepared::job).collect();
+        let done = executor::submit_together(&self.shared, &jobs)?;
+        Ok(prepared
+            .into_iter()
+            .zip(done)
+            .map(|(p, done)| p.claim(done))
+            .collect())
+    }
+
     /// A copy with options: dependencies, a forced strategy.
     pub fn transfer<'a>(&'a self, src: Span<'a>, dst: Span<'a>) -> TransferBuilder<'a> {
         TransferBuilder {
@@ -460,7 +495,7 @@ pub struct TransferBuilder<'a> {
     timed: bool,
 }
 
-impl TransferBuilder<'_> {
+impl<'a> TransferBuilder<'a> {
     /// Records a start event too, so that [`Transfer::elapsed_us`] can tell the transfer's GPU
     /// time. Untimed direct copies skip it: an event record is CPU time every transfer would pay.
     pub fn timed(mut self) -> Self {
@@ -488,29 +523,62 @@ impl TransferBuilder<'_> {
 
     /// Checks the ranges, plans, and queues the transfer.
     pub fn submit(self) -> Result<Transfer> {
+        let shared = self.fabric.shared().clone();
+        let prepared = self.prepare()?;
+        let done = executor::submit(&shared, &prepared.job())?;
+        Ok(prepared.claim(done))
+    }
+
+    /// Checks the ranges and plans; gathers what the transfer must wait for (`after`, and the
+    /// pending transfers it would race with).
+    fn prepare(self) -> Result<Prepared<'a>> {
         let fabric = self.fabric;
         let len = fabric.check_pair(&self.src, &self.dst)? as u64;
         let (a, b) = (self.src.device(), self.dst.device());
         let plan = fabric.shared().plan(a, b, len, self.strategy)?;
-        let (src_state, dst_state) = (&self.src.buffer.state, &self.dst.buffer.state);
         let mut after = self.after;
-        after.extend(src_state.conflicts(false));
-        after.extend(dst_state.conflicts(true));
+        after.extend(self.src.buffer.state.conflicts(false));
+        after.extend(self.dst.buffer.state.conflicts(true));
         let mut events: Vec<EventId> = after.iter().map(|c| c.end).collect();
         events.extend(self.after_events);
-        let done = Arc::new(executor::submit(
-            fabric.shared(),
-            &plan,
-            self.src.loc(),
-            self.dst.loc(),
-            &events,
-            self.timed,
-        )?);
-        src_state.claim(&done, false);
-        dst_state.claim(&done, true);
-        Ok(Transfer {
-            done,
-            planned: Planned::Single(plan),
+        Ok(Prepared {
+            src: self.src,
+            dst: self.dst,
+            plan,
+            events,
+            timed: self.timed,
         })
+    }
+}
+
+/// A transfer checked and planned, ready to queue.
+struct Prepared<'a> {
+    src: Span<'a>,
+    dst: Span<'a>,
+    plan: Arc<Plan>,
+    events: Vec<EventId>,
+    timed: bool,
+}
+
+impl Prepared<'_> {
+    fn job(&self) -> executor::Job<'_> {
+        executor::Job {
+            plan: &self.plan,
+            src: self.src.loc(),
+            dst: self.dst.loc(),
+            after: &self.events,
+            timed: self.timed,
+        }
+    }
+
+    /// Marks the buffers as used by the queued transfer.
+    fn claim(self, done: Completion) -> Transfer {
+        let done = Arc::new(done);
+        self.src.buffer.state.claim(&done, false);
+        self.dst.buffer.state.claim(&done, true);
+        Transfer {
+            done,
+            planned: Planned::Single(self.plan),
+        }
     }
 }

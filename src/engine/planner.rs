@@ -41,9 +41,17 @@ pub const STAGING_SLOTS: usize = 3;
 /// Chunk and split boundaries fall on multiples of this, so that copies stay aligned.
 pub const ALIGN: u64 = 4096;
 
-/// A route slower than this fraction of the fastest one is left out of a split: its gain would be
-/// within the model's error, while the copy engines and host memory it takes from the others are not
-/// modelled. (This is why two NVSwitch peers, whose one link outruns PCIe tenfold, are not split.)
+/// How far a prediction may be off (the engine's regret goal): a route joins a split only where it
+/// shortens the split's predicted time by more than this fraction, since a smaller gain would be
+/// within the model's error.
+pub const MODEL_MARGIN: f64 = 0.05;
+
+/// A route that shares hardware (an NVSwitch port, a PCIe link) with faster routes of a split and is
+/// left with less than this fraction of the fastest one's rate is left out: what the sharing leaves
+/// it is the model's least certain figure. (Why two NVSwitch peers never relay: the relay shares
+/// their switch ports.) A route that shares nothing with the faster ones — the host-staged route
+/// beside NVLink, on its own PCIe links and copy engines — is kept however slow, and the split's
+/// [`MODEL_MARGIN`] decides whether it pays.
 const SPLIT_MIN_FRACTION: f64 = 0.25;
 
 /// Messages gathered into one staging buffer start on this alignment, so that the copy kernels
@@ -92,6 +100,9 @@ struct Hops {
     /// CPU time to queue the first chunk whole, waits included (what a later route of a split
     /// waits for).
     first_chunk_issue_us: f64,
+    /// A direct route's time before its bytes: a lone operation's measured time where the profile
+    /// has one (its issue and start-up), else the issue and α.
+    start_us: f64,
 }
 
 impl Planner {
@@ -356,10 +367,7 @@ impl Planner {
         ] {
             let route = Route::Direct(method);
             if let Some(h) = self.hops(route, src, dst) {
-                // A lone operation holds the issue and the start-up; then the bytes.
-                let lone = self.model.lone_us(h.hops[0]);
-                let time = lone.unwrap_or(h.first_issue_us + h.costs[0].alpha_us)
-                    + h.costs[0].bytes_us(bytes);
+                let time = self.direct_us(&h, bytes);
                 plans.push(self.single(src, dst, bytes, strategy, route, time));
             }
         }
@@ -411,13 +419,34 @@ impl Planner {
                 2.0 * (issue.copy_us + 2.0 * issue.event_us),
             ),
         };
+        let first_issue_us = setup_us + first_op_us;
+        let start_us = self
+            .model
+            .lone_us(hops[0])
+            .unwrap_or(first_issue_us + costs[0].alpha_us);
         Some(Hops {
             hops,
             costs,
             issue_us,
-            first_issue_us: setup_us + first_op_us,
+            first_issue_us,
             first_chunk_issue_us: setup_us + issue_us,
+            start_us,
         })
+    }
+
+    /// A direct route's time: a lone operation holds the issue and the start-up, then the bytes.
+    fn direct_us(&self, h: &Hops, bytes: u64) -> f64 {
+        h.start_us + h.costs[0].bytes_us(bytes)
+    }
+
+    /// A route's time on its own: direct, or pipelined at its best chunk size.
+    fn alone_us(&self, h: &Hops, bytes: u64) -> f64 {
+        if h.hops.len() == 1 {
+            return self.direct_us(h, bytes);
+        }
+        Self::chunk_targets(bytes)
+            .map(|target| pipeline_us(h.first_issue_us, h.issue_us, &h.costs, bytes, target))
+            .fold(f64::INFINITY, f64::min)
     }
 
     fn single(
@@ -483,19 +512,52 @@ impl Planner {
     }
 
     /// The best split over every route at once, or `None` where fewer than two routes would carry
-    /// bytes.
+    /// bytes. Every route of the split must pay: the one carrying the fewest bytes is dropped while
+    /// the routes left (split, or the best of them alone) would be predicted within
+    /// [`MODEL_MARGIN`] of the split with it.
     fn best_split(&self, src: usize, dst: usize, bytes: u64) -> Option<Plan> {
         let mut routes = vec![Route::Direct(CopyMethod::CopyEngine), Route::Host];
         routes.extend(self.relays(src, dst));
-        let routes: Vec<(Route, Hops)> = routes
+        let mut routes: Vec<(Route, Hops)> = routes
             .into_iter()
             .filter_map(|r| self.hops(r, src, dst).map(|h| (r, h)))
             .collect();
+        let mut split = self.split_over(src, dst, bytes, &routes)?;
+        loop {
+            let weakest = split
+                .paths
+                .iter()
+                .min_by_key(|p| p.bytes)
+                .expect("a split has routes")
+                .route;
+            routes.retain(|(r, _)| *r != weakest);
+            let alone = routes
+                .iter()
+                .map(|(_, h)| self.alone_us(h, bytes))
+                .fold(f64::INFINITY, f64::min);
+            let rest = self.split_over(src, dst, bytes, &routes);
+            let without = rest.as_ref().map_or(alone, |p| p.predicted_us.min(alone));
+            if split.predicted_us * (1.0 + MODEL_MARGIN) < without {
+                return Some(split);
+            }
+            split = rest.filter(|p| p.predicted_us <= alone)?;
+        }
+    }
+
+    /// The best split over `routes` at any chunk size, or `None` where fewer than two of them would
+    /// carry bytes.
+    fn split_over(
+        &self,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        routes: &[(Route, Hops)],
+    ) -> Option<Plan> {
         if routes.len() < 2 {
             return None;
         }
         Self::chunk_targets(bytes)
-            .filter_map(|target| self.split_at(src, dst, bytes, target, &routes))
+            .filter_map(|target| self.split_at(src, dst, bytes, target, routes))
             .min_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us))
     }
 
@@ -511,7 +573,7 @@ impl Planner {
         target: u64,
         routes: &[(Route, Hops)],
     ) -> Option<Plan> {
-        let lanes = self.share_bandwidth(routes, target);
+        let lanes = self.share_bandwidth(routes, src, dst, target);
         let mut shares = vec![0u64; lanes.len()];
         let mut queue = Queue::of(&lanes, &shares);
         let mut ends = vec![0.0; lanes.len()];
@@ -585,9 +647,16 @@ impl Planner {
     }
 
     /// The routes worth splitting over, fastest first, each slowed to what shared hardware leaves
-    /// it: routes take bandwidth fastest first, and a route left with less than
-    /// [`SPLIT_MIN_FRACTION`] of the fastest is dropped.
-    fn share_bandwidth<'h>(&self, routes: &'h [(Route, Hops)], target: u64) -> Vec<Lane<'h>> {
+    /// it: routes take bandwidth fastest first; a route left with nothing, or sharing hardware with
+    /// faster ones and left with less than [`SPLIT_MIN_FRACTION`] of the fastest, is dropped, and
+    /// so is one whose copy engines the faster routes already took.
+    fn share_bandwidth<'h>(
+        &self,
+        routes: &'h [(Route, Hops)],
+        src: usize,
+        dst: usize,
+        target: u64,
+    ) -> Vec<Lane<'h>> {
         let mut lanes: Vec<(Lane<'h>, Vec<Resource>)> = routes
             .iter()
             .map(|(route, h)| {
@@ -597,17 +666,22 @@ impl Planner {
             .collect();
         lanes.sort_by(|a, b| b.0.bytes_per_us.total_cmp(&a.0.bytes_per_us));
         let mut left: HashMap<Resource, f64> = HashMap::new();
+        let mut engines = CopyEngines::of(self.model.topology());
         let mut kept: Vec<Lane<'h>> = Vec::new();
         for (mut lane, resources) in lanes {
             let own = lane.bytes_per_us;
+            let mut shared = false;
             for &res in &resources {
-                let room = *left
-                    .entry(res)
-                    .or_insert_with(|| self.model.capacity_gbps(res) * 1e3);
+                let capacity = self.model.capacity_gbps(res) * 1e3;
+                let room = *left.entry(res).or_insert(capacity);
+                shared |= room < capacity;
                 lane.bytes_per_us = lane.bytes_per_us.min(room);
             }
             let fastest = kept.first().map_or(lane.bytes_per_us, |l| l.bytes_per_us);
-            if lane.bytes_per_us <= 0.0 || lane.bytes_per_us < SPLIT_MIN_FRACTION * fastest {
+            if lane.bytes_per_us <= 0.0
+                || (shared && lane.bytes_per_us < SPLIT_MIN_FRACTION * fastest)
+                || !engines.take(lane.route, src, dst)
+            {
                 continue;
             }
             for res in resources {
@@ -617,6 +691,52 @@ impl Planner {
             kept.push(lane);
         }
         kept
+    }
+}
+
+/// The copy engines each GPU has left for the routes of one split. Routes running at once on one
+/// GPU need an engine each, or their copies queue behind one another: an H200 has 3, so a direct
+/// copy (one engine on the source) and the host-staged route (one on the source for device → host,
+/// one on the destination for host → device) fit, both ways at once too.
+struct CopyEngines(HashMap<usize, u32>);
+
+impl CopyEngines {
+    fn of(topology: &crate::topology::Topology) -> CopyEngines {
+        CopyEngines(
+            topology
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(gpu, d)| (gpu, d.copy_engines.max(1)))
+                .collect(),
+        )
+    }
+
+    /// The GPUs whose copy engines a route of a transfer from `src` to `dst` runs on, one entry per
+    /// engine: a direct copy on the source; a pipeline's first hop on the source and its second on
+    /// the relay, or through the host on the destination (as the executor issues them).
+    fn needed(route: Route, src: usize, dst: usize) -> Vec<usize> {
+        match route {
+            Route::Direct(CopyMethod::CopyEngine) => vec![src],
+            Route::Direct(CopyMethod::SmKernel) => Vec::new(),
+            Route::Host => vec![src, dst],
+            Route::Relay(via) => vec![src, via],
+        }
+    }
+
+    /// Takes the engines `route` needs, or leaves everything as it was and says no.
+    fn take(&mut self, route: Route, src: usize, dst: usize) -> bool {
+        let needed = Self::needed(route, src, dst);
+        let fits = needed.iter().all(|gpu| {
+            let wanted = needed.iter().filter(|&g| g == gpu).count() as u32;
+            self.0.get(gpu).copied().unwrap_or(0) >= wanted
+        });
+        if fits {
+            for gpu in needed {
+                *self.0.get_mut(&gpu).expect("checked above") -= 1;
+            }
+        }
+        fits
     }
 }
 
@@ -699,7 +819,7 @@ impl Queue {
             let period = h.issue_us.max(self.cpu_period_us);
             pipeline_us(h.first_issue_us, period, &lane.costs, share, target)
         } else {
-            h.first_issue_us + lane.costs[0].time_us(share)
+            h.start_us + lane.costs[0].bytes_us(share)
         };
         self.starts[i] + own
     }
@@ -759,7 +879,7 @@ pub fn pipeline_us(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::test_support::{dgx1, nvswitch8, pcie_2socket};
+    use crate::model::test_support::{dgx1, nvlink_pair, nvswitch8, pcie_2socket};
 
     fn planner(topology: crate::topology::Topology) -> Planner {
         Planner::new(CostModel::from_topology(&topology))
@@ -840,16 +960,98 @@ mod tests {
         assert!(small.paths.len() < 3, "{small:#?}");
     }
 
+    /// The share of a split's bytes that `route` carries.
+    fn share_of(plan: &Plan, route: Route) -> f64 {
+        let bytes = plan
+            .paths
+            .iter()
+            .find(|s| s.route == route)
+            .map_or(0, |s| s.bytes);
+        bytes as f64 / plan.bytes as f64
+    }
+
     #[test]
-    fn nvswitch_pairs_go_direct_at_every_size() {
+    fn nvswitch_pairs_go_direct_and_add_only_the_host_route_when_large() {
         let p = planner(nvswitch8());
-        for bytes in [1, 4096, MIB, 64 * MIB, 1 << 30] {
+        for bytes in [1, 4096, MIB, 4 * MIB] {
             let plan = p.plan(0, 5, bytes).unwrap();
             assert_eq!(plan.strategy, Strategy::DirectCe, "{bytes}: {plan:?}");
         }
-        // Relays share the switch port with the direct path, so no split is offered.
-        let plan = p.plan(0, 5, 1 << 30).unwrap();
-        assert!(plan.alternatives.iter().all(|(s, _)| *s != Strategy::Split));
+        // Relays share the switch ports with the direct path, but the host-staged route runs on
+        // PCIe links and copy engines of its own: large transfers take it beside the NVLink.
+        for bytes in [64 * MIB, 1 << 30] {
+            let plan = p.plan(0, 5, bytes).unwrap();
+            assert_eq!(plan.strategy, Strategy::Split, "{bytes}: {plan:?}");
+            let routes: Vec<Route> = plan.paths.iter().map(|s| s.route).collect();
+            assert_eq!(
+                routes,
+                vec![Route::Direct(CopyMethod::CopyEngine), Route::Host],
+                "{plan:?}"
+            );
+        }
+        // GPU 5 is on the other socket: its host → device hop reads across it (0.8 of 55 GB/s).
+        let big = p.plan(0, 5, 1 << 30).unwrap();
+        let host = 0.8 * 55.0;
+        let expected = host / (host + 18.0 * 25.0 * 0.88);
+        assert!(
+            (share_of(&big, Route::Host) - expected).abs() < 0.01,
+            "{big:?}"
+        );
+    }
+
+    #[test]
+    fn an_nvlink_pair_splits_large_transfers_with_the_host_route_by_bandwidth() {
+        let p = planner(nvlink_pair());
+        let (nvlink, pcie) = (18.0 * 25.0 * 0.88, 55.0);
+        for bytes in [256 * MIB, 1 << 30] {
+            let plan = p.plan(0, 1, bytes).unwrap();
+            assert_eq!(plan.strategy, Strategy::Split, "{bytes}: {plan:?}");
+            // Its share follows the bandwidth, less what filling its pipeline costs.
+            let (share, ideal) = (share_of(&plan, Route::Host), pcie / (nvlink + pcie));
+            assert!(share < ideal && share > 0.85 * ideal, "{plan:?}");
+            // Faster than the NVLink alone by more than the model's margin: ≥ 430 GB/s one way.
+            let gbps = crate::units::gbps(bytes, plan.predicted_us);
+            assert!(gbps >= 430.0, "{bytes}: {gbps} GB/s");
+            let direct = plan.alternatives[0];
+            assert_eq!(direct.0, Strategy::DirectCe);
+            assert!(
+                plan.predicted_us * (1.0 + MODEL_MARGIN) < direct.1,
+                "{plan:?}"
+            );
+        }
+        // Where the host route would gain less than the margin, the pair goes direct and split is
+        // not offered.
+        for bytes in [4096, MIB, 4 * MIB] {
+            let plan = p.plan(0, 1, bytes).unwrap();
+            assert_eq!(plan.strategy, Strategy::DirectCe, "{bytes}: {plan:?}");
+            assert!(
+                p.plan_with(Strategy::Split, 0, 1, bytes).is_err(),
+                "{bytes}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_split_needs_a_free_copy_engine_for_every_route() {
+        // With one copy engine per GPU the host route's device → host copy would queue behind the
+        // direct copy on the source: no split.
+        let mut topology = nvlink_pair();
+        for d in &mut topology.devices {
+            d.copy_engines = 1;
+        }
+        let p = planner(topology);
+        let plan = p.plan(0, 1, 1 << 30).unwrap();
+        assert_eq!(plan.strategy, Strategy::DirectCe, "{plan:?}");
+        let mut engines = CopyEngines::of(&nvlink_pair());
+        assert!(engines.take(Route::Direct(CopyMethod::CopyEngine), 0, 1));
+        assert!(engines.take(Route::Host, 0, 1));
+        // The other direction fits too, in the three engines of each GPU; then none is left.
+        assert!(engines.take(Route::Direct(CopyMethod::CopyEngine), 1, 0));
+        assert!(engines.take(Route::Host, 1, 0));
+        assert!(!engines.take(Route::Direct(CopyMethod::CopyEngine), 0, 1));
+        assert!(!engines.take(Route::Relay(1), 0, 1));
+        // A copy kernel needs none.
+        assert!(engines.take(Route::Direct(CopyMethod::SmKernel), 0, 1));
     }
 
     #[test]
@@ -873,7 +1075,7 @@ mod tests {
         assert_eq!(at(4).strategy, Strategy::DirectSm);
         assert!((at(4).predicted_us - 6.6).abs() < 0.01, "{:?}", at(4));
         assert_eq!(at(64 * 1024).strategy, Strategy::DirectSm);
-        assert_eq!(at(1 << 30).strategy, Strategy::DirectCe);
+        assert_eq!(at(4 << 20).strategy, Strategy::DirectCe);
         // Pairs without a measurement keep the estimate: issue, α, the copy engine's start-up.
         assert_eq!(
             at(4).predicted_us,

@@ -344,6 +344,11 @@ pub(crate) mod test_support {
         topology("9.0", &[0, 0, 0, 0, 1, 1, 1, 1], &refs)
     }
 
+    /// Two Hopper GPUs joined by their 18 NVLinks, no switch between them (the H200 pair).
+    pub fn nvlink_pair() -> Topology {
+        topology("9.0", &[0, 0], &[&["X", "NV18"], &["NV18", "X"]])
+    }
+
     /// Four GPUs: two under a PCIe switch on each of two sockets, no P2P across sockets.
     pub fn pcie_2socket() -> Topology {
         topology(

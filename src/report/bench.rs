@@ -157,7 +157,7 @@ pub fn text(doc: &BenchDocument) -> String {
     let t = &report.timing;
     let _ = writeln!(
         out,
-        "peerlink bench on {} — GPUs {}; {} sample{} of {} timed operation{} after {} warm-up; \
+        "peerlink bench on {} — GPUs {}; {} sample{} of {} timed operation{} after {} warm-up{}; \
          GB/s = 1e9 bytes/s; rows are sources, columns destinations",
         source,
         report
@@ -170,7 +170,15 @@ pub fn text(doc: &BenchDocument) -> String {
         if t.samples == 1 { "" } else { "s" },
         t.iterations,
         if t.iterations == 1 { "" } else { "s" },
-        t.warmup
+        t.warmup,
+        if t.rotation_bytes > 0 {
+            format!(
+                ", buffers rotated over {}",
+                crate::units::format_bytes(t.rotation_bytes)
+            )
+        } else {
+            String::new()
+        }
     );
     for note in &report.notes {
         let _ = writeln!(out, "note: {note}");

@@ -124,11 +124,19 @@ pub fn text(m: &Measurements) -> String {
                 let _ = writeln!(
                     out,
                     "{what} latency (GPU {} → GPU {}): dependent load {:.0} ns, one-way signal \
-                     {:.2} µs",
-                    p.src, p.dst, p.load_ns, p.signal_us
+                     {:.2} µs, a back-to-back {SMALL_BYTES} B copy {:.2} µs",
+                    p.src, p.dst, p.load_ns, p.signal_us, p.copy_us
                 );
             }
         }
+        let p = l.local_plateau;
+        let _ = writeln!(
+            out,
+            "Local copies of {} on GPU {}: {:.0} GB/s",
+            crate::units::format_bytes(p.bytes),
+            p.device,
+            crate::units::gbps(p.bytes, p.median_us)
+        );
     }
     let _ = writeln!(out, "\nNotes:");
     for note in &m.notes {

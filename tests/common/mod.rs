@@ -12,6 +12,7 @@ pub fn peerlink() -> Command {
 }
 
 /// Runs peerlink with `args`, expecting success, and parses stdout as exactly one JSON document.
+#[allow(dead_code)] // each test binary compiles this module; the golden test does not use it
 pub fn json_of(args: &[&str]) -> Value {
     let out = peerlink().args(args).output().unwrap();
     assert!(

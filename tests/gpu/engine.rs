@@ -214,3 +214,76 @@ fn ten_thousand_random_transfers_move_every_byte() {
         moved as f64 / 1e9
     );
 }
+
+/// On a host whose first two GPUs share NVLink (the H200 pair), a large transfer splits across
+/// the NVLink and the host-staged route, one way and both ways at once, every byte arriving. The
+/// rates are printed for BENCHMARKS.md (goals: ≥ 430 GB/s one way, ≥ 830 both ways at 256 MiB).
+#[test]
+#[ignore = "needs a GPU"]
+fn large_transfers_split_over_nvlink_and_the_host_both_ways() {
+    let f = fabric();
+    let nvlink = f.devices().len() > 1
+        && f.backend()
+            .topology()
+            .pair(0, 1)
+            .is_some_and(|p| p.link.is_nvlink() && p.p2p);
+    if !nvlink {
+        eprintln!("skipped: GPUs 0 and 1 are not an NVLink pair");
+        return;
+    }
+    let len = 256 << 20;
+    let (a0, b1) = (f.alloc(0, len).unwrap(), f.alloc(1, len).unwrap());
+    let (a1, b0) = (f.alloc(1, len).unwrap(), f.alloc(0, len).unwrap());
+    let (d0, d1) = (pattern::bytes(31, len), pattern::bytes(32, len));
+    a0.write(0, &d0).unwrap();
+    a1.write(0, &d1).unwrap();
+    let plan = f.planner().plan(0, 1, len as u64).unwrap();
+    eprintln!("256 MiB 0->1 plan: {plan:?}");
+    let timed = |strategy| {
+        let t = f
+            .transfer(a0.all(), b1.all())
+            .strategy(strategy)
+            .timed()
+            .submit()
+            .unwrap();
+        t.elapsed_us().unwrap()
+    };
+    for strategy in [
+        Strategy::DirectCe,
+        Strategy::Split,
+        Strategy::DirectCe,
+        Strategy::Split,
+    ] {
+        let us = timed(strategy);
+        eprintln!(
+            "0->1 {strategy}: {us:.1} µs, {:.1} GB/s",
+            len as f64 / us / 1e3
+        );
+    }
+    assert!(b1.to_vec().unwrap() == d0, "0->1: wrong bytes");
+    for round in 0..3 {
+        let backend = f.backend();
+        let start = backend.host_time_us();
+        let both = f
+            .submit_together(vec![
+                f.transfer(a0.all(), b1.all()).timed(),
+                f.transfer(a1.all(), b0.all()).timed(),
+            ])
+            .unwrap();
+        for t in &both {
+            t.wait().unwrap();
+        }
+        let wall = backend.host_time_us() - start;
+        let gpu: Vec<f64> = both.iter().map(|t| t.elapsed_us().unwrap()).collect();
+        eprintln!(
+            "both ways, round {round}: {:.1} / {:.1} µs GPU, {:.1} GB/s summed; {:.1} µs wall, {:.1} GB/s end to end",
+            gpu[0],
+            gpu[1],
+            len as f64 / gpu[0] / 1e3 + len as f64 / gpu[1] / 1e3,
+            wall,
+            2.0 * len as f64 / wall / 1e3
+        );
+    }
+    assert!(b1.to_vec().unwrap() == d0, "0->1: wrong bytes");
+    assert!(b0.to_vec().unwrap() == d1, "1->0: wrong bytes");
+}

@@ -28,6 +28,7 @@ const EMBEDDED: &[(&str, &str)] = &[
     embedded!("dgx1-v100"),
     embedded!("pcie-4gpu-2socket"),
     embedded!("pcie-2gpu-switch"),
+    embedded!("h200-pair"),
 ];
 
 const EMBEDDED_NAMES: [&str; EMBEDDED.len()] = {
@@ -504,7 +505,8 @@ mod tests {
                 "dgx-h100",
                 "dgx1-v100",
                 "pcie-4gpu-2socket",
-                "pcie-2gpu-switch"
+                "pcie-2gpu-switch",
+                "h200-pair"
             ]
         );
         for name in preset_names() {
@@ -582,6 +584,21 @@ mod tests {
         let two = Preset::load("pcie-2gpu-switch").unwrap().topology();
         assert_eq!(two.pair(0, 1).unwrap().link, Link::Pix);
         assert!(two.pair(1, 0).unwrap().p2p);
+    }
+
+    #[test]
+    fn h200_pair_is_two_gpus_over_nv18_without_a_switch() {
+        let p = Preset::load("h200-pair").unwrap();
+        assert!(p.nvswitch.is_none(), "the two GPUs own their 18 links");
+        let t = p.topology();
+        assert_eq!(t.devices.len(), 2);
+        for pair in &t.pairs {
+            assert_eq!((pair.link, pair.p2p), (Link::NvLink(18), true), "{pair:?}");
+        }
+        assert_eq!(t.devices[1].copy_engines, 3);
+        // 18 links at the measured copy-engine rate (396.4 GB/s at 512 MiB).
+        let nv = p.nvlink.unwrap();
+        assert!((18.0 * nv.link_gbps * nv.efficiency - 396.4).abs() < 0.5);
     }
 
     #[test]

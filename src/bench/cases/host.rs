@@ -35,6 +35,10 @@ impl TestCase for Fan {
         Shape::PerDevice
     }
 
+    fn plateau_bytes(&self) -> u64 {
+        crate::bench::PLATEAU.peer
+    }
+
     fn measures(&self) -> String {
         let what = match self.0 {
             FanDirection::AllToOne => {
@@ -160,6 +164,13 @@ impl TestCase for HostCopy {
 
     fn shape(&self) -> Shape {
         Shape::PerDevice
+    }
+
+    fn plateau_bytes(&self) -> u64 {
+        match self.direction {
+            HostDirection::Local => crate::bench::PLATEAU.local,
+            HostDirection::HostToDevice | HostDirection::DeviceToHost => crate::bench::PLATEAU.host,
+        }
     }
 
     fn measures(&self) -> String {

@@ -1,11 +1,13 @@
 //! Latency: GPU time per small copy, the CPU's cost to issue one, end to end as the host sees it,
 //! one dependent load over the link (pointer chase), and one-way GPU-initiated signalling.
 
-use super::{chase_on_host, enable, lane_outcome, no_p2p, Context, Outcome, TestCase};
+use super::{
+    chase_on_host, enable, lane_outcome, no_p2p, strided_chain, Context, Outcome, TestCase,
+};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
-use crate::bench::timing::{gpu_us, host_us, measure, HopSpec, Lane, Runs, Sampling};
+use crate::bench::timing::{gpu_us, host_us, measure, HopSpec, Lane, Measurement, Runs, Sampling};
 use crate::{Error, Result};
 
 /// Bytes of a latency test's message.
@@ -39,13 +41,25 @@ fn small_lane<'b>(
     dst: usize,
     sampling: &Sampling,
 ) -> Result<std::result::Result<Lane<'b>, String>> {
+    small_lane_by(ctx, test, src, dst, CopyMethod::CopyEngine, sampling)
+}
+
+/// A lane of 4-byte writes from `src` to `dst` by `method`; `Err(reason)` without P2P.
+fn small_lane_by<'b>(
+    ctx: &mut Context<'b>,
+    test: &str,
+    src: usize,
+    dst: usize,
+    method: CopyMethod,
+    sampling: &Sampling,
+) -> Result<std::result::Result<Lane<'b>, String>> {
     if let Some(reason) = no_p2p(ctx.topology(), src, dst).or_else(|| enable(ctx, src, dst)) {
         return Ok(Err(reason));
     }
     let stream = ctx.streams(&[src])?[0];
     let hop = HopSpec {
         stream,
-        method: CopyMethod::CopyEngine,
+        method,
         memory: Memory::Device(dst),
     };
     Ok(Ok(Lane::new(
@@ -83,30 +97,25 @@ impl TestCase for SmallCopy {
         match self.0 {
             SmallCopyFigure::GpuTime => format!(
                 "GPU time per copy of {SMALL_MESSAGE} B, {SMALL_COPIES} back-to-back copy-engine \
-                 writes (push, issued on the source GPU's stream) queued behind the gate; not a \
-                 CPU time"
+                 writes (push, issued on the source GPU's stream) queued behind the gate; the \
+                 median over samples, after one sample thrown away; not a CPU time"
             ),
             SmallCopyFigure::IssueCost => format!(
                 "CPU time (host clock) spent in the call that queues one {SMALL_MESSAGE} B \
-                 copy-engine write on the source GPU's stream, over {SMALL_COPIES} calls; not a \
-                 transfer time"
+                 copy-engine write on the source GPU's stream, averaged over {SMALL_COPIES} calls \
+                 per sample; the median over samples, after one sample thrown away; not a \
+                 transfer time. CPU time moves with the host's load and scheduling (in a VM, from \
+                 run to run): the spread shows by how much"
             ),
         }
     }
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
         let (src, dst) = place.pair();
-        let sampling = Sampling {
-            warmup: ctx.sampling.warmup.max(1),
-            iterations: SMALL_COPIES,
-            ..ctx.sampling
-        };
-        let seed = ctx.next_seed();
-        let mut lane = match small_lane(ctx, self.name(), src, dst, &sampling)? {
-            Ok(lane) => [lane],
+        let m = match SmallCopy::copies(ctx, self.name(), src, dst, CopyMethod::CopyEngine)? {
+            Ok(m) => m,
             Err(reason) => return Ok(Outcome::Skipped(reason)),
         };
-        let m = measure(&mut lane, &sampling, seed)?;
         Ok(match self.0 {
             SmallCopyFigure::GpuTime => lane_outcome(Unit::Micros, &m, SMALL_MESSAGE as usize),
             SmallCopyFigure::IssueCost => Outcome::Measured {
@@ -116,6 +125,38 @@ impl TestCase for SmallCopy {
                 note: None,
             },
         })
+    }
+}
+
+impl SmallCopy {
+    /// [`SMALL_COPIES`] back-to-back 4-byte writes from `src` to `dst` by `method` per sample,
+    /// `ctx.latency_samples` samples after one thrown away; `Err(reason)` without P2P.
+    pub(crate) fn copies(
+        ctx: &mut Context<'_>,
+        test: &str,
+        src: usize,
+        dst: usize,
+        method: CopyMethod,
+    ) -> Result<std::result::Result<Measurement, String>> {
+        let sampling = Sampling {
+            warmup: ctx.sampling.warmup.max(1),
+            iterations: SMALL_COPIES,
+            samples: ctx.latency_samples,
+            ..ctx.sampling
+        };
+        let seed = ctx.next_seed();
+        let mut lane = match small_lane_by(ctx, test, src, dst, method, &sampling)? {
+            Ok(lane) => [lane],
+            Err(reason) => return Ok(Err(reason)),
+        };
+        // A first window on fresh buffers and streams pays first-use costs (seen on the H200: one
+        // sample of 16.3 µs against a median of 2.27): it is run and thrown away.
+        let first = Sampling {
+            samples: 1,
+            ..sampling
+        };
+        measure(&mut lane, &first, seed)?;
+        Ok(Ok(measure(&mut lane, &sampling, seed + 1)?))
     }
 }
 
@@ -180,7 +221,8 @@ impl TestCase for EndToEnd {
         format!(
             "host clock from the call that queues one {SMALL_MESSAGE} B copy-engine write (source \
              GPU's stream) until the host sees it complete (event synchronisation); one transfer \
-             at a time, median of {END_TO_END_TRANSFERS} per sample"
+             at a time, {END_TO_END_TRANSFERS} per sample after one thrown away, the median over \
+             every transfer of every sample"
         )
     }
 
@@ -196,7 +238,7 @@ impl TestCase for EndToEnd {
             Err(reason) => return Ok(Outcome::Skipped(reason)),
         };
         let mut times = Vec::new();
-        for _ in 0..ctx.sampling.samples {
+        for _ in 0..ctx.latency_samples {
             let seed = ctx.next_seed();
             times.extend(
                 EndToEnd::host_times(&mut lane, END_TO_END_TRANSFERS, seed)?
@@ -243,20 +285,41 @@ impl Drop for Buffers<'_> {
     }
 }
 
-/// One timed run per sample of the context's sampling, after the caller's own warm-up.
-fn samples(ctx: &Context<'_>) -> Runs {
+/// One timed run per sample, `count` samples, after the caller's own warm-up.
+fn samples(count: u32) -> Runs {
     Runs {
         warmup: 0,
-        runs: ctx.sampling.samples as usize,
+        runs: count as usize,
     }
 }
 
+/// Which chain a pointer chase follows: two published definitions of "the latency of one load
+/// over the link" that differ by what the caches and address translation serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChaseChain {
+    /// A random cycle over a region wider than the caches, flushed before each sample: every load
+    /// goes to the peer's memory, translation misses likely included.
+    Flushed,
+    /// nvbandwidth's `device_to_device_latency_sm`: a 2 MiB chain stepping one 128-byte cache line
+    /// at a time, walked once untimed so that it stays resident in the caches.
+    Resident,
+}
+
+/// Bytes of the resident chain (nvbandwidth's latency buffer).
+pub const RESIDENT_CHAIN_BYTES: u64 = 2 << 20;
+/// Bytes between two nodes of the resident chain: one cache line (nvbandwidth's stride of 16
+/// pointers).
+pub const RESIDENT_STRIDE_BYTES: u64 = 128;
+
 /// Dependent loads from a peer's memory: the round-trip latency of one load over the link.
-pub struct PointerChase;
+pub struct PointerChase(pub ChaseChain);
 
 impl TestCase for PointerChase {
     fn name(&self) -> &str {
-        "pointer-chase"
+        match self.0 {
+            ChaseChain::Flushed => "pointer-chase",
+            ChaseChain::Resident => "pointer-chase-resident",
+        }
     }
 
     fn unit(&self) -> Unit {
@@ -272,11 +335,24 @@ impl TestCase for PointerChase {
     }
 
     fn measures(&self) -> String {
+        let chain = match self.0 {
+            ChaseChain::Flushed => {
+                "a random cyclic chain spread over a region larger than the caches, which are \
+                 flushed before each sample (every load reaches the peer's memory, translation \
+                 misses likely included; pointer-chase-resident is nvbandwidth's definition)"
+                    .to_string()
+            }
+            ChaseChain::Resident => format!(
+                "a {} chain stepping {RESIDENT_STRIDE_BYTES} B (a cache line) at a time, walked \
+                 once untimed so that it stays resident in the caches, not flushed \
+                 (nvbandwidth's device_to_device_latency_sm definition)",
+                crate::units::format_bytes(RESIDENT_CHAIN_BYTES)
+            ),
+        };
         format!(
             "ns per dependent 8-byte load by a one-thread kernel on the source (row) GPU from the \
-             destination (column) GPU's memory: {CHASE_STEPS} loads along a random cyclic chain \
-             spread over a region larger than the caches, which are flushed before each sample; \
-             a round trip over the link; GPU time"
+             destination (column) GPU's memory: {CHASE_STEPS} loads per sample along {chain}; a \
+             round trip over the link; GPU time"
         )
     }
 
@@ -285,7 +361,12 @@ impl TestCase for PointerChase {
         if let Some(reason) = no_p2p(ctx.topology(), src, dst).or_else(|| enable(ctx, src, dst)) {
             return Ok(Outcome::Skipped(reason));
         }
-        let chain = ctx.chase_chain();
+        let chain = match self.0 {
+            ChaseChain::Flushed => ctx.chase_chain(),
+            ChaseChain::Resident => {
+                std::sync::Arc::new(strided_chain(RESIDENT_CHAIN_BYTES, RESIDENT_STRIDE_BYTES))
+            }
+        };
         if chain.len() as u64 > ctx.backend.free_memory(dst)? / 2 {
             return Ok(Outcome::Skipped(format!(
                 "GPU {dst} has too little free memory for the {} chain",
@@ -299,13 +380,16 @@ impl TestCase for PointerChase {
         let result = buffers.alloc(Memory::Device(src), 8)?;
         // Each sample walks the same nodes: without an eviction in between, every sample after the
         // first would be served from the L2 caches. Copying a scratch region as large as the chain
-        // through each GPU's memory evicts them.
+        // through each GPU's memory evicts them (the resident chain is meant to stay).
         let mut evictions = Vec::new();
-        for gpu in if src == dst {
+        let flushed = if self.0 == ChaseChain::Resident {
+            Vec::new()
+        } else if src == dst {
             vec![dst]
         } else {
             vec![src, dst]
-        } {
+        };
+        for gpu in flushed {
             let scratch = buffers.alloc(Memory::Device(gpu), chain.len())?;
             let half = chain.len() / 2;
             evictions.push(BufferCopy {
@@ -317,11 +401,17 @@ impl TestCase for PointerChase {
             });
         }
         backend.write(on_dst, 0, &chain)?;
+        // Warm-up: first launch and module load; the resident chain is walked whole, so that every
+        // node a sample visits is in the caches.
+        let warmup = match self.0 {
+            ChaseChain::Flushed => CHASE_STEPS / 10,
+            ChaseChain::Resident => (RESIDENT_CHAIN_BYTES / RESIDENT_STRIDE_BYTES) as u32,
+        };
         backend
             .probes()
-            .pointer_chase(stream, on_dst, CHASE_STEPS / 10, result)?; // warm-up
+            .pointer_chase(stream, on_dst, warmup, result)?;
         let expected = chase_on_host(&chain, CHASE_STEPS);
-        let stats = samples(ctx).stats(|| {
+        let stats = samples(ctx.sampling.samples).stats(|| {
             for eviction in &evictions {
                 backend.copy(stream, CopyMethod::CopyEngine, eviction)?;
             }
@@ -369,7 +459,8 @@ impl TestCase for PingPong {
         format!(
             "one-way latency, µs: half the round trip of a 4-byte flag stored (system-scope fence) \
              by a kernel on the row GPU into the column GPU's memory and answered back, \
-             {PING_PONG_ROUNDS} rounds; GPU time"
+             {PING_PONG_ROUNDS} rounds per sample after a shorter run thrown away, the median over \
+             samples; GPU time"
         )
     }
 
@@ -404,7 +495,7 @@ impl TestCase for PingPong {
             Ok(us)
         };
         run(PING_PONG_ROUNDS / 10)?; // warm-up: first launches and module loads
-        let stats = samples(ctx)
+        let stats = samples(ctx.latency_samples)
             .stats(|| Ok(run(PING_PONG_ROUNDS)? / f64::from(PING_PONG_ROUNDS) / 2.0))?;
         Ok(Outcome::Measured {
             value: stats.median,

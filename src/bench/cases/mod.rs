@@ -4,12 +4,12 @@
 //! [`TestCase::measure`], so the same code fills a matrix, a per-GPU list and a size sweep.
 
 mod host;
-mod latency;
+pub(crate) mod latency;
 mod peer;
 
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
 pub(crate) use latency::Buffers;
-pub use latency::{EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
+pub use latency::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
 pub use peer::{Initiator, PeerCopy, Route};
 
 use super::pattern::SplitMix;
@@ -49,6 +49,11 @@ pub trait TestCase: Sync {
     /// Bytes per message when the user asks for `requested` (latency tests use their own size).
     fn message_bytes(&self, requested: u64) -> u64 {
         requested
+    }
+    /// Bytes per message by default on real GPUs: where the test's figure reaches its plateau
+    /// (see [`crate::bench::PLATEAU`]).
+    fn plateau_bytes(&self) -> u64 {
+        crate::bench::PLATEAU.host
     }
     /// Whether a message-size sweep of this test means something.
     fn sweeps(&self) -> bool {
@@ -107,7 +112,8 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     tests.push(Box::new(SmallCopy(SmallCopyFigure::GpuTime)));
     tests.push(Box::new(SmallCopy(SmallCopyFigure::IssueCost)));
     tests.push(Box::new(EndToEnd));
-    tests.push(Box::new(PointerChase));
+    tests.push(Box::new(PointerChase(ChaseChain::Flushed)));
+    tests.push(Box::new(PointerChase(ChaseChain::Resident)));
     tests.push(Box::new(PingPong));
     tests
 }
@@ -118,6 +124,9 @@ pub struct Context<'a> {
     pub backend: &'a dyn Backend,
     pub devices: Vec<usize>,
     pub sampling: Sampling,
+    /// Samples of the cheap latency tests (copy-latency, issue-cost, e2e-latency, ping-pong), whose
+    /// medians need more of them than a bandwidth's; `sampling.samples` unless set.
+    pub latency_samples: u32,
     /// Bytes the pointer chase spreads its chain over (bigger than the caches on real GPUs).
     pub chase_region_bytes: u64,
     /// Streams made so far, per device; a measurement asks for the k-th of a device.
@@ -138,6 +147,7 @@ impl<'a> Context<'a> {
             backend,
             devices,
             sampling,
+            latency_samples: sampling.samples,
             chase_region_bytes,
             streams: HashMap::new(),
             chain: None,
@@ -230,6 +240,20 @@ fn build_chain(region: u64) -> Vec<u8> {
     chain
 }
 
+/// A chain over `region` bytes stepping `stride` bytes at a time from element 0 and back to it
+/// (nvbandwidth's latency chain: each node names the one a stride further, the last the first).
+pub fn strided_chain(region: u64, stride: u64) -> Vec<u8> {
+    let step = (stride / 8).max(1) as usize;
+    let nodes = (region as usize / (8 * step)).max(2);
+    let mut chain = vec![0u8; nodes * step * 8];
+    for node in 0..nodes {
+        let next = ((node + 1) % nodes * step) as u64;
+        let at = node * step * 8;
+        chain[at..at + 8].copy_from_slice(&next.to_le_bytes());
+    }
+    chain
+}
+
 /// The element index reached after `steps` loads from element 0 of `chain`.
 pub fn chase_on_host(chain: &[u8], steps: u32) -> u64 {
     let mut index = 0u64;
@@ -311,6 +335,47 @@ mod tests {
         );
         assert_eq!(chase_on_host(&chain, nodes as u32), 0);
         assert_ne!(chase_on_host(&chain, 1), 0);
+    }
+
+    #[test]
+    fn the_strided_chain_steps_one_cache_line_at_a_time_and_closes() {
+        let chain = strided_chain(64 * 1024, 128);
+        assert_eq!(chain.len(), 64 * 1024);
+        let nodes = 64 * 1024 / 128;
+        // Element 0 → 16 → 32 …, and back to 0 after every node.
+        assert_eq!(chase_on_host(&chain, 1), 16);
+        assert_eq!(chase_on_host(&chain, 2), 32);
+        assert_eq!(
+            chase_on_host(&chain, nodes as u32 - 1),
+            (nodes as u64 - 1) * 16
+        );
+        assert_eq!(chase_on_host(&chain, nodes as u32), 0);
+    }
+
+    #[test]
+    fn each_bandwidth_test_defaults_to_its_kind_of_copys_plateau() {
+        let plateau = |name: &str| {
+            registry()
+                .into_iter()
+                .find(|t| t.name() == name)
+                .unwrap()
+                .plateau_bytes()
+        };
+        let p = crate::bench::PLATEAU;
+        for name in [
+            "ce-write",
+            "ce-read",
+            "ce-bidir-write",
+            "sm-read",
+            "all-to-one",
+        ] {
+            assert_eq!(plateau(name), p.peer, "{name}");
+        }
+        for name in ["h2d", "d2h", "staged", "staged-bidir"] {
+            assert_eq!(plateau(name), p.host, "{name}");
+        }
+        assert_eq!(plateau("local"), p.local);
+        assert_eq!(p.peer, 512 << 20, "nvbandwidth's default size");
     }
 
     #[test]

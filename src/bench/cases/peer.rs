@@ -143,6 +143,14 @@ impl TestCase for PeerCopy {
         true
     }
 
+    fn plateau_bytes(&self) -> u64 {
+        match self.route {
+            Route::Direct(_) => crate::bench::PLATEAU.peer,
+            // Chunked in eighths however large: a larger message comes no closer to the link.
+            Route::Staged => crate::bench::PLATEAU.host,
+        }
+    }
+
     fn measures(&self) -> String {
         let how = match (self.route, self.initiator) {
             (Route::Direct(CopyMethod::CopyEngine), Initiator::Source) => {

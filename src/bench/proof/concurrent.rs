@@ -128,14 +128,15 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
         from.write(0, &pattern::bytes(pattern::seed(&[bytes, i as u64]), len))?;
         buffers.push((from, to));
     }
-    let submit = |i: usize, strategy: Strategy| -> Result<Transfer> {
+    let transfer = |i: usize, strategy: Strategy| {
         let (from, to) = &buffers[i];
         fabric
             .transfer(from.all(), to.all())
             .strategy(strategy)
             .timed()
-            .submit()
     };
+    let submit =
+        |i: usize, strategy: Strategy| -> Result<Transfer> { transfer(i, strategy).submit() };
 
     // Alone: each flow's pick with nothing else running, one flow after another, each timed on
     // the second of two runs as the ways below are.
@@ -156,12 +157,15 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
     });
     let ways: Vec<Option<Strategy>> = std::iter::once(None).chain(uniform.map(Some)).collect();
     let backend = fabric.backend();
-    // Every flow submitted, then every one waited for: the makespan and the finished transfers.
+    // Every flow submitted together (their chunks interleaved, so that none waits for the CPU to
+    // queue another), then every one waited for: the makespan and the finished transfers.
     let all_at_once = |way: Option<Strategy>| -> Result<(Vec<Transfer>, f64)> {
         host_us(&**backend, || {
-            let transfers = (0..pairs.len())
-                .map(|i| submit(i, way.unwrap_or(picks[i])))
-                .collect::<Result<Vec<_>>>()?;
+            let transfers = fabric.submit_together(
+                (0..pairs.len())
+                    .map(|i| transfer(i, way.unwrap_or(picks[i])))
+                    .collect(),
+            )?;
             for t in &transfers {
                 t.wait()?;
             }

@@ -4,7 +4,9 @@
 //! A sample: hold each lane's issuing stream behind a spin kernel (so the CPU's issue cost stays
 //! out of the window) → queue the warm-up operations (outside the window) → record the start event →
 //! queue the timed operations → record the end event → release → synchronise → read the GPU time.
-//! Then the destination is checked byte for byte against what the sources were filled with.
+//! The sources are filled once per measurement, and after its last sample every byte of every
+//! destination is checked against them: filling and checking a 512 MiB message on the host takes
+//! longer than its copies, so doing it after every sample would double the default bench's time.
 //!
 //! A [`Lane`] is one message's path: a source buffer and one or more hops, each a copy issued on a
 //! stream into the next buffer (one hop for a direct copy; two, chained with events, for a copy
@@ -26,7 +28,7 @@ pub struct Sampling {
     pub warmup: u32,
     /// Operations between the start and end events.
     pub iterations: u32,
-    /// Samples, each a separate held-and-released window, verified after it.
+    /// Samples, each a separate held-and-released window (every byte verified after the last).
     pub samples: u32,
     /// Each lane rotates its operations over buffer slots spanning at least this many bytes, so that
     /// messages that fit in the GPU's L2 cache (60 MB on H200) are not served from it. 0 disables.
@@ -168,27 +170,32 @@ impl<'b> Lane<'b> {
         self.seeds = (0..self.slots)
             .map(|slot| pattern::seed(&[seed, slot as u64]))
             .collect();
-        for (slot, &s) in self.seeds.iter().enumerate() {
-            self.backend.write(
-                self.source,
-                self.slot_offset(slot),
-                &pattern::bytes(s, self.message),
-            )?;
-        }
-        Ok(())
+        with_scratch(self.message, |data| {
+            for (slot, &s) in self.seeds.iter().enumerate() {
+                pattern::fill(s, data);
+                self.backend
+                    .write(self.source, self.slot_offset(slot), data)?;
+            }
+            Ok(())
+        })
     }
 
     /// Checks every byte of every slot of the destination against the last fill.
     pub fn verify(&self) -> Result<()> {
-        let mut data = vec![0u8; self.message];
-        for (slot, &seed) in self.seeds.iter().enumerate() {
-            self.backend
-                .read(self.destination(), self.slot_offset(slot), &mut data)?;
-            if let Some(m) = first_mismatch(seed, &data) {
-                return Err(m.into_error(self.label.test.clone(), self.label.src, self.label.dst));
+        with_scratch(self.message, |data| {
+            for (slot, &seed) in self.seeds.iter().enumerate() {
+                self.backend
+                    .read(self.destination(), self.slot_offset(slot), data)?;
+                if let Some(m) = first_mismatch(seed, data) {
+                    return Err(m.into_error(
+                        self.label.test.clone(),
+                        self.label.src,
+                        self.label.dst,
+                    ));
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Queues operation number `op`: every hop of the message in its rotation slot, chunk by chunk,
@@ -312,20 +319,37 @@ impl Measurement {
     }
 }
 
-/// Runs `sampling.samples` samples of `lanes` at once, verifying each, with patterns derived from
-/// `seed`.
+thread_local! {
+    /// Host memory that messages are filled and checked in, kept from one lane to the next: a fresh
+    /// allocation of up to 1 GiB per lane costs more in page faults than filling it.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `len` bytes of this thread's scratch memory.
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        if scratch.len() < len {
+            scratch.resize(len, 0);
+        }
+        f(&mut scratch[..len])
+    })
+}
+
+/// Runs `sampling.samples` samples of `lanes` at once, with patterns derived from `seed`, and checks
+/// every byte the lanes moved after the last.
 pub fn measure(lanes: &mut [Lane<'_>], sampling: &Sampling, seed: u64) -> Result<Measurement> {
     assert!(!lanes.is_empty(), "measure needs a lane");
     assert!(sampling.iterations > 0 && sampling.samples > 0);
+    for (i, lane) in lanes.iter_mut().enumerate() {
+        lane.fill(pattern::seed(&[seed, i as u64]))?;
+    }
     let mut samples = Vec::with_capacity(sampling.samples as usize);
-    for sample in 0..sampling.samples {
-        for (i, lane) in lanes.iter_mut().enumerate() {
-            lane.fill(pattern::seed(&[seed, u64::from(sample), i as u64]))?;
-        }
+    for _ in 0..sampling.samples {
         samples.push(run_sample(lanes, sampling)?);
-        for lane in lanes.iter() {
-            lane.verify()?;
-        }
+    }
+    for lane in lanes.iter() {
+        lane.verify()?;
     }
     let stats = |f: &dyn Fn(&SampleTimes) -> f64| {
         Stats::of_times(&samples.iter().map(f).collect::<Vec<_>>())

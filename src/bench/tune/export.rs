@@ -2,13 +2,17 @@
 //!
 //! The devices and links come from the topology; every rate and overhead the simulator's link
 //! model uses comes from a measured figure, and the preset's `sources` say which. The simulator
-//! prices a copy as setup + route latency + bytes / rate, so the fitted α of a local copy is the
+//! prices a copy as setup + route latency + bytes / rate, so a small local copy's GPU time is the
 //! copy setup, a host or peer copy's α less that setup is its route's latency, and a fitted β is
-//! the rate of the narrowest resource the copy crossed. What `tune` did not measure (a pair class
+//! the rate of the narrowest resource the copy crossed. Where tune measured them (with
+//! `--export-sim`), the figures the bench reports take precedence over the sweeps' fits: a 4 B
+//! copy's GPU time (copy-latency) for the setup and the NVLink latency, and a local copy at the
+//! bench's plateau size for the local rate, so that the simulator's bench matches the host's at
+//! both ends. What `tune` did not measure (a pair class
 //! absent from the selected GPUs, latencies not asked for) is taken from the embedded `dgx-h100`
 //! preset and named as such.
 
-use super::{Measurements, PairLatency};
+use super::{Measurements, PairLatency, SMALL_BYTES};
 use crate::backend::sim::preset::{
     Costs, DeviceSpec, GpuSpec, HostSpec, LinkSpec, NvLinkSpec, NvSwitchSpec, PcieSpec, Preset,
 };
@@ -39,17 +43,43 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
     let mut borrowed: Vec<String> = Vec::new();
 
     let locals = m.costs(|h| matches!(h, Hop::Local { .. }));
-    let copy_setup_us = finite_median(locals.iter().map(|(_, c)| c.alpha_us))
-        .unwrap_or(fallback.costs.copy_setup_us);
-    let local_copy_gbps = finite_median(locals.iter().map(|(_, c)| c.beta_gbps));
-    if local_copy_gbps.is_none() {
+    let fitted_setup_us = finite_median(locals.iter().map(|(_, c)| c.alpha_us));
+    let fitted_local_gbps = finite_median(locals.iter().map(|(_, c)| c.beta_gbps));
+    if fitted_local_gbps.is_none() {
         borrowed.push("gpu.local_copy_gbps, costs.copy_setup_us".into());
     }
-    let local_copy_gbps = local_copy_gbps.unwrap_or(fallback.gpu.local_copy_gbps);
-    sources.push(format!(
-        "gpu.local_copy_gbps {local_copy_gbps:.1}, costs.copy_setup_us {copy_setup_us:.2}: β and \
-         α of the local copy-engine sweeps (median over GPUs)"
-    ));
+    // The bench reports a copy's rate at its plateau size and a small copy's GPU time, so the
+    // simulator takes those where tune measured them: the sweeps' α–β fit (4 KiB–32 MiB) left the
+    // H200's local copies 7% below their plateau and a 4 B peer copy 21% above its time.
+    let plateau_gbps = m.latencies.and_then(|l| {
+        let p = l.local_plateau;
+        let fixed_us = fitted_setup_us.unwrap_or(0.0);
+        (p.median_us > fixed_us).then(|| p.bytes as f64 / ((p.median_us - fixed_us) * 1e3))
+    });
+    let local_copy_gbps = plateau_gbps
+        .or(fitted_local_gbps)
+        .unwrap_or(fallback.gpu.local_copy_gbps);
+    let small_copy_setup_us = m
+        .latencies
+        .map(|l| (l.local.copy_us - bytes_us(SMALL_BYTES, local_copy_gbps)).max(0.0));
+    let copy_setup_us = small_copy_setup_us
+        .or(fitted_setup_us)
+        .unwrap_or(fallback.costs.copy_setup_us);
+    match (plateau_gbps, m.latencies) {
+        (Some(_), Some(l)) => sources.push(format!(
+            "gpu.local_copy_gbps {local_copy_gbps:.1}: back-to-back copies of {} within GPU {} \
+             (the bench's plateau size), less the fitted α; costs.copy_setup_us \
+             {copy_setup_us:.2}: GPU time per back-to-back {SMALL_BYTES} B copy within GPU {} \
+             (the bench's copy-latency)",
+            crate::units::format_bytes(l.local_plateau.bytes),
+            l.local_plateau.device,
+            l.local.src
+        )),
+        _ => sources.push(format!(
+            "gpu.local_copy_gbps {local_copy_gbps:.1}, costs.copy_setup_us {copy_setup_us:.2}: β \
+             and α of the local copy-engine sweeps (median over GPUs)"
+        )),
+    }
     let sm_local = m.sm_local.fit;
     let sm_copy_efficiency = sm_local
         .map(|f| (f.beta_gbps / local_copy_gbps).min(1.0))
@@ -107,7 +137,16 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             })
             .collect();
         let per_link = finite_median(measured.iter().map(|(n, c)| c.beta_gbps / f64::from(*n)));
-        let alpha = finite_median(measured.iter().map(|(_, c)| c.alpha_us));
+        // A small copy's GPU time over NVLink, measured, or the sweeps' median α.
+        let small = latencies.and_then(|l| l.nvlink).and_then(|p| {
+            let links = match topology.pair(p.src, p.dst).map(|q| q.link) {
+                Some(Link::NvLink(n)) => f64::from(n),
+                _ => return None,
+            };
+            let rate = per_link.map_or(0.0, |r| r * links);
+            Some(p.copy_us - bytes_us(SMALL_BYTES, rate))
+        });
+        let alpha = small.or(finite_median(measured.iter().map(|(_, c)| c.alpha_us)));
         let (load_latency_ns, signal_us) = Figures {
             sources: &mut sources,
             borrowed: &mut borrowed,
@@ -128,9 +167,14 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             Some(rate) => sources.push(format!(
                 "nvlink.link_gbps {rate:.2} with efficiency 1: copy-engine β per link (median over \
                  {} NVLink pairs of β / link count; the efficiency is already in it); \
-                 nvlink.latency_us {:.2}: their median α less the copy setup",
+                 nvlink.latency_us {:.2}: {} less the copy setup",
                 measured.len(),
-                spec.latency_us
+                spec.latency_us,
+                if small.is_some() {
+                    "the GPU time of a back-to-back 4 B copy over NVLink (the bench's copy-latency)"
+                } else {
+                    "their median α"
+                }
             )),
             None => borrowed.push(
                 "nvlink.link_gbps (line rate × efficiency), nvlink.latency_us: no NVLink pair \
@@ -330,6 +374,15 @@ impl Figures<'_> {
                 fallback
             }
         }
+    }
+}
+
+/// µs that `bytes` take at `gbps` (none at an unknown rate).
+fn bytes_us(bytes: usize, gbps: f64) -> f64 {
+    if gbps > 0.0 {
+        bytes as f64 / (gbps * 1e3)
+    } else {
+        0.0
     }
 }
 

@@ -17,15 +17,15 @@ pub mod export;
 mod tests;
 
 use super::cases::{
-    Buffers, Context, HostCopy, HostDirection, Initiator, Outcome, PeerCopy, PingPong,
-    PointerChase, Route, TestCase,
+    Buffers, ChaseChain, Context, HostCopy, HostDirection, Initiator, Outcome, PeerCopy, PingPong,
+    PointerChase, Route, SmallCopy, SmallCopyFigure, TestCase,
 };
 use super::pattern;
 use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
 use super::timing::{
-    gpu_us, held_gpu_us, host_us, interleaved, measure, HopSpec, Lane, Runs, Sampling, Turn,
+    gpu_us, held_gpu_us, host_us, interleaved, HopSpec, Lane, Runs, Sampling, Turn,
 };
 use super::{check_fits, sweep_pair, Defaults};
 use crate::backend::{Backend, BufferCopy, CopyMethod, Memory, Owned, StreamId};
@@ -46,7 +46,7 @@ const GPU_SIZES: &[u64] = &[4 << 10, 256 << 10, 4 << 20, 32 << 20];
 const GPU_QUICK_SIZES: &[u64] = &[64 << 10, 4 << 20, 32 << 20];
 
 /// Back-to-back 4-byte operations whose queuing is timed on the host clock.
-const ISSUE_OPERATIONS: u32 = 100;
+const ISSUE_OPERATIONS: u32 = super::cases::latency::SMALL_COPIES;
 /// Bytes of the operations whose issue, graph and batch costs are measured.
 pub const SMALL_BYTES: usize = 4;
 /// Host-clock probes per figure (event record, graph launch, synchronisation); the median is kept.
@@ -91,7 +91,8 @@ impl HopSweep {
     }
 }
 
-/// Latency of a dependent load and of a signal between two kernels, on one pair of GPUs.
+/// Latency of a dependent load and of a signal between two kernels, and GPU time of a small copy,
+/// on one pair of GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct PairLatency {
     pub src: usize,
@@ -100,15 +101,27 @@ pub struct PairLatency {
     pub load_ns: f64,
     /// One way, fenced store + flag between kernels on the two GPUs (half a ping-pong), µs.
     pub signal_us: f64,
+    /// GPU time per back-to-back 4 B copy-engine copy (bench's copy-latency), µs.
+    pub copy_us: f64,
+}
+
+/// A copy within one GPU at the bench's plateau size: the rate the simulator's local copies take.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PlateauCopy {
+    pub device: usize,
+    pub bytes: u64,
+    /// Median GPU µs per copy, back to back behind a held stream.
+    pub median_us: f64,
 }
 
 /// Load and signal latencies within a GPU and, where the host has such pairs, over NVLink and
-/// over PCIe.
+/// over PCIe; and a local copy at its plateau size.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Latencies {
     pub local: PairLatency,
     pub nvlink: Option<PairLatency>,
     pub pcie: Option<PairLatency>,
+    pub local_plateau: PlateauCopy,
 }
 
 /// Everything `tune` measured on one host.
@@ -202,8 +215,20 @@ impl Measurements {
     }
 }
 
+/// What tune measures with, on one backend.
+struct Plan {
+    /// The sizes every hop is swept over.
+    sizes: Vec<u64>,
+    sampling: Sampling,
+    /// Samples of the issue costs and of the small-copy latencies (as the bench's latency tests).
+    latency_samples: u32,
+    /// The size of the one local copy whose rate the exported simulator takes (the bench's plateau
+    /// on GPUs; on the simulator, whose times are affine in the bytes, its largest sweep size).
+    local_plateau_bytes: u64,
+}
+
 /// Sizes and sampling for this backend.
-fn plan(simulated: bool, quick: bool) -> (Vec<u64>, Sampling) {
+fn plan(simulated: bool, quick: bool) -> Plan {
     if simulated {
         let sizes = if quick { SIM_QUICK_SIZES } else { SIM_SIZES };
         // The simulator's own bench defaults: its virtual time repeats exactly.
@@ -213,7 +238,12 @@ fn plan(simulated: bool, quick: bool) -> (Vec<u64>, Sampling) {
             samples: 1,
             rotation_bytes: 0,
         };
-        (sizes.to_vec(), sampling)
+        Plan {
+            local_plateau_bytes: sizes.iter().copied().max().unwrap_or(0),
+            sizes: sizes.to_vec(),
+            sampling,
+            latency_samples: 1,
+        }
     } else {
         let sizes = if quick { GPU_QUICK_SIZES } else { GPU_SIZES };
         let sampling = Sampling {
@@ -223,7 +253,12 @@ fn plan(simulated: bool, quick: bool) -> (Vec<u64>, Sampling) {
             // Beyond the H200's 60 MB L2, as the bench's own default.
             rotation_bytes: 64 << 20,
         };
-        (sizes.to_vec(), sampling)
+        Plan {
+            sizes: sizes.to_vec(),
+            sampling,
+            latency_samples: if quick { 5 } else { super::LATENCY_SAMPLES },
+            local_plateau_bytes: super::PLATEAU.local,
+        }
     }
 }
 
@@ -235,10 +270,12 @@ pub fn run(
 ) -> Result<Measurements> {
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
-    let (sizes, sampling) = plan(topo.is_simulated(), options.quick);
+    let plan = plan(topo.is_simulated(), options.quick);
+    let (sizes, sampling) = (plan.sizes.clone(), plan.sampling);
     check_fits(backend, &devices, sizes.iter().copied().max().unwrap_or(0))?;
     let chase_region = Defaults::for_backend(backend).chase_region_bytes;
     let mut ctx = Context::new(backend, devices.clone(), sampling, chase_region);
+    ctx.latency_samples = plan.latency_samples;
     let mut notes = vec![format!(
         "each hop: time = α + bytes/β fitted (relative residuals, Huber weights) to GPU times of \
          back-to-back copies queued behind a held stream at {} ({} warm-up, {} timed, {} sample{} \
@@ -306,9 +343,13 @@ pub fn run(
 
     progress.start("issue costs", 5);
     let stream = ctx.streams(&[first])?[0];
-    let copy_us = queue_cost_us(&mut ctx, first, CopyMethod::CopyEngine)?;
+    // The copies transfers issue go to a peer: priced where the host has one, as bench's
+    // issue-cost measures it (taken from a GPU's copies to itself, the exported simulator's
+    // issue-cost came out 2.2 times the bench's on the H200 pair).
+    let (a, b) = first_peer_pair(&ctx).unwrap_or((first, first));
+    let copy_us = queue_cost_us(&mut ctx, a, b, CopyMethod::CopyEngine)?;
     progress.step();
-    let kernel_us = queue_cost_us(&mut ctx, first, CopyMethod::SmKernel)?;
+    let kernel_us = queue_cost_us(&mut ctx, a, b, CopyMethod::SmKernel)?;
     progress.step();
     let event_us = event_us(backend, stream)?;
     let completion = super::explain::completion_costs(backend, stream)?;
@@ -324,16 +365,26 @@ pub fn run(
     progress.step();
     progress.finish();
     notes.push(format!(
-        "on GPU {first} (its own peer): CPU cost to queue one {SMALL_BYTES} B copy and one copy \
-         kernel (host clock, {ISSUE_OPERATIONS} in a row), to record an event and to launch a \
-         graph (median of {}); GPU time per node of a replayed graph of {GRAPH_COPIES} copies and \
-         per message of one batched copy kernel of {BATCH_MESSAGES} × {BATCH_MESSAGE_BYTES} B \
-         beyond its bytes (median of {} windows behind a held stream)",
-        PROBES.runs, WINDOWS.runs
+        "CPU cost to queue one {SMALL_BYTES} B copy and one copy kernel from GPU {a} to GPU {b} \
+         (host clock, {ISSUE_OPERATIONS} in a row per sample, the median of {} sample{} after \
+         one thrown away, as bench's issue-cost); on GPU {first} (its own peer): to record an event \
+         and to launch a graph (median of {}), GPU time per node of a replayed graph of \
+         {GRAPH_COPIES} copies and per message of one batched copy kernel of {BATCH_MESSAGES} × \
+         {BATCH_MESSAGE_BYTES} B beyond its bytes (median of {} windows behind a held \
+         stream)",
+        ctx.latency_samples,
+        if ctx.latency_samples == 1 { "" } else { "s" },
+        PROBES.runs,
+        WINDOWS.runs
     ));
 
     let latencies = if options.latencies {
-        Some(latencies(&mut ctx, &devices, progress)?)
+        Some(latencies(
+            &mut ctx,
+            &devices,
+            plan.local_plateau_bytes,
+            progress,
+        )?)
     } else {
         None
     };
@@ -518,31 +569,24 @@ pub fn describe(hop: Hop) -> String {
     }
 }
 
-/// Host µs to queue one small copy on `gpu` by `method`: the issue cost of back-to-back copies
-/// within the GPU, from the bench's lanes.
-fn queue_cost_us(ctx: &mut Context<'_>, gpu: usize, method: CopyMethod) -> Result<f64> {
-    let sampling = Sampling {
-        warmup: 1,
-        iterations: ISSUE_OPERATIONS,
-        ..ctx.sampling
-    };
-    let stream = ctx.streams(&[gpu])?[0];
-    let hop = HopSpec {
-        stream,
-        method,
-        memory: Memory::Device(gpu),
-    };
-    let mut lane = [Lane::new(
-        ctx.backend,
-        Context::label("tune issue cost", gpu, gpu),
-        Memory::Device(gpu),
-        &[hop],
-        SMALL_BYTES,
-        &sampling,
-        ctx.buffer_budget(gpu)?,
-    )?];
-    let seed = ctx.next_seed();
-    Ok(measure(&mut lane, &sampling, seed)?.issue_us.median)
+/// The first ordered pair of distinct selected GPUs with P2P, peer access enabled.
+fn first_peer_pair(ctx: &Context<'_>) -> Option<(usize, usize)> {
+    let topo = ctx.topology();
+    ctx.devices
+        .iter()
+        .flat_map(|&a| ctx.devices.iter().map(move |&b| (a, b)))
+        .filter(|&(a, b)| a != b && topo.pair(a, b).is_some_and(|p| p.p2p))
+        .find(|&(a, b)| super::cases::enable(ctx, a, b).is_none())
+}
+
+/// Host µs to queue one small copy from GPU `src` to GPU `dst` by `method`, as bench's issue-cost
+/// takes it: back-to-back copies, the median of `ctx.latency_samples` samples after one thrown
+/// away.
+fn queue_cost_us(ctx: &mut Context<'_>, src: usize, dst: usize, method: CopyMethod) -> Result<f64> {
+    match SmallCopy::copies(ctx, "tune issue cost", src, dst, method)? {
+        Ok(m) => Ok(m.issue_us.median),
+        Err(message) => Err(Error::PeerAccess { src, dst, message }),
+    }
 }
 
 /// Lone operations per method and pair: untimed ones first (first use of a pair, of a kernel),
@@ -725,11 +769,12 @@ fn batch_message_us(
     Ok((per_message.median - bytes_us).max(0.0))
 }
 
-/// Pointer chase and ping-pong within the first GPU, on the first NVLink pair and on the first
-/// PCIe pair with P2P.
+/// Pointer chase, ping-pong and a small copy's GPU time within the first GPU, on the first NVLink
+/// pair and on the first PCIe pair with P2P; a copy within the first GPU of `plateau_bytes`.
 fn latencies(
     ctx: &mut Context<'_>,
     devices: &[usize],
+    plateau_bytes: u64,
     progress: &dyn Progress,
 ) -> Result<Latencies> {
     let topo = ctx.topology();
@@ -741,17 +786,34 @@ fn latencies(
             .map(|p| (p.src, p.dst))
     };
     let (nvlink, pcie) = (first_pair(true), first_pair(false));
-    progress.start("latencies", 3);
+    progress.start("latencies", 4);
     let local = pair_latency(ctx, devices[0], devices[0])?;
     progress.step();
     let nvlink = nvlink.map(|(a, b)| pair_latency(ctx, a, b)).transpose()?;
     progress.step();
     let pcie = pcie.map(|(a, b)| pair_latency(ctx, a, b)).transpose()?;
+    progress.step();
+    check_fits(ctx.backend, &devices[..1], plateau_bytes)?;
+    let device = devices[0];
+    let local_copy = HostCopy::new(HostDirection::Local);
+    let local_plateau = match local_copy.measure(ctx, Place::Device { device }, plateau_bytes)? {
+        Outcome::Measured { time_us, .. } => PlateauCopy {
+            device,
+            bytes: plateau_bytes,
+            median_us: time_us.median,
+        },
+        Outcome::Skipped(reason) => {
+            return Err(Error::usage(format!(
+                "the local copy on GPU {device} could not run: {reason}"
+            )))
+        }
+    };
     progress.finish();
     Ok(Latencies {
         local,
         nvlink,
         pcie,
+        local_plateau,
     })
 }
 
@@ -770,7 +832,8 @@ fn pair_latency(ctx: &mut Context<'_>, src: usize, dst: usize) -> Result<PairLat
     Ok(PairLatency {
         src,
         dst,
-        load_ns: value(&PointerChase)?,
+        load_ns: value(&PointerChase(ChaseChain::Flushed))?,
         signal_us: value(&PingPong)?,
+        copy_us: value(&SmallCopy(SmallCopyFigure::GpuTime))?,
     })
 }

@@ -3,6 +3,8 @@
 use super::*;
 use crate::backend::sim::{Preset, SimBackend};
 use crate::bench::progress::Silent;
+use crate::document::bench::BenchDocument;
+use crate::document::compare::compare;
 use crate::model::CostModel;
 use crate::topology::Link;
 
@@ -288,4 +290,93 @@ fn exported_nvswitch_host_keeps_its_switch_and_per_link_rate() {
         .iter()
         .any(|s| s.contains("not measured, taken from the embedded dgx-h100 preset")));
     assert_eq!(exported.topology().pairs, original.topology().pairs);
+}
+
+/// Every figure of the default bench on `preset` against the same bench on the preset tune
+/// exports from it (`tune --export-sim`, then `compare`): within 10%.
+fn exported_bench_matches(preset: &str) {
+    let (sim, m) = tuned(preset, None, true);
+    let exported = SimBackend::from_preset(&export::preset(&m, sim.topology(), "tuned").unwrap());
+    let bench = |backend: &dyn crate::backend::Backend| {
+        let options = crate::bench::Options {
+            size: Some(crate::bench::Size::Bytes(4 << 20)),
+            ..Default::default()
+        };
+        let report = crate::bench::run(backend, &options, &Silent).unwrap();
+        BenchDocument::new(backend.topology(), report)
+    };
+    let (was, now) = (bench(&sim), bench(&exported));
+    let c = compare(&was, &now, preset, "exported");
+    assert!(c.unmatched.is_empty(), "{:?}", c.unmatched);
+    let tests: std::collections::BTreeSet<&str> = c.pairs.iter().map(|p| p.test.as_str()).collect();
+    for name in [
+        "copy-latency",
+        "issue-cost",
+        "e2e-latency",
+        "local",
+        "ce-write",
+        "ping-pong",
+    ] {
+        assert!(
+            tests.iter().any(|t| t.starts_with(name)),
+            "{name} not compared"
+        );
+    }
+    for p in &c.pairs {
+        assert!(
+            (p.ratio - 1.0).abs() <= 0.10,
+            "{preset}: {} {}: {} against {}",
+            p.test,
+            p.place,
+            p.other,
+            p.base
+        );
+    }
+}
+
+#[test]
+fn the_exported_simulator_benches_within_ten_percent_of_its_host() {
+    exported_bench_matches("h200-pair");
+    exported_bench_matches("pcie-2gpu-switch");
+}
+
+#[test]
+fn the_export_takes_the_small_copy_time_and_the_local_plateau_over_the_fits() {
+    // As on the H200 pair: a 4 B copy over NVLink takes 2.27 µs while the sweeps' α is 2.75, and
+    // local copies reach 2050 GB/s at 1 GiB while the fit over 4 KiB–32 MiB says 1887.
+    let (sim, mut m) = tuned("h200-pair", None, true);
+    let alpha = cost(&m, Hop::Local { device: 0 }).alpha_us;
+    let l = m.latencies.as_mut().unwrap();
+    l.nvlink.as_mut().unwrap().copy_us = 2.27;
+    l.local.copy_us = 1.9;
+    l.local_plateau.bytes = 1 << 30;
+    l.local_plateau.median_us = alpha + (1u64 << 30) as f64 / 2050e3;
+    let exported = export::preset(&m, sim.topology(), "tuned").unwrap();
+    assert!(close(exported.gpu.local_copy_gbps, 2050.0, 1e-3));
+    assert!(close(exported.costs.copy_setup_us, 1.9, 1e-2));
+    let nv = exported.nvlink.unwrap();
+    // setup + latency + 4 B at NVLink's rate = the measured 2.27 µs.
+    assert!(close(
+        exported.costs.copy_setup_us + nv.latency_us,
+        2.27,
+        1e-2
+    ));
+    assert!(exported
+        .sources
+        .iter()
+        .any(|s| s.contains("copy-latency") && s.contains("1 GiB")));
+}
+
+#[test]
+fn the_issue_cost_is_measured_on_a_peer_pair_as_the_bench_does() {
+    let (_, m) = tuned("h200-pair", None, false);
+    assert!(
+        m.notes
+            .iter()
+            .any(|n| n.contains("from GPU 0 to GPU 1") && n.contains("issue-cost")),
+        "{:?}",
+        m.notes
+    );
+    let (_, one) = tuned("h200-pair", Some(vec![1]), false);
+    assert!(one.notes.iter().any(|n| n.contains("from GPU 1 to GPU 1")));
 }
