@@ -14,7 +14,10 @@ bench_runs=${BENCH_RUNS:-1}
 # itself; say PAIR="0 1" on a two-GPU host).
 read -r src dst <<<"${PAIR:-0 0}"
 want() { [[ " $steps " == *" $1 "* ]]; }
-work=$(mktemp -d)
+# Where the outputs gather before they are packed (WORK= keeps them somewhere known, e.g. to pack them
+# yourself when a time limit stops the script).
+work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
 bin=gpu-carry/peerlink
 step() { echo "== $*" >&2; }
 
@@ -78,6 +81,8 @@ $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB >"$work/engine-sweep.txt"
 $bin --gpu plan --src $src --dst $dst --size 4KiB --messages 1000 --prove --json >"$work/engine-batch.json" 2>"$work/engine-batch.err"
 $bin --gpu plan --src $src --dst $dst --size 4KiB --messages 1000 --prove >"$work/engine-batch.txt" 2>&1
 $bin --gpu plan --src $src --dst $dst --size 256MiB --prove --json >"$work/engine-256MiB.json" 2>"$work/engine-256MiB.err"
+$bin --gpu plan --src $src --dst $dst --size 1GiB --prove --json >"$work/engine-1GiB.json" 2>"$work/engine-1GiB.err"
+$bin --gpu plan --src $src --dst $dst --size 1GiB --prove >"$work/engine-1GiB.txt" 2>&1
 $bin --gpu plan --src $src --dst $dst --size 256MiB --prove >"$work/engine-256MiB.txt" 2>&1
 fi
 
