@@ -73,25 +73,6 @@ pub struct Topology {
     pub pairs: Vec<Pair>,
 }
 
-impl Device {
-    /// The CPUs of [`Device::cpu_affinity`] (`0-3,8` → 0, 1, 2, 3, 8); none where it is unknown or
-    /// not a CPU list.
-    pub fn cpus(&self) -> Vec<usize> {
-        let Some(list) = &self.cpu_affinity else {
-            return Vec::new();
-        };
-        let range = |part: &str| -> Option<std::ops::RangeInclusive<usize>> {
-            let (first, last) = part.split_once('-').unwrap_or((part, part));
-            let (first, last) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
-            (first <= last).then_some(first..=last)
-        };
-        list.split(',')
-            .map(range)
-            .collect::<Option<Vec<_>>>()
-            .map_or_else(Vec::new, |ranges| ranges.into_iter().flatten().collect())
-    }
-}
-
 impl Topology {
     /// The entry for an ordered pair of distinct devices.
     pub fn pair(&self, src: usize, dst: usize) -> Option<&Pair> {
@@ -212,7 +193,6 @@ pub(crate) mod test_support {
 
 #[cfg(test)]
 mod tests {
-
     use super::test_support::*;
     use super::*;
 
@@ -230,21 +210,6 @@ mod tests {
                 pair(0, 1, Link::NvLink(18), true),
                 pair(1, 0, Link::NvLink(18), true),
             ],
-        }
-    }
-
-    #[test]
-    fn cpu_lists_read_as_nvidia_smi_prints_them() {
-        let mut d = device(0, Some(0), "0000:18:00.0");
-        for (list, cpus) in [
-            (Some("0-3,8"), vec![0, 1, 2, 3, 8]),
-            (Some("5"), vec![5]),
-            (Some("3-1"), vec![]),
-            (Some("x"), vec![]),
-            (None, vec![]),
-        ] {
-            d.cpu_affinity = list.map(str::to_string);
-            assert_eq!(d.cpus(), cpus, "{list:?}");
         }
     }
 

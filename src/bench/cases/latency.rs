@@ -7,9 +7,7 @@ use super::{
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
-use crate::bench::timing::{
-    gpu_us, host_us, measure, HopSpec, Lane, Measurement, PinnedNear, Runs, Sampling,
-};
+use crate::bench::timing::{gpu_us, host_us, measure, HopSpec, Lane, Measurement, Runs, Sampling};
 use crate::{Error, Result};
 
 /// Bytes of a latency test's message.
@@ -106,9 +104,8 @@ impl TestCase for SmallCopy {
                 "CPU time (host clock) spent in the call that queues one {SMALL_MESSAGE} B \
                  copy-engine write on the source GPU's stream, averaged over {SMALL_COPIES} calls \
                  per sample; the median over samples, after one sample thrown away; not a \
-                 transfer time; on real GPUs the host thread stays on one CPU near the source GPU. \
-                 CPU time moves with the host's load and scheduling (in a VM, from run to run): the \
-                 spread shows by how much"
+                 transfer time. CPU time moves with the host's load and scheduling (in a VM, from \
+                 run to run): the spread shows by how much"
             ),
         }
     }
@@ -148,8 +145,6 @@ impl SmallCopy {
             ..ctx.sampling
         };
         let seed = ctx.next_seed();
-        // The issue cost is CPU time: measured from one CPU near the issuing GPU.
-        let _pinned = PinnedNear::new(ctx.topology(), src);
         let mut lane = match small_lane_by(ctx, test, src, dst, method, &sampling)? {
             Ok(lane) => [lane],
             Err(reason) => return Ok(Err(reason)),
@@ -227,8 +222,7 @@ impl TestCase for EndToEnd {
             "host clock from the call that queues one {SMALL_MESSAGE} B copy-engine write (source \
              GPU's stream) until the host sees it complete (event synchronisation); one transfer \
              at a time, {END_TO_END_TRANSFERS} per sample after one thrown away, the median over \
-             every transfer of every sample; on real GPUs the host thread stays on one CPU near the \
-             source GPU"
+             every transfer of every sample"
         )
     }
 
@@ -239,7 +233,6 @@ impl TestCase for EndToEnd {
             iterations: END_TO_END_TRANSFERS,
             ..ctx.sampling
         };
-        let _pinned = PinnedNear::new(ctx.topology(), src);
         let mut lane = match small_lane(ctx, self.name(), src, dst, &sampling)? {
             Ok(lane) => lane,
             Err(reason) => return Ok(Outcome::Skipped(reason)),

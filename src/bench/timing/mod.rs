@@ -18,7 +18,6 @@ pub use lanes::{measure, HopSpec, Lane, LaneLabel, Measurement, Sampling};
 
 use super::stats::Stats;
 use crate::backend::{Backend, StreamId};
-use crate::topology::Topology;
 use crate::Result;
 
 /// How often a measurement taken run by run runs.
@@ -143,68 +142,9 @@ fn elapsed_then_destroy(
     Ok(us)
 }
 
-/// Keeps the measuring thread on one CPU near a GPU while it lives, and puts it back where it was
-/// when dropped. Host-clock figures moved with where the scheduler put the process: on the H200 pair
-/// three bench processes gave e2e-latency medians of 9.65, 10.01 and 10.82 µs and issue-cost medians
-/// of 2.09, 3.07 and 2.96 µs, each spread tight within its process. nvbandwidth likewise keeps its
-/// thread on the CPUs near the GPU. The CPU is the last of the GPU's list (the first takes most
-/// interrupts). Nothing is pinned on the simulator, whose clock is virtual, or where the GPU's CPUs
-/// are unknown.
-pub struct PinnedNear {
-    previous: Option<Vec<usize>>,
-}
-
-impl PinnedNear {
-    pub fn new(topology: &Topology, device: usize) -> PinnedNear {
-        let cpu = topology
-            .devices
-            .get(device)
-            .and_then(|d| d.cpus().last().copied())
-            .filter(|_| !topology.is_simulated());
-        let previous = cpu.and_then(|cpu| {
-            let previous = affinity::get_thread_affinity().ok()?;
-            affinity::set_thread_affinity([cpu]).ok()?;
-            Some(previous)
-        });
-        PinnedNear { previous }
-    }
-
-    /// Whether the thread was moved (and will be put back).
-    pub fn pinned(&self) -> bool {
-        self.previous.is_some()
-    }
-}
-
-impl Drop for PinnedNear {
-    fn drop(&mut self) {
-        if let Some(previous) = &self.previous {
-            // Where it cannot be put back, the thread stays on a CPU near the GPU: harmless.
-            let _ = affinity::set_thread_affinity(previous);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_thread_is_pinned_near_a_real_gpu_and_put_back_after() {
-        let before = affinity::get_thread_affinity().unwrap();
-        let mut host = crate::topology::test_support::three_gpus();
-        host.devices[1].cpu_affinity = Some(format!("{}", before[0]));
-        // The simulator's clock is virtual: nothing to pin.
-        assert!(!PinnedNear::new(&host, 1).pinned());
-        host.source = crate::topology::Source::Cuda;
-        {
-            let pinned = PinnedNear::new(&host, 1);
-            assert!(pinned.pinned());
-            assert_eq!(affinity::get_thread_affinity().unwrap(), vec![before[0]]);
-        }
-        assert_eq!(affinity::get_thread_affinity().unwrap(), before);
-        // A GPU whose CPUs are unknown leaves the thread where it is.
-        assert!(!PinnedNear::new(&host, 0).pinned());
-    }
 
     #[test]
     fn contenders_take_turns_in_a_rotating_order_and_warm_ups_are_not_kept() {
