@@ -277,3 +277,116 @@ fn host_writes_into_pinned_memory() {
         b.free(buffer).unwrap();
     }
 }
+
+/// Which of the host route's copies slows an NVLink copy that runs beside it: the copy-engine
+/// write over NVLink (240 MiB, GPU 0 → GPU 1) alone and beside a 28 MiB device→host copy on GPU 0,
+/// a 28 MiB host→device copy on GPU 1, or both; and the NVLink share issued other ways (pulled by
+/// GPU 1, or by an SM kernel) beside both host copies. Every copy starts together behind held
+/// streams; each stream's GPU time is printed (median of 5). The numbers decide how a split may use
+/// the host route beside NVLink (issue 11).
+#[test]
+#[ignore = "needs a GPU"]
+fn nvlink_copy_beside_host_copies() {
+    let b = open();
+    if b.topology().devices.len() < 2 {
+        eprintln!("skipped: needs two GPUs");
+        return;
+    }
+    b.enable_peer_access(0, 1).unwrap();
+    b.enable_peer_access(1, 0).unwrap();
+    let (big, small) = (240usize << 20, 28usize << 20);
+    let a0 = b.alloc(Memory::Device(0), big).unwrap();
+    let b1 = b.alloc(Memory::Device(1), big).unwrap();
+    let d0 = b.alloc(Memory::Device(0), small).unwrap();
+    let d1 = b.alloc(Memory::Device(1), small).unwrap();
+    let h0 = b
+        .alloc(Memory::PinnedHost { numa_node: None }, small)
+        .unwrap();
+    let h1 = b
+        .alloc(Memory::PinnedHost { numa_node: None }, small)
+        .unwrap();
+    let whole = |dst, src, len| BufferCopy {
+        dst,
+        dst_offset: 0,
+        src,
+        src_offset: 0,
+        len,
+    };
+    let on0 = [0, 0, 0].map(|d| b.create_stream(d).unwrap());
+    let on1 = b.create_stream(1).unwrap();
+    let nvlink_push = (
+        on0[0],
+        CopyMethod::CopyEngine,
+        whole(b1, a0, big),
+        "nvlink push",
+    );
+    let nvlink_pull = (
+        on1,
+        CopyMethod::CopyEngine,
+        whole(b1, a0, big),
+        "nvlink pull",
+    );
+    let nvlink_sm = (
+        on0[0],
+        CopyMethod::SmKernel,
+        whole(b1, a0, big),
+        "nvlink sm",
+    );
+    let d2h = (
+        on0[1],
+        CopyMethod::CopyEngine,
+        whole(h0, d0, small),
+        "d2h GPU0",
+    );
+    let on1b = b.create_stream(1).unwrap();
+    let h2d = (
+        on1b,
+        CopyMethod::CopyEngine,
+        whole(d1, h1, small),
+        "h2d GPU1",
+    );
+    let scenarios: Vec<Vec<_>> = vec![
+        vec![nvlink_push],
+        vec![d2h],
+        vec![h2d],
+        vec![nvlink_push, d2h],
+        vec![nvlink_push, h2d],
+        vec![nvlink_push, d2h, h2d],
+        vec![nvlink_pull, d2h, h2d],
+        vec![nvlink_sm, d2h, h2d],
+    ];
+    for scenario in &scenarios {
+        let mut times = vec![Vec::new(); scenario.len()];
+        for _ in 0..6 {
+            let gates: Vec<_> = scenario.iter().map(|c| b.hold(c.0).unwrap()).collect();
+            let events: Vec<_> = scenario
+                .iter()
+                .map(|(stream, method, copy, _)| {
+                    let start = b.record(*stream).unwrap();
+                    b.copy(*stream, *method, copy).unwrap();
+                    (start, b.record(*stream).unwrap())
+                })
+                .collect();
+            for gate in gates {
+                b.release(gate).unwrap();
+            }
+            for c in scenario {
+                b.synchronize(c.0).unwrap();
+            }
+            for (i, (start, end)) in events.into_iter().enumerate() {
+                times[i].push(b.elapsed_us(start, end).unwrap());
+                b.destroy_event(start).unwrap();
+                b.destroy_event(end).unwrap();
+            }
+        }
+        let line: Vec<String> = scenario
+            .iter()
+            .zip(&times)
+            .map(|((_, _, copy, name), t)| {
+                let us = median(&t[1..]).unwrap();
+                format!("{name} {us:.1} µs {:.1} GB/s", copy.len as f64 / us / 1e3)
+            })
+            .collect();
+        eprintln!("beside: {}", line.join(" | "));
+    }
+}
