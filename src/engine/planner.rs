@@ -46,12 +46,14 @@ pub const ALIGN: u64 = 4096;
 /// within the model's error.
 pub const MODEL_MARGIN: f64 = 0.05;
 
-/// A route that shares hardware (an NVSwitch port, a PCIe link) with faster routes of a split and is
-/// left with less than this fraction of the fastest one's rate is left out: what the sharing leaves
-/// it is the model's least certain figure. (Why two NVSwitch peers never relay: the relay shares
-/// their switch ports.) A route that shares nothing with the faster ones — the host-staged route
-/// beside NVLink, on its own PCIe links and copy engines — is kept however slow, and the split's
-/// [`MODEL_MARGIN`] decides whether it pays.
+/// A route left with less than this fraction of the fastest one's rate is left out of a split. For a
+/// route that shares hardware with faster ones (an NVSwitch port, a PCIe link), what the sharing
+/// leaves it is the model's least certain figure (why two NVSwitch peers never relay). A route that
+/// shares nothing with them is held to it too: on the H200 pair the host-staged route beside NVLink
+/// adds bandwidth in hardware (an NVLink copy at 390.9 GB/s while a device→host and a host→device
+/// copy ran at 53.8 and 53.3 GB/s beside it, 2026-11-30), but the split as executed, the host share
+/// chunked through pinned staging buffers, took 915 µs for 256 MiB against 682 µs for the NVLink
+/// copy alone. Until the staged pipeline keeps pace, such a route stays out.
 const SPLIT_MIN_FRACTION: f64 = 0.25;
 
 /// Messages gathered into one staging buffer start on this alignment, so that the copy kernels
@@ -670,16 +672,14 @@ impl Planner {
         let mut kept: Vec<Lane<'h>> = Vec::new();
         for (mut lane, resources) in lanes {
             let own = lane.bytes_per_us;
-            let mut shared = false;
             for &res in &resources {
                 let capacity = self.model.capacity_gbps(res) * 1e3;
                 let room = *left.entry(res).or_insert(capacity);
-                shared |= room < capacity;
                 lane.bytes_per_us = lane.bytes_per_us.min(room);
             }
             let fastest = kept.first().map_or(lane.bytes_per_us, |l| l.bytes_per_us);
             if lane.bytes_per_us <= 0.0
-                || (shared && lane.bytes_per_us < SPLIT_MIN_FRACTION * fastest)
+                || lane.bytes_per_us < SPLIT_MIN_FRACTION * fastest
                 || !engines.take(lane.route, src, dst)
             {
                 continue;
@@ -960,68 +960,20 @@ mod tests {
         assert!(small.paths.len() < 3, "{small:#?}");
     }
 
-    /// The share of a split's bytes that `route` carries.
-    fn share_of(plan: &Plan, route: Route) -> f64 {
-        let bytes = plan
-            .paths
-            .iter()
-            .find(|s| s.route == route)
-            .map_or(0, |s| s.bytes);
-        bytes as f64 / plan.bytes as f64
-    }
-
     #[test]
-    fn nvswitch_pairs_go_direct_and_add_only_the_host_route_when_large() {
+    fn nvswitch_pairs_go_direct_at_every_size() {
         let p = planner(nvswitch8());
-        for bytes in [1, 4096, MIB, 4 * MIB] {
+        for bytes in [1, 4096, MIB, 4 * MIB, 64 * MIB, 1 << 30] {
             let plan = p.plan(0, 5, bytes).unwrap();
             assert_eq!(plan.strategy, Strategy::DirectCe, "{bytes}: {plan:?}");
         }
-        // Relays share the switch ports with the direct path, but the host-staged route runs on
-        // PCIe links and copy engines of its own: large transfers take it beside the NVLink.
-        for bytes in [64 * MIB, 1 << 30] {
-            let plan = p.plan(0, 5, bytes).unwrap();
-            assert_eq!(plan.strategy, Strategy::Split, "{bytes}: {plan:?}");
-            let routes: Vec<Route> = plan.paths.iter().map(|s| s.route).collect();
-            assert_eq!(
-                routes,
-                vec![Route::Direct(CopyMethod::CopyEngine), Route::Host],
-                "{plan:?}"
-            );
-        }
-        // GPU 5 is on the other socket: its host → device hop reads across it (0.8 of 55 GB/s).
-        let big = p.plan(0, 5, 1 << 30).unwrap();
-        let host = 0.8 * 55.0;
-        let expected = host / (host + 18.0 * 25.0 * 0.88);
-        assert!(
-            (share_of(&big, Route::Host) - expected).abs() < 0.01,
-            "{big:?}"
-        );
     }
 
     #[test]
-    fn an_nvlink_pair_splits_large_transfers_with_the_host_route_by_bandwidth() {
+    fn an_nvlink_pair_keeps_the_slow_host_route_out_of_a_split() {
+        // 55 GB/s of PCIe beside 396 of NVLink: below SPLIT_MIN_FRACTION, at every size.
         let p = planner(nvlink_pair());
-        let (nvlink, pcie) = (18.0 * 25.0 * 0.88, 55.0);
-        for bytes in [256 * MIB, 1 << 30] {
-            let plan = p.plan(0, 1, bytes).unwrap();
-            assert_eq!(plan.strategy, Strategy::Split, "{bytes}: {plan:?}");
-            // Its share follows the bandwidth, less what filling its pipeline costs.
-            let (share, ideal) = (share_of(&plan, Route::Host), pcie / (nvlink + pcie));
-            assert!(share < ideal && share > 0.85 * ideal, "{plan:?}");
-            // Faster than the NVLink alone by more than the model's margin: ≥ 430 GB/s one way.
-            let gbps = crate::units::gbps(bytes, plan.predicted_us);
-            assert!(gbps >= 430.0, "{bytes}: {gbps} GB/s");
-            let direct = plan.alternatives[0];
-            assert_eq!(direct.0, Strategy::DirectCe);
-            assert!(
-                plan.predicted_us * (1.0 + MODEL_MARGIN) < direct.1,
-                "{plan:?}"
-            );
-        }
-        // Where the host route would gain less than the margin, the pair goes direct and split is
-        // not offered.
-        for bytes in [4096, MIB, 4 * MIB] {
+        for bytes in [4096, MIB, 4 * MIB, 256 * MIB, 1 << 30] {
             let plan = p.plan(0, 1, bytes).unwrap();
             assert_eq!(plan.strategy, Strategy::DirectCe, "{bytes}: {plan:?}");
             assert!(

@@ -33,7 +33,8 @@ pub fn runs_for(backend: &dyn Backend) -> Runs {
 }
 
 /// The proofs on the H200 pair (`h200-pair`): 18 NVLinks between the GPUs, and a host-staged route
-/// on PCIe links and copy engines of its own.
+/// on PCIe links and copy engines of its own, too slow beside the NVLink to join a split (see the
+/// planner's `SPLIT_MIN_FRACTION`).
 #[cfg(test)]
 mod h200_pair {
     use super::*;
@@ -43,50 +44,31 @@ mod h200_pair {
     const PAIR: &str = "h200-pair";
 
     #[test]
-    fn large_transfers_add_the_host_route_small_ones_go_direct() {
+    fn every_size_goes_direct_and_the_pick_holds_up() {
         let sizes = [4 << 10, 1 << 20, 64 << 20, 256 << 20];
         let report = sweep::run(&fabric(PAIR), 0, 1, &sizes, Runs { warmup: 1, runs: 1 }).unwrap();
         // Every strategy's bytes were checked in a poisoned destination; the pick is never more
         // than the model's margin behind the fastest.
         for p in &report.points {
             assert!(p.regret <= planner::MODEL_MARGIN, "{p:#?}");
-        }
-        let [small, mid, large, huge] = &report.points[..] else {
-            unreachable!()
-        };
-        for p in [small, mid] {
             assert!(
                 matches!(p.pick, Strategy::DirectCe | Strategy::DirectSm),
                 "{p:#?}"
             );
             assert!(p.timing(Strategy::Split).is_none(), "{p:#?}");
         }
-        for p in [large, huge] {
-            assert_eq!(p.pick, Strategy::Split, "{p:#?}");
-            let split = p.timing(Strategy::Split).unwrap().measured_us;
-            let direct = p.timing(Strategy::DirectCe).unwrap().measured_us;
-            assert!(split * 1.05 < direct, "{p:#?}");
-        }
-        // 396 GB/s of NVLink and 55 of PCIe: at 256 MiB the pair moves ≥ 430 GB/s one way.
-        let gbps = crate::units::gbps(
-            huge.bytes,
-            huge.timing(Strategy::Split).unwrap().measured_us,
-        );
-        assert!(gbps >= 430.0, "{gbps} GB/s: {huge:#?}");
     }
 
     #[test]
-    fn both_gpus_split_at_once_without_slowing_each_other() {
+    fn both_gpus_sending_at_once_do_not_slow_each_other() {
         let f = fabric(PAIR);
         let pairs = concurrent::Traffic::Shift(1).pairs(f.devices()).unwrap();
         let r = concurrent::run(&f, &pairs, 256 << 20, runs_for(f.backend().as_ref())).unwrap();
         for flow in &r.flows {
-            assert_eq!(flow.pick, Strategy::Split, "{flow:?}");
+            assert_eq!(flow.pick, Strategy::DirectCe, "{flow:?}");
             // The two directions share no link and no copy engine.
             assert!(flow.together_us < 1.03 * flow.alone_us, "{flow:?}");
         }
         assert!(r.regret <= planner::MODEL_MARGIN, "{r:#?}");
-        // 2 × (396 + 55) GB/s less the pipelines' fill: ≥ 830 GB/s both ways.
-        assert!(r.together_gbps >= 830.0, "{r:#?}");
     }
 }
