@@ -8,7 +8,7 @@
 //! use costs (allocation, pinning, peer enable, first transfer) are measured apart as setup. Every
 //! saving in the fixes is computed from these measurements.
 
-use super::cases::{enable, EndToEnd, Initiator, PeerCopy, Route, TestCase};
+use super::cases::{enable, EndToEnd, Initiator, PeerCopy, TestCase, Transport};
 use super::fit::Fit;
 use super::progress::Progress;
 use super::result::{Place, Sweep};
@@ -194,9 +194,9 @@ pub fn run(
         ),
     ));
     let route = if direct {
-        Route::Direct(CopyMethod::CopyEngine)
+        Transport::Direct(CopyMethod::CopyEngine)
     } else {
-        Route::Staged
+        Transport::Staged
     };
     let test = PeerCopy::new(
         if direct { "ce" } else { "staged" },
@@ -533,7 +533,7 @@ fn staged_versus_direct(
             computed_from: "nothing to compare: direct copies are impossible on this pair".into(),
         });
     }
-    let staged = PeerCopy::new("staged", Route::Staged, Initiator::Source, false);
+    let staged = PeerCopy::new("staged", Transport::Staged, Initiator::Source, false);
     let staged_us = match staged.measure(ctx, Place::Pair { src, dst }, size)? {
         super::cases::Outcome::Measured { time_us, .. } => time_us.median,
         super::cases::Outcome::Skipped(reason) => {

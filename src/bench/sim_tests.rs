@@ -1,7 +1,7 @@
 //! The bench on simulated hosts: figures against the presets, verification, sweeps, explain.
 
 use super::cases::latency;
-use super::cases::{Context, Initiator, PeerCopy, Route};
+use super::cases::{Context, Initiator, PeerCopy, Transport};
 use super::result::{BenchReport, Place, TestResult};
 use super::timing::measure;
 use super::*;
@@ -273,7 +273,7 @@ fn corrupted_or_stale_destinations_fail_verification() {
     ctx.backend.enable_peer_access(0, 2).unwrap();
     let test = PeerCopy::new(
         "ce",
-        Route::Direct(CopyMethod::CopyEngine),
+        Transport::Direct(CopyMethod::CopyEngine),
         Initiator::Source,
         false,
     );
@@ -318,7 +318,7 @@ fn staged_lanes_deliver_every_byte_across_chunks_and_rotation() {
         rotation_bytes: 64 << 20,
     };
     let mut ctx = Context::new(&box4, vec![0, 3], sampling, 1 << 20);
-    let test = PeerCopy::new("staged", Route::Staged, Initiator::Source, true);
+    let test = PeerCopy::new("staged", Transport::Staged, Initiator::Source, true);
     // 5 MiB + 3 bytes: several staging chunks, the last one short; both directions at once.
     let mut lanes = test
         .lanes(&mut ctx, &[(0, 3), (3, 0)], (5 << 20) + 3, &sampling)

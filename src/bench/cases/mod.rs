@@ -10,7 +10,7 @@ mod peer;
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
 pub(crate) use latency::Buffers;
 pub use latency::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
-pub use peer::{Initiator, PeerCopy, Route};
+pub use peer::{Initiator, PeerCopy, Transport};
 
 use super::pattern::SplitMix;
 use super::result::{Place, Shape, TestInfo, Unit};
@@ -78,8 +78,8 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     use crate::backend::CopyMethod::{CopyEngine, SmKernel};
     let mut tests: Vec<Box<dyn TestCase>> = Vec::new();
     for (route, prefix) in [
-        (Route::Direct(CopyEngine), "ce"),
-        (Route::Direct(SmKernel), "sm"),
+        (Transport::Direct(CopyEngine), "ce"),
+        (Transport::Direct(SmKernel), "sm"),
     ] {
         for bidirectional in [false, true] {
             for initiator in [Initiator::Source, Initiator::Destination] {
@@ -94,13 +94,13 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     }
     tests.push(Box::new(PeerCopy::new(
         "staged",
-        Route::Staged,
+        Transport::Staged,
         Initiator::Source,
         false,
     )));
     tests.push(Box::new(PeerCopy::new(
         "staged",
-        Route::Staged,
+        Transport::Staged,
         Initiator::Source,
         true,
     )));

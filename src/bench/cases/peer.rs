@@ -7,9 +7,9 @@ use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::timing::{measure, HopSpec, Lane, Sampling};
 use crate::Result;
 
-/// How the bytes travel.
+/// How a bandwidth test's bytes travel (the engine's routes are [`crate::engine::Route`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
+pub enum Transport {
     /// One peer copy by this method.
     Direct(CopyMethod),
     /// P2P disabled: device→pinned host on the source GPU's stream, then host→device on the
@@ -30,22 +30,27 @@ pub enum Initiator {
 /// A peer bandwidth test.
 pub struct PeerCopy {
     name: String,
-    route: Route,
+    transport: Transport,
     initiator: Initiator,
     bidirectional: bool,
 }
 
 impl PeerCopy {
-    pub fn new(prefix: &str, route: Route, initiator: Initiator, bidirectional: bool) -> PeerCopy {
-        let side = match (route, initiator) {
-            (Route::Staged, _) => "",
+    pub fn new(
+        prefix: &str,
+        transport: Transport,
+        initiator: Initiator,
+        bidirectional: bool,
+    ) -> PeerCopy {
+        let side = match (transport, initiator) {
+            (Transport::Staged, _) => "",
             (_, Initiator::Source) => "-write",
             (_, Initiator::Destination) => "-read",
         };
         let both = if bidirectional { "-bidir" } else { "" };
         PeerCopy {
             name: format!("{prefix}{both}{side}"),
-            route,
+            transport,
             initiator,
             bidirectional,
         }
@@ -53,10 +58,10 @@ impl PeerCopy {
 
     /// The GPUs whose streams carry a message `from` → `to`, first the one whose events time it.
     fn stream_devices(&self, from: usize, to: usize) -> Vec<usize> {
-        match (self.route, self.initiator) {
-            (Route::Direct(_), Initiator::Source) => vec![from],
-            (Route::Direct(_), Initiator::Destination) => vec![to],
-            (Route::Staged, _) => vec![from, to],
+        match (self.transport, self.initiator) {
+            (Transport::Direct(_), Initiator::Source) => vec![from],
+            (Transport::Direct(_), Initiator::Destination) => vec![to],
+            (Transport::Staged, _) => vec![from, to],
         }
     }
 
@@ -67,13 +72,13 @@ impl PeerCopy {
         to: usize,
         streams: &[crate::backend::StreamId],
     ) -> Vec<HopSpec> {
-        match self.route {
-            Route::Direct(method) => vec![HopSpec {
+        match self.transport {
+            Transport::Direct(method) => vec![HopSpec {
                 stream: streams[0],
                 method,
                 memory: Memory::Device(to),
             }],
-            Route::Staged => {
+            Transport::Staged => {
                 let numa_node = ctx.topology().devices[to].numa_node;
                 vec![
                     HopSpec {
@@ -144,28 +149,28 @@ impl TestCase for PeerCopy {
     }
 
     fn plateau_bytes(&self) -> u64 {
-        match self.route {
-            Route::Direct(_) => crate::bench::PLATEAU.peer,
+        match self.transport {
+            Transport::Direct(_) => crate::bench::PLATEAU.peer,
             // Chunked in eighths however large: a larger message comes no closer to the link.
-            Route::Staged => crate::bench::PLATEAU.host,
+            Transport::Staged => crate::bench::PLATEAU.host,
         }
     }
 
     fn measures(&self) -> String {
-        let how = match (self.route, self.initiator) {
-            (Route::Direct(CopyMethod::CopyEngine), Initiator::Source) => {
+        let how = match (self.transport, self.initiator) {
+            (Transport::Direct(CopyMethod::CopyEngine), Initiator::Source) => {
                 "write (push): copy engine, issued on the source GPU's stream"
             }
-            (Route::Direct(CopyMethod::CopyEngine), Initiator::Destination) => {
+            (Transport::Direct(CopyMethod::CopyEngine), Initiator::Destination) => {
                 "read (pull): copy engine, issued on the destination GPU's stream"
             }
-            (Route::Direct(CopyMethod::SmKernel), Initiator::Source) => {
+            (Transport::Direct(CopyMethod::SmKernel), Initiator::Source) => {
                 "write (push): copy kernel on the source GPU storing into the peer"
             }
-            (Route::Direct(CopyMethod::SmKernel), Initiator::Destination) => {
+            (Transport::Direct(CopyMethod::SmKernel), Initiator::Destination) => {
                 "read (pull): copy kernel on the destination GPU loading from the peer"
             }
-            (Route::Staged, _) => {
+            (Transport::Staged, _) => {
                 "P2P disabled, staged through pinned host memory: device→host on the source \
                  GPU's stream, then host→device on the destination's, chained with events"
             }
@@ -186,7 +191,7 @@ impl TestCase for PeerCopy {
             directions.push((dst, src));
         }
         // Check every direction before allocating anything.
-        if let Route::Direct(_) = self.route {
+        if let Transport::Direct(_) = self.transport {
             for &(from, to) in &directions {
                 let issuing = match self.initiator {
                     Initiator::Source => from,

@@ -18,7 +18,7 @@ mod tests;
 
 use super::cases::{
     Buffers, ChaseChain, Context, HostCopy, HostDirection, Initiator, Outcome, PeerCopy, PingPong,
-    PointerChase, Route, SmallCopy, SmallCopyFigure, TestCase,
+    PointerChase, SmallCopy, SmallCopyFigure, TestCase, Transport,
 };
 use super::pattern;
 use super::progress::Progress;
@@ -315,7 +315,7 @@ pub fn run(
     progress.start("sm-local sweep", sizes.len() as u64);
     let sm = PeerCopy::new(
         "sm",
-        Route::Direct(CopyMethod::SmKernel),
+        Transport::Direct(CopyMethod::SmKernel),
         Initiator::Source,
         false,
     );
@@ -457,7 +457,7 @@ fn peer_sweeps(
         (
             PeerCopy::new(
                 "ce",
-                Route::Direct(CopyMethod::CopyEngine),
+                Transport::Direct(CopyMethod::CopyEngine),
                 Initiator::Source,
                 false,
             ),
@@ -466,7 +466,7 @@ fn peer_sweeps(
         (
             PeerCopy::new(
                 "sm",
-                Route::Direct(CopyMethod::SmKernel),
+                Transport::Direct(CopyMethod::SmKernel),
                 Initiator::Source,
                 false,
             ),
