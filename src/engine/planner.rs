@@ -254,7 +254,7 @@ impl Planner {
             let separate = issue.copy_us + (count - 1.0) * each.max(issue.copy_us) + each;
             options.push((BatchStrategy::Separate, separate, None));
             // One driver call, but measured on the lent H200 no cheaper per copy to queue than
-            // separate copies (5.02 vs 5.15 µs per message, shared/REFERENCE.md): priced alike,
+            // separate copies (5.02 vs 5.15 µs per message, docs/reference.md): priced alike,
             // after them, so that a tie goes to the plainer way.
             options.push((BatchStrategy::MemcpyBatch, separate, None));
             // Capturing costs what queuing the copies once does; a replay is one launch and a
