@@ -143,13 +143,7 @@ fn copy_bandwidth_push_and_pull() {
     let dst = b.alloc(Memory::Device(to), len).unwrap();
     let data = pattern::bytes(5, len);
     b.write(src, 0, &data).unwrap();
-    let copy = BufferCopy {
-        dst,
-        dst_offset: 0,
-        src,
-        src_offset: 0,
-        len,
-    };
+    let copy = BufferCopy::from_start(src, dst, len);
     let repeats = 5;
     for method in [CopyMethod::CopyEngine, CopyMethod::SmKernel] {
         for (issuer, direction) in [(from, "push"), (to, "pull")] {
@@ -305,44 +299,37 @@ fn nvlink_copy_beside_host_copies() {
     let h1 = b
         .alloc(Memory::PinnedHost { numa_node: None }, small)
         .unwrap();
-    let whole = |dst, src, len| BufferCopy {
-        dst,
-        dst_offset: 0,
-        src,
-        src_offset: 0,
-        len,
-    };
     let on0 = [0, 0, 0].map(|d| b.create_stream(d).unwrap());
     let on1 = b.create_stream(1).unwrap();
     let nvlink_push = (
         on0[0],
         CopyMethod::CopyEngine,
-        whole(b1, a0, big),
+        BufferCopy::from_start(a0, b1, big),
         "nvlink push",
     );
     let nvlink_pull = (
         on1,
         CopyMethod::CopyEngine,
-        whole(b1, a0, big),
+        BufferCopy::from_start(a0, b1, big),
         "nvlink pull",
     );
     let nvlink_sm = (
         on0[0],
         CopyMethod::SmKernel,
-        whole(b1, a0, big),
+        BufferCopy::from_start(a0, b1, big),
         "nvlink sm",
     );
     let d2h = (
         on0[1],
         CopyMethod::CopyEngine,
-        whole(h0, d0, small),
+        BufferCopy::from_start(d0, h0, small),
         "d2h GPU0",
     );
     let on1b = b.create_stream(1).unwrap();
     let h2d = (
         on1b,
         CopyMethod::CopyEngine,
-        whole(d1, h1, small),
+        BufferCopy::from_start(h1, d1, small),
         "h2d GPU1",
     );
     let scenarios: Vec<Vec<_>> = vec![

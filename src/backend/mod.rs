@@ -99,6 +99,17 @@ pub struct BufferCopy<B = BufferId> {
 }
 
 impl<B> BufferCopy<B> {
+    /// `len` bytes from the start of `src` to the start of `dst`.
+    pub fn from_start(src: B, dst: B, len: usize) -> BufferCopy<B> {
+        BufferCopy {
+            dst,
+            dst_offset: 0,
+            src,
+            src_offset: 0,
+            len,
+        }
+    }
+
     /// The same ranges, with each buffer replaced by `f`'s answer for it.
     pub fn map<C>(self, mut f: impl FnMut(B) -> C) -> BufferCopy<C> {
         BufferCopy {

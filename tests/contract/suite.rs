@@ -113,16 +113,6 @@ pub fn contents(b: &dyn Backend, id: BufferId) -> Vec<u8> {
     out
 }
 
-fn whole(src: BufferId, dst: BufferId, len: usize) -> BufferCopy {
-    BufferCopy {
-        dst,
-        dst_offset: 0,
-        src,
-        src_offset: 0,
-        len,
-    }
-}
-
 fn gpus(b: &dyn Backend) -> usize {
     b.topology().devices.len()
 }
@@ -372,10 +362,18 @@ pub fn a_freed_buffer_is_released(b: &dyn Backend) {
     invalid(b.free(id));
     let other = b.alloc(Memory::Device(0), 64).unwrap();
     let stream = b.create_stream(0).unwrap();
-    invalid(b.copy(stream, CopyMethod::CopyEngine, &whole(id, other, 8)));
-    invalid(b.copy(stream, CopyMethod::CopyEngine, &whole(other, id, 8)));
-    invalid(b.copy_batch(stream, &[whole(other, id, 8)]));
-    invalid(b.memcpy_batch(stream, &[whole(id, other, 8)]));
+    invalid(b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(id, other, 8),
+    ));
+    invalid(b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(other, id, 8),
+    ));
+    invalid(b.copy_batch(stream, &[BufferCopy::from_start(other, id, 8)]));
+    invalid(b.memcpy_batch(stream, &[BufferCopy::from_start(id, other, 8)]));
     invalid(b.probes().pointer_chase(stream, id, 1, other));
 }
 
@@ -413,8 +411,12 @@ pub fn a_destroyed_stream_still_finishes_its_queued_work(b: &dyn Backend) {
     let src = buffer(b, Memory::Device(0), &data);
     let dst = buffer(b, Memory::Device(0), &vec![FILL; data.len()]);
     let stream = b.create_stream(0).unwrap();
-    b.copy(stream, CopyMethod::CopyEngine, &whole(src, dst, data.len()))
-        .unwrap();
+    b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, dst, data.len()),
+    )
+    .unwrap();
     let done = b.record(stream).unwrap();
     b.destroy_stream(stream).unwrap();
     b.event_synchronize(done).unwrap();
@@ -474,10 +476,11 @@ pub fn a_zero_byte_copy_moves_nothing(b: &dyn Backend) {
     for method in [CopyMethod::CopyEngine, CopyMethod::SmKernel] {
         let empty = BufferCopy {
             dst_offset: 64,
-            ..whole(src, dst, 0)
+            ..BufferCopy::from_start(src, dst, 0)
         };
         b.copy(stream, method, &empty).unwrap();
-        b.copy(stream, method, &whole(src, dst, 0)).unwrap();
+        b.copy(stream, method, &BufferCopy::from_start(src, dst, 0))
+            .unwrap();
     }
     b.synchronize(stream).unwrap();
     assert_eq!(contents(b, dst), [2; 64]);
@@ -490,22 +493,22 @@ pub fn a_copy_outside_either_buffer_is_refused(b: &dyn Backend) {
     for method in [CopyMethod::CopyEngine, CopyMethod::SmKernel] {
         let past_dst = BufferCopy {
             dst_offset: 1,
-            ..whole(src, dst, 100)
+            ..BufferCopy::from_start(src, dst, 100)
         };
         says(&usage(b.copy(stream, method, &past_dst)), "destination");
         let past_src = BufferCopy {
             src_offset: 1,
-            ..whole(src, dst, 100)
+            ..BufferCopy::from_start(src, dst, 100)
         };
         says(&usage(b.copy(stream, method, &past_src)), "source");
         let wrapping = BufferCopy {
             dst_offset: usize::MAX,
-            ..whole(src, dst, 2)
+            ..BufferCopy::from_start(src, dst, 2)
         };
         usage(b.copy(stream, method, &wrapping));
         let empty_past_end = BufferCopy {
             src_offset: 101,
-            ..whole(src, dst, 0)
+            ..BufferCopy::from_start(src, dst, 0)
         };
         usage(b.copy(stream, method, &empty_past_end));
     }
@@ -548,10 +551,11 @@ fn check_refused_until_peer_access(b: &dyn Backend, method: CopyMethod, (a, c): 
     let src = buffer(b, Memory::Device(c), &[1; 64]);
     let dst = buffer(b, Memory::Device(a), &[2; 64]);
     let stream = b.create_stream(a).unwrap();
-    let refused = usage(b.copy(stream, method, &whole(src, dst, 64)));
+    let refused = usage(b.copy(stream, method, &BufferCopy::from_start(src, dst, 64)));
     says(&refused, &format!("enable_peer_access({a}, {c})"));
     b.enable_peer_access(a, c).unwrap();
-    b.copy(stream, method, &whole(src, dst, 64)).unwrap();
+    b.copy(stream, method, &BufferCopy::from_start(src, dst, 64))
+        .unwrap();
     b.synchronize(stream).unwrap();
     assert_eq!(contents(b, dst), [1; 64]);
 }
@@ -578,7 +582,7 @@ pub fn copy_engines_stage_between_gpus_without_p2p_where_kernels_cannot_go(b: &d
     let src = buffer(b, Memory::Device(a), &data);
     let dst = buffer(b, Memory::Device(c), &vec![FILL; data.len()]);
     let stream = b.create_stream(a).unwrap();
-    let all = whole(src, dst, data.len());
+    let all = BufferCopy::from_start(src, dst, data.len());
     usage(b.copy(stream, CopyMethod::SmKernel, &all));
     usage(b.copy_batch(stream, &[all]));
     b.copy(stream, CopyMethod::CopyEngine, &all).unwrap();
@@ -599,7 +603,7 @@ pub fn released_handles_are_refused_by_every_call(b: &dyn Backend) {
     let dead_event = b.record(stream).unwrap();
     b.synchronize(stream).unwrap();
     b.destroy_event(dead_event).unwrap();
-    let local = whole(buf, buf, 0);
+    let local = BufferCopy::from_start(buf, buf, 0);
     invalid(b.copy(dead_stream, CopyMethod::CopyEngine, &local));
     invalid(b.copy_batch(dead_stream, &[local]));
     invalid(b.memcpy_batch(dead_stream, &[local]));
@@ -703,11 +707,11 @@ pub fn a_refused_batch_writes_nothing(b: &dyn Backend) {
     let before = contents(b, dst);
     for (name, batch) in BATCH_CALLS {
         let overlapping = [
-            whole(src, dst, 100),
+            BufferCopy::from_start(src, dst, 100),
             BufferCopy {
                 dst_offset: 99,
                 src_offset: 200,
-                ..whole(src, dst, 10)
+                ..BufferCopy::from_start(src, dst, 10)
             },
         ];
         let refused = usage(batch(b, stream, &overlapping));
@@ -717,16 +721,19 @@ pub fn a_refused_batch_writes_nothing(b: &dyn Backend) {
         let past_end = [
             BufferCopy {
                 dst_offset: 1000,
-                ..whole(src, dst, 64)
+                ..BufferCopy::from_start(src, dst, 64)
             },
             BufferCopy {
                 src_offset: (1 << 16) - 10,
-                ..whole(src, dst, 64)
+                ..BufferCopy::from_start(src, dst, 64)
             },
         ];
         says(&usage(batch(b, stream, &past_end)), "message 1: source");
         // Empty messages overlap nothing.
-        let empty = [whole(src, dst, 0), whole(src, dst, 0)];
+        let empty = [
+            BufferCopy::from_start(src, dst, 0),
+            BufferCopy::from_start(src, dst, 0),
+        ];
         batch(b, stream, &empty).unwrap();
     }
     b.synchronize(stream).unwrap();
@@ -741,7 +748,7 @@ pub fn a_batch_needs_peer_access_where_the_pair_has_p2p(b: &dyn Backend) {
     let dst = buffer(b, Memory::Device(c), &[2; 64]);
     let stream = b.create_stream(a).unwrap();
     for (_, batch) in BATCH_CALLS {
-        let refused = usage(batch(b, stream, &[whole(src, dst, 64)]));
+        let refused = usage(batch(b, stream, &[BufferCopy::from_start(src, dst, 64)]));
         says(&refused, &format!("enable_peer_access({a}, {c})"));
     }
 }
@@ -755,8 +762,12 @@ pub fn events_mark_work_and_time_it(b: &dyn Backend) {
     let dst = b.alloc(Memory::Device(0), data.len()).unwrap();
     let stream = b.create_stream(0).unwrap();
     let start = b.record(stream).unwrap();
-    b.copy(stream, CopyMethod::CopyEngine, &whole(src, dst, data.len()))
-        .unwrap();
+    b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, dst, data.len()),
+    )
+    .unwrap();
     let end = b.record(stream).unwrap();
     b.event_synchronize(end).unwrap();
     assert!(b.event_done(end).unwrap());
@@ -776,12 +787,20 @@ pub fn waits_order_work_across_streams(b: &dyn Backend) {
     let mid = b.alloc(Memory::Device(0), data.len()).unwrap();
     let dst = b.alloc(Memory::Device(0), data.len()).unwrap();
     let (first, second) = (b.create_stream(0).unwrap(), b.create_stream(0).unwrap());
-    b.copy(first, CopyMethod::CopyEngine, &whole(src, mid, data.len()))
-        .unwrap();
+    b.copy(
+        first,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, mid, data.len()),
+    )
+    .unwrap();
     let landed = b.record(first).unwrap();
     b.wait(second, landed).unwrap();
-    b.copy(second, CopyMethod::CopyEngine, &whole(mid, dst, data.len()))
-        .unwrap();
+    b.copy(
+        second,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(mid, dst, data.len()),
+    )
+    .unwrap();
     b.synchronize(second).unwrap();
     assert!(contents(b, dst) == data);
 }
@@ -793,12 +812,20 @@ pub fn a_wait_outlives_the_event_it_waited_on(b: &dyn Backend) {
     let dst = buffer(b, Memory::Device(0), &vec![FILL; data.len()]);
     let (first, second) = (b.create_stream(0).unwrap(), b.create_stream(0).unwrap());
     let gate = b.hold(first).unwrap();
-    b.copy(first, CopyMethod::CopyEngine, &whole(src, mid, data.len()))
-        .unwrap();
+    b.copy(
+        first,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, mid, data.len()),
+    )
+    .unwrap();
     let landed = b.record(first).unwrap();
     b.wait(second, landed).unwrap();
-    b.copy(second, CopyMethod::CopyEngine, &whole(mid, dst, data.len()))
-        .unwrap();
+    b.copy(
+        second,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(mid, dst, data.len()),
+    )
+    .unwrap();
     b.destroy_event(landed).unwrap();
     b.release(gate).unwrap();
     b.synchronize(second).unwrap();
@@ -851,8 +878,12 @@ pub fn a_gate_keeps_work_back_until_its_release(b: &dyn Backend) {
     let stream = b.create_stream(0).unwrap();
     let gate = b.hold(stream).unwrap();
     let start = b.record(stream).unwrap();
-    b.copy(stream, CopyMethod::CopyEngine, &whole(src, dst, data.len()))
-        .unwrap();
+    b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, dst, data.len()),
+    )
+    .unwrap();
     let end = b.record(stream).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert!(!b.event_done(start).unwrap(), "work ran before the release");
@@ -882,7 +913,7 @@ pub fn a_captured_graph_replays_its_work_and_the_capture_runs_none(b: &dyn Backe
     let dst = buffer(b, Memory::Device(0), &vec![FILL; size]);
     let stream = b.create_stream(0).unwrap();
     let half = size / 2;
-    let first = whole(src, dst, half);
+    let first = BufferCopy::from_start(src, dst, half);
     let second = BufferCopy {
         dst_offset: half + 1,
         src_offset: half + 1,
@@ -918,9 +949,13 @@ pub fn a_capturing_stream_refuses_what_a_capture_cannot_record(b: &dyn Backend) 
     let elsewhere = b.record(other).unwrap();
     let stream = b.create_stream(0).unwrap();
     b.begin_capture(stream).unwrap();
-    b.copy(stream, CopyMethod::CopyEngine, &whole(buf, buf, 0))
-        .unwrap();
-    let inside = whole(buf, buf, 32);
+    b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(buf, buf, 0),
+    )
+    .unwrap();
+    let inside = BufferCopy::from_start(buf, buf, 32);
     b.copy(
         stream,
         CopyMethod::CopyEngine,
@@ -958,8 +993,12 @@ pub fn a_graph_replays_only_on_a_stream_of_its_gpu(b: &dyn Backend) {
     let dst = b.alloc(Memory::Device(0), 64).unwrap();
     let stream = b.create_stream(0).unwrap();
     b.begin_capture(stream).unwrap();
-    b.copy(stream, CopyMethod::CopyEngine, &whole(src, dst, 64))
-        .unwrap();
+    b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, dst, 64),
+    )
+    .unwrap();
     let graph = b.end_capture(stream).unwrap();
     let elsewhere = b.create_stream(1).unwrap();
     says(&usage(b.replay(graph, elsewhere)), "captured on GPU 0");
@@ -970,8 +1009,12 @@ pub fn a_graph_whose_buffer_was_freed_is_not_replayed(b: &dyn Backend) {
     let dst = b.alloc(Memory::Device(0), 64).unwrap();
     let stream = b.create_stream(0).unwrap();
     b.begin_capture(stream).unwrap();
-    b.copy(stream, CopyMethod::CopyEngine, &whole(src, dst, 64))
-        .unwrap();
+    b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, dst, 64),
+    )
+    .unwrap();
     let graph = b.end_capture(stream).unwrap();
     b.free(dst).unwrap();
     says(&usage(b.replay(graph, stream)), "freed");
@@ -986,7 +1029,7 @@ pub fn a_destroyed_graph_is_released(b: &dyn Backend) {
         stream,
         &[BufferCopy {
             dst_offset: 32,
-            ..whole(buf, buf, 32)
+            ..BufferCopy::from_start(buf, buf, 32)
         }],
     )
     .unwrap();
@@ -1004,8 +1047,12 @@ pub fn a_graph_destroyed_with_replays_queued_still_runs_them(b: &dyn Backend) {
     let dst = buffer(b, Memory::Device(0), &vec![FILL; data.len()]);
     let stream = b.create_stream(0).unwrap();
     b.begin_capture(stream).unwrap();
-    b.copy(stream, CopyMethod::CopyEngine, &whole(src, dst, data.len()))
-        .unwrap();
+    b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, dst, data.len()),
+    )
+    .unwrap();
     let graph = b.end_capture(stream).unwrap();
     let gate = b.hold(stream).unwrap();
     b.replay(graph, stream).unwrap();
@@ -1148,14 +1195,18 @@ pub fn handles_from_another_backend_are_refused(mine: &dyn Backend, theirs: &dyn
     let stream = mine.create_stream(0).unwrap();
     let event = mine.record(stream).unwrap();
     mine.begin_capture(stream).unwrap();
-    mine.copy(stream, CopyMethod::CopyEngine, &whole(buf, buf, 0))
-        .unwrap();
+    mine.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(buf, buf, 0),
+    )
+    .unwrap();
     mine.copy(
         stream,
         CopyMethod::CopyEngine,
         &BufferCopy {
             dst_offset: 32,
-            ..whole(buf, buf, 32)
+            ..BufferCopy::from_start(buf, buf, 32)
         },
     )
     .unwrap();
@@ -1169,7 +1220,11 @@ pub fn handles_from_another_backend_are_refused(mine: &dyn Backend, theirs: &dyn
     says(&invalid(theirs.destroy_graph(graph)), "another backend");
     let their_stream = theirs.create_stream(0).unwrap();
     invalid(theirs.replay(graph, their_stream));
-    invalid(theirs.copy(their_stream, CopyMethod::CopyEngine, &whole(buf, buf, 0)));
+    invalid(theirs.copy(
+        their_stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(buf, buf, 0),
+    ));
     // All still mine.
     mine.release(gate).unwrap();
     mine.replay(graph, stream).unwrap();

@@ -27,16 +27,6 @@ fn contents(sim: &SimBackend, buffer: BufferId) -> Vec<u8> {
     out
 }
 
-fn whole(src: BufferId, dst: BufferId, len: usize) -> BufferCopy {
-    BufferCopy {
-        dst,
-        dst_offset: 0,
-        src,
-        src_offset: 0,
-        len,
-    }
-}
-
 /// GPU time of `f`'s work on `stream`, measured like the bench: behind a hold, between events.
 fn timed(sim: &SimBackend, stream: StreamId, f: impl FnOnce()) -> f64 {
     let gate = sim.hold(stream).unwrap();
@@ -65,8 +55,12 @@ fn a_256_mib_copy_on_a_dgx_h100_pair_takes_latency_plus_bytes_over_rate() {
     let dst = sim.alloc(Memory::Device(1), len).unwrap();
     let s = sim.create_stream(0).unwrap();
     let gpu_us = timed(&sim, s, || {
-        sim.copy(s, CopyMethod::CopyEngine, &whole(src, dst, len))
-            .unwrap()
+        sim.copy(
+            s,
+            CopyMethod::CopyEngine,
+            &BufferCopy::from_start(src, dst, len),
+        )
+        .unwrap()
     });
     let p = sim.preset();
     let nv = p.nvlink.as_ref().unwrap();
@@ -87,8 +81,12 @@ fn host_clock_counts_issue_costs_and_sync_waits_for_the_gpu() {
     let dst = sim.alloc(Memory::Device(0), 64 * MIB).unwrap();
     let s = sim.create_stream(0).unwrap();
     assert_eq!(sim.host_time_us(), 0.0);
-    sim.copy(s, CopyMethod::CopyEngine, &whole(src, dst, 64 * MIB))
-        .unwrap();
+    sim.copy(
+        s,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, dst, 64 * MIB),
+    )
+    .unwrap();
     assert_eq!(sim.host_time_us(), costs.copy_issue_us);
     // Not done yet: the host did not wait, so the destination still holds zeros.
     assert!(contents(&sim, dst).iter().all(|&b| b == 0));
@@ -113,10 +111,18 @@ fn a_missing_dependency_shows_in_the_bytes() {
     let mid = sim.alloc(Memory::Device(0), len).unwrap();
     let dst = sim.alloc(Memory::Device(0), len).unwrap();
     let (s0, s1) = (sim.create_stream(0).unwrap(), sim.create_stream(0).unwrap());
-    sim.copy(s0, CopyMethod::CopyEngine, &whole(src, mid, len))
-        .unwrap();
-    sim.copy(s1, CopyMethod::CopyEngine, &whole(mid, dst, len))
-        .unwrap();
+    sim.copy(
+        s0,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, mid, len),
+    )
+    .unwrap();
+    sim.copy(
+        s1,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(mid, dst, len),
+    )
+    .unwrap();
     sim.synchronize(s0).unwrap();
     sim.synchronize(s1).unwrap();
     assert!(contents(&sim, dst).iter().all(|&b| b == 0));
@@ -129,8 +135,12 @@ fn freeing_a_buffer_with_queued_work_is_refused() {
     let b = sim.alloc(Memory::Device(0), MIB).unwrap();
     let s = sim.create_stream(0).unwrap();
     let gate = sim.hold(s).unwrap();
-    sim.copy(s, CopyMethod::CopyEngine, &whole(a, b, MIB))
-        .unwrap();
+    sim.copy(
+        s,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(a, b, MIB),
+    )
+    .unwrap();
     assert!(sim.free(a).is_err());
     sim.release(gate).unwrap();
     sim.synchronize(s).unwrap();
@@ -159,7 +169,7 @@ fn same_calls_give_the_same_times_bit_for_bit() {
                 sim.copy(
                     streams[d],
                     CopyMethod::CopyEngine,
-                    &whole(bufs[d], bufs[peer], len),
+                    &BufferCopy::from_start(bufs[d], bufs[peer], len),
                 )
                 .unwrap();
             }
@@ -227,10 +237,18 @@ fn two_flows_out_of_one_nvlink_port_each_get_half() {
     let d1 = sim.alloc(Memory::Device(1), len).unwrap();
     let d2 = sim.alloc(Memory::Device(2), len).unwrap();
     let (streams, gates, starts) = held_streams(&sim, &[0, 0]);
-    sim.copy(streams[0], CopyMethod::CopyEngine, &whole(src, d1, len))
-        .unwrap();
-    sim.copy(streams[1], CopyMethod::CopyEngine, &whole(src, d2, len))
-        .unwrap();
+    sim.copy(
+        streams[0],
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, d1, len),
+    )
+    .unwrap();
+    sim.copy(
+        streams[1],
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, d2, len),
+    )
+    .unwrap();
     let times = finish(&sim, &streams, &gates, &starts);
     let alpha = 2.0 + 0.8;
     let expected = alpha + len as f64 / (h100_port_bytes_per_us(&sim) / 2.0);
@@ -252,13 +270,13 @@ fn flows_on_disjoint_routes_run_at_full_rate() {
     sim.copy(
         streams[0],
         CopyMethod::CopyEngine,
-        &whole(bufs[0], bufs[1], len),
+        &BufferCopy::from_start(bufs[0], bufs[1], len),
     )
     .unwrap();
     sim.copy(
         streams[1],
         CopyMethod::CopyEngine,
-        &whole(bufs[2], bufs[3], len),
+        &BufferCopy::from_start(bufs[2], bufs[3], len),
     )
     .unwrap();
     let times = finish(&sim, &streams, &gates, &starts);
@@ -280,10 +298,18 @@ fn both_directions_of_a_pair_do_not_share() {
     let b = sim.alloc(Memory::Device(1), len).unwrap();
     let c = sim.alloc(Memory::Device(0), len).unwrap();
     let (streams, gates, starts) = held_streams(&sim, &[0, 1]);
-    sim.copy(streams[0], CopyMethod::CopyEngine, &whole(a, b, len))
-        .unwrap();
-    sim.copy(streams[1], CopyMethod::CopyEngine, &whole(b, c, len))
-        .unwrap();
+    sim.copy(
+        streams[0],
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(a, b, len),
+    )
+    .unwrap();
+    sim.copy(
+        streams[1],
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(b, c, len),
+    )
+    .unwrap();
     let times = finish(&sim, &streams, &gates, &starts);
     let both_gbps = 2.0 * len as f64 / times[0].max(times[1]) / 1e3;
     assert!((780.0..800.0).contains(&both_gbps), "{both_gbps}");
@@ -303,10 +329,18 @@ fn a_capped_flow_leaves_the_rest_of_a_shared_link_to_the_other() {
         .alloc(Memory::PinnedHost { numa_node: None }, len)
         .unwrap();
     let (streams, gates, starts) = held_streams(&sim, &[0, 0]);
-    sim.copy(streams[0], CopyMethod::CopyEngine, &whole(src, peer, len))
-        .unwrap();
-    sim.copy(streams[1], CopyMethod::CopyEngine, &whole(src, host, len))
-        .unwrap();
+    sim.copy(
+        streams[0],
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, peer, len),
+    )
+    .unwrap();
+    sim.copy(
+        streams[1],
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, host, len),
+    )
+    .unwrap();
     let times = finish(&sim, &streams, &gates, &starts);
     let (staged_alpha, d2h_alpha) = (2.0 + 12.5, 2.0 + 1.0);
     let staged = staged_alpha + len as f64 / 10e3;
@@ -332,8 +366,12 @@ fn peer_copies_without_p2p_are_staged_through_the_host() {
     let dst = sim.alloc(Memory::Device(1), len).unwrap();
     let s = sim.create_stream(0).unwrap();
     let staged = timed(&sim, s, || {
-        sim.copy(s, CopyMethod::CopyEngine, &whole(src, dst, len))
-            .unwrap()
+        sim.copy(
+            s,
+            CopyMethod::CopyEngine,
+            &BufferCopy::from_start(src, dst, len),
+        )
+        .unwrap()
     });
     assert_eq!(contents(&sim, dst), contents(&sim, src));
     let expected = 2.0 + 12.5 + len as f64 / 37e3;
@@ -341,15 +379,23 @@ fn peer_copies_without_p2p_are_staged_through_the_host() {
     let p2p = sim.alloc(Memory::Device(2), len).unwrap();
     sim.enable_peer_access(0, 2).unwrap();
     let direct = timed(&sim, s, || {
-        sim.copy(s, CopyMethod::CopyEngine, &whole(src, p2p, len))
-            .unwrap()
+        sim.copy(
+            s,
+            CopyMethod::CopyEngine,
+            &BufferCopy::from_start(src, p2p, len),
+        )
+        .unwrap()
     });
     assert!(staged > 9.0 * direct, "{staged} vs {direct}");
     // A small staged copy costs what p2pBandwidthLatencyTest reports with P2P disabled: 14-19 µs.
     let back = sim.create_stream(1).unwrap();
     let small = timed(&sim, back, || {
-        sim.copy(back, CopyMethod::CopyEngine, &whole(dst, src, 16))
-            .unwrap()
+        sim.copy(
+            back,
+            CopyMethod::CopyEngine,
+            &BufferCopy::from_start(dst, src, 16),
+        )
+        .unwrap()
     });
     assert!((14.0..19.0).contains(&small), "{small}");
 }
@@ -374,8 +420,12 @@ fn an_sm_copy_pays_a_kernel_launch_and_reaches_less_than_a_copy_engine() {
     sim.enable_peer_access(1, 0).unwrap();
     let before = sim.host_time_us();
     let sm = timed(&sim, s, || {
-        sim.copy(s, CopyMethod::SmKernel, &whole(src, dst, len))
-            .unwrap()
+        sim.copy(
+            s,
+            CopyMethod::SmKernel,
+            &BufferCopy::from_start(src, dst, len),
+        )
+        .unwrap()
     });
     assert_eq!(contents(&sim, dst), contents(&sim, src));
     let p = sim.preset();
@@ -398,8 +448,12 @@ fn host_copies_use_the_gpu_pcie_link() {
     let dev = sim.alloc(Memory::Device(0), len).unwrap();
     let s = sim.create_stream(0).unwrap();
     let h2d = timed(&sim, s, || {
-        sim.copy(s, CopyMethod::CopyEngine, &whole(host, dev, len))
-            .unwrap()
+        sim.copy(
+            s,
+            CopyMethod::CopyEngine,
+            &BufferCopy::from_start(host, dev, len),
+        )
+        .unwrap()
     });
     assert_eq!(contents(&sim, dev), pattern::bytes(3, len));
     let expected = 3.0 + len as f64 / 55.4e3;
@@ -697,8 +751,12 @@ fn work_cannot_start_before_it_is_issued_so_small_ops_are_issue_bound_without_a_
     let n = 50;
     let kernels = |sim: &SimBackend| {
         for _ in 0..n {
-            sim.copy(s, CopyMethod::SmKernel, &whole(src, dst, 64))
-                .unwrap();
+            sim.copy(
+                s,
+                CopyMethod::SmKernel,
+                &BufferCopy::from_start(src, dst, 64),
+            )
+            .unwrap();
         }
     };
     let start = sim.record(s).unwrap();
@@ -727,14 +785,18 @@ fn gpus_under_one_pcie_switch_share_its_uplink_but_not_their_p2p_path() {
         .unwrap();
     let s = sim.create_stream(0).unwrap();
     let p2p = timed(&sim, s, || {
-        sim.copy(s, CopyMethod::CopyEngine, &whole(a, b, len))
-            .unwrap()
+        sim.copy(
+            s,
+            CopyMethod::CopyEngine,
+            &BufferCopy::from_start(a, b, len),
+        )
+        .unwrap()
     });
     let expected = 3.0 + len as f64 / 26e3;
     assert!(close(p2p, expected), "{p2p} vs {expected}");
     // Both GPUs write to the host at once: the switch's one uplink gives each half.
     let (streams, gates, starts) = held_streams(&sim, &[0, 1]);
-    let mut up = whole(a, host, len);
+    let mut up = BufferCopy::from_start(a, host, len);
     sim.copy(streams[0], CopyMethod::CopyEngine, &up).unwrap();
     up.src = b;
     up.dst_offset = len;
@@ -757,8 +819,12 @@ fn dgx1_nv2_pairs_are_twice_nv1_and_sys_pairs_are_staged() {
     let rate = |peer: usize| {
         let _ = sim.enable_peer_access(0, peer);
         let us = timed(&sim, s, || {
-            sim.copy(s, CopyMethod::CopyEngine, &whole(bufs[0], bufs[peer], len))
-                .unwrap()
+            sim.copy(
+                s,
+                CopyMethod::CopyEngine,
+                &BufferCopy::from_start(bufs[0], bufs[peer], len),
+            )
+            .unwrap()
         });
         len as f64 / us / 1e3
     };

@@ -234,13 +234,7 @@ impl<'f> PlainCopy<'f> {
         Ok(PlainCopy {
             backend,
             stream: backend.create_stream(from.device())?,
-            copy: BufferCopy {
-                dst: to.backend_id(),
-                dst_offset: 0,
-                src: from.backend_id(),
-                src_offset: 0,
-                len: from.size(),
-            },
+            copy: BufferCopy::from_start(from.backend_id(), to.backend_id(), from.size()),
         })
     }
 

@@ -642,13 +642,7 @@ fn lone_operations(
 fn lone_us(backend: &dyn Backend, stream: StreamId, src: usize, dst: usize) -> Result<[f64; 2]> {
     let from = backend.alloc(Memory::Device(src), SMALL_BYTES)?;
     let to = backend.alloc(Memory::Device(dst), SMALL_BYTES)?;
-    let copy = BufferCopy {
-        dst: to,
-        dst_offset: 0,
-        src: from,
-        src_offset: 0,
-        len: SMALL_BYTES,
-    };
+    let copy = BufferCopy::from_start(from, to, SMALL_BYTES);
     let methods = [CopyMethod::CopyEngine, CopyMethod::SmKernel];
     let times = interleaved(LONE, methods.len(), Turn::Once, |m, _| {
         gpu_us(backend, stream, || backend.copy(stream, methods[m], &copy))
