@@ -113,15 +113,10 @@ impl<I: RawBackend> Checked<I> {
     }
 
     fn check_device(&self, device: usize) -> Result<()> {
-        let n = self.devices;
-        if device < n {
-            return Ok(());
+        match crate::topology::missing_gpu(device, self.devices) {
+            None => Ok(()),
+            Some(missing) => Err(Error::usage(missing)),
         }
-        Err(Error::usage(format!(
-            "GPU {device} does not exist; this host has {n} GPU{} (0..={})",
-            if n == 1 { "" } else { "s" },
-            n.saturating_sub(1)
-        )))
     }
 
     /// Fails unless work issued on `device` by `toucher` may touch `buffer` in `memory`.

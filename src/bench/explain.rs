@@ -113,12 +113,8 @@ pub fn run(
     let topo = backend.topology();
     let n = topo.devices.len();
     for (flag, gpu) in [("--src", src), ("--dst", dst)] {
-        if gpu >= n {
-            return Err(Error::usage(format!(
-                "{flag}: GPU {gpu} does not exist; this host has {n} GPU{} (0..={})",
-                if n == 1 { "" } else { "s" },
-                n.saturating_sub(1)
-            )));
+        if let Some(missing) = crate::topology::missing_gpu(gpu, n) {
+            return Err(Error::usage(format!("{flag}: {missing}")));
         }
     }
     check_fits(backend, &[src, dst], size)?;

@@ -141,14 +141,9 @@ impl Global {
     ) -> peerlink::Result<()> {
         let in_use = topology.select(self.devices.as_deref())?;
         match gpus.iter().find(|gpu| !in_use.contains(gpu)) {
-            Some(gpu) if self.devices.is_some() => Err(peerlink::Error::usage(format!(
-                "GPU {gpu} is not one of the GPUs in use ({})",
-                in_use
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
+            Some(&gpu) if self.devices.is_some() => {
+                Err(peerlink::topology::not_in_use(gpu, &in_use))
+            }
             _ => Ok(()),
         }
     }

@@ -314,19 +314,11 @@ impl Planner {
     fn check(&self, src: usize, dst: usize, bytes: u64) -> Result<()> {
         let n = self.model.topology().devices.len();
         for gpu in [src, dst] {
-            if gpu >= n {
-                return Err(Error::usage(format!(
-                    "GPU {gpu} does not exist; this host has {n} GPU{} (0..={})",
-                    if n == 1 { "" } else { "s" },
-                    n.saturating_sub(1)
-                )));
+            if let Some(missing) = crate::topology::missing_gpu(gpu, n) {
+                return Err(Error::usage(missing));
             }
             if !self.devices.contains(&gpu) {
-                let list: Vec<String> = self.devices.iter().map(usize::to_string).collect();
-                return Err(Error::usage(format!(
-                    "GPU {gpu} is not one of the GPUs in use ({})",
-                    list.join(", ")
-                )));
+                return Err(crate::topology::not_in_use(gpu, &self.devices));
             }
         }
         if bytes == 0 {

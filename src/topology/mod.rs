@@ -73,6 +73,27 @@ pub struct Topology {
     pub pairs: Vec<Pair>,
 }
 
+/// The sentence every check of a GPU index says where GPU `gpu` is not one of a host's `count`,
+/// or `None` where it exists.
+pub fn missing_gpu(gpu: usize, count: usize) -> Option<String> {
+    (gpu >= count).then(|| {
+        format!(
+            "GPU {gpu} does not exist; this host has {count} GPU{} (0..={})",
+            if count == 1 { "" } else { "s" },
+            count.saturating_sub(1)
+        )
+    })
+}
+
+/// Bad usage: GPU `gpu` is not among the GPUs in use (`--devices`).
+pub fn not_in_use(gpu: usize, in_use: &[usize]) -> crate::Error {
+    let list: Vec<String> = in_use.iter().map(usize::to_string).collect();
+    crate::Error::usage(format!(
+        "GPU {gpu} is not one of the GPUs in use ({})",
+        list.join(", ")
+    ))
+}
+
 impl Topology {
     /// The entry for an ordered pair of distinct devices.
     pub fn pair(&self, src: usize, dst: usize) -> Option<&Pair> {
@@ -113,14 +134,8 @@ impl Topology {
                 if list.is_empty() {
                     return Err(crate::Error::usage("--devices names no device"));
                 }
-                for &d in list {
-                    if d >= n {
-                        return Err(crate::Error::usage(format!(
-                            "--devices: GPU {d} does not exist; this host has {n} GPU{} (0..={})",
-                            if n == 1 { "" } else { "s" },
-                            n.saturating_sub(1)
-                        )));
-                    }
+                if let Some(missing) = list.iter().find_map(|&d| missing_gpu(d, n)) {
+                    return Err(crate::Error::usage(format!("--devices: {missing}")));
                 }
                 let mut seen = list.to_vec();
                 seen.sort_unstable();
