@@ -308,7 +308,7 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes> Backend for Checked<I> {
+impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
     fn source(&self) -> &Source {
         &self.raw.topology().source
     }
@@ -322,6 +322,10 @@ impl<I: RawProbes> Backend for Checked<I> {
     }
 
     fn probes(&self) -> &dyn Probes {
+        self
+    }
+
+    fn collectives(&self) -> &dyn Collectives {
         self
     }
 
@@ -727,3 +731,27 @@ impl<I: RawBackend> Drop for Checked<I> {
         }
     }
 }
+
+impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
+    fn all_reduce(
+        &self,
+        _kernel: AllReduceKernel,
+        _dtype: DataType,
+        _ranks: &[Rank],
+        _flags: &[BufferId],
+        _len: usize,
+    ) -> Result<()> {
+        Err(Error::usage("all-reduce: not built yet"))
+    }
+
+    fn busy(&self, _stream: StreamId, _duration_us: f64) -> Result<()> {
+        Err(Error::usage("busy: not built yet"))
+    }
+
+    fn nccl(&self) -> std::result::Result<&dyn Nccl, String> {
+        Err("NCCL: not built yet".into())
+    }
+}
+
+use super::collective::{AllReduceKernel, DataType, Rank};
+use super::{Collectives, Nccl, RawCollectives};

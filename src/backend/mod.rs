@@ -22,6 +22,7 @@
 //! [`Error::Usage`]: crate::Error::Usage
 
 mod checked;
+pub mod collective;
 pub mod cuda;
 mod handles;
 mod overlap;
@@ -30,7 +31,8 @@ pub mod sim;
 
 pub use checked::Checked;
 pub(crate) use overlap::first_overlap;
-pub use raw::{Batch, RawBackend, RawProbes};
+pub use collective::{Collectives, Nccl};
+pub use raw::{Batch, RawBackend, RawCollectives, RawProbes, RawRank};
 
 use crate::topology::{Source, Topology};
 use crate::Result;
@@ -148,6 +150,9 @@ pub trait Backend: Send + Sync {
 
     /// The latency-only kernels (pointer chase, ping-pong).
     fn probes(&self) -> &dyn Probes;
+
+    /// Work over several GPUs at once (peerlink's all-reduce, NCCL) and the stand-in compute.
+    fn collectives(&self) -> &dyn Collectives;
 
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
     /// already enabled pair succeeds, and a GPU is its own peer. Fails with [`Error::PeerAccess`],

@@ -7,6 +7,7 @@
 //! what has been checked before it is called; an implementation checks only what it alone can know
 //! (memory left on a device, a preset's NUMA nodes, a driver's refusal).
 
+use super::collective::{AllReduceKernel, DataType, PeerTransfer};
 use super::{BufferCopy, BufferId, CopyMethod, Memory};
 use crate::topology::Topology;
 use crate::Result;
@@ -104,6 +105,65 @@ pub trait RawProbes: RawBackend {
         ping_flag: &Self::Buffer,
         pong_flag: &Self::Buffer,
         rounds: u32,
+    ) -> Result<()>;
+}
+
+/// One rank of an all-reduce, below the checks: its stream and buffers as the implementation's
+/// objects.
+pub struct RawRank<'a, I: RawBackend + ?Sized> {
+    pub stream: &'a I::Stream,
+    pub input: &'a I::Buffer,
+    pub output: &'a I::Buffer,
+}
+
+/// Collectives and NCCL, below the checks (see [`super::Collectives`] and [`super::Nccl`]).
+pub trait RawCollectives: RawBackend {
+    /// An NCCL communicator (taken out of the table by its release).
+    type Comm: Send + Sync;
+
+    /// 2 to `MAX_RANKS` ranks on distinct GPUs with peer access between every two of them, in
+    /// rank order; each input and output holds at least `len` bytes of its rank's GPU and no
+    /// output is an input; `flags[i]` holds `FLAG_BYTES` of rank `i`'s GPU; `len` > 0 is a whole
+    /// number of `dtype` elements. A stream may capture: its rank's kernel is recorded into its graph.
+    fn all_reduce(
+        &self,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        ranks: &[RawRank<'_, Self>],
+        flags: &[&Self::Buffer],
+        len: usize,
+    ) -> Result<()>;
+
+    /// `duration_us` is finite and ≥ 0.
+    fn busy(&self, stream: &Self::Stream, duration_us: f64) -> Result<()>;
+
+    /// NCCL's description (see `Nccl::describe`), or why this host has none. Called once, when a
+    /// caller first asks for NCCL; the answer is kept.
+    fn nccl_open(&self) -> std::result::Result<String, String>;
+
+    /// Distinct GPUs, at least one; NCCL was opened.
+    fn nccl_communicator(&self, devices: &[usize]) -> Result<Self::Comm>;
+
+    fn nccl_destroy(&self, comm: Self::Comm) -> Result<()>;
+
+    /// One rank per GPU of the communicator, in rank order, each stream on its rank's GPU; buffers
+    /// of the rank's GPU holding `len` > 0 bytes, a whole number of elements.
+    fn nccl_all_reduce(
+        &self,
+        comm: &Self::Comm,
+        dtype: DataType,
+        ranks: &[RawRank<'_, Self>],
+        len: usize,
+    ) -> Result<()>;
+
+    /// One stream per rank, in rank order, on the rank's GPU; each transfer's ranks exist and
+    /// differ, source and destination have the same length > 0 and lie on the sender's and the
+    /// receiver's GPU.
+    fn nccl_send_recv(
+        &self,
+        comm: &Self::Comm,
+        streams: &[&Self::Stream],
+        transfers: &[PeerTransfer<&Self::Buffer>],
     ) -> Result<()>;
 }
 

@@ -522,3 +522,56 @@ impl RawProbes for Simulator {
         Ok(())
     }
 }
+
+impl RawCollectives for Simulator {
+    type Comm = ();
+
+    fn all_reduce(
+        &self,
+        _kernel: AllReduceKernel,
+        _dtype: DataType,
+        _ranks: &[RawRank<'_, Self>],
+        _flags: &[&Key],
+        _len: usize,
+    ) -> Result<()> {
+        Err(Error::usage("all-reduce: not built yet"))
+    }
+
+    fn busy(&self, _stream: &Stream, _duration_us: f64) -> Result<()> {
+        Err(Error::usage("busy: not built yet"))
+    }
+
+    fn nccl_open(&self) -> std::result::Result<String, String> {
+        Err("NCCL: not built yet".into())
+    }
+
+    fn nccl_communicator(&self, _devices: &[usize]) -> Result<()> {
+        Err(Error::usage("NCCL: not built yet"))
+    }
+
+    fn nccl_destroy(&self, _comm: ()) -> Result<()> {
+        Ok(())
+    }
+
+    fn nccl_all_reduce(
+        &self,
+        _comm: &(),
+        _dtype: DataType,
+        _ranks: &[RawRank<'_, Self>],
+        _len: usize,
+    ) -> Result<()> {
+        Err(Error::usage("NCCL: not built yet"))
+    }
+
+    fn nccl_send_recv(
+        &self,
+        _comm: &(),
+        _streams: &[&Stream],
+        _transfers: &[PeerTransfer<&Key>],
+    ) -> Result<()> {
+        Err(Error::usage("NCCL: not built yet"))
+    }
+}
+
+use crate::backend::collective::{AllReduceKernel, DataType, PeerTransfer};
+use crate::backend::{RawCollectives, RawRank};

@@ -1,0 +1,182 @@
+//! Work over several GPUs at once: peerlink's own all-reduce kernels, the stand-in compute a
+//! workload overlaps its communication with, and NCCL where the host has it.
+//!
+//! Each collective names one rank per GPU, rank `i` at position `i`, each with its own stream. A
+//! collective call queues the work of every rank at once; the ranks' kernels meet on the GPUs
+//! (peerlink's through flags in each GPU's memory, NCCL through its own), never through the host.
+
+use super::{BufferId, StreamId};
+use crate::Result;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The most ranks one of peerlink's all-reduce kernels serves (the kernels hold one pointer per
+/// rank in their arguments).
+pub const MAX_RANKS: usize = 8;
+
+/// Bytes of one rank's flag block for peerlink's all-reduce kernels. The block is zeroed once after
+/// allocation and then belongs to the kernels: they keep their own operation counter in it and
+/// only ever raise their flags, so no call needs a reset pass, and a captured graph replays as the
+/// stream would run the calls.
+pub const FLAG_BYTES: usize = 64 * 1024;
+
+/// The element type of a reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DataType {
+    F32,
+    Bf16,
+}
+
+impl DataType {
+    /// Bytes of one element.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::F32 => 4,
+            DataType::Bf16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::F32 => "f32",
+            DataType::Bf16 => "bf16",
+        }
+    }
+}
+
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which of peerlink's all-reduce kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllReduceKernel {
+    /// Every rank reads every peer's whole input over P2P and sums it into its own output: one
+    /// launch, one flag exchange, `n − 1` whole buffers read per rank. Fastest for small buffers.
+    OneShot,
+    /// Rank `r` sums slice `r` of every input (reduce-scatter) and stores the sum into slice `r`
+    /// of every rank's output (all-gather): each rank moves `2 (n − 1) / n` of the buffer over its
+    /// links, as a ring does, in one launch. Fastest for large buffers.
+    TwoShot,
+}
+
+impl AllReduceKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            AllReduceKernel::OneShot => "one-shot",
+            AllReduceKernel::TwoShot => "two-shot",
+        }
+    }
+}
+
+/// One rank's part of an all-reduce: the stream that runs it (on the rank's GPU) and its buffers,
+/// both memory of that GPU, `len` bytes used from the start of each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rank {
+    pub stream: StreamId,
+    pub input: BufferId,
+    pub output: BufferId,
+}
+
+/// Bytes of one buffer from `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferRange<B = BufferId> {
+    pub buffer: B,
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// One point-to-point message of a grouped NCCL call: rank `from` sends `src`, rank `to` receives
+/// it into `dst` (of the same length).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerTransfer<B = BufferId> {
+    pub from: usize,
+    pub to: usize,
+    pub src: BufferRange<B>,
+    pub dst: BufferRange<B>,
+}
+
+/// An NCCL communicator over some of the host's GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CommId(pub u64);
+
+/// Collectives over several GPUs, and the compute they overlap with.
+pub trait Collectives {
+    /// Queues peerlink's all-reduce (sum) of `len` bytes over `ranks` (2 to [`MAX_RANKS`], on
+    /// distinct GPUs that all have peer access to each other): afterwards every rank's output holds
+    /// the element-wise sum of every rank's input. `flags[i]` is rank `i`'s flag block
+    /// ([`FLAG_BYTES`], memory of its GPU, zeroed once after allocation); the same ranks must use
+    /// the same flags, in the same order, call after call. Inputs are not changed; an output may
+    /// not be an input. `len` is a whole number of elements.
+    fn all_reduce(
+        &self,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        ranks: &[Rank],
+        flags: &[BufferId],
+        len: usize,
+    ) -> Result<()>;
+
+    /// Queues a kernel that keeps `stream`'s GPU busy for `duration_us` of GPU time: the stand-in
+    /// for a model's compute that a workload overlaps its communication with. It runs one block of
+    /// one warp per SM, so other kernels can still be scheduled beside it, as beside real compute.
+    fn busy(&self, stream: StreamId, duration_us: f64) -> Result<()>;
+
+    /// NCCL on this host, or one sentence saying why there is none (the library was not found, a
+    /// simulator without a model of it).
+    fn nccl(&self) -> std::result::Result<&dyn Nccl, String>;
+}
+
+/// NCCL, driven by one process for all its GPUs (`ncclCommInitAll`), or the simulator's model of
+/// it. Every call queues the work of all ranks at once in one NCCL group.
+pub trait Nccl {
+    /// What runs: NCCL's version and the library's path, or the simulator's model, in a few words.
+    fn describe(&self) -> String;
+
+    /// A communicator over `devices` (distinct GPUs, at least one): rank `i` on `devices[i]`.
+    fn communicator(&self, devices: &[usize]) -> Result<CommId>;
+
+    /// Releases a communicator; work already queued still runs.
+    fn destroy_communicator(&self, comm: CommId) -> Result<()>;
+
+    /// `ncclAllReduce` (sum) of `len` bytes on every rank: `ranks[i]` is the communicator's rank
+    /// `i`, its stream on that rank's GPU. An output may be its own input (in place).
+    fn all_reduce(&self, comm: CommId, dtype: DataType, ranks: &[Rank], len: usize) -> Result<()>;
+
+    /// `ncclSend` / `ncclRecv` for every transfer, in one group: `streams[i]` runs rank `i`'s
+    /// sends and receives. Sources are memory of the sender's GPU, destinations of the receiver's.
+    fn send_recv(
+        &self,
+        comm: CommId,
+        streams: &[StreamId],
+        transfers: &[PeerTransfer],
+    ) -> Result<()>;
+}
+
+impl<B> PeerTransfer<B> {
+    /// The same transfer, with each buffer replaced by `f`'s answer for it.
+    pub fn map<C>(self, mut f: impl FnMut(B) -> C) -> PeerTransfer<C> {
+        PeerTransfer {
+            from: self.from,
+            to: self.to,
+            src: self.src.map(&mut f),
+            dst: self.dst.map(&mut f),
+        }
+    }
+}
+
+impl<B> BufferRange<B> {
+    /// The same range in `f`'s answer for the buffer.
+    pub fn map<C>(self, f: impl FnOnce(B) -> C) -> BufferRange<C> {
+        BufferRange {
+            buffer: f(self.buffer),
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+}
