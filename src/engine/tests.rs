@@ -518,6 +518,9 @@ impl Backend for Counting {
     fn probes(&self) -> &dyn crate::backend::Probes {
         self.sim.probes()
     }
+    fn collectives(&self) -> &dyn crate::backend::Collectives {
+        self.sim.collectives()
+    }
     fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
         bump(&self.counts.peer_enables);
         self.sim.enable_peer_access(device, peer)
