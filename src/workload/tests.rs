@@ -77,3 +77,78 @@ fn peerlink_rows_are_compared_with_the_fastest_nccl_row_of_their_size() {
     // 4 bytes in 5 µs.
     assert!((rows[0].algbw_gbps - 4.0 / 5.0 / 1e3).abs() < 1e-12);
 }
+
+/// A copy of `len` bytes from GPU 0's buffer to GPU 1's on rank 0's stream, or, broken, nothing.
+struct Copy {
+    backend: std::sync::Arc<dyn Backend>,
+    stream: StreamId,
+    copy: crate::backend::BufferCopy,
+    broken: bool,
+}
+
+impl Operation for Copy {
+    fn queue(&mut self, _step: u64) -> Result<()> {
+        if self.broken {
+            return Ok(());
+        }
+        let method = crate::backend::CopyMethod::CopyEngine;
+        self.backend.copy(self.stream, method, &self.copy)
+    }
+}
+
+#[test]
+fn an_operation_that_does_not_deliver_its_bytes_fails_verification() {
+    use crate::backend::{sim::SimBackend, BufferCopy, Memory};
+    let backend: std::sync::Arc<dyn Backend> =
+        std::sync::Arc::new(SimBackend::open("pcie-2gpu-switch").unwrap());
+    let b = backend.as_ref();
+    b.enable_peer_access(0, 1).unwrap();
+    let streams = streams_on(b, &[0, 1]).unwrap();
+    let (src, dst) = (
+        b.alloc(Memory::Device(0), 4096).unwrap(),
+        b.alloc(Memory::Device(1), 4096).unwrap(),
+    );
+    let data = crate::bench::pattern::bytes(7, 4096);
+    b.write(src, 0, &data).unwrap();
+    let counts = Counts {
+        warmup: 1,
+        iters: 3,
+    };
+    for (broken, issue) in [
+        (false, IssueMode::Stream),
+        (false, IssueMode::Graphs),
+        (true, IssueMode::Stream),
+        (true, IssueMode::Graphs),
+    ] {
+        let mut op = Copy {
+            backend: backend.clone(),
+            stream: *streams[0],
+            copy: BufferCopy::from_start(src, dst, 4096),
+            broken,
+        };
+        let result = measure(
+            b,
+            &ids(&streams),
+            issue,
+            counts,
+            &mut op,
+            || b.write(dst, 0, &data.iter().map(|x| !x).collect::<Vec<u8>>()),
+            || {
+                let mut found = vec![0; 4096];
+                b.read(dst, 0, &mut found)?;
+                Error::check_bytes("copy", 0, 1, &data, &found)
+            },
+        );
+        match result {
+            Ok(us) => {
+                assert!(!broken, "{issue:?}: the broken copy passed");
+                // One 4 KiB copy at a time over PCIe: a few µs each, whoever issues it.
+                assert!(us > 1.0 && us < 50.0, "{issue:?}: {us}");
+            }
+            Err(e) => {
+                assert!(broken, "{issue:?}: {e}");
+                assert!(matches!(e, Error::Verification { .. }), "{e}");
+            }
+        }
+    }
+}

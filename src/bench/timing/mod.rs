@@ -232,6 +232,44 @@ mod tests {
     }
 
     #[test]
+    fn a_held_group_times_each_stream_after_its_warm_up() {
+        use crate::backend::{sim::SimBackend, BufferCopy, CopyMethod, Memory};
+        let backend = SimBackend::open("pcie-2gpu-switch").unwrap();
+        let b: &dyn Backend = &backend;
+        let streams = [b.create_stream(0).unwrap(), b.create_stream(1).unwrap()];
+        let local = |device, bytes| {
+            let src = b.alloc(Memory::Device(device), bytes).unwrap();
+            let dst = b.alloc(Memory::Device(device), bytes).unwrap();
+            BufferCopy::from_start(src, dst, bytes)
+        };
+        let copies = [local(0, 1 << 20), local(1, 4 << 20)];
+        let window = |warmups: usize| {
+            held_group_us(b, &streams, |phase| {
+                let times = match phase {
+                    Phase::WarmUp => warmups,
+                    Phase::Timed => 1,
+                };
+                for _ in 0..times {
+                    for (&stream, copy) in streams.iter().zip(&copies) {
+                        b.copy(stream, CopyMethod::CopyEngine, copy)?;
+                    }
+                }
+                Ok(())
+            })
+            .unwrap()
+        };
+        let cold = window(0);
+        assert_eq!(cold.len(), 2);
+        // Each stream's own work: four times the bytes take longer.
+        assert!(cold[1] > 2.0 * cold[0], "{cold:?}");
+        // Warm-ups queued before the start events stay out of the windows.
+        let warm = window(3);
+        for (w, c) in warm.iter().zip(&cold) {
+            assert!((w - c).abs() < 0.05 * c, "{warm:?} against {cold:?}");
+        }
+    }
+
+    #[test]
     fn runs_keep_the_timed_results_and_an_error_stops_them() {
         let mut n = 0;
         let runs = Runs { warmup: 2, runs: 3 };
