@@ -446,15 +446,10 @@ pub fn run(
                 let mut op = peerlink_step(backend, &stream_ids, &devices, &layout, &domain_ids);
                 let algorithm = op.describe();
                 let algorithm = algorithm.as_str();
-                let time_us = measure(
-                    backend,
-                    &stream_ids,
-                    issue,
-                    counts,
-                    &mut op,
-                    poison,
-                    || check(algorithm),
-                )?;
+                let time_us =
+                    measure(backend, &stream_ids, issue, counts, &mut op, poison, || {
+                        check(algorithm)
+                    })?;
                 let m = measured(Contender::Peerlink, algorithm, issue, time_us);
                 rows.push(row(Workload::Halo, n, settings.simulated, None, m));
             }
@@ -472,15 +467,10 @@ pub fn run(
                         &domain_ids,
                         &staging_ids,
                     );
-                    let time_us = measure(
-                        backend,
-                        &stream_ids,
-                        issue,
-                        counts,
-                        &mut op,
-                        poison,
-                        || check(algorithm),
-                    )?;
+                    let time_us =
+                        measure(backend, &stream_ids, issue, counts, &mut op, poison, || {
+                            check(algorithm)
+                        })?;
                     let m = measured(Contender::Nccl, algorithm, issue, time_us);
                     rows.push(row(Workload::Halo, n, settings.simulated, None, m));
                 }

@@ -235,15 +235,10 @@ pub fn run(
                 };
                 for &issue in &settings.issue {
                     let algorithm = "ncclSend/ncclRecv".to_string();
-                    let time_us = measure(
-                        backend,
-                        &stream_ids,
-                        issue,
-                        counts,
-                        &mut op,
-                        poison,
-                        || check(&algorithm),
-                    )?;
+                    let time_us =
+                        measure(backend, &stream_ids, issue, counts, &mut op, poison, || {
+                            check(&algorithm)
+                        })?;
                     let m = measured(Contender::Nccl, algorithm, issue, time_us);
                     rows.push(row(Workload::SendRecv, n, settings.simulated, None, m));
                 }
