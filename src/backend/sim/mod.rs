@@ -12,6 +12,7 @@
 mod links;
 mod memory;
 pub mod preset;
+mod reduce;
 mod scheduler;
 mod sharing;
 #[cfg(test)]
@@ -24,7 +25,7 @@ use crate::topology::Topology;
 use crate::{Error, Result};
 use links::{LinkModel, Place};
 use memory::{Key, Store};
-use scheduler::{Scheduler, Work};
+use scheduler::{Meeting, Scheduler, Venue, Work};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -133,12 +134,7 @@ impl Simulator {
                 };
                 (path, costs.copy_setup_us)
             }
-            CopyMethod::SmKernel => {
-                let mut path = self.links.through_gpu(from, to, gpu);
-                path.cap =
-                    self.links.bottleneck(&path) * self.links.preset().gpu.sm_copy_efficiency;
-                (path, costs.kernel_setup_us)
-            }
+            CopyMethod::SmKernel => (self.links.kernel(from, to, gpu), costs.kernel_setup_us),
         };
         Work::Copy {
             copies: vec![copy],
@@ -504,14 +500,20 @@ impl RawProbes for Simulator {
     ) -> Result<()> {
         let mut st = self.lock();
         st.next_rendezvous += 1;
-        let rendezvous = st.next_rendezvous;
+        let venue = Venue::Once(st.next_rendezvous);
         let one_way_us = self.links.signal_us(ping.device, pong.device);
         let setup_us = self.costs().kernel_setup_us;
         let issue = self.costs().kernel_issue_us;
-        for (stream, is_ping, writes) in [(ping, true, *pong_flag), (pong, false, *ping_flag)] {
+        for (rank, (stream, writes)) in [(ping, *pong_flag), (pong, *ping_flag)]
+            .into_iter()
+            .enumerate()
+        {
             let work = Work::PingPong {
-                rendezvous,
-                is_ping,
+                meeting: Meeting {
+                    venue,
+                    rank,
+                    ranks: 2,
+                },
                 writes,
                 rounds,
                 one_way_us,
