@@ -143,9 +143,9 @@ fn pipeline_reports_the_exposed_communication() {
             let compute = row["compute_us"].as_f64().unwrap();
             let exposed = row["exposed_us"].as_f64().unwrap();
             assert!((step - compute - exposed).abs() < 1e-9, "{row}");
-            // The simulated busy kernel runs for exactly what it was asked for.
-            assert!((compute - 50.0).abs() < 1.0, "{row}");
-            assert!(step >= compute, "{row}");
+            // The simulated busy kernel runs for what it was asked, and a launch.
+            assert!((50.0..55.0).contains(&compute), "{row}");
+            assert!(step >= compute - 1e-9, "{row}");
         }
     }
 }

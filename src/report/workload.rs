@@ -80,7 +80,7 @@ pub fn text(doc: &WorkloadDocument) -> String {
         .rows
         .iter()
         .find_map(|r| r.dtype)
-        .map_or_else(String::new, |d| format!(", {d}"));
+        .map_or_else(String::new, |d| format!(" ({d})"));
     let _ = writeln!(
         out,
         "workload {}{dtype} over GPUs {} ({}){}",

@@ -6,7 +6,8 @@
 //! first) and for buffer k % 2 to be sent on from step k − 2; its hand-over, on a stream of its
 //! own, waits for the compute of step k and for the next stage to have finished with that buffer
 //! (its compute of step k − 2). peerlink hands over with a copy-engine copy pushed into the next
-//! GPU; NCCL with a send on the stage's stream and a receive on the next stage's own stream.
+//! GPU; NCCL with a send on the stage's stream and a receive on the next stage's own stream, in a
+//! communicator of the two stages alone.
 //!
 //! Reported: the step time, the compute kernel's time alone, and their difference, the
 //! communication the overlap left exposed. Graphs cannot capture the stages' event waits, so the
@@ -36,8 +37,10 @@ pub fn exposed_us(step_us: f64, compute_us: f64) -> f64 {
 enum HandOver<'a> {
     /// A copy-engine copy on the stage's send stream, pushed into the next GPU's buffer.
     Copy,
-    /// An NCCL send on the stage's send stream, received on the next stage's receive stream.
-    Nccl(&'a Communicator<'a>),
+    /// An NCCL send on the stage's send stream, received on the next stage's receive stream;
+    /// `pairs[i]` is the communicator of stages i and i + 1 (as PyTorch makes one per pair for
+    /// point-to-point work: a stage's receive then need not queue behind its own send).
+    Nccl(&'a [Communicator<'a>]),
 }
 
 /// Every stage's streams and buffers.
@@ -143,21 +146,20 @@ impl Operation for Steps<'_> {
                     CopyMethod::CopyEngine,
                     &BufferCopy::from_start(src, dst, self.len),
                 )?,
-                HandOver::Nccl(comm) => {
-                    let mut streams = s.compute.to_vec();
-                    streams[i] = s.send[i];
-                    streams[i + 1] = s.recv[i + 1];
+                HandOver::Nccl(pairs) => {
                     let range = |buffer| BufferRange {
                         buffer,
                         offset: 0,
                         len: self.len,
                     };
                     let transfer = PeerTransfer {
-                        from: i,
-                        to: i + 1,
+                        from: 0,
+                        to: 1,
                         src: range(src),
                         dst: range(dst),
                     };
+                    let comm = &pairs[i];
+                    let streams = [s.send[i], s.recv[i + 1]];
                     comm.nccl.send_recv(comm.id, &streams, &[transfer])?
                 }
             }
@@ -225,8 +227,13 @@ pub fn run(
         out: &pair(0, 1),
         input: &pair(2, 3),
     };
-    let comm = nccl(backend, &mut settings.notices)
-        .map(|nccl| Communicator::new(nccl, &devices))
+    let pairs = nccl(backend, &mut settings.notices)
+        .map(|nccl| {
+            devices
+                .windows(2)
+                .map(|pair| Communicator::new(nccl, pair))
+                .collect::<Result<Vec<_>>>()
+        })
         .transpose()?;
     let mut rows = Vec::new();
     progress.start("pipeline", settings.sizes.len() as u64);
@@ -265,8 +272,12 @@ pub fn run(
         };
         let mut contenders: Vec<(Contender, &str, HandOver<'_>)> =
             vec![(Contender::Peerlink, "copy-engine copy", HandOver::Copy)];
-        if let Some(comm) = &comm {
-            contenders.push((Contender::Nccl, "ncclSend/ncclRecv", HandOver::Nccl(comm)));
+        if let Some(pairs) = &pairs {
+            contenders.push((
+                Contender::Nccl,
+                "ncclSend/ncclRecv, a communicator per stage pair",
+                HandOver::Nccl(pairs),
+            ));
         }
         for (contender, algorithm, hand_over) in contenders {
             let mut streams = [&compute[..], &send[..n - 1]].concat();
