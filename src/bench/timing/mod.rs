@@ -118,9 +118,9 @@ pub fn held_gpu_us(
     queue: impl FnOnce() -> Result<()>,
 ) -> Result<f64> {
     let mut queue = Some(queue);
-    let us = held_group_us(backend, &[stream], |phase| match (phase, queue.take()) {
-        (Phase::Timed, Some(queue)) => queue(),
-        _ => Ok(()),
+    let us = held_group_us(backend, &[stream], |phase| match phase {
+        Phase::WarmUp => Ok(()),
+        Phase::Timed => queue.take().map_or(Ok(()), |queue| queue()),
     })?;
     Ok(us[0])
 }
@@ -267,6 +267,15 @@ mod tests {
         for (w, c) in warm.iter().zip(&cold) {
             assert!((w - c).abs() < 0.05 * c, "{warm:?} against {cold:?}");
         }
+        // One stream's held window is the same measurement.
+        let alone = held_gpu_us(b, streams[0], || {
+            b.copy(streams[0], CopyMethod::CopyEngine, &copies[0])
+        })
+        .unwrap();
+        assert!(
+            (alone - cold[0]).abs() < 0.05 * cold[0],
+            "{alone} against {cold:?}"
+        );
     }
 
     #[test]
