@@ -215,14 +215,17 @@ impl Exchange<'_> {
     /// peerlink's way of moving the faces, in words.
     fn describe(&self) -> String {
         let any = |f: fn(&Queued) -> bool| self.per_rank.iter().any(f);
-        let mut ways = vec!["rows: copy engine"];
+        let mut ways = Vec::new();
+        if any(|q| !q.copies.is_empty()) {
+            ways.push("rows: copy engine");
+        }
         if any(|q| !q.kernel.is_empty()) {
             ways.push("columns: one copy kernel per GPU");
         }
         if any(|q| !q.engine_batch.is_empty()) {
             ways.push("columns to GPUs without P2P: one copy-engine batch");
         }
-        if ways.len() == 1 {
+        if ways == ["rows: copy engine"] {
             return "copy-engine copies".into();
         }
         ways.join("; ")

@@ -657,18 +657,26 @@ pub(crate) fn measure(
     poison: impl FnOnce() -> Result<()>,
     check: impl FnOnce() -> Result<()>,
 ) -> Result<f64> {
-    // One untimed operation first, waited for: first-use costs (a module load, NCCL's connections,
-    // the engine's staging buffers) stay out of the held window, where a host call that waited for
-    // the GPUs would wait for the gate.
-    op.queue(0)?;
-    op.join()?;
-    streams.iter().try_for_each(|&s| backend.synchronize(s))?;
+    prime(backend, streams, op)?;
     let looped = Loop::new(backend, streams, issue, counts, op)?;
     let us = looped.time(op)?;
     poison()?;
     looped.run_once(op)?;
     check()?;
     Ok(us)
+}
+
+/// Runs `op` once, untimed, and waits for it: first-use costs (a module load, NCCL's connections,
+/// the engine's staging buffers) stay out of the held windows that follow, where a host call that
+/// waited for the GPUs would wait for the gate.
+pub(crate) fn prime(
+    backend: &dyn Backend,
+    streams: &[StreamId],
+    op: &mut dyn Operation,
+) -> Result<()> {
+    op.queue(0)?;
+    op.join()?;
+    streams.iter().try_for_each(|&s| backend.synchronize(s))
 }
 
 /// One stream per GPU of `devices`, in that order, destroyed when dropped.

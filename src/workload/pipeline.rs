@@ -14,8 +14,8 @@
 //! steps are issued from the host in every mode.
 
 use super::{
-    buffers_on, enable_peers, ids, length, measure, nccl, row, streams_on, Communicator, Contender,
-    Counts, IssueMode, Loop, Measured, Operation, Settings, Workload,
+    buffers_on, enable_peers, ids, length, measure, nccl, prime, row, streams_on, Communicator,
+    Contender, Counts, IssueMode, Loop, Measured, Operation, Settings, Workload,
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, StreamId};
@@ -346,6 +346,7 @@ fn compute_alone(
         stream,
         compute_us,
     };
+    prime(backend, &[stream], &mut busy)?;
     Loop::new(backend, &[stream], IssueMode::Stream, counts, &mut busy)?.time(&mut busy)
 }
 
