@@ -417,10 +417,14 @@ pub fn run(
             let domains = owned_on(backend, &devices, |_| domain_bytes)?;
             let staged = owned_on(backend, &devices, |r| staging_bytes(&layout, r).max(1))?;
             let (domain_ids, staging_ids) = (ids(&domains), ids(&staged));
-            let before: Vec<Vec<u8>> = (0..n)
-                .map(|r| pattern::bytes(pattern::seed(&[bytes, r as u64]), domain_bytes))
-                .collect();
-            let after: Vec<Vec<u8>> = (0..n).map(|r| layout.after_step(r, &before)).collect();
+            // What each domain holds after a step; what it held before is not kept (at 1 GiB faces
+            // a 1-D domain is 4 GiB).
+            let after: Vec<Vec<u8>> = {
+                let before: Vec<Vec<u8>> = (0..n)
+                    .map(|r| pattern::bytes(pattern::seed(&[bytes, r as u64]), domain_bytes))
+                    .collect();
+                (0..n).map(|r| layout.after_step(r, &before)).collect()
+            };
             let poison = || {
                 (0..n).try_for_each(|r| {
                     backend.write(domain_ids[r], 0, &layout.poisoned(r, &after[r]))
