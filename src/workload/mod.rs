@@ -369,20 +369,18 @@ impl Settings {
         }
         let simulated = topology.is_simulated();
         let mut notices = Vec::new();
-        let explicit = options.sizes.is_some();
+        if simulated {
+            notices.push(format!(
+                "simulator defaults where not given: sizes up to {} (not 1 GiB), 1 warm-up and 2 \
+                 timed operations (not {WARMUP} and 20): it moves and reduces every byte on the \
+                 CPU and its virtual clock repeats exactly",
+                format_bytes(SIM_MAX_SIZE)
+            ));
+        }
         let mut sizes = options.sizes.clone().unwrap_or_else(default_sizes);
         let max_size = match options.max_size {
-            Some(max) => Some(max),
-            None if simulated && !explicit => {
-                notices.push(format!(
-                    "simulator defaults: sizes up to {} (not 1 GiB), 1 warm-up and 2 timed \
-                     operations (not {WARMUP} and 20): it moves and reduces every byte on the CPU \
-                     and its virtual clock repeats exactly; --max-size and --iters ask for more",
-                    format_bytes(SIM_MAX_SIZE)
-                ));
-                Some(SIM_MAX_SIZE)
-            }
-            None => None,
+            None if simulated && options.sizes.is_none() => Some(SIM_MAX_SIZE),
+            given => given,
         };
         if let Some(max) = max_size {
             sizes.retain(|&s| s <= max);
