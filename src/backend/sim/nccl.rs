@@ -24,7 +24,7 @@ pub(super) const DESCRIPTION: &str =
     "simulated NCCL: ring cost model after NCCL's tuner (LL, LL128, Simple), not measured";
 
 /// One of NCCL's protocols as its tuner models a ring on one node.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub(super) struct Protocol {
     pub name: &'static str,
     /// `baseLatencies[Ring]`, µs per call.
