@@ -30,8 +30,8 @@ mod raw;
 pub mod sim;
 
 pub use checked::Checked;
-pub(crate) use overlap::first_overlap;
 pub use collective::{Collectives, Nccl};
+pub(crate) use overlap::first_overlap;
 pub use raw::{Batch, RawBackend, RawCollectives, RawProbes, RawRank};
 
 use crate::topology::{Source, Topology};

@@ -57,7 +57,7 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
     if global.json {
         eprintln!("peerlink: {said}");
     } else {
-        println!("\n{said}");
+        super::emit(&format!("\n{said}\n"))?;
     }
     Ok(())
 }
