@@ -26,3 +26,61 @@ fn a_reader_that_goes_away_ends_the_output_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
+
+/// Runs peerlink with `args` and returns its exit code and the first line of stderr.
+fn refusal(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_peerlink"))
+        .args(args)
+        .output()
+        .expect("peerlink runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    let first = stderr.lines().next().unwrap_or_default().to_string();
+    (out.status.code(), first)
+}
+
+/// Files the user names that cannot be read are bad input (exit 2), each in one sentence that says
+/// what is wrong with it; an output path that cannot be written is refused before measuring.
+#[test]
+fn unreadable_inputs_and_unwritable_outputs_are_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let missing = format!("{d}/missing.json");
+    let binary = format!("{d}/binary.json");
+    std::fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
+    let same = format!("{d}/same.json");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["compare", &missing, &missing], "does not exist"),
+        (vec!["compare", d, d], "is a directory"),
+        (vec!["compare", &binary, &binary], "not UTF-8"),
+        (vec!["--sim", d, "topo"], "is a directory"),
+        (vec!["--sim", &missing, "topo"], "does not exist"),
+        (
+            vec!["--sim", "dgx-h100", "plan", "--src", "0", "--dst", "1"]
+                .into_iter()
+                .chain(["--size", "4K", "--profile", d])
+                .collect(),
+            "is a directory",
+        ),
+        (
+            vec!["--sim", "dgx-h100", "tune", "--quick", "--out", d],
+            "is a directory",
+        ),
+        (
+            vec!["--sim", "dgx-h100", "tune", "--quick", "--out", &same]
+                .into_iter()
+                .chain(["--export-sim", &same])
+                .collect(),
+            "both name",
+        ),
+    ];
+    for (args, says) in cases {
+        let (code, first) = refusal(&args);
+        assert_eq!(code, Some(2), "{args:?}: {first}");
+        assert!(first.contains(says), "{args:?}: {first}");
+    }
+    assert!(
+        !std::path::Path::new(&same).exists(),
+        "nothing measured, nothing written"
+    );
+}

@@ -26,10 +26,7 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
 }
 
 fn read(path: &Path) -> Result<BenchDocument> {
-    let text = std::fs::read_to_string(path).map_err(|source| peerlink::Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = document::read_input(path)?;
     document::read(&text).map_err(|why| {
         peerlink::Error::usage(format!(
             "{} is {why}; give two `peerlink bench --json` outputs",

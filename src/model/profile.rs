@@ -84,10 +84,7 @@ impl Profile {
 
     /// Reads and checks a profile file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = document::read_input(path)?;
         let bad = |why: String| {
             Error::usage(format!(
                 "profile {}: {why}; measure a new one with `peerlink tune`",
@@ -206,6 +203,12 @@ impl Profile {
 /// Fails with a usage error (exit 2) unless `path` names a file in a directory that exists, so that
 /// a long measurement does not end in a write that cannot happen.
 pub fn check_destination(path: &Path, flag: &str) -> Result<()> {
+    if path.is_dir() {
+        return Err(Error::usage(format!(
+            "{flag} {} is a directory: name a file (in it, say)",
+            path.display()
+        )));
+    }
     if path.file_name().is_none() {
         return Err(Error::usage(format!(
             "{flag} {}: not a file name",
