@@ -84,3 +84,26 @@ fn unreadable_inputs_and_unwritable_outputs_are_bad_input() {
         "nothing measured, nothing written"
     );
 }
+
+/// `compare` refuses figures no measurement gives (negative, zero, absurdly large) instead of
+/// printing ratios of −1, inf or 300 digits.
+#[test]
+fn compare_refuses_figures_no_measurement_gives() {
+    let out = Command::new(env!("CARGO_BIN_EXE_peerlink"))
+        .args(["--sim", "pcie-2gpu-switch", "bench", "--tests", "ce-write"])
+        .args(["--size", "1MiB", "--json"])
+        .output()
+        .unwrap();
+    let mut doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.json");
+    std::fs::write(&good, doc.to_string()).unwrap();
+    for bad in [-1.0, 0.0, 1e308] {
+        doc["tests"][0]["cells"][0]["value"] = serde_json::json!(bad);
+        let edited = dir.path().join("edited.json");
+        std::fs::write(&edited, doc.to_string()).unwrap();
+        let (code, first) = refusal(&["compare", good.to_str().unwrap(), edited.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{bad}: {first}");
+        assert!(first.contains("which no measurement gives"), "{first}");
+    }
+}

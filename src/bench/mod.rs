@@ -185,6 +185,14 @@ pub fn select_tests(names: &[String]) -> Result<Vec<Box<dyn TestCase>>> {
     let mut chosen = Vec::with_capacity(names.len());
     for name in names {
         let Some(at) = all.iter().position(|t| t.name() == name.as_str()) else {
+            if chosen
+                .iter()
+                .any(|t: &Box<dyn TestCase>| t.name() == name.as_str())
+            {
+                return Err(Error::usage(format!(
+                    "test `{name}` is named twice in --tests: name each test once"
+                )));
+            }
             return Err(Error::usage(format!(
                 "unknown test `{name}`; known tests: {}",
                 known.join(", ")

@@ -105,7 +105,7 @@ pub struct BenchArgs {
 
     /// Sweep message sizes instead: a range 4B..1GiB (powers of two) or a list 4K,64K,1M; reports
     /// median, p99 and GB/s per size and fits time = α + bytes/β per pair
-    #[arg(long, value_name = "RANGE|LIST")]
+    #[arg(long, value_name = "RANGE|LIST", conflicts_with = "size")]
     pub sizes: Option<String>,
 
     /// Print CSV instead of tables

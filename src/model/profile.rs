@@ -142,6 +142,9 @@ impl Profile {
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
+        if self.hops.is_empty() {
+            return Err("it measured no hop, so it cannot price any transfer".to_string());
+        }
         let n = self.gpus.len();
         let names_a_missing_gpu = |hop: Hop| {
             let devices = match hop {
@@ -153,12 +156,12 @@ impl Profile {
             devices
                 .into_iter()
                 .find(|&d| d >= n)
-                .map(|d| format!("{hop:?} names GPU {d} but the profile lists {n} GPUs"))
+                .map(|d| format!("{hop} names GPU {d} but the profile lists {n} GPUs"))
         };
         for m in &self.hops {
             if !m.cost.is_valid() {
                 return Err(format!(
-                    "{:?} has alpha_us {} and beta_gbps {}; alpha must be ≥ 0 and beta > 0",
+                    "{} has alpha_us {} and beta_gbps {}; alpha must be ≥ 0 and beta > 0",
                     m.hop, m.cost.alpha_us, m.cost.beta_gbps
                 ));
             }
@@ -169,13 +172,13 @@ impl Profile {
         for l in &self.lone {
             if !(l.lone_us.is_finite() && l.lone_us > 0.0) {
                 return Err(format!(
-                    "{:?} has lone_us {}; it must be > 0",
+                    "{} has lone_us {}; it must be > 0",
                     l.hop, l.lone_us
                 ));
             }
             if !matches!(l.hop, Hop::PeerCe { .. } | Hop::PeerSm { .. }) {
                 return Err(format!(
-                    "{:?} has lone_us, which only direct peer hops have",
+                    "{} has lone_us, which only direct peer hops have",
                     l.hop
                 ));
             }
@@ -322,9 +325,15 @@ mod tests {
         assert!(text.contains("\"kind\": \"peer-ce\""), "{text}");
         // Saving again replaces the file whole.
         let mut changed = profile.clone();
+        changed.hops.truncate(1);
+        changed.save(&path).unwrap();
+        assert_eq!(Profile::load(&path).unwrap().hops.len(), 1);
+        // A profile without a hop prices nothing: refused, saying so.
         changed.hops.clear();
         changed.save(&path).unwrap();
-        assert_eq!(Profile::load(&path).unwrap().hops.len(), 0);
+        let err = Profile::load(&path).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("measured no hop"), "{err}");
     }
 
     #[test]
