@@ -183,12 +183,9 @@ pub fn select_tests(names: &[String]) -> Result<Vec<Box<dyn TestCase>>> {
     let mut all = registry();
     let known: Vec<String> = all.iter().map(|t| t.name().to_string()).collect();
     let mut chosen = Vec::with_capacity(names.len());
-    for name in names {
+    for (i, name) in names.iter().enumerate() {
         let Some(at) = all.iter().position(|t| t.name() == name.as_str()) else {
-            if chosen
-                .iter()
-                .any(|t: &Box<dyn TestCase>| t.name() == name.as_str())
-            {
+            if names[..i].contains(name) {
                 return Err(Error::usage(format!(
                     "test `{name}` is named twice in --tests: name each test once"
                 )));
