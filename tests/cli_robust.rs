@@ -107,3 +107,35 @@ fn compare_refuses_figures_no_measurement_gives() {
         assert!(first.contains("which no measurement gives"), "{first}");
     }
 }
+
+/// `topo` stays near-linear in the number of pairs: 500 GPUs (249,500 pairs) print in seconds. Each
+/// table cell once searched every pair and every selected GPU (minutes at this size).
+#[test]
+fn topo_of_a_500_gpu_host_takes_seconds() {
+    let mut preset: serde_json::Value = serde_json::from_str(include_str!(
+        "../src/topology/presets/pcie-4gpu-2socket.json"
+    ))
+    .unwrap();
+    let gpus = 500;
+    preset["name"] = serde_json::json!("gpus500");
+    preset["devices"] = (0..gpus)
+        .map(|i| serde_json::json!({ "numa_node": i % 2 }))
+        .collect();
+    preset["links"] = serde_json::json!([]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpus500.json");
+    std::fs::write(&path, preset.to_string()).unwrap();
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_peerlink"))
+        .args(["--sim", path.to_str().unwrap(), "topo"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("GPU499"));
+    assert!(took.as_secs() < 20, "topo on 500 GPUs took {took:?}");
+}
