@@ -139,3 +139,35 @@ fn topo_of_a_500_gpu_host_takes_seconds() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("GPU499"));
     assert!(took.as_secs() < 20, "topo on 500 GPUs took {took:?}");
 }
+
+/// Ctrl-C in the middle of a sweep: peerlink stops after the current measurement, prints what it
+/// measured as a document marked partial, and exits 130.
+#[test]
+fn an_interrupted_sweep_keeps_what_it_measured_and_exits_130() {
+    let child = Command::new(env!("CARGO_BIN_EXE_peerlink"))
+        .args(["--sim", "dgx-h100", "bench", "--tests", "ce-write"])
+        .args(["--sizes", "4B..256MiB", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Long enough to measure a pair or more (the whole sweep takes far longer).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let signalled = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("stopping after the current measurement"),
+        "{stderr}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a whole document");
+    assert_eq!(doc["partial"], true);
+    let sweeps = doc["sweeps"].as_array().unwrap();
+    assert!(!sweeps.is_empty(), "something was measured before the stop");
+    assert!(sweeps.len() < 56, "the run stopped before all 56 pairs");
+}

@@ -293,13 +293,13 @@ pub fn run(
                 )));
             }
         }
-        for test in &tests {
+        for test in tests.iter().take_while(|_| !crate::interrupt::requested()) {
             report
                 .sweeps
                 .extend(sweep(&mut ctx, test.as_ref(), &sizes, progress)?);
         }
     } else {
-        for test in &tests {
+        for test in tests.iter().take_while(|_| !crate::interrupt::requested()) {
             let started = backend.host_time_us();
             let mut result = run_test(&mut ctx, test.as_ref(), size_of(test.as_ref()), progress)?;
             result.wall_s = (backend.host_time_us() - started) / 1e6;
@@ -308,6 +308,9 @@ pub fn run(
     }
     Ok(report)
 }
+
+/// Why a place was not measured after a stop was requested ([`crate::interrupt`]).
+pub const INTERRUPTED: &str = "interrupted: the run was stopped before this was measured";
 
 fn positive(value: Option<u32>, flag: &str) -> Result<Option<u32>> {
     match value {
@@ -383,6 +386,13 @@ pub fn run_test(
     let mut notes = Vec::new();
     progress.start(test.name(), todo.len() as u64);
     for place in todo {
+        if crate::interrupt::requested() {
+            not_measured.push(NotMeasured {
+                place,
+                reason: INTERRUPTED.to_string(),
+            });
+            continue;
+        }
         match test.measure(ctx, place, bytes)? {
             Outcome::Measured {
                 value,
@@ -423,6 +433,9 @@ pub fn sweep(
         (pairs.len() * sizes.len()) as u64,
     );
     for place in pairs {
+        if crate::interrupt::requested() {
+            break;
+        }
         sweeps.push(sweep_pair(ctx, test, place, sizes, progress)?);
     }
     progress.finish();
@@ -442,6 +455,10 @@ pub fn sweep_pair(
     let mut points = Vec::with_capacity(sizes.len());
     let mut not_measured = None;
     for &bytes in sizes {
+        if crate::interrupt::requested() {
+            not_measured = Some(INTERRUPTED.to_string());
+            break;
+        }
         match test.measure(ctx, place, bytes)? {
             Outcome::Measured { time_us, .. } => points.push(SweepPoint {
                 bytes,

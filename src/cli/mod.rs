@@ -70,6 +70,24 @@ pub fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// The first Ctrl-C (or SIGTERM) asks the measuring loops to stop after their current measurement,
+/// so that what was measured is still printed (marked partial); a second one quits at once.
+pub fn stop_on_signals() {
+    let installed = ctrlc::set_handler(|| {
+        if peerlink::interrupt::requested() {
+            std::process::exit(130);
+        }
+        peerlink::interrupt::request();
+        eprintln!(
+            "\npeerlink: stopping after the current measurement, keeping what was measured \
+             (Ctrl-C again to quit at once)"
+        );
+    });
+    if let Err(e) = installed {
+        eprintln!("peerlink: note: Ctrl-C will quit at once, losing the results so far: {e}");
+    }
+}
+
 /// Writes `text` to stdout. A reader that went away (`peerlink … | head -1`) ends the output
 /// quietly, as Unix tools do: what it did not read was not wanted.
 pub(crate) fn emit(text: &str) -> Result<()> {
