@@ -88,32 +88,68 @@ __device__ __forceinline__ void meet_peers(const AllReduceArgs &args, unsigned i
     }
 }
 
+// An item is what one load moves: a 16-byte vector (uint4), or a single element (`Bits`). Each
+// element type unpacks an item into floats and packs floats back into one.
+
 // f32 elements, summed as they are.
 struct F32 {
     typedef unsigned int Bits;
-    static __device__ __forceinline__ float value(Bits bits) { return __uint_as_float(bits); }
-    static __device__ __forceinline__ Bits round(float value) { return __float_as_uint(value); }
+    static __device__ __forceinline__ void unpack(uint4 item, float *values) {
+        values[0] = __uint_as_float(item.x);
+        values[1] = __uint_as_float(item.y);
+        values[2] = __uint_as_float(item.z);
+        values[3] = __uint_as_float(item.w);
+    }
+    static __device__ __forceinline__ void unpack(Bits item, float *values) {
+        values[0] = __uint_as_float(item);
+    }
+    static __device__ __forceinline__ void pack(const float *values, uint4 *item) {
+        item->x = __float_as_uint(values[0]);
+        item->y = __float_as_uint(values[1]);
+        item->z = __float_as_uint(values[2]);
+        item->w = __float_as_uint(values[3]);
+    }
+    static __device__ __forceinline__ void pack(const float *values, Bits *item) {
+        *item = __float_as_uint(values[0]);
+    }
 };
 
 // bf16 elements: the upper half of an f32. Sums are kept in f32 and rounded once, to nearest even.
 struct Bf16 {
     typedef unsigned short Bits;
-    static __device__ __forceinline__ float value(Bits bits) {
-        return __uint_as_float((unsigned int)bits << 16);
-    }
-    static __device__ __forceinline__ Bits round(float value) {
+    static __device__ __forceinline__ unsigned int round(float value) {
         const unsigned int bits = __float_as_uint(value);
         if ((bits & 0x7fffffffu) > 0x7f800000u) {
-            return (Bits)((bits >> 16) | 0x0040u); // a NaN stays a (quiet) NaN
+            return (bits >> 16) | 0x0040u; // a NaN stays a (quiet) NaN
         }
-        return (Bits)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+        return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
     }
-};
-
-// What one load moves (a 16-byte vector, or a single element), seen as its elements.
-template <typename Element, typename Item> union Lanes {
-    Item item;
-    typename Element::Bits bits[sizeof(Item) / sizeof(typename Element::Bits)];
+    // Two elements of one 32-bit word, the first in its low half (little-endian memory order).
+    static __device__ __forceinline__ void unpack_pair(unsigned int word, float *values) {
+        values[0] = __uint_as_float(word << 16);
+        values[1] = __uint_as_float(word & 0xffff0000u);
+    }
+    static __device__ __forceinline__ unsigned int pack_pair(const float *values) {
+        return round(values[0]) | (round(values[1]) << 16);
+    }
+    static __device__ __forceinline__ void unpack(uint4 item, float *values) {
+        unpack_pair(item.x, values);
+        unpack_pair(item.y, values + 2);
+        unpack_pair(item.z, values + 4);
+        unpack_pair(item.w, values + 6);
+    }
+    static __device__ __forceinline__ void unpack(Bits item, float *values) {
+        values[0] = __uint_as_float((unsigned int)item << 16);
+    }
+    static __device__ __forceinline__ void pack(const float *values, uint4 *item) {
+        item->x = pack_pair(values);
+        item->y = pack_pair(values + 2);
+        item->z = pack_pair(values + 4);
+        item->w = pack_pair(values + 6);
+    }
+    static __device__ __forceinline__ void pack(const float *values, Bits *item) {
+        *item = (Bits)round(values[0]);
+    }
 };
 
 // The sum of item `index` of every rank's input, added in rank order: every rank, and both kernels,
@@ -121,26 +157,29 @@ template <typename Element, typename Item> union Lanes {
 template <typename Element, typename Item>
 __device__ __forceinline__ Item sum_item(const AllReduceArgs &args, unsigned long long index) {
     constexpr unsigned int LANES = sizeof(Item) / sizeof(typename Element::Bits);
-    Lanes<Element, Item> in[MAX_RANKS];
+    Item in[MAX_RANKS];
 #pragma unroll
     for (unsigned int r = 0; r < MAX_RANKS; ++r) {
         if (r < args.ranks) {
-            in[r].item = ((const Item *)args.inputs[r])[index];
+            in[r] = ((const Item *)args.inputs[r])[index];
         }
     }
-    Lanes<Element, Item> out;
+    float sum[LANES];
+    Element::unpack(in[0], sum);
 #pragma unroll
-    for (unsigned int lane = 0; lane < LANES; ++lane) {
-        float sum = Element::value(in[0].bits[lane]);
+    for (unsigned int r = 1; r < MAX_RANKS; ++r) {
+        if (r < args.ranks) {
+            float values[LANES];
+            Element::unpack(in[r], values);
 #pragma unroll
-        for (unsigned int r = 1; r < MAX_RANKS; ++r) {
-            if (r < args.ranks) {
-                sum += Element::value(in[r].bits[lane]);
+            for (unsigned int lane = 0; lane < LANES; ++lane) {
+                sum[lane] += values[lane];
             }
         }
-        out.bits[lane] = Element::round(sum);
     }
-    return out.item;
+    Item out;
+    Element::pack(sum, &out);
+    return out;
 }
 
 // Items [begin, end), spread over the grid: each summed and stored into this rank's output
@@ -192,7 +231,8 @@ __device__ __forceinline__ bool vectors_allowed(const AllReduceArgs &args) {
     return (addresses & 15) == 0;
 }
 
-template <typename Element, bool TWO_SHOT> __device__ void all_reduce(const AllReduceArgs &args) {
+template <typename Element, bool TWO_SHOT>
+__device__ __forceinline__ void all_reduce(const AllReduceArgs &args) {
     unsigned int *counter = (unsigned int *)args.flags[args.rank] + blockIdx.x;
     const unsigned int epoch = *counter + 1;
     meet_peers(args, START_PHASE, epoch);
