@@ -30,8 +30,9 @@ const _: () = assert!(
     "the flag layout outgrows FLAG_BYTES"
 );
 
-/// How long a rank's kernel waits for its peers before it traps: twice a gate's longest hold, so
-/// that one rank held back by a gate while the others run is not mistaken for a lost peer.
+/// How long a rank's kernel waits for its peers before it traps (the GPU's context then reports an
+/// error to every later call, rather than hanging): twice a gate's longest hold, so that one rank
+/// held back by a gate while the others run is not mistaken for a lost peer.
 const PEER_TIMEOUT_NS: u64 = 2 * SPIN_TIMEOUT_NS;
 
 /// The entry points, as (kernel, element type); `Kernels` loads them in this order.
