@@ -216,10 +216,12 @@ pub fn run(
     let devices = topo.select(options.devices.as_deref())?;
     let defaults = Defaults::for_backend(backend);
     let sampling = Sampling {
-        iterations: positive(options.iterations, "--iterations")?
+        iterations: counted(options.iterations, "--iterations", 1, MAX_ITERATIONS)?
             .unwrap_or(defaults.sampling.iterations),
-        samples: positive(options.samples, "--samples")?.unwrap_or(defaults.sampling.samples),
-        warmup: options.warmup.unwrap_or(defaults.sampling.warmup),
+        samples: counted(options.samples, "--samples", 1, MAX_SAMPLES)?
+            .unwrap_or(defaults.sampling.samples),
+        warmup: counted(options.warmup, "--warmup", 0, MAX_ITERATIONS)?
+            .unwrap_or(defaults.sampling.warmup),
         rotation_bytes: options.rotation.unwrap_or(defaults.sampling.rotation_bytes),
     };
     let sweeping = options.sizes.is_some();
@@ -312,9 +314,21 @@ pub fn run(
 /// Why a place was not measured after a stop was requested ([`crate::interrupt`]).
 pub const INTERRUPTED: &str = "interrupted: the run was stopped before this was measured";
 
-fn positive(value: Option<u32>, flag: &str) -> Result<Option<u32>> {
+/// The most samples per measurement: each keeps its times until the median is taken, and a
+/// thousand already pin a median far below any run-to-run drift.
+pub const MAX_SAMPLES: u32 = 1000;
+
+/// The most operations in one timed window (and untimed warm-up ones): each is queued behind a
+/// held stream before any runs, and the host keeps each one's record until the window ends.
+pub const MAX_ITERATIONS: u32 = 100_000;
+
+/// A count the user gave, checked against its range (`None`: the default).
+fn counted(value: Option<u32>, flag: &str, least: u32, most: u32) -> Result<Option<u32>> {
     match value {
-        Some(0) => Err(Error::usage(format!("{flag} must be at least 1"))),
+        Some(v) if v < least => Err(Error::usage(format!("{flag} must be at least {least}"))),
+        Some(v) if v > most => Err(Error::usage(format!(
+            "{flag} {v} is more than peerlink takes ({most}): ask for at most {most}"
+        ))),
         other => Ok(other),
     }
 }
