@@ -12,28 +12,37 @@
 //! - reachability: work issued on one GPU touches another GPU's memory only with peer access
 //!   (copy engines may stage between GPUs that have no P2P at all);
 //! - order: what a capturing stream may do, events of one GPU for elapsed time, graphs replayed on
-//!   their GPU with their buffers still allocated.
+//!   their GPU with their buffers still allocated;
+//! - collectives (module `collective`): one rank per GPU, each rank's buffers on its GPU, the
+//!   ranks' streams capturing all or none, NCCL's communicators in their own table.
 //!
 //! The table lock is held for lookups only, never across work an implementation does on a GPU, so
 //! threads issuing work at once do not wait on each other here.
 
+mod collective;
+
 use super::handles::{next_tag, Table};
 use super::overlap::{first_overlap, InOrder};
-use super::raw::{Batch, RawBackend, RawProbes};
+use super::raw::{Batch, RawCollectives, RawProbes};
 use super::{
-    Backend, BufferCopy, BufferId, CopyMethod, EventId, GateId, GraphId, Memory, Probes, StreamId,
+    Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Memory,
+    Probes, StreamId,
 };
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use collective::CommEntry;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// A backend: an implementation below, every check above it.
-pub struct Checked<I: RawBackend> {
+pub struct Checked<I: RawCollectives> {
     raw: I,
     state: Mutex<State<I>>,
     /// Held while peer access is being enabled, so that two threads cannot race on one pair.
     enabling: Mutex<()>,
     devices: usize,
+    /// NCCL's description, or why there is none: asked of the implementation once, when a caller
+    /// first wants NCCL.
+    nccl: OnceLock<std::result::Result<String, String>>,
 }
 
 struct BufferEntry<B> {
@@ -61,12 +70,13 @@ struct GraphEntry<G> {
     raw: G,
 }
 
-struct State<I: RawBackend> {
+struct State<I: RawCollectives> {
     buffers: Table<BufferEntry<I::Buffer>>,
     streams: Table<StreamEntry<I::Stream>>,
     events: Table<EventEntry<I::Event>>,
     gates: Table<I::Gate>,
     graphs: Table<GraphEntry<I::Graph>>,
+    comms: Table<CommEntry<I::Comm>>,
     /// `peers[device * devices + peer]`: work issued on `device` may touch `peer`'s memory.
     peers: Vec<bool>,
 }
@@ -80,7 +90,7 @@ enum Toucher {
     CopyEngine,
 }
 
-impl<I: RawBackend> Checked<I> {
+impl<I: RawCollectives> Checked<I> {
     pub fn new(raw: I) -> Self {
         let tag = next_tag();
         let devices = raw.topology().devices.len();
@@ -90,6 +100,7 @@ impl<I: RawBackend> Checked<I> {
             events: Table::new("event", tag),
             gates: Table::new("gate", tag),
             graphs: Table::new("graph", tag),
+            comms: Table::new("communicator", tag),
             peers: (0..devices * devices)
                 .map(|i| i / devices == i % devices)
                 .collect(),
@@ -99,6 +110,7 @@ impl<I: RawBackend> Checked<I> {
             state: Mutex::new(state),
             enabling: Mutex::new(()),
             devices,
+            nccl: OnceLock::new(),
         }
     }
 
@@ -248,7 +260,7 @@ impl<I: RawBackend> Checked<I> {
         if entry.capture.is_some() {
             return Err(Error::usage(format!(
                 "{what} on {stream} while it captures a graph: a capture records only copies, \
-                 batches and pointer chases; end the capture first"
+                 batches, pointer chases, busy kernels and collectives; end the capture first"
             )));
         }
         Ok((entry.device, entry.raw.clone()))
@@ -625,7 +637,7 @@ impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
     }
 }
 
-impl<I: RawProbes> Probes for Checked<I> {
+impl<I: RawProbes + RawCollectives> Probes for Checked<I> {
     fn pointer_chase(
         &self,
         stream: StreamId,
@@ -706,7 +718,7 @@ impl<I: RawProbes> Probes for Checked<I> {
     }
 }
 
-impl<I: RawBackend> Drop for Checked<I> {
+impl<I: RawCollectives> Drop for Checked<I> {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
         // Open every gate first, so that no stream waits out a spin kernel's timeout below; then
@@ -723,6 +735,11 @@ impl<I: RawBackend> Drop for Checked<I> {
         for event in st.events.drain() {
             let _ = self.raw.destroy_event(event.raw);
         }
+        for comm in st.comms.drain() {
+            if let Some(raw) = Arc::into_inner(comm.raw) {
+                let _ = self.raw.nccl_destroy(raw);
+            }
+        }
         for buffer in st.buffers.drain() {
             let _ = self.raw.free(&buffer.raw);
         }
@@ -731,27 +748,3 @@ impl<I: RawBackend> Drop for Checked<I> {
         }
     }
 }
-
-impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
-    fn all_reduce(
-        &self,
-        _kernel: AllReduceKernel,
-        _dtype: DataType,
-        _ranks: &[Rank],
-        _flags: &[BufferId],
-        _len: usize,
-    ) -> Result<()> {
-        Err(Error::usage("all-reduce: not built yet"))
-    }
-
-    fn busy(&self, _stream: StreamId, _duration_us: f64) -> Result<()> {
-        Err(Error::usage("busy: not built yet"))
-    }
-
-    fn nccl(&self) -> std::result::Result<&dyn Nccl, String> {
-        Err("NCCL: not built yet".into())
-    }
-}
-
-use super::collective::{AllReduceKernel, DataType, Rank};
-use super::{Collectives, Nccl, RawCollectives};

@@ -4,6 +4,8 @@
 //! Each collective names one rank per GPU, rank `i` at position `i`, each with its own stream. A
 //! collective call queues the work of every rank at once; the ranks' kernels meet on the GPUs
 //! (peerlink's through flags in each GPU's memory, NCCL through its own), never through the host.
+//! The ranks' streams either all capture a graph or none does: a rank recorded into a graph would
+//! meet the others only when its graph is replayed (replay every rank's graph, as many times).
 
 use super::{BufferId, StreamId};
 use crate::Result;
@@ -105,6 +107,12 @@ pub struct PeerTransfer<B = BufferId> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CommId(pub u64);
 
+impl fmt::Display for CommId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "communicator {}", super::handles::handle_index(self.0))
+    }
+}
+
 /// Collectives over several GPUs, and the compute they overlap with.
 pub trait Collectives {
     /// Queues peerlink's all-reduce (sum) of `len` bytes over `ranks` (2 to [`MAX_RANKS`], on
@@ -150,7 +158,8 @@ pub trait Nccl {
     fn all_reduce(&self, comm: CommId, dtype: DataType, ranks: &[Rank], len: usize) -> Result<()>;
 
     /// `ncclSend` / `ncclRecv` for every transfer, in one group: `streams[i]` runs rank `i`'s
-    /// sends and receives. Sources are memory of the sender's GPU, destinations of the receiver's.
+    /// sends and receives. Sources are memory of the sender's GPU, destinations of the receiver's;
+    /// destinations do not overlap. A transfer of 0 bytes moves nothing.
     fn send_recv(
         &self,
         comm: CommId,

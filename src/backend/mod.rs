@@ -239,8 +239,9 @@ pub trait Backend: Send + Sync {
     fn release(&self, gate: GateId) -> Result<()>;
 
     /// Starts recording the work queued on `stream` into a graph instead of running it. A capture
-    /// records copies, batches and pointer chases; events, waits, gates, ping-pongs and
-    /// synchronisation on the stream are refused until it ends.
+    /// records copies, batches, pointer chases, busy kernels and collectives (on every rank's
+    /// stream at once); events, waits, gates, ping-pongs and synchronisation on the stream are
+    /// refused until it ends.
     fn begin_capture(&self, stream: StreamId) -> Result<()>;
 
     /// Ends the recording and returns a replayable graph.

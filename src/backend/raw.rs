@@ -124,7 +124,8 @@ pub trait RawCollectives: RawBackend {
     /// 2 to `MAX_RANKS` ranks on distinct GPUs with peer access between every two of them, in
     /// rank order; each input and output holds at least `len` bytes of its rank's GPU and no
     /// output is an input; `flags[i]` holds `FLAG_BYTES` of rank `i`'s GPU; `len` > 0 is a whole
-    /// number of `dtype` elements. A stream may capture: its rank's kernel is recorded into its graph.
+    /// number of `dtype` elements. The streams may capture (all of them or none): each rank's
+    /// kernel is recorded into its stream's graph.
     fn all_reduce(
         &self,
         kernel: AllReduceKernel,
@@ -147,7 +148,8 @@ pub trait RawCollectives: RawBackend {
     fn nccl_destroy(&self, comm: Self::Comm) -> Result<()>;
 
     /// One rank per GPU of the communicator, in rank order, each stream on its rank's GPU; buffers
-    /// of the rank's GPU holding `len` > 0 bytes, a whole number of elements.
+    /// of the rank's GPU holding `len` > 0 bytes, a whole number of elements. The streams all
+    /// capture or none does (here and below, as for `all_reduce`).
     fn nccl_all_reduce(
         &self,
         comm: &Self::Comm,
@@ -156,9 +158,9 @@ pub trait RawCollectives: RawBackend {
         len: usize,
     ) -> Result<()>;
 
-    /// One stream per rank, in rank order, on the rank's GPU; each transfer's ranks exist and
-    /// differ, source and destination have the same length > 0 and lie on the sender's and the
-    /// receiver's GPU.
+    /// One stream per rank, in rank order, on the rank's GPU; at least one transfer; each
+    /// transfer's ranks exist and differ, source and destination have the same length > 0 and lie
+    /// on the sender's and the receiver's GPU; destinations do not overlap.
     fn nccl_send_recv(
         &self,
         comm: &Self::Comm,

@@ -4,11 +4,16 @@
 //! method, its error paths, every resource's release — and [`contract_tests!`] stamps one test per
 //! check for a backend.
 //!
-//! Checks work on one GPU (GPU 0 as its own peer) and on many; a check about a pair of GPUs that
+//! Collectives (all-reduce, the stand-in compute kernel, NCCL) are in `collective.rs`. Checks work
+//! on one GPU (GPU 0 as its own peer) and on many; a check about a pair of GPUs that
 //! the host lacks (two GPUs, a pair without P2P) passes without checking anything, and says so.
 
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, StreamId};
 use peerlink::{Error, Result};
+
+#[path = "collective.rs"]
+mod collective;
+pub use collective::*;
 
 /// Stamps one `#[test]` per check, each on a backend of its own from `open` (an expression), with
 /// the attributes given first (`#[ignore = "needs a GPU"]`). The module including this file must be
@@ -68,6 +73,14 @@ macro_rules! contract_tests {
             a_pointer_chase_refuses_short_buffers_and_unreachable_chains,
             a_ping_pong_leaves_both_flags_at_the_round_count,
             a_ping_pong_refuses_one_stream_and_misplaced_flags,
+            all_reduce_sums_every_input_into_every_output,
+            fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs,
+            a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none,
+            all_reduce_refuses_what_its_kernels_cannot_take,
+            busy_keeps_its_stream_for_at_least_its_duration,
+            nccl_all_reduce_sums_in_place_and_out_of_place,
+            nccl_send_recv_moves_every_byte_one_way_both_ways_and_round_a_ring,
+            nccl_refuses_what_it_cannot_take,
         );
         #[test]
         $(#[$attr])*

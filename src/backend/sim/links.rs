@@ -272,6 +272,14 @@ impl LinkModel {
         }
     }
 
+    /// What an SM kernel on `gpu` crosses to load from `from` and store to `to`, capped at the
+    /// share of the path's rate that such a kernel reaches.
+    pub fn kernel(&self, from: Place, to: Place, gpu: usize) -> Path {
+        let mut path = self.through_gpu(from, to, gpu);
+        path.cap = self.bottleneck(&path) * self.preset.gpu.sm_copy_efficiency;
+        path
+    }
+
     /// The lowest capacity along a path, bytes per µs.
     pub fn bottleneck(&self, path: &Path) -> f64 {
         path.resources

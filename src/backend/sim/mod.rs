@@ -9,9 +9,14 @@
 //! [`Simulator`] does the simulating; the [`Checked`] layer above it checks every argument, so
 //! [`SimBackend`] is what callers open.
 
+mod collective;
+#[cfg(test)]
+mod collective_tests;
 mod links;
 mod memory;
+mod nccl;
 pub mod preset;
+mod reduce;
 mod scheduler;
 mod sharing;
 #[cfg(test)]
@@ -22,9 +27,11 @@ pub use preset::{preset_names, Preset};
 use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawProbes};
 use crate::topology::Topology;
 use crate::{Error, Result};
+use collective::RankPlan;
 use links::{LinkModel, Place};
 use memory::{Key, Store};
-use scheduler::{Scheduler, Work};
+use nccl::Comm;
+use scheduler::{Collective, Meeting, Scheduler, Venue, Work};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -73,11 +80,20 @@ struct State {
     store: Store,
     /// Work recorded instead of run, by the index of each stream that captures a graph.
     captures: BTreeMap<usize, Vec<Work>>,
-    next_rendezvous: u64,
+    /// The last number given to a ping-pong's or a communicator's venue.
+    venues: u64,
     /// Pairs whose peer access is enabled: copy engines between other pairs stage through host
     /// memory.
     peer_access: BTreeSet<(usize, usize)>,
     allocated: Vec<u64>,
+}
+
+impl State {
+    /// A number for a new venue.
+    fn next_venue(&mut self) -> u64 {
+        self.venues += 1;
+        self.venues
+    }
 }
 
 impl Simulator {
@@ -89,7 +105,7 @@ impl Simulator {
             scheduler: Scheduler::new(links.capacity().to_vec()),
             store: Store::default(),
             captures: BTreeMap::new(),
-            next_rendezvous: 0,
+            venues: 0,
             peer_access: BTreeSet::new(),
             allocated: vec![0; preset.devices.len()],
         };
@@ -133,12 +149,7 @@ impl Simulator {
                 };
                 (path, costs.copy_setup_us)
             }
-            CopyMethod::SmKernel => {
-                let mut path = self.links.through_gpu(from, to, gpu);
-                path.cap =
-                    self.links.bottleneck(&path) * self.links.preset().gpu.sm_copy_efficiency;
-                (path, costs.kernel_setup_us)
-            }
+            CopyMethod::SmKernel => (self.links.kernel(from, to, gpu), costs.kernel_setup_us),
         };
         Work::Copy {
             copies: vec![copy],
@@ -158,6 +169,21 @@ impl Simulator {
         st.store.retain(&work.buffers());
         let ready = st.host_us;
         st.scheduler.enqueue(stream.index, ready, work);
+    }
+
+    /// Queues each rank's part of a collective on its stream (`streams[rank]`), one kernel launch
+    /// each.
+    fn submit_parts(&self, streams: &[&Stream], collective: Collective) {
+        let collective = Arc::new(collective);
+        let mut st = self.lock();
+        for (rank, stream) in streams.iter().enumerate() {
+            let work = Work::Part {
+                collective: Arc::clone(&collective),
+                rank,
+                setup_us: self.costs().kernel_setup_us,
+            };
+            Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
+        }
     }
 
     /// Runs the simulation up to the host clock, so that the state reflects "now".
@@ -503,15 +529,20 @@ impl RawProbes for Simulator {
         rounds: u32,
     ) -> Result<()> {
         let mut st = self.lock();
-        st.next_rendezvous += 1;
-        let rendezvous = st.next_rendezvous;
+        let venue = Venue::Once(st.next_venue());
         let one_way_us = self.links.signal_us(ping.device, pong.device);
         let setup_us = self.costs().kernel_setup_us;
         let issue = self.costs().kernel_issue_us;
-        for (stream, is_ping, writes) in [(ping, true, *pong_flag), (pong, false, *ping_flag)] {
+        for (rank, (stream, writes)) in [(ping, *pong_flag), (pong, *ping_flag)]
+            .into_iter()
+            .enumerate()
+        {
             let work = Work::PingPong {
-                rendezvous,
-                is_ping,
+                meeting: Meeting {
+                    venue,
+                    rank,
+                    ranks: 2,
+                },
                 writes,
                 rounds,
                 one_way_us,
@@ -524,52 +555,77 @@ impl RawProbes for Simulator {
 }
 
 impl RawCollectives for Simulator {
-    type Comm = ();
+    type Comm = Comm;
 
     fn all_reduce(
         &self,
-        _kernel: AllReduceKernel,
-        _dtype: DataType,
-        _ranks: &[RawRank<'_, Self>],
-        _flags: &[&Key],
-        _len: usize,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        ranks: &[RawRank<'_, Self>],
+        flags: &[&Key],
+        len: usize,
     ) -> Result<()> {
-        Err(Error::usage("all-reduce: not built yet"))
+        let plans: Vec<RankPlan> = ranks
+            .iter()
+            .map(|r| RankPlan {
+                device: r.stream.device,
+                input: *r.input,
+                output: *r.output,
+            })
+            .collect();
+        let flags: Vec<Key> = flags.iter().map(|&&k| k).collect();
+        let work = collective::all_reduce(&self.links, kernel, dtype, &plans, &flags, len);
+        let streams: Vec<&Stream> = ranks.iter().map(|r| r.stream).collect();
+        self.submit_parts(&streams, work);
+        Ok(())
     }
 
-    fn busy(&self, _stream: &Stream, _duration_us: f64) -> Result<()> {
-        Err(Error::usage("busy: not built yet"))
+    fn busy(&self, stream: &Stream, duration_us: f64) -> Result<()> {
+        let work = Work::Busy {
+            setup_us: self.costs().kernel_setup_us,
+            duration_us,
+        };
+        Self::submit(&mut self.lock(), stream, self.costs().kernel_issue_us, work);
+        Ok(())
     }
 
     fn nccl_open(&self) -> std::result::Result<String, String> {
-        Err("NCCL: not built yet".into())
+        Ok(nccl::DESCRIPTION.into())
     }
 
-    fn nccl_communicator(&self, _devices: &[usize]) -> Result<()> {
-        Err(Error::usage("NCCL: not built yet"))
+    fn nccl_communicator(&self, devices: &[usize]) -> Result<Comm> {
+        Ok(Comm::new(self.lock().next_venue(), devices))
     }
 
-    fn nccl_destroy(&self, _comm: ()) -> Result<()> {
+    fn nccl_destroy(&self, _comm: Comm) -> Result<()> {
+        // Calls already queued hold what they need of it.
         Ok(())
     }
 
     fn nccl_all_reduce(
         &self,
-        _comm: &(),
-        _dtype: DataType,
-        _ranks: &[RawRank<'_, Self>],
-        _len: usize,
+        comm: &Comm,
+        dtype: DataType,
+        ranks: &[RawRank<'_, Self>],
+        len: usize,
     ) -> Result<()> {
-        Err(Error::usage("NCCL: not built yet"))
+        let buffers: Vec<(Key, Key)> = ranks.iter().map(|r| (*r.input, *r.output)).collect();
+        let work = nccl::all_reduce(&self.links, comm, dtype, &buffers, len);
+        let streams: Vec<&Stream> = ranks.iter().map(|r| r.stream).collect();
+        self.submit_parts(&streams, work);
+        Ok(())
     }
 
     fn nccl_send_recv(
         &self,
-        _comm: &(),
-        _streams: &[&Stream],
-        _transfers: &[PeerTransfer<&Key>],
+        comm: &Comm,
+        streams: &[&Stream],
+        transfers: &[PeerTransfer<&Key>],
     ) -> Result<()> {
-        Err(Error::usage("NCCL: not built yet"))
+        let transfers: Vec<PeerTransfer<Key>> = transfers.iter().map(|t| t.map(|&k| k)).collect();
+        let work = nccl::send_recv(&self.links, comm, &transfers);
+        self.submit_parts(streams, work);
+        Ok(())
     }
 }
 

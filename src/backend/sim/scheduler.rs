@@ -1,17 +1,23 @@
 //! The discrete-event core: in-order streams of operations on a virtual GPU clock.
 //!
-//! Each stream runs one operation at a time. A copy first waits out its fixed latency (setup and
-//! path), then becomes a flow whose rate comes from max-min fair sharing with every other flow in
-//! flight; rates are recomputed whenever a flow starts or ends. The host side (the backend) only
-//! enqueues operations that start at or after its own clock, and the simulation never runs past a
-//! time the host has not reached unless the host blocks on it, so the simulation never rewinds.
+//! Each stream runs one operation at a time, as a few steps ([`Step`]): a fixed delay, a gate, a
+//! meeting with the other ranks of work over several GPUs, or waiting for flows. A flow is bytes
+//! crossing a path once a fixed latency has passed; its rate comes from max-min fair sharing with
+//! every other flow in flight, recomputed whenever a flow starts or ends. A flow holds back the
+//! streams whose work waits for it: a copy's own stream, or the ranks of a collective. The host
+//! side (the backend) only enqueues operations that start at or after its own clock, and the
+//! simulation never runs past a time the host has not reached unless the host blocks on it, so the
+//! simulation never rewinds.
 
 use super::links::Path;
 use super::memory::{Key, Store};
+use super::reduce;
 use super::sharing::{max_min_rates, Demand};
+use crate::backend::collective::DataType;
 use crate::backend::BufferCopy;
 use crate::{Error, Result};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 /// How long a held stream's spin kernel waits for its release before it gives up, in µs.
 pub(super) const HOLD_TIMEOUT_US: f64 = 1e6;
@@ -37,20 +43,121 @@ pub(super) enum Work {
         setup_us: f64,
         step_us: f64,
     },
+    /// A kernel that keeps its GPU busy for `duration_us` once launched.
+    Busy {
+        setup_us: f64,
+        duration_us: f64,
+    },
     /// Blocks the stream until the gate opens (or its spin times out).
     Gate(usize),
     Record(usize),
     Wait(usize),
-    /// One side of a ping-pong: both sides start together, then exchange `rounds` round trips.
+    /// One side of a ping-pong (rank 0 pings): both sides meet, then exchange `rounds` round trips.
     PingPong {
-        rendezvous: u64,
-        is_ping: bool,
+        meeting: Meeting,
         /// The flag this side stores into (on the other GPU).
         writes: Key,
         rounds: u32,
         one_way_us: f64,
         setup_us: f64,
     },
+    /// One rank's part of a collective.
+    Part {
+        collective: Arc<Collective>,
+        rank: usize,
+        setup_us: f64,
+    },
+}
+
+/// Where the parts of work over several streams meet. Each rank's k-th arrival at a venue joins
+/// the k-th gathering there, which goes on when every rank has arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Venue {
+    /// One ping-pong's two sides, once.
+    Once(u64),
+    /// The flag blocks of peerlink's all-reduce, named by rank 0's. The kernels count their calls
+    /// in the flags, so the k-th call of each rank meets the k-th of the others, whether it was
+    /// queued directly or replayed from a graph.
+    Flags(Key),
+    /// An NCCL communicator, which counts its calls likewise.
+    Comm(u64),
+}
+
+/// One rank's arrival at a venue.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Meeting {
+    pub venue: Venue,
+    pub rank: usize,
+    pub ranks: usize,
+}
+
+/// Work of several ranks, each part on its own stream, that goes on together: once every rank's
+/// part has arrived at the venue, the flows start (each after its own latency); each part then
+/// waits for the flows that hold it, and ends `tail_us` later, writing its rank's results.
+#[derive(Debug)]
+pub(super) struct Collective {
+    pub venue: Venue,
+    pub ranks: usize,
+    pub flows: Vec<PlannedFlow>,
+    pub tail_us: f64,
+    pub results: Results,
+    /// Buffers the work uses besides its results' (peerlink's flag blocks).
+    pub scratch: Vec<Key>,
+}
+
+/// A flow of a collective.
+#[derive(Debug)]
+pub(super) struct PlannedFlow {
+    pub path: Path,
+    pub bytes: usize,
+    /// From the meeting until the bytes start to move.
+    pub latency_us: f64,
+    /// The ranks whose parts wait for it.
+    pub holds: Vec<usize>,
+}
+
+/// What a collective writes.
+#[derive(Debug)]
+pub(super) enum Results {
+    /// Every rank's output receives the element-wise sum of every rank's input (`len` bytes of
+    /// each, as they were when the ranks met).
+    Sum {
+        dtype: DataType,
+        inputs: Vec<Key>,
+        outputs: Vec<Key>,
+        len: usize,
+    },
+    /// Each copy lands when its receiving rank's part ends, with its source as it was when the
+    /// ranks met.
+    Copies(Vec<(usize, BufferCopy<Key>)>),
+}
+
+impl Collective {
+    fn buffers(&self) -> Vec<Key> {
+        let mut buffers = self.scratch.clone();
+        match &self.results {
+            Results::Sum {
+                inputs, outputs, ..
+            } => buffers.extend(inputs.iter().chain(outputs)),
+            Results::Copies(copies) => {
+                buffers.extend(copies.iter().flat_map(|(_, c)| [c.src, c.dst]))
+            }
+        }
+        buffers
+    }
+}
+
+/// What a stream's work does next.
+enum Step {
+    /// A GPU overhead, then the work's own time.
+    Delay {
+        setup_us: f64,
+        run_us: f64,
+    },
+    Gate(usize),
+    Meet(Meeting),
+    /// Waits for the flows that hold the work.
+    Move,
 }
 
 impl Work {
@@ -60,7 +167,8 @@ impl Work {
             Work::Copy { copies, .. } => copies.iter().flat_map(|c| [c.src, c.dst]).collect(),
             Work::Chase { chain, result, .. } => vec![*chain, *result],
             Work::PingPong { writes, .. } => vec![*writes],
-            Work::Gate(_) | Work::Record(_) | Work::Wait(_) => Vec::new(),
+            Work::Part { collective, .. } => collective.buffers(),
+            Work::Busy { .. } | Work::Gate(_) | Work::Record(_) | Work::Wait(_) => Vec::new(),
         }
     }
 
@@ -69,10 +177,71 @@ impl Work {
         match &mut self {
             Work::Copy { setup_us, .. }
             | Work::Chase { setup_us, .. }
-            | Work::PingPong { setup_us, .. } => *setup_us = overhead_us,
+            | Work::Busy { setup_us, .. }
+            | Work::PingPong { setup_us, .. }
+            | Work::Part { setup_us, .. } => *setup_us = overhead_us,
             Work::Gate(_) | Work::Record(_) | Work::Wait(_) => {}
         }
         self
+    }
+
+    /// Step `i` of this work once it has started; `None` after the last.
+    fn step(&self, i: usize) -> Option<Step> {
+        let delay = |setup_us: f64, run_us: f64| Some(Step::Delay { setup_us, run_us });
+        match (self, i) {
+            (Work::Copy { .. }, 0) => Some(Step::Move),
+            (
+                Work::Chase {
+                    steps,
+                    setup_us,
+                    step_us,
+                    ..
+                },
+                0,
+            ) => delay(*setup_us, *steps as f64 * step_us),
+            (
+                Work::Busy {
+                    setup_us,
+                    duration_us,
+                },
+                0,
+            ) => delay(*setup_us, *duration_us),
+            (Work::Gate(g), 0) => Some(Step::Gate(*g)),
+            (Work::PingPong { meeting, .. }, 0) => Some(Step::Meet(*meeting)),
+            (
+                Work::PingPong {
+                    meeting,
+                    rounds,
+                    one_way_us,
+                    setup_us,
+                    ..
+                },
+                1,
+            ) => {
+                // The ping side ends when its last answer arrives, the pong side when it sends it.
+                let trips = 2.0 * *rounds as f64;
+                let legs = if meeting.rank == 0 {
+                    trips
+                } else {
+                    (trips - 1.0).max(0.0)
+                };
+                delay(*setup_us, legs * one_way_us)
+            }
+            (Work::Part { setup_us, .. }, 0) => delay(*setup_us, 0.0),
+            (
+                Work::Part {
+                    collective, rank, ..
+                },
+                1,
+            ) => Some(Step::Meet(Meeting {
+                venue: collective.venue,
+                rank: *rank,
+                ranks: collective.ranks,
+            })),
+            (Work::Part { .. }, 2) => Some(Step::Move),
+            (Work::Part { collective, .. }, 3) => delay(0.0, collective.tail_us),
+            _ => None,
+        }
     }
 }
 
@@ -82,24 +251,47 @@ struct Op {
 }
 
 enum Phase {
-    /// Nothing moves until this time.
-    Delay(f64),
-    Flow {
-        remaining: f64,
-        rate: f64,
-    },
+    /// Nothing happens until this time.
+    Until(f64),
     Gate(usize),
-    /// Waiting for the other side of a ping-pong to start.
-    Partner,
+    /// At a venue, waiting for the other ranks.
+    Meeting,
+    /// Waiting for the flows that hold the work.
+    Moving,
+}
+
+/// What work writes when it ends.
+enum Write {
+    /// A copy's destination receives the source bytes as they were when the store's reader
+    /// `reader` began.
+    Copy { reader: u64, copy: BufferCopy<Key> },
+    /// A kernel's stores.
+    Bytes {
+        dst: Key,
+        offset: usize,
+        bytes: Arc<Vec<u8>>,
+    },
 }
 
 struct Running {
     work: Work,
     phase: Phase,
-    /// The store's reader id of a copy operation's first copy (the others follow in order).
-    op_id: u64,
-    /// A store to make when the operation ends (a kernel's result or flag).
-    store: Option<(Key, Vec<u8>)>,
+    /// The step after the current one.
+    next_step: usize,
+    /// Flows still in flight that this work waits for.
+    held_by: usize,
+    writes: Vec<Write>,
+}
+
+/// Bytes crossing a path: nothing moves until `starts_at`, then `remaining` bytes at `rate`.
+struct Flow {
+    path: Path,
+    starts_at: f64,
+    started: bool,
+    remaining: f64,
+    rate: f64,
+    /// Streams whose running work waits for this flow.
+    holds: Vec<usize>,
 }
 
 struct Stream {
@@ -115,6 +307,15 @@ struct Gate {
     opens_at: Option<f64>,
 }
 
+/// The arrivals at one venue.
+#[derive(Default)]
+struct VenueState {
+    /// Parts of each rank that have arrived so far.
+    arrived: Vec<u64>,
+    /// Gatherings still waiting for some rank, by number: the stream of each rank present.
+    open: BTreeMap<u64, Vec<Option<usize>>>,
+}
+
 #[derive(Default)]
 pub(super) struct Scheduler {
     now: f64,
@@ -122,13 +323,13 @@ pub(super) struct Scheduler {
     streams: Vec<Stream>,
     /// Streams with work queued or running, in index order: each step only looks at these.
     active: Vec<usize>,
+    flows: Vec<Flow>,
     /// Completion time of each recorded event, once known.
     events: Vec<Option<f64>>,
     gates: Vec<Gate>,
-    /// Ping-pong sides already started, waiting for their partner: the stream of each.
-    rendezvous: BTreeMap<u64, usize>,
+    venues: BTreeMap<Venue, VenueState>,
     rates_stale: bool,
-    next_op_id: u64,
+    next_reader: u64,
     /// A kernel fault (as CUDA's sticky errors), reported at the next synchronisation.
     fault: Option<String>,
 }
@@ -213,8 +414,9 @@ impl Scheduler {
             }
             if !self.step(f64::INFINITY, store) {
                 return Err(Error::InvalidHandle(
-                    "the simulated streams wait on each other forever (a ping-pong whose partner \
-                     stream waits on it, or an event that is never reached); a real GPU would hang"
+                    "the simulated streams wait on each other forever (a ping-pong or collective \
+                     whose other ranks never arrive, or an event that is never reached); a real \
+                     GPU would hang"
                         .into(),
                 ));
             }
@@ -280,77 +482,183 @@ impl Scheduler {
             .retain(|&s| streams[s].running.is_some() || !streams[s].queue.is_empty());
     }
 
+    fn running(&mut self, s: usize) -> &mut Running {
+        self.streams[s]
+            .running
+            .as_mut()
+            .expect("the stream runs work")
+    }
+
+    /// Registers a copy's read of its source, which the store keeps as it is now.
+    fn begin_read(&mut self, store: &mut Store, copy: &BufferCopy<Key>) -> Write {
+        self.next_reader += 1;
+        store.begin_read(self.next_reader, copy.src, copy.src_offset, copy.len);
+        Write::Copy {
+            reader: self.next_reader,
+            copy: *copy,
+        }
+    }
+
     fn start(&mut self, s: usize, work: Work, store: &mut Store) {
         let now = self.now;
-        let phase = match &work {
-            Work::Record(e) => {
-                self.events[*e] = Some(now);
-                self.streams[s].idle_since = now;
-                return;
-            }
-            Work::Wait(_) => {
-                self.streams[s].idle_since = now;
-                return;
-            }
+        let mut writes = Vec::new();
+        let mut held_by = 0;
+        match &work {
+            Work::Record(e) => self.events[*e] = Some(now),
             Work::Copy {
                 copies,
                 path,
                 setup_us,
             } => {
-                // One reader id per copy, so that each finds its own saved source bytes.
-                for copy in copies {
-                    self.next_op_id += 1;
-                    store.begin_read(self.next_op_id, copy.src, copy.src_offset, copy.len);
-                }
-                Phase::Delay(now + setup_us + path.latency_us)
+                writes = copies.iter().map(|c| self.begin_read(store, c)).collect();
+                let bytes = copies.iter().map(|c| c.len).sum();
+                let starts_at = now + setup_us + path.latency_us;
+                self.flows
+                    .push(Flow::new(path.clone(), bytes, starts_at, vec![s]));
+                held_by = 1;
             }
-            Work::Chase {
-                steps,
-                setup_us,
-                step_us,
-                ..
-            } => Phase::Delay(now + setup_us + *steps as f64 * step_us),
-            Work::Gate(g) => {
-                self.gates[*g].started = Some(now);
-                Phase::Gate(*g)
-            }
-            Work::PingPong { rendezvous, .. } => match self.rendezvous.remove(rendezvous) {
-                None => {
-                    self.rendezvous.insert(*rendezvous, s);
-                    Phase::Partner
-                }
-                Some(partner) => {
-                    // Both sides exchange from now on, when the later one has started.
-                    if let Some(r) = &mut self.streams[partner].running {
-                        r.phase = Phase::Delay(ping_pong_end_of(&r.work, now));
-                    }
-                    Phase::Delay(ping_pong_end_of(&work, now))
-                }
-            },
-        };
-        let store_on_end = match &work {
             Work::Chase {
                 chain,
                 steps,
                 result,
                 ..
-            } => Some((
-                *result,
-                self.chase(store, *chain, *steps).to_le_bytes().to_vec(),
-            )),
-            Work::PingPong { writes, rounds, .. } => Some((*writes, rounds.to_le_bytes().to_vec())),
-            _ => None,
-        };
-        let first_op_id = match &work {
-            Work::Copy { copies, .. } => self.next_op_id + 1 - copies.len() as u64,
-            _ => self.next_op_id,
-        };
+            } => {
+                let index = self.chase(store, *chain, *steps);
+                writes.push(Write::bytes(*result, index.to_le_bytes().to_vec()));
+            }
+            Work::PingPong {
+                writes: flag,
+                rounds,
+                ..
+            } => writes.push(Write::bytes(*flag, rounds.to_le_bytes().to_vec())),
+            Work::Busy { .. } | Work::Gate(_) | Work::Wait(_) | Work::Part { .. } => {}
+        }
         self.streams[s].running = Some(Running {
             work,
-            phase,
-            op_id: first_op_id,
-            store: store_on_end,
+            phase: Phase::Until(now),
+            next_step: 0,
+            held_by,
+            writes,
         });
+        self.enter_next_step(s, store);
+    }
+
+    /// Moves a stream's running work on to its next step, or ends it after its last.
+    fn enter_next_step(&mut self, s: usize, store: &mut Store) {
+        let now = self.now;
+        let r = self.running(s);
+        let step = r.work.step(r.next_step);
+        r.next_step += 1;
+        match step {
+            None => self.finish(s, store),
+            Some(Step::Delay { setup_us, run_us }) => {
+                r.phase = Phase::Until(now + setup_us + run_us)
+            }
+            Some(Step::Move) => r.phase = Phase::Moving,
+            Some(Step::Gate(g)) => {
+                r.phase = Phase::Gate(g);
+                self.gates[g].started = Some(now);
+            }
+            Some(Step::Meet(meeting)) => {
+                r.phase = Phase::Meeting;
+                self.arrive(s, meeting, store);
+            }
+        }
+    }
+
+    /// A part arrives at its venue; the last rank to arrive moves its whole gathering on.
+    fn arrive(&mut self, s: usize, meeting: Meeting, store: &mut Store) {
+        let venue = self.venues.entry(meeting.venue).or_default();
+        let slots = meeting.ranks.max(meeting.rank + 1);
+        if venue.arrived.len() < slots {
+            venue.arrived.resize(slots, 0);
+        }
+        let gathering = venue.arrived[meeting.rank];
+        venue.arrived[meeting.rank] += 1;
+        let present = venue
+            .open
+            .entry(gathering)
+            .or_insert_with(|| vec![None; slots]);
+        if present.len() < slots {
+            present.resize(slots, None);
+        }
+        present[meeting.rank] = Some(s);
+        if present.iter().filter(|p| p.is_some()).count() < meeting.ranks {
+            return;
+        }
+        let members: Vec<usize> = venue
+            .open
+            .remove(&gathering)
+            .expect("found above")
+            .into_iter()
+            .flatten()
+            .collect();
+        if let Venue::Once(_) = meeting.venue {
+            self.venues.remove(&meeting.venue);
+        }
+        if let Work::Part { collective, .. } = &self.running(members[0]).work {
+            let collective = Arc::clone(collective);
+            self.start_collective(&collective, &members, store);
+        }
+        for m in members {
+            self.enter_next_step(m, store);
+        }
+    }
+
+    /// Starts a collective whose ranks (`members[rank]` is each one's stream) have all met: its
+    /// flows, and its results as the buffers are now.
+    fn start_collective(&mut self, c: &Collective, members: &[usize], store: &mut Store) {
+        let now = self.now;
+        for f in &c.flows {
+            let holds: Vec<usize> = f.holds.iter().map(|&rank| members[rank]).collect();
+            for &s in &holds {
+                self.running(s).held_by += 1;
+            }
+            let starts_at = now + f.latency_us;
+            self.flows
+                .push(Flow::new(f.path.clone(), f.bytes, starts_at, holds));
+        }
+        match &c.results {
+            Results::Sum {
+                dtype,
+                inputs,
+                outputs,
+                len,
+            } => {
+                let inputs: Vec<&[u8]> = inputs.iter().map(|&k| &store.bytes(k)[..*len]).collect();
+                let sum = Arc::new(reduce::sum(*dtype, &inputs));
+                for (&s, &output) in members.iter().zip(outputs) {
+                    let bytes = Arc::clone(&sum);
+                    self.running(s).writes.push(Write::Bytes {
+                        dst: output,
+                        offset: 0,
+                        bytes,
+                    });
+                }
+            }
+            Results::Copies(copies) => {
+                for (rank, copy) in copies {
+                    let write = self.begin_read(store, copy);
+                    self.running(members[*rank]).writes.push(write);
+                }
+            }
+        }
+    }
+
+    /// Ends a stream's running work: its writes land and its buffers are released.
+    fn finish(&mut self, s: usize, store: &mut Store) {
+        let r = self.streams[s]
+            .running
+            .take()
+            .expect("the stream runs work");
+        for write in r.writes {
+            match write {
+                Write::Copy { reader, copy } => store.finish_copy(reader, &copy),
+                Write::Bytes { dst, offset, bytes } => store.write(dst, offset, &bytes),
+            }
+        }
+        store.release(&r.work.buffers());
+        self.streams[s].idle_since = self.now;
     }
 
     /// Follows the chain of u64 indices from element 0; a wild index faults the kernel.
@@ -397,41 +705,19 @@ impl Scheduler {
 
     /// Rates of all flows in flight, max-min fair.
     fn share_rates(&mut self) {
-        let flows: Vec<usize> = self
-            .active
+        let moving = |f: &&Flow| f.started;
+        let demands: Vec<Demand<'_>> = self
+            .flows
             .iter()
-            .copied()
-            .filter(|&s| {
-                matches!(
-                    self.streams[s].running,
-                    Some(Running {
-                        phase: Phase::Flow { .. },
-                        ..
-                    })
-                )
+            .filter(moving)
+            .map(|f| Demand {
+                resources: &f.path.resources,
+                cap: f.path.cap,
             })
             .collect();
-        let demands: Vec<Demand<'_>> = flows
-            .iter()
-            .map(
-                |&s| match &self.streams[s].running.as_ref().expect("flow").work {
-                    Work::Copy { path, .. } => Demand {
-                        resources: &path.resources,
-                        cap: path.cap,
-                    },
-                    _ => unreachable!("only copies flow"),
-                },
-            )
-            .collect();
         let rates = max_min_rates(&self.capacity, &demands);
-        for (&s, new_rate) in flows.iter().zip(rates) {
-            if let Some(Running {
-                phase: Phase::Flow { rate, .. },
-                ..
-            }) = &mut self.streams[s].running
-            {
-                *rate = new_rate;
-            }
+        for (flow, rate) in self.flows.iter_mut().filter(|f| f.started).zip(rates) {
+            flow.rate = rate;
         }
         self.rates_stale = false;
     }
@@ -439,13 +725,16 @@ impl Scheduler {
     /// The earliest time something happens, if anything will.
     fn next_time(&self) -> Option<f64> {
         let mut next = f64::INFINITY;
+        for f in &self.flows {
+            next = next.min(f.next_event(self.now));
+        }
         for s in self.active.iter().map(|&s| &self.streams[s]) {
             let t = match &s.running {
                 Some(r) => match r.phase {
-                    Phase::Delay(until) => until,
-                    Phase::Flow { remaining, rate } => self.now + remaining / rate,
+                    Phase::Until(until) => until,
                     Phase::Gate(g) => self.gate_end(g),
-                    Phase::Partner => f64::INFINITY,
+                    Phase::Moving if r.held_by == 0 => self.now,
+                    Phase::Moving | Phase::Meeting => f64::INFINITY,
                 },
                 None => match s.queue.front() {
                     Some(op) if op.ready_at > self.now => op.ready_at,
@@ -468,89 +757,89 @@ impl Scheduler {
     /// Moves the clock to `t`, moving every flow's bytes at its current rate.
     fn advance_flows(&mut self, t: f64) {
         let dt = t - self.now;
-        for &s in &self.active {
-            if let Some(Running {
-                phase: Phase::Flow { remaining, rate },
-                ..
-            }) = &mut self.streams[s].running
-            {
-                *remaining -= *rate * dt;
-            }
+        for f in self.flows.iter_mut().filter(|f| f.started) {
+            f.remaining -= f.rate * dt;
         }
         self.now = t;
     }
 
-    /// Ends every phase that is due at the current time.
+    /// Starts and ends every flow due at the current time, then moves on every stream whose step
+    /// is over.
     fn finish_due(&mut self, store: &mut Store) {
         let now = self.now;
+        let mut released = Vec::new();
+        let mut changed = false;
+        self.flows.retain_mut(|f| {
+            if !f.started && f.starts_at <= now {
+                f.started = true;
+                changed = true;
+            }
+            if f.started && f.is_done(now) {
+                released.append(&mut f.holds);
+                changed = true;
+                return false;
+            }
+            true
+        });
+        self.rates_stale |= changed;
+        for s in released {
+            self.running(s).held_by -= 1;
+        }
         for i in 0..self.active.len() {
             let s = self.active[i];
             let due = match &self.streams[s].running {
                 None => false,
                 Some(r) => match r.phase {
-                    Phase::Delay(until) => until <= now,
-                    // The second test guarantees progress when `now` is so large that the last
-                    // bytes would take less than one unit in the last place.
-                    Phase::Flow { remaining, rate } => {
-                        remaining <= DONE_BYTES || now + remaining / rate <= now
-                    }
+                    Phase::Until(until) => until <= now,
                     Phase::Gate(g) => self.gate_end(g) <= now,
-                    Phase::Partner => false,
+                    Phase::Moving => r.held_by == 0,
+                    Phase::Meeting => false,
                 },
             };
-            if !due {
-                continue;
+            if due {
+                self.enter_next_step(s, store);
             }
-            let r = self.streams[s].running.as_mut().expect("due work runs");
-            if let (Phase::Delay(_), Work::Copy { copies, .. }) = (&r.phase, &r.work) {
-                let bytes: usize = copies.iter().map(|c| c.len).sum();
-                if bytes > 0 {
-                    r.phase = Phase::Flow {
-                        remaining: bytes as f64,
-                        rate: 0.0,
-                    };
-                    self.rates_stale = true;
-                    continue;
-                }
-            }
-            if matches!(r.phase, Phase::Flow { .. }) {
-                self.rates_stale = true;
-            }
-            let r = self.streams[s].running.take().expect("checked above");
-            if let Work::Copy { copies, .. } = &r.work {
-                for (op_id, copy) in (r.op_id..).zip(copies) {
-                    store.finish_copy(op_id, copy);
-                }
-            }
-            if let Some((buffer, bytes)) = &r.store {
-                store.write(*buffer, 0, bytes);
-            }
-            store.release(&r.work.buffers());
-            self.streams[s].idle_since = now;
         }
         self.forget_idle();
     }
 }
 
-/// When a ping-pong side that starts exchanging at `start` ends: the ping side after its last
-/// answer arrives, the pong side after it sends the last answer.
-fn ping_pong_end_of(work: &Work, start: f64) -> f64 {
-    match work {
-        Work::PingPong {
-            is_ping,
-            rounds,
-            one_way_us,
-            setup_us,
-            ..
-        } => {
-            let trips = 2.0 * *rounds as f64;
-            let legs = if *is_ping {
-                trips
-            } else {
-                (trips - 1.0).max(0.0)
-            };
-            start + setup_us + legs * one_way_us
+impl Flow {
+    fn new(path: Path, bytes: usize, starts_at: f64, holds: Vec<usize>) -> Flow {
+        Flow {
+            path,
+            starts_at,
+            started: false,
+            remaining: bytes as f64,
+            rate: 0.0,
+            holds,
         }
-        _ => unreachable!("only ping-pong sides have partners"),
+    }
+
+    /// Whether the flow's bytes are in. The second test guarantees progress when `now` is so large
+    /// that the last bytes would take less than one unit in the last place.
+    fn is_done(&self, now: f64) -> bool {
+        self.remaining <= DONE_BYTES || now + self.remaining / self.rate <= now
+    }
+
+    /// When the flow next starts or ends.
+    fn next_event(&self, now: f64) -> f64 {
+        if !self.started {
+            self.starts_at
+        } else if self.remaining <= DONE_BYTES {
+            now
+        } else {
+            now + self.remaining / self.rate
+        }
+    }
+}
+
+impl Write {
+    fn bytes(dst: Key, bytes: Vec<u8>) -> Write {
+        Write::Bytes {
+            dst,
+            offset: 0,
+            bytes: Arc::new(bytes),
+        }
     }
 }

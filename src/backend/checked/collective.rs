@@ -1,0 +1,479 @@
+//! The checked layer's collectives: peerlink's all-reduce, the stand-in compute kernel, and NCCL
+//! with its communicators.
+//!
+//! Beside the checks every call makes (live handles, ranges inside buffers), a collective's ranks
+//! are one per GPU, each rank's buffers are memory of its stream's GPU, and the ranks' streams
+//! either all capture a graph or none does: the ranks' kernels wait for each other, so a part
+//! recorded into a graph and a part queued now would meet only when the graph is replayed.
+
+use super::{check_range, Checked, State, Toucher};
+use crate::backend::collective::{
+    AllReduceKernel, CommId, DataType, PeerTransfer, Rank, FLAG_BYTES, MAX_RANKS,
+};
+use crate::backend::raw::{RawBackend, RawCollectives, RawProbes, RawRank};
+use crate::backend::{first_overlap, BufferId, Collectives, Memory, Nccl, StreamId};
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// A communicator: its GPUs, rank by rank, and the implementation's object (shared with calls in
+/// flight, so that the table's lock is not held across them).
+pub(super) struct CommEntry<C> {
+    devices: Vec<usize>,
+    pub(super) raw: Arc<C>,
+}
+
+/// One rank of a collective, checked: its GPU and the implementation's objects.
+struct Resolved<I: RawBackend> {
+    device: usize,
+    stream: I::Stream,
+    input: I::Buffer,
+    output: I::Buffer,
+}
+
+impl<I: RawBackend> Resolved<I> {
+    fn raw(&self) -> RawRank<'_, I> {
+        RawRank {
+            stream: &self.stream,
+            input: &self.input,
+            output: &self.output,
+        }
+    }
+}
+
+fn memory_name(memory: Memory) -> String {
+    match memory {
+        Memory::Device(d) => format!("memory of GPU {d}"),
+        Memory::PinnedHost { .. } => "pinned host memory".into(),
+    }
+}
+
+/// Fails unless `buffer` is memory of `device`, the GPU of whoever (`whose`) uses it.
+fn on_gpu(
+    call: &str,
+    what: &str,
+    buffer: BufferId,
+    memory: Memory,
+    device: usize,
+    whose: &str,
+) -> Result<()> {
+    if memory == Memory::Device(device) {
+        return Ok(());
+    }
+    Err(Error::usage(format!(
+        "{call}: {what} ({buffer}) is {}, but {whose} on GPU {device}: use memory of GPU {device}",
+        memory_name(memory)
+    )))
+}
+
+/// Fails unless `len` is at least one whole `dtype` element and a whole number of them.
+fn check_length(call: &str, dtype: DataType, len: usize) -> Result<()> {
+    let size = dtype.size();
+    if len == 0 {
+        return Err(Error::usage(format!(
+            "{call} of 0 bytes: pass a length of at least one {dtype} element ({size} bytes)"
+        )));
+    }
+    if !len.is_multiple_of(size) {
+        return Err(Error::usage(format!(
+            "{call} of {len} bytes is not a whole number of {dtype} elements ({size} bytes each): \
+             pass a multiple of {size}"
+        )));
+    }
+    Ok(())
+}
+
+impl<I: RawCollectives> Checked<I> {
+    /// Checks what every collective over ranks asks — a whole number of elements, one GPU per
+    /// rank, each rank's buffers on its GPU and long enough, the streams capturing all or none —
+    /// and resolves each rank's handles.
+    fn check_ranks(
+        &self,
+        st: &State<I>,
+        call: &str,
+        dtype: DataType,
+        ranks: &[Rank],
+        len: usize,
+    ) -> Result<Vec<Resolved<I>>> {
+        check_length(call, dtype, len)?;
+        let mut resolved: Vec<Resolved<I>> = Vec::with_capacity(ranks.len());
+        for (i, rank) in ranks.iter().enumerate() {
+            let stream = st.streams.get(rank.stream.0)?;
+            let device = stream.device;
+            if let Some(j) = resolved.iter().position(|r| r.device == device) {
+                return Err(Error::usage(format!(
+                    "{call}: ranks {j} and {i} both run on GPU {device}: each rank needs a GPU of \
+                     its own"
+                )));
+            }
+            let buffer = |name: &str, id: BufferId| -> Result<I::Buffer> {
+                let entry = st.buffers.get(id.0)?;
+                let what = format!("rank {i}'s {name}");
+                on_gpu(
+                    call,
+                    &what,
+                    id,
+                    entry.memory,
+                    device,
+                    &format!("rank {i} runs"),
+                )?;
+                check_range(&format!("{call}: {what}"), id, entry.len, 0, len)?;
+                Ok(entry.raw.clone())
+            };
+            let (input, output) = (buffer("input", rank.input)?, buffer("output", rank.output)?);
+            resolved.push(Resolved {
+                device,
+                stream: stream.raw.clone(),
+                input,
+                output,
+            });
+        }
+        Self::check_capture(st, call, ranks.iter().map(|r| r.stream))?;
+        Ok(resolved)
+    }
+
+    /// Fails unless the streams of one collective all capture a graph or none does.
+    fn check_capture(
+        st: &State<I>,
+        call: &str,
+        streams: impl Iterator<Item = StreamId>,
+    ) -> Result<()> {
+        let mut first: Option<(StreamId, bool)> = None;
+        for stream in streams {
+            let captures = st.streams.get(stream.0)?.capture.is_some();
+            match first {
+                None => first = Some((stream, captures)),
+                Some((other, theirs)) if theirs != captures => {
+                    let (yes, no) = if captures {
+                        (stream, other)
+                    } else {
+                        (other, stream)
+                    };
+                    return Err(Error::usage(format!(
+                        "{call}: {yes} captures a graph but {no} does not: the ranks' kernels \
+                         wait for each other, so a part recorded into a graph would meet the \
+                         others only when the graph is replayed; capture every rank's stream or \
+                         none"
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes every buffer of a collective on each of its streams that captures a graph: a
+    /// rank's kernel touches the other ranks' buffers too.
+    fn note_collective(st: &mut State<I>, streams: &[StreamId], buffers: &[BufferId]) {
+        for &stream in streams {
+            Self::note_capture(st, stream, buffers.iter().copied());
+        }
+    }
+
+    /// NCCL's description, or why there is none, asked of the implementation the first time.
+    fn nccl_answer(&self) -> &std::result::Result<String, String> {
+        self.nccl.get_or_init(|| self.raw.nccl_open())
+    }
+
+    /// Fails unless NCCL was found, saying why not.
+    fn nccl_opened(&self) -> Result<()> {
+        match self.nccl_answer() {
+            Ok(_) => Ok(()),
+            Err(why) => Err(Error::usage(format!(
+                "NCCL is not available here ({why}): ask collectives().nccl() first and leave \
+                 NCCL out where it answers Err"
+            ))),
+        }
+    }
+
+    /// A live communicator's GPUs and object.
+    fn comm(st: &State<I>, comm: CommId) -> Result<(Vec<usize>, Arc<I::Comm>)> {
+        let entry = st.comms.get(comm.0)?;
+        Ok((entry.devices.clone(), Arc::clone(&entry.raw)))
+    }
+}
+
+impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
+    fn all_reduce(
+        &self,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        ranks: &[Rank],
+        flags: &[BufferId],
+        len: usize,
+    ) -> Result<()> {
+        let call = format!("all-reduce ({})", kernel.name());
+        let n = ranks.len();
+        if !(2..=MAX_RANKS).contains(&n) {
+            return Err(Error::usage(format!(
+                "{call} over {n} rank(s): peerlink's all-reduce kernels take 2 to {MAX_RANKS} \
+                 ranks, one per GPU"
+            )));
+        }
+        if flags.len() != n {
+            return Err(Error::usage(format!(
+                "{call}: {} flag blocks for {n} ranks: pass one per rank, in rank order",
+                flags.len()
+            )));
+        }
+        let mut st = self.lock();
+        let resolved = self.check_ranks(&st, &call, dtype, ranks, len)?;
+        let mut raw_flags = Vec::with_capacity(n);
+        for (i, (rank, &flag)) in ranks.iter().zip(flags).enumerate() {
+            if rank.output == rank.input {
+                return Err(Error::usage(format!(
+                    "{call}: rank {i}'s output is its input ({}): the kernels read every input \
+                     while they write the outputs; give each rank an output buffer of its own",
+                    rank.input
+                )));
+            }
+            if flag == rank.input || flag == rank.output {
+                return Err(Error::usage(format!(
+                    "{call}: flags[{i}] ({flag}) is also rank {i}'s input or output: the kernels \
+                     keep their counters in the flags; give them a buffer of their own"
+                )));
+            }
+            let entry = st.buffers.get(flag.0)?;
+            let device = resolved[i].device;
+            let whose = format!("rank {i} runs");
+            on_gpu(
+                &call,
+                &format!("flags[{i}]"),
+                flag,
+                entry.memory,
+                device,
+                &whose,
+            )?;
+            if entry.len < FLAG_BYTES {
+                return Err(Error::usage(format!(
+                    "{call}: flags[{i}] ({flag}) holds {} bytes, fewer than a flag block's \
+                     {FLAG_BYTES}: allocate FLAG_BYTES for each rank and zero them once",
+                    entry.len
+                )));
+            }
+            raw_flags.push(entry.raw.clone());
+        }
+        // Each rank's kernel loads from and stores to the other ranks' buffers and flags.
+        let kernel_reach = Toucher::Kernel("an all-reduce kernel");
+        for (i, a) in resolved.iter().enumerate() {
+            for (j, b) in resolved.iter().enumerate().filter(|&(j, _)| j != i) {
+                let peer = Memory::Device(b.device);
+                self.check_reach(&st, a.device, ranks[j].input, peer, kernel_reach)?;
+            }
+        }
+        let streams: Vec<StreamId> = ranks.iter().map(|r| r.stream).collect();
+        let buffers: Vec<BufferId> = ranks
+            .iter()
+            .flat_map(|r| [r.input, r.output])
+            .chain(flags.iter().copied())
+            .collect();
+        Self::note_collective(&mut st, &streams, &buffers);
+        drop(st);
+        let raw_ranks: Vec<RawRank<'_, I>> = resolved.iter().map(Resolved::raw).collect();
+        let raw_flags: Vec<&I::Buffer> = raw_flags.iter().collect();
+        self.raw
+            .all_reduce(kernel, dtype, &raw_ranks, &raw_flags, len)
+    }
+
+    fn busy(&self, stream: StreamId, duration_us: f64) -> Result<()> {
+        let (_, raw_stream) = self.stream(&self.lock(), stream)?;
+        if !(duration_us.is_finite() && duration_us >= 0.0) {
+            return Err(Error::usage(format!(
+                "busy for {duration_us} µs: pass a finite duration of 0 µs or more"
+            )));
+        }
+        self.raw.busy(&raw_stream, duration_us)
+    }
+
+    fn nccl(&self) -> std::result::Result<&dyn Nccl, String> {
+        match self.nccl_answer() {
+            Ok(_) => Ok(self),
+            Err(why) => Err(why.clone()),
+        }
+    }
+}
+
+impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
+    fn describe(&self) -> String {
+        match self.nccl_answer() {
+            Ok(description) => description.clone(),
+            Err(why) => format!("no NCCL: {why}"),
+        }
+    }
+
+    fn communicator(&self, devices: &[usize]) -> Result<CommId> {
+        self.nccl_opened()?;
+        if devices.is_empty() {
+            return Err(Error::usage(
+                "an NCCL communicator needs at least one GPU: name the GPUs of its ranks",
+            ));
+        }
+        for (i, &device) in devices.iter().enumerate() {
+            self.check_device(device)?;
+            if devices[..i].contains(&device) {
+                return Err(Error::usage(format!(
+                    "an NCCL communicator over GPUs {devices:?} names GPU {device} twice: a \
+                     communicator has one rank per GPU"
+                )));
+            }
+        }
+        let raw = self.raw.nccl_communicator(devices)?;
+        let entry = CommEntry {
+            devices: devices.to_vec(),
+            raw: Arc::new(raw),
+        };
+        self.lock().comms.insert(entry).map(CommId)
+    }
+
+    fn destroy_communicator(&self, comm: CommId) -> Result<()> {
+        let raw = {
+            let mut st = self.lock();
+            // Calls clone the object only under this lock, so a count of one stays one.
+            if Arc::strong_count(&st.comms.get(comm.0)?.raw) > 1 {
+                return Err(Error::usage(format!(
+                    "{comm} is in use by a call on another thread: NCCL communicators take one \
+                     call at a time; destroy it once the call has returned"
+                )));
+            }
+            st.comms.remove(comm.0)?.raw
+        };
+        let raw = Arc::into_inner(raw).expect("the table held the only reference");
+        self.raw.nccl_destroy(raw)
+    }
+
+    fn all_reduce(&self, comm: CommId, dtype: DataType, ranks: &[Rank], len: usize) -> Result<()> {
+        let call = "NCCL all-reduce";
+        let mut st = self.lock();
+        let (devices, raw_comm) = Self::comm(&st, comm)?;
+        if ranks.len() != devices.len() {
+            return Err(Error::usage(format!(
+                "{call}: {comm} has {} ranks (GPUs {devices:?}), but {} were passed: pass one rank \
+                 per GPU of the communicator, in its order",
+                devices.len(),
+                ranks.len()
+            )));
+        }
+        for (i, (rank, &device)) in ranks.iter().zip(&devices).enumerate() {
+            let on = st.streams.get(rank.stream.0)?.device;
+            if on != device {
+                return Err(Error::usage(format!(
+                    "{call}: rank {i} of {comm} is GPU {device}, but its stream ({}) runs on GPU \
+                     {on}: pass the ranks in the communicator's order",
+                    rank.stream
+                )));
+            }
+        }
+        let resolved = self.check_ranks(&st, call, dtype, ranks, len)?;
+        let streams: Vec<StreamId> = ranks.iter().map(|r| r.stream).collect();
+        let buffers: Vec<BufferId> = ranks.iter().flat_map(|r| [r.input, r.output]).collect();
+        Self::note_collective(&mut st, &streams, &buffers);
+        drop(st);
+        let raw_ranks: Vec<RawRank<'_, I>> = resolved.iter().map(Resolved::raw).collect();
+        self.raw.nccl_all_reduce(&raw_comm, dtype, &raw_ranks, len)
+    }
+
+    fn send_recv(
+        &self,
+        comm: CommId,
+        streams: &[StreamId],
+        transfers: &[PeerTransfer],
+    ) -> Result<()> {
+        let call = "NCCL send/recv";
+        let mut st = self.lock();
+        let (devices, raw_comm) = Self::comm(&st, comm)?;
+        let n = devices.len();
+        if streams.len() != n {
+            return Err(Error::usage(format!(
+                "{call}: {comm} has {n} ranks (GPUs {devices:?}), but {} streams were passed: \
+                 pass one stream per rank, in the communicator's order",
+                streams.len()
+            )));
+        }
+        let mut raw_streams = Vec::with_capacity(n);
+        for (i, (&stream, &device)) in streams.iter().zip(&devices).enumerate() {
+            let entry = st.streams.get(stream.0)?;
+            if entry.device != device {
+                return Err(Error::usage(format!(
+                    "{call}: rank {i} of {comm} is GPU {device}, but its stream ({stream}) runs \
+                     on GPU {}: pass the streams in the communicator's order",
+                    entry.device
+                )));
+            }
+            raw_streams.push(entry.raw.clone());
+        }
+        Self::check_capture(&st, call, streams.iter().copied())?;
+        // Each buffer the transfers name, once, with the implementation's object.
+        let mut found: Vec<(BufferId, I::Buffer)> = Vec::new();
+        for (k, t) in transfers.iter().enumerate() {
+            for rank in [t.from, t.to] {
+                if rank >= n {
+                    return Err(Error::usage(format!(
+                        "{call}: transfer {k} names rank {rank}, but {comm} has ranks 0 to {}",
+                        n - 1
+                    )));
+                }
+            }
+            if t.from == t.to {
+                return Err(Error::usage(format!(
+                    "{call}: transfer {k} sends from rank {} to itself: NCCL pairs a send with \
+                     another rank's receive; copy within the GPU instead",
+                    t.from
+                )));
+            }
+            if t.src.len != t.dst.len {
+                return Err(Error::usage(format!(
+                    "{call}: transfer {k} sends {} bytes into a {}-byte destination: a send and \
+                     its receive have one length",
+                    t.src.len, t.dst.len
+                )));
+            }
+            let sides = [
+                (t.src, "source", t.from, "sender"),
+                (t.dst, "destination", t.to, "receiver"),
+            ];
+            for (range, name, rank, role) in sides {
+                let entry = st.buffers.get(range.buffer.0)?;
+                let what = format!("transfer {k}'s {name}");
+                let whose = format!("its {role}, rank {rank}, runs");
+                on_gpu(
+                    call,
+                    &what,
+                    range.buffer,
+                    entry.memory,
+                    devices[rank],
+                    &whose,
+                )?;
+                let (at, len) = (range.offset, range.len);
+                check_range(&format!("{call}: {what}"), range.buffer, entry.len, at, len)?;
+                if !found.iter().any(|(b, _)| *b == range.buffer) {
+                    found.push((range.buffer, entry.raw.clone()));
+                }
+            }
+        }
+        let destinations = transfers
+            .iter()
+            .filter(|t| t.dst.len > 0)
+            .map(|t| (t.dst.buffer, t.dst.offset, t.dst.offset + t.dst.len));
+        if let Some((a, b)) = first_overlap(destinations) {
+            return Err(Error::usage(format!(
+                "{call}: two transfers write overlapping bytes of one buffer (offsets {a} and \
+                 {b}); NCCL runs them in any order, so give them disjoint destinations"
+            )));
+        }
+        let buffers: Vec<BufferId> = found.iter().map(|(b, _)| *b).collect();
+        Self::note_collective(&mut st, streams, &buffers);
+        drop(st);
+        // A transfer of 0 bytes moves nothing, as a copy of 0 bytes queues nothing.
+        let raw_of = |id: BufferId| &found.iter().find(|(b, _)| *b == id).expect("found").1;
+        let raw_transfers: Vec<PeerTransfer<&I::Buffer>> = transfers
+            .iter()
+            .filter(|t| t.src.len > 0)
+            .map(|t| t.map(raw_of))
+            .collect();
+        if raw_transfers.is_empty() {
+            return Ok(());
+        }
+        let raw_streams: Vec<&I::Stream> = raw_streams.iter().collect();
+        self.raw
+            .nccl_send_recv(&raw_comm, &raw_streams, &raw_transfers)
+    }
+}

@@ -1,0 +1,317 @@
+//! The simulator's model of NCCL: a ring all-reduce and point-to-point messages, timed with the
+//! cost model NCCL's own tuner uses to pick a protocol, over the preset's links. Not a
+//! measurement: every figure it produces is simulated, and the constants below are NCCL's public
+//! model figures and public measurements, to be recalibrated against NCCL measured on an H200 pair.
+//!
+//! The tuner's shape (NCCL 2.30.7, `src/graph/tuning.cc`, `ncclTopoTuneModel` and
+//! `ncclTopoGetAlgoTime`, read at commit 5067397c): a call of `n` bytes costs
+//! `latency + n / (1000 × algBw)` µs, where for a ring all-reduce over `r` ranks on one node
+//! `latency = baseLatency + 2(r − 1) × hwLatency` and `algBw = busBw × r / (2(r − 1))`; each
+//! protocol (LL, LL128, Simple) has its own latencies and its own share of the bus bandwidth, and
+//! NCCL picks the protocol with the least predicted time. On one node the tuner's tree never beats
+//! the ring (a higher base latency and half the bandwidth), NVLS is off (NCCL_NVLS_ENABLE=0), so
+//! only the ring is modelled. The model moves real bytes: the all-reduce writes real sums, a
+//! send/recv copies its bytes.
+
+use super::links::{LinkModel, Path};
+use super::memory::Key;
+use super::scheduler::{Collective, PlannedFlow, Results, Venue};
+use crate::backend::collective::{DataType, PeerTransfer};
+use crate::backend::BufferCopy;
+
+/// What `Nccl::describe` says of the model.
+pub(super) const DESCRIPTION: &str =
+    "simulated NCCL: ring cost model after NCCL's tuner (LL, LL128, Simple), not measured";
+
+/// One of NCCL's protocols as its tuner models a ring on one node.
+#[derive(Debug, PartialEq)]
+pub(super) struct Protocol {
+    pub name: &'static str,
+    /// `baseLatencies[Ring]`, µs per call.
+    base_us: f64,
+    /// `hwLatencies[NVLINK][Ring]`, µs per ring step over NVLink.
+    nvlink_step_us: f64,
+    /// `hwLatencies[PCI][Ring]`, µs per ring step over PCIe (or through the host).
+    pcie_step_us: f64,
+    /// The share of the bus bandwidth the protocol's payload gets (LL sends a flag with every
+    /// 4 bytes of data; LL128 one 8-byte flag per 128-byte line, modelled by NCCL as 0.92).
+    bus_share: f64,
+    /// The most the protocol reaches, GB/s (`llMaxBws[Hopper][one node]` for LL).
+    max_gbps: f64,
+    /// Whether NCCL enables it over PCIe hops (LL128 is enabled up to NVLink paths only).
+    over_pcie: bool,
+}
+
+/// LL, LL128 and Simple: figures from NCCL 2.30.7's `ncclTunerConstantsDefaults` and the "model
+/// refinements" of `ncclTopoTuneModel` (src/graph/tuning.cc).
+pub(super) const PROTOCOLS: [Protocol; 3] = [
+    Protocol {
+        name: "LL",
+        base_us: 6.6,
+        nvlink_step_us: 0.6,
+        pcie_step_us: 1.0,
+        bus_share: 0.5,
+        max_gbps: 141.0,
+        over_pcie: true,
+    },
+    Protocol {
+        name: "LL128",
+        base_us: 14.0,
+        nvlink_step_us: 1.9,
+        pcie_step_us: 2.5,
+        bus_share: 0.92,
+        max_gbps: f64::INFINITY,
+        over_pcie: false,
+    },
+    Protocol {
+        name: "Simple",
+        base_us: 8.4,
+        nvlink_step_us: 3.4,
+        pcie_step_us: 5.7,
+        bus_share: 1.0,
+        max_gbps: f64::INFINITY,
+        over_pcie: true,
+    },
+];
+
+/// NCCL's bus bandwidth as a share of what a copy engine reaches on the same path: nccl-tests
+/// sendrecv_perf reports ~365 GB/s on H100 NVLink (docs/reference.md) where nvbandwidth's
+/// copy-engine write reaches 397.5 GB/s (0.918); NCCL's own model of H100 NVLink, 18 links of
+/// 20.6 GB/s (src/graph/topo.h, SM90_NVLINK_BW), gives 371 GB/s (0.933). An estimate until NCCL
+/// is measured on the H200 pair.
+pub(super) const BUS_EFFICIENCY: f64 = 0.92;
+
+/// Point-to-point messages up to this many bytes go as LL, larger ones as Simple
+/// (NCCL_P2P_LL_THRESHOLD's default, src/enqueue.cc, per channel; one channel assumed).
+pub(super) const P2P_LL_THRESHOLD: usize = 16384;
+
+/// A simulated communicator: its number and its GPUs, rank by rank.
+pub struct Comm {
+    id: u64,
+    devices: Vec<usize>,
+}
+
+impl Comm {
+    pub(super) fn new(id: u64, devices: &[usize]) -> Comm {
+        Comm {
+            id,
+            devices: devices.to_vec(),
+        }
+    }
+}
+
+/// The way NCCL's bytes go from GPU `a` to GPU `b`: P2P where the pair has it (NCCL enables its
+/// own access), else through host memory as its shared-memory transport does.
+fn hop(links: &LinkModel, a: usize, b: usize) -> (Path, bool) {
+    let nvlink = links.link(a, b).is_nvlink();
+    if links.preset().p2p(a, b) {
+        (links.peer(a, b), nvlink)
+    } else {
+        (links.staged(a, b), false)
+    }
+}
+
+impl Protocol {
+    fn step_us(&self, nvlink: bool) -> f64 {
+        if nvlink {
+            self.nvlink_step_us
+        } else {
+            self.pcie_step_us
+        }
+    }
+
+    /// The protocol's bus bandwidth over paths whose slowest rate is `bottleneck` (bytes per µs).
+    fn bus(&self, bottleneck: f64) -> f64 {
+        (bottleneck * BUS_EFFICIENCY * self.bus_share).min(self.max_gbps * 1e3)
+    }
+
+    /// Bytes on the wire per byte of payload: the protocol's flags and NCCL's overheads take
+    /// their share of the links, so that messages sharing a link share it as NCCL's do.
+    fn wire_factor(&self) -> f64 {
+        1.0 / (BUS_EFFICIENCY * self.bus_share)
+    }
+
+    /// A flow carrying `payload` bytes with this protocol over `path`, no faster than `bottleneck`
+    /// (bytes per µs, the slowest hop of its ring) nor the protocol's own limit.
+    fn flow(
+        &self,
+        mut path: Path,
+        payload: usize,
+        bottleneck: f64,
+        latency_us: f64,
+        holds: Vec<usize>,
+    ) -> PlannedFlow {
+        let wire = self.wire_factor();
+        path.cap = bottleneck.min(self.max_gbps * 1e3 * wire);
+        PlannedFlow {
+            path,
+            bytes: (payload as f64 * wire).round() as usize,
+            latency_us,
+            holds,
+        }
+    }
+}
+
+/// The protocol NCCL's tuner picks for a ring all-reduce of `len` bytes over `ranks` ranks whose
+/// slowest hop carries `bottleneck` bytes per µs, and its predicted latency (µs).
+pub(super) fn ring_protocol(
+    len: usize,
+    ranks: usize,
+    bottleneck: f64,
+    all_nvlink: bool,
+) -> (&'static Protocol, f64) {
+    let steps = 2.0 * (ranks as f64 - 1.0);
+    let latency = |p: &Protocol| p.base_us + steps * p.step_us(all_nvlink);
+    let time = |p: &Protocol| {
+        let alg_bw = p.bus(bottleneck) * ranks as f64 / steps;
+        latency(p) + len as f64 / alg_bw
+    };
+    let p = PROTOCOLS
+        .iter()
+        .filter(|p| all_nvlink || p.over_pcie)
+        .min_by(|a, b| time(a).total_cmp(&time(b)))
+        .expect("Simple is always enabled");
+    (p, latency(p))
+}
+
+/// `ncclAllReduce` (sum) of `len` bytes: `ranks[i]` is (input, output) of the communicator's rank
+/// `i`. A ring: rank `i` sends to rank `i + 1`, `2(r − 1)/r` of the buffer over the call, at the
+/// chosen protocol's bus bandwidth (its wire bytes at the slowest hop's rate), every rank held
+/// until the ring is done.
+pub(super) fn all_reduce(
+    links: &LinkModel,
+    comm: &Comm,
+    dtype: DataType,
+    ranks: &[(Key, Key)],
+    len: usize,
+) -> Collective {
+    let n = comm.devices.len();
+    let everyone: Vec<usize> = (0..n).collect();
+    let flows = if n == 1 {
+        // One rank: NCCL copies the input to the output (nothing moves in place).
+        let (input, output) = ranks[0];
+        let bytes = if input == output { 0 } else { len };
+        let path = links.local(comm.devices[0]);
+        vec![PlannedFlow {
+            path,
+            bytes,
+            latency_us: 0.0,
+            holds: everyone,
+        }]
+    } else {
+        let hops: Vec<(Path, bool)> = (0..n)
+            .map(|i| hop(links, comm.devices[i], comm.devices[(i + 1) % n]))
+            .collect();
+        let bottleneck = hops
+            .iter()
+            .map(|(path, _)| links.bottleneck(path))
+            .fold(f64::INFINITY, f64::min);
+        let all_nvlink = hops.iter().all(|&(_, nvlink)| nvlink);
+        let (protocol, latency_us) = ring_protocol(len, n, bottleneck, all_nvlink);
+        let payload = len * 2 * (n - 1) / n;
+        hops.into_iter()
+            .map(|(path, _)| protocol.flow(path, payload, bottleneck, latency_us, everyone.clone()))
+            .collect()
+    };
+    Collective {
+        venue: Venue::Comm(comm.id),
+        ranks: n,
+        flows,
+        tail_us: 0.0,
+        results: Results::Sum {
+            dtype,
+            inputs: ranks.iter().map(|r| r.0).collect(),
+            outputs: ranks.iter().map(|r| r.1).collect(),
+            len,
+        },
+        scratch: Vec::new(),
+    }
+}
+
+/// A group of `ncclSend`/`ncclRecv`: each message a flow from its sender's GPU to its receiver's,
+/// after one ring step's latency of its protocol (the tuner has no point-to-point model; LL up to
+/// [`P2P_LL_THRESHOLD`], Simple above), at that protocol's bus bandwidth; it holds its sender and
+/// its receiver, and lands when the receiver's part ends.
+pub(super) fn send_recv(
+    links: &LinkModel,
+    comm: &Comm,
+    transfers: &[PeerTransfer<Key>],
+) -> Collective {
+    let [ll, _, simple] = &PROTOCOLS;
+    let flows = transfers
+        .iter()
+        .map(|t| {
+            let (path, nvlink) = hop(links, comm.devices[t.from], comm.devices[t.to]);
+            let protocol = if t.src.len <= P2P_LL_THRESHOLD {
+                ll
+            } else {
+                simple
+            };
+            let latency_us = protocol.base_us + protocol.step_us(nvlink);
+            let bottleneck = links.bottleneck(&path);
+            protocol.flow(path, t.src.len, bottleneck, latency_us, vec![t.from, t.to])
+        })
+        .collect();
+    let copies = transfers
+        .iter()
+        .map(|t| {
+            let copy = BufferCopy {
+                dst: t.dst.buffer,
+                dst_offset: t.dst.offset,
+                src: t.src.buffer,
+                src_offset: t.src.offset,
+                len: t.src.len,
+            };
+            (t.to, copy)
+        })
+        .collect();
+    Collective {
+        venue: Venue::Comm(comm.id),
+        ranks: comm.devices.len(),
+        flows,
+        tail_us: 0.0,
+        results: Results::Copies(copies),
+        scratch: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// H100 NVLink as NCCL models it: 18 links of 20.6 GB/s, in bytes per µs.
+    const H100_BUS: f64 = 18.0 * 20.6e3 / BUS_EFFICIENCY;
+
+    #[test]
+    fn the_tuner_picks_ll_for_small_buffers_and_simple_for_large_ones() {
+        let pick = |len, ranks| ring_protocol(len, ranks, H100_BUS, true).0.name;
+        assert_eq!(pick(8, 2), "LL");
+        assert_eq!(pick(64 << 10, 8), "LL");
+        assert_eq!(pick(1 << 30, 2), "Simple");
+        assert_eq!(pick(1 << 30, 8), "Simple");
+        // Over PCIe LL128 is off, so nothing but LL and Simple.
+        for len in [8, 1 << 16, 1 << 20, 1 << 26] {
+            assert_ne!(ring_protocol(len, 4, 50e3, false).0.name, "LL128");
+        }
+    }
+
+    #[test]
+    fn ll128_wins_between_ll_and_simple_on_eight_nvlink_ranks() {
+        let names: Vec<&str> = (10..31)
+            .map(|shift| ring_protocol(1 << shift, 8, H100_BUS, true).0.name)
+            .collect();
+        assert!(names.contains(&"LL128"), "{names:?}");
+        let first = |n: &str| names.iter().position(|x| *x == n).unwrap();
+        assert!(
+            first("LL") < first("LL128") && first("LL128") < first("Simple"),
+            "{names:?}"
+        );
+    }
+
+    #[test]
+    fn latency_grows_with_the_ring() {
+        let latency = |ranks| ring_protocol(8, ranks, H100_BUS, true).1;
+        assert!((latency(2) - (6.6 + 2.0 * 0.6)).abs() < 1e-9);
+        assert!(latency(2) < latency(4) && latency(4) < latency(8));
+    }
+}

@@ -1,0 +1,608 @@
+//! The contract of work over several GPUs: peerlink's all-reduce kernels, the stand-in compute
+//! kernel, and NCCL where the host has it. Every sum is checked byte for byte against the host's;
+//! the inputs are small integers, so every order of additions gives the same bytes in f32 and bf16.
+
+use super::{gpus, not_here, says, usage, FILL};
+use peerlink::backend::collective::{
+    AllReduceKernel, BufferRange, DataType, Nccl, PeerTransfer, Rank, FLAG_BYTES, MAX_RANKS,
+};
+use peerlink::backend::{Backend, BufferId, Memory, StreamId};
+use peerlink::Error;
+
+const KERNELS: [AllReduceKernel; 2] = [AllReduceKernel::OneShot, AllReduceKernel::TwoShot];
+const DTYPES: [DataType; 2] = [DataType::F32, DataType::Bf16];
+
+/// Element `e` of rank `r`'s input: an integer in −16..=16, so sums of up to 8 are exact in bf16.
+fn value(r: usize, e: usize) -> f32 {
+    ((e * 7 + r * 13) % 33) as f32 - 16.0
+}
+
+/// Little-endian elements; the values must be exact in `dtype` (bf16 keeps an f32's upper half).
+fn encode(dtype: DataType, values: impl Iterator<Item = f32>) -> Vec<u8> {
+    match dtype {
+        DataType::F32 => values.flat_map(f32::to_le_bytes).collect(),
+        DataType::Bf16 => values
+            .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+            .collect(),
+    }
+}
+
+/// GPU 0 and every later GPU with P2P to all those already taken, at most [`MAX_RANKS`].
+fn p2p_clique(b: &dyn Backend) -> Vec<usize> {
+    let mut taken = vec![0];
+    for d in 1..gpus(b) {
+        let linked = |&t: &usize| b.topology().pair(t, d).is_some_and(|p| p.p2p);
+        if taken.len() < MAX_RANKS && taken.iter().all(linked) {
+            taken.push(d);
+        }
+    }
+    taken
+}
+
+fn enable_peer_access(b: &dyn Backend, devices: &[usize]) {
+    for &a in devices {
+        for &c in devices {
+            b.enable_peer_access(a, c).unwrap();
+        }
+    }
+}
+
+/// One stream, input, output and flag block per rank; inputs hold [`value`]s, outputs [`FILL`].
+struct Ranks {
+    devices: Vec<usize>,
+    streams: Vec<StreamId>,
+    inputs: Vec<BufferId>,
+    outputs: Vec<BufferId>,
+    flags: Vec<BufferId>,
+    dtype: DataType,
+    len: usize,
+}
+
+impl Ranks {
+    fn new(b: &dyn Backend, devices: &[usize], dtype: DataType, elements: usize) -> Ranks {
+        let len = elements * dtype.size();
+        let filled = |d: usize, bytes: &[u8]| {
+            let id = b.alloc(Memory::Device(d), bytes.len()).unwrap();
+            b.write(id, 0, bytes).unwrap();
+            id
+        };
+        let inputs = devices
+            .iter()
+            .enumerate()
+            .map(|(r, &d)| filled(d, &encode(dtype, (0..elements).map(|e| value(r, e)))))
+            .collect();
+        Ranks {
+            devices: devices.to_vec(),
+            streams: devices
+                .iter()
+                .map(|&d| b.create_stream(d).unwrap())
+                .collect(),
+            inputs,
+            outputs: devices
+                .iter()
+                .map(|&d| filled(d, &vec![FILL; len]))
+                .collect(),
+            // Zeroed once after allocation, as the kernels expect.
+            flags: devices
+                .iter()
+                .map(|&d| filled(d, &[0; FLAG_BYTES]))
+                .collect(),
+            dtype,
+            len,
+        }
+    }
+
+    fn ranks(&self) -> Vec<Rank> {
+        (0..self.devices.len())
+            .map(|r| Rank {
+                stream: self.streams[r],
+                input: self.inputs[r],
+                output: self.outputs[r],
+            })
+            .collect()
+    }
+
+    fn all_reduce(&self, b: &dyn Backend, kernel: AllReduceKernel) -> peerlink::Result<()> {
+        let ranks = self.ranks();
+        b.collectives()
+            .all_reduce(kernel, self.dtype, &ranks, &self.flags, self.len)
+    }
+
+    fn synchronize(&self, b: &dyn Backend) {
+        for &s in &self.streams {
+            b.synchronize(s).unwrap();
+        }
+    }
+
+    /// The element-wise sum of the inputs as written, added on the host.
+    fn sum(&self) -> Vec<u8> {
+        let elements = self.len / self.dtype.size();
+        let n = self.devices.len();
+        encode(
+            self.dtype,
+            (0..elements).map(|e| (0..n).map(|r| value(r, e)).sum::<f32>()),
+        )
+    }
+
+    /// Fails naming the first wrong byte of any of `buffers` (one per rank) against `want`.
+    #[track_caller]
+    fn check(&self, b: &dyn Backend, what: &str, buffers: &[BufferId], want: &[u8]) {
+        for (r, &buffer) in buffers.iter().enumerate() {
+            let got = super::contents(b, buffer);
+            if let Some(at) = (0..want.len()).find(|&i| got[i] != want[i]) {
+                panic!(
+                    "{what}, {} over GPUs {:?}, {} bytes: rank {r} (GPU {}) differs first at byte \
+                     {at} (want {:#04x}, got {:#04x})",
+                    self.dtype, self.devices, self.len, self.devices[r], want[at], got[at]
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// peerlink's all-reduce
+
+pub fn all_reduce_sums_every_input_into_every_output(b: &dyn Backend) {
+    let clique = p2p_clique(b);
+    if clique.len() < 2 {
+        return not_here("an all-reduce", "no two GPUs with P2P");
+    }
+    enable_peer_access(b, &clique);
+    let sets = [&clique[..2], &clique[..]];
+    for devices in sets.iter().take(if clique.len() > 2 { 2 } else { 1 }) {
+        for dtype in DTYPES {
+            for kernel in KERNELS {
+                // One element; a size that splits unevenly into slices; a larger one.
+                for elements in [1, 1001, (1 << 20) / dtype.size() + 3] {
+                    let r = Ranks::new(b, devices, dtype, elements);
+                    r.all_reduce(b, kernel).unwrap();
+                    r.synchronize(b);
+                    let what = format!("{} all-reduce", kernel.name());
+                    r.check(b, &what, &r.outputs, &r.sum());
+                    let first = encode(dtype, (0..elements).map(|e| value(0, e)));
+                    r.check(b, "the inputs stay", &r.inputs[..1], &first);
+                }
+            }
+        }
+    }
+}
+
+pub fn fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs(b: &dyn Backend) {
+    let clique = p2p_clique(b);
+    if clique.len() < 2 {
+        return not_here("all-reduces in a row", "no two GPUs with P2P");
+    }
+    enable_peer_access(b, &clique[..2]);
+    // Each call sums the last one's outputs into the other buffers: a call that ran ahead of its
+    // partners, or read a peer's buffer before the peer's last call was done, shows.
+    for dtype in DTYPES {
+        let elements = 4099;
+        let r = Ranks::new(b, &clique[..2], dtype, elements);
+        let (mut from, mut to) = (r.inputs.clone(), r.outputs.clone());
+        for call in 0..50 {
+            let ranks: Vec<Rank> = (0..2)
+                .map(|i| Rank {
+                    stream: r.streams[i],
+                    input: from[i],
+                    output: to[i],
+                })
+                .collect();
+            b.collectives()
+                .all_reduce(KERNELS[call % 2], dtype, &ranks, &r.flags, r.len)
+                .unwrap();
+            std::mem::swap(&mut from, &mut to);
+        }
+        r.synchronize(b);
+        // The first call sums two inputs; each later one doubles: 2^49 times the first sum.
+        let scale = 2f32.powi(49);
+        let want = encode(
+            dtype,
+            (0..elements).map(|e| (value(0, e) + value(1, e)) * scale),
+        );
+        r.check(b, "the 50th chained all-reduce", &from, &want);
+    }
+}
+
+pub fn a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none(b: &dyn Backend) {
+    let clique = p2p_clique(b);
+    if clique.len() < 2 {
+        return not_here("a captured all-reduce", "no two GPUs with P2P");
+    }
+    enable_peer_access(b, &clique);
+    for kernel in KERNELS {
+        let r = Ranks::new(b, &clique, DataType::F32, 70_001);
+        for &s in &r.streams {
+            b.begin_capture(s).unwrap();
+        }
+        r.all_reduce(b, kernel).unwrap();
+        let graphs: Vec<_> = r
+            .streams
+            .iter()
+            .map(|&s| b.end_capture(s).unwrap())
+            .collect();
+        r.synchronize(b);
+        r.check(b, "after the capture", &r.outputs, &vec![FILL; r.len]);
+        for replay in 0..2 {
+            if replay == 1 {
+                // New inputs: the replay reads the buffers as they are now.
+                let doubled = encode(DataType::F32, (0..70_001).map(|e| 2.0 * value(0, e)));
+                b.write(r.inputs[0], 0, &doubled).unwrap();
+            }
+            for (&g, &s) in graphs.iter().zip(&r.streams) {
+                b.replay(g, s).unwrap();
+            }
+            r.synchronize(b);
+            let n = r.devices.len();
+            let first = if replay == 1 { 2.0 } else { 1.0 };
+            let want = encode(
+                DataType::F32,
+                (0..70_001).map(|e| first * value(0, e) + (1..n).map(|k| value(k, e)).sum::<f32>()),
+            );
+            r.check(
+                b,
+                &format!("{} replay {replay}", kernel.name()),
+                &r.outputs,
+                &want,
+            );
+        }
+        for g in graphs {
+            b.destroy_graph(g).unwrap();
+        }
+    }
+}
+
+pub fn all_reduce_refuses_what_its_kernels_cannot_take(b: &dyn Backend) {
+    let clique = p2p_clique(b);
+    let one = Ranks::new(b, &[0], DataType::F32, 16);
+    says(
+        &usage(one.all_reduce(b, AllReduceKernel::OneShot)),
+        "2 to 8 ranks",
+    );
+    if clique.len() < 2 {
+        return not_here("all-reduce refusals between GPUs", "no two GPUs with P2P");
+    }
+    let pair = &clique[..2];
+    let r = Ranks::new(b, pair, DataType::F32, 16);
+    let kernel = AllReduceKernel::OneShot;
+    let call = |ranks: &[Rank], flags: &[BufferId], dtype: DataType, len: usize| {
+        b.collectives().all_reduce(kernel, dtype, ranks, flags, len)
+    };
+    let (ranks, flags, len) = (r.ranks(), r.flags.clone(), r.len);
+    // Peer access first, before anything else is wrong.
+    let missing = usage(call(&ranks, &flags, DataType::F32, len));
+    says(&missing, "enable_peer_access(");
+    enable_peer_access(b, pair);
+
+    says(
+        &usage(call(&ranks, &flags, DataType::F32, 6)),
+        "whole number of f32",
+    );
+    says(
+        &usage(call(&ranks, &flags, DataType::Bf16, 3)),
+        "whole number of bf16",
+    );
+    says(&usage(call(&ranks, &flags, DataType::F32, 0)), "0 bytes");
+    says(
+        &usage(call(&ranks, &flags, DataType::F32, len + 4)),
+        "outside",
+    );
+    says(
+        &usage(call(&ranks, &flags[..1], DataType::F32, len)),
+        "one per rank",
+    );
+    let mut same = ranks.clone();
+    same[1].output = same[1].input;
+    says(
+        &usage(call(&same, &flags, DataType::F32, len)),
+        "output is its input",
+    );
+    let mut swapped = ranks.clone();
+    swapped[1].input = r.inputs[0];
+    says(
+        &usage(call(&swapped, &flags, DataType::F32, len)),
+        "use memory of GPU",
+    );
+    let pinned = b
+        .alloc(Memory::PinnedHost { numa_node: None }, len)
+        .unwrap();
+    let mut on_host = ranks.clone();
+    on_host[0].output = pinned;
+    says(
+        &usage(call(&on_host, &flags, DataType::F32, len)),
+        "pinned host memory",
+    );
+    let short = b.alloc(Memory::Device(pair[1]), FLAG_BYTES - 1).unwrap();
+    b.write(short, 0, &vec![0; FLAG_BYTES - 1]).unwrap();
+    says(
+        &usage(call(&ranks, &[flags[0], short], DataType::F32, len)),
+        "flag block",
+    );
+    let mut as_flags = flags.clone();
+    as_flags[1] = r.inputs[1];
+    says(
+        &usage(call(&ranks, &as_flags, DataType::F32, len)),
+        "flags[1]",
+    );
+    let mut one_gpu = ranks.clone();
+    one_gpu[1].stream = b.create_stream(pair[0]).unwrap();
+    says(
+        &usage(call(&one_gpu, &flags, DataType::F32, len)),
+        "both run on GPU",
+    );
+    b.begin_capture(r.streams[0]).unwrap();
+    says(
+        &usage(call(&ranks, &flags, DataType::F32, len)),
+        "capture every rank's stream or none",
+    );
+    let graph = b.end_capture(r.streams[0]).unwrap();
+    b.destroy_graph(graph).unwrap();
+    r.synchronize(b);
+    r.check(b, "after refused calls", &r.outputs, &vec![FILL; len]);
+    // And the arguments were right otherwise.
+    r.all_reduce(b, kernel).unwrap();
+    r.synchronize(b);
+    r.check(b, "after the refusals", &r.outputs, &r.sum());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stand-in compute kernel
+
+pub fn busy_keeps_its_stream_for_at_least_its_duration(b: &dyn Backend) {
+    let stream = b.create_stream(gpus(b) - 1).unwrap();
+    for duration in [0.0, 50.0, 2000.0] {
+        let gate = b.hold(stream).unwrap();
+        let start = b.record(stream).unwrap();
+        b.collectives().busy(stream, duration).unwrap();
+        let end = b.record(stream).unwrap();
+        b.release(gate).unwrap();
+        b.synchronize(stream).unwrap();
+        let took = b.elapsed_us(start, end).unwrap();
+        // Events resolve about half a microsecond.
+        assert!(
+            took >= duration - 0.5,
+            "busy for {duration} µs took {took} µs"
+        );
+        if b.source().is_simulated() {
+            // The simulator: a kernel launch, then exactly the duration.
+            assert!(
+                took <= duration + 10.0,
+                "busy for {duration} µs took {took} µs"
+            );
+        }
+    }
+    for wrong in [-1.0, f64::NAN, f64::INFINITY] {
+        says(
+            &usage(b.collectives().busy(stream, wrong)),
+            "finite duration",
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NCCL
+
+/// NCCL, or `None` after saying why the check has nothing to do.
+fn nccl<'a>(b: &'a dyn Backend, check: &str) -> Option<&'a dyn Nccl> {
+    match b.collectives().nccl() {
+        Ok(nccl) => Some(nccl),
+        Err(why) => {
+            eprintln!("{check}: nothing to check, this host has no NCCL ({why})");
+            None
+        }
+    }
+}
+
+/// The first two GPUs and every GPU, or GPU 0 alone on a one-GPU host.
+fn nccl_device_sets(b: &dyn Backend) -> Vec<Vec<usize>> {
+    let all: Vec<usize> = (0..gpus(b)).collect();
+    match all.len() {
+        1 | 2 => vec![all],
+        _ => vec![all[..2].to_vec(), all],
+    }
+}
+
+pub fn nccl_all_reduce_sums_in_place_and_out_of_place(b: &dyn Backend) {
+    let Some(nccl) = nccl(b, "NCCL all-reduce") else {
+        return;
+    };
+    let described = nccl.describe();
+    assert!(!described.trim().is_empty());
+    if b.source().is_simulated() {
+        says(&described, "simulated");
+    }
+    for devices in nccl_device_sets(b) {
+        let comm = nccl.communicator(&devices).unwrap();
+        for dtype in DTYPES {
+            for elements in [1, 1001, (1 << 20) / dtype.size() + 3] {
+                let r = Ranks::new(b, &devices, dtype, elements);
+                nccl.all_reduce(comm, dtype, &r.ranks(), r.len).unwrap();
+                r.synchronize(b);
+                let sum = r.sum();
+                r.check(b, "NCCL all-reduce", &r.outputs, &sum);
+                let in_place: Vec<Rank> = r
+                    .ranks()
+                    .into_iter()
+                    .map(|rank| Rank {
+                        output: rank.input,
+                        ..rank
+                    })
+                    .collect();
+                nccl.all_reduce(comm, dtype, &in_place, r.len).unwrap();
+                r.synchronize(b);
+                r.check(b, "NCCL all-reduce in place", &r.inputs, &sum);
+            }
+        }
+        nccl.destroy_communicator(comm).unwrap();
+    }
+}
+
+/// Each `(from, to)` of `pairs` sends `len` bytes in one grouped call over `devices`; every
+/// destination byte is checked, and the bytes around each destination range stay.
+fn check_send_recv(
+    b: &dyn Backend,
+    nccl: &dyn Nccl,
+    devices: &[usize],
+    pairs: &[(usize, usize)],
+    len: usize,
+) {
+    let comm = nccl.communicator(devices).unwrap();
+    let streams: Vec<StreamId> = devices
+        .iter()
+        .map(|&d| b.create_stream(d).unwrap())
+        .collect();
+    let (before, after) = (5, 3);
+    let mut transfers = Vec::new();
+    let mut want = Vec::new();
+    for (k, &(from, to)) in pairs.iter().enumerate() {
+        let data = super::pattern(len, k as u8 + 1);
+        let src = b.alloc(Memory::Device(devices[from]), len + 7).unwrap();
+        b.write(src, 7, &data).unwrap();
+        let dst = b
+            .alloc(Memory::Device(devices[to]), before + len + after)
+            .unwrap();
+        b.write(dst, 0, &vec![FILL; before + len + after]).unwrap();
+        let range = |buffer, offset| BufferRange {
+            buffer,
+            offset,
+            len,
+        };
+        transfers.push(PeerTransfer {
+            from,
+            to,
+            src: range(src, 7),
+            dst: range(dst, before),
+        });
+        let mut expected = vec![FILL; before + len + after];
+        expected[before..before + len].copy_from_slice(&data);
+        want.push((dst, expected, from, to));
+    }
+    nccl.send_recv(comm, &streams, &transfers).unwrap();
+    for &s in &streams {
+        b.synchronize(s).unwrap();
+    }
+    for (dst, expected, from, to) in want {
+        let got = super::contents(b, dst);
+        if let Some(at) = (0..got.len()).find(|&i| got[i] != expected[i]) {
+            panic!(
+                "NCCL send of {len} bytes from rank {from} (GPU {}) to rank {to} (GPU {}): first \
+                 wrong byte at {at} of the destination (want {:#04x}, got {:#04x})",
+                devices[from], devices[to], expected[at], got[at]
+            );
+        }
+    }
+    nccl.destroy_communicator(comm).unwrap();
+}
+
+pub fn nccl_send_recv_moves_every_byte_one_way_both_ways_and_round_a_ring(b: &dyn Backend) {
+    let Some(nccl) = nccl(b, "NCCL send/recv") else {
+        return;
+    };
+    let n = gpus(b);
+    if n < 2 {
+        return not_here("NCCL send/recv", "one GPU");
+    }
+    for len in [1, 4099, 3 << 20] {
+        check_send_recv(b, nccl, &[0, 1], &[(0, 1)], len);
+        check_send_recv(b, nccl, &[1, 0], &[(0, 1), (1, 0)], len);
+    }
+    let all: Vec<usize> = (0..n).collect();
+    let ring: Vec<(usize, usize)> = (0..n)
+        .flat_map(|i| [(i, (i + 1) % n), ((i + 1) % n, i)])
+        .collect();
+    check_send_recv(b, nccl, &all, &ring, 65_537);
+}
+
+pub fn nccl_refuses_what_it_cannot_take(b: &dyn Backend) {
+    let Some(nccl) = nccl(b, "NCCL refusals") else {
+        return;
+    };
+    says(&usage(nccl.communicator(&[])), "at least one GPU");
+    says(&usage(nccl.communicator(&[0, 0])), "twice");
+    usage(nccl.communicator(&[gpus(b)]));
+    let comm = nccl.communicator(&[0]).unwrap();
+    let r = Ranks::new(b, &[0], DataType::F32, 16);
+    says(
+        &usage(nccl.all_reduce(comm, DataType::F32, &r.ranks(), 6)),
+        "whole number",
+    );
+    says(
+        &usage(nccl.all_reduce(comm, DataType::F32, &[], r.len)),
+        "1 ranks",
+    );
+    nccl.destroy_communicator(comm).unwrap();
+    match nccl.all_reduce(comm, DataType::F32, &r.ranks(), r.len) {
+        Err(Error::InvalidHandle(message)) => says(&message, "released"),
+        other => panic!("a destroyed communicator: expected an invalid handle, got {other:?}"),
+    }
+    if gpus(b) < 2 {
+        return not_here("NCCL refusals between GPUs", "one GPU");
+    }
+    let comm = nccl.communicator(&[0, 1]).unwrap();
+    let r = Ranks::new(b, &[0, 1], DataType::F32, 16);
+    let mut reversed = r.ranks();
+    reversed.reverse();
+    says(
+        &usage(nccl.all_reduce(comm, DataType::F32, &reversed, r.len)),
+        "communicator's order",
+    );
+    let range = |buffer, offset, len| BufferRange {
+        buffer,
+        offset,
+        len,
+    };
+    let send = |from, to, src: BufferRange, dst: BufferRange| {
+        nccl.send_recv(comm, &r.streams, &[PeerTransfer { from, to, src, dst }])
+    };
+    let (on_0, on_1) = (r.inputs[0], r.outputs[1]);
+    says(
+        &usage(send(0, 0, range(on_0, 0, 8), range(r.outputs[0], 0, 8))),
+        "to itself",
+    );
+    says(
+        &usage(send(0, 2, range(on_0, 0, 8), range(on_1, 0, 8))),
+        "names rank 2",
+    );
+    says(
+        &usage(send(0, 1, range(on_0, 0, 8), range(on_1, 0, 4))),
+        "one length",
+    );
+    says(
+        &usage(send(0, 1, range(on_1, 0, 8), range(on_1, 8, 8))),
+        "use memory of GPU 0",
+    );
+    says(
+        &usage(send(0, 1, range(on_0, 60, 8), range(on_1, 0, 8))),
+        "outside",
+    );
+    says(
+        &usage(nccl.send_recv(comm, &r.streams[..1], &[])),
+        "one stream per rank",
+    );
+    let twice = [
+        PeerTransfer {
+            from: 0,
+            to: 1,
+            src: range(on_0, 0, 8),
+            dst: range(on_1, 0, 8),
+        },
+        PeerTransfer {
+            from: 0,
+            to: 1,
+            src: range(on_0, 8, 8),
+            dst: range(on_1, 4, 8),
+        },
+    ];
+    says(
+        &usage(nccl.send_recv(comm, &r.streams, &twice)),
+        "overlapping",
+    );
+    r.synchronize(b);
+    r.check(
+        b,
+        "after refused calls",
+        &r.outputs[1..],
+        &vec![FILL; r.len],
+    );
+    nccl.destroy_communicator(comm).unwrap();
+}
