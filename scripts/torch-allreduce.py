@@ -174,6 +174,7 @@ def main():
             sys.exit(f"torch-allreduce: a rank exited with {p.exitcode}")
 
     doc = {
+        "schema": "torch-allreduce/1",
         "tool": "scripts/torch-allreduce.py",
         "torch": torch.__version__,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())),
