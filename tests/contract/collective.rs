@@ -528,7 +528,7 @@ pub fn nccl_refuses_what_it_cannot_take(b: &dyn Backend) {
     );
     says(
         &usage(nccl.all_reduce(comm, DataType::F32, &[], r.len)),
-        "1 ranks",
+        "one rank each",
     );
     nccl.destroy_communicator(comm).unwrap();
     match nccl.all_reduce(comm, DataType::F32, &r.ranks(), r.len) {

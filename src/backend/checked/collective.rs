@@ -346,9 +346,8 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
         let (devices, raw_comm) = Self::comm(&st, comm)?;
         if ranks.len() != devices.len() {
             return Err(Error::usage(format!(
-                "{call}: {comm} has {} ranks (GPUs {devices:?}), but {} were passed: pass one rank \
-                 per GPU of the communicator, in its order",
-                devices.len(),
+                "{call}: {comm} spans GPUs {devices:?}, one rank each, but {} ranks were passed: \
+                 pass one rank per GPU of the communicator, in its order",
                 ranks.len()
             )));
         }
@@ -383,8 +382,8 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
         let n = devices.len();
         if streams.len() != n {
             return Err(Error::usage(format!(
-                "{call}: {comm} has {n} ranks (GPUs {devices:?}), but {} streams were passed: \
-                 pass one stream per rank, in the communicator's order",
+                "{call}: {comm} spans GPUs {devices:?}, one rank each, but {} streams were \
+                 passed: pass one stream per rank, in the communicator's order",
                 streams.len()
             )));
         }

@@ -4,7 +4,10 @@
 //! byte. Time is virtual: a host clock advances by each call's modelled CPU cost; GPU work runs on
 //! in-order streams in a discrete-event simulation (module `scheduler`) whose copy rates come from
 //! a link model (`links`) with max-min fair sharing (`sharing`). Figures come from a [`preset`].
-//! Every figure this backend produces is simulated, and its source says so (`sim:<preset>`).
+//! Collectives meet across their ranks' streams and move their bytes as flows too: peerlink's
+//! all-reduce kernels (`collective`) and a model of NCCL built on its tuner's figures (`nccl`);
+//! their sums are real (`reduce`). Every figure this backend produces is simulated, and its source
+//! says so (`sim:<preset>`).
 //!
 //! [`Simulator`] does the simulating; the [`Checked`] layer above it checks every argument, so
 //! [`SimBackend`] is what callers open.

@@ -24,9 +24,7 @@ pub(super) const DESCRIPTION: &str =
     "simulated NCCL: ring cost model after NCCL's tuner (LL, LL128, Simple), not measured";
 
 /// One of NCCL's protocols as its tuner models a ring on one node.
-#[derive(Debug, PartialEq)]
 pub(super) struct Protocol {
-    pub name: &'static str,
     /// `baseLatencies[Ring]`, µs per call.
     base_us: f64,
     /// `hwLatencies[NVLINK][Ring]`, µs per ring step over NVLink.
@@ -42,37 +40,38 @@ pub(super) struct Protocol {
     over_pcie: bool,
 }
 
-/// LL, LL128 and Simple: figures from NCCL 2.30.7's `ncclTunerConstantsDefaults` and the "model
-/// refinements" of `ncclTopoTuneModel` (src/graph/tuning.cc).
-pub(super) const PROTOCOLS: [Protocol; 3] = [
-    Protocol {
-        name: "LL",
-        base_us: 6.6,
-        nvlink_step_us: 0.6,
-        pcie_step_us: 1.0,
-        bus_share: 0.5,
-        max_gbps: 141.0,
-        over_pcie: true,
-    },
-    Protocol {
-        name: "LL128",
-        base_us: 14.0,
-        nvlink_step_us: 1.9,
-        pcie_step_us: 2.5,
-        bus_share: 0.92,
-        max_gbps: f64::INFINITY,
-        over_pcie: false,
-    },
-    Protocol {
-        name: "Simple",
-        base_us: 8.4,
-        nvlink_step_us: 3.4,
-        pcie_step_us: 5.7,
-        bus_share: 1.0,
-        max_gbps: f64::INFINITY,
-        over_pcie: true,
-    },
-];
+// LL, LL128 and Simple: figures from NCCL 2.30.7's `ncclTunerConstantsDefaults` and the "model
+// refinements" of `ncclTopoTuneModel` (src/graph/tuning.cc).
+
+pub(super) static LL: Protocol = Protocol {
+    base_us: 6.6,
+    nvlink_step_us: 0.6,
+    pcie_step_us: 1.0,
+    bus_share: 0.5,
+    max_gbps: 141.0,
+    over_pcie: true,
+};
+
+pub(super) static LL128: Protocol = Protocol {
+    base_us: 14.0,
+    nvlink_step_us: 1.9,
+    pcie_step_us: 2.5,
+    bus_share: 0.92,
+    max_gbps: f64::INFINITY,
+    over_pcie: false,
+};
+
+pub(super) static SIMPLE: Protocol = Protocol {
+    base_us: 8.4,
+    nvlink_step_us: 3.4,
+    pcie_step_us: 5.7,
+    bus_share: 1.0,
+    max_gbps: f64::INFINITY,
+    over_pcie: true,
+};
+
+/// The protocols the tuner chooses among for a ring.
+static PROTOCOLS: [&Protocol; 3] = [&LL, &LL128, &SIMPLE];
 
 /// NCCL's bus bandwidth as a share of what a copy engine reaches on the same path: nccl-tests
 /// sendrecv_perf reports ~365 GB/s on H100 NVLink (docs/reference.md) where nvbandwidth's
@@ -167,7 +166,7 @@ pub(super) fn ring_protocol(
         latency(p) + len as f64 / alg_bw
     };
     let p = PROTOCOLS
-        .iter()
+        .into_iter()
         .filter(|p| all_nvlink || p.over_pcie)
         .min_by(|a, b| time(a).total_cmp(&time(b)))
         .expect("Simple is always enabled");
@@ -237,15 +236,14 @@ pub(super) fn send_recv(
     comm: &Comm,
     transfers: &[PeerTransfer<Key>],
 ) -> Collective {
-    let [ll, _, simple] = &PROTOCOLS;
     let flows = transfers
         .iter()
         .map(|t| {
             let (path, nvlink) = hop(links, comm.devices[t.from], comm.devices[t.to]);
             let protocol = if t.src.len <= P2P_LL_THRESHOLD {
-                ll
+                &LL
             } else {
-                simple
+                &SIMPLE
             };
             let latency_us = protocol.base_us + protocol.step_us(nvlink);
             let bottleneck = links.bottleneck(&path);
@@ -282,23 +280,33 @@ mod tests {
     /// H100 NVLink as NCCL models it: 18 links of 20.6 GB/s, in bytes per µs.
     const H100_BUS: f64 = 18.0 * 20.6e3 / BUS_EFFICIENCY;
 
+    /// The protocol's name, for assertions.
+    fn name(p: &Protocol) -> &'static str {
+        let names = [(&LL, "LL"), (&LL128, "LL128"), (&SIMPLE, "Simple")];
+        names
+            .iter()
+            .find(|(q, _)| std::ptr::eq(*q, p))
+            .expect("one of the three")
+            .1
+    }
+
     #[test]
     fn the_tuner_picks_ll_for_small_buffers_and_simple_for_large_ones() {
-        let pick = |len, ranks| ring_protocol(len, ranks, H100_BUS, true).0.name;
+        let pick = |len, ranks| name(ring_protocol(len, ranks, H100_BUS, true).0);
         assert_eq!(pick(8, 2), "LL");
         assert_eq!(pick(64 << 10, 8), "LL");
         assert_eq!(pick(1 << 30, 2), "Simple");
         assert_eq!(pick(1 << 30, 8), "Simple");
         // Over PCIe LL128 is off, so nothing but LL and Simple.
         for len in [8, 1 << 16, 1 << 20, 1 << 26] {
-            assert_ne!(ring_protocol(len, 4, 50e3, false).0.name, "LL128");
+            assert_ne!(name(ring_protocol(len, 4, 50e3, false).0), "LL128");
         }
     }
 
     #[test]
     fn ll128_wins_between_ll_and_simple_on_eight_nvlink_ranks() {
         let names: Vec<&str> = (10..31)
-            .map(|shift| ring_protocol(1 << shift, 8, H100_BUS, true).0.name)
+            .map(|shift| name(ring_protocol(1 << shift, 8, H100_BUS, true).0))
             .collect();
         assert!(names.contains(&"LL128"), "{names:?}");
         let first = |n: &str| names.iter().position(|x| *x == n).unwrap();
