@@ -5,8 +5,8 @@
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
 # Which parts to run (default: all but readwrite): smi topo tests bench sweep explain engine tune
-# torch concurrent readwrite
-steps=${STEPS:-smi topo tests bench sweep explain engine tune torch concurrent}
+# torch concurrent readwrite workload torch-allreduce
+steps=${STEPS:-smi topo tests bench sweep explain engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
 bench_runs=${BENCH_RUNS:-1}
@@ -146,6 +146,36 @@ rw --tests ce-write,ce-read --size 64MiB --rotation 1GiB >"$work/rw-64MiB-rotate
 rw --tests ce-write,ce-read --size 64MiB --warmup 16 >"$work/rw-64MiB-warm.json" 2>"$work/rw-warm.err"
 rw --tests ce-write,ce-read,ce-bidir-write,ce-bidir-read --size 512MiB --samples 9 \
     >"$work/rw-512MiB.json" 2>"$work/rw-512MiB.err"
+fi
+
+if want workload; then
+step "workloads beside NCCL"
+# Each workload in both issue modes (host-queued behind gates, and CUDA graphs), 4 B to 1 GiB.
+workload() {
+    local name=$1
+    shift
+    { time $bin --gpu workload "$@" --issue both --json >"$work/workload-$name.json" \
+        2>"$work/workload-$name.err"; } 2>"$work/workload-$name.time"
+}
+workload all-reduce-f32 all-reduce --dtype f32
+workload all-reduce-bf16 all-reduce --dtype bf16
+workload send-recv send-recv --direction all
+workload pipeline pipeline
+workload halo halo
+fi
+
+if want torch-allreduce; then
+step "all-reduce through PyTorch (NCCL, SymmetricMemory)"
+# One process per GPU; the graph-captured NCCL loop runs in a process of its own, so that a capture
+# that fails cannot leave the others' NCCL in a bad state.
+for dtype in f32 bf16; do
+    timeout 240 python3 scripts/torch-allreduce.py --dtype $dtype \
+        --contenders nccl,symm-one-shot,symm-two-shot --out "$work/torch-allreduce-$dtype.json" \
+        >"$work/torch-allreduce-$dtype.txt" 2>&1
+    timeout 120 python3 scripts/torch-allreduce.py --dtype $dtype --contenders nccl-graph \
+        --port 29533 --out "$work/torch-allreduce-graph-$dtype.json" \
+        >"$work/torch-allreduce-graph-$dtype.txt" 2>&1
+done
 fi
 
 tar czf "$dest/results.tgz" -C "$work" .

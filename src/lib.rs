@@ -9,7 +9,8 @@
 //! - [`bench`](mod@bench): all measuring, through one timing core, one median and one data pattern: the
 //!   bandwidth and latency tests, sweeps, the latency breakdown (`explain`), `tune`, and the
 //!   engine's proofs (its picks timed against every alternative).
-//! - [`units`]: byte sizes as users type them.
+//! - [`units`]: byte sizes as users type them. [`interrupt`]: stopping a long run, keeping what
+//!   it measured.
 //! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
 //! - [`report`]: text tables and CSV for the CLI's verbs.
 //!
@@ -43,6 +44,7 @@ pub mod bench;
 pub mod document;
 pub mod engine;
 pub mod error;
+pub mod interrupt;
 pub mod model;
 pub mod report;
 pub mod topology;

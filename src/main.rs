@@ -1,20 +1,31 @@
 //! The `peerlink` binary: parses the command line, runs it, and turns an error into one sentence on
-//! stderr and an exit code (0 success, 1 a failure while running, 2 bad usage or input).
+//! stderr and an exit code (0 success, 1 a failure while running, 2 bad usage or input, 130
+//! interrupted: what was measured before is still printed).
 
 mod cli;
 
 use clap::Parser;
 use std::process::ExitCode;
 
+/// The exit status of a run stopped by Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
+const INTERRUPTED: u8 = 130;
+
 fn main() -> ExitCode {
-    match cli::run(cli::args::Cli::parse()) {
+    cli::stop_on_signals();
+    let outcome = cli::run(cli::args::Cli::parse());
+    let interrupted = peerlink::interrupt::requested();
+    match outcome {
+        Ok(()) if interrupted => {
+            eprintln!("peerlink: interrupted: what is shown is what was measured before the stop");
+            ExitCode::from(INTERRUPTED)
+        }
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("peerlink: error: {err}");
             let code = err
                 .downcast_ref::<peerlink::Error>()
                 .map_or(1, peerlink::Error::exit_code);
-            ExitCode::from(code as u8)
+            ExitCode::from(if interrupted { INTERRUPTED } else { code as u8 })
         }
     }
 }

@@ -93,7 +93,7 @@ fn anything_but_two_bench_documents_is_bad_input() {
             "is not a `peerlink.bench/1` document (its schema is `peerlink.topo/1`)",
         ),
         (&text, &topo, 2, "is not JSON"),
-        (&missing, &topo, 1, "missing.json"),
+        (&missing, &topo, 2, "missing.json does not exist"),
     ] {
         peerlink()
             .args(["compare", a.to_str().unwrap(), b.to_str().unwrap()])

@@ -214,7 +214,9 @@ fn a_profile_from_another_host_is_refused() {
     std::fs::write(
         &path,
         r#"{"schema":"peerlink.profile/1","source":"cuda","driver_version":"580.1",
-            "gpus":["GPU-elsewhere-0","GPU-elsewhere-1"],"hops":[],"batch_message_us":null,
+            "gpus":["GPU-elsewhere-0","GPU-elsewhere-1"],
+            "hops":[{"kind":"peer-ce","src":0,"dst":1,"alpha_us":3.0,"beta_gbps":20.0}],
+            "batch_message_us":null,
             "graph_node_us":null,"issue":null}"#,
     )
     .unwrap();

@@ -16,6 +16,9 @@ mod contract;
 #[path = "gpu/engine.rs"]
 mod engine;
 
+#[path = "gpu/collectives.rs"]
+mod collectives;
+
 #[path = "gpu/workload.rs"]
 mod workload;
 

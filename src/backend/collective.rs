@@ -119,8 +119,9 @@ pub trait Collectives {
     /// distinct GPUs that all have peer access to each other): afterwards every rank's output holds
     /// the element-wise sum of every rank's input. `flags[i]` is rank `i`'s flag block
     /// ([`FLAG_BYTES`], memory of its GPU, zeroed once after allocation); the same ranks must use
-    /// the same flags, in the same order, call after call. Inputs are not changed; an output may
-    /// not be an input. `len` is a whole number of elements.
+    /// the same flags, in the same order, call after call, and the calls on one set of flags must
+    /// run one after another on each GPU (queued on the same streams, or ordered by events). Inputs
+    /// are not changed; an output may not be an input. `len` is a whole number of elements.
     fn all_reduce(
         &self,
         kernel: AllReduceKernel,

@@ -184,8 +184,13 @@ pub fn select_tests(names: &[String]) -> Result<Vec<Box<dyn TestCase>>> {
     let mut all = registry();
     let known: Vec<String> = all.iter().map(|t| t.name().to_string()).collect();
     let mut chosen = Vec::with_capacity(names.len());
-    for name in names {
+    for (i, name) in names.iter().enumerate() {
         let Some(at) = all.iter().position(|t| t.name() == name.as_str()) else {
+            if names[..i].contains(name) {
+                return Err(Error::usage(format!(
+                    "test `{name}` is named twice in --tests: name each test once"
+                )));
+            }
             return Err(Error::usage(format!(
                 "unknown test `{name}`; known tests: {}",
                 known.join(", ")
@@ -212,10 +217,12 @@ pub fn run(
     let devices = topo.select(options.devices.as_deref())?;
     let defaults = Defaults::for_backend(backend);
     let sampling = Sampling {
-        iterations: positive(options.iterations, "--iterations")?
+        iterations: counted(options.iterations, "--iterations", 1, MAX_ITERATIONS)?
             .unwrap_or(defaults.sampling.iterations),
-        samples: positive(options.samples, "--samples")?.unwrap_or(defaults.sampling.samples),
-        warmup: options.warmup.unwrap_or(defaults.sampling.warmup),
+        samples: counted(options.samples, "--samples", 1, MAX_SAMPLES)?
+            .unwrap_or(defaults.sampling.samples),
+        warmup: counted(options.warmup, "--warmup", 0, MAX_ITERATIONS)?
+            .unwrap_or(defaults.sampling.warmup),
         rotation_bytes: options.rotation.unwrap_or(defaults.sampling.rotation_bytes),
     };
     let sweeping = options.sizes.is_some();
@@ -289,13 +296,13 @@ pub fn run(
                 )));
             }
         }
-        for test in &tests {
+        for test in tests.iter().take_while(|_| !crate::interrupt::requested()) {
             report
                 .sweeps
                 .extend(sweep(&mut ctx, test.as_ref(), &sizes, progress)?);
         }
     } else {
-        for test in &tests {
+        for test in tests.iter().take_while(|_| !crate::interrupt::requested()) {
             let started = backend.host_time_us();
             let mut result = run_test(&mut ctx, test.as_ref(), size_of(test.as_ref()), progress)?;
             result.wall_s = (backend.host_time_us() - started) / 1e6;
@@ -305,9 +312,24 @@ pub fn run(
     Ok(report)
 }
 
-fn positive(value: Option<u32>, flag: &str) -> Result<Option<u32>> {
+/// Why a place was not measured after a stop was requested ([`crate::interrupt`]).
+pub const INTERRUPTED: &str = "interrupted: the run was stopped before this was measured";
+
+/// The most samples per measurement: each keeps its times until the median is taken, and a
+/// thousand already pin a median far below any run-to-run drift.
+pub const MAX_SAMPLES: u32 = 1000;
+
+/// The most operations in one timed window (and untimed warm-up ones): each is queued behind a
+/// held stream before any runs, and the host keeps each one's record until the window ends.
+pub const MAX_ITERATIONS: u32 = 100_000;
+
+/// A count the user gave, checked against its range (`None`: the default).
+pub(crate) fn counted(value: Option<u32>, flag: &str, least: u32, most: u32) -> Result<Option<u32>> {
     match value {
-        Some(0) => Err(Error::usage(format!("{flag} must be at least 1"))),
+        Some(v) if v < least => Err(Error::usage(format!("{flag} must be at least {least}"))),
+        Some(v) if v > most => Err(Error::usage(format!(
+            "{flag} {v} is more than peerlink takes ({most}): ask for at most {most}"
+        ))),
         other => Ok(other),
     }
 }
@@ -379,6 +401,13 @@ pub fn run_test(
     let mut notes = Vec::new();
     progress.start(test.name(), todo.len() as u64);
     for place in todo {
+        if crate::interrupt::requested() {
+            not_measured.push(NotMeasured {
+                place,
+                reason: INTERRUPTED.to_string(),
+            });
+            continue;
+        }
         match test.measure(ctx, place, bytes)? {
             Outcome::Measured {
                 value,
@@ -419,6 +448,9 @@ pub fn sweep(
         (pairs.len() * sizes.len()) as u64,
     );
     for place in pairs {
+        if crate::interrupt::requested() {
+            break;
+        }
         sweeps.push(sweep_pair(ctx, test, place, sizes, progress)?);
     }
     progress.finish();
@@ -438,6 +470,10 @@ pub fn sweep_pair(
     let mut points = Vec::with_capacity(sizes.len());
     let mut not_measured = None;
     for &bytes in sizes {
+        if crate::interrupt::requested() {
+            not_measured = Some(INTERRUPTED.to_string());
+            break;
+        }
         match test.measure(ctx, place, bytes)? {
             Outcome::Measured { time_us, .. } => points.push(SweepPoint {
                 bytes,

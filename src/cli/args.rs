@@ -86,17 +86,17 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
 
-    /// Samples per measurement [default: 3 on GPUs (21 for copy-latency, issue-cost, e2e-latency
-    /// and ping-pong), 1 on the simulator]
+    /// Samples per measurement, 1 to 1000 [default: 3 on GPUs (21 for copy-latency, issue-cost,
+    /// e2e-latency and ping-pong), 1 on the simulator]
     #[arg(long)]
     pub samples: Option<u32>,
 
-    /// Timed operations per sample [default: 16 on GPUs, 2 on the simulator]
+    /// Timed operations per sample, 1 to 100000 [default: 16 on GPUs, 2 on the simulator]
     #[arg(long)]
     pub iterations: Option<u32>,
 
-    /// Untimed operations queued before each sample's window [default: 4 on GPUs, 1 on the
-    /// simulator]
+    /// Untimed operations queued before each sample's window, 0 to 100000 [default: 4 on GPUs, 1
+    /// on the simulator]
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
 
@@ -108,7 +108,7 @@ pub struct BenchArgs {
 
     /// Sweep message sizes instead: a range 4B..1GiB (powers of two) or a list 4K,64K,1M; reports
     /// median, p99 and GB/s per size and fits time = α + bytes/β per pair
-    #[arg(long, value_name = "RANGE|LIST")]
+    #[arg(long, value_name = "RANGE|LIST", conflicts_with = "size")]
     pub sizes: Option<String>,
 
     /// Print CSV instead of tables
@@ -161,7 +161,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "RANGE|LIST", conflicts_with_all = ["size", "messages"])]
     pub sizes: Option<String>,
 
-    /// Plan a batch of this many messages of --size each, between two buffers; with --prove, time
+    /// Plan a batch of this many messages (1 to 1000000) of --size each, between two buffers; with --prove, time
     /// every batch strategy against as many plain copies
     #[arg(long, value_name = "N")]
     pub messages: Option<usize>,
@@ -210,12 +210,12 @@ pub struct WorkloadArgs {
     #[arg(long, value_name = "SIZE")]
     pub max_size: Option<String>,
 
-    /// Timed operations per window [default: 20, fewer from 64MiB up (5 at 256MiB and above); 2
-    /// on the simulator]
+    /// Timed operations per window, 1 to 100000 [default: 20, fewer from 64MiB up (5 at 256MiB
+    /// and above); 2 on the simulator]
     #[arg(long)]
     pub iters: Option<u32>,
 
-    /// Untimed operations before each window [default: 5; 1 on the simulator]
+    /// Untimed operations before each window, 0 to 100000 [default: 5; 1 on the simulator]
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
 

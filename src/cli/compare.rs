@@ -26,15 +26,18 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
 }
 
 fn read(path: &Path) -> Result<BenchDocument> {
-    let text = std::fs::read_to_string(path).map_err(|source| peerlink::Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    document::read(&text).map_err(|why| {
+    let text = document::read_input(path)?;
+    let doc: BenchDocument = document::read(&text).map_err(|why| {
         peerlink::Error::usage(format!(
             "{} is {why}; give two `peerlink bench --json` outputs",
             path.display()
         ))
-        .into()
-    })
+    })?;
+    document::compare::check_figures(&doc).map_err(|why| {
+        peerlink::Error::usage(format!(
+            "{} {why}; give two `peerlink bench --json` outputs as peerlink wrote them",
+            path.display()
+        ))
+    })?;
+    Ok(doc)
 }

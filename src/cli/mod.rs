@@ -47,8 +47,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let found = bench::run(opened.backend.as_ref(), &options, &*global.progress())?;
             let doc = BenchDocument::new(opened.backend.topology(), found);
             if args.csv {
-                print!("{}", report::bench::csv(&doc.results));
-                return Ok(());
+                return emit(&report::bench::csv(&doc.results));
             }
             global.print(&doc, || report::bench::text(&doc))
         }
@@ -70,6 +69,35 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Tune(args) => tune::run(global, &args),
         Verb::Compare(args) => compare::run(global, &args),
         Verb::Workload(args) => workload::run(global, &args),
+    }
+}
+
+/// The first Ctrl-C (or SIGTERM) asks the measuring loops to stop after their current measurement,
+/// so that what was measured is still printed (marked partial); a second one quits at once.
+pub fn stop_on_signals() {
+    let installed = ctrlc::set_handler(|| {
+        if peerlink::interrupt::requested() {
+            std::process::exit(130);
+        }
+        peerlink::interrupt::request();
+        eprintln!(
+            "\npeerlink: stopping after the current measurement, keeping what was measured \
+             (Ctrl-C again to quit at once)"
+        );
+    });
+    if let Err(e) = installed {
+        eprintln!("peerlink: note: Ctrl-C will quit at once, losing the results so far: {e}");
+    }
+}
+
+/// Writes `text` to stdout. A reader that went away (`peerlink … | head -1`) ends the output
+/// quietly, as Unix tools do: what it did not read was not wanted.
+pub(crate) fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
     }
 }
 
@@ -153,11 +181,10 @@ impl Global {
     /// Prints `doc` as JSON with `--json`, else the text `text` makes (made only then).
     fn print(&self, doc: &impl Document, text: impl FnOnce() -> String) -> Result<()> {
         if self.json {
-            println!("{}", document::to_json(doc));
+            emit(&format!("{}\n", document::to_json(doc)))
         } else {
-            print!("{}", text());
+            emit(&text())
         }
-        Ok(())
     }
 
     /// A progress bar on stderr, except for `--json` runs.

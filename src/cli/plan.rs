@@ -44,14 +44,25 @@ enum Mode {
     Concurrent { traffic: Traffic, size: u64 },
 }
 
+/// The most messages one batch plans: each has a copy descriptor on the host and the GPU (24 bytes),
+/// and a million already amortise any launch to nothing.
+const MAX_MESSAGES: usize = 1_000_000;
+
 impl Mode {
     /// The mode the options ask for; bad values are refused before any GPU is opened.
     fn of(args: &PlanArgs) -> peerlink::Result<Mode> {
         let size = args.size.as_deref().map(parse_size).transpose()?;
         let sizes = args.sizes.as_deref().map(parse_sizes).transpose()?;
         let traffic = args.concurrent.as_deref().map(Traffic::parse).transpose()?;
-        if args.messages == Some(0) {
-            return Err(peerlink::Error::usage("--messages must be at least 1"));
+        match args.messages {
+            Some(0) => return Err(peerlink::Error::usage("--messages must be at least 1")),
+            Some(count) if count > MAX_MESSAGES => {
+                return Err(peerlink::Error::usage(format!(
+                    "--messages {count} is more than peerlink plans in one batch \
+                     ({MAX_MESSAGES}): send them as several batches"
+                )))
+            }
+            _ => {}
         }
         // clap requires --src, --dst and --size or --sizes unless --concurrent, which needs --size.
         let (pair, size) = match (args.src.zip(args.dst), size) {

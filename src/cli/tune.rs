@@ -13,6 +13,14 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
     // file's stem.
     check_destination(&args.out, "--out")?;
     let export = match &args.export_sim {
+        Some(path) if path == &args.out => {
+            return Err(peerlink::Error::usage(format!(
+                "--out and --export-sim both name {}: the preset would overwrite the profile; \
+                 give them two paths",
+                path.display()
+            ))
+            .into())
+        }
         Some(path) => {
             check_destination(path, "--export-sim")?;
             let name = path
@@ -57,7 +65,7 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
     if global.json {
         eprintln!("peerlink: {said}");
     } else {
-        println!("\n{said}");
+        super::emit(&format!("\n{said}\n"))?;
     }
     Ok(())
 }

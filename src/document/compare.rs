@@ -154,6 +154,25 @@ pub fn compare(
     }
 }
 
+/// The largest figure a bench document can hold honestly: no bandwidth reaches 10¹² GB/s and no
+/// time 10¹² µs (eleven days).
+const LARGEST_FIGURE: f64 = 1e12;
+
+/// Ok where every figure of `doc` could have been measured (positive, finite, below
+/// [`LARGEST_FIGURE`]); else which one could not, as a sentence's end.
+pub fn check_figures(doc: &BenchDocument) -> Result<(), String> {
+    match figures(doc)
+        .into_iter()
+        .find(|f| !(f.value > 0.0 && f.value < LARGEST_FIGURE))
+    {
+        None => Ok(()),
+        Some(f) => Err(format!(
+            "holds {} = {} at {}, which no measurement gives (figures are positive and below 1e12)",
+            f.test, f.value, f.place
+        )),
+    }
+}
+
 /// One figure of a document: which test, where, in what unit.
 struct Figure {
     test: String,
@@ -336,6 +355,17 @@ mod tests {
         assert_eq!(doc["base_source"], "cuda");
         assert_eq!(doc["pairs"].as_array().unwrap().len(), 6);
         assert_eq!(doc["pairs"][0]["unit"], "GB/s");
+    }
+
+    #[test]
+    fn figures_no_measurement_gives_are_named() {
+        assert_eq!(check_figures(&doc("sim:a", [300.0; 4], 50.0, 10.0)), Ok(()));
+        for bad in [0.0, -1.0, 1e308, f64::INFINITY] {
+            let why =
+                check_figures(&doc("sim:a", [300.0, bad, 300.0, 300.0], 50.0, 10.0)).unwrap_err();
+            assert!(why.contains(&bad.to_string()), "{why}");
+        }
+        assert!(check_figures(&doc("sim:a", [300.0; 4], 50.0, -3.0)).is_err());
     }
 
     #[test]

@@ -68,6 +68,10 @@ pub struct Header {
     /// simulator's are its preset's.
     #[serde(default)]
     pub host_gpus: Vec<HostGpu>,
+    /// The run was interrupted (Ctrl-C, SIGTERM): the document holds what was measured before it
+    /// stopped, and what it left out says "interrupted". Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
 }
 
 impl Header {
@@ -84,6 +88,7 @@ impl Header {
             driver_version: host.driver_version.clone(),
             cuda_version: host.cuda_version.clone(),
             host_gpus: host.devices.iter().map(HostGpu::from).collect(),
+            partial: false,
         }
         .written_now()
     }
@@ -106,6 +111,7 @@ impl Header {
             commit: Some(COMMIT.to_string()),
             time: Some(rfc3339(SystemTime::now())),
             host: host_name(),
+            partial: crate::interrupt::requested(),
             ..self
         }
     }

@@ -86,6 +86,24 @@ pub enum Hop {
     Local { device: usize },
 }
 
+/// A hop as a profile's reader names it: `peer-ce 0→1`, `device-to-host GPU 2 (NUMA 0)`.
+impl std::fmt::Display for Hop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let node = |node: &Option<i32>| node.map_or(String::new(), |n| format!(" (NUMA {n})"));
+        match self {
+            Hop::PeerCe { src, dst } => write!(f, "the peer-ce hop {src}→{dst}"),
+            Hop::PeerSm { src, dst } => write!(f, "the peer-sm hop {src}→{dst}"),
+            Hop::DeviceToHost { device, node: n } => {
+                write!(f, "the device-to-host hop of GPU {device}{}", node(n))
+            }
+            Hop::HostToDevice { device, node: n } => {
+                write!(f, "the host-to-device hop of GPU {device}{}", node(n))
+            }
+            Hop::Local { device } => write!(f, "the local hop of GPU {device}"),
+        }
+    }
+}
+
 /// A shared piece of hardware whose bandwidth concurrent paths divide.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Resource {

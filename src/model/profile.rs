@@ -84,10 +84,7 @@ impl Profile {
 
     /// Reads and checks a profile file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = document::read_input(path)?;
         let bad = |why: String| {
             Error::usage(format!(
                 "profile {}: {why}; measure a new one with `peerlink tune`",
@@ -145,6 +142,9 @@ impl Profile {
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
+        if self.hops.is_empty() {
+            return Err("it measured no hop, so it cannot price any transfer".to_string());
+        }
         let n = self.gpus.len();
         let names_a_missing_gpu = |hop: Hop| {
             let devices = match hop {
@@ -156,12 +156,12 @@ impl Profile {
             devices
                 .into_iter()
                 .find(|&d| d >= n)
-                .map(|d| format!("{hop:?} names GPU {d} but the profile lists {n} GPUs"))
+                .map(|d| format!("{hop} names GPU {d} but the profile lists {n} GPUs"))
         };
         for m in &self.hops {
             if !m.cost.is_valid() {
                 return Err(format!(
-                    "{:?} has alpha_us {} and beta_gbps {}; alpha must be ≥ 0 and beta > 0",
+                    "{} has alpha_us {} and beta_gbps {}; alpha must be ≥ 0 and beta > 0",
                     m.hop, m.cost.alpha_us, m.cost.beta_gbps
                 ));
             }
@@ -172,13 +172,13 @@ impl Profile {
         for l in &self.lone {
             if !(l.lone_us.is_finite() && l.lone_us > 0.0) {
                 return Err(format!(
-                    "{:?} has lone_us {}; it must be > 0",
+                    "{} has lone_us {}; it must be > 0",
                     l.hop, l.lone_us
                 ));
             }
             if !matches!(l.hop, Hop::PeerCe { .. } | Hop::PeerSm { .. }) {
                 return Err(format!(
-                    "{:?} has lone_us, which only direct peer hops have",
+                    "{} has lone_us, which only direct peer hops have",
                     l.hop
                 ));
             }
@@ -206,6 +206,12 @@ impl Profile {
 /// Fails with a usage error (exit 2) unless `path` names a file in a directory that exists, so that
 /// a long measurement does not end in a write that cannot happen.
 pub fn check_destination(path: &Path, flag: &str) -> Result<()> {
+    if path.is_dir() {
+        return Err(Error::usage(format!(
+            "{flag} {} is a directory: name a file (in it, say)",
+            path.display()
+        )));
+    }
     if path.file_name().is_none() {
         return Err(Error::usage(format!(
             "{flag} {}: not a file name",
@@ -319,9 +325,15 @@ mod tests {
         assert!(text.contains("\"kind\": \"peer-ce\""), "{text}");
         // Saving again replaces the file whole.
         let mut changed = profile.clone();
+        changed.hops.truncate(1);
+        changed.save(&path).unwrap();
+        assert_eq!(Profile::load(&path).unwrap().hops.len(), 1);
+        // A profile without a hop prices nothing: refused, saying so.
         changed.hops.clear();
         changed.save(&path).unwrap();
-        assert_eq!(Profile::load(&path).unwrap().hops.len(), 0);
+        let err = Profile::load(&path).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("measured no hop"), "{err}");
     }
 
     #[test]

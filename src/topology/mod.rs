@@ -97,7 +97,18 @@ pub fn not_in_use(gpu: usize, in_use: &[usize]) -> crate::Error {
 impl Topology {
     /// The entry for an ordered pair of distinct devices.
     pub fn pair(&self, src: usize, dst: usize) -> Option<&Pair> {
-        self.pairs.iter().find(|p| p.src == src && p.dst == dst)
+        if src == dst {
+            return None;
+        }
+        // Pairs are kept sorted, so a lookup is a binary search (a 1000-GPU host has a million
+        // pairs, and its table looks each up); a list built out of order is still searched whole.
+        match self
+            .pairs
+            .binary_search_by(|p| (p.src, p.dst).cmp(&(src, dst)))
+        {
+            Ok(at) => Some(&self.pairs[at]),
+            Err(_) => self.pairs.iter().find(|p| p.src == src && p.dst == dst),
+        }
     }
 
     /// Whether this topology came from the simulator.
@@ -107,7 +118,16 @@ impl Topology {
 
     /// The same host with only the devices in `selected` (indices) and the pairs between them.
     pub fn restricted_to(&self, selected: &[usize]) -> Topology {
-        let keep = |i: &usize| selected.contains(i);
+        // A mask, not a search of `selected` per pair: a 1000-GPU host has a million pairs.
+        let count = self
+            .devices
+            .len()
+            .max(selected.iter().max().map_or(0, |&m| m + 1));
+        let mut kept = vec![false; count];
+        for &i in selected {
+            kept[i] = true;
+        }
+        let keep = |i: &usize| kept.get(*i).copied().unwrap_or(false);
         Topology {
             devices: self
                 .devices

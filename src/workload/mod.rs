@@ -27,6 +27,7 @@ use crate::backend::collective::DataType;
 use crate::backend::{Backend, GraphId, Owned, StreamId};
 use crate::bench::progress::Progress;
 use crate::bench::timing::{held_group_us, Phase};
+use crate::bench::{counted, MAX_ITERATIONS};
 use crate::topology::Source;
 use crate::units::format_bytes;
 use crate::{Error, Result};
@@ -391,11 +392,10 @@ impl Settings {
                 format_bytes(max_size.unwrap_or(0))
             )));
         }
-        if options.iters == Some(0) {
-            return Err(Error::usage("--iters must be at least 1"));
-        }
-        let warmup = options.warmup.unwrap_or(if simulated { 1 } else { WARMUP });
-        let iters = options.iters.or(simulated.then_some(2));
+        let warmup = counted(options.warmup, "--warmup", 0, MAX_ITERATIONS)?
+            .unwrap_or(if simulated { 1 } else { WARMUP });
+        let iters =
+            counted(options.iters, "--iters", 1, MAX_ITERATIONS)?.or(simulated.then_some(2));
         Ok(Settings {
             devices,
             sizes,
@@ -405,6 +405,15 @@ impl Settings {
             simulated,
             notices,
         })
+    }
+
+    /// The sweep's sizes, up to a stop request ([`crate::interrupt`]): the run then ends with the
+    /// sizes measured so far, and its document says partial.
+    pub fn sizes_to_run(&self) -> impl Iterator<Item = u64> + '_ {
+        self.sizes
+            .iter()
+            .copied()
+            .take_while(|_| !crate::interrupt::requested())
     }
 
     /// Timed operations per window at `bytes`.

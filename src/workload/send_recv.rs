@@ -151,7 +151,7 @@ pub fn run(
                 })
             })
             .collect::<Result<Vec<Flow>>>()?;
-        for &bytes in &settings.sizes {
+        for bytes in settings.sizes_to_run() {
             let len = length(bytes)?;
             let data: Vec<Vec<u8>> = (0..flows.len())
                 .map(|i| pattern::bytes(pattern::seed(&[bytes, i as u64]), len))

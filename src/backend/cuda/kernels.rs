@@ -11,16 +11,20 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
+use super::collective::{self, AllReduceArgs};
 use super::driver::{self, failed};
+use crate::backend::collective::{AllReduceKernel, DataType};
 use crate::{Error, Result};
 
-/// All kernels, compiled as one program (latency.cu uses spin.cu's timer helper).
-const SOURCE: &str = concat!(
+/// All kernels, compiled as one program (latency.cu and collective.cu use spin.cu's timer helper).
+pub(super) const SOURCE: &str = concat!(
     include_str!("../../../kernels/copy.cu"),
     "\n",
     include_str!("../../../kernels/spin.cu"),
     "\n",
     include_str!("../../../kernels/latency.cu"),
+    "\n",
+    include_str!("../../../kernels/collective.cu"),
 );
 
 /// How long a gate or a ping-pong wait spins before giving up: long enough for any issue phase,
@@ -77,7 +81,10 @@ pub(super) struct Kernels {
     chase: CudaFunction,
     ping: CudaFunction,
     pong: CudaFunction,
-    sm_count: u32,
+    /// One per entry of [`collective::ALL_REDUCE_VARIANTS`], in its order.
+    all_reduce: Vec<CudaFunction>,
+    busy: CudaFunction,
+    pub(super) sm_count: u32,
 }
 
 /// Compiled programs per architecture and loaded kernels per device, both made on first use.
@@ -126,6 +133,11 @@ impl KernelCache {
             chase: function("pointer_chase")?,
             ping: function("ping")?,
             pong: function("pong")?,
+            all_reduce: collective::ALL_REDUCE_VARIANTS
+                .iter()
+                .map(|&(kernel, dtype)| function(collective::entry_point(kernel, dtype)))
+                .collect::<Result<_>>()?,
+            busy: function("busy")?,
             sm_count: sm_count.max(1) as u32,
         });
         *slot = Some(kernels.clone());
@@ -262,6 +274,46 @@ impl Kernels {
         // checked both flags hold 4 bytes and are reachable from this stream's device.
         launched(unsafe { launch.launch(ONE_THREAD) })
     }
+
+    /// Queues one rank's all-reduce kernel on `blocks` blocks (the same on every rank).
+    pub(super) fn all_reduce(
+        &self,
+        stream: &CudaStream,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        args: &AllReduceArgs,
+        blocks: u32,
+    ) -> Result<()> {
+        let variant = collective::ALL_REDUCE_VARIANTS
+            .iter()
+            .position(|&v| v == (kernel, dtype))
+            .expect("every kernel and element type has an entry point");
+        let config = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (collective::ALL_REDUCE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.all_reduce[variant]);
+        launch.arg(args);
+        // SAFETY: the argument matches all_reduce_*(AllReduceArgs) (layout checked in collective.rs);
+        // the checked layer checked that every rank's buffers hold `elements` and its flag block
+        // FLAG_BYTES, all reachable from every rank's GPU; `blocks` ≤ ALL_REDUCE_MAX_BLOCKS, the
+        // flag layout's limit.
+        launched(unsafe { launch.launch(config) })
+    }
+
+    /// Queues the busy kernel: one warp per SM, each spinning for `duration_ns` of GPU time.
+    pub(super) fn busy(&self, stream: &CudaStream, duration_ns: u64) -> Result<()> {
+        let config = LaunchConfig {
+            grid_dim: (self.sm_count, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.busy);
+        launch.arg(&duration_ns);
+        // SAFETY: the argument matches busy(u64); the kernel touches no memory.
+        launched(unsafe { launch.launch(config) })
+    }
 }
 
 #[cfg(test)]
@@ -304,6 +356,11 @@ mod tests {
                 "copy_batch",
                 "spin_until_released",
                 "pointer_chase",
+                "all_reduce_one_shot_f32",
+                "all_reduce_one_shot_bf16",
+                "all_reduce_two_shot_f32",
+                "all_reduce_two_shot_bf16",
+                "busy",
             ] {
                 assert!(
                     text.contains(&format!(".entry {kernel}")),
@@ -322,6 +379,7 @@ mod tests {
             "pointer_chase",
             "void ping(",
             "void pong(",
+            "void busy(",
         ] {
             assert!(
                 SOURCE.contains(name),

@@ -5,7 +5,9 @@
 //! - `peer`: enabling peer access, and the driver's refusals in words;
 //! - `kernels`: copy, gate and latency kernels (sources in `kernels/*.cu`);
 //! - `batches`: pinned memory for the copy lists of batch kernels;
-//! - `gates`: pinned flags that hold streams until released.
+//! - `gates`: pinned flags that hold streams until released;
+//! - `collective`: peerlink's all-reduce over P2P and the busy kernel, queued for every rank;
+//! - `nccl`: NCCL, found and loaded at run time by a loader of our own.
 //!
 //! [`Gpus`] does the work on arguments the [`Checked`] layer has already checked (ranges, handles,
 //! peer access), so [`CudaBackend`] is what callers open. One primary context per device, with
@@ -13,9 +15,11 @@
 //! events would otherwise land in timed windows and graph captures.
 
 mod batches;
+mod collective;
 mod driver;
 mod gates;
 mod kernels;
+mod nccl;
 mod peer;
 mod topology;
 
@@ -33,6 +37,16 @@ use crate::{Error, Result};
 /// Whether the NVIDIA driver library can be loaded on this host (nothing else is called).
 pub fn driver_library_present() -> bool {
     driver::driver_library_present()
+}
+
+pub use nccl::LIBRARY_VARIABLE as NCCL_LIBRARY_VARIABLE;
+
+/// Makes NCCL load from `path` alone, in place of its search, for this process (what `--nccl-lib`
+/// does; it takes effect if no backend has opened NCCL yet). Without it, the environment variable
+/// [`NCCL_LIBRARY_VARIABLE`] may name the library; else `libnccl.so.2` and `libnccl.so` are looked
+/// up by the dynamic loader, then in PyTorch installs (`nvidia/nccl/lib/libnccl.so.2`).
+pub fn prefer_nccl_library(path: impl Into<std::path::PathBuf>) {
+    nccl::prefer_library(path)
 }
 
 /// The backend for real NVIDIA GPUs, as callers open it.
@@ -495,52 +509,52 @@ impl Drop for Gpus {
 }
 
 impl RawCollectives for Gpus {
-    type Comm = ();
+    type Comm = nccl::Comm;
 
     fn all_reduce(
         &self,
-        _kernel: AllReduceKernel,
-        _dtype: DataType,
-        _ranks: &[RawRank<'_, Self>],
-        _flags: &[&Arc<Buffer>],
-        _len: usize,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        ranks: &[RawRank<'_, Self>],
+        flags: &[&Arc<Buffer>],
+        len: usize,
     ) -> Result<()> {
-        Err(Error::usage("all-reduce: not built yet"))
+        collective::all_reduce(self, kernel, dtype, ranks, flags, len)
     }
 
-    fn busy(&self, _stream: &Arc<Stream>, _duration_us: f64) -> Result<()> {
-        Err(Error::usage("busy: not built yet"))
+    fn busy(&self, stream: &Arc<Stream>, duration_us: f64) -> Result<()> {
+        collective::busy(self, stream, duration_us)
     }
 
     fn nccl_open(&self) -> std::result::Result<String, String> {
-        Err("NCCL: not built yet".into())
+        nccl::open().map(|library| library.describe())
     }
 
-    fn nccl_communicator(&self, _devices: &[usize]) -> Result<()> {
-        Err(Error::usage("NCCL: not built yet"))
+    fn nccl_communicator(&self, devices: &[usize]) -> Result<nccl::Comm> {
+        nccl::opened()?.communicator(devices)
     }
 
-    fn nccl_destroy(&self, _comm: ()) -> Result<()> {
-        Ok(())
+    fn nccl_destroy(&self, comm: nccl::Comm) -> Result<()> {
+        comm.destroy()
     }
 
     fn nccl_all_reduce(
         &self,
-        _comm: &(),
-        _dtype: DataType,
-        _ranks: &[RawRank<'_, Self>],
-        _len: usize,
+        comm: &nccl::Comm,
+        dtype: DataType,
+        ranks: &[RawRank<'_, Self>],
+        len: usize,
     ) -> Result<()> {
-        Err(Error::usage("NCCL: not built yet"))
+        comm.all_reduce(dtype, ranks, len)
     }
 
     fn nccl_send_recv(
         &self,
-        _comm: &(),
-        _streams: &[&Arc<Stream>],
-        _transfers: &[PeerTransfer<&Arc<Buffer>>],
+        comm: &nccl::Comm,
+        streams: &[&Arc<Stream>],
+        transfers: &[PeerTransfer<&Arc<Buffer>>],
     ) -> Result<()> {
-        Err(Error::usage("NCCL: not built yet"))
+        comm.send_recv(streams, transfers)
     }
 }
 

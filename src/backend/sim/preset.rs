@@ -188,18 +188,15 @@ pub struct Costs {
 }
 
 impl Preset {
-    /// Opens an embedded preset by name, or a JSON file when `spec` names an existing file or ends
+    /// Opens an embedded preset by name, or a JSON file when `spec` names an existing path or ends
     /// in `.json`.
     pub fn load(spec: &str) -> Result<Preset> {
-        if spec.ends_with(".json") || Path::new(spec).is_file() {
-            let text = std::fs::read_to_string(spec).map_err(|e| Error::Preset {
-                origin: spec.to_string(),
-                message: if e.kind() == std::io::ErrorKind::NotFound {
-                    "no such file".to_string()
-                } else {
-                    format!("cannot read it: {e}")
-                },
-            })?;
+        if spec.ends_with(".json") || Path::new(spec).exists() {
+            let text =
+                crate::document::read_text(Path::new(spec)).map_err(|why| Error::Preset {
+                    origin: spec.to_string(),
+                    message: format!("it {why}"),
+                })?;
             return Preset::parse(&text, spec);
         }
         match EMBEDDED.iter().find(|(name, _)| *name == spec) {
@@ -704,7 +701,10 @@ mod tests {
             assert!(m.contains(name), "{m}");
         }
         let m = message(Preset::load("/nonexistent/dir/my.json"));
-        assert!(m.contains("/nonexistent/dir/my.json: no such file"), "{m}");
+        assert!(
+            m.contains("/nonexistent/dir/my.json: it does not exist"),
+            "{m}"
+        );
     }
 
     #[test]

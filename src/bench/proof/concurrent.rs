@@ -46,6 +46,7 @@ impl Traffic {
     pub fn pairs(self, devices: &[usize]) -> Result<Vec<(usize, usize)>> {
         let Traffic::Shift(k) = self;
         let n = devices.len();
+        // A shift is taken modulo the GPU count: a huge K must neither overflow nor be refused.
         if n < 2 || k % n == 0 {
             return Err(Error::usage(format!(
                 "shift:{k} over {n} GPU{} sends every GPU to itself; concurrent traffic needs at \
@@ -53,7 +54,9 @@ impl Traffic {
                 if n == 1 { "" } else { "s" }
             )));
         }
-        Ok((0..n).map(|i| (devices[i], devices[(i + k) % n])).collect())
+        Ok((0..n)
+            .map(|i| (devices[i], devices[(i + k % n) % n]))
+            .collect())
     }
 }
 
@@ -326,6 +329,17 @@ mod tests {
             .find(|w| w.strategy == Some(Strategy::Staged))
             .unwrap();
         assert!(r.ways[0].makespan_us < staged.makespan_us, "{r:#?}");
+    }
+
+    #[test]
+    fn a_shift_larger_than_any_gpu_count_wraps_without_overflow() {
+        let huge = Traffic::parse(&format!("shift:{}", usize::MAX)).unwrap();
+        let devices = [0, 1, 2, 3];
+        // usize::MAX ≡ 3 (mod 4): every GPU sends to the one before it.
+        assert_eq!(
+            huge.pairs(&devices).unwrap(),
+            vec![(0, 3), (1, 0), (2, 1), (3, 2)]
+        );
     }
 
     #[test]

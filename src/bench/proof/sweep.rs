@@ -88,7 +88,8 @@ pub fn run(fabric: &Fabric, src: usize, dst: usize, sizes: &[u64], runs: Runs) -
         ));
     }
     let mut points = Vec::new();
-    for &bytes in sizes {
+    // A stop request ends the sweep at the sizes measured so far (the document says partial).
+    for &bytes in sizes.iter().take_while(|_| !crate::interrupt::requested()) {
         points.push(point(fabric, src, dst, bytes, runs)?);
     }
     Ok(Report {

@@ -1,0 +1,290 @@
+// peerlink's all-reduce (sum) over 2 to MAX_RANKS GPUs, f32 and bf16, and the busy kernel that
+// stands in for a model's compute. Relies on global_timer_ns() from spin.cu (one program).
+//
+// Every rank launches the same grid on its own GPU with the same arguments but its own `rank`. Each
+// block of one rank meets the block of the same index on every peer twice, through flags:
+//
+// - START: every peer's kernel has started, so the work queued before it on its stream (which wrote
+//   its input, or still read its output) is done;
+// - END: every peer's block is done reading my input (one-shot) or writing my output (two-shot),
+//   so the work queued after my kernel may touch my buffers. A grid's blocks cover every block
+//   index on every rank, so when all my blocks have met, every peer's blocks have.
+//
+// Flag block of each rank (FLAG_BYTES, zeroed once by the caller, then only the kernels write it),
+// in 32-bit words:
+//
+//   [0, ALL_REDUCE_MAX_BLOCKS)    counter[block]: operations block `block` of this rank has run
+//   ALL_REDUCE_MAX_BLOCKS + (phase * ALL_REDUCE_MAX_BLOCKS + block) * MAX_RANKS + from
+//                                 slot: the epoch rank `from`'s block `block` reached in `phase`
+//
+// A block's epoch is its counter + 1; the counter is stored back at the end. Every rank runs the same
+// grids in the same order, so the counters of one block index agree on every rank, and a slot only
+// ever rises: no reset pass, and a captured graph replays as the calls would run. A peer is never
+// more than the epoch ahead in one slot (it cannot leave END before I arrive), so waiting for
+// equality is exact, even after the counter wraps.
+
+constexpr unsigned int MAX_RANKS = 8;
+constexpr unsigned int ALL_REDUCE_THREADS = 512;
+constexpr unsigned int ALL_REDUCE_MAX_BLOCKS = 512;
+// Blocks resident on one SM at once (the launch bounds keep registers low enough for them).
+constexpr unsigned int ALL_REDUCE_BLOCKS_PER_SM = 2;
+constexpr unsigned int START_PHASE = 0;
+constexpr unsigned int END_PHASE = 1;
+
+// The kernels' arguments, passed by value; laid out as the host's AllReduceArgs (little-endian u64
+// addresses, then u64 counts, then u32s, no padding).
+struct AllReduceArgs {
+    unsigned long long inputs[MAX_RANKS];
+    unsigned long long outputs[MAX_RANKS];
+    unsigned long long flags[MAX_RANKS];
+    unsigned long long elements;
+    unsigned long long timeout_ns;
+    unsigned int rank;
+    unsigned int ranks;
+};
+
+__device__ __forceinline__ unsigned int *flag_slot(unsigned long long flags, unsigned int phase,
+                                                   unsigned int block, unsigned int from) {
+    return (unsigned int *)flags + ALL_REDUCE_MAX_BLOCKS +
+           (phase * ALL_REDUCE_MAX_BLOCKS + block) * MAX_RANKS + from;
+}
+
+// System scope: the flag crosses GPUs. The release makes the writes before it (this block's, through
+// the barrier before it) visible to whoever acquires the value.
+__device__ __forceinline__ void store_release(unsigned int *slot, unsigned int value) {
+    asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(slot), "r"(value) : "memory");
+}
+
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int *slot) {
+    unsigned int value;
+    asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(value) : "l"(slot) : "memory");
+    return value;
+}
+
+// Spins until `slot` holds `epoch`. A peer that never arrives (its launch failed, its stream is held
+// for longer than timeout_ns) traps: the context reports an error instead of the GPU hanging.
+__device__ void wait_for(const unsigned int *slot, unsigned int epoch,
+                         unsigned long long timeout_ns) {
+    if (load_acquire(slot) == epoch) {
+        return;
+    }
+    const unsigned long long start = global_timer_ns();
+    while (load_acquire(slot) != epoch) {
+        if (global_timer_ns() - start > timeout_ns) {
+            __trap();
+        }
+    }
+}
+
+// Tells this block's counterpart on every peer that this rank reached `epoch` in `phase`, and waits
+// until each of them has told this rank the same: thread p speaks with peer p.
+__device__ __forceinline__ void meet_peers(const AllReduceArgs &args, unsigned int phase,
+                                           unsigned int epoch) {
+    const unsigned int peer = threadIdx.x;
+    if (peer < args.ranks && peer != args.rank) {
+        store_release(flag_slot(args.flags[peer], phase, blockIdx.x, args.rank), epoch);
+        wait_for(flag_slot(args.flags[args.rank], phase, blockIdx.x, peer), epoch,
+                 args.timeout_ns);
+    }
+}
+
+// An item is what one load moves: a 16-byte vector (uint4), or a single element (`Bits`). Each
+// element type unpacks an item into floats and packs floats back into one.
+
+// f32 elements, summed as they are.
+struct F32 {
+    typedef unsigned int Bits;
+    static __device__ __forceinline__ void unpack(uint4 item, float *values) {
+        values[0] = __uint_as_float(item.x);
+        values[1] = __uint_as_float(item.y);
+        values[2] = __uint_as_float(item.z);
+        values[3] = __uint_as_float(item.w);
+    }
+    static __device__ __forceinline__ void unpack(Bits item, float *values) {
+        values[0] = __uint_as_float(item);
+    }
+    static __device__ __forceinline__ void pack(const float *values, uint4 *item) {
+        item->x = __float_as_uint(values[0]);
+        item->y = __float_as_uint(values[1]);
+        item->z = __float_as_uint(values[2]);
+        item->w = __float_as_uint(values[3]);
+    }
+    static __device__ __forceinline__ void pack(const float *values, Bits *item) {
+        *item = __float_as_uint(values[0]);
+    }
+};
+
+// bf16 elements: the upper half of an f32. Sums are kept in f32 and rounded once, to nearest even.
+struct Bf16 {
+    typedef unsigned short Bits;
+    static __device__ __forceinline__ unsigned int round(float value) {
+        const unsigned int bits = __float_as_uint(value);
+        if ((bits & 0x7fffffffu) > 0x7f800000u) {
+            return (bits >> 16) | 0x0040u; // a NaN stays a (quiet) NaN
+        }
+        return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    }
+    // Two elements of one 32-bit word, the first in its low half (little-endian memory order).
+    static __device__ __forceinline__ void unpack_pair(unsigned int word, float *values) {
+        values[0] = __uint_as_float(word << 16);
+        values[1] = __uint_as_float(word & 0xffff0000u);
+    }
+    static __device__ __forceinline__ unsigned int pack_pair(const float *values) {
+        return round(values[0]) | (round(values[1]) << 16);
+    }
+    static __device__ __forceinline__ void unpack(uint4 item, float *values) {
+        unpack_pair(item.x, values);
+        unpack_pair(item.y, values + 2);
+        unpack_pair(item.z, values + 4);
+        unpack_pair(item.w, values + 6);
+    }
+    static __device__ __forceinline__ void unpack(Bits item, float *values) {
+        values[0] = __uint_as_float((unsigned int)item << 16);
+    }
+    static __device__ __forceinline__ void pack(const float *values, uint4 *item) {
+        item->x = pack_pair(values);
+        item->y = pack_pair(values + 2);
+        item->z = pack_pair(values + 4);
+        item->w = pack_pair(values + 6);
+    }
+    static __device__ __forceinline__ void pack(const float *values, Bits *item) {
+        *item = (Bits)round(values[0]);
+    }
+};
+
+// The sum of item `index` of every rank's input, added in rank order: every rank, and both kernels,
+// get the same bits. All loads are issued before the first add.
+template <typename Element, typename Item>
+__device__ __forceinline__ Item sum_item(const AllReduceArgs &args, unsigned long long index) {
+    constexpr unsigned int LANES = sizeof(Item) / sizeof(typename Element::Bits);
+    Item in[MAX_RANKS];
+#pragma unroll
+    for (unsigned int r = 0; r < MAX_RANKS; ++r) {
+        if (r < args.ranks) {
+            in[r] = ((const Item *)args.inputs[r])[index];
+        }
+    }
+    float sum[LANES];
+    Element::unpack(in[0], sum);
+#pragma unroll
+    for (unsigned int r = 1; r < MAX_RANKS; ++r) {
+        if (r < args.ranks) {
+            float values[LANES];
+            Element::unpack(in[r], values);
+#pragma unroll
+            for (unsigned int lane = 0; lane < LANES; ++lane) {
+                sum[lane] += values[lane];
+            }
+        }
+    }
+    Item out;
+    Element::pack(sum, &out);
+    return out;
+}
+
+// Items [begin, end), spread over the grid: each summed and stored into this rank's output
+// (one-shot) or into every rank's output, starting with its own (two-shot).
+template <typename Element, typename Item, bool TWO_SHOT>
+__device__ __forceinline__ void reduce_items(const AllReduceArgs &args, unsigned long long begin,
+                                             unsigned long long end) {
+    const unsigned long long threads = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = begin + (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         i < end; i += threads) {
+        const Item sum = sum_item<Element, Item>(args, i);
+        if (TWO_SHOT) {
+#pragma unroll
+            for (unsigned int r = 0; r < MAX_RANKS; ++r) {
+                if (r < args.ranks) {
+                    unsigned int to = args.rank + r;
+                    to = to < args.ranks ? to : to - args.ranks;
+                    ((Item *)args.outputs[to])[i] = sum;
+                }
+            }
+        } else {
+            ((Item *)args.outputs[args.rank])[i] = sum;
+        }
+    }
+}
+
+struct Span {
+    unsigned long long begin;
+    unsigned long long end;
+};
+
+// Rank `rank`'s part of [begin, end) cut into `ranks` consecutive parts of nearly equal size.
+__device__ __forceinline__ Span share(unsigned long long begin, unsigned long long end,
+                                      unsigned int rank, unsigned int ranks) {
+    const unsigned long long part = (end - begin + ranks - 1) / ranks;
+    const unsigned long long first = begin + rank * part;
+    Span span;
+    span.begin = first < end ? first : end;
+    span.end = first + part < end ? first + part : end;
+    return span;
+}
+
+// Whether every buffer starts on a 16-byte boundary, so elements can move as vectors.
+__device__ __forceinline__ bool vectors_allowed(const AllReduceArgs &args) {
+    unsigned long long addresses = 0;
+    for (unsigned int r = 0; r < args.ranks; ++r) {
+        addresses |= args.inputs[r] | args.outputs[r];
+    }
+    return (addresses & 15) == 0;
+}
+
+template <typename Element, bool TWO_SHOT>
+__device__ __forceinline__ void all_reduce(const AllReduceArgs &args) {
+    unsigned int *counter = (unsigned int *)args.flags[args.rank] + blockIdx.x;
+    const unsigned int epoch = *counter + 1;
+    meet_peers(args, START_PHASE, epoch);
+    __syncthreads(); // no thread touches a peer's buffers before every peer has started
+
+    // 16-byte vectors where every buffer allows them, then single elements for the rest.
+    constexpr unsigned long long PER_VECTOR = 16 / sizeof(typename Element::Bits);
+    const unsigned long long vectors = vectors_allowed(args) ? args.elements / PER_VECTOR : 0;
+    const unsigned long long scalars_from = vectors * PER_VECTOR;
+    if (TWO_SHOT) {
+        const Span mine = share(0, vectors, args.rank, args.ranks);
+        reduce_items<Element, uint4, true>(args, mine.begin, mine.end);
+        const Span rest = share(scalars_from, args.elements, args.rank, args.ranks);
+        reduce_items<Element, typename Element::Bits, true>(args, rest.begin, rest.end);
+        __threadfence_system(); // my stores into the peers' outputs land before I say I am done
+    } else {
+        reduce_items<Element, uint4, false>(args, 0, vectors);
+        reduce_items<Element, typename Element::Bits, false>(args, scalars_from, args.elements);
+    }
+
+    __syncthreads(); // every thread of this block is done with the peers' buffers
+    meet_peers(args, END_PHASE, epoch);
+    // Every thread read the counter before the barrier above.
+    if (threadIdx.x == 0) {
+        *counter = epoch;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
+    all_reduce_one_shot_f32(const __grid_constant__ AllReduceArgs args) {
+    all_reduce<F32, false>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
+    all_reduce_one_shot_bf16(const __grid_constant__ AllReduceArgs args) {
+    all_reduce<Bf16, false>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
+    all_reduce_two_shot_f32(const __grid_constant__ AllReduceArgs args) {
+    all_reduce<F32, true>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
+    all_reduce_two_shot_bf16(const __grid_constant__ AllReduceArgs args) {
+    all_reduce<Bf16, true>(args);
+}
+
+// Keeps its SM's warp scheduler busy for `duration_ns` of GPU time. Launched as one block of one
+// warp per SM, so other kernels still find room beside it, as beside a model's compute.
+extern "C" __global__ void busy(unsigned long long duration_ns) {
+    const unsigned long long start = global_timer_ns();
+    while (global_timer_ns() - start < duration_ns) {
+    }
+}

@@ -1,0 +1,290 @@
+//! peerlink's all-reduce over P2P, queued on every rank's stream, and the busy kernel: their
+//! arguments, grid sizes and the flag layout the kernels share (sources in kernels/collective.cu,
+//! whose header explains the protocol).
+
+use std::sync::Arc;
+
+use cudarc::driver::DeviceRepr;
+
+use super::kernels::SPIN_TIMEOUT_NS;
+use super::{Buffer, Gpus, Stream};
+use crate::backend::collective::{AllReduceKernel, DataType, FLAG_BYTES, MAX_RANKS};
+use crate::backend::RawRank;
+use crate::{Error, Result};
+
+/// Threads per block of the all-reduce kernels (`ALL_REDUCE_THREADS` in collective.cu).
+pub(super) const ALL_REDUCE_THREADS: u32 = 512;
+/// The most blocks one all-reduce launch uses: the flag layout holds this many
+/// (`ALL_REDUCE_MAX_BLOCKS` in collective.cu).
+pub(super) const ALL_REDUCE_MAX_BLOCKS: u32 = 512;
+/// Blocks resident per SM (`ALL_REDUCE_BLOCKS_PER_SM`, the kernels' launch bounds).
+const ALL_REDUCE_BLOCKS_PER_SM: u32 = 2;
+/// The two meetings of every call, start and end (`START_PHASE`, `END_PHASE`).
+const PHASES: usize = 2;
+
+/// Bytes of a flag block the kernels use: one u32 counter per block index, then one u32 slot per
+/// phase, block index and rank.
+const FLAG_BYTES_USED: usize = 4 * ALL_REDUCE_MAX_BLOCKS as usize * (1 + PHASES * MAX_RANKS);
+const _: () = assert!(
+    FLAG_BYTES_USED <= FLAG_BYTES,
+    "the flag layout outgrows FLAG_BYTES"
+);
+
+/// How long a rank's kernel waits for its peers before it traps (the GPU's context then reports an
+/// error to every later call, rather than hanging): twice a gate's longest hold, so that one rank
+/// held back by a gate while the others run is not mistaken for a lost peer.
+const PEER_TIMEOUT_NS: u64 = 2 * SPIN_TIMEOUT_NS;
+
+/// The entry points, as (kernel, element type); `Kernels` loads them in this order.
+pub(super) const ALL_REDUCE_VARIANTS: [(AllReduceKernel, DataType); 4] = [
+    (AllReduceKernel::OneShot, DataType::F32),
+    (AllReduceKernel::OneShot, DataType::Bf16),
+    (AllReduceKernel::TwoShot, DataType::F32),
+    (AllReduceKernel::TwoShot, DataType::Bf16),
+];
+
+/// The kernel function for one variant in collective.cu.
+pub(super) fn entry_point(kernel: AllReduceKernel, dtype: DataType) -> &'static str {
+    match (kernel, dtype) {
+        (AllReduceKernel::OneShot, DataType::F32) => "all_reduce_one_shot_f32",
+        (AllReduceKernel::OneShot, DataType::Bf16) => "all_reduce_one_shot_bf16",
+        (AllReduceKernel::TwoShot, DataType::F32) => "all_reduce_two_shot_f32",
+        (AllReduceKernel::TwoShot, DataType::Bf16) => "all_reduce_two_shot_bf16",
+    }
+}
+
+/// One rank's kernel arguments, laid out as collective.cu's `AllReduceArgs` (passed by value).
+/// Unused rank slots are zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct AllReduceArgs {
+    inputs: [u64; MAX_RANKS],
+    outputs: [u64; MAX_RANKS],
+    flags: [u64; MAX_RANKS],
+    elements: u64,
+    timeout_ns: u64,
+    rank: u32,
+    ranks: u32,
+}
+
+/// Bytes of collective.cu's `AllReduceArgs`: three address arrays, two u64, two u32, no padding.
+const ARGS_BYTES: usize = 3 * 8 * MAX_RANKS + 2 * 8 + 2 * 4;
+const _: () = assert!(std::mem::size_of::<AllReduceArgs>() == ARGS_BYTES);
+
+// SAFETY: plain `repr(C)` data with no padding, laid out as the kernels' argument (checked above
+// and against the source in the tests).
+unsafe impl DeviceRepr for AllReduceArgs {}
+
+impl AllReduceArgs {
+    /// The arguments shared by every rank (`rank` 0): the unified addresses of each rank's input,
+    /// output and flag block, in rank order, and the element count.
+    fn shared(inputs: &[u64], outputs: &[u64], flags: &[u64], elements: u64) -> Self {
+        let table = |addresses: &[u64]| {
+            let mut table = [0; MAX_RANKS];
+            table[..addresses.len()].copy_from_slice(addresses);
+            table
+        };
+        AllReduceArgs {
+            inputs: table(inputs),
+            outputs: table(outputs),
+            flags: table(flags),
+            elements,
+            timeout_ns: PEER_TIMEOUT_NS,
+            rank: 0,
+            ranks: inputs.len() as u32,
+        }
+    }
+
+    fn for_rank(self, rank: usize) -> Self {
+        AllReduceArgs {
+            rank: rank as u32,
+            ..self
+        }
+    }
+}
+
+/// Blocks of one all-reduce launch, the same on every rank: one per `ALL_REDUCE_THREADS` 16-byte
+/// vectors a rank reduces (the whole buffer for one-shot, its slice of it for two-shot), so small
+/// buffers meet their peers with few blocks, up to every resident slot of the smallest GPU for
+/// large ones, and never more than the flag layout holds.
+pub(super) fn all_reduce_blocks(
+    kernel: AllReduceKernel,
+    ranks: usize,
+    len: usize,
+    sm_count: u32,
+) -> u32 {
+    let vectors = len.div_ceil(16);
+    let per_rank = match kernel {
+        AllReduceKernel::OneShot => vectors,
+        AllReduceKernel::TwoShot => vectors.div_ceil(ranks.max(1)),
+    };
+    let wanted = per_rank.div_ceil(ALL_REDUCE_THREADS as usize).max(1);
+    let resident = (sm_count.max(1) * ALL_REDUCE_BLOCKS_PER_SM).min(ALL_REDUCE_MAX_BLOCKS);
+    wanted.min(resident as usize) as u32
+}
+
+/// Queues `kernel` on every rank's stream (arguments as `RawCollectives::all_reduce` promises).
+/// Every GPU's kernels are loaded before the first launch, so a setup failure queues nothing.
+pub(super) fn all_reduce(
+    gpus: &Gpus,
+    kernel: AllReduceKernel,
+    dtype: DataType,
+    ranks: &[RawRank<'_, Gpus>],
+    flags: &[&Arc<Buffer>],
+    len: usize,
+) -> Result<()> {
+    let kernels = ranks
+        .iter()
+        .map(|rank| gpus.kernels(rank.stream.device))
+        .collect::<Result<Vec<_>>>()?;
+    let sm_count = kernels.iter().map(|k| k.sm_count).min().unwrap_or(1);
+    let blocks = all_reduce_blocks(kernel, ranks.len(), len, sm_count);
+    let inputs: Vec<u64> = ranks.iter().map(|rank| rank.input.address()).collect();
+    let outputs: Vec<u64> = ranks.iter().map(|rank| rank.output.address()).collect();
+    let flags: Vec<u64> = flags.iter().map(|flag| flag.address()).collect();
+    let shared = AllReduceArgs::shared(&inputs, &outputs, &flags, (len / dtype.size()) as u64);
+    for (index, (rank, kernels)) in ranks.iter().zip(&kernels).enumerate() {
+        let args = shared.for_rank(index);
+        kernels
+            .all_reduce(&rank.stream.stream, kernel, dtype, &args, blocks)
+            .map_err(|error| lost_rank(error, index))?;
+    }
+    Ok(())
+}
+
+/// A launch that failed after earlier ranks were queued: they will wait for this one in vain.
+fn lost_rank(error: Error, rank: usize) -> Error {
+    match error {
+        Error::Cuda { call, message } if rank > 0 => Error::Cuda {
+            call,
+            message: format!(
+                "{message} (rank {rank}; ranks 0 to {} are queued and will stop their GPUs with an \
+                 error after {} s of waiting for it)",
+                rank - 1,
+                PEER_TIMEOUT_NS / 1_000_000_000
+            ),
+        },
+        other => other,
+    }
+}
+
+/// Queues the busy kernel for `duration_us` (finite, ≥ 0) of GPU time.
+pub(super) fn busy(gpus: &Gpus, stream: &Stream, duration_us: f64) -> Result<()> {
+    gpus.kernels(stream.device)?
+        .busy(&stream.stream, busy_ns(duration_us))
+}
+
+/// Microseconds as the kernel's nanoseconds, rounded (saturating past u64's range).
+fn busy_ns(duration_us: f64) -> u64 {
+    (duration_us * 1000.0).round() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cuda::kernels::SOURCE;
+
+    #[test]
+    fn flag_layout_fits_the_flag_block() {
+        // Also asserted at compile time; here the sum is spelled out: 512 blocks × (1 counter + 2 phases × 8 ranks) u32 words.
+        assert_eq!(FLAG_BYTES_USED, 34_816);
+        assert!(all_reduce_blocks(AllReduceKernel::OneShot, 2, 1 << 30, 10_000) <= 512);
+    }
+
+    #[test]
+    fn constants_match_collective_cu() {
+        for line in [
+            format!("constexpr unsigned int MAX_RANKS = {MAX_RANKS};"),
+            format!("constexpr unsigned int ALL_REDUCE_THREADS = {ALL_REDUCE_THREADS};"),
+            format!("constexpr unsigned int ALL_REDUCE_MAX_BLOCKS = {ALL_REDUCE_MAX_BLOCKS};"),
+            format!(
+                "constexpr unsigned int ALL_REDUCE_BLOCKS_PER_SM = {ALL_REDUCE_BLOCKS_PER_SM};"
+            ),
+            "constexpr unsigned int START_PHASE = 0;".to_string(),
+            format!("constexpr unsigned int END_PHASE = {};", PHASES - 1),
+        ] {
+            assert!(SOURCE.contains(&line), "collective.cu lacks `{line}`");
+        }
+        for (kernel, dtype) in ALL_REDUCE_VARIANTS {
+            let name = entry_point(kernel, dtype);
+            assert!(SOURCE.contains(&format!("{name}(const __grid_constant__ AllReduceArgs")));
+        }
+    }
+
+    #[test]
+    fn arguments_are_laid_out_as_in_collective_cu() {
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, inputs), 0);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, outputs), 64);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, flags), 128);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, elements), 192);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, timeout_ns), 200);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, rank), 208);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, ranks), 212);
+        assert!(SOURCE.contains(
+            "    unsigned long long inputs[MAX_RANKS];\n    unsigned long long outputs[MAX_RANKS];\n    \
+             unsigned long long flags[MAX_RANKS];\n    unsigned long long elements;\n    unsigned \
+             long long timeout_ns;\n    unsigned int rank;\n    unsigned int ranks;\n"
+        ));
+    }
+
+    #[test]
+    fn every_rank_gets_the_same_tables_and_its_own_index() {
+        let shared = AllReduceArgs::shared(&[10, 20, 30], &[11, 21, 31], &[12, 22, 32], 7);
+        let third = shared.for_rank(2);
+        assert_eq!(third.rank, 2);
+        assert_eq!(third.ranks, 3);
+        assert_eq!(third.inputs, [10, 20, 30, 0, 0, 0, 0, 0]);
+        assert_eq!(third.outputs[..3], [11, 21, 31]);
+        assert_eq!(third.flags[..3], [12, 22, 32]);
+        assert_eq!(third.elements, 7);
+        assert_eq!(third.timeout_ns, 10_000_000_000);
+        assert_eq!(AllReduceArgs { rank: 0, ..third }, shared);
+    }
+
+    #[test]
+    fn small_buffers_meet_with_one_block_and_large_ones_fill_the_gpu() {
+        let h200_sms = 132;
+        let one_shot =
+            |ranks, len| all_reduce_blocks(AllReduceKernel::OneShot, ranks, len, h200_sms);
+        let two_shot =
+            |ranks, len| all_reduce_blocks(AllReduceKernel::TwoShot, ranks, len, h200_sms);
+        assert_eq!(one_shot(2, 4), 1);
+        assert_eq!(one_shot(8, 512 * 16), 1);
+        assert_eq!(one_shot(8, 512 * 16 + 1), 2);
+        assert_eq!(one_shot(2, 1 << 20), 128);
+        assert_eq!(one_shot(2, 64 << 20), 264);
+        // Two-shot: each rank reduces one slice.
+        assert_eq!(two_shot(2, 1 << 20), 64);
+        assert_eq!(two_shot(8, 1 << 20), 16);
+        assert_eq!(two_shot(8, 64 << 20), 264);
+        // The flag layout caps a GPU with more SMs than it holds blocks for.
+        assert_eq!(one_shot(2, 1 << 30).max(two_shot(2, 1 << 30)), 264);
+        assert_eq!(
+            all_reduce_blocks(AllReduceKernel::OneShot, 2, 1 << 30, 400),
+            ALL_REDUCE_MAX_BLOCKS
+        );
+        assert_eq!(all_reduce_blocks(AllReduceKernel::TwoShot, 0, 0, 0), 1);
+    }
+
+    #[test]
+    fn busy_durations_round_to_nanoseconds() {
+        assert_eq!(busy_ns(0.0), 0);
+        assert_eq!(busy_ns(100.0), 100_000);
+        assert_eq!(busy_ns(0.0004), 0);
+        assert_eq!(busy_ns(1.0006), 1_001);
+        assert_eq!(busy_ns(1e30), u64::MAX);
+    }
+
+    #[test]
+    fn a_lost_rank_says_who_waits_for_it() {
+        let failed = || Error::Cuda {
+            call: "cuLaunchKernel".into(),
+            message: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES".into(),
+        };
+        let first = lost_rank(failed(), 0).to_string();
+        assert!(!first.contains("queued"), "{first}");
+        let third = lost_rank(failed(), 2).to_string();
+        assert!(third.contains("rank 2; ranks 0 to 1 are queued"), "{third}");
+        assert!(third.contains("after 10 s"), "{third}");
+    }
+}

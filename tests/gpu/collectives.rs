@@ -1,0 +1,552 @@
+//! Collectives on real GPUs (part of the `gpu` test binary): peerlink's all-reduce kernels on 2 to
+//! all GPUs, their flags over many calls and in captured graphs, NCCL's all-reduce and send/recv,
+//! and the busy kernel's clock. Every output byte is checked against sums made on the host; the
+//! inputs are small integers, so every sum is exact in bf16 as in f32.
+
+use peerlink::backend::collective::{
+    AllReduceKernel, BufferRange, DataType, PeerTransfer, Rank, FLAG_BYTES, MAX_RANKS,
+};
+use peerlink::backend::cuda::CudaBackend;
+use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, StreamId};
+use peerlink::bench::pattern;
+use peerlink::bench::stats::median;
+
+const KERNELS: [AllReduceKernel; 2] = [AllReduceKernel::OneShot, AllReduceKernel::TwoShot];
+const DTYPES: [DataType; 2] = [DataType::F32, DataType::Bf16];
+
+/// What an output holds before a call: bytes past `len` must keep it.
+const SENTINEL: u8 = 0xa5;
+
+/// A backend with every pair of its first GPUs (up to [`MAX_RANKS`]) enabled for peer access, and
+/// how many GPUs that is; `None`, said on stderr, where there are fewer than two or a pair lacks P2P.
+fn several_gpus() -> Option<(CudaBackend, usize)> {
+    let b = CudaBackend::open().unwrap_or_else(|e| panic!("this test needs a GPU: {e}"));
+    let gpus = b.topology().devices.len().min(MAX_RANKS);
+    if gpus < 2 {
+        eprintln!("skipped: needs two GPUs, this host has {gpus}");
+        return None;
+    }
+    for a in 0..gpus {
+        for c in (0..gpus).filter(|&c| c != a) {
+            if let Err(e) = b.enable_peer_access(a, c) {
+                eprintln!("skipped: peerlink's all-reduce needs P2P between every two GPUs: {e}");
+                return None;
+            }
+        }
+    }
+    Some((b, gpus))
+}
+
+/// Rank `rank`'s element `index` in `round`: an integer in −32..=31, so that the sum of up to eight
+/// ranks (|sum| ≤ 256) is exact in bf16. Mixed so that an element moved to another place, another
+/// rank's element or another round's would differ.
+fn value(round: u64, rank: usize, index: usize) -> f32 {
+    let mixed = (index as u64 ^ (round << 40)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (rank as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    ((mixed.wrapping_mul(0x94d0_49bb_1331_11eb) >> 58) as i32 - 32) as f32
+}
+
+/// Values as the GPU holds them; bf16 is the upper half of the f32, exact for these integers.
+fn encode(dtype: DataType, values: impl Iterator<Item = f32>) -> Vec<u8> {
+    match dtype {
+        DataType::F32 => values.flat_map(f32::to_le_bytes).collect(),
+        DataType::Bf16 => values
+            .flat_map(|v| {
+                let bits = v.to_bits();
+                assert_eq!(bits & 0xffff, 0, "{v} is not exact in bf16");
+                ((bits >> 16) as u16).to_le_bytes()
+            })
+            .collect(),
+    }
+}
+
+fn input(dtype: DataType, round: u64, rank: usize, elements: usize) -> Vec<u8> {
+    encode(dtype, (0..elements).map(|j| value(round, rank, j)))
+}
+
+/// What every rank's output must hold after an all-reduce of `ranks` ranks' inputs of `round`.
+fn sums(dtype: DataType, round: u64, ranks: usize, elements: usize) -> Vec<u8> {
+    encode(
+        dtype,
+        (0..elements).map(|j| (0..ranks).map(|r| value(round, r, j)).sum()),
+    )
+}
+
+/// Checks a whole buffer: `want` from its start, the sentinel after it.
+fn check_output(b: &CudaBackend, buffer: BufferId, want: &[u8], what: &str) {
+    let mut got = vec![0; b.len(buffer).unwrap()];
+    b.read(buffer, 0, &mut got).unwrap();
+    if let Some(at) = (0..want.len()).find(|&i| got[i] != want[i]) {
+        panic!(
+            "{what}: first wrong byte at {at} of {} (expected {:#04x}, found {:#04x})",
+            want.len(),
+            want[at],
+            got[at]
+        );
+    }
+    if let Some(at) = (want.len()..got.len()).find(|&i| got[i] != SENTINEL) {
+        panic!("{what}: wrote byte {at}, past the {} reduced", want.len());
+    }
+}
+
+/// One stream, input, output and zeroed flag block on each of GPUs 0..count, buffers of
+/// `capacity` bytes.
+struct Ranks {
+    streams: Vec<StreamId>,
+    inputs: Vec<BufferId>,
+    outputs: Vec<BufferId>,
+    flags: Vec<BufferId>,
+}
+
+impl Ranks {
+    fn new(b: &CudaBackend, count: usize, capacity: usize) -> Ranks {
+        let on_each = |bytes: usize| -> Vec<BufferId> {
+            (0..count)
+                .map(|gpu| b.alloc(Memory::Device(gpu), bytes).unwrap())
+                .collect()
+        };
+        let flags = on_each(FLAG_BYTES);
+        for &flag in &flags {
+            b.write(flag, 0, &vec![0; FLAG_BYTES]).unwrap();
+        }
+        Ranks {
+            streams: (0..count)
+                .map(|gpu| b.create_stream(gpu).unwrap())
+                .collect(),
+            inputs: on_each(capacity),
+            outputs: on_each(capacity),
+            flags,
+        }
+    }
+
+    /// Every rank, reducing into `outputs`.
+    fn with_outputs(&self, outputs: &[BufferId]) -> Vec<Rank> {
+        (0..self.streams.len())
+            .map(|r| Rank {
+                stream: self.streams[r],
+                input: self.inputs[r],
+                output: outputs[r],
+            })
+            .collect()
+    }
+
+    fn ranks(&self) -> Vec<Rank> {
+        self.with_outputs(&self.outputs)
+    }
+
+    fn write_inputs(&self, b: &CudaBackend, dtype: DataType, round: u64, elements: usize) {
+        for (r, &buffer) in self.inputs.iter().enumerate() {
+            b.write(buffer, 0, &input(dtype, round, r, elements))
+                .unwrap();
+        }
+    }
+
+    fn fill_outputs(&self, b: &CudaBackend, outputs: &[BufferId]) {
+        for &buffer in outputs {
+            b.write(buffer, 0, &vec![SENTINEL; b.len(buffer).unwrap()])
+                .unwrap();
+        }
+    }
+
+    fn synchronize(&self, b: &CudaBackend) {
+        for &stream in &self.streams {
+            b.synchronize(stream)
+                .unwrap_or_else(|e| panic!("an all-reduce failed on the GPU: {e}"));
+        }
+    }
+}
+
+/// Element counts: one element, odd counts, 1 MiB and some, 64 MiB.
+fn element_counts(dtype: DataType) -> [usize; 6] {
+    let size = dtype.size();
+    [
+        1,
+        4 / size,
+        7,
+        4097,
+        (1 << 20) / size + 5,
+        (64 << 20) / size,
+    ]
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn all_reduce_kernels_sum_every_byte_on_2_to_all_gpus() {
+    let Some((b, gpus)) = several_gpus() else {
+        return;
+    };
+    // Room past the largest reduction, where the sentinel must survive.
+    let capacity = (64 << 20) + 64;
+    for count in 2..=gpus {
+        let set = Ranks::new(&b, count, capacity);
+        let mut round = 0;
+        for kernel in KERNELS {
+            for dtype in DTYPES {
+                for elements in element_counts(dtype) {
+                    round += 1;
+                    let len = elements * dtype.size();
+                    set.write_inputs(&b, dtype, round, elements);
+                    set.fill_outputs(&b, &set.outputs);
+                    b.collectives()
+                        .all_reduce(kernel, dtype, &set.ranks(), &set.flags, len)
+                        .unwrap();
+                    set.synchronize(&b);
+                    let want = sums(dtype, round, count, elements);
+                    for (r, &output) in set.outputs.iter().enumerate() {
+                        let what = format!(
+                            "{} {dtype} on {count} GPUs, {elements} elements, rank {r}",
+                            kernel.name()
+                        );
+                        check_output(&b, output, &want, &what);
+                    }
+                    eprintln!(
+                        "{} {dtype} on {count} GPUs: {elements} elements summed",
+                        kernel.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// 200 calls back to back on the same flags, never reset: both kernels, both element types and
+/// several lengths (so grids of different sizes) in turn, each rank's input rewritten on its stream
+/// before every call, so a rank that ran ahead of a peer's reads or writes would leave wrong sums.
+/// Every call has an output of its own, checked at the end.
+#[test]
+#[ignore = "needs a GPU"]
+fn all_reduce_flags_serve_200_calls_without_reset() {
+    let Some((b, count)) = several_gpus() else {
+        return;
+    };
+    let calls = 200;
+    let lengths = [1, 3, 4097, 70_001, (1 << 18) + 3];
+    let capacity = lengths.iter().max().unwrap() * 4 + 16;
+    let rounds: u64 = 3;
+    let set = Ranks::new(&b, count, capacity);
+    // stages[r][dtype][round]: rank r's input of that round, copied into its input before a call.
+    let stages: Vec<Vec<Vec<BufferId>>> = (0..count)
+        .map(|r| {
+            DTYPES
+                .iter()
+                .map(|&dtype| {
+                    (0..rounds)
+                        .map(|round| {
+                            let stage = b.alloc(Memory::Device(r), capacity).unwrap();
+                            let elements = capacity / dtype.size();
+                            b.write(stage, 0, &input(dtype, round, r, elements))
+                                .unwrap();
+                            stage
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    let outputs: Vec<Vec<BufferId>> = (0..calls)
+        .map(|_| {
+            (0..count)
+                .map(|r| b.alloc(Memory::Device(r), capacity).unwrap())
+                .collect()
+        })
+        .collect();
+    for call_outputs in &outputs {
+        set.fill_outputs(&b, call_outputs);
+    }
+    let plan = |call: usize| {
+        let dtype = DTYPES[call / 2 % 2];
+        (
+            KERNELS[call % 2],
+            dtype,
+            call as u64 % rounds,
+            lengths[call % lengths.len()],
+        )
+    };
+    for (call, call_outputs) in outputs.iter().enumerate() {
+        let (kernel, dtype, round, elements) = plan(call);
+        let len = elements * dtype.size();
+        let kind = DTYPES.iter().position(|&d| d == dtype).unwrap();
+        for (r, rank_stages) in stages.iter().enumerate() {
+            let copy =
+                BufferCopy::from_start(rank_stages[kind][round as usize], set.inputs[r], len);
+            b.copy(set.streams[r], CopyMethod::CopyEngine, &copy)
+                .unwrap();
+        }
+        b.collectives()
+            .all_reduce(
+                kernel,
+                dtype,
+                &set.with_outputs(call_outputs),
+                &set.flags,
+                len,
+            )
+            .unwrap();
+    }
+    set.synchronize(&b);
+    for (call, call_outputs) in outputs.iter().enumerate() {
+        let (kernel, dtype, round, elements) = plan(call);
+        let want = sums(dtype, round, count, elements);
+        for (r, &output) in call_outputs.iter().enumerate() {
+            let what = format!(
+                "call {call} ({} {dtype}, {elements} elements) on {count} GPUs, rank {r}",
+                kernel.name()
+            );
+            check_output(&b, output, &want, &what);
+        }
+    }
+    eprintln!("{calls} all-reduce calls on {count} GPUs on one set of flags: every byte right");
+}
+
+/// Each rank's stream captures the same two calls (one-shot into one output, two-shot into another);
+/// the graphs are replayed together several times, with new inputs each time, then a direct call
+/// follows on the same flags.
+#[test]
+#[ignore = "needs a GPU"]
+fn all_reduce_replays_from_captured_graphs() {
+    let Some((b, count)) = several_gpus() else {
+        return;
+    };
+    let dtype = DataType::F32;
+    let elements = 100_003;
+    let len = elements * dtype.size();
+    let set = Ranks::new(&b, count, len + 16);
+    let second: Vec<BufferId> = (0..count)
+        .map(|r| b.alloc(Memory::Device(r), len + 16).unwrap())
+        .collect();
+    for &stream in &set.streams {
+        b.begin_capture(stream).unwrap();
+    }
+    let c = b.collectives();
+    c.all_reduce(
+        AllReduceKernel::OneShot,
+        dtype,
+        &set.ranks(),
+        &set.flags,
+        len,
+    )
+    .unwrap();
+    c.all_reduce(
+        AllReduceKernel::TwoShot,
+        dtype,
+        &set.with_outputs(&second),
+        &set.flags,
+        len,
+    )
+    .unwrap();
+    let graphs: Vec<_> = set
+        .streams
+        .iter()
+        .map(|&stream| b.end_capture(stream).unwrap())
+        .collect();
+    for round in 1..=5 {
+        set.write_inputs(&b, dtype, round, elements);
+        set.fill_outputs(&b, &set.outputs);
+        set.fill_outputs(&b, &second);
+        for (&graph, &stream) in graphs.iter().zip(&set.streams) {
+            b.replay(graph, stream).unwrap();
+        }
+        set.synchronize(&b);
+        let want = sums(dtype, round, count, elements);
+        for (r, (&one_shot, &two_shot)) in set.outputs.iter().zip(&second).enumerate() {
+            let what = format!("replay {round} on {count} GPUs, rank {r}");
+            check_output(&b, one_shot, &want, &format!("{what}, one-shot"));
+            check_output(&b, two_shot, &want, &format!("{what}, two-shot"));
+        }
+    }
+    set.write_inputs(&b, dtype, 99, elements);
+    set.fill_outputs(&b, &set.outputs);
+    c.all_reduce(
+        AllReduceKernel::OneShot,
+        dtype,
+        &set.ranks(),
+        &set.flags,
+        len,
+    )
+    .unwrap();
+    set.synchronize(&b);
+    let want = sums(dtype, 99, count, elements);
+    for (r, &output) in set.outputs.iter().enumerate() {
+        check_output(
+            &b,
+            output,
+            &want,
+            &format!("direct call after replays, rank {r}"),
+        );
+    }
+    for graph in graphs {
+        b.destroy_graph(graph).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn nccl_all_reduce_sums_every_byte() {
+    let Some((b, gpus)) = several_gpus() else {
+        return;
+    };
+    let nccl = match b.collectives().nccl() {
+        Ok(nccl) => nccl,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    eprintln!("{}", nccl.describe());
+    for count in 2..=gpus {
+        let devices: Vec<usize> = (0..count).collect();
+        let comm = nccl.communicator(&devices).unwrap();
+        let set = Ranks::new(&b, count, (1 << 20) + 64);
+        let mut round = 100;
+        for dtype in DTYPES {
+            for elements in [1, 7, 4097, (1 << 20) / dtype.size() - 3] {
+                round += 1;
+                let len = elements * dtype.size();
+                set.write_inputs(&b, dtype, round, elements);
+                set.fill_outputs(&b, &set.outputs);
+                nccl.all_reduce(comm, dtype, &set.ranks(), len).unwrap();
+                set.synchronize(&b);
+                let want = sums(dtype, round, count, elements);
+                for (r, &output) in set.outputs.iter().enumerate() {
+                    let what = format!(
+                        "ncclAllReduce {dtype} on {count} GPUs, {elements} elements, rank {r}"
+                    );
+                    check_output(&b, output, &want, &what);
+                }
+            }
+        }
+        // In place: each input is its own output.
+        let elements = 4099;
+        set.write_inputs(&b, DataType::F32, 7, elements);
+        nccl.all_reduce(
+            comm,
+            DataType::F32,
+            &set.with_outputs(&set.inputs),
+            elements * 4,
+        )
+        .unwrap();
+        set.synchronize(&b);
+        let want = sums(DataType::F32, 7, count, elements);
+        for (r, &buffer) in set.inputs.iter().enumerate() {
+            let mut got = vec![0; want.len()];
+            b.read(buffer, 0, &mut got).unwrap();
+            assert!(
+                got == want,
+                "in-place ncclAllReduce on {count} GPUs, rank {r}"
+            );
+        }
+        nccl.destroy_communicator(comm).unwrap();
+    }
+}
+
+/// Every rank sends to the next and to the previous rank at once (on two GPUs: both ways at once),
+/// from and to offsets inside its buffers, in one group.
+#[test]
+#[ignore = "needs a GPU"]
+fn nccl_send_recv_moves_every_byte_both_ways_at_once() {
+    let Some((b, count)) = several_gpus() else {
+        return;
+    };
+    let nccl = match b.collectives().nccl() {
+        Ok(nccl) => nccl,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let devices: Vec<usize> = (0..count).collect();
+    let comm = nccl.communicator(&devices).unwrap();
+    let streams: Vec<StreamId> = devices
+        .iter()
+        .map(|&d| b.create_stream(d).unwrap())
+        .collect();
+    for len in [1, 4099, (8 << 20) + 3] {
+        let size = 2 * len + 16;
+        let sources: Vec<BufferId> = devices
+            .iter()
+            .map(|&d| b.alloc(Memory::Device(d), size).unwrap())
+            .collect();
+        let targets: Vec<BufferId> = devices
+            .iter()
+            .map(|&d| b.alloc(Memory::Device(d), size).unwrap())
+            .collect();
+        let data: Vec<Vec<u8>> = (0..count)
+            .map(|r| pattern::bytes(r as u64 + 40, size))
+            .collect();
+        for r in 0..count {
+            b.write(sources[r], 0, &data[r]).unwrap();
+            b.write(targets[r], 0, &vec![SENTINEL; size]).unwrap();
+        }
+        let range = |buffer, offset| BufferRange {
+            buffer,
+            offset,
+            len,
+        };
+        // To the next rank: source bytes 1.., landing at 3..; to the previous: len + 5.., landing
+        // at len + 7...
+        let transfers: Vec<PeerTransfer> = (0..count)
+            .flat_map(|r| {
+                let (next, previous) = ((r + 1) % count, (r + count - 1) % count);
+                [
+                    PeerTransfer {
+                        from: r,
+                        to: next,
+                        src: range(sources[r], 1),
+                        dst: range(targets[next], 3),
+                    },
+                    PeerTransfer {
+                        from: r,
+                        to: previous,
+                        src: range(sources[r], len + 5),
+                        dst: range(targets[previous], len + 7),
+                    },
+                ]
+            })
+            .collect();
+        nccl.send_recv(comm, &streams, &transfers).unwrap();
+        for &stream in &streams {
+            b.synchronize(stream).unwrap();
+        }
+        for (r, &target) in targets.iter().enumerate() {
+            let (next, previous) = ((r + 1) % count, (r + count - 1) % count);
+            let mut want = vec![SENTINEL; size];
+            want[3..3 + len].copy_from_slice(&data[previous][1..1 + len]);
+            want[len + 7..2 * len + 7].copy_from_slice(&data[next][len + 5..2 * len + 5]);
+            let mut got = vec![0; size];
+            b.read(target, 0, &mut got).unwrap();
+            if let Some(at) = (0..size).find(|&i| got[i] != want[i]) {
+                panic!(
+                    "ncclSend/ncclRecv of {len} B on {count} GPUs: rank {r}'s byte {at} is wrong"
+                );
+            }
+        }
+        for buffer in sources.into_iter().chain(targets) {
+            b.free(buffer).unwrap();
+        }
+    }
+    nccl.destroy_communicator(comm).unwrap();
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn busy_kernel_runs_for_the_time_asked() {
+    let b = CudaBackend::open().unwrap_or_else(|e| panic!("this test needs a GPU: {e}"));
+    let stream = b.create_stream(0).unwrap();
+    let asked = 100.0;
+    b.collectives().busy(stream, 0.0).unwrap(); // loads the kernel
+    let mut times = Vec::new();
+    for _ in 0..21 {
+        let start = b.record(stream).unwrap();
+        b.collectives().busy(stream, asked).unwrap();
+        let end = b.record(stream).unwrap();
+        b.synchronize(stream).unwrap();
+        times.push(b.elapsed_us(start, end).unwrap());
+        b.destroy_event(start).unwrap();
+        b.destroy_event(end).unwrap();
+    }
+    let took = median(&times).unwrap();
+    eprintln!("busy for {asked} µs took {took:.1} µs of GPU time (median of 21)");
+    assert!(
+        (took - asked).abs() <= asked * 0.1,
+        "busy for {asked} µs took {took:.1} µs"
+    );
+}
