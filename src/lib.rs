@@ -49,5 +49,6 @@ pub mod model;
 pub mod report;
 pub mod topology;
 pub mod units;
+pub mod workload;
 
 pub use error::{Error, Result};

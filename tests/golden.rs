@@ -87,6 +87,31 @@ const CASES: &[(&str, &[&str])] = &[
         &["compare", "{dir}/bench-1MiB.json", "{dir}/bench-256KiB.json"],
     ),
     (
+        "workload-all-reduce",
+        &[
+            "workload",
+            "all-reduce",
+            "--devices",
+            "0,1",
+            "--max-size",
+            "64KiB",
+            "--issue",
+            "both",
+        ],
+    ),
+    (
+        "workload-send-recv",
+        &["workload", "send-recv", "--devices", "0,1", "--max-size", "64KiB"],
+    ),
+    (
+        "workload-pipeline",
+        &["workload", "pipeline", "--devices", "0,1", "--sizes", "4,64KiB,4MiB"],
+    ),
+    (
+        "workload-halo",
+        &["workload", "halo", "--devices", "0,1", "--max-size", "4KiB", "--graphs"],
+    ),
+    (
         "plan-profile",
         &[
             "plan",

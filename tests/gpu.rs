@@ -18,6 +18,8 @@ mod engine;
 
 #[path = "gpu/collectives.rs"]
 mod collectives;
+#[path = "gpu/workload.rs"]
+mod workload;
 
 use contract::contents;
 

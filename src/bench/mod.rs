@@ -11,8 +11,9 @@
 //! - `bench` (this module and [`cases`], one type per test), [`explain`] and [`tune`];
 //! - [`proof`]: the transfer engine's choices measured against the alternatives (the engine in
 //!   [`crate::engine`] only plans and moves data);
-//! - the coming workloads (all-reduce and others), timed as nccl-tests times them: back-to-back
-//!   operations between events ([`timing::held_gpu_us`]).
+//! - [`crate::workload`]: the all-reduce, send-recv, pipeline and halo workloads, timed as
+//!   nccl-tests times them: back-to-back operations between events on every rank's stream
+//!   ([`timing::held_group_us`]).
 //!
 //! Everything here talks to a host only through [`Backend`], so all of it runs, and is tested, on
 //! the simulator.

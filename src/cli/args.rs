@@ -57,6 +57,9 @@ pub enum Verb {
     /// Measure this host's hop costs and write a profile for `plan --profile` (and, with
     /// --export-sim, a simulator preset calibrated from the same measurements)
     Tune(TuneArgs),
+    /// Run a workload over the GPUs, peerlink beside NCCL, timed as nccl-tests times and every
+    /// byte verified: all-reduce, send-recv, pipeline or halo
+    Workload(WorkloadArgs),
     /// Two `bench --json` documents side by side, figure by figure (another run, another host, or
     /// a simulator preset against the machine it was calibrated on)
     Compare(CompareArgs),
@@ -186,4 +189,61 @@ pub struct TuneArgs {
     /// Fewer sizes (and one sample on real GPUs): a rougher profile in about half the time
     #[arg(long)]
     pub quick: bool,
+}
+
+#[derive(Args)]
+pub struct WorkloadArgs {
+    /// all-reduce, send-recv, pipeline or halo
+    pub workload: String,
+
+    /// Sizes to sweep: a range 4B..1GiB (powers of two) or a list 4K,64K,1M (the buffer reduced,
+    /// the message, the activation, the halo face) [default: 4B to 1GiB in steps of 4×; up to
+    /// 16MiB on the simulator]
+    #[arg(long, value_name = "RANGE|LIST", conflicts_with = "size")]
+    pub sizes: Option<String>,
+
+    /// One size instead of a sweep
+    #[arg(long, value_name = "SIZE")]
+    pub size: Option<String>,
+
+    /// Leave sizes above this out of the sweep (for quick runs)
+    #[arg(long, value_name = "SIZE")]
+    pub max_size: Option<String>,
+
+    /// Timed operations per window [default: 20, fewer from 64MiB up (5 at 256MiB and above); 2
+    /// on the simulator]
+    #[arg(long)]
+    pub iters: Option<u32>,
+
+    /// Untimed operations before each window [default: 5; 1 on the simulator]
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+
+    /// How the timed loop is issued: `stream` (one host thread queues every rank, each stream held
+    /// behind a gate), `graphs` (each rank's loop captured into a CUDA graph and replayed) or
+    /// `both` (a row for each) [default: stream]
+    #[arg(long, value_name = "MODE")]
+    pub issue: Option<String>,
+
+    /// Same as --issue graphs
+    #[arg(long, conflicts_with = "issue")]
+    pub graphs: bool,
+
+    /// all-reduce: the element type, f32 or bf16
+    #[arg(long, value_name = "TYPE")]
+    pub dtype: Option<String>,
+
+    /// send-recv: one-way (each GPU sends to the next), both (each pair of neighbours both ways
+    /// at once) or all (each in turn) [default: all]
+    #[arg(long, value_name = "WHICH")]
+    pub direction: Option<String>,
+
+    /// pipeline: microseconds of stand-in compute per stage and step [default: 200]
+    #[arg(long, value_name = "US")]
+    pub compute_us: Option<f64>,
+
+    /// halo: 1 (a ring of GPUs, rows), 2 (a grid of GPUs, rows and columns) or both [default:
+    /// both]
+    #[arg(long, value_name = "1|2|both")]
+    pub dims: Option<String>,
 }

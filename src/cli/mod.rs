@@ -8,6 +8,7 @@ pub mod args;
 mod compare;
 mod plan;
 mod tune;
+mod workload;
 
 use anyhow::Result;
 use args::{Cli, Global, Verb};
@@ -67,6 +68,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Plan(args) => plan::run(global, &args),
         Verb::Tune(args) => tune::run(global, &args),
         Verb::Compare(args) => compare::run(global, &args),
+        Verb::Workload(args) => workload::run(global, &args),
     }
 }
 

@@ -10,9 +10,10 @@
 //! The documents: [`topo::TopoDocument`], [`bench::BenchDocument`] (sweeps included),
 //! [`bench::ExplainDocument`], [`plan::PlanDocument`], [`plan::PlanSweepDocument`],
 //! [`plan::PlanBatchDocument`], [`plan::PlanConcurrentDocument`],
-//! [`crate::model::Profile`] (from `tune`, read by `plan --profile`) and
-//! [`compare::CompareDocument`]. A simulator preset ([`crate::backend::sim::Preset`]) is an input
-//! users write, with no header, but its schema is published beside theirs.
+//! [`crate::model::Profile`] (from `tune`, read by `plan --profile`),
+//! [`compare::CompareDocument`] and [`workload::WorkloadDocument`]. A simulator preset
+//! ([`crate::backend::sim::Preset`]) is an input users write, with no header, but its schema is
+//! published beside theirs.
 
 pub mod bench;
 pub mod compare;
@@ -20,6 +21,7 @@ mod header;
 pub mod plan;
 pub mod schemas;
 pub mod topo;
+pub mod workload;
 
 pub use header::{rfc3339, utc_date, Header, HostGpu, COMMIT, PEERLINK_VERSION};
 

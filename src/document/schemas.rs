@@ -10,6 +10,7 @@ use super::bench::{BenchDocument, ExplainDocument};
 use super::compare::CompareDocument;
 use super::plan::{PlanBatchDocument, PlanConcurrentDocument, PlanDocument, PlanSweepDocument};
 use super::topo::TopoDocument;
+use super::workload::WorkloadDocument;
 use super::Document;
 use crate::backend::sim::Preset;
 use crate::model::Profile;
@@ -46,6 +47,7 @@ pub fn published() -> Vec<Published> {
         of::<PlanConcurrentDocument>(),
         of::<Profile>(),
         of::<CompareDocument>(),
+        of::<WorkloadDocument>(),
         Published {
             file: PRESET_FILE.to_string(),
             schema: titled::<Preset>("peerlink simulator preset"),

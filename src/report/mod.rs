@@ -9,6 +9,7 @@ pub mod plan;
 pub mod table;
 pub mod topo;
 pub mod tune;
+pub mod workload;
 
 use crate::topology::Source;
 

@@ -5,7 +5,8 @@
 //! - **Windows** ([`Lane`], [`measure`]): back-to-back operations queued behind a held stream,
 //!   GPU events around them, the GPU time divided by their count: what a path sustains, the CPU's
 //!   cost of queuing kept out (nvbandwidth's design; nccl-tests times a loop of collectives the
-//!   same way, and [`held_gpu_us`] times any such loop).
+//!   same way: [`held_gpu_us`] times such a loop on one stream, [`held_group_us`] on every rank's
+//!   stream at once).
 //! - **Runs** ([`Runs`], [`interleaved`]): one operation at a time, timed on the host clock
 //!   ([`host_us`]) or between events around it ([`gpu_us`]): what a lone transfer costs, or what a
 //!   caller waits for end to end. Several contenders take turns, so that drift falls on all alike.
@@ -116,19 +117,61 @@ pub fn held_gpu_us(
     stream: StreamId,
     queue: impl FnOnce() -> Result<()>,
 ) -> Result<f64> {
-    let gate = backend.hold(stream)?;
+    let mut queue = Some(queue);
+    let us = held_group_us(backend, &[stream], |phase| match phase {
+        Phase::WarmUp => Ok(()),
+        Phase::Timed => queue.take().map_or(Ok(()), |queue| queue()),
+    })?;
+    Ok(us[0])
+}
+
+/// Which part of a held window [`held_group_us`] asks its caller to queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Untimed work before the start events: first-use costs, and a pipeline filling up.
+    WarmUp,
+    /// The work the window times.
+    Timed,
+}
+
+/// GPU µs on each of `streams` (one or more per GPU, every one held while the host queues) of
+/// the work `queue(Phase::Timed)` puts there, after the untimed work of `queue(Phase::WarmUp)`:
+/// nccl-tests' timing of a loop of collectives on every rank's stream, the CPU's issue cost kept
+/// out. The workloads take the slowest stream's time. Work may wait across streams (events) but
+/// must not make the host wait for the GPUs, which stay held until both phases are queued.
+pub fn held_group_us(
+    backend: &dyn Backend,
+    streams: &[StreamId],
+    mut queue: impl FnMut(Phase) -> Result<()>,
+) -> Result<Vec<f64>> {
+    let mut gates = Vec::with_capacity(streams.len());
     let queued = (|| {
-        let start = backend.record(stream)?;
-        queue()?;
-        Ok((start, backend.record(stream)?))
+        for &stream in streams {
+            gates.push(backend.hold(stream)?);
+        }
+        queue(Phase::WarmUp)?;
+        let starts = record_each(backend, streams)?;
+        queue(Phase::Timed)?;
+        Ok((starts, record_each(backend, streams)?))
     })();
     // Release and drain even after an error, so that no stream stays held.
-    let released = backend.release(gate);
-    let drained = backend.synchronize(stream);
-    let (start, end) = queued?;
+    let released = gates.into_iter().try_for_each(|g| backend.release(g));
+    let drained = streams.iter().try_for_each(|&s| backend.synchronize(s));
+    let (starts, ends) = queued?;
     released?;
     drained?;
-    elapsed_then_destroy(backend, start, end)
+    starts
+        .into_iter()
+        .zip(ends)
+        .map(|(start, end)| elapsed_then_destroy(backend, start, end))
+        .collect()
+}
+
+fn record_each(
+    backend: &dyn Backend,
+    streams: &[StreamId],
+) -> Result<Vec<crate::backend::EventId>> {
+    streams.iter().map(|&s| backend.record(s)).collect()
 }
 
 fn elapsed_then_destroy(
@@ -186,6 +229,53 @@ mod tests {
             ]
         );
         assert_eq!(kept, [vec![2, 8], vec![4, 6]]);
+    }
+
+    #[test]
+    fn a_held_group_times_each_stream_after_its_warm_up() {
+        use crate::backend::{sim::SimBackend, BufferCopy, CopyMethod, Memory};
+        let backend = SimBackend::open("pcie-2gpu-switch").unwrap();
+        let b: &dyn Backend = &backend;
+        let streams = [b.create_stream(0).unwrap(), b.create_stream(1).unwrap()];
+        let local = |device, bytes| {
+            let src = b.alloc(Memory::Device(device), bytes).unwrap();
+            let dst = b.alloc(Memory::Device(device), bytes).unwrap();
+            BufferCopy::from_start(src, dst, bytes)
+        };
+        let copies = [local(0, 1 << 20), local(1, 4 << 20)];
+        let window = |warmups: usize| {
+            held_group_us(b, &streams, |phase| {
+                let times = match phase {
+                    Phase::WarmUp => warmups,
+                    Phase::Timed => 1,
+                };
+                for _ in 0..times {
+                    for (&stream, copy) in streams.iter().zip(&copies) {
+                        b.copy(stream, CopyMethod::CopyEngine, copy)?;
+                    }
+                }
+                Ok(())
+            })
+            .unwrap()
+        };
+        let cold = window(0);
+        assert_eq!(cold.len(), 2);
+        // Each stream's own work: four times the bytes take longer.
+        assert!(cold[1] > 2.0 * cold[0], "{cold:?}");
+        // Warm-ups queued before the start events stay out of the windows.
+        let warm = window(3);
+        for (w, c) in warm.iter().zip(&cold) {
+            assert!((w - c).abs() < 0.05 * c, "{warm:?} against {cold:?}");
+        }
+        // One stream's held window is the same measurement.
+        let alone = held_gpu_us(b, streams[0], || {
+            b.copy(streams[0], CopyMethod::CopyEngine, &copies[0])
+        })
+        .unwrap();
+        assert!(
+            (alone - cold[0]).abs() < 0.05 * cold[0],
+            "{alone} against {cold:?}"
+        );
     }
 
     #[test]

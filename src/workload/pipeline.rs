@@ -1,0 +1,364 @@
+//! Pipeline activations: the GPUs are stages in order; every step, each stage runs its compute (a
+//! stand-in kernel of `--compute-us`) and hands its activation (the sweep's size) to the next
+//! stage, double-buffered, so that step k's hand-over overlaps step k + 1's compute.
+//!
+//! Stage i's step k: its compute waits for the activation of step k to arrive (stages after the
+//! first) and for buffer k % 2 to be sent on from step k − 2; its hand-over, on a stream of its
+//! own, waits for the compute of step k and for the next stage to have finished with that buffer
+//! (its compute of step k − 2). peerlink hands over with a copy-engine copy pushed into the next
+//! GPU; NCCL with a send on the stage's stream and a receive on the next stage's own stream, in a
+//! communicator of the two stages alone.
+//!
+//! Reported: the step time, the compute kernel's time alone, and their difference, the
+//! communication the overlap left exposed. Graphs cannot capture the stages' event waits, so the
+//! steps are issued from the host in every mode.
+
+use super::{
+    buffers_on, enable_peers, ids, length, measure, nccl, prime, row, streams_on, Communicator,
+    Contender, Counts, IssueMode, Loop, Measured, Operation, Settings, Workload,
+};
+use crate::backend::collective::{BufferRange, PeerTransfer};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, StreamId};
+use crate::bench::pattern;
+use crate::bench::progress::Progress;
+use crate::workload::Row;
+use crate::{Error, Result};
+use std::collections::HashMap;
+
+/// The stand-in compute per step when `--compute-us` is not given, µs.
+pub const DEFAULT_COMPUTE_US: f64 = 200.0;
+
+/// Step time − compute alone: the communication the overlap did not hide.
+pub fn exposed_us(step_us: f64, compute_us: f64) -> f64 {
+    step_us - compute_us
+}
+
+/// How a stage hands its activation to the next.
+enum HandOver<'a> {
+    /// A copy-engine copy on the stage's send stream, pushed into the next GPU's buffer.
+    Copy,
+    /// An NCCL send on the stage's send stream, received on the next stage's receive stream;
+    /// `pairs[i]` is the communicator of stages i and i + 1 (as PyTorch makes one per pair for
+    /// point-to-point work: a stage's receive then need not queue behind its own send).
+    Nccl(&'a [Communicator<'a>]),
+}
+
+/// Every stage's streams and buffers.
+struct Stages<'a> {
+    compute: &'a [StreamId],
+    send: &'a [StreamId],
+    recv: &'a [StreamId],
+    /// `out[i][b]`: stage i's activation in buffer b (on GPU i).
+    out: &'a [[BufferId; 2]],
+    /// `input[i][b]`: where stage i receives buffer b (on GPU i).
+    input: &'a [[BufferId; 2]],
+}
+
+struct Steps<'a> {
+    backend: &'a dyn Backend,
+    stages: &'a Stages<'a>,
+    hand_over: HandOver<'a>,
+    compute_us: f64,
+    len: usize,
+    /// `(stage, step)` → recorded after the stage's compute of that step.
+    computed: HashMap<(usize, u64), EventId>,
+    /// `(stage, step)` → recorded once the stage's activation of that step has arrived at the next.
+    arrived: HashMap<(usize, u64), EventId>,
+}
+
+/// Which of a step's events.
+#[derive(Clone, Copy)]
+enum Kept {
+    Computed,
+    Arrived,
+}
+
+impl Steps<'_> {
+    fn wait(&self, stream: StreamId, event: Option<&EventId>) -> Result<()> {
+        event.map_or(Ok(()), |&e| self.backend.wait(stream, e))
+    }
+
+    /// Keeps `event` for `key`, destroying the one an earlier run of the same step left there.
+    fn keep(&mut self, which: Kept, key: (usize, u64), event: EventId) -> Result<()> {
+        let map = match which {
+            Kept::Computed => &mut self.computed,
+            Kept::Arrived => &mut self.arrived,
+        };
+        match map.insert(key, event) {
+            Some(old) => self.backend.destroy_event(old),
+            None => Ok(()),
+        }
+    }
+
+    /// Destroys the events of `step` and earlier (the waits on them are queued).
+    fn forget(&mut self, step: u64) -> Result<()> {
+        let stale: Vec<(usize, u64)> = self
+            .computed
+            .keys()
+            .chain(self.arrived.keys())
+            .copied()
+            .filter(|&(_, s)| s <= step)
+            .collect();
+        for key in stale {
+            for map in [&mut self.computed, &mut self.arrived] {
+                if let Some(event) = map.remove(&key) {
+                    self.backend.destroy_event(event)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Operation for Steps<'_> {
+    fn queue(&mut self, step: u64) -> Result<()> {
+        let s = self.stages;
+        let n = s.compute.len();
+        let b = (step % 2) as usize;
+        let previous = step.checked_sub(2);
+        let collectives = self.backend.collectives();
+        for i in 0..n {
+            if i > 0 {
+                self.wait(s.compute[i], self.arrived.get(&(i - 1, step)))?;
+            }
+            if let Some(p) = previous {
+                self.wait(s.compute[i], self.arrived.get(&(i, p)))?;
+            }
+            collectives.busy(s.compute[i], self.compute_us)?;
+            let done = self.backend.record(s.compute[i])?;
+            self.keep(Kept::Computed, (i, step), done)?;
+            if i + 1 == n {
+                continue;
+            }
+            // The receiving side's stream waits for the next stage to be done with the buffer.
+            let receiver = match self.hand_over {
+                HandOver::Copy => s.send[i],
+                HandOver::Nccl(_) => s.recv[i + 1],
+            };
+            self.wait(s.send[i], Some(&done))?;
+            if let Some(p) = previous {
+                self.wait(receiver, self.computed.get(&(i + 1, p)))?;
+            }
+            let (src, dst) = (s.out[i][b], s.input[i + 1][b]);
+            match self.hand_over {
+                HandOver::Copy => self.backend.copy(
+                    s.send[i],
+                    CopyMethod::CopyEngine,
+                    &BufferCopy::from_start(src, dst, self.len),
+                )?,
+                HandOver::Nccl(pairs) => {
+                    let range = |buffer| BufferRange {
+                        buffer,
+                        offset: 0,
+                        len: self.len,
+                    };
+                    let transfer = PeerTransfer {
+                        from: 0,
+                        to: 1,
+                        src: range(src),
+                        dst: range(dst),
+                    };
+                    let comm = &pairs[i];
+                    let streams = [s.send[i], s.recv[i + 1]];
+                    comm.nccl.send_recv(comm.id, &streams, &[transfer])?
+                }
+            }
+            let arrived = self.backend.record(receiver)?;
+            self.keep(Kept::Arrived, (i, step), arrived)?;
+        }
+        match previous {
+            Some(p) => self.forget(p),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Steps<'_> {
+    fn drop(&mut self) {
+        // Nothing can report a failure from drop; the waits on these events are queued.
+        let _ = self.forget(u64::MAX);
+    }
+}
+
+/// Runs the pipeline sweep with `compute_us` of stand-in compute per step.
+pub fn run(
+    backend: &dyn Backend,
+    settings: &mut Settings,
+    compute_us: f64,
+    progress: &dyn Progress,
+) -> Result<Vec<Row>> {
+    if !(compute_us.is_finite() && compute_us > 0.0) {
+        return Err(Error::usage(format!(
+            "--compute-us must be a positive number of microseconds, not {compute_us}"
+        )));
+    }
+    if settings.issue.contains(&IssueMode::Graphs) {
+        settings.notices.push(
+            "the pipeline's steps are issued from the host in every mode: its stages wait for \
+             each other through events, which a graph of each stream cannot capture"
+                .into(),
+        );
+    }
+    let devices = settings.devices.clone();
+    let n = devices.len();
+    enable_peers(backend, &devices)?;
+    let owned = [
+        streams_on(backend, &devices)?,
+        streams_on(backend, &devices)?,
+        streams_on(backend, &devices)?,
+    ];
+    let [compute, send, recv] = [ids(&owned[0]), ids(&owned[1]), ids(&owned[2])];
+    let largest = length(settings.largest())?;
+    let owned_buffers = [
+        buffers_on(backend, &devices, largest)?,
+        buffers_on(backend, &devices, largest)?,
+        buffers_on(backend, &devices, largest)?,
+        buffers_on(backend, &devices, largest)?,
+    ];
+    let pair = |a: usize, b: usize| -> Vec<[BufferId; 2]> {
+        (0..n)
+            .map(|i| [*owned_buffers[a][i], *owned_buffers[b][i]])
+            .collect()
+    };
+    let stages = Stages {
+        compute: &compute,
+        send: &send,
+        recv: &recv,
+        out: &pair(0, 1),
+        input: &pair(2, 3),
+    };
+    let pairs = nccl(backend, &mut settings.notices)
+        .map(|nccl| {
+            devices
+                .windows(2)
+                .map(|pair| Communicator::new(nccl, pair))
+                .collect::<Result<Vec<_>>>()
+        })
+        .transpose()?;
+    let mut rows = Vec::new();
+    progress.start("pipeline", settings.sizes.len() as u64);
+    for &bytes in &settings.sizes {
+        let len = length(bytes)?;
+        let counts = settings.counts(bytes);
+        let alone = compute_alone(backend, compute[0], compute_us, counts)?;
+        let data: Vec<[Vec<u8>; 2]> = (0..n)
+            .map(|i| [0, 1].map(|b| pattern::bytes(pattern::seed(&[bytes, i as u64, b]), len)))
+            .collect();
+        for (i, data) in data.iter().enumerate() {
+            for (&buffer, data) in stages.out[i].iter().zip(data) {
+                backend.write(buffer, 0, data)?;
+            }
+        }
+        // The check runs after one more step, numbered past the timed ones: its buffer.
+        let checked = ((counts.warmup + counts.iters) % 2) as usize;
+        let poison = || {
+            (1..n).try_for_each(|i| {
+                let inverted: Vec<u8> = data[i - 1][checked].iter().map(|b| !b).collect();
+                backend.write(stages.input[i][checked], 0, &inverted)
+            })
+        };
+        let check = |what: &str| {
+            let mut found = vec![0; len];
+            (1..n).try_for_each(|i| {
+                backend.read(stages.input[i][checked], 0, &mut found)?;
+                Error::check_bytes(
+                    format!("pipeline {what}"),
+                    devices[i - 1],
+                    devices[i],
+                    &data[i - 1][checked],
+                    &found,
+                )
+            })
+        };
+        let mut contenders: Vec<(Contender, &str, HandOver<'_>)> =
+            vec![(Contender::Peerlink, "copy-engine copy", HandOver::Copy)];
+        if let Some(pairs) = &pairs {
+            contenders.push((
+                Contender::Nccl,
+                "ncclSend/ncclRecv, a communicator per stage pair",
+                HandOver::Nccl(pairs),
+            ));
+        }
+        for (contender, algorithm, hand_over) in contenders {
+            let mut streams = [&compute[..], &send[..n - 1]].concat();
+            if matches!(hand_over, HandOver::Nccl(_)) {
+                streams.extend_from_slice(&recv[1..]);
+            }
+            let mut steps = Steps {
+                backend,
+                stages: &stages,
+                hand_over,
+                compute_us,
+                len,
+                computed: HashMap::new(),
+                arrived: HashMap::new(),
+            };
+            let step_us = measure(
+                backend,
+                &streams,
+                IssueMode::Stream,
+                counts,
+                &mut steps,
+                poison,
+                || check(algorithm),
+            )?;
+            let m = Measured {
+                variant: None,
+                bytes,
+                contender,
+                algorithm: algorithm.to_string(),
+                issue: IssueMode::Stream,
+                iters: counts.iters,
+                time_us: step_us,
+            };
+            let mut r = row(Workload::Pipeline, n, settings.simulated, None, m);
+            r.compute_us = Some(alone);
+            r.exposed_us = Some(exposed_us(step_us, alone));
+            rows.push(r);
+        }
+        progress.step();
+    }
+    progress.finish();
+    Ok(rows)
+}
+
+/// The compute kernel's GPU time alone per step, µs, timed as the steps are.
+fn compute_alone(
+    backend: &dyn Backend,
+    stream: StreamId,
+    compute_us: f64,
+    counts: Counts,
+) -> Result<f64> {
+    struct Busy<'a> {
+        backend: &'a dyn Backend,
+        stream: StreamId,
+        compute_us: f64,
+    }
+    impl Operation for Busy<'_> {
+        fn queue(&mut self, _step: u64) -> Result<()> {
+            self.backend
+                .collectives()
+                .busy(self.stream, self.compute_us)
+        }
+    }
+    let mut busy = Busy {
+        backend,
+        stream,
+        compute_us,
+    };
+    prime(backend, &[stream], &mut busy)?;
+    Loop::new(backend, &[stream], IssueMode::Stream, counts, &mut busy)?.time(&mut busy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposed_communication_is_what_the_step_adds_to_the_compute() {
+        assert_eq!(exposed_us(250.0, 200.0), 50.0);
+        assert_eq!(exposed_us(200.0, 200.0), 0.0);
+        // Noise can put a fully hidden step a little below the compute alone: reported as it is.
+        assert!(exposed_us(199.5, 200.0) < 0.0);
+    }
+}

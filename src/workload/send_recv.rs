@@ -1,0 +1,267 @@
+//! Messages between consecutive GPUs: the transfer engine against NCCL send/recv, one way (every
+//! rank but the last sends to the next) and both ways at once (each pair of consecutive ranks
+//! sends to each other), all flows at once.
+//!
+//! The engine runs each transfer as it plans it, on its own streams; the ranks' held streams start
+//! them (each transfer waits for an event recorded there) and wait for the last of them, so the
+//! window covers the engine's GPU time and none of the host's. A graph cannot capture the engine's
+//! work (it runs on the engine's streams), so its rows are issued from the host in every mode.
+
+use super::{
+    ids, length, measure, nccl, row, streams_on, Communicator, Contender, IssueMode, Measured,
+    Operation, Settings, Variant, Workload,
+};
+use crate::backend::collective::{BufferRange, PeerTransfer};
+use crate::backend::{Backend, EventId, StreamId};
+use crate::bench::pattern;
+use crate::bench::progress::Progress;
+use crate::engine::{Buffer, Fabric, Transfer};
+use crate::workload::Row;
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// One message's path: rank `from` sends its `src` to rank `to`'s `dst`.
+pub struct Flow {
+    pub from: usize,
+    pub to: usize,
+    src: Buffer,
+    dst: Buffer,
+}
+
+/// The (from, to) ranks of every flow of `variant` over `ranks` ranks.
+pub fn flows(variant: Variant, ranks: usize) -> Vec<(usize, usize)> {
+    let forward = (0..ranks - 1).map(|r| (r, r + 1));
+    match variant {
+        Variant::BothWays => forward.flat_map(|(a, b)| [(a, b), (b, a)]).collect(),
+        _ => forward.collect(),
+    }
+}
+
+/// Every flow's transfer through the engine, started from the held rank streams.
+struct EngineFlows<'a> {
+    backend: &'a dyn Backend,
+    fabric: &'a Fabric,
+    flows: &'a [Flow],
+    streams: &'a [StreamId],
+    len: usize,
+    /// Recorded on each sender's stream before the first transfer since the last join.
+    go: Vec<EventId>,
+    /// Each flow's latest transfer: the next of the flow follows it (the engine orders writes to
+    /// one buffer), and the sender's stream waits for it at a join.
+    last: Vec<Option<Transfer>>,
+}
+
+impl Operation for EngineFlows<'_> {
+    fn queue(&mut self, _step: u64) -> Result<()> {
+        if self.go.is_empty() {
+            for flow in self.flows {
+                self.go.push(self.backend.record(self.streams[flow.from])?);
+            }
+        }
+        for (i, flow) in self.flows.iter().enumerate() {
+            let transfer = self
+                .fabric
+                .transfer(flow.src.range(0..self.len), flow.dst.range(0..self.len))
+                .after_event(self.go[i])
+                .submit()?;
+            self.last[i] = Some(transfer);
+        }
+        Ok(())
+    }
+
+    fn join(&mut self) -> Result<()> {
+        for (flow, last) in self.flows.iter().zip(&self.last) {
+            if let Some(transfer) = last {
+                self.backend
+                    .wait(self.streams[flow.from], transfer.event())?;
+            }
+        }
+        // The transfers already wait for them.
+        for event in self.go.drain(..) {
+            self.backend.destroy_event(event)?;
+        }
+        Ok(())
+    }
+}
+
+struct NcclFlows<'a> {
+    comm: &'a Communicator<'a>,
+    streams: &'a [StreamId],
+    transfers: Vec<PeerTransfer>,
+}
+
+impl Operation for NcclFlows<'_> {
+    fn queue(&mut self, _step: u64) -> Result<()> {
+        self.comm
+            .nccl
+            .send_recv(self.comm.id, self.streams, &self.transfers)
+    }
+}
+
+/// The engine's strategy for each flow at `bytes`, each named once.
+fn engine_strategies(fabric: &Fabric, flows: &[Flow], bytes: u64) -> Result<String> {
+    let mut names: Vec<String> = Vec::new();
+    for flow in flows {
+        let plan = fabric
+            .planner()
+            .plan(flow.src.device(), flow.dst.device(), bytes)?;
+        let name = plan.strategy.to_string();
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    Ok(format!("engine {}", names.join("/")))
+}
+
+/// Runs the send-recv sweep for each of `variants`.
+pub fn run(
+    backend: &Arc<dyn Backend>,
+    settings: &mut Settings,
+    variants: &[Variant],
+    progress: &dyn Progress,
+) -> Result<Vec<Row>> {
+    let devices = settings.devices.clone();
+    let n = devices.len();
+    let fabric = Fabric::builder(backend.clone()).devices(&devices).open()?;
+    let backend = backend.as_ref();
+    let streams = streams_on(backend, &devices)?;
+    let stream_ids = ids(&streams);
+    let largest = length(settings.largest())?;
+    let comm = nccl(backend, &mut settings.notices)
+        .map(|nccl| Communicator::new(nccl, &devices))
+        .transpose()?;
+    if settings.issue.contains(&IssueMode::Graphs) {
+        settings.notices.push(
+            "the engine's rows are issued from the host in every mode: its transfers run on the \
+             engine's own streams, which a graph of the ranks' streams cannot capture"
+                .into(),
+        );
+    }
+    let mut rows = Vec::new();
+    progress.start("send-recv", (variants.len() * settings.sizes.len()) as u64);
+    for &variant in variants {
+        let flows = flows(variant, n)
+            .into_iter()
+            .map(|(from, to)| {
+                Ok(Flow {
+                    from,
+                    to,
+                    src: fabric.alloc(devices[from], largest)?,
+                    dst: fabric.alloc(devices[to], largest)?,
+                })
+            })
+            .collect::<Result<Vec<Flow>>>()?;
+        for &bytes in &settings.sizes {
+            let len = length(bytes)?;
+            let data: Vec<Vec<u8>> = (0..flows.len())
+                .map(|i| pattern::bytes(pattern::seed(&[bytes, i as u64]), len))
+                .collect();
+            for (flow, data) in flows.iter().zip(&data) {
+                flow.src.write(0, data)?;
+            }
+            let poison = || {
+                flows.iter().zip(&data).try_for_each(|(flow, data)| {
+                    flow.dst
+                        .write(0, &data.iter().map(|b| !b).collect::<Vec<u8>>())
+                })
+            };
+            let check = |what: &str| {
+                let mut found = vec![0; len];
+                flows.iter().zip(&data).try_for_each(|(flow, data)| {
+                    flow.dst.read(0, &mut found)?;
+                    Error::check_bytes(
+                        format!("send-recv {variant} {what}"),
+                        flow.src.device(),
+                        flow.dst.device(),
+                        data,
+                        &found,
+                    )
+                })
+            };
+            let counts = settings.counts(bytes);
+            let measured = |contender, algorithm: String, issue, time_us| Measured {
+                variant: Some(variant),
+                bytes,
+                contender,
+                algorithm,
+                issue,
+                iters: counts.iters,
+                time_us,
+            };
+            let algorithm = engine_strategies(&fabric, &flows, bytes)?;
+            let mut engine = EngineFlows {
+                backend,
+                fabric: &fabric,
+                flows: &flows,
+                streams: &stream_ids,
+                len,
+                go: Vec::new(),
+                last: flows.iter().map(|_| None).collect(),
+            };
+            let time_us = measure(
+                backend,
+                &stream_ids,
+                IssueMode::Stream,
+                counts,
+                &mut engine,
+                poison,
+                || check(&algorithm),
+            )?;
+            drop(engine);
+            let m = measured(Contender::Peerlink, algorithm, IssueMode::Stream, time_us);
+            rows.push(row(Workload::SendRecv, n, settings.simulated, None, m));
+            if let Some(comm) = &comm {
+                let transfers = flows
+                    .iter()
+                    .map(|f| PeerTransfer {
+                        from: f.from,
+                        to: f.to,
+                        src: BufferRange {
+                            buffer: f.src.backend_id(),
+                            offset: 0,
+                            len,
+                        },
+                        dst: BufferRange {
+                            buffer: f.dst.backend_id(),
+                            offset: 0,
+                            len,
+                        },
+                    })
+                    .collect();
+                let mut op = NcclFlows {
+                    comm,
+                    streams: &stream_ids,
+                    transfers,
+                };
+                for &issue in &settings.issue {
+                    let algorithm = "ncclSend/ncclRecv".to_string();
+                    let time_us =
+                        measure(backend, &stream_ids, issue, counts, &mut op, poison, || {
+                            check(&algorithm)
+                        })?;
+                    let m = measured(Contender::Nccl, algorithm, issue, time_us);
+                    rows.push(row(Workload::SendRecv, n, settings.simulated, None, m));
+                }
+            }
+            progress.step();
+        }
+    }
+    progress.finish();
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flows_run_between_consecutive_ranks() {
+        assert_eq!(flows(Variant::OneWay, 2), [(0, 1)]);
+        assert_eq!(flows(Variant::BothWays, 2), [(0, 1), (1, 0)]);
+        assert_eq!(flows(Variant::OneWay, 4), [(0, 1), (1, 2), (2, 3)]);
+        assert_eq!(
+            flows(Variant::BothWays, 3),
+            [(0, 1), (1, 0), (1, 2), (2, 1)]
+        );
+    }
+}
