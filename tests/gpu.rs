@@ -18,7 +18,6 @@ mod engine;
 
 #[path = "gpu/collectives.rs"]
 mod collectives;
-
 #[path = "gpu/workload.rs"]
 mod workload;
 
