@@ -424,6 +424,7 @@ impl Settings {
     /// The counts of one window at `bytes`.
     pub fn counts(&self, bytes: u64) -> Counts {
         Counts {
+            prime: prime_ops(bytes, self.simulated),
             warmup: self.warmup,
             iters: self.iters_at(bytes),
         }
@@ -544,11 +545,36 @@ pub(crate) fn compare(rows: &mut [Row]) {
     }
 }
 
-/// Operations per timed window.
+/// Operations of one contender at one size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Counts {
+    /// Untimed, before the held window, waited for (see [`prime_ops`]).
+    pub prime: u32,
+    /// Untimed, inside the held window, before its start events.
     pub warmup: u32,
+    /// Timed.
     pub iters: u32,
+}
+
+/// The most operations a contender runs, waited for, before its first window at a size.
+///
+/// One is enough for first-use costs (a module load, NCCL's connections, the engine's staging);
+/// but on real GPUs NCCL's operations stay slow for tens of them after its communicator is made:
+/// on the H200 pair a 4 B send/recv measured 13.9 µs per operation over a window of 20 after 6
+/// untimed ones, and 5.6 µs after 51 (the next size, 5.9 µs either way).
+pub const PRIME_OPS: u32 = 50;
+
+/// Priming stops at this many bytes: an operation this large takes far longer than what the first
+/// ones add.
+const PRIME_BYTES: u64 = 256 << 20;
+
+/// Operations to prime with at `bytes`: [`PRIME_OPS`] for small ones, fewer as they grow, and one
+/// on the simulator (its clock has no warm-up to give).
+pub fn prime_ops(bytes: u64, simulated: bool) -> u32 {
+    if simulated {
+        return 1;
+    }
+    (PRIME_BYTES / bytes.max(1)).clamp(1, u64::from(PRIME_OPS)) as u32
 }
 
 /// One operation of a workload, on every rank at once.
@@ -616,7 +642,7 @@ impl<'b> Loop<'b> {
     /// GPU µs per operation: every stream held while the warm-ups and the timed loop are queued,
     /// the slowest stream's window over the timed operations.
     pub fn time(&self, op: &mut dyn Operation) -> Result<f64> {
-        let Counts { warmup, iters } = self.counts;
+        let Counts { warmup, iters, .. } = self.counts;
         let windows = held_group_us(self.backend, &self.streams, |phase| {
             match phase {
                 Phase::WarmUp => (0..warmup).try_for_each(|step| op.queue(u64::from(step)))?,
@@ -664,7 +690,7 @@ pub(crate) fn measure(
     poison: impl FnOnce() -> Result<()>,
     check: impl FnOnce() -> Result<()>,
 ) -> Result<f64> {
-    prime(backend, streams, op)?;
+    prime(backend, streams, op, counts.prime)?;
     let looped = Loop::new(backend, streams, issue, counts, op)?;
     let us = looped.time(op)?;
     poison()?;
@@ -673,15 +699,16 @@ pub(crate) fn measure(
     Ok(us)
 }
 
-/// Runs `op` once, untimed, and waits for it: first-use costs (a module load, NCCL's connections,
-/// the engine's staging buffers) stay out of the held windows that follow, where a host call that
-/// waited for the GPUs would wait for the gate.
+/// Runs `op` `times` times (at least once), untimed, and waits for it: first-use costs (a module
+/// load, NCCL's connections, the engine's staging buffers) stay out of the held windows that
+/// follow, where a host call that waited for the GPUs would wait for the gate.
 pub(crate) fn prime(
     backend: &dyn Backend,
     streams: &[StreamId],
     op: &mut dyn Operation,
+    times: u32,
 ) -> Result<()> {
-    op.queue(0)?;
+    (0..times.max(1)).try_for_each(|step| op.queue(u64::from(step)))?;
     op.join()?;
     streams.iter().try_for_each(|&s| backend.synchronize(s))
 }

@@ -346,7 +346,7 @@ fn compute_alone(
         stream,
         compute_us,
     };
-    prime(backend, &[stream], &mut busy)?;
+    prime(backend, &[stream], &mut busy, counts.prime)?;
     Loop::new(backend, &[stream], IssueMode::Stream, counts, &mut busy)?.time(&mut busy)
 }
 
