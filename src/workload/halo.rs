@@ -407,7 +407,7 @@ pub fn run(
         let mut left_out = Vec::new();
         for bytes in settings.sizes_to_run() {
             let layout = Layout::new(variant, n, length(bytes)? / CELL);
-            if layout.domain_bytes() > domain_limit {
+            if variant == Variant::TwoD && layout.domain_bytes() > domain_limit {
                 left_out.push(bytes);
                 progress.step();
                 continue;
