@@ -561,7 +561,7 @@ pub struct Counts {
 /// One is enough for first-use costs (a module load, NCCL's connections, the engine's staging);
 /// but on real GPUs NCCL's operations stay slow for tens of them after its communicator is made:
 /// on the H200 pair a 4 B send/recv measured 13.9 µs per operation over a window of 20 after 6
-/// untimed ones, and 5.6 µs after 51 (the next size, 5.9 µs either way).
+/// untimed ones, and 5.6 µs after 51 (the next size: 5.9 and 5.7 µs).
 pub const PRIME_OPS: u32 = 50;
 
 /// Priming stops at this many bytes: an operation this large takes far longer than what the first
