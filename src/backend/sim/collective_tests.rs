@@ -376,9 +376,9 @@ fn nccl_all_reduce_time_grows_with_ranks_and_size() {
         );
         last_by_size = last_by_ranks;
     }
-    // Small: the LL protocol's latency, 6.6 µs + 2 steps of 0.6 µs, after a kernel launch.
+    // Small: the LL protocol's latency, its base + 2 steps of 0.6 µs, after a kernel launch.
     let small = time(2, 8);
-    let want = sim.preset().costs.kernel_setup_us + 6.6 + 2.0 * 0.6;
+    let want = sim.preset().costs.kernel_setup_us + nccl::LL.base_us() + 2.0 * 0.6;
     assert!((small - want).abs() < 0.01, "{small} vs {want}");
     // Large: the ring moves 2(n − 1)/n of the buffer at the Simple protocol's bus bandwidth.
     let large = time(8, 16 << 20);
@@ -465,8 +465,10 @@ fn nccl_messages_share_the_links_they_cross() {
     let two = nccl_send_recv(&sim, &[0, 1], &[(0, 1), (0, 1)], len);
     assert!(two > 1.9 * one, "one message {one} µs, two {two}");
     let nv = sim.preset().nvlink.clone().unwrap();
-    let bus = 18.0 * nv.link_gbps * nv.efficiency * 1e3 * nccl::BUS_EFFICIENCY;
-    // A large message goes as Simple: 8.4 µs of base latency and one 3.4 µs step over NVLink.
-    let want = sim.preset().costs.kernel_setup_us + 8.4 + 3.4 + len as f64 / bus;
+    let bus = 18.0 * nv.link_gbps * nv.efficiency * 1e3 * 0.90;
+    // A large message goes as point-to-point Simple: its base latency and one 3.4 µs step over
+    // NVLink, at 0.90 of the link's copy-engine rate.
+    let want =
+        sim.preset().costs.kernel_setup_us + nccl::P2P_SIMPLE.base_us() + 3.4 + len as f64 / bus;
     assert!((one - want).abs() < 0.01, "{one} vs {want}");
 }
