@@ -219,6 +219,10 @@ fn bad_input_exits_2_with_one_sentence() {
             "--compute-us",
         ),
         (&["workload", "all-reduce", "--iters", "0"], "--iters"),
+        (
+            &["workload", "halo", "--warmup", "100001"],
+            "at most 100000",
+        ),
     ];
     for (args, says) in cases {
         let out = peerlink()

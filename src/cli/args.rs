@@ -210,12 +210,12 @@ pub struct WorkloadArgs {
     #[arg(long, value_name = "SIZE")]
     pub max_size: Option<String>,
 
-    /// Timed operations per window [default: 20, fewer from 64MiB up (5 at 256MiB and above); 2
-    /// on the simulator]
+    /// Timed operations per window, 1 to 100000 [default: 20, fewer from 64MiB up (5 at 256MiB
+    /// and above); 2 on the simulator]
     #[arg(long)]
     pub iters: Option<u32>,
 
-    /// Untimed operations before each window [default: 5; 1 on the simulator]
+    /// Untimed operations before each window, 0 to 100000 [default: 5; 1 on the simulator]
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
 

@@ -243,7 +243,7 @@ pub fn run(
     let mut rows = Vec::new();
     let mut scratch = Vec::new();
     progress.start("all-reduce", settings.sizes.len() as u64);
-    for &bytes in &settings.sizes.clone() {
+    for bytes in settings.sizes_to_run() {
         let len = length(bytes)?;
         let elements = len / dtype.size();
         for (r, input) in inputs.iter().enumerate() {

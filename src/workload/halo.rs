@@ -405,7 +405,7 @@ pub fn run(
     progress.start("halo", (variants.len() * settings.sizes.len()) as u64);
     for &variant in variants {
         let mut left_out = Vec::new();
-        for &bytes in &settings.sizes {
+        for bytes in settings.sizes_to_run() {
             let layout = Layout::new(variant, n, length(bytes)? / CELL);
             if layout.domain_bytes() > domain_limit {
                 left_out.push(bytes);

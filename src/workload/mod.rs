@@ -27,6 +27,7 @@ use crate::backend::collective::DataType;
 use crate::backend::{Backend, GraphId, Owned, StreamId};
 use crate::bench::progress::Progress;
 use crate::bench::timing::{held_group_us, Phase};
+use crate::bench::{counted, MAX_ITERATIONS};
 use crate::topology::Source;
 use crate::units::format_bytes;
 use crate::{Error, Result};
@@ -391,11 +392,10 @@ impl Settings {
                 format_bytes(max_size.unwrap_or(0))
             )));
         }
-        if options.iters == Some(0) {
-            return Err(Error::usage("--iters must be at least 1"));
-        }
-        let warmup = options.warmup.unwrap_or(if simulated { 1 } else { WARMUP });
-        let iters = options.iters.or(simulated.then_some(2));
+        let warmup = counted(options.warmup, "--warmup", 0, MAX_ITERATIONS)?
+            .unwrap_or(if simulated { 1 } else { WARMUP });
+        let iters =
+            counted(options.iters, "--iters", 1, MAX_ITERATIONS)?.or(simulated.then_some(2));
         Ok(Settings {
             devices,
             sizes,
@@ -407,6 +407,15 @@ impl Settings {
         })
     }
 
+    /// The sweep's sizes, up to a stop request ([`crate::interrupt`]): the run then ends with the
+    /// sizes measured so far, and its document says partial.
+    pub fn sizes_to_run(&self) -> impl Iterator<Item = u64> + '_ {
+        self.sizes
+            .iter()
+            .copied()
+            .take_while(|_| !crate::interrupt::requested())
+    }
+
     /// Timed operations per window at `bytes`.
     pub fn iters_at(&self, bytes: u64) -> u32 {
         self.iters.unwrap_or_else(|| default_iters(bytes))
@@ -415,6 +424,7 @@ impl Settings {
     /// The counts of one window at `bytes`.
     pub fn counts(&self, bytes: u64) -> Counts {
         Counts {
+            prime: prime_ops(bytes, self.simulated),
             warmup: self.warmup,
             iters: self.iters_at(bytes),
         }
@@ -535,11 +545,36 @@ pub(crate) fn compare(rows: &mut [Row]) {
     }
 }
 
-/// Operations per timed window.
+/// Operations of one contender at one size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Counts {
+    /// Untimed, before the held window, waited for (see [`prime_ops`]).
+    pub prime: u32,
+    /// Untimed, inside the held window, before its start events.
     pub warmup: u32,
+    /// Timed.
     pub iters: u32,
+}
+
+/// The most operations a contender runs, waited for, before its first window at a size.
+///
+/// One is enough for first-use costs (a module load, NCCL's connections, the engine's staging);
+/// but on real GPUs NCCL's operations stay slow for tens of them after its communicator is made:
+/// on the H200 pair a 4 B send/recv measured 13.9 µs per operation over a window of 20 after 6
+/// untimed ones, and 5.6 µs after 51 (the next size, 5.9 µs either way).
+pub const PRIME_OPS: u32 = 50;
+
+/// Priming stops at this many bytes: an operation this large takes far longer than what the first
+/// ones add.
+const PRIME_BYTES: u64 = 256 << 20;
+
+/// Operations to prime with at `bytes`: [`PRIME_OPS`] for small ones, fewer as they grow, and one
+/// on the simulator (its clock has no warm-up to give).
+pub fn prime_ops(bytes: u64, simulated: bool) -> u32 {
+    if simulated {
+        return 1;
+    }
+    (PRIME_BYTES / bytes.max(1)).clamp(1, u64::from(PRIME_OPS)) as u32
 }
 
 /// One operation of a workload, on every rank at once.
@@ -607,7 +642,7 @@ impl<'b> Loop<'b> {
     /// GPU µs per operation: every stream held while the warm-ups and the timed loop are queued,
     /// the slowest stream's window over the timed operations.
     pub fn time(&self, op: &mut dyn Operation) -> Result<f64> {
-        let Counts { warmup, iters } = self.counts;
+        let Counts { warmup, iters, .. } = self.counts;
         let windows = held_group_us(self.backend, &self.streams, |phase| {
             match phase {
                 Phase::WarmUp => (0..warmup).try_for_each(|step| op.queue(u64::from(step)))?,
@@ -655,7 +690,7 @@ pub(crate) fn measure(
     poison: impl FnOnce() -> Result<()>,
     check: impl FnOnce() -> Result<()>,
 ) -> Result<f64> {
-    prime(backend, streams, op)?;
+    prime(backend, streams, op, counts.prime)?;
     let looped = Loop::new(backend, streams, issue, counts, op)?;
     let us = looped.time(op)?;
     poison()?;
@@ -664,15 +699,16 @@ pub(crate) fn measure(
     Ok(us)
 }
 
-/// Runs `op` once, untimed, and waits for it: first-use costs (a module load, NCCL's connections,
-/// the engine's staging buffers) stay out of the held windows that follow, where a host call that
-/// waited for the GPUs would wait for the gate.
+/// Runs `op` `times` times (at least once), untimed, and waits for it: first-use costs (a module
+/// load, NCCL's connections, the engine's staging buffers) stay out of the held windows that
+/// follow, where a host call that waited for the GPUs would wait for the gate.
 pub(crate) fn prime(
     backend: &dyn Backend,
     streams: &[StreamId],
     op: &mut dyn Operation,
+    times: u32,
 ) -> Result<()> {
-    op.queue(0)?;
+    (0..times.max(1)).try_for_each(|step| op.queue(u64::from(step)))?;
     op.join()?;
     streams.iter().try_for_each(|&s| backend.synchronize(s))
 }

@@ -237,7 +237,7 @@ pub fn run(
         .transpose()?;
     let mut rows = Vec::new();
     progress.start("pipeline", settings.sizes.len() as u64);
-    for &bytes in &settings.sizes {
+    for bytes in settings.sizes_to_run() {
         let len = length(bytes)?;
         let counts = settings.counts(bytes);
         let alone = compute_alone(backend, compute[0], compute_us, counts)?;
@@ -346,7 +346,7 @@ fn compute_alone(
         stream,
         compute_us,
     };
-    prime(backend, &[stream], &mut busy)?;
+    prime(backend, &[stream], &mut busy, counts.prime)?;
     Loop::new(backend, &[stream], IssueMode::Stream, counts, &mut busy)?.time(&mut busy)
 }
 

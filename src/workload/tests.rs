@@ -21,6 +21,14 @@ fn iterations_fall_at_large_sizes_but_never_below_5() {
 }
 
 #[test]
+fn small_operations_prime_with_more_on_gpus_and_once_on_the_simulator() {
+    assert_eq!(prime_ops(4, false), PRIME_OPS);
+    assert_eq!(prime_ops(16 << 20, false), 16);
+    assert_eq!(prime_ops(1 << 30, false), 1);
+    assert_eq!(prime_ops(4, true), 1);
+}
+
+#[test]
 fn busbw_scales_all_reduce_by_2_n_minus_1_over_n_and_nothing_else() {
     assert_eq!(busbw(Workload::AllReduce, 100.0, 2), 100.0);
     assert_eq!(busbw(Workload::AllReduce, 100.0, 8), 175.0);
@@ -111,6 +119,7 @@ fn an_operation_that_does_not_deliver_its_bytes_fails_verification() {
     let data = crate::bench::pattern::bytes(7, 4096);
     b.write(src, 0, &data).unwrap();
     let counts = Counts {
+        prime: 1,
         warmup: 1,
         iters: 3,
     };
