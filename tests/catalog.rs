@@ -83,7 +83,9 @@ fn rows() -> Vec<Row> {
             Row {
                 id: id.to_string(),
                 run,
-                exit: exit.parse().unwrap_or_else(|_| panic!("{id}: exit `{exit}`")),
+                exit: exit
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{id}: exit `{exit}`")),
                 says: says.to_string(),
                 args: split_args(args),
             }
@@ -198,7 +200,9 @@ fn one_sentence(stderr: &str) -> Result<(), String> {
     };
     match extra {
         None => Ok(()),
-        Some(line) => Err(format!("more than one sentence on stderr: {first} / {line}")),
+        Some(line) => Err(format!(
+            "more than one sentence on stderr: {first} / {line}"
+        )),
     }
 }
 
@@ -283,7 +287,10 @@ fn run_rows(rows: &[Row]) {
                 let began = Instant::now();
                 let outcome = run(args, &scratch, timeout);
                 if let Err(why) = check(row, &outcome, timeout) {
-                    failures.lock().unwrap().push(format!("{} {:?}: {why}", row.id, row.args));
+                    failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("{} {:?}: {why}", row.id, row.args));
                 }
                 if began.elapsed() > Duration::from_secs(10) {
                     say(&format!("{} took {:.1?}", row.id, began.elapsed()));
@@ -314,7 +321,11 @@ fn named_rows() -> Option<Vec<Row>> {
     for name in &names {
         assert!(all.iter().any(|r| r.id == *name), "no catalog row {name}");
     }
-    Some(all.into_iter().filter(|r| names.contains(&r.id.as_str())).collect())
+    Some(
+        all.into_iter()
+            .filter(|r| names.contains(&r.id.as_str()))
+            .collect(),
+    )
 }
 
 #[test]
@@ -328,8 +339,14 @@ fn ci_rows() {
         match &row.run {
             Run::Ci => selected.push(row),
             Run::NoGpu if !gpu => selected.push(row),
-            Run::NoGpu => say(&format!("skipped {}: it expects a host without a GPU", row.id)),
-            Run::Long => say(&format!("skipped {} (long): run it with -- --ignored long", row.id)),
+            Run::NoGpu => say(&format!(
+                "skipped {}: it expects a host without a GPU",
+                row.id
+            )),
+            Run::Long => say(&format!(
+                "skipped {} (long): run it with -- --ignored long",
+                row.id
+            )),
             Run::Known(why) => say(&format!(
                 "skipped {} (known to fail: {why}): run it with -- --ignored known",
                 row.id
@@ -365,7 +382,12 @@ fn the_catalog_is_well_formed() {
     ids.dedup();
     assert_eq!(ids.len(), before, "every row's id is its own");
     for row in &rows {
-        assert!([0, 1, 2].contains(&row.exit), "{}: exit {}", row.id, row.exit);
+        assert!(
+            [0, 1, 2].contains(&row.exit),
+            "{}: exit {}",
+            row.id,
+            row.exit
+        );
         assert!(
             row.exit == 0 || !row.says.is_empty(),
             "{}: a refusal says what it must hold",

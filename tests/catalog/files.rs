@@ -58,7 +58,7 @@ impl Files {
         let h100 = || -> Value { serde_json::from_str(DGX_H100).unwrap() };
         let preset = |edit: &dyn Fn(&mut Value)| text(&edited(pcie2(), edit));
         Some(match name {
-            "missing.json" | "missing2.json" => return None,
+            "missing" | "missing.json" | "missing2.json" => return None,
             "empty.json" => Vec::new(),
             "random.bin" => random_bytes(4096, 7),
             // Printable ASCII, some of it JSON's punctuation: valid UTF-8, never a document.
@@ -92,7 +92,9 @@ impl Files {
             "link-missing-gpu.json" => {
                 preset(&|p| p["links"] = json!([{ "gpus": [0, 5], "link": "PIX" }]))?
             }
-            "link-self.json" => preset(&|p| p["links"] = json!([{ "gpus": [1, 1], "link": "PIX" }]))?,
+            "link-self.json" => {
+                preset(&|p| p["links"] = json!([{ "gpus": [1, 1], "link": "PIX" }]))?
+            }
             "link-bad-class.json" => {
                 preset(&|p| p["links"] = json!([{ "gpus": [0, 1], "link": "NV0" }]))?
             }
@@ -106,9 +108,9 @@ impl Files {
                 ])
             })?,
             "p2p-nvlink-class.json" => preset(&|p| p["pcie"]["p2p_gbps"]["NV2"] = json!(50.0))?,
-            "nvswitch-no-nvlink.json" => {
-                text(&edited(h100(), &|p| drop(p.as_object_mut().unwrap().remove("nvlink"))))?
-            }
+            "nvswitch-no-nvlink.json" => text(&edited(h100(), &|p| {
+                drop(p.as_object_mut().unwrap().remove("nvlink"))
+            }))?,
             "copy-engines-0.json" => preset(&|p| p["gpu"]["copy_engines"] = json!(0))?,
             "mem-huge.json" => preset(&|p| p["gpu"]["memory_mib"] = json!(1u64 << 40))?,
             "mem-2pow44.json" => preset(&|p| p["gpu"]["memory_mib"] = json!(1u64 << 44))?,
@@ -136,7 +138,9 @@ impl Files {
                     d["mig_enabled"] = json!(true);
                 }
             })?,
-            "nvswitch-0.json" => text(&edited(h100(), &|p| p["nvswitch"]["links_per_gpu"] = json!(0)))?,
+            "nvswitch-0.json" => text(&edited(h100(), &|p| {
+                p["nvswitch"]["links_per_gpu"] = json!(0)
+            }))?,
             "eff-2.json" => preset(&|p| p["gpu"]["sm_copy_efficiency"] = json!(2.0))?,
             "name-empty.json" => preset(&|p| p["name"] = json!(""))?,
             "wrong-types.json" => preset(&|p| p["gpu"]["memory_mib"] = json!("lots"))?,
@@ -161,6 +165,10 @@ impl Files {
                 "\"value\"",
                 "1e999",
             ),
+            "bench-dup-key.json" => serde_json::to_string_pretty(self.bench_h100())
+                .unwrap()
+                .replacen("\"source\":", "\"source\": \"cuda\",\n  \"source\":", 1)
+                .into_bytes(),
             "bench-neg-time.json" => text(&edited(self.bench_h100().clone(), &|d| {
                 d["tests"][0]["cells"][0]["time_us"]["median"] = json!(-1.0)
             }))?,
@@ -202,9 +210,9 @@ impl Files {
             "prof-schema2.json" => text(&edited(self.tuned_pcie2().0.clone(), &|p| {
                 p["schema"] = json!("peerlink.profile/2")
             }))?,
-            "prof-nohops.json" => {
-                text(&edited(self.tuned_pcie2().0.clone(), &|p| p["hops"] = json!([])))?
-            }
+            "prof-nohops.json" => text(&edited(self.tuned_pcie2().0.clone(), &|p| {
+                p["hops"] = json!([])
+            }))?,
             "prof-trunc.json" => {
                 let full = serde_json::to_vec(&self.tuned_pcie2().0).unwrap();
                 full[..full.len() / 2].to_vec()
@@ -224,16 +232,29 @@ impl Files {
 
     fn bench_h100(&self) -> &Value {
         self.bench_h100.get_or_init(|| {
-            peerlink_json(&["--sim", "dgx-h100", "bench", "--tests", "ce-write,h2d,local"], &[
-                "--size", "64K",
-            ])
+            peerlink_json(
+                &[
+                    "--sim",
+                    "dgx-h100",
+                    "bench",
+                    "--tests",
+                    "ce-write,h2d,local",
+                ],
+                &["--size", "64K"],
+            )
         })
     }
 
     fn bench_pcie2(&self) -> &Value {
         self.bench_pcie2.get_or_init(|| {
             peerlink_json(
-                &["--sim", "pcie-2gpu-switch", "bench", "--tests", "ce-write,h2d,local"],
+                &[
+                    "--sim",
+                    "pcie-2gpu-switch",
+                    "bench",
+                    "--tests",
+                    "ce-write,h2d,local",
+                ],
                 &["--size", "64K"],
             )
         })
@@ -241,9 +262,10 @@ impl Files {
 
     fn bench_sweep(&self) -> &Value {
         self.bench_sweep.get_or_init(|| {
-            peerlink_json(&["--sim", "dgx-h100", "bench", "--tests", "ce-write"], &[
-                "--devices", "0,1", "--sizes", "4K..64K",
-            ])
+            peerlink_json(
+                &["--sim", "dgx-h100", "bench", "--tests", "ce-write"],
+                &["--devices", "0,1", "--sizes", "4K..64K"],
+            )
         })
     }
 
@@ -313,7 +335,11 @@ impl Files {
             test["matrix"] = json!([]);
             test["not_measured"] = json!([]);
             test["cells"] = (0..gpus)
-                .flat_map(|src| (0..gpus).filter(move |&dst| dst != src).map(move |dst| (src, dst)))
+                .flat_map(|src| {
+                    (0..gpus)
+                        .filter(move |&dst| dst != src)
+                        .map(move |dst| (src, dst))
+                })
                 .map(|(src, dst)| {
                     let mut c = cell.clone();
                     c["src"] = json!(src);
