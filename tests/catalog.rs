@@ -364,7 +364,7 @@ fn long_rows() {
 }
 
 #[test]
-#[ignore = "known to fail until the simulator stops backing simulated GPU memory with host memory (issue 13, point 1)"]
+#[ignore = "known to fail until the simulator is fixed (it backs simulated GPU memory with host memory; preset figures have no upper bound): each row says why"]
 fn known_rows() {
     let known: Vec<Row> = rows()
         .into_iter()

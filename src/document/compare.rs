@@ -154,6 +154,22 @@ pub fn compare(
     }
 }
 
+/// The bench document in `text` as `compare` takes it: JSON of the bench schema whose every figure
+/// could have been measured; else a usage error (exit 2) that starts with `name`.
+pub fn bench_input(text: &str, name: &str) -> crate::Result<BenchDocument> {
+    let doc: BenchDocument = super::read(text).map_err(|why| {
+        crate::Error::usage(format!(
+            "{name} is {why}; give two `peerlink bench --json` outputs"
+        ))
+    })?;
+    check_figures(&doc).map_err(|why| {
+        crate::Error::usage(format!(
+            "{name} {why}; give two `peerlink bench --json` outputs as peerlink wrote them"
+        ))
+    })?;
+    Ok(doc)
+}
+
 /// Ok where every figure of `doc` could have been measured (positive, finite, below
 /// [`LARGEST_FIGURE`], between GPUs the document lists); else which one could not, as a sentence's
 /// end.

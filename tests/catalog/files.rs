@@ -125,6 +125,7 @@ impl Files {
                 p["pcie"]["latency_us"] = json!(1e9);
                 p["costs"]["copy_setup_us"] = json!(1e9);
             })?,
+            "huge-cost.json" => preset(&|p| p["costs"]["copy_issue_us"] = json!(1e308))?,
             "huge-rate.json" => preset(&|p| {
                 p["pcie"]["host_gbps"] = json!(1e300);
                 p["pcie"]["p2p_gbps"]["PIX"] = json!(1e300);
