@@ -18,11 +18,14 @@
 //   ALL_REDUCE_MAX_BLOCKS + (phase * ALL_REDUCE_MAX_BLOCKS + block) * MAX_RANKS + from
 //                                 slot: the epoch rank `from`'s block `block` reached in `phase`
 //
+// and from byte PACKET_AREA_OFFSET (64 KiB) on, the packet kernel's receive area (see below).
+//
 // A block's epoch is its counter + 1; the counter is stored back at the end. Every rank runs the same
 // grids in the same order, so the counters of one block index agree on every rank, and a slot only
 // ever rises: no reset pass, and a captured graph replays as the calls would run. A peer is never
-// more than the epoch ahead in one slot (it cannot leave END before I arrive), so waiting for
-// equality is exact, even after the counter wraps.
+// more than the epoch ahead in one slot (it cannot leave END before I arrive, nor finish a packet
+// call before I send my packets, which I do only after my call before), so waiting for equality is
+// exact, even after the counter wraps.
 
 constexpr unsigned int MAX_RANKS = 8;
 constexpr unsigned int ALL_REDUCE_THREADS = 512;
@@ -355,7 +358,7 @@ __device__ __forceinline__ unsigned long long load_packet(const unsigned long lo
 __device__ __forceinline__ unsigned int wait_for_packet(const unsigned long long *slot,
                                                         unsigned int epoch,
                                                         unsigned long long timeout_ns) {
-    unsigned long long packet;
+    unsigned long long packet = 0;
     spin_until(
         [&] {
             packet = load_packet(slot);

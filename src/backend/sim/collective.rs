@@ -3,8 +3,8 @@
 //! Every rank's kernel launches on its own stream and spins until every other rank's kernel runs
 //! (the ranks meet at their flag blocks); then, after a flag exchange, the bytes move as flows over
 //! the links, sharing them max-min with everything else in flight, at an SM kernel's share of each
-//! path's rate; a second flag exchange ends the call. The sums written are real. Every figure is
-//! simulated from the preset.
+//! path's rate; a second flag exchange ends the call (the packet kernel has neither exchange: its
+//! data is its signal). The sums written are real. Every figure is simulated from the preset.
 
 use super::links::{LinkModel, Place};
 use super::memory::Key;
