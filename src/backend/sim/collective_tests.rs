@@ -128,7 +128,7 @@ impl Setup {
     }
 }
 
-const KERNELS: [AllReduceKernel; 2] = [AllReduceKernel::OneShot, AllReduceKernel::TwoShot];
+const KERNELS: [AllReduceKernel; 3] = AllReduceKernel::ALL;
 
 #[test]
 fn all_reduce_writes_the_exact_sum_into_every_output() {
@@ -190,12 +190,33 @@ fn one_shot_is_faster_for_8_bytes_and_two_shot_for_large_buffers() {
 }
 
 #[test]
+fn packets_beat_one_shot_at_8_bytes_by_the_barriers_they_skip() {
+    for preset in ["h200-pair", "dgx-h100"] {
+        let sim = SimBackend::open(preset).unwrap();
+        let time = |kernel| Setup::zeroed(&sim, &[0, 1], DataType::F32, 8).timed(&sim, kernel);
+        let one = time(AllReduceKernel::OneShot);
+        let packets = time(AllReduceKernel::OneShotPackets);
+        assert!(
+            packets < one,
+            "{preset}, 8 B: one-shot {one} µs, packets {packets} µs"
+        );
+        // Launch and one signal; 16 bytes of packets take next to nothing.
+        let p = sim.preset();
+        let fixed = p.costs.kernel_setup_us + p.nvlink.as_ref().unwrap().signal_us;
+        assert!(
+            (packets - fixed).abs() < 0.01,
+            "{preset}: {packets} vs {fixed}"
+        );
+    }
+}
+
+#[test]
 fn fifty_calls_on_the_same_flags_each_meet_their_own_partners() {
     let sim = SimBackend::open("dgx1-v100").unwrap();
     let setup = Setup::new(&sim, &[0, 1, 2, 3], DataType::Bf16, 4096);
     // Ranks issue from different host times; each call still meets its own counterparts.
     for i in 0..50 {
-        setup.all_reduce(&sim, KERNELS[i % 2]);
+        setup.all_reduce(&sim, KERNELS[i % KERNELS.len()]);
     }
     setup.synchronize(&sim);
     setup.check_outputs(&sim);
