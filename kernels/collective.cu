@@ -1,8 +1,9 @@
 // peerlink's all-reduce (sum) over 2 to MAX_RANKS GPUs, f32 and bf16, and the busy kernel that
 // stands in for a model's compute. Relies on global_timer_ns() from spin.cu (one program).
 //
-// Every rank launches the same grid on its own GPU with the same arguments but its own `rank`. Each
-// block of one rank meets the block of the same index on every peer twice, through flags:
+// Every rank launches the same grid on its own GPU with the same arguments but its own `rank`. In
+// the one-shot and two-shot kernels, each block of one rank meets the block of the same index on
+// every peer twice, through flags (the packet kernel, further down, meets no one):
 //
 // - START: every peer's kernel has started, so the work queued before it on its stream (which wrote
 //   its input, or still read its output) is done;
@@ -17,11 +18,14 @@
 //   ALL_REDUCE_MAX_BLOCKS + (phase * ALL_REDUCE_MAX_BLOCKS + block) * MAX_RANKS + from
 //                                 slot: the epoch rank `from`'s block `block` reached in `phase`
 //
+// and from byte PACKET_AREA_OFFSET (64 KiB) on, the packet kernel's receive area (see below).
+//
 // A block's epoch is its counter + 1; the counter is stored back at the end. Every rank runs the same
 // grids in the same order, so the counters of one block index agree on every rank, and a slot only
 // ever rises: no reset pass, and a captured graph replays as the calls would run. A peer is never
-// more than the epoch ahead in one slot (it cannot leave END before I arrive), so waiting for
-// equality is exact, even after the counter wraps.
+// more than the epoch ahead in one slot (it cannot leave END before I arrive, nor finish a packet
+// call before I send my packets, which I do only after my call before), so waiting for equality is
+// exact, even after the counter wraps.
 
 constexpr unsigned int MAX_RANKS = 8;
 constexpr unsigned int ALL_REDUCE_THREADS = 512;
@@ -61,19 +65,25 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int *slot) {
     return value;
 }
 
-// Spins until `slot` holds `epoch`. A peer that never arrives (its launch failed, its stream is held
-// for longer than timeout_ns) traps: the context reports an error instead of the GPU hanging.
-__device__ void wait_for(const unsigned int *slot, unsigned int epoch,
-                         unsigned long long timeout_ns) {
-    if (load_acquire(slot) == epoch) {
+// Spins until `ready()` answers true. A peer that never arrives (its launch failed, its stream is
+// held for longer than timeout_ns) traps: the context reports an error instead of the GPU hanging.
+template <typename Ready>
+__device__ __forceinline__ void spin_until(Ready ready, unsigned long long timeout_ns) {
+    if (ready()) {
         return;
     }
     const unsigned long long start = global_timer_ns();
-    while (load_acquire(slot) != epoch) {
+    while (!ready()) {
         if (global_timer_ns() - start > timeout_ns) {
             __trap();
         }
     }
+}
+
+// Spins until `slot` holds `epoch`.
+__device__ void wait_for(const unsigned int *slot, unsigned int epoch,
+                         unsigned long long timeout_ns) {
+    spin_until([&] { return load_acquire(slot) == epoch; }, timeout_ns);
 }
 
 // Tells this block's counterpart on every peer that this rank reached `epoch` in `phase`, and waits
@@ -112,6 +122,14 @@ struct F32 {
     static __device__ __forceinline__ void pack(const float *values, Bits *item) {
         *item = __float_as_uint(values[0]);
     }
+    // A 32-bit word (what one packet carries) holds one element.
+    static constexpr unsigned int PER_WORD = 1;
+    static __device__ __forceinline__ void unpack_word(unsigned int word, float *values) {
+        unpack(word, values);
+    }
+    static __device__ __forceinline__ unsigned int pack_word(const float *values) {
+        return __float_as_uint(values[0]);
+    }
 };
 
 // bf16 elements: the upper half of an f32. Sums are kept in f32 and rounded once, to nearest even.
@@ -125,27 +143,28 @@ struct Bf16 {
         return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
     }
     // Two elements of one 32-bit word, the first in its low half (little-endian memory order).
-    static __device__ __forceinline__ void unpack_pair(unsigned int word, float *values) {
+    static constexpr unsigned int PER_WORD = 2;
+    static __device__ __forceinline__ void unpack_word(unsigned int word, float *values) {
         values[0] = __uint_as_float(word << 16);
         values[1] = __uint_as_float(word & 0xffff0000u);
     }
-    static __device__ __forceinline__ unsigned int pack_pair(const float *values) {
+    static __device__ __forceinline__ unsigned int pack_word(const float *values) {
         return round(values[0]) | (round(values[1]) << 16);
     }
     static __device__ __forceinline__ void unpack(uint4 item, float *values) {
-        unpack_pair(item.x, values);
-        unpack_pair(item.y, values + 2);
-        unpack_pair(item.z, values + 4);
-        unpack_pair(item.w, values + 6);
+        unpack_word(item.x, values);
+        unpack_word(item.y, values + 2);
+        unpack_word(item.z, values + 4);
+        unpack_word(item.w, values + 6);
     }
     static __device__ __forceinline__ void unpack(Bits item, float *values) {
         values[0] = __uint_as_float((unsigned int)item << 16);
     }
     static __device__ __forceinline__ void pack(const float *values, uint4 *item) {
-        item->x = pack_pair(values);
-        item->y = pack_pair(values + 2);
-        item->z = pack_pair(values + 4);
-        item->w = pack_pair(values + 6);
+        item->x = pack_word(values);
+        item->y = pack_word(values + 2);
+        item->z = pack_word(values + 4);
+        item->w = pack_word(values + 6);
     }
     static __device__ __forceinline__ void pack(const float *values, Bits *item) {
         *item = (Bits)round(values[0]);
@@ -279,6 +298,142 @@ extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOC
 extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
     all_reduce_two_shot_bf16(const __grid_constant__ AllReduceArgs args) {
     all_reduce<Bf16, true>(args);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One-shot with packets (NCCL's "LL" protocol): no barrier.
+//
+// Every rank PUSHES its input to every peer as 8-byte packets {u32 data word, u32 epoch}, each
+// written with one naturally aligned 64-bit relaxed system-scope store: an 8-byte store arrives
+// whole over NVLink and PCIe (what NCCL's LL protocol relies on), so a packet that carries the
+// current epoch carries its data too, and no fence or flag is needed. The packets land in the
+// peer's receive area, after the flags in its flag block:
+//
+//   packet[parity][from][word], parity = epoch & 1, from = the sending rank, word < PACKET_WORDS
+//
+// Then every rank, for each word, spins until every peer's packet for that word in its OWN receive
+// area carries the current epoch, and sums the peers' data words with its own input word (read
+// locally) in rank order, as the other kernels do (f32 accumulation, bf16 rounded once; a word
+// holds one f32 or two bf16; an odd bf16 count ends with a half word, loaded and stored as 16 bits).
+//
+// Nobody reads a peer's input and nobody writes a peer's output, so no barrier is needed at either
+// end: the caller may change its input or read its output as soon as its own kernel is done.
+//
+// Epochs: thread t of block b handles word b * ALL_REDUCE_THREADS + t, one word per thread, on
+// every rank and in every call (the grid is as large as the payload needs, never capped), so a
+// word's packets always carry the epoch of the same block index: its counter + 1, kept with the
+// other kernels' counters and raised by them too. A block's epochs only rise, so a slot never holds
+// the current epoch before the current packet lands (no reset; graph replays work). Two parities
+// suffice: a peer writes packets of a later call into the parity I am reading only after finishing
+// the call in between, which needs my packets of that call, which I send only after reading; and
+// a barrier kernel in between cannot be left by a peer before I arrive at it.
+//
+// Every block of the grid (at most PACKET_MAX_BYTES / 4 / ALL_REDUCE_THREADS = 32) must be resident
+// at once on every GPU, which any GPU of 16 SMs or more allows.
+
+constexpr unsigned int PACKET_MAX_BYTES = 64 * 1024;
+constexpr unsigned int PACKET_WORDS = PACKET_MAX_BYTES / 4;
+// Where the receive area starts in a flag block: after the 64 KiB of counters and flags.
+constexpr unsigned long long PACKET_AREA_OFFSET = 64 * 1024;
+constexpr unsigned int PACKET_PARITIES = 2;
+
+__device__ __forceinline__ unsigned long long *packet_slot(unsigned long long flags,
+                                                           unsigned int parity, unsigned int from,
+                                                           unsigned int word) {
+    return (unsigned long long *)(flags + PACKET_AREA_OFFSET) +
+           (parity * MAX_RANKS + from) * PACKET_WORDS + word;
+}
+
+__device__ __forceinline__ void store_packet(unsigned long long *slot, unsigned long long packet) {
+    asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(slot), "l"(packet) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long load_packet(const unsigned long long *slot) {
+    unsigned long long packet;
+    asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(packet) : "l"(slot) : "memory");
+    return packet;
+}
+
+// Spins until `slot` holds a packet of `epoch`; answers its data word.
+__device__ __forceinline__ unsigned int wait_for_packet(const unsigned long long *slot,
+                                                        unsigned int epoch,
+                                                        unsigned long long timeout_ns) {
+    unsigned long long packet = 0;
+    spin_until(
+        [&] {
+            packet = load_packet(slot);
+            return (unsigned int)(packet >> 32) == epoch;
+        },
+        timeout_ns);
+    return (unsigned int)packet;
+}
+
+template <typename Element>
+__device__ __forceinline__ void all_reduce_packets(const AllReduceArgs &args) {
+    unsigned int *counter = (unsigned int *)args.flags[args.rank] + blockIdx.x;
+    const unsigned int epoch = *counter + 1;
+    const unsigned int parity = epoch % PACKET_PARITIES;
+    const unsigned long long bytes = args.elements * sizeof(typename Element::Bits);
+    const unsigned int word = blockIdx.x * ALL_REDUCE_THREADS + threadIdx.x;
+    if ((unsigned long long)word * 4 < bytes) {
+        // The last word of an odd bf16 count holds one element: its upper half is not the buffer's.
+        const bool whole = (unsigned long long)word * 4 + 4 <= bytes;
+        const unsigned int mine =
+            whole ? ((const unsigned int *)args.inputs[args.rank])[word]
+                  : (unsigned int)((const unsigned short *)args.inputs[args.rank])[2 * word];
+        const unsigned long long packet = ((unsigned long long)epoch << 32) | mine;
+#pragma unroll
+        for (unsigned int r = 1; r < MAX_RANKS; ++r) {
+            if (r < args.ranks) {
+                unsigned int to = args.rank + r;
+                to = to < args.ranks ? to : to - args.ranks;
+                store_packet(packet_slot(args.flags[to], parity, args.rank, word), packet);
+            }
+        }
+        unsigned int words[MAX_RANKS];
+#pragma unroll
+        for (unsigned int r = 0; r < MAX_RANKS; ++r) {
+            if (r < args.ranks) {
+                words[r] = r == args.rank ? mine
+                                          : wait_for_packet(packet_slot(args.flags[args.rank],
+                                                                        parity, r, word),
+                                                            epoch, args.timeout_ns);
+            }
+        }
+        float sum[Element::PER_WORD];
+        Element::unpack_word(words[0], sum);
+#pragma unroll
+        for (unsigned int r = 1; r < MAX_RANKS; ++r) {
+            if (r < args.ranks) {
+                float values[Element::PER_WORD];
+                Element::unpack_word(words[r], values);
+#pragma unroll
+                for (unsigned int lane = 0; lane < Element::PER_WORD; ++lane) {
+                    sum[lane] += values[lane];
+                }
+            }
+        }
+        const unsigned int out = Element::pack_word(sum);
+        if (whole) {
+            ((unsigned int *)args.outputs[args.rank])[word] = out;
+        } else {
+            ((unsigned short *)args.outputs[args.rank])[2 * word] = (unsigned short)out;
+        }
+    }
+    __syncthreads(); // every thread read the counter before it rises
+    if (threadIdx.x == 0) {
+        *counter = epoch;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
+    all_reduce_one_shot_packets_f32(const __grid_constant__ AllReduceArgs args) {
+    all_reduce_packets<F32>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
+    all_reduce_one_shot_packets_bf16(const __grid_constant__ AllReduceArgs args) {
+    all_reduce_packets<Bf16>(args);
 }
 
 // Keeps its SM's warp scheduler busy for `duration_ns` of GPU time. Launched as one block of one

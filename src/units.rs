@@ -61,6 +61,13 @@ pub fn parse_size(text: &str) -> Result<u64> {
 /// comma-separated list `4K,64K,1M`. The result is sorted and free of duplicates.
 pub fn parse_sizes(text: &str) -> Result<Vec<u64>> {
     let mut sizes = if let Some((start, end)) = text.split_once("..") {
+        // `4B..`, `..4K` and `4B...8B` would otherwise be refused as a size that is empty or
+        // fractional, words that do not point at the range.
+        if start.trim().is_empty() || end.trim().is_empty() || end.starts_with('.') {
+            return Err(Error::usage(format!(
+                "bad size range `{text}`: a range is two sizes joined by two dots, such as 4B..1GiB"
+            )));
+        }
         let (start, end) = (parse_size(start)?, parse_size(end)?);
         if start > end {
             return Err(Error::usage(format!(
@@ -71,6 +78,12 @@ pub fn parse_sizes(text: &str) -> Result<Vec<u64>> {
             .take_while(|&s| s <= end)
             .collect()
     } else {
+        if text.split(',').any(|entry| entry.trim().is_empty()) {
+            return Err(Error::usage(format!(
+                "bad size list `{text}`: an entry is empty; give sizes separated by commas, such \
+                 as 4K,64K,1M"
+            )));
+        }
         text.split(',')
             .map(parse_size)
             .collect::<Result<Vec<u64>>>()?
@@ -95,6 +108,10 @@ pub fn format_bytes(bytes: u64) -> String {
         format!("{value:.1} {}", UNITS[unit])
     }
 }
+
+/// The largest figure a measurement can give, in GB/s or µs: no bandwidth reaches 10¹² GB/s and no
+/// time 10¹² µs (eleven days). A document or profile holding more was not written by a measurement.
+pub const LARGEST_FIGURE: f64 = 1e12;
 
 /// GB/s (1e9 bytes per second) for `bytes` moved in `micros` microseconds.
 pub fn gbps(bytes: u64, micros: f64) -> f64 {
@@ -148,6 +165,18 @@ mod tests {
         );
         assert_eq!(parse_sizes("1K..1B").unwrap_err().exit_code(), 2);
         assert_eq!(parse_sizes("4K,,1M").unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn a_malformed_range_or_list_is_named_as_one() {
+        for bad in ["4B..", "..4K", "4B...8B", " .. "] {
+            let err = parse_sizes(bad).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("bad size range `{bad}`")), "{err}");
+        }
+        for bad in ["", "4K,,8K", "4K,", ",4K"] {
+            let err = parse_sizes(bad).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("bad size list `{bad}`")), "{err}");
+        }
     }
 
     #[test]

@@ -51,12 +51,12 @@ fn of<'a>(rows: &'a [Value], contender: &str) -> Vec<&'a Value> {
 }
 
 #[test]
-fn all_reduce_measures_both_kernels_and_the_pick_at_every_size() {
+fn all_reduce_measures_every_kernel_that_takes_the_size_and_the_pick_at_every_size() {
     for preset in PRESETS {
         for dtype in ["f32", "bf16"] {
             let doc = workload_json(
                 preset,
-                &["all-reduce", "--max-size", "64KiB", "--dtype", dtype],
+                &["all-reduce", "--max-size", "256KiB", "--dtype", dtype],
             );
             let rows = valid_rows(&doc, "all-reduce");
             let sizes: Vec<u64> = of(&rows, "peerlink-pick")
@@ -65,7 +65,7 @@ fn all_reduce_measures_both_kernels_and_the_pick_at_every_size() {
                 .collect();
             assert_eq!(
                 sizes,
-                [4, 16, 64, 256, 1024, 4096, 16384, 65536],
+                [4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144],
                 "{preset}"
             );
             for row in &rows {
@@ -73,12 +73,26 @@ fn all_reduce_measures_both_kernels_and_the_pick_at_every_size() {
             }
             for pick in of(&rows, "peerlink-pick") {
                 let bytes = &pick["bytes"];
-                let kernels: Vec<f64> = of(&rows, "peerlink")
-                    .iter()
+                let measured: Vec<&Value> = of(&rows, "peerlink")
+                    .into_iter()
                     .filter(|r| &r["bytes"] == bytes)
+                    .collect();
+                let algorithms: Vec<&str> = measured
+                    .iter()
+                    .map(|r| r["algorithm"].as_str().unwrap())
+                    .collect();
+                // The packet kernel takes at most 64 KiB.
+                let want: &[&str] = if bytes.as_u64().unwrap() <= 65536 {
+                    &["one-shot", "two-shot", "one-shot-packets"]
+                } else {
+                    &["one-shot", "two-shot"]
+                };
+                assert_eq!(algorithms, want, "{pick}");
+                assert!(algorithms.contains(&pick["algorithm"].as_str().unwrap()));
+                let kernels: Vec<f64> = measured
+                    .iter()
                     .map(|r| r["time_us"].as_f64().unwrap())
                     .collect();
-                assert_eq!(kernels.len(), 2, "{pick}");
                 let fastest = kernels.iter().copied().fold(f64::INFINITY, f64::min);
                 let regret = pick["regret"].as_f64().unwrap();
                 let time = pick["time_us"].as_f64().unwrap();

@@ -17,11 +17,24 @@ use std::fmt;
 /// rank in their arguments).
 pub const MAX_RANKS: usize = 8;
 
-/// Bytes of one rank's flag block for peerlink's all-reduce kernels. The block is zeroed once after
-/// allocation and then belongs to the kernels: they keep their own operation counter in it and
-/// only ever raise their flags, so no call needs a reset pass, and a captured graph replays as the
+/// The largest all-reduce [`AllReduceKernel::OneShotPackets`] takes, bytes: where the H200 pair's
+/// one-shot and two-shot kernels win anyway, and what keeps its receive area at 2 MiB per rank.
+pub const PACKET_MAX_BYTES: usize = 64 * 1024;
+
+/// Bytes at the start of a flag block that hold the kernels' counters and flags.
+const FLAG_AREA_BYTES: usize = 64 * 1024;
+
+/// Bytes of the receive area of [`AllReduceKernel::OneShotPackets`], after the flags: an 8-byte
+/// packet for every 4 bytes of payload, from each of [`MAX_RANKS`] senders, in each of two
+/// parities (alternate calls): 2 × 8 × 64 KiB × 2 = 2 MiB.
+const PACKET_AREA_BYTES: usize = 2 * MAX_RANKS * PACKET_MAX_BYTES * 2;
+
+/// Bytes of one rank's flag block for peerlink's all-reduce kernels: 64 KiB of counters and flags,
+/// then the packet kernel's 2 MiB receive area. The block is zeroed once after allocation and then
+/// belongs to the kernels: they keep their own operation counter in it and only ever raise their
+/// flags and packets' epochs, so no call needs a reset pass, and a captured graph replays as the
 /// stream would run the calls.
-pub const FLAG_BYTES: usize = 64 * 1024;
+pub const FLAG_BYTES: usize = FLAG_AREA_BYTES + PACKET_AREA_BYTES;
 
 /// The element type of a reduction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -65,13 +78,34 @@ pub enum AllReduceKernel {
     /// of every rank's output (all-gather): each rank moves `2 (n − 1) / n` of the buffer over its
     /// links, as a ring does, in one launch. Fastest for large buffers.
     TwoShot,
+    /// Every rank pushes its input into every peer's receive area (in its flag block) as 8-byte
+    /// packets of 4 data bytes and the call's epoch, then sums the packets it received with its own
+    /// input: no barrier, each rank waits only for its peers' data. Twice the bytes over the
+    /// links, so it takes at most [`PACKET_MAX_BYTES`]. Fastest for the smallest buffers.
+    OneShotPackets,
 }
 
 impl AllReduceKernel {
+    /// Every kernel, in the order workloads and tests list them.
+    pub const ALL: [AllReduceKernel; 3] = [
+        AllReduceKernel::OneShot,
+        AllReduceKernel::TwoShot,
+        AllReduceKernel::OneShotPackets,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             AllReduceKernel::OneShot => "one-shot",
             AllReduceKernel::TwoShot => "two-shot",
+            AllReduceKernel::OneShotPackets => "one-shot-packets",
+        }
+    }
+
+    /// The most bytes one call of this kernel takes.
+    pub fn max_len(self) -> usize {
+        match self {
+            AllReduceKernel::OneShot | AllReduceKernel::TwoShot => usize::MAX,
+            AllReduceKernel::OneShotPackets => PACKET_MAX_BYTES,
         }
     }
 }
@@ -121,7 +155,8 @@ pub trait Collectives {
     /// ([`FLAG_BYTES`], memory of its GPU, zeroed once after allocation); the same ranks must use
     /// the same flags, in the same order, call after call, and the calls on one set of flags must
     /// run one after another on each GPU (queued on the same streams, or ordered by events). Inputs
-    /// are not changed; an output may not be an input. `len` is a whole number of elements.
+    /// are not changed; an output may not be an input. `len` is a whole number of elements, at
+    /// most `kernel.max_len()`.
     fn all_reduce(
         &self,
         kernel: AllReduceKernel,

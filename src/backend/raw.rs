@@ -124,8 +124,8 @@ pub trait RawCollectives: RawBackend {
     /// 2 to `MAX_RANKS` ranks on distinct GPUs with peer access between every two of them, in
     /// rank order; each input and output holds at least `len` bytes of its rank's GPU and no
     /// output is an input; `flags[i]` holds `FLAG_BYTES` of rank `i`'s GPU; `len` > 0 is a whole
-    /// number of `dtype` elements. The streams may capture (all of them or none): each rank's
-    /// kernel is recorded into its stream's graph.
+    /// number of `dtype` elements, at most `kernel.max_len()`. The streams may capture (all of
+    /// them or none): each rank's kernel is recorded into its stream's graph.
     fn all_reduce(
         &self,
         kernel: AllReduceKernel,

@@ -27,17 +27,8 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
 
 fn read(path: &Path) -> Result<BenchDocument> {
     let text = document::read_input(path)?;
-    let doc: BenchDocument = document::read(&text).map_err(|why| {
-        peerlink::Error::usage(format!(
-            "{} is {why}; give two `peerlink bench --json` outputs",
-            path.display()
-        ))
-    })?;
-    document::compare::check_figures(&doc).map_err(|why| {
-        peerlink::Error::usage(format!(
-            "{} {why}; give two `peerlink bench --json` outputs as peerlink wrote them",
-            path.display()
-        ))
-    })?;
-    Ok(doc)
+    Ok(document::compare::bench_input(
+        &text,
+        &path.display().to_string(),
+    )?)
 }

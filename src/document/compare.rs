@@ -12,10 +12,10 @@ use super::{impl_document, Header};
 use crate::bench::result::{Place, Unit};
 use crate::bench::stats::median;
 use crate::topology::Source;
-use crate::units::format_bytes;
+use crate::units::{format_bytes, LARGEST_FIGURE};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One figure both documents hold.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -154,13 +154,46 @@ pub fn compare(
     }
 }
 
-/// The largest figure a bench document can hold honestly: no bandwidth reaches 10¹² GB/s and no
-/// time 10¹² µs (eleven days).
-const LARGEST_FIGURE: f64 = 1e12;
+/// The bench document in `text` as `compare` takes it: JSON of the bench schema whose every figure
+/// could have been measured; else a usage error (exit 2) that starts with `name`.
+pub fn bench_input(text: &str, name: &str) -> crate::Result<BenchDocument> {
+    let doc: BenchDocument = super::read(text).map_err(|why| {
+        crate::Error::usage(format!(
+            "{name} is {why}; give two `peerlink bench --json` outputs"
+        ))
+    })?;
+    check_figures(&doc).map_err(|why| {
+        crate::Error::usage(format!(
+            "{name} {why}; give two `peerlink bench --json` outputs as peerlink wrote them"
+        ))
+    })?;
+    Ok(doc)
+}
 
 /// Ok where every figure of `doc` could have been measured (positive, finite, below
-/// [`LARGEST_FIGURE`]); else which one could not, as a sentence's end.
+/// [`LARGEST_FIGURE`], between GPUs the document lists); else which one could not, as a sentence's
+/// end.
 pub fn check_figures(doc: &BenchDocument) -> Result<(), String> {
+    let listed: HashSet<usize> = doc.results.devices.iter().copied().collect();
+    let places = doc
+        .results
+        .tests
+        .iter()
+        .flat_map(|t| t.cells.iter().map(|c| (t.name.as_str(), c.place.pair())))
+        .chain(
+            doc.results
+                .sweeps
+                .iter()
+                .map(|s| (s.test.as_str(), (s.src, s.dst))),
+        );
+    for (test, (src, dst)) in places {
+        if let Some(gpu) = [src, dst].into_iter().find(|g| !listed.contains(g)) {
+            return Err(format!(
+                "holds a {test} figure of GPU {src} → GPU {dst}, but GPU {gpu} is not among its \
+                 `devices`"
+            ));
+        }
+    }
     match figures(doc)
         .into_iter()
         .find(|f| !(f.value > 0.0 && f.value < LARGEST_FIGURE))
@@ -366,6 +399,17 @@ mod tests {
             assert!(why.contains(&bad.to_string()), "{why}");
         }
         assert!(check_figures(&doc("sim:a", [300.0; 4], 50.0, -3.0)).is_err());
+    }
+
+    #[test]
+    fn figures_of_gpus_the_document_does_not_list_are_named() {
+        let mut stray = doc("sim:a", [300.0; 4], 50.0, 10.0);
+        stray.results.tests[0].cells[1].place = Place::Pair { src: 0, dst: 99 };
+        let why = check_figures(&stray).unwrap_err();
+        assert!(why.contains("GPU 99 is not among its `devices`"), "{why}");
+        let mut stray = doc("sim:a", [300.0; 4], 50.0, 10.0);
+        stray.results.sweeps[0].src = 7;
+        assert!(check_figures(&stray).unwrap_err().contains("GPU 7"));
     }
 
     #[test]

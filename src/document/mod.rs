@@ -98,7 +98,7 @@ impl std::error::Error for ReadError {}
 
 /// Reads a `D` document from JSON text, its `schema` checked before its fields.
 pub fn read<D: Document>(text: &str) -> Result<D, ReadError> {
-    let value: serde_json::Value = serde_json::from_str(text).map_err(ReadError::NotJson)?;
+    let value = parse_refusing_duplicate_keys(text).map_err(ReadError::NotJson)?;
     let found = value.get("schema").and_then(|s| s.as_str());
     if found != Some(D::SCHEMA) {
         return Err(ReadError::OtherSchema {
@@ -116,18 +116,97 @@ pub fn read<D: Document>(text: &str) -> Result<D, ReadError> {
     Ok(doc)
 }
 
+/// JSON text as a value, refusing an object that names a key twice: serde_json would keep the last
+/// in silence, so a hand-edited document could say two things and be read as one of them.
+fn parse_refusing_duplicate_keys(text: &str) -> serde_json::Result<serde_json::Value> {
+    serde_json::from_str::<UniqueKeys>(text).map(|parsed| parsed.0)
+}
+
+/// A JSON value whose objects name each key once.
+struct UniqueKeys(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("duplicate key `{key}`")));
+            }
+            let UniqueKeys(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(object))
+    }
+}
+
 /// The text of a file the user named (a document, a profile, a preset): one that cannot be read —
 /// missing, a directory, not UTF-8, not permitted — is bad input (exit 2), said in one sentence.
 pub fn read_input(path: &std::path::Path) -> crate::Result<String> {
     read_text(path).map_err(|why| crate::Error::usage(format!("{} {why}", path.display())))
 }
 
-/// The text of a file, or why it has none, as the end of a sentence that starts with its name.
+/// The text of a file, or why it has none, as the end of a sentence that starts with its name. A
+/// byte-order mark that some editors put first is left out: it is not JSON, and RFC 8259 lets a
+/// reader ignore it.
 pub fn read_text(path: &std::path::Path) -> std::result::Result<String, String> {
     match std::fs::read(path) {
-        Ok(bytes) => {
-            String::from_utf8(bytes).map_err(|_| "is not UTF-8 text, so not JSON".to_string())
-        }
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => Ok(match text.strip_prefix('\u{feff}') {
+                Some(rest) => rest.to_string(),
+                None => text,
+            }),
+            Err(_) => Err("is not UTF-8 text, so not JSON".to_string()),
+        },
         Err(_) if path.is_dir() => Err("is a directory, not a file".to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("does not exist".to_string()),
         Err(e) => Err(format!("cannot be read: {e}")),
@@ -162,6 +241,13 @@ mod tests {
         let good = dir.path().join("good.json");
         std::fs::write(&good, "{}").unwrap();
         assert_eq!(read_input(&good).unwrap(), "{}");
+        let marked = dir.path().join("marked.json");
+        std::fs::write(&marked, "\u{feff}{}").unwrap();
+        assert_eq!(
+            read_input(&marked).unwrap(),
+            "{}",
+            "the byte-order mark is left out"
+        );
     }
 
     #[test]
@@ -177,6 +263,18 @@ mod tests {
         assert!(err.to_string().contains("no `schema`"), "{err}");
         let err = read::<TopoDocument>(r#"{"schema": "peerlink.topo/1"}"#).unwrap_err();
         assert!(err.to_string().contains("missing field"), "{err}");
+    }
+
+    #[test]
+    fn a_key_named_twice_is_not_json_peerlink_reads() {
+        let twice = r#"{"schema": "peerlink.topo/1", "a": {"b": [{"c": 1, "c": 2}]}}"#;
+        let err = read::<TopoDocument>(twice).unwrap_err().to_string();
+        assert!(err.starts_with("not JSON (duplicate key `c`"), "{err}");
+        let once = r#"{"n": [1, -2, 3.5e300, "x", null, true, {"a": {}}], "m": {"n": 1}}"#;
+        assert_eq!(
+            parse_refusing_duplicate_keys(once).unwrap(),
+            serde_json::from_str::<serde_json::Value>(once).unwrap()
+        );
     }
 
     #[test]

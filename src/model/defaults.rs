@@ -7,6 +7,7 @@
 
 use super::{Cost, Hop, IssueCosts};
 use crate::topology::{Link, Topology};
+use std::collections::{HashMap, HashSet};
 
 /// NVLink 2, 3 and 4 carry 25 GB/s per link per direction (V100, A100, H100 datasheets);
 /// NVLink 1 (P100) 20 GB/s.
@@ -91,16 +92,22 @@ const MAX_NVLINKS_PER_GPU: u32 = 18;
 /// Whether `device` reaches its NVLink peers through an NVSwitch (shared port) rather than
 /// point-to-point links.
 pub fn behind_switch(topology: &Topology, device: usize) -> bool {
-    let links: u32 = topology
-        .pairs
-        .iter()
-        .filter(|p| p.src == device)
-        .map(|p| match p.link {
-            Link::NvLink(n) => n,
-            _ => 0,
-        })
-        .sum();
-    links > MAX_NVLINKS_PER_GPU
+    switched_devices(topology).contains(&device)
+}
+
+/// Every device [`behind_switch`], from one pass over the pairs.
+pub fn switched_devices(topology: &Topology) -> HashSet<usize> {
+    let mut links: HashMap<usize, u32> = HashMap::new();
+    for p in &topology.pairs {
+        if let Link::NvLink(n) = p.link {
+            *links.entry(p.src).or_default() += n;
+        }
+    }
+    links
+        .into_iter()
+        .filter(|&(_, count)| count > MAX_NVLINKS_PER_GPU)
+        .map(|(device, _)| device)
+        .collect()
 }
 
 /// The architecture's major version, from `major.minor`; 0 where unreadable (oldest figures).

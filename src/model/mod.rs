@@ -12,9 +12,11 @@ pub mod profile;
 pub use profile::Profile;
 
 use crate::topology::{Link, Topology};
+use crate::units::LARGEST_FIGURE;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
 /// The cost of one hop: `alpha_us + bytes / beta`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -37,12 +39,12 @@ impl Cost {
         bytes as f64 / (self.beta_gbps * 1e3)
     }
 
-    /// Whether both terms are finite, `α ≥ 0` and `β > 0` (what a profile must hold).
+    /// Whether `0 ≤ α` and `0 < β`, both below what a measurement can give
+    /// ([`LARGEST_FIGURE`]): what a profile must hold.
     pub fn is_valid(&self) -> bool {
-        self.alpha_us.is_finite()
-            && self.alpha_us >= 0.0
-            && self.beta_gbps.is_finite()
+        (0.0..LARGEST_FIGURE).contains(&self.alpha_us)
             && self.beta_gbps > 0.0
+            && self.beta_gbps < LARGEST_FIGURE
     }
 }
 
@@ -133,6 +135,18 @@ pub struct CostModel {
     lone: HashMap<Hop, f64>,
     /// Where the figures came from, in words (shown by `plan`).
     origin: String,
+    /// What each GPU's pairs add up to, made on first use (after a profile's costs are in).
+    ports: OnceLock<Ports>,
+}
+
+/// What each GPU's pairs add up to, from one pass over them: a planner asks per route, and a scan
+/// of a 1000-GPU host's million pairs per question made planning one transfer take minutes.
+#[derive(Clone, Debug)]
+struct Ports {
+    /// GPUs that reach their NVLink peers through an NVSwitch port ([`defaults::behind_switch`]).
+    switched: HashSet<usize>,
+    /// Per GPU, the fastest copy-engine rate of a pair it is in: what its switch port carries.
+    best_peer_gbps: HashMap<usize, f64>,
 }
 
 impl CostModel {
@@ -146,7 +160,29 @@ impl CostModel {
             issue: defaults::ISSUE,
             lone: HashMap::new(),
             origin: "topology defaults (published figures; no measured profile)".into(),
+            ports: OnceLock::new(),
         }
+    }
+
+    fn ports(&self) -> &Ports {
+        self.ports.get_or_init(|| {
+            let mut best_peer_gbps: HashMap<usize, f64> = HashMap::new();
+            for p in &self.topology.pairs {
+                if let Some(cost) = self.cost(Hop::PeerCe {
+                    src: p.src,
+                    dst: p.dst,
+                }) {
+                    for device in [p.src, p.dst] {
+                        let best = best_peer_gbps.entry(device).or_default();
+                        *best = best.max(cost.beta_gbps);
+                    }
+                }
+            }
+            Ports {
+                switched: defaults::switched_devices(&self.topology),
+                best_peer_gbps,
+            }
+        })
     }
 
     /// A model from a measured profile, refused with a sentence if it was measured on another
@@ -254,7 +290,7 @@ impl CostModel {
             Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } if src == dst => Vec::new(),
             Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => {
                 match self.topology.pair(src, dst).map(|p| p.link) {
-                    Some(Link::NvLink(_)) if defaults::behind_switch(&self.topology, src) => {
+                    Some(Link::NvLink(_)) if self.ports().switched.contains(&src) => {
                         vec![Resource::SwitchOut(src), Resource::SwitchIn(dst)]
                     }
                     Some(Link::NvLink(_)) => vec![Resource::NvLink { src, dst }],
@@ -269,19 +305,12 @@ impl CostModel {
 
     /// The bandwidth of a shared resource, in GB/s.
     pub fn capacity_gbps(&self, resource: Resource) -> f64 {
-        let topo = &self.topology;
         let best_peer = |device: usize| {
-            topo.pairs
-                .iter()
-                .filter(|p| p.src == device || p.dst == device)
-                .filter_map(|p| {
-                    self.cost(Hop::PeerCe {
-                        src: p.src,
-                        dst: p.dst,
-                    })
-                })
-                .map(|c| c.beta_gbps)
-                .fold(0.0, f64::max)
+            self.ports()
+                .best_peer_gbps
+                .get(&device)
+                .copied()
+                .unwrap_or(0.0)
         };
         let host = |hop: Hop| self.cost(hop).map_or(0.0, |c| c.beta_gbps);
         match resource {
@@ -436,6 +465,21 @@ mod tests {
             beta_gbps: 0.0
         }
         .is_valid());
+        for (alpha_us, beta_gbps) in [
+            (1.0, 1e308),
+            (1e300, 1.0),
+            (f64::NAN, 1.0),
+            (1.0, f64::INFINITY),
+        ] {
+            assert!(
+                !Cost {
+                    alpha_us,
+                    beta_gbps
+                }
+                .is_valid(),
+                "{alpha_us} {beta_gbps}"
+            );
+        }
     }
 
     #[test]

@@ -161,7 +161,8 @@ impl Profile {
         for m in &self.hops {
             if !m.cost.is_valid() {
                 return Err(format!(
-                    "{} has alpha_us {} and beta_gbps {}; alpha must be ≥ 0 and beta > 0",
+                    "{} has alpha_us {} and beta_gbps {}; alpha must be ≥ 0 and beta > 0, each below \
+                     1e12",
                     m.hop, m.cost.alpha_us, m.cost.beta_gbps
                 ));
             }
@@ -201,62 +202,75 @@ impl Profile {
     }
 }
 
-/// Writes `text` and a final newline to `path` so that a reader sees the old file or the new one,
-/// never half of one: a temporary file in the same directory, synced, then renamed over `path`.
-/// Fails with a usage error (exit 2) unless `path` names a file in a directory that exists, so that
-/// a long measurement does not end in a write that cannot happen.
+/// Ok where `path` (given as `flag`) can be written: it names a file, not a directory or a device,
+/// in a directory that exists and takes new files. Checked before measuring, so that a long
+/// measurement does not end in a write that cannot happen; refused with a usage error (exit 2).
 pub fn check_destination(path: &Path, flag: &str) -> Result<()> {
+    let refuse = |why: String| Err(Error::usage(format!("{flag} {}: {why}", path.display())));
     if path.is_dir() {
         return Err(Error::usage(format!(
             "{flag} {} is a directory: name a file (in it, say)",
             path.display()
         )));
     }
-    if path.file_name().is_none() {
-        return Err(Error::usage(format!(
-            "{flag} {}: not a file name",
-            path.display()
-        )));
-    }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
+    let Some((dir, temp)) = temporary_beside(path) else {
+        return refuse("not a file name".into());
     };
     if !dir.is_dir() {
-        return Err(Error::usage(format!(
-            "{flag} {}: the directory {} does not exist; create it or choose another path",
-            path.display(),
+        return refuse(format!(
+            "the directory {} does not exist; create it or choose another path",
             dir.display()
-        )));
+        ));
     }
-    Ok(())
+    if path.exists() && !path.is_file() {
+        return refuse("is not a regular file; choose another path".into());
+    }
+    // The file the write will create first: if it cannot be made now, it cannot be made then.
+    match std::fs::File::create(&temp) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&temp);
+            Ok(())
+        }
+        Err(e) => refuse(format!(
+            "cannot create a file in {} ({e}); choose another path",
+            dir.display()
+        )),
+    }
 }
 
-pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+/// The directory `path` is in and the temporary file written there before it replaces `path`; None
+/// where `path` names no file.
+fn temporary_beside(path: &Path) -> Option<(&Path, std::path::PathBuf)> {
+    let name = path.file_name()?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::usage(format!("{}: not a file name", path.display())))?;
     let temp = dir.join(format!(
         ".{}.tmp.{}",
         name.to_string_lossy(),
         std::process::id()
     ));
+    Some((dir, temp))
+}
+
+/// Writes `text` and a final newline to `path` so that a reader sees the old file or the new one,
+/// never half of one: a temporary file in the same directory, synced, then renamed over `path`.
+pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let Some((_, temp)) = temporary_beside(path) else {
+        return Err(Error::usage(format!("{}: not a file name", path.display())));
+    };
     let written = std::fs::File::create(&temp).and_then(|mut file| {
         file.write_all(text.as_bytes())?;
         file.write_all(b"\n")?;
         file.sync_all()
     });
-    if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
+    if let Err(source) = written.and_then(|()| std::fs::rename(&temp, path)) {
         let _ = std::fs::remove_file(&temp);
-        return Err(io(e));
+        return Err(Error::Io {
+            path: path.to_path_buf(),
+            source,
+        });
     }
     Ok(())
 }
@@ -334,6 +348,29 @@ mod tests {
         let err = Profile::load(&path).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains("measured no hop"), "{err}");
+    }
+
+    #[test]
+    fn a_destination_that_cannot_be_written_is_refused_before_anything_is_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        check_destination(&dir.path().join("p.json"), "--out").unwrap();
+        let mut refused = vec![
+            (dir.path().to_path_buf(), "is a directory"),
+            (dir.path().join("no/p.json"), "does not exist"),
+        ];
+        // Directories that exist but take no new file, whoever runs this (root included).
+        if Path::new("/proc/self/status").is_file() {
+            refused.push(("/proc/p.json".into(), "cannot create a file in /proc"));
+            refused.push(("/proc/self/status".into(), "cannot create a file in"));
+        }
+        for (path, says) in refused {
+            let err = check_destination(&path, "--out").unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{err}");
+            assert!(err.to_string().starts_with("--out "), "{err}");
+            assert!(err.to_string().contains(says), "{says}: {err}");
+        }
+        let entries = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(entries, 0, "the check leaves nothing behind");
     }
 
     #[test]

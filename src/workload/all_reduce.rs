@@ -1,8 +1,9 @@
-//! The all-reduce (sum): peerlink's one-shot and two-shot kernels, and the kernel its cost model
-//! picks at each size, against `ncclAllReduce`.
+//! The all-reduce (sum): peerlink's one-shot, two-shot and one-shot-packets kernels, and the kernel
+//! its cost model picks at each size, against `ncclAllReduce`.
 //!
-//! Both kernels are measured at every size, so that the pick can be checked: its row repeats the
-//! picked kernel's time, with the prediction and its regret against the faster kernel. peerlink's
+//! Every kernel is measured at every size it takes (the packet kernel up to 64 KiB), so that the
+//! pick can be checked: its row repeats the picked kernel's time, with the prediction and its
+//! regret against the fastest kernel. peerlink's
 //! kernels read and write peers' memory, so they need P2P between every two GPUs; where a pair has
 //! none, their rows are left out and the notices say which pair.
 //!
@@ -27,28 +28,33 @@ use std::collections::HashMap;
 
 /// A flag round trip between two GPUs' kernels: a store into a peer's memory seen by the peer and
 /// answered (the H200 pair's GPU-initiated ping-pong: 0.70 µs one way, docs/reference.md). PCIe
-/// pairs take longer; the cost model uses it only to rank the two kernels, which pay it alike
-/// but for two-shot's one more exchange.
+/// pairs take longer; the cost model uses it only to rank the kernels, which pay it alike but for
+/// how many exchanges each waits for.
 pub const FLAG_ROUND_TRIP_US: f64 = 1.4;
 
-/// The two kernels, in the order their rows appear.
-const KERNELS: [AllReduceKernel; 2] = [AllReduceKernel::OneShot, AllReduceKernel::TwoShot];
+/// The kernels, in the order their rows appear.
+const KERNELS: [AllReduceKernel; 3] = AllReduceKernel::ALL;
 
-/// Flag exchanges a kernel waits for: one-shot meets its peers before reading and after (so that
-/// no input is changed while read); two-shot once more between its reduce-scatter and all-gather.
+/// Flag round trips a kernel waits for: one-shot meets its peers before reading and after (so
+/// that no input is changed while read); two-shot once more between its reduce-scatter and
+/// all-gather; the packet kernel meets no one and waits only for its peers' first packets, one
+/// way.
 fn flag_exchanges(kernel: AllReduceKernel) -> f64 {
     match kernel {
         AllReduceKernel::OneShot => 2.0,
         AllReduceKernel::TwoShot => 3.0,
+        AllReduceKernel::OneShotPackets => 0.5,
     }
 }
 
 /// Bytes each directed pair (p → r) carries in one all-reduce of `bytes` over `ranks`: one-shot
-/// reads every peer's whole input; two-shot reads a slice from each peer and writes a slice to it.
+/// reads every peer's whole input; two-shot reads a slice from each peer and writes a slice to it;
+/// the packet kernel pushes every peer its whole input as packets, half of them data.
 fn pair_bytes(kernel: AllReduceKernel, bytes: u64, ranks: usize) -> f64 {
     match kernel {
         AllReduceKernel::OneShot => bytes as f64,
         AllReduceKernel::TwoShot => 2.0 * bytes as f64 / ranks as f64,
+        AllReduceKernel::OneShotPackets => 2.0 * bytes as f64,
     }
 }
 
@@ -86,17 +92,22 @@ pub fn predict(
     Some(launch_us + flag_exchanges(kernel) * FLAG_ROUND_TRIP_US + link_us)
 }
 
-/// The kernel the cost model picks for `bytes` (one-shot on a tie: one launch, fewer flags) and
-/// its predicted time; `None` where a pair has no P2P.
+/// The kernel the cost model picks for `bytes` among those that take it (the earlier in
+/// [`KERNELS`] on a tie) and its predicted time; `None` where a pair has no P2P.
 pub fn pick(model: &CostModel, devices: &[usize], bytes: u64) -> Option<(AllReduceKernel, f64)> {
     let mut best: Option<(AllReduceKernel, f64)> = None;
-    for kernel in KERNELS {
+    for kernel in KERNELS.into_iter().filter(|k| takes(*k, bytes)) {
         let us = predict(model, devices, kernel, bytes)?;
         if best.is_none_or(|(_, b)| us < b) {
             best = Some((kernel, us));
         }
     }
     best
+}
+
+/// Whether `kernel` takes an all-reduce of `bytes`.
+fn takes(kernel: AllReduceKernel, bytes: u64) -> bool {
+    usize::try_from(bytes).is_ok_and(|len| len <= kernel.max_len())
 }
 
 /// Rank `rank`'s element `i`: a small integer, −8 to 8.
@@ -197,8 +208,9 @@ fn peerlink_flags<'b>(
         return Ok(None);
     }
     let flags = buffers_on(backend, devices, FLAG_BYTES)?;
+    let zeros = vec![0; FLAG_BYTES];
     for flag in &flags {
-        backend.write(**flag, 0, &[0; FLAG_BYTES])?;
+        backend.write(**flag, 0, &zeros)?;
     }
     Ok(Some(flags))
 }
@@ -277,7 +289,7 @@ pub fn run(
             if let Some(flags) = &flags {
                 let flags = ids(flags);
                 let mut times = Vec::with_capacity(KERNELS.len());
-                for kernel in KERNELS {
+                for kernel in KERNELS.into_iter().filter(|&k| takes(k, bytes)) {
                     let mut op = PeerlinkAllReduce {
                         collectives: backend.collectives(),
                         kernel,
@@ -287,7 +299,7 @@ pub fn run(
                         len,
                     };
                     let m = measured(Contender::Peerlink, kernel.name().into(), issue, &mut op)?;
-                    times.push(m.time_us);
+                    times.push((kernel, m.time_us));
                     rows.push(row(
                         Workload::AllReduce,
                         n,
@@ -297,11 +309,11 @@ pub fn run(
                     ));
                 }
                 if let Some((kernel, predicted_us)) = pick(&model, &devices, bytes) {
-                    let at = KERNELS
+                    let (_, time_us) = *times
                         .iter()
-                        .position(|&k| k == kernel)
-                        .expect("one of both");
-                    let fastest = times.iter().copied().fold(f64::INFINITY, f64::min);
+                        .find(|&&(k, _)| k == kernel)
+                        .expect("the pick is among the kernels measured");
+                    let fastest = times.iter().map(|&(_, t)| t).fold(f64::INFINITY, f64::min);
                     let m = Measured {
                         variant: None,
                         bytes,
@@ -309,12 +321,12 @@ pub fn run(
                         algorithm: kernel.name().into(),
                         issue,
                         iters: counts.iters,
-                        time_us: times[at],
+                        time_us,
                     };
                     let mut picked =
                         row(Workload::AllReduce, n, settings.simulated, Some(dtype), m);
                     picked.predicted_us = Some(predicted_us);
-                    picked.regret = Some(times[at] / fastest - 1.0);
+                    picked.regret = Some(time_us / fastest - 1.0);
                     rows.push(picked);
                 }
             }
@@ -344,6 +356,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::collective::PACKET_MAX_BYTES;
     use crate::model::test_support::{dgx1, nvswitch8};
 
     #[test]
@@ -365,38 +378,53 @@ mod tests {
     }
 
     #[test]
-    fn one_shot_is_picked_for_small_buffers_and_two_shot_for_large_on_eight_gpus() {
+    fn packets_are_picked_for_small_buffers_and_two_shot_for_large_on_eight_gpus() {
         let model = CostModel::from_topology(&nvswitch8());
         let all: Vec<usize> = (0..8).collect();
         assert_eq!(
             pick(&model, &all, 4 << 10).unwrap().0,
-            AllReduceKernel::OneShot
+            AllReduceKernel::OneShotPackets
         );
         assert_eq!(
             pick(&model, &all, 256 << 20).unwrap().0,
             AllReduceKernel::TwoShot
         );
-        // The predictions grow with the size, and the pick is the cheaper kernel.
-        let (kernel, us) = pick(&model, &all, 64 << 20).unwrap();
-        for other in KERNELS {
+        // The predictions grow with the size, and the pick is the cheapest kernel that takes it.
+        for bytes in [4, 64 << 10, (64 << 10) + 4, 64 << 20] {
+            let (kernel, us) = pick(&model, &all, bytes).unwrap();
+            for other in KERNELS.into_iter().filter(|&k| takes(k, bytes)) {
+                assert!(
+                    predict(&model, &all, other, bytes).unwrap() >= us,
+                    "{bytes}: {kernel:?}"
+                );
+            }
+        }
+        for kernel in KERNELS {
             assert!(
-                predict(&model, &all, other, 64 << 20).unwrap() >= us,
-                "{kernel:?}"
+                predict(&model, &all, kernel, 64 << 10).unwrap()
+                    > predict(&model, &all, kernel, 4).unwrap()
             );
         }
-        assert!(
-            predict(&model, &all, AllReduceKernel::OneShot, 1 << 20).unwrap()
-                > predict(&model, &all, AllReduceKernel::OneShot, 4).unwrap()
-        );
     }
 
     #[test]
-    fn two_gpus_move_as_many_bytes_either_way_so_one_shot_wins_on_flags() {
+    fn two_gpus_take_packets_up_to_their_limit_then_one_shot_wins_on_flags() {
         let model = CostModel::from_topology(&nvswitch8());
-        for bytes in [4, 1 << 20, 1 << 30] {
+        let limit = PACKET_MAX_BYTES as u64;
+        for (bytes, want) in [
+            (4, AllReduceKernel::OneShotPackets),
+            (limit, AllReduceKernel::OneShotPackets),
+            (limit + 4, AllReduceKernel::OneShot),
+            (1 << 20, AllReduceKernel::OneShot),
+            (1 << 30, AllReduceKernel::OneShot),
+        ] {
             let (kernel, _) = pick(&model, &[0, 1], bytes).unwrap();
-            assert_eq!(kernel, AllReduceKernel::OneShot, "{bytes}");
+            assert_eq!(kernel, want, "{bytes}");
         }
+        // At 4 bytes the packet kernel saves one and a half flag round trips.
+        let saved = predict(&model, &[0, 1], AllReduceKernel::OneShot, 4).unwrap()
+            - predict(&model, &[0, 1], AllReduceKernel::OneShotPackets, 4).unwrap();
+        assert!((saved - 1.5 * FLAG_ROUND_TRIP_US).abs() < 0.01, "{saved}");
     }
 
     #[test]

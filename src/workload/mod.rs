@@ -10,8 +10,8 @@
 //! stream and replayed (`--issue graphs`). After timing, each contender runs once more into
 //! poisoned outputs and every byte is checked against what the host computed.
 //!
-//! - [`all_reduce`]: peerlink's one-shot and two-shot kernels and the cost model's pick between
-//!   them, against `ncclAllReduce`;
+//! - [`all_reduce`]: peerlink's one-shot, two-shot and one-shot-packets kernels and the cost
+//!   model's pick among them, against `ncclAllReduce`;
 //! - [`send_recv`]: the transfer engine between consecutive GPUs, one way and both ways at once,
 //!   against NCCL send/recv;
 //! - [`pipeline`]: each stage's stand-in compute overlapped with handing its activation to the

@@ -5,11 +5,12 @@
 use super::{gpus, not_here, says, usage, FILL};
 use peerlink::backend::collective::{
     AllReduceKernel, BufferRange, DataType, Nccl, PeerTransfer, Rank, FLAG_BYTES, MAX_RANKS,
+    PACKET_MAX_BYTES,
 };
 use peerlink::backend::{Backend, BufferId, Memory, StreamId};
 use peerlink::Error;
 
-const KERNELS: [AllReduceKernel; 2] = [AllReduceKernel::OneShot, AllReduceKernel::TwoShot];
+const KERNELS: [AllReduceKernel; 3] = AllReduceKernel::ALL;
 const DTYPES: [DataType; 2] = [DataType::F32, DataType::Bf16];
 
 /// Element `e` of rank `r`'s input: an integer in −16..=16, so sums of up to 8 are exact in bf16.
@@ -85,7 +86,7 @@ impl Ranks {
             // Zeroed once after allocation, as the kernels expect.
             flags: devices
                 .iter()
-                .map(|&d| filled(d, &[0; FLAG_BYTES]))
+                .map(|&d| filled(d, &vec![0; FLAG_BYTES]))
                 .collect(),
             dtype,
             len,
@@ -153,8 +154,10 @@ pub fn all_reduce_sums_every_input_into_every_output(b: &dyn Backend) {
     for devices in sets.iter().take(if clique.len() > 2 { 2 } else { 1 }) {
         for dtype in DTYPES {
             for kernel in KERNELS {
-                // One element; a size that splits unevenly into slices; a larger one.
-                for elements in [1, 1001, (1 << 20) / dtype.size() + 3] {
+                // One element; a size that splits unevenly into slices; a larger one (for the
+                // packet kernel, the largest it takes).
+                let larger = ((1 << 20) / dtype.size() + 3).min(kernel.max_len() / dtype.size());
+                for elements in [1, 1001, larger] {
                     let r = Ranks::new(b, devices, dtype, elements);
                     r.all_reduce(b, kernel).unwrap();
                     r.synchronize(b);
@@ -175,8 +178,12 @@ pub fn fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs(b:
     }
     enable_peer_access(b, &clique[..2]);
     // Each call sums the last one's outputs into the other buffers: a call that ran ahead of its
-    // partners, or read a peer's buffer before the peer's last call was done, shows.
-    for dtype in DTYPES {
+    // partners, or read a peer's buffer before the peer's last call was done, shows. The kernels
+    // take turns on one flag block, then the packet kernel runs alone (its parities alternate).
+    let turns = |call: usize| KERNELS[call % KERNELS.len()];
+    let packets = |_| AllReduceKernel::OneShotPackets;
+    let orders: [&dyn Fn(usize) -> AllReduceKernel; 2] = [&turns, &packets];
+    for (dtype, order) in DTYPES.into_iter().flat_map(|d| orders.map(|o| (d, o))) {
         let elements = 4099;
         let r = Ranks::new(b, &clique[..2], dtype, elements);
         let (mut from, mut to) = (r.inputs.clone(), r.outputs.clone());
@@ -189,7 +196,7 @@ pub fn fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs(b:
                 })
                 .collect();
             b.collectives()
-                .all_reduce(KERNELS[call % 2], dtype, &ranks, &r.flags, r.len)
+                .all_reduce(order(call), dtype, &ranks, &r.flags, r.len)
                 .unwrap();
             std::mem::swap(&mut from, &mut to);
         }
@@ -204,6 +211,62 @@ pub fn fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs(b:
     }
 }
 
+pub fn packet_all_reduces_of_changing_sizes_read_only_their_own_packets(b: &dyn Backend) {
+    let clique = p2p_clique(b);
+    if clique.len() < 2 {
+        return not_here("packet all-reduces", "no two GPUs with P2P");
+    }
+    enable_peer_access(b, &clique);
+    // A word's packets stay in its slot from call to call; the inputs change every call, so a
+    // packet of an earlier call taken for the current one shows. Sizes from one word to the
+    // largest, in an order that moves words between few and many blocks.
+    let elements = PACKET_MAX_BYTES / 4;
+    let r = Ranks::new(b, &clique, DataType::F32, elements);
+    let n = clique.len();
+    for (call, words) in [
+        1,
+        elements,
+        513,
+        3,
+        elements,
+        1,
+        2049,
+        elements - 1,
+        512,
+        elements,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let scale = (call + 1) as f32;
+        for (k, &input) in r.inputs.iter().enumerate() {
+            let values = encode(DataType::F32, (0..words).map(|e| scale * value(k, e)));
+            b.write(input, 0, &values).unwrap();
+        }
+        let ranks = r.ranks();
+        b.collectives()
+            .all_reduce(
+                AllReduceKernel::OneShotPackets,
+                DataType::F32,
+                &ranks,
+                &r.flags,
+                4 * words,
+            )
+            .unwrap();
+        r.synchronize(b);
+        let want = encode(
+            DataType::F32,
+            (0..words).map(|e| scale * (0..n).map(|k| value(k, e)).sum::<f32>()),
+        );
+        r.check(
+            b,
+            &format!("packet call {call} of {words} words"),
+            &r.outputs,
+            &want,
+        );
+    }
+}
+
 pub fn a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none(b: &dyn Backend) {
     let clique = p2p_clique(b);
     if clique.len() < 2 {
@@ -211,7 +274,8 @@ pub fn a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none(b: 
     }
     enable_peer_access(b, &clique);
     for kernel in KERNELS {
-        let r = Ranks::new(b, &clique, DataType::F32, 70_001);
+        let elements = 70_001.min(kernel.max_len() / 4);
+        let r = Ranks::new(b, &clique, DataType::F32, elements);
         for &s in &r.streams {
             b.begin_capture(s).unwrap();
         }
@@ -226,7 +290,7 @@ pub fn a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none(b: 
         for replay in 0..2 {
             if replay == 1 {
                 // New inputs: the replay reads the buffers as they are now.
-                let doubled = encode(DataType::F32, (0..70_001).map(|e| 2.0 * value(0, e)));
+                let doubled = encode(DataType::F32, (0..elements).map(|e| 2.0 * value(0, e)));
                 b.write(r.inputs[0], 0, &doubled).unwrap();
             }
             for (&g, &s) in graphs.iter().zip(&r.streams) {
@@ -237,7 +301,8 @@ pub fn a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none(b: 
             let first = if replay == 1 { 2.0 } else { 1.0 };
             let want = encode(
                 DataType::F32,
-                (0..70_001).map(|e| first * value(0, e) + (1..n).map(|k| value(k, e)).sum::<f32>()),
+                (0..elements)
+                    .map(|e| first * value(0, e) + (1..n).map(|k| value(k, e)).sum::<f32>()),
             );
             r.check(
                 b,
@@ -291,6 +356,10 @@ pub fn all_reduce_refuses_what_its_kernels_cannot_take(b: &dyn Backend) {
         &usage(call(&ranks, &flags[..1], DataType::F32, len)),
         "one per rank",
     );
+    let big = Ranks::new(b, pair, DataType::F32, PACKET_MAX_BYTES / 4 + 1);
+    let too_big = usage(big.all_reduce(b, AllReduceKernel::OneShotPackets));
+    says(&too_big, "at most 65536 bytes (PACKET_MAX_BYTES)");
+    says(&too_big, "use one-shot or two-shot");
     let mut same = ranks.clone();
     same[1].output = same[1].input;
     says(

@@ -5,13 +5,14 @@
 
 use peerlink::backend::collective::{
     AllReduceKernel, BufferRange, DataType, PeerTransfer, Rank, FLAG_BYTES, MAX_RANKS,
+    PACKET_MAX_BYTES,
 };
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, StreamId};
 use peerlink::bench::pattern;
 use peerlink::bench::stats::median;
 
-const KERNELS: [AllReduceKernel; 2] = [AllReduceKernel::OneShot, AllReduceKernel::TwoShot];
+const KERNELS: [AllReduceKernel; 3] = AllReduceKernel::ALL;
 const DTYPES: [DataType; 2] = [DataType::F32, DataType::Bf16];
 
 /// What an output holds before a call: bytes past `len` must keep it.
@@ -156,17 +157,23 @@ impl Ranks {
     }
 }
 
-/// Element counts: one element, odd counts, 1 MiB and some, 64 MiB.
-fn element_counts(dtype: DataType) -> [usize; 6] {
+/// Element counts `kernel` takes: one element, odd counts, the packet kernel's largest and one
+/// less, 1 MiB and some, 64 MiB.
+fn element_counts(kernel: AllReduceKernel, dtype: DataType) -> Vec<usize> {
     let size = dtype.size();
     [
         1,
         4 / size,
         7,
         4097,
+        PACKET_MAX_BYTES / size - 1,
+        PACKET_MAX_BYTES / size,
         (1 << 20) / size + 5,
         (64 << 20) / size,
     ]
+    .into_iter()
+    .filter(|elements| elements * size <= kernel.max_len())
+    .collect()
 }
 
 #[test]
@@ -182,7 +189,7 @@ fn all_reduce_kernels_sum_every_byte_on_2_to_all_gpus() {
         let mut round = 0;
         for kernel in KERNELS {
             for dtype in DTYPES {
-                for elements in element_counts(dtype) {
+                for elements in element_counts(kernel, dtype) {
                     round += 1;
                     let len = elements * dtype.size();
                     set.write_inputs(&b, dtype, round, elements);
@@ -209,13 +216,26 @@ fn all_reduce_kernels_sum_every_byte_on_2_to_all_gpus() {
     }
 }
 
-/// 200 calls back to back on the same flags, never reset: both kernels, both element types and
+/// 200 calls back to back on the same flags, never reset: every kernel, both element types and
 /// several lengths (so grids of different sizes) in turn, each rank's input rewritten on its stream
 /// before every call, so a rank that ran ahead of a peer's reads or writes would leave wrong sums.
 /// Every call has an output of its own, checked at the end.
 #[test]
 #[ignore = "needs a GPU"]
 fn all_reduce_flags_serve_200_calls_without_reset() {
+    serve_200_calls_without_reset(&KERNELS);
+}
+
+/// The same with the packet kernel alone: no barrier kernel between two calls, so only its
+/// parities keep a rank that runs a call ahead from overwriting packets a peer still waits for.
+/// Rank 0's stream is held until every call is queued, so the others start ahead of it.
+#[test]
+#[ignore = "needs a GPU"]
+fn packet_all_reduce_serves_200_calls_back_to_back() {
+    serve_200_calls_without_reset(&[AllReduceKernel::OneShotPackets]);
+}
+
+fn serve_200_calls_without_reset(kernels: &[AllReduceKernel]) {
     let Some((b, count)) = several_gpus() else {
         return;
     };
@@ -255,13 +275,11 @@ fn all_reduce_flags_serve_200_calls_without_reset() {
     }
     let plan = |call: usize| {
         let dtype = DTYPES[call / 2 % 2];
-        (
-            KERNELS[call % 2],
-            dtype,
-            call as u64 % rounds,
-            lengths[call % lengths.len()],
-        )
+        let kernel = kernels[call % kernels.len()];
+        let elements = lengths[call % lengths.len()].min(kernel.max_len() / dtype.size());
+        (kernel, dtype, call as u64 % rounds, elements)
     };
+    let gate = b.hold(set.streams[0]).unwrap();
     for (call, call_outputs) in outputs.iter().enumerate() {
         let (kernel, dtype, round, elements) = plan(call);
         let len = elements * dtype.size();
@@ -282,6 +300,7 @@ fn all_reduce_flags_serve_200_calls_without_reset() {
             )
             .unwrap();
     }
+    b.release(gate).unwrap();
     set.synchronize(&b);
     for (call, call_outputs) in outputs.iter().enumerate() {
         let (kernel, dtype, round, elements) = plan(call);
@@ -294,12 +313,20 @@ fn all_reduce_flags_serve_200_calls_without_reset() {
             check_output(&b, output, &want, &what);
         }
     }
-    eprintln!("{calls} all-reduce calls on {count} GPUs on one set of flags: every byte right");
+    eprintln!(
+        "{calls} all-reduce calls ({}) on {count} GPUs on one set of flags: every byte right",
+        kernels
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 }
 
-/// Each rank's stream captures the same two calls (one-shot into one output, two-shot into another);
-/// the graphs are replayed together several times, with new inputs each time, then a direct call
-/// follows on the same flags.
+/// Each rank's stream captures the same three calls (one-shot into one output, two-shot into
+/// another, the packet kernel into a third, over as much of the input as it takes); the graphs are
+/// replayed together several times, with new inputs each time, then a direct call follows on the
+/// same flags.
 #[test]
 #[ignore = "needs a GPU"]
 fn all_reduce_replays_from_captured_graphs() {
@@ -310,9 +337,13 @@ fn all_reduce_replays_from_captured_graphs() {
     let elements = 100_003;
     let len = elements * dtype.size();
     let set = Ranks::new(&b, count, len + 16);
-    let second: Vec<BufferId> = (0..count)
-        .map(|r| b.alloc(Memory::Device(r), len + 16).unwrap())
-        .collect();
+    let extra_outputs = || -> Vec<BufferId> {
+        (0..count)
+            .map(|r| b.alloc(Memory::Device(r), len + 16).unwrap())
+            .collect()
+    };
+    let (second, third) = (extra_outputs(), extra_outputs());
+    let packet_elements = PACKET_MAX_BYTES / dtype.size() - 1;
     for &stream in &set.streams {
         b.begin_capture(stream).unwrap();
     }
@@ -333,6 +364,14 @@ fn all_reduce_replays_from_captured_graphs() {
         len,
     )
     .unwrap();
+    c.all_reduce(
+        AllReduceKernel::OneShotPackets,
+        dtype,
+        &set.with_outputs(&third),
+        &set.flags,
+        packet_elements * dtype.size(),
+    )
+    .unwrap();
     let graphs: Vec<_> = set
         .streams
         .iter()
@@ -342,6 +381,7 @@ fn all_reduce_replays_from_captured_graphs() {
         set.write_inputs(&b, dtype, round, elements);
         set.fill_outputs(&b, &set.outputs);
         set.fill_outputs(&b, &second);
+        set.fill_outputs(&b, &third);
         for (&graph, &stream) in graphs.iter().zip(&set.streams) {
             b.replay(graph, stream).unwrap();
         }
@@ -351,27 +391,23 @@ fn all_reduce_replays_from_captured_graphs() {
             let what = format!("replay {round} on {count} GPUs, rank {r}");
             check_output(&b, one_shot, &want, &format!("{what}, one-shot"));
             check_output(&b, two_shot, &want, &format!("{what}, two-shot"));
+            let packets = &want[..packet_elements * dtype.size()];
+            check_output(&b, third[r], packets, &format!("{what}, one-shot-packets"));
         }
     }
-    set.write_inputs(&b, dtype, 99, elements);
-    set.fill_outputs(&b, &set.outputs);
-    c.all_reduce(
-        AllReduceKernel::OneShot,
-        dtype,
-        &set.ranks(),
-        &set.flags,
-        len,
-    )
-    .unwrap();
-    set.synchronize(&b);
-    let want = sums(dtype, 99, count, elements);
-    for (r, &output) in set.outputs.iter().enumerate() {
-        check_output(
-            &b,
-            output,
-            &want,
-            &format!("direct call after replays, rank {r}"),
-        );
+    for (round, kernel) in (99..).zip(KERNELS) {
+        let elements = elements.min(kernel.max_len() / dtype.size());
+        set.write_inputs(&b, dtype, round, elements);
+        set.fill_outputs(&b, &set.outputs);
+        let len = elements * dtype.size();
+        c.all_reduce(kernel, dtype, &set.ranks(), &set.flags, len)
+            .unwrap();
+        set.synchronize(&b);
+        let want = sums(dtype, round, count, elements);
+        for (r, &output) in set.outputs.iter().enumerate() {
+            let what = format!("direct {} call after replays, rank {r}", kernel.name());
+            check_output(&b, output, &want, &what);
+        }
     }
     for graph in graphs {
         b.destroy_graph(graph).unwrap();

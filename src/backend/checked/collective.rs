@@ -215,6 +215,13 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
                 flags.len()
             )));
         }
+        if len > kernel.max_len() {
+            return Err(Error::usage(format!(
+                "{call} of {len} bytes: this kernel takes at most {} bytes (PACKET_MAX_BYTES), \
+                 what its receive area holds; use one-shot or two-shot for larger buffers",
+                kernel.max_len()
+            )));
+        }
         let mut st = self.lock();
         let resolved = self.check_ranks(&st, &call, dtype, ranks, len)?;
         let mut raw_flags = Vec::with_capacity(n);

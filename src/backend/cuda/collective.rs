@@ -8,7 +8,9 @@ use cudarc::driver::DeviceRepr;
 
 use super::kernels::SPIN_TIMEOUT_NS;
 use super::{Buffer, Gpus, Stream};
-use crate::backend::collective::{AllReduceKernel, DataType, FLAG_BYTES, MAX_RANKS};
+use crate::backend::collective::{
+    AllReduceKernel, DataType, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+};
 use crate::backend::RawRank;
 use crate::{Error, Result};
 
@@ -25,8 +27,15 @@ const PHASES: usize = 2;
 /// Bytes of a flag block the kernels use: one u32 counter per block index, then one u32 slot per
 /// phase, block index and rank.
 const FLAG_BYTES_USED: usize = 4 * ALL_REDUCE_MAX_BLOCKS as usize * (1 + PHASES * MAX_RANKS);
+/// Where the packet kernel's receive area starts in a flag block (`PACKET_AREA_OFFSET`).
+const PACKET_AREA_OFFSET: usize = 64 * 1024;
+/// Calls alternate between two halves of the receive area (`PACKET_PARITIES`).
+const PACKET_PARITIES: usize = 2;
+/// Bytes of the receive area: an 8-byte packet per 4-byte word of the largest payload, per
+/// sending rank and parity.
+const PACKET_AREA_BYTES: usize = PACKET_PARITIES * MAX_RANKS * (PACKET_MAX_BYTES / 4) * 8;
 const _: () = assert!(
-    FLAG_BYTES_USED <= FLAG_BYTES,
+    FLAG_BYTES_USED <= PACKET_AREA_OFFSET && PACKET_AREA_OFFSET + PACKET_AREA_BYTES <= FLAG_BYTES,
     "the flag layout outgrows FLAG_BYTES"
 );
 
@@ -36,11 +45,13 @@ const _: () = assert!(
 const PEER_TIMEOUT_NS: u64 = 2 * SPIN_TIMEOUT_NS;
 
 /// The entry points, as (kernel, element type); `Kernels` loads them in this order.
-pub(super) const ALL_REDUCE_VARIANTS: [(AllReduceKernel, DataType); 4] = [
+pub(super) const ALL_REDUCE_VARIANTS: [(AllReduceKernel, DataType); 6] = [
     (AllReduceKernel::OneShot, DataType::F32),
     (AllReduceKernel::OneShot, DataType::Bf16),
     (AllReduceKernel::TwoShot, DataType::F32),
     (AllReduceKernel::TwoShot, DataType::Bf16),
+    (AllReduceKernel::OneShotPackets, DataType::F32),
+    (AllReduceKernel::OneShotPackets, DataType::Bf16),
 ];
 
 /// The kernel function for one variant in collective.cu.
@@ -50,6 +61,8 @@ pub(super) fn entry_point(kernel: AllReduceKernel, dtype: DataType) -> &'static 
         (AllReduceKernel::OneShot, DataType::Bf16) => "all_reduce_one_shot_bf16",
         (AllReduceKernel::TwoShot, DataType::F32) => "all_reduce_two_shot_f32",
         (AllReduceKernel::TwoShot, DataType::Bf16) => "all_reduce_two_shot_bf16",
+        (AllReduceKernel::OneShotPackets, DataType::F32) => "all_reduce_one_shot_packets_f32",
+        (AllReduceKernel::OneShotPackets, DataType::Bf16) => "all_reduce_one_shot_packets_bf16",
     }
 }
 
@@ -106,7 +119,10 @@ impl AllReduceArgs {
 /// Blocks of one all-reduce launch, the same on every rank: one per `ALL_REDUCE_THREADS` 16-byte
 /// vectors a rank reduces (the whole buffer for one-shot, its slice of it for two-shot), so small
 /// buffers meet their peers with few blocks, up to every resident slot of the smallest GPU for
-/// large ones, and never more than the flag layout holds.
+/// large ones, and never more than the flag layout holds. The packet kernel gives each thread one
+/// 4-byte word, always the same one, so that a word's packets always carry the same block's
+/// epoch: one block per `ALL_REDUCE_THREADS` words, never capped (at most 32, for
+/// `PACKET_MAX_BYTES`).
 pub(super) fn all_reduce_blocks(
     kernel: AllReduceKernel,
     ranks: usize,
@@ -117,6 +133,11 @@ pub(super) fn all_reduce_blocks(
     let per_rank = match kernel {
         AllReduceKernel::OneShot => vectors,
         AllReduceKernel::TwoShot => vectors.div_ceil(ranks.max(1)),
+        AllReduceKernel::OneShotPackets => {
+            // The checked layer keeps `len` within the receive area; the clamp keeps it so here.
+            let words = len.min(PACKET_MAX_BYTES).div_ceil(4);
+            return words.div_ceil(ALL_REDUCE_THREADS as usize).max(1) as u32;
+        }
     };
     let wanted = per_rank.div_ceil(ALL_REDUCE_THREADS as usize).max(1);
     let resident = (sm_count.max(1) * ALL_REDUCE_BLOCKS_PER_SM).min(ALL_REDUCE_MAX_BLOCKS);
@@ -189,6 +210,25 @@ mod tests {
         // Also asserted at compile time; here the sum is spelled out: 512 blocks × (1 counter + 2 phases × 8 ranks) u32 words.
         assert_eq!(FLAG_BYTES_USED, 34_816);
         assert!(all_reduce_blocks(AllReduceKernel::OneShot, 2, 1 << 30, 10_000) <= 512);
+        // Then the receive area: 2 parities × 8 senders × 16 Ki words × 8-byte packets = 2 MiB,
+        // right after the 64 KiB of flags, filling the block.
+        assert_eq!(PACKET_AREA_BYTES, 2 << 20);
+        assert_eq!(PACKET_AREA_OFFSET + PACKET_AREA_BYTES, FLAG_BYTES);
+    }
+
+    #[test]
+    fn packet_words_map_to_fixed_blocks_within_the_receive_area() {
+        let packets = |len, sms| all_reduce_blocks(AllReduceKernel::OneShotPackets, 2, len, sms);
+        assert_eq!(packets(4, 132), 1);
+        assert_eq!(packets(2, 132), 1);
+        assert_eq!(packets(512 * 4, 132), 1);
+        assert_eq!(packets(512 * 4 + 2, 132), 2);
+        // Never capped by the SMs (the word-to-block map must not change with the GPU's load).
+        assert_eq!(packets(PACKET_MAX_BYTES, 8), 32);
+        assert_eq!(
+            packets(PACKET_MAX_BYTES, 132) as usize * ALL_REDUCE_THREADS as usize,
+            PACKET_MAX_BYTES / 4
+        );
     }
 
     #[test]
@@ -202,6 +242,15 @@ mod tests {
             ),
             "constexpr unsigned int START_PHASE = 0;".to_string(),
             format!("constexpr unsigned int END_PHASE = {};", PHASES - 1),
+            format!(
+                "constexpr unsigned int PACKET_MAX_BYTES = {} * 1024;",
+                PACKET_MAX_BYTES / 1024
+            ),
+            format!(
+                "constexpr unsigned long long PACKET_AREA_OFFSET = {} * 1024;",
+                PACKET_AREA_OFFSET / 1024
+            ),
+            format!("constexpr unsigned int PACKET_PARITIES = {PACKET_PARITIES};"),
         ] {
             assert!(SOURCE.contains(&line), "collective.cu lacks `{line}`");
         }

@@ -298,7 +298,8 @@ impl Kernels {
         // SAFETY: the argument matches all_reduce_*(AllReduceArgs) (layout checked in collective.rs);
         // the checked layer checked that every rank's buffers hold `elements` and its flag block
         // FLAG_BYTES, all reachable from every rank's GPU; `blocks` ≤ ALL_REDUCE_MAX_BLOCKS, the
-        // flag layout's limit.
+        // flag layout's limit (and for the packet kernel, exactly the blocks its words need, within
+        // its receive area).
         launched(unsafe { launch.launch(config) })
     }
 
@@ -360,6 +361,8 @@ mod tests {
                 "all_reduce_one_shot_bf16",
                 "all_reduce_two_shot_f32",
                 "all_reduce_two_shot_bf16",
+                "all_reduce_one_shot_packets_f32",
+                "all_reduce_one_shot_packets_bf16",
                 "busy",
             ] {
                 assert!(

@@ -3,8 +3,8 @@
 //! Every rank's kernel launches on its own stream and spins until every other rank's kernel runs
 //! (the ranks meet at their flag blocks); then, after a flag exchange, the bytes move as flows over
 //! the links, sharing them max-min with everything else in flight, at an SM kernel's share of each
-//! path's rate; a second flag exchange ends the call. The sums written are real. Every figure is
-//! simulated from the preset.
+//! path's rate; a second flag exchange ends the call (the packet kernel has neither exchange: its
+//! data is its signal). The sums written are real. Every figure is simulated from the preset.
 
 use super::links::{LinkModel, Place};
 use super::memory::Key;
@@ -26,7 +26,10 @@ pub(super) struct RankPlan {
 /// data: one-shot, each rank reads every peer's whole input; two-shot, rank `r` reads slice `r`
 /// of every peer's input and writes its sum into slice `r` of every peer's output, the reads and
 /// writes of a rank overlapping as the kernel pipelines them. Every rank waits for every flow: the
-/// closing flag exchange is a barrier.
+/// closing flag exchange is a barrier. The packet kernel has no barrier: each rank pushes twice its
+/// input's bytes (packets are half data) to every peer, the first bytes landing one one-way signal
+/// after the launch, and each rank waits only for the packets pushed to it. (The ranks still start
+/// together here, as the others do: a rank's packets cannot all arrive before its peers run.)
 pub(super) fn all_reduce(
     links: &LinkModel,
     kernel: AllReduceKernel,
@@ -48,12 +51,15 @@ pub(super) fn all_reduce(
     let signal_us = slowest(&|a, b| links.signal_us(a, b));
     let round_trip_us = slowest(&|a, b| links.load_latency_us(a, Place::Device(b)));
     let everyone: Vec<usize> = (0..n).collect();
-    let flow = |from: usize, to: usize, by: usize, bytes: usize| PlannedFlow {
-        path: links.kernel(
+    let path = |from: usize, to: usize, by: usize| {
+        links.kernel(
             Place::Device(ranks[from].device),
             Place::Device(ranks[to].device),
             ranks[by].device,
-        ),
+        )
+    };
+    let flow = |from: usize, to: usize, by: usize, bytes: usize| PlannedFlow {
+        path: path(from, to, by),
         bytes,
         latency_us: signal_us + round_trip_us,
         holds: everyone.clone(),
@@ -68,6 +74,17 @@ pub(super) fn all_reduce(
             let reads = pairs.iter().map(|&(i, j)| flow(j, i, i, slice(i)));
             let writes = pairs.iter().map(|&(i, j)| flow(i, j, i, slice(i)));
             (reads.chain(writes).collect(), round_trip_us + signal_us)
+        }
+        AllReduceKernel::OneShotPackets => {
+            // Rank i pushes packets (twice its input's bytes) to rank j, the first arriving one
+            // signal after the launch; only j waits for them, and nothing after.
+            let pushes = pairs.iter().map(|&(i, j)| PlannedFlow {
+                path: path(i, j, i),
+                bytes: 2 * len,
+                latency_us: signal_us,
+                holds: vec![j],
+            });
+            (pushes.collect(), 0.0)
         }
     };
     Collective {

@@ -128,7 +128,7 @@ impl Setup {
     }
 }
 
-const KERNELS: [AllReduceKernel; 2] = [AllReduceKernel::OneShot, AllReduceKernel::TwoShot];
+const KERNELS: [AllReduceKernel; 3] = AllReduceKernel::ALL;
 
 #[test]
 fn all_reduce_writes_the_exact_sum_into_every_output() {
@@ -190,12 +190,33 @@ fn one_shot_is_faster_for_8_bytes_and_two_shot_for_large_buffers() {
 }
 
 #[test]
+fn packets_beat_one_shot_at_8_bytes_by_the_barriers_they_skip() {
+    for preset in ["h200-pair", "dgx-h100"] {
+        let sim = SimBackend::open(preset).unwrap();
+        let time = |kernel| Setup::zeroed(&sim, &[0, 1], DataType::F32, 8).timed(&sim, kernel);
+        let one = time(AllReduceKernel::OneShot);
+        let packets = time(AllReduceKernel::OneShotPackets);
+        assert!(
+            packets < one,
+            "{preset}, 8 B: one-shot {one} µs, packets {packets} µs"
+        );
+        // Launch and one signal; 16 bytes of packets take next to nothing.
+        let p = sim.preset();
+        let fixed = p.costs.kernel_setup_us + p.nvlink.as_ref().unwrap().signal_us;
+        assert!(
+            (packets - fixed).abs() < 0.01,
+            "{preset}: {packets} vs {fixed}"
+        );
+    }
+}
+
+#[test]
 fn fifty_calls_on_the_same_flags_each_meet_their_own_partners() {
     let sim = SimBackend::open("dgx1-v100").unwrap();
     let setup = Setup::new(&sim, &[0, 1, 2, 3], DataType::Bf16, 4096);
     // Ranks issue from different host times; each call still meets its own counterparts.
     for i in 0..50 {
-        setup.all_reduce(&sim, KERNELS[i % 2]);
+        setup.all_reduce(&sim, KERNELS[i % KERNELS.len()]);
     }
     setup.synchronize(&sim);
     setup.check_outputs(&sim);
@@ -376,9 +397,9 @@ fn nccl_all_reduce_time_grows_with_ranks_and_size() {
         );
         last_by_size = last_by_ranks;
     }
-    // Small: the LL protocol's latency, 6.6 µs + 2 steps of 0.6 µs, after a kernel launch.
+    // Small: the LL protocol's latency, its base + 2 steps of 0.6 µs, after a kernel launch.
     let small = time(2, 8);
-    let want = sim.preset().costs.kernel_setup_us + 6.6 + 2.0 * 0.6;
+    let want = sim.preset().costs.kernel_setup_us + nccl::LL.base_us() + 2.0 * 0.6;
     assert!((small - want).abs() < 0.01, "{small} vs {want}");
     // Large: the ring moves 2(n − 1)/n of the buffer at the Simple protocol's bus bandwidth.
     let large = time(8, 16 << 20);
@@ -465,8 +486,10 @@ fn nccl_messages_share_the_links_they_cross() {
     let two = nccl_send_recv(&sim, &[0, 1], &[(0, 1), (0, 1)], len);
     assert!(two > 1.9 * one, "one message {one} µs, two {two}");
     let nv = sim.preset().nvlink.clone().unwrap();
-    let bus = 18.0 * nv.link_gbps * nv.efficiency * 1e3 * nccl::BUS_EFFICIENCY;
-    // A large message goes as Simple: 8.4 µs of base latency and one 3.4 µs step over NVLink.
-    let want = sim.preset().costs.kernel_setup_us + 8.4 + 3.4 + len as f64 / bus;
+    let bus = 18.0 * nv.link_gbps * nv.efficiency * 1e3 * 0.90;
+    // A large message goes as point-to-point Simple: its base latency and one 3.4 µs step over
+    // NVLink, at 0.90 of the link's copy-engine rate.
+    let want =
+        sim.preset().costs.kernel_setup_us + nccl::P2P_SIMPLE.base_us() + 3.4 + len as f64 / bus;
     assert!((one - want).abs() < 0.01, "{one} vs {want}");
 }

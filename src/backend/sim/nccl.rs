@@ -40,11 +40,19 @@ pub(super) struct Protocol {
     over_pcie: bool,
 }
 
-// LL, LL128 and Simple: figures from NCCL 2.30.7's `ncclTunerConstantsDefaults` and the "model
-// refinements" of `ncclTopoTuneModel` (src/graph/tuning.cc).
+// LL, LL128 and Simple: the shape and the per-step latencies are NCCL 2.30.7's tuner
+// (`ncclTunerConstantsDefaults` and the "model refinements" of `ncclTopoTuneModel`,
+// src/graph/tuning.cc); the base latencies and the bus efficiency are calibrated against NCCL 2.28.3
+// measured on two H200s over NVLink (2026-11-30, `peerlink workload all-reduce` and `send-recv`,
+// benchmarks/h200-x2/workload/), where the tuner's own figures were 20–42% off:
+// - LL: 6.55 µs per 4 B all-reduce on 2 ranks = the simulator's 1.5 µs kernel setup + base + 2
+//   steps of 0.6, so base 3.85 (the tuner's 6.6 includes a launch the simulator charges apart).
+// - Simple: from 16 MiB to 1 GiB the all-reduce runs at 30.4 µs + bytes / 330.6 GB/s; 30.4 = 1.5 +
+//   base + 2 steps of 3.4, so base 22.1 (the tuner's 8.4 leaves out the ring's pipeline fill).
+// - LL128 keeps the tuner's figures: at 4 and 16 MiB it lands within 10% of what was measured.
 
 pub(super) static LL: Protocol = Protocol {
-    base_us: 6.6,
+    base_us: 3.85,
     nvlink_step_us: 0.6,
     pcie_step_us: 1.0,
     bus_share: 0.5,
@@ -62,7 +70,7 @@ pub(super) static LL128: Protocol = Protocol {
 };
 
 pub(super) static SIMPLE: Protocol = Protocol {
-    base_us: 8.4,
+    base_us: 22.1,
     nvlink_step_us: 3.4,
     pcie_step_us: 5.7,
     bus_share: 1.0,
@@ -73,16 +81,22 @@ pub(super) static SIMPLE: Protocol = Protocol {
 /// The protocols the tuner chooses among for a ring.
 static PROTOCOLS: [&Protocol; 3] = [&LL, &LL128, &SIMPLE];
 
-/// NCCL's bus bandwidth as a share of what a copy engine reaches on the same path: nccl-tests
-/// sendrecv_perf reports ~365 GB/s on H100 NVLink (docs/reference.md) where nvbandwidth's
-/// copy-engine write reaches 397.5 GB/s (0.918); NCCL's own model of H100 NVLink, 18 links of
-/// 20.6 GB/s (src/graph/topo.h, SM90_NVLINK_BW), gives 371 GB/s (0.933). An estimate until NCCL
-/// is measured on the H200 pair.
-pub(super) const BUS_EFFICIENCY: f64 = 0.92;
+/// NCCL's bus bandwidth as a share of what a copy engine reaches on the same path: NCCL 2.28.3's
+/// all-reduce on the H200 pair approaches 330.6 GB/s of bus bandwidth where ce-write reaches 396.4
+/// (0.834). (NCCL's own model of H100 NVLink, 18 links of 20.6 GB/s, would say 0.933.)
+pub(super) const BUS_EFFICIENCY: f64 = 0.834;
 
-/// Point-to-point messages up to this many bytes go as LL, larger ones as Simple
-/// (NCCL_P2P_LL_THRESHOLD's default, src/enqueue.cc, per channel; one channel assumed).
-pub(super) const P2P_LL_THRESHOLD: usize = 16384;
+/// Point-to-point messages in Simple: no ring to fill, so a lower latency than the all-reduce's
+/// and a higher share of the link. On the H200 pair NCCL's one-way send/recv from 1 MiB to 256 MiB
+/// fits 9.1 µs + bytes / 357 GB/s (0.90 of ce-write's 396.4); 9.1 = 1.5 µs kernel setup + 7.6.
+pub(super) const P2P_SIMPLE: Protocol = Protocol {
+    base_us: 4.2,
+    nvlink_step_us: 3.4,
+    pcie_step_us: 5.7,
+    bus_share: 0.90 / BUS_EFFICIENCY,
+    max_gbps: f64::INFINITY,
+    over_pcie: true,
+};
 
 /// A simulated communicator: its number and its GPUs, rank by rank.
 pub struct Comm {
@@ -111,6 +125,11 @@ fn hop(links: &LinkModel, a: usize, b: usize) -> (Path, bool) {
 }
 
 impl Protocol {
+    /// The per-call latency before any step.
+    pub(super) fn base_us(&self) -> f64 {
+        self.base_us
+    }
+
     fn step_us(&self, nvlink: bool) -> f64 {
         if nvlink {
             self.nvlink_step_us
@@ -228,9 +247,10 @@ pub(super) fn all_reduce(
 }
 
 /// A group of `ncclSend`/`ncclRecv`: each message a flow from its sender's GPU to its receiver's,
-/// after one ring step's latency of its protocol (the tuner has no point-to-point model; LL up to
-/// [`P2P_LL_THRESHOLD`], Simple above), at that protocol's bus bandwidth; it holds its sender and
-/// its receiver, and lands when the receiver's part ends.
+/// after its protocol's base latency and one step (the tuner has no point-to-point model: LL or
+/// [`P2P_SIMPLE`], whichever predicts less, as measured NCCL went LL up to 256 KiB and Simple from
+/// 1 MiB), at that protocol's bus bandwidth; it holds its sender and its receiver, and lands when
+/// the receiver's part ends.
 pub(super) fn send_recv(
     links: &LinkModel,
     comm: &Comm,
@@ -240,13 +260,15 @@ pub(super) fn send_recv(
         .iter()
         .map(|t| {
             let (path, nvlink) = hop(links, comm.devices[t.from], comm.devices[t.to]);
-            let protocol = if t.src.len <= P2P_LL_THRESHOLD {
-                &LL
-            } else {
-                &SIMPLE
-            };
-            let latency_us = protocol.base_us + protocol.step_us(nvlink);
             let bottleneck = links.bottleneck(&path);
+            let time = |p: &Protocol| {
+                p.base_us + p.step_us(nvlink) + t.src.len as f64 / p.bus(bottleneck)
+            };
+            let protocol = [&LL, &P2P_SIMPLE]
+                .into_iter()
+                .min_by(|a, b| time(a).total_cmp(&time(b)))
+                .expect("two protocols");
+            let latency_us = protocol.base_us + protocol.step_us(nvlink);
             protocol.flow(path, t.src.len, bottleneck, latency_us, vec![t.from, t.to])
         })
         .collect();
@@ -319,7 +341,7 @@ mod tests {
     #[test]
     fn latency_grows_with_the_ring() {
         let latency = |ranks| ring_protocol(8, ranks, H100_BUS, true).1;
-        assert!((latency(2) - (6.6 + 2.0 * 0.6)).abs() < 1e-9);
+        assert!((latency(2) - (LL.base_us + 2.0 * 0.6)).abs() < 1e-9);
         assert!(latency(2) < latency(4) && latency(4) < latency(8));
     }
 }
