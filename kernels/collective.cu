@@ -328,10 +328,11 @@ extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOC
 // the call in between, which needs my packets of that call, which I send only after reading; and
 // a barrier kernel in between cannot be left by a peer before I arrive at it.
 //
-// Every block of the grid (at most PACKET_MAX_BYTES / 4 / ALL_REDUCE_THREADS = 32) must be resident
-// at once on every GPU, which any GPU of 16 SMs or more allows.
+// Every block of the grid (at most PACKET_MAX_BYTES / 4 / ALL_REDUCE_THREADS = 128) must be
+// resident at once on every GPU, which any GPU of 64 SMs or more allows (the host refuses the
+// launch on a smaller one).
 
-constexpr unsigned int PACKET_MAX_BYTES = 64 * 1024;
+constexpr unsigned int PACKET_MAX_BYTES = 256 * 1024;
 constexpr unsigned int PACKET_WORDS = PACKET_MAX_BYTES / 4;
 // Where the receive area starts in a flag block: after the 64 KiB of counters and flags.
 constexpr unsigned long long PACKET_AREA_OFFSET = 64 * 1024;

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{json_of, peerlink};
+use peerlink::backend::collective::PACKET_MAX_BYTES;
 use peerlink::document::schemas::{file_name, published};
 use predicates::prelude::*;
 use serde_json::Value;
@@ -81,8 +82,8 @@ fn all_reduce_measures_every_kernel_that_takes_the_size_and_the_pick_at_every_si
                     .iter()
                     .map(|r| r["algorithm"].as_str().unwrap())
                     .collect();
-                // The packet kernel takes at most 64 KiB.
-                let want: &[&str] = if bytes.as_u64().unwrap() <= 65536 {
+                // The packet kernel takes at most PACKET_MAX_BYTES.
+                let want: &[&str] = if bytes.as_u64().unwrap() <= PACKET_MAX_BYTES as u64 {
                     &["one-shot", "two-shot", "one-shot-packets"]
                 } else {
                     &["one-shot", "two-shot"]

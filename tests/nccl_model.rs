@@ -39,11 +39,23 @@ fn measured(file: &str) -> Value {
 fn simulated(workload: &str, extra: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_peerlink"))
         .args(["--sim", "h200-pair", "workload", workload])
-        .args(["--sizes", "4B..64MiB", "--iters", "1", "--warmup", "0", "--json"])
+        .args([
+            "--sizes",
+            "4B..64MiB",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+        ])
         .args(extra)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

@@ -324,7 +324,12 @@ pub const MAX_SAMPLES: u32 = 1000;
 pub const MAX_ITERATIONS: u32 = 100_000;
 
 /// A count the user gave, checked against its range (`None`: the default).
-pub(crate) fn counted(value: Option<u32>, flag: &str, least: u32, most: u32) -> Result<Option<u32>> {
+pub(crate) fn counted(
+    value: Option<u32>,
+    flag: &str,
+    least: u32,
+    most: u32,
+) -> Result<Option<u32>> {
     match value {
         Some(v) if v < least => Err(Error::usage(format!("{flag} must be at least {least}"))),
         Some(v) if v > most => Err(Error::usage(format!(

@@ -1,7 +1,7 @@
 //! The all-reduce (sum): peerlink's one-shot, two-shot and one-shot-packets kernels, and the kernel
 //! its cost model picks at each size, against `ncclAllReduce`.
 //!
-//! Every kernel is measured at every size it takes (the packet kernel up to 64 KiB), so that the
+//! Every kernel is measured at every size it takes (the packet kernel up to `PACKET_MAX_BYTES`, 256 KiB), so that the
 //! pick can be checked: its row repeats the picked kernel's time, with the prediction and its
 //! regret against the fastest kernel. peerlink's
 //! kernels read and write peers' memory, so they need P2P between every two GPUs; where a pair has

@@ -121,7 +121,7 @@ impl AllReduceArgs {
 /// buffers meet their peers with few blocks, up to every resident slot of the smallest GPU for
 /// large ones, and never more than the flag layout holds. The packet kernel gives each thread one
 /// 4-byte word, always the same one, so that a word's packets always carry the same block's
-/// epoch: one block per `ALL_REDUCE_THREADS` words, never capped (at most 32, for
+/// epoch: one block per `ALL_REDUCE_THREADS` words, never capped (at most 128, for
 /// `PACKET_MAX_BYTES`).
 pub(super) fn all_reduce_blocks(
     kernel: AllReduceKernel,
@@ -160,6 +160,17 @@ pub(super) fn all_reduce(
         .collect::<Result<Vec<_>>>()?;
     let sm_count = kernels.iter().map(|k| k.sm_count).min().unwrap_or(1);
     let blocks = all_reduce_blocks(kernel, ranks.len(), len, sm_count);
+    // The packet kernel's blocks wait for their counterparts on the peers, so all of them must be
+    // resident at once on every GPU.
+    let resident = sm_count * ALL_REDUCE_BLOCKS_PER_SM;
+    if kernel == AllReduceKernel::OneShotPackets && blocks > resident {
+        return Err(Error::usage(format!(
+            "the one-shot-packets all-reduce of {len} bytes needs {blocks} blocks resident at \
+             once, and the smallest of these GPUs holds {resident}: use it for at most {} bytes, \
+             or one-shot",
+            resident as usize * ALL_REDUCE_THREADS as usize * 4
+        )));
+    }
     let inputs: Vec<u64> = ranks.iter().map(|rank| rank.input.address()).collect();
     let outputs: Vec<u64> = ranks.iter().map(|rank| rank.output.address()).collect();
     let flags: Vec<u64> = flags.iter().map(|flag| flag.address()).collect();
@@ -210,9 +221,9 @@ mod tests {
         // Also asserted at compile time; here the sum is spelled out: 512 blocks × (1 counter + 2 phases × 8 ranks) u32 words.
         assert_eq!(FLAG_BYTES_USED, 34_816);
         assert!(all_reduce_blocks(AllReduceKernel::OneShot, 2, 1 << 30, 10_000) <= 512);
-        // Then the receive area: 2 parities × 8 senders × 16 Ki words × 8-byte packets = 2 MiB,
+        // Then the receive area: 2 parities × 8 senders × 64 Ki words × 8-byte packets = 8 MiB,
         // right after the 64 KiB of flags, filling the block.
-        assert_eq!(PACKET_AREA_BYTES, 2 << 20);
+        assert_eq!(PACKET_AREA_BYTES, 8 << 20);
         assert_eq!(PACKET_AREA_OFFSET + PACKET_AREA_BYTES, FLAG_BYTES);
     }
 
@@ -224,7 +235,7 @@ mod tests {
         assert_eq!(packets(512 * 4, 132), 1);
         assert_eq!(packets(512 * 4 + 2, 132), 2);
         // Never capped by the SMs (the word-to-block map must not change with the GPU's load).
-        assert_eq!(packets(PACKET_MAX_BYTES, 8), 32);
+        assert_eq!(packets(PACKET_MAX_BYTES, 8), 128);
         assert_eq!(
             packets(PACKET_MAX_BYTES, 132) as usize * ALL_REDUCE_THREADS as usize,
             PACKET_MAX_BYTES / 4

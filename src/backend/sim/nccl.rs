@@ -126,6 +126,7 @@ fn hop(links: &LinkModel, a: usize, b: usize) -> (Path, bool) {
 
 impl Protocol {
     /// The per-call latency before any step.
+    #[cfg(test)]
     pub(super) fn base_us(&self) -> f64 {
         self.base_us
     }
@@ -261,9 +262,8 @@ pub(super) fn send_recv(
         .map(|t| {
             let (path, nvlink) = hop(links, comm.devices[t.from], comm.devices[t.to]);
             let bottleneck = links.bottleneck(&path);
-            let time = |p: &Protocol| {
-                p.base_us + p.step_us(nvlink) + t.src.len as f64 / p.bus(bottleneck)
-            };
+            let time =
+                |p: &Protocol| p.base_us + p.step_us(nvlink) + t.src.len as f64 / p.bus(bottleneck);
             let protocol = [&LL, &P2P_SIMPLE]
                 .into_iter()
                 .min_by(|a, b| time(a).total_cmp(&time(b)))
