@@ -76,8 +76,9 @@ pub struct Lane<'b> {
     chunk: usize,
     /// For multi-hop lanes: the event after which hop `k + 1` finished reading chunk `c` of slot `s`
     /// of hop `k`'s buffer, keyed by (k, s, c); hop `k` waits for it before overwriting that region.
+    /// These are the only events a lane keeps: every other one is destroyed once waited on (a wait
+    /// holds on to the record it waits for), so a long window holds no event per operation.
     read_done: HashMap<(usize, usize, usize), EventId>,
-    events: Vec<EventId>,
     seeds: Vec<u64>,
 }
 
@@ -120,7 +121,6 @@ impl<'b> Lane<'b> {
             slots,
             chunk,
             read_done: HashMap::new(),
-            events: Vec::new(),
             seeds: Vec::new(),
         };
         lane.source = backend.alloc(source, bytes)?;
@@ -219,6 +219,10 @@ impl<'b> Lane<'b> {
                 };
                 if let Some(event) = ready {
                     backend.wait(hop.stream, event)?;
+                    // The first hop's event has no other use; a later hop's is in `read_done`.
+                    if k == 1 {
+                        backend.destroy_event(event)?;
+                    }
                 }
                 if let Some(event) = self.read_done.get(&(k, slot, c)) {
                     backend.wait(hop.stream, *event)?;
@@ -235,9 +239,11 @@ impl<'b> Lane<'b> {
                 starting_call_us.get_or_insert(backend.host_time_us() - before);
                 if staged {
                     let done = backend.record(hop.stream)?;
-                    self.events.push(done);
                     if k > 0 {
-                        self.read_done.insert((k - 1, slot, c), done);
+                        // The event it replaces was waited on by hop k - 1 of this operation above.
+                        if let Some(old) = self.read_done.insert((k - 1, slot, c), done) {
+                            backend.destroy_event(old)?;
+                        }
                     }
                     ready = Some(done);
                 }
@@ -251,15 +257,14 @@ impl<'b> Lane<'b> {
     fn join(&mut self) -> Result<()> {
         if self.hops.len() > 1 {
             let done = self.backend.record(self.final_stream())?;
-            self.events.push(done);
             self.backend.wait(self.stream(), done)?;
+            self.backend.destroy_event(done)?;
         }
         Ok(())
     }
 
     fn destroy_events(&mut self) -> Result<()> {
-        self.read_done.clear();
-        for event in self.events.drain(..) {
+        for (_, event) in self.read_done.drain() {
             self.backend.destroy_event(event)?;
         }
         Ok(())
