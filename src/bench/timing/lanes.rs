@@ -95,12 +95,7 @@ impl<'b> Lane<'b> {
         max_bytes_per_buffer: u64,
     ) -> Result<Lane<'b>> {
         assert!(!hops.is_empty() && message > 0, "a lane copies something");
-        let stride = message.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
-        let wanted = (sampling.rotation_bytes as usize).div_ceil(stride).max(1);
-        let affordable = (max_bytes_per_buffer as usize / stride).max(1);
-        let slots = wanted
-            .min(sampling.operations().max(1) as usize)
-            .min(affordable);
+        let (stride, slots) = rotation(message, sampling, max_bytes_per_buffer);
         let chunk = if hops.len() > 1 {
             message
                 .div_ceil(MAX_STAGING_CHUNKS)
@@ -109,8 +104,7 @@ impl<'b> Lane<'b> {
         } else {
             message
         };
-        // Slots are laid out at `stride` even when there is one, so offsets never leave the buffer.
-        let bytes = if slots == 1 { message } else { slots * stride };
+        let bytes = Self::buffer_bytes(message, sampling, max_bytes_per_buffer);
         let mut lane = Lane {
             backend,
             label,
@@ -129,6 +123,16 @@ impl<'b> Lane<'b> {
             lane.hops.push((*hop, buffer));
         }
         Ok(lane)
+    }
+
+    /// Bytes of each of the lane's buffers (its source and each hop's) for messages of `message`
+    /// bytes: one message, or its rotation slots.
+    pub fn buffer_bytes(message: usize, sampling: &Sampling, max_bytes_per_buffer: u64) -> usize {
+        match rotation(message, sampling, max_bytes_per_buffer) {
+            (_, 1) => message,
+            // Slots are laid out at `stride`, so offsets never leave the buffer.
+            (stride, slots) => slots * stride,
+        }
     }
 
     /// The stream that issues the first hop; its events time the lane.
@@ -269,6 +273,18 @@ impl<'b> Lane<'b> {
         }
         Ok(())
     }
+}
+
+/// The stride of a lane's rotation slots and how many it rotates over: enough to span
+/// `sampling.rotation_bytes`, no more than its operations use, within `max_bytes_per_buffer`.
+fn rotation(message: usize, sampling: &Sampling, max_bytes_per_buffer: u64) -> (usize, usize) {
+    let stride = message.div_ceil(SLOT_ALIGN).saturating_mul(SLOT_ALIGN);
+    let wanted = (sampling.rotation_bytes as usize).div_ceil(stride).max(1);
+    let affordable = (max_bytes_per_buffer as usize / stride).max(1);
+    let slots = wanted
+        .min(sampling.operations().max(1) as usize)
+        .min(affordable);
+    (stride, slots)
 }
 
 impl Drop for Lane<'_> {
