@@ -4,6 +4,7 @@
 //! [`Error::exit_code`] onto the process exit status: 2 for anything the user typed or supplied, 1 for
 //! failures while running (a CUDA error, a transfer that failed verification).
 
+use crate::units::format_bytes;
 use std::path::PathBuf;
 
 /// Result alias used throughout the library.
@@ -57,6 +58,20 @@ pub enum Error {
         found: u8,
     },
 
+    /// An allocation found too little memory free while running: a GPU's, or the host's (which also
+    /// holds the simulator's GPUs). What a run needs is checked before it starts where it can be
+    /// counted, as a usage error; this is what is left.
+    #[error(
+        "out of memory on {place}: {} asked, {} free; ask for less, or free memory first",
+        format_bytes(*.asked),
+        format_bytes(*.free)
+    )]
+    OutOfMemory {
+        place: String,
+        asked: u64,
+        free: u64,
+    },
+
     /// The backend was asked for something it does not have (a freed buffer, an unknown stream).
     #[error("{0}")]
     InvalidHandle(String),
@@ -72,6 +87,7 @@ impl Error {
             | Error::Cuda { .. }
             | Error::PeerAccess { .. }
             | Error::Verification { .. }
+            | Error::OutOfMemory { .. }
             | Error::InvalidHandle(_) => 1,
         }
     }
@@ -122,6 +138,16 @@ mod tests {
             message: "m".into(),
         };
         assert_eq!(cuda.exit_code(), 1);
+        let oom = Error::OutOfMemory {
+            place: "GPU 0".into(),
+            asked: 80 << 30,
+            free: 60 << 30,
+        };
+        assert_eq!(oom.exit_code(), 1);
+        assert_eq!(
+            oom.to_string(),
+            "out of memory on GPU 0: 80 GiB asked, 60 GiB free; ask for less, or free memory first"
+        );
     }
 
     #[test]

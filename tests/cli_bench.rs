@@ -179,7 +179,7 @@ fn bad_input_exits_2_with_a_message() {
     for (args, says) in [
         (vec!["--size", "0"], "zero"),
         (vec!["--size", "12parsecs"], "bad size"),
-        (vec!["--size", "1TiB"], "free memory"),
+        (vec!["--size", "1TiB"], "free: choose a smaller --size"),
         (vec!["--tests", "ce-write,nope"], "known tests"),
         (vec!["--devices", "0,9"], "GPU 9 does not exist"),
         (vec!["--sizes", "1M..4K"], "larger than the end"),

@@ -382,3 +382,101 @@ fn nvlink_copy_beside_host_copies() {
         eprintln!("beside: {}", line.join(" | "));
     }
 }
+
+/// Issue 13: a run larger than a GPU's free memory is refused before it starts (exit 2, saying
+/// what it needs and what is free); an allocation that fails while running is one sentence (exit 1,
+/// no CUDA_ERROR_* text); either way GPU 0's free memory is back where it was, also where a lane's
+/// second buffer did not fit after its first was allocated.
+#[test]
+#[ignore = "needs a GPU"]
+fn out_of_memory_is_refused_or_one_sentence_and_leaks_nothing() {
+    use peerlink::bench::progress::Silent;
+    use peerlink::bench::timing::{HopSpec, Lane, LaneLabel, Sampling};
+    use peerlink::bench::{Options, Size};
+    let b = open();
+    // The context's own first allocations (module loads) happen before the baseline.
+    let warm = b.alloc(Memory::Device(0), 1 << 20).unwrap();
+    b.free(warm).unwrap();
+    let free = b.free_memory(0).unwrap();
+    let back_where_it_was = |after: &str| {
+        let now = b.free_memory(0).unwrap();
+        assert!(
+            now.abs_diff(free) <= 32 << 20,
+            "after {after}: {now} bytes free, {free} before"
+        );
+    };
+    // A local copy needs two buffers: three quarters of the free memory each cannot run.
+    let size = (free / 4 * 3) >> 20 << 20;
+    let options = Options {
+        tests: Some(vec!["local".into()]),
+        devices: Some(vec![0]),
+        size: Some(Size::Bytes(size)),
+        ..Options::default()
+    };
+    let err = peerlink::bench::run(&b, &options, &Silent).unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.exit_code(), 2, "{text}");
+    assert!(
+        text.contains("needs") && text.contains("on GPU 0, which has"),
+        "{text}"
+    );
+    eprintln!("refused: {text}");
+    back_where_it_was("the refused bench");
+
+    let err = b
+        .alloc(Memory::Device(0), (free + (1 << 30)) as usize)
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err:?}");
+    assert_eq!(err.exit_code(), 1);
+    assert!(
+        !text.contains("CUDA_ERROR") && !text.contains('\n'),
+        "{text}"
+    );
+    eprintln!("failed: {text}");
+    back_where_it_was("the failed allocation");
+
+    // The lane's source fits, its destination does not: the source goes with the error.
+    let stream = b.create_stream(0).unwrap();
+    let hop = HopSpec {
+        stream,
+        method: CopyMethod::CopyEngine,
+        memory: Memory::Device(0),
+    };
+    let sampling = Sampling {
+        warmup: 0,
+        iterations: 1,
+        samples: 1,
+        rotation_bytes: 0,
+    };
+    let label = LaneLabel {
+        test: "local".into(),
+        src: 0,
+        dst: 0,
+    };
+    let lane = Lane::new(
+        &b,
+        label,
+        Memory::Device(0),
+        &[hop],
+        size as usize,
+        &sampling,
+        u64::MAX,
+    );
+    let err = lane.err().expect("two buffers of 3/4 of the free memory");
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err:?}");
+    back_where_it_was("the lane that did not fit");
+    b.destroy_stream(stream).unwrap();
+
+    if let Some(host_free) = peerlink::backend::host_memory::free() {
+        let pinned = Memory::PinnedHost { numa_node: None };
+        let err = b
+            .alloc(pinned, (host_free + (1 << 30)) as usize)
+            .unwrap_err();
+        assert!(matches!(err, Error::OutOfMemory { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("the host (pinned memory)"),
+            "{err}"
+        );
+    }
+}

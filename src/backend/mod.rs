@@ -25,6 +25,7 @@ mod checked;
 pub mod collective;
 pub mod cuda;
 mod handles;
+pub mod host_memory;
 mod overlap;
 mod raw;
 pub mod sim;
@@ -161,7 +162,8 @@ pub trait Backend: Send + Sync {
     /// [`Error::PeerAccess`]: crate::Error::PeerAccess
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()>;
 
-    /// Bytes of device memory currently free on `device`.
+    /// Bytes of device memory currently free on `device` (on the simulator: of the simulated GPU's
+    /// memory, which the host must also have free, see [`host_memory`]).
     fn free_memory(&self, device: usize) -> Result<u64>;
 
     /// Allocates `bytes` (> 0) of memory. Device memory is reachable by peers once access is enabled.

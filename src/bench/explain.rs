@@ -14,7 +14,7 @@ use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
 use super::timing::{held_gpu_us, host_us, measure, Lane, Runs, Sampling};
-use super::{check_fits, sweep_pair, Context, Defaults};
+use super::{sweep_pair, Context, Defaults};
 use crate::backend::{Backend, CopyMethod, EventId, Memory, Owned};
 use crate::units::format_bytes;
 use crate::{Error, Result};
@@ -117,7 +117,6 @@ pub fn run(
             return Err(Error::usage(format!("{flag}: {missing}")));
         }
     }
-    check_fits(backend, &[src, dst], size)?;
     let defaults = Defaults::for_backend(backend);
     let sampling = defaults.sampling;
     let direct = src == dst || topo.pair(src, dst).is_some_and(|p| p.p2p);
@@ -137,6 +136,28 @@ pub fn run(
         sampling,
         defaults.chase_region_bytes,
     );
+    let route = if direct {
+        Transport::Direct(CopyMethod::CopyEngine)
+    } else {
+        Transport::Staged
+    };
+    let test = PeerCopy::new(
+        if direct { "ce" } else { "staged" },
+        route,
+        Initiator::Source,
+        false,
+    );
+    // At its peak: the lane timed end to end, the lone copies' lane at the sweep's largest size, and
+    // the host's copy of a message to fill and check them.
+    let largest = sweep_sizes(size).into_iter().max().unwrap_or(size);
+    let mut footprint = test.lanes_footprint(&ctx, &[(src, dst)], size as usize, &sampling)?;
+    footprint.add_all(&test.lanes_footprint(&ctx, &[(src, dst)], largest as usize, &sampling)?);
+    footprint.add_host(largest);
+    footprint.check(
+        backend,
+        &format!("explaining {}", format_bytes(size)),
+        "choose a smaller --size",
+    )?;
     progress.start("explain", 6);
 
     // Setup: first-time costs, each on the host clock.
@@ -189,17 +210,6 @@ pub fn run(
             }
         ),
     ));
-    let route = if direct {
-        Transport::Direct(CopyMethod::CopyEngine)
-    } else {
-        Transport::Staged
-    };
-    let test = PeerCopy::new(
-        if direct { "ce" } else { "staged" },
-        route,
-        Initiator::Source,
-        false,
-    );
     let mut lane = test
         .lanes(&mut ctx, &[(src, dst)], message, &sampling)?
         .remove(0);

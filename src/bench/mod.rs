@@ -6,6 +6,7 @@
 //!   events.
 //! - [`stats`]: the one median, with the spread. [`pattern`]: the one data pattern, and the check
 //!   that finds the first wrong byte. [`fit`]: `time = α + bytes/β` from a size sweep.
+//! - [`footprint`]: what a run holds in memory, checked against what is free before it starts.
 //!
 //! What measures through it:
 //! - `bench` (this module and [`cases`], one type per test), [`explain`] and [`tune`];
@@ -22,6 +23,7 @@ pub mod budget;
 pub mod cases;
 pub mod explain;
 pub mod fit;
+pub mod footprint;
 pub mod pattern;
 pub mod progress;
 pub mod proof;
@@ -241,15 +243,6 @@ pub fn run(
     if sweeping && sizes.is_empty() {
         return Err(Error::usage("--sizes names no size"));
     }
-    let largest = match sizes.iter().copied().max() {
-        Some(largest) => largest,
-        None => tests
-            .iter()
-            .map(|t| t.message_bytes(size_of(t.as_ref())))
-            .max()
-            .unwrap_or(0),
-    };
-    check_fits(backend, &devices, largest)?;
 
     let mut notes = Vec::new();
     if topo.is_simulated() {
@@ -296,12 +289,15 @@ pub fn run(
                 )));
             }
         }
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        check_footprints(&ctx, &tests, |_| largest)?;
         for test in tests.iter().take_while(|_| !crate::interrupt::requested()) {
             report
                 .sweeps
                 .extend(sweep(&mut ctx, test.as_ref(), &sizes, progress)?);
         }
     } else {
+        check_footprints(&ctx, &tests, size_of)?;
         for test in tests.iter().take_while(|_| !crate::interrupt::requested()) {
             let started = backend.host_time_us();
             let mut result = run_test(&mut ctx, test.as_ref(), size_of(test.as_ref()), progress)?;
@@ -337,6 +333,31 @@ pub(crate) fn counted(
         ))),
         other => Ok(other),
     }
+}
+
+/// Refuses, before anything is measured, a test that would not fit in memory at some place, at
+/// the size `bytes_of` gives it.
+fn check_footprints(
+    ctx: &Context<'_>,
+    tests: &[Box<dyn TestCase>],
+    bytes_of: impl Fn(&dyn TestCase) -> u64,
+) -> Result<()> {
+    for test in tests {
+        let bytes = test.message_bytes(bytes_of(test.as_ref()));
+        for place in places(test.shape(), &ctx.devices).0 {
+            let at = match place {
+                Place::Pair { src, dst } => format!("GPU {src} → GPU {dst}"),
+                Place::Device { device } => format!("GPU {device}"),
+            };
+            let what = format!("test `{}` at {} ({at})", test.name(), format_bytes(bytes));
+            test.footprint(ctx, place, bytes)?.check(
+                ctx.backend,
+                &what,
+                "choose a smaller --size",
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// A usage error when a message of `bytes` cannot fit in a selected GPU's free memory.

@@ -352,7 +352,10 @@ fn bad_input_is_a_usage_error() {
         size: Some(Size::Bytes(1 << 40)),
         ..Options::default()
     });
-    assert!(too_big.contains("free memory"), "{too_big}");
+    assert!(
+        too_big.contains("which has") && too_big.contains("free: choose a smaller --size"),
+        "{too_big}"
+    );
     let gpu = usage(Options {
         devices: Some(vec![8]),
         ..Options::default()

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaStream, DriverError};
 
+use crate::backend::host_memory;
 use crate::Error;
 
 /// Turns a driver error into the library's error, naming the call that failed.
@@ -123,9 +124,18 @@ impl DeviceMemory {
         let mut address = 0;
         // SAFETY: `address` is a valid out-pointer and `ctx` is current; `bytes` > 0 (the checked
         // layer refuses 0).
-        unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }
-            .result()
-            .map_err(failed("cuMemAlloc"))?;
+        match unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }.result() {
+            Ok(()) => {}
+            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                let free = ctx.mem_get_info().map_or(0, |(free, _)| free as u64);
+                return Err(Error::OutOfMemory {
+                    place: format!("GPU {}", ctx.ordinal()),
+                    asked: bytes as u64,
+                    free,
+                });
+            }
+            Err(e) => return Err(cuda_error("cuMemAlloc", e)),
+        }
         Ok(DeviceMemory {
             address,
             ctx: ctx.clone(),
@@ -178,15 +188,42 @@ unsafe impl Send for PinnedMemory {}
 // SAFETY: as above; concurrent host access is the callers' business, as for device memory.
 unsafe impl Sync for PinnedMemory {}
 
+/// Pinned memory the host cannot give: refused before pinning (pinning more than is free would
+/// have the kernel kill a process), and what the driver says when it runs out anyway.
+fn host_out_of_memory(bytes: usize) -> Error {
+    Error::OutOfMemory {
+        place: "the host (pinned memory)".into(),
+        asked: bytes as u64,
+        free: host_memory::free().unwrap_or(0),
+    }
+}
+
+/// Refuses `bytes` of pinned memory where the host has not that much free.
+fn check_host_free(bytes: usize) -> Result<(), Error> {
+    match host_memory::free() {
+        Some(free) if bytes as u64 > free => Err(host_out_of_memory(bytes)),
+        _ => Ok(()),
+    }
+}
+
+/// A driver error of a pinning call, an out-of-memory as one sentence.
+fn pinning_error(call: &'static str, bytes: usize) -> impl Fn(DriverError) -> Error {
+    move |error| match error {
+        DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY) => host_out_of_memory(bytes),
+        error => cuda_error(call, error),
+    }
+}
+
 impl PinnedMemory {
     pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, Error> {
+        check_host_free(bytes)?;
         bind(ctx)?;
         let mut pointer: *mut c_void = std::ptr::null_mut();
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
         // SAFETY: `pointer` is a valid out-pointer, a context is current, `bytes` > 0.
         unsafe { sys::cuMemHostAlloc(&mut pointer, bytes, flags) }
             .result()
-            .map_err(failed("cuMemHostAlloc"))?;
+            .map_err(pinning_error("cuMemHostAlloc", bytes))?;
         Ok(PinnedMemory {
             pointer: pointer.cast(),
             bytes,
@@ -208,6 +245,7 @@ impl PinnedMemory {
         if node as usize >= node_bits {
             return Ok(None);
         }
+        check_host_free(bytes)?;
         // SAFETY: an anonymous private mapping of `bytes` > 0; the result is checked below.
         let pointer = unsafe {
             libc::mmap(
@@ -255,7 +293,7 @@ impl PinnedMemory {
         let registered = unsafe { sys::cuMemHostRegister_v2(pointer, bytes, flags) }.result();
         if let Err(e) = registered {
             unmap(pointer);
-            return Err(failed("cuMemHostRegister")(e));
+            return Err(pinning_error("cuMemHostRegister", bytes)(e));
         }
         Ok(Some(PinnedMemory {
             pointer: pointer.cast(),

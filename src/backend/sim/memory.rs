@@ -5,8 +5,13 @@
 //! flight only registers as a reader; whoever overwrites a range that a reader still needs (another
 //! copy ending, the host writing) first saves the reader's bytes. Without such a write, the copy
 //! moves the bytes straight from the source when it ends, at memcpy speed.
+//!
+//! Every byte of a buffer is host memory: an allocation the host cannot back is refused like a GPU's
+//! out-of-memory, never left to abort the process later. Buffers are mapped lazily (zero pages until
+//! written), so the host's free memory does not yet show those allocated but not yet written: the
+//! store counts every byte it holds against what the host had free when it opened, as if written.
 
-use crate::backend::{BufferCopy, Memory};
+use crate::backend::{host_memory, BufferCopy, Memory};
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 
@@ -48,15 +53,53 @@ impl Buffer {
     }
 }
 
-#[derive(Default)]
 pub(super) struct Store {
     buffers: BTreeMap<u64, Buffer>,
     next_id: u64,
+    /// Bytes of all buffers held.
+    held: u64,
+    /// What the host had free when the store opened (`None`: the host does not say).
+    host_free_at_open: Option<u64>,
 }
 
 impl Store {
-    pub fn insert(&mut self, memory: Memory, bytes: usize) -> Key {
+    pub fn new() -> Store {
+        Store {
+            buffers: BTreeMap::new(),
+            next_id: 0,
+            held: 0,
+            host_free_at_open: host_memory::free(),
+        }
+    }
+
+    /// Host bytes the store may still take: no more than the host has free now (less a margin, see
+    /// [`host_memory::free`]), nor than it had when the store opened less every byte held since.
+    pub fn host_free(&self) -> Option<u64> {
+        let since_open = self
+            .host_free_at_open
+            .map(|free| free.saturating_sub(self.held));
+        match (host_memory::free(), since_open) {
+            (Some(now), Some(since_open)) => Some(now.min(since_open)),
+            (now, since_open) => now.or(since_open),
+        }
+    }
+
+    /// A buffer of `bytes` zeroed bytes, refused where the host cannot back it ([`Store::host_free`]).
+    pub fn insert(&mut self, memory: Memory, bytes: usize) -> Result<Key> {
+        if let Some(free) = self.host_free().filter(|&free| bytes as u64 > free) {
+            return Err(Error::OutOfMemory {
+                place: match memory {
+                    Memory::Device(d) => {
+                        format!("the host, which holds simulated GPU {d}'s memory")
+                    }
+                    Memory::PinnedHost { .. } => "the host".to_string(),
+                },
+                asked: bytes as u64,
+                free,
+            });
+        }
         self.next_id += 1;
+        self.held += bytes as u64;
         let buffer = Buffer {
             memory,
             data: vec![0; bytes],
@@ -64,7 +107,7 @@ impl Store {
             readers: Vec::new(),
         };
         self.buffers.insert(self.next_id, buffer);
-        Key(self.next_id)
+        Ok(Key(self.next_id))
     }
 
     pub fn get(&self, key: Key) -> &Buffer {
@@ -87,7 +130,9 @@ impl Store {
                 "a buffer with queued work cannot be freed: synchronize its streams first",
             ));
         }
-        Ok(self.buffers.remove(&key.0).expect("checked above"))
+        let buffer = self.buffers.remove(&key.0).expect("checked above");
+        self.held -= buffer.len() as u64;
+        Ok(buffer)
     }
 
     /// Writes bytes now (host writes, and the stores of kernels as they end); the range lies inside
@@ -186,9 +231,9 @@ mod tests {
 
     #[test]
     fn a_copy_delivers_the_source_as_it_was_when_it_started() {
-        let mut s = Store::default();
-        let a = s.insert(Memory::Device(0), 8);
-        let b = s.insert(Memory::Device(0), 8);
+        let mut s = Store::new();
+        let a = s.insert(Memory::Device(0), 8).unwrap();
+        let b = s.insert(Memory::Device(0), 8).unwrap();
         s.write(a, 0, &[1; 8]);
         s.begin_read(7, a, 0, 8);
         s.write(a, 2, &[9; 2]); // overwritten while the copy is in flight
@@ -200,8 +245,8 @@ mod tests {
 
     #[test]
     fn a_copy_within_one_buffer_moves_its_range() {
-        let mut s = Store::default();
-        let a = s.insert(Memory::Device(0), 6);
+        let mut s = Store::new();
+        let a = s.insert(Memory::Device(0), 6).unwrap();
         s.write(a, 0, &[1, 2, 3, 4, 5, 6]);
         s.begin_read(1, a, 0, 2);
         s.finish_copy(1, &copy(a, 0, a, 4, 2));

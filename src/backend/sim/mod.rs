@@ -106,7 +106,7 @@ impl Simulator {
         let state = State {
             host_us: 0.0,
             scheduler: Scheduler::new(links.capacity().to_vec()),
-            store: Store::default(),
+            store: Store::new(),
             captures: BTreeMap::new(),
             venues: 0,
             peer_access: BTreeSet::new(),
@@ -275,7 +275,6 @@ impl RawBackend for Simulator {
                         ),
                     });
                 }
-                st.allocated[d] += bytes as u64;
             }
             Memory::PinnedHost {
                 numa_node: Some(node),
@@ -289,7 +288,11 @@ impl RawBackend for Simulator {
             }
             Memory::PinnedHost { numa_node: None } => {}
         }
-        Ok(st.store.insert(memory, bytes))
+        let key = st.store.insert(memory, bytes)?;
+        if let Memory::Device(d) = memory {
+            st.allocated[d] += bytes as u64;
+        }
+        Ok(key)
     }
 
     fn free(&self, buffer: &Key) -> Result<()> {
@@ -432,8 +435,9 @@ impl RawBackend for Simulator {
         )
     }
 
-    fn destroy_event(&self, _event: usize) -> Result<()> {
-        // The slot stays: a stream that waits on it still needs its time.
+    fn destroy_event(&self, event: usize) -> Result<()> {
+        // A wait still queued on the event keeps its slot until it has run.
+        self.lock().scheduler.destroy_event(event);
         Ok(())
     }
 

@@ -301,10 +301,74 @@ struct Stream {
     idle_since: f64,
 }
 
+#[derive(Default)]
 struct Gate {
     started: Option<f64>,
     /// When the spinning kernel sees the flag (release time + one poll).
     opens_at: Option<f64>,
+}
+
+/// Events or gates, each in a slot that is reused once nothing names it any more: neither the host
+/// (its handle) nor an operation queued or running (a record, a wait, a spin). Without reuse a long
+/// run would grow by a slot per recorded event.
+struct Slots<T> {
+    /// Each slot's item and how many still name it.
+    slots: Vec<(T, usize)>,
+    free: Vec<usize>,
+}
+
+impl<T: Default> Slots<T> {
+    /// A fresh slot, named by the host's handle.
+    fn add(&mut self) -> usize {
+        match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot].1 = 1;
+                slot
+            }
+            None => {
+                self.slots.push((T::default(), 1));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn get(&self, slot: usize) -> &T {
+        &self.slots[slot].0
+    }
+
+    fn get_mut(&mut self, slot: usize) -> &mut T {
+        &mut self.slots[slot].0
+    }
+
+    /// One more name for the slot.
+    fn retain(&mut self, slot: usize) {
+        self.slots[slot].1 += 1;
+    }
+
+    /// One name fewer; the last one frees the slot.
+    fn release(&mut self, slot: usize) {
+        let (item, names) = &mut self.slots[slot];
+        *names -= 1;
+        if *names == 0 {
+            *item = T::default();
+            self.free.push(slot);
+        }
+    }
+
+    /// Slots in use (for tests of the reuse).
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
 }
 
 /// The arrivals at one venue.
@@ -325,8 +389,8 @@ pub(super) struct Scheduler {
     active: Vec<usize>,
     flows: Vec<Flow>,
     /// Completion time of each recorded event, once known.
-    events: Vec<Option<f64>>,
-    gates: Vec<Gate>,
+    events: Slots<Option<f64>>,
+    gates: Slots<Gate>,
     venues: BTreeMap<Venue, VenueState>,
     rates_stale: bool,
     next_reader: u64,
@@ -352,25 +416,26 @@ impl Scheduler {
     }
 
     pub fn add_event(&mut self) -> usize {
-        self.events.push(None);
-        self.events.len() - 1
+        self.events.add()
     }
 
     pub fn event_time(&self, event: usize) -> Option<f64> {
-        self.events[event]
+        *self.events.get(event)
+    }
+
+    /// The host lets go of an event; its slot is reused once no queued work names it either.
+    pub fn destroy_event(&mut self, event: usize) {
+        self.events.release(event);
     }
 
     pub fn add_gate(&mut self) -> usize {
-        self.gates.push(Gate {
-            started: None,
-            opens_at: None,
-        });
-        self.gates.len() - 1
+        self.gates.add()
     }
 
+    /// The host releases a gate: it opens at `at`, and its slot is reused once the spin has ended.
     pub fn open_gate(&mut self, gate: usize, at: f64) {
-        let g = &mut self.gates[gate];
-        g.opens_at.get_or_insert(at);
+        self.gates.get_mut(gate).opens_at.get_or_insert(at);
+        self.gates.release(gate);
     }
 
     pub fn fault(&self) -> Option<&str> {
@@ -379,6 +444,11 @@ impl Scheduler {
 
     /// Queues work on a stream; it starts no earlier than `ready_at` (the host clock when issued).
     pub fn enqueue(&mut self, stream: usize, ready_at: f64, work: Work) {
+        match work {
+            Work::Record(e) | Work::Wait(e) => self.events.retain(e),
+            Work::Gate(g) => self.gates.retain(g),
+            _ => {}
+        }
         self.streams[stream].queue.push_back(Op { ready_at, work });
         if let Err(at) = self.active.binary_search(&stream) {
             self.active.insert(at, stream);
@@ -402,8 +472,8 @@ impl Scheduler {
 
     /// Simulates until `event` completes; returns its time.
     pub fn run_until_event(&mut self, event: usize, store: &mut Store) -> Result<f64> {
-        self.run_until(store, |e| e.events[event].is_some())?;
-        Ok(self.events[event].expect("run_until stopped on it"))
+        self.run_until(store, |e| e.event_time(event).is_some())?;
+        Ok(self.event_time(event).expect("run_until stopped on it"))
     }
 
     fn run_until(&mut self, store: &mut Store, done: impl Fn(&Scheduler) -> bool) -> Result<()> {
@@ -457,7 +527,7 @@ impl Scheduler {
                         break;
                     };
                     let blocked = match head.work {
-                        Work::Wait(e) => self.events[e].is_none(),
+                        Work::Wait(e) => self.event_time(e).is_none(),
                         _ => false,
                     };
                     if head.ready_at > self.now || blocked {
@@ -504,7 +574,7 @@ impl Scheduler {
         let mut writes = Vec::new();
         let mut held_by = 0;
         match &work {
-            Work::Record(e) => self.events[*e] = Some(now),
+            Work::Record(e) => *self.events.get_mut(*e) = Some(now),
             Work::Copy {
                 copies,
                 path,
@@ -557,7 +627,7 @@ impl Scheduler {
             Some(Step::Move) => r.phase = Phase::Moving,
             Some(Step::Gate(g)) => {
                 r.phase = Phase::Gate(g);
-                self.gates[g].started = Some(now);
+                self.gates.get_mut(g).started = Some(now);
             }
             Some(Step::Meet(meeting)) => {
                 r.phase = Phase::Meeting;
@@ -593,7 +663,9 @@ impl Scheduler {
             .into_iter()
             .flatten()
             .collect();
-        if let Venue::Once(_) = meeting.venue {
+        // With no gathering open, every rank has arrived equally often: counting afresh pairs the
+        // next arrivals the same way, and a long run keeps no state per venue it has used.
+        if venue.open.is_empty() {
             self.venues.remove(&meeting.venue);
         }
         if let Work::Part { collective, .. } = &self.running(members[0]).work {
@@ -658,6 +730,11 @@ impl Scheduler {
             }
         }
         store.release(&r.work.buffers());
+        match r.work {
+            Work::Record(e) | Work::Wait(e) => self.events.release(e),
+            Work::Gate(g) => self.gates.release(g),
+            _ => {}
+        }
         self.streams[s].idle_since = self.now;
     }
 
@@ -747,7 +824,7 @@ impl Scheduler {
     }
 
     fn gate_end(&self, gate: usize) -> f64 {
-        let g = &self.gates[gate];
+        let g = self.gates.get(gate);
         let started = g.started.expect("a running gate has started");
         let timeout = started + HOLD_TIMEOUT_US;
         g.opens_at
@@ -841,5 +918,85 @@ impl Write {
             offset: 0,
             bytes: Arc::new(bytes),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Memory;
+
+    #[test]
+    fn event_slots_are_reused_once_recorded_and_destroyed() {
+        let (mut s, mut store) = (Scheduler::new(Vec::new()), Store::new());
+        let stream = s.add_stream();
+        for _ in 0..1000 {
+            let e = s.add_event();
+            s.enqueue(stream, s.now, Work::Record(e));
+            s.destroy_event(e);
+            s.run_until_idle(stream, &mut store).unwrap();
+        }
+        assert_eq!(s.events.live(), 0);
+        assert_eq!(s.events.slots.len(), 1, "one slot, used a thousand times");
+    }
+
+    #[test]
+    fn a_destroyed_event_keeps_its_slot_while_work_still_names_it() {
+        let (mut s, mut store) = (Scheduler::new(Vec::new()), Store::new());
+        let (recorder, waiter) = (s.add_stream(), s.add_stream());
+        let e = s.add_event();
+        s.enqueue(recorder, 5.0, Work::Record(e));
+        s.enqueue(waiter, 0.0, Work::Wait(e));
+        s.destroy_event(e);
+        s.advance_to(1.0, &mut store);
+        let next = s.add_event();
+        assert_ne!(next, e, "the record and the wait still name the slot");
+        s.run_until_idle(waiter, &mut store).unwrap();
+        assert_eq!(s.event_time(next), None, "a fresh slot is not recorded");
+        assert_eq!(s.events.live(), 1, "only the fresh event");
+    }
+
+    #[test]
+    fn a_gate_slot_is_reused_after_its_release_and_its_spin() {
+        let (mut s, mut store) = (Scheduler::new(Vec::new()), Store::new());
+        let stream = s.add_stream();
+        let g = s.add_gate();
+        s.enqueue(stream, 0.0, Work::Gate(g));
+        s.advance_to(1.0, &mut store);
+        s.open_gate(g, 2.0);
+        assert_eq!(s.gates.live(), 1, "the spin still runs");
+        s.run_until_idle(stream, &mut store).unwrap();
+        assert_eq!(s.gates.live(), 0);
+        assert_eq!(s.add_gate(), g);
+    }
+
+    #[test]
+    fn a_venue_is_forgotten_once_no_gathering_is_open() {
+        let (mut s, mut store) = (Scheduler::new(Vec::new()), Store::new());
+        let streams = [s.add_stream(), s.add_stream()];
+        let flags = [
+            store.insert(Memory::Device(0), 4).unwrap(),
+            store.insert(Memory::Device(1), 4).unwrap(),
+        ];
+        for round in 0..3 {
+            for rank in 0..2 {
+                let work = Work::PingPong {
+                    meeting: Meeting {
+                        venue: Venue::Comm(7),
+                        rank,
+                        ranks: 2,
+                    },
+                    writes: flags[1 - rank],
+                    rounds: 1,
+                    one_way_us: 1.0,
+                    setup_us: 0.0,
+                };
+                store.retain(&work.buffers());
+                s.enqueue(streams[rank], f64::from(round), work);
+            }
+        }
+        s.run_until_idle(streams[0], &mut store).unwrap();
+        s.run_until_idle(streams[1], &mut store).unwrap();
+        assert!(s.venues.is_empty(), "every gathering met");
     }
 }

@@ -881,3 +881,35 @@ fn copy_batch_costs_one_launch_not_one_per_message() {
         "memcpy_batch {memcpy_batch} µs vs separate {separate} µs"
     );
 }
+
+#[test]
+fn an_allocation_the_host_cannot_back_is_refused_with_a_sentence() {
+    let Some(host_free) = crate::backend::host_memory::free() else {
+        return; // not Linux: nothing to check against
+    };
+    // GPUs far larger than this host: the host's memory is the limit, not the simulated GPU's.
+    let mut preset = Preset::load("dgx-h100").unwrap();
+    preset.gpu.memory_mib = 1 << 40;
+    for device in &mut preset.devices {
+        device.memory_mib = None;
+    }
+    let sim = SimBackend::from_preset(&preset);
+    let free_before = sim.free_memory(0).unwrap();
+    let asked = host_free as usize + (1 << 30);
+    for memory in [Memory::Device(0), Memory::PinnedHost { numa_node: None }] {
+        let err = sim.alloc(memory, asked).unwrap_err();
+        assert!(matches!(err, Error::OutOfMemory { .. }), "{err:?}");
+        assert_eq!(err.exit_code(), 1);
+        let text = err.to_string();
+        assert!(text.starts_with("out of memory on the host"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+    }
+    assert_eq!(sim.free_memory(0).unwrap(), free_before, "nothing taken");
+    // What the store holds counts as taken, written or not: two halves of more than is free cannot
+    // both be had, although neither is written.
+    let half = host_free as usize / 2 + (64 << 20);
+    let first = sim.alloc(Memory::Device(0), half).unwrap();
+    let second = sim.alloc(Memory::Device(1), half).unwrap_err();
+    assert!(matches!(second, Error::OutOfMemory { .. }), "{second:?}");
+    sim.free(first).unwrap();
+}

@@ -3,6 +3,7 @@
 
 use super::{enable, no_p2p, Context, Outcome, TestCase};
 use crate::backend::{CopyMethod, Memory};
+use crate::bench::footprint::Footprint;
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::timing::{measure, HopSpec, Lane};
 use crate::Result;
@@ -18,6 +19,24 @@ pub enum FanDirection {
 
 /// All-to-one or one-to-all: the aggregate bandwidth one GPU sinks or sources.
 pub struct Fan(pub FanDirection);
+
+impl Fan {
+    /// Each copy `(from, to)` between `gpu` and every other selected GPU.
+    fn directions<'c>(
+        &self,
+        ctx: &'c Context<'_>,
+        gpu: usize,
+    ) -> impl Iterator<Item = (usize, usize)> + 'c {
+        let direction = self.0;
+        ctx.devices
+            .iter()
+            .filter(move |&&d| d != gpu)
+            .map(move |&peer| match direction {
+                FanDirection::AllToOne => (peer, gpu),
+                FanDirection::OneToAll => (gpu, peer),
+            })
+    }
+}
 
 impl TestCase for Fan {
     fn name(&self) -> &str {
@@ -51,15 +70,32 @@ impl TestCase for Fan {
         format!("{what}, all at once; aggregate GB/s over the whole window; GPU time")
     }
 
+    fn footprint(&self, ctx: &Context<'_>, place: Place, bytes: u64) -> Result<Footprint> {
+        let (gpu, _) = place.pair();
+        let peers: Vec<(usize, usize)> = self
+            .directions(ctx, gpu)
+            .filter(|&(from, to)| no_p2p(ctx.topology(), from, to).is_none())
+            .collect();
+        let mut footprint = Footprint::default();
+        if peers.is_empty() {
+            return Ok(footprint);
+        }
+        let budget = ctx.buffer_budget(gpu)? / peers.len() as u64;
+        let buffer = Lane::buffer_bytes(bytes as usize, &ctx.sampling, budget) as u64;
+        for (from, to) in peers {
+            footprint.add(Memory::Device(from), 1, buffer);
+            footprint.add(Memory::Device(to), 1, buffer);
+        }
+        footprint.add_host(bytes);
+        Ok(footprint)
+    }
+
     fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {
         let (gpu, _) = place.pair();
         let mut peers = Vec::new();
         let mut left_out = Vec::new();
-        for &peer in ctx.devices.iter().filter(|&&d| d != gpu) {
-            let (from, to) = match self.0 {
-                FanDirection::AllToOne => (peer, gpu),
-                FanDirection::OneToAll => (gpu, peer),
-            };
+        for (from, to) in self.directions(ctx, gpu) {
+            let peer = if from == gpu { to } else { from };
             match no_p2p(ctx.topology(), from, to).or_else(|| enable(ctx, from, to)) {
                 None => peers.push((from, to)),
                 Some(_) => left_out.push(peer),
@@ -149,6 +185,20 @@ impl HostCopy {
     }
 }
 
+impl HostCopy {
+    /// The source's and the destination's memory on `gpu`'s side.
+    fn memories(&self, ctx: &Context<'_>, gpu: usize) -> [Memory; 2] {
+        let host = Memory::PinnedHost {
+            numa_node: self.host_node.or(ctx.topology().devices[gpu].numa_node),
+        };
+        match self.direction {
+            HostDirection::HostToDevice => [host, Memory::Device(gpu)],
+            HostDirection::DeviceToHost => [Memory::Device(gpu), host],
+            HostDirection::Local => [Memory::Device(gpu), Memory::Device(gpu)],
+        }
+    }
+}
+
 impl TestCase for HostCopy {
     fn name(&self) -> &str {
         match self.direction {
@@ -193,16 +243,21 @@ impl TestCase for HostCopy {
         }
     }
 
+    fn footprint(&self, ctx: &Context<'_>, place: Place, bytes: u64) -> Result<Footprint> {
+        let (gpu, _) = place.pair();
+        let buffer =
+            Lane::buffer_bytes(bytes as usize, &ctx.sampling, ctx.buffer_budget(gpu)?) as u64;
+        let mut footprint = Footprint::default();
+        for memory in self.memories(ctx, gpu) {
+            footprint.add(memory, 1, buffer);
+        }
+        footprint.add_host(bytes);
+        Ok(footprint)
+    }
+
     fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {
         let (gpu, _) = place.pair();
-        let host = Memory::PinnedHost {
-            numa_node: self.host_node.or(ctx.topology().devices[gpu].numa_node),
-        };
-        let (source, destination) = match self.direction {
-            HostDirection::HostToDevice => (host, Memory::Device(gpu)),
-            HostDirection::DeviceToHost => (Memory::Device(gpu), host),
-            HostDirection::Local => (Memory::Device(gpu), Memory::Device(gpu)),
-        };
+        let [source, destination] = self.memories(ctx, gpu);
         let stream = ctx.streams(&[gpu])?[0];
         let seed = ctx.next_seed();
         let sampling = ctx.sampling;

@@ -12,6 +12,7 @@ pub(crate) use latency::Buffers;
 pub use latency::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
 pub use peer::{Initiator, PeerCopy, Transport};
 
+use super::footprint::Footprint;
 use super::pattern::SplitMix;
 use super::result::{Place, Shape, TestInfo, Unit};
 use super::stats::Stats;
@@ -59,6 +60,13 @@ pub trait TestCase: Sync {
     fn sweeps(&self) -> bool {
         false
     }
+    /// What measuring `place` at `bytes` holds in memory at its peak: its buffers (rotation
+    /// included) and the host's copy of a message to fill and check them. The latency tests, whose
+    /// buffers are small and of a fixed size, count none (the pointer chase checks its own).
+    fn footprint(&self, _ctx: &Context<'_>, _place: Place, _bytes: u64) -> Result<Footprint> {
+        Ok(Footprint::default())
+    }
+
     /// Measures one place (a pair for matrix tests, a device for per-device tests) at `bytes`.
     fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome>;
 

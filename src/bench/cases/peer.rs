@@ -3,6 +3,7 @@
 
 use super::{enable, no_p2p, Context, Outcome, TestCase};
 use crate::backend::{CopyMethod, Memory};
+use crate::bench::footprint::Footprint;
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::timing::{measure, HopSpec, Lane, Sampling};
 use crate::Result;
@@ -65,6 +66,20 @@ impl PeerCopy {
         }
     }
 
+    /// Where each hop of a message to `to` lands, and by which method.
+    fn hop_memories(&self, ctx: &Context<'_>, to: usize) -> Vec<(CopyMethod, Memory)> {
+        match self.transport {
+            Transport::Direct(method) => vec![(method, Memory::Device(to))],
+            Transport::Staged => {
+                let numa_node = ctx.topology().devices[to].numa_node;
+                vec![
+                    (CopyMethod::CopyEngine, Memory::PinnedHost { numa_node }),
+                    (CopyMethod::CopyEngine, Memory::Device(to)),
+                ]
+            }
+        }
+    }
+
     /// The hops of a message to `to`, on `streams` (from [`Self::stream_devices`]).
     fn hops(
         &self,
@@ -72,28 +87,44 @@ impl PeerCopy {
         to: usize,
         streams: &[crate::backend::StreamId],
     ) -> Vec<HopSpec> {
-        match self.transport {
-            Transport::Direct(method) => vec![HopSpec {
-                stream: streams[0],
+        self.hop_memories(ctx, to)
+            .into_iter()
+            .zip(streams)
+            .map(|((method, memory), &stream)| HopSpec {
+                stream,
                 method,
-                memory: Memory::Device(to),
-            }],
-            Transport::Staged => {
-                let numa_node = ctx.topology().devices[to].numa_node;
-                vec![
-                    HopSpec {
-                        stream: streams[0],
-                        method: CopyMethod::CopyEngine,
-                        memory: Memory::PinnedHost { numa_node },
-                    },
-                    HopSpec {
-                        stream: streams[1],
-                        method: CopyMethod::CopyEngine,
-                        memory: Memory::Device(to),
-                    },
-                ]
+                memory,
+            })
+            .collect()
+    }
+
+    /// The buffers [`PeerCopy::lanes`] allocates for these directions.
+    pub fn lanes_footprint(
+        &self,
+        ctx: &Context<'_>,
+        directions: &[(usize, usize)],
+        message: usize,
+        sampling: &Sampling,
+    ) -> Result<Footprint> {
+        let mut footprint = Footprint::default();
+        for &(from, to) in directions {
+            let budget = ctx.buffer_budget(from)?.min(ctx.buffer_budget(to)?);
+            let bytes = Lane::buffer_bytes(message, sampling, budget) as u64;
+            footprint.add(Memory::Device(from), 1, bytes);
+            for (_, memory) in self.hop_memories(ctx, to) {
+                footprint.add(memory, 1, bytes);
             }
         }
+        Ok(footprint)
+    }
+
+    /// Both directions of a bidirectional test.
+    fn directions(&self, src: usize, dst: usize) -> Vec<(usize, usize)> {
+        let mut directions = vec![(src, dst)];
+        if self.bidirectional {
+            directions.push((dst, src));
+        }
+        directions
     }
 }
 
@@ -184,12 +215,21 @@ impl TestCase for PeerCopy {
         format!("{how}; {directions}; GPU time; GB/s = 1e9 bytes/s")
     }
 
+    fn footprint(&self, ctx: &Context<'_>, place: Place, bytes: u64) -> Result<Footprint> {
+        let (src, dst) = place.pair();
+        let mut footprint = self.lanes_footprint(
+            ctx,
+            &self.directions(src, dst),
+            bytes as usize,
+            &ctx.sampling,
+        )?;
+        footprint.add_host(bytes);
+        Ok(footprint)
+    }
+
     fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {
         let (src, dst) = place.pair();
-        let mut directions = vec![(src, dst)];
-        if self.bidirectional {
-            directions.push((dst, src));
-        }
+        let directions = self.directions(src, dst);
         // Check every direction before allocating anything.
         if let Transport::Direct(_) = self.transport {
             for &(from, to) in &directions {

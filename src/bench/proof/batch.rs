@@ -7,6 +7,7 @@ use crate::bench::pattern;
 use crate::bench::timing::{host_us, Runs};
 use crate::engine::{BatchStrategy, Fabric, Planned};
 use crate::topology::Source;
+use crate::units::format_bytes;
 use crate::{Error, Result};
 
 /// One way of moving a batch, timed on the host clock from the call to the completion seen.
@@ -65,6 +66,20 @@ pub fn run(
     let total = count
         .checked_mul(size)
         .ok_or_else(|| Error::usage("the batch is larger than this host's address space"))?;
+    // Besides the source and destination: the batch's gathering buffers on both GPUs (the packing
+    // strategies'), and the host's pattern, poison, expected bytes and read-back.
+    let mut footprint = super::footprint(fabric, src, dst, total as u64, 4);
+    for gpu in [src, dst] {
+        footprint.add(crate::backend::Memory::Device(gpu), 1, total as u64);
+    }
+    footprint.check(
+        &**fabric.backend(),
+        &format!(
+            "a batch of {count} messages of {}",
+            format_bytes(size as u64)
+        ),
+        "send fewer or smaller messages",
+    )?;
     let from = fabric.alloc(src, total)?;
     let to = fabric.alloc(dst, total)?;
     let data = pattern::bytes(pattern::seed(&[count as u64, size as u64]), total);

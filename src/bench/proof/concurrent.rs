@@ -125,6 +125,22 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
         .iter()
         .map(|&(src, dst)| planner.plan(src, dst, bytes).map(|p| p.strategy))
         .collect::<Result<Vec<_>>>()?;
+    // Every transfer's buffers and staging at once; on the host, the checks' read-backs of one
+    // transfer (its source and destination) and a poisoned destination.
+    let mut footprint = super::Footprint::default();
+    for &(src, dst) in pairs {
+        footprint.add_all(&super::footprint(fabric, src, dst, bytes, 0));
+    }
+    footprint.add_host(bytes.saturating_mul(3));
+    footprint.check(
+        &**fabric.backend(),
+        &format!(
+            "{} transfers of {} at once",
+            pairs.len(),
+            crate::units::format_bytes(bytes)
+        ),
+        "choose a smaller --size",
+    )?;
     let mut buffers = Vec::with_capacity(pairs.len());
     for (i, &(src, dst)) in pairs.iter().enumerate() {
         let (from, to) = (fabric.alloc(src, len)?, fabric.alloc(dst, len)?);

@@ -10,8 +10,11 @@ pub mod batch;
 pub mod concurrent;
 pub mod sweep;
 
+use super::footprint::Footprint;
 use super::timing::Runs;
-use crate::backend::Backend;
+use crate::backend::{Backend, Memory};
+use crate::engine::planner::{MAX_CHUNK, STAGING_SLOTS};
+use crate::engine::Fabric;
 
 /// The proofs' runs on real GPUs: enough that the median of a few-µs transfer is steady. With 3
 /// runs, small transfers on the H200 showed up to 23% regret between strategies that take the same
@@ -30,6 +33,24 @@ pub fn runs_for(backend: &dyn Backend) -> Runs {
     } else {
         RUNS
     }
+}
+
+/// What a proof holds for transfers `src` → `dst` of `bytes` each: the source and destination
+/// buffers, the host's copies of the data (`host_copies` of them: the pattern, a poisoned
+/// destination, what is read back), and at most the engine's staging for the pair — a lane through
+/// the host and one through each other GPU, each [`STAGING_SLOTS`] chunks of [`MAX_CHUNK`], made on
+/// a route's first use and kept.
+fn footprint(fabric: &Fabric, src: usize, dst: usize, bytes: u64, host_copies: u64) -> Footprint {
+    let mut footprint = Footprint::default();
+    footprint.add(Memory::Device(src), 1, bytes);
+    footprint.add(Memory::Device(dst), 1, bytes);
+    footprint.add_host(host_copies.saturating_mul(bytes));
+    let lane = STAGING_SLOTS as u64 * MAX_CHUNK;
+    footprint.add(Memory::PinnedHost { numa_node: None }, 1, lane);
+    for &via in fabric.devices().iter().filter(|&&d| d != src && d != dst) {
+        footprint.add(Memory::Device(via), 1, lane);
+    }
+    footprint
 }
 
 /// The proofs on the H200 pair (`h200-pair`): 18 NVLinks between the GPUs, and a host-staged route

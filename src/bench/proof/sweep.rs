@@ -11,6 +11,7 @@ use crate::bench::stats::Stats;
 use crate::bench::timing::{host_us, interleaved, Runs, Turn};
 use crate::engine::{Buffer, Fabric, Strategy};
 use crate::topology::Source;
+use crate::units::format_bytes;
 use crate::{Error, Result};
 
 /// One strategy at one size: what the planner predicted and what it measured.
@@ -86,6 +87,14 @@ pub fn run(fabric: &Fabric, src: usize, dst: usize, sizes: &[u64], runs: Runs) -
         return Err(Error::usage(
             "the engine benchmark needs at least one timed run",
         ));
+    }
+    if let Some(&largest) = sizes.iter().max() {
+        // The pattern, the poison and the read-back of every strategy's bytes.
+        super::footprint(fabric, src, dst, largest, 3).check(
+            &**fabric.backend(),
+            &format!("the engine's proof at {}", format_bytes(largest)),
+            "choose a smaller --size",
+        )?;
     }
     let mut points = Vec::new();
     // A stop request ends the sweep at the sizes measured so far (the document says partial).

@@ -76,8 +76,9 @@ pub struct Lane<'b> {
     chunk: usize,
     /// For multi-hop lanes: the event after which hop `k + 1` finished reading chunk `c` of slot `s`
     /// of hop `k`'s buffer, keyed by (k, s, c); hop `k` waits for it before overwriting that region.
+    /// These are the only events a lane keeps: every other one is destroyed once waited on (a wait
+    /// holds on to the record it waits for), so a long window holds no event per operation.
     read_done: HashMap<(usize, usize, usize), EventId>,
-    events: Vec<EventId>,
     seeds: Vec<u64>,
 }
 
@@ -94,12 +95,7 @@ impl<'b> Lane<'b> {
         max_bytes_per_buffer: u64,
     ) -> Result<Lane<'b>> {
         assert!(!hops.is_empty() && message > 0, "a lane copies something");
-        let stride = message.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
-        let wanted = (sampling.rotation_bytes as usize).div_ceil(stride).max(1);
-        let affordable = (max_bytes_per_buffer as usize / stride).max(1);
-        let slots = wanted
-            .min(sampling.operations().max(1) as usize)
-            .min(affordable);
+        let (stride, slots) = rotation(message, sampling, max_bytes_per_buffer);
         let chunk = if hops.len() > 1 {
             message
                 .div_ceil(MAX_STAGING_CHUNKS)
@@ -108,8 +104,7 @@ impl<'b> Lane<'b> {
         } else {
             message
         };
-        // Slots are laid out at `stride` even when there is one, so offsets never leave the buffer.
-        let bytes = if slots == 1 { message } else { slots * stride };
+        let bytes = Self::buffer_bytes(message, sampling, max_bytes_per_buffer);
         let mut lane = Lane {
             backend,
             label,
@@ -120,7 +115,6 @@ impl<'b> Lane<'b> {
             slots,
             chunk,
             read_done: HashMap::new(),
-            events: Vec::new(),
             seeds: Vec::new(),
         };
         lane.source = backend.alloc(source, bytes)?;
@@ -129,6 +123,16 @@ impl<'b> Lane<'b> {
             lane.hops.push((*hop, buffer));
         }
         Ok(lane)
+    }
+
+    /// Bytes of each of the lane's buffers (its source and each hop's) for messages of `message`
+    /// bytes: one message, or its rotation slots.
+    pub fn buffer_bytes(message: usize, sampling: &Sampling, max_bytes_per_buffer: u64) -> usize {
+        match rotation(message, sampling, max_bytes_per_buffer) {
+            (_, 1) => message,
+            // Slots are laid out at `stride`, so offsets never leave the buffer.
+            (stride, slots) => slots * stride,
+        }
     }
 
     /// The stream that issues the first hop; its events time the lane.
@@ -219,6 +223,10 @@ impl<'b> Lane<'b> {
                 };
                 if let Some(event) = ready {
                     backend.wait(hop.stream, event)?;
+                    // The first hop's event has no other use; a later hop's is in `read_done`.
+                    if k == 1 {
+                        backend.destroy_event(event)?;
+                    }
                 }
                 if let Some(event) = self.read_done.get(&(k, slot, c)) {
                     backend.wait(hop.stream, *event)?;
@@ -235,9 +243,11 @@ impl<'b> Lane<'b> {
                 starting_call_us.get_or_insert(backend.host_time_us() - before);
                 if staged {
                     let done = backend.record(hop.stream)?;
-                    self.events.push(done);
                     if k > 0 {
-                        self.read_done.insert((k - 1, slot, c), done);
+                        // The event it replaces was waited on by hop k - 1 of this operation above.
+                        if let Some(old) = self.read_done.insert((k - 1, slot, c), done) {
+                            backend.destroy_event(old)?;
+                        }
                     }
                     ready = Some(done);
                 }
@@ -251,19 +261,30 @@ impl<'b> Lane<'b> {
     fn join(&mut self) -> Result<()> {
         if self.hops.len() > 1 {
             let done = self.backend.record(self.final_stream())?;
-            self.events.push(done);
             self.backend.wait(self.stream(), done)?;
+            self.backend.destroy_event(done)?;
         }
         Ok(())
     }
 
     fn destroy_events(&mut self) -> Result<()> {
-        self.read_done.clear();
-        for event in self.events.drain(..) {
+        for (_, event) in self.read_done.drain() {
             self.backend.destroy_event(event)?;
         }
         Ok(())
     }
+}
+
+/// The stride of a lane's rotation slots and how many it rotates over: enough to span
+/// `sampling.rotation_bytes`, no more than its operations use, within `max_bytes_per_buffer`.
+fn rotation(message: usize, sampling: &Sampling, max_bytes_per_buffer: u64) -> (usize, usize) {
+    let stride = message.div_ceil(SLOT_ALIGN).saturating_mul(SLOT_ALIGN);
+    let wanted = (sampling.rotation_bytes as usize).div_ceil(stride).max(1);
+    let affordable = (max_bytes_per_buffer as usize / stride).max(1);
+    let slots = wanted
+        .min(sampling.operations().max(1) as usize)
+        .min(affordable);
+    (stride, slots)
 }
 
 impl Drop for Lane<'_> {
