@@ -27,8 +27,8 @@
 #                    (shared memory and __syncthreads: what racecheck and synccheck look at)
 #   spin_until_released   the gate that holds a stream until the host releases it
 #   pointer_chase, ping/pong   the latency probes (ping-pong spins on a flag the other GPU sets)
-#   all_reduce one-shot and two-shot (f32, bf16), called fifty times on the same flags and
-#                    replayed from graphs (the ranks spin on each other's flags; __syncthreads)
+#   all_reduce one-shot, two-shot and one-shot-packets (f32, bf16), called fifty times on the
+#                    same flags, packets of changing sizes, replayed from graphs (the ranks spin on each other's flags; __syncthreads)
 #   busy             the stand-in compute kernel
 # The sizes are the contract's: up to 1 MiB per rank, 64 KiB copies, 2000 messages of 97 bytes; the
 # engine's test moves 48 MiB once per strategy.
@@ -73,6 +73,7 @@ default_tests=(
     cuda_contract::all_reduce_sums_every_input_into_every_output
     cuda_contract::fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs
     cuda_contract::a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none
+    cuda_contract::packet_all_reduces_of_changing_sizes_read_only_their_own_packets
     cuda_contract::busy_keeps_its_stream_for_at_least_its_duration
     engine::batches_and_prepared_batches_deliver_every_message
     engine::every_usable_strategy_moves_every_byte
