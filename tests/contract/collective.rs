@@ -358,7 +358,10 @@ pub fn all_reduce_refuses_what_its_kernels_cannot_take(b: &dyn Backend) {
     );
     let big = Ranks::new(b, pair, DataType::F32, PACKET_MAX_BYTES / 4 + 1);
     let too_big = usage(big.all_reduce(b, AllReduceKernel::OneShotPackets));
-    says(&too_big, "at most 65536 bytes (PACKET_MAX_BYTES)");
+    says(
+        &too_big,
+        &format!("at most {PACKET_MAX_BYTES} bytes (PACKET_MAX_BYTES)"),
+    );
     says(&too_big, "use one-shot or two-shot");
     let mut same = ranks.clone();
     same[1].output = same[1].input;
