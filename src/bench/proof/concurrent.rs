@@ -135,7 +135,7 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
     footprint.check(
         &**fabric.backend(),
         &format!(
-            "{} transfers of {} at once",
+            "concurrent traffic ({} transfers of {} at once)",
             pairs.len(),
             crate::units::format_bytes(bytes)
         ),
