@@ -101,7 +101,10 @@ fn check(ran: &Ran, args: &[String], allowed: &[i32]) -> Result<(), TestCaseErro
         .find(|(says, _)| ran.code == Some(1) && ran.stderr.contains(says));
     if let Some((_, why)) = known {
         // Past the test harness's capture: a known failure is said, never silent.
-        let _ = writeln!(std::io::stderr(), "fuzz: known simulator failure ({why}): {args:?}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "fuzz: known simulator failure ({why}): {args:?}"
+        );
         return Ok(());
     }
     prop_assert!(
