@@ -18,17 +18,17 @@
 //! `DIR` a directory, `OUT/<name>` a path in an empty directory for outputs.
 //!
 //! The `run` column says when a row runs:
-//! - `ci`: in every `cargo test` (about a minute in `--release`);
+//! - `ci`: in every `cargo test` (under half a minute in `--release`, a few minutes in debug);
 //! - `no-gpu`: likewise, on hosts without an NVIDIA GPU (where it expects exit 1); skipped, saying so,
 //!   on a host with one;
 //! - `long`: rows that are slow by nature (a 1000-GPU bench, 200 MB files, GiB buffers), run by
 //!   `cargo test --release --test catalog -- --ignored long`;
 //! - `known: <why>`: rows that fail today for a reason outside the command line (the simulator backs
-//!   simulated GPU memory with host memory), skipped with their reason printed; run them with
+//!   simulated GPU memory with host memory, and takes a preset's figures unbounded), skipped with their reason printed; run them with
 //!   `cargo test --release --test catalog -- --ignored known` (they are expected to fail until the
 //!   simulator is fixed: then move them to `ci`).
 //!
-//! `PEERLINK_CATALOG=S16,J23 cargo test --test catalog ci_rows -- --nocapture` runs the rows named,
+//! `PEERLINK_CATALOG=J23,J54 cargo test --test catalog ci_rows -- --nocapture` runs the rows named,
 //! whatever their `run`; `PEERLINK_CATALOG_TIMEOUT=<seconds>` changes the timeout of a row (120 s for
 //! `ci` rows, 900 s for the others).
 
