@@ -18,18 +18,19 @@
 //! `DIR` a directory, `OUT/<name>` a path in an empty directory for outputs.
 //!
 //! The `run` column says when a row runs:
-//! - `ci`: in every `cargo test` (about a minute in `--release`);
+//! - `ci`: in every `cargo test` (under half a minute in `--release`, a few minutes in debug);
 //! - `no-gpu`: likewise, on hosts without an NVIDIA GPU (where it expects exit 1); skipped, saying so,
 //!   on a host with one;
 //! - `long`: rows that are slow by nature (a 1000-GPU bench, 200 MB files, GiB buffers), run by
 //!   `cargo test --release --test catalog -- --ignored long`;
 //! - `known: <why>`: rows that fail today for a reason outside the command line (the simulator backs
-//!   simulated GPU memory with host memory), skipped with their reason printed; run them with
+//!   simulated GPU memory with host memory, and takes a preset's figures unbounded), skipped with their reason printed; run them with
 //!   `cargo test --release --test catalog -- --ignored known` (they are expected to fail until the
 //!   simulator is fixed: then move them to `ci`).
 //!
-//! `PEERLINK_CATALOG=S16,J23 cargo test --test catalog ci_rows -- --nocapture` runs the rows named,
-//! whatever their `run`; `PEERLINK_CATALOG_TIMEOUT=<seconds>` changes the timeout of a row (120 s).
+//! `PEERLINK_CATALOG=J23,J54 cargo test --test catalog ci_rows -- --nocapture` runs the rows named,
+//! whatever their `run`; `PEERLINK_CATALOG_TIMEOUT=<seconds>` changes the timeout of a row (120 s for
+//! `ci` rows, 900 s for the others).
 
 #[path = "catalog/files.rs"]
 mod files;
@@ -40,6 +41,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CATALOG: &str = include_str!("catalog/bad-inputs.tsv");
+
+/// Seconds a `ci` row may run (the slowest takes ~35 s in a debug build, ~13 s in release).
+const TIMEOUT_S: u64 = 120;
+/// Seconds a `long` or `known` row may run (a 1000-GPU `plan --concurrent` takes minutes).
+const LONG_TIMEOUT_S: u64 = 900;
 
 /// When a row runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -244,12 +250,14 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "catalog: {line}");
 }
 
-/// Runs `rows` (several at once) and fails with every row that went wrong.
-fn run_rows(rows: &[Row]) {
+/// Runs `rows`, each killed after `seconds` unless `PEERLINK_CATALOG_TIMEOUT` says otherwise, and
+/// fails with every row that went wrong. Quick rows run several at once; slow ones (`at_once`
+/// false) one after another, since each may take GiBs of memory.
+fn run_rows(rows: &[Row], seconds: u64, at_once: bool) {
     let timeout = Duration::from_secs(
         std::env::var("PEERLINK_CATALOG_TIMEOUT")
             .map(|s| s.parse().expect("PEERLINK_CATALOG_TIMEOUT is seconds"))
-            .unwrap_or(120),
+            .unwrap_or(seconds),
     );
     let temp = tempfile::tempdir().unwrap();
     let (inputs, dir, out) = (
@@ -273,7 +281,10 @@ fn run_rows(rows: &[Row]) {
     ));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
+    let workers = match at_once {
+        true => std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
+        false => 1,
+    };
     std::thread::scope(|scope| {
         for worker in 0..workers {
             let (jobs, next, failures) = (&jobs, &next, &failures);
@@ -331,7 +342,7 @@ fn named_rows() -> Option<Vec<Row>> {
 #[test]
 fn ci_rows() {
     if let Some(named) = named_rows() {
-        return run_rows(&named);
+        return run_rows(&named, LONG_TIMEOUT_S, false);
     }
     let gpu = has_gpu();
     let mut selected = Vec::new();
@@ -353,14 +364,14 @@ fn ci_rows() {
             )),
         }
     }
-    run_rows(&selected);
+    run_rows(&selected, TIMEOUT_S, true);
 }
 
 #[test]
 #[ignore = "slow by nature (1000 GPUs, 200 MB files, GiB buffers): cargo test --release --test catalog -- --ignored long"]
 fn long_rows() {
     let long: Vec<Row> = rows().into_iter().filter(|r| r.run == Run::Long).collect();
-    run_rows(&long);
+    run_rows(&long, LONG_TIMEOUT_S, false);
 }
 
 #[test]
@@ -370,7 +381,7 @@ fn known_rows() {
         .into_iter()
         .filter(|r| matches!(r.run, Run::Known(_)))
         .collect();
-    run_rows(&known);
+    run_rows(&known, LONG_TIMEOUT_S, false);
 }
 
 #[test]

@@ -368,10 +368,7 @@ fn edited(mut value: Value, edit: &dyn Fn(&mut Value)) -> Value {
 fn replace_number(text: &str, key: &str, literal: &str) -> Vec<u8> {
     let at = text.find(key).expect("the key is there") + key.len();
     let colon = at + text[at..].find(':').unwrap() + 1;
-    let end = colon
-        + text[colon..]
-            .find(|c: char| c == ',' || c == '}' || c == '\n')
-            .unwrap();
+    let end = colon + text[colon..].find([',', '}', '\n']).unwrap();
     format!("{} {literal}{}", &text[..colon], &text[end..]).into_bytes()
 }
 
