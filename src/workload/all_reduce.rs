@@ -32,9 +32,6 @@ use std::collections::HashMap;
 /// how many exchanges each waits for.
 pub const FLAG_ROUND_TRIP_US: f64 = 1.4;
 
-/// The kernels, in the order their rows appear.
-const KERNELS: [AllReduceKernel; 3] = AllReduceKernel::ALL;
-
 /// Flag round trips a kernel waits for: one-shot meets its peers before reading and after (so
 /// that no input is changed while read); two-shot once more between its reduce-scatter and
 /// all-gather; the packet kernel meets no one and waits only for its peers' first packets, one
@@ -93,10 +90,13 @@ pub fn predict(
 }
 
 /// The kernel the cost model picks for `bytes` among those that take it (the earlier in
-/// [`KERNELS`] on a tie) and its predicted time; `None` where a pair has no P2P.
+/// `AllReduceKernel::ALL` on a tie) and its predicted time; `None` where a pair has no P2P.
 pub fn pick(model: &CostModel, devices: &[usize], bytes: u64) -> Option<(AllReduceKernel, f64)> {
     let mut best: Option<(AllReduceKernel, f64)> = None;
-    for kernel in KERNELS.into_iter().filter(|k| takes(*k, bytes)) {
+    for kernel in AllReduceKernel::ALL
+        .into_iter()
+        .filter(|k| takes(*k, bytes))
+    {
         let us = predict(model, devices, kernel, bytes)?;
         if best.is_none_or(|(_, b)| us < b) {
             best = Some((kernel, us));
@@ -288,8 +288,11 @@ pub fn run(
         for &issue in &settings.issue {
             if let Some(flags) = &flags {
                 let flags = ids(flags);
-                let mut times = Vec::with_capacity(KERNELS.len());
-                for kernel in KERNELS.into_iter().filter(|&k| takes(k, bytes)) {
+                let mut times = Vec::with_capacity(AllReduceKernel::ALL.len());
+                for kernel in AllReduceKernel::ALL
+                    .into_iter()
+                    .filter(|&k| takes(k, bytes))
+                {
                     let mut op = PeerlinkAllReduce {
                         collectives: backend.collectives(),
                         kernel,
@@ -392,14 +395,17 @@ mod tests {
         // The predictions grow with the size, and the pick is the cheapest kernel that takes it.
         for bytes in [4, 64 << 10, (64 << 10) + 4, 64 << 20] {
             let (kernel, us) = pick(&model, &all, bytes).unwrap();
-            for other in KERNELS.into_iter().filter(|&k| takes(k, bytes)) {
+            for other in AllReduceKernel::ALL
+                .into_iter()
+                .filter(|&k| takes(k, bytes))
+            {
                 assert!(
                     predict(&model, &all, other, bytes).unwrap() >= us,
                     "{bytes}: {kernel:?}"
                 );
             }
         }
-        for kernel in KERNELS {
+        for kernel in AllReduceKernel::ALL {
             assert!(
                 predict(&model, &all, kernel, 64 << 10).unwrap()
                     > predict(&model, &all, kernel, 4).unwrap()
