@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::FileFailurePersistence;
 use serde_json::{json, Value};
-use std::io::Write;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -80,15 +80,6 @@ fn peerlink(args: &[String], dir: &Path) -> Ran {
     Ran { code, stderr }
 }
 
-/// Failures rooted in the simulator (`src/backend/sim`, outside the command line): the error line
-/// each ends with, and why. Met, they are said on stderr and let pass; once the simulator is fixed,
-/// remove them here.
-const KNOWN_SIMULATOR_FAILURES: &[(&str, &str)] = &[(
-    "the simulated streams wait on each other forever",
-    "a preset figure near f64::MAX (say costs.copy_issue_us 1e308) overflows the simulated clocks \
-     to infinity: preset figures need an upper bound",
-)];
-
 /// Fails unless the run ended with one of `allowed`, without a panic.
 fn check(ran: &Ran, args: &[String], allowed: &[i32]) -> Result<(), TestCaseError> {
     prop_assert!(
@@ -96,17 +87,6 @@ fn check(ran: &Ran, args: &[String], allowed: &[i32]) -> Result<(), TestCaseErro
         "{args:?} panicked: {}",
         ran.stderr
     );
-    let known = KNOWN_SIMULATOR_FAILURES
-        .iter()
-        .find(|(says, _)| ran.code == Some(1) && ran.stderr.contains(says));
-    if let Some((_, why)) = known {
-        // Past the test harness's capture: a known failure is said, never silent.
-        let _ = writeln!(
-            std::io::stderr(),
-            "fuzz: known simulator failure ({why}): {args:?}"
-        );
-        return Ok(());
-    }
     prop_assert!(
         ran.code.is_some_and(|c| allowed.contains(&c)),
         "{args:?} ended with {:?}, not one of {allowed:?}: {}",

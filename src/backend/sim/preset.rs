@@ -7,6 +7,7 @@
 //! nonsensical host.
 
 use crate::topology::{Device, Link, Pair, Source, Topology};
+use crate::units::LARGEST_FIGURE;
 use crate::{Error, Result};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -433,19 +434,37 @@ fn perf_rank(link: Link) -> i32 {
     }
 }
 
+// Every figure of a preset stays below `LARGEST_FIGURE` (1e12: eleven days in µs, a million TiB in
+// MiB), so that none overflows the clocks or a byte count computed from it.
 fn positive(field: &str, v: f64) -> std::result::Result<(), String> {
-    if v.is_finite() && v > 0.0 {
+    if v.is_finite() && v > 0.0 && v < LARGEST_FIGURE {
         Ok(())
     } else {
-        Err(format!("{field} must be a positive number, not {v}"))
+        Err(format!(
+            "{field} must be a positive number below {LARGEST_FIGURE:e}, not {}",
+            shown(v)
+        ))
+    }
+}
+
+/// A figure as a message shows it: in full, or in scientific notation where it has more digits than
+/// a reader can count.
+fn shown(v: f64) -> String {
+    if v.abs() >= 1e15 {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
     }
 }
 
 fn not_negative(field: &str, v: f64) -> std::result::Result<(), String> {
-    if v.is_finite() && v >= 0.0 {
+    if v.is_finite() && (0.0..LARGEST_FIGURE).contains(&v) {
         Ok(())
     } else {
-        Err(format!("{field} must be zero or more, not {v}"))
+        Err(format!(
+            "{field} must be zero or more, and below {LARGEST_FIGURE:e}, not {}",
+            shown(v)
+        ))
     }
 }
 
@@ -654,13 +673,18 @@ mod tests {
         );
         let m = message(edited(|v| v["nvlink"]["link_gbps"] = (-25.0).into()));
         assert!(
-            m.contains("nvlink.link_gbps must be a positive number, not -25"),
+            m.contains("nvlink.link_gbps must be a positive number below 1e12, not -25"),
             "{m}"
         );
         let m = message(edited(|v| v["nvlink"]["efficiency"] = 1.5.into()));
         assert!(m.contains("nvlink.efficiency must be in (0, 1]"), "{m}");
         let m = message(edited(|v| v["costs"]["sync_us"] = (-1.0).into()));
         assert!(m.contains("costs.sync_us must be zero or more"), "{m}");
+        let m = message(edited(|v| v["costs"]["copy_issue_us"] = 1e308.into()));
+        assert!(
+            m.contains("costs.copy_issue_us must be zero or more, and below 1e12, not 1e308"),
+            "{m}"
+        );
         let m = message(edited(|v| {
             v["pcie"]["p2p_gbps"] = serde_json::json!({"PIX": 0})
         }));
