@@ -375,7 +375,7 @@ fn long_rows() {
 }
 
 #[test]
-#[ignore = "known to fail until the simulator is fixed (it backs simulated GPU memory with host memory; preset figures have no upper bound): each row says why"]
+#[ignore = "rows known to fail for a reason outside the command line (none today): each row says why"]
 fn known_rows() {
     let known: Vec<Row> = rows()
         .into_iter()
