@@ -196,6 +196,12 @@ pub struct WorkloadArgs {
     /// all-reduce, send-recv, pipeline or halo
     pub workload: String,
 
+    /// NCCL's library to load (a path to libnccl.so.2), in place of the search: the environment
+    /// variable PEERLINK_NCCL_LIB, then libnccl.so.2 and libnccl.so through the dynamic loader, then
+    /// PyTorch installs (nvidia/nccl/lib/libnccl.so.2 in site-packages)
+    #[arg(long, value_name = "PATH")]
+    pub nccl_lib: Option<std::path::PathBuf>,
+
     /// Sizes to sweep: a range 4B..1GiB (powers of two) or a list 4K,64K,1M (the buffer reduced,
     /// the message, the activation, the halo face) [default: 4B to 1GiB in steps of 4×; up to
     /// 16MiB on the simulator]

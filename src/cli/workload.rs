@@ -14,6 +14,9 @@ use std::sync::Arc;
 
 pub fn run(global: &Global, args: &WorkloadArgs) -> Result<()> {
     let (workload, options) = options(global, args)?;
+    if let Some(path) = &args.nccl_lib {
+        peerlink::backend::cuda::prefer_nccl_library(path);
+    }
     let backend: Arc<dyn Backend> = Arc::from(global.open()?.backend);
     let found = workload::run(&backend, workload, &options, &*global.progress())?;
     for notice in &found.notices {
