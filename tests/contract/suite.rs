@@ -8,7 +8,7 @@
 //! on one GPU (GPU 0 as its own peer) and on many; a check about a pair of GPUs that
 //! the host lacks (two GPUs, a pair without P2P) passes without checking anything, and says so.
 
-use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, StreamId};
+use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
 use peerlink::{Error, Result};
 
 #[path = "collective.rs"]
@@ -801,10 +801,24 @@ pub fn waits_order_work_across_streams(b: &dyn Backend) {
     let mid = b.alloc(Memory::Device(0), data.len()).unwrap();
     let dst = b.alloc(Memory::Device(0), data.len()).unwrap();
     let (first, second) = (b.create_stream(0).unwrap(), b.create_stream(0).unwrap());
+    relay(b, [first, second], [src, mid, dst], data.len());
+    b.synchronize(second).unwrap();
+    assert!(contents(b, dst) == data);
+}
+
+/// Copies `len` bytes `src → mid` on the first stream and `mid → dst` on the second, the second
+/// stream waiting for the first's event; returns that event.
+fn relay(
+    b: &dyn Backend,
+    streams: [StreamId; 2],
+    [src, mid, dst]: [BufferId; 3],
+    len: usize,
+) -> EventId {
+    let [first, second] = streams;
     b.copy(
         first,
         CopyMethod::CopyEngine,
-        &BufferCopy::from_start(src, mid, data.len()),
+        &BufferCopy::from_start(src, mid, len),
     )
     .unwrap();
     let landed = b.record(first).unwrap();
@@ -812,11 +826,10 @@ pub fn waits_order_work_across_streams(b: &dyn Backend) {
     b.copy(
         second,
         CopyMethod::CopyEngine,
-        &BufferCopy::from_start(mid, dst, data.len()),
+        &BufferCopy::from_start(mid, dst, len),
     )
     .unwrap();
-    b.synchronize(second).unwrap();
-    assert!(contents(b, dst) == data);
+    landed
 }
 
 pub fn a_wait_outlives_the_event_it_waited_on(b: &dyn Backend) {
@@ -826,20 +839,7 @@ pub fn a_wait_outlives_the_event_it_waited_on(b: &dyn Backend) {
     let dst = buffer(b, Memory::Device(0), &vec![FILL; data.len()]);
     let (first, second) = (b.create_stream(0).unwrap(), b.create_stream(0).unwrap());
     let gate = b.hold(first).unwrap();
-    b.copy(
-        first,
-        CopyMethod::CopyEngine,
-        &BufferCopy::from_start(src, mid, data.len()),
-    )
-    .unwrap();
-    let landed = b.record(first).unwrap();
-    b.wait(second, landed).unwrap();
-    b.copy(
-        second,
-        CopyMethod::CopyEngine,
-        &BufferCopy::from_start(mid, dst, data.len()),
-    )
-    .unwrap();
+    let landed = relay(b, [first, second], [src, mid, dst], data.len());
     b.destroy_event(landed).unwrap();
     b.release(gate).unwrap();
     b.synchronize(second).unwrap();
