@@ -18,6 +18,8 @@ mod engine;
 
 #[path = "gpu/collectives.rs"]
 mod collectives;
+#[path = "soak/run.rs"]
+mod soak;
 #[path = "gpu/workload.rs"]
 mod workload;
 
@@ -479,4 +481,13 @@ fn out_of_memory_is_refused_or_one_sentence_and_leaks_nothing() {
             "{err}"
         );
     }
+}
+
+/// Issue 13's soak on real GPUs: resident memory stays flat over a million transfers through the
+/// engine between every pair of the host's GPUs (one in 64 large), as on the simulator.
+#[test]
+#[ignore = "needs a GPU"]
+fn memory_stays_flat_over_a_million_transfers_on_gpus() {
+    let backend = std::sync::Arc::new(open());
+    soak::soak("cuda", backend, 1_000_000, Some(64));
 }
