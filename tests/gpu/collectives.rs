@@ -8,7 +8,7 @@ use peerlink::backend::collective::{
     PACKET_MAX_BYTES,
 };
 use peerlink::backend::cuda::CudaBackend;
-use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, StreamId};
+use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Nccl, StreamId};
 use peerlink::bench::pattern;
 use peerlink::bench::stats::median;
 
@@ -20,6 +20,14 @@ const SENTINEL: u8 = 0xa5;
 
 /// A backend with every pair of its first GPUs (up to [`MAX_RANKS`]) enabled for peer access, and
 /// how many GPUs that is; `None`, said on stderr, where there are fewer than two or a pair lacks P2P.
+/// NCCL on this host, or `None` after saying why the test is skipped.
+fn nccl_or_skip(b: &CudaBackend) -> Option<&dyn Nccl> {
+    b.collectives()
+        .nccl()
+        .map_err(|why| eprintln!("skipped: {why}"))
+        .ok()
+}
+
 fn several_gpus() -> Option<(CudaBackend, usize)> {
     let b = CudaBackend::open().unwrap_or_else(|e| panic!("this test needs a GPU: {e}"));
     let gpus = b.topology().devices.len().min(MAX_RANKS);
@@ -420,12 +428,8 @@ fn nccl_all_reduce_sums_every_byte() {
     let Some((b, gpus)) = several_gpus() else {
         return;
     };
-    let nccl = match b.collectives().nccl() {
-        Ok(nccl) => nccl,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(nccl) = nccl_or_skip(&b) else {
+        return;
     };
     eprintln!("{}", nccl.describe());
     for count in 2..=gpus {
@@ -482,12 +486,8 @@ fn nccl_send_recv_moves_every_byte_both_ways_at_once() {
     let Some((b, count)) = several_gpus() else {
         return;
     };
-    let nccl = match b.collectives().nccl() {
-        Ok(nccl) => nccl,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(nccl) = nccl_or_skip(&b) else {
+        return;
     };
     let devices: Vec<usize> = (0..count).collect();
     let comm = nccl.communicator(&devices).unwrap();
