@@ -8,7 +8,9 @@
 //! on one GPU (GPU 0 as its own peer) and on many; a check about a pair of GPUs that
 //! the host lacks (two GPUs, a pair without P2P) passes without checking anything, and says so.
 
-use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
+use peerlink::backend::{
+    Backend, BufferCopy, BufferId, CopyMethod, EventId, GraphId, Memory, StreamId,
+};
 use peerlink::{Error, Result};
 
 #[path = "collective.rs"]
@@ -994,6 +996,24 @@ pub fn a_capturing_stream_refuses_what_a_capture_cannot_record(b: &dyn Backend) 
     b.destroy_stream(stream).unwrap();
 }
 
+/// A graph of one copy-engine copy of `len` bytes from `src` to `dst`, captured on `stream`.
+fn captured_copy(
+    b: &dyn Backend,
+    stream: StreamId,
+    src: BufferId,
+    dst: BufferId,
+    len: usize,
+) -> GraphId {
+    b.begin_capture(stream).unwrap();
+    b.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, dst, len),
+    )
+    .unwrap();
+    b.end_capture(stream).unwrap()
+}
+
 pub fn ending_a_capture_that_never_began_is_refused(b: &dyn Backend) {
     let stream = b.create_stream(0).unwrap();
     says(&usage(b.end_capture(stream)), "not capturing");
@@ -1006,14 +1026,7 @@ pub fn a_graph_replays_only_on_a_stream_of_its_gpu(b: &dyn Backend) {
     let src = buffer(b, Memory::Device(0), &[1; 64]);
     let dst = b.alloc(Memory::Device(0), 64).unwrap();
     let stream = b.create_stream(0).unwrap();
-    b.begin_capture(stream).unwrap();
-    b.copy(
-        stream,
-        CopyMethod::CopyEngine,
-        &BufferCopy::from_start(src, dst, 64),
-    )
-    .unwrap();
-    let graph = b.end_capture(stream).unwrap();
+    let graph = captured_copy(b, stream, src, dst, 64);
     let elsewhere = b.create_stream(1).unwrap();
     says(&usage(b.replay(graph, elsewhere)), "captured on GPU 0");
 }
@@ -1022,14 +1035,7 @@ pub fn a_graph_whose_buffer_was_freed_is_not_replayed(b: &dyn Backend) {
     let src = buffer(b, Memory::Device(0), &[1; 64]);
     let dst = b.alloc(Memory::Device(0), 64).unwrap();
     let stream = b.create_stream(0).unwrap();
-    b.begin_capture(stream).unwrap();
-    b.copy(
-        stream,
-        CopyMethod::CopyEngine,
-        &BufferCopy::from_start(src, dst, 64),
-    )
-    .unwrap();
-    let graph = b.end_capture(stream).unwrap();
+    let graph = captured_copy(b, stream, src, dst, 64);
     b.free(dst).unwrap();
     says(&usage(b.replay(graph, stream)), "freed");
     b.destroy_graph(graph).unwrap();
@@ -1060,14 +1066,7 @@ pub fn a_graph_destroyed_with_replays_queued_still_runs_them(b: &dyn Backend) {
     let src = buffer(b, Memory::Device(0), &data);
     let dst = buffer(b, Memory::Device(0), &vec![FILL; data.len()]);
     let stream = b.create_stream(0).unwrap();
-    b.begin_capture(stream).unwrap();
-    b.copy(
-        stream,
-        CopyMethod::CopyEngine,
-        &BufferCopy::from_start(src, dst, data.len()),
-    )
-    .unwrap();
-    let graph = b.end_capture(stream).unwrap();
+    let graph = captured_copy(b, stream, src, dst, data.len());
     let gate = b.hold(stream).unwrap();
     b.replay(graph, stream).unwrap();
     b.destroy_graph(graph).unwrap();
