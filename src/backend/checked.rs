@@ -20,13 +20,14 @@
 //! threads issuing work at once do not wait on each other here.
 
 mod collective;
+mod managed;
 
 use super::handles::{next_tag, Table};
 use super::overlap::{first_overlap, InOrder};
-use super::raw::{Batch, RawCollectives, RawProbes};
+use super::raw::{Batch, RawCollectives, RawManaged, RawProbes};
 use super::{
-    Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Memory,
-    Probes, StreamId,
+    Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Managed,
+    Memory, Probes, StreamId,
 };
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
@@ -140,6 +141,8 @@ impl<I: RawCollectives> Checked<I> {
         memory: Memory,
         toucher: Toucher,
     ) -> Result<()> {
+        // Pinned host memory is mapped for every GPU; managed memory's pages move or are mapped
+        // by the driver for whichever GPU touches them.
         let Memory::Device(owner) = memory else {
             return Ok(());
         };
@@ -320,7 +323,7 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
+impl<I: RawProbes + RawCollectives + RawManaged> Backend for Checked<I> {
     fn source(&self) -> &Source {
         &self.raw.topology().source
     }
@@ -338,6 +341,10 @@ impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
     }
 
     fn collectives(&self) -> &dyn Collectives {
+        self
+    }
+
+    fn managed(&self) -> &dyn Managed {
         self
     }
 
@@ -366,8 +373,24 @@ impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
         if bytes == 0 {
             return Err(Error::usage("cannot allocate a buffer of 0 bytes"));
         }
-        if let Memory::Device(device) = memory {
-            self.check_device(device)?;
+        match memory {
+            Memory::Device(device) => self.check_device(device)?,
+            Memory::Managed(device) => {
+                self.check_device(device)?;
+                // The driver would let managed memory outgrow the GPU and evict pages to make room;
+                // peerlink never asks for more than is free.
+                let free = self.raw.free_memory(device)?;
+                if bytes as u64 > free {
+                    return Err(Error::OutOfMemory {
+                        place: format!(
+                            "GPU {device} (managed memory is never allowed past a GPU's free                              memory)"
+                        ),
+                        asked: bytes as u64,
+                        free,
+                    });
+                }
+            }
+            Memory::PinnedHost { .. } => {}
         }
         let raw = self.raw.alloc(memory, bytes)?;
         let entry = BufferEntry {

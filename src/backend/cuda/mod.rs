@@ -29,8 +29,11 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
-use self::driver::{failed, DeviceMemory, PinnedMemory};
-use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawProbes};
+use self::driver::{failed, DeviceMemory, ManagedMemory, PinnedMemory};
+use super::{
+    Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
+    RawProbes,
+};
 use crate::topology::Topology;
 use crate::{Error, Result};
 
@@ -65,6 +68,7 @@ pub struct Buffer(Storage);
 enum Storage {
     Device(DeviceMemory),
     Pinned(PinnedMemory),
+    Managed(ManagedMemory),
 }
 
 impl Buffer {
@@ -73,6 +77,26 @@ impl Buffer {
         match &self.0 {
             Storage::Device(memory) => memory.address(),
             Storage::Pinned(memory) => memory.address(),
+            Storage::Managed(memory) => memory.address(),
+        }
+    }
+
+    /// The GPU whose context allocated the buffer.
+    fn device(&self) -> usize {
+        match &self.0 {
+            Storage::Device(memory) => memory.device(),
+            Storage::Pinned(memory) => memory.device(),
+            Storage::Managed(memory) => memory.device(),
+        }
+    }
+
+    /// The managed memory of a buffer the checked layer found to be managed.
+    fn managed(&self) -> &ManagedMemory {
+        match &self.0 {
+            Storage::Managed(memory) => memory,
+            Storage::Device(_) | Storage::Pinned(_) => {
+                unreachable!("the checked layer passes only managed buffers here")
+            }
         }
     }
 }
@@ -227,6 +251,11 @@ impl RawBackend for Gpus {
             Memory::Device(device) => {
                 Storage::Device(DeviceMemory::new(&self.contexts[device], bytes)?)
             }
+            Memory::Managed(device) => Storage::Managed(ManagedMemory::new(
+                &self.contexts[device],
+                &self.io_streams[device],
+                bytes,
+            )?),
             // Portable memory: the context it is allocated in does not matter. Placed on the NUMA
             // node asked for where the kernel allows it, else wherever the calling thread runs.
             Memory::PinnedHost { numa_node } => {
@@ -250,31 +279,28 @@ impl RawBackend for Gpus {
     }
 
     fn write(&self, buffer: &Arc<Buffer>, offset: usize, data: &[u8]) -> Result<()> {
-        match &buffer.0 {
-            Storage::Pinned(memory) => {
-                memory.write_at(offset, data);
-                Ok(())
-            }
-            Storage::Device(memory) => driver::copy_to_device_and_wait(
-                &self.io_streams[memory.device()],
-                memory.address() + offset as u64,
-                data,
-            ),
+        if let Storage::Pinned(memory) = &buffer.0 {
+            memory.write_at(offset, data);
+            return Ok(());
         }
+        // Device memory, or managed memory, whose pages the copy writes wherever they live.
+        driver::copy_to_device_and_wait(
+            &self.io_streams[buffer.device()],
+            buffer.address() + offset as u64,
+            data,
+        )
     }
 
     fn read(&self, buffer: &Arc<Buffer>, offset: usize, out: &mut [u8]) -> Result<()> {
-        match &buffer.0 {
-            Storage::Pinned(memory) => {
-                memory.read_at(offset, out);
-                Ok(())
-            }
-            Storage::Device(memory) => driver::copy_to_host_and_wait(
-                &self.io_streams[memory.device()],
-                out,
-                memory.address() + offset as u64,
-            ),
+        if let Storage::Pinned(memory) = &buffer.0 {
+            memory.read_at(offset, out);
+            return Ok(());
         }
+        driver::copy_to_host_and_wait(
+            &self.io_streams[buffer.device()],
+            out,
+            buffer.address() + offset as u64,
+        )
     }
 
     fn create_stream(&self, device: usize) -> Result<Arc<Stream>> {
@@ -461,6 +487,16 @@ impl RawBackend for Gpus {
         // that read its descriptors (see CapturedGraph's drop).
         drop(graph);
         Ok(())
+    }
+}
+
+impl RawManaged for Gpus {
+    fn advise(&self, buffer: &Arc<Buffer>, advice: Advice) -> Result<()> {
+        buffer.managed().advise(advice)
+    }
+
+    fn prefetch(&self, stream: &Arc<Stream>, buffer: &Arc<Buffer>, to: Location) -> Result<()> {
+        buffer.managed().prefetch(&stream.stream, to)
     }
 }
 

@@ -92,6 +92,9 @@ impl Store {
                     Memory::Device(d) => {
                         format!("the host, which holds simulated GPU {d}'s memory")
                     }
+                    Memory::Managed(_) => {
+                        "the host, which holds the simulated managed memory".to_string()
+                    }
                     Memory::PinnedHost { .. } => "the host".to_string(),
                 },
                 asked: bytes as u64,

@@ -16,6 +16,7 @@ mod collective;
 #[cfg(test)]
 mod collective_tests;
 mod links;
+mod managed;
 mod memory;
 mod nccl;
 pub mod preset;
@@ -27,11 +28,15 @@ mod tests;
 
 pub use preset::{preset_names, Preset};
 
-use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawProbes};
+use super::{
+    Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
+    RawProbes,
+};
 use crate::topology::Topology;
 use crate::{Error, Result};
 use collective::RankPlan;
-use links::{LinkModel, Place};
+use links::{LinkModel, Path, Place};
+use managed::{ManagedPages, Move};
 use memory::{Key, Store};
 use nccl::Comm;
 use scheduler::{Collective, Meeting, Scheduler, Venue, Work};
@@ -89,6 +94,8 @@ struct State {
     /// memory.
     peer_access: BTreeSet<(usize, usize)>,
     allocated: Vec<u64>,
+    /// Where the pages of each managed buffer live, and its advice.
+    managed: ManagedPages,
 }
 
 impl State {
@@ -111,6 +118,7 @@ impl Simulator {
             venues: 0,
             peer_access: BTreeSet::new(),
             allocated: vec![0; preset.devices.len()],
+            managed: ManagedPages::new(preset.managed.page_bytes()),
         };
         Simulator {
             topology,
@@ -128,37 +136,182 @@ impl Simulator {
         &self.links.preset().costs
     }
 
-    fn place(st: &State, buffer: Key) -> Place {
+    /// Where a kernel or copy on `gpu` finds `buffer`: its memory, or for managed memory the place
+    /// of its first page (its own GPU's copy where it has one).
+    fn place(st: &State, buffer: Key, gpu: usize) -> Place {
         match st.store.get(buffer).memory {
             Memory::Device(d) => Place::Device(d),
             Memory::PinnedHost { numa_node } => Place::Host(numa_node),
+            Memory::Managed(_) => at(st.managed.first_page_for(buffer, gpu)),
         }
     }
 
-    /// The work of one copy issued on a stream of `gpu`, with its path through the links.
-    fn plan_copy(&self, st: &State, gpu: usize, method: CopyMethod, copy: BufferCopy<Key>) -> Work {
-        let costs = self.costs();
-        let (from, to) = (Self::place(st, copy.src), Self::place(st, copy.dst));
-        let (path, setup_us) = match method {
+    /// Where a copy issued on `gpu` by `method` finds `len` bytes of `buffer` at `offset` (reading
+    /// them, or with `write` writing them), and the page moves managed memory needs first: a kernel
+    /// faults pages it lacks over to its GPU, unless advice keeps them where they are; a copy
+    /// engine reaches them where they live. Other memory moves nothing and lies in one place.
+    fn reach(
+        &self,
+        st: &mut State,
+        gpu: usize,
+        method: CopyMethod,
+        (buffer, offset, len): (Key, usize, usize),
+        write: bool,
+    ) -> (Vec<Work>, Vec<Place>) {
+        if !st.managed.contains(buffer) {
+            return (Vec::new(), vec![Self::place(st, buffer, gpu)]);
+        }
+        let (moves, mut places) = match method {
+            CopyMethod::SmKernel => {
+                let preset = self.links.preset();
+                let reachable = |location| match location {
+                    Location::Host => true,
+                    Location::Device(d) => d == gpu || preset.p2p(gpu, d),
+                };
+                let touch = st
+                    .managed
+                    .kernel_touch(buffer, offset, len, gpu, write, reachable);
+                (touch.moves, touch.served_from)
+            }
+            CopyMethod::CopyEngine => (
+                Vec::new(),
+                st.managed
+                    .served_to_copy_engine(buffer, offset, len, gpu),
+            ),
+        };
+        if places.is_empty() {
+            places.push(st.managed.first_page_for(buffer, gpu));
+        }
+        let fault_us = self.links.preset().managed.fault_us;
+        let work = self.migrations(buffer, &moves, Location::Device(gpu), |m| {
+            m.faults as f64 * fault_us
+        });
+        (work, places.into_iter().map(at).collect())
+    }
+
+    /// The work of moving pages of `buffer` (`moves`) to `to`, each after `setup_us` of it.
+    fn migrations(
+        &self,
+        buffer: Key,
+        moves: &[Move],
+        to: Location,
+        setup_us: impl Fn(&Move) -> f64,
+    ) -> Vec<Work> {
+        moves
+            .iter()
+            .map(|m| Work::Migrate {
+                buffer,
+                bytes: m.bytes,
+                path: self.migration_path(m.from, to),
+                setup_us: setup_us(m),
+            })
+            .collect()
+    }
+
+    /// The way pages move from one place to another: over P2P between GPUs that have it, staged
+    /// through host memory between GPUs that do not, over PCIe to and from host memory.
+    fn migration_path(&self, from: Location, to: Location) -> Path {
+        match (from, to) {
+            (Location::Device(a), Location::Device(b))
+                if a != b && !self.links.preset().p2p(a, b) =>
+            {
+                self.links.staged(a, b)
+            }
+            _ => {
+                // Pages never move from host memory to host memory (a prefetch skips those already
+                // there), so a GPU is always one end.
+                let via = match (from, to) {
+                    (Location::Device(d), _) | (_, Location::Device(d)) => d,
+                    _ => 0,
+                };
+                self.links.direct(at(from), at(to), via)
+            }
+        }
+    }
+
+    /// The path of a copy issued on `gpu` from `from` to `to`. A copy engine stages between two
+    /// GPUs through host memory unless the issuing GPU reaches both: its own memory, a peer it
+    /// enabled, or (`managed`: source, destination) a managed buffer's pages on a P2P peer, which
+    /// the driver maps.
+    fn route(
+        &self,
+        st: &State,
+        gpu: usize,
+        method: CopyMethod,
+        (from, to): (Place, Place),
+        managed: (bool, bool),
+    ) -> Path {
+        match method {
             CopyMethod::CopyEngine => {
-                let reachable = |d: usize| d == gpu || st.peer_access.contains(&(gpu, d));
-                let path = match (from, to) {
+                let preset = self.links.preset();
+                let reachable = |d: usize, managed: bool| {
+                    d == gpu
+                        || st.peer_access.contains(&(gpu, d))
+                        || (managed && preset.p2p(gpu, d))
+                };
+                match (from, to) {
                     (Place::Device(a), Place::Device(b))
-                        if a != b && !(reachable(a) && reachable(b)) =>
+                        if a != b && !(reachable(a, managed.0) && reachable(b, managed.1)) =>
                     {
                         self.links.staged(a, b)
                     }
                     _ => self.links.direct(from, to, gpu),
-                };
-                (path, costs.copy_setup_us)
+                }
             }
-            CopyMethod::SmKernel => (self.links.kernel(from, to, gpu), costs.kernel_setup_us),
-        };
-        Work::Copy {
-            copies: vec![copy],
-            path,
-            setup_us,
+            CopyMethod::SmKernel => self.links.kernel(from, to, gpu),
         }
+    }
+
+    /// The work of one copy issued on a stream of `gpu`: the page moves its managed memory needs
+    /// first (none for other memory), then the copy, with its path through the links.
+    fn plan_copy(
+        &self,
+        st: &mut State,
+        gpu: usize,
+        method: CopyMethod,
+        copy: BufferCopy<Key>,
+    ) -> (Vec<Work>, Work) {
+        let (mut moves, sources) = self.reach(
+            st,
+            gpu,
+            method,
+            (copy.src, copy.src_offset, copy.len),
+            false,
+        );
+        let (dst_moves, destinations) = self.reach(
+            st,
+            gpu,
+            method,
+            (copy.dst, copy.dst_offset, copy.len),
+            true,
+        );
+        moves.extend(dst_moves);
+        let costs = self.costs();
+        let managed = (
+            st.managed.contains(copy.src),
+            st.managed.contains(copy.dst),
+        );
+        let mut path: Option<Path> = None;
+        for &from in &sources {
+            for &to in &destinations {
+                let leg = self.route(st, gpu, method, (from, to), managed);
+                match &mut path {
+                    None => path = Some(leg),
+                    Some(all) if *all != leg => all.join(leg),
+                    Some(_) => {}
+                }
+            }
+        }
+        let setup_us = match method {
+            CopyMethod::CopyEngine => costs.copy_setup_us,
+            CopyMethod::SmKernel => costs.kernel_setup_us,
+        };
+        let work = Work::Copy {
+            copies: vec![copy],
+            path: path.expect("a copy's range lies in at least one place"),
+            setup_us,
+        };
+        (moves, work)
     }
 
     /// Captures `work` if the stream is capturing; otherwise charges `issue_us` to the host and
@@ -172,6 +325,21 @@ impl Simulator {
         st.store.retain(&work.buffers());
         let ready = st.host_us;
         st.scheduler.enqueue(stream.index, ready, work);
+    }
+
+    /// Submits one call's work, in order, for its `issue_us` (the first piece pays it: the page
+    /// moves a copy needs start no earlier than the copy's own call).
+    fn submit_all(
+        st: &mut State,
+        stream: &Stream,
+        issue_us: f64,
+        work: impl IntoIterator<Item = Work>,
+    ) {
+        let mut issue = issue_us;
+        for piece in work {
+            Self::submit(st, stream, issue, piece);
+            issue = 0.0;
+        }
     }
 
     /// Queues each rank's part of a collective on its stream (`streams[rank]`), one kernel launch
@@ -265,7 +433,10 @@ impl RawBackend for Simulator {
     fn alloc(&self, memory: Memory, bytes: usize) -> Result<Key> {
         let mut st = self.lock();
         match memory {
-            Memory::Device(d) => {
+            Memory::Device(d) | Memory::Managed(d) => {
+                if let Memory::Managed(_) = memory {
+                    ManagedPages::check_gpus(self.topology.devices.len())?;
+                }
                 let free = self.topology.devices[d].memory_bytes - st.allocated[d];
                 if bytes as u64 > free {
                     return Err(Error::Cuda {
@@ -289,8 +460,14 @@ impl RawBackend for Simulator {
             Memory::PinnedHost { numa_node: None } => {}
         }
         let key = st.store.insert(memory, bytes)?;
-        if let Memory::Device(d) = memory {
-            st.allocated[d] += bytes as u64;
+        match memory {
+            Memory::Device(d) => st.allocated[d] += bytes as u64,
+            // Counted against the GPU it was allocated for, wherever its pages go.
+            Memory::Managed(d) => {
+                st.allocated[d] += bytes as u64;
+                st.managed.insert(key, bytes, Location::Device(d));
+            }
+            Memory::PinnedHost { .. } => {}
         }
         Ok(key)
     }
@@ -299,9 +476,10 @@ impl RawBackend for Simulator {
         let mut st = self.lock();
         Self::catch_up(&mut st);
         let freed = st.store.remove(*buffer)?;
-        if let Memory::Device(d) = freed.memory {
+        if let Memory::Device(d) | Memory::Managed(d) = freed.memory {
             st.allocated[d] -= freed.len() as u64;
         }
+        st.managed.remove(*buffer);
         Ok(())
     }
 
@@ -332,12 +510,12 @@ impl RawBackend for Simulator {
 
     fn copy(&self, stream: &Stream, method: CopyMethod, copy: BufferCopy<&Key>) -> Result<()> {
         let mut st = self.lock();
-        let work = self.plan_copy(&st, stream.device, method, copy.map(|k| *k));
+        let (moves, work) = self.plan_copy(&mut st, stream.device, method, copy.map(|k| *k));
         let issue = match method {
             CopyMethod::CopyEngine => self.costs().copy_issue_us,
             CopyMethod::SmKernel => self.costs().kernel_issue_us,
         };
-        Self::submit(&mut st, stream, issue, work);
+        Self::submit_all(&mut st, stream, issue, moves.into_iter().chain([work]));
         Ok(())
     }
 
@@ -346,14 +524,16 @@ impl RawBackend for Simulator {
         // One kernel: each message's path as an SM copy; messages that take different paths are
         // modelled as one flow over all of them (pessimistic where they would not contend).
         let mut copies = Vec::with_capacity(batch.len());
+        let mut moves = Vec::new();
         let mut joined: Option<(links::Path, f64)> = None;
         for copy in batch.iter() {
             let copy = copy.map(|k| *k);
-            let Work::Copy { path, setup_us, .. } =
-                self.plan_copy(&st, stream.device, CopyMethod::SmKernel, copy)
-            else {
+            let (copy_moves, planned) =
+                self.plan_copy(&mut st, stream.device, CopyMethod::SmKernel, copy);
+            let Work::Copy { path, setup_us, .. } = planned else {
                 unreachable!("plan_copy plans copies")
             };
+            moves.extend(copy_moves);
             copies.push(copy);
             match &mut joined {
                 None => joined = Some((path, setup_us)),
@@ -367,7 +547,8 @@ impl RawBackend for Simulator {
             path,
             setup_us,
         };
-        Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
+        let issue = self.costs().kernel_issue_us;
+        Self::submit_all(&mut st, stream, issue, moves.into_iter().chain([work]));
         Ok(())
     }
 
@@ -377,8 +558,9 @@ impl RawBackend for Simulator {
         // separate copies (5.02 vs 5.15 µs per message), so each copy is priced as one.
         let issue = self.costs().copy_issue_us;
         for copy in batch.iter() {
-            let work = self.plan_copy(&st, stream.device, CopyMethod::CopyEngine, copy.map(|k| *k));
-            Self::submit(&mut st, stream, issue, work);
+            let copy = copy.map(|k| *k);
+            let (moves, work) = self.plan_copy(&mut st, stream.device, CopyMethod::CopyEngine, copy);
+            Self::submit_all(&mut st, stream, issue, moves.into_iter().chain([work]));
         }
         Ok(())
     }
@@ -515,7 +697,7 @@ impl RawProbes for Simulator {
         result: &Key,
     ) -> Result<()> {
         let mut st = self.lock();
-        let place = Self::place(&st, *chain);
+        let place = Self::place(&st, *chain, stream.device);
         let work = Work::Chase {
             chain: *chain,
             steps,
@@ -557,6 +739,26 @@ impl RawProbes for Simulator {
             };
             Self::submit(&mut st, stream, issue, work);
         }
+        Ok(())
+    }
+}
+
+impl RawManaged for Simulator {
+    fn advise(&self, buffer: &Key, advice: Advice) -> Result<()> {
+        let mut st = self.lock();
+        // Work already queued decided its pages when it was queued (see `managed`).
+        st.managed.advise(*buffer, advice);
+        Ok(())
+    }
+
+    fn prefetch(&self, stream: &Stream, buffer: &Key, to: Location) -> Result<()> {
+        let mut st = self.lock();
+        let moves = st.managed.prefetch(*buffer, to);
+        let setup_us = self.costs().copy_setup_us;
+        let work = self.migrations(*buffer, &moves, to, |_| setup_us);
+        // One driver call, whatever it moves (nothing, where every page is there already).
+        st.host_us += self.costs().copy_issue_us;
+        Self::submit_all(&mut st, stream, 0.0, work);
         Ok(())
     }
 }
@@ -633,6 +835,14 @@ impl RawCollectives for Simulator {
         let work = nccl::send_recv(&self.links, comm, &transfers);
         self.submit_parts(streams, work);
         Ok(())
+    }
+}
+
+/// Where the link model finds a place of managed pages (host memory near whichever GPU touches it).
+fn at(location: Location) -> Place {
+    match location {
+        Location::Device(d) => Place::Device(d),
+        Location::Host => Place::Host(None),
     }
 }
 

@@ -75,6 +75,9 @@ pub struct Preset {
     pub pcie: PcieSpec,
     pub host: HostSpec,
     pub costs: Costs,
+    /// How managed memory's page faults are priced; the defaults of [`ManagedSpec`] when absent.
+    #[serde(default, skip_serializing_if = "ManagedSpec::is_default")]
+    pub managed: ManagedSpec,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -171,6 +174,44 @@ pub struct HostSpec {
     pub staged_gbps: f64,
     /// Extra latency of a staged peer copy.
     pub staged_latency_us: f64,
+}
+
+/// Managed (unified) memory: a GPU's first touch of a page that lives elsewhere costs `fault_us`,
+/// then the page moves over the link at the link's rate. The defaults are estimates (see
+/// `docs/sim-format.md`), to be replaced by what `bench --tests managed-fault,managed-fault-latency`
+/// measures on a real host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ManagedSpec {
+    /// The unit pages fault and move in, KiB (4 to 2048).
+    pub page_kib: u64,
+    /// GPU time one page's fault costs before its bytes move (the driver servicing it), µs.
+    pub fault_us: f64,
+}
+
+impl ManagedSpec {
+    /// The page the defaults move: the GPU's big page in NVIDIA's UVM driver (UVM_PAGE_SIZE_64K).
+    pub const DEFAULT_PAGE_KIB: u64 = 64;
+    /// An estimate: no published per-page figure for Hopper's GPU-to-GPU fault migration was found.
+    pub const DEFAULT_FAULT_US: f64 = 5.0;
+
+    fn is_default(&self) -> bool {
+        *self == ManagedSpec::default()
+    }
+
+    /// Bytes of one page.
+    pub fn page_bytes(&self) -> usize {
+        self.page_kib as usize * 1024
+    }
+}
+
+impl Default for ManagedSpec {
+    fn default() -> Self {
+        ManagedSpec {
+            page_kib: ManagedSpec::DEFAULT_PAGE_KIB,
+            fault_us: ManagedSpec::DEFAULT_FAULT_US,
+        }
+    }
 }
 
 /// CPU costs (`*_issue_us`, `sync_us`: host clock) and GPU overheads (`*_setup_us`, `graph_node_us`:
@@ -327,6 +368,14 @@ impl Preset {
         ] {
             not_negative(&format!("costs.{field}"), v)?;
         }
+        let m = &self.managed;
+        if !(4..=2048).contains(&m.page_kib) {
+            return Err(format!(
+                "managed.page_kib must be between 4 and 2048 (4 KiB to 2 MiB), not {}",
+                m.page_kib
+            ));
+        }
+        not_negative("managed.fault_us", m.fault_us)?;
         Ok(())
     }
 

@@ -648,7 +648,7 @@ mod random_copies {
         let base = pattern::bytes(0, BUF + 64);
         for (i, memory) in (0..8)
             .map(Memory::Device)
-            .chain([Memory::PinnedHost { numa_node: Some(1) }])
+            .chain([Memory::PinnedHost { numa_node: Some(1) }, Memory::Managed(3)])
             .enumerate()
         {
             let b = sim.alloc(memory, BUF).unwrap();
@@ -695,7 +695,8 @@ mod random_copies {
             };
             let reachable = |m: Memory| match m {
                 Memory::Device(d) => d == gpu || t.pair(gpu, d).unwrap().p2p,
-                Memory::PinnedHost { .. } => true,
+                // Mapped for every GPU, or moved by the driver to whichever touches it.
+                Memory::PinnedHost { .. } | Memory::Managed(_) => true,
             };
             let c = BufferCopy {
                 dst: buffers[dst].0,

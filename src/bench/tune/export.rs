@@ -14,7 +14,8 @@
 
 use super::{Measurements, PairLatency, SMALL_BYTES};
 use crate::backend::sim::preset::{
-    Costs, DeviceSpec, GpuSpec, HostSpec, LinkSpec, NvLinkSpec, NvSwitchSpec, PcieSpec, Preset,
+    Costs, DeviceSpec, GpuSpec, HostSpec, LinkSpec, ManagedSpec, NvLinkSpec, NvSwitchSpec, PcieSpec,
+    Preset,
 };
 use crate::bench::stats::median;
 use crate::model::{defaults, Cost, Hop};
@@ -314,6 +315,8 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             kernel_setup_us,
             graph_node_us: m.graph_node_us,
         },
+        // tune does not measure managed memory's faults: the simulator's estimates stand.
+        managed: ManagedSpec::default(),
     };
     // Four significant digits: the figures' own precision, and a file a person can read and edit.
     let mut value = serde_json::to_value(&preset).expect("a preset always serialises");
