@@ -650,7 +650,9 @@ impl ManagedMemory {
             ctx: ctx.clone(),
         };
         memory.prefetch(stream, Location::Device(ctx.ordinal()))?;
-        stream.synchronize().map_err(failed("cuStreamSynchronize"))?;
+        stream
+            .synchronize()
+            .map_err(failed("cuStreamSynchronize"))?;
         Ok(memory)
     }
 

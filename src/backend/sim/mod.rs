@@ -175,8 +175,7 @@ impl Simulator {
             }
             CopyMethod::CopyEngine => (
                 Vec::new(),
-                st.managed
-                    .served_to_copy_engine(buffer, offset, len, gpu),
+                st.managed.served_to_copy_engine(buffer, offset, len, gpu),
             ),
         };
         if places.is_empty() {
@@ -278,19 +277,11 @@ impl Simulator {
             (copy.src, copy.src_offset, copy.len),
             false,
         );
-        let (dst_moves, destinations) = self.reach(
-            st,
-            gpu,
-            method,
-            (copy.dst, copy.dst_offset, copy.len),
-            true,
-        );
+        let (dst_moves, destinations) =
+            self.reach(st, gpu, method, (copy.dst, copy.dst_offset, copy.len), true);
         moves.extend(dst_moves);
         let costs = self.costs();
-        let managed = (
-            st.managed.contains(copy.src),
-            st.managed.contains(copy.dst),
-        );
+        let managed = (st.managed.contains(copy.src), st.managed.contains(copy.dst));
         let mut path: Option<Path> = None;
         for &from in &sources {
             for &to in &destinations {
@@ -559,7 +550,8 @@ impl RawBackend for Simulator {
         let issue = self.costs().copy_issue_us;
         for copy in batch.iter() {
             let copy = copy.map(|k| *k);
-            let (moves, work) = self.plan_copy(&mut st, stream.device, CopyMethod::CopyEngine, copy);
+            let (moves, work) =
+                self.plan_copy(&mut st, stream.device, CopyMethod::CopyEngine, copy);
             Self::submit_all(&mut st, stream, issue, moves.into_iter().chain([work]));
         }
         Ok(())

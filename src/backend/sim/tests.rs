@@ -648,7 +648,10 @@ mod random_copies {
         let base = pattern::bytes(0, BUF + 64);
         for (i, memory) in (0..8)
             .map(Memory::Device)
-            .chain([Memory::PinnedHost { numa_node: Some(1) }, Memory::Managed(3)])
+            .chain([
+                Memory::PinnedHost { numa_node: Some(1) },
+                Memory::Managed(3),
+            ])
             .enumerate()
         {
             let b = sim.alloc(memory, BUF).unwrap();

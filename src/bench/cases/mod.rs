@@ -5,11 +5,13 @@
 
 mod host;
 pub(crate) mod latency;
+mod managed;
 mod peer;
 
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
 pub(crate) use latency::Buffers;
 pub use latency::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
+pub use managed::{ManagedRead, Policy};
 pub use peer::{Initiator, PeerCopy, Transport};
 
 use super::footprint::Footprint;
@@ -123,6 +125,15 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     tests.push(Box::new(PointerChase(ChaseChain::Flushed)));
     tests.push(Box::new(PointerChase(ChaseChain::Resident)));
     tests.push(Box::new(PingPong));
+    for policy in [
+        Policy::FirstTouch,
+        Policy::AccessedBy,
+        Policy::Prefetch,
+        Policy::ReadMostly,
+    ] {
+        tests.push(Box::new(ManagedRead::new(policy)));
+    }
+    tests.push(Box::new(ManagedRead::fault_latency()));
     tests
 }
 

@@ -14,8 +14,8 @@
 
 use super::{Measurements, PairLatency, SMALL_BYTES};
 use crate::backend::sim::preset::{
-    Costs, DeviceSpec, GpuSpec, HostSpec, LinkSpec, ManagedSpec, NvLinkSpec, NvSwitchSpec, PcieSpec,
-    Preset,
+    Costs, DeviceSpec, GpuSpec, HostSpec, LinkSpec, ManagedSpec, NvLinkSpec, NvSwitchSpec,
+    PcieSpec, Preset,
 };
 use crate::bench::stats::median;
 use crate::model::{defaults, Cost, Hop};
