@@ -129,6 +129,13 @@ pub struct ExplainArgs {
     /// Bytes of the transfer: 4B, 64K, 1MiB, …
     #[arg(long, default_value = "4KiB", value_name = "SIZE")]
     pub size: String,
+
+    /// What the transfer moves: `device` (a copy-engine copy between device buffers) or
+    /// `managed` (a kernel on --dst reading managed memory whose pages live on --src, in host
+    /// memory when --src equals --dst: faults, page migration, and what a prefetch or
+    /// SetAccessedBy saves)
+    #[arg(long, default_value = "device", value_name = "KIND")]
+    pub memory: String,
 }
 
 #[derive(Args)]

@@ -55,7 +55,18 @@ pub fn run(cli: Cli) -> Result<()> {
             let opened = global.open()?;
             global.check_in_use(opened.backend.topology(), &[args.src, args.dst])?;
             let size = parse_size(&args.size)?;
-            let found = explain::run(
+            let explain = match args.memory.as_str() {
+                "device" => explain::run,
+                "managed" => explain::run_managed,
+                other => {
+                    return Err(peerlink::Error::usage(format!(
+                        "--memory `{other}` is not a kind of memory explain knows: say `device` \
+                         or `managed`"
+                    ))
+                    .into())
+                }
+            };
+            let found = explain(
                 opened.backend.as_ref(),
                 args.src,
                 args.dst,

@@ -69,13 +69,14 @@ impl ManagedRead {
     }
 }
 
-/// One measurement's buffers and streams.
-struct Read<'b> {
+/// A managed buffer whose pages start on a source GPU (or in host memory) and the reader's own
+/// memory that a copy kernel on the destination GPU reads it into: one measurement's buffers and
+/// streams, for the bench's tests and `explain`.
+pub(crate) struct ManagedReader<'b> {
     backend: &'b dyn Backend,
-    test: &'b str,
+    test: String,
     src: usize,
     dst: usize,
-    policy: Policy,
     origin: Location,
     managed: BufferId,
     /// The reader's own memory, where the kernel copies the managed bytes.
@@ -93,56 +94,99 @@ struct Sample {
     again_us: Option<f64>,
 }
 
-impl Read<'_> {
+impl<'b> ManagedReader<'b> {
+    /// Allocates (in `buffers`) `bytes` of managed memory for GPU `src` and as much of GPU `dst`'s
+    /// memory; `test` names the measurement in a verification error.
+    pub(crate) fn open(
+        ctx: &mut Context<'b>,
+        buffers: &mut Buffers<'b>,
+        test: &str,
+        (src, dst): (usize, usize),
+        bytes: usize,
+    ) -> Result<ManagedReader<'b>> {
+        let streams = ctx.streams(&[dst, src])?;
+        Ok(ManagedReader {
+            backend: ctx.backend,
+            test: test.to_string(),
+            src,
+            dst,
+            origin: ManagedRead::origin(src, dst),
+            managed: buffers.alloc(Memory::Managed(src), bytes)?,
+            local: buffers.alloc(Memory::Device(dst), bytes)?,
+            bytes,
+            reader: streams[0],
+            mover: if src == dst { streams[0] } else { streams[1] },
+        })
+    }
+
+    /// The destination GPU's stream, which issues the reads.
+    pub(crate) fn reader(&self) -> StreamId {
+        self.reader
+    }
+
+    /// Applies `advice` to the managed buffer.
+    pub(crate) fn advise(&self, advice: Advice) -> Result<()> {
+        self.backend.managed().advise(self.managed, advice)
+    }
+
     /// Writes the pattern for `seed`, then puts every page back where it starts (one copy, on the
-    /// origin), the policy's advice in force.
-    fn prepare(&self, seed: u64) -> Result<()> {
+    /// origin), with `policy`'s read-mostly advice in force.
+    pub(crate) fn prepare(&self, seed: u64, policy: Policy) -> Result<()> {
         let b = self.backend;
-        if self.policy == Policy::ReadMostly {
-            b.managed().advise(self.managed, Advice::UnsetReadMostly)?;
+        if policy == Policy::ReadMostly {
+            self.advise(Advice::UnsetReadMostly)?;
         }
         b.write(self.managed, 0, &pattern::bytes(seed, self.bytes))?;
         b.managed()
             .prefetch(self.mover, self.managed, self.origin)?;
         b.synchronize(self.mover)?;
-        if self.policy == Policy::ReadMostly {
-            b.managed().advise(self.managed, Advice::SetReadMostly)?;
+        if policy == Policy::ReadMostly {
+            self.advise(Advice::SetReadMostly)?;
         }
         Ok(())
     }
 
-    /// GPU µs of the read (with its prefetch, for [`Policy::Prefetch`]), queued behind a held
-    /// stream.
-    fn timed_read(&self) -> Result<f64> {
+    /// Queues the read on the reader's stream: the copy kernel, after a prefetch to the reader for
+    /// [`Policy::Prefetch`].
+    pub(crate) fn queue_read(&self, policy: Policy) -> Result<()> {
         let b = self.backend;
+        if policy == Policy::Prefetch {
+            self.queue_prefetch()?;
+        }
         let copy = BufferCopy::from_start(self.managed, self.local, self.bytes);
-        held_gpu_us(b, self.reader, || {
-            if self.policy == Policy::Prefetch {
-                b.managed()
-                    .prefetch(self.reader, self.managed, Location::Device(self.dst))?;
-            }
-            b.copy(self.reader, CopyMethod::SmKernel, &copy)
-        })
+        b.copy(self.reader, CopyMethod::SmKernel, &copy)
+    }
+
+    /// Queues the move of every page to the reader on its stream.
+    pub(crate) fn queue_prefetch(&self) -> Result<()> {
+        self.backend
+            .managed()
+            .prefetch(self.reader, self.managed, Location::Device(self.dst))
+    }
+
+    /// GPU µs of what `queue` puts on the reader's stream, queued behind a held stream.
+    pub(crate) fn timed(&self, queue: impl FnOnce() -> Result<()>) -> Result<f64> {
+        held_gpu_us(self.backend, self.reader, queue)
     }
 
     /// Checks every byte the read delivered against the pattern for `seed`.
-    fn verify(&self, seed: u64) -> Result<()> {
+    pub(crate) fn verify(&self, seed: u64) -> Result<()> {
         let mut got = vec![0; self.bytes];
         self.backend.read(self.local, 0, &mut got)?;
         match first_mismatch(seed, &got) {
-            Some(m) => Err(m.into_error(self.test, self.src, self.dst)),
+            Some(m) => Err(m.into_error(self.test.as_str(), self.src, self.dst)),
             None => Ok(()),
         }
     }
 
     /// One sample: fresh bytes on the origin, the timed read, every byte checked.
-    fn sample(&self, seed: u64) -> Result<Sample> {
-        self.prepare(seed)?;
-        let first_us = self.timed_read()?;
+    fn sample(&self, seed: u64, policy: Policy) -> Result<Sample> {
+        self.prepare(seed, policy)?;
+        let first_us = self.timed(|| self.queue_read(policy))?;
         self.verify(seed)?;
-        let again_us = match self.policy {
+        let again_us = match policy {
             Policy::ReadMostly => {
-                let us = self.timed_read()?;
+                let us = self.timed(|| self.queue_read(policy))?;
                 self.verify(seed)?;
                 Some(us)
             }
@@ -255,26 +299,10 @@ impl TestCase for ManagedRead {
             }
         }
         let origin = Self::origin(src, dst);
-        let backend = ctx.backend;
-        let streams = ctx.streams(&[dst, src])?;
-        let mut buffers = Buffers::new(backend);
-        let read = Read {
-            backend,
-            test: self.name(),
-            src,
-            dst,
-            policy: self.policy,
-            origin,
-            managed: buffers.alloc(Memory::Managed(src), bytes as usize)?,
-            local: buffers.alloc(Memory::Device(dst), bytes as usize)?,
-            bytes: bytes as usize,
-            reader: streams[0],
-            mover: if src == dst { streams[0] } else { streams[1] },
-        };
+        let mut buffers = Buffers::new(ctx.backend);
+        let read = ManagedReader::open(ctx, &mut buffers, self.name(), (src, dst), bytes as usize)?;
         if self.policy == Policy::AccessedBy {
-            backend
-                .managed()
-                .advise(read.managed, Advice::SetAccessedBy(dst))?;
+            read.advise(Advice::SetAccessedBy(dst))?;
         }
         let samples = if self.latency {
             ctx.latency_samples
@@ -290,7 +318,7 @@ impl TestCase for ManagedRead {
         let mut sample = 0u64;
         let all = runs.collect(|| {
             sample += 1;
-            read.sample(pattern::seed(&[test_seed, sample]))
+            read.sample(pattern::seed(&[test_seed, sample]), self.policy)
         })?;
         let first = Stats::of_times(&all.iter().map(|s| s.first_us).collect::<Vec<_>>())?;
         let again: Vec<f64> = all.iter().filter_map(|s| s.again_us).collect();

@@ -11,6 +11,7 @@ mod peer;
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
 pub(crate) use latency::Buffers;
 pub use latency::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
+pub(crate) use managed::ManagedReader;
 pub use managed::{ManagedRead, Policy};
 pub use peer::{Initiator, PeerCopy, Transport};
 
