@@ -16,6 +16,9 @@ use peerlink::{Error, Result};
 #[path = "collective.rs"]
 mod collective;
 pub use collective::*;
+#[path = "managed.rs"]
+mod managed;
+pub use managed::*;
 
 /// Stamps one `#[test]` per check, each on a backend of its own from `open` (an expression), with
 /// the attributes given first (`#[ignore = "needs a GPU"]`). The module including this file must be
@@ -84,6 +87,10 @@ macro_rules! contract_tests {
             nccl_all_reduce_sums_in_place_and_out_of_place,
             nccl_send_recv_moves_every_byte_one_way_both_ways_and_round_a_ring,
             nccl_refuses_what_it_cannot_take,
+            managed_memory_reads_back_and_every_gpu_copies_it_without_peer_access,
+            prefetches_and_advice_move_pages_but_never_bytes,
+            advice_and_prefetches_take_only_managed_memory_and_gpus_that_exist,
+            managed_memory_past_a_gpus_free_memory_is_refused,
         );
         #[test]
         $(#[$attr])*
