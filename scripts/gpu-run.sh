@@ -4,9 +4,9 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all but readwrite): smi topo tests bench sweep explain engine tune
-# torch concurrent readwrite workload torch-allreduce
-steps=${STEPS:-smi topo tests bench sweep explain engine tune torch concurrent workload torch-allreduce}
+# Which parts to run (default: all but readwrite): smi topo tests bench sweep explain managed engine
+# tune torch concurrent readwrite workload torch-allreduce
+steps=${STEPS:-smi topo tests bench sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
 bench_runs=${BENCH_RUNS:-1}
@@ -71,6 +71,28 @@ step explain
 for size in 8B 64KiB 256MiB; do
     $bin --gpu explain --src $src --dst $dst --size $size --json >"$work/explain-$size.json" 2>"$work/explain-$size.err"
     $bin --gpu explain --src $src --dst $dst --size $size >"$work/explain-$size.txt" 2>&1
+done
+fi
+
+if want managed; then
+step "managed memory"
+# Unified memory between the GPUs: a kernel on the column GPU reads managed memory whose pages live
+# on the row GPU — first touch (faults), after SetAccessedBy, after a prefetch, read-mostly — and
+# one page's fault; then GPU $src alone (its pages in host memory); a first-touch and prefetch
+# sweep; explain's split of a first touch on the pair.
+managed=managed-fault,managed-accessed-by,managed-prefetch,managed-read-mostly,managed-fault-latency
+$bin --gpu bench --tests $managed --json >"$work/managed.json" 2>"$work/managed.err"
+$bin --gpu bench --tests $managed >"$work/managed.txt" 2>&1
+$bin --gpu --devices $src bench --tests $managed --json >"$work/managed-one-gpu.json" \
+    2>"$work/managed-one-gpu.err"
+$bin --gpu --devices $src bench --tests $managed >"$work/managed-one-gpu.txt" 2>&1
+$bin --gpu bench --sizes 64KiB..256MiB --tests managed-fault,managed-prefetch --json \
+    >"$work/managed-sweep.json" 2>"$work/managed-sweep.err"
+for size in 4MiB 64MiB; do
+    $bin --gpu explain --memory managed --src $src --dst $dst --size $size --json \
+        >"$work/explain-managed-$size.json" 2>"$work/explain-managed-$size.err"
+    $bin --gpu explain --memory managed --src $src --dst $dst --size $size \
+        >"$work/explain-managed-$size.txt" 2>&1
 done
 fi
 

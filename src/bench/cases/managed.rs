@@ -267,8 +267,8 @@ impl TestCase for ManagedRead {
         };
         format!(
             "managed memory, read by a copy kernel on the destination (column) GPU into its own \
-             memory from a managed buffer whose pages live on the source (row) GPU (with one GPU: \
-             in host memory); {how}; each sample writes fresh bytes and moves the pages back \
+             memory from a managed buffer whose pages live on the source (row) GPU (with one GPU \
+             selected, in host memory); {how}; each sample writes fresh bytes and moves the pages back \
              first (untimed), every byte verified; GPU time, {figure}"
         )
     }
