@@ -190,7 +190,8 @@ pub struct ManagedSpec {
 }
 
 impl ManagedSpec {
-    /// The page the defaults move: the GPU's big page in NVIDIA's UVM driver (UVM_PAGE_SIZE_64K).
+    /// The page the defaults move: the GPU's smallest big page in NVIDIA's UVM driver
+    /// (UVM_MIN_BIG_PAGE_SIZE, docs/reference.md).
     pub const DEFAULT_PAGE_KIB: u64 = 64;
     /// An estimate: no published per-page figure for Hopper's GPU-to-GPU fault migration was found.
     pub const DEFAULT_FAULT_US: f64 = 5.0;
