@@ -45,9 +45,9 @@ fn the_managed_tests_fill_their_matrices_and_say_what_they_measure() {
     );
 }
 
-#[test]
-fn explain_splits_a_managed_read_into_faults_migration_and_read() {
-    let args = [
+/// `explain` of 2 MiB from GPU 0 to GPU 1 on the simulated H200 pair, with `--memory memory`.
+fn explain(memory: &str) -> Vec<&str> {
+    vec![
         "--sim",
         "h200-pair",
         "explain",
@@ -58,10 +58,15 @@ fn explain_splits_a_managed_read_into_faults_migration_and_read() {
         "--size",
         "2MiB",
         "--memory",
-        "managed",
-    ];
+        memory,
+    ]
+}
+
+#[test]
+fn explain_splits_a_managed_read_into_faults_migration_and_read() {
+    let args = explain("managed");
     peerlink()
-        .args(args)
+        .args(&args)
         .assert()
         .success()
         .stdout(predicate::str::contains("SIMULATED"))
@@ -70,7 +75,7 @@ fn explain_splits_a_managed_read_into_faults_migration_and_read() {
         .stdout(predicate::str::contains(" page migration "))
         .stdout(predicate::str::contains("cuMemPrefetchAsync"))
         .stdout(predicate::str::contains("SetAccessedBy"));
-    let mut json = args.to_vec();
+    let mut json = args;
     json.push("--json");
     let doc = json_of(&json);
     assert_eq!(doc["schema"], "peerlink.explain/1");
@@ -82,17 +87,7 @@ fn explain_splits_a_managed_read_into_faults_migration_and_read() {
 #[test]
 fn an_unknown_kind_of_memory_is_one_sentence_and_exit_2() {
     peerlink()
-        .args([
-            "--sim",
-            "h200-pair",
-            "explain",
-            "--src",
-            "0",
-            "--dst",
-            "1",
-            "--memory",
-            "hbm",
-        ])
+        .args(explain("hbm"))
         .assert()
         .code(2)
         .stderr(predicate::str::contains("--memory `hbm`"))

@@ -111,6 +111,24 @@ pub(super) fn enable_peer_access(device: &CudaContext, peer: &CudaContext) -> Re
     }
 }
 
+/// A driver error of an allocation of `bytes` on `ctx`'s GPU (`what` says what memory, after the
+/// GPU), an out-of-memory as one sentence with what is free.
+fn allocation_error<'a>(
+    call: &'static str,
+    ctx: &'a CudaContext,
+    bytes: usize,
+    what: &'a str,
+) -> impl Fn(DriverError) -> Error + 'a {
+    move |error| match error {
+        DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY) => Error::OutOfMemory {
+            place: format!("GPU {}{what}", ctx.ordinal()),
+            asked: bytes as u64,
+            free: ctx.mem_get_info().map_or(0, |(free, _)| free as u64),
+        },
+        error => cuda_error(call, error),
+    }
+}
+
 /// Device memory from cuMemAlloc_v2 — not the stream-ordered pool, whose memory does not follow
 /// cuCtxEnablePeerAccess. Freed on drop.
 pub(super) struct DeviceMemory {
@@ -124,18 +142,9 @@ impl DeviceMemory {
         let mut address = 0;
         // SAFETY: `address` is a valid out-pointer and `ctx` is current; `bytes` > 0 (the checked
         // layer refuses 0).
-        match unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }.result() {
-            Ok(()) => {}
-            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
-                let free = ctx.mem_get_info().map_or(0, |(free, _)| free as u64);
-                return Err(Error::OutOfMemory {
-                    place: format!("GPU {}", ctx.ordinal()),
-                    asked: bytes as u64,
-                    free,
-                });
-            }
-            Err(e) => return Err(cuda_error("cuMemAlloc", e)),
-        }
+        unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }
+            .result()
+            .map_err(allocation_error("cuMemAlloc", ctx, bytes, ""))?;
         Ok(DeviceMemory {
             address,
             ctx: ctx.clone(),
@@ -632,18 +641,14 @@ impl ManagedMemory {
         let global = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32;
         // SAFETY: `address` is a valid out-pointer and `ctx` is current; `bytes` > 0 (the checked
         // layer refuses 0, and anything past the GPU's free memory).
-        match unsafe { sys::cuMemAllocManaged(&mut address, bytes, global) }.result() {
-            Ok(()) => {}
-            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
-                let free = ctx.mem_get_info().map_or(0, |(free, _)| free as u64);
-                return Err(Error::OutOfMemory {
-                    place: format!("GPU {} (managed memory)", ctx.ordinal()),
-                    asked: bytes as u64,
-                    free,
-                });
-            }
-            Err(e) => return Err(cuda_error("cuMemAllocManaged", e)),
-        }
+        unsafe { sys::cuMemAllocManaged(&mut address, bytes, global) }
+            .result()
+            .map_err(allocation_error(
+                "cuMemAllocManaged",
+                ctx,
+                bytes,
+                " (managed memory)",
+            ))?;
         let memory = ManagedMemory {
             address,
             bytes,

@@ -36,7 +36,7 @@ pub(super) enum Work {
         setup_us: f64,
     },
     /// Moves pages of the managed buffer `buffer`: fixed latency (`setup_us`, its faults' cost,
-    /// + the path's latency), then `bytes` as one flow over `path`. It writes nothing: the store
+    /// and the path's latency), then `bytes` as one flow over `path`. It writes nothing: the store
     /// holds every buffer's bytes once, wherever its pages live.
     Migrate {
         buffer: Key,

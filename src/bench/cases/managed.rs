@@ -381,6 +381,11 @@ mod tests {
         test(report, name).cell(place).unwrap().time_us.median
     }
 
+    /// The figure of `name` at `place`, in the test's unit.
+    fn value(report: &BenchReport, name: &str, place: Place) -> f64 {
+        test(report, name).cell(place).unwrap().value
+    }
+
     fn h200_with_fault_us(fault_us: f64) -> SimBackend {
         let mut preset = Preset::load("h200-pair").unwrap();
         preset.managed.fault_us = fault_us;
@@ -416,8 +421,8 @@ mod tests {
             (prefetched - moved_then_read).abs() < 0.02 * moved_then_read,
             "prefetched {prefetched} µs, model {moved_then_read}"
         );
-        let prefetch_gbps = test(&report, "managed-prefetch").cell(pair).unwrap().value;
-        let ce = test(&report, "ce-write").cell(pair).unwrap().value;
+        let prefetch_gbps = value(&report, "managed-prefetch", pair);
+        let ce = value(&report, "ce-write", pair);
         assert!(
             prefetch_gbps > 0.75 * ce && prefetch_gbps < ce,
             "{prefetch_gbps} vs {ce}"
@@ -455,20 +460,14 @@ mod tests {
             "{again}: model {local_read}"
         );
         // Mapped for the reader, the pages are read across the link as a kernel reads a peer.
-        let accessed = test(&report, "managed-accessed-by")
-            .cell(pair)
-            .unwrap()
-            .value;
-        let sm_read = test(&report, "sm-read").cell(pair).unwrap().value;
+        let accessed = value(&report, "managed-accessed-by", pair);
+        let sm_read = value(&report, "sm-read", pair);
         assert!(
             (accessed - sm_read).abs() < 0.01 * sm_read,
             "{accessed} vs {sm_read}"
         );
         // One page's fault: the fault, the kernel's launch and the link's latency.
-        let latency = test(&report, "managed-fault-latency")
-            .cell(pair)
-            .unwrap()
-            .value;
+        let latency = value(&report, "managed-fault-latency", pair);
         assert!(
             latency > p.managed.fault_us && latency < p.managed.fault_us + 3.0,
             "{latency} µs"
@@ -505,11 +504,8 @@ mod tests {
             MIB8,
         );
         let place = Place::Pair { src: 1, dst: 1 };
-        let h2d = test(&report, "h2d")
-            .cell(Place::Device { device: 1 })
-            .unwrap()
-            .value;
-        let prefetch = test(&report, "managed-prefetch").cell(place).unwrap().value;
+        let h2d = value(&report, "h2d", Place::Device { device: 1 });
+        let prefetch = value(&report, "managed-prefetch", place);
         assert!(
             prefetch > 0.9 * h2d && prefetch < h2d,
             "{prefetch} vs h2d {h2d}"
