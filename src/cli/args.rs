@@ -42,6 +42,25 @@ pub struct Global {
     /// GPUs to use, by CUDA index (default: all)
     #[arg(long, global = true, value_delimiter = ',', value_name = "I,J,..")]
     pub devices: Option<Vec<usize>>,
+
+    #[command(flatten)]
+    pub exports: Exports,
+}
+
+/// Files written beside what a verb prints, as hyperfine writes them; any of them in one run.
+#[derive(Args)]
+pub struct Exports {
+    /// Also write the verb's JSON document to FILE
+    #[arg(long, global = true, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+
+    /// Also write the verb's tables to FILE as CSV, the document's header as leading `#` lines
+    #[arg(long, global = true, value_name = "FILE")]
+    pub export_csv: Option<PathBuf>,
+
+    /// Also write the verb's header and tables to FILE as Markdown
+    #[arg(long, global = true, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
