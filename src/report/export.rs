@@ -63,9 +63,13 @@ impl Records {
         }
     }
 
-    /// The table as CSV (RFC 4180): a header line, then a line per row.
+    /// The table as CSV (RFC 4180): a header line, then a line per row; nothing for a table of
+    /// no rows, whose columns nothing names.
     pub fn csv(&self) -> String {
         let mut out = String::new();
+        if self.columns.is_empty() {
+            return out;
+        }
         for line in std::iter::once(&self.columns).chain(&self.rows) {
             let fields: Vec<String> = line.iter().map(|f| csv_field(f)).collect();
             let _ = writeln!(out, "{}", fields.join(","));
@@ -73,8 +77,11 @@ impl Records {
         out
     }
 
-    /// The table as a GitHub-flavoured Markdown table.
+    /// The table as a GitHub-flavoured Markdown table, or a line saying it has no rows.
     pub fn markdown(&self) -> String {
+        if self.columns.is_empty() {
+            return "(none)\n".to_string();
+        }
         let line = |cells: &[String]| {
             let cells: Vec<String> = cells.iter().map(|c| markdown_cell(c)).collect();
             format!("| {} |\n", cells.join(" | "))
@@ -235,7 +242,7 @@ pub fn header_fields(header: &Header) -> Vec<(&'static str, String)> {
 }
 
 /// A document's tables as one CSV file: the header as `# name: value` lines, then each table after
-/// a `# table: NAME` line, tables apart by a blank line (read one with a CSV reader that skips
+/// a `# table: NAME` line (and nothing more where it has no rows), tables apart by a blank line (read one with a CSV reader that skips
 /// `#` comments, e.g. pandas' `comment="#"` after splitting at blank lines).
 pub fn csv(header: &Header, tables: &[Records]) -> String {
     let mut out = String::new();
