@@ -44,6 +44,8 @@ pub mod bench;
 pub mod document;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "html")]
+pub mod html;
 pub mod interrupt;
 pub mod model;
 pub mod report;

@@ -22,6 +22,11 @@ impl Exports {
         .collect()
     }
 
+    /// Whether any export was asked for.
+    pub fn given_any(&self) -> bool {
+        !self.given().is_empty()
+    }
+
     /// Refuses, before a run, destinations that cannot be written and two exports to one file.
     pub fn check(&self) -> peerlink::Result<()> {
         let given = self.given();

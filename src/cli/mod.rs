@@ -7,6 +7,7 @@
 pub mod args;
 mod compare;
 mod export;
+mod html_report;
 mod plan;
 mod tune;
 mod workload;
@@ -71,6 +72,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Tune(args) => tune::run(global, &args),
         Verb::Compare(args) => compare::run(global, &args),
         Verb::Workload(args) => workload::run(global, &args),
+        Verb::Report(args) => html_report::run(global, &args),
     }
 }
 
