@@ -78,11 +78,7 @@ pub fn charts(section: &mut Section, doc: &BenchDocument) -> Result<()> {
                                     fill: super::chart::blend(
                                         light,
                                         dark,
-                                        if high > low {
-                                            (v - low) / (high - low)
-                                        } else {
-                                            1.0
-                                        },
+                                        if high > 0.0 { v / high } else { 1.0 },
                                     ),
                                     text: figure(v),
                                     tip,
@@ -103,7 +99,7 @@ pub fn charts(section: &mut Section, doc: &BenchDocument) -> Result<()> {
                 legend: Legend::Scale {
                     low: light,
                     high: dark,
-                    from: with_unit(low, test.unit),
+                    from: with_unit(0.0, test.unit),
                     to: with_unit(high, test.unit),
                 },
             };
