@@ -14,9 +14,9 @@ h2 { font-size: 19px; margin: 28px 0 6px; border-bottom: 1px solid #ddd; padding
 h2 .what { font-weight: normal; color: #666; font-size: 15px; }
 .badge { background: #b3261e; color: white; font-size: 12px; padding: 2px 6px; border-radius: 3px; vertical-align: middle; }
 .sim { color: #b3261e; font-weight: bold; }
-dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; font-size: 13px; margin: 6px 0; }
-dl.facts dt { color: #666; }
-dl.facts dd { margin: 0; }
+p.facts { font-size: 12px; margin: 4px 0 8px; color: #444; }
+p.facts span { margin-right: 14px; display: inline-block; }
+p.facts b { color: #777; font-weight: normal; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; }
 figure { margin: 0; border: 1px solid #e4e4e4; }
 figure svg { display: block; }
@@ -105,11 +105,11 @@ fn section(out: &mut String, s: &Section) {
             escape(banner.trim_matches('*').trim())
         );
     }
-    out.push_str("<dl class=\"facts\">\n");
+    out.push_str("<p class=\"facts\">");
     for (name, value) in header_fields(&s.header) {
-        let _ = writeln!(out, "<dt>{name}</dt><dd>{}</dd>", escape(&value));
+        let _ = write!(out, "<span><b>{name}</b> {}</span>", escape(&value));
     }
-    out.push_str("</dl>\n<div class=\"charts\">\n");
+    out.push_str("</p>\n<div class=\"charts\">\n");
     for chart in &s.charts {
         let _ = writeln!(
             out,

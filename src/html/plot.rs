@@ -344,7 +344,15 @@ pub struct Bars {
 
 pub fn bars(id: &str, title: &str, b: &Bars) -> Result<Chart> {
     let n = b.groups.len().max(1);
-    let per_group = (24 * b.series.len()).max(60) as u32;
+    // Room for a bar per series, and for the group's label (wrapped at 16 characters).
+    let label = b
+        .groups
+        .iter()
+        .flat_map(|(label, _)| wrap(label, 16))
+        .map(|line| line.chars().count())
+        .max()
+        .unwrap_or(0);
+    let per_group = (24 * b.series.len()).max(7 * label + 12).max(60) as u32;
     let width = (120 + n as u32 * per_group).clamp(WIDTH / 2 + 60, 1500);
     let values = b
         .groups
