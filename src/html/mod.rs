@@ -3,12 +3,12 @@
 //!
 //! Each document becomes a section: its header (where the figures come from — labelled SIMULATED
 //! where they do not come from hardware), its charts, and its tables as the exports write them.
-//! - topology ([`topo`]): the GPUs as a graph and the link matrix, link classes coloured;
-//! - bench and explain ([`bench`]): a heatmap per matrix test, bars per GPU, size sweeps as
+//! - topology (`topo.rs`): the GPUs as a graph and the link matrix, link classes coloured;
+//! - bench and explain (`bench.rs`): a heatmap per matrix test, bars per GPU, size sweeps as
 //!   log-log curves with the α–β fit and its 50% and 90% sizes, the latency as a waterfall;
-//! - plan and tune's profile ([`plan`]): the engine sweep's predicted against measured per
+//! - plan and tune's profile (`plan.rs`): the engine sweep's predicted against measured per
 //!   strategy with the pick circled, one transfer's strategies, batches, concurrent traffic, hops;
-//! - workloads against NCCL ([`workload`]), and two runs side by side ([`compare`]).
+//! - workloads against NCCL (`workload.rs`), and two runs side by side (`compare.rs`).
 
 mod bench;
 mod chart;

@@ -639,13 +639,16 @@ mod tests {
         let ticks = bytes.ticks(span).unwrap();
         assert!(ticks.len() <= 10, "{ticks:?}");
         let labels: Vec<String> = ticks.iter().map(|&t| bytes.label_of(t)).collect();
-        assert!(labels.contains(&"1 KiB".to_string()), "{labels:?}");
-        assert!(labels.contains(&"1 GiB".to_string()), "{labels:?}");
+        assert_eq!(
+            labels,
+            ["16 B", "256 B", "4 KiB", "64 KiB", "1 MiB", "16 MiB", "256 MiB"],
+            "powers of 16 over 4 B–1 GiB"
+        );
 
         let short = Axis::new("GB/s", Scale::Log);
         let ticks = short.ticks(short.span([30.0, 400.0].into_iter())).unwrap();
         let labels: Vec<String> = ticks.iter().map(|&t| short.label_of(t)).collect();
-        assert_eq!(labels, ["50", "100", "200"]);
+        assert_eq!(labels, ["50", "100", "200", "500"], "1, 2 and 5 over a short span");
         assert!(!short.holds(0.0) && Axis::new("", Scale::Linear).holds(0.0));
     }
 
@@ -684,7 +687,7 @@ mod tests {
         };
         let chart = bars("b", "bars", &b).unwrap();
         assert_eq!(tips(&chart), 3);
-        assert!(chart.svg.contains(">pick\n</text>") || chart.svg.contains(">pick<"));
+        assert!(chart.svg.contains("pick\n</text>"), "{}", chart.svg);
 
         let c = Curves {
             x: Axis::new("bytes", Scale::LogBytes),
