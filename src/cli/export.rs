@@ -48,6 +48,10 @@ impl Exports {
         if let Some(path) = &self.export_json {
             write_atomically(path, &document::to_json(doc))?;
         }
+        if self.export_csv.is_none() && self.export_markdown.is_none() {
+            // Tables of a large host are costly: a 1000-GPU topology has a million pairs.
+            return Ok(());
+        }
         let tables = doc.tables();
         if let Some(path) = &self.export_csv {
             if tables.is_empty() {
