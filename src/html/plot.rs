@@ -648,7 +648,11 @@ mod tests {
         let short = Axis::new("GB/s", Scale::Log);
         let ticks = short.ticks(short.span([30.0, 400.0].into_iter())).unwrap();
         let labels: Vec<String> = ticks.iter().map(|&t| short.label_of(t)).collect();
-        assert_eq!(labels, ["50", "100", "200", "500"], "1, 2 and 5 over a short span");
+        assert_eq!(
+            labels,
+            ["50", "100", "200", "500"],
+            "1, 2 and 5 over a short span"
+        );
         assert!(!short.holds(0.0) && Axis::new("", Scale::Linear).holds(0.0));
     }
 
