@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::peerlink;
+use common::{peerlink, succeeds};
 use serde_json::Value;
 use std::path::Path;
 
@@ -89,20 +89,15 @@ fn every_verb_exports_json_csv_and_markdown_at_once_beside_its_text() {
             dir.path().join("out.csv"),
             dir.path().join("out.md"),
         );
-        let out = peerlink()
-            .args(&args)
-            .arg("--export-json")
-            .arg(&json)
-            .arg("--export-csv")
-            .arg(&csv)
-            .arg("--export-markdown")
-            .arg(&md)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = succeeds(
+            peerlink()
+                .args(&args)
+                .arg("--export-json")
+                .arg(&json)
+                .arg("--export-csv")
+                .arg(&csv)
+                .arg("--export-markdown")
+                .arg(&md),
         );
         let stdout = String::from_utf8(out.stdout).unwrap();
         assert!(
@@ -252,49 +247,28 @@ fn on_a_terminal(args: &[&str], dir: &Path) -> (String, String) {
     )
 }
 
+/// The progress bar's stage of each long run's document.
+fn stage(schema: &str) -> Option<&'static str> {
+    match schema {
+        // A stage per test (and sweep): some bar.
+        "peerlink.bench/1" => Some("[="),
+        "peerlink.explain/1" => Some("explain"),
+        "peerlink.plan/1" | "peerlink.plan-sweep/1" => Some("engine proof"),
+        "peerlink.plan-batch/1" => Some("batch proof"),
+        "peerlink.plan-concurrent/1" => Some("concurrent"),
+        "peerlink.profile/1" => Some("sweep"),
+        "peerlink.workload/1" => Some("all-reduce"),
+        _ => None,
+    }
+}
+
 #[test]
 fn long_runs_show_progress_with_an_eta_on_a_terminal_under_json_too() {
     let dir = tempfile::tempdir().unwrap();
-    let profile = dir.path().join("p.json").display().to_string();
-    let sim = ["--sim", "pcie-2gpu-switch", "--json"];
-    for (args, stage) in [
-        (
-            vec!["plan", "--src", "0", "--dst", "1", "--sizes", "4KiB,64KiB"],
-            "engine proof",
-        ),
-        (
-            vec![
-                "plan", "--src", "0", "--dst", "1", "--size", "64KiB", "--prove",
-            ],
-            "engine proof",
-        ),
-        (
-            vec![
-                "plan",
-                "--src",
-                "0",
-                "--dst",
-                "1",
-                "--size",
-                "4KiB",
-                "--messages",
-                "10",
-                "--prove",
-            ],
-            "batch proof",
-        ),
-        (
-            vec!["plan", "--concurrent", "shift", "--size", "64KiB"],
-            "concurrent",
-        ),
-        (
-            vec!["workload", "send-recv", "--max-size", "4KiB"],
-            "send-recv",
-        ),
-        (vec!["tune", "--quick", "--out", &profile], "sweep"),
-        (vec!["bench", "--size", "64KiB"], "ce-write"),
-    ] {
-        let all: Vec<&str> = sim.iter().copied().chain(args.iter().copied()).collect();
+    for (args, schema) in cases(dir.path()) {
+        let Some(stage) = stage(schema) else { continue };
+        let mut all: Vec<&str> = vec!["--json"];
+        all.extend(args.iter().map(String::as_str));
         let (terminal, stdout) = on_a_terminal(&all, dir.path());
         assert!(
             terminal.contains(stage) && terminal.contains("ETA"),
@@ -303,12 +277,7 @@ fn long_runs_show_progress_with_an_eta_on_a_terminal_under_json_too() {
         serde_json::from_str::<Value>(&stdout).expect("stdout holds the document alone");
 
         // Not a terminal: no bar.
-        let out = peerlink()
-            .args(&all)
-            .env("PEERLINK_PROGRESS_DELAY_MS", "0")
-            .output()
-            .unwrap();
-        assert!(out.status.success());
+        let out = succeeds(peerlink().args(&all).env("PEERLINK_PROGRESS_DELAY_MS", "0"));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             !stderr.contains("ETA"),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::peerlink;
+use common::{peerlink, succeeds};
 use std::path::Path;
 
 /// Writes every kind of document peerlink writes, from the simulated PCIe pair, into `dir`.
@@ -57,15 +57,10 @@ fn documents(dir: &Path) -> Vec<String> {
     ];
     let mut files = Vec::new();
     for (name, args) in runs {
-        let out = peerlink()
-            .args(["--sim", "pcie-2gpu-switch", "--json"])
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = succeeds(
+            peerlink()
+                .args(["--sim", "pcie-2gpu-switch", "--json"])
+                .args(&args),
         );
         let file = dir.join(format!("{name}.json"));
         std::fs::write(&file, &out.stdout).unwrap();
@@ -73,11 +68,7 @@ fn documents(dir: &Path) -> Vec<String> {
     }
     // compare: the simulated bench against itself.
     let bench = dir.join("bench.json").display().to_string();
-    let out = peerlink()
-        .args(["--json", "compare", &bench, &bench])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let out = succeeds(peerlink().args(["--json", "compare", &bench, &bench]));
     let compare = dir.join("compare.json");
     std::fs::write(&compare, &out.stdout).unwrap();
     files.push(compare.display().to_string());
@@ -89,19 +80,14 @@ fn every_kind_of_document_makes_a_simulated_section_and_svg_files() {
     let dir = tempfile::tempdir().unwrap();
     let files = documents(dir.path());
     let (html, svg) = (dir.path().join("report.html"), dir.path().join("charts"));
-    let out = peerlink()
-        .arg("report")
-        .args(&files)
-        .arg("-o")
-        .arg(&html)
-        .arg("--svg")
-        .arg(&svg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeds(
+        peerlink()
+            .arg("report")
+            .args(&files)
+            .arg("-o")
+            .arg(&html)
+            .arg("--svg")
+            .arg(&svg),
     );
     let said = String::from_utf8(out.stdout).unwrap();
     assert!(

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::peerlink;
+use common::{peerlink, succeeds};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -245,18 +245,13 @@ fn the_two_gpu_report_loads_cleanly_and_every_chart_is_drawn_in_chromium() {
     };
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.html");
-    let out = peerlink()
-        .current_dir(RUN)
-        .arg("report")
-        .args(DOCUMENTS)
-        .arg("-o")
-        .arg(&report)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        peerlink()
+            .current_dir(RUN)
+            .arg("report")
+            .args(DOCUMENTS)
+            .arg("-o")
+            .arg(&report),
     );
     let html = std::fs::read_to_string(&report).unwrap();
 

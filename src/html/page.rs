@@ -62,11 +62,7 @@ pub fn page(sections: &[Section]) -> String {
             s.id,
             escape(&s.name),
             escape(&s.what),
-            if s.header.simulated {
-                " <span class=\"badge\">SIMULATED</span>"
-            } else {
-                ""
-            }
+            badge(s.header.simulated)
         );
     }
     out.push_str("</ol></nav>\n");
@@ -75,6 +71,15 @@ pub fn page(sections: &[Section]) -> String {
     }
     out.push_str("</body>\n</html>\n");
     out
+}
+
+/// The SIMULATED badge after a simulated document's name.
+fn badge(simulated: bool) -> &'static str {
+    if simulated {
+        " <span class=\"badge\">SIMULATED</span>"
+    } else {
+        ""
+    }
 }
 
 fn plural(n: usize) -> &'static str {
@@ -92,11 +97,7 @@ fn section(out: &mut String, s: &Section) {
         s.id,
         escape(&s.name),
         escape(&s.what),
-        if s.header.simulated {
-            " <span class=\"badge\">SIMULATED</span>"
-        } else {
-            ""
-        }
+        badge(s.header.simulated)
     );
     if let Some(banner) = crate::report::simulated_banner(&s.header.source) {
         let _ = writeln!(

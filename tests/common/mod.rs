@@ -22,3 +22,14 @@ pub fn json_of(args: &[&str]) -> Value {
     );
     serde_json::from_slice(&out.stdout).expect("stdout is exactly one JSON document")
 }
+
+/// Runs `command`, expecting success (else fails with its stderr): what it printed.
+pub fn succeeds(command: &mut Command) -> std::process::Output {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
