@@ -4,76 +4,9 @@
 
 mod common;
 
-use common::{peerlink, succeeds};
+use common::{every_kind, peerlink, succeeds};
 use serde_json::Value;
 use std::path::Path;
-
-/// The two-GPU committed run, for `compare`.
-const BENCH: &str = "benchmarks/h200-x2/bench.json";
-const BENCH_AGAIN: &str = "benchmarks/h200-x2/bench-2.json";
-
-/// Every verb and mode, quick on the simulated PCIe pair: the schema each writes.
-fn cases(dir: &Path) -> Vec<(Vec<String>, &'static str)> {
-    let profile = dir.join("profile.json").display().to_string();
-    let sim = |args: &[&str]| {
-        let mut all = vec!["--sim", "pcie-2gpu-switch"];
-        all.extend_from_slice(args);
-        all.into_iter().map(String::from).collect::<Vec<_>>()
-    };
-    vec![
-        (sim(&["topo"]), "peerlink.topo/1"),
-        (sim(&["bench", "--size", "64KiB"]), "peerlink.bench/1"),
-        (
-            sim(&["bench", "--sizes", "4B..64KiB", "--tests", "ce-write"]),
-            "peerlink.bench/1",
-        ),
-        (
-            sim(&["explain", "--src", "0", "--dst", "1", "--size", "4KiB"]),
-            "peerlink.explain/1",
-        ),
-        (
-            sim(&[
-                "plan", "--src", "0", "--dst", "1", "--size", "64KiB", "--prove",
-            ]),
-            "peerlink.plan/1",
-        ),
-        (
-            sim(&["plan", "--src", "0", "--dst", "1", "--sizes", "4KiB,64KiB"]),
-            "peerlink.plan-sweep/1",
-        ),
-        (
-            sim(&[
-                "plan",
-                "--src",
-                "0",
-                "--dst",
-                "1",
-                "--size",
-                "4KiB",
-                "--messages",
-                "10",
-                "--prove",
-            ]),
-            "peerlink.plan-batch/1",
-        ),
-        (
-            sim(&["plan", "--concurrent", "shift", "--size", "64KiB"]),
-            "peerlink.plan-concurrent/1",
-        ),
-        (
-            sim(&["tune", "--quick", "--out", &profile]),
-            "peerlink.profile/1",
-        ),
-        (
-            sim(&["workload", "all-reduce", "--max-size", "16KiB"]),
-            "peerlink.workload/1",
-        ),
-        (
-            ["compare", BENCH, BENCH_AGAIN].map(String::from).to_vec(),
-            "peerlink.compare/1",
-        ),
-    ]
-}
 
 /// The lines of `text` up to the first table: the header.
 fn header_lines(text: &str) -> Vec<&str> {
@@ -83,7 +16,7 @@ fn header_lines(text: &str) -> Vec<&str> {
 #[test]
 fn every_verb_exports_json_csv_and_markdown_at_once_beside_its_text() {
     let dir = tempfile::tempdir().unwrap();
-    for (args, schema) in cases(dir.path()) {
+    for (args, schema) in every_kind(dir.path()) {
         let (json, csv, md) = (
             dir.path().join("out.json"),
             dir.path().join("out.csv"),
@@ -265,7 +198,7 @@ fn stage(schema: &str) -> Option<&'static str> {
 #[test]
 fn long_runs_show_progress_with_an_eta_on_a_terminal_under_json_too() {
     let dir = tempfile::tempdir().unwrap();
-    for (args, schema) in cases(dir.path()) {
+    for (args, schema) in every_kind(dir.path()) {
         let Some(stage) = stage(schema) else { continue };
         let mut all: Vec<&str> = vec!["--json"];
         all.extend(args.iter().map(String::as_str));

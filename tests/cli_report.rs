@@ -1,84 +1,34 @@
-//! `peerlink report` from the command line: every kind of document the simulator writes in one
-//! page, labelled SIMULATED, the charts alone with `--svg DIR`, and what it refuses.
+//! `peerlink report` from the command line: every kind of document in one page, the simulated ones
+//! labelled SIMULATED, the charts alone with `--svg DIR`, and what it refuses.
 
 mod common;
 
-use common::{peerlink, succeeds};
+use common::{every_kind, peerlink, succeeds};
 use std::path::Path;
 
-/// Writes every kind of document peerlink writes, from the simulated PCIe pair, into `dir`.
-fn documents(dir: &Path) -> Vec<String> {
-    let profile = dir.join("tune-profile.json").display().to_string();
-    let runs: Vec<(&str, Vec<&str>)> = vec![
-        ("topo", vec!["topo"]),
-        ("bench", vec!["bench", "--size", "64KiB"]),
-        (
-            "sweep",
-            vec!["bench", "--sizes", "4B..1MiB", "--tests", "ce-write"],
-        ),
-        (
-            "explain",
-            vec!["explain", "--src", "0", "--dst", "1", "--size", "4KiB"],
-        ),
-        (
-            "plan",
-            vec![
-                "plan", "--src", "0", "--dst", "1", "--size", "1MiB", "--prove",
-            ],
-        ),
-        (
-            "plan-sweep",
-            vec!["plan", "--src", "0", "--dst", "1", "--sizes", "4KiB,1MiB"],
-        ),
-        (
-            "plan-batch",
-            vec![
-                "plan",
-                "--src",
-                "0",
-                "--dst",
-                "1",
-                "--size",
-                "4KiB",
-                "--messages",
-                "10",
-                "--prove",
-            ],
-        ),
-        (
-            "plan-concurrent",
-            vec!["plan", "--concurrent", "shift", "--size", "64KiB"],
-        ),
-        ("profile", vec!["tune", "--quick", "--out", &profile]),
-        (
-            "workload",
-            vec!["workload", "send-recv", "--max-size", "16KiB"],
-        ),
-    ];
-    let mut files = Vec::new();
-    for (name, args) in runs {
-        let out = succeeds(
-            peerlink()
-                .args(["--sim", "pcie-2gpu-switch", "--json"])
-                .args(&args),
-        );
-        let file = dir.join(format!("{name}.json"));
-        std::fs::write(&file, &out.stdout).unwrap();
-        files.push(file.display().to_string());
-    }
-    // compare: the simulated bench against itself.
-    let bench = dir.join("bench.json").display().to_string();
-    let out = succeeds(peerlink().args(["--json", "compare", &bench, &bench]));
-    let compare = dir.join("compare.json");
-    std::fs::write(&compare, &out.stdout).unwrap();
-    files.push(compare.display().to_string());
-    files
+/// Writes every kind of document peerlink writes into `dir`: its files, and whether each is
+/// simulated.
+fn documents(dir: &Path) -> Vec<(String, bool)> {
+    every_kind(dir)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (args, _))| {
+            let out = succeeds(peerlink().arg("--json").args(&args));
+            let file = dir.join(format!("{i}.json"));
+            std::fs::write(&file, &out.stdout).unwrap();
+            (
+                file.display().to_string(),
+                args.contains(&"--sim".to_string()),
+            )
+        })
+        .collect()
 }
 
 #[test]
-fn every_kind_of_document_makes_a_simulated_section_and_svg_files() {
+fn every_kind_of_document_makes_a_section_labelled_simulated_where_it_is_and_svg_files() {
     let dir = tempfile::tempdir().unwrap();
-    let files = documents(dir.path());
+    let documents = documents(dir.path());
+    let files: Vec<&String> = documents.iter().map(|(file, _)| file).collect();
     let (html, svg) = (dir.path().join("report.html"), dir.path().join("charts"));
     let out = succeeds(
         peerlink()
@@ -97,11 +47,13 @@ fn every_kind_of_document_makes_a_simulated_section_and_svg_files() {
 
     let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(page.matches("<section id=").count(), files.len());
-    // Every section is labelled, and so is every chart, on the page and alone.
+    // The simulated sections are labelled, and so is each of their charts, on the page and alone.
+    let simulated = documents.iter().filter(|(_, simulated)| *simulated).count();
+    assert!(simulated > 0 && simulated < documents.len());
     assert_eq!(
-        page.matches("</h2>").count(),
         page.matches("<span class=\"badge\">SIMULATED</span></h2>")
-            .count()
+            .count(),
+        simulated
     );
     let charts: Vec<&str> = page.split("<svg data-chart=\"").skip(1).collect();
     assert!(charts.len() >= 2 * files.len(), "{} charts", charts.len());
@@ -118,7 +70,12 @@ fn every_kind_of_document_makes_a_simulated_section_and_svg_files() {
             .nth(1)
             .and_then(|t| t.split("</title>").next())
             .unwrap();
-        assert!(title.ends_with("SIMULATED"), "{id}: {title}");
+        let document: usize = id[1..id.find('-').unwrap()].parse().unwrap();
+        assert_eq!(
+            title.ends_with("— SIMULATED"),
+            documents[document - 1].1,
+            "{id}: {title}"
+        );
         assert!(
             chart.contains("fill=\"transparent\" pointer-events=\"all\"><title>"),
             "{id}: no tooltip"
