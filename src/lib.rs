@@ -12,7 +12,8 @@
 //! - [`units`]: byte sizes as users type them. [`interrupt`]: stopping a long run, keeping what
 //!   it measured.
 //! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
-//! - [`report`]: text tables and CSV for the CLI's verbs.
+//! - [`report`]: text tables, CSV and the exports of the CLI's verbs; `html` (feature `html`, on
+//!   with the command line): `peerlink report`'s HTML page and its SVG charts.
 //!
 //! Everything above [`backend`] runs the same on real GPUs and on the simulator, so this example
 //! runs anywhere (on a GPU host, open `backend::cuda::CudaBackend` instead):
@@ -44,6 +45,8 @@ pub mod bench;
 pub mod document;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "html")]
+pub mod html;
 pub mod interrupt;
 pub mod model;
 pub mod report;

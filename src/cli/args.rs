@@ -42,6 +42,25 @@ pub struct Global {
     /// GPUs to use, by CUDA index (default: all)
     #[arg(long, global = true, value_delimiter = ',', value_name = "I,J,..")]
     pub devices: Option<Vec<usize>>,
+
+    #[command(flatten)]
+    pub exports: Exports,
+}
+
+/// Files written beside what a verb prints, as hyperfine writes them; any of them in one run.
+#[derive(Args)]
+pub struct Exports {
+    /// Also write the verb's JSON document to FILE
+    #[arg(long, global = true, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+
+    /// Also write the verb's tables to FILE as CSV, the document's header as leading `#` lines
+    #[arg(long, global = true, value_name = "FILE")]
+    pub export_csv: Option<PathBuf>,
+
+    /// Also write the verb's header and tables to FILE as Markdown
+    #[arg(long, global = true, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -63,6 +82,25 @@ pub enum Verb {
     /// Two `bench --json` documents side by side, figure by figure (another run, another host, or
     /// a simulator preset against the machine it was calibrated on)
     Compare(CompareArgs),
+    /// One self-contained HTML page of charts (SVG, no script, nothing fetched) from any mix of
+    /// peerlink's JSON documents; --svg DIR writes the charts alone
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// JSON documents peerlink wrote: topo, bench, explain, plan, tune's profile, compare or
+    /// workload `--json` outputs, in any mix and order
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// Where to write the HTML page (replaced atomically)
+    #[arg(short, long, value_name = "FILE", required_unless_present = "svg")]
+    pub out: Option<PathBuf>,
+
+    /// Write each chart as an SVG file into DIR (made if missing), named by its id
+    #[arg(long, value_name = "DIR")]
+    pub svg: Option<PathBuf>,
 }
 
 #[derive(Args)]

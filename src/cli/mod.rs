@@ -6,6 +6,8 @@
 
 pub mod args;
 mod compare;
+mod export;
+mod html_report;
 mod plan;
 mod tune;
 mod workload;
@@ -23,6 +25,7 @@ use peerlink::units::{parse_size, parse_sizes};
 /// Runs one command line.
 pub fn run(cli: Cli) -> Result<()> {
     let global = &cli.global;
+    global.exports.check()?;
     match cli.verb {
         Verb::Topo => {
             let opened = global.open()?;
@@ -47,7 +50,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let found = bench::run(opened.backend.as_ref(), &options, &*global.progress())?;
             let doc = BenchDocument::new(opened.backend.topology(), found);
             if args.csv {
-                return emit(&report::bench::csv(&doc.results));
+                return global.show(&doc, &report::bench::csv(&doc.results));
             }
             global.print(&doc, || report::bench::text(&doc))
         }
@@ -80,6 +83,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Tune(args) => tune::run(global, &args),
         Verb::Compare(args) => compare::run(global, &args),
         Verb::Workload(args) => workload::run(global, &args),
+        Verb::Report(args) => html_report::run(global, &args),
     }
 }
 
@@ -189,21 +193,30 @@ impl Global {
         }
     }
 
-    /// Prints `doc` as JSON with `--json`, else the text `text` makes (made only then).
+    /// The one emitter of every verb: prints `doc` as JSON with `--json`, else the text `text`
+    /// makes (made only then), and writes the exports asked for.
     fn print(&self, doc: &impl Document, text: impl FnOnce() -> String) -> Result<()> {
         if self.json {
-            emit(&format!("{}\n", document::to_json(doc)))
+            self.show(doc, &format!("{}\n", document::to_json(doc)))
         } else {
-            emit(&text())
+            self.show(doc, &text())
         }
     }
 
-    /// A progress bar on stderr, except for `--json` runs.
+    /// Writes the exports of `doc`, then `shown` on stdout.
+    fn show(&self, doc: &impl Document, shown: &str) -> Result<()> {
+        self.exports.write(doc, shown)?;
+        emit(shown)
+    }
+
+    /// A progress bar on stderr where stderr is a terminal (with `--json` too: the document is on
+    /// stdout); nothing where it is a file or a pipe.
     fn progress(&self) -> Box<dyn progress::Progress> {
-        if self.json {
-            Box::new(progress::Silent)
-        } else {
+        use std::io::IsTerminal;
+        if std::io::stderr().is_terminal() {
             Box::new(progress::Bar::new())
+        } else {
+            Box::new(progress::Silent)
         }
     }
 }

@@ -94,7 +94,14 @@ pub struct CompareDocument {
     pub unmatched: Vec<String>,
 }
 
-impl_document!(CompareDocument, "peerlink.compare/1");
+impl_document!(CompareDocument, "peerlink.compare/1", |doc| {
+    use crate::report::export::Records;
+    vec![
+        Records::of("tests", &doc.tests),
+        Records::of("pairs", &doc.pairs),
+        Records::of("unmatched", &doc.unmatched),
+    ]
+});
 
 impl CompareDocument {
     pub fn new(c: &Comparison) -> CompareDocument {
