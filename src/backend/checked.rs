@@ -20,9 +20,11 @@
 //! threads issuing work at once do not wait on each other here.
 
 mod collective;
+mod health;
 
 use super::handles::{next_tag, Table};
 use super::overlap::{first_overlap, InOrder};
+use super::health::RawHealth;
 use super::raw::{Batch, RawCollectives, RawProbes};
 use super::{
     Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Memory,
@@ -320,7 +322,7 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
+impl<I: RawProbes + RawCollectives + RawHealth> Backend for Checked<I> {
     fn source(&self) -> &Source {
         &self.raw.topology().source
     }
@@ -338,6 +340,10 @@ impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
     }
 
     fn collectives(&self) -> &dyn Collectives {
+        self
+    }
+
+    fn health(&self) -> &dyn super::Health {
         self
     }
 

@@ -15,6 +15,7 @@
 mod collective;
 #[cfg(test)]
 mod collective_tests;
+pub mod faults;
 mod links;
 mod memory;
 mod nccl;

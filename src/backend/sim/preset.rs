@@ -6,6 +6,7 @@
 //! from. Everything a preset says is checked here, so that the simulator itself never meets a
 //! nonsensical host.
 
+use super::faults::{self, Faults};
 use crate::topology::{Device, Link, Pair, Source, Topology};
 use crate::units::LARGEST_FIGURE;
 use crate::{Error, Result};
@@ -75,6 +76,9 @@ pub struct Preset {
     pub pcie: PcieSpec,
     pub host: HostSpec,
     pub costs: Costs,
+    /// Faults the host carries, for `peerlink doctor` to find (none by default).
+    #[serde(default, skip_serializing_if = "Faults::is_empty")]
+    pub faults: Faults,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -160,6 +164,12 @@ pub struct PcieSpec {
     /// P2P rate per path class (`PIX`, `PXB`, `PHB`, `NODE`, `SYS`); a class left out has no P2P.
     #[serde(default)]
     pub p2p_gbps: BTreeMap<Link, f64>,
+    /// The PCIe generation every GPU's link trains at (1 to 6), where the preset says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u32>,
+    /// The lanes of every GPU's link (1 to 32), where the preset says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -310,6 +320,12 @@ impl Preset {
             }
             positive(&format!("pcie.p2p_gbps.{class}"), *gbps)?;
         }
+        if let Some(generation) = p.generation.filter(|g| !(1..=6).contains(g)) {
+            return Err(format!("pcie.generation must be 1 to 6, not {generation}"));
+        }
+        if let Some(lanes) = p.lanes.filter(|l| !(1..=32).contains(l)) {
+            return Err(format!("pcie.lanes must be 1 to 32, not {lanes}"));
+        }
         let h = &self.host;
         positive("host.inter_socket_gbps", h.inter_socket_gbps)?;
         positive("host.staged_gbps", h.staged_gbps)?;
@@ -327,21 +343,31 @@ impl Preset {
         ] {
             not_negative(&format!("costs.{field}"), v)?;
         }
-        Ok(())
+        self.faults.validate(self)
     }
 
     /// How GPUs `a` and `b` (distinct) are linked: an explicit entry, the NVSwitch, or the PCIe path
-    /// implied by their switches and NUMA nodes.
+    /// implied by their switches and NUMA nodes. NVLinks the faults put down do not count, and a
+    /// pair left with none talks over PCIe.
     pub fn link(&self, a: usize, b: usize) -> Link {
-        if let Some(sw) = &self.nvswitch {
-            return Link::NvLink(sw.links_per_gpu);
-        }
         let explicit = self
             .links
             .iter()
-            .find(|l| l.gpus == [a, b] || l.gpus == [b, a]);
-        if let Some(l) = explicit {
-            return l.link;
+            .find(|l| l.gpus == [a, b] || l.gpus == [b, a])
+            .map(|l| l.link);
+        let nvlink = match (&self.nvswitch, explicit) {
+            (Some(sw), _) => Some(Link::NvLink(sw.links_per_gpu)),
+            (None, Some(Link::NvLink(n))) => Some(Link::NvLink(n)),
+            (None, Some(pcie)) => return pcie,
+            (None, None) => None,
+        };
+        match nvlink {
+            Some(link) if self.faults.nvlinks_down.is_empty() => return link,
+            Some(_) => match faults::active_links(self, a, b) {
+                0 => {}
+                active => return Link::NvLink(active),
+            },
+            None => {}
         }
         let (da, db) = (&self.devices[a], &self.devices[b]);
         if da.numa_node != db.numa_node {
@@ -355,7 +381,10 @@ impl Preset {
 
     /// Whether the driver offers P2P between `a` and `b` (distinct).
     pub fn p2p(&self, a: usize, b: usize) -> bool {
-        if self.devices[a].mig_enabled || self.devices[b].mig_enabled {
+        if self.devices[a].mig_enabled
+            || self.devices[b].mig_enabled
+            || self.faults.p2p_off(a, b)
+        {
             return false;
         }
         match self.link(a, b) {

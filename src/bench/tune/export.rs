@@ -298,6 +298,8 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             load_latency_ns: pcie_load_ns,
             signal_us: pcie_signal_us,
             p2p_gbps,
+            generation: None,
+            lanes: None,
         },
         host: HostSpec {
             inter_socket_gbps,
@@ -314,6 +316,7 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             kernel_setup_us,
             graph_node_us: m.graph_node_us,
         },
+        faults: Default::default(),
     };
     // Four significant digits: the figures' own precision, and a file a person can read and edit.
     let mut value = serde_json::to_value(&preset).expect("a preset always serialises");
