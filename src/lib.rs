@@ -13,6 +13,8 @@
 //!   it measured.
 //! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
 //! - [`report`]: text tables and CSV for the CLI's verbs.
+//! - [`doctor`]: what stands between the GPUs and fast P2P, each check with its evidence, verdict
+//!   and fix.
 //!
 //! Everything above [`backend`] runs the same on real GPUs and on the simulator, so this example
 //! runs anywhere (on a GPU host, open `backend::cuda::CudaBackend` instead):
@@ -41,6 +43,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod doctor;
 pub mod document;
 pub mod engine;
 pub mod error;

@@ -63,6 +63,17 @@ pub enum Verb {
     /// Two `bench --json` documents side by side, figure by figure (another run, another host, or
     /// a simulator preset against the machine it was calibrated on)
     Compare(CompareArgs),
+    /// What stands between the GPUs and fast P2P: each check's evidence, verdict (ok, info, warn,
+    /// fail) and fix; exit status 1 when a check fails
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Read the host's /sys and /proc under this directory [default: / on real GPUs; none on the
+    /// simulator]
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
 }
 
 #[derive(Args)]

@@ -6,6 +6,7 @@
 
 pub mod args;
 mod compare;
+mod doctor;
 mod plan;
 mod tune;
 mod workload;
@@ -69,6 +70,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Tune(args) => tune::run(global, &args),
         Verb::Compare(args) => compare::run(global, &args),
         Verb::Workload(args) => workload::run(global, &args),
+        Verb::Doctor(args) => doctor::run(global, &args),
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod compare;
+pub mod doctor;
 pub mod plan;
 pub mod table;
 pub mod topo;

@@ -1,7 +1,7 @@
 //! PCI addresses, in the spellings of the driver, NVML and sysfs.
 
 /// A PCI address, parsed from any of the driver's, NVML's or sysfs's spellings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PciAddress {
     domain: u32,
     bus: u8,
