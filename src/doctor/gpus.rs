@@ -223,9 +223,9 @@ fn counters(
     }
     let interval = match &outcome.burst {
         Ok(b) => format!(
-            "read {:.2} s apart by {source}, a burst of {} over each P2P pair and {} each way \
-             to the host in between",
-            b.interval_s,
+            "read {} apart by {source}, a burst of {} over each P2P pair and {} each way to \
+             the host in between",
+            crate::report::doctor::format_seconds(b.interval_s),
             format_bytes(b.bytes_per_pair),
             format_bytes(b.host_bytes_per_gpu)
         ),

@@ -89,10 +89,14 @@ fn issue_cost(backend: &dyn Backend, devices: &[usize]) -> Result<(String, Strin
                 cell.value / PUBLISHED_ISSUE_US
             ),
             format!(
-                "bench's issue-cost, GPU {src} → GPU {dst}: median {:.2} µs per copy call over {} \
-                 samples (min {:.2}, p99 {:.2}); published: p2pBandwidthLatencyTest's CPU \
+                "bench's issue-cost, GPU {src} → GPU {dst}: median {:.2} µs per copy call, {} \
+                 sample{} (min {:.2}, p99 {:.2}); published: p2pBandwidthLatencyTest's CPU \
                  latency, 1.76–2.16 µs (docs/reference.md)",
-                cell.value, cell.time_us.samples, cell.time_us.min, cell.time_us.p99
+                cell.value,
+                cell.time_us.samples,
+                if cell.time_us.samples == 1 { "" } else { "s" },
+                cell.time_us.min,
+                cell.time_us.p99
             ),
         ),
         None => (

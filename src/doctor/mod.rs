@@ -183,3 +183,6 @@ pub fn run(backend: &dyn Backend, options: &Options) -> Result<Report> {
         notes,
     })
 }
+
+#[cfg(test)]
+mod tests;

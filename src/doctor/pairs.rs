@@ -67,14 +67,19 @@ fn causes(topology: &Topology, facts: &HostFacts, a: usize, b: usize) -> Vec<Cau
         // The IOMMU and ACS govern PCIe traffic; NVLink does not cross them.
         return found;
     }
-    for d in [a, b] {
-        if let Some((Iommu::Translating, evidence)) = facts.gpu(d).and_then(|g| g.iommu.clone()) {
-            found.push(Cause {
-                evidence: format!("GPU {d}: {evidence}{}", facts.under()),
-                reason: "the IOMMU translates their DMA (no passthrough)".into(),
-                fix: IOMMU_FIX,
-            });
-        }
+    let translated: Vec<String> = [a, b]
+        .into_iter()
+        .filter_map(|d| match facts.gpu(d).and_then(|g| g.iommu.clone()) {
+            Some((Iommu::Translating, evidence)) => Some(format!("GPU {d}: {evidence}")),
+            _ => None,
+        })
+        .collect();
+    if !translated.is_empty() {
+        found.push(Cause {
+            evidence: format!("{}{}", translated.join("; "), facts.under()),
+            reason: "the IOMMU translates their DMA (no passthrough)".into(),
+            fix: IOMMU_FIX,
+        });
     }
     let redirecting = facts.redirecting(a, b);
     if !redirecting.is_empty() {

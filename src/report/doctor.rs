@@ -17,17 +17,22 @@ pub fn text(doc: &DoctorDocument) -> String {
     );
     match (&doc.burst, &doc.no_burst) {
         (Some(b), _) => {
+            let peers = match b.pairs.len() {
+                0 => "no P2P pair to cross".to_string(),
+                n => format!(
+                    "{} over each of {n} P2P direction{}",
+                    format_bytes(b.bytes_per_pair),
+                    if n == 1 { "" } else { "s" }
+                ),
+            };
             let _ = writeln!(
                 out,
-                "Traffic burst: {} over each of {} P2P direction{} and {} each way between each \
-                 GPU and the host, in {} round{}; the error counters were read {:.2} s apart.",
-                format_bytes(b.bytes_per_pair),
-                b.pairs.len(),
-                if b.pairs.len() == 1 { "" } else { "s" },
+                "Traffic burst: {peers}, and {} each way between each GPU and the host, in {} \
+                 round{}; the error counters were read {} apart.",
                 format_bytes(b.host_bytes_per_gpu),
                 b.rounds,
                 if b.rounds == 1 { "" } else { "s" },
-                b.interval_s
+                format_seconds(b.interval_s)
             );
         }
         (None, Some(why)) => {
@@ -69,6 +74,17 @@ pub fn text(doc: &DoctorDocument) -> String {
         }
     );
     out
+}
+
+/// A span of time as a person reads it: `1.02 s`, `3.4 ms`, `87.0 µs`.
+pub fn format_seconds(seconds: f64) -> String {
+    if seconds >= 1.0 {
+        format!("{seconds:.2} s")
+    } else if seconds >= 1e-3 {
+        format!("{:.1} ms", seconds * 1e3)
+    } else {
+        format!("{:.1} µs", seconds * 1e6)
+    }
 }
 
 /// The sentence `peerlink doctor` ends with when a check failed: which ones.

@@ -353,3 +353,174 @@ impl RawHealth for Simulator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimBackend;
+    use crate::backend::{Backend, BufferCopy, CopyMethod, Memory};
+    use crate::topology::Link;
+
+    fn preset(name: &str) -> Preset {
+        Preset::load(name).unwrap()
+    }
+
+    /// `name` with `faults` (JSON) put in, parsed and checked as a file would be.
+    fn with_faults(name: &str, faults: serde_json::Value) -> crate::Result<Preset> {
+        let mut value = serde_json::to_value(preset(name)).unwrap();
+        value["faults"] = faults;
+        Preset::parse(&value.to_string(), "faulty.json")
+    }
+
+    fn refusal(name: &str, faults: serde_json::Value) -> String {
+        let err = with_faults(name, faults).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        err.to_string()
+    }
+
+    #[test]
+    fn faults_that_name_what_does_not_exist_are_refused() {
+        use serde_json::json;
+        let m = refusal("h200-pair", json!({"p2p_off": [[0, 2]]}));
+        assert!(m.contains("faults.p2p_off[0]: GPU 2 does not exist"), "{m}");
+        let m = refusal("h200-pair", json!({"p2p_off": [[1, 1]]}));
+        assert!(m.contains("pairs GPU 1 with itself"), "{m}");
+        let m = refusal("h200-pair", json!({"nvlinks_down": [{"gpu": 0, "links": [18]}]}));
+        assert!(m.contains("names link 18 but GPU 0 has 18 NVLinks"), "{m}");
+        let m = refusal(
+            "h200-pair",
+            json!({"pcie_trained": [{"gpu": 0, "generation": 6, "lanes": 16}]}),
+        );
+        assert!(m.contains("generation must be 1 to pcie.generation (5)"), "{m}");
+        let m = refusal(
+            "h200-pair",
+            json!({"rising_counters": [{"gpu": 0, "counter": "nvlink-crc", "per_gib": 0}]}),
+        );
+        assert!(m.contains("per_gib must be a positive number"), "{m}");
+        let m = refusal(
+            "h200-pair",
+            json!({"rising_counters": [{"gpu": 0, "counter": "parity", "per_gib": 1}]}),
+        );
+        assert!(m.contains("unknown variant `parity`"), "{m}");
+        let m = refusal(
+            "h200-pair",
+            json!({"clock_events": [{"gpu": 1, "reasons": ["too-hot"]}]}),
+        );
+        assert!(m.contains("`too-hot`; known reasons: gpu-idle"), "{m}");
+        let m = refusal("h200-pair", json!({"persistence_off": [3]}));
+        assert!(m.contains("faults.persistence_off[0]: GPU 3"), "{m}");
+        let m = refusal("h200-pair", json!({"fans": []}));
+        assert!(m.contains("unknown field `fans`"), "{m}");
+        let mut no_generation = preset("h200-pair");
+        no_generation.pcie.generation = None;
+        let mut value = serde_json::to_value(no_generation).unwrap();
+        value["faults"] = json!({"pcie_trained": [{"gpu": 0, "generation": 4, "lanes": 16}]});
+        let err = Preset::parse(&value.to_string(), "x").unwrap_err();
+        assert!(err.to_string().contains("needs `pcie.generation`"), "{err}");
+    }
+
+    #[test]
+    fn a_preset_without_faults_writes_none() {
+        let text = serde_json::to_string(&preset("dgx-h100")).unwrap();
+        assert!(!text.contains("faults"), "{text}");
+        assert!(preset("dgx-h100").faults.is_empty());
+    }
+
+    #[test]
+    fn ports_are_laid_out_bundle_by_bundle_and_die_at_both_ends() {
+        // DGX-1: GPU 0 has NV1 to 1, NV1 to 2, NV2 to 3, NV2 to 4 in the preset's order.
+        let dgx1 = preset("dgx1-v100");
+        let ports = super::ports(&dgx1, 0);
+        assert_eq!(ports.len(), 6);
+        assert!(ports.iter().all(|p| p.active));
+        let to_3 = ports
+            .iter()
+            .position(|p| p.remote == Remote::Gpu { peer: 3, index: 0 })
+            .unwrap();
+        let mut broken = dgx1.clone();
+        broken.faults.nvlinks_down = vec![LinksDown {
+            gpu: 0,
+            links: vec![to_3 as u32],
+        }];
+        assert_eq!(broken.link(0, 3), Link::NvLink(1));
+        assert_eq!(broken.link(3, 0), Link::NvLink(1));
+        let theirs = super::ports(&broken, 3);
+        assert_eq!(theirs.iter().filter(|p| !p.active).count(), 1);
+        // Both links of a bundle down: the pair falls back to PCIe, and P2P with it.
+        broken.faults.nvlinks_down[0].links.push(to_3 as u32 + 1);
+        assert_eq!(broken.link(0, 3), Link::Node);
+        assert!(!broken.p2p(0, 3));
+    }
+
+    #[test]
+    fn through_a_switch_a_gpu_with_a_dead_link_has_a_narrower_port() {
+        let mut dgx = preset("dgx-h100");
+        dgx.faults.nvlinks_down = vec![LinksDown {
+            gpu: 2,
+            links: vec![0, 17],
+        }];
+        assert_eq!(dgx.link(2, 5), Link::NvLink(16));
+        assert_eq!(dgx.link(5, 2), Link::NvLink(16));
+        assert_eq!(dgx.link(0, 1), Link::NvLink(18));
+        let sim = SimBackend::from_preset(&dgx);
+        let health = crate::backend::Health::gpu_health(sim.health(), 2).unwrap();
+        let ports = health.nvlinks.unwrap();
+        assert_eq!(ports.iter().filter(|p| !p.active).count(), 2);
+        assert_eq!(
+            crate::backend::Health::gpu_health(sim.health(), 5)
+                .unwrap()
+                .nvlinks
+                .unwrap()
+                .iter()
+                .filter(|p| p.active)
+                .count(),
+            18
+        );
+    }
+
+    /// GPU time of one 64 MiB copy from pinned host memory to `gpu`, µs.
+    fn h2d_us(preset: &Preset, gpu: usize) -> f64 {
+        let sim = SimBackend::from_preset(preset);
+        let len = 64 << 20;
+        let host = sim.alloc(Memory::PinnedHost { numa_node: None }, len).unwrap();
+        let device = sim.alloc(Memory::Device(gpu), len).unwrap();
+        let stream = sim.create_stream(gpu).unwrap();
+        let start = sim.record(stream).unwrap();
+        let copy = BufferCopy::from_start(host, device, len);
+        sim.copy(stream, CopyMethod::CopyEngine, &copy).unwrap();
+        let end = sim.record(stream).unwrap();
+        sim.synchronize(stream).unwrap();
+        sim.elapsed_us(start, end).unwrap()
+    }
+
+    #[test]
+    fn a_downgraded_link_moves_host_copies_at_its_trained_rate() {
+        let mut slow = preset("h200-pair");
+        slow.faults.pcie_trained = vec![PcieTrained {
+            gpu: 1,
+            generation: 4,
+            lanes: 8,
+        }];
+        assert_eq!(pcie_share(&slow, 0), 1.0);
+        assert!((pcie_share(&slow, 1) - 0.25).abs() < 1e-9);
+        let (fast_us, slow_us) = (h2d_us(&slow, 0), h2d_us(&slow, 1));
+        // 64 MiB at 55.2 GB/s against a quarter of it, each plus the same few µs of overhead.
+        assert!(slow_us > 3.9 * fast_us && slow_us < 4.0 * fast_us, "{fast_us} {slow_us}");
+        let health = crate::backend::Health::gpu_health(
+            SimBackend::from_preset(&slow).health(),
+            1,
+        )
+        .unwrap();
+        assert_eq!(health.pcie.unwrap().to_string(), "Gen4 x8 (max Gen5 x16)");
+    }
+
+    #[test]
+    fn p2p_off_stages_the_pairs_copies() {
+        let mut off = preset("h200-pair");
+        off.faults.p2p_off = vec![[1, 0]];
+        let sim = SimBackend::from_preset(&off);
+        assert!(!sim.topology().pair(0, 1).unwrap().p2p);
+        let err = sim.enable_peer_access(0, 1).unwrap_err();
+        assert!(err.to_string().contains("faults"), "{err}");
+    }
+}
