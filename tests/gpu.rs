@@ -18,6 +18,8 @@ mod engine;
 
 #[path = "gpu/collectives.rs"]
 mod collectives;
+#[path = "gpu/doctor.rs"]
+mod doctor;
 #[path = "soak/run.rs"]
 mod soak;
 #[path = "gpu/workload.rs"]
