@@ -59,7 +59,11 @@ fn failed_checks(doc: &Value) -> Vec<(String, String)> {
 
 #[test]
 fn healthy_hosts_exit_0_with_a_schema_valid_document() {
-    for sim in ["dgx-h100", "pcie-4gpu-2socket", &fixture("healthy-nvlink.json")] {
+    for sim in [
+        "dgx-h100",
+        "pcie-4gpu-2socket",
+        &fixture("healthy-nvlink.json"),
+    ] {
         let doc = doctor_json(sim, &[], 0);
         assert_eq!(doc["schema"], "peerlink.doctor/1");
         assert_eq!(doc["simulated"], true);
@@ -107,7 +111,9 @@ fn the_text_shows_evidence_and_fix_and_stderr_names_the_failed_checks() {
         .stdout(predicate::str::contains(
             "FAIL  p2p             GPU 0 ↔ GPU 1   P2P is off over NV18, where it should work",
         ))
-        .stdout(predicate::str::contains("      · the driver's P2P: 0→1 no; 1→0 no"))
+        .stdout(predicate::str::contains(
+            "      · the driver's P2P: 0→1 no; 1→0 no",
+        ))
         .stdout(predicate::str::contains("      fix: "))
         .stdout(predicate::str::contains("1 fail, 0 warn"))
         .stderr(predicate::str::contains(
@@ -129,14 +135,20 @@ fn root_reads_the_host_tree() {
         .find(|c| c["check"] == "p2p")
         .unwrap();
     let finding = p2p["finding"].as_str().unwrap();
-    assert!(finding.contains("IOMMU") && finding.contains("ACS"), "{finding}");
+    assert!(
+        finding.contains("IOMMU") && finding.contains("ACS"),
+        "{finding}"
+    );
     let vm = doc["checks"]
         .as_array()
         .unwrap()
         .iter()
         .find(|c| c["check"] == "virtual-machine")
         .unwrap();
-    assert!(vm["finding"].as_str().unwrap().contains("µs here (simulated)"));
+    assert!(vm["finding"]
+        .as_str()
+        .unwrap()
+        .contains("µs here (simulated)"));
 }
 
 #[test]
@@ -179,5 +191,7 @@ fn bad_input_is_refused_with_exit_2() {
         .args(["--sim", preset.to_str().unwrap(), "doctor"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("faults.p2p_off[0]: GPU 9 does not exist"));
+        .stderr(predicate::str::contains(
+            "faults.p2p_off[0]: GPU 9 does not exist",
+        ));
 }

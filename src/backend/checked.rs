@@ -23,8 +23,8 @@ mod collective;
 mod health;
 
 use super::handles::{next_tag, Table};
-use super::overlap::{first_overlap, InOrder};
 use super::health::RawHealth;
+use super::overlap::{first_overlap, InOrder};
 use super::raw::{Batch, RawCollectives, RawProbes};
 use super::{
     Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Memory,

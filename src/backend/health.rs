@@ -218,7 +218,10 @@ mod tests {
 
     #[test]
     fn clock_event_bits_name_their_reasons() {
-        let names: Vec<&str> = ClockEvents(0x1 | 0x20 | 0x8000).events().map(|e| e.name).collect();
+        let names: Vec<&str> = ClockEvents(0x1 | 0x20 | 0x8000)
+            .events()
+            .map(|e| e.name)
+            .collect();
         assert_eq!(names, ["gpu-idle", "sw-thermal"]);
         assert!(ClockEvents::named("hw-thermal").unwrap().slows_down);
         assert!(!ClockEvents::named("gpu-idle").unwrap().slows_down);
@@ -230,7 +233,12 @@ mod tests {
         let names: Vec<&str> = Counter::ALL.iter().map(|c| c.name()).collect();
         assert_eq!(
             names,
-            ["nvlink-replay", "nvlink-recovery", "nvlink-crc", "ecc-uncorrected"]
+            [
+                "nvlink-replay",
+                "nvlink-recovery",
+                "nvlink-crc",
+                "ecc-uncorrected"
+            ]
         );
         let json = serde_json::to_string(&Counter::NvlinkCrc).unwrap();
         assert_eq!(json, "\"nvlink-crc\"");

@@ -111,8 +111,8 @@ impl HostFacts {
                 ..HostFacts::default()
             };
         };
-        let root_shown = (files.root() != std::path::Path::new("/"))
-            .then(|| files.root().display().to_string());
+        let root_shown =
+            (files.root() != std::path::Path::new("/")).then(|| files.root().display().to_string());
         let mut gpus = BTreeMap::new();
         for &d in devices {
             let Some(address) = PciAddress::parse(&topology.devices[d].pci_bus_id) else {
@@ -191,7 +191,8 @@ impl HostFacts {
         } else {
             0
         };
-        let mut below: Vec<PciAddress> = ca[shared..].iter().chain(&cb[shared..]).copied().collect();
+        let mut below: Vec<PciAddress> =
+            ca[shared..].iter().chain(&cb[shared..]).copied().collect();
         below.dedup();
         Some(below)
     }

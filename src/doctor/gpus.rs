@@ -9,7 +9,12 @@ use crate::backend::health::{Counter, PcieLink, Reading};
 use crate::topology::Topology;
 use crate::units::format_bytes;
 
-pub fn run(topology: &Topology, facts: &HostFacts, devices: &[usize], outcome: &Outcome) -> Vec<Check> {
+pub fn run(
+    topology: &Topology,
+    facts: &HostFacts,
+    devices: &[usize],
+    outcome: &Outcome,
+) -> Vec<Check> {
     // The reading taken while the burst ran, else the one after it.
     let busy = |i: usize| -> &GpuHealth {
         outcome
@@ -24,16 +29,37 @@ pub fn run(topology: &Topology, facts: &HostFacts, devices: &[usize], outcome: &
     };
     let mut checks = Vec::new();
     let each = |check: &dyn Fn(usize, usize) -> Check| -> Vec<Check> {
-        devices.iter().enumerate().map(|(i, &d)| check(i, d)).collect()
+        devices
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| check(i, d))
+            .collect()
     };
     checks.extend(each(&|i, d| {
-        pcie_link(d, &busy(i).pcie, &outcome.before[i].pcie, facts, source, outcome.during.is_some())
+        pcie_link(
+            d,
+            &busy(i).pcie,
+            &outcome.before[i].pcie,
+            facts,
+            source,
+            outcome.during.is_some(),
+        )
     }));
-    checks.extend(each(&|i, d| nvlink(d, &outcome.after[i], devices.len(), source)));
-    checks.extend(each(&|i, d| counters(d, &outcome.before[i], &outcome.after[i], outcome, source)));
-    checks.extend(each(&|_, d| mig(d, topology.devices[d].mig_enabled, source)));
-    checks.extend(each(&|i, d| persistence(d, &outcome.after[i].persistence_mode, source)));
-    checks.extend(each(&|i, d| clocks(d, busy(i), source, outcome.during.is_some())));
+    checks.extend(each(&|i, d| {
+        nvlink(d, &outcome.after[i], devices.len(), source)
+    }));
+    checks.extend(each(&|i, d| {
+        counters(d, &outcome.before[i], &outcome.after[i], outcome, source)
+    }));
+    checks.extend(each(&|_, d| {
+        mig(d, topology.devices[d].mig_enabled, source)
+    }));
+    checks.extend(each(&|i, d| {
+        persistence(d, &outcome.after[i].persistence_mode, source)
+    }));
+    checks.extend(each(&|i, d| {
+        clocks(d, busy(i), source, outcome.during.is_some())
+    }));
     checks
 }
 
@@ -134,8 +160,13 @@ fn nvlink(gpu: usize, health: &GpuHealth, gpus: usize, source: &str) -> Check {
     let ports = match &health.nvlinks {
         Ok(ports) => ports,
         Err(why) => {
-            return Check::new("nvlink", subject, Verdict::Info, "the NVLinks could not be read")
-                .evidence(format!("{source}: {why}"))
+            return Check::new(
+                "nvlink",
+                subject,
+                Verdict::Info,
+                "the NVLinks could not be read",
+            )
+            .evidence(format!("{source}: {why}"))
         }
     };
     if ports.is_empty() {
@@ -205,7 +236,8 @@ fn counters(
     let mut unknown = Vec::new();
     let mut ecc_standing = 0;
     for counter in Counter::ALL {
-        let (Some(first), Some(second)) = (before.counters.get(&counter), after.counters.get(&counter))
+        let (Some(first), Some(second)) =
+            (before.counters.get(&counter), after.counters.get(&counter))
         else {
             continue;
         };
@@ -254,9 +286,7 @@ fn counters(
     } else if ecc_standing > 0 {
         (
             Verdict::Warn,
-            format!(
-                "{ecc_standing} uncorrectable ECC errors since the driver loaded (not rising)"
-            ),
+            format!("{ecc_standing} uncorrectable ECC errors since the driver loaded (not rising)"),
             Some(
                 "drain the GPU and reset it (`nvidia-smi -r`) so the bad memory is retired; have \
                  it serviced if the count comes back",
@@ -269,11 +299,7 @@ fn counters(
             None,
         )
     } else {
-        (
-            Verdict::Ok,
-            "no error counter moved".to_string(),
-            None,
-        )
+        (Verdict::Ok, "no error counter moved".to_string(), None)
     };
     let mut check = Check::new("error-counters", subject, verdict, finding);
     check.evidence = evidence;
@@ -285,7 +311,11 @@ fn mig(gpu: usize, enabled: bool, source: &str) -> Check {
     let subject = Subject::Gpu(gpu);
     let evidence = format!(
         "{source}: MIG mode {}",
-        if enabled { "enabled" } else { "disabled or not supported" }
+        if enabled {
+            "enabled"
+        } else {
+            "disabled or not supported"
+        }
     );
     if !enabled {
         return Check::new("mig", subject, Verdict::Ok, "MIG is off").evidence(evidence);
@@ -306,8 +336,13 @@ fn mig(gpu: usize, enabled: bool, source: &str) -> Check {
 fn persistence(gpu: usize, mode: &Reading<bool>, source: &str) -> Check {
     let subject = Subject::Gpu(gpu);
     match mode {
-        Ok(true) => Check::new("persistence", subject, Verdict::Ok, "persistence mode is on")
-            .evidence(format!("{source}: persistence mode on")),
+        Ok(true) => Check::new(
+            "persistence",
+            subject,
+            Verdict::Ok,
+            "persistence mode is on",
+        )
+        .evidence(format!("{source}: persistence mode on")),
         Ok(false) => Check::new(
             "persistence",
             subject,
@@ -340,8 +375,13 @@ fn clocks(gpu: usize, health: &GpuHealth, source: &str, under_load: bool) -> Che
     let events = match &health.clock_events {
         Ok(events) => *events,
         Err(why) => {
-            return Check::new("clocks", subject, Verdict::Info, "the clocks' state could not be read")
-                .evidence(format!("{source}: {why}"))
+            return Check::new(
+                "clocks",
+                subject,
+                Verdict::Info,
+                "the clocks' state could not be read",
+            )
+            .evidence(format!("{source}: {why}"))
         }
     };
     let all: Vec<String> = events
@@ -362,8 +402,13 @@ fn clocks(gpu: usize, health: &GpuHealth, source: &str, under_load: bool) -> Che
         .map(|e| format!("{} ({})", e.name, e.meaning))
         .collect();
     if slowing.is_empty() {
-        return Check::new("clocks", subject, Verdict::Ok, "nothing holds the clocks back")
-            .evidence(evidence);
+        return Check::new(
+            "clocks",
+            subject,
+            Verdict::Ok,
+            "nothing holds the clocks back",
+        )
+        .evidence(evidence);
     }
     Check::new(
         "clocks",

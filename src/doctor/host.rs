@@ -251,10 +251,17 @@ impl HostFiles {
 /// The PCIe generation of a sysfs link speed (`32.0 GT/s PCIe`, older kernels `8 GT/s`).
 fn generation_of(speed: &str) -> Option<u32> {
     let rate: f64 = speed.split_whitespace().next()?.parse().ok()?;
-    [(2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6)]
-        .iter()
-        .find(|(gts, _)| (rate - gts).abs() < 0.01)
-        .map(|&(_, generation)| generation)
+    [
+        (2.5, 1),
+        (5.0, 2),
+        (8.0, 3),
+        (16.0, 4),
+        (32.0, 5),
+        (64.0, 6),
+    ]
+    .iter()
+    .find(|(gts, _)| (rate - gts).abs() < 0.01)
+    .map(|&(_, generation)| generation)
 }
 
 /// The ACS control register found by walking the extended capabilities of a config space dump.
@@ -335,7 +342,12 @@ mod tests {
         fs::create_dir_all(root.join(chain)).unwrap();
         fs::create_dir_all(root.join("sys/bus/pci/devices")).unwrap();
         let mut path = String::from("sys/devices/pci0000:00");
-        for bdf in ["0000:00:01.0", "0000:01:00.0", "0000:02:08.0", "0000:05:00.0"] {
+        for bdf in [
+            "0000:00:01.0",
+            "0000:01:00.0",
+            "0000:02:08.0",
+            "0000:05:00.0",
+        ] {
             path = format!("{path}/{bdf}");
             std::os::unix::fs::symlink(
                 format!("../../../../{path}"),
@@ -360,7 +372,11 @@ mod tests {
         assert_eq!(host_bridge, "pci0000:00");
         assert_eq!(
             chain,
-            [addr("0000:00:01.0"), addr("0000:01:00.0"), addr("0000:02:08.0")]
+            [
+                addr("0000:00:01.0"),
+                addr("0000:01:00.0"),
+                addr("0000:02:08.0")
+            ]
         );
         assert!(files.upstream(addr("0000:09:00.0")).is_none());
     }
@@ -369,7 +385,11 @@ mod tests {
     fn link_speeds_become_generations() {
         let (_dir, files) = host_with_switch();
         let gpu = "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:05:00.0";
-        write(&files, &format!("{gpu}/current_link_speed"), "16.0 GT/s PCIe\n");
+        write(
+            &files,
+            &format!("{gpu}/current_link_speed"),
+            "16.0 GT/s PCIe\n",
+        );
         write(&files, &format!("{gpu}/max_link_speed"), "32.0 GT/s PCIe\n");
         write(&files, &format!("{gpu}/current_link_width"), "8\n");
         write(&files, &format!("{gpu}/max_link_width"), "16\n");
@@ -397,7 +417,11 @@ mod tests {
         assert_eq!(files.iommu(gpu).unwrap().0, Iommu::Off);
 
         fs::create_dir_all(files.root().join("sys/kernel/iommu_groups/7")).unwrap();
-        write(&files, "proc/cmdline", "BOOT_IMAGE=/vmlinuz ro intel_iommu=on quiet");
+        write(
+            &files,
+            "proc/cmdline",
+            "BOOT_IMAGE=/vmlinuz ro intel_iommu=on quiet",
+        );
         let (state, evidence) = files.iommu(gpu).unwrap();
         assert_eq!(state, Iommu::Translating);
         assert!(evidence.contains("intel_iommu=on"), "{evidence}");
@@ -413,7 +437,11 @@ mod tests {
         .unwrap();
         write(&files, "sys/kernel/iommu_groups/7/type", "DMA-FQ\n");
         let (state, evidence) = files.iommu(gpu).unwrap();
-        assert_eq!(state, Iommu::Translating, "the group type wins over iommu=pt");
+        assert_eq!(
+            state,
+            Iommu::Translating,
+            "the group type wins over iommu=pt"
+        );
         assert!(evidence.contains("DMA-FQ"), "{evidence}");
         write(&files, "sys/kernel/iommu_groups/7/type", "identity\n");
         assert_eq!(files.iommu(gpu).unwrap().0, Iommu::Passthrough);
@@ -424,7 +452,11 @@ mod tests {
         let (_dir, files) = host_with_switch();
         assert_eq!(files.hypervisor_flag(), None);
         write(&files, "sys/class/dmi/id/sys_vendor", "QEMU\n");
-        write(&files, "sys/class/dmi/id/product_name", "Standard PC (Q35 + ICH9, 2009)\n");
+        write(
+            &files,
+            "sys/class/dmi/id/product_name",
+            "Standard PC (Q35 + ICH9, 2009)\n",
+        );
         write(
             &files,
             "proc/cpuinfo",
@@ -479,7 +511,10 @@ mod tests {
         without[0x100..0x104].copy_from_slice(&0x0001_0001u32.to_le_bytes());
         fs::write(&path, without).unwrap();
         assert_eq!(files.acs(port), Acs::Absent);
-        assert!(matches!(files.acs(addr("0000:7f:00.0")), Acs::Unreadable(_)));
+        assert!(matches!(
+            files.acs(addr("0000:7f:00.0")),
+            Acs::Unreadable(_)
+        ));
     }
 
     #[test]
@@ -505,7 +540,11 @@ mod tests {
     #[test]
     fn iommu_parameters_are_picked_from_the_command_line() {
         let (_dir, files) = host_with_switch();
-        write(&files, "proc/cmdline", "ro amd_iommu=on iommu=pt quiet noiommu=1");
+        write(
+            &files,
+            "proc/cmdline",
+            "ro amd_iommu=on iommu=pt quiet noiommu=1",
+        );
         assert_eq!(files.iommu_parameters(), ["amd_iommu=on", "iommu=pt"]);
     }
 }

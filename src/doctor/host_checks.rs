@@ -67,7 +67,11 @@ fn issue_cost(backend: &dyn Backend, devices: &[usize]) -> Result<(String, Strin
     let (src, dst) = pair.unwrap_or((devices[0], devices[0]));
     let options = bench::Options {
         tests: Some(vec!["issue-cost".into()]),
-        devices: Some(if src == dst { vec![src] } else { vec![src, dst] }),
+        devices: Some(if src == dst {
+            vec![src]
+        } else {
+            vec![src, dst]
+        }),
         ..bench::Options::default()
     };
     let report = bench::run(backend, &options, &Silent)?;
@@ -123,11 +127,16 @@ fn device_order(topology: &Topology) -> Check {
         .into_iter()
         .find(|w| w.code == "device-order");
     let check = match out_of_order {
-        Some(warning) => Check::new("device-order", Subject::Host, Verdict::Warn, warning.message)
-            .fix(
-                "set CUDA_DEVICE_ORDER=PCI_BUS_ID and list CUDA_VISIBLE_DEVICES in PCI order, or \
+        Some(warning) => Check::new(
+            "device-order",
+            Subject::Host,
+            Verdict::Warn,
+            warning.message,
+        )
+        .fix(
+            "set CUDA_DEVICE_ORDER=PCI_BUS_ID and list CUDA_VISIBLE_DEVICES in PCI order, or \
                  match GPUs by UUID or PCI bus id, not by index",
-            ),
+        ),
         None => Check::new(
             "device-order",
             Subject::Host,

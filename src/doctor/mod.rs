@@ -84,7 +84,12 @@ pub enum Subject {
 }
 
 impl Check {
-    pub fn new(check: &str, subject: Subject, verdict: Verdict, finding: impl Into<String>) -> Check {
+    pub fn new(
+        check: &str,
+        subject: Subject,
+        verdict: Verdict,
+        finding: impl Into<String>,
+    ) -> Check {
         let (subject, devices) = match subject {
             Subject::Host => ("host".to_string(), Vec::new()),
             Subject::Gpu(d) => (format!("GPU {d}"), vec![d]),

@@ -9,7 +9,12 @@ use super::{Check, Subject, Verdict};
 use crate::topology::{Link, Pair, Topology};
 use crate::units::format_bytes;
 
-pub fn run(topology: &Topology, facts: &HostFacts, devices: &[usize], outcome: &Outcome) -> Vec<Check> {
+pub fn run(
+    topology: &Topology,
+    facts: &HostFacts,
+    devices: &[usize],
+    outcome: &Outcome,
+) -> Vec<Check> {
     let mut checks = Vec::new();
     for (i, &a) in devices.iter().enumerate() {
         for &b in &devices[i + 1..] {
@@ -57,7 +62,10 @@ fn causes(topology: &Topology, facts: &HostFacts, a: usize, b: usize) -> Vec<Cau
     if let (Some(x), Some(y)) = (bridges(a), bridges(b)) {
         if x != y && link != Some(Link::Sys) {
             found.push(Cause {
-                evidence: format!("sysfs{}: GPU {a} under {x}, GPU {b} under {y}", facts.under()),
+                evidence: format!(
+                    "sysfs{}: GPU {a} under {x}, GPU {b} under {y}",
+                    facts.under()
+                ),
                 reason: "they sit under different PCIe root complexes".into(),
                 fix: APART_FIX,
             });
@@ -86,7 +94,9 @@ fn causes(topology: &Topology, facts: &HostFacts, a: usize, b: usize) -> Vec<Cau
         let shown: Vec<String> = redirecting
             .iter()
             .map(|(bridge, acs)| match &acs.acs {
-                Acs::Control(c) => format!("{} {} ({})", bridge.sysfs_form(), c.describe(), acs.source),
+                Acs::Control(c) => {
+                    format!("{} {} ({})", bridge.sysfs_form(), c.describe(), acs.source)
+                }
                 _ => bridge.sysfs_form(),
             })
             .collect();
@@ -157,7 +167,10 @@ fn pair_check(
         format!("the driver's P2P: {}; {}", direction(ab), direction(ba)),
     ];
     if let Ok(burst) = &outcome.burst {
-        let moved = [[a, b], [b, a]].iter().filter(|p| burst.pairs.contains(p)).count();
+        let moved = [[a, b], [b, a]]
+            .iter()
+            .filter(|p| burst.pairs.contains(p))
+            .count();
         if moved > 0 {
             evidence.push(format!(
                 "the burst moved {} over it in {} direction{} with peer access on",

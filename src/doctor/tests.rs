@@ -59,7 +59,12 @@ fn healthy_presets_fail_nothing() {
     presets.push(fixture("healthy-nvlink"));
     for preset in &presets {
         let report = doctor(preset, &Options::default());
-        assert!(!report.failed(), "{}: {:#?}", preset.name, findings(&report));
+        assert!(
+            !report.failed(),
+            "{}: {:#?}",
+            preset.name,
+            findings(&report)
+        );
         assert!(report.burst.is_ok(), "{}: {:?}", preset.name, report.burst);
     }
 }
@@ -84,7 +89,11 @@ fn every_kind_of_check_is_made_for_every_gpu_and_pair() {
     // warning with the reason, not a failure.
     let apart = one(&report, "p2p", "GPU 0 ↔ GPU 5");
     assert_eq!(apart.verdict, Verdict::Warn);
-    assert!(apart.finding.contains("different CPU sockets"), "{}", apart.finding);
+    assert!(
+        apart.finding.contains("different CPU sockets"),
+        "{}",
+        apart.finding
+    );
     assert!(apart.fix.as_deref().unwrap().contains("relay"), "{apart:?}");
     assert_eq!(one(&report, "p2p", "GPU 0 ↔ GPU 3").verdict, Verdict::Ok);
 }
@@ -97,8 +106,16 @@ fn a_pair_with_p2p_off_over_nvlink_fails() {
         [finding("p2p", "GPU 0 ↔ GPU 1", Verdict::Fail)]
     );
     let check = one(&report, "p2p", "GPU 0 ↔ GPU 1");
-    assert!(check.finding.contains("off over NV18, where it should work"), "{check:?}");
-    assert!(check.evidence.iter().any(|e| e.contains("0→1 no; 1→0 no")), "{check:?}");
+    assert!(
+        check
+            .finding
+            .contains("off over NV18, where it should work"),
+        "{check:?}"
+    );
+    assert!(
+        check.evidence.iter().any(|e| e.contains("0→1 no; 1→0 no")),
+        "{check:?}"
+    );
     assert!(check.fix.is_some());
 }
 
@@ -110,8 +127,16 @@ fn a_pcie_link_trained_below_its_maximum_fails() {
         [finding("pcie-link", "GPU 1", Verdict::Fail)]
     );
     let check = one(&report, "pcie-link", "GPU 1");
-    assert!(check.finding.contains("Gen4 x8, below its maximum Gen5 x16"), "{check:?}");
-    assert!(check.evidence[0].contains("while the burst ran"), "{check:?}");
+    assert!(
+        check
+            .finding
+            .contains("Gen4 x8, below its maximum Gen5 x16"),
+        "{check:?}"
+    );
+    assert!(
+        check.evidence[0].contains("while the burst ran"),
+        "{check:?}"
+    );
     assert_eq!(one(&report, "pcie-link", "GPU 0").verdict, Verdict::Ok);
 }
 
@@ -126,7 +151,10 @@ fn a_dead_nvlink_fails_on_both_of_its_ends() {
         ]
     );
     let check = one(&report, "nvlink", "GPU 0");
-    assert!(check.finding.starts_with("NVLink 3 down (1 of 18)"), "{check:?}");
+    assert!(
+        check.finding.starts_with("NVLink 3 down (1 of 18)"),
+        "{check:?}"
+    );
     // The pair still has P2P, over the 17 links left.
     let pair = one(&report, "p2p", "GPU 0 ↔ GPU 1");
     assert!(pair.finding.contains("NV17"), "{pair:?}");
@@ -142,7 +170,10 @@ fn counters_rising_with_traffic_fail_and_say_by_how_much() {
     let check = one(&report, "error-counters", "GPU 1");
     // 4 MiB out and 4 MiB in over GPU 1's NVLinks, at 4096 per GiB.
     assert_eq!(check.finding, "nvlink-replay rose by 32 during the burst");
-    assert!(check.evidence.iter().any(|e| e == "nvlink-replay: 0 → 32"), "{check:?}");
+    assert!(
+        check.evidence.iter().any(|e| e == "nvlink-replay: 0 → 32"),
+        "{check:?}"
+    );
     assert!(check.evidence[0].contains("apart"), "{check:?}");
 }
 
@@ -172,7 +203,10 @@ fn counters_rise_only_with_traffic_over_their_links() {
     );
     let check = one(&report, "error-counters", "GPU 1");
     assert_eq!(check.verdict, Verdict::Fail);
-    assert!(check.finding.starts_with("ecc-uncorrected rose by"), "{check:?}");
+    assert!(
+        check.finding.starts_with("ecc-uncorrected rose by"),
+        "{check:?}"
+    );
     assert!(check.fix.as_deref().unwrap().contains("ECC"), "{check:?}");
 }
 
@@ -187,7 +221,9 @@ fn mig_warns_and_explains_the_missing_p2p_without_failing() {
             finding("mig", "GPU 1", Verdict::Warn)
         ]
     );
-    assert!(one(&report, "p2p", "GPU 0 ↔ GPU 1").finding.contains("MIG is enabled on GPU 1"));
+    assert!(one(&report, "p2p", "GPU 0 ↔ GPU 1")
+        .finding
+        .contains("MIG is enabled on GPU 1"));
     assert!(one(&report, "mig", "GPU 1")
         .fix
         .as_deref()
@@ -231,7 +267,10 @@ fn the_host_tree_explains_p2p_off_under_a_switch() {
         "{check:?}"
     );
     assert!(
-        check.evidence.iter().any(|e| e.contains("ReqRedir+") && e.contains("lspci")),
+        check
+            .evidence
+            .iter()
+            .any(|e| e.contains("ReqRedir+") && e.contains("lspci")),
         "{check:?}"
     );
     let fix = check.fix.as_deref().unwrap();
@@ -245,7 +284,10 @@ fn p2p_that_works_through_a_translating_iommu_and_acs_redirect_warns() {
     let report = doctor(&preset, &with_tree(None));
     let check = one(&report, "p2p", "GPU 0 ↔ GPU 1");
     assert_eq!(check.verdict, Verdict::Warn, "{check:?}");
-    assert!(check.finding.starts_with("P2P is on over PIX, but"), "{check:?}");
+    assert!(
+        check.finding.starts_with("P2P is on over PIX, but"),
+        "{check:?}"
+    );
     // Without the tree nothing is known of the host, and nothing is claimed.
     let report = doctor(&preset, &Options::default());
     let check = one(&report, "p2p", "GPU 0 ↔ GPU 1");
@@ -283,7 +325,10 @@ fn sysfs_gives_the_pcie_link_where_the_gpu_does_not() {
     let with = doctor(&preset, &with_tree(None));
     let check = one(&with, "pcie-link", "GPU 0");
     assert_eq!(check.verdict, Verdict::Ok, "{check:?}");
-    assert!(check.evidence.iter().any(|e| e.starts_with("sysfs")), "{check:?}");
+    assert!(
+        check.evidence.iter().any(|e| e.starts_with("sysfs")),
+        "{check:?}"
+    );
 }
 
 #[test]
@@ -296,7 +341,10 @@ fn devices_limit_the_checks_to_those_gpus() {
         },
     );
     assert_eq!(report.devices, [1]);
-    assert!(report.checks.iter().all(|c| c.devices.iter().all(|&d| d == 1)));
+    assert!(report
+        .checks
+        .iter()
+        .all(|c| c.devices.iter().all(|&d| d == 1)));
     assert!(report.checks.iter().all(|c| c.check != "p2p"));
     assert_eq!(report.burst.as_ref().unwrap().pairs.len(), 0);
     let bad = run(
@@ -316,5 +364,9 @@ fn gpus_out_of_pci_order_warn() {
     let report = doctor(&preset, &Options::default());
     let order = one(&report, "device-order", "host");
     assert_eq!(order.verdict, Verdict::Warn);
-    assert!(order.fix.as_deref().unwrap().contains("CUDA_DEVICE_ORDER=PCI_BUS_ID"));
+    assert!(order
+        .fix
+        .as_deref()
+        .unwrap()
+        .contains("CUDA_DEVICE_ORDER=PCI_BUS_ID"));
 }

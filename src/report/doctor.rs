@@ -1,8 +1,8 @@
 //! `peerlink doctor`'s text: each check's verdict and finding, its evidence and its fix, then the
 //! tally.
 
-use crate::document::doctor::DoctorDocument;
 use crate::doctor::Verdict;
+use crate::document::doctor::DoctorDocument;
 use crate::units::format_bytes;
 use std::fmt::Write;
 

@@ -37,7 +37,10 @@ fn doctor_reads_this_machine_and_its_readings_agree() {
                 })
                 .max()
                 .unwrap_or(0);
-            assert!(ports.iter().filter(|p| p.active).count() >= most, "{ports:?}");
+            assert!(
+                ports.iter().filter(|p| p.active).count() >= most,
+                "{ports:?}"
+            );
         }
     }
     assert!(backend.health().gpu_health(gpus).is_err());
@@ -86,6 +89,9 @@ fn doctor_reads_this_machine_and_its_readings_agree() {
         .unwrap();
     let value = serde_json::to_value(&doc).unwrap();
     let validator = jsonschema::validator_for(&schema.schema).unwrap();
-    let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .map(|e| e.to_string())
+        .collect();
     assert!(errors.is_empty(), "{errors:?}");
 }

@@ -111,7 +111,8 @@ impl Queries for Device<'_> {
     }
 
     fn clock_events(&self) -> Answer<u64> {
-        self.current_throttle_reasons().map(|reasons| reasons.bits())
+        self.current_throttle_reasons()
+            .map(|reasons| reasons.bits())
     }
 }
 
@@ -156,7 +157,10 @@ fn nvlink_counter(
     fields: &[u32],
     per_link: &[ErrorCounter],
 ) -> Reading<u64> {
-    let known: Vec<u64> = fields.iter().filter_map(|f| totals.get(f).copied()).collect();
+    let known: Vec<u64> = fields
+        .iter()
+        .filter_map(|f| totals.get(f).copied())
+        .collect();
     if known.len() == fields.len() {
         return Ok(known.iter().sum());
     }
@@ -394,7 +398,11 @@ mod tests {
         gpu.totals.clear();
         gpu.per_link = Ok(2);
         let health = read(&gpu);
-        assert_eq!(health.counters[&Counter::NvlinkReplay], Ok(8), "4 links × 2");
+        assert_eq!(
+            health.counters[&Counter::NvlinkReplay],
+            Ok(8),
+            "4 links × 2"
+        );
         assert_eq!(
             health.counters[&Counter::NvlinkCrc],
             Ok(16),

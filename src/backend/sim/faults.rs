@@ -82,7 +82,10 @@ pub struct GpuClockEvents {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Remote {
     /// The `index`-th link of the bundle to GPU `peer`.
-    Gpu { peer: usize, index: u32 },
+    Gpu {
+        peer: usize,
+        index: u32,
+    },
     Switch,
 }
 
@@ -100,7 +103,9 @@ impl Faults {
 
     /// Whether the faults switch P2P off between `a` and `b`.
     pub fn p2p_off(&self, a: usize, b: usize) -> bool {
-        self.p2p_off.iter().any(|&[x, y]| (x, y) == (a, b) || (x, y) == (b, a))
+        self.p2p_off
+            .iter()
+            .any(|&[x, y]| (x, y) == (a, b) || (x, y) == (b, a))
     }
 
     fn links_down(&self, gpu: usize) -> impl Iterator<Item = u32> + '_ {
@@ -127,7 +132,8 @@ impl Faults {
         for (i, t) in self.pcie_trained.iter().enumerate() {
             let field = format!("faults.pcie_trained[{i}]");
             gpu(field.clone(), t.gpu)?;
-            let (Some(max_generation), Some(max_lanes)) = (preset.pcie.generation, preset.pcie.lanes)
+            let (Some(max_generation), Some(max_lanes)) =
+                (preset.pcie.generation, preset.pcie.lanes)
             else {
                 return Err(format!(
                     "{field} needs `pcie.generation` and `pcie.lanes`: the link it trained below"
@@ -205,13 +211,9 @@ pub fn ports(preset: &Preset, gpu: usize) -> Vec<Port> {
             && match port.remote {
                 // The far end of a direct link: the same link of the bundle, seen from the peer.
                 Remote::Gpu { peer, index } => {
-                    let theirs = layout(preset, peer).iter().position(|p| {
-                        p.remote
-                            == Remote::Gpu {
-                                peer: gpu,
-                                index,
-                            }
-                    });
+                    let theirs = layout(preset, peer)
+                        .iter()
+                        .position(|p| p.remote == Remote::Gpu { peer: gpu, index });
                     theirs.is_none_or(|at| !faults.links_down(peer).any(|l| l as usize == at))
                 }
                 Remote::Switch => true,
@@ -227,7 +229,9 @@ fn layout(preset: &Preset, gpu: usize) -> Vec<Port> {
         active: true,
     };
     if let Some(switch) = &preset.nvswitch {
-        return (0..switch.links_per_gpu).map(|_| up(Remote::Switch)).collect();
+        return (0..switch.links_per_gpu)
+            .map(|_| up(Remote::Switch))
+            .collect();
     }
     let mut ports = Vec::new();
     for entry in &preset.links {
@@ -274,10 +278,13 @@ fn lane_gbits(generation: u32) -> f64 {
 
 /// The share of its full rate GPU `gpu`'s PCIe link runs at (1 unless the faults downgrade it).
 pub fn pcie_share(preset: &Preset, gpu: usize) -> f64 {
-    match (trained(preset, gpu), preset.pcie.generation, preset.pcie.lanes) {
+    match (
+        trained(preset, gpu),
+        preset.pcie.generation,
+        preset.pcie.lanes,
+    ) {
         (Some(t), Some(generation), Some(lanes)) => {
-            (lane_gbits(t.generation) * t.lanes as f64)
-                / (lane_gbits(generation) * lanes as f64)
+            (lane_gbits(t.generation) * t.lanes as f64) / (lane_gbits(generation) * lanes as f64)
         }
         _ => 1.0,
     }
@@ -325,8 +332,11 @@ impl RawHealth for Simulator {
                 } else {
                     self.links.gpu_resources(gpu)
                 };
-                let gib: f64 =
-                    resources.iter().map(|&r| st.scheduler.moved(r)).sum::<f64>() / GIB;
+                let gib: f64 = resources
+                    .iter()
+                    .map(|&r| st.scheduler.moved(r))
+                    .sum::<f64>()
+                    / GIB;
                 let rate: f64 = faults
                     .rising_counters
                     .iter()
@@ -385,13 +395,19 @@ mod tests {
         assert!(m.contains("faults.p2p_off[0]: GPU 2 does not exist"), "{m}");
         let m = refusal("h200-pair", json!({"p2p_off": [[1, 1]]}));
         assert!(m.contains("pairs GPU 1 with itself"), "{m}");
-        let m = refusal("h200-pair", json!({"nvlinks_down": [{"gpu": 0, "links": [18]}]}));
+        let m = refusal(
+            "h200-pair",
+            json!({"nvlinks_down": [{"gpu": 0, "links": [18]}]}),
+        );
         assert!(m.contains("names link 18 but GPU 0 has 18 NVLinks"), "{m}");
         let m = refusal(
             "h200-pair",
             json!({"pcie_trained": [{"gpu": 0, "generation": 6, "lanes": 16}]}),
         );
-        assert!(m.contains("generation must be 1 to pcie.generation (5)"), "{m}");
+        assert!(
+            m.contains("generation must be 1 to pcie.generation (5)"),
+            "{m}"
+        );
         let m = refusal(
             "h200-pair",
             json!({"rising_counters": [{"gpu": 0, "counter": "nvlink-crc", "per_gib": 0}]}),
@@ -417,6 +433,18 @@ mod tests {
         value["faults"] = json!({"pcie_trained": [{"gpu": 0, "generation": 4, "lanes": 16}]});
         let err = Preset::parse(&value.to_string(), "x").unwrap_err();
         assert!(err.to_string().contains("needs `pcie.generation`"), "{err}");
+    }
+
+    #[test]
+    fn the_documented_faults_apply_to_a_two_gpu_preset() {
+        let doc = include_str!("../../../docs/sim-format.md");
+        let start = doc.find("\"faults\": {").expect("the doc shows faults") + "\"faults\": ".len();
+        let end = start + doc[start..].find("\n}").unwrap() + 2;
+        let faults: serde_json::Value = serde_json::from_str(&doc[start..end]).unwrap();
+        let p = with_faults("h200-pair", faults).unwrap();
+        assert!(!p.p2p(0, 1));
+        assert_eq!(p.link(0, 1), Link::NvLink(17));
+        assert!((pcie_share(&p, 1) - 0.25).abs() < 1e-9);
     }
 
     #[test]
@@ -482,7 +510,9 @@ mod tests {
     fn h2d_us(preset: &Preset, gpu: usize) -> f64 {
         let sim = SimBackend::from_preset(preset);
         let len = 64 << 20;
-        let host = sim.alloc(Memory::PinnedHost { numa_node: None }, len).unwrap();
+        let host = sim
+            .alloc(Memory::PinnedHost { numa_node: None }, len)
+            .unwrap();
         let device = sim.alloc(Memory::Device(gpu), len).unwrap();
         let stream = sim.create_stream(gpu).unwrap();
         let start = sim.record(stream).unwrap();
@@ -505,12 +535,12 @@ mod tests {
         assert!((pcie_share(&slow, 1) - 0.25).abs() < 1e-9);
         let (fast_us, slow_us) = (h2d_us(&slow, 0), h2d_us(&slow, 1));
         // 64 MiB at 55.2 GB/s against a quarter of it, each plus the same few µs of overhead.
-        assert!(slow_us > 3.9 * fast_us && slow_us < 4.0 * fast_us, "{fast_us} {slow_us}");
-        let health = crate::backend::Health::gpu_health(
-            SimBackend::from_preset(&slow).health(),
-            1,
-        )
-        .unwrap();
+        assert!(
+            slow_us > 3.9 * fast_us && slow_us < 4.0 * fast_us,
+            "{fast_us} {slow_us}"
+        );
+        let health =
+            crate::backend::Health::gpu_health(SimBackend::from_preset(&slow).health(), 1).unwrap();
         assert_eq!(health.pcie.unwrap().to_string(), "Gen4 x8 (max Gen5 x16)");
     }
 

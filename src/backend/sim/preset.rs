@@ -381,10 +381,7 @@ impl Preset {
 
     /// Whether the driver offers P2P between `a` and `b` (distinct).
     pub fn p2p(&self, a: usize, b: usize) -> bool {
-        if self.devices[a].mig_enabled
-            || self.devices[b].mig_enabled
-            || self.faults.p2p_off(a, b)
-        {
+        if self.devices[a].mig_enabled || self.devices[b].mig_enabled || self.faults.p2p_off(a, b) {
             return false;
         }
         match self.link(a, b) {
