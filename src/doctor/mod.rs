@@ -28,6 +28,16 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+/// The checks made of every GPU, in the order a report lists them.
+pub const GPU_CHECKS: [&str; 6] = [
+    "pcie-link",
+    "nvlink",
+    "error-counters",
+    "mig",
+    "persistence",
+    "clocks",
+];
+
 /// How a check came out. Only `fail` makes `peerlink doctor` exit 1.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,

@@ -74,14 +74,7 @@ fn every_kind_of_check_is_made_for_every_gpu_and_pair() {
     let report = doctor(&Preset::load("dgx1-v100").unwrap(), &Options::default());
     let count = |check: &str| report.checks.iter().filter(|c| c.check == check).count();
     assert_eq!(count("p2p"), 28);
-    for check in [
-        "pcie-link",
-        "nvlink",
-        "error-counters",
-        "mig",
-        "persistence",
-        "clocks",
-    ] {
+    for check in GPU_CHECKS {
         assert_eq!(count(check), 8, "{check}");
     }
     assert_eq!(count("virtual-machine") + count("device-order"), 2);

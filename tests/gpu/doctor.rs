@@ -5,7 +5,7 @@
 
 use peerlink::backend::health::Counter;
 use peerlink::backend::Backend;
-use peerlink::doctor::{run, Options, Verdict};
+use peerlink::doctor::{run, Options, Verdict, GPU_CHECKS};
 use peerlink::document::doctor::DoctorDocument;
 use peerlink::document::schemas::published;
 
@@ -52,14 +52,7 @@ fn doctor_reads_this_machine_and_its_readings_agree() {
     assert!(burst.interval_s >= 1.0, "{burst:?}");
     let p2p_pairs = topology.pairs.iter().filter(|p| p.p2p).count();
     assert_eq!(burst.pairs.len(), p2p_pairs, "{burst:?}");
-    for check in [
-        "pcie-link",
-        "nvlink",
-        "error-counters",
-        "mig",
-        "persistence",
-        "clocks",
-    ] {
+    for check in GPU_CHECKS {
         let made = report.checks.iter().filter(|c| c.check == check).count();
         assert_eq!(made, gpus, "{check}");
     }
