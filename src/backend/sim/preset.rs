@@ -304,6 +304,7 @@ impl Preset {
                 ));
             }
         }
+        self.check_nvlinks_per_gpu()?;
         let p = &self.pcie;
         positive("pcie.host_gbps", p.host_gbps)?;
         if let Some(up) = p.switch_uplink_gbps {
@@ -344,6 +345,32 @@ impl Preset {
             not_negative(&format!("costs.{field}"), v)?;
         }
         self.faults.validate(self)
+    }
+
+    /// Refuses a GPU with more NVLinks than [`MOST_NVLINKS_PER_GPU`]: each is a port the simulated
+    /// GPU reports, one by one, as NVML does.
+    fn check_nvlinks_per_gpu(&self) -> std::result::Result<(), String> {
+        let mut links = vec![0u64; self.devices.len()];
+        match &self.nvswitch {
+            Some(sw) => links.fill(u64::from(sw.links_per_gpu)),
+            None => {
+                for entry in &self.links {
+                    if let Link::NvLink(n) = entry.link {
+                        for g in entry.gpus {
+                            links[g] += u64::from(n);
+                        }
+                    }
+                }
+            }
+        }
+        match links.iter().position(|&n| n > MOST_NVLINKS_PER_GPU) {
+            Some(g) => Err(format!(
+                "GPU {g} has {} NVLinks; a GPU has at most {MOST_NVLINKS_PER_GPU} (NVML counts 18 \
+                 at most today)",
+                links[g]
+            )),
+            None => Ok(()),
+        }
     }
 
     /// How GPUs `a` and `b` (distinct) are linked: an explicit entry, the NVSwitch, or the PCIe path
@@ -447,6 +474,10 @@ impl Preset {
         }
     }
 }
+
+/// The most NVLinks a simulated GPU may have: NVML's limit is 18 per GPU (NVML_NVLINK_MAX_LINKS);
+/// room for later generations, and a bound on the ports a simulated GPU lists.
+pub const MOST_NVLINKS_PER_GPU: u64 = 64;
 
 /// Lower is better, as CUDA's performance rank: NVLink first, then PCIe by distance.
 fn perf_rank(link: Link) -> i32 {
@@ -724,6 +755,20 @@ mod tests {
         assert!(m.contains("an NVLink class"), "{m}");
         let m = message(edited(|v| v["devices"] = serde_json::json!([])));
         assert!(m.contains("`devices` is empty"), "{m}");
+    }
+
+    #[test]
+    fn a_gpu_with_more_nvlinks_than_any_has_is_refused() {
+        let m = message(edited(|v| {
+            v["nvswitch"]["links_per_gpu"] = 4_000_000_000u32.into()
+        }));
+        assert!(
+            m.contains("GPU 0 has 4000000000 NVLinks; a GPU has at most 64"),
+            "{m}"
+        );
+        let m = message(mesh(&[(0, 1, "NV40"), (1, 2, "NV40")]));
+        assert!(m.contains("GPU 1 has 80 NVLinks"), "{m}");
+        assert!(mesh(&[(0, 1, "NV32"), (1, 2, "NV32")]).is_ok());
     }
 
     #[test]
