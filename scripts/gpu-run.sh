@@ -4,9 +4,9 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all but readwrite): smi topo tests bench sweep explain managed engine
-# tune torch concurrent readwrite workload torch-allreduce
-steps=${STEPS:-smi topo tests bench sweep explain managed engine tune torch concurrent workload torch-allreduce}
+# Which parts to run (default: all but readwrite): smi topo doctor tests bench sweep explain managed
+# engine tune torch concurrent workload torch-allreduce readwrite
+steps=${STEPS:-smi topo doctor tests bench sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
 bench_runs=${BENCH_RUNS:-1}
@@ -33,6 +33,17 @@ if want topo; then
 step topo
 $bin --gpu topo >"$work/topo.txt" 2>&1
 $bin --gpu topo --json >"$work/topo.json" 2>"$work/topo.err"
+fi
+
+if want doctor; then
+step doctor
+# Exit 1 means a check failed: what it found is the record, so the status is kept beside it.
+$bin --gpu doctor >"$work/doctor.txt" 2>&1
+echo "doctor exit: $?" >>"$work/doctor.txt"
+$bin --gpu doctor --json >"$work/doctor.json" 2>"$work/doctor.err"
+echo "doctor --json exit: $?" >>"$work/doctor.err"
+# What doctor reads of this host, for the record (lspci needs no root for the tree).
+{ lspci -tv; lspci -vvv; } >"$work/lspci.txt" 2>&1
 fi
 
 if want tests; then
@@ -203,6 +214,7 @@ fi
 tar czf "$dest/results.tgz" -C "$work" .
 cd "$work"
 grep -hE "test result|random transfers|gpu tests exit" gpu-tests.log 2>/dev/null
+grep -hE "^(FAIL|WARN|INFO) |fail, .* ok|doctor exit" doctor.txt 2>/dev/null
 cat engine-batch.txt engine-256MiB.txt tune.time 2>/dev/null
 grep -h "gap:" explain-*.txt 2>/dev/null
 tail -n 4 engine-sweep.txt engine-sweep-profile.txt 2>/dev/null

@@ -14,6 +14,8 @@
 //! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
 //! - [`report`]: text tables, CSV and the exports of the CLI's verbs; `html` (feature `html`, on
 //!   with the command line): `peerlink report`'s HTML page and its SVG charts.
+//! - [`doctor`]: what stands between the GPUs and fast P2P, each check with its evidence, verdict
+//!   and fix.
 //!
 //! Everything above [`backend`] runs the same on real GPUs and on the simulator, so this example
 //! runs anywhere (on a GPU host, open `backend::cuda::CudaBackend` instead):
@@ -42,6 +44,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod doctor;
 pub mod document;
 pub mod engine;
 pub mod error;

@@ -20,6 +20,8 @@ mod engine;
 mod collectives;
 #[path = "gpu/managed.rs"]
 mod managed;
+#[path = "gpu/doctor.rs"]
+mod doctor;
 #[path = "soak/run.rs"]
 mod soak;
 #[path = "gpu/workload.rs"]

@@ -21,8 +21,10 @@
 
 mod collective;
 mod managed;
+mod health;
 
 use super::handles::{next_tag, Table};
+use super::health::RawHealth;
 use super::overlap::{first_overlap, InOrder};
 use super::raw::{Batch, RawCollectives, RawManaged, RawProbes};
 use super::{
@@ -323,7 +325,7 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes + RawCollectives + RawManaged> Backend for Checked<I> {
+impl<I: RawProbes + RawCollectives + RawManaged + RawHealth> Backend for Checked<I> {
     fn source(&self) -> &Source {
         &self.raw.topology().source
     }
@@ -345,6 +347,10 @@ impl<I: RawProbes + RawCollectives + RawManaged> Backend for Checked<I> {
     }
 
     fn managed(&self) -> &dyn Managed {
+        self
+    }
+
+    fn health(&self) -> &dyn super::Health {
         self
     }
 

@@ -26,6 +26,7 @@ mod checked;
 pub mod collective;
 pub mod cuda;
 mod handles;
+pub mod health;
 pub mod host_memory;
 mod overlap;
 mod raw;
@@ -33,6 +34,7 @@ pub mod sim;
 
 pub use checked::Checked;
 pub use collective::{Collectives, Nccl};
+pub use health::Health;
 pub(crate) use overlap::first_overlap;
 pub use raw::{Batch, RawBackend, RawCollectives, RawManaged, RawProbes, RawRank};
 
@@ -205,6 +207,9 @@ pub trait Backend: Send + Sync {
 
     /// Advice and prefetches for managed memory.
     fn managed(&self) -> &dyn Managed;
+    /// What each GPU's management interface says about its health (PCIe link, NVLinks, error
+    /// counters, clocks), for `peerlink doctor`.
+    fn health(&self) -> &dyn Health;
 
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
     /// already enabled pair succeeds, and a GPU is its own peer. Fails with [`Error::PeerAccess`],

@@ -85,6 +85,9 @@ pub enum Verb {
     /// One self-contained HTML page of charts (SVG, no script, nothing fetched) from any mix of
     /// peerlink's JSON documents; --svg DIR writes the charts alone
     Report(ReportArgs),
+    /// What stands between the GPUs and fast P2P: each check's evidence, verdict (ok, info, warn,
+    /// fail) and fix; exit status 1 when a check fails
+    Doctor(DoctorArgs),
 }
 
 #[derive(Args)]
@@ -101,6 +104,14 @@ pub struct ReportArgs {
     /// Write each chart as an SVG file into DIR (made if missing), named by its id
     #[arg(long, value_name = "DIR")]
     pub svg: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Read the host's /sys and /proc under this directory [default: / on real GPUs; none on the
+    /// simulator]
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
 }
 
 #[derive(Args)]

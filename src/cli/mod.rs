@@ -8,6 +8,7 @@ pub mod args;
 mod compare;
 mod export;
 mod html_report;
+mod doctor;
 mod plan;
 mod tune;
 mod workload;
@@ -84,6 +85,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Compare(args) => compare::run(global, &args),
         Verb::Workload(args) => workload::run(global, &args),
         Verb::Report(args) => html_report::run(global, &args),
+        Verb::Doctor(args) => doctor::run(global, &args),
     }
 }
 

@@ -11,12 +11,14 @@
 //! [`bench::ExplainDocument`], [`plan::PlanDocument`], [`plan::PlanSweepDocument`],
 //! [`plan::PlanBatchDocument`], [`plan::PlanConcurrentDocument`],
 //! [`crate::model::Profile`] (from `tune`, read by `plan --profile`),
-//! [`compare::CompareDocument`] and [`workload::WorkloadDocument`]. A simulator preset
+//! [`compare::CompareDocument`], [`workload::WorkloadDocument`] and
+//! [`doctor::DoctorDocument`]. A simulator preset
 //! ([`crate::backend::sim::Preset`]) is an input users write, with no header, but its schema is
 //! published beside theirs.
 
 pub mod bench;
 pub mod compare;
+pub mod doctor;
 mod header;
 pub mod plan;
 pub mod schemas;

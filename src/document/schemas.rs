@@ -8,6 +8,7 @@
 
 use super::bench::{BenchDocument, ExplainDocument};
 use super::compare::CompareDocument;
+use super::doctor::DoctorDocument;
 use super::plan::{PlanBatchDocument, PlanConcurrentDocument, PlanDocument, PlanSweepDocument};
 use super::topo::TopoDocument;
 use super::workload::WorkloadDocument;
@@ -48,6 +49,7 @@ pub fn published() -> Vec<Published> {
         of::<Profile>(),
         of::<CompareDocument>(),
         of::<WorkloadDocument>(),
+        of::<DoctorDocument>(),
         Published {
             file: PRESET_FILE.to_string(),
             schema: titled::<Preset>("peerlink simulator preset"),

@@ -524,6 +524,9 @@ impl Backend for Counting {
     fn managed(&self) -> &dyn crate::backend::Managed {
         self.sim.managed()
     }
+    fn health(&self) -> &dyn crate::backend::Health {
+        self.sim.health()
+    }
     fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
         bump(&self.counts.peer_enables);
         self.sim.enable_peer_access(device, peer)

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod compare;
 pub mod export;
+pub mod doctor;
 pub mod plan;
 pub mod table;
 pub mod topo;

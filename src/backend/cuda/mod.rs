@@ -6,6 +6,7 @@
 //! - `kernels`: copy, gate and latency kernels (sources in `kernels/*.cu`);
 //! - `batches`: pinned memory for the copy lists of batch kernels;
 //! - `gates`: pinned flags that hold streams until released;
+//! - `health`: NVML's health facts for `peerlink doctor` (PCIe link, NVLinks, counters, clocks);
 //! - `collective`: peerlink's all-reduce over P2P and the busy kernel, queued for every rank;
 //! - `nccl`: NCCL, found and loaded at run time by a loader of our own.
 //!
@@ -18,6 +19,7 @@ mod batches;
 mod collective;
 mod driver;
 mod gates;
+mod health;
 mod kernels;
 mod nccl;
 mod peer;
@@ -153,6 +155,7 @@ pub struct Gpus {
     descriptors: batches::DescriptorPool,
     /// One internal stream per device for the synchronous `write` and `read`.
     io_streams: Vec<Arc<CudaStream>>,
+    health: health::NvmlHealth,
     contexts: Vec<Arc<CudaContext>>,
 }
 
@@ -194,8 +197,11 @@ impl Gpus {
             .iter()
             .map(|ctx| ctx.new_stream().map_err(failed("cuStreamCreate")))
             .collect::<Result<Vec<_>>>()?;
+        let bus_ids = topology.devices.iter().map(|d| d.pci_bus_id.clone());
+        let health = health::NvmlHealth::open(bus_ids.collect());
         Ok(Gpus {
             started,
+            health,
             topology,
             notices,
             kernels: kernels::KernelCache::new(contexts.len()),

@@ -7,6 +7,7 @@
 //! the resources one transfer crosses, plus a cap of its own (an SM copy's efficiency, a PCIe path
 //! class's P2P rate) and the latency it adds to the operation.
 
+use super::faults;
 use super::preset::Preset;
 use crate::topology::Link;
 use std::collections::BTreeMap;
@@ -98,8 +99,10 @@ impl LinkModel {
             capacity.len() - 1
         };
         let memory = (0..n).map(|_| add(preset.gpu.local_copy_gbps)).collect();
-        let pcie_up = (0..n).map(|_| add(preset.pcie.host_gbps)).collect();
-        let pcie_down = (0..n).map(|_| add(preset.pcie.host_gbps)).collect();
+        // A link the faults trained below its maximum moves its share of the full rate.
+        let host_gbps = |g: usize| preset.pcie.host_gbps * faults::pcie_share(preset, g);
+        let pcie_up = (0..n).map(|g| add(host_gbps(g))).collect();
+        let pcie_down = (0..n).map(|g| add(host_gbps(g))).collect();
         let uplink = preset
             .pcie
             .switch_uplink_gbps
@@ -117,9 +120,13 @@ impl LinkModel {
             })
             .collect();
         let nvlink = match (&preset.nvlink, &preset.nvswitch) {
-            (Some(nv), Some(sw)) => {
-                let port = sw.links_per_gpu as f64 * nv.link_gbps * nv.efficiency;
-                NvLinks::Switch((0..n).map(|_| (add(port), add(port))).collect())
+            (Some(nv), Some(_)) => {
+                // Each GPU's port is as wide as its links that are up.
+                let port = |g: usize| {
+                    let up = faults::ports(preset, g).iter().filter(|p| p.active).count();
+                    up as f64 * nv.link_gbps * nv.efficiency
+                };
+                NvLinks::Switch((0..n).map(|g| (add(port(g)), add(port(g)))).collect())
             }
             (Some(nv), None) => {
                 let mut bundles = BTreeMap::new();
@@ -177,6 +184,28 @@ impl LinkModel {
     /// How distinct GPUs `a` and `b` are linked.
     pub fn link(&self, a: usize, b: usize) -> Link {
         self.preset.link(a, b)
+    }
+
+    /// The resources of GPU `gpu`'s NVLinks: its switch port both ways, or every bundle it is an
+    /// end of.
+    pub fn nvlink_resources(&self, gpu: usize) -> Vec<ResourceId> {
+        match &self.nvlink {
+            NvLinks::None => Vec::new(),
+            NvLinks::Switch(ports) => vec![ports[gpu].0, ports[gpu].1],
+            NvLinks::Bundles(bundles) => bundles
+                .iter()
+                .filter(|((a, b), _)| *a == gpu || *b == gpu)
+                .map(|(_, &r)| r)
+                .collect(),
+        }
+    }
+
+    /// Every resource traffic through GPU `gpu` crosses: its memory, its PCIe link both ways and
+    /// its NVLinks.
+    pub fn gpu_resources(&self, gpu: usize) -> Vec<ResourceId> {
+        let mut resources = vec![self.memory[gpu], self.pcie_up[gpu], self.pcie_down[gpu]];
+        resources.extend(self.nvlink_resources(gpu));
+        resources
     }
 
     /// A copy inside one GPU's memory.

@@ -15,6 +15,7 @@
 mod collective;
 #[cfg(test)]
 mod collective_tests;
+pub mod faults;
 mod links;
 mod managed;
 mod memory;
@@ -395,6 +396,10 @@ impl RawBackend for Simulator {
             let message = if preset.devices[device].mig_enabled || preset.devices[peer].mig_enabled
             {
                 "MIG is enabled on one of them, and MIG instances cannot use P2P".to_string()
+            } else if preset.faults.p2p_off(device, peer) {
+                "the preset's faults switch P2P off between them (faults.p2p_off); copy-engine \
+                 copies between them are staged through host memory"
+                    .to_string()
             } else if pair.link.crosses_sockets() {
                 "they sit under different CPU sockets (SYS) and this host offers no P2P across \
                  them; copy-engine copies between them are staged through host memory"

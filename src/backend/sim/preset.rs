@@ -6,6 +6,7 @@
 //! from. Everything a preset says is checked here, so that the simulator itself never meets a
 //! nonsensical host.
 
+use super::faults::{self, Faults};
 use crate::topology::{Device, Link, Pair, Source, Topology};
 use crate::units::LARGEST_FIGURE;
 use crate::{Error, Result};
@@ -78,6 +79,9 @@ pub struct Preset {
     /// How managed memory's page faults are priced; the defaults of [`ManagedSpec`] when absent.
     #[serde(default, skip_serializing_if = "ManagedSpec::is_default")]
     pub managed: ManagedSpec,
+    /// Faults the host carries, for `peerlink doctor` to find (none by default).
+    #[serde(default, skip_serializing_if = "Faults::is_empty")]
+    pub faults: Faults,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -163,6 +167,12 @@ pub struct PcieSpec {
     /// P2P rate per path class (`PIX`, `PXB`, `PHB`, `NODE`, `SYS`); a class left out has no P2P.
     #[serde(default)]
     pub p2p_gbps: BTreeMap<Link, f64>,
+    /// The PCIe generation every GPU's link trains at (1 to 6), where the preset says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u32>,
+    /// The lanes of every GPU's link (1 to 32), where the preset says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -336,6 +346,7 @@ impl Preset {
                 ));
             }
         }
+        self.check_nvlinks_per_gpu()?;
         let p = &self.pcie;
         positive("pcie.host_gbps", p.host_gbps)?;
         if let Some(up) = p.switch_uplink_gbps {
@@ -351,6 +362,12 @@ impl Preset {
                 ));
             }
             positive(&format!("pcie.p2p_gbps.{class}"), *gbps)?;
+        }
+        if let Some(generation) = p.generation.filter(|g| !(1..=6).contains(g)) {
+            return Err(format!("pcie.generation must be 1 to 6, not {generation}"));
+        }
+        if let Some(lanes) = p.lanes.filter(|l| !(1..=32).contains(l)) {
+            return Err(format!("pcie.lanes must be 1 to 32, not {lanes}"));
         }
         let h = &self.host;
         positive("host.inter_socket_gbps", h.inter_socket_gbps)?;
@@ -377,21 +394,57 @@ impl Preset {
             ));
         }
         not_negative("managed.fault_us", m.fault_us)?;
-        Ok(())
+        self.faults.validate(self)
+    }
+
+    /// Refuses a GPU with more NVLinks than [`MOST_NVLINKS_PER_GPU`]: each is a port the simulated
+    /// GPU reports, one by one, as NVML does.
+    fn check_nvlinks_per_gpu(&self) -> std::result::Result<(), String> {
+        let mut links = vec![0u64; self.devices.len()];
+        match &self.nvswitch {
+            Some(sw) => links.fill(u64::from(sw.links_per_gpu)),
+            None => {
+                for entry in &self.links {
+                    if let Link::NvLink(n) = entry.link {
+                        for g in entry.gpus {
+                            links[g] += u64::from(n);
+                        }
+                    }
+                }
+            }
+        }
+        match links.iter().position(|&n| n > MOST_NVLINKS_PER_GPU) {
+            Some(g) => Err(format!(
+                "GPU {g} has {} NVLinks; a GPU has at most {MOST_NVLINKS_PER_GPU} (NVML counts 18 \
+                 at most today)",
+                links[g]
+            )),
+            None => Ok(()),
+        }
     }
 
     /// How GPUs `a` and `b` (distinct) are linked: an explicit entry, the NVSwitch, or the PCIe path
-    /// implied by their switches and NUMA nodes.
+    /// implied by their switches and NUMA nodes. NVLinks the faults put down do not count, and a
+    /// pair left with none talks over PCIe.
     pub fn link(&self, a: usize, b: usize) -> Link {
-        if let Some(sw) = &self.nvswitch {
-            return Link::NvLink(sw.links_per_gpu);
-        }
         let explicit = self
             .links
             .iter()
-            .find(|l| l.gpus == [a, b] || l.gpus == [b, a]);
-        if let Some(l) = explicit {
-            return l.link;
+            .find(|l| l.gpus == [a, b] || l.gpus == [b, a])
+            .map(|l| l.link);
+        let nvlink = match (&self.nvswitch, explicit) {
+            (Some(sw), _) => Some(Link::NvLink(sw.links_per_gpu)),
+            (None, Some(Link::NvLink(n))) => Some(Link::NvLink(n)),
+            (None, Some(pcie)) => return pcie,
+            (None, None) => None,
+        };
+        match nvlink {
+            Some(link) if self.faults.nvlinks_down.is_empty() => return link,
+            Some(_) => match faults::active_links(self, a, b) {
+                0 => {}
+                active => return Link::NvLink(active),
+            },
+            None => {}
         }
         let (da, db) = (&self.devices[a], &self.devices[b]);
         if da.numa_node != db.numa_node {
@@ -405,7 +458,7 @@ impl Preset {
 
     /// Whether the driver offers P2P between `a` and `b` (distinct).
     pub fn p2p(&self, a: usize, b: usize) -> bool {
-        if self.devices[a].mig_enabled || self.devices[b].mig_enabled {
+        if self.devices[a].mig_enabled || self.devices[b].mig_enabled || self.faults.p2p_off(a, b) {
             return false;
         }
         match self.link(a, b) {
@@ -471,6 +524,10 @@ impl Preset {
         }
     }
 }
+
+/// The most NVLinks a simulated GPU may have: NVML's limit is 18 per GPU (NVML_NVLINK_MAX_LINKS);
+/// room for later generations, and a bound on the ports a simulated GPU lists.
+pub const MOST_NVLINKS_PER_GPU: u64 = 64;
 
 /// Lower is better, as CUDA's performance rank: NVLink first, then PCIe by distance.
 fn perf_rank(link: Link) -> i32 {
@@ -748,6 +805,20 @@ mod tests {
         assert!(m.contains("an NVLink class"), "{m}");
         let m = message(edited(|v| v["devices"] = serde_json::json!([])));
         assert!(m.contains("`devices` is empty"), "{m}");
+    }
+
+    #[test]
+    fn a_gpu_with_more_nvlinks_than_any_has_is_refused() {
+        let m = message(edited(|v| {
+            v["nvswitch"]["links_per_gpu"] = 4_000_000_000u32.into()
+        }));
+        assert!(
+            m.contains("GPU 0 has 4000000000 NVLinks; a GPU has at most 64"),
+            "{m}"
+        );
+        let m = message(mesh(&[(0, 1, "NV40"), (1, 2, "NV40")]));
+        assert!(m.contains("GPU 1 has 80 NVLinks"), "{m}");
+        assert!(mesh(&[(0, 1, "NV32"), (1, 2, "NV32")]).is_ok());
     }
 
     #[test]

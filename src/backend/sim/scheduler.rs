@@ -407,11 +407,14 @@ pub(super) struct Scheduler {
     next_reader: u64,
     /// A kernel fault (as CUDA's sticky errors), reported at the next synchronisation.
     fault: Option<String>,
+    /// Bytes that crossed each resource so far (the simulated counters rise with them).
+    moved: Vec<f64>,
 }
 
 impl Scheduler {
     pub fn new(capacity: Vec<f64>) -> Scheduler {
         Scheduler {
+            moved: vec![0.0; capacity.len()],
             capacity,
             ..Scheduler::default()
         }
@@ -858,9 +861,18 @@ impl Scheduler {
     fn advance_flows(&mut self, t: f64) {
         let dt = t - self.now;
         for f in self.flows.iter_mut().filter(|f| f.started) {
-            f.remaining -= f.rate * dt;
+            let bytes = f.rate * dt;
+            f.remaining -= bytes;
+            for &r in &f.path.resources {
+                self.moved[r] += bytes;
+            }
         }
         self.now = t;
+    }
+
+    /// Bytes that crossed resource `r` up to the scheduler's present.
+    pub fn moved(&self, r: usize) -> f64 {
+        self.moved[r]
     }
 
     /// Starts and ends every flow due at the current time, then moves on every stream whose step

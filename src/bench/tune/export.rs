@@ -299,6 +299,8 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             load_latency_ns: pcie_load_ns,
             signal_us: pcie_signal_us,
             p2p_gbps,
+            generation: None,
+            lanes: None,
         },
         host: HostSpec {
             inter_socket_gbps,
@@ -317,6 +319,7 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
         },
         // tune does not measure managed memory's faults: the simulator's estimates stand.
         managed: ManagedSpec::default(),
+        faults: Default::default(),
     };
     // Four significant digits: the figures' own precision, and a file a person can read and edit.
     let mut value = serde_json::to_value(&preset).expect("a preset always serialises");
