@@ -619,8 +619,13 @@ proptest! {
             Ok(fuzzed) => {
                 let (a, b) = if base_first { (&base, &fuzzed) } else { (&fuzzed, &base) };
                 let comparison = document::compare::compare(a, b, "a.json", "b.json");
-                let _ = peerlink::report::compare::text(&comparison, "a.json", "b.json");
-                let _ = document::to_json(&document::compare::CompareDocument::new(&comparison));
+                if let Err(e) = comparison.check_paired("a.json", "b.json") {
+                    prop_assert_eq!(e.exit_code(), 2, "{}", e);
+                    return Ok(());
+                }
+                let threshold = Some(5.0);
+                let _ = peerlink::report::compare::text(&comparison, "a.json", "b.json", threshold);
+                let _ = document::to_json(&document::compare::CompareDocument::new(&comparison, threshold));
             }
         }
     }

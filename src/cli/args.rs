@@ -71,6 +71,11 @@ pub struct CompareArgs {
     pub base: PathBuf,
     /// The document compared
     pub other: PathBuf,
+
+    /// Exit 1, naming them, when any paired figure moved by more than this percentage of its base
+    /// figure, either way (5, 2.5%)
+    #[arg(long, value_name = "PCT")]
+    pub threshold: Option<String>,
 }
 
 #[derive(Args)]
