@@ -63,6 +63,23 @@ pub enum Verb {
     /// Two `bench --json` documents side by side, figure by figure (another run, another host, or
     /// a simulator preset against the machine it was calibrated on)
     Compare(CompareArgs),
+    /// A short health check: ce-write, h2d, d2h, local and copy-latency measured and compared with
+    /// a baseline or with reference figures for known GPUs; exit 1 naming what regressed
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// An earlier `peerlink bench --json` of this kind of host, taken when it was healthy; each
+    /// test is measured at its size [default: the reference figures shipped for H200, H100 SXM
+    /// and A100 SXM]
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
+    /// How much slower than expected a figure may be, in percent of it (copy-latency: twice this)
+    /// [default: 5]
+    #[arg(long, value_name = "PCT")]
+    pub tolerance: Option<String>,
 }
 
 #[derive(Args)]

@@ -5,6 +5,7 @@
 //! embedding the library does not compile them.
 
 pub mod args;
+mod check;
 mod compare;
 mod plan;
 mod tune;
@@ -68,6 +69,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Plan(args) => plan::run(global, &args),
         Verb::Tune(args) => tune::run(global, &args),
         Verb::Compare(args) => compare::run(global, &args),
+        Verb::Check(args) => check::run(global, &args),
         Verb::Workload(args) => workload::run(global, &args),
     }
 }

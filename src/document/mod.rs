@@ -11,11 +11,12 @@
 //! [`bench::ExplainDocument`], [`plan::PlanDocument`], [`plan::PlanSweepDocument`],
 //! [`plan::PlanBatchDocument`], [`plan::PlanConcurrentDocument`],
 //! [`crate::model::Profile`] (from `tune`, read by `plan --profile`),
-//! [`compare::CompareDocument`] and [`workload::WorkloadDocument`]. A simulator preset
-//! ([`crate::backend::sim::Preset`]) is an input users write, with no header, but its schema is
-//! published beside theirs.
+//! [`compare::CompareDocument`], [`workload::WorkloadDocument`] and
+//! [`check::CheckDocument`]. A simulator preset ([`crate::backend::sim::Preset`]) is an input
+//! users write, with no header, but its schema is published beside theirs.
 
 pub mod bench;
+pub mod check;
 pub mod compare;
 mod header;
 pub mod plan;

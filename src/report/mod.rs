@@ -4,6 +4,7 @@
 //! says `"simulated": true`.
 
 pub mod bench;
+pub mod check;
 pub mod compare;
 pub mod plan;
 pub mod table;
