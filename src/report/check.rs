@@ -61,21 +61,13 @@ pub fn text(doc: &CheckDocument) -> String {
 /// What the figures were compared with, in a phrase.
 fn against(against: &Against) -> String {
     match against {
+        // The day is enough to tell an old baseline here; the JSON has the time and the host.
         Against::Baseline {
-            file,
-            source,
-            time,
-            host,
-        } => {
-            let mut said = format!("the baseline {file} ({source}");
-            if let Some(time) = time {
-                let _ = write!(said, ", written {time}");
-            }
-            if let Some(host) = host {
-                let _ = write!(said, " on {host}");
-            }
-            said + ")"
-        }
+            file, source, time, ..
+        } => match time.as_deref().and_then(|t| t.get(..10)) {
+            Some(day) => format!("the baseline {file} ({source}, written {day})"),
+            None => format!("the baseline {file} ({source})"),
+        },
         Against::Reference { gpus } => format!(
             "the reference figures of {} shipped with peerlink",
             gpus.join(" and ")
