@@ -16,8 +16,12 @@ mod contract;
 #[path = "gpu/engine.rs"]
 mod engine;
 
+#[path = "gpu/check.rs"]
+mod check;
 #[path = "gpu/collectives.rs"]
 mod collectives;
+#[path = "common/mod.rs"]
+mod common;
 #[path = "soak/run.rs"]
 mod soak;
 #[path = "gpu/workload.rs"]
