@@ -26,8 +26,16 @@ fn faster(dir: &Path, baseline: &str) -> String {
     path.to_str().unwrap().to_string()
 }
 
-fn check(args: &[&str]) -> std::process::Output {
-    peerlink().args(args).output().unwrap()
+/// A default bench of the simulated H200 pair made 10% faster, in `dir`; its path.
+fn faster_baseline(dir: &Path) -> String {
+    let base = baseline(dir, "h200-pair", "base.json");
+    faster(dir, &base)
+}
+
+/// `peerlink --sim h200-pair check --baseline BASELINE EXTRA..`.
+fn check_against(baseline: &str, extra: &[&str]) -> std::process::Output {
+    let args = ["--sim", "h200-pair", "check", "--baseline", baseline];
+    peerlink().args(args).args(extra).output().unwrap()
 }
 
 #[test]
@@ -83,16 +91,8 @@ fn a_baseline_of_the_same_simulated_host_passes_run_after_run() {
 #[test]
 fn a_baseline_made_10_percent_faster_fails_naming_tests_and_places() {
     let dir = tempfile::tempdir().unwrap();
-    let base = baseline(dir.path(), "h200-pair", "base.json");
-    let faster = faster(dir.path(), &base);
-    let out = check(&[
-        "--sim",
-        "h200-pair",
-        "check",
-        "--baseline",
-        &faster,
-        "--json",
-    ]);
+    let faster = faster_baseline(dir.path());
+    let out = check_against(&faster, &["--json"]);
     assert_eq!(out.status.code(), Some(1));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("the document, still");
     assert_eq!(doc["healthy"], false);
@@ -137,34 +137,17 @@ fn a_baseline_made_10_percent_faster_fails_naming_tests_and_places() {
 #[test]
 fn the_tolerance_decides() {
     let dir = tempfile::tempdir().unwrap();
-    let base = baseline(dir.path(), "h200-pair", "base.json");
-    let faster = faster(dir.path(), &base);
+    let faster = faster_baseline(dir.path());
     let run = |tolerance: &str| {
-        check(&[
-            "--sim",
-            "h200-pair",
-            "check",
-            "--baseline",
-            &faster,
-            &format!("--tolerance={tolerance}"),
-        ])
-        .status
-        .code()
+        check_against(&faster, &[&format!("--tolerance={tolerance}")])
+            .status
+            .code()
     };
     // 9.1% slower bandwidths and 11.1% longer copies: inside 12% (24% for copy-latency)...
     assert_eq!(run("12"), Some(0));
     // ...outside 9% (copy-latency at 18% passes, the bandwidths do not).
     assert_eq!(run("9%"), Some(1));
-    let out = check(&[
-        "--sim",
-        "h200-pair",
-        "check",
-        "--baseline",
-        &faster,
-        "--tolerance",
-        "9",
-        "--json",
-    ]);
+    let out = check_against(&faster, &["--tolerance", "9", "--json"]);
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["regressed"].as_array().unwrap().len(), 8);
     for bad in ["100", "-1", "five"] {
@@ -252,7 +235,7 @@ fn hosts_and_files_check_cannot_use_are_refused_in_one_sentence() {
             "does not exist",
         ),
     ] {
-        let out = check(&args);
+        let out = peerlink().args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);

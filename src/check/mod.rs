@@ -4,7 +4,7 @@
 //! below its width, memory or clocks held back) and that holds still from run to run on a healthy
 //! host ([`CHECKED`]) — and compares every figure with what it should be: a baseline (an earlier
 //! `bench --json` of a host of this kind, taken when it was healthy) or, without one, the reference
-//! figures shipped for known GPUs ([`reference`]). A figure slower than expected by more than its
+//! figures shipped for known GPUs ([`reference`](mod@reference)). A figure slower than expected by more than its
 //! tolerance has regressed, and the verdict names its test and place.
 //!
 //! Like is compared with like: each test runs at the baseline's message size (a baseline made at

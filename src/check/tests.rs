@@ -24,6 +24,12 @@ fn host_and_bench(
     (backend, doc)
 }
 
+/// Check's tests in its order, each at its size in `sizes`.
+fn checked_at(sizes: [u64; 5]) -> Vec<(String, u64)> {
+    let names = CHECKED.iter().map(|c| c.test.to_string());
+    names.zip(sizes).collect()
+}
+
 const ALL_CHECKED: &str = "ce-write,h2d,d2h,local,copy-latency";
 
 /// `doc`'s tests with every figure of `test` at `place` (all places where `None`) times `factor`.
@@ -52,13 +58,7 @@ fn a_baseline_of_the_same_host_is_checked_at_its_sizes_and_passes_itself() {
     let plan = Plan::against_baseline(backend.topology(), &[0, 1], &baseline, "base.json").unwrap();
     assert_eq!(
         plan.runs(),
-        [
-            ("ce-write".to_string(), 1 << 20),
-            ("h2d".to_string(), 1 << 20),
-            ("d2h".to_string(), 1 << 20),
-            ("local".to_string(), 1 << 20),
-            ("copy-latency".to_string(), 4),
-        ]
+        checked_at([1 << 20, 1 << 20, 1 << 20, 1 << 20, 4])
     );
     let not_checked: Vec<(&str, &str)> = plan
         .not_checked
@@ -225,13 +225,7 @@ fn known_gpus_are_checked_against_their_references_at_the_plateau() {
     );
     assert_eq!(
         plan.runs(),
-        [
-            ("ce-write".to_string(), 512 << 20),
-            ("h2d".to_string(), 64 << 20),
-            ("d2h".to_string(), 64 << 20),
-            ("local".to_string(), 1 << 30),
-            ("copy-latency".to_string(), 4),
-        ]
+        checked_at([512 << 20, 64 << 20, 64 << 20, 1 << 30, 4])
     );
     assert_eq!(plan.expected.len(), 10);
     assert!(plan.expected.iter().all(|e| e.reference.is_some()));
