@@ -150,7 +150,7 @@ fn the_tolerance_decides() {
     let out = check_against(&faster, &["--tolerance", "9", "--json"]);
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["regressed"].as_array().unwrap().len(), 8);
-    for bad in ["100", "-1", "five"] {
+    for bad in ["100", "0", "-1", "five"] {
         peerlink()
             .args(["--sim", "h200-pair", "check", &format!("--tolerance={bad}")])
             .assert()

@@ -14,9 +14,11 @@ pub fn run(global: &Global, args: &CheckArgs) -> Result<()> {
         None => DEFAULT_TOLERANCE_PCT,
         Some(text) => parse_percent(text, "--tolerance")?,
     };
-    if tolerance >= 100.0 {
+    if !(tolerance > 0.0 && tolerance < 100.0) {
         return Err(peerlink::Error::usage(format!(
-            "--tolerance {tolerance}% would pass a bandwidth that fell to nothing: give less than 100"
+            "--tolerance {tolerance}% cannot be met sensibly: give more than 0 (no two \
+             measurements agree to the last digit, the simulator's included) and less than 100 \
+             (which would pass a bandwidth that fell to nothing)"
         ))
         .into());
     }
