@@ -138,6 +138,15 @@ pub enum Against {
     Reference { gpus: Vec<String> },
 }
 
+/// A test a check compares, within what tolerance, and why it is checked so.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Checked {
+    pub test: String,
+    pub tolerance_pct: f64,
+    /// What it watches, and how still it held on the H200 pair.
+    pub why: String,
+}
+
 /// A test a check does not compare, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NotChecked {
@@ -163,7 +172,7 @@ impl Expected {
 }
 
 /// How a figure is named: `ce-write 512 MiB 0→1`.
-fn figure_name(test: &str, size_bytes: u64, place: Place) -> String {
+fn figure_name(test: &str, size_bytes: u64, place: impl std::fmt::Display) -> String {
     format!("{test} {} {place}", format_bytes(size_bytes))
 }
 
@@ -531,12 +540,7 @@ impl CheckedFigure {
 
     /// `ce-write 512 MiB 0→1`.
     pub fn name(&self) -> String {
-        format!(
-            "{} {} {}",
-            self.test,
-            format_bytes(self.size_bytes),
-            self.place
-        )
+        figure_name(&self.test, self.size_bytes, &self.place)
     }
 
     /// `ce-write 512 MiB 0→1 (9.1% slower; tolerance 5%)`.
@@ -560,6 +564,8 @@ pub struct CheckReport {
     /// `--tolerance`: how much slower than expected a figure may be, in percent; each test scales
     /// it (its figures' `tolerance_pct`).
     pub tolerance_pct: f64,
+    /// The tests compared, each with its tolerance and why.
+    pub checked: Vec<Checked>,
     /// Every figure compared, in check's test order.
     pub figures: Vec<CheckedFigure>,
     /// The figures that regressed, named (`ce-write 512 MiB 0→1`).
@@ -650,10 +656,20 @@ pub fn judge(plan: &Plan, measured: &[TestResult], tolerance_pct: f64) -> CheckR
         .filter(|f| f.regressed)
         .map(CheckedFigure::name)
         .collect();
+    let checked = CHECKED
+        .iter()
+        .filter(|c| plan.runs.iter().any(|(test, _)| test == c.test))
+        .map(|c| Checked {
+            test: c.test.to_string(),
+            tolerance_pct: tolerance_pct * c.tolerance_scale,
+            why: c.why.to_string(),
+        })
+        .collect();
     CheckReport {
         against: plan.against.clone(),
         devices: plan.devices.clone(),
         tolerance_pct,
+        checked,
         healthy: regressed.is_empty(),
         regressed,
         figures,

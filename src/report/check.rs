@@ -30,6 +30,13 @@ pub fn text(doc: &CheckDocument) -> String {
     for source in sources {
         let _ = writeln!(out, "reference: {source}");
     }
+    for c in &r.checked {
+        let _ = writeln!(
+            out,
+            "checked: {} within {}%: {}",
+            c.test, c.tolerance_pct, c.why
+        );
+    }
     for n in &r.not_checked {
         let _ = writeln!(out, "not checked: {}: {}", n.test, n.why);
     }
