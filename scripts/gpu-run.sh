@@ -4,9 +4,9 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all but readwrite): smi topo doctor tests bench sweep explain managed
-# engine tune torch concurrent workload torch-allreduce readwrite
-steps=${STEPS:-smi topo doctor tests bench sweep explain managed engine tune torch concurrent workload torch-allreduce}
+# Which parts to run (default: all but readwrite): smi topo doctor tests bench check sweep explain
+# managed engine tune torch concurrent workload torch-allreduce readwrite
+steps=${STEPS:-smi topo doctor tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
 bench_runs=${BENCH_RUNS:-1}
@@ -64,6 +64,38 @@ $bin --gpu bench --tests sm-write,sm-read,ce-bidir-read,sm-bidir-write,staged,st
     --json >"$work/bench-more.json" 2>"$work/bench-more.err"
 $bin --gpu bench --tests sm-write,sm-read,ce-bidir-read,sm-bidir-write,staged,staged-bidir,all-to-one,one-to-all \
     >"$work/bench-more.txt" 2>&1
+fi
+
+if want check; then
+step check
+# peerlink check (issue 15) against a default bench of this call (bench.json when the bench step
+# ran): three healthy runs (each must exit 0), the text once, then the same baseline made 10%
+# faster (must exit 1 naming every test and pair); also against the shipped reference figures and
+# against the pair's baseline of an earlier session (benchmarks/h200-x2/bench.json: exit 2 on other
+# GPUs). Each file ends with the exit status.
+base="$work/bench.json"
+if [[ ! -s "$base" ]]; then
+    base="$work/check-baseline.json"
+    $bin --gpu bench --json >"$base" 2>"$work/check-baseline.err"
+fi
+python3 scripts/faster-baseline.py "$base" >"$work/check-baseline-faster.json"
+checked() {
+    local name=$1
+    shift
+    { time $bin --gpu check "$@" >"$work/check-$name" 2>"$work/check-$name.err"; } \
+        2>"$work/check-$name.time"
+    echo "exit: $?" >>"$work/check-$name.err"
+}
+for run in 1 2 3; do
+    checked "$run.json" --baseline "$base" --json
+done
+checked healthy.txt --baseline "$base"
+checked faster.json --baseline "$work/check-baseline-faster.json" --json
+checked faster.txt --baseline "$work/check-baseline-faster.json"
+checked reference.json --json
+checked reference.txt
+checked earlier-session.txt --baseline benchmarks/h200-x2/bench.json
+grep -H "exit:" "$work"/check-*.err
 fi
 
 if want sweep; then

@@ -9,6 +9,8 @@
 //! - [`bench`](mod@bench): all measuring, through one timing core, one median and one data pattern: the
 //!   bandwidth and latency tests, sweeps, the latency breakdown (`explain`), `tune`, and the
 //!   engine's proofs (its picks timed against every alternative).
+//! - [`check`]: a short health check for fleets — a few tests measured and compared with a
+//!   baseline or with reference figures for known GPUs.
 //! - [`units`]: byte sizes as users type them. [`interrupt`]: stopping a long run, keeping what
 //!   it measured.
 //! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
@@ -45,6 +47,7 @@
 pub mod backend;
 pub mod bench;
 pub mod doctor;
+pub mod check;
 pub mod document;
 pub mod engine;
 pub mod error;

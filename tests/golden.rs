@@ -88,6 +88,10 @@ const CASES: &[(&str, &[&str])] = &[
         &["compare", "{dir}/bench-1MiB.json", "{dir}/bench-256KiB.json"],
     ),
     (
+        "check",
+        &["check", "--devices", "0,1", "--baseline", "{dir}/bench-1MiB.json"],
+    ),
+    (
         "workload-all-reduce",
         &[
             "workload",

@@ -16,12 +16,16 @@ mod contract;
 #[path = "gpu/engine.rs"]
 mod engine;
 
+#[path = "gpu/check.rs"]
+mod check;
 #[path = "gpu/collectives.rs"]
 mod collectives;
 #[path = "gpu/managed.rs"]
 mod managed;
 #[path = "gpu/doctor.rs"]
 mod doctor;
+#[path = "common/mod.rs"]
+mod common;
 #[path = "soak/run.rs"]
 mod soak;
 #[path = "gpu/workload.rs"]

@@ -209,6 +209,11 @@ pub fn select_tests(names: &[String]) -> Result<Vec<Box<dyn TestCase>>> {
     Ok(chosen)
 }
 
+/// The test named `name`, if there is one.
+pub fn find_test(name: &str) -> Option<Box<dyn TestCase>> {
+    registry().into_iter().find(|t| t.name() == name)
+}
+
 /// Runs `peerlink bench`: the named (or default) tests, or size sweeps when `options.sizes` is set.
 pub fn run(
     backend: &dyn Backend,
@@ -376,7 +381,7 @@ pub fn check_fits(backend: &dyn Backend, devices: &[usize], bytes: u64) -> Resul
 }
 
 /// The places a test measures on `devices`, and those it leaves out with a reason.
-fn places(shape: Shape, devices: &[usize]) -> (Vec<Place>, Vec<NotMeasured>) {
+pub(crate) fn places(shape: Shape, devices: &[usize]) -> (Vec<Place>, Vec<NotMeasured>) {
     match shape {
         Shape::PerDevice => (
             devices

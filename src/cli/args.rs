@@ -88,6 +88,9 @@ pub enum Verb {
     /// What stands between the GPUs and fast P2P: each check's evidence, verdict (ok, info, warn,
     /// fail) and fix; exit status 1 when a check fails
     Doctor(DoctorArgs),
+    /// A short health check: ce-write, h2d, d2h, local and copy-latency measured and compared with
+    /// a baseline or with reference figures for known GPUs; exit 1 naming what regressed
+    Check(CheckArgs),
 }
 
 #[derive(Args)]
@@ -115,11 +118,30 @@ pub struct DoctorArgs {
 }
 
 #[derive(Args)]
+pub struct CheckArgs {
+    /// An earlier `peerlink bench --json` of this kind of host, taken when it was healthy; each
+    /// test is measured at its size [default: the reference figures shipped for H200, H100 SXM
+    /// and A100 SXM]
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
+    /// How much slower than expected a figure may be, in percent of it (copy-latency: twice this)
+    /// [default: 5]
+    #[arg(long, value_name = "PCT")]
+    pub tolerance: Option<String>,
+}
+
+#[derive(Args)]
 pub struct CompareArgs {
     /// The document compared against (ratios are OTHER / BASE)
     pub base: PathBuf,
     /// The document compared
     pub other: PathBuf,
+
+    /// Exit 1, naming them, when any paired figure moved by more than this percentage of its base
+    /// figure, either way (5, 2.5%)
+    #[arg(long, value_name = "PCT")]
+    pub threshold: Option<String>,
 }
 
 #[derive(Args)]

@@ -5,6 +5,7 @@
 //! embedding the library does not compile them.
 
 pub mod args;
+mod check;
 mod compare;
 mod export;
 mod html_report;
@@ -83,6 +84,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Plan(args) => plan::run(global, &args),
         Verb::Tune(args) => tune::run(global, &args),
         Verb::Compare(args) => compare::run(global, &args),
+        Verb::Check(args) => check::run(global, &args),
         Verb::Workload(args) => workload::run(global, &args),
         Verb::Report(args) => html_report::run(global, &args),
         Verb::Doctor(args) => doctor::run(global, &args),

@@ -12,11 +12,12 @@
 //! [`plan::PlanBatchDocument`], [`plan::PlanConcurrentDocument`],
 //! [`crate::model::Profile`] (from `tune`, read by `plan --profile`),
 //! [`compare::CompareDocument`], [`workload::WorkloadDocument`] and
-//! [`doctor::DoctorDocument`]. A simulator preset
+//! [`doctor::DoctorDocument`], [`check::CheckDocument`]. A simulator preset
 //! ([`crate::backend::sim::Preset`]) is an input users write, with no header, but its schema is
 //! published beside theirs.
 
 pub mod bench;
+pub mod check;
 pub mod compare;
 pub mod doctor;
 mod header;

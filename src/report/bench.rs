@@ -10,7 +10,7 @@ use crate::units::format_bytes;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
 
-fn figure(unit: Unit, value: f64) -> String {
+pub(super) fn figure(unit: Unit, value: f64) -> String {
     match unit {
         Unit::Gbps => format!("{value:.1}"),
         Unit::Micros => format!("{value:.2}"),

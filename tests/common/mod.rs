@@ -102,3 +102,37 @@ pub fn every_kind(dir: &Path) -> Vec<(Vec<String>, &'static str)> {
         ),
     ]
 }
+
+/// A `bench --json` document made `pct` percent faster: every bandwidth times 1 + pct/100, every
+/// time times 1 − pct/100, in its cells, matrices and per-GPU values alike (what
+/// `scripts/faster-baseline.py` does on the GPU host). A healthy host checked against it fails.
+pub fn made_faster(doc: &mut Value, pct: f64) {
+    for test in doc["tests"].as_array_mut().expect("a bench document") {
+        let factor = if test["unit"] == "GB/s" {
+            1.0 + pct / 100.0
+        } else {
+            1.0 - pct / 100.0
+        };
+        let scale = |v: &mut Value| {
+            if let Some(x) = v.as_f64() {
+                *v = (x * factor).into();
+            }
+        };
+        // get_mut, not indexing: indexing a missing key mutably would add it as null.
+        for cell in test["cells"].as_array_mut().into_iter().flatten() {
+            for key in ["value", "total"] {
+                if let Some(v) = cell.get_mut(key) {
+                    scale(v);
+                }
+            }
+        }
+        for key in ["matrix", "total_matrix"] {
+            let rows = test.get_mut(key).and_then(Value::as_array_mut);
+            for row in rows.into_iter().flatten() {
+                row.as_array_mut().into_iter().flatten().for_each(scale);
+            }
+        }
+        let values = test.get_mut("values").and_then(Value::as_array_mut);
+        values.into_iter().flatten().for_each(scale);
+    }
+}
