@@ -17,7 +17,9 @@ pub struct CheckDocument {
     pub report: CheckReport,
 }
 
-impl_document!(CheckDocument, "peerlink.check/1");
+impl_document!(CheckDocument, "peerlink.check/1", |doc| vec![
+    crate::report::export::Records::of("figures", &doc.report.figures)
+]);
 
 impl CheckDocument {
     pub fn new(host: &Topology, report: CheckReport) -> CheckDocument {

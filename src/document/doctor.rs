@@ -37,7 +37,9 @@ pub struct Summary {
     pub ok: usize,
 }
 
-impl_document!(DoctorDocument, "peerlink.doctor/1");
+impl_document!(DoctorDocument, "peerlink.doctor/1", |doc| vec![
+    crate::report::export::Records::of("checks", &doc.checks)
+]);
 
 impl DoctorDocument {
     pub fn new(host: &Topology, report: Report) -> DoctorDocument {
