@@ -14,19 +14,21 @@
 //! - order: what a capturing stream may do, events of one GPU for elapsed time, graphs replayed on
 //!   their GPU with their buffers still allocated;
 //! - collectives (module `collective`): one rank per GPU, each rank's buffers on its GPU, the
-//!   ranks' streams capturing all or none, NCCL's communicators in their own table.
+//!   ranks' streams capturing all or none, NCCL's communicators in their own table;
+//! - the pattern calls (module `patterns`): device memory only.
 //!
 //! The table lock is held for lookups only, never across work an implementation does on a GPU, so
 //! threads issuing work at once do not wait on each other here.
 
 mod collective;
+mod patterns;
 
 use super::handles::{next_tag, Table};
 use super::overlap::{first_overlap, InOrder};
 use super::raw::{Batch, RawCollectives, RawProbes};
 use super::{
     Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Memory,
-    Probes, StreamId,
+    Patterns, Probes, RawPatterns, StreamId,
 };
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
@@ -320,7 +322,7 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
+impl<I: RawProbes + RawCollectives + RawPatterns> Backend for Checked<I> {
     fn source(&self) -> &Source {
         &self.raw.topology().source
     }
@@ -338,6 +340,10 @@ impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
     }
 
     fn collectives(&self) -> &dyn Collectives {
+        self
+    }
+
+    fn patterns(&self) -> &dyn Patterns {
         self
     }
 

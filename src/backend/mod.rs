@@ -27,12 +27,14 @@ pub mod cuda;
 mod handles;
 pub mod host_memory;
 mod overlap;
+mod patterns;
 mod raw;
 pub mod sim;
 
 pub use checked::Checked;
 pub use collective::{Collectives, Nccl};
 pub(crate) use overlap::first_overlap;
+pub use patterns::{Patterns, RawPatterns};
 pub use raw::{Batch, RawBackend, RawCollectives, RawProbes, RawRank};
 
 use crate::topology::{Source, Topology};
@@ -154,6 +156,10 @@ pub trait Backend: Send + Sync {
 
     /// Work over several GPUs at once (peerlink's all-reduce, NCCL) and the stand-in compute.
     fn collectives(&self) -> &dyn Collectives;
+
+    /// Filling and checking device memory with the crate's data pattern on its GPU (see
+    /// [`Patterns`]).
+    fn patterns(&self) -> &dyn Patterns;
 
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
     /// already enabled pair succeeds, and a GPU is its own peer. Fails with [`Error::PeerAccess`],

@@ -521,6 +521,9 @@ impl Backend for Counting {
     fn collectives(&self) -> &dyn crate::backend::Collectives {
         self.sim.collectives()
     }
+    fn patterns(&self) -> &dyn crate::backend::Patterns {
+        self.sim.patterns()
+    }
     fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
         bump(&self.counts.peer_enables);
         self.sim.enable_peer_access(device, peer)

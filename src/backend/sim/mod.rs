@@ -27,7 +27,9 @@ mod tests;
 
 pub use preset::{preset_names, Preset};
 
-use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawProbes};
+use super::collective::BufferRange;
+use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawPatterns, RawProbes};
+use crate::bench::pattern::{self, Mismatch};
 use crate::topology::Topology;
 use crate::{Error, Result};
 use collective::RankPlan;
@@ -558,6 +560,28 @@ impl RawProbes for Simulator {
             Self::submit(&mut st, stream, issue, work);
         }
         Ok(())
+    }
+}
+
+/// The pattern calls on the simulator's bytes, with the host's own generator and check. Like
+/// `write` and `read` (filling and checking), they cost nothing on the virtual clocks: they are no
+/// stream work, run outside every timed window, and so change no simulated figure.
+impl RawPatterns for Simulator {
+    fn fill(&self, range: BufferRange<&Key>, seed: u64) -> Result<()> {
+        let mut st = self.lock();
+        Self::catch_up(&mut st);
+        st.store
+            .write_with(*range.buffer, range.offset, range.len, |bytes| {
+                pattern::fill(seed, bytes)
+            });
+        Ok(())
+    }
+
+    fn first_mismatch(&self, range: BufferRange<&Key>, seed: u64) -> Result<Option<Mismatch>> {
+        let mut st = self.lock();
+        Self::catch_up(&mut st);
+        let bytes = &st.store.bytes(*range.buffer)[range.offset..range.offset + range.len];
+        Ok(pattern::first_mismatch(seed, bytes))
     }
 }
 
