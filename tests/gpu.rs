@@ -180,6 +180,86 @@ fn copy_bandwidth_push_and_pull() {
     }
 }
 
+/// The bench's 512 MiB peer lane is filled and checked on the GPUs (every byte), in milliseconds
+/// where the host took 0.33 s, and a single wrong byte in the destination is still caught, with its
+/// offset and both values.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_512mib_lane_is_filled_and_checked_on_the_gpus_and_a_wrong_byte_is_caught() {
+    use peerlink::bench::timing::{measure, HopSpec, Lane, LaneLabel, Sampling};
+    let b = open();
+    let n = b.topology().devices.len();
+    let to = if n > 1 && b.topology().pair(0, n - 1).unwrap().p2p {
+        n - 1
+    } else {
+        0
+    };
+    b.enable_peer_access(0, to).unwrap();
+    let message = 512 << 20;
+    let stream = b.create_stream(0).unwrap();
+    let hop = HopSpec {
+        stream,
+        method: CopyMethod::CopyEngine,
+        memory: Memory::Device(to),
+    };
+    let sampling = Sampling {
+        warmup: 1,
+        iterations: 2,
+        samples: 1,
+        rotation_bytes: 0,
+    };
+    let label = LaneLabel {
+        test: "ce-write".into(),
+        src: 0,
+        dst: to,
+    };
+    let lane = Lane::new(
+        &b,
+        label,
+        Memory::Device(0),
+        &[hop],
+        message,
+        &sampling,
+        u64::MAX,
+    );
+    let mut lanes = [lane.unwrap()];
+    measure(&mut lanes, &sampling, 3).unwrap(); // first use: kernels compiled and loaded
+    let lane = &mut lanes[0];
+    let host_ms = |b: &CudaBackend, started: f64| (b.host_time_us() - started) / 1e3;
+    let started = b.host_time_us();
+    lane.fill(11).unwrap();
+    let fill_ms = host_ms(&b, started);
+    lane.enqueue(0).unwrap();
+    b.synchronize(stream).unwrap();
+    let started = b.host_time_us();
+    lane.verify().unwrap();
+    let verify_ms = host_ms(&b, started);
+    println!("GPU 0 -> GPU {to}, 512 MiB: filled in {fill_ms:.2} ms, checked in {verify_ms:.2} ms");
+    assert!(
+        fill_ms < 50.0 && verify_ms < 50.0,
+        "{fill_ms} / {verify_ms} ms"
+    );
+
+    let at = 300_000_001;
+    let mut byte = [0u8];
+    b.read(lane.destination(), at, &mut byte).unwrap();
+    b.write(lane.destination(), at, &[!byte[0]]).unwrap();
+    match lane.verify().unwrap_err() {
+        Error::Verification {
+            test,
+            src,
+            dst,
+            offset,
+            expected,
+            found,
+        } => {
+            assert_eq!((test.as_str(), src, dst), ("ce-write", 0, to));
+            assert_eq!((offset, expected, found), (at, byte[0], !byte[0]));
+        }
+        other => panic!("expected a verification error, got {other}"),
+    }
+}
+
 /// Where a batch of 1000 × 4 KiB spends its time on this host, per step, for the engine's batching
 /// goal: the host's time in the `copy_batch` call, the kernel's GPU time behind a held stream, and
 /// the call-to-completion wall time of a lone batch.

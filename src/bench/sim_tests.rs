@@ -309,6 +309,87 @@ fn corrupted_or_stale_destinations_fail_verification() {
 }
 
 #[test]
+fn a_corrupted_copy_is_caught_in_any_rotation_slot_on_the_gpu_and_on_the_host() {
+    use crate::backend::Memory;
+    use timing::{HopSpec, Lane};
+    let h100 = sim("dgx-h100");
+    h100.enable_peer_access(0, 2).unwrap();
+    let sampling = Sampling {
+        warmup: 1,
+        iterations: 3,
+        samples: 2,
+        rotation_bytes: 64 << 10,
+    };
+    let message = 4096 + 3;
+    let stream = h100.create_stream(0).unwrap();
+    let pinned = Memory::PinnedHost { numa_node: None };
+    // Checked on GPU 2 (device memory), then on the host (pinned memory).
+    for (dst, memory) in [(2, Memory::Device(2)), (0, pinned)] {
+        let hop = HopSpec {
+            stream,
+            method: CopyMethod::CopyEngine,
+            memory,
+        };
+        let label = Context::label("ce-write", 0, dst);
+        let mut lanes = [Lane::new(
+            &h100,
+            label,
+            Memory::Device(0),
+            &[hop],
+            message,
+            &sampling,
+            1 << 30,
+        )
+        .unwrap()];
+        assert_eq!(lanes[0].slots(), 4, "every operation in its own slot");
+        measure(&mut lanes, &sampling, 5).unwrap();
+        let lane = &lanes[0];
+        let stride = h100.len(lane.destination()).unwrap() / lane.slots();
+        for (slot, at) in [(0, 0), (2, 77), (3, message - 1)] {
+            let offset = slot * stride + at;
+            let mut byte = [0u8];
+            h100.read(lane.destination(), offset, &mut byte).unwrap();
+            h100.write(lane.destination(), offset, &[byte[0] ^ 0x10])
+                .unwrap();
+            match lane.verify().unwrap_err() {
+                crate::Error::Verification {
+                    test,
+                    src,
+                    dst: to,
+                    offset,
+                    expected,
+                    found,
+                } => {
+                    assert_eq!((test.as_str(), src, to), ("ce-write", 0, dst));
+                    assert_eq!((offset, expected, found), (at, byte[0], byte[0] ^ 0x10));
+                }
+                other => {
+                    panic!("{memory:?} slot {slot}: expected a verification error, got {other}")
+                }
+            }
+            h100.write(lane.destination(), offset, &byte).unwrap();
+            lane.verify().unwrap();
+        }
+    }
+}
+
+#[test]
+fn first_use_holds_and_releases_one_stream_per_gpu_for_the_tests() {
+    let h100 = sim("dgx-h100");
+    let sampling = Defaults::for_backend(&h100).sampling;
+    let mut ctx = Context::new(&h100, vec![0, 2, 5], sampling, 1 << 20);
+    let before = h100.host_time_us();
+    first_use(&mut ctx).unwrap();
+    // Each GPU's gate was released at once: one left held would keep its stream, and the
+    // synchronisation after it, waiting for its timeout (a second of the virtual clock).
+    assert!(h100.host_time_us() - before < 300.0);
+    let made = h100.create_stream(0).unwrap();
+    // The streams were the context's: the tests get them back rather than new ones.
+    let streams = ctx.streams(&[0, 2, 5]).unwrap();
+    assert!(streams.iter().all(|s| s.0 < made.0), "{streams:?} {made:?}");
+}
+
+#[test]
 fn staged_lanes_deliver_every_byte_across_chunks_and_rotation() {
     let box4 = sim("pcie-4gpu-2socket");
     let sampling = timing::Sampling {

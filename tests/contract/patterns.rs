@@ -125,12 +125,14 @@ pub fn pattern_checks_find_one_wrong_byte_wherever_it_is_and_report_it(b: &dyn B
         b.patterns().fill(&checked, seed).unwrap();
         for (early, late) in [(10, len - 2), (len / 3, len / 3 + 1), (0, 7)] {
             for at in [early, late] {
-                b.write(id, offset + at, &[!pattern::byte_at(seed, at)]).unwrap();
+                b.write(id, offset + at, &[!pattern::byte_at(seed, at)])
+                    .unwrap();
             }
             let m = b.patterns().first_mismatch(&checked, seed).unwrap();
             assert_eq!(m.map(|m| m.offset), Some(early), "{early} and {late}");
             for at in [early, late] {
-                b.write(id, offset + at, &[pattern::byte_at(seed, at)]).unwrap();
+                b.write(id, offset + at, &[pattern::byte_at(seed, at)])
+                    .unwrap();
             }
         }
         b.write(id, offset - 1, &[0xee]).unwrap();
@@ -138,7 +140,10 @@ pub fn pattern_checks_find_one_wrong_byte_wherever_it_is_and_report_it(b: &dyn B
         assert_eq!(b.patterns().first_mismatch(&checked, seed).unwrap(), None);
         let other = b.patterns().first_mismatch(&checked, seed ^ 1).unwrap();
         assert!(other.is_some_and(|m| m.offset < 8), "{other:?}");
-        assert_eq!(b.patterns().first_mismatch(&range(id, 9, 0), 1).unwrap(), None);
+        assert_eq!(
+            b.patterns().first_mismatch(&range(id, 9, 0), 1).unwrap(),
+            None
+        );
         b.free(id).unwrap();
     }
 }
@@ -149,16 +154,15 @@ pub fn host_and_gpu_check_each_others_patterns(b: &dyn Backend) {
     // Written by the host, checked on the GPU.
     let id = buffer(b, Memory::Device(device), &pattern::bytes(seed, len));
     assert_eq!(
-        b.patterns().first_mismatch(&range(id, 0, len), seed).unwrap(),
+        b.patterns()
+            .first_mismatch(&range(id, 0, len), seed)
+            .unwrap(),
         None
     );
     // Filled on the GPU, checked by the host; a copy between GPUs keeps it checkable on either.
     let other = buffer(b, Memory::Device(0), &vec![0; len]);
     b.patterns().fill(&range(other, 0, len), seed + 1).unwrap();
-    assert_eq!(
-        pattern::first_mismatch(seed + 1, &contents(b, other)),
-        None
-    );
+    assert_eq!(pattern::first_mismatch(seed + 1, &contents(b, other)), None);
     if device != 0 && p2p(b, 0, device) {
         b.enable_peer_access(0, device).unwrap();
         let stream = b.create_stream(0).unwrap();
@@ -167,7 +171,9 @@ pub fn host_and_gpu_check_each_others_patterns(b: &dyn Backend) {
             .unwrap();
         b.synchronize(stream).unwrap();
         assert_eq!(
-            b.patterns().first_mismatch(&range(id, 0, len), seed + 1).unwrap(),
+            b.patterns()
+                .first_mismatch(&range(id, 0, len), seed + 1)
+                .unwrap(),
             None
         );
     }

@@ -145,7 +145,13 @@ impl Store {
 
     /// Writes `len` bytes from `offset` now as `make` makes them in place (the pattern calls);
     /// the range lies inside the buffer.
-    pub fn write_with(&mut self, key: Key, offset: usize, len: usize, make: impl FnOnce(&mut [u8])) {
+    pub fn write_with(
+        &mut self,
+        key: Key,
+        offset: usize,
+        len: usize,
+        make: impl FnOnce(&mut [u8]),
+    ) {
         let b = self.get_mut(key);
         b.protect(offset, len, None);
         make(&mut b.data[offset..offset + len]);
