@@ -50,8 +50,9 @@ for run in $(seq 2 "$bench_runs"); do
 done
 # Each run's time on eight GPUs by src/bench/budget.rs's formula (each test's wall_s scaled by its
 # places, start-up by the GPUs), against the 60 s goal.
-python3 scripts/bench-budget.py "$work"/bench.json "$work"/bench-[0-9]*.json --gpus 8 \
-    >"$work/bench-budget.txt" 2>&1
+runs=("$work/bench.json")
+for run in $(seq 2 "$bench_runs"); do runs+=("$work/bench-$run.json"); done
+python3 scripts/bench-budget.py "${runs[@]}" --gpus 8 >"$work/bench-budget.txt" 2>&1
 $bin --gpu bench >"$work/bench.txt" 2>&1
 $bin --gpu bench --tests sm-write,sm-read,ce-bidir-read,sm-bidir-write,staged,staged-bidir,all-to-one,one-to-all \
     --json >"$work/bench-more.json" 2>"$work/bench-more.err"
