@@ -3,7 +3,8 @@
 //! Buffers are `Vec<u8>`s and copies really copy, so chunking, offset and relay bugs show byte for
 //! byte. Time is virtual: a host clock advances by each call's modelled CPU cost; GPU work runs on
 //! in-order streams in a discrete-event simulation (module `scheduler`) whose copy rates come from
-//! a link model (`links`) with max-min fair sharing (`sharing`). Figures come from a [`preset`].
+//! a link model (`links`) with max-min fair sharing (`sharing`); pointer chases walk chains that
+//! the caches may hold (`caches`). Figures come from a [`preset`].
 //! Collectives meet across their ranks' streams and move their bytes as flows too: peerlink's
 //! all-reduce kernels (`collective`) and a model of NCCL built on its tuner's figures (`nccl`);
 //! their sums are real (`reduce`). Every figure this backend produces is simulated, and its source
@@ -12,6 +13,7 @@
 //! [`Simulator`] does the simulating; the [`Checked`] layer above it checks every argument, so
 //! [`SimBackend`] is what callers open.
 
+mod caches;
 mod collective;
 #[cfg(test)]
 mod collective_tests;
@@ -32,8 +34,9 @@ use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawPatte
 use crate::bench::pattern::{self, Mismatch};
 use crate::topology::Topology;
 use crate::{Error, Result};
+use caches::Caches;
 use collective::RankPlan;
-use links::{LinkModel, Place};
+use links::{Chain, LinkModel, Place};
 use memory::{Key, Store};
 use nccl::Comm;
 use scheduler::{Collective, Meeting, Scheduler, Venue, Work};
@@ -83,6 +86,8 @@ struct State {
     host_us: f64,
     scheduler: Scheduler,
     store: Store,
+    /// The pointer-chase chains the caches hold.
+    caches: Caches,
     /// Work recorded instead of run, by the index of each stream that captures a graph.
     captures: BTreeMap<usize, Vec<Work>>,
     /// The last number given to a ping-pong's or a communicator's venue.
@@ -109,6 +114,7 @@ impl Simulator {
             host_us: 0.0,
             scheduler: Scheduler::new(links.capacity().to_vec()),
             store: Store::new(),
+            caches: Caches::default(),
             captures: BTreeMap::new(),
             venues: 0,
             peer_access: BTreeSet::new(),
@@ -172,6 +178,7 @@ impl Simulator {
             return;
         }
         st.store.retain(&work.buffers());
+        st.caches.queued(&work, &st.store);
         let ready = st.host_us;
         st.scheduler.enqueue(stream.index, ready, work);
     }
@@ -301,6 +308,7 @@ impl RawBackend for Simulator {
         let mut st = self.lock();
         Self::catch_up(&mut st);
         let freed = st.store.remove(*buffer)?;
+        st.caches.freed(*buffer);
         if let Memory::Device(d) = freed.memory {
             st.allocated[d] -= freed.len() as u64;
         }
@@ -308,9 +316,11 @@ impl RawBackend for Simulator {
     }
 
     fn write(&self, buffer: &Key, offset: usize, data: &[u8]) -> Result<()> {
-        let mut st = self.lock();
-        Self::catch_up(&mut st);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        Self::catch_up(st);
         st.store.write(*buffer, offset, data);
+        st.caches.host_wrote(*buffer, data.len(), &st.store);
         Ok(())
     }
 
@@ -489,13 +499,15 @@ impl RawBackend for Simulator {
     }
 
     fn replay(&self, graph: &Graph, stream: &Stream) -> Result<()> {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         st.host_us += self.costs().graph_issue_us;
         let node_us = self.costs().graph_node_us;
         let ready = st.host_us;
         for work in graph.0.iter() {
             let work = work.clone().with_setup(node_us);
             st.store.retain(&work.buffers());
+            st.caches.queued(&work, &st.store);
             st.scheduler.enqueue(stream.index, ready, work);
         }
         Ok(())
@@ -518,13 +530,21 @@ impl RawProbes for Simulator {
     ) -> Result<()> {
         let mut st = self.lock();
         let place = Self::place(&st, *chain);
+        let served = match st.caches.holds(*chain) {
+            true => Chain::Cached,
+            false => Chain::InMemory,
+        };
         let work = Work::Chase {
             chain: *chain,
             steps,
             result: *result,
             setup_us: self.costs().kernel_setup_us,
-            step_us: self.links.load_latency_us(stream.device, place),
+            step_us: self.links.load_latency_us(stream.device, place, served),
         };
+        if !st.captures.contains_key(&stream.index) {
+            let State { caches, store, .. } = &mut *st;
+            caches.walked(*chain, store);
+        }
         Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
         Ok(())
     }
@@ -568,12 +588,14 @@ impl RawProbes for Simulator {
 /// stream work, run outside every timed window, and so change no simulated figure.
 impl RawPatterns for Simulator {
     fn fill(&self, range: BufferRange<&Key>, seed: u64) -> Result<()> {
-        let mut st = self.lock();
-        Self::catch_up(&mut st);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        Self::catch_up(st);
         st.store
             .write_with(*range.buffer, range.offset, range.len, |bytes| {
                 pattern::fill(seed, bytes)
             });
+        st.caches.host_wrote(*range.buffer, range.len, &st.store);
         Ok(())
     }
 
