@@ -186,7 +186,8 @@ fn copy_bandwidth_push_and_pull() {
 #[test]
 #[ignore = "needs a GPU"]
 fn a_512mib_lane_is_filled_and_checked_on_the_gpus_and_a_wrong_byte_is_caught() {
-    use peerlink::bench::timing::{measure, HopSpec, Lane, LaneLabel, Sampling};
+    use peerlink::bench::cases::{Context, Initiator, PeerCopy, Transport};
+    use peerlink::bench::timing::{measure, Sampling};
     let b = open();
     let n = b.topology().devices.len();
     let to = if n > 1 && b.topology().pair(0, n - 1).unwrap().p2p {
@@ -196,33 +197,22 @@ fn a_512mib_lane_is_filled_and_checked_on_the_gpus_and_a_wrong_byte_is_caught() 
     };
     b.enable_peer_access(0, to).unwrap();
     let message = 512 << 20;
-    let stream = b.create_stream(0).unwrap();
-    let hop = HopSpec {
-        stream,
-        method: CopyMethod::CopyEngine,
-        memory: Memory::Device(to),
-    };
     let sampling = Sampling {
         warmup: 1,
         iterations: 2,
         samples: 1,
         rotation_bytes: 0,
     };
-    let label = LaneLabel {
-        test: "ce-write".into(),
-        src: 0,
-        dst: to,
-    };
-    let lane = Lane::new(
-        &b,
-        label,
-        Memory::Device(0),
-        &[hop],
-        message,
-        &sampling,
-        u64::MAX,
+    let mut ctx = Context::new(&b, vec![0, to], sampling, 1 << 20);
+    let ce_write = PeerCopy::new(
+        "ce",
+        Transport::Direct(CopyMethod::CopyEngine),
+        Initiator::Source,
+        false,
     );
-    let mut lanes = [lane.unwrap()];
+    let mut lanes = ce_write
+        .lanes(&mut ctx, &[(0, to)], message, &sampling)
+        .unwrap();
     measure(&mut lanes, &sampling, 3).unwrap(); // first use: kernels compiled and loaded
     let lane = &mut lanes[0];
     let host_ms = |b: &CudaBackend, started: f64| (b.host_time_us() - started) / 1e3;
@@ -230,7 +220,7 @@ fn a_512mib_lane_is_filled_and_checked_on_the_gpus_and_a_wrong_byte_is_caught() 
     lane.fill(11).unwrap();
     let fill_ms = host_ms(&b, started);
     lane.enqueue(0).unwrap();
-    b.synchronize(stream).unwrap();
+    b.synchronize(lane.stream()).unwrap();
     let started = b.host_time_us();
     lane.verify().unwrap();
     let verify_ms = host_ms(&b, started);
@@ -244,20 +234,13 @@ fn a_512mib_lane_is_filled_and_checked_on_the_gpus_and_a_wrong_byte_is_caught() 
     let mut byte = [0u8];
     b.read(lane.destination(), at, &mut byte).unwrap();
     b.write(lane.destination(), at, &[!byte[0]]).unwrap();
-    match lane.verify().unwrap_err() {
-        Error::Verification {
-            test,
-            src,
-            dst,
-            offset,
-            expected,
-            found,
-        } => {
-            assert_eq!((test.as_str(), src, dst), ("ce-write", 0, to));
-            assert_eq!((offset, expected, found), (at, byte[0], !byte[0]));
-        }
-        other => panic!("expected a verification error, got {other}"),
-    }
+    let wrong = pattern::Mismatch {
+        offset: at,
+        expected: byte[0],
+        found: !byte[0],
+    };
+    let want = wrong.into_error("ce-write", 0, to).to_string();
+    assert_eq!(lane.verify().unwrap_err().to_string(), want);
 }
 
 /// Where a batch of 1000 × 4 KiB spends its time on this host, per step, for the engine's batching

@@ -287,20 +287,16 @@ fn corrupted_or_stale_destinations_fail_verification() {
     let mut byte = [0u8];
     h100.read(lane.destination(), 1000, &mut byte).unwrap();
     h100.write(lane.destination(), 1000, &[!byte[0]]).unwrap();
-    match lane.verify().unwrap_err() {
-        crate::Error::Verification {
-            test,
-            src,
-            dst,
-            offset,
-            expected,
-            found,
-        } => {
-            assert_eq!((test.as_str(), src, dst, offset), ("ce-write", 0, 2, 1000));
-            assert_eq!((expected, found), (byte[0], !byte[0]));
-        }
-        other => panic!("expected a verification error, got {other}"),
-    }
+    let wrong = pattern::Mismatch {
+        offset: 1000,
+        expected: byte[0],
+        found: !byte[0],
+    };
+    let err = lane.verify().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        wrong.into_error("ce-write", 0, 2).to_string()
+    );
 
     // Stale: new source data that was never copied.
     lanes[0].fill(99).unwrap();
@@ -352,22 +348,14 @@ fn a_corrupted_copy_is_caught_in_any_rotation_slot_on_the_gpu_and_on_the_host() 
             h100.read(lane.destination(), offset, &mut byte).unwrap();
             h100.write(lane.destination(), offset, &[byte[0] ^ 0x10])
                 .unwrap();
-            match lane.verify().unwrap_err() {
-                crate::Error::Verification {
-                    test,
-                    src,
-                    dst: to,
-                    offset,
-                    expected,
-                    found,
-                } => {
-                    assert_eq!((test.as_str(), src, to), ("ce-write", 0, dst));
-                    assert_eq!((offset, expected, found), (at, byte[0], byte[0] ^ 0x10));
-                }
-                other => {
-                    panic!("{memory:?} slot {slot}: expected a verification error, got {other}")
-                }
-            }
+            let wrong = pattern::Mismatch {
+                offset: at,
+                expected: byte[0],
+                found: byte[0] ^ 0x10,
+            };
+            let want = wrong.into_error("ce-write", 0, dst).to_string();
+            let err = lane.verify().unwrap_err();
+            assert_eq!(err.to_string(), want, "{memory:?} slot {slot}");
             h100.write(lane.destination(), offset, &byte).unwrap();
             lane.verify().unwrap();
         }
