@@ -106,6 +106,12 @@ if [[ -s "$work/bench.json" ]]; then
     $bin compare "$work/bench.json" "$work/exported-sim-bench.json" >"$work/compare-sim.txt" 2>&1
     $bin compare "$work/bench.json" "$work/exported-sim-bench.json" --json >"$work/compare-sim.json" 2>&1
 fi
+# …and against each other bench run of this call (BENCH_RUNS), beside the runs' own spread.
+for run in $(seq 2 "$bench_runs"); do
+    [[ -s "$work/bench-$run.json" ]] || continue
+    $bin compare "$work/bench-$run.json" "$work/exported-sim-bench.json" >"$work/compare-sim-$run.txt" 2>&1
+    $bin compare "$work/bench.json" "$work/bench-$run.json" >"$work/compare-runs-1-$run.txt" 2>&1
+done
 fi
 
 if want torch; then
