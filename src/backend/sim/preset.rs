@@ -91,7 +91,7 @@ pub struct GpuSpec {
     /// Round trip of one dependent load from the GPU's own memory.
     pub load_latency_ns: f64,
     /// The same load from a chain the caches hold (pointer-chase-resident); `load_latency_ns` when
-    /// absent (see [`Preset::resident_load_latency_ns`]).
+    /// absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resident_load_latency_ns: Option<f64>,
     /// One-way latency of a fenced store + flag seen by another kernel on the same GPU.
@@ -130,8 +130,8 @@ pub struct NvLinkSpec {
     /// Round trip of one dependent load from a peer's memory.
     pub load_latency_ns: f64,
     /// The same load from a chain the peer's caches hold (pointer-chase-resident); when absent,
-    /// nvbandwidth's figure for H100 or `load_latency_ns` where that is lower (see
-    /// [`Preset::resident_load_latency_ns`]).
+    /// 826 ns (nvbandwidth's device_to_device_latency_sm on H100), or `load_latency_ns` where that
+    /// is lower.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resident_load_latency_ns: Option<f64>,
     /// One-way latency of a fenced store + flag between two GPUs.
