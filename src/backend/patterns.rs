@@ -3,8 +3,8 @@
 //!
 //! The bench fills every source it copies and checks every byte of every destination. On the host
 //! that means generating, writing, reading back and checking each byte at a few GB/s: at 512 MiB a
-//! message, most of a place's time on the H200 pair (0.33 of 0.41 s). A GPU does the same at its
-//! memory's speed, and only the first wrong byte crosses back to the host. Host and GPU generate
+//! message, most of a place's time on the H200 pair (ce-read: 0.14 of 0.22 s). A GPU does the same
+//! at its memory's speed, and only the first wrong byte crosses back to the host. Host and GPU generate
 //! byte for byte the same message ([`crate::bench::pattern::WordRule`]), so whichever filled a
 //! buffer, either can check it.
 //!

@@ -16,7 +16,8 @@
 //! The check rate is that of one pass of filling a message and checking it: on the GPU for device
 //! memory ([`crate::backend::Patterns`], at the memory's speed: a 512 MiB message in about a
 //! millisecond), on the host for pinned memory (generating, writing, reading back and checking:
-//! 1.6 GB/s on the H200 pair, 0.33 s of a 512 MiB place's 0.41 s before the GPU took it over).
+//! 3.8 GB/s on the H200 pair, 0.14 s of ce-read's 0.22 s per 512 MiB place before the GPU took it
+//! over).
 //! Every test of a `bench --json` document carries its `wall_s`, measured on the backend's host
 //! clock, so a run on two GPUs (two ordered pairs) gives the per-place cost of each test and
 //! [`extrapolate_s`] the time on eight (56 ordered pairs). Start-up is what the process spends
