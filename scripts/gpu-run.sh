@@ -59,6 +59,11 @@ for run in $(seq 2 "$bench_runs"); do
     { time $bin --gpu bench --json >"$work/bench-$run.json" 2>"$work/bench-$run.err"; } \
         2>"$work/bench-$run.time"
 done
+# Each run's time on eight GPUs by src/bench/budget.rs's formula (each test's wall_s scaled by its
+# places, start-up by the GPUs), against the 60 s goal.
+runs=("$work/bench.json")
+for run in $(seq 2 "$bench_runs"); do runs+=("$work/bench-$run.json"); done
+python3 scripts/bench-budget.py "${runs[@]}" --gpus 8 >"$work/bench-budget.txt" 2>&1
 $bin --gpu bench >"$work/bench.txt" 2>&1
 $bin --gpu bench --tests sm-write,sm-read,ce-bidir-read,sm-bidir-write,staged,staged-bidir,all-to-one,one-to-all \
     --json >"$work/bench-more.json" 2>"$work/bench-more.err"
@@ -166,6 +171,12 @@ if [[ -s "$work/bench.json" ]]; then
     $bin compare "$work/bench.json" "$work/exported-sim-bench.json" >"$work/compare-sim.txt" 2>&1
     $bin compare "$work/bench.json" "$work/exported-sim-bench.json" --json >"$work/compare-sim.json" 2>&1
 fi
+# …and against each other bench run of this call (BENCH_RUNS), beside the runs' own spread.
+for run in $(seq 2 "$bench_runs"); do
+    [[ -s "$work/bench-$run.json" ]] || continue
+    $bin compare "$work/bench-$run.json" "$work/exported-sim-bench.json" >"$work/compare-sim-$run.txt" 2>&1
+    $bin compare "$work/bench.json" "$work/bench-$run.json" >"$work/compare-runs-1-$run.txt" 2>&1
+done
 fi
 
 if want torch; then

@@ -14,7 +14,8 @@
 //! - order: what a capturing stream may do, events of one GPU for elapsed time, graphs replayed on
 //!   their GPU with their buffers still allocated;
 //! - collectives (module `collective`): one rank per GPU, each rank's buffers on its GPU, the
-//!   ranks' streams capturing all or none, NCCL's communicators in their own table.
+//!   ranks' streams capturing all or none, NCCL's communicators in their own table;
+//! - the pattern calls (module `patterns`): device memory only.
 //!
 //! The table lock is held for lookups only, never across work an implementation does on a GPU, so
 //! threads issuing work at once do not wait on each other here.
@@ -22,6 +23,7 @@
 mod collective;
 mod managed;
 mod health;
+mod patterns;
 
 use super::handles::{next_tag, Table};
 use super::health::RawHealth;
@@ -29,7 +31,7 @@ use super::overlap::{first_overlap, InOrder};
 use super::raw::{Batch, RawCollectives, RawManaged, RawProbes};
 use super::{
     Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Managed,
-    Memory, Probes, StreamId,
+    Memory, Patterns, Probes, RawPatterns, StreamId,
 };
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
@@ -325,7 +327,7 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes + RawCollectives + RawManaged + RawHealth> Backend for Checked<I> {
+impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns> Backend for Checked<I> {
     fn source(&self) -> &Source {
         &self.raw.topology().source
     }
@@ -351,6 +353,10 @@ impl<I: RawProbes + RawCollectives + RawManaged + RawHealth> Backend for Checked
     }
 
     fn health(&self) -> &dyn super::Health {
+        self
+    }
+
+    fn patterns(&self) -> &dyn Patterns {
         self
     }
 

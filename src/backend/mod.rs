@@ -29,6 +29,7 @@ mod handles;
 pub mod health;
 pub mod host_memory;
 mod overlap;
+mod patterns;
 mod raw;
 pub mod sim;
 
@@ -36,6 +37,7 @@ pub use checked::Checked;
 pub use collective::{Collectives, Nccl};
 pub use health::Health;
 pub(crate) use overlap::first_overlap;
+pub use patterns::{Patterns, RawPatterns};
 pub use raw::{Batch, RawBackend, RawCollectives, RawManaged, RawProbes, RawRank};
 
 use crate::topology::{Source, Topology};
@@ -210,6 +212,9 @@ pub trait Backend: Send + Sync {
     /// What each GPU's management interface says about its health (PCIe link, NVLinks, error
     /// counters, clocks), for `peerlink doctor`.
     fn health(&self) -> &dyn Health;
+    /// Filling and checking device memory with the crate's data pattern on its GPU (see
+    /// [`Patterns`]).
+    fn patterns(&self) -> &dyn Patterns;
 
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
     /// already enabled pair succeeds, and a GPU is its own peer. Fails with [`Error::PeerAccess`],

@@ -527,6 +527,9 @@ impl Backend for Counting {
     fn health(&self) -> &dyn crate::backend::Health {
         self.sim.health()
     }
+    fn patterns(&self) -> &dyn crate::backend::Patterns {
+        self.sim.patterns()
+    }
     fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
         bump(&self.counts.peer_enables);
         self.sim.enable_peer_access(device, peer)

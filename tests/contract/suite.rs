@@ -4,7 +4,8 @@
 //! method, its error paths, every resource's release — and [`contract_tests!`] stamps one test per
 //! check for a backend.
 //!
-//! Collectives (all-reduce, the stand-in compute kernel, NCCL) are in `collective.rs`. Checks work
+//! Collectives (all-reduce, the stand-in compute kernel, NCCL) are in `collective.rs`, the pattern
+//! calls (device memory filled and checked on its GPU) in `patterns.rs`. Checks work
 //! on one GPU (GPU 0 as its own peer) and on many; a check about a pair of GPUs that
 //! the host lacks (two GPUs, a pair without P2P) passes without checking anything, and says so.
 
@@ -19,6 +20,9 @@ pub use collective::*;
 #[path = "managed.rs"]
 mod managed;
 pub use managed::*;
+#[path = "patterns.rs"]
+mod patterns;
+pub use patterns::*;
 
 /// Stamps one `#[test]` per check, each on a backend of its own from `open` (an expression), with
 /// the attributes given first (`#[ignore = "needs a GPU"]`). The module including this file must be
@@ -33,6 +37,10 @@ macro_rules! contract_tests {
             peer_access_is_idempotent_and_a_gpu_is_its_own_peer,
             peer_access_without_p2p_is_refused_naming_the_pair,
             writes_read_back_byte_for_byte_in_device_and_pinned_memory,
+            pattern_fills_equal_the_host_pattern_at_any_offset_and_length,
+            pattern_checks_find_one_wrong_byte_wherever_it_is_and_report_it,
+            host_and_gpu_check_each_others_patterns,
+            pattern_calls_refuse_pinned_memory_ranges_outside_and_released_buffers,
             pinned_memory_placed_on_a_numa_node_reads_back,
             len_is_the_size_allocated,
             an_empty_allocation_is_refused,

@@ -3,7 +3,8 @@
 //! - `driver`: the thin raw layer (every direct `sys` call, owning types for memory and graphs);
 //! - `topology`: devices and pairs, read once at open;
 //! - `peer`: enabling peer access, and the driver's refusals in words;
-//! - `kernels`: copy, gate and latency kernels (sources in `kernels/*.cu`);
+//! - `kernels`: copy, pattern, gate and latency kernels (sources in `kernels/*.cu`);
+//! - `patterns`: filling and checking device memory with the data pattern on its GPU;
 //! - `batches`: pinned memory for the copy lists of batch kernels;
 //! - `gates`: pinned flags that hold streams until released;
 //! - `health`: NVML's health facts for `peerlink doctor` (PCIe link, NVLinks, counters, clocks);
@@ -22,6 +23,7 @@ mod gates;
 mod health;
 mod kernels;
 mod nccl;
+mod patterns;
 mod peer;
 mod topology;
 
@@ -153,9 +155,10 @@ pub struct Gpus {
     /// event costs the CPU about a microsecond each, which every transfer would otherwise pay.
     spare_events: Vec<Mutex<Vec<CudaEvent>>>,
     descriptors: batches::DescriptorPool,
-    /// One internal stream per device for the synchronous `write` and `read`.
+    /// One internal stream per device for the synchronous `write`, `read` and pattern calls.
     io_streams: Vec<Arc<CudaStream>>,
     health: health::NvmlHealth,
+    mismatch_slots: patterns::MismatchSlots,
     contexts: Vec<Arc<CudaContext>>,
 }
 
@@ -209,6 +212,7 @@ impl Gpus {
             spare_events: contexts.iter().map(|_| Mutex::default()).collect(),
             descriptors: batches::DescriptorPool::new(contexts.len()),
             io_streams,
+            mismatch_slots: patterns::MismatchSlots::new(contexts.len()),
             contexts,
         })
     }

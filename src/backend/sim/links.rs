@@ -27,6 +27,15 @@ pub(super) enum Place {
     Host(Option<i32>),
 }
 
+/// Where the chain of a dependent load (a pointer chase) is served from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chain {
+    /// Its memory: nothing of it in the caches (the flushed pointer chase; a flag's round trip).
+    InMemory,
+    /// The caches, which hold it since it was last walked (pointer-chase-resident).
+    Cached,
+}
+
 /// The resources a transfer crosses, its own rate cap and the latency it adds.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Path {
@@ -321,16 +330,22 @@ impl LinkModel {
         self.preset.nvlink.as_ref().map_or(0.0, |nv| nv.latency_us)
     }
 
-    /// Round trip of one dependent load by `gpu` from `place`, in µs.
-    pub fn load_latency_us(&self, gpu: usize, place: Place) -> f64 {
+    /// Round trip of one dependent load by `gpu` from `place`, in µs, the chain served from
+    /// `chain`.
+    pub fn load_latency_us(&self, gpu: usize, place: Place, chain: Chain) -> f64 {
         let p = &self.preset;
-        let ns = match place {
-            Place::Device(d) if d == gpu => p.gpu.load_latency_ns,
+        let pcie = (p.pcie.load_latency_ns, p.pcie.resident_load_ns());
+        let (in_memory, cached) = match place {
+            Place::Device(d) if d == gpu => (p.gpu.load_latency_ns, p.gpu.resident_load_ns()),
             Place::Device(d) => match (self.link(gpu, d), &p.nvlink) {
-                (Link::NvLink(_), Some(nv)) => nv.load_latency_ns,
-                _ => p.pcie.load_latency_ns,
+                (Link::NvLink(_), Some(nv)) => (nv.load_latency_ns, nv.resident_load_ns()),
+                _ => pcie,
             },
-            Place::Host(_) => p.pcie.load_latency_ns,
+            Place::Host(_) => pcie,
+        };
+        let ns = match chain {
+            Chain::InMemory => in_memory,
+            Chain::Cached => cached,
         };
         ns / 1e3
     }

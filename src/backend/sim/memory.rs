@@ -146,6 +146,20 @@ impl Store {
         b.data[offset..offset + bytes.len()].copy_from_slice(bytes);
     }
 
+    /// Writes `len` bytes from `offset` now as `make` makes them in place (the pattern calls);
+    /// the range lies inside the buffer.
+    pub fn write_with(
+        &mut self,
+        key: Key,
+        offset: usize,
+        len: usize,
+        make: impl FnOnce(&mut [u8]),
+    ) {
+        let b = self.get_mut(key);
+        b.protect(offset, len, None);
+        make(&mut b.data[offset..offset + len]);
+    }
+
     /// Reads bytes now; the range lies inside the buffer.
     pub fn read(&self, key: Key, offset: usize, out: &mut [u8]) {
         out.copy_from_slice(&self.get(key).data[offset..offset + out.len()]);

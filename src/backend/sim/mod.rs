@@ -3,7 +3,8 @@
 //! Buffers are `Vec<u8>`s and copies really copy, so chunking, offset and relay bugs show byte for
 //! byte. Time is virtual: a host clock advances by each call's modelled CPU cost; GPU work runs on
 //! in-order streams in a discrete-event simulation (module `scheduler`) whose copy rates come from
-//! a link model (`links`) with max-min fair sharing (`sharing`). Figures come from a [`preset`].
+//! a link model (`links`) with max-min fair sharing (`sharing`); pointer chases walk chains that
+//! the caches may hold (`caches`). Figures come from a [`preset`].
 //! Collectives meet across their ranks' streams and move their bytes as flows too: peerlink's
 //! all-reduce kernels (`collective`) and a model of NCCL built on its tuner's figures (`nccl`);
 //! their sums are real (`reduce`). Every figure this backend produces is simulated, and its source
@@ -12,6 +13,7 @@
 //! [`Simulator`] does the simulating; the [`Checked`] layer above it checks every argument, so
 //! [`SimBackend`] is what callers open.
 
+mod caches;
 mod collective;
 #[cfg(test)]
 mod collective_tests;
@@ -29,14 +31,17 @@ mod tests;
 
 pub use preset::{preset_names, Preset};
 
+use super::collective::BufferRange;
 use super::{
     Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
-    RawProbes,
+    RawPatterns, RawProbes,
 };
+use crate::bench::pattern::{self, Mismatch};
 use crate::topology::Topology;
 use crate::{Error, Result};
+use caches::Caches;
 use collective::RankPlan;
-use links::{LinkModel, Path, Place};
+use links::{Chain, LinkModel, Path, Place};
 use managed::{ManagedPages, Move};
 use memory::{Key, Store};
 use nccl::Comm;
@@ -87,6 +92,8 @@ struct State {
     host_us: f64,
     scheduler: Scheduler,
     store: Store,
+    /// The pointer-chase chains the caches hold.
+    caches: Caches,
     /// Work recorded instead of run, by the index of each stream that captures a graph.
     captures: BTreeMap<usize, Vec<Work>>,
     /// The last number given to a ping-pong's or a communicator's venue.
@@ -115,6 +122,7 @@ impl Simulator {
             host_us: 0.0,
             scheduler: Scheduler::new(links.capacity().to_vec()),
             store: Store::new(),
+            caches: Caches::default(),
             captures: BTreeMap::new(),
             venues: 0,
             peer_access: BTreeSet::new(),
@@ -315,6 +323,7 @@ impl Simulator {
             return;
         }
         st.store.retain(&work.buffers());
+        st.caches.queued(&work, &st.store);
         let ready = st.host_us;
         st.scheduler.enqueue(stream.index, ready, work);
     }
@@ -472,6 +481,7 @@ impl RawBackend for Simulator {
         let mut st = self.lock();
         Self::catch_up(&mut st);
         let freed = st.store.remove(*buffer)?;
+        st.caches.freed(*buffer);
         if let Memory::Device(d) | Memory::Managed(d) = freed.memory {
             st.allocated[d] -= freed.len() as u64;
         }
@@ -480,9 +490,11 @@ impl RawBackend for Simulator {
     }
 
     fn write(&self, buffer: &Key, offset: usize, data: &[u8]) -> Result<()> {
-        let mut st = self.lock();
-        Self::catch_up(&mut st);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        Self::catch_up(st);
         st.store.write(*buffer, offset, data);
+        st.caches.host_wrote(*buffer, data.len(), &st.store);
         Ok(())
     }
 
@@ -666,13 +678,15 @@ impl RawBackend for Simulator {
     }
 
     fn replay(&self, graph: &Graph, stream: &Stream) -> Result<()> {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         st.host_us += self.costs().graph_issue_us;
         let node_us = self.costs().graph_node_us;
         let ready = st.host_us;
         for work in graph.0.iter() {
             let work = work.clone().with_setup(node_us);
             st.store.retain(&work.buffers());
+            st.caches.queued(&work, &st.store);
             st.scheduler.enqueue(stream.index, ready, work);
         }
         Ok(())
@@ -695,13 +709,21 @@ impl RawProbes for Simulator {
     ) -> Result<()> {
         let mut st = self.lock();
         let place = Self::place(&st, *chain, stream.device);
+        let served = match st.caches.holds(*chain) {
+            true => Chain::Cached,
+            false => Chain::InMemory,
+        };
         let work = Work::Chase {
             chain: *chain,
             steps,
             result: *result,
             setup_us: self.costs().kernel_setup_us,
-            step_us: self.links.load_latency_us(stream.device, place),
+            step_us: self.links.load_latency_us(stream.device, place, served),
         };
+        if !st.captures.contains_key(&stream.index) {
+            let State { caches, store, .. } = &mut *st;
+            caches.walked(*chain, store);
+        }
         Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
         Ok(())
     }
@@ -757,6 +779,30 @@ impl RawManaged for Simulator {
         st.host_us += self.costs().copy_issue_us;
         Self::submit_all(&mut st, stream, 0.0, work);
         Ok(())
+    }
+}
+
+/// The pattern calls on the simulator's bytes, with the host's own generator and check. Like
+/// `write` and `read` (filling and checking), they cost nothing on the virtual clocks: they are no
+/// stream work, run outside every timed window, and so change no simulated figure.
+impl RawPatterns for Simulator {
+    fn fill(&self, range: BufferRange<&Key>, seed: u64) -> Result<()> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        Self::catch_up(st);
+        st.store
+            .write_with(*range.buffer, range.offset, range.len, |bytes| {
+                pattern::fill(seed, bytes)
+            });
+        st.caches.host_wrote(*range.buffer, range.len, &st.store);
+        Ok(())
+    }
+
+    fn first_mismatch(&self, range: BufferRange<&Key>, seed: u64) -> Result<Option<Mismatch>> {
+        let mut st = self.lock();
+        Self::catch_up(&mut st);
+        let bytes = &st.store.bytes(*range.buffer)[range.offset..range.offset + range.len];
+        Ok(pattern::first_mismatch(seed, bytes))
     }
 }
 

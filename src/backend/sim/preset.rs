@@ -97,6 +97,10 @@ pub struct GpuSpec {
     pub sm_copy_efficiency: f64,
     /// Round trip of one dependent load from the GPU's own memory.
     pub load_latency_ns: f64,
+    /// The same load from a chain the caches hold (pointer-chase-resident); `load_latency_ns` when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_load_latency_ns: Option<f64>,
     /// One-way latency of a fenced store + flag seen by another kernel on the same GPU.
     pub signal_us: f64,
 }
@@ -132,6 +136,11 @@ pub struct NvLinkSpec {
     pub latency_us: f64,
     /// Round trip of one dependent load from a peer's memory.
     pub load_latency_ns: f64,
+    /// The same load from a chain the peer's caches hold (pointer-chase-resident); when absent,
+    /// 826 ns (nvbandwidth's device_to_device_latency_sm on H100), or `load_latency_ns` where that
+    /// is lower.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_load_latency_ns: Option<f64>,
     /// One-way latency of a fenced store + flag between two GPUs.
     pub signal_us: f64,
 }
@@ -162,6 +171,9 @@ pub struct PcieSpec {
     pub latency_us: f64,
     /// Round trip of one dependent load over PCIe (a peer's or pinned host memory).
     pub load_latency_ns: f64,
+    /// The same load from a chain the caches hold; `load_latency_ns` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_load_latency_ns: Option<f64>,
     /// One-way latency of a fenced store + flag between two GPUs over PCIe.
     pub signal_us: f64,
     /// P2P rate per path class (`PIX`, `PXB`, `PHB`, `NODE`, `SYS`); a class left out has no P2P.
@@ -240,6 +252,39 @@ pub struct Costs {
     pub graph_node_us: f64,
 }
 
+/// nvbandwidth's published latency of a dependent load over NVLink on H100 (its
+/// `device_to_device_latency_sm`: a 2 MiB chain, one cache line a step, resident in the caches;
+/// docs/reference.md): what a preset's NVLink without a `resident_load_latency_ns` takes.
+pub const NVBANDWIDTH_H100_NVLINK_LOAD_NS: f64 = 826.0;
+
+impl GpuSpec {
+    /// A dependent load from the GPU's own memory through a chain its caches hold: the preset's
+    /// figure, or the load from memory (no published figure to borrow).
+    pub fn resident_load_ns(&self) -> f64 {
+        self.resident_load_latency_ns
+            .unwrap_or(self.load_latency_ns)
+    }
+}
+
+impl NvLinkSpec {
+    /// A dependent load from a peer through a chain the peer's caches hold: the preset's figure,
+    /// else nvbandwidth's for H100 ([`NVBANDWIDTH_H100_NVLINK_LOAD_NS`]), or the load from memory
+    /// where that is lower (a cached chain is never slower).
+    pub fn resident_load_ns(&self) -> f64 {
+        self.resident_load_latency_ns
+            .unwrap_or(NVBANDWIDTH_H100_NVLINK_LOAD_NS.min(self.load_latency_ns))
+    }
+}
+
+impl PcieSpec {
+    /// A dependent load over PCIe through a chain the caches hold: the preset's figure, or the
+    /// load from memory (no published figure to borrow).
+    pub fn resident_load_ns(&self) -> f64 {
+        self.resident_load_latency_ns
+            .unwrap_or(self.load_latency_ns)
+    }
+}
+
 impl Preset {
     /// Opens an embedded preset by name, or a JSON file when `spec` names an existing path or ends
     /// in `.json`.
@@ -289,6 +334,9 @@ impl Preset {
         positive("gpu.local_copy_gbps", g.local_copy_gbps)?;
         fraction("gpu.sm_copy_efficiency", g.sm_copy_efficiency)?;
         positive("gpu.load_latency_ns", g.load_latency_ns)?;
+        if let Some(ns) = g.resident_load_latency_ns {
+            positive("gpu.resident_load_latency_ns", ns)?;
+        }
         positive("gpu.signal_us", g.signal_us)?;
         for (i, d) in self.devices.iter().enumerate() {
             if d.numa_node < 0 {
@@ -303,6 +351,9 @@ impl Preset {
             fraction("nvlink.efficiency", nv.efficiency)?;
             not_negative("nvlink.latency_us", nv.latency_us)?;
             positive("nvlink.load_latency_ns", nv.load_latency_ns)?;
+            if let Some(ns) = nv.resident_load_latency_ns {
+                positive("nvlink.resident_load_latency_ns", ns)?;
+            }
             positive("nvlink.signal_us", nv.signal_us)?;
         }
         if let Some(sw) = &self.nvswitch {
@@ -354,6 +405,9 @@ impl Preset {
         }
         not_negative("pcie.latency_us", p.latency_us)?;
         positive("pcie.load_latency_ns", p.load_latency_ns)?;
+        if let Some(ns) = p.resident_load_latency_ns {
+            positive("pcie.resident_load_latency_ns", ns)?;
+        }
         positive("pcie.signal_us", p.signal_us)?;
         for (class, gbps) in &p.p2p_gbps {
             if class.is_nvlink() {
