@@ -7,12 +7,15 @@
 //! therefore on one GPU and time the whole transfer.
 //!
 //! Pipelined routes (through pinned host memory, through a relay GPU) go through a *lane*: a staging
-//! buffer of [`STAGING_SLOTS`] chunk slots, allocated once per (pair, route) and reused, and two
-//! streams, one per hop. Chunk `k` fills slot `k mod SLOTS` on the first stream, and the second
-//! stream drains it once the fill's event fires; a fill waits for the drain that last used its slot.
-//! The lane remembers the event of its last drain, so the next transfer through it does not
-//! overwrite a slot still being read. When a split runs several routes, their chunks are queued in
-//! turn so that every route starts at once.
+//! buffer of [`STAGING_SLOTS`] chunks of [`MAX_CHUNK`], allocated once per (pair, route) and reused,
+//! and two streams, one per hop. The buffer holds as many slots as chunks of the transfer fit (more
+//! for smaller chunks, so that the first hop runs further ahead). Chunk `k` fills slot `k mod slots`
+//! on the first stream, and the second stream drains it once the fill's event fires; a fill waits
+//! for the drain that last used its slot. These events only order work: they are marks, which a
+//! GPU waits on sooner than on timed events. The lane remembers the event of its last drain, so the
+//! next transfer through it does not overwrite a slot still being read. When a split runs several
+//! routes, its direct copies are queued first (one call each, so that they start at once), then the
+//! pipelines' chunks in turn.
 
 use super::plan::{Plan, Route, Strategy};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
@@ -313,9 +316,16 @@ impl<'s> Issuer<'s> {
         Ok(e)
     }
 
-    /// Records an event that outlives this submission (a lane's idle event); its owner frees it.
-    pub fn record_kept(&mut self, stream: StreamId) -> Result<EventId> {
-        self.backend().record(stream)
+    /// Marks a point that only orders work (see [`Backend::mark`]), freed with this submission.
+    pub fn mark(&mut self, stream: StreamId) -> Result<EventId> {
+        let e = self.backend().mark(stream)?;
+        self.events.push(e);
+        Ok(e)
+    }
+
+    /// Marks a point that outlives this submission (a lane's idle event); its owner frees it.
+    pub fn mark_kept(&mut self, stream: StreamId) -> Result<EventId> {
+        self.backend().mark(stream)
     }
 
     /// Hands an event to this submission, to be freed when it completes.
@@ -521,7 +531,7 @@ pub(super) fn issue_routes(
 /// The pipelined routes of a transfer being queued, a chunk at a time.
 pub(super) type Pipelines = Vec<(LaneKey, Pipeline)>;
 
-/// Queues `plan`'s direct copies on `control` and each pipelined route's first chunk, and returns
+/// Queues `plan`'s direct copies on `control`, then each pipelined route's first chunk, and returns
 /// the pipelines whose other chunks are still to queue.
 fn begin_routes(
     issuer: &mut Issuer<'_>,
@@ -533,7 +543,18 @@ fn begin_routes(
     start: Option<EventId>,
 ) -> Result<Pipelines> {
     let mut pipelines = Vec::new();
-    for share in &plan.paths {
+    // Direct copies first: one call each, they run from the start of the transfer whatever the
+    // plan's order.
+    let direct_first = plan
+        .paths
+        .iter()
+        .filter(|p| matches!(p.route, Route::Direct(_)))
+        .chain(
+            plan.paths
+                .iter()
+                .filter(|p| !matches!(p.route, Route::Direct(_))),
+        );
+    for share in direct_first {
         let (from, to) = (src.at(share.offset as usize), dst.at(share.offset as usize));
         let len = share.bytes as usize;
         match share.route {
@@ -614,6 +635,8 @@ pub(super) struct Pipeline {
     len: usize,
     chunk: usize,
     chunks: usize,
+    /// Chunks the staging buffer holds at once.
+    slots: usize,
     next: usize,
     /// The drain event of each chunk queued so far.
     drained: Vec<EventId>,
@@ -644,10 +667,10 @@ impl Pipeline {
             }
             LaneKey::Gather { .. } => unreachable!("gather lanes carry no pipeline"),
         };
-        let slot = MAX_CHUNK as usize;
+        let staging_len = STAGING_SLOTS * MAX_CHUNK as usize;
         if lane.staging.is_empty() {
-            let buffer = shared.backend.alloc(memory, STAGING_SLOTS * slot)?;
-            lane.staging.push((buffer, STAGING_SLOTS * slot));
+            let buffer = shared.backend.alloc(memory, staging_len)?;
+            lane.staging.push((buffer, staging_len));
         }
         let hop = |device, role| StreamKey {
             device,
@@ -662,6 +685,7 @@ impl Pipeline {
             issuer.wait(first, idle)?;
         }
         let (chunk, chunks) = chunking(len as u64, plan.chunk_bytes.min(MAX_CHUNK));
+        let chunk = chunk as usize;
         Ok(Pipeline {
             first,
             second,
@@ -669,8 +693,9 @@ impl Pipeline {
             from,
             to,
             len,
-            chunk: chunk as usize,
+            chunk,
             chunks: chunks as usize,
+            slots: staging_len / chunk,
             next: 0,
             drained: Vec::new(),
         })
@@ -684,9 +709,9 @@ impl Pipeline {
         }
         let offset = k * self.chunk;
         let len = self.chunk.min(self.len - offset);
-        let slot = (k % STAGING_SLOTS) * MAX_CHUNK as usize;
-        if k >= STAGING_SLOTS {
-            issuer.wait(self.first, self.drained[k - STAGING_SLOTS])?;
+        let slot = (k % self.slots) * self.chunk;
+        if k >= self.slots {
+            issuer.wait(self.first, self.drained[k - self.slots])?;
         }
         let fill = BufferCopy {
             dst: self.staging,
@@ -696,7 +721,7 @@ impl Pipeline {
             len,
         };
         issuer.copy(self.first, CopyMethod::CopyEngine, fill)?;
-        let filled = issuer.record(self.first)?;
+        let filled = issuer.mark(self.first)?;
         issuer.wait(self.second, filled)?;
         let drain = BufferCopy {
             dst: self.to.buffer,
@@ -708,9 +733,9 @@ impl Pipeline {
         issuer.copy(self.second, CopyMethod::CopyEngine, drain)?;
         let drained = if k + 1 == self.chunks {
             // The last drain is the lane's new idle event: the lane owns it.
-            issuer.record_kept(self.second)?
+            issuer.mark_kept(self.second)?
         } else {
-            issuer.record(self.second)?
+            issuer.mark(self.second)?
         };
         self.drained.push(drained);
         self.next += 1;
