@@ -407,9 +407,10 @@ pub(super) fn submit(shared: &Arc<Shared>, job: &Job<'_>) -> Result<Completion> 
 }
 
 /// Queues several transfers as [`submit`] does each, but interleaved: every transfer's direct
-/// copies and first chunks first, then the pipelines' chunks in turn across all of them, so that
-/// none waits for the CPU to finish queuing another (each GPU sending at once, or a split both
-/// ways between two GPUs). Jobs that would share a staging lane are queued one after another.
+/// copies first, then every pipeline's first chunk, then the pipelines' chunks in turn across all
+/// of them, so that none waits for the CPU to finish queuing another (each GPU sending at once, or
+/// a split both ways between two GPUs). Jobs that would share a staging lane are queued one after
+/// another.
 pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<Vec<Completion>> {
     let mut keys: Vec<LaneKey> = jobs.iter().flat_map(|j| lanes_of(j.plan)).collect();
     let total = keys.len();
@@ -441,28 +442,34 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
         } else {
             None
         };
-        let pipelines = begin_routes(
-            &mut issuer,
-            &mut guards,
-            plan,
-            job.src,
-            job.dst,
-            control,
-            start,
-        )?;
+        queue_direct(&mut issuer, plan, job.src, job.dst, control)?;
         let q = Queuing {
             issuer,
             control,
             start,
-            pipelines,
+            pipelines: Vec::new(),
         };
         // A transfer of direct copies only is queued whole: it ends at once.
-        if q.pipelines.is_empty() {
-            done.push(Some(q.finish(&mut guards)?));
-            queuing.push(None);
-        } else {
+        if pipelined {
             done.push(None);
             queuing.push(Some(q));
+        } else {
+            done.push(Some(q.finish(&mut guards)?));
+            queuing.push(None);
+        }
+    }
+    // Every transfer's direct copies are queued, so that none waits for another's pipelines to be
+    // begun; now each pipeline's first chunk.
+    for (q, job) in queuing.iter_mut().zip(jobs) {
+        if let Some(q) = q {
+            q.pipelines = begin_pipelines(
+                &mut q.issuer,
+                &mut guards,
+                job.plan,
+                job.src,
+                job.dst,
+                q.start,
+            )?;
         }
     }
     // Chunks in turn across every transfer; each ends (its end event recorded) as soon as its own
@@ -523,7 +530,8 @@ pub(super) fn issue_routes(
     control: StreamId,
     start: Option<EventId>,
 ) -> Result<()> {
-    let mut pipelines = begin_routes(issuer, lanes, plan, src, dst, control, start)?;
+    queue_direct(issuer, plan, src, dst, control)?;
+    let mut pipelines = begin_pipelines(issuer, lanes, plan, src, dst, start)?;
     while step_routes(issuer, &mut pipelines)? {}
     finish_routes(issuer, lanes, pipelines, control)
 }
@@ -531,60 +539,62 @@ pub(super) fn issue_routes(
 /// The pipelined routes of a transfer being queued, a chunk at a time.
 pub(super) type Pipelines = Vec<(LaneKey, Pipeline)>;
 
-/// Queues `plan`'s direct copies on `control`, then each pipelined route's first chunk, and returns
-/// the pipelines whose other chunks are still to queue.
-fn begin_routes(
+/// Queues `plan`'s direct copies on `control`: one call each, they run from the transfer's start
+/// whatever the plan's order, before any pipeline's chunks are queued.
+fn queue_direct(
+    issuer: &mut Issuer<'_>,
+    plan: &Plan,
+    src: Loc,
+    dst: Loc,
+    control: StreamId,
+) -> Result<()> {
+    for share in &plan.paths {
+        let Route::Direct(method) = share.route else {
+            continue;
+        };
+        issuer.shared.ensure_peer(plan.src, plan.dst)?;
+        let copy = BufferCopy {
+            dst: dst.buffer,
+            dst_offset: dst.offset + share.offset as usize,
+            src: src.buffer,
+            src_offset: src.offset + share.offset as usize,
+            len: share.bytes as usize,
+        };
+        issuer.copy(control, method, copy)?;
+    }
+    Ok(())
+}
+
+/// Begins each pipelined route of `plan` after `start` (an event already recorded on the control
+/// stream) with its first chunk, and returns the pipelines whose other chunks are still to queue.
+fn begin_pipelines(
     issuer: &mut Issuer<'_>,
     lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>,
     plan: &Plan,
     src: Loc,
     dst: Loc,
-    control: StreamId,
     start: Option<EventId>,
 ) -> Result<Pipelines> {
     let mut pipelines = Vec::new();
-    // Direct copies first: one call each, they run from the start of the transfer whatever the
-    // plan's order.
-    let direct_first = plan
-        .paths
-        .iter()
-        .filter(|p| matches!(p.route, Route::Direct(_)))
-        .chain(
-            plan.paths
-                .iter()
-                .filter(|p| !matches!(p.route, Route::Direct(_))),
-        );
-    for share in direct_first {
-        let (from, to) = (src.at(share.offset as usize), dst.at(share.offset as usize));
-        let len = share.bytes as usize;
-        match share.route {
-            Route::Direct(method) => {
-                issuer.shared.ensure_peer(plan.src, plan.dst)?;
-                let copy = BufferCopy {
-                    dst: to.buffer,
-                    dst_offset: to.offset,
-                    src: from.buffer,
-                    src_offset: from.offset,
-                    len,
-                };
-                issuer.copy(control, method, copy)?;
-            }
-            Route::Host | Route::Relay(_) => {
-                let key = lanes_of_route(plan, share.route);
-                let lane = lanes
-                    .get_mut(&key)
-                    .expect("every lane of the plan is locked");
-                let start = start.ok_or_else(|| {
-                    Error::InvalidHandle(
-                        "internal: a pipelined route was queued without a start event".into(),
-                    )
-                })?;
-                let mut pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
-                // Its first chunk goes now, before the next route is begun.
-                pipeline.step(issuer)?;
-                pipelines.push((key, pipeline));
-            }
+    for share in &plan.paths {
+        if let Route::Direct(_) = share.route {
+            continue;
         }
+        let (from, to) = (src.at(share.offset as usize), dst.at(share.offset as usize));
+        let key = lanes_of_route(plan, share.route);
+        let lane = lanes
+            .get_mut(&key)
+            .expect("every lane of the plan is locked");
+        let start = start.ok_or_else(|| {
+            Error::InvalidHandle(
+                "internal: a pipelined route was queued without a start event".into(),
+            )
+        })?;
+        let len = share.bytes as usize;
+        let mut pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
+        // Its first chunk goes now, before the next route is begun.
+        pipeline.step(issuer)?;
+        pipelines.push((key, pipeline));
     }
     Ok(pipelines)
 }

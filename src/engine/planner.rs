@@ -689,7 +689,7 @@ impl Planner {
     /// it: routes take bandwidth fastest first; a route left with nothing, or sharing hardware with
     /// faster ones and left with less than [`SPLIT_MIN_FRACTION`] of the fastest, is dropped, and
     /// so is one whose copy engines the faster routes already took. Beside a direct copy-engine
-    /// copy, a pipeline's first hop (on the source's copy engines too) is priced at its pace
+    /// copy, the host route's first hop (on the source's copy engines too) is priced at its pace
     /// measured there ([`defaults::BESIDE_DIRECT_RATE_FRACTION`]).
     fn share_bandwidth<'h>(
         &self,
@@ -736,7 +736,9 @@ impl Planner {
             .iter()
             .any(|l| l.route == Route::Direct(CopyMethod::CopyEngine))
         {
-            for lane in kept.iter_mut().filter(|l| l.is_pipeline()) {
+            // Measured for the host route only (device → host beside a peer copy on the source);
+            // a relay's first hop beside one is priced as before, for want of a measurement.
+            for lane in kept.iter_mut().filter(|l| l.route == Route::Host) {
                 lane.beside_direct_copy();
             }
         }
@@ -822,8 +824,8 @@ impl<'h> Lane<'h> {
         }
     }
 
-    /// Prices the first hop, issued on the source GPU, at its pace beside a direct copy-engine copy
-    /// there.
+    /// Prices the first hop, issued on the source GPU, at the host route's pace beside a direct
+    /// copy-engine copy there.
     fn beside_direct_copy(&mut self) {
         let first = &mut self.costs[0];
         first.beta_gbps *= defaults::BESIDE_DIRECT_RATE_FRACTION;
