@@ -69,10 +69,10 @@ pub const CROSS_GPU_CHUNK_US: f64 = 4.3;
 /// the route's streams and back, which the model does not price one by one.
 pub const PIPELINE_FIXED_US: f64 = 9.3;
 /// The host route's chunks went slower beside a direct copy of the same split on the H200 pair
-/// (its device → host copies on the source GPU, whose copy engines also ran the NVLink copy): 9.6 µs
-/// + bytes at 48.7 GB/s per chunk, against 6.9 µs + bytes at 55 alone (docs/reference.md). The
-/// planner prices that hop with this fraction of its rate and [`BESIDE_DIRECT_CHUNK_US`] more per
-/// chunk.
+/// (its device → host copies on the source GPU, whose copy engines also ran the NVLink copy): per
+/// chunk 9.6 µs and its bytes at 48.7 GB/s, against 6.9 µs and 55 GB/s alone (docs/reference.md).
+/// The planner prices that hop with this fraction of its rate and [`BESIDE_DIRECT_CHUNK_US`] more
+/// per chunk.
 pub const BESIDE_DIRECT_RATE_FRACTION: f64 = 0.885;
 /// See [`BESIDE_DIRECT_RATE_FRACTION`].
 pub const BESIDE_DIRECT_CHUNK_US: f64 = 2.7;
