@@ -4,8 +4,8 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all but readwrite): smi topo doctor tests bench check sweep explain
-# managed engine tune torch concurrent workload torch-allreduce readwrite
+# Which parts to run (default: all but readwrite and split): smi topo doctor tests bench check sweep
+# explain managed engine tune torch concurrent workload torch-allreduce readwrite split
 steps=${STEPS:-smi topo doctor tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
@@ -222,6 +222,21 @@ rw --tests ce-write,ce-read --size 64MiB --rotation 1GiB >"$work/rw-64MiB-rotate
 rw --tests ce-write,ce-read --size 64MiB --warmup 16 >"$work/rw-64MiB-warm.json" 2>"$work/rw-warm.err"
 rw --tests ce-write,ce-read,ce-bidir-write,ce-bidir-read --size 512MiB --samples 9 \
     >"$work/rw-512MiB.json" 2>"$work/rw-512MiB.err"
+fi
+
+if want split; then
+step "NVLink and the host route at once (issue 11.6)"
+# The split against a direct copy (one way, both ways, each route's share alone) and the copies it is
+# made of side by side; then the engine's own proofs at the sizes of the issue's goals.
+gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture \
+    split_over_nvlink_and_the_host_against_direct nvlink_copy_beside_host_copies \
+    >"$work/split-gpu-tests.log" 2>&1
+echo "gpu tests exit: $?" >>"$work/split-gpu-tests.log"
+for size in 256MiB 1GiB; do
+    $bin --gpu plan --src $src --dst $dst --size $size --prove >"$work/split-engine-$size.txt" 2>&1
+    $bin --gpu plan --concurrent shift --size $size >"$work/split-concurrent-$size.txt" 2>&1
+done
+$bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB >"$work/split-engine-sweep.txt" 2>&1
 fi
 
 if want workload; then

@@ -353,9 +353,10 @@ fn host_writes_into_pinned_memory() {
 /// Which of the host route's copies slows an NVLink copy that runs beside it: the copy-engine
 /// write over NVLink (240 MiB, GPU 0 → GPU 1) alone and beside a 28 MiB device→host copy on GPU 0,
 /// a 28 MiB host→device copy on GPU 1, or both; and the NVLink share issued other ways (pulled by
-/// GPU 1, or by an SM kernel) beside both host copies. Every copy starts together behind held
-/// streams; each stream's GPU time is printed (median of 5). The numbers decide how a split may use
-/// the host route beside NVLink (issue 11).
+/// GPU 1, or by an SM kernel) beside both host copies; and both ways at once (each GPU pushing over
+/// NVLink, copying to and from the host: three copy engines busy on each). Every copy starts
+/// together behind held streams; each stream's GPU time is printed (median of 5). The numbers
+/// decide how a split may use the host route beside NVLink (issue 11).
 #[test]
 #[ignore = "needs a GPU"]
 fn nvlink_copy_beside_host_copies() {
@@ -410,6 +411,35 @@ fn nvlink_copy_beside_host_copies() {
         BufferCopy::from_start(h1, d1, small),
         "h2d GPU1",
     );
+    // The other direction's copies, on buffers of their own.
+    let a1 = b.alloc(Memory::Device(1), big).unwrap();
+    let b0 = b.alloc(Memory::Device(0), big).unwrap();
+    let d0_back = b.alloc(Memory::Device(0), small).unwrap();
+    let d1_back = b.alloc(Memory::Device(1), small).unwrap();
+    let pinned = || {
+        b.alloc(Memory::PinnedHost { numa_node: None }, small)
+            .unwrap()
+    };
+    let (h2, h3) = (pinned(), pinned());
+    let back = [1, 1].map(|d| b.create_stream(d).unwrap());
+    let nvlink_push_back = (
+        back[0],
+        CopyMethod::CopyEngine,
+        BufferCopy::from_start(a1, b0, big),
+        "nvlink push 1->0",
+    );
+    let d2h_back = (
+        back[1],
+        CopyMethod::CopyEngine,
+        BufferCopy::from_start(d1_back, h2, small),
+        "d2h GPU1",
+    );
+    let h2d_back = (
+        on0[2],
+        CopyMethod::CopyEngine,
+        BufferCopy::from_start(h3, d0_back, small),
+        "h2d GPU0",
+    );
     let scenarios: Vec<Vec<_>> = vec![
         vec![nvlink_push],
         vec![d2h],
@@ -419,6 +449,8 @@ fn nvlink_copy_beside_host_copies() {
         vec![nvlink_push, d2h, h2d],
         vec![nvlink_pull, d2h, h2d],
         vec![nvlink_sm, d2h, h2d],
+        vec![nvlink_push, nvlink_push_back],
+        vec![nvlink_push, d2h, h2d, nvlink_push_back, d2h_back, h2d_back],
     ];
     for scenario in &scenarios {
         let mut times = vec![Vec::new(); scenario.len()];

@@ -66,6 +66,8 @@ struct StreamEntry<S> {
 struct EventEntry<E> {
     device: usize,
     raw: E,
+    /// Whether GPU time may be asked of it (false for [`Backend::mark`]'s).
+    timed: bool,
 }
 
 struct GraphEntry<G> {
@@ -254,6 +256,21 @@ impl<I: RawCollectives> Checked<I> {
     fn stream(&self, st: &State<I>, stream: StreamId) -> Result<(usize, I::Stream)> {
         let entry = st.streams.get(stream.0)?;
         Ok((entry.device, entry.raw.clone()))
+    }
+
+    /// Records a timed event ([`Backend::record`]) or one that only orders work
+    /// ([`Backend::mark`]) on `stream`.
+    fn new_event(&self, stream: StreamId, timed: bool) -> Result<EventId> {
+        let (device, raw_stream) = self.idle_stream(&self.lock(), stream, "recording an event")?;
+        let raw = if timed {
+            self.raw.record(&raw_stream)?
+        } else {
+            self.raw.mark(&raw_stream)?
+        };
+        self.lock()
+            .events
+            .insert(EventEntry { device, raw, timed })
+            .map(EventId)
     }
 
     /// The stream's GPU and object, for work a capture cannot record.
@@ -534,12 +551,11 @@ impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns> Backe
     }
 
     fn record(&self, stream: StreamId) -> Result<EventId> {
-        let (device, raw_stream) = self.idle_stream(&self.lock(), stream, "recording an event")?;
-        let raw = self.raw.record(&raw_stream)?;
-        self.lock()
-            .events
-            .insert(EventEntry { device, raw })
-            .map(EventId)
+        self.new_event(stream, true)
+    }
+
+    fn mark(&self, stream: StreamId) -> Result<EventId> {
+        self.new_event(stream, false)
     }
 
     fn wait(&self, stream: StreamId, event: EventId) -> Result<()> {
@@ -565,6 +581,13 @@ impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns> Backe
         let (first, last) = {
             let st = self.lock();
             let (first, last) = (st.events.get(start.0)?, st.events.get(end.0)?);
+            if let Some(untimed) = [(start, first), (end, last)].iter().find(|(_, e)| !e.timed) {
+                return Err(Error::usage(format!(
+                    "{} only orders work and carries no time: record the events to time with \
+                     `record`",
+                    untimed.0
+                )));
+            }
             if first.device != last.device {
                 return Err(Error::usage(format!(
                     "{start} and {end} were recorded on different GPUs ({} and {}): GPU time can \

@@ -270,6 +270,13 @@ pub trait Backend: Send + Sync {
     /// Records an event after the work queued so far on `stream`.
     fn record(&self, stream: StreamId) -> Result<EventId>;
 
+    /// Records an event that only orders work: no GPU time can be asked of it, and where the
+    /// backend has such events streams wait on them sooner (CUDA's events without timing, which its
+    /// documentation names the best for stream waits). As [`Backend::record`] elsewhere.
+    fn mark(&self, stream: StreamId) -> Result<EventId> {
+        self.record(stream)
+    }
+
     /// Makes later work on `stream` wait for `event` (no host blocking).
     fn wait(&self, stream: StreamId, event: EventId) -> Result<()>;
 

@@ -61,6 +61,10 @@ pub trait RawBackend: Send + Sync {
 
     /// The stream does not capture (nor for `wait`, `synchronize`, `hold`).
     fn record(&self, stream: &Self::Stream) -> Result<Self::Event>;
+    /// An event for ordering only, never timed; a recorded one where the backend has one kind.
+    fn mark(&self, stream: &Self::Stream) -> Result<Self::Event> {
+        self.record(stream)
+    }
     fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
     fn event_done(&self, event: &Self::Event) -> Result<bool>;
     fn event_synchronize(&self, event: &Self::Event) -> Result<()>;

@@ -69,6 +69,7 @@ macro_rules! contract_tests {
             a_batch_needs_peer_access_where_the_pair_has_p2p,
             events_mark_work_and_time_it,
             waits_order_work_across_streams,
+            a_mark_orders_work_across_gpus_and_keeps_no_time,
             a_wait_outlives_the_event_it_waited_on,
             elapsed_time_needs_both_events_complete,
             elapsed_time_needs_events_of_one_gpu,
@@ -847,6 +848,48 @@ fn relay(
     )
     .unwrap();
     landed
+}
+
+/// A staged route's two hops (GPU 0 → pinned host → GPU 1, or GPU 0 again on one GPU), ordered by a
+/// mark: the second waits for the first while that is held back, and no time can be read off it.
+pub fn a_mark_orders_work_across_gpus_and_keeps_no_time(b: &dyn Backend) {
+    let other = usize::from(gpus(b) > 1);
+    let data = pattern(4 << 20, 21);
+    let src = buffer(b, Memory::Device(0), &data);
+    let mid = b
+        .alloc(Memory::PinnedHost { numa_node: None }, data.len())
+        .unwrap();
+    let dst = buffer(b, Memory::Device(other), &vec![FILL; data.len()]);
+    let (first, second) = (b.create_stream(0).unwrap(), b.create_stream(other).unwrap());
+    for round in 0..2 {
+        let gate = b.hold(first).unwrap();
+        let copy = |stream, from, to| {
+            b.copy(
+                stream,
+                CopyMethod::CopyEngine,
+                &BufferCopy::from_start(from, to, data.len()),
+            )
+            .unwrap()
+        };
+        copy(first, src, mid);
+        let filled = b.mark(first).unwrap();
+        b.wait(second, filled).unwrap();
+        copy(second, mid, dst);
+        let end = b.record(second).unwrap();
+        assert!(
+            !b.event_done(end).unwrap(),
+            "round {round}: the second hop waits for the held first"
+        );
+        b.release(gate).unwrap();
+        b.synchronize(second).unwrap();
+        assert!(contents(b, dst) == data, "round {round}");
+        says(&usage(b.elapsed_us(filled, end)), "only orders work");
+        says(&usage(b.elapsed_us(end, filled)), "only orders work");
+        // Destroyed marks may be kept and recorded again: the second round uses one.
+        b.destroy_event(filled).unwrap();
+        b.destroy_event(end).unwrap();
+        b.write(dst, 0, &vec![FILL; data.len()]).unwrap();
+    }
 }
 
 pub fn a_wait_outlives_the_event_it_waited_on(b: &dyn Backend) {

@@ -113,10 +113,11 @@ pub struct Stream {
     captured_descriptors: Mutex<Vec<batches::Block>>,
 }
 
-/// An event and the GPU it was recorded on.
+/// An event, the GPU it was recorded on, and whether it keeps time (a mark does not).
 pub struct Event {
     device: usize,
     event: CudaEvent,
+    timed: bool,
 }
 
 /// A replayable graph and the batch descriptors its kernels read.
@@ -154,6 +155,8 @@ pub struct Gpus {
     /// Per device, destroyed events kept for the next `record`: creating and destroying a CUDA
     /// event costs the CPU about a microsecond each, which every transfer would otherwise pay.
     spare_events: Vec<Mutex<Vec<CudaEvent>>>,
+    /// Likewise for `mark`: events created without timing.
+    spare_marks: Vec<Mutex<Vec<CudaEvent>>>,
     descriptors: batches::DescriptorPool,
     /// One internal stream per device for the synchronous `write`, `read` and pattern calls.
     io_streams: Vec<Arc<CudaStream>>,
@@ -210,6 +213,7 @@ impl Gpus {
             kernels: kernels::KernelCache::new(contexts.len()),
             gates: gates::Gates::new(&contexts[0])?,
             spare_events: contexts.iter().map(|_| Mutex::default()).collect(),
+            spare_marks: contexts.iter().map(|_| Mutex::default()).collect(),
             descriptors: batches::DescriptorPool::new(contexts.len()),
             io_streams,
             mismatch_slots: patterns::MismatchSlots::new(contexts.len()),
@@ -219,6 +223,41 @@ impl Gpus {
 
     fn kernels(&self, device: usize) -> Result<Arc<kernels::Kernels>> {
         self.kernels.get(device, &self.contexts[device])
+    }
+
+    /// The kept events of one kind, per device.
+    fn spares(&self, timed: bool) -> &[Mutex<Vec<CudaEvent>>] {
+        if timed {
+            &self.spare_events
+        } else {
+            &self.spare_marks
+        }
+    }
+
+    /// Records an event on `stream`: a kept one of its kind, or a new one. Timed events carry a
+    /// GPU timestamp; the others only order work, and streams wait on them sooner (the CUDA
+    /// documentation: CU_EVENT_DISABLE_TIMING events are the best for cuStreamWaitEvent).
+    fn new_event(&self, stream: &Arc<Stream>, timed: bool) -> Result<Arc<Event>> {
+        let spare = lock(&self.spares(timed)[stream.device]).pop();
+        let event = match spare {
+            Some(event) => event,
+            // cudarc's `new_event(None)` would disable timing: say which each time.
+            None => self.contexts[stream.device]
+                .new_event(Some(if timed {
+                    CUevent_flags::CU_EVENT_DEFAULT
+                } else {
+                    CUevent_flags::CU_EVENT_DISABLE_TIMING
+                }))
+                .map_err(failed("cuEventCreate"))?,
+        };
+        event
+            .record(&stream.stream)
+            .map_err(failed("cuEventRecord"))?;
+        Ok(Arc::new(Event {
+            device: stream.device,
+            event,
+            timed,
+        }))
     }
 }
 
@@ -387,21 +426,11 @@ impl RawBackend for Gpus {
     }
 
     fn record(&self, stream: &Arc<Stream>) -> Result<Arc<Event>> {
-        let spare = lock(&self.spare_events[stream.device]).pop();
-        let event = match spare {
-            Some(event) => event,
-            // Timing enabled: cudarc's `new_event(None)` would disable it.
-            None => self.contexts[stream.device]
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(failed("cuEventCreate"))?,
-        };
-        event
-            .record(&stream.stream)
-            .map_err(failed("cuEventRecord"))?;
-        Ok(Arc::new(Event {
-            device: stream.device,
-            event,
-        }))
+        self.new_event(stream, true)
+    }
+
+    fn mark(&self, stream: &Arc<Stream>) -> Result<Arc<Event>> {
+        self.new_event(stream, false)
     }
 
     fn wait(&self, stream: &Arc<Stream>, event: &Arc<Event>) -> Result<()> {
@@ -433,8 +462,13 @@ impl RawBackend for Gpus {
         // Kept for the next record instead. Recording a kept event again later is safe: a stream
         // that waited on it captured the record it waited for. Another thread still using the
         // event (a concurrent query) lets it be destroyed with its last reference instead.
-        if let Ok(Event { device, event }) = Arc::try_unwrap(event) {
-            lock(&self.spare_events[device]).push(event);
+        if let Ok(Event {
+            device,
+            event,
+            timed,
+        }) = Arc::try_unwrap(event)
+        {
+            lock(&self.spares(timed)[device]).push(event);
         }
         Ok(())
     }

@@ -405,7 +405,7 @@ mod tests {
             );
             assert!(
                 p.timing(Strategy::Split).is_none(),
-                "no split between NVSwitch peers"
+                "no relay between NVSwitch peers, and up to 16 MiB the host route gains too little"
             );
         }
         assert_eq!(report.source.to_string(), "sim:dgx-h100");
