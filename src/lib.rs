@@ -46,8 +46,8 @@
 
 pub mod backend;
 pub mod bench;
-pub mod doctor;
 pub mod check;
+pub mod doctor;
 pub mod document;
 pub mod engine;
 pub mod error;

@@ -20,12 +20,12 @@ mod engine;
 mod check;
 #[path = "gpu/collectives.rs"]
 mod collectives;
-#[path = "gpu/managed.rs"]
-mod managed;
-#[path = "gpu/doctor.rs"]
-mod doctor;
 #[path = "common/mod.rs"]
 mod common;
+#[path = "gpu/doctor.rs"]
+mod doctor;
+#[path = "gpu/managed.rs"]
+mod managed;
 #[path = "soak/run.rs"]
 mod soak;
 #[path = "gpu/workload.rs"]

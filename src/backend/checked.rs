@@ -21,8 +21,8 @@
 //! threads issuing work at once do not wait on each other here.
 
 mod collective;
-mod managed;
 mod health;
+mod managed;
 mod patterns;
 
 use super::handles::{next_tag, Table};

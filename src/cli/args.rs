@@ -95,8 +95,8 @@ pub enum Verb {
 
 #[derive(Args)]
 pub struct ReportArgs {
-    /// JSON documents peerlink wrote: topo, bench, explain, plan, tune's profile, compare or
-    /// workload `--json` outputs, in any mix and order
+    /// JSON documents peerlink wrote: topo, bench, explain, plan, tune's profile, compare,
+    /// workload, doctor or check `--json` outputs, in any mix and order
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
 

@@ -7,9 +7,9 @@
 pub mod args;
 mod check;
 mod compare;
+mod doctor;
 mod export;
 mod html_report;
-mod doctor;
 mod plan;
 mod tune;
 mod workload;

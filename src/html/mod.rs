@@ -8,11 +8,13 @@
 //!   log-log curves with the α–β fit and its 50% and 90% sizes, the latency as a waterfall;
 //! - plan and tune's profile (`plan.rs`): the engine sweep's predicted against measured per
 //!   strategy with the pick circled, one transfer's strategies, batches, concurrent traffic, hops;
-//! - workloads against NCCL (`workload.rs`), and two runs side by side (`compare.rs`).
+//! - workloads against NCCL (`workload.rs`), and two runs side by side (`compare.rs`);
+//! - the host's health (`health.rs`): doctor's verdicts, check's figures against expected.
 
 mod bench;
 mod chart;
 mod compare;
+mod health;
 mod page;
 mod plan;
 mod plot;
@@ -22,7 +24,9 @@ mod workload;
 pub use chart::Chart;
 
 use crate::document::bench::{BenchDocument, ExplainDocument};
+use crate::document::check::CheckDocument;
 use crate::document::compare::CompareDocument;
+use crate::document::doctor::DoctorDocument;
 use crate::document::plan::{
     PlanBatchDocument, PlanConcurrentDocument, PlanDocument, PlanSweepDocument,
 };
@@ -45,6 +49,8 @@ pub enum Loaded {
     Profile(Profile),
     Compare(CompareDocument),
     Workload(WorkloadDocument),
+    Doctor(DoctorDocument),
+    Check(CheckDocument),
 }
 
 /// A document and the name it came by (its file).
@@ -77,10 +83,12 @@ pub fn read(name: &str, text: &str) -> Result<Input> {
         Some(Profile::SCHEMA) => as_(name, text, Loaded::Profile)?,
         Some(CompareDocument::SCHEMA) => as_(name, text, Loaded::Compare)?,
         Some(WorkloadDocument::SCHEMA) => as_(name, text, Loaded::Workload)?,
+        Some(DoctorDocument::SCHEMA) => as_(name, text, Loaded::Doctor)?,
+        Some(CheckDocument::SCHEMA) => as_(name, text, Loaded::Check)?,
         other => {
             return Err(Error::usage(format!(
                 "{name} is not a document peerlink writes ({}); give the --json output of topo, \
-                 bench, explain, plan, tune, compare or workload",
+                 bench, explain, plan, tune, compare, workload, doctor or check",
                 other.map_or("it has no `schema` string".to_string(), |s| {
                     format!("its schema is `{s}`")
                 })
@@ -116,6 +124,8 @@ pub fn report(inputs: &[Input]) -> Result<Report> {
             Loaded::Profile(doc) => plan::profile_charts(&mut section, doc)?,
             Loaded::Compare(doc) => compare::charts(&mut section, doc)?,
             Loaded::Workload(doc) => workload::charts(&mut section, doc)?,
+            Loaded::Doctor(doc) => health::doctor_notes(&mut section, doc),
+            Loaded::Check(doc) => health::check_charts(&mut section, doc)?,
         }
         sections.push(section);
     }
@@ -153,6 +163,16 @@ impl Section {
             Loaded::Profile(d) => (d.header(), d.tables(), "this host's hop costs (tune)"),
             Loaded::Compare(d) => (d.header(), d.tables(), "two runs side by side"),
             Loaded::Workload(d) => (d.header(), d.tables(), "a workload against NCCL"),
+            Loaded::Doctor(d) => (
+                d.header(),
+                d.tables(),
+                "what stands between the GPUs and fast P2P",
+            ),
+            Loaded::Check(d) => (
+                d.header(),
+                d.tables(),
+                "a health check against expected figures",
+            ),
         };
         Section {
             id,

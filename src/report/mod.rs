@@ -6,8 +6,8 @@
 pub mod bench;
 pub mod check;
 pub mod compare;
-pub mod export;
 pub mod doctor;
+pub mod export;
 pub mod plan;
 pub mod table;
 pub mod topo;

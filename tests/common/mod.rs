@@ -100,6 +100,12 @@ pub fn every_kind(dir: &Path) -> Vec<(Vec<String>, &'static str)> {
             ["compare", BENCH, BENCH_AGAIN].map(String::from).to_vec(),
             "peerlink.compare/1",
         ),
+        (sim(&["doctor"]), "peerlink.doctor/1"),
+        // The shipped references cover the H200 (pcie-2gpu-switch's GPUs have none).
+        (
+            ["--sim", "h200-pair", "check"].map(String::from).to_vec(),
+            "peerlink.check/1",
+        ),
     ]
 }
 
