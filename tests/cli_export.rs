@@ -191,6 +191,8 @@ fn stage(schema: &str) -> Option<&'static str> {
         "peerlink.plan-concurrent/1" => Some("concurrent"),
         "peerlink.profile/1" => Some("sweep"),
         "peerlink.workload/1" => Some("all-reduce"),
+        "peerlink.doctor/1" => Some("doctor"),
+        "peerlink.check/1" => Some("[="),
         _ => None,
     }
 }

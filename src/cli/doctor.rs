@@ -19,7 +19,7 @@ pub fn run(global: &Global, args: &DoctorArgs) -> Result<()> {
         devices: global.devices.clone(),
         host_root: args.root.clone(),
     };
-    let report = doctor::run(opened.backend.as_ref(), &options)?;
+    let report = doctor::run(opened.backend.as_ref(), &options, &*global.progress())?;
     let doc = DoctorDocument::new(opened.backend.topology(), report);
     global.print(&doc, || report::doctor::text(&doc))?;
     match report::doctor::failed_sentence(&doc) {

@@ -23,6 +23,7 @@ pub use burst::Burst;
 pub use facts::HostFacts;
 
 use crate::backend::Backend;
+use crate::bench::progress::Progress;
 use crate::Result;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -164,7 +165,9 @@ impl Report {
 }
 
 /// Runs every check on `backend`'s GPUs (those of `options.devices`).
-pub fn run(backend: &dyn Backend, options: &Options) -> Result<Report> {
+/// `progress` hears of the three stages: the host's files, the traffic burst, the checks that
+/// measure (a second or two on GPUs).
+pub fn run(backend: &dyn Backend, options: &Options, progress: &dyn Progress) -> Result<Report> {
     let topology = backend.topology();
     let devices = topology.select(options.devices.as_deref())?;
     let mut notes = Vec::new();
@@ -185,10 +188,14 @@ pub fn run(backend: &dyn Backend, options: &Options) -> Result<Report> {
             }
         ));
     }
+    progress.start("doctor", 3);
     let facts = HostFacts::read(root.map(host::HostFiles::at), topology, &devices);
+    progress.step();
     let outcome = burst::run(backend, &devices, &burst::Plan::for_backend(backend))?;
-
+    progress.step();
     let mut checks = host_checks::run(backend, &facts, &devices)?;
+    progress.step();
+    progress.finish();
     checks.extend(pairs::run(topology, &facts, &devices, &outcome));
     checks.extend(gpus::run(topology, &facts, &devices, &outcome));
     Ok(Report {

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::backend::sim::{preset_names, Preset, SimBackend};
+use crate::bench::progress::Silent;
 use std::path::PathBuf;
 
 fn fixtures() -> PathBuf {
@@ -16,7 +17,7 @@ fn fixture(name: &str) -> Preset {
 }
 
 fn doctor(preset: &Preset, options: &Options) -> Report {
-    run(&SimBackend::from_preset(preset), options).unwrap()
+    run(&SimBackend::from_preset(preset), options, &Silent).unwrap()
 }
 
 fn with_tree(devices: Option<Vec<usize>>) -> Options {
@@ -346,6 +347,7 @@ fn devices_limit_the_checks_to_those_gpus() {
             devices: Some(vec![4]),
             host_root: None,
         },
+        &Silent,
     );
     assert_eq!(bad.unwrap_err().exit_code(), 2);
 }

@@ -73,7 +73,7 @@ mod tests {
     #[test]
     fn the_document_counts_verdicts_and_reads_back() {
         let sim = SimBackend::open("h200-pair").unwrap();
-        let report = run(&sim, &Options::default()).unwrap();
+        let report = run(&sim, &Options::default(), &crate::bench::progress::Silent).unwrap();
         let doc = DoctorDocument::new(sim.topology(), report);
         assert_eq!(doc.header.schema, DoctorDocument::SCHEMA);
         assert!(doc.header.simulated);

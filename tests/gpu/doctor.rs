@@ -45,7 +45,12 @@ fn doctor_reads_this_machine_and_its_readings_agree() {
     }
     assert!(backend.health().gpu_health(gpus).is_err());
 
-    let report = run(&backend, &Options::default()).unwrap();
+    let report = run(
+        &backend,
+        &Options::default(),
+        &peerlink::bench::progress::Silent,
+    )
+    .unwrap();
     let doc = DoctorDocument::new(topology, report.clone());
     println!("{}", peerlink::report::doctor::text(&doc));
     let burst = report.burst.as_ref().expect("a burst ran");
