@@ -22,7 +22,8 @@ pub struct Cli {
 #[derive(Args)]
 pub struct Global {
     /// Use a simulated host: an embedded preset name (dgx-h100, dgx1-v100, pcie-4gpu-2socket,
-    /// pcie-2gpu-switch, h200-pair) or a preset JSON file
+    /// pcie-2gpu-switch, h200-pair; several hosts: 2x-dgx-h100, 2x-pcie-4gpu-2socket) or a preset
+    /// JSON file
     #[arg(
         long,
         global = true,

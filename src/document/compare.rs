@@ -317,6 +317,7 @@ mod tests {
             visible_devices: None,
             devices: Vec::new(),
             pairs: Vec::new(),
+            network: None,
         };
         BenchDocument::new(
             &host,

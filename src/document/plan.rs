@@ -440,6 +440,7 @@ pub(crate) mod tests {
             visible_devices: None,
             devices: (0..8).map(|i| device(i, Some(0), "0000:18:00.0")).collect(),
             pairs: Vec::new(),
+            network: None,
         }
     }
 

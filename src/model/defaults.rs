@@ -43,7 +43,8 @@ fn pcie_p2p_fraction(link: Link) -> f64 {
     match link {
         Link::NvLink(_) | Link::Pix | Link::Pxb => 1.0,
         Link::Phb | Link::Node => 0.85,
-        Link::Sys => 0.8,
+        // NET has no P2P at all: `peer_gbps` answers before asking.
+        Link::Sys | Link::Net => 0.8,
     }
 }
 
@@ -171,6 +172,9 @@ fn peer_gbps(
         return Some(local_copy_gbps(major(topology, src)) * local_fraction);
     }
     let link = topology.pair(src, dst)?.link;
+    if link.crosses_hosts() {
+        return None;
+    }
     let slower = major(topology, src).min(major(topology, dst));
     Some(match link {
         Link::NvLink(count) => count as f64 * nvlink_gbps_per_link(slower) * nvlink_efficiency,

@@ -360,6 +360,7 @@ pub(crate) mod test_support {
             visible_devices: None,
             devices,
             pairs,
+            network: None,
         }
     }
 

@@ -5,10 +5,15 @@
 //! put the two side by side.
 
 mod link;
+pub mod network;
+pub mod nics;
+pub mod pci;
 mod source;
+pub mod sysfs;
 mod warnings;
 
 pub use link::Link;
+pub use network::Network;
 pub use source::Source;
 pub use warnings::{warnings, Warning};
 
@@ -71,6 +76,10 @@ pub struct Topology {
     pub devices: Vec<Device>,
     /// One entry per ordered pair `src != dst`, sorted by (src, dst).
     pub pairs: Vec<Pair>,
+    /// The hosts, their RDMA NICs and how the GPUs reach them; absent where nothing was read
+    /// (a simulator preset without NICs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
 }
 
 /// The sentence every check of a GPU index says where GPU `gpu` is not one of a host's `count`,
@@ -111,6 +120,16 @@ impl Topology {
         }
     }
 
+    /// The host GPU `gpu` sits on (0 on a topology of one host).
+    pub fn host_of(&self, gpu: usize) -> usize {
+        self.network.as_ref().map_or(0, |n| n.host_of(gpu))
+    }
+
+    /// Whether GPUs `a` and `b` sit on different hosts.
+    pub fn crosses_hosts(&self, a: usize, b: usize) -> bool {
+        self.network.is_some() && self.host_of(a) != self.host_of(b)
+    }
+
     /// Whether this topology came from the simulator.
     pub fn is_simulated(&self) -> bool {
         self.source.is_simulated()
@@ -141,6 +160,7 @@ impl Topology {
                 .filter(|p| keep(&p.src) && keep(&p.dst))
                 .cloned()
                 .collect(),
+            network: self.network.as_ref().map(|n| n.restricted_to(|g| keep(&g))),
             ..self.clone()
         }
     }
@@ -210,6 +230,7 @@ pub(crate) mod test_support {
                 pair(2, 0, Link::Sys, false),
                 pair(2, 1, Link::Sys, false),
             ],
+            network: None,
         }
     }
 
@@ -245,6 +266,7 @@ mod tests {
                 pair(0, 1, Link::NvLink(18), true),
                 pair(1, 0, Link::NvLink(18), true),
             ],
+            network: None,
         }
     }
 

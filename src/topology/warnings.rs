@@ -170,6 +170,7 @@ mod tests {
             visible_devices: None,
             devices,
             pairs,
+            network: None,
         }
     }
 

@@ -110,7 +110,7 @@ impl Simulator {
             captures: BTreeMap::new(),
             venues: 0,
             peer_access: BTreeSet::new(),
-            allocated: vec![0; preset.devices.len()],
+            allocated: vec![0; preset.gpu_count()],
         };
         Simulator {
             topology,
@@ -136,9 +136,27 @@ impl Simulator {
     }
 
     /// The work of one copy issued on a stream of `gpu`, with its path through the links.
-    fn plan_copy(&self, st: &State, gpu: usize, method: CopyMethod, copy: BufferCopy<Key>) -> Work {
+    /// Refused where the copy would reach another host's GPU.
+    fn plan_copy(
+        &self,
+        st: &State,
+        gpu: usize,
+        method: CopyMethod,
+        copy: BufferCopy<Key>,
+    ) -> Result<Work> {
         let costs = self.costs();
         let (from, to) = (Self::place(st, copy.src), Self::place(st, copy.dst));
+        for place in [from, to] {
+            if let Place::Device(other) = place {
+                if self.links.crosses_hosts(gpu, other) {
+                    return Err(Error::usage(format!(
+                        "GPU {gpu} and GPU {other} are on different simulated hosts: no copy \
+                         reaches another host's memory; between hosts NCCL carries the data \
+                         (`peerlink workload`), and `peerlink plan` predicts the network's routes"
+                    )));
+                }
+            }
+        }
         let (path, setup_us) = match method {
             CopyMethod::CopyEngine => {
                 let reachable = |d: usize| d == gpu || st.peer_access.contains(&(gpu, d));
@@ -154,11 +172,11 @@ impl Simulator {
             }
             CopyMethod::SmKernel => (self.links.kernel(from, to, gpu), costs.kernel_setup_us),
         };
-        Work::Copy {
+        Ok(Work::Copy {
             copies: vec![copy],
             path,
             setup_us,
-        }
+        })
     }
 
     /// Captures `work` if the stream is capturing; otherwise charges `issue_us` to the host and
@@ -233,8 +251,11 @@ impl RawBackend for Simulator {
             .expect("every ordered pair of distinct devices is listed");
         if !pair.p2p {
             let preset = self.links.preset();
-            let message = if preset.devices[device].mig_enabled || preset.devices[peer].mig_enabled
-            {
+            let message = if pair.link.crosses_hosts() {
+                "they sit on different hosts (NET): only NICs join them; NCCL carries data \
+                 between hosts"
+                    .to_string()
+            } else if preset.device(device).mig_enabled || preset.device(peer).mig_enabled {
                 "MIG is enabled on one of them, and MIG instances cannot use P2P".to_string()
             } else if pair.link.crosses_sockets() {
                 "they sit under different CPU sockets (SYS) and this host offers no P2P across \
@@ -332,7 +353,7 @@ impl RawBackend for Simulator {
 
     fn copy(&self, stream: &Stream, method: CopyMethod, copy: BufferCopy<&Key>) -> Result<()> {
         let mut st = self.lock();
-        let work = self.plan_copy(&st, stream.device, method, copy.map(|k| *k));
+        let work = self.plan_copy(&st, stream.device, method, copy.map(|k| *k))?;
         let issue = match method {
             CopyMethod::CopyEngine => self.costs().copy_issue_us,
             CopyMethod::SmKernel => self.costs().kernel_issue_us,
@@ -350,7 +371,7 @@ impl RawBackend for Simulator {
         for copy in batch.iter() {
             let copy = copy.map(|k| *k);
             let Work::Copy { path, setup_us, .. } =
-                self.plan_copy(&st, stream.device, CopyMethod::SmKernel, copy)
+                self.plan_copy(&st, stream.device, CopyMethod::SmKernel, copy)?
             else {
                 unreachable!("plan_copy plans copies")
             };
@@ -376,8 +397,14 @@ impl RawBackend for Simulator {
         // One driver call on real GPUs, but the lent H200 measured it no cheaper per copy than
         // separate copies (5.02 vs 5.15 µs per message), so each copy is priced as one.
         let issue = self.costs().copy_issue_us;
-        for copy in batch.iter() {
-            let work = self.plan_copy(&st, stream.device, CopyMethod::CopyEngine, copy.map(|k| *k));
+        // Every copy planned before any is queued: a refused one queues none.
+        let work = batch
+            .iter()
+            .map(|copy| {
+                self.plan_copy(&st, stream.device, CopyMethod::CopyEngine, copy.map(|k| *k))
+            })
+            .collect::<Result<Vec<Work>>>()?;
+        for work in work {
             Self::submit(&mut st, stream, issue, work);
         }
         Ok(())
