@@ -102,6 +102,10 @@ pub enum RouteName {
     Host,
     /// Through another GPU's memory.
     Relay { via: usize },
+    /// To another host, GPU memory to GPU memory through the NICs.
+    GpudirectRdma,
+    /// To another host, through host memory near each NIC.
+    NetStaged,
 }
 
 impl From<Route> for RouteName {
@@ -111,6 +115,8 @@ impl From<Route> for RouteName {
             Route::Direct(CopyMethod::SmKernel) => RouteName::DirectSm,
             Route::Host => RouteName::Host,
             Route::Relay(via) => RouteName::Relay { via },
+            Route::GpudirectRdma => RouteName::GpudirectRdma,
+            Route::NetStaged => RouteName::NetStaged,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `peerlink topo --json`: the `peerlink.topo/1` document.
 
 use super::{impl_document, Document, Header};
-use crate::topology::{warnings, Device, Pair, Topology, Warning};
+use crate::topology::{warnings, Device, Network, Pair, Topology, Warning};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +17,10 @@ pub struct TopoDocument {
     pub devices: Vec<Device>,
     /// One entry per ordered pair of them, `src != dst`, sorted by (src, dst).
     pub pairs: Vec<Pair>,
+    /// The hosts, their RDMA NICs (none: `nics` is empty), how these GPUs reach them, and
+    /// GPUDirect RDMA; absent where nothing was read (a simulator preset without NICs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
     /// What is wrong with these GPUs' links, most serious first.
     pub warnings: Vec<Warning>,
 }
@@ -33,6 +37,7 @@ impl TopoDocument {
             visible_devices: topo.visible_devices,
             devices: topo.devices,
             pairs: topo.pairs,
+            network: topo.network,
         }
     }
 }

@@ -371,7 +371,7 @@ pub(super) fn lanes_of(plan: &Plan) -> Vec<LaneKey> {
     plan.paths
         .iter()
         .filter_map(|p| match p.route {
-            Route::Direct(_) => None,
+            Route::Direct(_) | Route::GpudirectRdma | Route::NetStaged => None,
             Route::Host => Some(LaneKey::Host { src, dst }),
             Route::Relay(via) => Some(LaneKey::Relay { src, dst, via }),
         })
@@ -563,6 +563,14 @@ fn begin_routes(
                 pipeline.step(issuer)?;
                 pipelines.push((key, pipeline));
             }
+            Route::GpudirectRdma | Route::NetStaged => {
+                return Err(Error::usage(format!(
+                    "GPU {} and GPU {} are on different hosts: peerlink plans transfers between \
+                     hosts ({}) but moves data only within one; between hosts NCCL carries it \
+                     (`peerlink workload`)",
+                    plan.src, plan.dst, plan.strategy
+                )));
+            }
         }
     }
     Ok(pipelines)
@@ -600,7 +608,9 @@ fn lanes_of_route(plan: &Plan, route: Route) -> LaneKey {
     match route {
         Route::Host => LaneKey::Host { src, dst },
         Route::Relay(via) => LaneKey::Relay { src, dst, via },
-        Route::Direct(_) => unreachable!("direct routes have no lane"),
+        Route::Direct(_) | Route::GpudirectRdma | Route::NetStaged => {
+            unreachable!("only pipelines within one host have a lane")
+        }
     }
 }
 

@@ -175,8 +175,10 @@ impl Planner {
             .iter()
             .map(|p| p.strategy)
             .collect();
-        Ok(Strategy::ALL
-            .into_iter()
+        Ok(self
+            .family(src, dst)
+            .iter()
+            .copied()
             .filter(|s| !usable.contains(s))
             .map(|s| (s, self.unavailable(s, src, dst).to_string()))
             .collect())
@@ -329,7 +331,30 @@ impl Planner {
         Ok(())
     }
 
+    /// The strategies that could move data between `src` and `dst`: those within one host, or
+    /// those between hosts.
+    fn family(&self, src: usize, dst: usize) -> &'static [Strategy] {
+        if self.model.topology().crosses_hosts(src, dst) {
+            &Strategy::NETWORK
+        } else {
+            &Strategy::ALL
+        }
+    }
+
     fn unavailable(&self, strategy: Strategy, src: usize, dst: usize) -> Error {
+        let across = self.model.topology().crosses_hosts(src, dst);
+        if across != strategy.crosses_hosts() {
+            return Error::usage(if across {
+                format!(
+                    "{strategy} moves data within one host, and GPU {src} and GPU {dst} are on \
+                     different hosts: use gpudirect-rdma or net-staged"
+                )
+            } else {
+                format!(
+                    "{strategy} moves data between hosts, and GPU {src} and GPU {dst} are on one"
+                )
+            });
+        }
         let link = self
             .model
             .topology()
@@ -349,11 +374,21 @@ impl Planner {
                  here one route outruns the others or shares their links"
             ),
             Strategy::Staged => format!("staged cannot be used from GPU {src} to GPU {dst}"),
+            Strategy::GpudirectRdma => format!(
+                "gpudirect-rdma needs an RDMA NIC on each GPU's host and GPUDirect RDMA \
+                 (nvidia-peermem, or dma-buf), which GPU {src} → GPU {dst} lacks; use net-staged"
+            ),
+            Strategy::NetStaged => format!(
+                "net-staged needs an RDMA NIC on the hosts of both GPU {src} and GPU {dst}"
+            ),
         })
     }
 
     /// Every usable strategy's best plan (alternatives left empty).
     fn candidates(&self, src: usize, dst: usize, bytes: u64) -> Vec<Plan> {
+        if self.model.topology().crosses_hosts(src, dst) {
+            return self.network_candidates(src, dst, bytes);
+        }
         let mut plans = Vec::new();
         for (strategy, method) in [
             (Strategy::DirectCe, CopyMethod::CopyEngine),
@@ -369,6 +404,19 @@ impl Planner {
         let relays: Vec<Route> = self.relays(src, dst).collect();
         plans.extend(self.best_chunked(src, dst, bytes, Strategy::Relay, &relays));
         plans.extend(self.best_split(src, dst, bytes));
+        plans
+    }
+
+    /// Between GPUs of different hosts: GPUDirect RDMA where the model prices it, and through
+    /// host memory at each end.
+    fn network_candidates(&self, src: usize, dst: usize, bytes: u64) -> Vec<Plan> {
+        let mut plans = Vec::new();
+        let route = Route::GpudirectRdma;
+        if let Some(h) = self.hops(route, src, dst) {
+            let time = self.direct_us(&h, bytes);
+            plans.push(self.single(src, dst, bytes, Strategy::GpudirectRdma, route, time));
+        }
+        plans.extend(self.best_chunked(src, dst, bytes, Strategy::NetStaged, &[Route::NetStaged]));
         plans
     }
 
@@ -395,6 +443,22 @@ impl Planner {
                 ]
             }
             Route::Relay(r) => vec![Hop::PeerCe { src, dst: r }, Hop::PeerCe { src: r, dst }],
+            Route::GpudirectRdma => vec![Hop::NetRdma { src, dst }],
+            Route::NetStaged => {
+                // Each end's bounce buffer sits on its NIC's NUMA node.
+                let (out, into) = (self.model.nic_numa_node(src), self.model.nic_numa_node(dst));
+                vec![
+                    Hop::DeviceToHost {
+                        device: src,
+                        node: out,
+                    },
+                    Hop::NetHost { src, dst },
+                    Hop::HostToDevice {
+                        device: dst,
+                        node: into,
+                    },
+                ]
+            }
         };
         let costs = hops
             .iter()
@@ -404,13 +468,16 @@ impl Planner {
         // What the executor queues: a direct route is one operation; a pipeline first waits for
         // the start and for the lane's last use, then each chunk is two copies, each recording an
         // event, and two waits (the drain for the fill, the fill for a reused slot).
+        // A network operation is priced as a copy is: one call that queues it.
         let (setup_us, first_op_us, issue_us) = match route {
             Route::Direct(CopyMethod::SmKernel) => (0.0, issue.kernel_us, issue.kernel_us),
-            Route::Direct(CopyMethod::CopyEngine) => (0.0, issue.copy_us, issue.copy_us),
-            Route::Host | Route::Relay(_) => (
+            Route::Direct(CopyMethod::CopyEngine) | Route::GpudirectRdma => {
+                (0.0, issue.copy_us, issue.copy_us)
+            }
+            Route::Host | Route::Relay(_) | Route::NetStaged => (
                 2.0 * issue.event_us,
                 issue.copy_us,
-                2.0 * (issue.copy_us + 2.0 * issue.event_us),
+                hops.len() as f64 * (issue.copy_us + 2.0 * issue.event_us),
             ),
         };
         let first_issue_us = setup_us + first_op_us;
@@ -711,8 +778,10 @@ impl CopyEngines {
         match route {
             Route::Direct(CopyMethod::CopyEngine) => vec![src],
             Route::Direct(CopyMethod::SmKernel) => Vec::new(),
-            Route::Host => vec![src, dst],
+            Route::Host | Route::NetStaged => vec![src, dst],
             Route::Relay(via) => vec![src, via],
+            // The NICs move the bytes.
+            Route::GpudirectRdma => Vec::new(),
         }
     }
 

@@ -1,7 +1,9 @@
 //! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices.
 
 use super::table::{matrix, plain};
+use crate::topology::network::{FabricKind, Network};
 use crate::topology::{warnings, Link, Topology};
+use comfy_table::CellAlignment;
 use std::fmt::Write;
 
 /// The human-readable report.
@@ -30,10 +32,14 @@ pub fn text(topo: &Topology, selected: &[usize]) -> String {
 
     let p2p = matrix(&indices, false, |s, d| match topo.pair(s, d) {
         Some(p) if p.p2p => format!("OK/{}{}", p.perf_rank, if p.atomics { "/A" } else { "" }),
+        Some(p) if p.link.crosses_hosts() => "-".to_string(),
         Some(_) => "NS".to_string(),
         None => "?".to_string(),
     });
     let _ = writeln!(out, "P2P access (row → column)\n{p2p}\n");
+    if let Some(net) = &topo.network {
+        out.push_str(&network_text(net));
+    }
     let _ = writeln!(out, "{}", legend(&topo));
 
     let found = warnings(&topo);
@@ -83,6 +89,160 @@ fn devices_table(topo: &Topology) -> comfy_table::Table {
     table
 }
 
+/// The hosts, their RDMA NICs, how each GPU reaches them, and GPUDirect RDMA.
+fn network_text(net: &Network) -> String {
+    let mut out = String::new();
+    if net.hosts.len() > 1 {
+        let hosts: Vec<String> = net
+            .hosts
+            .iter()
+            .map(|h| {
+                format!(
+                    "{} (GPUs {}, NICs {})",
+                    h.name,
+                    list(&h.gpus),
+                    list(&h.nics)
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "Hosts: {}\n", hosts.join("; "));
+    }
+    if net.nics.is_empty() {
+        let _ = writeln!(
+            out,
+            "RDMA NICs: no RDMA NIC found (/sys/class/infiniband is empty): between hosts NCCL \
+             would fall back to TCP sockets, without GPUDirect RDMA\n"
+        );
+        return out;
+    }
+    let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut nics = plain(
+        [
+            "NIC",
+            "Host",
+            "Name",
+            "PCI bus id",
+            "NUMA",
+            "Netdev",
+            "Link",
+            "Rate",
+            "State",
+            "Rail",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for nic in &net.nics {
+        nics.add_row(vec![
+            format!("NIC{}", nic.index),
+            net.hosts
+                .get(nic.host)
+                .map_or_else(|| nic.host.to_string(), |h| h.name.clone()),
+            nic.name.clone(),
+            shown(&nic.pci_bus_id),
+            shown(&nic.numa_node.map(|n| n.to_string())),
+            if nic.netdevs.is_empty() {
+                "-".into()
+            } else {
+                nic.netdevs.join(",")
+            },
+            shown(&nic.link_layer),
+            shown(&nic.rate_gbit.map(|r| format!("{r} Gb/s"))),
+            shown(&nic.state),
+            shown(&nic.rail.map(|r| r.to_string())),
+        ]);
+    }
+    let _ = writeln!(out, "RDMA NICs ({})\n{nics}\n", net.source);
+
+    let gpus: Vec<usize> = net.hosts.iter().flat_map(|h| h.gpus.clone()).collect();
+    let mut header = vec![String::new()];
+    header.extend(net.nics.iter().map(|n| format!("NIC{}", n.index)));
+    let mut paths = plain(header);
+    for &gpu in &gpus {
+        let mut row = vec![format!("GPU{gpu}")];
+        row.extend(net.nics.iter().map(|nic| {
+            net.gpu_nics
+                .iter()
+                .find(|p| p.gpu == gpu && p.nic == nic.index)
+                .map_or_else(|| "-".to_string(), |p| p.link.to_string())
+        }));
+        paths.add_row(row);
+    }
+    for column in paths.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    let _ = writeln!(out, "GPU ↔ NIC (- : another host's NIC)\n{paths}\n");
+
+    let mut nearest = plain(
+        ["GPU", "Nearest NIC", "Path", "GPUDirect RDMA worth it"]
+            .map(String::from)
+            .to_vec(),
+    );
+    for n in &net.nearest {
+        let names: Vec<String> = n
+            .nics
+            .iter()
+            .filter_map(|&i| net.nics.get(i))
+            .map(|nic| nic.name.clone())
+            .collect();
+        nearest.add_row(vec![
+            n.gpu.to_string(),
+            names.join(", "),
+            n.link.to_string(),
+            if n.gpudirect_benefit {
+                "yes".into()
+            } else {
+                "no: the nearest NIC is across the CPU".into()
+            },
+        ]);
+    }
+    let _ = writeln!(out, "{nearest}\n");
+    let available = match net.gpudirect.available {
+        Some(true) => "available",
+        Some(false) => "unavailable",
+        None => "unknown",
+    };
+    let _ = writeln!(out, "GPUDirect RDMA: {available} ({})", net.gpudirect.how);
+    if let Some(f) = &net.fabric {
+        let shape = match f.kind {
+            FabricKind::Rail => format!(
+                "rail-optimised (NIC i of every host on leaf switch i), NIC to NIC {} µs, {} µs \
+                 more between rails through the spine",
+                f.latency_us, f.spine_latency_us
+            ),
+            FabricKind::FatTree => format!("fat tree, NIC to NIC {} µs", f.latency_us),
+        };
+        let _ = writeln!(out, "Network: {shape}");
+    }
+    out.push('\n');
+    out
+}
+
+/// `0-7`, `0,2,5`: indices as a short list.
+fn list(indices: &[usize]) -> String {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &i in indices {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == i => *end = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    if runs.is_empty() {
+        return "none".into();
+    }
+    let parts: Vec<String> = runs
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    parts.join(",")
+}
+
 /// Explains the link classes that appear, and the P2P cell format.
 fn legend(topo: &Topology) -> String {
     let mut seen: Vec<Link> = topo.pairs.iter().map(|p| p.link).collect();
@@ -95,13 +255,16 @@ fn legend(topo: &Topology) -> String {
             "  NV#  = NVLink with # bonded links (direct, or through NVSwitch)"
         );
     }
-    for link in seen.into_iter().filter(|l| !l.is_nvlink()) {
+    for &link in seen.iter().filter(|l| !l.is_nvlink()) {
         let _ = writeln!(out, "  {:<4} = {}", link.to_string(), link.meaning());
     }
     out.push_str(
         "  OK/r/A = P2P supported, performance rank r (lower is better), A = native atomics\n  \
          NS     = P2P not supported (copies are staged through host memory)\n",
     );
+    if seen.contains(&Link::Net) {
+        out.push_str("  -      = another host: no P2P, only the network\n");
+    }
     out
 }
 

@@ -543,7 +543,10 @@ fn sweep_hop(
     progress: &dyn Progress,
 ) -> Result<HopSweep> {
     let place = match hop {
-        Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => Place::Pair { src, dst },
+        Hop::PeerCe { src, dst }
+        | Hop::PeerSm { src, dst }
+        | Hop::NetRdma { src, dst }
+        | Hop::NetHost { src, dst } => Place::Pair { src, dst },
         Hop::DeviceToHost { device, .. }
         | Hop::HostToDevice { device, .. }
         | Hop::Local { device } => Place::Device { device },
@@ -566,6 +569,10 @@ pub fn describe(hop: Hop) -> String {
         Hop::DeviceToHost { device, node } => format!("GPU {device} → {}", host(node)),
         Hop::HostToDevice { device, node } => format!("{} → GPU {device}", host(node)),
         Hop::Local { device } => format!("GPU {device} → GPU {device} (local copy)"),
+        Hop::NetRdma { src, dst } => format!("GPU {src} → GPU {dst} (GPUDirect RDMA)"),
+        Hop::NetHost { src, dst } => {
+            format!("host memory by GPU {src}'s NIC → host memory by GPU {dst}'s NIC (RDMA)")
+        }
     }
 }
 
