@@ -117,6 +117,9 @@ pub fn run(
             return Err(Error::usage(format!("{flag}: {missing}")));
         }
     }
+    if let Some(why) = super::cases::other_host(topo, src, dst) {
+        return Err(Error::usage(format!("GPU {src} and GPU {dst} are {why}")));
+    }
     let defaults = Defaults::for_backend(backend);
     let sampling = defaults.sampling;
     let direct = src == dst || topo.pair(src, dst).is_some_and(|p| p.p2p);
