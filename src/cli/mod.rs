@@ -7,6 +7,7 @@
 pub mod args;
 mod compare;
 mod plan;
+mod topo;
 mod tune;
 mod workload;
 
@@ -15,7 +16,6 @@ use args::{Cli, Global, Verb};
 use peerlink::backend::{self, Choice, Opened};
 use peerlink::bench::{self, explain, progress};
 use peerlink::document::bench::{BenchDocument, ExplainDocument};
-use peerlink::document::topo::TopoDocument;
 use peerlink::document::{self, Document};
 use peerlink::report;
 use peerlink::units::{parse_size, parse_sizes};
@@ -24,14 +24,7 @@ use peerlink::units::{parse_size, parse_sizes};
 pub fn run(cli: Cli) -> Result<()> {
     let global = &cli.global;
     match cli.verb {
-        Verb::Topo => {
-            let opened = global.open()?;
-            let topo = opened.backend.topology();
-            let selected = topo.select(global.devices.as_deref())?;
-            global.print(&TopoDocument::new(topo, &selected), || {
-                report::topo::text(topo, &selected)
-            })
-        }
+        Verb::Topo(args) => topo::run(global, &args),
         Verb::Bench(args) => {
             let opened = global.open()?;
             let options = bench::Options {

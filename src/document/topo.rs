@@ -1,6 +1,7 @@
 //! `peerlink topo --json`: the `peerlink.topo/1` document.
 
 use super::{impl_document, Document, Header};
+use crate::topology::nccl_view::NcclView;
 use crate::topology::{warnings, Device, Network, Pair, Topology, Warning};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,9 @@ pub struct TopoDocument {
     pub network: Option<Network>,
     /// What is wrong with these GPUs' links, most serious first.
     pub warnings: Vec<Warning>,
+    /// NCCL's own view of the GPU ↔ NIC paths beside peerlink's (`--nccl`, `--nccl-xml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<NcclView>,
 }
 
 impl_document!(TopoDocument, "peerlink.topo/1");
@@ -38,6 +42,7 @@ impl TopoDocument {
             devices: topo.devices,
             pairs: topo.pairs,
             network: topo.network,
+            nccl: None,
         }
     }
 }

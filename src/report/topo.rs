@@ -1,6 +1,7 @@
 //! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices.
 
 use super::table::{matrix, plain};
+use crate::topology::nccl_view::NcclView;
 use crate::topology::network::{FabricKind, Network};
 use crate::topology::{warnings, Link, Topology};
 use comfy_table::CellAlignment;
@@ -215,6 +216,52 @@ fn network_text(net: &Network) -> String {
         let _ = writeln!(out, "Network: {shape}");
     }
     out.push('\n');
+    out
+}
+
+/// NCCL's view of the GPU ↔ NIC paths beside peerlink's, and where they differ.
+pub fn nccl_text(view: &NcclView) -> String {
+    let mut out = format!("\nNCCL's view ({})\n", view.source);
+    let mut header = vec![String::new()];
+    header.extend(view.nics.iter().map(|n| n.name.clone()));
+    let mut paths = plain(header);
+    for gpu in &view.gpus {
+        let mut row = vec![gpu
+            .index
+            .map_or_else(|| gpu.pci_bus_id.clone(), |i| format!("GPU{i}"))];
+        row.extend(view.nics.iter().map(|nic| {
+            let path = view
+                .paths
+                .iter()
+                .find(|p| p.gpu == gpu.pci_bus_id && p.nic == nic.name);
+            match path {
+                Some(p) if !p.agree => format!(
+                    "{}≠{}",
+                    p.nccl,
+                    p.peerlink.map_or("-".into(), |l| l.to_string())
+                ),
+                Some(p) => p.nccl.to_string(),
+                None => "-".into(),
+            }
+        }));
+        paths.add_row(row);
+    }
+    for column in paths.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    let _ = writeln!(
+        out,
+        "{paths}\n  (NCCL's class; A≠B where NCCL sees A and peerlink B; NCCL's PHB covers \
+         peerlink's NODE: it has no host bridges)\n"
+    );
+    if view.disagreements.is_empty() {
+        let _ = writeln!(out, "NCCL's view agrees with peerlink's.");
+    } else {
+        let _ = writeln!(out, "Where NCCL's view differs:");
+        for d in &view.disagreements {
+            let _ = writeln!(out, "  {d}");
+        }
+    }
     out
 }
 

@@ -5,6 +5,7 @@
 //! put the two side by side.
 
 mod link;
+pub mod nccl_view;
 pub mod network;
 pub mod nics;
 pub mod pci;
