@@ -506,14 +506,14 @@ mod tests {
         assert!(
             v.disagreements
                 .iter()
-                .any(|d| d == "GPU 0000:61:00.0 ↔ mlx5_3: NCCL sees PHB, peerlink PIX"),
+                .any(|d| d == "GPU 3 (0000:61:00.0) ↔ mlx5_3: NCCL sees PHB, peerlink PIX"),
             "{:#?}",
             v.disagreements
         );
         assert!(
             v.disagreements
                 .iter()
-                .any(|d| d == "GPU 0000:52:00.0 ↔ mlx5_3: NCCL sees PIX, peerlink NODE"),
+                .any(|d| d == "GPU 2 (0000:52:00.0) ↔ mlx5_3: NCCL sees PIX, peerlink NODE"),
             "{:#?}",
             v.disagreements
         );
