@@ -152,9 +152,11 @@ fn hop(links: &LinkModel, a: usize, b: usize) -> (Path, Hardware) {
 }
 
 /// NCCL's rings over `devices`, rank by rank: on one host one ring through every rank in order.
-/// Across hosts one ring per channel, each visiting the hosts in turn and the ranks of a host in
-/// order from a different one, so that every channel leaves each host from another GPU, and so
-/// through another NIC: as many channels as the host with the fewest NICs under its ranks has.
+/// Across hosts one ring per channel, visiting the hosts in turn: channel `c` enters the first host
+/// at its `c`-th rank and walks its ranks forward, the next host backward from where the last one
+/// left, and so on, so that every crossing joins GPUs of the same local rank (the same rail, as
+/// NCCL arranges with PXN) and each channel leaves a host through another GPU's NIC. As many
+/// channels as the host with the fewest NICs under its ranks has.
 fn rings(links: &LinkModel, devices: &[usize]) -> Vec<Vec<usize>> {
     let preset = links.preset();
     let mut hosts: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -187,9 +189,16 @@ fn rings(links: &LinkModel, devices: &[usize]) -> Vec<Vec<usize>> {
         .map(|c| {
             hosts
                 .iter()
-                .flat_map(|(_, gpus)| {
-                    let first = c % gpus.len();
-                    gpus[first..].iter().chain(&gpus[..first]).copied()
+                .enumerate()
+                .flat_map(|(k, (_, gpus))| {
+                    let g = gpus.len();
+                    (0..g).map(move |i| {
+                        if k % 2 == 0 {
+                            gpus[(c + i) % g]
+                        } else {
+                            gpus[(c + g - 1 - i % g) % g]
+                        }
+                    })
                 })
                 .collect()
         })
@@ -473,6 +482,40 @@ mod tests {
             first("LL") < first("LL128") && first("LL128") < first("Simple"),
             "{names:?}"
         );
+    }
+
+    #[test]
+    fn across_hosts_each_channel_leaves_through_its_own_nic_on_its_rail() {
+        let preset = crate::backend::sim::Preset::load("2x-dgx-h100").unwrap();
+        let links = LinkModel::new(&preset);
+        let devices: Vec<usize> = (0..16).collect();
+        let channels = rings(&links, &devices);
+        assert_eq!(channels.len(), 8, "a ring per NIC");
+        let mut out_nics = Vec::new();
+        for ring in &channels {
+            let mut sorted = ring.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, devices, "every rank once: {ring:?}");
+            assert!(ring[..8].iter().all(|&g| g < 8), "host 0 first: {ring:?}");
+            for i in 0..16 {
+                let (a, b) = (ring[i], ring[(i + 1) % 16]);
+                if links.crosses_hosts(a, b) {
+                    assert_eq!(a % 8, b % 8, "the same rail: {ring:?}");
+                    out_nics.push(preset.nic_of(a).unwrap().0);
+                }
+            }
+        }
+        out_nics.sort_unstable();
+        assert_eq!(
+            out_nics,
+            (0..16).collect::<Vec<_>>(),
+            "every NIC sends for one ring"
+        );
+        // One NIC per host: one ring; one host: the ranks in order.
+        let one_nic = crate::backend::sim::Preset::load("2x-pcie-4gpu-2socket").unwrap();
+        let ring = rings(&LinkModel::new(&one_nic), &[0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(ring, vec![vec![0, 1, 2, 3, 7, 6, 5, 4]]);
+        assert_eq!(rings(&links, &[3, 1, 2]), vec![vec![3, 1, 2]]);
     }
 
     #[test]

@@ -895,6 +895,130 @@ mod tests {
     }
 
     #[test]
+    fn two_dgx_h100_hosts_number_their_gpus_and_nics_host_by_host() {
+        let p = Preset::load("2x-dgx-h100").unwrap();
+        assert_eq!((p.hosts, p.gpu_count()), (2, 16));
+        let t = p.topology();
+        assert_eq!(t.devices.len(), 16);
+        assert_eq!(t.pairs.len(), 16 * 15);
+        // NV18 within a host, NET between hosts, never P2P across.
+        assert_eq!(t.pair(0, 7).unwrap().link, Link::NvLink(18));
+        assert_eq!(t.pair(8, 15).unwrap().link, Link::NvLink(18));
+        let across = t.pair(3, 12).unwrap();
+        assert_eq!(
+            (across.link, across.p2p, across.perf_rank),
+            (Link::Net, false, 0)
+        );
+        // Every host has its GPUs at the same addresses.
+        assert_eq!(t.devices[8].pci_bus_id, t.devices[0].pci_bus_id);
+        assert_eq!(t.devices[12].numa_node, Some(1));
+        let net = t.network.as_ref().unwrap();
+        assert_eq!(net.source, "preset");
+        assert_eq!(net.hosts[1].gpus, (8..16).collect::<Vec<_>>());
+        assert_eq!(net.hosts[1].nics, (8..16).collect::<Vec<_>>());
+        assert_eq!(net.nics.len(), 16);
+        assert_eq!(net.nics[9].name, "mlx5_1");
+        assert_eq!(net.nics[9].rail, Some(1));
+        assert_eq!(net.nics[9].rate_gbit, Some(400.0));
+        // One NIC per GPU under its switch: PIX; the others of its socket NODE, of the other SYS.
+        for gpu in 0..16 {
+            let nearest = net.nearest(gpu).unwrap();
+            assert_eq!(nearest.nics, vec![gpu], "GPU {gpu}");
+            assert_eq!(nearest.link, Link::Pix);
+            assert!(nearest.gpudirect_benefit);
+        }
+        let link = |gpu, nic| {
+            net.gpu_nics
+                .iter()
+                .find(|g| (g.gpu, g.nic) == (gpu, nic))
+                .unwrap()
+                .link
+        };
+        assert_eq!(link(9, 10), Link::Node);
+        assert_eq!(link(9, 14), Link::Sys);
+        assert!(!net
+            .gpu_nics
+            .iter()
+            .any(|g| t.host_of(g.gpu) != net.nics[g.nic].host));
+        assert_eq!(net.gpudirect.available, Some(true));
+        let fabric = net.fabric.as_ref().unwrap();
+        assert_eq!(fabric.kind, crate::topology::network::FabricKind::Rail);
+    }
+
+    #[test]
+    fn a_gpu_on_the_other_socket_than_the_only_nic_is_sys_to_it() {
+        let t = Preset::load("2x-pcie-4gpu-2socket").unwrap().topology();
+        let net = t.network.unwrap();
+        let far = net.nearest(6).unwrap();
+        assert_eq!((far.nics.as_slice(), far.link), (&[1][..], Link::Sys));
+        assert!(!far.gpudirect_benefit);
+        assert_eq!(net.nearest(5).unwrap().link, Link::Pix);
+    }
+
+    #[test]
+    fn nic_links_override_what_the_switches_imply() {
+        let p = edited(|v| {
+            v["nics"] = serde_json::json!([{"numa_node": 0}, {"numa_node": 1}]);
+            v["nic_links"] = serde_json::json!([{"gpu": 1, "nic": 0, "link": "PXB"}]);
+        })
+        .unwrap();
+        assert_eq!(p.nic_link(1, 0), Link::Pxb);
+        assert_eq!(p.nic_link(0, 0), Link::Node);
+        assert_eq!(p.nic_link(0, 1), Link::Sys);
+        assert_eq!(p.nic_of(1), Some((0, Link::Pxb)));
+        // One host with NICs and no network: NICs shown, nothing between hosts.
+        let net = p.topology().network.unwrap();
+        assert_eq!(net.hosts.len(), 1);
+        assert!(net.fabric.is_none());
+        assert_eq!(net.nics[1].rate_gbit, None);
+    }
+
+    #[test]
+    fn hosts_nics_and_networks_that_cannot_be_are_refused() {
+        let network = serde_json::json!({
+            "fabric": "fat-tree", "nic_gbps": 25, "efficiency": 0.9, "latency_us": 2
+        });
+        let nics = serde_json::json!([{"numa_node": 0}]);
+        let m = message(edited(|v| v["hosts"] = 2.into()));
+        assert!(m.contains("no `network` section"), "{m}");
+        let m = message(edited(|v| v["network"] = network.clone()));
+        assert!(m.contains("`network` needs `nics`"), "{m}");
+        let m = message(edited(|v| v["hosts"] = 0.into()));
+        assert!(m.contains("hosts must be 1 to 1024, not 0"), "{m}");
+        let m = message(edited(|v| {
+            v["nics"] = nics.clone();
+            v["nic_links"] = serde_json::json!([{"gpu": 8, "nic": 0, "link": "PIX"}]);
+        }));
+        assert!(
+            m.contains("nic_links[0] names GPU 8 but each host has 8"),
+            "{m}"
+        );
+        let m = message(edited(|v| {
+            v["nics"] = nics.clone();
+            v["nic_links"] = serde_json::json!([{"gpu": 0, "nic": 0, "link": "NV2"}]);
+        }));
+        assert!(m.contains("over PCIe"), "{m}");
+        let m = message(edited(|v| {
+            v["nics"] = nics.clone();
+            v["network"] = network.clone();
+            v["network"]["efficiency"] = 2.into();
+        }));
+        assert!(m.contains("network.efficiency must be in (0, 1]"), "{m}");
+        let m = message(edited(|v| {
+            v["pcie"]["p2p_gbps"] = serde_json::json!({"NET": 5})
+        }));
+        assert!(m.contains("which joins hosts"), "{m}");
+        let m = message(mesh(&[(0, 1, "NET")]));
+        assert!(m.contains("links[0] is NET"), "{m}");
+        let m = message(edited(|v| {
+            v["nics"] = nics.clone();
+            v["network"] = network.clone();
+            v["network"]["fabric"] = "torus".into();
+        }));
+        assert!(m.contains("unknown variant `torus`"), "{m}");
+    }
+
+    #[test]
     fn invalid_json_reports_line_and_column() {
         let text = "{\n  \"name\": \"x\",\n  oops\n}";
         let m = message(Preset::parse(text, "mine.json"));
