@@ -1285,6 +1285,94 @@ mod tests {
         }
     }
 
+    fn preset_planner(name: &str) -> Planner {
+        planner(crate::backend::sim::Preset::load(name).unwrap().topology())
+    }
+
+    #[test]
+    fn between_hosts_a_nic_next_to_the_gpu_carries_it_by_gpudirect_rdma() {
+        let p = preset_planner("2x-dgx-h100");
+        for bytes in [4, 4096, MIB, 64 * MIB, 1 << 30] {
+            let plan = p.plan(0, 8, bytes).unwrap();
+            assert_eq!(plan.strategy, Strategy::GpudirectRdma, "{bytes}: {plan:?}");
+            assert_eq!(plan.paths[0].route, Route::GpudirectRdma);
+            assert_eq!(plan.alternatives.len(), 1, "{plan:?}");
+            assert_eq!(plan.alternatives[0].0, Strategy::NetStaged);
+        }
+        // 400 Gb/s at the RDMA efficiency, behind a 1 µs post and 1.5 µs of network.
+        let big = p.plan(3, 11, 1 << 30).unwrap();
+        let gbps = (1u64 << 30) as f64 / big.predicted_us / 1e3;
+        assert!((45.0..48.1).contains(&gbps), "{gbps} GB/s");
+        // Across rails the spine adds its latency.
+        let same_rail = p.plan(3, 11, 4).unwrap().predicted_us;
+        let other_rail = p.plan(3, 12, 4).unwrap().predicted_us;
+        assert!(
+            (other_rail - same_rail - 0.5).abs() < 1e-9,
+            "{same_rail} {other_rail}"
+        );
+    }
+
+    #[test]
+    fn a_gpu_whose_nearest_nic_is_across_the_sockets_stages_large_transfers() {
+        let p = preset_planner("2x-pcie-4gpu-2socket");
+        let big = p.plan(2, 6, 64 * MIB).unwrap();
+        assert_eq!(big.strategy, Strategy::NetStaged, "{big:?}");
+        assert_eq!(big.paths[0].route, Route::NetStaged);
+        assert!(big.chunk_bytes < 64 * MIB as u64, "pipelined: {big:?}");
+        let rdma = big.alternatives[0];
+        assert_eq!(rdma.0, Strategy::GpudirectRdma);
+        assert!(rdma.1 > 2.0 * big.predicted_us, "{big:?}");
+        // A few bytes: one RDMA operation beats three staged hops.
+        assert_eq!(
+            p.plan(2, 6, 4096).unwrap().strategy,
+            Strategy::GpudirectRdma
+        );
+        // GPUs next to the NIC keep GPUDirect RDMA at every size.
+        assert_eq!(
+            p.plan(0, 5, 64 * MIB).unwrap().strategy,
+            Strategy::GpudirectRdma
+        );
+    }
+
+    #[test]
+    fn without_gpudirect_rdma_only_the_staged_network_route_is_left() {
+        let mut topology = crate::backend::sim::Preset::load("2x-dgx-h100")
+            .unwrap()
+            .topology();
+        topology.network.as_mut().unwrap().gpudirect.available = Some(false);
+        let p = planner(topology);
+        let plan = p.plan(0, 8, MIB).unwrap();
+        assert_eq!(plan.strategy, Strategy::NetStaged);
+        assert!(plan.alternatives.is_empty());
+        let unusable = p.unusable(0, 8, MIB).unwrap();
+        assert_eq!(unusable.len(), 1, "{unusable:?}");
+        assert_eq!(unusable[0].0, Strategy::GpudirectRdma);
+        assert!(unusable[0].1.contains("nvidia-peermem"), "{unusable:?}");
+    }
+
+    #[test]
+    fn each_strategy_serves_its_side_of_the_network() {
+        let p = preset_planner("2x-dgx-h100");
+        let err = p.plan_with(Strategy::DirectCe, 0, 8, MIB).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("different hosts"), "{err}");
+        let err = p.plan_with(Strategy::GpudirectRdma, 0, 1, MIB).unwrap_err();
+        assert!(err.to_string().contains("are on one"), "{err}");
+        // Within a host nothing changes: the network's strategies are not listed as unusable.
+        let within = p.unusable(0, 1, MIB).unwrap();
+        assert!(within.iter().all(|(s, _)| !s.crosses_hosts()), "{within:?}");
+        assert!(p.unusable(0, 8, MIB).unwrap().is_empty());
+        assert_eq!(p.plan(0, 1, MIB).unwrap().strategy, Strategy::DirectCe);
+        assert_eq!(
+            "net-staged".parse::<Strategy>().unwrap(),
+            Strategy::NetStaged
+        );
+        // A batch between hosts is gathered and sent as one network transfer.
+        let batch = p.plan_batch(0, 8, &[256; 100], 1).unwrap();
+        assert_eq!(batch.strategy, BatchStrategy::GatherScatter);
+        assert_eq!(batch.middle.unwrap().strategy, Strategy::GpudirectRdma);
+    }
+
     #[test]
     fn small_message_batches_use_one_kernel_or_gather_without_p2p() {
         let sizes = vec![256u64; 1000];
