@@ -318,6 +318,7 @@ fn legend(topo: &Topology) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::nics::test_support::FakeSysfs;
     use crate::topology::test_support::three_gpus;
 
     #[test]
@@ -344,6 +345,81 @@ mod tests {
             1,
             "one legend line for NV#: {text}"
         );
+    }
+
+    /// Three GPUs on a fake host whose sysfs holds `nics` (name, PCI path) and the GPUs at the
+    /// three test GPUs' bus ids: 0 and 1 under one switch of socket 0, 2 on socket 1.
+    fn on_fake_host(nics: &[(&str, &str, i32)]) -> Topology {
+        let fake = FakeSysfs::new();
+        let switch = "pci0000:00/0000:00:01.0/0000:17:00.0";
+        fake.pci(&format!("{switch}/0000:18:00.0/0000:19:00.0"), 0)
+            .pci(&format!("{switch}/0000:18:01.0/0000:1a:00.0"), 0)
+            .pci("pci0000:80/0000:80:01.0/0000:98:00.0", 1);
+        for (name, path, numa) in nics {
+            fake.pci(path, *numa)
+                .nic(name, path, "200 Gb/sec (4X HDR)", &format!("ib{name}"));
+        }
+        let mut topo = three_gpus();
+        for (d, bus) in topo.devices.iter_mut().zip(["19", "1a", "98"]) {
+            d.pci_bus_id = format!("00000000:{bus}:00.0");
+        }
+        topo.source = crate::topology::Source::Cuda;
+        topo.network = Some(crate::topology::nics::discover(
+            &fake.sysfs(),
+            &topo.devices,
+        ));
+        topo
+    }
+
+    #[test]
+    fn a_host_without_rdma_nics_says_so_plainly() {
+        let text = text(&on_fake_host(&[]), &[0, 1, 2]);
+        assert!(text.contains("no RDMA NIC found"), "{text}");
+        assert!(!text.contains("Hosts:"), "one host needs no list: {text}");
+        let doc = serde_json::to_value(crate::document::topo::TopoDocument::new(
+            &on_fake_host(&[]),
+            &[0, 1, 2],
+        ))
+        .unwrap();
+        assert_eq!(doc["network"]["nics"], serde_json::json!([]));
+        assert_eq!(doc["network"]["source"], "sysfs");
+    }
+
+    #[test]
+    fn nics_show_with_each_gpus_class_and_the_far_gpus_flagged() {
+        let topo = on_fake_host(&[(
+            "mlx5_0",
+            "pci0000:00/0000:00:01.0/0000:17:00.0/0000:18:02.0/0000:1b:00.0",
+            0,
+        )]);
+        let text = text(&topo, &[0, 1, 2]);
+        assert!(text.contains("RDMA NICs (sysfs)"), "{text}");
+        assert!(
+            text.contains("mlx5_0") && text.contains("200 Gb/s"),
+            "{text}"
+        );
+        assert!(text.contains("ibmlx5_0"), "the netdev: {text}");
+        let row = |gpu: &str| {
+            text.lines()
+                .skip_while(|l| !l.starts_with("GPU ↔ NIC"))
+                .find(|l| l.trim_start().starts_with(gpu))
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(row("GPU0"), ["GPU0", "PIX"]);
+        assert_eq!(row("GPU2"), ["GPU2", "SYS"]);
+        assert!(
+            text.contains("no: the nearest NIC is across the CPU"),
+            "{text}"
+        );
+        assert!(text.contains("[nic-across-cpu]"), "{text}");
+        assert!(text.contains("GPUDirect RDMA: "), "{text}");
+        // Only the GPUs asked for.
+        let only = crate::document::topo::TopoDocument::new(&topo, &[2]);
+        let net = only.network.unwrap();
+        assert_eq!(net.nearest.len(), 1);
+        assert_eq!(net.nearest[0].gpu, 2);
     }
 
     #[test]

@@ -273,6 +273,38 @@ mod tests {
     }
 
     #[test]
+    fn gpus_far_from_every_nic_and_missing_gpudirect_are_named() {
+        use crate::topology::network::test_support::one_host;
+        let mut t = two_socket();
+        t.network = Some(one_host(&[&[Link::Pix], &[Link::Sys]]));
+        let found = warnings(&t);
+        let far = found.iter().find(|w| w.code == "nic-across-cpu").unwrap();
+        assert_eq!(far.devices, vec![1]);
+        assert!(
+            far.message.contains("GPU 1 is across the CPU (SYS)"),
+            "{}",
+            far.message
+        );
+        assert!(!found.iter().any(|w| w.code == "no-gpudirect-rdma"));
+        t.network.as_mut().unwrap().gpudirect.available = Some(false);
+        let found = warnings(&t);
+        let none = found
+            .iter()
+            .find(|w| w.code == "no-gpudirect-rdma")
+            .unwrap();
+        assert!(none.message.contains("nvidia-peermem"), "{}", none.message);
+    }
+
+    #[test]
+    fn gpus_of_different_hosts_are_no_missing_p2p() {
+        let mut t = two_socket();
+        for p in &mut t.pairs {
+            p.link = Link::Net;
+        }
+        assert!(warnings(&t).is_empty(), "{:?}", warnings(&t));
+    }
+
+    #[test]
     fn device_order_differs_from_pci_order() {
         let mut t = topo(
             vec![
