@@ -25,6 +25,8 @@ pub struct PlanView<'a> {
     pub unusable: &'a [(Strategy, String)],
     /// Measurements of every strategy at this size, where asked for.
     pub proof: Option<&'a Report>,
+    /// Between hosts: the way through the NICs, in words.
+    pub network: Option<String>,
 }
 
 /// The engine benchmark over a size sweep.
@@ -462,6 +464,7 @@ pub(crate) mod tests {
                 plan: &p,
                 unusable: &unusable,
                 proof: None,
+                network: None,
             },
         );
         let json = serde_json::to_value(&doc).unwrap();

@@ -159,6 +159,26 @@ impl Network {
         self.nics.get(index)
     }
 
+    /// How GPU `src` reaches GPU `dst` on another host, in words: each one's NIC, host and class
+    /// (`GPU 2 → mlx5_0 of host0 (SYS) → mlx5_0 of host1 (SYS) → GPU 6`); `None` within a host or
+    /// where a host has no NIC.
+    pub fn route(&self, src: usize, dst: usize) -> Option<String> {
+        if self.host_of(src) == self.host_of(dst) {
+            return None;
+        }
+        let end = |gpu: usize| {
+            let nic = self.nic_of(gpu)?;
+            let host = self.hosts.get(nic.host).map_or("?", |h| h.name.as_str());
+            let link = self.nearest(gpu)?.link;
+            Some(format!("{} of {host} ({link})", nic.name))
+        };
+        Some(format!(
+            "GPU {src} → {} → {} → GPU {dst}",
+            end(src)?,
+            end(dst)?
+        ))
+    }
+
     /// The same network with only the GPUs in `kept` (indexed by GPU).
     pub fn restricted_to(&self, kept: impl Fn(usize) -> bool) -> Network {
         Network {
@@ -293,6 +313,7 @@ mod tests {
         assert_eq!((n2.nics.as_slice(), n2.link), (&[2][..], Link::Phb));
         assert!(n2.gpudirect_benefit, "PHB stays below the CPU interconnect");
         assert_eq!(net.nic_of(1).unwrap().index, 1);
+        assert_eq!(net.route(0, 1), None, "one host");
     }
 
     #[test]
