@@ -564,12 +564,7 @@ fn begin_routes(
                 pipelines.push((key, pipeline));
             }
             Route::GpudirectRdma | Route::NetStaged => {
-                return Err(Error::usage(format!(
-                    "GPU {} and GPU {} are on different hosts: peerlink plans transfers between \
-                     hosts ({}) but moves data only within one; between hosts NCCL carries it \
-                     (`peerlink workload`)",
-                    plan.src, plan.dst, plan.strategy
-                )));
+                return Err(super::plan::between_hosts(plan.src, plan.dst));
             }
         }
     }

@@ -85,6 +85,16 @@ impl FromStr for Strategy {
     }
 }
 
+/// The refusal of a transfer between GPUs of different hosts: peerlink plans those, and NCCL
+/// moves them (across processes, which the engine does not span).
+pub fn between_hosts(src: usize, dst: usize) -> crate::Error {
+    crate::Error::usage(format!(
+        "GPU {src} and GPU {dst} are on different hosts: peerlink plans transfers between hosts \
+         (`peerlink plan --src {src} --dst {dst}` predicts them) but moves data only within one; \
+         between hosts NCCL carries it (`peerlink workload`)"
+    ))
+}
+
 /// One way through the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Route {

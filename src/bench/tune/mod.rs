@@ -270,6 +270,13 @@ pub fn run(
 ) -> Result<Measurements> {
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
+    if let Some(&other) = devices.iter().find(|&&d| topo.crosses_hosts(devices[0], d)) {
+        return Err(Error::usage(format!(
+            "tune measures one host, and GPU {} and GPU {other} are on different hosts: choose \
+             the GPUs of one host with --devices",
+            devices[0]
+        )));
+    }
     let plan = plan(topo.is_simulated(), options.quick);
     let (sizes, sampling) = (plan.sizes.clone(), plan.sampling);
     check_fits(backend, &devices, sizes.iter().copied().max().unwrap_or(0))?;
