@@ -22,6 +22,8 @@ mod collectives;
 mod soak;
 #[path = "gpu/workload.rs"]
 mod workload;
+#[path = "gpu/network.rs"]
+mod network;
 
 use contract::contents;
 
