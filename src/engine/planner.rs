@@ -1318,7 +1318,7 @@ mod tests {
         let big = p.plan(2, 6, 64 * MIB).unwrap();
         assert_eq!(big.strategy, Strategy::NetStaged, "{big:?}");
         assert_eq!(big.paths[0].route, Route::NetStaged);
-        assert!(big.chunk_bytes < 64 * MIB as u64, "pipelined: {big:?}");
+        assert!(big.chunk_bytes < 64 * MIB, "pipelined: {big:?}");
         let rdma = big.alternatives[0];
         assert_eq!(rdma.0, Strategy::GpudirectRdma);
         assert!(rdma.1 > 2.0 * big.predicted_us, "{big:?}");
