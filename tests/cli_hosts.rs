@@ -10,6 +10,17 @@ use serde_json::Value;
 
 const DUMP: &str = "tests/fixtures/nccl/dgx-h100-topo.xml";
 
+/// Two PCIe hosts, one NIC each on the first socket.
+const PCIE_HOSTS: &str = "2x-pcie-4gpu-2socket";
+
+/// peerlink on [`PCIE_HOSTS`] with the words of `command`.
+fn on_pcie_hosts(command: &str) -> assert_cmd::assert::Assert {
+    peerlink()
+        .args(["--sim", PCIE_HOSTS])
+        .args(command.split_whitespace())
+        .assert()
+}
+
 fn plan(preset: &str, src: &str, dst: &str, size: &str) -> Value {
     json_of(&[
         "--sim", preset, "plan", "--src", src, "--dst", dst, "--size", size, "--json",
@@ -113,19 +124,7 @@ fn plan_takes_gpudirect_rdma_next_to_the_nic_and_stages_across_the_sockets() {
         "gpudirect-rdma"
     );
 
-    peerlink()
-        .args([
-            "--sim",
-            "2x-pcie-4gpu-2socket",
-            "plan",
-            "--src",
-            "2",
-            "--dst",
-            "6",
-            "--size",
-            "64MiB",
-        ])
-        .assert()
+    on_pcie_hosts("plan --src 2 --dst 6 --size 64MiB")
         .success()
         .stdout(predicate::str::contains("pick: net-staged"))
         .stdout(predicate::str::contains(
@@ -182,18 +181,7 @@ fn all_reduce_across_hosts_runs_nccls_model_labelled_simulated() {
 
 #[test]
 fn send_recv_across_hosts_leaves_the_engine_out_and_says_why() {
-    peerlink()
-        .args([
-            "--sim",
-            "2x-pcie-4gpu-2socket",
-            "workload",
-            "send-recv",
-            "--sizes",
-            "4KiB",
-            "--direction",
-            "one-way",
-        ])
-        .assert()
+    on_pcie_hosts("workload send-recv --sizes 4KiB --direction one-way")
         .success()
         .stdout(predicate::str::contains("ncclSend/ncclRecv"))
         .stdout(predicate::str::contains("engine").not())
@@ -204,6 +192,10 @@ fn send_recv_across_hosts_leaves_the_engine_out_and_says_why() {
 
 #[test]
 fn what_runs_within_one_host_only_is_refused_across_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("profile.json");
+    let preset = dir.path().join("preset.json");
+    let (out, preset) = (out.to_str().unwrap(), preset.to_str().unwrap());
     for (args, needle) in [
         (
             &["workload", "pipeline", "--size", "4KiB"][..],
@@ -224,23 +216,7 @@ fn what_runs_within_one_host_only_is_refused_across_hosts() {
             "are on different hosts",
         ),
         (&["topo", "--nccl"], "needs real GPUs"),
-    ] {
-        peerlink()
-            .args(["--sim", "2x-pcie-4gpu-2socket"])
-            .args(args)
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains(needle));
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("profile.json");
-    let preset = dir.path().join("preset.json");
-    let (out, preset) = (out.to_str().unwrap(), preset.to_str().unwrap());
-    for (args, needle) in [
-        (
-            &["tune", "--quick", "--out", out][..],
-            "tune measures one host",
-        ),
+        (&["tune", "--quick", "--out", out], "tune measures one host"),
         (
             &[
                 "tune",
@@ -263,52 +239,27 @@ fn what_runs_within_one_host_only_is_refused_across_hosts() {
             .stderr(predicate::str::contains(needle));
     }
     // Within one host of them, as on any host.
-    peerlink()
-        .args([
-            "--sim",
-            "2x-pcie-4gpu-2socket",
-            "workload",
-            "pipeline",
-            "--size",
-            "4KiB",
-            "--devices",
-            "4,5",
-        ])
-        .assert()
-        .success();
+    on_pcie_hosts("workload pipeline --size 4KiB --devices 4,5").success();
 }
 
 #[test]
 fn nccls_dump_is_compared_with_the_hosts_nics() {
-    let doc = json_of(&[
+    // Host 0 of two DGX H100s, beside a canned dump of such a host.
+    let host0 = [
         "--sim",
         "2x-dgx-h100",
         "topo",
         "--devices",
         "0,1,2,3,4,5,6,7",
-        "--nccl-xml",
-        DUMP,
-        "--json",
-    ]);
+    ];
+    let args = [&host0[..], &["--nccl-xml", DUMP]].concat();
+    let doc = json_of(&[&args[..], &["--json"]].concat());
     let view = &doc["nccl"];
     assert_eq!(view["gpus"].as_array().unwrap().len(), 8);
-    let differs: Vec<&str> = view["disagreements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_str().unwrap())
-        .collect();
+    let differs = view["disagreements"].as_array().unwrap();
     assert_eq!(differs.len(), 3, "{differs:?}");
     peerlink()
-        .args([
-            "--sim",
-            "2x-dgx-h100",
-            "topo",
-            "--devices",
-            "0,1,2,3,4,5,6,7",
-            "--nccl-xml",
-            DUMP,
-        ])
+        .args(&args)
         .assert()
         .success()
         .stdout(predicate::str::contains("NCCL's view"))
@@ -317,13 +268,8 @@ fn nccls_dump_is_compared_with_the_hosts_nics() {
             "NCCL does not use the RDMA NIC mlx5_7",
         ));
     peerlink()
-        .args([
-            "--sim",
-            "2x-dgx-h100",
-            "topo",
-            "--nccl-xml",
-            "tests/fixtures/nccl/README.md",
-        ])
+        .args(host0)
+        .args(["--nccl-xml", "tests/fixtures/nccl/README.md"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains("is not an NCCL topology dump"));

@@ -18,12 +18,12 @@ mod engine;
 
 #[path = "gpu/collectives.rs"]
 mod collectives;
+#[path = "gpu/network.rs"]
+mod network;
 #[path = "soak/run.rs"]
 mod soak;
 #[path = "gpu/workload.rs"]
 mod workload;
-#[path = "gpu/network.rs"]
-mod network;
 
 use contract::contents;
 

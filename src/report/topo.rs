@@ -3,7 +3,7 @@
 use super::table::{matrix, plain};
 use crate::topology::nccl_view::NcclView;
 use crate::topology::network::{FabricKind, Network};
-use crate::topology::{warnings, Link, Topology};
+use crate::topology::{runs_text, warnings, Link, Topology};
 use comfy_table::CellAlignment;
 use std::fmt::Write;
 
@@ -267,27 +267,7 @@ pub fn nccl_text(view: &NcclView) -> String {
 
 /// `0-7`, `0,2,5`: indices as a short list.
 fn list(indices: &[usize]) -> String {
-    let mut runs: Vec<(usize, usize)> = Vec::new();
-    for &i in indices {
-        match runs.last_mut() {
-            Some((_, end)) if *end + 1 == i => *end = i,
-            _ => runs.push((i, i)),
-        }
-    }
-    if runs.is_empty() {
-        return "none".into();
-    }
-    let parts: Vec<String> = runs
-        .iter()
-        .map(|&(a, b)| {
-            if a == b {
-                a.to_string()
-            } else {
-                format!("{a}-{b}")
-            }
-        })
-        .collect();
-    parts.join(",")
+    runs_text(indices.iter().copied()).unwrap_or_else(|| "none".into())
 }
 
 /// Explains the link classes that appear, and the P2P cell format.

@@ -95,6 +95,29 @@ pub fn missing_gpu(gpu: usize, count: usize) -> Option<String> {
     })
 }
 
+/// Indices as a short list of runs, `0-15,32-47,64`, in the order given; `None` for none. (CPU
+/// lists as the kernel and NVML print them, and a host's GPUs and NICs.)
+pub fn runs_text(indices: impl IntoIterator<Item = usize>) -> Option<String> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for i in indices {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == i => *end = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let parts: Vec<String> = runs
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(","))
+}
+
 /// Bad usage: GPU `gpu` is not among the GPUs in use (`--devices`).
 pub fn not_in_use(gpu: usize, in_use: &[usize]) -> crate::Error {
     let list: Vec<String> = in_use.iter().map(usize::to_string).collect();

@@ -19,7 +19,11 @@ fn the_hosts_nics_come_from_its_sysfs() {
     assert_eq!(net.source, "sysfs");
     assert_eq!(net.hosts.len(), 1);
     assert_eq!(net.hosts[0].gpus.len(), t.devices.len());
-    assert!(net.gpudirect.how.contains("nvidia-peermem"), "{}", net.gpudirect.how);
+    assert!(
+        net.gpudirect.how.contains("nvidia-peermem"),
+        "{}",
+        net.gpudirect.how
+    );
     let text = peerlink::report::topo::text(t, &(0..t.devices.len()).collect::<Vec<_>>());
     if net.nics.is_empty() {
         // The lent H200s are VMs without RDMA NICs.
@@ -35,11 +39,16 @@ fn the_hosts_nics_come_from_its_sysfs() {
 
 /// A fake tree with this GPU's real PCI address under a switch and a NIC under the same switch.
 fn beside_a_fake_nic(dir: &Path, bus_id: &str) {
-    let bdf = PciAddress::parse(bus_id).expect("the driver's bus id").sysfs_form();
+    let bdf = PciAddress::parse(bus_id)
+        .expect("the driver's bus id")
+        .sysfs_form();
     let switch = "pci0000:00/0000:00:01.0/0000:f0:00.0";
     for (name, path) in [
         (bdf.as_str(), format!("{switch}/0000:f1:00.0/{bdf}")),
-        ("0000:f3:00.0", format!("{switch}/0000:f1:01.0/0000:f3:00.0")),
+        (
+            "0000:f3:00.0",
+            format!("{switch}/0000:f1:01.0/0000:f3:00.0"),
+        ),
     ] {
         let real = dir.join("sys/devices").join(&path);
         std::fs::create_dir_all(&real).unwrap();
@@ -86,9 +95,14 @@ fn nccl_topology_dump_names_every_gpu() {
     println!("{}", peerlink::report::topo::nccl_text(&view));
     let mut seen: Vec<usize> = view.gpus.iter().filter_map(|g| g.index).collect();
     seen.sort_unstable();
-    assert_eq!(seen, devices, "every GPU of NCCL's dump is one of peerlink's");
+    assert_eq!(
+        seen, devices,
+        "every GPU of NCCL's dump is one of peerlink's"
+    );
     assert!(
-        view.disagreements.iter().all(|d| !d.contains("NCCL sees a GPU")),
+        view.disagreements
+            .iter()
+            .all(|d| !d.contains("NCCL sees a GPU")),
         "{:#?}",
         view.disagreements
     );

@@ -28,28 +28,7 @@ fn set_bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
 
 /// A CPU bitmask (NVML's words, CPU 0 in bit 0 of word 0) as a list like `0-15,32-47`.
 pub(super) fn cpu_list(words: &[u64]) -> Option<String> {
-    let cpus = set_bits(words);
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
-    for cpu in cpus {
-        match ranges.last_mut() {
-            Some((_, end)) if *end + 1 == cpu => *end = cpu,
-            _ => ranges.push((cpu, cpu)),
-        }
-    }
-    if ranges.is_empty() {
-        return None;
-    }
-    let text: Vec<String> = ranges
-        .iter()
-        .map(|&(a, b)| {
-            if a == b {
-                a.to_string()
-            } else {
-                format!("{a}-{b}")
-            }
-        })
-        .collect();
-    Some(text.join(","))
+    crate::topology::runs_text(set_bits(words))
 }
 
 /// The one NUMA node set in a node mask; none if the mask names no node or several.
