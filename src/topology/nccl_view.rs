@@ -362,7 +362,8 @@ impl NcclView {
                 p.peerlink.map_or("nothing".into(), |l| l.to_string())
             ));
         }
-        if let Some(net) = network {
+        // Only where both sides have RDMA NICs: a socket interface never reaches GPU memory.
+        if let Some(net) = network.filter(|net| !net.nics.is_empty()) {
             let nccl_gdr = nics.iter().any(|n| n.what.gdr == Some(true));
             if net.gpudirect.available == Some(!nccl_gdr) && !nics.is_empty() {
                 disagreements.push(format!(
@@ -514,6 +515,39 @@ mod tests {
             v.disagreements
                 .iter()
                 .any(|d| d == "GPU 2 (0000:52:00.0) ↔ mlx5_3: NCCL sees PIX, peerlink NODE"),
+            "{:#?}",
+            v.disagreements
+        );
+    }
+
+    #[test]
+    fn nccl_without_gpudirect_and_a_socket_fallback_are_named() {
+        let host = Preset::load("2x-dgx-h100").unwrap().topology();
+        let no_gdr = DUMP.replace("gdr=\"1\"/>", "gdr=\"0\"/>");
+        let v = NcclView::compare(&no_gdr, "x.xml", &host).unwrap();
+        assert!(
+            v.disagreements
+                .iter()
+                .any(|d| d.starts_with("GPUDirect RDMA: NCCL's network cannot reach GPU memory")),
+            "{:#?}",
+            v.disagreements
+        );
+        // A virtual interface hangs from the CPU: no PCI place, NCCL's fallback to sockets.
+        let socket = DUMP.replacen(
+            "<cpu host_hash=\"0x9e1b2f7c4d5a6b38\" numaid=\"0\"",
+            "<cpu numaid=\"0\"><nic><net name=\"eth0\" dev=\"0\" speed=\"10000\" gdr=\"0\"/></nic></cpu>\n  <cpu host_hash=\"0x9e1b2f7c4d5a6b38\" numaid=\"0\"",
+            1,
+        );
+        let v = NcclView::compare(&socket, "x.xml", &host).unwrap();
+        let eth0 = v.nics.iter().find(|n| n.name == "eth0").unwrap();
+        assert_eq!(
+            (eth0.pci_bus_id.as_deref(), eth0.speed_mbps),
+            (None, Some(10000.0))
+        );
+        assert!(
+            v.disagreements
+                .iter()
+                .any(|d| d.contains("eth0") && d.contains("a socket interface")),
             "{:#?}",
             v.disagreements
         );
