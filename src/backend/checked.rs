@@ -14,19 +14,24 @@
 //! - order: what a capturing stream may do, events of one GPU for elapsed time, graphs replayed on
 //!   their GPU with their buffers still allocated;
 //! - collectives (module `collective`): one rank per GPU, each rank's buffers on its GPU, the
-//!   ranks' streams capturing all or none, NCCL's communicators in their own table.
+//!   ranks' streams capturing all or none, NCCL's communicators in their own table;
+//! - the pattern calls (module `patterns`): device memory only.
 //!
 //! The table lock is held for lookups only, never across work an implementation does on a GPU, so
 //! threads issuing work at once do not wait on each other here.
 
 mod collective;
+mod health;
+mod managed;
+mod patterns;
 
 use super::handles::{next_tag, Table};
+use super::health::RawHealth;
 use super::overlap::{first_overlap, InOrder};
-use super::raw::{Batch, RawCollectives, RawProbes};
+use super::raw::{Batch, RawCollectives, RawManaged, RawProbes};
 use super::{
-    Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Memory,
-    Probes, StreamId,
+    Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Managed,
+    Memory, Patterns, Probes, RawPatterns, StreamId,
 };
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
@@ -140,6 +145,8 @@ impl<I: RawCollectives> Checked<I> {
         memory: Memory,
         toucher: Toucher,
     ) -> Result<()> {
+        // Pinned host memory is mapped for every GPU; managed memory's pages move or are mapped
+        // by the driver for whichever GPU touches them.
         let Memory::Device(owner) = memory else {
             return Ok(());
         };
@@ -320,7 +327,7 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
+impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns> Backend for Checked<I> {
     fn source(&self) -> &Source {
         &self.raw.topology().source
     }
@@ -338,6 +345,18 @@ impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
     }
 
     fn collectives(&self) -> &dyn Collectives {
+        self
+    }
+
+    fn managed(&self) -> &dyn Managed {
+        self
+    }
+
+    fn health(&self) -> &dyn super::Health {
+        self
+    }
+
+    fn patterns(&self) -> &dyn Patterns {
         self
     }
 
@@ -366,8 +385,24 @@ impl<I: RawProbes + RawCollectives> Backend for Checked<I> {
         if bytes == 0 {
             return Err(Error::usage("cannot allocate a buffer of 0 bytes"));
         }
-        if let Memory::Device(device) = memory {
-            self.check_device(device)?;
+        match memory {
+            Memory::Device(device) => self.check_device(device)?,
+            Memory::Managed(device) => {
+                self.check_device(device)?;
+                // The driver would let managed memory outgrow the GPU and evict pages to make room;
+                // peerlink never asks for more than is free.
+                let free = self.raw.free_memory(device)?;
+                if bytes as u64 > free {
+                    return Err(Error::OutOfMemory {
+                        place: format!(
+                            "GPU {device} (managed memory is never allowed past a GPU's free                              memory)"
+                        ),
+                        asked: bytes as u64,
+                        free,
+                    });
+                }
+            }
+            Memory::PinnedHost { .. } => {}
         }
         let raw = self.raw.alloc(memory, bytes)?;
         let entry = BufferEntry {

@@ -8,7 +8,7 @@
 //! (memory left on a device, a preset's NUMA nodes, a driver's refusal).
 
 use super::collective::{AllReduceKernel, DataType, PeerTransfer};
-use super::{BufferCopy, BufferId, CopyMethod, Memory};
+use super::{Advice, BufferCopy, BufferId, CopyMethod, Location, Memory};
 use crate::topology::Topology;
 use crate::Result;
 
@@ -106,6 +106,13 @@ pub trait RawProbes: RawBackend {
         pong_flag: &Self::Buffer,
         rounds: u32,
     ) -> Result<()>;
+}
+
+/// Managed memory's advice and prefetches, below the checks: the buffer is managed memory, every
+/// GPU the advice or location names exists, and the stream does not capture.
+pub trait RawManaged: RawBackend {
+    fn advise(&self, buffer: &Self::Buffer, advice: Advice) -> Result<()>;
+    fn prefetch(&self, stream: &Self::Stream, buffer: &Self::Buffer, to: Location) -> Result<()>;
 }
 
 /// One rank of an all-reduce, below the checks: its stream and buffers as the implementation's

@@ -521,6 +521,15 @@ impl Backend for Counting {
     fn collectives(&self) -> &dyn crate::backend::Collectives {
         self.sim.collectives()
     }
+    fn managed(&self) -> &dyn crate::backend::Managed {
+        self.sim.managed()
+    }
+    fn health(&self) -> &dyn crate::backend::Health {
+        self.sim.health()
+    }
+    fn patterns(&self) -> &dyn crate::backend::Patterns {
+        self.sim.patterns()
+    }
     fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
         bump(&self.counts.peer_enables);
         self.sim.enable_peer_access(device, peer)

@@ -15,6 +15,7 @@ mod warnings;
 
 pub use link::Link;
 pub use network::Network;
+pub use pci::PciAddress;
 pub use source::Source;
 pub use warnings::{warnings, Warning};
 

@@ -4,7 +4,8 @@
 //! method, its error paths, every resource's release — and [`contract_tests!`] stamps one test per
 //! check for a backend.
 //!
-//! Collectives (all-reduce, the stand-in compute kernel, NCCL) are in `collective.rs`. Checks work
+//! Collectives (all-reduce, the stand-in compute kernel, NCCL) are in `collective.rs`, the pattern
+//! calls (device memory filled and checked on its GPU) in `patterns.rs`. Checks work
 //! on one GPU (GPU 0 as its own peer) and on many; a check about a pair of GPUs that
 //! the host lacks (two GPUs, a pair without P2P) passes without checking anything, and says so.
 
@@ -16,6 +17,12 @@ use peerlink::{Error, Result};
 #[path = "collective.rs"]
 mod collective;
 pub use collective::*;
+#[path = "managed.rs"]
+mod managed;
+pub use managed::*;
+#[path = "patterns.rs"]
+mod patterns;
+pub use patterns::*;
 
 /// Stamps one `#[test]` per check, each on a backend of its own from `open` (an expression), with
 /// the attributes given first (`#[ignore = "needs a GPU"]`). The module including this file must be
@@ -30,6 +37,10 @@ macro_rules! contract_tests {
             peer_access_is_idempotent_and_a_gpu_is_its_own_peer,
             peer_access_without_p2p_is_refused_naming_the_pair,
             writes_read_back_byte_for_byte_in_device_and_pinned_memory,
+            pattern_fills_equal_the_host_pattern_at_any_offset_and_length,
+            pattern_checks_find_one_wrong_byte_wherever_it_is_and_report_it,
+            host_and_gpu_check_each_others_patterns,
+            pattern_calls_refuse_pinned_memory_ranges_outside_and_released_buffers,
             pinned_memory_placed_on_a_numa_node_reads_back,
             len_is_the_size_allocated,
             an_empty_allocation_is_refused,
@@ -84,6 +95,10 @@ macro_rules! contract_tests {
             nccl_all_reduce_sums_in_place_and_out_of_place,
             nccl_send_recv_moves_every_byte_one_way_both_ways_and_round_a_ring,
             nccl_refuses_what_it_cannot_take,
+            managed_memory_reads_back_and_every_gpu_copies_it_without_peer_access,
+            prefetches_and_advice_move_pages_but_never_bytes,
+            advice_and_prefetches_take_only_managed_memory_and_gpus_that_exist,
+            managed_memory_past_a_gpus_free_memory_is_refused,
         );
         #[test]
         $(#[$attr])*

@@ -4,6 +4,7 @@
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::Backend;
 use peerlink::bench::pattern;
+use peerlink::bench::progress::Silent;
 use peerlink::bench::proof::{sweep, RUNS};
 use peerlink::engine::{BatchStrategy, Fabric, Strategy};
 use std::sync::Arc;
@@ -117,7 +118,7 @@ fn the_benchmark_reports_measured_times_and_regret() {
     let f = fabric();
     let (a, b) = pair(&f);
     let sizes = [4 << 10, 256 << 10, 4 << 20, 64 << 20];
-    let report = sweep::run(&f, a, b, &sizes, RUNS).unwrap();
+    let report = sweep::run(&f, a, b, &sizes, RUNS, &Silent).unwrap();
     for p in &report.points {
         eprintln!(
             "{a}->{b} {} bytes: pick {} best {} regret {:.1}%",

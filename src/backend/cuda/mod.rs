@@ -3,9 +3,11 @@
 //! - `driver`: the thin raw layer (every direct `sys` call, owning types for memory and graphs);
 //! - `topology`: devices and pairs, read once at open;
 //! - `peer`: enabling peer access, and the driver's refusals in words;
-//! - `kernels`: copy, gate and latency kernels (sources in `kernels/*.cu`);
+//! - `kernels`: copy, pattern, gate and latency kernels (sources in `kernels/*.cu`);
+//! - `patterns`: filling and checking device memory with the data pattern on its GPU;
 //! - `batches`: pinned memory for the copy lists of batch kernels;
 //! - `gates`: pinned flags that hold streams until released;
+//! - `health`: NVML's health facts for `peerlink doctor` (PCIe link, NVLinks, counters, clocks);
 //! - `collective`: peerlink's all-reduce over P2P and the busy kernel, queued for every rank;
 //! - `nccl`: NCCL, found and loaded at run time by a loader of our own.
 //!
@@ -18,8 +20,10 @@ mod batches;
 mod collective;
 mod driver;
 mod gates;
+mod health;
 mod kernels;
 mod nccl;
+mod patterns;
 mod peer;
 mod topology;
 
@@ -29,8 +33,11 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
-use self::driver::{failed, DeviceMemory, PinnedMemory};
-use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawProbes};
+use self::driver::{failed, DeviceMemory, ManagedMemory, PinnedMemory};
+use super::{
+    Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
+    RawProbes,
+};
 use crate::topology::Topology;
 use crate::{Error, Result};
 
@@ -65,6 +72,7 @@ pub struct Buffer(Storage);
 enum Storage {
     Device(DeviceMemory),
     Pinned(PinnedMemory),
+    Managed(ManagedMemory),
 }
 
 impl Buffer {
@@ -73,6 +81,26 @@ impl Buffer {
         match &self.0 {
             Storage::Device(memory) => memory.address(),
             Storage::Pinned(memory) => memory.address(),
+            Storage::Managed(memory) => memory.address(),
+        }
+    }
+
+    /// The GPU whose context allocated the buffer.
+    fn device(&self) -> usize {
+        match &self.0 {
+            Storage::Device(memory) => memory.device(),
+            Storage::Pinned(memory) => memory.device(),
+            Storage::Managed(memory) => memory.device(),
+        }
+    }
+
+    /// The managed memory of a buffer the checked layer found to be managed.
+    fn managed(&self) -> &ManagedMemory {
+        match &self.0 {
+            Storage::Managed(memory) => memory,
+            Storage::Device(_) | Storage::Pinned(_) => {
+                unreachable!("the checked layer passes only managed buffers here")
+            }
         }
     }
 }
@@ -127,8 +155,10 @@ pub struct Gpus {
     /// event costs the CPU about a microsecond each, which every transfer would otherwise pay.
     spare_events: Vec<Mutex<Vec<CudaEvent>>>,
     descriptors: batches::DescriptorPool,
-    /// One internal stream per device for the synchronous `write` and `read`.
+    /// One internal stream per device for the synchronous `write`, `read` and pattern calls.
     io_streams: Vec<Arc<CudaStream>>,
+    health: health::NvmlHealth,
+    mismatch_slots: patterns::MismatchSlots,
     contexts: Vec<Arc<CudaContext>>,
 }
 
@@ -170,8 +200,11 @@ impl Gpus {
             .iter()
             .map(|ctx| ctx.new_stream().map_err(failed("cuStreamCreate")))
             .collect::<Result<Vec<_>>>()?;
+        let bus_ids = topology.devices.iter().map(|d| d.pci_bus_id.clone());
+        let health = health::NvmlHealth::open(bus_ids.collect());
         Ok(Gpus {
             started,
+            health,
             topology,
             notices,
             kernels: kernels::KernelCache::new(contexts.len()),
@@ -179,6 +212,7 @@ impl Gpus {
             spare_events: contexts.iter().map(|_| Mutex::default()).collect(),
             descriptors: batches::DescriptorPool::new(contexts.len()),
             io_streams,
+            mismatch_slots: patterns::MismatchSlots::new(contexts.len()),
             contexts,
         })
     }
@@ -227,6 +261,11 @@ impl RawBackend for Gpus {
             Memory::Device(device) => {
                 Storage::Device(DeviceMemory::new(&self.contexts[device], bytes)?)
             }
+            Memory::Managed(device) => Storage::Managed(ManagedMemory::new(
+                &self.contexts[device],
+                &self.io_streams[device],
+                bytes,
+            )?),
             // Portable memory: the context it is allocated in does not matter. Placed on the NUMA
             // node asked for where the kernel allows it, else wherever the calling thread runs.
             Memory::PinnedHost { numa_node } => {
@@ -250,31 +289,28 @@ impl RawBackend for Gpus {
     }
 
     fn write(&self, buffer: &Arc<Buffer>, offset: usize, data: &[u8]) -> Result<()> {
-        match &buffer.0 {
-            Storage::Pinned(memory) => {
-                memory.write_at(offset, data);
-                Ok(())
-            }
-            Storage::Device(memory) => driver::copy_to_device_and_wait(
-                &self.io_streams[memory.device()],
-                memory.address() + offset as u64,
-                data,
-            ),
+        if let Storage::Pinned(memory) = &buffer.0 {
+            memory.write_at(offset, data);
+            return Ok(());
         }
+        // Device memory, or managed memory, whose pages the copy writes wherever they live.
+        driver::copy_to_device_and_wait(
+            &self.io_streams[buffer.device()],
+            buffer.address() + offset as u64,
+            data,
+        )
     }
 
     fn read(&self, buffer: &Arc<Buffer>, offset: usize, out: &mut [u8]) -> Result<()> {
-        match &buffer.0 {
-            Storage::Pinned(memory) => {
-                memory.read_at(offset, out);
-                Ok(())
-            }
-            Storage::Device(memory) => driver::copy_to_host_and_wait(
-                &self.io_streams[memory.device()],
-                out,
-                memory.address() + offset as u64,
-            ),
+        if let Storage::Pinned(memory) = &buffer.0 {
+            memory.read_at(offset, out);
+            return Ok(());
         }
+        driver::copy_to_host_and_wait(
+            &self.io_streams[buffer.device()],
+            out,
+            buffer.address() + offset as u64,
+        )
     }
 
     fn create_stream(&self, device: usize) -> Result<Arc<Stream>> {
@@ -461,6 +497,16 @@ impl RawBackend for Gpus {
         // that read its descriptors (see CapturedGraph's drop).
         drop(graph);
         Ok(())
+    }
+}
+
+impl RawManaged for Gpus {
+    fn advise(&self, buffer: &Arc<Buffer>, advice: Advice) -> Result<()> {
+        buffer.managed().advise(advice)
+    }
+
+    fn prefetch(&self, stream: &Arc<Stream>, buffer: &Arc<Buffer>, to: Location) -> Result<()> {
+        buffer.managed().prefetch(&stream.stream, to)
     }
 }
 

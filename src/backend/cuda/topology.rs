@@ -13,8 +13,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use super::driver::{self, failed};
-use crate::topology::pci::PciAddress;
-use crate::topology::{nics, sysfs::Sysfs, Device, Link, Pair, Source, Topology};
+use crate::topology::{nics, sysfs::Sysfs, Device, Link, Pair, PciAddress, Source, Topology};
 use crate::Result;
 
 /// The numbers set in an NVML bitmask (bit 0 of word 0 is number 0).

@@ -68,6 +68,7 @@ fn footprint(fabric: &Fabric, src: usize, dst: usize, bytes: u64, host_copies: u
 #[cfg(test)]
 mod h200_pair {
     use super::*;
+    use crate::bench::progress::Silent;
     use crate::engine::tests::fabric;
     use crate::engine::{planner, Strategy};
 
@@ -76,7 +77,15 @@ mod h200_pair {
     #[test]
     fn every_size_goes_direct_and_the_pick_holds_up() {
         let sizes = [4 << 10, 1 << 20, 64 << 20, 256 << 20];
-        let report = sweep::run(&fabric(PAIR), 0, 1, &sizes, Runs { warmup: 1, runs: 1 }).unwrap();
+        let report = sweep::run(
+            &fabric(PAIR),
+            0,
+            1,
+            &sizes,
+            Runs { warmup: 1, runs: 1 },
+            &Silent,
+        )
+        .unwrap();
         // Every strategy's bytes were checked in a poisoned destination; the pick is never more
         // than the model's margin behind the fastest.
         for p in &report.points {
@@ -93,7 +102,14 @@ mod h200_pair {
     fn both_gpus_sending_at_once_do_not_slow_each_other() {
         let f = fabric(PAIR);
         let pairs = concurrent::Traffic::Shift(1).pairs(f.devices()).unwrap();
-        let r = concurrent::run(&f, &pairs, 256 << 20, runs_for(f.backend().as_ref())).unwrap();
+        let r = concurrent::run(
+            &f,
+            &pairs,
+            256 << 20,
+            runs_for(f.backend().as_ref()),
+            &Silent,
+        )
+        .unwrap();
         for flow in &r.flows {
             assert_eq!(flow.pick, Strategy::DirectCe, "{flow:?}");
             // The two directions share no link and no copy engine.
