@@ -33,6 +33,9 @@ if want topo; then
 step topo
 $bin --gpu topo >"$work/topo.txt" 2>&1
 $bin --gpu topo --json >"$work/topo.json" 2>"$work/topo.err"
+# NCCL's view of the GPUs and NICs beside peerlink's (NCCL run with NCCL_TOPO_DUMP_FILE).
+$bin --gpu topo --nccl >"$work/topo-nccl.txt" 2>&1
+$bin --gpu topo --nccl --json >"$work/topo-nccl.json" 2>"$work/topo-nccl.err"
 fi
 
 if want doctor; then

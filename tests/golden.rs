@@ -1,5 +1,5 @@
-//! Golden outputs: every verb on two simulator presets, text and JSON, compared byte for byte with
-//! the files under `tests/golden/`.
+//! Golden outputs: every verb on two simulator presets, and what several hosts add on a third, text
+//! and JSON, compared byte for byte with the files under `tests/golden/`.
 //!
 //! The simulator's clock is virtual and deterministic, so a change that moves a figure, a column or
 //! a word shows up here. When a change is meant to alter an output, regenerate the files with
@@ -132,6 +132,28 @@ const CASES: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// A preset of two hosts, each with one NIC on its first socket: GPUs 2, 3, 6 and 7 are SYS to
+/// their NIC.
+const HOSTS_PRESET: &str = "2x-pcie-4gpu-2socket";
+
+/// What several hosts add: the NICs in `topo`, the network's strategies in `plan` (GPUDirect RDMA
+/// next to the NIC, staged through host memory across the sockets), NCCL's ring across the hosts.
+const HOSTS_CASES: &[(&str, &[&str])] = &[
+    ("topo", &["topo"]),
+    (
+        "plan-near-nic",
+        &["plan", "--src", "0", "--dst", "5", "--size", "64MiB"],
+    ),
+    (
+        "plan-far-nic",
+        &["plan", "--src", "2", "--dst", "6", "--size", "64MiB"],
+    ),
+    (
+        "workload-all-reduce",
+        &["workload", "all-reduce", "--sizes", "4KiB,256KiB"],
+    ),
+];
+
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
 }
@@ -211,9 +233,46 @@ fn run_case(preset: &str, args: &[&str], json: bool, dir: &Path) -> String {
     normalize(&String::from_utf8_lossy(&out.stdout), dir)
 }
 
+/// Runs `cases` on `preset` with and without `--json`, blessing the files or listing those that
+/// differ in `differing`.
+fn check(preset: &str, cases: &[(&str, &[&str])], dir: &Path, differing: &mut Vec<String>) {
+    let bless = std::env::var_os("PEERLINK_BLESS").is_some();
+    for (name, args) in cases {
+        for json in [false, true] {
+            let file = golden_dir().join(format!(
+                "{preset}.{name}.{}",
+                if json { "json" } else { "txt" }
+            ));
+            let got = run_case(preset, args, json, dir);
+            if bless {
+                std::fs::create_dir_all(golden_dir()).unwrap();
+                std::fs::write(&file, &got).unwrap();
+                continue;
+            }
+            let want = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            if got != want {
+                differing.push(format!(
+                    "{} (first differing line: {:?})",
+                    file.display(),
+                    first_difference(&want, &got)
+                ));
+            }
+        }
+    }
+}
+
+fn assert_none_differ(differing: &[String]) {
+    assert!(
+        differing.is_empty(),
+        "outputs differ from tests/golden (regenerate with PEERLINK_BLESS=1 and say why in the \
+         README's changelog):\n{}",
+        differing.join("\n")
+    );
+}
+
 #[test]
 fn every_verb_prints_what_it_printed_before() {
-    let bless = std::env::var_os("PEERLINK_BLESS").is_some();
     let mut differing = Vec::new();
     for preset in PRESETS {
         // One scratch directory per preset: `plan-profile` reads the profile `tune` wrote.
@@ -228,36 +287,17 @@ fn every_verb_prints_what_it_printed_before() {
             );
             std::fs::write(dir.path().join(format!("bench-{size}.json")), doc).unwrap();
         }
-        for (name, args) in CASES {
-            for json in [false, true] {
-                let file = golden_dir().join(format!(
-                    "{preset}.{name}.{}",
-                    if json { "json" } else { "txt" }
-                ));
-                let got = run_case(preset, args, json, dir.path());
-                if bless {
-                    std::fs::create_dir_all(golden_dir()).unwrap();
-                    std::fs::write(&file, &got).unwrap();
-                    continue;
-                }
-                let want = std::fs::read_to_string(&file)
-                    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-                if got != want {
-                    differing.push(format!(
-                        "{} (first differing line: {:?})",
-                        file.display(),
-                        first_difference(&want, &got)
-                    ));
-                }
-            }
-        }
+        check(preset, CASES, dir.path(), &mut differing);
     }
-    assert!(
-        differing.is_empty(),
-        "outputs differ from tests/golden (regenerate with PEERLINK_BLESS=1 and say why in the \
-         README's changelog):\n{}",
-        differing.join("\n")
-    );
+    assert_none_differ(&differing);
+}
+
+#[test]
+fn several_hosts_print_what_they_printed_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut differing = Vec::new();
+    check(HOSTS_PRESET, HOSTS_CASES, dir.path(), &mut differing);
+    assert_none_differ(&differing);
 }
 
 /// The first line where two texts differ, as (line number, expected, got).

@@ -26,6 +26,8 @@ mod common;
 mod doctor;
 #[path = "gpu/managed.rs"]
 mod managed;
+#[path = "gpu/network.rs"]
+mod network;
 #[path = "soak/run.rs"]
 mod soak;
 #[path = "gpu/workload.rs"]

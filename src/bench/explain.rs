@@ -413,6 +413,9 @@ fn opening(backend: &dyn Backend, src: usize, dst: usize) -> Result<(Defaults, V
             return Err(Error::usage(format!("{flag}: {missing}")));
         }
     }
+    if let Some(why) = super::cases::other_host(topo, src, dst) {
+        return Err(Error::usage(format!("GPU {src} and GPU {dst} are {why}")));
+    }
     let defaults = Defaults::for_backend(backend);
     let mut notes: Vec<String> = defaults.note.iter().cloned().collect();
     if topo.is_simulated() {

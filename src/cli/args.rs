@@ -22,7 +22,8 @@ pub struct Cli {
 #[derive(Args)]
 pub struct Global {
     /// Use a simulated host: an embedded preset name (dgx-h100, dgx1-v100, pcie-4gpu-2socket,
-    /// pcie-2gpu-switch, h200-pair) or a preset JSON file
+    /// pcie-2gpu-switch, h200-pair; several hosts: 2x-dgx-h100, 2x-pcie-4gpu-2socket) or a preset
+    /// JSON file
     #[arg(
         long,
         global = true,
@@ -65,8 +66,9 @@ pub struct Exports {
 
 #[derive(Subcommand)]
 pub enum Verb {
-    /// Which GPU pairs can use P2P, over what link, with what rank and atomics, and what is wrong
-    Topo,
+    /// Which GPU pairs can use P2P, over what link, with what rank and atomics, and what is wrong;
+    /// the RDMA NICs and how far each GPU is from them
+    Topo(TopoArgs),
     /// Bandwidth and latency per GPU pair, and message-size sweeps; every byte verified
     Bench(BenchArgs),
     /// Where one transfer's time goes (setup, launch, link, receiver) and what each fix would save
@@ -129,6 +131,24 @@ pub struct CheckArgs {
     /// [default: 5]
     #[arg(long, value_name = "PCT")]
     pub tolerance: Option<String>,
+}
+
+#[derive(Args)]
+pub struct TopoArgs {
+    /// Also run NCCL over the GPUs with NCCL_TOPO_DUMP_FILE set and show where its view of the
+    /// GPU ↔ NIC paths differs from peerlink's (real GPUs; the dump is kept where
+    /// NCCL_TOPO_DUMP_FILE already names a file)
+    #[arg(long, conflicts_with = "nccl_xml")]
+    pub nccl: bool,
+
+    /// Compare with a topology dump NCCL wrote before (any NCCL job run with
+    /// NCCL_TOPO_DUMP_FILE=FILE on this host) instead of running NCCL
+    #[arg(long, value_name = "FILE")]
+    pub nccl_xml: Option<PathBuf>,
+
+    /// NCCL's library to load for --nccl (a path to libnccl.so.2), in place of the search
+    #[arg(long, value_name = "PATH", requires = "nccl")]
+    pub nccl_lib: Option<PathBuf>,
 }
 
 #[derive(Args)]

@@ -11,6 +11,7 @@ mod doctor;
 mod export;
 mod html_report;
 mod plan;
+mod topo;
 mod tune;
 mod workload;
 
@@ -19,7 +20,6 @@ use args::{Cli, Global, Verb};
 use peerlink::backend::{self, Choice, Opened};
 use peerlink::bench::{self, explain, progress};
 use peerlink::document::bench::{BenchDocument, ExplainDocument};
-use peerlink::document::topo::TopoDocument;
 use peerlink::document::{self, Document};
 use peerlink::report;
 use peerlink::units::{parse_size, parse_sizes};
@@ -29,14 +29,7 @@ pub fn run(cli: Cli) -> Result<()> {
     let global = &cli.global;
     global.exports.check()?;
     match cli.verb {
-        Verb::Topo => {
-            let opened = global.open()?;
-            let topo = opened.backend.topology();
-            let selected = topo.select(global.devices.as_deref())?;
-            global.print(&TopoDocument::new(topo, &selected), || {
-                report::topo::text(topo, &selected)
-            })
-        }
+        Verb::Topo(args) => topo::run(global, &args),
         Verb::Bench(args) => {
             let opened = global.open()?;
             let options = bench::Options {

@@ -176,6 +176,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
                 plan: &plan,
                 unusable: &unusable,
                 proof: proof.as_ref(),
+                network: host.network.as_ref().and_then(|n| n.route(src, dst)),
             };
             global.print(&PlanDocument::new(host, &view), || text::text(&view))
         }

@@ -39,6 +39,9 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
     };
     let opened = global.open()?;
     let backend = opened.backend.as_ref();
+    if export.is_some() {
+        tune::export::one_host(backend.topology())?;
+    }
     let options = tune::Options {
         devices: global.devices.clone(),
         quick: args.quick,

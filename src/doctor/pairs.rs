@@ -19,6 +19,10 @@ pub fn run(
     for (i, &a) in devices.iter().enumerate() {
         for &b in &devices[i + 1..] {
             let (a, b) = (a.min(b), a.max(b));
+            // GPUs of different hosts have no P2P to check: their NICs join them (`topo`).
+            if topology.crosses_hosts(a, b) {
+                continue;
+            }
             if let (Some(ab), Some(ba)) = (topology.pair(a, b), topology.pair(b, a)) {
                 checks.push(pair_check(topology, facts, outcome, ab, ba));
             }

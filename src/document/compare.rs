@@ -366,6 +366,7 @@ mod tests {
             visible_devices: None,
             devices: Vec::new(),
             pairs: Vec::new(),
+            network: None,
         };
         BenchDocument::new(
             &host,

@@ -189,6 +189,7 @@ mod tests {
             visible_devices: None,
             devices: vec![device(0, Some(0), "0000:18:00.0"), device(1, None, "x")],
             pairs: Vec::new(),
+            network: None,
         };
         let header = Header::new("peerlink.topo/1", &host);
         assert!(header.simulated);

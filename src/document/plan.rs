@@ -25,6 +25,8 @@ pub struct PlanView<'a> {
     pub unusable: &'a [(Strategy, String)],
     /// Measurements of every strategy at this size, where asked for.
     pub proof: Option<&'a Report>,
+    /// Between hosts: the way through the NICs, in words.
+    pub network: Option<String>,
 }
 
 /// The engine benchmark over a size sweep.
@@ -102,6 +104,10 @@ pub enum RouteName {
     Host,
     /// Through another GPU's memory.
     Relay { via: usize },
+    /// To another host, GPU memory to GPU memory through the NICs.
+    GpudirectRdma,
+    /// To another host, through host memory near each NIC.
+    NetStaged,
 }
 
 impl From<Route> for RouteName {
@@ -111,6 +117,8 @@ impl From<Route> for RouteName {
             Route::Direct(CopyMethod::SmKernel) => RouteName::DirectSm,
             Route::Host => RouteName::Host,
             Route::Relay(via) => RouteName::Relay { via },
+            Route::GpudirectRdma => RouteName::GpudirectRdma,
+            Route::NetStaged => RouteName::NetStaged,
         }
     }
 }
@@ -458,6 +466,7 @@ pub(crate) mod tests {
             visible_devices: None,
             devices: (0..8).map(|i| device(i, Some(0), "0000:18:00.0")).collect(),
             pairs: Vec::new(),
+            network: None,
         }
     }
 
@@ -473,6 +482,7 @@ pub(crate) mod tests {
                 plan: &p,
                 unusable: &unusable,
                 proof: None,
+                network: None,
             },
         );
         let json = serde_json::to_value(&doc).unwrap();

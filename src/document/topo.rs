@@ -1,7 +1,8 @@
 //! `peerlink topo --json`: the `peerlink.topo/1` document.
 
 use super::{impl_document, Document, Header};
-use crate::topology::{warnings, Device, Pair, Topology, Warning};
+use crate::topology::nccl_view::NcclView;
+use crate::topology::{warnings, Device, Network, Pair, Topology, Warning};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -17,8 +18,15 @@ pub struct TopoDocument {
     pub devices: Vec<Device>,
     /// One entry per ordered pair of them, `src != dst`, sorted by (src, dst).
     pub pairs: Vec<Pair>,
+    /// The hosts, their RDMA NICs (none: `nics` is empty), how these GPUs reach them, and
+    /// GPUDirect RDMA; absent where nothing was read (a simulator preset without NICs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
     /// What is wrong with these GPUs' links, most serious first.
     pub warnings: Vec<Warning>,
+    /// NCCL's own view of the GPU ↔ NIC paths beside peerlink's (`--nccl`, `--nccl-xml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<NcclView>,
 }
 
 impl_document!(TopoDocument, "peerlink.topo/1", |doc| {
@@ -40,6 +48,8 @@ impl TopoDocument {
             visible_devices: topo.visible_devices,
             devices: topo.devices,
             pairs: topo.pairs,
+            network: topo.network,
+            nccl: None,
         }
     }
 }

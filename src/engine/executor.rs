@@ -381,7 +381,7 @@ pub(super) fn lanes_of(plan: &Plan) -> Vec<LaneKey> {
     plan.paths
         .iter()
         .filter_map(|p| match p.route {
-            Route::Direct(_) => None,
+            Route::Direct(_) | Route::GpudirectRdma | Route::NetStaged => None,
             Route::Host => Some(LaneKey::Host { src, dst }),
             Route::Relay(via) => Some(LaneKey::Relay { src, dst, via }),
         })
@@ -577,8 +577,12 @@ fn begin_pipelines(
 ) -> Result<Pipelines> {
     let mut pipelines = Vec::new();
     for share in &plan.paths {
-        if let Route::Direct(_) = share.route {
-            continue;
+        match share.route {
+            Route::Direct(_) => continue,
+            Route::GpudirectRdma | Route::NetStaged => {
+                return Err(super::plan::between_hosts(plan.src, plan.dst));
+            }
+            Route::Host | Route::Relay(_) => {}
         }
         let (from, to) = (src.at(share.offset as usize), dst.at(share.offset as usize));
         let key = lanes_of_route(plan, share.route);
@@ -631,7 +635,9 @@ fn lanes_of_route(plan: &Plan, route: Route) -> LaneKey {
     match route {
         Route::Host => LaneKey::Host { src, dst },
         Route::Relay(via) => LaneKey::Relay { src, dst, via },
-        Route::Direct(_) => unreachable!("direct routes have no lane"),
+        Route::Direct(_) | Route::GpudirectRdma | Route::NetStaged => {
+            unreachable!("only pipelines within one host have a lane")
+        }
     }
 }
 

@@ -24,9 +24,16 @@ pub enum Strategy {
     Relay,
     /// Several routes at once, the bytes divided by their predicted speed.
     Split,
+    /// To a GPU of another host: the source's NIC reads its memory, the destination's NIC writes
+    /// into the other GPU's (GPUDirect RDMA).
+    GpudirectRdma,
+    /// To a GPU of another host through host memory: device → host near the NIC, NIC to NIC,
+    /// host → device, chunked and pipelined.
+    NetStaged,
 }
 
 impl Strategy {
+    /// The strategies between two GPUs of one host.
     pub const ALL: [Strategy; 5] = [
         Strategy::DirectCe,
         Strategy::DirectSm,
@@ -34,6 +41,9 @@ impl Strategy {
         Strategy::Relay,
         Strategy::Split,
     ];
+
+    /// The strategies between GPUs of different hosts.
+    pub const NETWORK: [Strategy; 2] = [Strategy::GpudirectRdma, Strategy::NetStaged];
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
@@ -43,7 +53,14 @@ impl Strategy {
             Strategy::Staged => "staged",
             Strategy::Relay => "relay",
             Strategy::Split => "split",
+            Strategy::GpudirectRdma => "gpudirect-rdma",
+            Strategy::NetStaged => "net-staged",
         }
+    }
+
+    /// Whether it moves data between hosts.
+    pub fn crosses_hosts(self) -> bool {
+        Strategy::NETWORK.contains(&self)
     }
 }
 
@@ -57,17 +74,25 @@ impl FromStr for Strategy {
     type Err = crate::Error;
 
     fn from_str(s: &str) -> crate::Result<Self> {
-        Strategy::ALL
-            .into_iter()
-            .find(|st| st.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Strategy::ALL.iter().map(|s| s.name()).collect();
-                crate::Error::usage(format!(
-                    "unknown strategy `{s}`: expected one of {}",
-                    names.join(", ")
-                ))
-            })
+        let every = || Strategy::ALL.into_iter().chain(Strategy::NETWORK);
+        every().find(|st| st.name() == s).ok_or_else(|| {
+            let names: Vec<_> = every().map(|s| s.name()).collect();
+            crate::Error::usage(format!(
+                "unknown strategy `{s}`: expected one of {}",
+                names.join(", ")
+            ))
+        })
     }
+}
+
+/// The refusal of a transfer between GPUs of different hosts: peerlink plans those, and NCCL
+/// moves them (across processes, which the engine does not span).
+pub fn between_hosts(src: usize, dst: usize) -> crate::Error {
+    crate::Error::usage(format!(
+        "GPU {src} and GPU {dst} are on different hosts: peerlink plans transfers between hosts \
+         (`peerlink plan --src {src} --dst {dst}` predicts them) but moves data only within one; \
+         between hosts NCCL carries it (`peerlink workload`)"
+    ))
 }
 
 /// One way through the machine.
@@ -79,6 +104,10 @@ pub enum Route {
     Host,
     /// Through this intermediate GPU's memory.
     Relay(usize),
+    /// GPU memory to GPU memory of another host, through the two GPUs' NICs.
+    GpudirectRdma,
+    /// Through host memory near each GPU's NIC, to another host.
+    NetStaged,
 }
 
 impl fmt::Display for Route {
@@ -88,6 +117,8 @@ impl fmt::Display for Route {
             Route::Direct(CopyMethod::SmKernel) => f.write_str("direct (SM kernel)"),
             Route::Host => f.write_str("via pinned host memory"),
             Route::Relay(r) => write!(f, "via GPU {r}"),
+            Route::GpudirectRdma => f.write_str("GPUDirect RDMA (GPU → NIC → NIC → GPU)"),
+            Route::NetStaged => f.write_str("via host memory and the NICs"),
         }
     }
 }

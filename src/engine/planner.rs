@@ -195,8 +195,10 @@ impl Planner {
             .iter()
             .map(|p| p.strategy)
             .collect();
-        Ok(Strategy::ALL
-            .into_iter()
+        Ok(self
+            .family(src, dst)
+            .iter()
+            .copied()
             .filter(|s| !usable.contains(s))
             .map(|s| (s, self.unavailable(s, src, dst).to_string()))
             .collect())
@@ -349,7 +351,30 @@ impl Planner {
         Ok(())
     }
 
+    /// The strategies that could move data between `src` and `dst`: those within one host, or
+    /// those between hosts.
+    fn family(&self, src: usize, dst: usize) -> &'static [Strategy] {
+        if self.model.topology().crosses_hosts(src, dst) {
+            &Strategy::NETWORK
+        } else {
+            &Strategy::ALL
+        }
+    }
+
     fn unavailable(&self, strategy: Strategy, src: usize, dst: usize) -> Error {
+        let across = self.model.topology().crosses_hosts(src, dst);
+        if across != strategy.crosses_hosts() {
+            return Error::usage(if across {
+                format!(
+                    "{strategy} moves data within one host, and GPU {src} and GPU {dst} are on \
+                     different hosts: use gpudirect-rdma or net-staged"
+                )
+            } else {
+                format!(
+                    "{strategy} moves data between hosts, and GPU {src} and GPU {dst} are on one"
+                )
+            });
+        }
         let link = self
             .model
             .topology()
@@ -369,11 +394,21 @@ impl Planner {
                  here one route outruns the others or shares their links"
             ),
             Strategy::Staged => format!("staged cannot be used from GPU {src} to GPU {dst}"),
+            Strategy::GpudirectRdma => format!(
+                "gpudirect-rdma needs an RDMA NIC on each GPU's host and GPUDirect RDMA \
+                 (nvidia-peermem, or dma-buf), which GPU {src} → GPU {dst} lacks; use net-staged"
+            ),
+            Strategy::NetStaged => format!(
+                "net-staged needs an RDMA NIC on the hosts of both GPU {src} and GPU {dst}"
+            ),
         })
     }
 
     /// Every usable strategy's best plan (alternatives left empty).
     fn candidates(&self, src: usize, dst: usize, bytes: u64) -> Vec<Plan> {
+        if self.model.topology().crosses_hosts(src, dst) {
+            return self.network_candidates(src, dst, bytes);
+        }
         let mut plans = Vec::new();
         for (strategy, method) in [
             (Strategy::DirectCe, CopyMethod::CopyEngine),
@@ -389,6 +424,19 @@ impl Planner {
         let relays: Vec<Route> = self.relays(src, dst).collect();
         plans.extend(self.best_chunked(src, dst, bytes, Strategy::Relay, &relays));
         plans.extend(self.best_split(src, dst, bytes));
+        plans
+    }
+
+    /// Between GPUs of different hosts: GPUDirect RDMA where the model prices it, and through
+    /// host memory at each end.
+    fn network_candidates(&self, src: usize, dst: usize, bytes: u64) -> Vec<Plan> {
+        let mut plans = Vec::new();
+        let route = Route::GpudirectRdma;
+        if let Some(h) = self.hops(route, src, dst) {
+            let time = self.direct_us(&h, bytes);
+            plans.push(self.single(src, dst, bytes, Strategy::GpudirectRdma, route, time));
+        }
+        plans.extend(self.best_chunked(src, dst, bytes, Strategy::NetStaged, &[Route::NetStaged]));
         plans
     }
 
@@ -415,6 +463,22 @@ impl Planner {
                 ]
             }
             Route::Relay(r) => vec![Hop::PeerCe { src, dst: r }, Hop::PeerCe { src: r, dst }],
+            Route::GpudirectRdma => vec![Hop::NetRdma { src, dst }],
+            Route::NetStaged => {
+                // Each end's bounce buffer sits on its NIC's NUMA node.
+                let (out, into) = (self.model.nic_numa_node(src), self.model.nic_numa_node(dst));
+                vec![
+                    Hop::DeviceToHost {
+                        device: src,
+                        node: out,
+                    },
+                    Hop::NetHost { src, dst },
+                    Hop::HostToDevice {
+                        device: dst,
+                        node: into,
+                    },
+                ]
+            }
         };
         let mut costs = hops
             .iter()
@@ -424,8 +488,8 @@ impl Planner {
         // it is another GPU, every chunk's drain waits for its fill across the GPUs, a fill into a
         // reused slot for that slot's drain, and the end for the last drain.
         let second_gpu = match route {
-            Route::Direct(_) => src,
-            Route::Host => dst,
+            Route::Direct(_) | Route::GpudirectRdma => src,
+            Route::Host | Route::NetStaged => dst,
             Route::Relay(r) => r,
         };
         let across = if second_gpu != src {
@@ -442,13 +506,16 @@ impl Planner {
         // What the executor queues: a direct route is one operation; a pipeline first waits for
         // the start and for the lane's last use, then each chunk is two copies, each recording an
         // event, and two waits (the drain for the fill, the fill for a reused slot).
+        // A network operation is priced as a copy is: one call that queues it.
         let (setup_us, first_op_us, issue_us) = match route {
             Route::Direct(CopyMethod::SmKernel) => (0.0, issue.kernel_us, issue.kernel_us),
-            Route::Direct(CopyMethod::CopyEngine) => (0.0, issue.copy_us, issue.copy_us),
-            Route::Host | Route::Relay(_) => (
+            Route::Direct(CopyMethod::CopyEngine) | Route::GpudirectRdma => {
+                (0.0, issue.copy_us, issue.copy_us)
+            }
+            Route::Host | Route::Relay(_) | Route::NetStaged => (
                 2.0 * issue.event_us,
                 issue.copy_us,
-                2.0 * (issue.copy_us + 2.0 * issue.event_us),
+                hops.len() as f64 * (issue.copy_us + 2.0 * issue.event_us),
             ),
         };
         let first_issue_us = setup_us + first_op_us;
@@ -771,8 +838,10 @@ impl CopyEngines {
         match route {
             Route::Direct(CopyMethod::CopyEngine) => vec![src],
             Route::Direct(CopyMethod::SmKernel) => Vec::new(),
-            Route::Host => vec![src, dst],
+            Route::Host | Route::NetStaged => vec![src, dst],
             Route::Relay(via) => vec![src, via],
+            // The NICs move the bytes.
+            Route::GpudirectRdma => Vec::new(),
         }
     }
 
@@ -1440,6 +1509,94 @@ mod tests {
             assert_eq!(err.exit_code(), 2);
             assert!(err.to_string().contains(needle), "{err}");
         }
+    }
+
+    fn preset_planner(name: &str) -> Planner {
+        planner(crate::backend::sim::Preset::load(name).unwrap().topology())
+    }
+
+    #[test]
+    fn between_hosts_a_nic_next_to_the_gpu_carries_it_by_gpudirect_rdma() {
+        let p = preset_planner("2x-dgx-h100");
+        for bytes in [4, 4096, MIB, 64 * MIB, 1 << 30] {
+            let plan = p.plan(0, 8, bytes).unwrap();
+            assert_eq!(plan.strategy, Strategy::GpudirectRdma, "{bytes}: {plan:?}");
+            assert_eq!(plan.paths[0].route, Route::GpudirectRdma);
+            assert_eq!(plan.alternatives.len(), 1, "{plan:?}");
+            assert_eq!(plan.alternatives[0].0, Strategy::NetStaged);
+        }
+        // 400 Gb/s at the RDMA efficiency, behind a 1 µs post and 1.5 µs of network.
+        let big = p.plan(3, 11, 1 << 30).unwrap();
+        let gbps = (1u64 << 30) as f64 / big.predicted_us / 1e3;
+        assert!((45.0..48.1).contains(&gbps), "{gbps} GB/s");
+        // Across rails the spine adds its latency.
+        let same_rail = p.plan(3, 11, 4).unwrap().predicted_us;
+        let other_rail = p.plan(3, 12, 4).unwrap().predicted_us;
+        assert!(
+            (other_rail - same_rail - 0.5).abs() < 1e-9,
+            "{same_rail} {other_rail}"
+        );
+    }
+
+    #[test]
+    fn a_gpu_whose_nearest_nic_is_across_the_sockets_stages_large_transfers() {
+        let p = preset_planner("2x-pcie-4gpu-2socket");
+        let big = p.plan(2, 6, 64 * MIB).unwrap();
+        assert_eq!(big.strategy, Strategy::NetStaged, "{big:?}");
+        assert_eq!(big.paths[0].route, Route::NetStaged);
+        assert!(big.chunk_bytes < 64 * MIB, "pipelined: {big:?}");
+        let rdma = big.alternatives[0];
+        assert_eq!(rdma.0, Strategy::GpudirectRdma);
+        assert!(rdma.1 > 2.0 * big.predicted_us, "{big:?}");
+        // A few bytes: one RDMA operation beats three staged hops.
+        assert_eq!(
+            p.plan(2, 6, 4096).unwrap().strategy,
+            Strategy::GpudirectRdma
+        );
+        // GPUs next to the NIC keep GPUDirect RDMA at every size.
+        assert_eq!(
+            p.plan(0, 5, 64 * MIB).unwrap().strategy,
+            Strategy::GpudirectRdma
+        );
+    }
+
+    #[test]
+    fn without_gpudirect_rdma_only_the_staged_network_route_is_left() {
+        let mut topology = crate::backend::sim::Preset::load("2x-dgx-h100")
+            .unwrap()
+            .topology();
+        topology.network.as_mut().unwrap().gpudirect.available = Some(false);
+        let p = planner(topology);
+        let plan = p.plan(0, 8, MIB).unwrap();
+        assert_eq!(plan.strategy, Strategy::NetStaged);
+        assert!(plan.alternatives.is_empty());
+        let unusable = p.unusable(0, 8, MIB).unwrap();
+        assert_eq!(unusable.len(), 1, "{unusable:?}");
+        assert_eq!(unusable[0].0, Strategy::GpudirectRdma);
+        assert!(unusable[0].1.contains("nvidia-peermem"), "{unusable:?}");
+    }
+
+    #[test]
+    fn each_strategy_serves_its_side_of_the_network() {
+        let p = preset_planner("2x-dgx-h100");
+        let err = p.plan_with(Strategy::DirectCe, 0, 8, MIB).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("different hosts"), "{err}");
+        let err = p.plan_with(Strategy::GpudirectRdma, 0, 1, MIB).unwrap_err();
+        assert!(err.to_string().contains("are on one"), "{err}");
+        // Within a host nothing changes: the network's strategies are not listed as unusable.
+        let within = p.unusable(0, 1, MIB).unwrap();
+        assert!(within.iter().all(|(s, _)| !s.crosses_hosts()), "{within:?}");
+        assert!(p.unusable(0, 8, MIB).unwrap().is_empty());
+        assert_eq!(p.plan(0, 1, MIB).unwrap().strategy, Strategy::DirectCe);
+        assert_eq!(
+            "net-staged".parse::<Strategy>().unwrap(),
+            Strategy::NetStaged
+        );
+        // A batch between hosts is gathered and sent as one network transfer.
+        let batch = p.plan_batch(0, 8, &[256; 100], 1).unwrap();
+        assert_eq!(batch.strategy, BatchStrategy::GatherScatter);
+        assert_eq!(batch.middle.unwrap().strategy, Strategy::GpudirectRdma);
     }
 
     #[test]

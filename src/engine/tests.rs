@@ -752,3 +752,20 @@ fn plans_are_cached_per_pair_size_and_strategy() {
     assert_eq!(strategy_of(&again), strategy_of(&pick));
     again.wait().unwrap();
 }
+
+#[test]
+fn transfers_between_hosts_are_planned_but_not_moved() {
+    let f = fabric("2x-pcie-4gpu-2socket");
+    let (src, dst) = (f.alloc(0, 4096).unwrap(), f.alloc(4, 4096).unwrap());
+    let err = f
+        .copy(src.all(), dst.all())
+        .and_then(|t| t.wait())
+        .unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("different hosts"), "{err}");
+    // The buffers stay usable within each host.
+    let near = f.alloc(1, 4096).unwrap();
+    src.write(0, &[9; 4096]).unwrap();
+    f.copy(src.all(), near.all()).unwrap().wait().unwrap();
+    assert_eq!(near.to_vec().unwrap(), vec![9; 4096]);
+}

@@ -317,6 +317,8 @@ fn hop_label(hop: &Hop) -> String {
         Hop::DeviceToHost { device, node: n } => format!("GPU{device}→host{}", node(n)),
         Hop::HostToDevice { device, node: n } => format!("host→GPU{device}{}", node(n)),
         Hop::Local { device } => format!("local GPU{device}"),
+        Hop::NetRdma { src, dst } => format!("net-rdma {src}→{dst}"),
+        Hop::NetHost { src, dst } => format!("net-host {src}→{dst}"),
     }
 }
 

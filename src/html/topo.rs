@@ -25,6 +25,8 @@ pub fn link_colour(link: Link) -> RGBColor {
         Link::Phb => RGBColor(158, 154, 200),
         Link::Node => RGBColor(253, 141, 60),
         Link::Sys => RGBColor(215, 48, 39),
+        // Another host: grey, no P2P at all.
+        Link::Net => RGBColor(150, 150, 150),
     }
 }
 
@@ -36,6 +38,8 @@ fn describe(p: &Pair) -> String {
             p.perf_rank,
             if p.atomics { ", native atomics" } else { "" }
         )
+    } else if p.link.crosses_hosts() {
+        "no P2P: different hosts, joined by their NICs".to_string()
     } else {
         "no P2P: copies are staged through host memory".to_string()
     };
@@ -123,6 +127,7 @@ fn short_meaning(link: Link) -> &'static str {
         Link::Phb => "PCIe through a host bridge",
         Link::Node => "PCIe across host bridges",
         Link::Sys => "PCIe across CPU sockets",
+        Link::Net => "different hosts, through the network",
     }
 }
 

@@ -6,6 +6,7 @@
 //! capability), which is how the hardware shipped.
 
 use super::{Cost, Hop, IssueCosts};
+use crate::topology::network::FabricKind;
 use crate::topology::{Link, Topology};
 use std::collections::{HashMap, HashSet};
 
@@ -43,7 +44,32 @@ fn pcie_p2p_fraction(link: Link) -> f64 {
     match link {
         Link::NvLink(_) | Link::Pix | Link::Pxb => 1.0,
         Link::Phb | Link::Node => 0.85,
-        Link::Sys => 0.8,
+        // NET has no P2P at all: `peer_gbps` answers before asking.
+        Link::Sys | Link::Net => 0.8,
+    }
+}
+
+/// RDMA writes reach about this share of a NIC's line rate: ~48 of 50 GB/s on 400 Gb/s NDR
+/// (ib_write_bw, vendor material; an estimate here).
+const RDMA_EFFICIENCY: f64 = 0.96;
+/// A NIC that reports no rate is taken for 100 Gb/s (EDR, HDR100): an estimate.
+const UNKNOWN_NIC_GBIT: f64 = 100.0;
+/// NIC to NIC through one switch where no network is described (a real host): RDMA writes take
+/// about 1–2 µs end to end on InfiniBand; an estimate.
+pub const NETWORK_LATENCY_US: f64 = 2.0;
+/// Posting one RDMA operation and the NIC's own start, before the wire: an estimate.
+const RDMA_POST_US: f64 = 1.0;
+
+/// GPUDirect RDMA's rate as a share of the NIC's, by how far the GPU is from its NIC: full under
+/// one or several PCIe switches; half through a root complex; a quarter across host bridges or
+/// sockets. Estimates from one public measurement: GPU reads through an EPYC root complex at 6.1
+/// of 24.5 GB/s (stackoverflow 59277346, docs/reference.md); NCCL leaves GPUDirect RDMA off beyond
+/// PXB by default for the same reason (`NCCL_NET_GDR_LEVEL`).
+fn gpudirect_fraction(link: Link) -> f64 {
+    match link {
+        Link::NvLink(_) | Link::Pix | Link::Pxb => 1.0,
+        Link::Phb => 0.5,
+        Link::Node | Link::Sys | Link::Net => 0.25,
     }
 }
 
@@ -169,11 +195,43 @@ pub fn cost(topology: &Topology, hop: Hop) -> Option<Cost> {
             }
             (KERNEL_ALPHA_US, local_copy_gbps(major(topology, device)))
         }
+        Hop::NetRdma { src, dst } => {
+            let (alpha_us, nic_gbps) = network(topology, src, dst)?;
+            let net = topology.network.as_ref()?;
+            let far = |gpu: usize| net.nearest(gpu).map_or(Link::Sys, |n| n.link);
+            let pcie = pcie_host_gbps(major(topology, src).min(major(topology, dst)));
+            let fraction = gpudirect_fraction(far(src)).min(gpudirect_fraction(far(dst)));
+            (alpha_us, nic_gbps.min(pcie) * fraction)
+        }
+        Hop::NetHost { src, dst } => network(topology, src, dst)?,
     };
     Some(Cost {
         alpha_us,
         beta_gbps,
     })
+}
+
+/// One RDMA transfer between the NICs of `src` and `dst` (different hosts): its α (posting it,
+/// then the network's latency, through the spine between rails) and the NICs' rate, GB/s.
+fn network(topology: &Topology, src: usize, dst: usize) -> Option<(f64, f64)> {
+    let net = topology.network.as_ref()?;
+    let (a, b) = (net.nic_of(src)?, net.nic_of(dst)?);
+    if a.host == b.host {
+        return None;
+    }
+    let gbps =
+        |nic: &crate::topology::network::Nic| nic.rate_gbit.unwrap_or(UNKNOWN_NIC_GBIT) / 8.0;
+    let latency_us = match &net.fabric {
+        Some(f) if f.kind == FabricKind::Rail && a.rail != b.rail => {
+            f.latency_us + f.spine_latency_us
+        }
+        Some(f) => f.latency_us,
+        None => NETWORK_LATENCY_US,
+    };
+    Some((
+        RDMA_POST_US + latency_us,
+        gbps(a).min(gbps(b)) * RDMA_EFFICIENCY,
+    ))
 }
 
 /// A direct copy's rate between two GPUs; a GPU to itself is a local copy at `local_fraction` of
@@ -190,6 +248,9 @@ fn peer_gbps(
         return Some(local_copy_gbps(major(topology, src)) * local_fraction);
     }
     let link = topology.pair(src, dst)?.link;
+    if link.crosses_hosts() {
+        return None;
+    }
     let slower = major(topology, src).min(major(topology, dst));
     Some(match link {
         Link::NvLink(count) => count as f64 * nvlink_gbps_per_link(slower) * nvlink_efficiency,

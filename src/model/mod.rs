@@ -86,6 +86,12 @@ pub enum Hop {
     HostToDevice { device: usize, node: Option<i32> },
     /// A copy inside one GPU's memory (gathering small messages into one staging buffer).
     Local { device: usize },
+    /// GPUDirect RDMA from `src`'s memory into `dst`'s on another host: `src`'s NIC reads the GPU,
+    /// `dst`'s NIC writes it. Needs GPUDirect RDMA and a NIC on each host.
+    NetRdma { src: usize, dst: usize },
+    /// From host memory near `src`'s NIC to host memory near `dst`'s, on another host (a
+    /// network route staged through host memory). Needs a NIC on each host.
+    NetHost { src: usize, dst: usize },
 }
 
 /// A hop as a profile's reader names it: `peer-ce 0→1`, `device-to-host GPU 2 (NUMA 0)`.
@@ -102,6 +108,8 @@ impl std::fmt::Display for Hop {
                 write!(f, "the host-to-device hop of GPU {device}{}", node(n))
             }
             Hop::Local { device } => write!(f, "the local hop of GPU {device}"),
+            Hop::NetRdma { src, dst } => write!(f, "the net-rdma hop {src}→{dst}"),
+            Hop::NetHost { src, dst } => write!(f, "the net-host hop {src}→{dst}"),
         }
     }
 }
@@ -280,7 +288,34 @@ impl CostModel {
             Hop::DeviceToHost { device, .. }
             | Hop::HostToDevice { device, .. }
             | Hop::Local { device } => device < n,
+            Hop::NetRdma { src, dst } => {
+                self.reaches_network(src, dst)
+                    && self
+                        .topology
+                        .network
+                        .as_ref()
+                        .is_some_and(|net| net.gpudirect.available != Some(false))
+            }
+            Hop::NetHost { src, dst } => self.reaches_network(src, dst),
         }
+    }
+
+    /// Whether GPUs `src` and `dst` sit on different hosts and each has a NIC.
+    fn reaches_network(&self, src: usize, dst: usize) -> bool {
+        let n = self.topology.devices.len();
+        let Some(net) = &self.topology.network else {
+            return false;
+        };
+        src < n
+            && dst < n
+            && self.topology.crosses_hosts(src, dst)
+            && net.nic_of(src).is_some()
+            && net.nic_of(dst).is_some()
+    }
+
+    /// The NUMA node of the NIC `gpu` sends and receives through, where known.
+    pub fn nic_numa_node(&self, gpu: usize) -> Option<i32> {
+        self.topology.network.as_ref()?.nic_of(gpu)?.numa_node
     }
 
     /// The shared hardware a hop's bytes cross, so that concurrent paths divide it.
@@ -300,6 +335,10 @@ impl CostModel {
             Hop::DeviceToHost { device, .. } => vec![Resource::PcieUp(device)],
             Hop::HostToDevice { device, .. } => vec![Resource::PcieDown(device)],
             Hop::Local { .. } => Vec::new(),
+            // The planner splits no transfer across hosts: of the network's hardware only the
+            // GPUs' own links are named.
+            Hop::NetRdma { src, dst } => vec![Resource::PcieUp(src), Resource::PcieDown(dst)],
+            Hop::NetHost { .. } => Vec::new(),
         }
     }
 
@@ -360,6 +399,7 @@ pub(crate) mod test_support {
             visible_devices: None,
             devices,
             pairs,
+            network: None,
         }
     }
 

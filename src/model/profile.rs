@@ -155,7 +155,10 @@ impl Profile {
         let n = self.gpus.len();
         let names_a_missing_gpu = |hop: Hop| {
             let devices = match hop {
-                Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => vec![src, dst],
+                Hop::PeerCe { src, dst }
+                | Hop::PeerSm { src, dst }
+                | Hop::NetRdma { src, dst }
+                | Hop::NetHost { src, dst } => vec![src, dst],
                 Hop::DeviceToHost { device, .. }
                 | Hop::HostToDevice { device, .. }
                 | Hop::Local { device } => vec![device],

@@ -235,7 +235,11 @@ pub fn text(view: &PlanView<'_>) -> String {
         format_bytes(plan.bytes),
         view.source
     );
-    let _ = writeln!(out, "costs: {}\n", view.model);
+    let _ = writeln!(out, "costs: {}", view.model);
+    if let Some(network) = &view.network {
+        let _ = writeln!(out, "network: {network}");
+    }
+    out.push('\n');
     let chunks = if plan.chunk_bytes < plan.bytes {
         format!(", in chunks of {}", format_bytes(plan.chunk_bytes))
     } else {
@@ -403,6 +407,7 @@ mod tests {
             plan: &p,
             unusable: &unusable,
             proof: None,
+            network: None,
         });
         assert!(text.starts_with("*** SIMULATED"), "{text}");
         assert!(text.contains("pick: split"), "{text}");

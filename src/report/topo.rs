@@ -1,7 +1,10 @@
 //! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices.
 
 use super::table::{matrix, plain};
-use crate::topology::{warnings, Link, Topology};
+use crate::topology::nccl_view::NcclView;
+use crate::topology::network::{FabricKind, Network};
+use crate::topology::{runs_text, warnings, Link, Topology};
+use comfy_table::CellAlignment;
 use std::fmt::Write;
 
 /// The human-readable report.
@@ -30,10 +33,14 @@ pub fn text(topo: &Topology, selected: &[usize]) -> String {
 
     let p2p = matrix(&indices, false, |s, d| match topo.pair(s, d) {
         Some(p) if p.p2p => format!("OK/{}{}", p.perf_rank, if p.atomics { "/A" } else { "" }),
+        Some(p) if p.link.crosses_hosts() => "-".to_string(),
         Some(_) => "NS".to_string(),
         None => "?".to_string(),
     });
     let _ = writeln!(out, "P2P access (row → column)\n{p2p}\n");
+    if let Some(net) = &topo.network {
+        out.push_str(&network_text(net));
+    }
     let _ = writeln!(out, "{}", legend(&topo));
 
     let found = warnings(&topo);
@@ -83,6 +90,186 @@ fn devices_table(topo: &Topology) -> comfy_table::Table {
     table
 }
 
+/// The hosts, their RDMA NICs, how each GPU reaches them, and GPUDirect RDMA.
+fn network_text(net: &Network) -> String {
+    let mut out = String::new();
+    if net.hosts.len() > 1 {
+        let hosts: Vec<String> = net
+            .hosts
+            .iter()
+            .map(|h| {
+                format!(
+                    "{} (GPUs {}, NICs {})",
+                    h.name,
+                    list(&h.gpus),
+                    list(&h.nics)
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "Hosts: {}\n", hosts.join("; "));
+    }
+    if net.nics.is_empty() {
+        let _ = writeln!(
+            out,
+            "RDMA NICs: no RDMA NIC found (/sys/class/infiniband is empty): between hosts NCCL \
+             would fall back to TCP sockets, without GPUDirect RDMA\n"
+        );
+        return out;
+    }
+    let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut nics = plain(
+        [
+            "NIC",
+            "Host",
+            "Name",
+            "PCI bus id",
+            "NUMA",
+            "Netdev",
+            "Link",
+            "Rate",
+            "State",
+            "Rail",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for nic in &net.nics {
+        nics.add_row(vec![
+            format!("NIC{}", nic.index),
+            net.hosts
+                .get(nic.host)
+                .map_or_else(|| nic.host.to_string(), |h| h.name.clone()),
+            nic.name.clone(),
+            shown(&nic.pci_bus_id),
+            shown(&nic.numa_node.map(|n| n.to_string())),
+            if nic.netdevs.is_empty() {
+                "-".into()
+            } else {
+                nic.netdevs.join(",")
+            },
+            shown(&nic.link_layer),
+            shown(&nic.rate_gbit.map(|r| format!("{r} Gb/s"))),
+            shown(&nic.state),
+            shown(&nic.rail.map(|r| r.to_string())),
+        ]);
+    }
+    let _ = writeln!(out, "RDMA NICs ({})\n{nics}\n", net.source);
+
+    let gpus: Vec<usize> = net.hosts.iter().flat_map(|h| h.gpus.clone()).collect();
+    let mut header = vec![String::new()];
+    header.extend(net.nics.iter().map(|n| format!("NIC{}", n.index)));
+    let mut paths = plain(header);
+    for &gpu in &gpus {
+        let mut row = vec![format!("GPU{gpu}")];
+        row.extend(net.nics.iter().map(|nic| {
+            net.gpu_nics
+                .iter()
+                .find(|p| p.gpu == gpu && p.nic == nic.index)
+                .map_or_else(|| "-".to_string(), |p| p.link.to_string())
+        }));
+        paths.add_row(row);
+    }
+    for column in paths.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    let _ = writeln!(out, "GPU ↔ NIC (- : another host's NIC)\n{paths}\n");
+
+    let mut nearest = plain(
+        ["GPU", "Nearest NIC", "Path", "GPUDirect RDMA worth it"]
+            .map(String::from)
+            .to_vec(),
+    );
+    for n in &net.nearest {
+        let names: Vec<String> = n
+            .nics
+            .iter()
+            .filter_map(|&i| net.nics.get(i))
+            .map(|nic| nic.name.clone())
+            .collect();
+        nearest.add_row(vec![
+            n.gpu.to_string(),
+            names.join(", "),
+            n.link.to_string(),
+            if n.gpudirect_benefit {
+                "yes".into()
+            } else {
+                "no: the nearest NIC is across the CPU".into()
+            },
+        ]);
+    }
+    let _ = writeln!(out, "{nearest}\n");
+    let available = match net.gpudirect.available {
+        Some(true) => "available",
+        Some(false) => "unavailable",
+        None => "unknown",
+    };
+    let _ = writeln!(out, "GPUDirect RDMA: {available} ({})", net.gpudirect.how);
+    if let Some(f) = &net.fabric {
+        let shape = match f.kind {
+            FabricKind::Rail => format!(
+                "rail-optimised (NIC i of every host on leaf switch i), NIC to NIC {} µs, {} µs \
+                 more between rails through the spine",
+                f.latency_us, f.spine_latency_us
+            ),
+            FabricKind::FatTree => format!("fat tree, NIC to NIC {} µs", f.latency_us),
+        };
+        let _ = writeln!(out, "Network: {shape}");
+    }
+    out.push('\n');
+    out
+}
+
+/// NCCL's view of the GPU ↔ NIC paths beside peerlink's, and where they differ.
+pub fn nccl_text(view: &NcclView) -> String {
+    let mut out = format!("\nNCCL's view ({})\n", view.source);
+    let mut header = vec![String::new()];
+    header.extend(view.nics.iter().map(|n| n.name.clone()));
+    let mut paths = plain(header);
+    for gpu in &view.gpus {
+        let mut row = vec![gpu
+            .index
+            .map_or_else(|| gpu.pci_bus_id.clone(), |i| format!("GPU{i}"))];
+        row.extend(view.nics.iter().map(|nic| {
+            let path = view
+                .paths
+                .iter()
+                .find(|p| p.gpu == gpu.pci_bus_id && p.nic == nic.name);
+            match path {
+                Some(p) if !p.agree => format!(
+                    "{}≠{}",
+                    p.nccl,
+                    p.peerlink.map_or("-".into(), |l| l.to_string())
+                ),
+                Some(p) => p.nccl.to_string(),
+                None => "-".into(),
+            }
+        }));
+        paths.add_row(row);
+    }
+    for column in paths.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    let _ = writeln!(
+        out,
+        "{paths}\n  (NCCL's class; A≠B where NCCL sees A and peerlink B; NCCL's PHB covers \
+         peerlink's NODE: it has no host bridges)\n"
+    );
+    if view.disagreements.is_empty() {
+        let _ = writeln!(out, "NCCL's view agrees with peerlink's.");
+    } else {
+        let _ = writeln!(out, "Where NCCL's view differs:");
+        for d in &view.disagreements {
+            let _ = writeln!(out, "  {d}");
+        }
+    }
+    out
+}
+
+/// `0-7`, `0,2,5`: indices as a short list.
+fn list(indices: &[usize]) -> String {
+    runs_text(indices.iter().copied()).unwrap_or_else(|| "none".into())
+}
+
 /// Explains the link classes that appear, and the P2P cell format.
 fn legend(topo: &Topology) -> String {
     let mut seen: Vec<Link> = topo.pairs.iter().map(|p| p.link).collect();
@@ -95,19 +282,23 @@ fn legend(topo: &Topology) -> String {
             "  NV#  = NVLink with # bonded links (direct, or through NVSwitch)"
         );
     }
-    for link in seen.into_iter().filter(|l| !l.is_nvlink()) {
+    for &link in seen.iter().filter(|l| !l.is_nvlink()) {
         let _ = writeln!(out, "  {:<4} = {}", link.to_string(), link.meaning());
     }
     out.push_str(
         "  OK/r/A = P2P supported, performance rank r (lower is better), A = native atomics\n  \
          NS     = P2P not supported (copies are staged through host memory)\n",
     );
+    if seen.contains(&Link::Net) {
+        out.push_str("  -      = another host: no P2P, only the network\n");
+    }
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::nics::test_support::FakeSysfs;
     use crate::topology::test_support::three_gpus;
 
     #[test]
@@ -134,6 +325,81 @@ mod tests {
             1,
             "one legend line for NV#: {text}"
         );
+    }
+
+    /// Three GPUs on a fake host whose sysfs holds `nics` (name, PCI path) and the GPUs at the
+    /// three test GPUs' bus ids: 0 and 1 under one switch of socket 0, 2 on socket 1.
+    fn on_fake_host(nics: &[(&str, &str, i32)]) -> Topology {
+        let fake = FakeSysfs::new();
+        let switch = "pci0000:00/0000:00:01.0/0000:17:00.0";
+        fake.pci(&format!("{switch}/0000:18:00.0/0000:19:00.0"), 0)
+            .pci(&format!("{switch}/0000:18:01.0/0000:1a:00.0"), 0)
+            .pci("pci0000:80/0000:80:01.0/0000:98:00.0", 1);
+        for (name, path, numa) in nics {
+            fake.pci(path, *numa)
+                .nic(name, path, "200 Gb/sec (4X HDR)", &format!("ib{name}"));
+        }
+        let mut topo = three_gpus();
+        for (d, bus) in topo.devices.iter_mut().zip(["19", "1a", "98"]) {
+            d.pci_bus_id = format!("00000000:{bus}:00.0");
+        }
+        topo.source = crate::topology::Source::Cuda;
+        topo.network = Some(crate::topology::nics::discover(
+            &fake.sysfs(),
+            &topo.devices,
+        ));
+        topo
+    }
+
+    #[test]
+    fn a_host_without_rdma_nics_says_so_plainly() {
+        let text = text(&on_fake_host(&[]), &[0, 1, 2]);
+        assert!(text.contains("no RDMA NIC found"), "{text}");
+        assert!(!text.contains("Hosts:"), "one host needs no list: {text}");
+        let doc = serde_json::to_value(crate::document::topo::TopoDocument::new(
+            &on_fake_host(&[]),
+            &[0, 1, 2],
+        ))
+        .unwrap();
+        assert_eq!(doc["network"]["nics"], serde_json::json!([]));
+        assert_eq!(doc["network"]["source"], "sysfs");
+    }
+
+    #[test]
+    fn nics_show_with_each_gpus_class_and_the_far_gpus_flagged() {
+        let topo = on_fake_host(&[(
+            "mlx5_0",
+            "pci0000:00/0000:00:01.0/0000:17:00.0/0000:18:02.0/0000:1b:00.0",
+            0,
+        )]);
+        let text = text(&topo, &[0, 1, 2]);
+        assert!(text.contains("RDMA NICs (sysfs)"), "{text}");
+        assert!(
+            text.contains("mlx5_0") && text.contains("200 Gb/s"),
+            "{text}"
+        );
+        assert!(text.contains("ibmlx5_0"), "the netdev: {text}");
+        let row = |gpu: &str| {
+            text.lines()
+                .skip_while(|l| !l.starts_with("GPU ↔ NIC"))
+                .find(|l| l.trim_start().starts_with(gpu))
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(row("GPU0"), ["GPU0", "PIX"]);
+        assert_eq!(row("GPU2"), ["GPU2", "SYS"]);
+        assert!(
+            text.contains("no: the nearest NIC is across the CPU"),
+            "{text}"
+        );
+        assert!(text.contains("[nic-across-cpu]"), "{text}");
+        assert!(text.contains("GPUDirect RDMA: "), "{text}");
+        // Only the GPUs asked for.
+        let only = crate::document::topo::TopoDocument::new(&topo, &[2]);
+        let net = only.network.unwrap();
+        assert_eq!(net.nearest.len(), 1);
+        assert_eq!(net.nearest[0].gpu, 2);
     }
 
     #[test]

@@ -10,7 +10,8 @@ use std::str::FromStr;
 ///
 /// NVLink is direct; the PCIe classes name the farthest thing a transfer crosses: `PIX` one PCIe
 /// switch, `PXB` several switches but no host bridge, `PHB` a host bridge (the CPU's root complex),
-/// `NODE` several host bridges inside one NUMA node, `SYS` the link between CPU sockets.
+/// `NODE` several host bridges inside one NUMA node, `SYS` the link between CPU sockets. `NET` joins
+/// GPUs of different hosts (NCCL's name for a path through the network): no P2P, only NICs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Link {
     /// Direct NVLink (or NVSwitch) with this many links.
@@ -20,6 +21,8 @@ pub enum Link {
     Phb,
     Node,
     Sys,
+    /// Different hosts: the bytes go through NICs and the network.
+    Net,
 }
 
 impl Link {
@@ -33,6 +36,22 @@ impl Link {
         self == Link::Sys
     }
 
+    /// Whether the two ends sit on different hosts.
+    pub fn crosses_hosts(self) -> bool {
+        self == Link::Net
+    }
+
+    /// Whether the path goes through the CPU between host bridges (`NODE`) or sockets (`SYS`):
+    /// where a GPU's nearest NIC is that far, GPUDirect RDMA brings no benefit.
+    pub fn crosses_cpu(self) -> bool {
+        matches!(self, Link::Node | Link::Sys)
+    }
+
+    /// Whether this is one of the PCIe path classes (`PIX` … `SYS`).
+    pub fn is_pcie(self) -> bool {
+        !self.is_nvlink() && !self.crosses_hosts()
+    }
+
     /// One-line meaning, for legends.
     pub fn meaning(self) -> &'static str {
         match self {
@@ -42,6 +61,7 @@ impl Link {
             Link::Phb => "PCIe through a host bridge (CPU root complex)",
             Link::Node => "PCIe across host bridges within one NUMA node",
             Link::Sys => "PCIe across the CPU sockets' interconnect (QPI/UPI/xGMI)",
+            Link::Net => "different hosts: through their NICs and the network, no P2P",
         }
     }
 }
@@ -55,6 +75,7 @@ impl fmt::Display for Link {
             Link::Phb => f.write_str("PHB"),
             Link::Node => f.write_str("NODE"),
             Link::Sys => f.write_str("SYS"),
+            Link::Net => f.write_str("NET"),
         }
     }
 }
@@ -70,10 +91,11 @@ impl FromStr for Link {
             "PHB" => Ok(Link::Phb),
             "NODE" => Ok(Link::Node),
             "SYS" => Ok(Link::Sys),
+            "NET" => Ok(Link::Net),
             _ => match upper.strip_prefix("NV").map(str::parse::<u32>) {
                 Some(Ok(n)) if n > 0 => Ok(Link::NvLink(n)),
                 _ => Err(format!(
-                    "unknown link `{s}`: expected NV<n> (n ≥ 1), PIX, PXB, PHB, NODE or SYS"
+                    "unknown link `{s}`: expected NV<n> (n ≥ 1), PIX, PXB, PHB, NODE, SYS or NET"
                 )),
             },
         }
@@ -102,9 +124,9 @@ impl JsonSchema for Link {
         json_schema!({
             "description": "How two GPUs are connected, in `nvidia-smi topo -m`'s vocabulary: \
                             `NV<n>` (n bonded NVLinks, direct or through NVSwitch), `PIX`, `PXB`, \
-                            `PHB`, `NODE`, `SYS`.",
+                            `PHB`, `NODE`, `SYS`; `NET` between GPUs of different hosts.",
             "type": "string",
-            "pattern": "^(NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS)$"
+            "pattern": "^(NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS|NET)$"
         })
     }
 }
@@ -115,7 +137,7 @@ mod tests {
 
     #[test]
     fn round_trips_nvidia_smi_vocabulary() {
-        for text in ["NV18", "NV1", "PIX", "PXB", "PHB", "NODE", "SYS"] {
+        for text in ["NV18", "NV1", "PIX", "PXB", "PHB", "NODE", "SYS", "NET"] {
             let link: Link = text.parse().unwrap();
             assert_eq!(link.to_string(), text);
         }
@@ -133,6 +155,7 @@ mod tests {
     fn orders_best_first() {
         assert!(Link::NvLink(2) < Link::Pix);
         assert!(Link::Pix < Link::Sys);
+        assert!(Link::Sys < Link::Net);
         assert!(Link::Sys.crosses_sockets());
         assert!(!Link::Node.crosses_sockets());
     }

@@ -5,11 +5,16 @@
 //! put the two side by side.
 
 mod link;
-mod pci;
+pub mod nccl_view;
+pub mod network;
+pub mod nics;
+pub mod pci;
 mod source;
+pub mod sysfs;
 mod warnings;
 
 pub use link::Link;
+pub use network::Network;
 pub use pci::PciAddress;
 pub use source::Source;
 pub use warnings::{warnings, Warning};
@@ -73,6 +78,10 @@ pub struct Topology {
     pub devices: Vec<Device>,
     /// One entry per ordered pair `src != dst`, sorted by (src, dst).
     pub pairs: Vec<Pair>,
+    /// The hosts, their RDMA NICs and how the GPUs reach them; absent where nothing was read
+    /// (a simulator preset without NICs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
 }
 
 /// The sentence every check of a GPU index says where GPU `gpu` is not one of a host's `count`,
@@ -85,6 +94,29 @@ pub fn missing_gpu(gpu: usize, count: usize) -> Option<String> {
             count.saturating_sub(1)
         )
     })
+}
+
+/// Indices as a short list of runs, `0-15,32-47,64`, in the order given; `None` for none. (CPU
+/// lists as the kernel and NVML print them, and a host's GPUs and NICs.)
+pub fn runs_text(indices: impl IntoIterator<Item = usize>) -> Option<String> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for i in indices {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == i => *end = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let parts: Vec<String> = runs
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(","))
 }
 
 /// Bad usage: GPU `gpu` is not among the GPUs in use (`--devices`).
@@ -111,6 +143,16 @@ impl Topology {
             Ok(at) => Some(&self.pairs[at]),
             Err(_) => self.pairs.iter().find(|p| p.src == src && p.dst == dst),
         }
+    }
+
+    /// The host GPU `gpu` sits on (0 on a topology of one host).
+    pub fn host_of(&self, gpu: usize) -> usize {
+        self.network.as_ref().map_or(0, |n| n.host_of(gpu))
+    }
+
+    /// Whether GPUs `a` and `b` sit on different hosts.
+    pub fn crosses_hosts(&self, a: usize, b: usize) -> bool {
+        self.network.is_some() && self.host_of(a) != self.host_of(b)
     }
 
     /// Whether this topology came from the simulator.
@@ -143,6 +185,7 @@ impl Topology {
                 .filter(|p| keep(&p.src) && keep(&p.dst))
                 .cloned()
                 .collect(),
+            network: self.network.as_ref().map(|n| n.restricted_to(|g| keep(&g))),
             ..self.clone()
         }
     }
@@ -212,6 +255,7 @@ pub(crate) mod test_support {
                 pair(2, 0, Link::Sys, false),
                 pair(2, 1, Link::Sys, false),
             ],
+            network: None,
         }
     }
 
@@ -247,6 +291,7 @@ mod tests {
                 pair(0, 1, Link::NvLink(18), true),
                 pair(1, 0, Link::NvLink(18), true),
             ],
+            network: None,
         }
     }
 

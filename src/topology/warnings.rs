@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 /// One problem found in a topology.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Warning {
-    /// A stable code for scripts: `no-p2p`, `p2p-across-sockets`, `mig-enabled`, `device-order`.
+    /// A stable code for scripts: `no-p2p`, `p2p-across-sockets`, `mig-enabled`, `device-order`,
+    /// `nic-across-cpu`, `no-gpudirect-rdma`.
     pub code: String,
     /// The GPUs concerned.
     pub devices: Vec<usize>,
@@ -20,6 +21,8 @@ pub fn warnings(topo: &Topology) -> Vec<Warning> {
     no_p2p(topo, &mut out);
     p2p_across_sockets(topo, &mut out);
     mig(topo, &mut out);
+    nic_across_cpu(topo, &mut out);
+    no_gpudirect(topo, &mut out);
     device_order(topo, &mut out);
     out
 }
@@ -63,7 +66,8 @@ const NO_P2P_OTHER: &str = "the driver reports P2P unsupported on this path (oft
 /// Why a pair has no P2P, or `None` where it has.
 fn no_p2p_reason(topo: &Topology, pair: &super::Pair) -> Option<&'static str> {
     let mig_on = |i: usize| topo.devices.get(i).is_some_and(|d| d.mig_enabled);
-    if pair.p2p {
+    // Between hosts there is no P2P to miss: NICs join them.
+    if pair.p2p || pair.link.crosses_hosts() {
         None
     } else if mig_on(pair.src) || mig_on(pair.dst) {
         Some(NO_P2P_MIG)
@@ -135,11 +139,65 @@ fn mig(topo: &Topology, out: &mut Vec<Warning>) {
     });
 }
 
+fn nic_across_cpu(topo: &Topology, out: &mut Vec<Warning>) {
+    let Some(net) = &topo.network else { return };
+    let far: Vec<&super::network::NearestNic> = net
+        .nearest
+        .iter()
+        .filter(|n| !n.gpudirect_benefit)
+        .collect();
+    if far.is_empty() {
+        return;
+    }
+    let mut classes: Vec<String> = far.iter().map(|n| n.link.to_string()).collect();
+    classes.sort();
+    classes.dedup();
+    let devices: Vec<usize> = far.iter().map(|n| n.gpu).collect();
+    out.push(Warning {
+        code: "nic-across-cpu".into(),
+        message: format!(
+            "the nearest RDMA NIC of GPU {} is across the CPU ({}): GPUDirect RDMA brings them no \
+             benefit (NCCL leaves it off beyond PXB) and their traffic between hosts crosses the \
+             CPU — put the ranks that talk across hosts on GPUs near a NIC, or add a NIC near these",
+            join(&devices),
+            classes.join(", ")
+        ),
+        devices,
+    });
+}
+
+fn no_gpudirect(topo: &Topology, out: &mut Vec<Warning>) {
+    let Some(net) = &topo.network else { return };
+    if net.nics.is_empty() || net.gpudirect.available != Some(false) {
+        return;
+    }
+    out.push(Warning {
+        code: "no-gpudirect-rdma".into(),
+        devices: topo.devices.iter().map(|d| d.index).collect(),
+        message: format!(
+            "RDMA NICs are there but GPUDirect RDMA is not ({}): load nvidia-peermem (modprobe \
+             nvidia-peermem), or use the NVIDIA open kernel module on Linux 5.12 or later for \
+             dma-buf; until then NCCL stages traffic between hosts through host memory",
+            net.gpudirect.how
+        ),
+    });
+}
+
+/// `0, 2, 5`.
+fn join(devices: &[usize]) -> String {
+    devices
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn device_order(topo: &Topology, out: &mut Vec<Warning>) {
-    let in_pci_order = topo
-        .devices
-        .windows(2)
-        .all(|w| w[0].pci_bus_id.to_ascii_lowercase() <= w[1].pci_bus_id.to_ascii_lowercase());
+    // Each host numbers its own GPUs: the order is compared within a host.
+    let in_pci_order = topo.devices.windows(2).all(|w| {
+        topo.host_of(w[0].index) != topo.host_of(w[1].index)
+            || w[0].pci_bus_id.to_ascii_lowercase() <= w[1].pci_bus_id.to_ascii_lowercase()
+    });
     if in_pci_order {
         return;
     }
@@ -170,6 +228,7 @@ mod tests {
             visible_devices: None,
             devices,
             pairs,
+            network: None,
         }
     }
 
@@ -211,6 +270,38 @@ mod tests {
         let codes: Vec<String> = warnings(&t).into_iter().map(|w| w.code).collect();
         assert_eq!(codes, vec!["no-p2p", "mig-enabled"]);
         assert!(warnings(&t)[0].message.contains("MIG"));
+    }
+
+    #[test]
+    fn gpus_far_from_every_nic_and_missing_gpudirect_are_named() {
+        use crate::topology::network::test_support::one_host;
+        let mut t = two_socket();
+        t.network = Some(one_host(&[&[Link::Pix], &[Link::Sys]]));
+        let found = warnings(&t);
+        let far = found.iter().find(|w| w.code == "nic-across-cpu").unwrap();
+        assert_eq!(far.devices, vec![1]);
+        assert!(
+            far.message.contains("GPU 1 is across the CPU (SYS)"),
+            "{}",
+            far.message
+        );
+        assert!(!found.iter().any(|w| w.code == "no-gpudirect-rdma"));
+        t.network.as_mut().unwrap().gpudirect.available = Some(false);
+        let found = warnings(&t);
+        let none = found
+            .iter()
+            .find(|w| w.code == "no-gpudirect-rdma")
+            .unwrap();
+        assert!(none.message.contains("nvidia-peermem"), "{}", none.message);
+    }
+
+    #[test]
+    fn gpus_of_different_hosts_are_no_missing_p2p() {
+        let mut t = two_socket();
+        for p in &mut t.pairs {
+            p.link = Link::Net;
+        }
+        assert!(warnings(&t).is_empty(), "{:?}", warnings(&t));
     }
 
     #[test]

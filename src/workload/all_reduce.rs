@@ -12,8 +12,8 @@
 //! every rank's output is compared with it.
 
 use super::{
-    buffers_on, enable_peers, ids, length, measure, nccl, row, streams_on, Communicator, Contender,
-    Measured, Operation, Settings, Workload,
+    buffers_on, enable_peers, ids, length, measure, nccl, row, streams_on, within_one_host,
+    Communicator, Contender, Measured, Operation, Settings, Workload,
 };
 use crate::backend::collective::{
     AllReduceKernel, Collectives, DataType, Rank, FLAG_BYTES, MAX_RANKS,
@@ -192,6 +192,12 @@ fn peerlink_flags<'b>(
     devices: &[usize],
     notices: &mut Vec<String>,
 ) -> Result<Option<Vec<Owned<'b, BufferId>>>> {
+    if let Some(notice) =
+        within_one_host(backend.topology(), devices, "peerlink's all-reduce kernels")
+    {
+        notices.push(notice);
+        return Ok(None);
+    }
     if devices.len() > MAX_RANKS {
         notices.push(format!(
             "peerlink's all-reduce serves at most {MAX_RANKS} GPUs ({} selected): its rows are \

@@ -368,6 +368,15 @@ impl Settings {
                 }
             )));
         }
+        if let Some((a, b)) = across_hosts(topology, &devices) {
+            if matches!(workload, Workload::Pipeline | Workload::Halo) {
+                return Err(Error::usage(format!(
+                    "workload {workload} runs within one host, and GPU {a} and GPU {b} are on \
+                     different hosts: choose GPUs of one host with --devices (all-reduce and \
+                     send-recv run NCCL between hosts)"
+                )));
+            }
+        }
         let simulated = topology.is_simulated();
         let mut notices = Vec::new();
         if simulated {
@@ -750,6 +759,32 @@ pub(crate) fn buffers_on<'b>(
 pub(crate) fn length(bytes: u64) -> Result<usize> {
     usize::try_from(bytes)
         .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))
+}
+
+/// The first two of `devices` that sit on different hosts, if any.
+pub(crate) fn across_hosts(
+    topology: &crate::topology::Topology,
+    devices: &[usize],
+) -> Option<(usize, usize)> {
+    let first = *devices.first()?;
+    let other = devices
+        .iter()
+        .copied()
+        .find(|&d| topology.crosses_hosts(first, d))?;
+    Some((first, other))
+}
+
+/// The notice for peerlink's rows left out where `devices` span hosts: they move data within one.
+pub(crate) fn within_one_host(
+    topology: &crate::topology::Topology,
+    devices: &[usize],
+    rows: &str,
+) -> Option<String> {
+    let (a, b) = across_hosts(topology, devices)?;
+    Some(format!(
+        "GPU {a} and GPU {b} are on different hosts: {rows} move data within one host, so they are \
+         left out; NCCL's rows carry the data between hosts"
+    ))
 }
 
 /// NCCL, or the sentence saying why there is none (added to the notices, its rows left out).

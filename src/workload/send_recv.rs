@@ -8,8 +8,8 @@
 //! work (it runs on the engine's streams), so its rows are issued from the host in every mode.
 
 use super::{
-    ids, length, measure, nccl, row, streams_on, Communicator, Contender, IssueMode, Measured,
-    Operation, Settings, Variant, Workload,
+    ids, length, measure, nccl, row, streams_on, within_one_host, Communicator, Contender,
+    IssueMode, Measured, Operation, Settings, Variant, Workload,
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, EventId, StreamId};
@@ -136,7 +136,10 @@ pub fn run(
     let comm = nccl(backend, &mut settings.notices)
         .map(|nccl| Communicator::new(nccl, &devices))
         .transpose()?;
-    if settings.issue.contains(&IssueMode::Graphs) {
+    let across = within_one_host(backend.topology(), &devices, "the engine's transfers");
+    let engine_rows = across.is_none();
+    settings.notices.extend(across);
+    if engine_rows && settings.issue.contains(&IssueMode::Graphs) {
         settings.notices.push(
             "the engine's rows are issued from the host in every mode: its transfers run on the \
              engine's own streams, which a graph of the ranks' streams cannot capture"
@@ -194,28 +197,30 @@ pub fn run(
                 iters: counts.iters,
                 time_us,
             };
-            let algorithm = engine_strategies(&fabric, &flows, bytes)?;
-            let mut engine = EngineFlows {
-                backend,
-                fabric: &fabric,
-                flows: &flows,
-                streams: &stream_ids,
-                len,
-                go: Vec::new(),
-                last: flows.iter().map(|_| None).collect(),
-            };
-            let time_us = measure(
-                backend,
-                &stream_ids,
-                IssueMode::Stream,
-                counts,
-                &mut engine,
-                poison,
-                || check(&algorithm),
-            )?;
-            drop(engine);
-            let m = measured(Contender::Peerlink, algorithm, IssueMode::Stream, time_us);
-            rows.push(row(Workload::SendRecv, n, settings.simulated, None, m));
+            if engine_rows {
+                let algorithm = engine_strategies(&fabric, &flows, bytes)?;
+                let mut engine = EngineFlows {
+                    backend,
+                    fabric: &fabric,
+                    flows: &flows,
+                    streams: &stream_ids,
+                    len,
+                    go: Vec::new(),
+                    last: flows.iter().map(|_| None).collect(),
+                };
+                let time_us = measure(
+                    backend,
+                    &stream_ids,
+                    IssueMode::Stream,
+                    counts,
+                    &mut engine,
+                    poison,
+                    || check(&algorithm),
+                )?;
+                drop(engine);
+                let m = measured(Contender::Peerlink, algorithm, IssueMode::Stream, time_us);
+                rows.push(row(Workload::SendRecv, n, settings.simulated, None, m));
+            }
             if let Some(comm) = &comm {
                 let transfers = flows
                     .iter()

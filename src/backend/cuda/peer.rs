@@ -81,6 +81,7 @@ mod tests {
             visible_devices: None,
             devices: vec![device(0), device(1)],
             pairs: vec![pair(0, 1), pair(1, 0)],
+            network: None,
         }
     }
 

@@ -13,7 +13,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use super::driver::{self, failed};
-use crate::topology::{Device, Link, Pair, PciAddress, Source, Topology};
+use crate::topology::{nics, sysfs::Sysfs, Device, Link, Pair, PciAddress, Source, Topology};
 use crate::Result;
 
 /// The numbers set in an NVML bitmask (bit 0 of word 0 is number 0).
@@ -27,28 +27,7 @@ fn set_bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
 
 /// A CPU bitmask (NVML's words, CPU 0 in bit 0 of word 0) as a list like `0-15,32-47`.
 pub(super) fn cpu_list(words: &[u64]) -> Option<String> {
-    let cpus = set_bits(words);
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
-    for cpu in cpus {
-        match ranges.last_mut() {
-            Some((_, end)) if *end + 1 == cpu => *end = cpu,
-            _ => ranges.push((cpu, cpu)),
-        }
-    }
-    if ranges.is_empty() {
-        return None;
-    }
-    let text: Vec<String> = ranges
-        .iter()
-        .map(|&(a, b)| {
-            if a == b {
-                a.to_string()
-            } else {
-                format!("{a}-{b}")
-            }
-        })
-        .collect();
-    Some(text.join(","))
+    crate::topology::runs_text(set_bits(words))
 }
 
 /// The one NUMA node set in a node mask; none if the mask names no node or several.
@@ -116,8 +95,8 @@ pub(super) fn format_uuid(bytes: &[u8; 16]) -> String {
 
 /// The NUMA node sysfs reports for a PCI device; -1 there means the kernel does not know.
 fn sysfs_numa_node(address: PciAddress) -> Option<i32> {
-    let path = format!("/sys/bus/pci/devices/{}/numa_node", address.sysfs_form());
-    let node: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    let file = format!("sys/bus/pci/devices/{}/numa_node", address.sysfs_form());
+    let node: i32 = Sysfs::system().read(&file)?.parse().ok()?;
     (node >= 0).then_some(node)
 }
 
@@ -292,6 +271,7 @@ pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<S
         driver_version: nvml.as_ref().and_then(|n| n.sys_driver_version().ok()),
         cuda_version: driver::driver_version().ok().map(driver::version_text),
         visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+        network: Some(nics::discover(&Sysfs::system(), &devices)),
         devices,
         pairs,
     };

@@ -493,3 +493,42 @@ fn nccl_messages_share_the_links_they_cross() {
         sim.preset().costs.kernel_setup_us + nccl::P2P_SIMPLE.base_us() + 3.4 + len as f64 / bus;
     assert!((one - want).abs() < 0.01, "{one} vs {want}");
 }
+
+#[test]
+fn nccl_across_hosts_sums_every_byte_and_pays_the_network_steps() {
+    for (preset, ranks) in [("2x-dgx-h100", 16), ("2x-pcie-4gpu-2socket", 8)] {
+        let sim = SimBackend::open(preset).unwrap();
+        let devices: Vec<usize> = (0..ranks).collect();
+        let setup = Setup::new(&sim, &devices, DataType::F32, 4099 * 4);
+        setup.nccl_all_reduce(&sim, false);
+        setup.check_outputs(&sim);
+    }
+    // 8 bytes over two hosts of eight: LL's base, 28 steps over NVLink and 2 through the network,
+    // each NET's 2.7 µs and the network's 1.5 µs (every crossing stays on its rail).
+    let sim = SimBackend::open("2x-dgx-h100").unwrap();
+    let devices: Vec<usize> = (0..16).collect();
+    let small = Setup::zeroed(&sim, &devices, DataType::F32, 8).nccl_all_reduce(&sim, false);
+    let want =
+        sim.preset().costs.kernel_setup_us + nccl::LL.base_us() + 28.0 * 0.6 + 2.0 * (2.7 + 1.5);
+    assert!((small - want).abs() < 0.01, "{small} vs {want}");
+    let one_host =
+        Setup::zeroed(&sim, &devices[..8], DataType::F32, 8).nccl_all_reduce(&sim, false);
+    assert!(
+        one_host < small,
+        "{one_host} within one host, {small} across two"
+    );
+}
+
+#[test]
+fn nccl_messages_between_hosts_go_through_the_nics() {
+    let sim = SimBackend::open("2x-dgx-h100").unwrap();
+    let devices: Vec<usize> = (0..16).collect();
+    let len = 4 << 20;
+    let within = nccl_send_recv(&sim, &devices, &[(0, 1)], len);
+    let across = nccl_send_recv(&sim, &devices, &[(0, 8)], len);
+    // NVLink carries ~8× what one 400 Gb/s NIC does.
+    assert!(across > 4.0 * within, "within {within} µs, across {across}");
+    let net = sim.preset().network.clone().unwrap();
+    let bus = net.nic_gbps * net.efficiency * 1e3 * 0.90;
+    assert!(across > len as f64 / bus, "{across} µs");
+}

@@ -300,9 +300,11 @@ impl RawHealth for Simulator {
     fn gpu_health(&self, gpu: usize) -> GpuHealth {
         let preset = self.links.preset();
         let faults = &preset.faults;
+        // The faults name GPUs as their host numbers them.
+        let local = preset.local(gpu);
         let pcie = match (preset.pcie.generation, preset.pcie.lanes) {
             (Some(max_generation), Some(max_width)) => {
-                let now = trained(preset, gpu);
+                let now = trained(preset, local);
                 Ok(PcieLink {
                     generation: now.map_or(max_generation, |t| t.generation),
                     width: now.map_or(max_width, |t| t.lanes),
@@ -312,7 +314,7 @@ impl RawHealth for Simulator {
             }
             _ => Err("the preset gives no `pcie.generation` and `pcie.lanes`".to_string()),
         };
-        let ports = ports(preset, gpu);
+        let ports = ports(preset, local);
         let nvlinks = ports
             .iter()
             .enumerate()
@@ -340,7 +342,7 @@ impl RawHealth for Simulator {
                 let rate: f64 = faults
                     .rising_counters
                     .iter()
-                    .filter(|c| c.gpu == gpu && c.counter == counter)
+                    .filter(|c| c.gpu == local && c.counter == counter)
                     .map(|c| c.per_gib)
                     .sum();
                 let count: Reading<u64> = Ok((rate * gib).floor() as u64);
@@ -350,7 +352,7 @@ impl RawHealth for Simulator {
         let reasons = faults
             .clock_events
             .iter()
-            .filter(|e| e.gpu == gpu)
+            .filter(|e| e.gpu == local)
             .flat_map(|e| &e.reasons)
             .filter_map(|name| ClockEvents::named(name))
             .fold(0, |bits, e| bits | e.bit);
@@ -358,7 +360,7 @@ impl RawHealth for Simulator {
             pcie,
             nvlinks: Ok(nvlinks),
             counters,
-            persistence_mode: Ok(!faults.persistence_off.contains(&gpu)),
+            persistence_mode: Ok(!faults.persistence_off.contains(&local)),
             clock_events: Ok(ClockEvents(reasons)),
         }
     }

@@ -9,6 +9,7 @@
 
 use super::faults;
 use super::preset::Preset;
+use crate::topology::network::FabricKind;
 use crate::topology::Link;
 use std::collections::BTreeMap;
 
@@ -93,15 +94,17 @@ pub(super) struct LinkModel {
     /// Each GPU's switch uplink (towards the CPU, towards the GPUs), if it sits under a switch.
     switch: Vec<Option<(ResourceId, ResourceId)>>,
     nvlink: NvLinks,
-    /// The sockets' interconnect, per ordered pair of NUMA nodes.
-    sockets: BTreeMap<(i32, i32), ResourceId>,
+    /// The sockets' interconnect, per host and ordered pair of NUMA nodes.
+    sockets: BTreeMap<(usize, i32, i32), ResourceId>,
     numa: Vec<i32>,
+    /// Each NIC's port, sending and receiving, by global NIC index.
+    nics: Vec<(ResourceId, ResourceId)>,
     preset: Preset,
 }
 
 impl LinkModel {
     pub fn new(preset: &Preset) -> LinkModel {
-        let n = preset.devices.len();
+        let n = preset.gpu_count();
         let mut capacity = Vec::new();
         let mut add = |gbps: f64| {
             capacity.push(bytes_per_us(gbps));
@@ -109,21 +112,21 @@ impl LinkModel {
         };
         let memory = (0..n).map(|_| add(preset.gpu.local_copy_gbps)).collect();
         // A link the faults trained below its maximum moves its share of the full rate.
-        let host_gbps = |g: usize| preset.pcie.host_gbps * faults::pcie_share(preset, g);
+        let host_gbps =
+            |g: usize| preset.pcie.host_gbps * faults::pcie_share(preset, preset.local(g));
         let pcie_up = (0..n).map(|g| add(host_gbps(g))).collect();
         let pcie_down = (0..n).map(|g| add(host_gbps(g))).collect();
         let uplink = preset
             .pcie
             .switch_uplink_gbps
             .unwrap_or(preset.pcie.host_gbps);
-        let mut switches: BTreeMap<&str, (ResourceId, ResourceId)> = BTreeMap::new();
-        let switch = preset
-            .devices
-            .iter()
-            .map(|d| {
-                d.pcie_switch.as_deref().map(|name| {
+        // A switch of one host is not the switch of the same name on another.
+        let mut switches: BTreeMap<(usize, &str), (ResourceId, ResourceId)> = BTreeMap::new();
+        let switch = (0..n)
+            .map(|gpu| {
+                preset.device(gpu).pcie_switch.as_deref().map(|name| {
                     *switches
-                        .entry(name)
+                        .entry((preset.host_of(gpu), name))
                         .or_insert_with(|| (add(uplink), add(uplink)))
                 })
             })
@@ -132,7 +135,10 @@ impl LinkModel {
             (Some(nv), Some(_)) => {
                 // Each GPU's port is as wide as its links that are up.
                 let port = |g: usize| {
-                    let up = faults::ports(preset, g).iter().filter(|p| p.active).count();
+                    let up = faults::ports(preset, preset.local(g))
+                        .iter()
+                        .filter(|p| p.active)
+                        .count();
                     up as f64 * nv.link_gbps * nv.efficiency
                 };
                 NvLinks::Switch((0..n).map(|g| (add(port(g)), add(port(g)))).collect())
@@ -151,16 +157,25 @@ impl LinkModel {
             }
             _ => NvLinks::None,
         };
-        let numa: Vec<i32> = preset.devices.iter().map(|d| d.numa_node).collect();
+        let numa: Vec<i32> = (0..n).map(|gpu| preset.device(gpu).numa_node).collect();
         let mut nodes = numa.clone();
         nodes.sort_unstable();
         nodes.dedup();
         let mut sockets = BTreeMap::new();
-        for &from in &nodes {
-            for &to in nodes.iter().filter(|&&to| to != from) {
-                sockets.insert((from, to), add(preset.host.inter_socket_gbps));
+        for host in 0..preset.hosts {
+            for &from in &nodes {
+                for &to in nodes.iter().filter(|&&to| to != from) {
+                    sockets.insert((host, from, to), add(preset.host.inter_socket_gbps));
+                }
             }
         }
+        let nic_rate = preset
+            .network
+            .as_ref()
+            .map_or(0.0, |net| net.nic_gbps * net.efficiency);
+        let nics = (0..preset.hosts * preset.nics.len())
+            .map(|_| (add(nic_rate), add(nic_rate)))
+            .collect();
         LinkModel {
             capacity,
             memory,
@@ -170,6 +185,7 @@ impl LinkModel {
             nvlink,
             sockets,
             numa,
+            nics,
             preset: preset.clone(),
         }
     }
@@ -222,8 +238,10 @@ impl LinkModel {
         Path::new(vec![self.memory[gpu]], f64::INFINITY, 0.0)
     }
 
-    fn socket(&self, from: i32, to: i32) -> Option<ResourceId> {
-        self.sockets.get(&(from, to)).copied()
+    /// The interconnect of `gpu`'s host from NUMA node `from` to `to`, where they differ.
+    fn socket(&self, gpu: usize, from: i32, to: i32) -> Option<ResourceId> {
+        let host = self.preset.host_of(gpu);
+        self.sockets.get(&(host, from, to)).copied()
     }
 
     /// From `gpu` up to pinned host memory on `node` (`None`: the GPU's own node).
@@ -231,14 +249,14 @@ impl LinkModel {
         let node = node.unwrap_or(self.numa[gpu]);
         let mut r = vec![self.pcie_up[gpu]];
         r.extend(self.switch[gpu].map(|(up, _)| up));
-        r.extend(self.socket(self.numa[gpu], node));
+        r.extend(self.socket(gpu, self.numa[gpu], node));
         Path::new(r, f64::INFINITY, self.preset.pcie.latency_us)
     }
 
     /// From pinned host memory on `node` down to `gpu`.
     fn host_down(&self, node: Option<i32>, gpu: usize) -> Path {
         let node = node.unwrap_or(self.numa[gpu]);
-        let mut r: Vec<ResourceId> = self.socket(node, self.numa[gpu]).into_iter().collect();
+        let mut r: Vec<ResourceId> = self.socket(gpu, node, self.numa[gpu]).into_iter().collect();
         r.extend(self.switch[gpu].map(|(_, down)| down));
         r.push(self.pcie_down[gpu]);
         Path::new(r, f64::INFINITY, self.preset.pcie.latency_us)
@@ -260,7 +278,7 @@ impl LinkModel {
                 let mut r = vec![self.pcie_up[a]];
                 if self.switch[a] != self.switch[b] || self.switch[a].is_none() {
                     r.extend(self.switch[a].map(|(up, _)| up));
-                    r.extend(self.socket(self.numa[a], self.numa[b]));
+                    r.extend(self.socket(a, self.numa[a], self.numa[b]));
                     r.extend(self.switch[b].map(|(_, down)| down));
                 }
                 r.push(self.pcie_down[b]);
@@ -271,6 +289,49 @@ impl LinkModel {
                 )
             }
         }
+    }
+
+    /// Whether GPUs `a` and `b` sit on different hosts.
+    pub fn crosses_hosts(&self, a: usize, b: usize) -> bool {
+        self.preset.host_of(a) != self.preset.host_of(b)
+    }
+
+    /// What NCCL's bytes cross from GPU `a` to GPU `b` on another host: out through `a`'s NIC
+    /// and in through `b`'s, straight between GPU memory and NIC where GPUDirect RDMA applies
+    /// (NCCL's default `NCCL_NET_GDR_LEVEL`: the NIC at most `PXB` away), otherwise through host
+    /// memory on the NIC's NUMA node; `None` where a host has no NIC.
+    pub fn network(&self, a: usize, b: usize) -> Option<Path> {
+        let net = self.preset.network.as_ref()?;
+        let ((nic_a, link_a), (nic_b, link_b)) = (self.preset.nic_of(a)?, self.preset.nic_of(b)?);
+        let direct = |link: Link| net.gpudirect && link <= Link::Pxb;
+        let nic_numa = |nic: usize| self.preset.nics[nic % self.preset.nics.len()].numa_node;
+        let out = if direct(link_a) {
+            let mut r = vec![self.pcie_up[a]];
+            if link_a != Link::Pix {
+                r.extend(self.switch[a].map(|(up, _)| up));
+            }
+            Path::new(r, f64::INFINITY, 0.0)
+        } else {
+            self.host_up(a, Some(nic_numa(nic_a)))
+        };
+        let into = if direct(link_b) {
+            let mut r: Vec<ResourceId> = Vec::new();
+            if link_b != Link::Pix {
+                r.extend(self.switch[b].map(|(_, down)| down));
+            }
+            r.push(self.pcie_down[b]);
+            Path::new(r, f64::INFINITY, 0.0)
+        } else {
+            self.host_down(Some(nic_numa(nic_b)), b)
+        };
+        let rail = |nic: usize| nic % self.preset.nics.len();
+        let spine = net.fabric == FabricKind::Rail && rail(nic_a) != rail(nic_b);
+        let wire = Path::new(
+            vec![self.nics[nic_a].0, self.nics[nic_b].1],
+            f64::INFINITY,
+            net.latency_us + if spine { net.spine_latency_us } else { 0.0 },
+        );
+        Some(out.then(wire).then(into))
     }
 
     /// A peer copy the driver stages through host memory (near `a`), for pairs without P2P.

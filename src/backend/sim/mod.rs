@@ -126,7 +126,7 @@ impl Simulator {
             captures: BTreeMap::new(),
             venues: 0,
             peer_access: BTreeSet::new(),
-            allocated: vec![0; preset.devices.len()],
+            allocated: vec![0; preset.gpu_count()],
             managed: ManagedPages::new(preset.managed.page_bytes()),
         };
         Simulator {
@@ -270,6 +270,23 @@ impl Simulator {
         }
     }
 
+    /// Refuses a copy issued on `gpu` that would reach another host's GPU memory: one process
+    /// reaches no other host's memory.
+    fn within_host(&self, st: &State, gpu: usize, copy: &BufferCopy<&Key>) -> Result<()> {
+        for &buffer in [copy.src, copy.dst] {
+            if let Memory::Device(other) = st.store.get(buffer).memory {
+                if self.links.crosses_hosts(gpu, other) {
+                    return Err(Error::usage(format!(
+                        "GPU {gpu} and GPU {other} are on different simulated hosts: no copy \
+                         reaches another host's memory; between hosts NCCL carries the data \
+                         (`peerlink workload`), and `peerlink plan` predicts the network's routes"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The work of one copy issued on a stream of `gpu`: the page moves its managed memory needs
     /// first (none for other memory), then the copy, with its path through the links.
     fn plan_copy(
@@ -402,8 +419,11 @@ impl RawBackend for Simulator {
             .expect("every ordered pair of distinct devices is listed");
         if !pair.p2p {
             let preset = self.links.preset();
-            let message = if preset.devices[device].mig_enabled || preset.devices[peer].mig_enabled
-            {
+            let message = if pair.link.crosses_hosts() {
+                "they sit on different hosts (NET): only NICs join them; NCCL carries data \
+                 between hosts"
+                    .to_string()
+            } else if preset.device(device).mig_enabled || preset.device(peer).mig_enabled {
                 "MIG is enabled on one of them, and MIG instances cannot use P2P".to_string()
             } else if preset.faults.p2p_off(device, peer) {
                 "the preset's faults switch P2P off between them (faults.p2p_off); copy-engine \
@@ -518,6 +538,7 @@ impl RawBackend for Simulator {
 
     fn copy(&self, stream: &Stream, method: CopyMethod, copy: BufferCopy<&Key>) -> Result<()> {
         let mut st = self.lock();
+        self.within_host(&st, stream.device, &copy)?;
         let (moves, work) = self.plan_copy(&mut st, stream.device, method, copy.map(|k| *k));
         let issue = match method {
             CopyMethod::CopyEngine => self.costs().copy_issue_us,
@@ -529,6 +550,9 @@ impl RawBackend for Simulator {
 
     fn copy_batch(&self, stream: &Stream, batch: Batch<'_, Key>) -> Result<()> {
         let mut st = self.lock();
+        for copy in batch.iter() {
+            self.within_host(&st, stream.device, &copy)?;
+        }
         // One kernel: each message's path as an SM copy; messages that take different paths are
         // modelled as one flow over all of them (pessimistic where they would not contend).
         let mut copies = Vec::with_capacity(batch.len());
@@ -562,6 +586,10 @@ impl RawBackend for Simulator {
 
     fn memcpy_batch(&self, stream: &Stream, batch: Batch<'_, Key>) -> Result<()> {
         let mut st = self.lock();
+        // Every copy checked before any is queued: a refused one queues none.
+        for copy in batch.iter() {
+            self.within_host(&st, stream.device, &copy)?;
+        }
         // One driver call on real GPUs, but the lent H200 measured it no cheaper per copy than
         // separate copies (5.02 vs 5.15 µs per message), so each copy is priced as one.
         let issue = self.costs().copy_issue_us;

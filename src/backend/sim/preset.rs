@@ -7,6 +7,7 @@
 //! nonsensical host.
 
 use super::faults::{self, Faults};
+use crate::topology::network::{Fabric, FabricKind, GpuDirect, GpuNic, Host, Network, Nic};
 use crate::topology::{Device, Link, Pair, Source, Topology};
 use crate::units::LARGEST_FIGURE;
 use crate::{Error, Result};
@@ -31,6 +32,8 @@ const EMBEDDED: &[(&str, &str)] = &[
     embedded!("pcie-4gpu-2socket"),
     embedded!("pcie-2gpu-switch"),
     embedded!("h200-pair"),
+    embedded!("2x-dgx-h100"),
+    embedded!("2x-pcie-4gpu-2socket"),
 ];
 
 const EMBEDDED_NAMES: [&str; EMBEDDED.len()] = {
@@ -76,6 +79,19 @@ pub struct Preset {
     pub pcie: PcieSpec,
     pub host: HostSpec,
     pub costs: Costs,
+    /// How many identical hosts (default 1). `devices`, `links`, `nics` and `nic_links` describe
+    /// one of them; GPUs and NICs are numbered host by host.
+    #[serde(default = "one_host", skip_serializing_if = "is_one_host")]
+    pub hosts: usize,
+    /// Each host's RDMA NICs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<NicSpec>,
+    /// GPU↔NIC paths (within one host) that differ from what their switches and NUMA nodes imply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nic_links: Vec<NicLinkSpec>,
+    /// The network between the hosts' NICs; required with more than one host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSpec>,
     /// How managed memory's page faults are priced; the defaults of [`ManagedSpec`] when absent.
     #[serde(default, skip_serializing_if = "ManagedSpec::is_default")]
     pub managed: ManagedSpec,
@@ -83,6 +99,17 @@ pub struct Preset {
     #[serde(default, skip_serializing_if = "Faults::is_empty")]
     pub faults: Faults,
 }
+
+fn one_host() -> usize {
+    1
+}
+
+fn is_one_host(hosts: &usize) -> bool {
+    *hosts == 1
+}
+
+/// The most hosts a preset may describe.
+pub const MAX_HOSTS: usize = 1024;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -157,6 +184,57 @@ pub struct NvSwitchSpec {
 pub struct LinkSpec {
     pub gpus: [usize; 2],
     pub link: Link,
+}
+
+/// One RDMA NIC of each host.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NicSpec {
+    /// The NUMA node of the NIC's PCIe root.
+    pub numa_node: i32,
+    /// GPUs naming the same switch are `PIX` to this NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_switch: Option<String>,
+    /// Defaults to `mlx5_<index within the host>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+}
+
+/// How one GPU reaches one NIC of its host, where the switches and NUMA nodes do not say it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NicLinkSpec {
+    pub gpu: usize,
+    pub nic: usize,
+    /// `PIX`, `PXB`, `PHB`, `NODE` or `SYS`.
+    pub link: Link,
+}
+
+/// The network between the hosts: every NIC's rate and how the NICs are cabled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSpec {
+    /// `rail`: NIC `i` of every host on leaf switch `i` (rail-optimised); `fat-tree`: any NIC to
+    /// any NIC at one latency.
+    pub fabric: FabricKind,
+    /// Each NIC's line rate, per direction (400 Gb/s NDR = 50 GB/s).
+    pub nic_gbps: f64,
+    /// Fraction of the line rate RDMA transfers reach.
+    pub efficiency: f64,
+    /// One message NIC to NIC through one switch.
+    pub latency_us: f64,
+    /// `rail` only: added between NICs of different rails (through the spine).
+    #[serde(default)]
+    pub spine_latency_us: f64,
+    /// Whether the NICs can reach GPU memory (nvidia-peermem or dma-buf); default true.
+    #[serde(default = "gpudirect_default")]
+    pub gpudirect: bool,
+}
+
+fn gpudirect_default() -> bool {
+    true
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -390,6 +468,12 @@ impl Preset {
                     "links[{i}] lists the pair {a}↔{b} again (first at links[{first}])"
                 ));
             }
+            if l.link.crosses_hosts() {
+                return Err(format!(
+                    "links[{i}] is NET, which joins GPUs of different hosts; `links` names pairs \
+                     within one host"
+                ));
+            }
             if l.link.is_nvlink() && self.nvlink.is_none() {
                 return Err(format!(
                     "links[{i}] is {} but there is no `nvlink` section with the link figures",
@@ -410,9 +494,14 @@ impl Preset {
         }
         positive("pcie.signal_us", p.signal_us)?;
         for (class, gbps) in &p.p2p_gbps {
-            if class.is_nvlink() {
+            if !class.is_pcie() {
+                let kind = if class.is_nvlink() {
+                    "an NVLink class"
+                } else {
+                    "which joins hosts"
+                };
                 return Err(format!(
-                    "pcie.p2p_gbps has `{class}`, an NVLink class; use PIX, PXB, PHB, NODE or SYS"
+                    "pcie.p2p_gbps has `{class}`, {kind}; use PIX, PXB, PHB, NODE or SYS"
                 ));
             }
             positive(&format!("pcie.p2p_gbps.{class}"), *gbps)?;
@@ -448,7 +537,70 @@ impl Preset {
             ));
         }
         not_negative("managed.fault_us", m.fault_us)?;
-        self.faults.validate(self)
+        self.faults.validate(self)?;
+        self.validate_hosts()
+    }
+
+    /// Checks `hosts`, `nics`, `nic_links` and `network`.
+    fn validate_hosts(&self) -> std::result::Result<(), String> {
+        if !(1..=MAX_HOSTS).contains(&self.hosts) {
+            return Err(format!(
+                "hosts must be 1 to {MAX_HOSTS}, not {}",
+                self.hosts
+            ));
+        }
+        if self.hosts > 1 && self.network.is_none() {
+            return Err(format!(
+                "`hosts` is {} but there is no `network` section saying how their NICs are \
+                 connected",
+                self.hosts
+            ));
+        }
+        if self.network.is_some() && self.nics.is_empty() {
+            return Err("`network` needs `nics`: the RDMA NICs of each host".into());
+        }
+        for (i, nic) in self.nics.iter().enumerate() {
+            if nic.numa_node < 0 {
+                return Err(format!("nics[{i}].numa_node is negative"));
+            }
+        }
+        let (gpus, nics) = (self.devices.len(), self.nics.len());
+        let mut seen = BTreeMap::new();
+        for (i, l) in self.nic_links.iter().enumerate() {
+            if l.gpu >= gpus {
+                return Err(format!(
+                    "nic_links[{i}] names GPU {} but each host has {gpus} (0..={})",
+                    l.gpu,
+                    gpus - 1
+                ));
+            }
+            if l.nic >= nics {
+                return Err(format!(
+                    "nic_links[{i}] names NIC {} but each host has {nics}",
+                    l.nic
+                ));
+            }
+            if !l.link.is_pcie() {
+                return Err(format!(
+                    "nic_links[{i}] is {}; a GPU reaches a NIC over PCIe: PIX, PXB, PHB, NODE or \
+                     SYS",
+                    l.link
+                ));
+            }
+            if let Some(first) = seen.insert((l.gpu, l.nic), i) {
+                return Err(format!(
+                    "nic_links[{i}] lists GPU {} and NIC {} again (first at nic_links[{first}])",
+                    l.gpu, l.nic
+                ));
+            }
+        }
+        if let Some(net) = &self.network {
+            positive("network.nic_gbps", net.nic_gbps)?;
+            fraction("network.efficiency", net.efficiency)?;
+            not_negative("network.latency_us", net.latency_us)?;
+            not_negative("network.spine_latency_us", net.spine_latency_us)?;
+        }
+        Ok(())
     }
 
     /// Refuses a GPU with more NVLinks than [`MOST_NVLINKS_PER_GPU`]: each is a port the simulated
@@ -477,10 +629,61 @@ impl Preset {
         }
     }
 
+    /// Every GPU of every host.
+    pub fn gpu_count(&self) -> usize {
+        self.hosts * self.devices.len()
+    }
+
+    /// The host GPU `gpu` (a global index) sits on.
+    pub fn host_of(&self, gpu: usize) -> usize {
+        gpu / self.devices.len()
+    }
+
+    /// GPU `gpu` (a global index) as its host numbers it: what `devices`, `links` and `faults`
+    /// name it, every host being the one they describe.
+    pub fn local(&self, gpu: usize) -> usize {
+        gpu % self.devices.len()
+    }
+
+    /// What the preset says of GPU `gpu` (a global index): its host's entry for it.
+    pub fn device(&self, gpu: usize) -> &DeviceSpec {
+        &self.devices[self.local(gpu)]
+    }
+
+    /// How GPU `gpu` reaches NIC `nic` (global indices; the same host): an explicit entry, or the
+    /// path their switches and NUMA nodes imply.
+    pub fn nic_link(&self, gpu: usize, nic: usize) -> Link {
+        let (g, n) = (self.local(gpu), nic % self.nics.len());
+        if let Some(l) = self.nic_links.iter().find(|l| (l.gpu, l.nic) == (g, n)) {
+            return l.link;
+        }
+        let (gpu, nic) = (&self.devices[g], &self.nics[n]);
+        if gpu.numa_node != nic.numa_node {
+            Link::Sys
+        } else if gpu.pcie_switch.is_some() && gpu.pcie_switch == nic.pcie_switch {
+            Link::Pix
+        } else {
+            Link::Node
+        }
+    }
+
+    /// The NIC GPU `gpu` sends and receives through (the nearest of its host, the first at a
+    /// tie), as a global index, and how the GPU reaches it; `None` without NICs.
+    pub fn nic_of(&self, gpu: usize) -> Option<(usize, Link)> {
+        let first = self.host_of(gpu) * self.nics.len();
+        (first..first + self.nics.len())
+            .map(|nic| (nic, self.nic_link(gpu, nic)))
+            .min_by_key(|&(nic, link)| (link, nic))
+    }
+
     /// How GPUs `a` and `b` (distinct) are linked: an explicit entry, the NVSwitch, or the PCIe path
     /// implied by their switches and NUMA nodes. NVLinks the faults put down do not count, and a
     /// pair left with none talks over PCIe.
     pub fn link(&self, a: usize, b: usize) -> Link {
+        if self.host_of(a) != self.host_of(b) {
+            return Link::Net;
+        }
+        let (a, b) = (self.local(a), self.local(b));
         let explicit = self
             .links
             .iter()
@@ -512,17 +715,21 @@ impl Preset {
 
     /// Whether the driver offers P2P between `a` and `b` (distinct).
     pub fn p2p(&self, a: usize, b: usize) -> bool {
-        if self.devices[a].mig_enabled || self.devices[b].mig_enabled || self.faults.p2p_off(a, b) {
+        if self.device(a).mig_enabled
+            || self.device(b).mig_enabled
+            || self.faults.p2p_off(self.local(a), self.local(b))
+        {
             return false;
         }
         match self.link(a, b) {
             Link::NvLink(_) => true,
+            Link::Net => false,
             class => self.pcie.p2p_gbps.contains_key(&class),
         }
     }
 
     pub fn device_memory_bytes(&self, device: usize) -> u64 {
-        self.devices[device]
+        self.device(device)
             .memory_mib
             .unwrap_or(self.gpu.memory_mib)
             << 20
@@ -530,28 +737,30 @@ impl Preset {
 
     /// The topology this preset describes, as `topology()` returns it.
     pub fn topology(&self) -> Topology {
-        let devices = self
-            .devices
-            .iter()
-            .enumerate()
-            .map(|(index, d)| Device {
-                index,
-                name: d.name.clone().unwrap_or_else(|| self.gpu.name.clone()),
-                uuid: format!("GPU-sim-{}-{index}", self.name),
-                pci_bus_id: d
-                    .pci_bus_id
-                    .clone()
-                    .unwrap_or_else(|| format!("0000:{:02X}:00.0", index + 1)),
-                numa_node: Some(d.numa_node),
-                numa_source: "preset".into(),
-                cpu_affinity: d.cpu_affinity.clone(),
-                memory_bytes: self.device_memory_bytes(index),
-                compute_capability: self.gpu.compute_capability.clone(),
-                copy_engines: self.gpu.copy_engines,
-                mig_enabled: d.mig_enabled,
+        let per_host = self.devices.len();
+        let devices = (0..self.gpu_count())
+            .map(|index| {
+                let d = self.device(index);
+                Device {
+                    index,
+                    name: d.name.clone().unwrap_or_else(|| self.gpu.name.clone()),
+                    uuid: format!("GPU-sim-{}-{index}", self.name),
+                    // Every host has its GPUs at the same addresses.
+                    pci_bus_id: d
+                        .pci_bus_id
+                        .clone()
+                        .unwrap_or_else(|| format!("0000:{:02X}:00.0", index % per_host + 1)),
+                    numa_node: Some(d.numa_node),
+                    numa_source: "preset".into(),
+                    cpu_affinity: d.cpu_affinity.clone(),
+                    memory_bytes: self.device_memory_bytes(index),
+                    compute_capability: self.gpu.compute_capability.clone(),
+                    copy_engines: self.gpu.copy_engines,
+                    mig_enabled: d.mig_enabled,
+                }
             })
             .collect();
-        let n = self.devices.len();
+        let n = self.gpu_count();
         let mut pairs = Vec::with_capacity(n * n.saturating_sub(1));
         for src in 0..n {
             for dst in (0..n).filter(|&d| d != src) {
@@ -575,7 +784,73 @@ impl Preset {
             visible_devices: None,
             devices,
             pairs,
+            network: self.network(),
         }
+    }
+
+    /// The hosts and NICs this preset describes; `None` where it has no NICs.
+    fn network(&self) -> Option<Network> {
+        if self.nics.is_empty() {
+            return None;
+        }
+        let (per_host, nics_per_host) = (self.devices.len(), self.nics.len());
+        let hosts = (0..self.hosts)
+            .map(|h| Host {
+                index: h,
+                name: format!("host{h}"),
+                gpus: (h * per_host..(h + 1) * per_host).collect(),
+                nics: (h * nics_per_host..(h + 1) * nics_per_host).collect(),
+            })
+            .collect();
+        let nics = (0..self.hosts * nics_per_host)
+            .map(|index| {
+                let (local, spec) = (index % nics_per_host, &self.nics[index % nics_per_host]);
+                Nic {
+                    index,
+                    host: index / nics_per_host,
+                    name: spec.name.clone().unwrap_or_else(|| format!("mlx5_{local}")),
+                    pci_bus_id: spec.pci_bus_id.clone(),
+                    numa_node: Some(spec.numa_node),
+                    netdevs: Vec::new(),
+                    link_layer: Some("InfiniBand".into()),
+                    rate_gbit: self.network.as_ref().map(|n| n.nic_gbps * 8.0),
+                    state: Some("ACTIVE".into()),
+                    rail: Some(local),
+                }
+            })
+            .collect();
+        let gpu_nics = (0..self.gpu_count())
+            .flat_map(|gpu| {
+                let first = self.host_of(gpu) * nics_per_host;
+                (first..first + nics_per_host).map(move |nic| GpuNic {
+                    gpu,
+                    nic,
+                    link: self.nic_link(gpu, nic),
+                })
+            })
+            .collect();
+        let available = self.network.as_ref().is_none_or(|n| n.gpudirect);
+        let gpudirect = GpuDirect {
+            available: Some(available),
+            peermem: None,
+            dma_buf: None,
+            how: format!(
+                "the preset's network says GPUDirect RDMA is {}",
+                if available {
+                    "available"
+                } else {
+                    "unavailable"
+                }
+            ),
+        };
+        let fabric = self.network.as_ref().map(|n| Fabric {
+            kind: n.fabric,
+            latency_us: n.latency_us,
+            spine_latency_us: n.spine_latency_us,
+        });
+        Some(Network::new(
+            "preset", hosts, nics, gpu_nics, gpudirect, fabric,
+        ))
     }
 }
 
@@ -592,6 +867,7 @@ fn perf_rank(link: Link) -> i32 {
         Link::Phb => 4,
         Link::Node => 5,
         Link::Sys => 6,
+        Link::Net => 0,
     }
 }
 
@@ -683,7 +959,9 @@ mod tests {
                 "dgx1-v100",
                 "pcie-4gpu-2socket",
                 "pcie-2gpu-switch",
-                "h200-pair"
+                "h200-pair",
+                "2x-dgx-h100",
+                "2x-pcie-4gpu-2socket"
             ]
         );
         for name in preset_names() {
@@ -785,6 +1063,130 @@ mod tests {
         assert_eq!(p.link(2, 3), Link::Node);
         assert_eq!(p.link(0, 2), Link::Sys);
         assert!(!p.p2p(2, 3), "dgx-h100 lists no PCIe P2P class");
+    }
+
+    #[test]
+    fn two_dgx_h100_hosts_number_their_gpus_and_nics_host_by_host() {
+        let p = Preset::load("2x-dgx-h100").unwrap();
+        assert_eq!((p.hosts, p.gpu_count()), (2, 16));
+        let t = p.topology();
+        assert_eq!(t.devices.len(), 16);
+        assert_eq!(t.pairs.len(), 16 * 15);
+        // NV18 within a host, NET between hosts, never P2P across.
+        assert_eq!(t.pair(0, 7).unwrap().link, Link::NvLink(18));
+        assert_eq!(t.pair(8, 15).unwrap().link, Link::NvLink(18));
+        let across = t.pair(3, 12).unwrap();
+        assert_eq!(
+            (across.link, across.p2p, across.perf_rank),
+            (Link::Net, false, 0)
+        );
+        // Every host has its GPUs at the same addresses.
+        assert_eq!(t.devices[8].pci_bus_id, t.devices[0].pci_bus_id);
+        assert_eq!(t.devices[12].numa_node, Some(1));
+        let net = t.network.as_ref().unwrap();
+        assert_eq!(net.source, "preset");
+        assert_eq!(net.hosts[1].gpus, (8..16).collect::<Vec<_>>());
+        assert_eq!(net.hosts[1].nics, (8..16).collect::<Vec<_>>());
+        assert_eq!(net.nics.len(), 16);
+        assert_eq!(net.nics[9].name, "mlx5_1");
+        assert_eq!(net.nics[9].rail, Some(1));
+        assert_eq!(net.nics[9].rate_gbit, Some(400.0));
+        // One NIC per GPU under its switch: PIX; the others of its socket NODE, of the other SYS.
+        for gpu in 0..16 {
+            let nearest = net.nearest(gpu).unwrap();
+            assert_eq!(nearest.nics, vec![gpu], "GPU {gpu}");
+            assert_eq!(nearest.link, Link::Pix);
+            assert!(nearest.gpudirect_benefit);
+        }
+        let link = |gpu, nic| {
+            net.gpu_nics
+                .iter()
+                .find(|g| (g.gpu, g.nic) == (gpu, nic))
+                .unwrap()
+                .link
+        };
+        assert_eq!(link(9, 10), Link::Node);
+        assert_eq!(link(9, 14), Link::Sys);
+        assert!(!net
+            .gpu_nics
+            .iter()
+            .any(|g| t.host_of(g.gpu) != net.nics[g.nic].host));
+        assert_eq!(net.gpudirect.available, Some(true));
+        let fabric = net.fabric.as_ref().unwrap();
+        assert_eq!(fabric.kind, crate::topology::network::FabricKind::Rail);
+    }
+
+    #[test]
+    fn a_gpu_on_the_other_socket_than_the_only_nic_is_sys_to_it() {
+        let t = Preset::load("2x-pcie-4gpu-2socket").unwrap().topology();
+        let net = t.network.unwrap();
+        let far = net.nearest(6).unwrap();
+        assert_eq!((far.nics.as_slice(), far.link), (&[1][..], Link::Sys));
+        assert!(!far.gpudirect_benefit);
+        assert_eq!(net.nearest(5).unwrap().link, Link::Pix);
+    }
+
+    #[test]
+    fn nic_links_override_what_the_switches_imply() {
+        let p = edited(|v| {
+            v["nics"] = serde_json::json!([{"numa_node": 0}, {"numa_node": 1}]);
+            v["nic_links"] = serde_json::json!([{"gpu": 1, "nic": 0, "link": "PXB"}]);
+        })
+        .unwrap();
+        assert_eq!(p.nic_link(1, 0), Link::Pxb);
+        assert_eq!(p.nic_link(0, 0), Link::Node);
+        assert_eq!(p.nic_link(0, 1), Link::Sys);
+        assert_eq!(p.nic_of(1), Some((0, Link::Pxb)));
+        // One host with NICs and no network: NICs shown, nothing between hosts.
+        let net = p.topology().network.unwrap();
+        assert_eq!(net.hosts.len(), 1);
+        assert!(net.fabric.is_none());
+        assert_eq!(net.nics[1].rate_gbit, None);
+    }
+
+    #[test]
+    fn hosts_nics_and_networks_that_cannot_be_are_refused() {
+        let network = serde_json::json!({
+            "fabric": "fat-tree", "nic_gbps": 25, "efficiency": 0.9, "latency_us": 2
+        });
+        let nics = serde_json::json!([{"numa_node": 0}]);
+        let m = message(edited(|v| v["hosts"] = 2.into()));
+        assert!(m.contains("no `network` section"), "{m}");
+        let m = message(edited(|v| v["network"] = network.clone()));
+        assert!(m.contains("`network` needs `nics`"), "{m}");
+        let m = message(edited(|v| v["hosts"] = 0.into()));
+        assert!(m.contains("hosts must be 1 to 1024, not 0"), "{m}");
+        let m = message(edited(|v| {
+            v["nics"] = nics.clone();
+            v["nic_links"] = serde_json::json!([{"gpu": 8, "nic": 0, "link": "PIX"}]);
+        }));
+        assert!(
+            m.contains("nic_links[0] names GPU 8 but each host has 8"),
+            "{m}"
+        );
+        let m = message(edited(|v| {
+            v["nics"] = nics.clone();
+            v["nic_links"] = serde_json::json!([{"gpu": 0, "nic": 0, "link": "NV2"}]);
+        }));
+        assert!(m.contains("over PCIe"), "{m}");
+        let m = message(edited(|v| {
+            v["nics"] = nics.clone();
+            v["network"] = network.clone();
+            v["network"]["efficiency"] = 2.into();
+        }));
+        assert!(m.contains("network.efficiency must be in (0, 1]"), "{m}");
+        let m = message(edited(|v| {
+            v["pcie"]["p2p_gbps"] = serde_json::json!({"NET": 5})
+        }));
+        assert!(m.contains("which joins hosts"), "{m}");
+        let m = message(mesh(&[(0, 1, "NET")]));
+        assert!(m.contains("links[0] is NET"), "{m}");
+        let m = message(edited(|v| {
+            v["nics"] = nics.clone();
+            v["network"] = network.clone();
+            v["network"]["fabric"] = "torus".into();
+        }));
+        assert!(m.contains("unknown variant `torus`"), "{m}");
     }
 
     #[test]

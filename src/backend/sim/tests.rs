@@ -994,3 +994,43 @@ fn an_allocation_the_host_cannot_back_is_refused_with_a_sentence() {
     assert!(matches!(second, Error::OutOfMemory { .. }), "{second:?}");
     sim.free(first).unwrap();
 }
+
+#[test]
+fn no_copy_reaches_another_hosts_gpu() {
+    let sim = SimBackend::open("2x-pcie-4gpu-2socket").unwrap();
+    let (a, b) = (
+        sim.alloc(Memory::Device(0), 4096).unwrap(),
+        sim.alloc(Memory::Device(4), 4096).unwrap(),
+    );
+    let stream = sim.create_stream(0).unwrap();
+    let copy = BufferCopy::from_start(a, b, 4096);
+    let err = sim.copy(stream, CopyMethod::CopyEngine, &copy).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(
+        err.to_string().contains("different simulated hosts"),
+        "{err}"
+    );
+    let err = sim.memcpy_batch(stream, &[copy]).unwrap_err();
+    assert!(
+        err.to_string().contains("different simulated hosts"),
+        "{err}"
+    );
+    let err = sim.enable_peer_access(0, 4).unwrap_err();
+    assert!(err.to_string().contains("different hosts"), "{err}");
+    // Within the host, as before.
+    let c = sim.alloc(Memory::Device(1), 4096).unwrap();
+    sim.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(a, c, 4096),
+    )
+    .unwrap_err();
+    sim.enable_peer_access(0, 1).unwrap();
+    sim.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(a, c, 4096),
+    )
+    .unwrap();
+    sim.synchronize(stream).unwrap();
+}

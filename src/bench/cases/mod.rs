@@ -299,10 +299,23 @@ pub(crate) fn lane_outcome(unit: Unit, m: &Measurement, message: usize) -> Outco
     }
 }
 
+/// Why nothing between `src` and `dst` can be measured where they sit on different hosts (one
+/// sentence for every such pair, so that a report lists them together).
+pub(crate) fn other_host(topo: &Topology, src: usize, dst: usize) -> Option<String> {
+    topo.crosses_hosts(src, dst).then(|| {
+        "on different hosts: peerlink measures within one host (`peerlink plan` predicts the \
+         routes between hosts)"
+            .to_string()
+    })
+}
+
 /// Why a direct peer operation from `src`'s memory to `dst`'s cannot be measured, if it cannot.
 pub(crate) fn no_p2p(topo: &Topology, src: usize, dst: usize) -> Option<String> {
     if src == dst {
         return None;
+    }
+    if let Some(why) = other_host(topo, src, dst) {
+        return Some(why);
     }
     match topo.pair(src, dst) {
         Some(pair) if pair.p2p => None,

@@ -1,7 +1,7 @@
 //! GPU-to-GPU bandwidth: copy engine or SM kernel, push or pull, one direction or both, and the
 //! host-staged path used when P2P is off.
 
-use super::{enable, no_p2p, Context, Outcome, TestCase};
+use super::{enable, no_p2p, other_host, Context, Outcome, TestCase};
 use crate::backend::{CopyMethod, Memory};
 use crate::bench::footprint::Footprint;
 use crate::bench::result::{Place, Shape, Unit};
@@ -228,6 +228,9 @@ impl TestCase for PeerCopy {
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {
         let (src, dst) = place.pair();
+        if let Some(why) = other_host(ctx.topology(), src, dst) {
+            return Ok(Outcome::Skipped(why));
+        }
         let directions = self.directions(src, dst);
         // Check every direction before allocating anything.
         if let Transport::Direct(_) = self.transport {

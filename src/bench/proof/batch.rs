@@ -65,6 +65,7 @@ pub fn run(
             "a batch benchmark needs at least one message of at least one byte, and one run",
         ));
     }
+    super::within_one_host(fabric, &[(src, dst)])?;
     let total = count
         .checked_mul(size)
         .ok_or_else(|| Error::usage("the batch is larger than this host's address space"))?;

@@ -125,6 +125,7 @@ pub fn run(
             "concurrent traffic needs at least one transfer and one timed run",
         ));
     }
+    super::within_one_host(fabric, pairs)?;
     let len = usize::try_from(bytes)
         .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
     let planner = fabric.planner();

@@ -40,6 +40,15 @@ pub fn runs_for(backend: &dyn Backend) -> Runs {
 /// destination, what is read back), and at most the engine's staging for the pair — a lane through
 /// the host and one through each other GPU, each [`STAGING_SLOTS`] chunks of [`MAX_CHUNK`], made on
 /// a route's first use and kept.
+/// Refuses pairs on different hosts: a proof runs transfers, and the engine moves data within one.
+fn within_one_host(fabric: &Fabric, pairs: &[(usize, usize)]) -> crate::Result<()> {
+    let topology = fabric.backend().topology();
+    match pairs.iter().find(|&&(a, b)| topology.crosses_hosts(a, b)) {
+        Some(&(a, b)) => Err(crate::engine::plan::between_hosts(a, b)),
+        None => Ok(()),
+    }
+}
+
 fn footprint(fabric: &Fabric, src: usize, dst: usize, bytes: u64, host_copies: u64) -> Footprint {
     let mut footprint = Footprint::default();
     footprint.add(Memory::Device(src), 1, bytes);

@@ -96,6 +96,7 @@ pub fn run(
             "the engine benchmark needs at least one timed run",
         ));
     }
+    super::within_one_host(fabric, &[(src, dst)])?;
     if let Some(&largest) = sizes.iter().max() {
         // The pattern, the poison and the read-back of every strategy's bytes.
         super::footprint(fabric, src, dst, largest, 3).check(

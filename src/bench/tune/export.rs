@@ -26,9 +26,21 @@ use std::collections::BTreeMap;
 /// The embedded preset whose figures stand in for what was not measured.
 const FALLBACK: &str = "dgx-h100";
 
+/// Refuses a topology of several hosts: an exported preset describes the one host tune measured.
+pub fn one_host(topology: &Topology) -> Result<()> {
+    match topology.network.as_ref().map_or(1, |n| n.hosts.len()) {
+        1 => Ok(()),
+        hosts => Err(crate::Error::usage(format!(
+            "--export-sim writes a preset of one host, and this one has {hosts}: write a preset of \
+             several hosts by hand (docs/sim-format.md)"
+        ))),
+    }
+}
+
 /// A preset named `name` for the host `topology` describes, calibrated from `m`. It is checked as
 /// `--sim FILE` would check it.
 pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Preset> {
+    one_host(topology)?;
     let fallback = Preset::load(FALLBACK)?;
     let mut sources = vec![format!(
         "measured by peerlink tune on {}, {} (driver {}): GPUs {}",
@@ -332,6 +344,11 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             kernel_setup_us,
             graph_node_us: m.graph_node_us,
         },
+        // One host; its NICs are not calibrated (tune measures within the host).
+        hosts: 1,
+        nics: Vec::new(),
+        nic_links: Vec::new(),
+        network: None,
         // tune does not measure managed memory's faults: the simulator's estimates stand.
         managed: ManagedSpec::default(),
         faults: Default::default(),

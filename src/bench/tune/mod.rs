@@ -273,6 +273,13 @@ pub fn run(
 ) -> Result<Measurements> {
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
+    if let Some(&other) = devices.iter().find(|&&d| topo.crosses_hosts(devices[0], d)) {
+        return Err(Error::usage(format!(
+            "tune measures one host, and GPU {} and GPU {other} are on different hosts: choose \
+             the GPUs of one host with --devices",
+            devices[0]
+        )));
+    }
     let plan = plan(topo.is_simulated(), options.quick);
     let (sizes, sampling) = (plan.sizes.clone(), plan.sampling);
     check_fits(backend, &devices, sizes.iter().copied().max().unwrap_or(0))?;
@@ -546,7 +553,10 @@ fn sweep_hop(
     progress: &dyn Progress,
 ) -> Result<HopSweep> {
     let place = match hop {
-        Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => Place::Pair { src, dst },
+        Hop::PeerCe { src, dst }
+        | Hop::PeerSm { src, dst }
+        | Hop::NetRdma { src, dst }
+        | Hop::NetHost { src, dst } => Place::Pair { src, dst },
         Hop::DeviceToHost { device, .. }
         | Hop::HostToDevice { device, .. }
         | Hop::Local { device } => Place::Device { device },
@@ -569,6 +579,10 @@ pub fn describe(hop: Hop) -> String {
         Hop::DeviceToHost { device, node } => format!("GPU {device} → {}", host(node)),
         Hop::HostToDevice { device, node } => format!("{} → GPU {device}", host(node)),
         Hop::Local { device } => format!("GPU {device} → GPU {device} (local copy)"),
+        Hop::NetRdma { src, dst } => format!("GPU {src} → GPU {dst} (GPUDirect RDMA)"),
+        Hop::NetHost { src, dst } => {
+            format!("host memory by GPU {src}'s NIC → host memory by GPU {dst}'s NIC (RDMA)")
+        }
     }
 }
 

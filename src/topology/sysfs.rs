@@ -1,0 +1,99 @@
+//! A read-only view of a host's /sys and /proc under one root directory: `/` on a real host, a
+//! directory of fake files in tests. Every read answers `None` (or nothing) where the file is not
+//! there, so callers say "unknown" instead of failing on a kernel that lacks it.
+
+use std::path::{Path, PathBuf};
+
+/// /sys and /proc under `root`.
+#[derive(Clone, Debug)]
+pub struct Sysfs {
+    root: PathBuf,
+}
+
+impl Sysfs {
+    /// This host's own /sys and /proc.
+    pub fn system() -> Sysfs {
+        Sysfs::at("/")
+    }
+
+    /// The tree under `root` (which holds `sys/…` and `proc/…`).
+    pub fn at(root: impl Into<PathBuf>) -> Sysfs {
+        Sysfs { root: root.into() }
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.root.join(relative.trim_start_matches('/'))
+    }
+
+    /// The text of a file (`sys/module/nvidia/version`), trimmed; `None` where it cannot be read.
+    pub fn read(&self, relative: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.path(relative)).ok()?;
+        Some(text.trim().to_string())
+    }
+
+    /// Whether a file or directory exists.
+    pub fn exists(&self, relative: &str) -> bool {
+        self.path(relative).exists()
+    }
+
+    /// The names in a directory, sorted; none where it does not exist.
+    pub fn entries(&self, relative: &str) -> Vec<String> {
+        let Ok(dir) = std::fs::read_dir(self.path(relative)) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = dir
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Where `relative` really is, every link followed, as a path under the root
+    /// (`sys/devices/pci0000:00/0000:00:01.0/…`); `None` where it does not exist or leads out of
+    /// the root.
+    pub fn resolve(&self, relative: &str) -> Option<String> {
+        let real = self.path(relative).canonicalize().ok()?;
+        let root = self.root.canonicalize().ok()?;
+        let inside: &Path = real.strip_prefix(&root).ok()?;
+        Some(inside.to_str()?.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_under_its_root_and_says_none_for_what_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("sys/devices/pci0000:00/0000:00:01.0")).unwrap();
+        std::fs::write(
+            dir.path()
+                .join("sys/devices/pci0000:00/0000:00:01.0/numa_node"),
+            "1\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("sys/bus/pci/devices")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../../devices/pci0000:00/0000:00:01.0",
+            dir.path().join("sys/bus/pci/devices/0000:00:01.0"),
+        )
+        .unwrap();
+        let sysfs = Sysfs::at(dir.path());
+        assert_eq!(
+            sysfs
+                .read("sys/bus/pci/devices/0000:00:01.0/numa_node")
+                .as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            sysfs.resolve("sys/bus/pci/devices/0000:00:01.0").as_deref(),
+            Some("sys/devices/pci0000:00/0000:00:01.0")
+        );
+        assert_eq!(sysfs.entries("sys/bus/pci/devices"), vec!["0000:00:01.0"]);
+        assert!(sysfs.entries("sys/class/infiniband").is_empty());
+        assert!(sysfs.read("sys/module/nvidia_peermem/version").is_none());
+        assert!(sysfs.resolve("sys/class/infiniband/mlx5_0").is_none());
+        assert!(!sysfs.exists("sys/module/nvidia_peermem"));
+    }
+}
