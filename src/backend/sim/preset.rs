@@ -872,13 +872,15 @@ fn perf_rank(link: Link) -> i32 {
 }
 
 // Every figure of a preset stays below `LARGEST_FIGURE` (1e12: eleven days in µs, a million TiB in
-// MiB), so that none overflows the clocks or a byte count computed from it.
+// MiB), so that none overflows the clocks or a byte count computed from it; a positive one stays at
+// or above its inverse, so that no time divided by it (a rate of 5e-324 GB/s) becomes infinite.
 fn positive(field: &str, v: f64) -> std::result::Result<(), String> {
-    if v.is_finite() && v > 0.0 && v < LARGEST_FIGURE {
+    let smallest = 1.0 / LARGEST_FIGURE;
+    if v.is_finite() && v >= smallest && v < LARGEST_FIGURE {
         Ok(())
     } else {
         Err(format!(
-            "{field} must be a positive number below {LARGEST_FIGURE:e}, not {}",
+            "{field} must be a positive number from {smallest:e} to below {LARGEST_FIGURE:e}, not {}",
             shown(v)
         ))
     }
@@ -1236,7 +1238,9 @@ mod tests {
         );
         let m = message(edited(|v| v["nvlink"]["link_gbps"] = (-25.0).into()));
         assert!(
-            m.contains("nvlink.link_gbps must be a positive number below 1e12, not -25"),
+            m.contains(
+                "nvlink.link_gbps must be a positive number from 1e-12 to below 1e12, not -25"
+            ),
             "{m}"
         );
         let m = message(edited(|v| v["nvlink"]["efficiency"] = 1.5.into()));
