@@ -28,12 +28,14 @@ mod handles;
 pub mod host_memory;
 mod overlap;
 mod raw;
+pub mod resident;
 pub mod sim;
 
 pub use checked::Checked;
 pub use collective::{Collectives, Nccl};
 pub(crate) use overlap::first_overlap;
-pub use raw::{Batch, RawBackend, RawCollectives, RawProbes, RawRank};
+pub use raw::{Batch, RawBackend, RawCollectives, RawProbes, RawRank, RawResident};
+pub use resident::{Resident, Ticket, Worker, WorkerConfig, WorkerId};
 
 use crate::topology::{Source, Topology};
 use crate::Result;
@@ -154,6 +156,9 @@ pub trait Backend: Send + Sync {
 
     /// Work over several GPUs at once (peerlink's all-reduce, NCCL) and the stand-in compute.
     fn collectives(&self) -> &dyn Collectives;
+
+    /// Resident workers: persistent kernels the host rings with transfers (see [`resident`]).
+    fn resident(&self) -> &dyn Resident;
 
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
     /// already enabled pair succeeds, and a GPU is its own peer. Fails with [`Error::PeerAccess`],

@@ -521,6 +521,9 @@ impl Backend for Counting {
     fn collectives(&self) -> &dyn crate::backend::Collectives {
         self.sim.collectives()
     }
+    fn resident(&self) -> &dyn crate::backend::Resident {
+        self.sim.resident()
+    }
     fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
         bump(&self.counts.peer_enables);
         self.sim.enable_peer_access(device, peer)

@@ -16,6 +16,9 @@ use peerlink::{Error, Result};
 #[path = "collective.rs"]
 mod collective;
 pub use collective::*;
+#[path = "resident.rs"]
+mod resident;
+pub use resident::*;
 
 /// Stamps one `#[test]` per check, each on a backend of its own from `open` (an expression), with
 /// the attributes given first (`#[ignore = "needs a GPU"]`). The module including this file must be
@@ -84,6 +87,15 @@ macro_rules! contract_tests {
             nccl_all_reduce_sums_in_place_and_out_of_place,
             nccl_send_recv_moves_every_byte_one_way_both_ways_and_round_a_ring,
             nccl_refuses_what_it_cannot_take,
+            resident_transfers_move_exactly_their_range,
+            resident_tickets_complete_in_order_and_zero_bytes_take_their_turn,
+            resident_transfers_from_four_threads_move_every_byte,
+            a_full_ring_holds_submitters_back_and_wraps_round,
+            a_batch_moves_every_message_as_one_ticket,
+            a_doorbell_holds_a_transfer_until_its_stream_gets_there,
+            a_stream_waits_for_a_ticket_without_the_host,
+            a_worker_stops_restarts_and_its_guard_stops_it,
+            resident_calls_refuse_what_they_cannot_take,
         );
         #[test]
         $(#[$attr])*

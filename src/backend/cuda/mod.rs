@@ -7,7 +7,8 @@
 //! - `batches`: pinned memory for the copy lists of batch kernels;
 //! - `gates`: pinned flags that hold streams until released;
 //! - `collective`: peerlink's all-reduce over P2P and the busy kernel, queued for every rank;
-//! - `nccl`: NCCL, found and loaded at run time by a loader of our own.
+//! - `nccl`: NCCL, found and loaded at run time by a loader of our own;
+//! - `resident`: resident workers, persistent kernels the host rings with transfers.
 //!
 //! [`Gpus`] does the work on arguments the [`Checked`] layer has already checked (ranges, handles,
 //! peer access), so [`CudaBackend`] is what callers open. One primary context per device, with
@@ -21,8 +22,10 @@ mod gates;
 mod kernels;
 mod nccl;
 mod peer;
+mod resident;
 mod topology;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -56,6 +59,43 @@ impl CudaBackend {
     /// Opens every visible GPU. A host without the driver, or with no GPU, is [`Error::NoGpu`].
     pub fn open() -> Result<Self> {
         Ok(Checked::new(Gpus::open()?))
+    }
+}
+
+/// Driver work a backend has issued, counted since it opened: the resident worker's tests show
+/// with it that a transfer through a worker costs none. NCCL's own launches are not counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IssueCounts {
+    /// Kernel launches (copies, batches, gates, probes, collectives, workers).
+    pub launches: u64,
+    /// Copy calls: copy-engine copies, batched copies, and the synchronous writes and reads.
+    pub copies: u64,
+    /// Events recorded, the backend's own included.
+    pub events: u64,
+    /// Stream memory operations (a resident worker's doorbells and stream waits).
+    pub memory_ops: u64,
+}
+
+/// The counters behind [`IssueCounts`].
+#[derive(Default)]
+struct Counters {
+    launches: AtomicU64,
+    copies: AtomicU64,
+    events: AtomicU64,
+    memory_ops: AtomicU64,
+}
+
+impl CudaBackend {
+    /// Driver work issued since the backend opened.
+    pub fn issued(&self) -> IssueCounts {
+        let counters = &self.raw().issued;
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        IssueCounts {
+            launches: read(&counters.launches),
+            copies: read(&counters.copies),
+            events: read(&counters.events),
+            memory_ops: read(&counters.memory_ops),
+        }
     }
 }
 
@@ -129,6 +169,7 @@ pub struct Gpus {
     descriptors: batches::DescriptorPool,
     /// One internal stream per device for the synchronous `write` and `read`.
     io_streams: Vec<Arc<CudaStream>>,
+    issued: Counters,
     contexts: Vec<Arc<CudaContext>>,
 }
 
@@ -179,12 +220,18 @@ impl Gpus {
             spare_events: contexts.iter().map(|_| Mutex::default()).collect(),
             descriptors: batches::DescriptorPool::new(contexts.len()),
             io_streams,
+            issued: Counters::default(),
             contexts,
         })
     }
 
     fn kernels(&self, device: usize) -> Result<Arc<kernels::Kernels>> {
         self.kernels.get(device, &self.contexts[device])
+    }
+
+    /// Counts one driver call of a kind (`|c| &c.launches`).
+    fn count(&self, which: impl Fn(&Counters) -> &AtomicU64) {
+        which(&self.issued).fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -202,6 +249,7 @@ impl RawBackend for Gpus {
     type Event = Arc<Event>;
     type Gate = gates::Claim;
     type Graph = Arc<CapturedGraph>;
+    type Worker = resident::Worker;
 
     fn topology(&self) -> &Topology {
         &self.topology
@@ -250,6 +298,9 @@ impl RawBackend for Gpus {
     }
 
     fn write(&self, buffer: &Arc<Buffer>, offset: usize, data: &[u8]) -> Result<()> {
+        if let Storage::Device(_) = &buffer.0 {
+            self.count(|c| &c.copies);
+        }
         match &buffer.0 {
             Storage::Pinned(memory) => {
                 memory.write_at(offset, data);
@@ -264,6 +315,9 @@ impl RawBackend for Gpus {
     }
 
     fn read(&self, buffer: &Arc<Buffer>, offset: usize, out: &mut [u8]) -> Result<()> {
+        if let Storage::Device(_) = &buffer.0 {
+            self.count(|c| &c.copies);
+        }
         match &buffer.0 {
             Storage::Pinned(memory) => {
                 memory.read_at(offset, out);
@@ -303,8 +357,12 @@ impl RawBackend for Gpus {
     ) -> Result<()> {
         let (dst, src) = addresses(&copy);
         match method {
-            CopyMethod::CopyEngine => driver::copy_async(&stream.stream, dst, src, copy.len),
+            CopyMethod::CopyEngine => {
+                self.count(|c| &c.copies);
+                driver::copy_async(&stream.stream, dst, src, copy.len)
+            }
             CopyMethod::SmKernel => {
+                self.count(|c| &c.launches);
                 self.kernels(stream.device)?
                     .copy(&stream.stream, dst, src, copy.len)
             }
@@ -330,10 +388,12 @@ impl RawBackend for Gpus {
             };
         }
         kernels.copy_batch(&stream.stream, block.address(), count)?;
+        self.count(|c| &c.launches);
         if driver::is_capturing(&stream.stream)? {
             lock(&stream.captured_descriptors).push(block);
             Ok(())
         } else {
+            self.count(|c| &c.events);
             self.descriptors.retire(block, &stream.stream)
         }
     }
@@ -347,6 +407,7 @@ impl RawBackend for Gpus {
                 (dst, src, c.len)
             })
             .collect();
+        self.count(|c| &c.copies);
         driver::memcpy_batch_async(&stream.stream, &copies)
     }
 
@@ -362,6 +423,7 @@ impl RawBackend for Gpus {
         event
             .record(&stream.stream)
             .map_err(failed("cuEventRecord"))?;
+        self.count(|c| &c.events);
         Ok(Arc::new(Event {
             device: stream.device,
             event,
@@ -421,6 +483,7 @@ impl RawBackend for Gpus {
             self.gates.abandon(claim);
             return Err(error);
         }
+        self.count(|c| &c.launches);
         Ok(claim)
     }
 
@@ -447,6 +510,7 @@ impl RawBackend for Gpus {
 
     fn replay(&self, graph: &Arc<CapturedGraph>, stream: &Arc<Stream>) -> Result<()> {
         lock(&graph.graph).launch(&stream.stream)?;
+        self.count(|c| &c.launches);
         if !graph.descriptors.is_empty() {
             let mut replayed_on = lock(&graph.replayed_on);
             if !replayed_on.iter().any(|s| Arc::ptr_eq(s, &stream.stream)) {
@@ -473,6 +537,7 @@ impl RawProbes for Gpus {
         steps: u32,
         result: &Arc<Buffer>,
     ) -> Result<()> {
+        self.count(|c| &c.launches);
         self.kernels(stream.device)?.pointer_chase(
             &stream.stream,
             chain.address(),
@@ -493,6 +558,8 @@ impl RawProbes for Gpus {
         let (ping_kernels, pong_kernels) = (self.kernels(ping.device)?, self.kernels(pong.device)?);
         let (ping_at, pong_at) = (ping_flag.address(), pong_flag.address());
         // The answering side first, so it is already spinning when the first round arrives.
+        self.count(|c| &c.launches);
+        self.count(|c| &c.launches);
         pong_kernels.ping_pong_side(&pong.stream, false, pong_at, ping_at, rounds)?;
         ping_kernels.ping_pong_side(&ping.stream, true, ping_at, pong_at, rounds)
     }

@@ -20,6 +20,7 @@ mod memory;
 mod nccl;
 pub mod preset;
 mod reduce;
+mod resident;
 mod scheduler;
 mod sharing;
 #[cfg(test)]
@@ -161,6 +162,34 @@ impl Simulator {
         }
     }
 
+    /// The work of one kernel on `gpu` moving every message of a batch (not empty): each message's
+    /// path as an SM copy; messages that take different paths are modelled as one flow over all of
+    /// them (pessimistic where they would not contend).
+    fn plan_batch(&self, st: &State, gpu: usize, batch: &Batch<'_, Key>) -> Work {
+        let mut copies = Vec::with_capacity(batch.len());
+        let mut joined: Option<(links::Path, f64)> = None;
+        for copy in batch.iter() {
+            let copy = copy.map(|k| *k);
+            let Work::Copy { path, setup_us, .. } =
+                self.plan_copy(st, gpu, CopyMethod::SmKernel, copy)
+            else {
+                unreachable!("plan_copy plans copies")
+            };
+            copies.push(copy);
+            match &mut joined {
+                None => joined = Some((path, setup_us)),
+                Some((all, _)) if *all != path => all.join(path),
+                Some(_) => {}
+            }
+        }
+        let (path, setup_us) = joined.expect("a checked batch is not empty");
+        Work::Copy {
+            copies,
+            path,
+            setup_us,
+        }
+    }
+
     /// Captures `work` if the stream is capturing; otherwise charges `issue_us` to the host and
     /// queues it.
     fn submit(st: &mut State, stream: &Stream, issue_us: f64, work: Work) {
@@ -221,6 +250,7 @@ impl RawBackend for Simulator {
     /// The scheduler's gate.
     type Gate = usize;
     type Graph = Graph;
+    type Worker = resident::Worker;
 
     fn topology(&self) -> &Topology {
         &self.topology
@@ -343,30 +373,7 @@ impl RawBackend for Simulator {
 
     fn copy_batch(&self, stream: &Stream, batch: Batch<'_, Key>) -> Result<()> {
         let mut st = self.lock();
-        // One kernel: each message's path as an SM copy; messages that take different paths are
-        // modelled as one flow over all of them (pessimistic where they would not contend).
-        let mut copies = Vec::with_capacity(batch.len());
-        let mut joined: Option<(links::Path, f64)> = None;
-        for copy in batch.iter() {
-            let copy = copy.map(|k| *k);
-            let Work::Copy { path, setup_us, .. } =
-                self.plan_copy(&st, stream.device, CopyMethod::SmKernel, copy)
-            else {
-                unreachable!("plan_copy plans copies")
-            };
-            copies.push(copy);
-            match &mut joined {
-                None => joined = Some((path, setup_us)),
-                Some((all, _)) if *all != path => all.join(path),
-                Some(_) => {}
-            }
-        }
-        let (path, setup_us) = joined.expect("a checked batch is not empty");
-        let work = Work::Copy {
-            copies,
-            path,
-            setup_us,
-        };
+        let work = self.plan_batch(&st, stream.device, &batch);
         Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
         Ok(())
     }
