@@ -181,6 +181,12 @@ __device__ unsigned long long lowest_progress(const ResidentArgs &a, unsigned in
     return lowest;
 }
 
+// The time by lane 0's clock, the same on every lane: decisions taken on it stay warp-uniform
+// (lanes reading the timer a few ns apart could otherwise split the warp).
+__device__ __forceinline__ unsigned long long warp_time_ns() {
+    return __shfl_sync(RESIDENT_FULL_WARP, global_timer_ns(), 0);
+}
+
 // The host's heartbeat as the dispatcher last saw it change.
 struct Watchdog {
     unsigned long long heartbeat;
@@ -189,7 +195,7 @@ struct Watchdog {
 
     // Notes the heartbeat just read; true once it has been silent for the period.
     __device__ bool silent(unsigned long long beat) {
-        const unsigned long long now = global_timer_ns();
+        const unsigned long long now = warp_time_ns();
         if (beat != heartbeat) {
             heartbeat = beat;
             heard_at = now;
@@ -243,7 +249,7 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
     unsigned long long posted = 0;    // board entries posted
     unsigned long long retired = 0;   // board entries every copy block finished
     unsigned long long published = 0; // tickets published complete
-    Watchdog watchdog = {~0ull, global_timer_ns(), a.watchdog_ns};
+    Watchdog watchdog = {~0ull, warp_time_ns(), a.watchdog_ns};
     unsigned long long state = RESIDENT_RUNNING;
     // After a round that found nothing, read only the next slot: an idle worker keeps its PCIe
     // reads to one slot per round trip.
@@ -254,6 +260,8 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         __threadfence_system();
     }
     while (state == RESIDENT_RUNNING) {
+        // Every lane's read of ticket_of_entry last round is done before lane 0 writes it again.
+        __syncwarp();
         // One round trip: the window of slots, the host's words, the copy blocks' progress.
         const unsigned long long ticket = next + lane;
         const unsigned long long *slot = ring + (ticket & (a.ring_slots - 1)) * 4;

@@ -18,6 +18,8 @@ mod engine;
 
 #[path = "gpu/collectives.rs"]
 mod collectives;
+#[path = "gpu/resident.rs"]
+mod resident;
 #[path = "soak/run.rs"]
 mod soak;
 #[path = "gpu/workload.rs"]

@@ -86,6 +86,10 @@ pub const MIN_RING_SLOTS: u32 = 32;
 /// The largest ring.
 pub const MAX_RING_SLOTS: u32 = 1 << 20;
 
+/// The shortest watchdog period: the heartbeat thread must get the CPU a few times within it,
+/// on a busy host too.
+pub const MIN_WATCHDOG_MS: u64 = 100;
+
 /// The longest watchdog period, one hour.
 pub const MAX_WATCHDOG_MS: u64 = 3_600_000;
 
@@ -101,7 +105,7 @@ pub struct WorkerConfig {
     /// Descriptors the ring holds, a power of two from [`MIN_RING_SLOTS`] to [`MAX_RING_SLOTS`].
     pub ring_slots: u32,
     /// The worker stops when the host's heartbeat (a thread of the worker's) has been silent this
-    /// long, in milliseconds, from 1 to [`MAX_WATCHDOG_MS`].
+    /// long, in milliseconds, from [`MIN_WATCHDOG_MS`] to [`MAX_WATCHDOG_MS`].
     pub watchdog_ms: u64,
 }
 

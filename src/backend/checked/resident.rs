@@ -10,7 +10,7 @@ use super::{Checked, State, Toucher};
 use crate::backend::raw::{Batch, RawBackend, RawCollectives, RawProbes, RawResident};
 use crate::backend::resident::{
     Resident, StopReport, Ticket, WorkerConfig, WorkerId, MAX_RING_SLOTS, MAX_WATCHDOG_MS,
-    MIN_RING_SLOTS,
+    MIN_RING_SLOTS, MIN_WATCHDOG_MS,
 };
 use crate::backend::{BufferCopy, StreamId};
 use crate::{Error, Result};
@@ -41,9 +41,9 @@ fn check_config(config: &WorkerConfig) -> Result<()> {
              {MAX_RING_SLOTS}"
         )));
     }
-    if !(1..=MAX_WATCHDOG_MS).contains(&config.watchdog_ms) {
+    if !(MIN_WATCHDOG_MS..=MAX_WATCHDOG_MS).contains(&config.watchdog_ms) {
         return Err(Error::usage(format!(
-            "a worker's watchdog of {} ms: pass 1 to {MAX_WATCHDOG_MS} ms",
+            "a worker's watchdog of {} ms: pass {MIN_WATCHDOG_MS} to {MAX_WATCHDOG_MS} ms",
             config.watchdog_ms
         )));
     }

@@ -80,7 +80,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Spins of a host poll between checks that the worker's stream has not failed.
 const SPINS_PER_STREAM_CHECK: u32 = 4096;
-/// The heartbeat's longest period; shorter for a watchdog under 400 ms (a quarter of it).
+/// The heartbeat's longest period; a quarter of the watchdog's for one under 400 ms.
 const HEARTBEAT_PERIOD: Duration = Duration::from_millis(100);
 
 /// The kernel's argument, laid out as resident.cu's `ResidentArgs` (passed by value).
