@@ -102,6 +102,8 @@ pub enum RouteName {
     Host,
     /// Through another GPU's memory.
     Relay { via: usize },
+    /// Through the source GPU's resident worker.
+    Resident,
 }
 
 impl From<Route> for RouteName {
@@ -111,6 +113,7 @@ impl From<Route> for RouteName {
             Route::Direct(CopyMethod::SmKernel) => RouteName::DirectSm,
             Route::Host => RouteName::Host,
             Route::Relay(via) => RouteName::Relay { via },
+            Route::Resident => RouteName::Resident,
         }
     }
 }

@@ -16,7 +16,9 @@
 
 use super::plan::{Plan, Route, Strategy};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
-use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
+use crate::backend::{
+    Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId, WorkerConfig, WorkerId,
+};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,6 +77,25 @@ pub(super) struct Shared {
     /// Plans already made, by (source, destination, bytes, forced strategy): workloads repeat
     /// sizes, and a split's plan costs tens of microseconds of CPU to make.
     plans: Mutex<SmallKeyMap<PlanKey, Arc<Plan>>>,
+    /// Resident workers, where the fabric runs them.
+    resident: Option<ResidentWorkers>,
+}
+
+/// A fabric's resident workers: one per source GPU, started on its first resident transfer,
+/// stopped with the fabric.
+pub(super) struct ResidentWorkers {
+    /// Copy blocks each worker runs with.
+    copy_blocks: u32,
+    running: Mutex<SmallKeyMap<usize, WorkerId>>,
+}
+
+impl ResidentWorkers {
+    pub fn new(copy_blocks: u32) -> Self {
+        ResidentWorkers {
+            copy_blocks,
+            running: Mutex::default(),
+        }
+    }
 }
 
 /// A transfer as the plan cache knows it: source, destination, bytes, forced strategy.
@@ -95,7 +116,11 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub fn new(backend: Arc<dyn Backend>, planner: super::Planner) -> Shared {
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        planner: super::Planner,
+        resident: Option<ResidentWorkers>,
+    ) -> Shared {
         Shared {
             backend,
             planner,
@@ -104,7 +129,28 @@ impl Shared {
             lanes: Mutex::default(),
             capture: Mutex::default(),
             plans: Mutex::default(),
+            resident,
         }
+    }
+
+    /// The resident worker of GPU `device`, started on first use.
+    pub fn worker(&self, device: usize) -> Result<WorkerId> {
+        let workers = self.resident.as_ref().ok_or_else(|| {
+            Error::usage(
+                "this fabric runs no resident workers: open it with FabricBuilder::resident",
+            )
+        })?;
+        let mut running = lock(&workers.running);
+        if let Some(&worker) = running.get(&device) {
+            return Ok(worker);
+        }
+        let config = WorkerConfig {
+            copy_blocks: workers.copy_blocks,
+            ..WorkerConfig::on(device)
+        };
+        let worker = self.backend.resident().start_worker(&config)?;
+        running.insert(device, worker);
+        Ok(worker)
     }
 
     /// The planner's plan for a transfer (its pick, or `strategy` where given), made once per
@@ -166,8 +212,14 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Nothing else holds the fabric now; wait for each lane's last use, then free its buffers;
-        // then the streams, whose queued work still runs.
+        // Nothing else holds the fabric now. The workers stop first (each finishes what it was
+        // given; streams waiting on them go on); then wait for each lane's last use, free its
+        // buffers; then the streams, whose queued work still runs.
+        if let Some(workers) = &self.resident {
+            for &worker in lock(&workers.running).values() {
+                let _ = self.backend.resident().stop_worker(worker);
+            }
+        }
         for lane in lock(&self.lanes).values() {
             let lane = lock(lane);
             if let Some(idle) = lane.idle {
@@ -339,6 +391,24 @@ impl<'s> Issuer<'s> {
         self.backend().memcpy_batch(stream, copies)
     }
 
+    /// Hands `copy` to `worker` (behind a doorbell on `stream` where `ordered`, else at once) and
+    /// makes `stream` wait for it.
+    pub fn resident(
+        &mut self,
+        stream: StreamId,
+        worker: WorkerId,
+        copy: BufferCopy,
+        ordered: bool,
+    ) -> Result<()> {
+        let resident = self.backend().resident();
+        let ticket = if ordered {
+            resident.submit_after(worker, stream, &copy)?
+        } else {
+            resident.submit(worker, &copy)?
+        };
+        resident.wait_on_stream(stream, ticket)
+    }
+
     pub fn finish(mut self, start: Option<EventId>, end: EventId) -> Completion {
         self.finished = true;
         Completion {
@@ -371,7 +441,7 @@ pub(super) fn lanes_of(plan: &Plan) -> Vec<LaneKey> {
     plan.paths
         .iter()
         .filter_map(|p| match p.route {
-            Route::Direct(_) => None,
+            Route::Direct(_) | Route::Resident => None,
             Route::Host => Some(LaneKey::Host { src, dst }),
             Route::Relay(via) => Some(LaneKey::Relay { src, dst, via }),
         })
@@ -435,10 +505,10 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
             &mut issuer,
             &mut guards,
             plan,
-            job.src,
-            job.dst,
+            (job.src, job.dst),
             control,
             start,
+            !job.after.is_empty(),
         )?;
         let q = Queuing {
             issuer,
@@ -513,7 +583,7 @@ pub(super) fn issue_routes(
     control: StreamId,
     start: Option<EventId>,
 ) -> Result<()> {
-    let mut pipelines = begin_routes(issuer, lanes, plan, src, dst, control, start)?;
+    let mut pipelines = begin_routes(issuer, lanes, plan, (src, dst), control, start, true)?;
     while step_routes(issuer, &mut pipelines)? {}
     finish_routes(issuer, lanes, pipelines, control)
 }
@@ -522,15 +592,17 @@ pub(super) fn issue_routes(
 pub(super) type Pipelines = Vec<(LaneKey, Pipeline)>;
 
 /// Queues `plan`'s direct copies on `control` and each pipelined route's first chunk, and returns
-/// the pipelines whose other chunks are still to queue.
+/// the pipelines whose other chunks are still to queue. `ordered`: work queued on `control` before
+/// must be done first (a resident transfer then waits for its doorbell there; without, the worker
+/// takes it at once).
 fn begin_routes(
     issuer: &mut Issuer<'_>,
     lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>,
     plan: &Plan,
-    src: Loc,
-    dst: Loc,
+    (src, dst): (Loc, Loc),
     control: StreamId,
     start: Option<EventId>,
+    ordered: bool,
 ) -> Result<Pipelines> {
     let mut pipelines = Vec::new();
     for share in &plan.paths {
@@ -547,6 +619,20 @@ fn begin_routes(
                     len,
                 };
                 issuer.copy(control, method, copy)?;
+            }
+            Route::Resident => {
+                issuer.shared.ensure_peer(plan.src, plan.dst)?;
+                let worker = issuer.shared.worker(plan.src)?;
+                let copy = BufferCopy {
+                    dst: to.buffer,
+                    dst_offset: to.offset,
+                    src: from.buffer,
+                    src_offset: from.offset,
+                    len,
+                };
+                // The control stream goes on once it is complete; where it must first finish
+                // what it holds (the transfer's dependencies), it rings the worker's doorbell.
+                issuer.resident(control, worker, copy, ordered)?;
             }
             Route::Host | Route::Relay(_) => {
                 let key = lanes_of_route(plan, share.route);
@@ -600,7 +686,7 @@ fn lanes_of_route(plan: &Plan, route: Route) -> LaneKey {
     match route {
         Route::Host => LaneKey::Host { src, dst },
         Route::Relay(via) => LaneKey::Relay { src, dst, via },
-        Route::Direct(_) => unreachable!("direct routes have no lane"),
+        Route::Direct(_) | Route::Resident => unreachable!("direct routes have no lane"),
     }
 }
 

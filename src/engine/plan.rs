@@ -24,15 +24,19 @@ pub enum Strategy {
     Relay,
     /// Several routes at once, the bytes divided by their predicted speed.
     Split,
+    /// Through a resident worker on the source GPU: no launch, no copy call; offered only by a
+    /// fabric that runs workers (`FabricBuilder::resident`, `plan --resident`).
+    Resident,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 5] = [
+    pub const ALL: [Strategy; 6] = [
         Strategy::DirectCe,
         Strategy::DirectSm,
         Strategy::Staged,
         Strategy::Relay,
         Strategy::Split,
+        Strategy::Resident,
     ];
 
     /// The name used on the command line and in JSON.
@@ -43,6 +47,7 @@ impl Strategy {
             Strategy::Staged => "staged",
             Strategy::Relay => "relay",
             Strategy::Split => "split",
+            Strategy::Resident => "resident",
         }
     }
 }
@@ -79,6 +84,8 @@ pub enum Route {
     Host,
     /// Through this intermediate GPU's memory.
     Relay(usize),
+    /// Through the source GPU's resident worker.
+    Resident,
 }
 
 impl fmt::Display for Route {
@@ -88,6 +95,7 @@ impl fmt::Display for Route {
             Route::Direct(CopyMethod::SmKernel) => f.write_str("direct (SM kernel)"),
             Route::Host => f.write_str("via pinned host memory"),
             Route::Relay(r) => write!(f, "via GPU {r}"),
+            Route::Resident => f.write_str("direct (resident worker)"),
         }
     }
 }

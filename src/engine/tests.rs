@@ -738,3 +738,42 @@ fn plans_are_cached_per_pair_size_and_strategy() {
     assert_eq!(strategy_of(&again), strategy_of(&pick));
     again.wait().unwrap();
 }
+
+#[test]
+fn a_resident_fabric_moves_small_transfers_through_its_workers_in_order() {
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("h200-pair").unwrap());
+    let f = Fabric::builder(backend).resident(2).open().unwrap();
+    let data = pattern::bytes(3, 4096);
+    let a = f.alloc(0, 4096).unwrap();
+    let b = f.alloc(1, 4096).unwrap();
+    let c = f.alloc(1, 4096).unwrap();
+    a.write(0, &data).unwrap();
+    // a → b, then b → c: the second reads what the first writes, so the engine orders it after
+    // (a doorbell rung by the control stream once the first is complete).
+    let first = f.copy(a.all(), b.all()).unwrap();
+    let Planned::Single(plan) = first.planned() else {
+        unreachable!("one transfer")
+    };
+    assert_eq!(plan.strategy, Strategy::Resident);
+    let second = f.copy(b.all(), c.all()).unwrap();
+    second.wait().unwrap();
+    assert!(first.is_done().unwrap());
+    assert_eq!(c.to_vec().unwrap(), data);
+    // Large transfers stay on the copy engine.
+    let big_src = f.alloc(0, 64 * MIB).unwrap();
+    let big_dst = f.alloc(1, 64 * MIB).unwrap();
+    let big = f.copy(big_src.all(), big_dst.all()).unwrap();
+    let Planned::Single(plan) = big.planned() else {
+        unreachable!("one transfer")
+    };
+    assert_eq!(plan.strategy, Strategy::DirectCe);
+    big.wait().unwrap();
+    // A fabric without workers neither offers nor runs the strategy.
+    let plain = fabric("h200-pair");
+    let (x, y) = (plain.alloc(0, 64).unwrap(), plain.alloc(1, 64).unwrap());
+    let refused = plain
+        .transfer(x.all(), y.all())
+        .strategy(Strategy::Resident)
+        .submit();
+    assert!(refused.is_err());
+}

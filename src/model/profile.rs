@@ -148,7 +148,11 @@ impl Profile {
         let n = self.gpus.len();
         let names_a_missing_gpu = |hop: Hop| {
             let devices = match hop {
-                Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => vec![src, dst],
+                Hop::PeerCe { src, dst }
+                | Hop::PeerSm { src, dst }
+                | Hop::Resident { src, dst } => {
+                    vec![src, dst]
+                }
                 Hop::DeviceToHost { device, .. }
                 | Hop::HostToDevice { device, .. }
                 | Hop::Local { device } => vec![device],

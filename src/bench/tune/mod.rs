@@ -543,7 +543,9 @@ fn sweep_hop(
     progress: &dyn Progress,
 ) -> Result<HopSweep> {
     let place = match hop {
-        Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => Place::Pair { src, dst },
+        Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } | Hop::Resident { src, dst } => {
+            Place::Pair { src, dst }
+        }
         Hop::DeviceToHost { device, .. }
         | Hop::HostToDevice { device, .. }
         | Hop::Local { device } => Place::Device { device },
@@ -566,6 +568,7 @@ pub fn describe(hop: Hop) -> String {
         Hop::DeviceToHost { device, node } => format!("GPU {device} → {}", host(node)),
         Hop::HostToDevice { device, node } => format!("{} → GPU {device}", host(node)),
         Hop::Local { device } => format!("GPU {device} → GPU {device} (local copy)"),
+        Hop::Resident { src, dst } => format!("GPU {src} → GPU {dst} (resident worker)"),
     }
 }
 
