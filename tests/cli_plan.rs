@@ -479,7 +479,7 @@ fn resident_workers_are_offered_with_resident_and_picked_only_for_small_transfer
     assert_eq!(pick("4B", true).0, "resident");
     assert_eq!(pick("256MiB", true), ("direct-ce".to_string(), true));
     // Without workers the strategy is not offered, nor listed as unusable.
-    assert_eq!(pick("4B", false).1, false);
+    assert!(!pick("4B", false).1);
     assert_ne!(pick("4B", false).0, "resident");
     // The worker's cost is said, on stderr, and the proof runs it and checks its bytes.
     peerlink()
