@@ -42,7 +42,8 @@ pub struct Worker {
     device: usize,
     /// The scheduler stream its transfers run on.
     stream: Stream,
-    /// The fraction of an SM copy kernel's rate its copies reach.
+    /// The fraction of an SM copy kernel's rate its copies reach (that rate already counts the
+    /// kernel's efficiency against a copy engine).
     share: f64,
     ring_slots: u64,
     progress: Mutex<Progress>,
@@ -209,8 +210,7 @@ impl RawResident for Simulator {
                 index,
                 device: config.device,
             },
-            share: (blocks / FULL_RATE_BLOCKS).min(1.0)
-                * self.links.preset().gpu.sm_copy_efficiency,
+            share: (blocks / FULL_RATE_BLOCKS).min(1.0),
             ring_slots: u64::from(config.ring_slots),
             progress: Mutex::default(),
         })

@@ -6,11 +6,13 @@
 mod host;
 pub(crate) mod latency;
 mod peer;
+mod resident;
 
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
 pub(crate) use latency::Buffers;
 pub use latency::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
 pub use peer::{Initiator, PeerCopy, Transport};
+pub use resident::{ResidentLatency, ResidentWrite, RESIDENT_LATENCY_BYTES};
 
 use super::footprint::Footprint;
 use super::pattern::SplitMix;
@@ -123,6 +125,8 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     tests.push(Box::new(PointerChase(ChaseChain::Flushed)));
     tests.push(Box::new(PointerChase(ChaseChain::Resident)));
     tests.push(Box::new(PingPong));
+    tests.push(Box::new(ResidentLatency));
+    tests.push(Box::new(ResidentWrite));
     tests
 }
 
