@@ -186,17 +186,20 @@ impl Simulator {
         Ok(ticket)
     }
 
-    /// A copy's work on the worker's GPU and when the host sees it done, or neither for 0 bytes.
+    /// A copy's work on the worker's GPU and when the host sees it done; for 0 bytes no work, and
+    /// no stores to fence, only the completion's.
     fn plan_single(
         &self,
         st: &State,
         worker: &Worker,
         copy: BufferCopy<Key>,
     ) -> (Option<Work>, f64) {
+        if copy.len == 0 {
+            return (None, self.links.preset().pcie.load_latency_ns / 2e3);
+        }
         let seen = self.completion_seen_us(st, worker.device, copy.dst);
-        let work =
-            (copy.len > 0).then(|| self.plan_copy(st, worker.device, CopyMethod::SmKernel, copy));
-        (work, seen)
+        let work = self.plan_copy(st, worker.device, CopyMethod::SmKernel, copy);
+        (Some(work), seen)
     }
 }
 
@@ -227,7 +230,7 @@ impl RawResident for Simulator {
         let seen = batch
             .iter()
             .map(|c| self.completion_seen_us(&st, worker.device, *c.dst))
-            .fold(0.0, f64::max);
+            .fold(self.links.preset().pcie.load_latency_ns / 2e3, f64::max);
         let work = (!batch.is_empty()).then(|| self.plan_batch(&st, worker.device, &batch));
         self.enqueue_ticket(&mut st, worker, Vec::new(), work, seen)
     }
