@@ -134,6 +134,14 @@ pub trait RawResident: RawBackend {
         copy: BufferCopy<&Self::Buffer>,
     ) -> Result<u64>;
 
+    /// As `submit_batch`; the stream does not capture.
+    fn submit_batch_after(
+        &self,
+        worker: &Self::Worker,
+        stream: &Self::Stream,
+        batch: Batch<'_, Self::Buffer>,
+    ) -> Result<u64>;
+
     /// The ticket was issued by the worker; the stream does not capture.
     fn wait_on_stream(
         &self,

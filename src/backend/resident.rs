@@ -177,6 +177,15 @@ pub trait Resident: Send + Sync {
     fn submit_after(&self, worker: WorkerId, stream: StreamId, copy: &BufferCopy)
         -> Result<Ticket>;
 
+    /// Submits a batch (as [`Resident::submit_batch`]) that starts only once the work queued on
+    /// `stream` so far is done (as [`Resident::submit_after`]).
+    fn submit_batch_after(
+        &self,
+        worker: WorkerId,
+        stream: StreamId,
+        copies: &[BufferCopy],
+    ) -> Result<Ticket>;
+
     /// Makes the work queued on `stream` after this call wait until `ticket` is complete: a stream
     /// memory wait on the worker's completion word, with no host round trip. `stream` (on any GPU)
     /// must not capture a graph.
@@ -220,6 +229,10 @@ impl<'a> Worker<'a> {
 
     pub fn submit_batch(&self, copies: &[BufferCopy]) -> Result<Ticket> {
         self.resident.submit_batch(self.id(), copies)
+    }
+
+    pub fn submit_batch_after(&self, stream: StreamId, copies: &[BufferCopy]) -> Result<Ticket> {
+        self.resident.submit_batch_after(self.id(), stream, copies)
     }
 
     pub fn submit_after(&self, stream: StreamId, copy: &BufferCopy) -> Result<Ticket> {

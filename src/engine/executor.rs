@@ -391,6 +391,24 @@ impl<'s> Issuer<'s> {
         self.backend().memcpy_batch(stream, copies)
     }
 
+    /// Hands a batch to `worker` as one ticket (behind a doorbell on `stream` where `ordered`, else
+    /// at once) and makes `stream` wait for it.
+    pub fn resident_batch(
+        &mut self,
+        stream: StreamId,
+        worker: WorkerId,
+        copies: &[BufferCopy],
+        ordered: bool,
+    ) -> Result<()> {
+        let resident = self.backend().resident();
+        let ticket = if ordered {
+            resident.submit_batch_after(worker, stream, copies)?
+        } else {
+            resident.submit_batch(worker, copies)?
+        };
+        resident.wait_on_stream(stream, ticket)
+    }
+
     /// Hands `copy` to `worker` (behind a doorbell on `stream` where `ordered`, else at once) and
     /// makes `stream` wait for it.
     pub fn resident(

@@ -144,16 +144,20 @@ pub enum BatchStrategy {
     KernelGraph,
     /// Copy-engine copies queued in one driver call, cuMemcpyBatchAsync (needs P2P).
     MemcpyBatch,
+    /// The source GPU's resident worker moves every message, one ticket for the batch: no launch
+    /// (needs P2P; offered only by a fabric that runs workers).
+    Resident,
 }
 
 impl BatchStrategy {
-    pub const ALL: [BatchStrategy; 6] = [
+    pub const ALL: [BatchStrategy; 7] = [
         BatchStrategy::Kernel,
         BatchStrategy::KernelGraph,
         BatchStrategy::GatherScatter,
         BatchStrategy::Separate,
         BatchStrategy::MemcpyBatch,
         BatchStrategy::Graph,
+        BatchStrategy::Resident,
     ];
 
     pub fn name(self) -> &'static str {
@@ -164,6 +168,7 @@ impl BatchStrategy {
             BatchStrategy::Graph => "graph",
             BatchStrategy::KernelGraph => "kernel-graph",
             BatchStrategy::MemcpyBatch => "memcpy-batch",
+            BatchStrategy::Resident => "resident",
         }
     }
 }

@@ -268,6 +268,16 @@ impl Planner {
                 None,
             ));
         }
+        if let (true, Some(lone), Some(cost)) = (
+            self.resident,
+            self.model.lone_us(Hop::Resident { src, dst }),
+            self.model.cost(Hop::Resident { src, dst }),
+        ) {
+            // One ticket: a lone transfer's time, its messages at the batch kernel's pace (a warp
+            // each, the worker's blocks sharing them out), then the bytes.
+            let time = lone + count * per_message + cost.bytes_us(total);
+            options.push((BatchStrategy::Resident, time, None));
+        }
         if let Some(ce) = self.model.cost(Hop::PeerCe { src, dst }) {
             // Back-to-back copies on one stream: paced by the CPU queuing them or by the GPU
             // running them, whichever is slower.
@@ -309,7 +319,11 @@ impl Planner {
                 .iter()
                 .position(|o| o.0 == strategy)
                 .ok_or_else(|| {
-                    Error::usage(if src == dst {
+                    Error::usage(if strategy == BatchStrategy::Resident && !self.resident {
+                        "the resident batch strategy needs resident workers: open the fabric \
+                         with FabricBuilder::resident (on the command line, plan --resident)"
+                            .to_string()
+                    } else if src == dst {
                         format!(
                             "{strategy} is for two GPUs; within GPU {src} a batch needs no staging"
                         )

@@ -349,7 +349,8 @@ fn batches_use_one_kernel_over_p2p_and_gather_without_it() {
 
 #[test]
 fn every_batch_strategy_moves_every_byte() {
-    let f = fabric("dgx-h100");
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
+    let f = Fabric::builder(backend).resident(2).open().unwrap();
     for s in BatchStrategy::ALL {
         check_batch(&f, 2, 6, Some(s), s, 300);
     }
@@ -768,6 +769,23 @@ fn a_resident_fabric_moves_small_transfers_through_its_workers_in_order() {
     };
     assert_eq!(plan.strategy, Strategy::DirectCe);
     big.wait().unwrap();
+    // A thousand small messages in one call: one ticket.
+    let messages: Vec<_> = (0..1000)
+        .map(|i| {
+            (
+                big_src.range(i * 4096..(i + 1) * 4096),
+                big_dst.range(i * 4096..(i + 1) * 4096),
+            )
+        })
+        .collect();
+    big_src.write(0, &pattern::bytes(4, 1000 * 4096)).unwrap();
+    let batch = f.copy_batch(&messages).unwrap();
+    let Planned::Batch(plan) = batch.planned() else {
+        unreachable!("a batch")
+    };
+    assert_eq!(plan.strategy, BatchStrategy::Resident, "{plan:?}");
+    batch.wait().unwrap();
+    assert!(big_dst.to_vec().unwrap()[..1000 * 4096] == pattern::bytes(4, 1000 * 4096)[..]);
     // A fabric without workers neither offers nor runs the strategy.
     let plain = fabric("h200-pair");
     let (x, y) = (plain.alloc(0, 64).unwrap(), plain.alloc(1, 64).unwrap());

@@ -319,6 +319,21 @@ pub fn a_doorbell_holds_a_transfer_until_its_stream_gets_there(b: &dyn Backend) 
     let ticket = worker
         .submit_after(stream, &BufferCopy::from_start(src, dst, len))
         .unwrap();
+    // A batch behind the same stream sees the source written too.
+    let batched_dst = buffer(b, Memory::Device(0), &vec![FILL; len]);
+    let halves = [
+        BufferCopy {
+            len: len / 2,
+            ..BufferCopy::from_start(src, batched_dst, len)
+        },
+        BufferCopy {
+            dst_offset: len / 2,
+            src_offset: len / 2,
+            len: len / 2,
+            ..BufferCopy::from_start(src, batched_dst, len)
+        },
+    ];
+    let batched = worker.submit_batch_after(stream, &halves).unwrap();
     // A later transfer waits behind the doorbell too.
     let after = worker
         .submit(&BufferCopy::from_start(staged, src, 0))
@@ -329,12 +344,17 @@ pub fn a_doorbell_holds_a_transfer_until_its_stream_gets_there(b: &dyn Backend) 
         "ran before its stream got there"
     );
     assert!(
+        !worker.is_complete(batched).unwrap(),
+        "a batch ran before its stream got there"
+    );
+    assert!(
         !worker.is_complete(after).unwrap(),
         "overtook a transfer behind a doorbell"
     );
     b.release(gate).unwrap();
     worker.wait(after).unwrap();
     holds(b, dst, &data, "a transfer after its stream's copy");
+    holds(b, batched_dst, &data, "a batch after its stream's copy");
     b.synchronize(stream).unwrap();
 }
 

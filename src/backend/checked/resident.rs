@@ -79,8 +79,35 @@ impl<I: RawCollectives + RawResident> Checked<I> {
     }
 }
 
+impl<I: RawCollectives + RawResident> Checked<I> {
+    /// Checks and submits a batch, behind `stream`'s doorbell where given.
+    fn batch_for(
+        &self,
+        worker: WorkerId,
+        stream: Option<StreamId>,
+        copies: &[BufferCopy],
+    ) -> Result<Ticket> {
+        let (raw, raw_stream, buffers) = {
+            let st = self.lock();
+            let raw_stream = match stream {
+                Some(s) => Some(self.idle_stream(&st, s, "a resident submit_batch_after")?.1),
+                None => None,
+            };
+            let (device, raw) = Self::worker(&st, worker)?;
+            let buffers = self.check_batch(&st, "resident submit_batch", device, copies, WORKER)?;
+            (raw, raw_stream, buffers)
+        };
+        let batch = Batch::new(copies, &buffers);
+        let index = match &raw_stream {
+            Some(s) => self.raw.submit_batch_after(&raw, s, batch)?,
+            None => self.raw.submit_batch(&raw, batch)?,
+        };
+        Ok(issued(worker, index))
+    }
+}
+
 /// The ticket `index` of `worker`.
-fn ticket(worker: WorkerId, index: u64) -> Ticket {
+fn issued(worker: WorkerId, index: u64) -> Ticket {
     Ticket { worker, index }
 }
 
@@ -101,18 +128,20 @@ impl<I: RawProbes + RawCollectives + RawResident> Resident for Checked<I> {
         let index = self
             .raw
             .submit(&raw, copy.map(|b| if b == copy.dst { &dst } else { &src }))?;
-        Ok(ticket(worker, index))
+        Ok(issued(worker, index))
     }
 
     fn submit_batch(&self, worker: WorkerId, copies: &[BufferCopy]) -> Result<Ticket> {
-        let (raw, buffers) = {
-            let st = self.lock();
-            let (device, raw) = Self::worker(&st, worker)?;
-            let buffers = self.check_batch(&st, "resident submit_batch", device, copies, WORKER)?;
-            (raw, buffers)
-        };
-        let index = self.raw.submit_batch(&raw, Batch::new(copies, &buffers))?;
-        Ok(ticket(worker, index))
+        self.batch_for(worker, None, copies)
+    }
+
+    fn submit_batch_after(
+        &self,
+        worker: WorkerId,
+        stream: StreamId,
+        copies: &[BufferCopy],
+    ) -> Result<Ticket> {
+        self.batch_for(worker, Some(stream), copies)
     }
 
     fn submit_after(
@@ -133,7 +162,7 @@ impl<I: RawProbes + RawCollectives + RawResident> Resident for Checked<I> {
             &raw_stream,
             copy.map(|b| if b == copy.dst { &dst } else { &src }),
         )?;
-        Ok(ticket(worker, index))
+        Ok(issued(worker, index))
     }
 
     fn wait_on_stream(&self, stream: StreamId, ticket: Ticket) -> Result<()> {

@@ -286,6 +286,24 @@ impl Worker {
         }
     }
 
+    /// Queues `gate`'s doorbell for `ticket` where there is a gate, and returns the flag its slot
+    /// carries. On a failure the slot is filled with nothing: the ticket is taken, and later ones
+    /// must still run.
+    fn doorbell(&self, gpus: &Gpus, gate: Option<&CudaStream>, ticket: u64) -> Result<u32> {
+        let Some(stream) = gate else {
+            return Ok(0);
+        };
+        let rung = driver::write_value(stream, self.host.doorbell_address(ticket), ticket + 1);
+        gpus.count(|c| &c.memory_ops);
+        match rung {
+            Ok(()) => Ok(GATED),
+            Err(error) => {
+                self.publish(ticket, 0, 0, 0);
+                Err(error)
+            }
+        }
+    }
+
     /// Submits a copy between unified addresses in slots of at most [`MAX_PIECE`] bytes (one
     /// slot moving nothing for 0 bytes); the first waits for a doorbell that `gate` rings when
     /// its earlier work is done. Returns the last slot's ticket.
@@ -303,24 +321,47 @@ impl Worker {
         loop {
             let piece = (len - at).min(MAX_PIECE);
             let ticket = self.take_ticket()?;
-            let mut flags = 0;
-            if let (Some(stream), 0) = (gate, at) {
-                let rung =
-                    driver::write_value(stream, self.host.doorbell_address(ticket), ticket + 1);
-                gpus.count(|c| &c.memory_ops);
-                if let Err(error) = rung {
-                    // The ticket is taken: fill its slot with nothing, so later ones still run.
-                    self.publish(ticket, 0, 0, 0);
-                    return Err(error);
-                }
-                flags = GATED;
-            }
+            let flags = match at {
+                0 => self.doorbell(gpus, gate, ticket)?,
+                _ => 0,
+            };
             let offset = at as u64;
             self.publish(ticket, src + offset, dst + offset, piece as u32 | flags);
             at += piece;
             if at >= len {
                 return Ok(ticket);
             }
+        }
+    }
+
+    /// Submits a batch: messages over [`BATCH_MESSAGE_MAX`] in slots of their own, the others in
+    /// lists (one slot moving nothing for an empty batch); the first slot waits for `gate`'s
+    /// doorbell, and the others follow it in ring order. Returns the last slot's ticket.
+    fn submit_batch(
+        &self,
+        gpus: &Gpus,
+        batch: Batch<'_, Arc<Buffer>>,
+        mut gate: Option<&CudaStream>,
+    ) -> Result<u64> {
+        let mut last = None;
+        let mut small = Vec::with_capacity(batch.len());
+        for copy in batch.iter().filter(|c| c.len > 0) {
+            let (dst, src) = super::addresses(&copy);
+            if copy.len > BATCH_MESSAGE_MAX {
+                last = Some(self.submit_copy(gpus, dst, src, copy.len, gate.take())?);
+            } else {
+                encodable(src.max(dst) + copy.len as u64)?;
+                small.push(Descriptor {
+                    dst,
+                    src,
+                    len: copy.len as u64,
+                });
+            }
+        }
+        match (small.is_empty(), last) {
+            (false, _) => self.submit_lists(gpus, &small, gate),
+            (true, Some(ticket)) => Ok(ticket),
+            (true, None) => self.submit_copy(gpus, 0, 0, 0, gate),
         }
     }
 
@@ -334,9 +375,14 @@ impl Worker {
         }
     }
 
-    /// Submits small messages (none empty) as batch slots, their lists in pinned memory; returns
-    /// the last slot's ticket.
-    fn submit_lists(&self, gpus: &Gpus, messages: &[Descriptor]) -> Result<u64> {
+    /// Submits small messages (none empty) as batch slots, their lists in pinned memory, the first
+    /// behind `gate`'s doorbell where given; returns the last slot's ticket.
+    fn submit_lists(
+        &self,
+        gpus: &Gpus,
+        messages: &[Descriptor],
+        mut gate: Option<&CudaStream>,
+    ) -> Result<u64> {
         self.reclaim_lists(gpus);
         let ctx = &gpus.contexts[self.device];
         let mut last = None;
@@ -351,7 +397,14 @@ impl Worker {
                     return Err(error);
                 }
             };
-            self.publish(ticket, list, 0, chunk.len() as u32 | BATCH);
+            let flags = match self.doorbell(gpus, gate.take(), ticket) {
+                Ok(flags) => flags,
+                Err(error) => {
+                    gpus.descriptors.give_back(block);
+                    return Err(error);
+                }
+            };
+            self.publish(ticket, list, 0, chunk.len() as u32 | BATCH | flags);
             lock(&self.batch_lists).push_back((ticket, block));
             last = Some(ticket);
         }
@@ -530,26 +583,16 @@ impl RawResident for Gpus {
     }
 
     fn submit_batch(&self, worker: &Worker, batch: Batch<'_, Arc<Buffer>>) -> Result<u64> {
-        let mut last = None;
-        let mut small = Vec::with_capacity(batch.len());
-        for copy in batch.iter().filter(|c| c.len > 0) {
-            let (dst, src) = super::addresses(&copy);
-            if copy.len > BATCH_MESSAGE_MAX {
-                last = Some(worker.submit_copy(self, dst, src, copy.len, None)?);
-            } else {
-                encodable(src.max(dst) + copy.len as u64)?;
-                small.push(Descriptor {
-                    dst,
-                    src,
-                    len: copy.len as u64,
-                });
-            }
-        }
-        match (small.is_empty(), last) {
-            (false, _) => worker.submit_lists(self, &small),
-            (true, Some(ticket)) => Ok(ticket),
-            (true, None) => worker.submit_copy(self, 0, 0, 0, None),
-        }
+        worker.submit_batch(self, batch, None)
+    }
+
+    fn submit_batch_after(
+        &self,
+        worker: &Worker,
+        stream: &Arc<Stream>,
+        batch: Batch<'_, Arc<Buffer>>,
+    ) -> Result<u64> {
+        worker.submit_batch(self, batch, Some(&stream.stream))
     }
 
     fn submit_after(

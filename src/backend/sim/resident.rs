@@ -203,6 +203,50 @@ impl Simulator {
     }
 }
 
+impl Simulator {
+    /// A batch's work on the worker's GPU (none for an empty one) and when the host sees it done:
+    /// after the slowest message's fence.
+    fn plan_many(
+        &self,
+        st: &State,
+        worker: &Worker,
+        batch: &Batch<'_, Key>,
+    ) -> (Option<Work>, f64) {
+        let seen = batch
+            .iter()
+            .map(|c| self.completion_seen_us(st, worker.device, *c.dst))
+            .fold(self.links.preset().pcie.load_latency_ns / 2e3, f64::max);
+        let work = (!batch.is_empty()).then(|| self.plan_batch(st, worker.device, batch));
+        (work, seen)
+    }
+
+    /// Takes a ticket for `work` behind a doorbell that `stream` rings once its earlier work is
+    /// done: an event on that stream the worker's stream waits for, then the worker's poll of the
+    /// doorbell word in host memory.
+    fn enqueue_behind_doorbell(
+        &self,
+        st: &mut State,
+        worker: &Worker,
+        stream: &Stream,
+        work: Option<Work>,
+        seen_after_us: f64,
+    ) -> Result<u64> {
+        st.host_us += self.costs().event_issue_us;
+        let rung = st.scheduler.add_event();
+        let at = st.host_us;
+        st.scheduler.enqueue(stream.index, at, Work::Record(rung));
+        let doorbell_poll = Work::Busy {
+            setup_us: 0.0,
+            duration_us: self.links.preset().pcie.load_latency_ns / 1e3,
+        };
+        let before = vec![Work::Wait(rung), doorbell_poll];
+        let queued = self.enqueue_ticket(st, worker, before, work, seen_after_us);
+        // The host's name for the event goes; the queued record and wait keep its slot.
+        st.scheduler.destroy_event(rung);
+        queued
+    }
+}
+
 impl RawResident for Simulator {
     fn start_worker(&self, config: &WorkerConfig) -> Result<Worker> {
         let index = self.lock().scheduler.add_stream();
@@ -227,11 +271,7 @@ impl RawResident for Simulator {
 
     fn submit_batch(&self, worker: &Worker, batch: Batch<'_, Key>) -> Result<u64> {
         let mut st = self.lock();
-        let seen = batch
-            .iter()
-            .map(|c| self.completion_seen_us(&st, worker.device, *c.dst))
-            .fold(self.links.preset().pcie.load_latency_ns / 2e3, f64::max);
-        let work = (!batch.is_empty()).then(|| self.plan_batch(&st, worker.device, &batch));
+        let (work, seen) = self.plan_many(&st, worker, &batch);
         self.enqueue_ticket(&mut st, worker, Vec::new(), work, seen)
     }
 
@@ -242,27 +282,19 @@ impl RawResident for Simulator {
         copy: BufferCopy<&Key>,
     ) -> Result<u64> {
         let mut st = self.lock();
-        // The stream's memory write: an event on the user's stream the worker's stream waits for,
-        // then the worker's poll of the doorbell word in host memory.
-        st.host_us += self.costs().event_issue_us;
-        let rung = st.scheduler.add_event();
-        let at = st.host_us;
-        st.scheduler.enqueue(stream.index, at, Work::Record(rung));
-        let doorbell_poll = Work::Busy {
-            setup_us: 0.0,
-            duration_us: self.links.preset().pcie.load_latency_ns / 1e3,
-        };
         let (work, seen) = self.plan_single(&st, worker, copy.map(|k| *k));
-        let queued = self.enqueue_ticket(
-            &mut st,
-            worker,
-            vec![Work::Wait(rung), doorbell_poll],
-            work,
-            seen,
-        );
-        // The host's name for the event goes; the queued record and wait keep its slot.
-        st.scheduler.destroy_event(rung);
-        queued
+        self.enqueue_behind_doorbell(&mut st, worker, stream, work, seen)
+    }
+
+    fn submit_batch_after(
+        &self,
+        worker: &Worker,
+        stream: &Stream,
+        batch: Batch<'_, Key>,
+    ) -> Result<u64> {
+        let mut st = self.lock();
+        let (work, seen) = self.plan_many(&st, worker, &batch);
+        self.enqueue_behind_doorbell(&mut st, worker, stream, work, seen)
     }
 
     fn wait_on_stream(&self, stream: &Stream, worker: &Worker, ticket: u64) -> Result<()> {
