@@ -627,7 +627,7 @@ fn begin_routes(
         let (from, to) = (src.at(share.offset as usize), dst.at(share.offset as usize));
         let len = share.bytes as usize;
         match share.route {
-            Route::Direct(method) => {
+            Route::Direct(_) | Route::Resident => {
                 issuer.shared.ensure_peer(plan.src, plan.dst)?;
                 let copy = BufferCopy {
                     dst: to.buffer,
@@ -636,21 +636,16 @@ fn begin_routes(
                     src_offset: from.offset,
                     len,
                 };
-                issuer.copy(control, method, copy)?;
-            }
-            Route::Resident => {
-                issuer.shared.ensure_peer(plan.src, plan.dst)?;
-                let worker = issuer.shared.worker(plan.src)?;
-                let copy = BufferCopy {
-                    dst: to.buffer,
-                    dst_offset: to.offset,
-                    src: from.buffer,
-                    src_offset: from.offset,
-                    len,
-                };
-                // The control stream goes on once it is complete; where it must first finish
-                // what it holds (the transfer's dependencies), it rings the worker's doorbell.
-                issuer.resident(control, worker, copy, ordered)?;
+                match share.route {
+                    Route::Direct(method) => issuer.copy(control, method, copy)?,
+                    // The control stream goes on once it is complete; where it must first
+                    // finish what it holds (the transfer's dependencies), it rings the worker's
+                    // doorbell.
+                    _ => {
+                        let worker = issuer.shared.worker(plan.src)?;
+                        issuer.resident(control, worker, copy, ordered)?;
+                    }
+                }
             }
             Route::Host | Route::Relay(_) => {
                 let key = lanes_of_route(plan, share.route);

@@ -3,7 +3,7 @@
 //! back and wraps round, doorbells and stream waits order transfers against a stream's work, and
 //! a worker stops, restarts and stops when its guard is dropped. Every byte is checked.
 
-use super::{buffer, contents, invalid, p2p, pattern, peer_of_0, says, usage, FILL};
+use super::{buffer, check_moved, contents, invalid, p2p, pattern, peer_of_0, says, usage, FILL};
 use peerlink::backend::resident::{StopReport, WorkerExit};
 use peerlink::backend::{
     Backend, BufferCopy, BufferId, CopyMethod, Memory, Ticket, Worker, WorkerConfig,
@@ -69,31 +69,13 @@ pub fn resident_transfers_move_exactly_their_range(b: &dyn Backend) {
         (5, 5, 1 << 20),
     ];
     for place in places {
-        for (src_offset, dst_offset, len) in shapes {
-            let size = len + 64;
-            let data = pattern(size, 21);
-            let src = buffer(b, Memory::Device(0), &data);
-            let dst = buffer(b, place, &vec![FILL; size]);
-            let copy = BufferCopy {
-                dst,
-                dst_offset,
-                src,
-                src_offset,
-                len,
-            };
-            let ticket = worker.submit(&copy).unwrap();
-            worker.wait(ticket).unwrap();
-            assert!(worker.is_complete(ticket).unwrap());
-            let mut want = vec![FILL; size];
-            want[dst_offset..dst_offset + len].copy_from_slice(&data[src_offset..src_offset + len]);
-            holds(
-                b,
-                dst,
-                &want,
-                &format!("{len} bytes +{src_offset} -> {place:?}+{dst_offset}"),
-            );
-            b.free(src).unwrap();
-            b.free(dst).unwrap();
+        for shape in shapes {
+            let what = format!("a resident worker on GPU 0 into {place:?}");
+            check_moved(b, Memory::Device(0), place, shape, &what, |copy| {
+                let ticket = worker.submit(copy).unwrap();
+                worker.wait(ticket).unwrap();
+                assert!(worker.is_complete(ticket).unwrap());
+            });
         }
     }
     let report = worker.stop().unwrap();

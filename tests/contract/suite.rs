@@ -202,13 +202,32 @@ fn check_copy(
     method: CopyMethod,
     src_memory: Memory,
     dst_memory: Memory,
+    shape: (usize, usize, usize),
+) {
+    let stream = b.create_stream(issuer).unwrap();
+    let what = format!("{method:?} on GPU {issuer}");
+    check_moved(b, src_memory, dst_memory, shape, &what, |copy| {
+        b.copy(stream, method, copy).unwrap();
+        b.synchronize(stream).unwrap();
+    });
+    b.destroy_stream(stream).unwrap();
+}
+
+/// Moves `len` bytes between fresh buffers by `move_bytes` (which returns once they have moved),
+/// and checks that exactly the destination range changed, to the right bytes; `what` names the
+/// mover in a failure.
+pub fn check_moved(
+    b: &dyn Backend,
+    src_memory: Memory,
+    dst_memory: Memory,
     (src_offset, dst_offset, len): (usize, usize, usize),
+    what: &str,
+    move_bytes: impl FnOnce(&BufferCopy),
 ) {
     let size = len + 64;
     let data = pattern(size, 7);
     let src = buffer(b, src_memory, &data);
     let dst = buffer(b, dst_memory, &vec![FILL; size]);
-    let stream = b.create_stream(issuer).unwrap();
     let copy = BufferCopy {
         dst,
         dst_offset,
@@ -216,19 +235,17 @@ fn check_copy(
         src_offset,
         len,
     };
-    b.copy(stream, method, &copy).unwrap();
-    b.synchronize(stream).unwrap();
+    move_bytes(&copy);
     let got = contents(b, dst);
     let mut want = vec![FILL; size];
     want[dst_offset..dst_offset + len].copy_from_slice(&data[src_offset..src_offset + len]);
     if let Some(at) = (0..size).find(|&i| got[i] != want[i]) {
         panic!(
-            "{method:?} {src_memory:?}+{src_offset} -> {dst_memory:?}+{dst_offset}, {len} bytes \
-             on GPU {issuer}: first wrong byte at {at} (want {:#04x}, got {:#04x})",
+            "{what}: {src_memory:?}+{src_offset} -> {dst_memory:?}+{dst_offset}, {len} bytes: \
+             first wrong byte at {at} (want {:#04x}, got {:#04x})",
             want[at], got[at]
         );
     }
-    b.destroy_stream(stream).unwrap();
     b.free(src).unwrap();
     b.free(dst).unwrap();
 }

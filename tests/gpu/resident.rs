@@ -44,6 +44,12 @@ fn filled(b: &dyn Backend, memory: Memory, data: &[u8]) -> BufferId {
     id
 }
 
+/// `len` bytes of the pattern for `seed`, and a buffer of GPU `device` holding them.
+fn source(b: &dyn Backend, device: usize, len: usize, seed: u8) -> (BufferId, Vec<u8>) {
+    let data = pattern(len, seed);
+    (filled(b, Memory::Device(device), &data), data)
+}
+
 /// Median, 10th and 99th percentile and minimum of samples in µs, as one line.
 fn spread(samples: &[f64]) -> String {
     let stats = Stats::of(samples).expect("samples");
@@ -131,8 +137,7 @@ fn resident_transfers_cost_no_launch_copy_or_event() {
     let (from, to) = pair(&b);
     let worker = Worker::start(&b, &WorkerConfig::on(from)).unwrap();
     let (count, len) = (1000, 4096);
-    let data = pattern(count * len, 61);
-    let src = filled(&b, Memory::Device(from), &data);
+    let (src, data) = source(&b, from, count * len, 61);
     let singles = b.alloc(Memory::Device(to), count * len).unwrap();
     let batched = b.alloc(Memory::Device(to), count * len).unwrap();
     let large = b.alloc(Memory::Device(to), count * len).unwrap();
@@ -425,8 +430,7 @@ fn resident_thousand_messages_of_4_kib_in_one_call() {
     let (from, to) = pair(&b);
     let worker = Worker::start(&b, &WorkerConfig::on(from)).unwrap();
     let (count, len) = (1000, 4096);
-    let data = pattern(count * len, 65);
-    let src = filled(&b, Memory::Device(from), &data);
+    let (src, data) = source(&b, from, count * len, 65);
     let dst = b.alloc(Memory::Device(to), count * len).unwrap();
     let (mut calls, mut totals) = (Vec::new(), Vec::new());
     for round in 0..220 {
