@@ -4,9 +4,10 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all but readwrite and resident): smi topo tests bench sweep explain
-# engine tune torch concurrent readwrite workload torch-allreduce resident
-steps=${STEPS:-smi topo tests bench sweep explain engine tune torch concurrent workload torch-allreduce}
+# Which parts to run (default: all but readwrite, split and resident): smi topo doctor tests bench
+# check sweep explain managed engine tune torch concurrent workload torch-allreduce readwrite split
+# resident
+steps=${STEPS:-smi topo doctor tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
 bench_runs=${BENCH_RUNS:-1}
@@ -35,6 +36,17 @@ $bin --gpu topo >"$work/topo.txt" 2>&1
 $bin --gpu topo --json >"$work/topo.json" 2>"$work/topo.err"
 fi
 
+if want doctor; then
+step doctor
+# Exit 1 means a check failed: what it found is the record, so the status is kept beside it.
+$bin --gpu doctor >"$work/doctor.txt" 2>&1
+echo "doctor exit: $?" >>"$work/doctor.txt"
+$bin --gpu doctor --json >"$work/doctor.json" 2>"$work/doctor.err"
+echo "doctor --json exit: $?" >>"$work/doctor.err"
+# What doctor reads of this host, for the record (lspci needs no root for the tree).
+{ lspci -tv; lspci -vvv; } >"$work/lspci.txt" 2>&1
+fi
+
 if want tests; then
 step gpu tests
 gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture ${GPU_TEST_ARGS:-} >"$work/gpu-tests.log" 2>&1
@@ -48,11 +60,48 @@ for run in $(seq 2 "$bench_runs"); do
     { time $bin --gpu bench --json >"$work/bench-$run.json" 2>"$work/bench-$run.err"; } \
         2>"$work/bench-$run.time"
 done
+# Each run's time on eight GPUs by src/bench/budget.rs's formula (each test's wall_s scaled by its
+# places, start-up by the GPUs), against the 60 s goal.
+runs=("$work/bench.json")
+for run in $(seq 2 "$bench_runs"); do runs+=("$work/bench-$run.json"); done
+python3 scripts/bench-budget.py "${runs[@]}" --gpus 8 >"$work/bench-budget.txt" 2>&1
 $bin --gpu bench >"$work/bench.txt" 2>&1
 $bin --gpu bench --tests sm-write,sm-read,ce-bidir-read,sm-bidir-write,staged,staged-bidir,all-to-one,one-to-all \
     --json >"$work/bench-more.json" 2>"$work/bench-more.err"
 $bin --gpu bench --tests sm-write,sm-read,ce-bidir-read,sm-bidir-write,staged,staged-bidir,all-to-one,one-to-all \
     >"$work/bench-more.txt" 2>&1
+fi
+
+if want check; then
+step check
+# peerlink check (issue 15) against a default bench of this call (bench.json when the bench step
+# ran): three healthy runs (each must exit 0), the text once, then the same baseline made 10%
+# faster (must exit 1 naming every test and pair); also against the shipped reference figures and
+# against the pair's baseline of an earlier session (benchmarks/h200-x2/bench.json: exit 2 on other
+# GPUs). Each file ends with the exit status.
+base="$work/bench.json"
+if [[ ! -s "$base" ]]; then
+    base="$work/check-baseline.json"
+    $bin --gpu bench --json >"$base" 2>"$work/check-baseline.err"
+fi
+python3 scripts/faster-baseline.py "$base" >"$work/check-baseline-faster.json"
+checked() {
+    local name=$1
+    shift
+    { time $bin --gpu check "$@" >"$work/check-$name" 2>"$work/check-$name.err"; } \
+        2>"$work/check-$name.time"
+    echo "exit: $?" >>"$work/check-$name.err"
+}
+for run in 1 2 3; do
+    checked "$run.json" --baseline "$base" --json
+done
+checked healthy.txt --baseline "$base"
+checked faster.json --baseline "$work/check-baseline-faster.json" --json
+checked faster.txt --baseline "$work/check-baseline-faster.json"
+checked reference.json --json
+checked reference.txt
+checked earlier-session.txt --baseline benchmarks/h200-x2/bench.json
+grep -H "exit:" "$work"/check-*.err
 fi
 
 if want sweep; then
@@ -71,6 +120,28 @@ step explain
 for size in 8B 64KiB 256MiB; do
     $bin --gpu explain --src $src --dst $dst --size $size --json >"$work/explain-$size.json" 2>"$work/explain-$size.err"
     $bin --gpu explain --src $src --dst $dst --size $size >"$work/explain-$size.txt" 2>&1
+done
+fi
+
+if want managed; then
+step "managed memory"
+# Unified memory between the GPUs: a kernel on the column GPU reads managed memory whose pages live
+# on the row GPU — first touch (faults), after SetAccessedBy, after a prefetch, read-mostly — and
+# one page's fault; then GPU $src alone (its pages in host memory); a first-touch and prefetch
+# sweep; explain's split of a first touch on the pair.
+managed=managed-fault,managed-accessed-by,managed-prefetch,managed-read-mostly,managed-fault-latency
+$bin --gpu bench --tests $managed --json >"$work/managed.json" 2>"$work/managed.err"
+$bin --gpu bench --tests $managed >"$work/managed.txt" 2>&1
+$bin --gpu --devices $src bench --tests $managed --json >"$work/managed-one-gpu.json" \
+    2>"$work/managed-one-gpu.err"
+$bin --gpu --devices $src bench --tests $managed >"$work/managed-one-gpu.txt" 2>&1
+$bin --gpu bench --sizes 64KiB..256MiB --tests managed-fault,managed-prefetch --json \
+    >"$work/managed-sweep.json" 2>"$work/managed-sweep.err"
+for size in 4MiB 64MiB; do
+    $bin --gpu explain --memory managed --src $src --dst $dst --size $size --json \
+        >"$work/explain-managed-$size.json" 2>"$work/explain-managed-$size.err"
+    $bin --gpu explain --memory managed --src $src --dst $dst --size $size \
+        >"$work/explain-managed-$size.txt" 2>&1
 done
 fi
 
@@ -101,6 +172,12 @@ if [[ -s "$work/bench.json" ]]; then
     $bin compare "$work/bench.json" "$work/exported-sim-bench.json" >"$work/compare-sim.txt" 2>&1
     $bin compare "$work/bench.json" "$work/exported-sim-bench.json" --json >"$work/compare-sim.json" 2>&1
 fi
+# …and against each other bench run of this call (BENCH_RUNS), beside the runs' own spread.
+for run in $(seq 2 "$bench_runs"); do
+    [[ -s "$work/bench-$run.json" ]] || continue
+    $bin compare "$work/bench-$run.json" "$work/exported-sim-bench.json" >"$work/compare-sim-$run.txt" 2>&1
+    $bin compare "$work/bench.json" "$work/bench-$run.json" >"$work/compare-runs-1-$run.txt" 2>&1
+done
 fi
 
 if want torch; then
@@ -146,6 +223,21 @@ rw --tests ce-write,ce-read --size 64MiB --rotation 1GiB >"$work/rw-64MiB-rotate
 rw --tests ce-write,ce-read --size 64MiB --warmup 16 >"$work/rw-64MiB-warm.json" 2>"$work/rw-warm.err"
 rw --tests ce-write,ce-read,ce-bidir-write,ce-bidir-read --size 512MiB --samples 9 \
     >"$work/rw-512MiB.json" 2>"$work/rw-512MiB.err"
+fi
+
+if want split; then
+step "NVLink and the host route at once (issue 11.6)"
+# The split against a direct copy (one way, both ways, each route's share alone) and the copies it is
+# made of side by side; then the engine's own proofs at the sizes of the issue's goals.
+gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture \
+    split_over_nvlink_and_the_host_against_direct nvlink_copy_beside_host_copies \
+    >"$work/split-gpu-tests.log" 2>&1
+echo "gpu tests exit: $?" >>"$work/split-gpu-tests.log"
+for size in 256MiB 1GiB; do
+    $bin --gpu plan --src $src --dst $dst --size $size --prove >"$work/split-engine-$size.txt" 2>&1
+    $bin --gpu plan --concurrent shift --size $size >"$work/split-concurrent-$size.txt" 2>&1
+done
+$bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB >"$work/split-engine-sweep.txt" 2>&1
 fi
 
 if want workload; then
@@ -197,6 +289,7 @@ fi
 tar czf "$dest/results.tgz" -C "$work" .
 cd "$work"
 grep -hE "test result|random transfers|gpu tests exit" gpu-tests.log 2>/dev/null
+grep -hE "^(FAIL|WARN|INFO) |fail, .* ok|doctor exit" doctor.txt 2>/dev/null
 cat engine-batch.txt engine-256MiB.txt tune.time 2>/dev/null
 grep -h "gap:" explain-*.txt 2>/dev/null
 tail -n 4 engine-sweep.txt engine-sweep-profile.txt 2>/dev/null

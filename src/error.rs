@@ -75,6 +75,10 @@ pub enum Error {
     /// The backend was asked for something it does not have (a freed buffer, an unknown stream).
     #[error("{0}")]
     InvalidHandle(String),
+
+    /// A chart of the HTML report could not be drawn.
+    #[error("cannot draw {0}")]
+    Draw(String),
 }
 
 impl Error {
@@ -88,7 +92,8 @@ impl Error {
             | Error::PeerAccess { .. }
             | Error::Verification { .. }
             | Error::OutOfMemory { .. }
-            | Error::InvalidHandle(_) => 1,
+            | Error::InvalidHandle(_)
+            | Error::Draw(_) => 1,
         }
     }
 

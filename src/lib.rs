@@ -9,10 +9,15 @@
 //! - [`bench`](mod@bench): all measuring, through one timing core, one median and one data pattern: the
 //!   bandwidth and latency tests, sweeps, the latency breakdown (`explain`), `tune`, and the
 //!   engine's proofs (its picks timed against every alternative).
+//! - [`check`]: a short health check for fleets — a few tests measured and compared with a
+//!   baseline or with reference figures for known GPUs.
 //! - [`units`]: byte sizes as users type them. [`interrupt`]: stopping a long run, keeping what
 //!   it measured.
 //! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
-//! - [`report`]: text tables and CSV for the CLI's verbs.
+//! - [`report`]: text tables, CSV and the exports of the CLI's verbs; `html` (feature `html`, on
+//!   with the command line): `peerlink report`'s HTML page and its SVG charts.
+//! - [`doctor`]: what stands between the GPUs and fast P2P, each check with its evidence, verdict
+//!   and fix.
 //!
 //! Everything above [`backend`] runs the same on real GPUs and on the simulator, so this example
 //! runs anywhere (on a GPU host, open `backend::cuda::CudaBackend` instead):
@@ -41,9 +46,13 @@
 
 pub mod backend;
 pub mod bench;
+pub mod check;
+pub mod doctor;
 pub mod document;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "html")]
+pub mod html;
 pub mod interrupt;
 pub mod model;
 pub mod report;

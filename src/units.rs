@@ -113,6 +113,18 @@ pub fn format_bytes(bytes: u64) -> String {
 /// time 10¹² µs (eleven days). A document or profile holding more was not written by a measurement.
 pub const LARGEST_FIGURE: f64 = 1e12;
 
+/// A percentage as users type it after `flag` (`5`, `5%`, `2.5`): finite, not negative; else a
+/// usage error that says what `flag` takes.
+pub fn parse_percent(text: &str, flag: &str) -> Result<f64> {
+    let number = text.trim().strip_suffix('%').unwrap_or(text.trim()).trim();
+    match number.parse::<f64>() {
+        Ok(pct) if pct.is_finite() && pct >= 0.0 => Ok(pct),
+        _ => Err(Error::usage(format!(
+            "bad {flag} `{text}`: expected a percentage, such as 5 or 2.5%"
+        ))),
+    }
+}
+
 /// GB/s (1e9 bytes per second) for `bytes` moved in `micros` microseconds.
 pub fn gbps(bytes: u64, micros: f64) -> f64 {
     bytes as f64 / micros / 1e3
@@ -176,6 +188,19 @@ mod tests {
         for bad in ["", "4K,,8K", "4K,", ",4K"] {
             let err = parse_sizes(bad).unwrap_err().to_string();
             assert!(err.starts_with(&format!("bad size list `{bad}`")), "{err}");
+        }
+    }
+
+    #[test]
+    fn percentages_take_an_optional_percent_sign() {
+        assert_eq!(parse_percent("5", "--tolerance").unwrap(), 5.0);
+        assert_eq!(parse_percent(" 2.5% ", "--tolerance").unwrap(), 2.5);
+        assert_eq!(parse_percent("0", "--threshold").unwrap(), 0.0);
+        assert_eq!(parse_percent("150", "--threshold").unwrap(), 150.0);
+        for bad in ["", "%", "-1", "five", "NaN", "inf", "5%%"] {
+            let err = parse_percent(bad, "--tolerance").unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad}: {err}");
+            assert!(err.to_string().starts_with("bad --tolerance"), "{err}");
         }
     }
 

@@ -123,3 +123,95 @@ fn options_that_choose_gpus_are_refused_since_compare_opens_none() {
             .stderr(predicate::str::contains(named));
     }
 }
+
+/// A `bench --json` of the simulated H200 pair, written to `dir/name`; its path.
+fn sim_bench(dir: &std::path::Path, name: &str, tests: &str) -> String {
+    let path = dir.join(name);
+    let doc = json_of(&["--sim", "h200-pair", "bench", "--tests", tests, "--json"]);
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn documents_that_pair_nothing_are_refused_in_one_sentence() {
+    // The shipped one-H200 bench (64 MiB, each test on GPU 0 itself) against the simulated pair
+    // (8 MiB, between GPUs 0 and 1): once an empty table and exit 0.
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim_bench(dir.path(), "sim.json", "ce-write,h2d,copy-latency");
+    let gpu = concat!(env!("CARGO_MANIFEST_DIR"), "/benchmarks/h200/bench.json");
+    for extra in [&[][..], &["--json"], &["--threshold", "5"]] {
+        let out = peerlink()
+            .args(["compare", gpu, &sim])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(out.stdout.is_empty(), "nothing printed as if compared");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("share no figure"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_figure_beyond_the_threshold_exits_1_and_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = sim_bench(dir.path(), "base.json", "ce-write,h2d");
+    let again = sim_bench(dir.path(), "again.json", "ce-write,h2d");
+    // The simulator repeats itself exactly: nothing moves, even against a threshold of 0.
+    peerlink()
+        .args(["compare", &base, &again, "--threshold", "0"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "within 0%: every one of the 4 paired figures",
+        ));
+    // GPU 1 → GPU 0 made 10% slower.
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&again).unwrap()).unwrap();
+    let cell = &mut doc["tests"][0]["cells"][1];
+    assert_eq!(
+        (cell["src"].as_u64(), cell["dst"].as_u64()),
+        (Some(1), Some(0))
+    );
+    cell["value"] = serde_json::json!(cell["value"].as_f64().unwrap() * 0.9);
+    let slower = dir.path().join("slower.json");
+    std::fs::write(&slower, doc.to_string()).unwrap();
+    let slower = slower.to_str().unwrap();
+    for pct in ["5", "9.9%"] {
+        peerlink()
+            .args(["compare", &base, slower, "--threshold", pct])
+            .assert()
+            .code(1)
+            .stdout(predicate::str::contains("BEYOND"))
+            .stderr(predicate::str::contains(
+                "1 of 4 paired figures moved by more than",
+            ))
+            .stderr(predicate::str::contains("ce-write 8 MiB 1→0 (×0.900)"));
+    }
+    peerlink()
+        .args(["compare", &base, slower, "--threshold", "10.1"])
+        .assert()
+        .success();
+    // Without --threshold, compare only reports.
+    peerlink()
+        .args(["compare", &base, slower])
+        .assert()
+        .success();
+    // --json: the document still on stdout, with what moved.
+    let out = peerlink()
+        .args(["compare", &base, slower, "--threshold", "5", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["threshold"]["pct"], 5.0);
+    assert_eq!(doc["threshold"]["beyond"][0]["place"], "1→0");
+    for bad in ["-5", "five", "5%%"] {
+        peerlink()
+            .args(["compare", &base, &again, &format!("--threshold={bad}")])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("bad --threshold"));
+    }
+}

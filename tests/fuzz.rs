@@ -293,6 +293,13 @@ fn options(verb: &str) -> BoxedStrategy<Vec<String>> {
             ),
         ],
         "compare" => vec![files().prop_map(|f| vec![f]).boxed()],
+        "check" => vec![
+            pair("--baseline", files()),
+            pair(
+                "--tolerance",
+                one_of(&["5", "0", "99.9", "100", "-1", "5%", "x", ""]).boxed(),
+            ),
+        ],
         _ => vec![flag("--help")],
     };
     proptest::collection::vec(proptest::strategy::Union::new(choices), 0..5)
@@ -316,6 +323,7 @@ fn command_line() -> impl Strategy<Value = Vec<String>> {
         "plan",
         "tune",
         "compare",
+        "check",
         "frobnicate",
         "",
     ]);
@@ -339,10 +347,12 @@ fn command_line() -> impl Strategy<Value = Vec<String>> {
                 if !verb.is_empty() {
                     args.push(verb.clone());
                 }
-                // `bench` with no --tests runs every default test, and `tune` without --quick
-                // measures for long: minutes, not a fuzz case.
+                // `bench` with no --tests runs every default test, `tune` without --quick
+                // measures for long, and `check` without a baseline measures at each test's
+                // plateau (up to 1 GiB a copy): minutes, not a fuzz case.
                 match verb.as_str() {
                     "bench" => args.extend(["--tests".to_string(), "ce-write".to_string()]),
+                    "check" => args.extend(["--baseline".to_string(), "bench.json".to_string()]),
                     "tune" => args.push("--quick".to_string()),
                     _ => {}
                 }
@@ -619,8 +629,13 @@ proptest! {
             Ok(fuzzed) => {
                 let (a, b) = if base_first { (&base, &fuzzed) } else { (&fuzzed, &base) };
                 let comparison = document::compare::compare(a, b, "a.json", "b.json");
-                let _ = peerlink::report::compare::text(&comparison, "a.json", "b.json");
-                let _ = document::to_json(&document::compare::CompareDocument::new(&comparison));
+                if let Err(e) = comparison.check_paired("a.json", "b.json") {
+                    prop_assert_eq!(e.exit_code(), 2, "{}", e);
+                    return Ok(());
+                }
+                let threshold = Some(5.0);
+                let _ = peerlink::report::compare::text(&comparison, "a.json", "b.json", threshold);
+                let _ = document::to_json(&document::compare::CompareDocument::new(&comparison, threshold));
             }
         }
     }

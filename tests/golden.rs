@@ -21,6 +21,7 @@ const PRESETS: [&str; 2] = ["dgx1-v100", "pcie-2gpu-switch"];
 /// Device sets are small so the suite stays quick; `{dir}` is a scratch directory.
 const CASES: &[(&str, &[&str])] = &[
     ("topo", &["topo"]),
+    ("doctor", &["doctor"]),
     ("bench", &["bench", "--devices", "0,1", "--size", "1MiB"]),
     (
         "bench-more",
@@ -85,6 +86,10 @@ const CASES: &[(&str, &[&str])] = &[
     (
         "compare",
         &["compare", "{dir}/bench-1MiB.json", "{dir}/bench-256KiB.json"],
+    ),
+    (
+        "check",
+        &["check", "--devices", "0,1", "--baseline", "{dir}/bench-1MiB.json"],
     ),
     (
         "workload-all-reduce",

@@ -16,8 +16,16 @@ mod contract;
 #[path = "gpu/engine.rs"]
 mod engine;
 
+#[path = "gpu/check.rs"]
+mod check;
 #[path = "gpu/collectives.rs"]
 mod collectives;
+#[path = "common/mod.rs"]
+mod common;
+#[path = "gpu/doctor.rs"]
+mod doctor;
+#[path = "gpu/managed.rs"]
+mod managed;
 #[path = "gpu/resident.rs"]
 mod resident;
 #[path = "soak/run.rs"]
@@ -182,6 +190,69 @@ fn copy_bandwidth_push_and_pull() {
     }
 }
 
+/// The bench's 512 MiB peer lane is filled and checked on the GPUs (every byte), in milliseconds
+/// where the host took 0.14 s, and a single wrong byte in the destination is still caught, with its
+/// offset and both values.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_512mib_lane_is_filled_and_checked_on_the_gpus_and_a_wrong_byte_is_caught() {
+    use peerlink::bench::cases::{Context, Initiator, PeerCopy, Transport};
+    use peerlink::bench::timing::{measure, Sampling};
+    let b = open();
+    let n = b.topology().devices.len();
+    let to = if n > 1 && b.topology().pair(0, n - 1).unwrap().p2p {
+        n - 1
+    } else {
+        0
+    };
+    b.enable_peer_access(0, to).unwrap();
+    let message = 512 << 20;
+    let sampling = Sampling {
+        warmup: 1,
+        iterations: 2,
+        samples: 1,
+        rotation_bytes: 0,
+    };
+    let mut ctx = Context::new(&b, vec![0, to], sampling, 1 << 20);
+    let ce_write = PeerCopy::new(
+        "ce",
+        Transport::Direct(CopyMethod::CopyEngine),
+        Initiator::Source,
+        false,
+    );
+    let mut lanes = ce_write
+        .lanes(&mut ctx, &[(0, to)], message, &sampling)
+        .unwrap();
+    measure(&mut lanes, &sampling, 3).unwrap(); // first use: kernels compiled and loaded
+    let lane = &mut lanes[0];
+    let host_ms = |b: &CudaBackend, started: f64| (b.host_time_us() - started) / 1e3;
+    let started = b.host_time_us();
+    lane.fill(11).unwrap();
+    let fill_ms = host_ms(&b, started);
+    lane.enqueue(0).unwrap();
+    b.synchronize(lane.stream()).unwrap();
+    let started = b.host_time_us();
+    lane.verify().unwrap();
+    let verify_ms = host_ms(&b, started);
+    println!("GPU 0 -> GPU {to}, 512 MiB: filled in {fill_ms:.2} ms, checked in {verify_ms:.2} ms");
+    assert!(
+        fill_ms < 50.0 && verify_ms < 50.0,
+        "{fill_ms} / {verify_ms} ms"
+    );
+
+    let at = 300_000_001;
+    let mut byte = [0u8];
+    b.read(lane.destination(), at, &mut byte).unwrap();
+    b.write(lane.destination(), at, &[!byte[0]]).unwrap();
+    let wrong = pattern::Mismatch {
+        offset: at,
+        expected: byte[0],
+        found: !byte[0],
+    };
+    let want = wrong.into_error("ce-write", 0, to).to_string();
+    assert_eq!(lane.verify().unwrap_err().to_string(), want);
+}
+
 /// Where a batch of 1000 × 4 KiB spends its time on this host, per step, for the engine's batching
 /// goal: the host's time in the `copy_batch` call, the kernel's GPU time behind a held stream, and
 /// the call-to-completion wall time of a lone batch.
@@ -284,9 +355,10 @@ fn host_writes_into_pinned_memory() {
 /// Which of the host route's copies slows an NVLink copy that runs beside it: the copy-engine
 /// write over NVLink (240 MiB, GPU 0 → GPU 1) alone and beside a 28 MiB device→host copy on GPU 0,
 /// a 28 MiB host→device copy on GPU 1, or both; and the NVLink share issued other ways (pulled by
-/// GPU 1, or by an SM kernel) beside both host copies. Every copy starts together behind held
-/// streams; each stream's GPU time is printed (median of 5). The numbers decide how a split may use
-/// the host route beside NVLink (issue 11).
+/// GPU 1, or by an SM kernel) beside both host copies; and both ways at once (each GPU pushing over
+/// NVLink, copying to and from the host: three copy engines busy on each). Every copy starts
+/// together behind held streams; each stream's GPU time is printed (median of 5). The numbers
+/// decide how a split may use the host route beside NVLink (issue 11).
 #[test]
 #[ignore = "needs a GPU"]
 fn nvlink_copy_beside_host_copies() {
@@ -341,6 +413,35 @@ fn nvlink_copy_beside_host_copies() {
         BufferCopy::from_start(h1, d1, small),
         "h2d GPU1",
     );
+    // The other direction's copies, on buffers of their own.
+    let a1 = b.alloc(Memory::Device(1), big).unwrap();
+    let b0 = b.alloc(Memory::Device(0), big).unwrap();
+    let d0_back = b.alloc(Memory::Device(0), small).unwrap();
+    let d1_back = b.alloc(Memory::Device(1), small).unwrap();
+    let pinned = || {
+        b.alloc(Memory::PinnedHost { numa_node: None }, small)
+            .unwrap()
+    };
+    let (h2, h3) = (pinned(), pinned());
+    let back = [1, 1].map(|d| b.create_stream(d).unwrap());
+    let nvlink_push_back = (
+        back[0],
+        CopyMethod::CopyEngine,
+        BufferCopy::from_start(a1, b0, big),
+        "nvlink push 1->0",
+    );
+    let d2h_back = (
+        back[1],
+        CopyMethod::CopyEngine,
+        BufferCopy::from_start(d1_back, h2, small),
+        "d2h GPU1",
+    );
+    let h2d_back = (
+        on0[2],
+        CopyMethod::CopyEngine,
+        BufferCopy::from_start(h3, d0_back, small),
+        "h2d GPU0",
+    );
     let scenarios: Vec<Vec<_>> = vec![
         vec![nvlink_push],
         vec![d2h],
@@ -350,6 +451,8 @@ fn nvlink_copy_beside_host_copies() {
         vec![nvlink_push, d2h, h2d],
         vec![nvlink_pull, d2h, h2d],
         vec![nvlink_sm, d2h, h2d],
+        vec![nvlink_push, nvlink_push_back],
+        vec![nvlink_push, d2h, h2d, nvlink_push_back, d2h_back, h2d_back],
     ];
     for scenario in &scenarios {
         let mut times = vec![Vec::new(); scenario.len()];

@@ -122,6 +122,8 @@ fn every_committed_document_validates_against_its_schema_and_reads_back() {
 fn the_embedded_presets_and_the_golden_outputs_validate_too() {
     let mut files = json_files(&repo().join("src/topology/presets"));
     files.extend(json_files(&repo().join("tests/golden")));
+    // The doctor's fault presets: the preset format, faults and all.
+    files.extend(json_files(&repo().join("tests/fixtures/doctor")));
     let (checked, failures) = validate_all(&files);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(checked, files.len());

@@ -14,21 +14,26 @@
 //! - order: what a capturing stream may do, events of one GPU for elapsed time, graphs replayed on
 //!   their GPU with their buffers still allocated;
 //! - collectives (module `collective`): one rank per GPU, each rank's buffers on its GPU, the
-//!   ranks' streams capturing all or none, NCCL's communicators in their own table.
+//!   ranks' streams capturing all or none, NCCL's communicators in their own table;
+//! - the pattern calls (module `patterns`): device memory only.
 //!
 //! The table lock is held for lookups only, never across work an implementation does on a GPU, so
 //! threads issuing work at once do not wait on each other here.
 
 mod collective;
+mod health;
+mod managed;
+mod patterns;
 mod resident;
 
 use super::handles::{next_tag, Table};
+use super::health::RawHealth;
 use super::overlap::{first_overlap, InOrder};
-use super::raw::{Batch, RawCollectives, RawProbes, RawResident};
+use super::raw::{Batch, RawCollectives, RawManaged, RawProbes, RawResident};
 use super::resident::Resident;
 use super::{
-    Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Memory,
-    Probes, StreamId,
+    Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Managed,
+    Memory, Patterns, Probes, RawPatterns, StreamId,
 };
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
@@ -64,6 +69,8 @@ struct StreamEntry<S> {
 struct EventEntry<E> {
     device: usize,
     raw: E,
+    /// Whether GPU time may be asked of it (false for [`Backend::mark`]'s).
+    timed: bool,
 }
 
 struct GraphEntry<G> {
@@ -145,6 +152,8 @@ impl<I: RawCollectives> Checked<I> {
         memory: Memory,
         toucher: Toucher,
     ) -> Result<()> {
+        // Pinned host memory is mapped for every GPU; managed memory's pages move or are mapped
+        // by the driver for whichever GPU touches them.
         let Memory::Device(owner) = memory else {
             return Ok(());
         };
@@ -294,6 +303,21 @@ impl<I: RawCollectives> Checked<I> {
         Ok((entry.device, entry.raw.clone()))
     }
 
+    /// Records a timed event ([`Backend::record`]) or one that only orders work
+    /// ([`Backend::mark`]) on `stream`.
+    fn new_event(&self, stream: StreamId, timed: bool) -> Result<EventId> {
+        let (device, raw_stream) = self.idle_stream(&self.lock(), stream, "recording an event")?;
+        let raw = if timed {
+            self.raw.record(&raw_stream)?
+        } else {
+            self.raw.mark(&raw_stream)?
+        };
+        self.lock()
+            .events
+            .insert(EventEntry { device, raw, timed })
+            .map(EventId)
+    }
+
     /// The stream's GPU and object, for work a capture cannot record.
     fn idle_stream(
         &self,
@@ -365,7 +389,9 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes + RawCollectives + RawResident> Backend for Checked<I> {
+impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns + RawResident> Backend
+    for Checked<I>
+{
     fn source(&self) -> &Source {
         &self.raw.topology().source
     }
@@ -387,6 +413,18 @@ impl<I: RawProbes + RawCollectives + RawResident> Backend for Checked<I> {
     }
 
     fn resident(&self) -> &dyn Resident {
+        self
+    }
+
+    fn managed(&self) -> &dyn Managed {
+        self
+    }
+
+    fn health(&self) -> &dyn super::Health {
+        self
+    }
+
+    fn patterns(&self) -> &dyn Patterns {
         self
     }
 
@@ -415,8 +453,24 @@ impl<I: RawProbes + RawCollectives + RawResident> Backend for Checked<I> {
         if bytes == 0 {
             return Err(Error::usage("cannot allocate a buffer of 0 bytes"));
         }
-        if let Memory::Device(device) = memory {
-            self.check_device(device)?;
+        match memory {
+            Memory::Device(device) => self.check_device(device)?,
+            Memory::Managed(device) => {
+                self.check_device(device)?;
+                // The driver would let managed memory outgrow the GPU and evict pages to make room;
+                // peerlink never asks for more than is free.
+                let free = self.raw.free_memory(device)?;
+                if bytes as u64 > free {
+                    return Err(Error::OutOfMemory {
+                        place: format!(
+                            "GPU {device} (managed memory is never allowed past a GPU's free                              memory)"
+                        ),
+                        asked: bytes as u64,
+                        free,
+                    });
+                }
+            }
+            Memory::PinnedHost { .. } => {}
         }
         let raw = self.raw.alloc(memory, bytes)?;
         let entry = BufferEntry {
@@ -526,12 +580,11 @@ impl<I: RawProbes + RawCollectives + RawResident> Backend for Checked<I> {
     }
 
     fn record(&self, stream: StreamId) -> Result<EventId> {
-        let (device, raw_stream) = self.idle_stream(&self.lock(), stream, "recording an event")?;
-        let raw = self.raw.record(&raw_stream)?;
-        self.lock()
-            .events
-            .insert(EventEntry { device, raw })
-            .map(EventId)
+        self.new_event(stream, true)
+    }
+
+    fn mark(&self, stream: StreamId) -> Result<EventId> {
+        self.new_event(stream, false)
     }
 
     fn wait(&self, stream: StreamId, event: EventId) -> Result<()> {
@@ -557,6 +610,13 @@ impl<I: RawProbes + RawCollectives + RawResident> Backend for Checked<I> {
         let (first, last) = {
             let st = self.lock();
             let (first, last) = (st.events.get(start.0)?, st.events.get(end.0)?);
+            if let Some(untimed) = [(start, first), (end, last)].iter().find(|(_, e)| !e.timed) {
+                return Err(Error::usage(format!(
+                    "{} only orders work and carries no time: record the events to time with \
+                     `record`",
+                    untimed.0
+                )));
+            }
             if first.device != last.device {
                 return Err(Error::usage(format!(
                     "{start} and {end} were recorded on different GPUs ({} and {}): GPU time can \

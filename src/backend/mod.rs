@@ -1,7 +1,8 @@
 //! The seam between peerlink and a GPU host.
 //!
 //! Everything above this seam — the bench, the engine, the reports — is safe Rust that talks to a
-//! host only through [`Backend`] (and, for the latency tests, its [`Probes`]). Two implementations
+//! host only through [`Backend`] (and, for the latency tests, its [`Probes`]; for managed memory,
+//! its [`Managed`]). Two implementations
 //! exist: [`cuda`] drives real GPUs through the CUDA driver API, NVRTC and NVML; [`sim`] simulates a
 //! host from a preset, moving real bytes in host memory on a virtual, deterministic clock. Like
 //! hyperfine's `Executor`, each can measure its own overhead, so the same benchmark code runs, and is
@@ -25,16 +26,20 @@ mod checked;
 pub mod collective;
 pub mod cuda;
 mod handles;
+pub mod health;
 pub mod host_memory;
 mod overlap;
+mod patterns;
 mod raw;
 pub mod resident;
 pub mod sim;
 
 pub use checked::Checked;
 pub use collective::{Collectives, Nccl};
+pub use health::Health;
 pub(crate) use overlap::first_overlap;
-pub use raw::{Batch, RawBackend, RawCollectives, RawProbes, RawRank, RawResident};
+pub use patterns::{Patterns, RawPatterns};
+pub use raw::{Batch, RawBackend, RawCollectives, RawManaged, RawProbes, RawRank, RawResident};
 pub use resident::{Resident, Ticket, Worker, WorkerConfig, WorkerId};
 
 use crate::topology::{Source, Topology};
@@ -80,6 +85,53 @@ pub enum Memory {
     Device(usize),
     /// Page-locked host memory, mapped for every GPU, preferably on this NUMA node.
     PinnedHost { numa_node: Option<i32> },
+    /// Managed (unified) memory, placed on this GPU when allocated: one address for the host and
+    /// every GPU, its pages migrating to whichever GPU touches them (a page fault each) unless
+    /// advice or a prefetch says otherwise (see [`Managed`]). Refused when larger than the GPU's
+    /// free memory: peerlink never oversubscribes a GPU with managed memory.
+    Managed(usize),
+}
+
+/// As error messages name it: `memory of GPU 2`, `pinned host memory`, `managed memory`.
+impl fmt::Display for Memory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Memory::Device(d) => write!(f, "memory of GPU {d}"),
+            Memory::PinnedHost { .. } => f.write_str("pinned host memory"),
+            Memory::Managed(d) => write!(f, "managed memory (allocated for GPU {d})"),
+        }
+    }
+}
+
+/// Where pages of managed memory can be put: on a GPU, or in host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Location {
+    Device(usize),
+    Host,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Device(d) => write!(f, "GPU {d}"),
+            Location::Host => f.write_str("host memory"),
+        }
+    }
+}
+
+/// Advice on a managed buffer (cuMemAdvise), applied to the whole buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Advice {
+    /// Pages read by a GPU that lacks them are duplicated there instead of moved; a write anywhere
+    /// collapses them back to the writer's one copy.
+    SetReadMostly,
+    /// Undoes [`Advice::SetReadMostly`], collapsing every duplicated page to one copy.
+    UnsetReadMostly,
+    /// Keeps the pages mapped for this GPU wherever they live: its accesses cross the link to them
+    /// instead of faulting and moving them.
+    SetAccessedBy(usize),
+    /// Undoes [`Advice::SetAccessedBy`] for this GPU.
+    UnsetAccessedBy(usize),
 }
 
 /// Which hardware moves the bytes.
@@ -159,6 +211,14 @@ pub trait Backend: Send + Sync {
 
     /// Resident workers: persistent kernels the host rings with transfers (see [`resident`]).
     fn resident(&self) -> &dyn Resident;
+    /// Advice and prefetches for managed memory.
+    fn managed(&self) -> &dyn Managed;
+    /// What each GPU's management interface says about its health (PCIe link, NVLinks, error
+    /// counters, clocks), for `peerlink doctor`.
+    fn health(&self) -> &dyn Health;
+    /// Filling and checking device memory with the crate's data pattern on its GPU (see
+    /// [`Patterns`]).
+    fn patterns(&self) -> &dyn Patterns;
 
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
     /// already enabled pair succeeds, and a GPU is its own peer. Fails with [`Error::PeerAccess`],
@@ -213,6 +273,13 @@ pub trait Backend: Send + Sync {
 
     /// Records an event after the work queued so far on `stream`.
     fn record(&self, stream: StreamId) -> Result<EventId>;
+
+    /// Records an event that only orders work: no GPU time can be asked of it, and where the
+    /// backend has such events streams wait on them sooner (CUDA's events without timing, which its
+    /// documentation names the best for stream waits). As [`Backend::record`] elsewhere.
+    fn mark(&self, stream: StreamId) -> Result<EventId> {
+        self.record(stream)
+    }
 
     /// Makes later work on `stream` wait for `event` (no host blocking).
     fn wait(&self, stream: StreamId, event: EventId) -> Result<()>;
@@ -293,6 +360,20 @@ pub trait Probes {
         pong_flag: BufferId,
         rounds: u32,
     ) -> Result<()>;
+}
+
+/// What only managed memory ([`Memory::Managed`]) has: advice on where its pages should live, and
+/// prefetches that move them ahead of use. Any GPU's work (kernels and copy engines) may touch a
+/// managed buffer without peer access: the driver moves or maps its pages.
+pub trait Managed {
+    /// Applies `advice` to the whole of a managed buffer (host work, effective at once for work
+    /// queued afterwards).
+    fn advise(&self, buffer: BufferId, advice: Advice) -> Result<()>;
+
+    /// Queues on `stream` the move of every page of a managed buffer to `to`, in stream order
+    /// (cuMemPrefetchAsync). Under [`Advice::SetReadMostly`] the pages are duplicated there and
+    /// stay where they were too.
+    fn prefetch(&self, stream: StreamId, buffer: BufferId, to: Location) -> Result<()>;
 }
 
 /// A handle whose resource has a release: a buffer, stream, event, gate or graph.

@@ -9,7 +9,7 @@
 
 use super::collective::{AllReduceKernel, DataType, PeerTransfer};
 use super::resident::{StopReport, WorkerConfig};
-use super::{BufferCopy, BufferId, CopyMethod, Memory};
+use super::{Advice, BufferCopy, BufferId, CopyMethod, Location, Memory};
 use crate::topology::Topology;
 use crate::Result;
 
@@ -65,6 +65,10 @@ pub trait RawBackend: Send + Sync {
 
     /// The stream does not capture (nor for `wait`, `synchronize`, `hold`).
     fn record(&self, stream: &Self::Stream) -> Result<Self::Event>;
+    /// An event for ordering only, never timed; a recorded one where the backend has one kind.
+    fn mark(&self, stream: &Self::Stream) -> Result<Self::Event> {
+        self.record(stream)
+    }
     fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
     fn event_done(&self, event: &Self::Event) -> Result<bool>;
     fn event_synchronize(&self, event: &Self::Event) -> Result<()>;
@@ -120,10 +124,11 @@ pub trait RawResident: RawBackend {
     fn start_worker(&self, config: &WorkerConfig) -> Result<Self::Worker>;
 
     /// Both ranges lie inside their buffers and do not overlap; both buffers are reachable by a
-    /// kernel on the worker's GPU. `len` may be 0 (a ticket that moves nothing).
+    /// kernel on the worker's GPU and neither is managed memory. `len` may be 0 (a ticket that
+    /// moves nothing).
     fn submit(&self, worker: &Self::Worker, copy: BufferCopy<&Self::Buffer>) -> Result<u64>;
 
-    /// Checked as a `copy_batch` on the worker's GPU; may be empty.
+    /// Checked as a `copy_batch` on the worker's GPU, with no managed memory; may be empty.
     fn submit_batch(&self, worker: &Self::Worker, batch: Batch<'_, Self::Buffer>) -> Result<u64>;
 
     /// As `submit`; the stream does not capture.
@@ -162,6 +167,13 @@ pub trait RawResident: RawBackend {
     /// Stops the worker and waits for its kernel to end. Called once per worker; calls on other
     /// threads may still hold it, and fail from then on.
     fn stop_worker(&self, worker: &Self::Worker) -> Result<StopReport>;
+}
+
+/// Managed memory's advice and prefetches, below the checks: the buffer is managed memory, every
+/// GPU the advice or location names exists, and the stream does not capture.
+pub trait RawManaged: RawBackend {
+    fn advise(&self, buffer: &Self::Buffer, advice: Advice) -> Result<()>;
+    fn prefetch(&self, stream: &Self::Stream, buffer: &Self::Buffer, to: Location) -> Result<()>;
 }
 
 /// One rank of an all-reduce, below the checks: its stream and buffers as the implementation's

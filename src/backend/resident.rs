@@ -14,6 +14,8 @@
 //!   buffer a kernel on that GPU can reach will do (its own memory, a peer's with peer access
 //!   enabled, pinned host memory), but start the worker on the *source* GPU: stores over NVLink or
 //!   PCIe are posted and pipeline (push), loads from a peer wait a round trip each (pull).
+//!   Managed memory is refused ([`crate::Error::Usage`]): a page fault inside the worker's kernel
+//!   would stall it, and every ticket behind the one that faults, for as long as the driver takes.
 //! - **Tickets and order.** Each submission returns a [`Ticket`]. One worker takes transfers in
 //!   ticket order and reports them complete in ticket order: once ticket `t` is complete, every
 //!   earlier ticket of the worker is complete, whichever thread submitted it. Transfers in flight

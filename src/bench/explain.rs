@@ -7,6 +7,14 @@
 //! the host's wake-up, measured with an empty marker). Their sum is set beside the measured end-to-end time. First
 //! use costs (allocation, pinning, peer enable, first transfer) are measured apart as setup. Every
 //! saving in the fixes is computed from these measurements.
+//!
+//! For a read of managed memory ([`run_managed`]) the GPU's part splits instead into the page
+//! faults, the pages' move over the link and the read itself, and the fixes are a prefetch and
+//! SetAccessedBy.
+
+mod managed;
+
+pub use managed::run as run_managed;
 
 use super::cases::{enable, EndToEnd, Initiator, PeerCopy, TestCase, Transport};
 use super::fit::Fit;
@@ -114,25 +122,9 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<Explanation> {
     let topo = backend.topology();
-    let n = topo.devices.len();
-    for (flag, gpu) in [("--src", src), ("--dst", dst)] {
-        if let Some(missing) = crate::topology::missing_gpu(gpu, n) {
-            return Err(Error::usage(format!("{flag}: {missing}")));
-        }
-    }
-    let defaults = Defaults::for_backend(backend);
+    let (defaults, mut notes) = opening(backend, src, dst)?;
     let sampling = defaults.sampling;
     let direct = src == dst || topo.pair(src, dst).is_some_and(|p| p.p2p);
-    let mut notes: Vec<String> = defaults.note.iter().cloned().collect();
-    if topo.is_simulated() {
-        notes.insert(
-            0,
-            format!(
-                "SIMULATED host ({}): times come from the preset's model on a virtual clock",
-                backend.source()
-            ),
-        );
-    }
     let mut ctx = Context::new(
         backend,
         vec![src, dst],
@@ -312,13 +304,7 @@ pub fn run(
                 ),
             },
         ),
-        part(
-            "receiver side",
-            completion.marker_us,
-            "host clock from queuing an empty marker (an event) on an idle stream until the host \
-             sees it complete, after the queuing call returned: the GPU front end picking the work \
-             up, its completion signal, and the host's wake-up from the synchronisation",
-        ),
+        receiver_part(&completion),
     ];
     let sum_us: f64 = parts.iter().map(|p| p.us).sum();
     let gap_us = measured.median - sum_us;
@@ -517,6 +503,41 @@ fn resident_path(
         ring_us: ring.median,
         total_us: total.median,
     })
+}
+
+/// Checks that both GPUs exist; returns the backend's defaults and the notes every explanation
+/// opens with (that the host is simulated, and how the defaults differ there).
+fn opening(backend: &dyn Backend, src: usize, dst: usize) -> Result<(Defaults, Vec<String>)> {
+    let topo = backend.topology();
+    let n = topo.devices.len();
+    for (flag, gpu) in [("--src", src), ("--dst", dst)] {
+        if let Some(missing) = crate::topology::missing_gpu(gpu, n) {
+            return Err(Error::usage(format!("{flag}: {missing}")));
+        }
+    }
+    let defaults = Defaults::for_backend(backend);
+    let mut notes: Vec<String> = defaults.note.iter().cloned().collect();
+    if topo.is_simulated() {
+        notes.insert(
+            0,
+            format!(
+                "SIMULATED host ({}): times come from the preset's model on a virtual clock",
+                backend.source()
+            ),
+        );
+    }
+    Ok((defaults, notes))
+}
+
+/// The receiver side: what it costs the host to learn that the GPU's work finished.
+fn receiver_part(completion: &Completion) -> Part {
+    part(
+        "receiver side",
+        completion.marker_us,
+        "host clock from queuing an empty marker (an event) on an idle stream until the host sees \
+         it complete, after the queuing call returned: the GPU front end picking the work up, its \
+         completion signal, and the host's wake-up from the synchronisation",
+    )
 }
 
 /// Median GPU µs between two events recorded back to back behind a held stream.

@@ -19,11 +19,13 @@ pub struct Footprint {
 }
 
 impl Footprint {
-    /// `count` buffers of `bytes` in `memory` (pinned host memory counts as the host's).
+    /// `count` buffers of `bytes` in `memory` (pinned host memory counts as the host's; managed
+    /// memory as the GPU's it is allocated for: a test whose pages also land on another GPU counts
+    /// them there too).
     pub fn add(&mut self, memory: Memory, count: u64, bytes: u64) {
         let total = count.saturating_mul(bytes);
         match memory {
-            Memory::Device(d) => {
+            Memory::Device(d) | Memory::Managed(d) => {
                 let held = self.devices.entry(d).or_default();
                 *held = held.saturating_add(total);
             }

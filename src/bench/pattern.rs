@@ -45,14 +45,38 @@ fn base(seed: u64) -> u64 {
     mix(seed)
 }
 
+/// What multiplies each word's count (odd, so the multiply is a bijection).
+const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// Word `index` of the message that starts at `base`. Multiplying by an odd constant is a
 /// bijection, so two bases give different words at every index and no two words of a message (up
 /// to 2^64 of them) are equal; one multiply a word keeps filling and checking large buffers at
 /// memory speed.
 fn word(base: u64, index: usize) -> u64 {
-    (index as u64)
-        .wrapping_add(base)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    (index as u64).wrapping_add(base).wrapping_mul(MULTIPLIER)
+}
+
+/// The message for a seed as a GPU generates it (`kernels/pattern.cu`): word `i` (bytes `8i` to
+/// `8i + 7`, little-endian) is `(i + base) × multiplier` modulo 2^64. Byte `j` of a message depends
+/// on the seed and `j` alone, so any part of it can be made or checked on its own. The host hands
+/// the GPU both numbers, so the pattern is defined here only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WordRule {
+    pub base: u64,
+    pub multiplier: u64,
+}
+
+/// How the message for `seed` is generated (see [`WordRule`]).
+pub fn word_rule(seed: u64) -> WordRule {
+    WordRule {
+        base: base(seed),
+        multiplier: MULTIPLIER,
+    }
+}
+
+/// Byte `index` of the message for `seed`.
+pub fn byte_at(seed: u64, index: usize) -> u8 {
+    word(base(seed), index / 8).to_le_bytes()[index % 8]
 }
 
 /// The `len` bytes of the message for `seed`.
@@ -255,6 +279,24 @@ mod tests {
         assert!(first_mismatch(current_seed, &previous).unwrap().offset < 8);
         // Zeroed memory is not a valid message either.
         assert!(first_mismatch(current_seed, &vec![0; len]).is_some());
+    }
+
+    #[test]
+    fn every_byte_follows_the_word_rule_a_gpu_is_given() {
+        let mut rng = SplitMix::new(3);
+        for _ in 0..20 {
+            let seed = rng.next_u64();
+            let len = 1 + rng.below(300) as usize;
+            let message = bytes(seed, len);
+            let rule = word_rule(seed);
+            for (j, &b) in message.iter().enumerate() {
+                let word = ((j / 8) as u64)
+                    .wrapping_add(rule.base)
+                    .wrapping_mul(rule.multiplier);
+                assert_eq!(b, word.to_le_bytes()[j % 8], "seed {seed} byte {j}");
+                assert_eq!(b, byte_at(seed, j));
+            }
+        }
     }
 
     #[test]

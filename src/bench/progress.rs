@@ -1,5 +1,5 @@
 //! Progress for long measurements: a trait the library reports to, and a stderr bar that appears only
-//! once the work has taken more than a second.
+//! once the work has taken more than a second, with the time left at the rate so far.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::sync::Mutex;
@@ -24,18 +24,27 @@ impl Progress for Silent {
     fn finish(&self) {}
 }
 
-/// A bar on stderr, drawn only when a stage has run for more than [`Bar::DELAY`].
+/// A bar on stderr, drawn only when a stage has run for more than [`Bar::DELAY`] (or the
+/// milliseconds in `PEERLINK_PROGRESS_DELAY_MS`, which the tests set to 0 to see every bar).
 pub struct Bar {
     state: Mutex<Option<(ProgressBar, Instant)>>,
+    delay: Duration,
 }
 
 impl Bar {
     /// Work shorter than this shows no bar.
     pub const DELAY: Duration = Duration::from_secs(1);
+    /// The stage, the bar, steps done of all, time spent and time left.
+    const TEMPLATE: &'static str = "{msg:>16} [{bar:30}] {pos}/{len} {elapsed}, ETA {eta}";
 
     pub fn new() -> Bar {
+        let delay = std::env::var("PEERLINK_PROGRESS_DELAY_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map_or(Bar::DELAY, Duration::from_millis);
         Bar {
             state: Mutex::new(None),
+            delay,
         }
     }
 }
@@ -49,9 +58,7 @@ impl Default for Bar {
 impl Progress for Bar {
     fn start(&self, stage: &str, steps: u64) {
         let bar = ProgressBar::with_draw_target(Some(steps), ProgressDrawTarget::hidden());
-        if let Ok(style) =
-            ProgressStyle::with_template("{msg:>16} [{bar:30}] {pos}/{len} {elapsed}")
-        {
+        if let Ok(style) = ProgressStyle::with_template(Bar::TEMPLATE) {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_message(stage.to_string());
@@ -67,8 +74,10 @@ impl Progress for Bar {
         if let Ok(state) = self.state.lock() {
             if let Some((bar, started)) = state.as_ref() {
                 bar.inc(1);
-                if bar.is_hidden() && started.elapsed() > Bar::DELAY {
+                if bar.is_hidden() && started.elapsed() >= self.delay {
                     bar.set_draw_target(ProgressDrawTarget::stderr());
+                    // Time spent and left move between steps too.
+                    bar.enable_steady_tick(Duration::from_millis(250));
                 }
             }
         }

@@ -54,6 +54,16 @@ pub enum Place {
     Device { device: usize },
 }
 
+impl std::fmt::Display for Place {
+    /// How reports name a place: `0→1` for a pair, `GPU 0` for a device.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Place::Pair { src, dst } => write!(f, "{src}→{dst}"),
+            Place::Device { device } => write!(f, "GPU {device}"),
+        }
+    }
+}
+
 impl Place {
     /// The (source, destination) of a place; a device is its own pair.
     pub fn pair(self) -> (usize, usize) {

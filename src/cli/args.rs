@@ -42,6 +42,25 @@ pub struct Global {
     /// GPUs to use, by CUDA index (default: all)
     #[arg(long, global = true, value_delimiter = ',', value_name = "I,J,..")]
     pub devices: Option<Vec<usize>>,
+
+    #[command(flatten)]
+    pub exports: Exports,
+}
+
+/// Files written beside what a verb prints, as hyperfine writes them; any of them in one run.
+#[derive(Args)]
+pub struct Exports {
+    /// Also write the verb's JSON document to FILE
+    #[arg(long, global = true, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+
+    /// Also write the verb's tables to FILE as CSV, the document's header as leading `#` lines
+    #[arg(long, global = true, value_name = "FILE")]
+    pub export_csv: Option<PathBuf>,
+
+    /// Also write the verb's header and tables to FILE as Markdown
+    #[arg(long, global = true, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -63,6 +82,53 @@ pub enum Verb {
     /// Two `bench --json` documents side by side, figure by figure (another run, another host, or
     /// a simulator preset against the machine it was calibrated on)
     Compare(CompareArgs),
+    /// One self-contained HTML page of charts (SVG, no script, nothing fetched) from any mix of
+    /// peerlink's JSON documents; --svg DIR writes the charts alone
+    Report(ReportArgs),
+    /// What stands between the GPUs and fast P2P: each check's evidence, verdict (ok, info, warn,
+    /// fail) and fix; exit status 1 when a check fails
+    Doctor(DoctorArgs),
+    /// A short health check: ce-write, h2d, d2h, local and copy-latency measured and compared with
+    /// a baseline or with reference figures for known GPUs; exit 1 naming what regressed
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// JSON documents peerlink wrote: topo, bench, explain, plan, tune's profile, compare or
+    /// workload `--json` outputs, in any mix and order
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// Where to write the HTML page (replaced atomically)
+    #[arg(short, long, value_name = "FILE", required_unless_present = "svg")]
+    pub out: Option<PathBuf>,
+
+    /// Write each chart as an SVG file into DIR (made if missing), named by its id
+    #[arg(long, value_name = "DIR")]
+    pub svg: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Read the host's /sys and /proc under this directory [default: / on real GPUs; none on the
+    /// simulator]
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// An earlier `peerlink bench --json` of this kind of host, taken when it was healthy; each
+    /// test is measured at its size [default: the reference figures shipped for H200, H100 SXM
+    /// and A100 SXM]
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
+    /// How much slower than expected a figure may be, in percent of it (copy-latency: twice this)
+    /// [default: 5]
+    #[arg(long, value_name = "PCT")]
+    pub tolerance: Option<String>,
 }
 
 #[derive(Args)]
@@ -71,6 +137,11 @@ pub struct CompareArgs {
     pub base: PathBuf,
     /// The document compared
     pub other: PathBuf,
+
+    /// Exit 1, naming them, when any paired figure moved by more than this percentage of its base
+    /// figure, either way (5, 2.5%)
+    #[arg(long, value_name = "PCT")]
+    pub threshold: Option<String>,
 }
 
 #[derive(Args)]
@@ -129,6 +200,13 @@ pub struct ExplainArgs {
     /// Bytes of the transfer: 4B, 64K, 1MiB, …
     #[arg(long, default_value = "4KiB", value_name = "SIZE")]
     pub size: String,
+
+    /// What the transfer moves: `device` (a copy-engine copy between device buffers) or
+    /// `managed` (a kernel on --dst reading managed memory whose pages live on --src, in host
+    /// memory when --src equals --dst: faults, page migration, and what a prefetch or
+    /// SetAccessedBy saves)
+    #[arg(long, default_value = "device", value_name = "KIND")]
+    pub memory: String,
 }
 
 #[derive(Args)]

@@ -1,15 +1,21 @@
-//! `peerlink compare BASE OTHER`: two bench documents, figure by figure.
+//! `peerlink compare BASE OTHER [--threshold PCT]`: two bench documents, figure by figure.
 
 use super::args::{CompareArgs, Global};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use peerlink::document;
 use peerlink::document::bench::BenchDocument;
 use peerlink::document::compare::CompareDocument;
 use peerlink::report;
+use peerlink::units::parse_percent;
 use std::path::Path;
 
 pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
     global.refuse_backend_options("compare")?;
+    let threshold = args
+        .threshold
+        .as_deref()
+        .map(|text| parse_percent(text, "--threshold"))
+        .transpose()?;
     let (base_name, other_name) = (
         args.base.display().to_string(),
         args.other.display().to_string(),
@@ -20,9 +26,23 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
         &base_name,
         &other_name,
     );
-    global.print(&CompareDocument::new(&comparison), || {
-        report::compare::text(&comparison, &base_name, &other_name)
-    })
+    comparison.check_paired(&base_name, &other_name)?;
+    global.print(&CompareDocument::new(&comparison, threshold), || {
+        report::compare::text(&comparison, &base_name, &other_name, threshold)
+    })?;
+    let Some(pct) = threshold else {
+        return Ok(());
+    };
+    let beyond: Vec<String> = comparison.beyond(pct).iter().map(|p| p.named()).collect();
+    if !beyond.is_empty() {
+        bail!(
+            "{} of {} paired figures moved by more than {pct}%: {}",
+            beyond.len(),
+            comparison.pairs.len(),
+            report::first_few(&beyond)
+        );
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<BenchDocument> {

@@ -5,7 +5,11 @@
 //! embedding the library does not compile them.
 
 pub mod args;
+mod check;
 mod compare;
+mod doctor;
+mod export;
+mod html_report;
 mod plan;
 mod tune;
 mod workload;
@@ -23,6 +27,7 @@ use peerlink::units::{parse_size, parse_sizes};
 /// Runs one command line.
 pub fn run(cli: Cli) -> Result<()> {
     let global = &cli.global;
+    global.exports.check()?;
     match cli.verb {
         Verb::Topo => {
             let opened = global.open()?;
@@ -47,7 +52,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let found = bench::run(opened.backend.as_ref(), &options, &*global.progress())?;
             let doc = BenchDocument::new(opened.backend.topology(), found);
             if args.csv {
-                return emit(&report::bench::csv(&doc.results));
+                return global.show(&doc, &report::bench::csv(&doc.results));
             }
             global.print(&doc, || report::bench::text(&doc))
         }
@@ -55,7 +60,18 @@ pub fn run(cli: Cli) -> Result<()> {
             let opened = global.open()?;
             global.check_in_use(opened.backend.topology(), &[args.src, args.dst])?;
             let size = parse_size(&args.size)?;
-            let found = explain::run(
+            let explain = match args.memory.as_str() {
+                "device" => explain::run,
+                "managed" => explain::run_managed,
+                other => {
+                    return Err(peerlink::Error::usage(format!(
+                        "--memory `{other}` is not a kind of memory explain knows: say `device` \
+                         or `managed`"
+                    ))
+                    .into())
+                }
+            };
+            let found = explain(
                 opened.backend.as_ref(),
                 args.src,
                 args.dst,
@@ -68,7 +84,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Plan(args) => plan::run(global, &args),
         Verb::Tune(args) => tune::run(global, &args),
         Verb::Compare(args) => compare::run(global, &args),
+        Verb::Check(args) => check::run(global, &args),
         Verb::Workload(args) => workload::run(global, &args),
+        Verb::Report(args) => html_report::run(global, &args),
+        Verb::Doctor(args) => doctor::run(global, &args),
     }
 }
 
@@ -178,21 +197,30 @@ impl Global {
         }
     }
 
-    /// Prints `doc` as JSON with `--json`, else the text `text` makes (made only then).
+    /// The one emitter of every verb: prints `doc` as JSON with `--json`, else the text `text`
+    /// makes (made only then), and writes the exports asked for.
     fn print(&self, doc: &impl Document, text: impl FnOnce() -> String) -> Result<()> {
         if self.json {
-            emit(&format!("{}\n", document::to_json(doc)))
+            self.show(doc, &format!("{}\n", document::to_json(doc)))
         } else {
-            emit(&text())
+            self.show(doc, &text())
         }
     }
 
-    /// A progress bar on stderr, except for `--json` runs.
+    /// Writes the exports of `doc`, then `shown` on stdout.
+    fn show(&self, doc: &impl Document, shown: &str) -> Result<()> {
+        self.exports.write(doc, shown)?;
+        emit(shown)
+    }
+
+    /// A progress bar on stderr where stderr is a terminal (with `--json` too: the document is on
+    /// stdout); nothing where it is a file or a pipe.
     fn progress(&self) -> Box<dyn progress::Progress> {
-        if self.json {
-            Box::new(progress::Silent)
-        } else {
+        use std::io::IsTerminal;
+        if std::io::stderr().is_terminal() {
             Box::new(progress::Bar::new())
+        } else {
+            Box::new(progress::Silent)
         }
     }
 }

@@ -126,7 +126,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
     match mode {
         Mode::Concurrent { traffic, size } => {
             let pairs = traffic.pairs(fabric.devices())?;
-            let report = concurrent::run(&fabric, &pairs, size, runs)?;
+            let report = concurrent::run(&fabric, &pairs, size, runs, &*global.progress())?;
             let view = ConcurrentView {
                 model,
                 traffic: args.concurrent.as_deref().unwrap_or_default(),
@@ -137,7 +137,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
             })
         }
         Mode::Sweep { src, dst, sizes } => {
-            let report = sweep::run(&fabric, src, dst, &sizes, runs)?;
+            let report = sweep::run(&fabric, src, dst, &sizes, runs, &*global.progress())?;
             let view = SweepView {
                 model,
                 report: &report,
@@ -154,7 +154,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
             prove,
         } => {
             let proof = prove
-                .then(|| batch::run(&fabric, src, dst, count, message, runs))
+                .then(|| batch::run(&fabric, src, dst, count, message, runs, &*global.progress()))
                 .transpose()?;
             let plan = planner.plan_batch(src, dst, &vec![message as u64; count], 1)?;
             let view = BatchView {
@@ -178,7 +178,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
             let plan = planner.plan(src, dst, size)?;
             let unusable = planner.unusable(src, dst, size)?;
             let proof = prove
-                .then(|| sweep::run(&fabric, src, dst, &[size], runs))
+                .then(|| sweep::run(&fabric, src, dst, &[size], runs, &*global.progress()))
                 .transpose()?;
             let view = PlanView {
                 source: backend.source(),

@@ -17,7 +17,9 @@ pub struct BenchDocument {
     pub results: BenchReport,
 }
 
-impl_document!(BenchDocument, "peerlink.bench/1");
+impl_document!(BenchDocument, "peerlink.bench/1", |doc| vec![
+    crate::report::bench::figures(&doc.results)
+]);
 
 impl BenchDocument {
     pub fn new(host: &Topology, results: BenchReport) -> BenchDocument {
@@ -37,7 +39,9 @@ pub struct ExplainDocument {
     pub explanation: Explanation,
 }
 
-impl_document!(ExplainDocument, "peerlink.explain/1");
+impl_document!(ExplainDocument, "peerlink.explain/1", |doc| {
+    crate::report::bench::explain_tables(&doc.explanation)
+});
 
 impl ExplainDocument {
     pub fn new(host: &Topology, explanation: Explanation) -> ExplainDocument {

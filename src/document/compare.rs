@@ -9,7 +9,7 @@
 
 use super::bench::BenchDocument;
 use super::{impl_document, Header};
-use crate::bench::result::{Place, Unit};
+use crate::bench::result::Unit;
 use crate::bench::stats::median;
 use crate::topology::Source;
 use crate::units::{format_bytes, LARGEST_FIGURE};
@@ -47,6 +47,11 @@ impl Pair {
     fn distance(&self) -> f64 {
         self.ratio.max(1.0 / self.ratio)
     }
+
+    /// How the figure is named in a sentence: `ce-write 512 MiB 0→1 (×0.901)`.
+    pub fn named(&self) -> String {
+        format!("{} {} (×{:.3})", self.test, self.place, self.ratio)
+    }
 }
 
 /// Everything paired, in the first document's order, and what only one of them has.
@@ -81,6 +86,15 @@ pub struct Furthest {
     pub ratio: f64,
 }
 
+/// `compare --threshold`: how far a figure may move, and the figures that moved further.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Threshold {
+    /// How far, in percent of the base figure, either way.
+    pub pct: f64,
+    /// The paired figures whose ratio is further than that from 1.
+    pub beyond: Vec<Pair>,
+}
+
 /// Two bench documents compared: per test the median ratio and the furthest figure, then every
 /// paired figure. The header's `source` (and GPUs) are the compared document's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -92,18 +106,33 @@ pub struct CompareDocument {
     pub tests: Vec<TestSummary>,
     pub pairs: Vec<Pair>,
     pub unmatched: Vec<String>,
+    /// With `--threshold` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<Threshold>,
 }
 
-impl_document!(CompareDocument, "peerlink.compare/1");
+impl_document!(CompareDocument, "peerlink.compare/1", |doc| {
+    use crate::report::export::Records;
+    vec![
+        Records::of("tests", &doc.tests),
+        Records::of("pairs", &doc.pairs),
+        Records::of("unmatched", &doc.unmatched),
+    ]
+});
 
 impl CompareDocument {
-    pub fn new(c: &Comparison) -> CompareDocument {
+    /// The document of comparison `c`, with the figures beyond `threshold_pct` where one is given.
+    pub fn new(c: &Comparison, threshold_pct: Option<f64>) -> CompareDocument {
         CompareDocument {
             header: Header::after(<Self as super::Document>::SCHEMA, &c.other),
             base_source: c.base_source.clone(),
             tests: c.summaries(),
             pairs: c.pairs.clone(),
             unmatched: c.unmatched.clone(),
+            threshold: threshold_pct.map(|pct| Threshold {
+                pct,
+                beyond: c.beyond(pct).into_iter().cloned().collect(),
+            }),
         }
     }
 }
@@ -157,14 +186,16 @@ pub fn compare(
 /// The bench document in `text` as `compare` takes it: JSON of the bench schema whose every figure
 /// could have been measured; else a usage error (exit 2) that starts with `name`.
 pub fn bench_input(text: &str, name: &str) -> crate::Result<BenchDocument> {
-    let doc: BenchDocument = super::read(text).map_err(|why| {
-        crate::Error::usage(format!(
-            "{name} is {why}; give two `peerlink bench --json` outputs"
-        ))
-    })?;
+    read_bench(text, name, "two `peerlink bench --json` outputs")
+}
+
+/// The bench document in `text`, as [`bench_input`] reads it; the usage error says to give `wanted`.
+pub fn read_bench(text: &str, name: &str, wanted: &str) -> crate::Result<BenchDocument> {
+    let doc: BenchDocument = super::read(text)
+        .map_err(|why| crate::Error::usage(format!("{name} is {why}; give {wanted}")))?;
     check_figures(&doc).map_err(|why| {
         crate::Error::usage(format!(
-            "{name} {why}; give two `peerlink bench --json` outputs as peerlink wrote them"
+            "{name} {why}; give {wanted} as peerlink wrote them"
         ))
     })?;
     Ok(doc)
@@ -221,13 +252,9 @@ fn figures(doc: &BenchDocument) -> Vec<Figure> {
         // A test at another message size is another figure: pair like with like only.
         let name = format!("{} {}", test.name, format_bytes(test.size_bytes));
         for cell in &test.cells {
-            let place = match cell.place {
-                Place::Pair { src, dst } => format!("{src}→{dst}"),
-                Place::Device { device } => format!("GPU {device}"),
-            };
             out.push(Figure {
                 test: name.clone(),
-                place,
+                place: cell.place.to_string(),
                 unit: test.unit,
                 value: cell.value,
             });
@@ -248,6 +275,28 @@ fn figures(doc: &BenchDocument) -> Vec<Figure> {
 }
 
 impl Comparison {
+    /// Ok where the two documents share at least one figure; else the usage error (exit 2) that
+    /// says they share none, `name_*` naming them: a comparison of nothing says nothing.
+    pub fn check_paired(&self, name_base: &str, name_other: &str) -> crate::Result<()> {
+        if !self.pairs.is_empty() {
+            return Ok(());
+        }
+        Err(crate::Error::usage(format!(
+            "{name_base} and {name_other} share no figure (no test at the same message size on the \
+             same GPU or pair), so there is nothing to compare: run both with the same --tests, \
+             --size and --devices (on the simulator, `bench --size plateau` takes a GPU's default \
+             sizes)"
+        )))
+    }
+
+    /// The paired figures that moved by more than `pct` percent of the base figure, either way.
+    pub fn beyond(&self, pct: f64) -> Vec<&Pair> {
+        self.pairs
+            .iter()
+            .filter(|p| (p.ratio - 1.0).abs() * 100.0 > pct)
+            .collect()
+    }
+
     /// One summary per test, in the first document's order.
     pub fn summaries(&self) -> Vec<TestSummary> {
         self.pairs
@@ -278,7 +327,7 @@ impl Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::result::{BenchReport, Cell, Sweep, SweepPoint, TestResult};
+    use crate::bench::result::{BenchReport, Cell, Place, Sweep, SweepPoint, TestResult};
     use crate::bench::stats::Stats;
     use crate::bench::timing::Sampling;
     use crate::topology::Topology;
@@ -381,13 +430,66 @@ mod tests {
         assert_eq!(s[2].unit, Unit::Micros);
         assert_eq!(s[2].worst.place, "0→1 4 KiB");
         assert!((s[2].median_ratio - 0.75).abs() < 1e-12);
-        let doc = serde_json::to_value(CompareDocument::new(&c)).unwrap();
+        let doc = serde_json::to_value(CompareDocument::new(&c, None)).unwrap();
+        assert!(
+            doc.get("threshold").is_none(),
+            "written only with --threshold"
+        );
         assert_eq!(doc["schema"], "peerlink.compare/1");
         assert_eq!(doc["source"], "sim:exported");
         assert_eq!(doc["simulated"], true);
         assert_eq!(doc["base_source"], "cuda");
         assert_eq!(doc["pairs"].as_array().unwrap().len(), 6);
         assert_eq!(doc["pairs"][0]["unit"], "GB/s");
+    }
+
+    #[test]
+    fn figures_beyond_the_threshold_are_those_further_than_it_either_way() {
+        let base = doc("cuda", [2000.0, 400.0, 400.0, 2000.0], 55.0, 8.0);
+        // 0→1 10% slower, 1→0 4% faster, h2d 1% slower, the sweep point 6% longer.
+        let other = doc("cuda", [2000.0, 360.0, 416.0, 2000.0], 54.45, 8.48);
+        let c = compare(&base, &other, "a", "b");
+        let named = |pct| -> Vec<String> { c.beyond(pct).iter().map(|p| p.named()).collect() };
+        assert_eq!(
+            named(5.0),
+            [
+                "ce-write 1 MiB 0→1 (×0.900)",
+                "ce-write sweep 0→1 4 KiB (×1.060)"
+            ]
+        );
+        assert_eq!(named(3.0).len(), 3);
+        assert_eq!(named(0.5).len(), 4);
+        // Unchanged figures never move, however small the threshold.
+        assert_eq!(named(0.0).len(), 4);
+        assert!(named(12.0).is_empty());
+        let doc = serde_json::to_value(CompareDocument::new(&c, Some(5.0))).unwrap();
+        assert_eq!(doc["threshold"]["pct"], 5.0);
+        assert_eq!(doc["threshold"]["beyond"].as_array().unwrap().len(), 2);
+        assert_eq!(doc["threshold"]["beyond"][0]["place"], "0→1");
+    }
+
+    #[test]
+    fn documents_that_share_no_figure_are_refused_in_one_sentence() {
+        let base = doc("cuda", [1.0; 4], 1.0, 1.0);
+        let mut other = doc("sim:h200-pair", [1.0; 4], 1.0, 1.0);
+        assert!(compare(&base, &other, "a", "b")
+            .check_paired("a", "b")
+            .is_ok());
+        // Other sizes, and a sweep of another pair: every test differs or sits elsewhere.
+        for test in &mut other.results.tests {
+            test.size_bytes = 8 << 20;
+        }
+        other.results.sweeps[0].src = 1;
+        let c = compare(&base, &other, "gpu.json", "sim.json");
+        assert!(c.pairs.is_empty());
+        let err = c.check_paired("gpu.json", "sim.json").unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        let text = err.to_string();
+        assert!(
+            text.starts_with("gpu.json and sim.json share no figure"),
+            "{text}"
+        );
+        assert_eq!(text.matches(". ").count(), 0, "one sentence: {text}");
     }
 
     #[test]

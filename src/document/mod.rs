@@ -11,12 +11,15 @@
 //! [`bench::ExplainDocument`], [`plan::PlanDocument`], [`plan::PlanSweepDocument`],
 //! [`plan::PlanBatchDocument`], [`plan::PlanConcurrentDocument`],
 //! [`crate::model::Profile`] (from `tune`, read by `plan --profile`),
-//! [`compare::CompareDocument`] and [`workload::WorkloadDocument`]. A simulator preset
+//! [`compare::CompareDocument`], [`workload::WorkloadDocument`] and
+//! [`doctor::DoctorDocument`], [`check::CheckDocument`]. A simulator preset
 //! ([`crate::backend::sim::Preset`]) is an input users write, with no header, but its schema is
 //! published beside theirs.
 
 pub mod bench;
+pub mod check;
 pub mod compare;
+pub mod doctor;
 mod header;
 pub mod plan;
 pub mod schemas;
@@ -38,11 +41,21 @@ pub trait Document: Serialize + DeserializeOwned + JsonSchema {
     fn header(&self) -> &Header;
 
     fn header_mut(&mut self) -> &mut Header;
+
+    /// The document's tables, for `--export-csv` and `--export-markdown`
+    /// ([`crate::report::export`]); none by default.
+    fn tables(&self) -> Vec<crate::report::export::Records> {
+        Vec::new()
+    }
 }
 
-/// Implements [`Document`] for a type whose header is its `header` field.
+/// Implements [`Document`] for a type whose header is its `header` field, its tables (for the
+/// exports) those `$tables(&doc)` returns where given.
 macro_rules! impl_document {
     ($type:ty, $schema:literal) => {
+        $crate::document::impl_document!($type, $schema, |_| Vec::new());
+    };
+    ($type:ty, $schema:literal, $tables:expr) => {
         impl $crate::document::Document for $type {
             const SCHEMA: &'static str = $schema;
 
@@ -52,6 +65,11 @@ macro_rules! impl_document {
 
             fn header_mut(&mut self) -> &mut $crate::document::Header {
                 &mut self.header
+            }
+
+            fn tables(&self) -> Vec<$crate::report::export::Records> {
+                let tables: fn(&Self) -> Vec<$crate::report::export::Records> = $tables;
+                tables(self)
             }
         }
     };

@@ -78,7 +78,7 @@ pub struct PlanDocument {
     pub proof: Option<Proof>,
 }
 
-impl_document!(PlanDocument, "peerlink.plan/1");
+impl_document!(PlanDocument, "peerlink.plan/1", crate::report::plan::tables);
 
 /// One route of a plan and the bytes it carries.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -265,7 +265,11 @@ pub struct PlanSweepDocument {
     pub points: Vec<SweepPoint>,
 }
 
-impl_document!(PlanSweepDocument, "peerlink.plan-sweep/1");
+impl_document!(
+    PlanSweepDocument,
+    "peerlink.plan-sweep/1",
+    crate::report::plan::sweep_tables
+);
 
 /// One size of the engine benchmark.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -318,7 +322,11 @@ pub struct PlanBatchDocument {
     pub proof: Option<BatchProof>,
 }
 
-impl_document!(PlanBatchDocument, "peerlink.plan-batch/1");
+impl_document!(
+    PlanBatchDocument,
+    "peerlink.plan-batch/1",
+    crate::report::plan::batch_tables
+);
 
 /// Every way of moving the batch, measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -384,7 +392,17 @@ pub struct PlanConcurrentDocument {
     pub regret: f64,
 }
 
-impl_document!(PlanConcurrentDocument, "peerlink.plan-concurrent/1");
+impl_document!(
+    PlanConcurrentDocument,
+    "peerlink.plan-concurrent/1",
+    |doc| {
+        use crate::report::export::Records;
+        vec![
+            Records::of("flows", &doc.flows),
+            Records::of("ways", &doc.ways),
+        ]
+    }
+);
 
 impl PlanConcurrentDocument {
     pub fn new(host: &Topology, view: &ConcurrentView<'_>) -> PlanConcurrentDocument {

@@ -7,7 +7,9 @@
 //! and validates every committed document under `benchmarks/` against its schema.
 
 use super::bench::{BenchDocument, ExplainDocument};
+use super::check::CheckDocument;
 use super::compare::CompareDocument;
+use super::doctor::DoctorDocument;
 use super::plan::{PlanBatchDocument, PlanConcurrentDocument, PlanDocument, PlanSweepDocument};
 use super::topo::TopoDocument;
 use super::workload::WorkloadDocument;
@@ -48,6 +50,8 @@ pub fn published() -> Vec<Published> {
         of::<Profile>(),
         of::<CompareDocument>(),
         of::<WorkloadDocument>(),
+        of::<DoctorDocument>(),
+        of::<CheckDocument>(),
         Published {
             file: PRESET_FILE.to_string(),
             schema: titled::<Preset>("peerlink simulator preset"),

@@ -21,7 +21,14 @@ pub struct TopoDocument {
     pub warnings: Vec<Warning>,
 }
 
-impl_document!(TopoDocument, "peerlink.topo/1");
+impl_document!(TopoDocument, "peerlink.topo/1", |doc| {
+    use crate::report::export::Records;
+    vec![
+        Records::of("devices", &doc.devices),
+        Records::of("pairs", &doc.pairs),
+        Records::of("warnings", &doc.warnings),
+    ]
+});
 
 impl TopoDocument {
     /// The document for the devices in `selected` (indices into `host.devices`).

@@ -35,7 +35,9 @@ pub struct WorkloadDocument {
     pub rows: Vec<Row>,
 }
 
-impl_document!(WorkloadDocument, "peerlink.workload/1");
+impl_document!(WorkloadDocument, "peerlink.workload/1", |doc| vec![
+    crate::report::export::Records::of("rows", &doc.rows)
+]);
 
 impl WorkloadDocument {
     pub fn new(host: &Topology, report: &Report) -> WorkloadDocument {

@@ -372,7 +372,7 @@ impl PreparedBatch {
                     })
                     .collect();
                 issuer.copy_batch(scatter, &scattered)?;
-                let idle = issuer.record_kept(scatter)?;
+                let idle = issuer.mark_kept(scatter)?;
                 if let Some(old) = gather.idle.replace(idle) {
                     issuer.adopt(old);
                 }

@@ -7,12 +7,15 @@
 //! therefore on one GPU and time the whole transfer.
 //!
 //! Pipelined routes (through pinned host memory, through a relay GPU) go through a *lane*: a staging
-//! buffer of [`STAGING_SLOTS`] chunk slots, allocated once per (pair, route) and reused, and two
-//! streams, one per hop. Chunk `k` fills slot `k mod SLOTS` on the first stream, and the second
-//! stream drains it once the fill's event fires; a fill waits for the drain that last used its slot.
-//! The lane remembers the event of its last drain, so the next transfer through it does not
-//! overwrite a slot still being read. When a split runs several routes, their chunks are queued in
-//! turn so that every route starts at once.
+//! buffer of [`STAGING_SLOTS`] chunks of [`MAX_CHUNK`], allocated once per (pair, route) and reused,
+//! and two streams, one per hop. The buffer holds as many slots as chunks of the transfer fit (more
+//! for smaller chunks, so that the first hop runs further ahead). Chunk `k` fills slot `k mod slots`
+//! on the first stream, and the second stream drains it once the fill's event fires; a fill waits
+//! for the drain that last used its slot. These events only order work: they are marks, which a
+//! GPU waits on sooner than on timed events. The lane remembers the event of its last drain, so the
+//! next transfer through it does not overwrite a slot still being read. When a split runs several
+//! routes, its direct copies are queued first (one call each, so that they start at once), then the
+//! pipelines' chunks in turn.
 
 use super::plan::{Plan, Route, Strategy};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
@@ -365,9 +368,16 @@ impl<'s> Issuer<'s> {
         Ok(e)
     }
 
-    /// Records an event that outlives this submission (a lane's idle event); its owner frees it.
-    pub fn record_kept(&mut self, stream: StreamId) -> Result<EventId> {
-        self.backend().record(stream)
+    /// Marks a point that only orders work (see [`Backend::mark`]), freed with this submission.
+    pub fn mark(&mut self, stream: StreamId) -> Result<EventId> {
+        let e = self.backend().mark(stream)?;
+        self.events.push(e);
+        Ok(e)
+    }
+
+    /// Marks a point that outlives this submission (a lane's idle event); its owner frees it.
+    pub fn mark_kept(&mut self, stream: StreamId) -> Result<EventId> {
+        self.backend().mark(stream)
     }
 
     /// Hands an event to this submission, to be freed when it completes.
@@ -485,9 +495,10 @@ pub(super) fn submit(shared: &Arc<Shared>, job: &Job<'_>) -> Result<Completion> 
 }
 
 /// Queues several transfers as [`submit`] does each, but interleaved: every transfer's direct
-/// copies and first chunks first, then the pipelines' chunks in turn across all of them, so that
-/// none waits for the CPU to finish queuing another (each GPU sending at once, or a split both
-/// ways between two GPUs). Jobs that would share a staging lane are queued one after another.
+/// copies first, then every pipeline's first chunk, then the pipelines' chunks in turn across all
+/// of them, so that none waits for the CPU to finish queuing another (each GPU sending at once, or
+/// a split both ways between two GPUs). Jobs that would share a staging lane are queued one after
+/// another.
 pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<Vec<Completion>> {
     let mut keys: Vec<LaneKey> = jobs.iter().flat_map(|j| lanes_of(j.plan)).collect();
     let total = keys.len();
@@ -513,34 +524,46 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
         let pipelined = plan
             .paths
             .iter()
-            .any(|p| !matches!(p.route, Route::Direct(_)));
+            .any(|p| !matches!(p.route, Route::Direct(_) | Route::Resident));
         let start = if job.timed || pipelined {
             Some(issuer.record(control)?)
         } else {
             None
         };
-        let pipelines = begin_routes(
+        queue_direct(
             &mut issuer,
-            &mut guards,
             plan,
             (job.src, job.dst),
             control,
-            start,
             !job.after.is_empty(),
         )?;
         let q = Queuing {
             issuer,
             control,
             start,
-            pipelines,
+            pipelines: Vec::new(),
         };
-        // A transfer of direct copies only is queued whole: it ends at once.
-        if q.pipelines.is_empty() {
-            done.push(Some(q.finish(&mut guards)?));
-            queuing.push(None);
-        } else {
+        // A transfer of direct copies and resident transfers only is queued whole: it ends at once.
+        if pipelined {
             done.push(None);
             queuing.push(Some(q));
+        } else {
+            done.push(Some(q.finish(&mut guards)?));
+            queuing.push(None);
+        }
+    }
+    // Every transfer's direct copies are queued, so that none waits for another's pipelines to be
+    // begun; now each pipeline's first chunk.
+    for (q, job) in queuing.iter_mut().zip(jobs) {
+        if let Some(q) = q {
+            q.pipelines = begin_pipelines(
+                &mut q.issuer,
+                &mut guards,
+                job.plan,
+                job.src,
+                job.dst,
+                q.start,
+            )?;
         }
     }
     // Chunks in turn across every transfer; each ends (its end event recorded) as soon as its own
@@ -601,7 +624,8 @@ pub(super) fn issue_routes(
     control: StreamId,
     start: Option<EventId>,
 ) -> Result<()> {
-    let mut pipelines = begin_routes(issuer, lanes, plan, (src, dst), control, start, true)?;
+    queue_direct(issuer, plan, (src, dst), control, true)?;
+    let mut pipelines = begin_pipelines(issuer, lanes, plan, src, dst, start)?;
     while step_routes(issuer, &mut pipelines)? {}
     finish_routes(issuer, lanes, pipelines, control)
 }
@@ -609,60 +633,72 @@ pub(super) fn issue_routes(
 /// The pipelined routes of a transfer being queued, a chunk at a time.
 pub(super) type Pipelines = Vec<(LaneKey, Pipeline)>;
 
-/// Queues `plan`'s direct copies on `control` and each pipelined route's first chunk, and returns
-/// the pipelines whose other chunks are still to queue. `ordered`: work queued on `control` before
-/// must be done first (a resident transfer then waits for its doorbell there; without, the worker
-/// takes it at once).
-fn begin_routes(
+/// Queues `plan`'s direct copies and resident transfers on `control`: one call each, they run from
+/// the transfer's start whatever the plan's order, before any pipeline's chunks are queued.
+/// `ordered`: work queued on `control` before must be done first (a resident transfer then waits
+/// for its doorbell there; without, the worker takes it at once).
+fn queue_direct(
     issuer: &mut Issuer<'_>,
-    lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>,
     plan: &Plan,
     (src, dst): (Loc, Loc),
     control: StreamId,
-    start: Option<EventId>,
     ordered: bool,
+) -> Result<()> {
+    for share in &plan.paths {
+        if !matches!(share.route, Route::Direct(_) | Route::Resident) {
+            continue;
+        }
+        issuer.shared.ensure_peer(plan.src, plan.dst)?;
+        let copy = BufferCopy {
+            dst: dst.buffer,
+            dst_offset: dst.offset + share.offset as usize,
+            src: src.buffer,
+            src_offset: src.offset + share.offset as usize,
+            len: share.bytes as usize,
+        };
+        match share.route {
+            Route::Direct(method) => issuer.copy(control, method, copy)?,
+            // The control stream goes on once it is complete; where it must first finish what it
+            // holds (the transfer's dependencies), it rings the worker's doorbell.
+            _ => {
+                let worker = issuer.shared.worker(plan.src)?;
+                issuer.resident(control, worker, copy, ordered)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Begins each pipelined route of `plan` after `start` (an event already recorded on the control
+/// stream) with its first chunk, and returns the pipelines whose other chunks are still to queue.
+fn begin_pipelines(
+    issuer: &mut Issuer<'_>,
+    lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>,
+    plan: &Plan,
+    src: Loc,
+    dst: Loc,
+    start: Option<EventId>,
 ) -> Result<Pipelines> {
     let mut pipelines = Vec::new();
     for share in &plan.paths {
-        let (from, to) = (src.at(share.offset as usize), dst.at(share.offset as usize));
-        let len = share.bytes as usize;
-        match share.route {
-            Route::Direct(_) | Route::Resident => {
-                issuer.shared.ensure_peer(plan.src, plan.dst)?;
-                let copy = BufferCopy {
-                    dst: to.buffer,
-                    dst_offset: to.offset,
-                    src: from.buffer,
-                    src_offset: from.offset,
-                    len,
-                };
-                match share.route {
-                    Route::Direct(method) => issuer.copy(control, method, copy)?,
-                    // The control stream goes on once it is complete; where it must first
-                    // finish what it holds (the transfer's dependencies), it rings the worker's
-                    // doorbell.
-                    _ => {
-                        let worker = issuer.shared.worker(plan.src)?;
-                        issuer.resident(control, worker, copy, ordered)?;
-                    }
-                }
-            }
-            Route::Host | Route::Relay(_) => {
-                let key = lanes_of_route(plan, share.route);
-                let lane = lanes
-                    .get_mut(&key)
-                    .expect("every lane of the plan is locked");
-                let start = start.ok_or_else(|| {
-                    Error::InvalidHandle(
-                        "internal: a pipelined route was queued without a start event".into(),
-                    )
-                })?;
-                let mut pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
-                // Its first chunk goes now, before the next route is begun.
-                pipeline.step(issuer)?;
-                pipelines.push((key, pipeline));
-            }
+        if let Route::Direct(_) | Route::Resident = share.route {
+            continue;
         }
+        let (from, to) = (src.at(share.offset as usize), dst.at(share.offset as usize));
+        let key = lanes_of_route(plan, share.route);
+        let lane = lanes
+            .get_mut(&key)
+            .expect("every lane of the plan is locked");
+        let start = start.ok_or_else(|| {
+            Error::InvalidHandle(
+                "internal: a pipelined route was queued without a start event".into(),
+            )
+        })?;
+        let len = share.bytes as usize;
+        let mut pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
+        // Its first chunk goes now, before the next route is begun.
+        pipeline.step(issuer)?;
+        pipelines.push((key, pipeline));
     }
     Ok(pipelines)
 }
@@ -713,6 +749,8 @@ pub(super) struct Pipeline {
     len: usize,
     chunk: usize,
     chunks: usize,
+    /// Chunks the staging buffer holds at once.
+    slots: usize,
     next: usize,
     /// The drain event of each chunk queued so far.
     drained: Vec<EventId>,
@@ -743,10 +781,10 @@ impl Pipeline {
             }
             LaneKey::Gather { .. } => unreachable!("gather lanes carry no pipeline"),
         };
-        let slot = MAX_CHUNK as usize;
+        let staging_len = STAGING_SLOTS * MAX_CHUNK as usize;
         if lane.staging.is_empty() {
-            let buffer = shared.backend.alloc(memory, STAGING_SLOTS * slot)?;
-            lane.staging.push((buffer, STAGING_SLOTS * slot));
+            let buffer = shared.backend.alloc(memory, staging_len)?;
+            lane.staging.push((buffer, staging_len));
         }
         let hop = |device, role| StreamKey {
             device,
@@ -761,6 +799,7 @@ impl Pipeline {
             issuer.wait(first, idle)?;
         }
         let (chunk, chunks) = chunking(len as u64, plan.chunk_bytes.min(MAX_CHUNK));
+        let chunk = chunk as usize;
         Ok(Pipeline {
             first,
             second,
@@ -768,8 +807,9 @@ impl Pipeline {
             from,
             to,
             len,
-            chunk: chunk as usize,
+            chunk,
             chunks: chunks as usize,
+            slots: staging_len / chunk,
             next: 0,
             drained: Vec::new(),
         })
@@ -783,9 +823,9 @@ impl Pipeline {
         }
         let offset = k * self.chunk;
         let len = self.chunk.min(self.len - offset);
-        let slot = (k % STAGING_SLOTS) * MAX_CHUNK as usize;
-        if k >= STAGING_SLOTS {
-            issuer.wait(self.first, self.drained[k - STAGING_SLOTS])?;
+        let slot = (k % self.slots) * self.chunk;
+        if k >= self.slots {
+            issuer.wait(self.first, self.drained[k - self.slots])?;
         }
         let fill = BufferCopy {
             dst: self.staging,
@@ -795,7 +835,7 @@ impl Pipeline {
             len,
         };
         issuer.copy(self.first, CopyMethod::CopyEngine, fill)?;
-        let filled = issuer.record(self.first)?;
+        let filled = issuer.mark(self.first)?;
         issuer.wait(self.second, filled)?;
         let drain = BufferCopy {
             dst: self.to.buffer,
@@ -807,9 +847,9 @@ impl Pipeline {
         issuer.copy(self.second, CopyMethod::CopyEngine, drain)?;
         let drained = if k + 1 == self.chunks {
             // The last drain is the lane's new idle event: the lane owns it.
-            issuer.record_kept(self.second)?
+            issuer.mark_kept(self.second)?
         } else {
-            issuer.record(self.second)?
+            issuer.mark(self.second)?
         };
         self.drained.push(drained);
         self.next += 1;

@@ -61,6 +61,25 @@ pub const COPY_ENGINE_START_US: f64 = 0.5;
 /// through the engine: an estimate, issue 14's goal for the worker alone (3 µs) — the engine adds a
 /// doorbell and a stream wait. `tune` measures it into a profile.
 pub const RESIDENT_ALPHA_US: f64 = 3.0;
+/// GPU time a chunk of a pipeline costs beyond its copies' α + bytes/β when its two hops run on
+/// different GPUs (each chunk's second copy waits for an event of the first's GPU, a reused slot's
+/// fill for one of the second's): 4.3 µs. Derived from the staged strategy alone on the H200 pair
+/// (docs/reference.md): 83.0–83.5 µs per 4 MiB chunk, 45.6 per 2 MiB, 26.0 per 1 MiB, 16.3 per
+/// 512 KiB, against 78.9, 40.8, 21.7, 12.2 from the profile's host-copy fits.
+pub const CROSS_GPU_CHUNK_US: f64 = 4.3;
+/// GPU time a pipelined transfer takes beyond its chunks, their waits across GPUs and the CPU's
+/// queuing: 9.3 µs, the median of what the staged strategy took beyond them on the H200 pair at
+/// 1 MiB–1 GiB (7.5–16.8 µs; docs/reference.md). Likely the hand-offs from the control stream to
+/// the route's streams and back, which the model does not price one by one.
+pub const PIPELINE_FIXED_US: f64 = 9.3;
+/// The host route's chunks went slower beside a direct copy of the same split on the H200 pair
+/// (its device → host copies on the source GPU, whose copy engines also ran the NVLink copy): per
+/// chunk 9.6 µs and its bytes at 48.7 GB/s, against 6.9 µs and 55 GB/s alone (docs/reference.md).
+/// The planner prices that hop with this fraction of its rate and [`BESIDE_DIRECT_CHUNK_US`] more
+/// per chunk.
+pub const BESIDE_DIRECT_RATE_FRACTION: f64 = 0.885;
+/// See [`BESIDE_DIRECT_RATE_FRACTION`].
+pub const BESIDE_DIRECT_CHUNK_US: f64 = 2.7;
 /// A copy kernel's launch, back to back: ~3 µs of GPU time.
 pub const KERNEL_ALPHA_US: f64 = 3.0;
 /// Per message inside one batched copy kernel: 0.015 µs (measured here, 1000 × 4 KiB gather kernel).

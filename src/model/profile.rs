@@ -64,7 +64,14 @@ pub struct Profile {
     pub notes: Vec<String>,
 }
 
-impl_document!(Profile, "peerlink.profile/1");
+impl_document!(Profile, "peerlink.profile/1", |profile| {
+    use crate::report::export::Records;
+    vec![
+        Records::of("hops", &profile.hops),
+        Records::of("lone", &profile.lone),
+        Records::of("issue", &Vec::from_iter(&profile.issue)),
+    ]
+});
 
 impl Profile {
     /// An empty profile for the host `topology` describes.

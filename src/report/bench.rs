@@ -1,14 +1,16 @@
 //! `peerlink bench` and `peerlink explain` as text tables and CSV (their JSON documents are
 //! [`BenchDocument`] and [`ExplainDocument`]).
 
+use super::export::Records;
 use super::table::{matrix, plain};
+use crate::bench::explain::Explanation;
 use crate::bench::result::{BenchReport, NotMeasured, Place, Sweep, TestResult, Unit};
 use crate::document::bench::{BenchDocument, ExplainDocument};
 use crate::units::format_bytes;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
 
-fn figure(unit: Unit, value: f64) -> String {
+pub(super) fn figure(unit: Unit, value: f64) -> String {
     match unit {
         Unit::Gbps => format!("{value:.1}"),
         Unit::Micros => format!("{value:.2}"),
@@ -193,79 +195,112 @@ pub fn text(doc: &BenchDocument) -> String {
     out
 }
 
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
-}
-
-/// The bench report as CSV: one row per measured or skipped cell and per sweep point.
-pub fn csv(report: &BenchReport) -> String {
-    let mut out = String::from(
-        "kind,test,unit,size_bytes,src,dst,device,value,total,median_us,p99_us,cv,samples,note\n",
+/// The bench report as one table: a row per measured or skipped cell and per sweep point (what
+/// `--csv` prints and `--export-csv` writes).
+pub fn figures(report: &BenchReport) -> Records {
+    let mut table = Records::new(
+        "figures",
+        &[
+            "kind",
+            "test",
+            "unit",
+            "size_bytes",
+            "src",
+            "dst",
+            "device",
+            "value",
+            "total",
+            "median_us",
+            "p99_us",
+            "cv",
+            "samples",
+            "note",
+        ],
     );
+    let text = |v: &dyn ToString| v.to_string();
     let opt = |v: Option<f64>| v.map_or_else(String::new, |v| v.to_string());
     let place_fields = |place: Place| match place {
-        Place::Pair { src, dst } => format!("{src},{dst},"),
-        Place::Device { device } => format!(",,{device}"),
+        Place::Pair { src, dst } => [src.to_string(), dst.to_string(), String::new()],
+        Place::Device { device } => [String::new(), String::new(), device.to_string()],
     };
     for test in &report.tests {
-        let head = format!(
-            "{},{},{}",
-            csv_field(&test.name),
+        let head = [
+            test.name.clone(),
             test.unit.symbol().replace('µ', "u"),
-            test.size_bytes
-        );
+            test.size_bytes.to_string(),
+        ];
         for c in &test.cells {
-            let _ = writeln!(
-                out,
-                "cell,{head},{},{},{},{},{},{},{},",
-                place_fields(c.place),
-                c.value,
+            let mut row = vec!["cell".to_string()];
+            row.extend(head.iter().cloned());
+            row.extend(place_fields(c.place));
+            row.extend([
+                text(&c.value),
                 opt(c.total),
-                c.time_us.median,
-                c.time_us.p99,
-                c.time_us.cv,
-                c.time_us.samples
-            );
+                text(&c.time_us.median),
+                text(&c.time_us.p99),
+                text(&c.time_us.cv),
+                text(&c.time_us.samples),
+                String::new(),
+            ]);
+            table.rows.push(row);
         }
         for n in &test.not_measured {
-            let _ = writeln!(
-                out,
-                "not_measured,{head},{},,,,,,,{}",
-                place_fields(n.place),
-                csv_field(&n.reason)
-            );
+            let mut row = vec!["not_measured".to_string()];
+            row.extend(head.iter().cloned());
+            row.extend(place_fields(n.place));
+            row.extend(vec![String::new(); 6]);
+            row.push(n.reason.clone());
+            table.rows.push(row);
         }
     }
     for sweep in &report.sweeps {
+        let pair = |kind: &str, bytes: String| {
+            vec![
+                kind.to_string(),
+                sweep.test.clone(),
+                "GB/s".to_string(),
+                bytes,
+                sweep.src.to_string(),
+                sweep.dst.to_string(),
+                String::new(),
+            ]
+        };
         for p in &sweep.points {
-            let _ = writeln!(
-                out,
-                "sweep,{},GB/s,{},{},{},,{},,{},{},,,",
-                csv_field(&sweep.test),
-                p.bytes,
-                sweep.src,
-                sweep.dst,
-                p.gbps,
-                p.median_us,
-                p.p99_us
-            );
+            let mut row = pair("sweep", p.bytes.to_string());
+            row.extend([
+                text(&p.gbps),
+                String::new(),
+                text(&p.median_us),
+                text(&p.p99_us),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+            table.rows.push(row);
         }
         if let Some(reason) = &sweep.not_measured {
-            let _ = writeln!(
-                out,
-                "not_measured,{},GB/s,,{},{},,,,,,,,{}",
-                csv_field(&sweep.test),
-                sweep.src,
-                sweep.dst,
-                csv_field(reason)
-            );
+            let mut row = pair("not_measured", String::new());
+            row.extend(vec![String::new(); 6]);
+            row.push(reason.clone());
+            table.rows.push(row);
         }
     }
-    out
+    table
+}
+
+/// The bench report as CSV, [`figures`] with its header line.
+pub fn csv(report: &BenchReport) -> String {
+    figures(report).csv()
+}
+
+/// An explanation's tables: the setup, the steady-state parts, the fixes and the link's sweep.
+pub fn explain_tables(e: &Explanation) -> Vec<Records> {
+    vec![
+        Records::of("setup", &e.setup),
+        Records::of("parts", &e.parts),
+        Records::of("fixes", &e.fixes),
+        Records::of("sweep", &e.sweep.points),
+    ]
 }
 
 /// The human-readable latency breakdown.

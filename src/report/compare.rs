@@ -6,8 +6,9 @@ use crate::document::compare::Comparison;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
 
-/// One row per test: the median ratio and the figure furthest from the base.
-pub fn text(c: &Comparison, name_base: &str, name_other: &str) -> String {
+/// One row per test: the median ratio and the figure furthest from the base; with a threshold,
+/// the figures that moved further than it.
+pub fn text(c: &Comparison, name_base: &str, name_other: &str, threshold: Option<f64>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -46,6 +47,22 @@ pub fn text(c: &Comparison, name_base: &str, name_other: &str) -> String {
     let _ = writeln!(out, "{table}");
     if !c.unmatched.is_empty() {
         let _ = writeln!(out, "\nnot compared: {}", c.unmatched.join(", "));
+    }
+    if let Some(pct) = threshold {
+        let beyond: Vec<String> = c.beyond(pct).iter().map(|p| p.named()).collect();
+        let _ = match beyond.len() {
+            0 => writeln!(
+                out,
+                "\nwithin {pct}%: every one of the {} paired figures",
+                c.pairs.len()
+            ),
+            n => writeln!(
+                out,
+                "\nBEYOND {pct}%: {n} of {} paired figures: {}",
+                c.pairs.len(),
+                beyond.join(", ")
+            ),
+        };
     }
     out
 }

@@ -4,7 +4,10 @@
 //! says `"simulated": true`.
 
 pub mod bench;
+pub mod check;
 pub mod compare;
+pub mod doctor;
+pub mod export;
 pub mod plan;
 pub mod table;
 pub mod topo;
@@ -12,6 +15,15 @@ pub mod tune;
 pub mod workload;
 
 use crate::topology::Source;
+
+/// Names for a sentence: all of them up to ten, else the first ten and how many more.
+pub fn first_few(names: &[String]) -> String {
+    const AT_MOST: usize = 10;
+    match names.len().checked_sub(AT_MOST) {
+        Some(more) if more > 0 => format!("{}, and {more} more", names[..AT_MOST].join(", ")),
+        _ => names.join(", "),
+    }
+}
 
 /// The start of a text report: the simulated-host banner and a blank line where `source` is the
 /// simulator, nothing for real GPUs.

@@ -1,14 +1,20 @@
 //! `peerlink plan` as text: the planner's pick for one transfer, its prediction and every
 //! alternative's, and (with `--prove`) the times measured for each on the backend.
 
+use super::export::Records;
 use super::table::plain;
+use crate::bench::proof::batch::BatchTiming;
 use crate::bench::proof::concurrent;
 use crate::bench::proof::sweep::Point;
-use crate::document::plan::{BatchView, ConcurrentView, PlanView, SweepView};
+use crate::document::plan::{
+    BatchView, ConcurrentView, PlanBatchDocument, PlanDocument, PlanSweepDocument, PlanView,
+    Predicted, SweepView,
+};
 use crate::engine::Strategy;
 use crate::topology::Source;
 use crate::units::{format_bytes, gbps};
 use comfy_table::CellAlignment;
+use serde_json::{json, Value};
 use std::fmt::Write;
 
 /// The closing lines of a proof: regret, and the engine against a plain copy.
@@ -293,6 +299,93 @@ pub fn text(view: &PlanView<'_>) -> String {
         proof_lines(&mut out, view.source, point);
     }
     out
+}
+
+/// A plan's tables: every strategy's prediction (the pick first) with, after `--prove`, its
+/// measured time; the routes of the pick; the strategies the pair cannot use.
+pub fn tables(doc: &PlanDocument) -> Vec<Records> {
+    let pick = Predicted {
+        strategy: doc.strategy,
+        predicted_us: doc.predicted_us,
+    };
+    let rows: Vec<Value> = std::iter::once(&pick)
+        .chain(&doc.alternatives)
+        .map(|p| {
+            let measured = doc.proof.as_ref().and_then(|proof| {
+                proof
+                    .measured
+                    .iter()
+                    .find(|m| m.strategy == p.strategy)
+                    .map(|m| m.measured_us)
+            });
+            json!({
+                "strategy": p.strategy,
+                "pick": p.strategy == doc.strategy,
+                "predicted_us": p.predicted_us,
+                "predicted_gbps": gbps(doc.bytes, p.predicted_us),
+                "measured_us": measured,
+            })
+        })
+        .collect();
+    vec![
+        Records::of("strategies", &rows),
+        Records::of("paths", &doc.paths),
+        Records::of("unusable", &doc.unusable),
+    ]
+}
+
+/// The engine benchmark as one long table: a row per size and strategy.
+pub fn sweep_tables(doc: &PlanSweepDocument) -> Vec<Records> {
+    let rows: Vec<Value> = doc
+        .points
+        .iter()
+        .flat_map(|p| {
+            p.proof.measured.iter().map(move |m| {
+                json!({
+                    "bytes": p.bytes,
+                    "strategy": m.strategy,
+                    "pick": m.strategy == p.pick,
+                    "fastest": m.strategy == p.proof.best,
+                    "chunk_bytes": m.chunk_bytes,
+                    "predicted_us": m.predicted_us,
+                    "measured_us": m.measured_us,
+                    "regret": p.proof.regret,
+                    "plain_gpu_us": p.proof.plain_copy.gpu_us,
+                    "plain_wall_us": p.proof.plain_copy.wall_us,
+                    "engine_wall_us": p.proof.engine_wall_us,
+                })
+            })
+        })
+        .collect();
+    vec![Records::of("points", &rows)]
+}
+
+/// A batch plan's tables: every batch strategy's prediction, and after `--prove` every way
+/// measured.
+pub fn batch_tables(doc: &PlanBatchDocument) -> Vec<Records> {
+    let pick = Predicted {
+        strategy: doc.strategy,
+        predicted_us: doc.predicted_us,
+    };
+    let predicted: Vec<Value> = std::iter::once(&pick)
+        .chain(&doc.alternatives)
+        .map(|p| {
+            json!({
+                "strategy": p.strategy,
+                "pick": p.strategy == doc.strategy,
+                "predicted_us": p.predicted_us,
+            })
+        })
+        .collect();
+    let mut tables = vec![Records::of("predicted", &predicted)];
+    if let Some(proof) = &doc.proof {
+        let ways: Vec<&BatchTiming> = [&proof.plain_copies, &proof.engine_one_call]
+            .into_iter()
+            .chain(&proof.prepared)
+            .collect();
+        tables.push(Records::of("measured", &ways));
+    }
+    tables
 }
 
 #[cfg(test)]

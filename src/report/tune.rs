@@ -135,9 +135,10 @@ pub fn text(m: &Measurements) -> String {
             if let Some(p) = pair {
                 let _ = writeln!(
                     out,
-                    "{what} latency (GPU {} → GPU {}): dependent load {:.0} ns, one-way signal \
-                     {:.2} µs, a back-to-back {SMALL_BYTES} B copy {:.2} µs",
-                    p.src, p.dst, p.load_ns, p.signal_us, p.copy_us
+                    "{what} latency (GPU {} → GPU {}): dependent load {:.0} ns (caches flushed), \
+                     {:.0} ns (chain resident), one-way signal {:.2} µs, a back-to-back \
+                     {SMALL_BYTES} B copy {:.2} µs",
+                    p.src, p.dst, p.load_ns, p.resident_load_ns, p.signal_us, p.copy_us
                 );
             }
         }

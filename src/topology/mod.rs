@@ -5,10 +5,12 @@
 //! put the two side by side.
 
 mod link;
+mod pci;
 mod source;
 mod warnings;
 
 pub use link::Link;
+pub use pci::PciAddress;
 pub use source::Source;
 pub use warnings::{warnings, Warning};
 

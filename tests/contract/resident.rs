@@ -441,6 +441,14 @@ pub fn resident_calls_refuse_what_they_cannot_take(b: &dyn Backend) {
             "enable_peer_access(0,",
         );
     }
+    // Managed memory would fault inside the worker's kernel, holding up every later ticket.
+    let managed = b.alloc(Memory::Managed(0), 4096).unwrap();
+    says(
+        &usage(worker.submit(&BufferCopy::from_start(src, managed, 4096))),
+        "managed memory",
+    );
+    let into_managed = [BufferCopy::from_start(managed, src, 64)];
+    says(&usage(worker.submit_batch(&into_managed)), "managed memory");
     let stream = b.create_stream(0).unwrap();
     b.begin_capture(stream).unwrap();
     let capturing = worker.submit_after(stream, &BufferCopy::from_start(src, src, 0));

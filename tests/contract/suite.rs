@@ -4,7 +4,8 @@
 //! method, its error paths, every resource's release — and [`contract_tests!`] stamps one test per
 //! check for a backend.
 //!
-//! Collectives (all-reduce, the stand-in compute kernel, NCCL) are in `collective.rs`. Checks work
+//! Collectives (all-reduce, the stand-in compute kernel, NCCL) are in `collective.rs`, the pattern
+//! calls (device memory filled and checked on its GPU) in `patterns.rs`. Checks work
 //! on one GPU (GPU 0 as its own peer) and on many; a check about a pair of GPUs that
 //! the host lacks (two GPUs, a pair without P2P) passes without checking anything, and says so.
 
@@ -19,6 +20,12 @@ pub use collective::*;
 #[path = "resident.rs"]
 mod resident;
 pub use resident::*;
+#[path = "managed.rs"]
+mod managed;
+pub use managed::*;
+#[path = "patterns.rs"]
+mod patterns;
+pub use patterns::*;
 
 /// Stamps one `#[test]` per check, each on a backend of its own from `open` (an expression), with
 /// the attributes given first (`#[ignore = "needs a GPU"]`). The module including this file must be
@@ -33,6 +40,10 @@ macro_rules! contract_tests {
             peer_access_is_idempotent_and_a_gpu_is_its_own_peer,
             peer_access_without_p2p_is_refused_naming_the_pair,
             writes_read_back_byte_for_byte_in_device_and_pinned_memory,
+            pattern_fills_equal_the_host_pattern_at_any_offset_and_length,
+            pattern_checks_find_one_wrong_byte_wherever_it_is_and_report_it,
+            host_and_gpu_check_each_others_patterns,
+            pattern_calls_refuse_pinned_memory_ranges_outside_and_released_buffers,
             pinned_memory_placed_on_a_numa_node_reads_back,
             len_is_the_size_allocated,
             an_empty_allocation_is_refused,
@@ -61,6 +72,7 @@ macro_rules! contract_tests {
             a_batch_needs_peer_access_where_the_pair_has_p2p,
             events_mark_work_and_time_it,
             waits_order_work_across_streams,
+            a_mark_orders_work_across_gpus_and_keeps_no_time,
             a_wait_outlives_the_event_it_waited_on,
             elapsed_time_needs_both_events_complete,
             elapsed_time_needs_events_of_one_gpu,
@@ -96,6 +108,10 @@ macro_rules! contract_tests {
             a_stream_waits_for_a_ticket_without_the_host,
             a_worker_stops_restarts_and_its_guard_stops_it,
             resident_calls_refuse_what_they_cannot_take,
+            managed_memory_reads_back_and_every_gpu_copies_it_without_peer_access,
+            prefetches_and_advice_move_pages_but_never_bytes,
+            advice_and_prefetches_take_only_managed_memory_and_gpus_that_exist,
+            managed_memory_past_a_gpus_free_memory_is_refused,
         );
         #[test]
         $(#[$attr])*
@@ -861,6 +877,48 @@ fn relay(
     )
     .unwrap();
     landed
+}
+
+/// A staged route's two hops (GPU 0 → pinned host → GPU 1, or GPU 0 again on one GPU), ordered by a
+/// mark: the second waits for the first while that is held back, and no time can be read off it.
+pub fn a_mark_orders_work_across_gpus_and_keeps_no_time(b: &dyn Backend) {
+    let other = usize::from(gpus(b) > 1);
+    let data = pattern(4 << 20, 21);
+    let src = buffer(b, Memory::Device(0), &data);
+    let mid = b
+        .alloc(Memory::PinnedHost { numa_node: None }, data.len())
+        .unwrap();
+    let dst = buffer(b, Memory::Device(other), &vec![FILL; data.len()]);
+    let (first, second) = (b.create_stream(0).unwrap(), b.create_stream(other).unwrap());
+    for round in 0..2 {
+        let gate = b.hold(first).unwrap();
+        let copy = |stream, from, to| {
+            b.copy(
+                stream,
+                CopyMethod::CopyEngine,
+                &BufferCopy::from_start(from, to, data.len()),
+            )
+            .unwrap()
+        };
+        copy(first, src, mid);
+        let filled = b.mark(first).unwrap();
+        b.wait(second, filled).unwrap();
+        copy(second, mid, dst);
+        let end = b.record(second).unwrap();
+        assert!(
+            !b.event_done(end).unwrap(),
+            "round {round}: the second hop waits for the held first"
+        );
+        b.release(gate).unwrap();
+        b.synchronize(second).unwrap();
+        assert!(contents(b, dst) == data, "round {round}");
+        says(&usage(b.elapsed_us(filled, end)), "only orders work");
+        says(&usage(b.elapsed_us(end, filled)), "only orders work");
+        // Destroyed marks may be kept and recorded again: the second round uses one.
+        b.destroy_event(filled).unwrap();
+        b.destroy_event(end).unwrap();
+        b.write(dst, 0, &vec![FILL; data.len()]).unwrap();
+    }
 }
 
 pub fn a_wait_outlives_the_event_it_waited_on(b: &dyn Backend) {

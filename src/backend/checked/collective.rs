@@ -40,13 +40,6 @@ impl<I: RawBackend> Resolved<I> {
     }
 }
 
-fn memory_name(memory: Memory) -> String {
-    match memory {
-        Memory::Device(d) => format!("memory of GPU {d}"),
-        Memory::PinnedHost { .. } => "pinned host memory".into(),
-    }
-}
-
 /// Fails unless `buffer` is memory of `device`, the GPU of whoever (`whose`) uses it.
 fn on_gpu(
     call: &str,
@@ -60,8 +53,8 @@ fn on_gpu(
         return Ok(());
     }
     Err(Error::usage(format!(
-        "{call}: {what} ({buffer}) is {}, but {whose} on GPU {device}: use memory of GPU {device}",
-        memory_name(memory)
+        "{call}: {what} ({buffer}) is {memory}, but {whose} on GPU {device}: use memory of GPU \
+         {device}"
     )))
 }
 

@@ -12,7 +12,7 @@ use crate::backend::resident::{
     Resident, StopReport, Ticket, WorkerConfig, WorkerId, MAX_RING_SLOTS, MAX_WATCHDOG_MS,
     MIN_RING_SLOTS, MIN_WATCHDOG_MS,
 };
-use crate::backend::{BufferCopy, StreamId};
+use crate::backend::{BufferCopy, BufferId, Memory, StreamId};
 use crate::{Error, Result};
 use std::sync::Arc;
 
@@ -31,6 +31,26 @@ pub(super) struct WorkerEntry<W> {
 
 /// Who touches a worker's buffers, for messages.
 const WORKER: Toucher = Toucher::Kernel("a resident worker");
+
+/// Fails if a worker's transfer touches managed memory. Its pages would migrate on a fault inside
+/// the persistent kernel, stalling every ticket queued behind that one for as long as the driver
+/// takes; managed memory goes through `copy` or a kernel instead.
+fn refuse_managed<I: RawCollectives>(
+    st: &State<I>,
+    call: &str,
+    buffers: impl IntoIterator<Item = BufferId>,
+) -> Result<()> {
+    for id in buffers {
+        if let Memory::Managed(_) = st.buffers.get(id.0)?.memory {
+            return Err(Error::usage(format!(
+                "{call}: {id} is managed memory, which a resident worker does not take (a page \
+                 fault would stall every ticket behind it); copy it with copy or a kernel, or \
+                 allocate device or pinned host memory"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// Fails unless a worker configuration is in the documented ranges.
 fn check_config(config: &WorkerConfig) -> Result<()> {
@@ -75,6 +95,7 @@ impl<I: RawCollectives + RawResident> Checked<I> {
         let st = self.lock();
         let (device, raw) = Self::worker(&st, worker)?;
         let (dst, src) = self.check_copy(&st, "resident submit", device, copy, WORKER)?;
+        refuse_managed(&st, "resident submit", [copy.dst, copy.src])?;
         Ok((raw, dst, src))
     }
 }
@@ -95,6 +116,11 @@ impl<I: RawCollectives + RawResident> Checked<I> {
             };
             let (device, raw) = Self::worker(&st, worker)?;
             let buffers = self.check_batch(&st, "resident submit_batch", device, copies, WORKER)?;
+            refuse_managed(
+                &st,
+                "resident submit_batch",
+                buffers.iter().map(|(id, _)| *id),
+            )?;
             (raw, raw_stream, buffers)
         };
         let batch = Batch::new(copies, &buffers);

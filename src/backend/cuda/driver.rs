@@ -11,7 +11,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaStream, DriverError};
 
-use crate::backend::host_memory;
+use crate::backend::{host_memory, Advice, Location};
 use crate::Error;
 
 /// Turns a driver error into the library's error, naming the call that failed.
@@ -112,6 +112,24 @@ pub(super) fn enable_peer_access(device: &CudaContext, peer: &CudaContext) -> Re
     }
 }
 
+/// A driver error of an allocation of `bytes` on `ctx`'s GPU (`what` says what memory, after the
+/// GPU), an out-of-memory as one sentence with what is free.
+fn allocation_error<'a>(
+    call: &'static str,
+    ctx: &'a CudaContext,
+    bytes: usize,
+    what: &'a str,
+) -> impl Fn(DriverError) -> Error + 'a {
+    move |error| match error {
+        DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY) => Error::OutOfMemory {
+            place: format!("GPU {}{what}", ctx.ordinal()),
+            asked: bytes as u64,
+            free: ctx.mem_get_info().map_or(0, |(free, _)| free as u64),
+        },
+        error => cuda_error(call, error),
+    }
+}
+
 /// Device memory from cuMemAlloc_v2 — not the stream-ordered pool, whose memory does not follow
 /// cuCtxEnablePeerAccess. Freed on drop.
 pub(super) struct DeviceMemory {
@@ -125,18 +143,9 @@ impl DeviceMemory {
         let mut address = 0;
         // SAFETY: `address` is a valid out-pointer and `ctx` is current; `bytes` > 0 (the checked
         // layer refuses 0).
-        match unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }.result() {
-            Ok(()) => {}
-            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
-                let free = ctx.mem_get_info().map_or(0, |(free, _)| free as u64);
-                return Err(Error::OutOfMemory {
-                    place: format!("GPU {}", ctx.ordinal()),
-                    asked: bytes as u64,
-                    free,
-                });
-            }
-            Err(e) => return Err(cuda_error("cuMemAlloc", e)),
-        }
+        unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }
+            .result()
+            .map_err(allocation_error("cuMemAlloc", ctx, bytes, ""))?;
         Ok(DeviceMemory {
             address,
             ctx: ctx.clone(),
@@ -659,6 +668,119 @@ impl Drop for Graph {
                 let _ = sys::cuGraphExecDestroy(self.exec);
                 let _ = sys::cuGraphDestroy(self.graph);
             }
+        }
+    }
+}
+
+/// Managed (unified) memory from cuMemAllocManaged, attached globally (the host and every GPU may
+/// touch it), its pages put on the GPU of `ctx` when allocated. Freed on drop.
+pub(super) struct ManagedMemory {
+    address: sys::CUdeviceptr,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl ManagedMemory {
+    /// Allocates `bytes` (> 0) and moves every page onto `ctx`'s GPU, waiting on `stream` (a
+    /// stream of that GPU) until they are there.
+    pub(super) fn new(
+        ctx: &Arc<CudaContext>,
+        stream: &CudaStream,
+        bytes: usize,
+    ) -> Result<Self, Error> {
+        bind(ctx)?;
+        let mut address = 0;
+        let global = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32;
+        // SAFETY: `address` is a valid out-pointer and `ctx` is current; `bytes` > 0 (the checked
+        // layer refuses 0, and anything past the GPU's free memory).
+        unsafe { sys::cuMemAllocManaged(&mut address, bytes, global) }
+            .result()
+            .map_err(allocation_error(
+                "cuMemAllocManaged",
+                ctx,
+                bytes,
+                " (managed memory)",
+            ))?;
+        let memory = ManagedMemory {
+            address,
+            bytes,
+            ctx: ctx.clone(),
+        };
+        memory.prefetch(stream, Location::Device(ctx.ordinal()))?;
+        stream
+            .synchronize()
+            .map_err(failed("cuStreamSynchronize"))?;
+        Ok(memory)
+    }
+
+    /// The unified address, valid on the host and in every context.
+    pub(super) fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// The ordinal of the GPU the memory was allocated for.
+    pub(super) fn device(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    /// cuMemAdvise on the whole allocation.
+    pub(super) fn advise(&self, advice: Advice) -> Result<(), Error> {
+        use sys::CUmem_advise::*;
+        let (advice, device) = match advice {
+            // The location is ignored for read-mostly advice; the allocation's own GPU is named.
+            Advice::SetReadMostly => (CU_MEM_ADVISE_SET_READ_MOSTLY, self.device()),
+            Advice::UnsetReadMostly => (CU_MEM_ADVISE_UNSET_READ_MOSTLY, self.device()),
+            Advice::SetAccessedBy(d) => (CU_MEM_ADVISE_SET_ACCESSED_BY, d),
+            Advice::UnsetAccessedBy(d) => (CU_MEM_ADVISE_UNSET_ACCESSED_BY, d),
+        };
+        bind(&self.ctx)?;
+        let location = memory_location(Location::Device(device));
+        // SAFETY: the range is this live allocation, whole; the location names a GPU the checked
+        // layer found to exist.
+        unsafe { sys::cuMemAdvise_v2(self.address, self.bytes, advice, location) }
+            .result()
+            .map_err(failed("cuMemAdvise"))
+    }
+
+    /// Queues on `stream` the move of the whole allocation to `to` (cuMemPrefetchAsync).
+    pub(super) fn prefetch(&self, stream: &CudaStream, to: Location) -> Result<(), Error> {
+        bind(stream.context())?;
+        // SAFETY: the range is this live allocation, whole; the stream is live; flags must be 0.
+        unsafe {
+            sys::cuMemPrefetchAsync_v2(
+                self.address,
+                self.bytes,
+                memory_location(to),
+                0,
+                stream.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(failed("cuMemPrefetchAsync"))
+    }
+}
+
+/// A place for pages as the driver names it (CUDA 12.2's `CUmemLocation`: a GPU by ordinal, or
+/// host memory).
+fn memory_location(location: Location) -> sys::CUmemLocation {
+    use sys::CUmemLocationType::*;
+    match location {
+        Location::Device(d) => sys::CUmemLocation {
+            type_: CU_MEM_LOCATION_TYPE_DEVICE,
+            id: d as i32,
+        },
+        Location::Host => sys::CUmemLocation {
+            type_: CU_MEM_LOCATION_TYPE_HOST,
+            id: 0,
+        },
+    }
+}
+
+impl Drop for ManagedMemory {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the address came from cuMemAllocManaged and is freed once, here.
+            let _ = unsafe { sys::cuMemFree_v2(self.address) };
         }
     }
 }

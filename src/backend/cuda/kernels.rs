@@ -15,12 +15,15 @@ use super::collective::{self, AllReduceArgs};
 use super::driver::{self, failed};
 use super::resident;
 use crate::backend::collective::{AllReduceKernel, DataType};
+use crate::bench::pattern::WordRule;
 use crate::{Error, Result};
 
 /// All kernels, compiled as one program (latency.cu, collective.cu and resident.cu use spin.cu's
 /// timer helper; resident.cu copies with copy.cu's code).
 pub(super) const SOURCE: &str = concat!(
     include_str!("../../../kernels/copy.cu"),
+    "\n",
+    include_str!("../../../kernels/pattern.cu"),
     "\n",
     include_str!("../../../kernels/spin.cu"),
     "\n",
@@ -81,6 +84,8 @@ const ONE_THREAD: LaunchConfig = LaunchConfig {
 pub(super) struct Kernels {
     copy: CudaFunction,
     batch: CudaFunction,
+    fill_pattern: CudaFunction,
+    find_mismatch: CudaFunction,
     spin: CudaFunction,
     chase: CudaFunction,
     ping: CudaFunction,
@@ -134,6 +139,8 @@ impl KernelCache {
         let kernels = Arc::new(Kernels {
             copy: function("copy_bytes")?,
             batch: function("copy_batch")?,
+            fill_pattern: function("fill_pattern")?,
+            find_mismatch: function("find_mismatch")?,
             spin: function("spin_until_released")?,
             chase: function("pointer_chase")?,
             ping: function("ping")?,
@@ -221,6 +228,60 @@ impl Kernels {
         // SAFETY: arguments match copy_batch(const CopyDescriptor*, u32); the caller wrote `count`
         // descriptors there, each range checked to lie inside a live, reachable allocation.
         launched(unsafe { launch.launch(config) })
+    }
+
+    /// The grid of a pattern kernel over `len` bytes: as large as a copy's.
+    fn pattern_grid(&self, len: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (copy_blocks(len, self.sm_count), 1, 1),
+            block_dim: (COPY_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Queues a kernel writing bytes `0..len` of the message `rule` generates at `dst`.
+    pub(super) fn fill_pattern(
+        &self,
+        stream: &CudaStream,
+        dst: u64,
+        len: usize,
+        rule: WordRule,
+    ) -> Result<()> {
+        let len = len as u64;
+        let mut launch = stream.launch_builder(&self.fill_pattern);
+        launch
+            .arg(&dst)
+            .arg(&len)
+            .arg(&rule.base)
+            .arg(&rule.multiplier);
+        // SAFETY: arguments match fill_pattern(uchar*, u64, u64, u64); the checked layer checked
+        // that the `len` bytes at `dst` lie inside a live allocation of this stream's device.
+        launched(unsafe { launch.launch(self.pattern_grid(len as usize)) })
+    }
+
+    /// Queues a kernel checking bytes `0..len` at `data` against the message `rule` generates; it
+    /// lowers the u64 at `first` (device memory, set to `u64::MAX` before) to `(offset << 8) |
+    /// byte found` of the first wrong byte.
+    pub(super) fn find_mismatch(
+        &self,
+        stream: &CudaStream,
+        data: u64,
+        len: usize,
+        rule: WordRule,
+        first: u64,
+    ) -> Result<()> {
+        let len = len as u64;
+        let mut launch = stream.launch_builder(&self.find_mismatch);
+        launch
+            .arg(&data)
+            .arg(&len)
+            .arg(&rule.base)
+            .arg(&rule.multiplier)
+            .arg(&first);
+        // SAFETY: arguments match find_mismatch(const uchar*, u64, u64, u64, u64*); the checked
+        // layer checked the `len` bytes at `data` lie inside a live allocation of this stream's
+        // device, and `first` is the backend's own 8-byte slot on that device.
+        launched(unsafe { launch.launch(self.pattern_grid(len as usize)) })
     }
 
     /// Queues the gate kernel: it waits until the u64 at `flag` reaches `ticket`, or writes `ticket`
@@ -386,6 +447,8 @@ mod tests {
             for kernel in [
                 "copy_bytes",
                 "copy_batch",
+                "fill_pattern",
+                "find_mismatch",
                 "spin_until_released",
                 "pointer_chase",
                 "all_reduce_one_shot_f32",
@@ -410,6 +473,8 @@ mod tests {
         for name in [
             "copy_bytes",
             "copy_batch",
+            "fill_pattern",
+            "find_mismatch",
             "spin_until_released",
             "pointer_chase",
             "void ping(",

@@ -3,9 +3,11 @@
 //! - `driver`: the thin raw layer (every direct `sys` call, owning types for memory and graphs);
 //! - `topology`: devices and pairs, read once at open;
 //! - `peer`: enabling peer access, and the driver's refusals in words;
-//! - `kernels`: copy, gate and latency kernels (sources in `kernels/*.cu`);
+//! - `kernels`: copy, pattern, gate and latency kernels (sources in `kernels/*.cu`);
+//! - `patterns`: filling and checking device memory with the data pattern on its GPU;
 //! - `batches`: pinned memory for the copy lists of batch kernels;
 //! - `gates`: pinned flags that hold streams until released;
+//! - `health`: NVML's health facts for `peerlink doctor` (PCIe link, NVLinks, counters, clocks);
 //! - `collective`: peerlink's all-reduce over P2P and the busy kernel, queued for every rank;
 //! - `nccl`: NCCL, found and loaded at run time by a loader of our own;
 //! - `resident`: resident workers, persistent kernels the host rings with transfers.
@@ -19,8 +21,10 @@ mod batches;
 mod collective;
 mod driver;
 mod gates;
+mod health;
 mod kernels;
 mod nccl;
+mod patterns;
 mod peer;
 mod resident;
 mod topology;
@@ -32,8 +36,11 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
-use self::driver::{failed, DeviceMemory, PinnedMemory};
-use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawProbes};
+use self::driver::{failed, DeviceMemory, ManagedMemory, PinnedMemory};
+use super::{
+    Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
+    RawProbes,
+};
 use crate::topology::Topology;
 use crate::{Error, Result};
 
@@ -105,6 +112,7 @@ pub struct Buffer(Storage);
 enum Storage {
     Device(DeviceMemory),
     Pinned(PinnedMemory),
+    Managed(ManagedMemory),
 }
 
 impl Buffer {
@@ -113,6 +121,26 @@ impl Buffer {
         match &self.0 {
             Storage::Device(memory) => memory.address(),
             Storage::Pinned(memory) => memory.address(),
+            Storage::Managed(memory) => memory.address(),
+        }
+    }
+
+    /// The GPU whose context allocated the buffer.
+    fn device(&self) -> usize {
+        match &self.0 {
+            Storage::Device(memory) => memory.device(),
+            Storage::Pinned(memory) => memory.device(),
+            Storage::Managed(memory) => memory.device(),
+        }
+    }
+
+    /// The managed memory of a buffer the checked layer found to be managed.
+    fn managed(&self) -> &ManagedMemory {
+        match &self.0 {
+            Storage::Managed(memory) => memory,
+            Storage::Device(_) | Storage::Pinned(_) => {
+                unreachable!("the checked layer passes only managed buffers here")
+            }
         }
     }
 }
@@ -125,10 +153,11 @@ pub struct Stream {
     captured_descriptors: Mutex<Vec<batches::Block>>,
 }
 
-/// An event and the GPU it was recorded on.
+/// An event, the GPU it was recorded on, and whether it keeps time (a mark does not).
 pub struct Event {
     device: usize,
     event: CudaEvent,
+    timed: bool,
 }
 
 /// A replayable graph and the batch descriptors its kernels read.
@@ -166,10 +195,14 @@ pub struct Gpus {
     /// Per device, destroyed events kept for the next `record`: creating and destroying a CUDA
     /// event costs the CPU about a microsecond each, which every transfer would otherwise pay.
     spare_events: Vec<Mutex<Vec<CudaEvent>>>,
+    /// Likewise for `mark`: events created without timing.
+    spare_marks: Vec<Mutex<Vec<CudaEvent>>>,
     descriptors: batches::DescriptorPool,
-    /// One internal stream per device for the synchronous `write` and `read`.
+    /// One internal stream per device for the synchronous `write`, `read` and pattern calls.
     io_streams: Vec<Arc<CudaStream>>,
     issued: Counters,
+    health: health::NvmlHealth,
+    mismatch_slots: patterns::MismatchSlots,
     contexts: Vec<Arc<CudaContext>>,
 }
 
@@ -211,16 +244,21 @@ impl Gpus {
             .iter()
             .map(|ctx| ctx.new_stream().map_err(failed("cuStreamCreate")))
             .collect::<Result<Vec<_>>>()?;
+        let bus_ids = topology.devices.iter().map(|d| d.pci_bus_id.clone());
+        let health = health::NvmlHealth::open(bus_ids.collect());
         Ok(Gpus {
             started,
+            health,
             topology,
             notices,
             kernels: kernels::KernelCache::new(contexts.len()),
             gates: gates::Gates::new(&contexts[0])?,
             spare_events: contexts.iter().map(|_| Mutex::default()).collect(),
+            spare_marks: contexts.iter().map(|_| Mutex::default()).collect(),
             descriptors: batches::DescriptorPool::new(contexts.len()),
             io_streams,
             issued: Counters::default(),
+            mismatch_slots: patterns::MismatchSlots::new(contexts.len()),
             contexts,
         })
     }
@@ -232,6 +270,42 @@ impl Gpus {
     /// Counts one driver call of a kind (`|c| &c.launches`).
     fn count(&self, which: impl Fn(&Counters) -> &AtomicU64) {
         which(&self.issued).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The kept events of one kind, per device.
+    fn spares(&self, timed: bool) -> &[Mutex<Vec<CudaEvent>>] {
+        if timed {
+            &self.spare_events
+        } else {
+            &self.spare_marks
+        }
+    }
+
+    /// Records an event on `stream`: a kept one of its kind, or a new one. Timed events carry a
+    /// GPU timestamp; the others only order work, and streams wait on them sooner (the CUDA
+    /// documentation: CU_EVENT_DISABLE_TIMING events are the best for cuStreamWaitEvent).
+    fn new_event(&self, stream: &Arc<Stream>, timed: bool) -> Result<Arc<Event>> {
+        let spare = lock(&self.spares(timed)[stream.device]).pop();
+        let event = match spare {
+            Some(event) => event,
+            // cudarc's `new_event(None)` would disable timing: say which each time.
+            None => self.contexts[stream.device]
+                .new_event(Some(if timed {
+                    CUevent_flags::CU_EVENT_DEFAULT
+                } else {
+                    CUevent_flags::CU_EVENT_DISABLE_TIMING
+                }))
+                .map_err(failed("cuEventCreate"))?,
+        };
+        event
+            .record(&stream.stream)
+            .map_err(failed("cuEventRecord"))?;
+        self.count(|c| &c.events);
+        Ok(Arc::new(Event {
+            device: stream.device,
+            event,
+            timed,
+        }))
     }
 }
 
@@ -275,6 +349,11 @@ impl RawBackend for Gpus {
             Memory::Device(device) => {
                 Storage::Device(DeviceMemory::new(&self.contexts[device], bytes)?)
             }
+            Memory::Managed(device) => Storage::Managed(ManagedMemory::new(
+                &self.contexts[device],
+                &self.io_streams[device],
+                bytes,
+            )?),
             // Portable memory: the context it is allocated in does not matter. Placed on the NUMA
             // node asked for where the kernel allows it, else wherever the calling thread runs.
             Memory::PinnedHost { numa_node } => {
@@ -298,37 +377,30 @@ impl RawBackend for Gpus {
     }
 
     fn write(&self, buffer: &Arc<Buffer>, offset: usize, data: &[u8]) -> Result<()> {
-        if let Storage::Device(_) = &buffer.0 {
-            self.count(|c| &c.copies);
+        if let Storage::Pinned(memory) = &buffer.0 {
+            memory.write_at(offset, data);
+            return Ok(());
         }
-        match &buffer.0 {
-            Storage::Pinned(memory) => {
-                memory.write_at(offset, data);
-                Ok(())
-            }
-            Storage::Device(memory) => driver::copy_to_device_and_wait(
-                &self.io_streams[memory.device()],
-                memory.address() + offset as u64,
-                data,
-            ),
-        }
+        // Device memory, or managed memory, whose pages the copy writes wherever they live.
+        self.count(|c| &c.copies);
+        driver::copy_to_device_and_wait(
+            &self.io_streams[buffer.device()],
+            buffer.address() + offset as u64,
+            data,
+        )
     }
 
     fn read(&self, buffer: &Arc<Buffer>, offset: usize, out: &mut [u8]) -> Result<()> {
-        if let Storage::Device(_) = &buffer.0 {
-            self.count(|c| &c.copies);
+        if let Storage::Pinned(memory) = &buffer.0 {
+            memory.read_at(offset, out);
+            return Ok(());
         }
-        match &buffer.0 {
-            Storage::Pinned(memory) => {
-                memory.read_at(offset, out);
-                Ok(())
-            }
-            Storage::Device(memory) => driver::copy_to_host_and_wait(
-                &self.io_streams[memory.device()],
-                out,
-                memory.address() + offset as u64,
-            ),
-        }
+        self.count(|c| &c.copies);
+        driver::copy_to_host_and_wait(
+            &self.io_streams[buffer.device()],
+            out,
+            buffer.address() + offset as u64,
+        )
     }
 
     fn create_stream(&self, device: usize) -> Result<Arc<Stream>> {
@@ -412,22 +484,11 @@ impl RawBackend for Gpus {
     }
 
     fn record(&self, stream: &Arc<Stream>) -> Result<Arc<Event>> {
-        let spare = lock(&self.spare_events[stream.device]).pop();
-        let event = match spare {
-            Some(event) => event,
-            // Timing enabled: cudarc's `new_event(None)` would disable it.
-            None => self.contexts[stream.device]
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(failed("cuEventCreate"))?,
-        };
-        event
-            .record(&stream.stream)
-            .map_err(failed("cuEventRecord"))?;
-        self.count(|c| &c.events);
-        Ok(Arc::new(Event {
-            device: stream.device,
-            event,
-        }))
+        self.new_event(stream, true)
+    }
+
+    fn mark(&self, stream: &Arc<Stream>) -> Result<Arc<Event>> {
+        self.new_event(stream, false)
     }
 
     fn wait(&self, stream: &Arc<Stream>, event: &Arc<Event>) -> Result<()> {
@@ -459,8 +520,13 @@ impl RawBackend for Gpus {
         // Kept for the next record instead. Recording a kept event again later is safe: a stream
         // that waited on it captured the record it waited for. Another thread still using the
         // event (a concurrent query) lets it be destroyed with its last reference instead.
-        if let Ok(Event { device, event }) = Arc::try_unwrap(event) {
-            lock(&self.spare_events[device]).push(event);
+        if let Ok(Event {
+            device,
+            event,
+            timed,
+        }) = Arc::try_unwrap(event)
+        {
+            lock(&self.spares(timed)[device]).push(event);
         }
         Ok(())
     }
@@ -525,6 +591,16 @@ impl RawBackend for Gpus {
         // that read its descriptors (see CapturedGraph's drop).
         drop(graph);
         Ok(())
+    }
+}
+
+impl RawManaged for Gpus {
+    fn advise(&self, buffer: &Arc<Buffer>, advice: Advice) -> Result<()> {
+        buffer.managed().advise(advice)
+    }
+
+    fn prefetch(&self, stream: &Arc<Stream>, buffer: &Arc<Buffer>, to: Location) -> Result<()> {
+        buffer.managed().prefetch(&stream.stream, to)
     }
 }
 

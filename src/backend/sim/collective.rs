@@ -6,7 +6,7 @@
 //! path's rate; a second flag exchange ends the call (the packet kernel has neither exchange: its
 //! data is its signal). The sums written are real. Every figure is simulated from the preset.
 
-use super::links::{LinkModel, Place};
+use super::links::{Chain, LinkModel, Place};
 use super::memory::Key;
 use super::scheduler::{Collective, PlannedFlow, Results, Venue};
 use crate::backend::collective::{AllReduceKernel, DataType};
@@ -49,7 +49,8 @@ pub(super) fn all_reduce(
             .fold(0.0, f64::max)
     };
     let signal_us = slowest(&|a, b| links.signal_us(a, b));
-    let round_trip_us = slowest(&|a, b| links.load_latency_us(a, Place::Device(b)));
+    let round_trip_us =
+        slowest(&|a, b| links.load_latency_us(a, Place::Device(b), Chain::InMemory));
     let everyone: Vec<usize> = (0..n).collect();
     let path = |from: usize, to: usize, by: usize| {
         links.kernel(

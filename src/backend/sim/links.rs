@@ -7,6 +7,7 @@
 //! the resources one transfer crosses, plus a cap of its own (an SM copy's efficiency, a PCIe path
 //! class's P2P rate) and the latency it adds to the operation.
 
+use super::faults;
 use super::preset::Preset;
 use crate::topology::Link;
 use std::collections::BTreeMap;
@@ -24,6 +25,15 @@ pub(super) enum Place {
     Device(usize),
     /// Pinned host memory on this NUMA node; `None` means near whichever GPU touches it.
     Host(Option<i32>),
+}
+
+/// Where the chain of a dependent load (a pointer chase) is served from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chain {
+    /// Its memory: nothing of it in the caches (the flushed pointer chase; a flag's round trip).
+    InMemory,
+    /// The caches, which hold it since it was last walked (pointer-chase-resident).
+    Cached,
 }
 
 /// The resources a transfer crosses, its own rate cap and the latency it adds.
@@ -98,8 +108,10 @@ impl LinkModel {
             capacity.len() - 1
         };
         let memory = (0..n).map(|_| add(preset.gpu.local_copy_gbps)).collect();
-        let pcie_up = (0..n).map(|_| add(preset.pcie.host_gbps)).collect();
-        let pcie_down = (0..n).map(|_| add(preset.pcie.host_gbps)).collect();
+        // A link the faults trained below its maximum moves its share of the full rate.
+        let host_gbps = |g: usize| preset.pcie.host_gbps * faults::pcie_share(preset, g);
+        let pcie_up = (0..n).map(|g| add(host_gbps(g))).collect();
+        let pcie_down = (0..n).map(|g| add(host_gbps(g))).collect();
         let uplink = preset
             .pcie
             .switch_uplink_gbps
@@ -117,9 +129,13 @@ impl LinkModel {
             })
             .collect();
         let nvlink = match (&preset.nvlink, &preset.nvswitch) {
-            (Some(nv), Some(sw)) => {
-                let port = sw.links_per_gpu as f64 * nv.link_gbps * nv.efficiency;
-                NvLinks::Switch((0..n).map(|_| (add(port), add(port))).collect())
+            (Some(nv), Some(_)) => {
+                // Each GPU's port is as wide as its links that are up.
+                let port = |g: usize| {
+                    let up = faults::ports(preset, g).iter().filter(|p| p.active).count();
+                    up as f64 * nv.link_gbps * nv.efficiency
+                };
+                NvLinks::Switch((0..n).map(|g| (add(port(g)), add(port(g)))).collect())
             }
             (Some(nv), None) => {
                 let mut bundles = BTreeMap::new();
@@ -177,6 +193,28 @@ impl LinkModel {
     /// How distinct GPUs `a` and `b` are linked.
     pub fn link(&self, a: usize, b: usize) -> Link {
         self.preset.link(a, b)
+    }
+
+    /// The resources of GPU `gpu`'s NVLinks: its switch port both ways, or every bundle it is an
+    /// end of.
+    pub fn nvlink_resources(&self, gpu: usize) -> Vec<ResourceId> {
+        match &self.nvlink {
+            NvLinks::None => Vec::new(),
+            NvLinks::Switch(ports) => vec![ports[gpu].0, ports[gpu].1],
+            NvLinks::Bundles(bundles) => bundles
+                .iter()
+                .filter(|((a, b), _)| *a == gpu || *b == gpu)
+                .map(|(_, &r)| r)
+                .collect(),
+        }
+    }
+
+    /// Every resource traffic through GPU `gpu` crosses: its memory, its PCIe link both ways and
+    /// its NVLinks.
+    pub fn gpu_resources(&self, gpu: usize) -> Vec<ResourceId> {
+        let mut resources = vec![self.memory[gpu], self.pcie_up[gpu], self.pcie_down[gpu]];
+        resources.extend(self.nvlink_resources(gpu));
+        resources
     }
 
     /// A copy inside one GPU's memory.
@@ -292,16 +330,22 @@ impl LinkModel {
         self.preset.nvlink.as_ref().map_or(0.0, |nv| nv.latency_us)
     }
 
-    /// Round trip of one dependent load by `gpu` from `place`, in µs.
-    pub fn load_latency_us(&self, gpu: usize, place: Place) -> f64 {
+    /// Round trip of one dependent load by `gpu` from `place`, in µs, the chain served from
+    /// `chain`.
+    pub fn load_latency_us(&self, gpu: usize, place: Place, chain: Chain) -> f64 {
         let p = &self.preset;
-        let ns = match place {
-            Place::Device(d) if d == gpu => p.gpu.load_latency_ns,
+        let pcie = (p.pcie.load_latency_ns, p.pcie.resident_load_ns());
+        let (in_memory, cached) = match place {
+            Place::Device(d) if d == gpu => (p.gpu.load_latency_ns, p.gpu.resident_load_ns()),
             Place::Device(d) => match (self.link(gpu, d), &p.nvlink) {
-                (Link::NvLink(_), Some(nv)) => nv.load_latency_ns,
-                _ => p.pcie.load_latency_ns,
+                (Link::NvLink(_), Some(nv)) => (nv.load_latency_ns, nv.resident_load_ns()),
+                _ => pcie,
             },
-            Place::Host(_) => p.pcie.load_latency_ns,
+            Place::Host(_) => pcie,
+        };
+        let ns = match chain {
+            Chain::InMemory => in_memory,
+            Chain::Cached => cached,
         };
         ns / 1e3
     }

@@ -92,6 +92,9 @@ impl Store {
                     Memory::Device(d) => {
                         format!("the host, which holds simulated GPU {d}'s memory")
                     }
+                    Memory::Managed(_) => {
+                        "the host, which holds the simulated managed memory".to_string()
+                    }
                     Memory::PinnedHost { .. } => "the host".to_string(),
                 },
                 asked: bytes as u64,
@@ -141,6 +144,20 @@ impl Store {
         let b = self.get_mut(key);
         b.protect(offset, bytes.len(), None);
         b.data[offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// Writes `len` bytes from `offset` now as `make` makes them in place (the pattern calls);
+    /// the range lies inside the buffer.
+    pub fn write_with(
+        &mut self,
+        key: Key,
+        offset: usize,
+        len: usize,
+        make: impl FnOnce(&mut [u8]),
+    ) {
+        let b = self.get_mut(key);
+        b.protect(offset, len, None);
+        make(&mut b.data[offset..offset + len]);
     }
 
     /// Reads bytes now; the range lies inside the buffer.

@@ -3,7 +3,8 @@
 //! Buffers are `Vec<u8>`s and copies really copy, so chunking, offset and relay bugs show byte for
 //! byte. Time is virtual: a host clock advances by each call's modelled CPU cost; GPU work runs on
 //! in-order streams in a discrete-event simulation (module `scheduler`) whose copy rates come from
-//! a link model (`links`) with max-min fair sharing (`sharing`). Figures come from a [`preset`].
+//! a link model (`links`) with max-min fair sharing (`sharing`); pointer chases walk chains that
+//! the caches may hold (`caches`). Figures come from a [`preset`].
 //! Collectives meet across their ranks' streams and move their bytes as flows too: peerlink's
 //! all-reduce kernels (`collective`) and a model of NCCL built on its tuner's figures (`nccl`);
 //! their sums are real (`reduce`). Every figure this backend produces is simulated, and its source
@@ -12,10 +13,13 @@
 //! [`Simulator`] does the simulating; the [`Checked`] layer above it checks every argument, so
 //! [`SimBackend`] is what callers open.
 
+mod caches;
 mod collective;
 #[cfg(test)]
 mod collective_tests;
+pub mod faults;
 mod links;
+mod managed;
 mod memory;
 mod nccl;
 pub mod preset;
@@ -28,11 +32,18 @@ mod tests;
 
 pub use preset::{preset_names, Preset};
 
-use super::{Batch, BufferCopy, Checked, CopyMethod, Memory, RawBackend, RawProbes};
+use super::collective::BufferRange;
+use super::{
+    Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
+    RawPatterns, RawProbes,
+};
+use crate::bench::pattern::{self, Mismatch};
 use crate::topology::Topology;
 use crate::{Error, Result};
+use caches::Caches;
 use collective::RankPlan;
-use links::{LinkModel, Place};
+use links::{Chain, LinkModel, Path, Place};
+use managed::{ManagedPages, Move};
 use memory::{Key, Store};
 use nccl::Comm;
 use scheduler::{Collective, Meeting, Scheduler, Venue, Work};
@@ -82,6 +93,8 @@ struct State {
     host_us: f64,
     scheduler: Scheduler,
     store: Store,
+    /// The pointer-chase chains the caches hold.
+    caches: Caches,
     /// Work recorded instead of run, by the index of each stream that captures a graph.
     captures: BTreeMap<usize, Vec<Work>>,
     /// The last number given to a ping-pong's or a communicator's venue.
@@ -90,6 +103,8 @@ struct State {
     /// memory.
     peer_access: BTreeSet<(usize, usize)>,
     allocated: Vec<u64>,
+    /// Where the pages of each managed buffer live, and its advice.
+    managed: ManagedPages,
 }
 
 impl State {
@@ -108,10 +123,12 @@ impl Simulator {
             host_us: 0.0,
             scheduler: Scheduler::new(links.capacity().to_vec()),
             store: Store::new(),
+            caches: Caches::default(),
             captures: BTreeMap::new(),
             venues: 0,
             peer_access: BTreeSet::new(),
             allocated: vec![0; preset.devices.len()],
+            managed: ManagedPages::new(preset.managed.page_bytes()),
         };
         Simulator {
             topology,
@@ -129,52 +146,146 @@ impl Simulator {
         &self.links.preset().costs
     }
 
-    fn place(st: &State, buffer: Key) -> Place {
+    /// Where a kernel or copy on `gpu` finds `buffer`: its memory, or for managed memory the place
+    /// of its first page (its own GPU's copy where it has one).
+    fn place(st: &State, buffer: Key, gpu: usize) -> Place {
         match st.store.get(buffer).memory {
             Memory::Device(d) => Place::Device(d),
             Memory::PinnedHost { numa_node } => Place::Host(numa_node),
+            Memory::Managed(_) => at(st.managed.first_page_for(buffer, gpu)),
         }
     }
 
-    /// The work of one copy issued on a stream of `gpu`, with its path through the links.
-    fn plan_copy(&self, st: &State, gpu: usize, method: CopyMethod, copy: BufferCopy<Key>) -> Work {
-        let costs = self.costs();
-        let (from, to) = (Self::place(st, copy.src), Self::place(st, copy.dst));
-        let (path, setup_us) = match method {
+    /// Where a copy issued on `gpu` by `method` finds `len` bytes of `buffer` at `offset` (reading
+    /// them, or with `write` writing them), and the page moves managed memory needs first: a kernel
+    /// faults pages it lacks over to its GPU, unless advice keeps them where they are; a copy
+    /// engine reaches them where they live. Other memory moves nothing and lies in one place.
+    fn reach(
+        &self,
+        st: &mut State,
+        gpu: usize,
+        method: CopyMethod,
+        (buffer, offset, len): (Key, usize, usize),
+        write: bool,
+    ) -> (Vec<Work>, Vec<Place>) {
+        if !st.managed.contains(buffer) {
+            return (Vec::new(), vec![Self::place(st, buffer, gpu)]);
+        }
+        let (moves, mut places) = match method {
+            CopyMethod::SmKernel => {
+                let preset = self.links.preset();
+                let reachable = |location| match location {
+                    Location::Host => true,
+                    Location::Device(d) => d == gpu || preset.p2p(gpu, d),
+                };
+                let touch = st
+                    .managed
+                    .kernel_touch(buffer, offset, len, gpu, write, reachable);
+                (touch.moves, touch.served_from)
+            }
+            CopyMethod::CopyEngine => (
+                Vec::new(),
+                st.managed.served_to_copy_engine(buffer, offset, len, gpu),
+            ),
+        };
+        if places.is_empty() {
+            places.push(st.managed.first_page_for(buffer, gpu));
+        }
+        let fault_us = self.links.preset().managed.fault_us;
+        let work = self.migrations(buffer, &moves, Location::Device(gpu), |m| {
+            m.faults as f64 * fault_us
+        });
+        (work, places.into_iter().map(at).collect())
+    }
+
+    /// The work of moving pages of `buffer` (`moves`) to `to`, each after `setup_us` of it.
+    fn migrations(
+        &self,
+        buffer: Key,
+        moves: &[Move],
+        to: Location,
+        setup_us: impl Fn(&Move) -> f64,
+    ) -> Vec<Work> {
+        moves
+            .iter()
+            .map(|m| Work::Migrate {
+                buffer,
+                bytes: m.bytes,
+                path: self.migration_path(m.from, to),
+                setup_us: setup_us(m),
+            })
+            .collect()
+    }
+
+    /// The way pages move from one place to another: over P2P between GPUs that have it, staged
+    /// through host memory between GPUs that do not, over PCIe to and from host memory.
+    fn migration_path(&self, from: Location, to: Location) -> Path {
+        match (from, to) {
+            (Location::Device(a), Location::Device(b))
+                if a != b && !self.links.preset().p2p(a, b) =>
+            {
+                self.links.staged(a, b)
+            }
+            _ => {
+                // Pages never move from host memory to host memory (a prefetch skips those already
+                // there), so a GPU is always one end.
+                let via = match (from, to) {
+                    (Location::Device(d), _) | (_, Location::Device(d)) => d,
+                    _ => 0,
+                };
+                self.links.direct(at(from), at(to), via)
+            }
+        }
+    }
+
+    /// The path of a copy issued on `gpu` from `from` to `to`. A copy engine stages between two
+    /// GPUs through host memory unless the issuing GPU reaches both: its own memory, a peer it
+    /// enabled, or (`managed`: source, destination) a managed buffer's pages on a P2P peer, which
+    /// the driver maps.
+    fn route(
+        &self,
+        st: &State,
+        gpu: usize,
+        method: CopyMethod,
+        (from, to): (Place, Place),
+        managed: (bool, bool),
+    ) -> Path {
+        match method {
             CopyMethod::CopyEngine => {
-                let reachable = |d: usize| d == gpu || st.peer_access.contains(&(gpu, d));
-                let path = match (from, to) {
+                let preset = self.links.preset();
+                let reachable = |d: usize, managed: bool| {
+                    d == gpu
+                        || st.peer_access.contains(&(gpu, d))
+                        || (managed && preset.p2p(gpu, d))
+                };
+                match (from, to) {
                     (Place::Device(a), Place::Device(b))
-                        if a != b && !(reachable(a) && reachable(b)) =>
+                        if a != b && !(reachable(a, managed.0) && reachable(b, managed.1)) =>
                     {
                         self.links.staged(a, b)
                     }
                     _ => self.links.direct(from, to, gpu),
-                };
-                (path, costs.copy_setup_us)
+                }
             }
-            CopyMethod::SmKernel => (self.links.kernel(from, to, gpu), costs.kernel_setup_us),
-        };
-        Work::Copy {
-            copies: vec![copy],
-            path,
-            setup_us,
+            CopyMethod::SmKernel => self.links.kernel(from, to, gpu),
         }
     }
 
-    /// The work of one kernel on `gpu` moving every message of a batch (not empty): each message's
-    /// path as an SM copy; messages that take different paths are modelled as one flow over all of
-    /// them (pessimistic where they would not contend).
-    fn plan_batch(&self, st: &State, gpu: usize, batch: &Batch<'_, Key>) -> Work {
+    /// The work of one kernel on `gpu` moving every message of a batch (not empty): the page
+    /// moves its managed memory needs first, then each message's path as an SM copy; messages that
+    /// take different paths are modelled as one flow over all of them (pessimistic where they
+    /// would not contend).
+    fn plan_batch(&self, st: &mut State, gpu: usize, batch: &Batch<'_, Key>) -> (Vec<Work>, Work) {
         let mut copies = Vec::with_capacity(batch.len());
+        let mut moves = Vec::new();
         let mut joined: Option<(links::Path, f64)> = None;
         for copy in batch.iter() {
             let copy = copy.map(|k| *k);
-            let Work::Copy { path, setup_us, .. } =
-                self.plan_copy(st, gpu, CopyMethod::SmKernel, copy)
-            else {
+            let (copy_moves, planned) = self.plan_copy(st, gpu, CopyMethod::SmKernel, copy);
+            let Work::Copy { path, setup_us, .. } = planned else {
                 unreachable!("plan_copy plans copies")
             };
+            moves.extend(copy_moves);
             copies.push(copy);
             match &mut joined {
                 None => joined = Some((path, setup_us)),
@@ -183,11 +294,56 @@ impl Simulator {
             }
         }
         let (path, setup_us) = joined.expect("a checked batch is not empty");
-        Work::Copy {
+        let work = Work::Copy {
             copies,
             path,
             setup_us,
+        };
+        (moves, work)
+    }
+
+    /// The work of one copy issued on a stream of `gpu`: the page moves its managed memory needs
+    /// first (none for other memory), then the copy, with its path through the links.
+    fn plan_copy(
+        &self,
+        st: &mut State,
+        gpu: usize,
+        method: CopyMethod,
+        copy: BufferCopy<Key>,
+    ) -> (Vec<Work>, Work) {
+        let (mut moves, sources) = self.reach(
+            st,
+            gpu,
+            method,
+            (copy.src, copy.src_offset, copy.len),
+            false,
+        );
+        let (dst_moves, destinations) =
+            self.reach(st, gpu, method, (copy.dst, copy.dst_offset, copy.len), true);
+        moves.extend(dst_moves);
+        let costs = self.costs();
+        let managed = (st.managed.contains(copy.src), st.managed.contains(copy.dst));
+        let mut path: Option<Path> = None;
+        for &from in &sources {
+            for &to in &destinations {
+                let leg = self.route(st, gpu, method, (from, to), managed);
+                match &mut path {
+                    None => path = Some(leg),
+                    Some(all) if *all != leg => all.join(leg),
+                    Some(_) => {}
+                }
+            }
         }
+        let setup_us = match method {
+            CopyMethod::CopyEngine => costs.copy_setup_us,
+            CopyMethod::SmKernel => costs.kernel_setup_us,
+        };
+        let work = Work::Copy {
+            copies: vec![copy],
+            path: path.expect("a copy's range lies in at least one place"),
+            setup_us,
+        };
+        (moves, work)
     }
 
     /// Captures `work` if the stream is capturing; otherwise charges `issue_us` to the host and
@@ -199,8 +355,24 @@ impl Simulator {
             return;
         }
         st.store.retain(&work.buffers());
+        st.caches.queued(&work, &st.store);
         let ready = st.host_us;
         st.scheduler.enqueue(stream.index, ready, work);
+    }
+
+    /// Submits one call's work, in order, for its `issue_us` (the first piece pays it: the page
+    /// moves a copy needs start no earlier than the copy's own call).
+    fn submit_all(
+        st: &mut State,
+        stream: &Stream,
+        issue_us: f64,
+        work: impl IntoIterator<Item = Work>,
+    ) {
+        let mut issue = issue_us;
+        for piece in work {
+            Self::submit(st, stream, issue, piece);
+            issue = 0.0;
+        }
     }
 
     /// Queues each rank's part of a collective on its stream (`streams[rank]`), one kernel launch
@@ -266,6 +438,10 @@ impl RawBackend for Simulator {
             let message = if preset.devices[device].mig_enabled || preset.devices[peer].mig_enabled
             {
                 "MIG is enabled on one of them, and MIG instances cannot use P2P".to_string()
+            } else if preset.faults.p2p_off(device, peer) {
+                "the preset's faults switch P2P off between them (faults.p2p_off); copy-engine \
+                 copies between them are staged through host memory"
+                    .to_string()
             } else if pair.link.crosses_sockets() {
                 "they sit under different CPU sockets (SYS) and this host offers no P2P across \
                  them; copy-engine copies between them are staged through host memory"
@@ -295,7 +471,10 @@ impl RawBackend for Simulator {
     fn alloc(&self, memory: Memory, bytes: usize) -> Result<Key> {
         let mut st = self.lock();
         match memory {
-            Memory::Device(d) => {
+            Memory::Device(d) | Memory::Managed(d) => {
+                if let Memory::Managed(_) = memory {
+                    ManagedPages::check_gpus(self.topology.devices.len())?;
+                }
                 let free = self.topology.devices[d].memory_bytes - st.allocated[d];
                 if bytes as u64 > free {
                     return Err(Error::Cuda {
@@ -319,8 +498,14 @@ impl RawBackend for Simulator {
             Memory::PinnedHost { numa_node: None } => {}
         }
         let key = st.store.insert(memory, bytes)?;
-        if let Memory::Device(d) = memory {
-            st.allocated[d] += bytes as u64;
+        match memory {
+            Memory::Device(d) => st.allocated[d] += bytes as u64,
+            // Counted against the GPU it was allocated for, wherever its pages go.
+            Memory::Managed(d) => {
+                st.allocated[d] += bytes as u64;
+                st.managed.insert(key, bytes, Location::Device(d));
+            }
+            Memory::PinnedHost { .. } => {}
         }
         Ok(key)
     }
@@ -329,16 +514,20 @@ impl RawBackend for Simulator {
         let mut st = self.lock();
         Self::catch_up(&mut st);
         let freed = st.store.remove(*buffer)?;
-        if let Memory::Device(d) = freed.memory {
+        st.caches.freed(*buffer);
+        if let Memory::Device(d) | Memory::Managed(d) = freed.memory {
             st.allocated[d] -= freed.len() as u64;
         }
+        st.managed.remove(*buffer);
         Ok(())
     }
 
     fn write(&self, buffer: &Key, offset: usize, data: &[u8]) -> Result<()> {
-        let mut st = self.lock();
-        Self::catch_up(&mut st);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        Self::catch_up(st);
         st.store.write(*buffer, offset, data);
+        st.caches.host_wrote(*buffer, data.len(), &st.store);
         Ok(())
     }
 
@@ -362,19 +551,20 @@ impl RawBackend for Simulator {
 
     fn copy(&self, stream: &Stream, method: CopyMethod, copy: BufferCopy<&Key>) -> Result<()> {
         let mut st = self.lock();
-        let work = self.plan_copy(&st, stream.device, method, copy.map(|k| *k));
+        let (moves, work) = self.plan_copy(&mut st, stream.device, method, copy.map(|k| *k));
         let issue = match method {
             CopyMethod::CopyEngine => self.costs().copy_issue_us,
             CopyMethod::SmKernel => self.costs().kernel_issue_us,
         };
-        Self::submit(&mut st, stream, issue, work);
+        Self::submit_all(&mut st, stream, issue, moves.into_iter().chain([work]));
         Ok(())
     }
 
     fn copy_batch(&self, stream: &Stream, batch: Batch<'_, Key>) -> Result<()> {
         let mut st = self.lock();
-        let work = self.plan_batch(&st, stream.device, &batch);
-        Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
+        let (moves, work) = self.plan_batch(&mut st, stream.device, &batch);
+        let issue = self.costs().kernel_issue_us;
+        Self::submit_all(&mut st, stream, issue, moves.into_iter().chain([work]));
         Ok(())
     }
 
@@ -384,8 +574,10 @@ impl RawBackend for Simulator {
         // separate copies (5.02 vs 5.15 µs per message), so each copy is priced as one.
         let issue = self.costs().copy_issue_us;
         for copy in batch.iter() {
-            let work = self.plan_copy(&st, stream.device, CopyMethod::CopyEngine, copy.map(|k| *k));
-            Self::submit(&mut st, stream, issue, work);
+            let copy = copy.map(|k| *k);
+            let (moves, work) =
+                self.plan_copy(&mut st, stream.device, CopyMethod::CopyEngine, copy);
+            Self::submit_all(&mut st, stream, issue, moves.into_iter().chain([work]));
         }
         Ok(())
     }
@@ -494,13 +686,15 @@ impl RawBackend for Simulator {
     }
 
     fn replay(&self, graph: &Graph, stream: &Stream) -> Result<()> {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         st.host_us += self.costs().graph_issue_us;
         let node_us = self.costs().graph_node_us;
         let ready = st.host_us;
         for work in graph.0.iter() {
             let work = work.clone().with_setup(node_us);
             st.store.retain(&work.buffers());
+            st.caches.queued(&work, &st.store);
             st.scheduler.enqueue(stream.index, ready, work);
         }
         Ok(())
@@ -522,14 +716,22 @@ impl RawProbes for Simulator {
         result: &Key,
     ) -> Result<()> {
         let mut st = self.lock();
-        let place = Self::place(&st, *chain);
+        let place = Self::place(&st, *chain, stream.device);
+        let served = match st.caches.holds(*chain) {
+            true => Chain::Cached,
+            false => Chain::InMemory,
+        };
         let work = Work::Chase {
             chain: *chain,
             steps,
             result: *result,
             setup_us: self.costs().kernel_setup_us,
-            step_us: self.links.load_latency_us(stream.device, place),
+            step_us: self.links.load_latency_us(stream.device, place, served),
         };
+        if !st.captures.contains_key(&stream.index) {
+            let State { caches, store, .. } = &mut *st;
+            caches.walked(*chain, store);
+        }
         Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
         Ok(())
     }
@@ -565,6 +767,50 @@ impl RawProbes for Simulator {
             Self::submit(&mut st, stream, issue, work);
         }
         Ok(())
+    }
+}
+
+impl RawManaged for Simulator {
+    fn advise(&self, buffer: &Key, advice: Advice) -> Result<()> {
+        let mut st = self.lock();
+        // Work already queued decided its pages when it was queued (see `managed`).
+        st.managed.advise(*buffer, advice);
+        Ok(())
+    }
+
+    fn prefetch(&self, stream: &Stream, buffer: &Key, to: Location) -> Result<()> {
+        let mut st = self.lock();
+        let moves = st.managed.prefetch(*buffer, to);
+        let setup_us = self.costs().copy_setup_us;
+        let work = self.migrations(*buffer, &moves, to, |_| setup_us);
+        // One driver call, whatever it moves (nothing, where every page is there already).
+        st.host_us += self.costs().copy_issue_us;
+        Self::submit_all(&mut st, stream, 0.0, work);
+        Ok(())
+    }
+}
+
+/// The pattern calls on the simulator's bytes, with the host's own generator and check. Like
+/// `write` and `read` (filling and checking), they cost nothing on the virtual clocks: they are no
+/// stream work, run outside every timed window, and so change no simulated figure.
+impl RawPatterns for Simulator {
+    fn fill(&self, range: BufferRange<&Key>, seed: u64) -> Result<()> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        Self::catch_up(st);
+        st.store
+            .write_with(*range.buffer, range.offset, range.len, |bytes| {
+                pattern::fill(seed, bytes)
+            });
+        st.caches.host_wrote(*range.buffer, range.len, &st.store);
+        Ok(())
+    }
+
+    fn first_mismatch(&self, range: BufferRange<&Key>, seed: u64) -> Result<Option<Mismatch>> {
+        let mut st = self.lock();
+        Self::catch_up(&mut st);
+        let bytes = &st.store.bytes(*range.buffer)[range.offset..range.offset + range.len];
+        Ok(pattern::first_mismatch(seed, bytes))
     }
 }
 
@@ -640,6 +886,14 @@ impl RawCollectives for Simulator {
         let work = nccl::send_recv(&self.links, comm, &transfers);
         self.submit_parts(streams, work);
         Ok(())
+    }
+}
+
+/// Where the link model finds a place of managed pages (host memory near whichever GPU touches it).
+fn at(location: Location) -> Place {
+    match location {
+        Location::Device(d) => Place::Device(d),
+        Location::Host => Place::Host(None),
     }
 }
 

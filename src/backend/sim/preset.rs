@@ -6,6 +6,7 @@
 //! from. Everything a preset says is checked here, so that the simulator itself never meets a
 //! nonsensical host.
 
+use super::faults::{self, Faults};
 use crate::topology::{Device, Link, Pair, Source, Topology};
 use crate::units::LARGEST_FIGURE;
 use crate::{Error, Result};
@@ -75,6 +76,12 @@ pub struct Preset {
     pub pcie: PcieSpec,
     pub host: HostSpec,
     pub costs: Costs,
+    /// How managed memory's page faults are priced; the defaults of [`ManagedSpec`] when absent.
+    #[serde(default, skip_serializing_if = "ManagedSpec::is_default")]
+    pub managed: ManagedSpec,
+    /// Faults the host carries, for `peerlink doctor` to find (none by default).
+    #[serde(default, skip_serializing_if = "Faults::is_empty")]
+    pub faults: Faults,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -90,6 +97,10 @@ pub struct GpuSpec {
     pub sm_copy_efficiency: f64,
     /// Round trip of one dependent load from the GPU's own memory.
     pub load_latency_ns: f64,
+    /// The same load from a chain the caches hold (pointer-chase-resident); `load_latency_ns` when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_load_latency_ns: Option<f64>,
     /// One-way latency of a fenced store + flag seen by another kernel on the same GPU.
     pub signal_us: f64,
 }
@@ -125,6 +136,11 @@ pub struct NvLinkSpec {
     pub latency_us: f64,
     /// Round trip of one dependent load from a peer's memory.
     pub load_latency_ns: f64,
+    /// The same load from a chain the peer's caches hold (pointer-chase-resident); when absent,
+    /// 826 ns (nvbandwidth's device_to_device_latency_sm on H100), or `load_latency_ns` where that
+    /// is lower.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_load_latency_ns: Option<f64>,
     /// One-way latency of a fenced store + flag between two GPUs.
     pub signal_us: f64,
 }
@@ -155,11 +171,20 @@ pub struct PcieSpec {
     pub latency_us: f64,
     /// Round trip of one dependent load over PCIe (a peer's or pinned host memory).
     pub load_latency_ns: f64,
+    /// The same load from a chain the caches hold; `load_latency_ns` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_load_latency_ns: Option<f64>,
     /// One-way latency of a fenced store + flag between two GPUs over PCIe.
     pub signal_us: f64,
     /// P2P rate per path class (`PIX`, `PXB`, `PHB`, `NODE`, `SYS`); a class left out has no P2P.
     #[serde(default)]
     pub p2p_gbps: BTreeMap<Link, f64>,
+    /// The PCIe generation every GPU's link trains at (1 to 6), where the preset says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u32>,
+    /// The lanes of every GPU's link (1 to 32), where the preset says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -171,6 +196,45 @@ pub struct HostSpec {
     pub staged_gbps: f64,
     /// Extra latency of a staged peer copy.
     pub staged_latency_us: f64,
+}
+
+/// Managed (unified) memory: a GPU's first touch of a page that lives elsewhere costs `fault_us`,
+/// then the page moves over the link at the link's rate. The defaults are estimates (see
+/// `docs/sim-format.md`), to be replaced by what `bench --tests managed-fault,managed-fault-latency`
+/// measures on a real host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ManagedSpec {
+    /// The unit pages fault and move in, KiB (4 to 2048).
+    pub page_kib: u64,
+    /// GPU time one page's fault costs before its bytes move (the driver servicing it), µs.
+    pub fault_us: f64,
+}
+
+impl ManagedSpec {
+    /// The page the defaults move: the GPU's smallest big page in NVIDIA's UVM driver
+    /// (UVM_MIN_BIG_PAGE_SIZE, docs/reference.md).
+    pub const DEFAULT_PAGE_KIB: u64 = 64;
+    /// An estimate: no published per-page figure for Hopper's GPU-to-GPU fault migration was found.
+    pub const DEFAULT_FAULT_US: f64 = 5.0;
+
+    fn is_default(&self) -> bool {
+        *self == ManagedSpec::default()
+    }
+
+    /// Bytes of one page.
+    pub fn page_bytes(&self) -> usize {
+        self.page_kib as usize * 1024
+    }
+}
+
+impl Default for ManagedSpec {
+    fn default() -> Self {
+        ManagedSpec {
+            page_kib: ManagedSpec::DEFAULT_PAGE_KIB,
+            fault_us: ManagedSpec::DEFAULT_FAULT_US,
+        }
+    }
 }
 
 /// CPU costs (`*_issue_us`, `sync_us`: host clock) and GPU overheads (`*_setup_us`, `graph_node_us`:
@@ -186,6 +250,39 @@ pub struct Costs {
     pub copy_setup_us: f64,
     pub kernel_setup_us: f64,
     pub graph_node_us: f64,
+}
+
+/// nvbandwidth's published latency of a dependent load over NVLink on H100 (its
+/// `device_to_device_latency_sm`: a 2 MiB chain, one cache line a step, resident in the caches;
+/// docs/reference.md): what a preset's NVLink without a `resident_load_latency_ns` takes.
+pub const NVBANDWIDTH_H100_NVLINK_LOAD_NS: f64 = 826.0;
+
+impl GpuSpec {
+    /// A dependent load from the GPU's own memory through a chain its caches hold: the preset's
+    /// figure, or the load from memory (no published figure to borrow).
+    pub fn resident_load_ns(&self) -> f64 {
+        self.resident_load_latency_ns
+            .unwrap_or(self.load_latency_ns)
+    }
+}
+
+impl NvLinkSpec {
+    /// A dependent load from a peer through a chain the peer's caches hold: the preset's figure,
+    /// else nvbandwidth's for H100 ([`NVBANDWIDTH_H100_NVLINK_LOAD_NS`]), or the load from memory
+    /// where that is lower (a cached chain is never slower).
+    pub fn resident_load_ns(&self) -> f64 {
+        self.resident_load_latency_ns
+            .unwrap_or(NVBANDWIDTH_H100_NVLINK_LOAD_NS.min(self.load_latency_ns))
+    }
+}
+
+impl PcieSpec {
+    /// A dependent load over PCIe through a chain the caches hold: the preset's figure, or the
+    /// load from memory (no published figure to borrow).
+    pub fn resident_load_ns(&self) -> f64 {
+        self.resident_load_latency_ns
+            .unwrap_or(self.load_latency_ns)
+    }
 }
 
 impl Preset {
@@ -237,6 +334,9 @@ impl Preset {
         positive("gpu.local_copy_gbps", g.local_copy_gbps)?;
         fraction("gpu.sm_copy_efficiency", g.sm_copy_efficiency)?;
         positive("gpu.load_latency_ns", g.load_latency_ns)?;
+        if let Some(ns) = g.resident_load_latency_ns {
+            positive("gpu.resident_load_latency_ns", ns)?;
+        }
         positive("gpu.signal_us", g.signal_us)?;
         for (i, d) in self.devices.iter().enumerate() {
             if d.numa_node < 0 {
@@ -251,6 +351,9 @@ impl Preset {
             fraction("nvlink.efficiency", nv.efficiency)?;
             not_negative("nvlink.latency_us", nv.latency_us)?;
             positive("nvlink.load_latency_ns", nv.load_latency_ns)?;
+            if let Some(ns) = nv.resident_load_latency_ns {
+                positive("nvlink.resident_load_latency_ns", ns)?;
+            }
             positive("nvlink.signal_us", nv.signal_us)?;
         }
         if let Some(sw) = &self.nvswitch {
@@ -294,6 +397,7 @@ impl Preset {
                 ));
             }
         }
+        self.check_nvlinks_per_gpu()?;
         let p = &self.pcie;
         positive("pcie.host_gbps", p.host_gbps)?;
         if let Some(up) = p.switch_uplink_gbps {
@@ -301,6 +405,9 @@ impl Preset {
         }
         not_negative("pcie.latency_us", p.latency_us)?;
         positive("pcie.load_latency_ns", p.load_latency_ns)?;
+        if let Some(ns) = p.resident_load_latency_ns {
+            positive("pcie.resident_load_latency_ns", ns)?;
+        }
         positive("pcie.signal_us", p.signal_us)?;
         for (class, gbps) in &p.p2p_gbps {
             if class.is_nvlink() {
@@ -309,6 +416,12 @@ impl Preset {
                 ));
             }
             positive(&format!("pcie.p2p_gbps.{class}"), *gbps)?;
+        }
+        if let Some(generation) = p.generation.filter(|g| !(1..=6).contains(g)) {
+            return Err(format!("pcie.generation must be 1 to 6, not {generation}"));
+        }
+        if let Some(lanes) = p.lanes.filter(|l| !(1..=32).contains(l)) {
+            return Err(format!("pcie.lanes must be 1 to 32, not {lanes}"));
         }
         let h = &self.host;
         positive("host.inter_socket_gbps", h.inter_socket_gbps)?;
@@ -327,21 +440,65 @@ impl Preset {
         ] {
             not_negative(&format!("costs.{field}"), v)?;
         }
-        Ok(())
+        let m = &self.managed;
+        if !(4..=2048).contains(&m.page_kib) {
+            return Err(format!(
+                "managed.page_kib must be between 4 and 2048 (4 KiB to 2 MiB), not {}",
+                m.page_kib
+            ));
+        }
+        not_negative("managed.fault_us", m.fault_us)?;
+        self.faults.validate(self)
+    }
+
+    /// Refuses a GPU with more NVLinks than [`MOST_NVLINKS_PER_GPU`]: each is a port the simulated
+    /// GPU reports, one by one, as NVML does.
+    fn check_nvlinks_per_gpu(&self) -> std::result::Result<(), String> {
+        let mut links = vec![0u64; self.devices.len()];
+        match &self.nvswitch {
+            Some(sw) => links.fill(u64::from(sw.links_per_gpu)),
+            None => {
+                for entry in &self.links {
+                    if let Link::NvLink(n) = entry.link {
+                        for g in entry.gpus {
+                            links[g] += u64::from(n);
+                        }
+                    }
+                }
+            }
+        }
+        match links.iter().position(|&n| n > MOST_NVLINKS_PER_GPU) {
+            Some(g) => Err(format!(
+                "GPU {g} has {} NVLinks; a GPU has at most {MOST_NVLINKS_PER_GPU} (NVML counts 18 \
+                 at most today)",
+                links[g]
+            )),
+            None => Ok(()),
+        }
     }
 
     /// How GPUs `a` and `b` (distinct) are linked: an explicit entry, the NVSwitch, or the PCIe path
-    /// implied by their switches and NUMA nodes.
+    /// implied by their switches and NUMA nodes. NVLinks the faults put down do not count, and a
+    /// pair left with none talks over PCIe.
     pub fn link(&self, a: usize, b: usize) -> Link {
-        if let Some(sw) = &self.nvswitch {
-            return Link::NvLink(sw.links_per_gpu);
-        }
         let explicit = self
             .links
             .iter()
-            .find(|l| l.gpus == [a, b] || l.gpus == [b, a]);
-        if let Some(l) = explicit {
-            return l.link;
+            .find(|l| l.gpus == [a, b] || l.gpus == [b, a])
+            .map(|l| l.link);
+        let nvlink = match (&self.nvswitch, explicit) {
+            (Some(sw), _) => Some(Link::NvLink(sw.links_per_gpu)),
+            (None, Some(Link::NvLink(n))) => Some(Link::NvLink(n)),
+            (None, Some(pcie)) => return pcie,
+            (None, None) => None,
+        };
+        match nvlink {
+            Some(link) if self.faults.nvlinks_down.is_empty() => return link,
+            Some(_) => match faults::active_links(self, a, b) {
+                0 => {}
+                active => return Link::NvLink(active),
+            },
+            None => {}
         }
         let (da, db) = (&self.devices[a], &self.devices[b]);
         if da.numa_node != db.numa_node {
@@ -355,7 +512,7 @@ impl Preset {
 
     /// Whether the driver offers P2P between `a` and `b` (distinct).
     pub fn p2p(&self, a: usize, b: usize) -> bool {
-        if self.devices[a].mig_enabled || self.devices[b].mig_enabled {
+        if self.devices[a].mig_enabled || self.devices[b].mig_enabled || self.faults.p2p_off(a, b) {
             return false;
         }
         match self.link(a, b) {
@@ -421,6 +578,10 @@ impl Preset {
         }
     }
 }
+
+/// The most NVLinks a simulated GPU may have: NVML's limit is 18 per GPU (NVML_NVLINK_MAX_LINKS);
+/// room for later generations, and a bound on the ports a simulated GPU lists.
+pub const MOST_NVLINKS_PER_GPU: u64 = 64;
 
 /// Lower is better, as CUDA's performance rank: NVLink first, then PCIe by distance.
 fn perf_rank(link: Link) -> i32 {
@@ -698,6 +859,20 @@ mod tests {
         assert!(m.contains("an NVLink class"), "{m}");
         let m = message(edited(|v| v["devices"] = serde_json::json!([])));
         assert!(m.contains("`devices` is empty"), "{m}");
+    }
+
+    #[test]
+    fn a_gpu_with_more_nvlinks_than_any_has_is_refused() {
+        let m = message(edited(|v| {
+            v["nvswitch"]["links_per_gpu"] = 4_000_000_000u32.into()
+        }));
+        assert!(
+            m.contains("GPU 0 has 4000000000 NVLinks; a GPU has at most 64"),
+            "{m}"
+        );
+        let m = message(mesh(&[(0, 1, "NV40"), (1, 2, "NV40")]));
+        assert!(m.contains("GPU 1 has 80 NVLinks"), "{m}");
+        assert!(mesh(&[(0, 1, "NV32"), (1, 2, "NV32")]).is_ok());
     }
 
     #[test]

@@ -97,7 +97,7 @@ impl Simulator {
     /// PCIe round trip).
     fn completion_seen_us(&self, st: &State, gpu: usize, dst: Key) -> f64 {
         let pcie = &self.links.preset().pcie;
-        let fence = match Self::place(st, dst) {
+        let fence = match Self::place(st, dst, gpu) {
             Place::Device(d) => self.links.signal_us(gpu, d),
             Place::Host(_) => pcie.signal_us,
         };
@@ -174,6 +174,7 @@ impl Simulator {
         let work = work.map(|w| self.worker_copy(worker, w));
         for work in before.into_iter().chain(work).chain([Work::Record(event)]) {
             st.store.retain(&work.buffers());
+            st.caches.queued(&work, &st.store);
             st.scheduler.enqueue(worker.stream.index, ready, work);
         }
         let ticket = progress.submitted;
@@ -190,7 +191,7 @@ impl Simulator {
     /// no stores to fence, only the completion's.
     fn plan_single(
         &self,
-        st: &State,
+        st: &mut State,
         worker: &Worker,
         copy: BufferCopy<Key>,
     ) -> (Option<Work>, f64) {
@@ -198,7 +199,8 @@ impl Simulator {
             return (None, self.links.preset().pcie.load_latency_ns / 2e3);
         }
         let seen = self.completion_seen_us(st, worker.device, copy.dst);
-        let work = self.plan_copy(st, worker.device, CopyMethod::SmKernel, copy);
+        let (moves, work) = self.plan_copy(st, worker.device, CopyMethod::SmKernel, copy);
+        debug_assert!(moves.is_empty(), "workers never see managed memory");
         (Some(work), seen)
     }
 }
@@ -208,7 +210,7 @@ impl Simulator {
     /// after the slowest message's fence.
     fn plan_many(
         &self,
-        st: &State,
+        st: &mut State,
         worker: &Worker,
         batch: &Batch<'_, Key>,
     ) -> (Option<Work>, f64) {
@@ -216,7 +218,11 @@ impl Simulator {
             .iter()
             .map(|c| self.completion_seen_us(st, worker.device, *c.dst))
             .fold(self.links.preset().pcie.load_latency_ns / 2e3, f64::max);
-        let work = (!batch.is_empty()).then(|| self.plan_batch(st, worker.device, batch));
+        let work = (!batch.is_empty()).then(|| {
+            let (moves, work) = self.plan_batch(st, worker.device, batch);
+            debug_assert!(moves.is_empty(), "workers never see managed memory");
+            work
+        });
         (work, seen)
     }
 
@@ -265,13 +271,13 @@ impl RawResident for Simulator {
 
     fn submit(&self, worker: &Worker, copy: BufferCopy<&Key>) -> Result<u64> {
         let mut st = self.lock();
-        let (work, seen) = self.plan_single(&st, worker, copy.map(|k| *k));
+        let (work, seen) = self.plan_single(&mut st, worker, copy.map(|k| *k));
         self.enqueue_ticket(&mut st, worker, Vec::new(), work, seen)
     }
 
     fn submit_batch(&self, worker: &Worker, batch: Batch<'_, Key>) -> Result<u64> {
         let mut st = self.lock();
-        let (work, seen) = self.plan_many(&st, worker, &batch);
+        let (work, seen) = self.plan_many(&mut st, worker, &batch);
         self.enqueue_ticket(&mut st, worker, Vec::new(), work, seen)
     }
 
@@ -282,7 +288,7 @@ impl RawResident for Simulator {
         copy: BufferCopy<&Key>,
     ) -> Result<u64> {
         let mut st = self.lock();
-        let (work, seen) = self.plan_single(&st, worker, copy.map(|k| *k));
+        let (work, seen) = self.plan_single(&mut st, worker, copy.map(|k| *k));
         self.enqueue_behind_doorbell(&mut st, worker, stream, work, seen)
     }
 
@@ -293,7 +299,7 @@ impl RawResident for Simulator {
         batch: Batch<'_, Key>,
     ) -> Result<u64> {
         let mut st = self.lock();
-        let (work, seen) = self.plan_many(&st, worker, &batch);
+        let (work, seen) = self.plan_many(&mut st, worker, &batch);
         self.enqueue_behind_doorbell(&mut st, worker, stream, work, seen)
     }
 

@@ -35,6 +35,15 @@ pub(super) enum Work {
         path: Path,
         setup_us: f64,
     },
+    /// Moves pages of the managed buffer `buffer`: fixed latency (`setup_us`, its faults' cost,
+    /// and the path's latency), then `bytes` as one flow over `path`. It writes nothing: the store
+    /// holds every buffer's bytes once, wherever its pages live.
+    Migrate {
+        buffer: Key,
+        bytes: usize,
+        path: Path,
+        setup_us: f64,
+    },
     /// Follows `steps` dependent loads through `chain`, then stores the index reached in `result`.
     Chase {
         chain: Key,
@@ -165,6 +174,7 @@ impl Work {
     pub fn buffers(&self) -> Vec<Key> {
         match self {
             Work::Copy { copies, .. } => copies.iter().flat_map(|c| [c.src, c.dst]).collect(),
+            Work::Migrate { buffer, .. } => vec![*buffer],
             Work::Chase { chain, result, .. } => vec![*chain, *result],
             Work::PingPong { writes, .. } => vec![*writes],
             Work::Part { collective, .. } => collective.buffers(),
@@ -176,6 +186,7 @@ impl Work {
     pub fn with_setup(mut self, overhead_us: f64) -> Work {
         match &mut self {
             Work::Copy { setup_us, .. }
+            | Work::Migrate { setup_us, .. }
             | Work::Chase { setup_us, .. }
             | Work::Busy { setup_us, .. }
             | Work::PingPong { setup_us, .. }
@@ -189,7 +200,7 @@ impl Work {
     fn step(&self, i: usize) -> Option<Step> {
         let delay = |setup_us: f64, run_us: f64| Some(Step::Delay { setup_us, run_us });
         match (self, i) {
-            (Work::Copy { .. }, 0) => Some(Step::Move),
+            (Work::Copy { .. } | Work::Migrate { .. }, 0) => Some(Step::Move),
             (
                 Work::Chase {
                     steps,
@@ -396,11 +407,14 @@ pub(super) struct Scheduler {
     next_reader: u64,
     /// A kernel fault (as CUDA's sticky errors), reported at the next synchronisation.
     fault: Option<String>,
+    /// Bytes that crossed each resource so far (the simulated counters rise with them).
+    moved: Vec<f64>,
 }
 
 impl Scheduler {
     pub fn new(capacity: Vec<f64>) -> Scheduler {
         Scheduler {
+            moved: vec![0.0; capacity.len()],
             capacity,
             ..Scheduler::default()
         }
@@ -582,11 +596,14 @@ impl Scheduler {
             } => {
                 writes = copies.iter().map(|c| self.begin_read(store, c)).collect();
                 let bytes = copies.iter().map(|c| c.len).sum();
-                let starts_at = now + setup_us + path.latency_us;
-                self.flows
-                    .push(Flow::new(path.clone(), bytes, starts_at, vec![s]));
-                held_by = 1;
+                held_by = self.start_flow(s, path, bytes, *setup_us);
             }
+            Work::Migrate {
+                bytes,
+                path,
+                setup_us,
+                ..
+            } => held_by = self.start_flow(s, path, *bytes, *setup_us),
             Work::Chase {
                 chain,
                 steps,
@@ -611,6 +628,15 @@ impl Scheduler {
             writes,
         });
         self.enter_next_step(s, store);
+    }
+
+    /// Starts the flow of stream `s`'s work: `bytes` over `path` after `setup_us` and the path's
+    /// latency. Returns how many flows now hold the work (one).
+    fn start_flow(&mut self, s: usize, path: &Path, bytes: usize, setup_us: f64) -> usize {
+        let starts_at = self.now + setup_us + path.latency_us;
+        self.flows
+            .push(Flow::new(path.clone(), bytes, starts_at, vec![s]));
+        1
     }
 
     /// Moves a stream's running work on to its next step, or ends it after its last.
@@ -835,9 +861,18 @@ impl Scheduler {
     fn advance_flows(&mut self, t: f64) {
         let dt = t - self.now;
         for f in self.flows.iter_mut().filter(|f| f.started) {
-            f.remaining -= f.rate * dt;
+            let bytes = f.rate * dt;
+            f.remaining -= bytes;
+            for &r in &f.path.resources {
+                self.moved[r] += bytes;
+            }
         }
         self.now = t;
+    }
+
+    /// Bytes that crossed resource `r` up to the scheduler's present.
+    pub fn moved(&self, r: usize) -> f64 {
+        self.moved[r]
     }
 
     /// Starts and ends every flow due at the current time, then moves on every stream whose step

@@ -544,6 +544,83 @@ fn pointer_chase_follows_the_chain_and_takes_steps_times_load_latency() {
 }
 
 #[test]
+fn a_walked_chain_is_served_from_the_caches_until_traffic_of_its_size_evicts_it() {
+    // h200-pair: 1013 ns per load over NVLink from memory, 871 through a chain the caches hold.
+    let sim = SimBackend::open("h200-pair").unwrap();
+    sim.enable_peer_access(0, 1).unwrap();
+    let len = 64 << 10;
+    let nodes = len / 128;
+    let chain: Vec<u8> = (0..nodes)
+        .flat_map(|n| {
+            let next = ((n + 1) % nodes * 16) as u64;
+            let mut node = [0u8; 128];
+            node[..8].copy_from_slice(&next.to_le_bytes());
+            node
+        })
+        .collect();
+    let on_1 = sim.alloc(Memory::Device(1), len).unwrap();
+    sim.write(on_1, 0, &chain).unwrap();
+    let result = sim.alloc(Memory::Device(0), 8).unwrap();
+    let scratch = [0, 1].map(|gpu| sim.alloc(Memory::Device(gpu), len).unwrap());
+    let s = sim.create_stream(0).unwrap();
+    let steps = 1000;
+    let per_load_ns = |sim: &SimBackend| {
+        let us = timed(sim, s, || {
+            sim.pointer_chase(s, on_1, steps, result).unwrap()
+        });
+        (us - sim.preset().costs.kernel_setup_us) / f64::from(steps) * 1e3
+    };
+    // A copy of `len` bytes within GPU `gpu`: twice `len` through its memory (read and written).
+    let copy = |gpu: usize, len: usize| {
+        let c = BufferCopy {
+            dst: scratch[gpu],
+            dst_offset: len,
+            src: scratch[gpu],
+            src_offset: 0,
+            len,
+        };
+        sim.copy(s, CopyMethod::CopyEngine, &c).unwrap();
+        sim.synchronize(s).unwrap();
+    };
+    assert!(close(per_load_ns(&sim), 1013.0), "first walk: from memory");
+    assert!(close(per_load_ns(&sim), 871.0), "walked again: cached");
+    copy(0, len / 2); // GPU 0's memory: not where the chain is
+    copy(1, len / 8); // a quarter of the chain's size through GPU 1's memory
+    assert!(close(per_load_ns(&sim), 871.0), "still cached");
+    // That walk cached it afresh: its whole size must move again, in as many copies as it takes.
+    copy(1, len / 4);
+    copy(1, len / 4);
+    assert!(
+        close(per_load_ns(&sim), 1013.0),
+        "its size moved through GPU 1: evicted"
+    );
+    assert!(close(per_load_ns(&sim), 871.0));
+    sim.write(on_1, 0, &chain[..8]).unwrap();
+    assert!(close(per_load_ns(&sim), 1013.0), "written: evicted");
+    // A captured chase leaves nothing cached, and replays keep the pace of its capture.
+    sim.patterns()
+        .fill(
+            &BufferRange {
+                buffer: scratch[1],
+                offset: 0,
+                len,
+            },
+            1,
+        )
+        .unwrap();
+    sim.begin_capture(s).unwrap();
+    sim.pointer_chase(s, on_1, steps, result).unwrap();
+    let graph = sim.end_capture(s).unwrap();
+    assert!(
+        close(per_load_ns(&sim), 1013.0),
+        "evicted by the pattern fill"
+    );
+    let replayed = timed(&sim, s, || sim.replay(graph, s).unwrap());
+    let node_us = sim.preset().costs.graph_node_us;
+    assert!(close((replayed - node_us) / f64::from(steps) * 1e3, 1013.0));
+}
+
+#[test]
 fn a_wild_chain_index_faults_at_the_next_synchronisation() {
     let sim = h100();
     let buf = sim.alloc(Memory::Device(0), 16).unwrap();
@@ -648,7 +725,10 @@ mod random_copies {
         let base = pattern::bytes(0, BUF + 64);
         for (i, memory) in (0..8)
             .map(Memory::Device)
-            .chain([Memory::PinnedHost { numa_node: Some(1) }])
+            .chain([
+                Memory::PinnedHost { numa_node: Some(1) },
+                Memory::Managed(3),
+            ])
             .enumerate()
         {
             let b = sim.alloc(memory, BUF).unwrap();
@@ -695,7 +775,8 @@ mod random_copies {
             };
             let reachable = |m: Memory| match m {
                 Memory::Device(d) => d == gpu || t.pair(gpu, d).unwrap().p2p,
-                Memory::PinnedHost { .. } => true,
+                // Mapped for every GPU, or moved by the driver to whichever touches it.
+                Memory::PinnedHost { .. } | Memory::Managed(_) => true,
             };
             let c = BufferCopy {
                 dst: buffers[dst].0,

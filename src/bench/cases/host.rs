@@ -86,7 +86,6 @@ impl TestCase for Fan {
             footprint.add(Memory::Device(from), 1, buffer);
             footprint.add(Memory::Device(to), 1, buffer);
         }
-        footprint.add_host(bytes);
         Ok(footprint)
     }
 
@@ -248,10 +247,17 @@ impl TestCase for HostCopy {
         let buffer =
             Lane::buffer_bytes(bytes as usize, &ctx.sampling, ctx.buffer_budget(gpu)?) as u64;
         let mut footprint = Footprint::default();
-        for memory in self.memories(ctx, gpu) {
+        let memories = self.memories(ctx, gpu);
+        for memory in memories {
             footprint.add(memory, 1, buffer);
         }
-        footprint.add_host(bytes);
+        if memories
+            .iter()
+            .any(|m| matches!(m, Memory::PinnedHost { .. }))
+        {
+            // The host fills or checks the message at the pinned end.
+            footprint.add_host(bytes);
+        }
         Ok(footprint)
     }
 

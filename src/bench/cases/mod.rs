@@ -5,12 +5,15 @@
 
 mod host;
 pub(crate) mod latency;
+mod managed;
 mod peer;
 mod resident;
 
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
 pub(crate) use latency::Buffers;
 pub use latency::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, SmallCopyFigure};
+pub(crate) use managed::ManagedReader;
+pub use managed::{ManagedRead, Policy};
 pub use peer::{Initiator, PeerCopy, Transport};
 pub use resident::{ResidentLatency, ResidentWrite, RESIDENT_LATENCY_BYTES};
 
@@ -63,7 +66,8 @@ pub trait TestCase: Sync {
         false
     }
     /// What measuring `place` at `bytes` holds in memory at its peak: its buffers (rotation
-    /// included) and the host's copy of a message to fill and check them. The latency tests, whose
+    /// included) and, where a message starts or ends in pinned host memory, the host's copy of it
+    /// to fill or check (device memory is filled and checked on its GPU). The latency tests, whose
     /// buffers are small and of a fixed size, count none (the pointer chase checks its own).
     fn footprint(&self, _ctx: &Context<'_>, _place: Place, _bytes: u64) -> Result<Footprint> {
         Ok(Footprint::default())
@@ -127,6 +131,15 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     tests.push(Box::new(PingPong));
     tests.push(Box::new(ResidentLatency));
     tests.push(Box::new(ResidentWrite));
+    for policy in [
+        Policy::FirstTouch,
+        Policy::AccessedBy,
+        Policy::Prefetch,
+        Policy::ReadMostly,
+    ] {
+        tests.push(Box::new(ManagedRead::new(policy)));
+    }
+    tests.push(Box::new(ManagedRead::fault_latency()));
     tests
 }
 

@@ -217,14 +217,13 @@ impl TestCase for PeerCopy {
 
     fn footprint(&self, ctx: &Context<'_>, place: Place, bytes: u64) -> Result<Footprint> {
         let (src, dst) = place.pair();
-        let mut footprint = self.lanes_footprint(
+        // Both ends are device memory, filled and checked on their GPUs: no host copy.
+        self.lanes_footprint(
             ctx,
             &self.directions(src, dst),
             bytes as usize,
             &ctx.sampling,
-        )?;
-        footprint.add_host(bytes);
-        Ok(footprint)
+        )
     }
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {

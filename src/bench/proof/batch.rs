@@ -4,6 +4,7 @@
 
 use crate::backend::{BufferCopy, CopyMethod, Owned};
 use crate::bench::pattern;
+use crate::bench::progress::Progress;
 use crate::bench::timing::{host_us, Runs};
 use crate::engine::{BatchStrategy, Fabric, Planned};
 use crate::topology::Source;
@@ -49,7 +50,7 @@ impl BatchReport {
 }
 
 /// Moves `count` messages of `size` bytes from GPU `src` to GPU `dst` every way, verifying every
-/// byte after each, and times them.
+/// byte after each, and times them; `progress` hears of each way.
 pub fn run(
     fabric: &Fabric,
     src: usize,
@@ -57,6 +58,7 @@ pub fn run(
     count: usize,
     size: usize,
     runs: Runs,
+    progress: &dyn Progress,
 ) -> Result<BatchReport> {
     if count == 0 || size == 0 || runs.runs == 0 {
         return Err(Error::usage(
@@ -99,8 +101,11 @@ pub fn run(
         expected[d..d + size].copy_from_slice(&data[s..s + size]);
     }
     let backend = fabric.backend();
+    // Plain copies, the engine in one call, then each batch strategy.
+    progress.start("batch proof", 2 + BatchStrategy::ALL.len() as u64);
     // One way after another, each run from the call until the completion is seen.
     let time = |name: &str, prepare_us: f64, run: &mut dyn FnMut() -> Result<()>| {
+        progress.step();
         to.write(0, &poison)?;
         let wall = runs.stats(|| Ok(host_us(&**backend, &mut *run)?.1))?;
         Error::check_bytes(
@@ -160,12 +165,14 @@ pub fn run(
         let Ok((batch, prepare_us)) = host_us(&**backend, || {
             fabric.prepare_batch_with(&messages, repeats, strategy)
         }) else {
+            progress.step();
             continue;
         };
         prepared.push(time(strategy.name(), prepare_us, &mut || {
             batch.run(&[])?.wait()
         })?);
     }
+    progress.finish();
     Ok(BatchReport {
         source: backend.source().clone(),
         src,

@@ -8,8 +8,9 @@
 //! the picks against the best single strategy used for every transfer.
 
 use crate::bench::pattern;
+use crate::bench::progress::Progress;
 use crate::bench::stats::Stats;
-use crate::bench::timing::{host_us, interleaved, Runs, Turn};
+use crate::bench::timing::{host_us, interleaved, interleaved_calls, Runs, Turn};
 use crate::engine::{Fabric, Strategy, Transfer};
 use crate::topology::Source;
 use crate::{Error, Result};
@@ -111,8 +112,14 @@ impl Report {
 }
 
 /// Runs `pairs` at once, `bytes` each: alone, with the planner's picks, and with each strategy that
-/// every pair can use; every byte verified after each way.
-pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) -> Result<Report> {
+/// every pair can use; every byte verified after each way. `progress` hears of every run.
+pub fn run(
+    fabric: &Fabric,
+    pairs: &[(usize, usize)],
+    bytes: u64,
+    runs: Runs,
+    progress: &dyn Progress,
+) -> Result<Report> {
     if pairs.is_empty() || runs.runs == 0 {
         return Err(Error::usage(
             "concurrent traffic needs at least one transfer and one timed run",
@@ -157,17 +164,6 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
     let submit =
         |i: usize, strategy: Strategy| -> Result<Transfer> { transfer(i, strategy).submit() };
 
-    // Alone: each flow's pick with nothing else running, one flow after another, each timed on
-    // the second of two runs as the ways below are.
-    let alone = (0..pairs.len())
-        .map(|i| {
-            let times = interleaved(runs, 1, Turn::SecondOfTwo, |_, _| {
-                submit(i, picks[i])?.elapsed_us()
-            })?;
-            Ok(Stats::of_times(&times[0])?.median)
-        })
-        .collect::<Result<Vec<f64>>>()?;
-
     // Together: the picks, then each strategy every pair can use.
     let uniform = Strategy::ALL.into_iter().filter(|&s| {
         pairs
@@ -175,6 +171,25 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
             .all(|&(src, dst)| planner.plan_with(s, src, dst, bytes).is_ok())
     });
     let ways: Vec<Option<Strategy>> = std::iter::once(None).chain(uniform.map(Some)).collect();
+    progress.start(
+        "concurrent",
+        pairs.len() as u64 * interleaved_calls(runs, 1, Turn::SecondOfTwo)
+            + interleaved_calls(runs, ways.len(), Turn::SecondOfTwo)
+            + ways.len() as u64,
+    );
+
+    // Alone: each flow's pick with nothing else running, one flow after another, each timed on
+    // the second of two runs as the ways below are.
+    let alone = (0..pairs.len())
+        .map(|i| {
+            let times = interleaved(runs, 1, Turn::SecondOfTwo, |_, _| {
+                let us = submit(i, picks[i])?.elapsed_us();
+                progress.step();
+                us
+            })?;
+            Ok(Stats::of_times(&times[0])?.median)
+        })
+        .collect::<Result<Vec<f64>>>()?;
     let backend = fabric.backend();
     // Every flow submitted together (their chunks interleaved, so that none waits for the CPU to
     // queue another), then every one waited for: the makespan and the finished transfers.
@@ -196,6 +211,7 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
     // GPU times are read where they are reported: the picks' timed runs.
     let timed_runs = interleaved(runs, ways.len(), Turn::SecondOfTwo, |at, timed| {
         let (transfers, makespan) = all_at_once(ways[at])?;
+        progress.step();
         let flow_us = match ways[at] {
             None if timed => transfers
                 .iter()
@@ -220,6 +236,7 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
             to.write(0, &vec![!(i as u8); len])?;
         }
         all_at_once(way)?;
+        progress.step();
         for (i, (from, to)) in buffers.iter().enumerate() {
             let strategy = way.unwrap_or(picks[i]);
             let (src, dst) = pairs[i];
@@ -228,6 +245,7 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
         }
     }
 
+    progress.finish();
     let total_bytes = bytes as f64 * pairs.len() as f64;
     let ways: Vec<Way> = ways
         .into_iter()
@@ -277,6 +295,7 @@ pub fn run(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64, runs: Runs) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::progress::Silent;
     use crate::bench::proof::runs_for;
     use crate::engine::tests::fabric;
 
@@ -285,7 +304,7 @@ mod tests {
     fn shifted(preset: &str, bytes: u64) -> Report {
         let f = fabric(preset);
         let pairs = Traffic::Shift(1).pairs(f.devices()).unwrap();
-        run(&f, &pairs, bytes, runs_for(f.backend().as_ref())).unwrap()
+        run(&f, &pairs, bytes, runs_for(f.backend().as_ref()), &Silent).unwrap()
     }
 
     #[test]

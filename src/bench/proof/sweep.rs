@@ -7,9 +7,10 @@
 
 use crate::backend::{BufferCopy, CopyMethod};
 use crate::bench::pattern;
+use crate::bench::progress::Progress;
 use crate::bench::stats::Stats;
-use crate::bench::timing::{host_us, interleaved, Runs, Turn};
-use crate::engine::{Buffer, Fabric, Strategy};
+use crate::bench::timing::{host_us, interleaved, interleaved_calls, Runs, Turn};
+use crate::engine::{Buffer, Fabric, Plan, Strategy};
 use crate::topology::Source;
 use crate::units::format_bytes;
 use crate::{Error, Result};
@@ -81,8 +82,15 @@ impl Report {
     }
 }
 
-/// Runs the sweep from GPU `src` to GPU `dst`.
-pub fn run(fabric: &Fabric, src: usize, dst: usize, sizes: &[u64], runs: Runs) -> Result<Report> {
+/// Runs the sweep from GPU `src` to GPU `dst`; `progress` hears of every timed or untimed run.
+pub fn run(
+    fabric: &Fabric,
+    src: usize,
+    dst: usize,
+    sizes: &[u64],
+    runs: Runs,
+    progress: &dyn Progress,
+) -> Result<Report> {
     if runs.runs == 0 {
         return Err(Error::usage(
             "the engine benchmark needs at least one timed run",
@@ -96,11 +104,23 @@ pub fn run(fabric: &Fabric, src: usize, dst: usize, sizes: &[u64], runs: Runs) -
             "choose a smaller --size",
         )?;
     }
+    let steps = sizes
+        .iter()
+        .map(|&bytes| {
+            interleaved_calls(
+                runs,
+                usable(fabric, src, dst, bytes).len(),
+                Turn::SecondOfTwo,
+            ) + interleaved_calls(overhead_runs(runs), 2, Turn::Once)
+        })
+        .sum();
+    progress.start("engine proof", steps);
     let mut points = Vec::new();
     // A stop request ends the sweep at the sizes measured so far (the document says partial).
     for &bytes in sizes.iter().take_while(|_| !crate::interrupt::requested()) {
-        points.push(point(fabric, src, dst, bytes, runs)?);
+        points.push(point(fabric, src, dst, bytes, runs, progress)?);
     }
+    progress.finish();
     Ok(Report {
         source: fabric.backend().source().clone(),
         src,
@@ -109,7 +129,32 @@ pub fn run(fabric: &Fabric, src: usize, dst: usize, sizes: &[u64], runs: Runs) -
     })
 }
 
-fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, runs: Runs) -> Result<Point> {
+/// Every strategy's plan for the pair at `bytes`: a strategy this pair cannot use is not a
+/// contender.
+fn usable(fabric: &Fabric, src: usize, dst: usize, bytes: u64) -> Vec<Plan> {
+    Strategy::ALL
+        .into_iter()
+        .filter_map(|s| fabric.planner().plan_with(s, src, dst, bytes).ok())
+        .collect()
+}
+
+/// The runs of the engine-versus-plain comparison: three times the strategies' (the two differ by
+/// about 1% at large sizes, within the noise of a few).
+fn overhead_runs(runs: Runs) -> Runs {
+    Runs {
+        runs: OVERHEAD_RUNS_FACTOR * runs.runs,
+        ..runs
+    }
+}
+
+fn point(
+    fabric: &Fabric,
+    src: usize,
+    dst: usize,
+    bytes: u64,
+    runs: Runs,
+    progress: &dyn Progress,
+) -> Result<Point> {
     let pick = fabric.planner().plan(src, dst, bytes)?;
     let len = usize::try_from(bytes)
         .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
@@ -118,20 +163,18 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, runs: Runs) -> Res
     let data = pattern::bytes(bytes, len);
     let poison: Vec<u8> = data.iter().map(|b| !b).collect();
     from.write(0, &data)?;
-    // A strategy this pair cannot use is not a contender.
-    let plans: Vec<_> = Strategy::ALL
-        .into_iter()
-        .filter_map(|s| fabric.planner().plan_with(s, src, dst, bytes).ok())
-        .collect();
+    let plans = usable(fabric, src, dst, bytes);
     // Strategies take turns round by round, in a rotating order, each timed on the second of two
     // runs: a transfer right after another kind can run slower, whichever it follows.
     let times = interleaved(runs, plans.len(), Turn::SecondOfTwo, |at, _| {
-        fabric
+        let us = fabric
             .transfer(from.all(), to.all())
             .strategy(plans[at].strategy)
             .timed()
             .submit()?
-            .elapsed_us()
+            .elapsed_us();
+        progress.step();
+        us
     })?;
     // Each strategy once more into a poisoned destination: stale bytes from another strategy
     // cannot pass.
@@ -177,16 +220,13 @@ fn point(fabric: &Fabric, src: usize, dst: usize, bytes: u64, runs: Runs) -> Res
 
     // The engine's pick and a plain copy take turns, each going first every other round, so that
     // drift and whatever the first of two back-to-back copies pays (or leaves behind) fall on
-    // both alike. Three times the runs: the two differ by about 1% at large sizes, within the
-    // noise of a few.
+    // both alike.
     let backend = fabric.backend();
     let plain = PlainCopy::new(fabric, &from, &to)?;
-    let overhead_runs = Runs {
-        runs: OVERHEAD_RUNS_FACTOR * runs.runs,
-        ..runs
-    };
+    let overhead_runs = overhead_runs(runs);
     let mut plain_gpu = Vec::with_capacity(overhead_runs.runs);
     let walls = interleaved(overhead_runs, 2, Turn::Once, |contender, timed| {
+        progress.step();
         if contender == ENGINE {
             let ((), wall) = host_us(&**backend, || fabric.copy(from.all(), to.all())?.wait())?;
             return Ok(wall);
@@ -276,6 +316,7 @@ impl Drop for PlainCopy<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::progress::Silent;
     use crate::bench::proof::RUNS;
     use crate::engine::tests::fabric;
 
@@ -291,7 +332,7 @@ mod tests {
     ];
 
     fn sweep(preset: &str, src: usize, dst: usize) -> Report {
-        let report = run(&fabric(preset), src, dst, &SWEEP, RUNS).unwrap();
+        let report = run(&fabric(preset), src, dst, &SWEEP, RUNS, &Silent).unwrap();
         for p in &report.points {
             assert!(
                 p.regret <= 0.05,
@@ -364,7 +405,7 @@ mod tests {
             );
             assert!(
                 p.timing(Strategy::Split).is_none(),
-                "no split between NVSwitch peers"
+                "no relay between NVSwitch peers, and up to 16 MiB the host route gains too little"
             );
         }
         assert_eq!(report.source.to_string(), "sim:dgx-h100");

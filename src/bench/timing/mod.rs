@@ -55,6 +55,15 @@ pub enum Turn {
     SecondOfTwo,
 }
 
+/// How many times [`interleaved`] calls its `run`: what a progress bar counts.
+pub fn interleaved_calls(runs: Runs, contenders: usize, turn: Turn) -> u64 {
+    let per_turn = match turn {
+        Turn::Once => 1,
+        Turn::SecondOfTwo => 2,
+    };
+    ((runs.warmup + runs.runs) * contenders * per_turn) as u64
+}
+
 /// Measures `contenders` against each other: round after round, each takes its [`Turn`], and
 /// `run(contender, timed)` runs it; the first `runs.warmup` rounds are untimed. Returns what each
 /// contender's timed runs returned, in round order.

@@ -14,7 +14,8 @@
 
 use super::{Measurements, PairLatency, SMALL_BYTES};
 use crate::backend::sim::preset::{
-    Costs, DeviceSpec, GpuSpec, HostSpec, LinkSpec, NvLinkSpec, NvSwitchSpec, PcieSpec, Preset,
+    Costs, DeviceSpec, GpuSpec, HostSpec, LinkSpec, ManagedSpec, NvLinkSpec, NvSwitchSpec,
+    PcieSpec, Preset,
 };
 use crate::bench::stats::median;
 use crate::model::{defaults, Cost, Hop};
@@ -114,15 +115,23 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
         sources: &mut sources,
         borrowed: &mut borrowed,
     };
-    let (gpu_load_ns, gpu_signal_us) = figures.latency(
-        "gpu.load_latency_ns, gpu.signal_us",
+    let gpu_latency = figures.latency(
+        "gpu",
         latencies.map(|l| l.local),
-        (fallback.gpu.load_latency_ns, fallback.gpu.signal_us),
+        Latency {
+            load_ns: fallback.gpu.load_latency_ns,
+            resident_load_ns: fallback.gpu.resident_load_latency_ns,
+            signal_us: fallback.gpu.signal_us,
+        },
     );
-    let (pcie_load_ns, pcie_signal_us) = figures.latency(
-        "pcie.load_latency_ns, pcie.signal_us",
+    let pcie_latency = figures.latency(
+        "pcie",
         latencies.and_then(|l| l.pcie),
-        (fallback.pcie.load_latency_ns, fallback.pcie.signal_us),
+        Latency {
+            load_ns: fallback.pcie.load_latency_ns,
+            resident_load_ns: fallback.pcie.resident_load_latency_ns,
+            signal_us: fallback.pcie.signal_us,
+        },
     );
 
     let nvlink_pairs = topology.pairs.iter().any(|p| p.link.is_nvlink());
@@ -147,21 +156,26 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             Some(p.copy_us - bytes_us(SMALL_BYTES, rate))
         });
         let alpha = small.or(finite_median(measured.iter().map(|(_, c)| c.alpha_us)));
-        let (load_latency_ns, signal_us) = Figures {
+        let latency = Figures {
             sources: &mut sources,
             borrowed: &mut borrowed,
         }
         .latency(
-            "nvlink.load_latency_ns, nvlink.signal_us",
+            "nvlink",
             latencies.and_then(|l| l.nvlink),
-            (nv_fallback.load_latency_ns, nv_fallback.signal_us),
+            Latency {
+                load_ns: nv_fallback.load_latency_ns,
+                resident_load_ns: nv_fallback.resident_load_latency_ns,
+                signal_us: nv_fallback.signal_us,
+            },
         );
         let spec = NvLinkSpec {
             link_gbps: per_link.unwrap_or(nv_fallback.link_gbps * nv_fallback.efficiency),
             efficiency: 1.0,
             latency_us: alpha.map_or(nv_fallback.latency_us, |a| (a - copy_setup_us).max(0.0)),
-            load_latency_ns,
-            signal_us,
+            load_latency_ns: latency.load_ns,
+            resident_load_latency_ns: latency.resident_load_ns,
+            signal_us: latency.signal_us,
         };
         match per_link {
             Some(rate) => sources.push(format!(
@@ -254,8 +268,9 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
         copy_engines: first.copy_engines,
         local_copy_gbps,
         sm_copy_efficiency,
-        load_latency_ns: gpu_load_ns,
-        signal_us: gpu_signal_us,
+        load_latency_ns: gpu_latency.load_ns,
+        resident_load_latency_ns: gpu_latency.resident_load_ns,
+        signal_us: gpu_latency.signal_us,
     };
     let switches = pcie_switches(topology);
     let devices = topology
@@ -295,9 +310,12 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             host_gbps,
             switch_uplink_gbps: None,
             latency_us: pcie_latency_us,
-            load_latency_ns: pcie_load_ns,
-            signal_us: pcie_signal_us,
+            load_latency_ns: pcie_latency.load_ns,
+            resident_load_latency_ns: pcie_latency.resident_load_ns,
+            signal_us: pcie_latency.signal_us,
             p2p_gbps,
+            generation: None,
+            lanes: None,
         },
         host: HostSpec {
             inter_socket_gbps,
@@ -314,6 +332,9 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             kernel_setup_us,
             graph_node_us: m.graph_node_us,
         },
+        // tune does not measure managed memory's faults: the simulator's estimates stand.
+        managed: ManagedSpec::default(),
+        faults: Default::default(),
     };
     // Four significant digits: the figures' own precision, and a file a person can read and edit.
     let mut value = serde_json::to_value(&preset).expect("a preset always serialises");
@@ -352,25 +373,41 @@ struct Figures<'a> {
     borrowed: &'a mut Vec<String>,
 }
 
+/// A section's load and signal latencies, as a preset holds them.
+struct Latency {
+    load_ns: f64,
+    /// `None`: the section's default (see `resident_load_ns` of the preset's specs).
+    resident_load_ns: Option<f64>,
+    signal_us: f64,
+}
+
 impl Figures<'_> {
-    /// A load latency (ns) and a signal latency (µs): measured on a pair, or the fallback's.
+    /// The `section`'s load latencies (ns: caches flushed, and through a chain they hold) and
+    /// signal latency (µs): measured on a pair, or the fallback's.
     fn latency(
         &mut self,
-        fields: &str,
+        section: &str,
         measured: Option<PairLatency>,
-        fallback: (f64, f64),
-    ) -> (f64, f64) {
+        fallback: Latency,
+    ) -> Latency {
+        let fields = format!(
+            "{section}.load_latency_ns, {section}.resident_load_latency_ns, {section}.signal_us"
+        );
         match measured {
             Some(l) => {
                 self.sources.push(format!(
-                    "{fields} {:.0} ns, {:.2} µs: pointer chase and half a ping-pong from GPU {} \
-                     to GPU {}",
-                    l.load_ns, l.signal_us, l.src, l.dst
+                    "{fields} {:.0} ns, {:.0} ns, {:.2} µs: pointer chase (caches flushed), \
+                     pointer-chase-resident and half a ping-pong from GPU {} to GPU {}",
+                    l.load_ns, l.resident_load_ns, l.signal_us, l.src, l.dst
                 ));
-                (l.load_ns, l.signal_us)
+                Latency {
+                    load_ns: l.load_ns,
+                    resident_load_ns: Some(l.resident_load_ns),
+                    signal_us: l.signal_us,
+                }
             }
             None => {
-                self.borrowed.push(fields.to_string());
+                self.borrowed.push(fields);
                 fallback
             }
         }

@@ -98,8 +98,11 @@ impl HopSweep {
 pub struct PairLatency {
     pub src: usize,
     pub dst: usize,
-    /// Round trip of one dependent load by `src` from `dst`'s memory (pointer chase), ns.
+    /// Round trip of one dependent load by `src` from `dst`'s memory (pointer chase, caches
+    /// flushed), ns.
     pub load_ns: f64,
+    /// The same through a chain the caches hold (pointer-chase-resident), ns.
+    pub resident_load_ns: f64,
     /// One way, fenced store + flag between kernels on the two GPUs (half a ping-pong), µs.
     pub signal_us: f64,
     /// GPU time per back-to-back 4 B copy-engine copy (bench's copy-latency), µs.
@@ -798,7 +801,7 @@ fn batch_message_us(
     Ok((per_message.median - bytes_us).max(0.0))
 }
 
-/// Pointer chase, ping-pong and a small copy's GPU time within the first GPU, on the first NVLink
+/// Both pointer chases, ping-pong and a small copy's GPU time within the first GPU, on the first NVLink
 /// pair and on the first PCIe pair with P2P; a copy within the first GPU of `plateau_bytes`.
 fn latencies(
     ctx: &mut Context<'_>,
@@ -862,6 +865,7 @@ fn pair_latency(ctx: &mut Context<'_>, src: usize, dst: usize) -> Result<PairLat
         src,
         dst,
         load_ns: value(&PointerChase(ChaseChain::Flushed))?,
+        resident_load_ns: value(&PointerChase(ChaseChain::Resident))?,
         signal_us: value(&PingPong)?,
         copy_us: value(&SmallCopy(SmallCopyFigure::GpuTime))?,
     })

@@ -385,3 +385,66 @@ fn the_issue_cost_is_measured_on_a_peer_pair_as_the_bench_does() {
     let (_, one) = tuned("h200-pair", Some(vec![1]), false);
     assert!(one.notes.iter().any(|n| n.contains("from GPU 1 to GPU 1")));
 }
+
+#[test]
+fn the_exported_simulator_reproduces_the_resident_pointer_chase() {
+    // Resident figures far from both the flushed ones and the defaults (nvbandwidth's 826 ns over
+    // NVLink, the flushed figure within a GPU): ignored anywhere along tune → export → bench, the
+    // exported simulator would report one of those instead.
+    let mut preset = Preset::load("h200-pair").unwrap();
+    preset.gpu.resident_load_latency_ns = Some(250.0);
+    preset
+        .nvlink
+        .as_mut()
+        .expect("an NVLink pair")
+        .resident_load_latency_ns = Some(500.0);
+    let sim = SimBackend::from_preset(&preset);
+    let options = Options {
+        devices: None,
+        quick: true,
+        latencies: true,
+    };
+    let m = run(&sim, &options, &Silent).unwrap();
+    let l = m.latencies.expect("latencies measured");
+    assert!(close(l.local.resident_load_ns, 250.0, 0.01), "{l:?}");
+    let nvlink = l.nvlink.expect("the NVLink pair");
+    assert!(close(nvlink.resident_load_ns, 500.0, 0.01), "{nvlink:?}");
+    assert!(close(nvlink.load_ns, 1013.0, 0.01), "{nvlink:?}");
+
+    let exported = export::preset(&m, sim.topology(), "tuned").unwrap();
+    let nv = exported.nvlink.as_ref().unwrap();
+    assert!(close(nv.resident_load_ns(), 500.0, 0.01), "{nv:?}");
+    assert!(close(exported.gpu.resident_load_ns(), 250.0, 0.01));
+    assert!(exported
+        .sources
+        .iter()
+        .any(|s| s.contains("nvlink.resident_load_latency_ns")
+            && s.contains("pointer-chase-resident")));
+
+    let chases = |backend: &dyn crate::backend::Backend| {
+        let options = crate::bench::Options {
+            tests: Some(vec![
+                "pointer-chase".into(),
+                "pointer-chase-resident".into(),
+            ]),
+            ..Default::default()
+        };
+        let report = crate::bench::run(backend, &options, &Silent).unwrap();
+        report
+            .tests
+            .iter()
+            .map(|t| t.cells[0].value)
+            .collect::<Vec<f64>>()
+    };
+    let (host, model) = (chases(&sim), chases(&SimBackend::from_preset(&exported)));
+    assert!(
+        close(host[1], 500.0, 0.01),
+        "the host's resident chase: {host:?}"
+    );
+    for (was, now) in host.iter().zip(&model) {
+        assert!(
+            close(*now, *was, 0.01),
+            "{host:?} against the exported {model:?}"
+        );
+    }
+}

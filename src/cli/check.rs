@@ -1,0 +1,60 @@
+//! `peerlink check [--baseline FILE] [--tolerance PCT]`: a short bench compared with a baseline or
+//! with the reference figures shipped for known GPUs; exit 1 naming what regressed.
+
+use super::args::{CheckArgs, Global};
+use anyhow::{bail, Result};
+use peerlink::check::{self, Plan, DEFAULT_TOLERANCE_PCT};
+use peerlink::document::check::CheckDocument;
+use peerlink::document::{self, compare::read_bench};
+use peerlink::report;
+use peerlink::units::parse_percent;
+
+pub fn run(global: &Global, args: &CheckArgs) -> Result<()> {
+    let tolerance = match args.tolerance.as_deref() {
+        None => DEFAULT_TOLERANCE_PCT,
+        Some(text) => parse_percent(text, "--tolerance")?,
+    };
+    if !(tolerance > 0.0 && tolerance < 100.0) {
+        return Err(peerlink::Error::usage(format!(
+            "--tolerance {tolerance}% cannot be met sensibly: give more than 0 (no two \
+             measurements agree to the last digit, the simulator's included) and less than 100 \
+             (which would pass a bandwidth that fell to nothing)"
+        ))
+        .into());
+    }
+    // The baseline is read before any GPU is opened: a wrong file costs no start-up.
+    let baseline = match &args.baseline {
+        None => None,
+        Some(path) => {
+            let name = path.display().to_string();
+            let text = document::read_input(path)?;
+            let wanted = "a `peerlink bench --json` output (--baseline)";
+            Some((read_bench(&text, &name, wanted)?, name))
+        }
+    };
+    let opened = global.open()?;
+    let host = opened.backend.topology();
+    let devices = host.select(global.devices.as_deref())?;
+    let plan = match &baseline {
+        Some((doc, name)) => Plan::against_baseline(host, &devices, doc, name)?,
+        None => Plan::against_references(host, &devices)?,
+    };
+    let found = check::run(
+        opened.backend.as_ref(),
+        &plan,
+        tolerance,
+        &*global.progress(),
+    )?;
+    let doc = CheckDocument::new(host, found);
+    global.print(&doc, || report::check::text(&doc))?;
+    let checked = &doc.report;
+    if !checked.healthy {
+        bail!(
+            "check failed: {} of {} figures slower than their tolerance allows: {}",
+            checked.regressed.len(),
+            checked.figures.len(),
+            report::first_few(&checked.regressions())
+        );
+    }
+    Ok(())
+}
