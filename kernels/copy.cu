@@ -5,15 +5,27 @@
 // 16-byte (uint4) loads and stores and only the head and tail move byte by byte; otherwise every byte
 // moves on its own.
 
+// One load of a copy. A kernel starts with L1 clean, so its copies load plainly; a persistent
+// kernel (the resident worker) loads `Fresh`: __ldcv skips L1, which would still hold what an
+// earlier transfer read there, and fetches host and peer memory again.
+template <bool Fresh, typename T> __device__ __forceinline__ T copy_load(const T *p) {
+    if (Fresh) {
+        return __ldcv(p);
+    }
+    return *p;
+}
+
 // Copies `len` bytes with `threads` cooperating threads, this one being `thread` (needs threads >= 16).
-__device__ void copy_range(unsigned char *dst, const unsigned char *src, unsigned long long len,
-                           unsigned long long thread, unsigned long long threads) {
+template <bool Fresh>
+__device__ void copy_range_loading(unsigned char *dst, const unsigned char *src,
+                                   unsigned long long len, unsigned long long thread,
+                                   unsigned long long threads) {
     const unsigned long long dst_misalign = (unsigned long long)dst & 15;
     const unsigned long long src_misalign = (unsigned long long)src & 15;
 
     if (dst_misalign != src_misalign) {
         for (unsigned long long i = thread; i < len; i += threads) {
-            dst[i] = src[i];
+            dst[i] = copy_load<Fresh>(src + i);
         }
         return;
     }
@@ -26,16 +38,37 @@ __device__ void copy_range(unsigned char *dst, const unsigned char *src, unsigne
     const unsigned long long tail = head + vectors * 16;
 
     if (thread < head) {
-        dst[thread] = src[thread];
+        dst[thread] = copy_load<Fresh>(src + thread);
     }
     uint4 *dst16 = (uint4 *)(dst + head);
     const uint4 *src16 = (const uint4 *)(src + head);
-    for (unsigned long long i = thread; i < vectors; i += threads) {
-        dst16[i] = src16[i];
+    // A persistent kernel's copies are a few threads wide (a warp, a worker's share of blocks),
+    // so each thread keeps several loads in flight before it stores; a launched copy's grid is
+    // wide enough with one.
+    constexpr unsigned int in_flight = Fresh ? 8 : 1;
+    for (unsigned long long base = thread; base < vectors; base += in_flight * threads) {
+        uint4 loaded[in_flight];
+#pragma unroll
+        for (unsigned int k = 0; k < in_flight; ++k) {
+            if (base + k * threads < vectors) {
+                loaded[k] = copy_load<Fresh>(src16 + base + k * threads);
+            }
+        }
+#pragma unroll
+        for (unsigned int k = 0; k < in_flight; ++k) {
+            if (base + k * threads < vectors) {
+                dst16[base + k * threads] = loaded[k];
+            }
+        }
     }
     if (tail + thread < len) {
-        dst[tail + thread] = src[tail + thread];
+        dst[tail + thread] = copy_load<Fresh>(src + tail + thread);
     }
+}
+
+__device__ void copy_range(unsigned char *dst, const unsigned char *src, unsigned long long len,
+                           unsigned long long thread, unsigned long long threads) {
+    copy_range_loading<false>(dst, src, len, thread, threads);
 }
 
 // One copy spread over the whole grid (grid-stride, so any grid size covers any length).

@@ -4,8 +4,9 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all but readwrite and split): smi topo doctor tests bench check sweep
-# explain managed engine tune torch concurrent workload torch-allreduce readwrite split
+# Which parts to run (default: all but readwrite, split and resident): smi topo doctor tests bench
+# check sweep explain managed engine tune torch concurrent workload torch-allreduce readwrite split
+# resident
 steps=${STEPS:-smi topo doctor tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
@@ -270,6 +271,22 @@ for dtype in f32 bf16; do
         --port 29533 --out "$work/torch-allreduce-graph-$dtype.json" \
         >"$work/torch-allreduce-graph-$dtype.txt" 2>&1
 done
+fi
+
+if want resident; then
+step "resident workers (issue 14)"
+# The GPU tests' figures (latency and its parts, host time per submit and per poll, bandwidth by SM
+# share, 1000 x 4 KiB in one call, 10^5 random transfers, the cost to compute, the process tests),
+# then bench's and the engine's view of the same path.
+gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture resident >"$work/resident-tests.log" 2>&1
+echo "resident tests exit: $?" >>"$work/resident-tests.log"
+$bin --gpu bench --tests resident-latency,resident-write --json >"$work/resident-bench.json" \
+    2>"$work/resident-bench.err"
+$bin --gpu bench --tests resident-write --sizes 4KiB..64MiB >"$work/resident-sweep.txt" 2>&1
+$bin --gpu plan --src $src --dst $dst --sizes 4B..64MiB --resident >"$work/resident-plan-sweep.txt" 2>&1
+$bin --gpu plan --src $src --dst $dst --size 4KiB --messages 1000 --resident --prove \
+    >"$work/resident-plan-batch.txt" 2>&1
+$bin --gpu explain --src $src --dst $dst --size 8B >"$work/resident-explain-8B.txt" 2>&1
 fi
 
 tar czf "$dest/results.tgz" -C "$work" .

@@ -20,7 +20,7 @@
 #   RUN_TIMEOUT     seconds one tool may take over all tests on one GPU set (default 900)
 #   COMPUTE_SANITIZER  the sanitizer binary (default: on PATH, else /usr/local/cuda/bin)
 #
-# Each kernel and the tests that launch it (copy.cu, latency.cu, spin.cu, collective.cu):
+# Each kernel and the tests that launch it (copy.cu, latency.cu, spin.cu, collective.cu, resident.cu):
 #   copy_bytes       sm copies on one GPU and between two, in captured graphs, the engine's
 #                    SM strategies
 #   copy_batch       batches on one GPU and between two, the engine's prepared batches and graphs
@@ -30,6 +30,9 @@
 #   all_reduce one-shot, two-shot and one-shot-packets (f32, bf16), called fifty times on the
 #                    same flags, packets of changing sizes, replayed from graphs (the ranks spin on each other's flags; __syncthreads)
 #   busy             the stand-in compute kernel
+#   resident_worker  a resident worker: its dispatcher and copy blocks moving single transfers
+#                    and batches, a doorbell behind a held stream, a ring of 32 slots wrapping round
+#                    (shared memory, __syncthreads and __syncwarp in both; it spins until stopped)
 # The sizes are the contract's: up to 1 MiB per rank, 64 KiB copies, 2000 messages of 97 bytes; the
 # engine's test moves 48 MiB once per strategy.
 #
@@ -75,6 +78,10 @@ default_tests=(
     cuda_contract::a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none
     cuda_contract::packet_all_reduces_of_changing_sizes_read_only_their_own_packets
     cuda_contract::busy_keeps_its_stream_for_at_least_its_duration
+    cuda_contract::resident_transfers_move_exactly_their_range
+    cuda_contract::a_batch_moves_every_message_as_one_ticket
+    cuda_contract::a_doorbell_holds_a_transfer_until_its_stream_gets_there
+    cuda_contract::a_full_ring_holds_submitters_back_and_wraps_round
     engine::batches_and_prepared_batches_deliver_every_message
     engine::every_usable_strategy_moves_every_byte
 )

@@ -450,3 +450,58 @@ fn concurrent_traffic_needs_two_gpus_a_known_pattern_and_no_pair() {
             .stderr(predicate::str::contains("panicked").not());
     }
 }
+
+#[test]
+fn resident_workers_are_offered_with_resident_and_picked_only_for_small_transfers() {
+    let pick = |size: &str, resident: bool| {
+        let mut args = vec![
+            "--sim",
+            "h200-pair",
+            "--src",
+            "0",
+            "--dst",
+            "1",
+            "--size",
+            size,
+        ];
+        if resident {
+            args.push("--resident");
+        }
+        let doc = plan_json(&args);
+        let offered = doc["alternatives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(doc["unusable"].as_array().unwrap())
+            .any(|s| s["strategy"] == "resident");
+        (doc["strategy"].as_str().unwrap().to_string(), offered)
+    };
+    assert_eq!(pick("4B", true).0, "resident");
+    // Large transfers are planned as without workers, where the worker is still offered.
+    let (large, offered) = pick("256MiB", true);
+    assert_eq!(large, pick("256MiB", false).0);
+    assert!(offered);
+    // Without workers the strategy is not offered, nor listed as unusable.
+    assert!(!pick("4B", false).1);
+    assert_ne!(pick("4B", false).0, "resident");
+    // The worker's cost is said, on stderr, and the proof runs it and checks its bytes.
+    peerlink()
+        .args([
+            "--sim",
+            "h200-pair",
+            "plan",
+            "--src",
+            "0",
+            "--dst",
+            "1",
+            "--size",
+            "4KiB",
+        ])
+        .args(["--resident", "--prove"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "device-wide synchronisation does not return",
+        ))
+        .stdout(predicate::str::contains("resident (pick)"));
+}

@@ -166,7 +166,11 @@ fn one_gpu_is_measured_as_its_own_peer_and_says_what_it_could_not() {
             )
         })
         .collect();
-    assert_eq!(lone, [("peer-ce", 0, 0), ("peer-sm", 0, 0)]);
+    // Both direct methods and a resident worker, the GPU to itself.
+    assert_eq!(
+        lone,
+        [("peer-ce", 0, 0), ("peer-sm", 0, 0), ("resident", 0, 0)]
+    );
     assert!(profile["graph_node_us"].as_f64().unwrap() > 0.0);
     let notes = profile["notes"].to_string();
     assert!(notes.contains("no peer pairs"), "{notes}");

@@ -24,11 +24,13 @@ mod collective;
 mod health;
 mod managed;
 mod patterns;
+mod resident;
 
 use super::handles::{next_tag, Table};
 use super::health::RawHealth;
 use super::overlap::{first_overlap, InOrder};
-use super::raw::{Batch, RawCollectives, RawManaged, RawProbes};
+use super::raw::{Batch, RawCollectives, RawManaged, RawProbes, RawResident};
+use super::resident::Resident;
 use super::{
     Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Managed,
     Memory, Patterns, Probes, RawPatterns, StreamId,
@@ -36,6 +38,7 @@ use super::{
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
 use collective::CommEntry;
+use resident::WorkerEntry;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// A backend: an implementation below, every check above it.
@@ -84,6 +87,7 @@ struct State<I: RawCollectives> {
     gates: Table<I::Gate>,
     graphs: Table<GraphEntry<I::Graph>>,
     comms: Table<CommEntry<I::Comm>>,
+    workers: Table<WorkerEntry<I::Worker>>,
     /// `peers[device * devices + peer]`: work issued on `device` may touch `peer`'s memory.
     peers: Vec<bool>,
 }
@@ -108,6 +112,7 @@ impl<I: RawCollectives> Checked<I> {
             gates: Table::new("gate", tag),
             graphs: Table::new("graph", tag),
             comms: Table::new("communicator", tag),
+            workers: Table::new("worker", tag),
             peers: (0..devices * devices)
                 .map(|i| i / devices == i % devices)
                 .collect(),
@@ -252,6 +257,46 @@ impl<I: RawCollectives> Checked<I> {
         Ok(found)
     }
 
+    /// Checks one copy that `toucher` performs for work issued on `device` — both ranges inside
+    /// their buffers, not overlapping each other, both buffers reachable — and returns the
+    /// implementation's destination and source objects.
+    fn check_copy(
+        &self,
+        st: &State<I>,
+        call: &str,
+        device: usize,
+        copy: &BufferCopy,
+        toucher: Toucher,
+    ) -> Result<(I::Buffer, I::Buffer)> {
+        let (dst, src) = (st.buffers.get(copy.dst.0)?, st.buffers.get(copy.src.0)?);
+        // Messages are built only for a range that does not fit: this runs once per transfer.
+        let fits =
+            |offset: usize, size: usize| offset.checked_add(copy.len).is_some_and(|e| e <= size);
+        for (side, id, entry, offset) in [
+            ("destination", copy.dst, dst, copy.dst_offset),
+            ("source", copy.src, src, copy.src_offset),
+        ] {
+            if !fits(offset, entry.len) {
+                let what = format!("{call} {side}");
+                return Err(out_of_range(&what, id, entry.len, offset, copy.len));
+            }
+        }
+        if copy.dst == copy.src
+            && copy.len > 0
+            && copy.src_offset < copy.dst_offset + copy.len
+            && copy.dst_offset < copy.src_offset + copy.len
+        {
+            return Err(Error::usage(format!(
+                "{call}: source and destination overlap in {} (offsets {} and {}, {} bytes): the \
+                 result would depend on the order the bytes move in; copy through another buffer",
+                copy.dst, copy.src_offset, copy.dst_offset, copy.len
+            )));
+        }
+        self.check_reach(st, device, copy.dst, dst.memory, toucher)?;
+        self.check_reach(st, device, copy.src, src.memory, toucher)?;
+        Ok((dst.raw.clone(), src.raw.clone()))
+    }
+
     /// The stream's GPU and object, for work a capture records.
     fn stream(&self, st: &State<I>, stream: StreamId) -> Result<(usize, I::Stream)> {
         let entry = st.streams.get(stream.0)?;
@@ -344,7 +389,9 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns> Backend for Checked<I> {
+impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns + RawResident> Backend
+    for Checked<I>
+{
     fn source(&self) -> &Source {
         &self.raw.topology().source
     }
@@ -362,6 +409,10 @@ impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns> Backe
     }
 
     fn collectives(&self) -> &dyn Collectives {
+        self
+    }
+
+    fn resident(&self) -> &dyn Resident {
         self
     }
 
@@ -497,36 +548,14 @@ impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns> Backe
     fn copy(&self, stream: StreamId, method: CopyMethod, copy: &BufferCopy) -> Result<()> {
         let mut st = self.lock();
         let (device, raw_stream) = self.stream(&st, stream)?;
-        let (dst, src) = (st.buffers.get(copy.dst.0)?, st.buffers.get(copy.src.0)?);
-        check_range(
-            "copy destination",
-            copy.dst,
-            dst.len,
-            copy.dst_offset,
-            copy.len,
-        )?;
-        check_range("copy source", copy.src, src.len, copy.src_offset, copy.len)?;
-        if copy.dst == copy.src
-            && copy.len > 0
-            && copy.src_offset < copy.dst_offset + copy.len
-            && copy.dst_offset < copy.src_offset + copy.len
-        {
-            return Err(Error::usage(format!(
-                "copy: source and destination overlap in {} (offsets {} and {}, {} bytes): the \
-                 result would depend on the order the bytes move in; copy through another buffer",
-                copy.dst, copy.src_offset, copy.dst_offset, copy.len
-            )));
-        }
         let toucher = match method {
             CopyMethod::CopyEngine => Toucher::CopyEngine,
             CopyMethod::SmKernel => Toucher::Kernel("an SM copy kernel"),
         };
-        self.check_reach(&st, device, copy.dst, dst.memory, toucher)?;
-        self.check_reach(&st, device, copy.src, src.memory, toucher)?;
+        let (raw_dst, raw_src) = self.check_copy(&st, "copy", device, copy, toucher)?;
         if copy.len == 0 {
             return Ok(());
         }
-        let (raw_dst, raw_src) = (dst.raw.clone(), src.raw.clone());
         Self::note_capture(&mut st, stream, [copy.dst, copy.src]);
         drop(st);
         self.raw.copy(
@@ -779,6 +808,9 @@ impl<I: RawProbes + RawCollectives> Probes for Checked<I> {
 impl<I: RawCollectives> Drop for Checked<I> {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // Stop every resident worker first (its last reference stops it): while one runs, its
+        // kernel holds its GPU, and the implementation's own closing waits for every kernel.
+        drop(st.workers.drain());
         // Open every gate first, so that no stream waits out a spin kernel's timeout below; then
         // let the work finish before releasing what it uses. Nothing can report an error here.
         for gate in st.gates.drain() {

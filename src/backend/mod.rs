@@ -31,6 +31,7 @@ pub mod host_memory;
 mod overlap;
 mod patterns;
 mod raw;
+pub mod resident;
 pub mod sim;
 
 pub use checked::Checked;
@@ -38,7 +39,8 @@ pub use collective::{Collectives, Nccl};
 pub use health::Health;
 pub(crate) use overlap::first_overlap;
 pub use patterns::{Patterns, RawPatterns};
-pub use raw::{Batch, RawBackend, RawCollectives, RawManaged, RawProbes, RawRank};
+pub use raw::{Batch, RawBackend, RawCollectives, RawManaged, RawProbes, RawRank, RawResident};
+pub use resident::{Resident, Ticket, Worker, WorkerConfig, WorkerId};
 
 use crate::topology::{Source, Topology};
 use crate::Result;
@@ -207,6 +209,8 @@ pub trait Backend: Send + Sync {
     /// Work over several GPUs at once (peerlink's all-reduce, NCCL) and the stand-in compute.
     fn collectives(&self) -> &dyn Collectives;
 
+    /// Resident workers: persistent kernels the host rings with transfers (see [`resident`]).
+    fn resident(&self) -> &dyn Resident;
     /// Advice and prefetches for managed memory.
     fn managed(&self) -> &dyn Managed;
     /// What each GPU's management interface says about its health (PCIe link, NVLinks, error

@@ -8,6 +8,7 @@
 //! (memory left on a device, a preset's NUMA nodes, a driver's refusal).
 
 use super::collective::{AllReduceKernel, DataType, PeerTransfer};
+use super::resident::{StopReport, WorkerConfig};
 use super::{Advice, BufferCopy, BufferId, CopyMethod, Location, Memory};
 use crate::topology::Topology;
 use crate::Result;
@@ -22,6 +23,9 @@ pub trait RawBackend: Send + Sync {
     /// A held gate (taken out of the table by its release).
     type Gate: Send + Sync;
     type Graph: Clone + Send + Sync;
+    /// A running resident worker (shared with calls in flight). Dropping the last reference stops
+    /// it, as [`RawResident::stop_worker`] does.
+    type Worker: Send + Sync;
 
     fn topology(&self) -> &Topology;
     fn notices(&self) -> Vec<String> {
@@ -110,6 +114,59 @@ pub trait RawProbes: RawBackend {
         pong_flag: &Self::Buffer,
         rounds: u32,
     ) -> Result<()>;
+}
+
+/// Resident workers, below the checks (see [`super::Resident`]). Tickets are the worker's own
+/// indices (0, 1, 2, …).
+pub trait RawResident: RawBackend {
+    /// The GPU exists; `copy_blocks`, `ring_slots` and `watchdog_ms` are in the documented ranges
+    /// (whether the GPU has the SMs is the implementation's to check).
+    fn start_worker(&self, config: &WorkerConfig) -> Result<Self::Worker>;
+
+    /// Both ranges lie inside their buffers and do not overlap; both buffers are reachable by a
+    /// kernel on the worker's GPU and neither is managed memory. `len` may be 0 (a ticket that
+    /// moves nothing).
+    fn submit(&self, worker: &Self::Worker, copy: BufferCopy<&Self::Buffer>) -> Result<u64>;
+
+    /// Checked as a `copy_batch` on the worker's GPU, with no managed memory; may be empty.
+    fn submit_batch(&self, worker: &Self::Worker, batch: Batch<'_, Self::Buffer>) -> Result<u64>;
+
+    /// As `submit`; the stream does not capture.
+    fn submit_after(
+        &self,
+        worker: &Self::Worker,
+        stream: &Self::Stream,
+        copy: BufferCopy<&Self::Buffer>,
+    ) -> Result<u64>;
+
+    /// As `submit_batch`; the stream does not capture.
+    fn submit_batch_after(
+        &self,
+        worker: &Self::Worker,
+        stream: &Self::Stream,
+        batch: Batch<'_, Self::Buffer>,
+    ) -> Result<u64>;
+
+    /// The ticket was issued by the worker; the stream does not capture.
+    fn wait_on_stream(
+        &self,
+        stream: &Self::Stream,
+        worker: &Self::Worker,
+        ticket: u64,
+    ) -> Result<()>;
+
+    /// Tickets issued so far (the next ticket's index).
+    fn submitted(&self, worker: &Self::Worker) -> u64;
+
+    /// The ticket was issued by the worker.
+    fn is_complete(&self, worker: &Self::Worker, ticket: u64) -> Result<bool>;
+
+    /// The ticket was issued by the worker.
+    fn wait_for(&self, worker: &Self::Worker, ticket: u64) -> Result<()>;
+
+    /// Stops the worker and waits for its kernel to end. Called once per worker; calls on other
+    /// threads may still hold it, and fail from then on.
+    fn stop_worker(&self, worker: &Self::Worker) -> Result<StopReport>;
 }
 
 /// Managed memory's advice and prefetches, below the checks: the buffer is managed memory, every

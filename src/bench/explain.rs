@@ -23,7 +23,10 @@ use super::result::{Place, Sweep};
 use super::stats::Stats;
 use super::timing::{held_gpu_us, host_us, measure, Lane, Runs, Sampling};
 use super::{sweep_pair, Context, Defaults};
-use crate::backend::{Backend, CopyMethod, EventId, Memory, Owned};
+use crate::backend::resident::DEFAULT_COPY_BLOCKS;
+use crate::backend::{
+    Backend, BufferCopy, CopyMethod, EventId, Memory, Owned, Worker, WorkerConfig,
+};
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use schemars::JsonSchema;
@@ -119,7 +122,7 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<Explanation> {
     let topo = backend.topology();
-    let (defaults, notes) = opening(backend, src, dst)?;
+    let (defaults, mut notes) = opening(backend, src, dst)?;
     let sampling = defaults.sampling;
     let direct = src == dst || topo.pair(src, dst).is_some_and(|p| p.p2p);
     let mut ctx = Context::new(
@@ -344,6 +347,11 @@ pub fn run(
     fixes.push(staged_versus_direct(
         &mut ctx, src, dst, size, link_us, direct,
     )?);
+    if direct {
+        let resident = resident_path(backend, src, dst, size, sampling.samples)?;
+        fixes.push(resident.fix(measured.median));
+        notes.push(resident.note());
+    }
     let Completion {
         sync_us, poll_us, ..
     } = completion;
@@ -400,6 +408,100 @@ pub fn run(
         sweep,
         fixes,
         notes,
+    })
+}
+
+/// The same transfer through a resident worker, part by part (host clock, medians).
+struct ResidentPath {
+    src: usize,
+    size: u64,
+    /// The call that submits one transfer.
+    submit_us: f64,
+    /// A ticket that moves nothing, from the call until the host sees it complete: the host's
+    /// write reaching the worker's poll, and its completion reaching the host's.
+    ring_us: f64,
+    /// The transfer itself, from the call until the host sees it complete.
+    total_us: f64,
+}
+
+impl ResidentPath {
+    fn fix(&self, measured_us: f64) -> Fix {
+        Fix {
+            part: "launch overhead".into(),
+            fix: "hand the transfer to a resident worker on the source GPU: no launch, copy call \
+                  or event; the host polls the worker's completion word"
+                .into(),
+            saves_us: measured_us - self.total_us,
+            computed_from: format!(
+                "measured end to end {measured_us:.2} µs − {:.2} µs through a resident worker \
+                 (host clock from the call until the host sees it complete)",
+                self.total_us
+            ),
+        }
+    }
+
+    fn note(&self) -> String {
+        format!(
+            "a resident worker on GPU {} ({DEFAULT_COPY_BLOCKS} copy blocks) takes {:.2} µs for {}, \
+             call until the host sees it complete: the submit {:.2} µs, the ring and the completion \
+             {:.2} µs (a ticket moving nothing, less its submit), the copy and its fence {:.2} µs \
+             (the rest); host clock, medians",
+            self.src,
+            self.total_us,
+            format_bytes(self.size),
+            self.submit_us,
+            self.ring_us - self.submit_us,
+            self.total_us - self.ring_us
+        )
+    }
+}
+
+/// Times the transfer through a resident worker on `src` (see [`ResidentPath`]), `samples` ×
+/// [`TRANSFERS`] of each, after a warm-up; the bytes are verified.
+fn resident_path(
+    backend: &dyn Backend,
+    src: usize,
+    dst: usize,
+    size: u64,
+    samples: u32,
+) -> Result<ResidentPath> {
+    let len = size as usize;
+    let from = Owned::new(backend, backend.alloc(Memory::Device(src), len)?);
+    let to = Owned::new(backend, backend.alloc(Memory::Device(dst), len)?);
+    let data = super::pattern::bytes(size, len);
+    backend.write(*from, 0, &data)?;
+    let worker = Worker::start(backend, &WorkerConfig::on(src))?;
+    let copy = BufferCopy::from_start(*from, *to, len);
+    let nothing = BufferCopy::from_start(*from, *to, 0);
+    let runs = Runs {
+        warmup: 1,
+        runs: (samples * TRANSFERS) as usize,
+    };
+    let round = |copy: &BufferCopy| {
+        runs.stats(|| {
+            let ((), us) = host_us(backend, || worker.wait(worker.submit(copy)?))?;
+            Ok(us)
+        })
+    };
+    let total = round(&copy)?;
+    let ring = round(&nothing)?;
+    let submit = runs.stats(|| {
+        let (ticket, us) = host_us(backend, || worker.submit(&nothing))?;
+        worker.wait(ticket)?;
+        Ok(us)
+    })?;
+    worker.stop()?;
+    let mut got = vec![0; len];
+    backend.read(*to, 0, &mut got)?;
+    if let Some(mismatch) = super::pattern::first_mismatch(size, &got) {
+        return Err(mismatch.into_error("explain (resident worker)", src, dst));
+    }
+    Ok(ResidentPath {
+        src,
+        size,
+        submit_us: submit.median,
+        ring_us: ring.median,
+        total_us: total.median,
     })
 }
 

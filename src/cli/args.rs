@@ -272,6 +272,12 @@ pub struct PlanArgs {
     /// regret and the engine's cost over a plain copy
     #[arg(long)]
     pub prove: bool,
+
+    /// Run a resident worker on each sending GPU for this run (a persistent kernel holding 17 SMs:
+    /// no launch per transfer) and let the planner pick it where it wins. While it runs,
+    /// device-wide synchronisation (cudaDeviceSynchronize, torch.cuda.synchronize) does not return
+    #[arg(long)]
+    pub resident: bool,
 }
 
 #[derive(Args)]

@@ -4,6 +4,7 @@
 
 use super::args::{Global, PlanArgs};
 use anyhow::Result;
+use peerlink::backend::resident::DEFAULT_COPY_BLOCKS;
 use peerlink::backend::Backend;
 use peerlink::bench::proof::concurrent::{self, Traffic};
 use peerlink::bench::proof::{self, batch, sweep};
@@ -106,6 +107,15 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
     if let Some(path) = &args.profile {
         let profile = Profile::load(path)?;
         fabric = fabric.model(CostModel::from_profile(backend.topology(), &profile)?);
+    }
+    if args.resident {
+        fabric = fabric.resident(DEFAULT_COPY_BLOCKS);
+        eprintln!(
+            "peerlink: note: a resident worker runs on each GPU that sends with the resident \
+             strategy, holding {} SMs, until the run ends; device-wide synchronisation does not \
+             return while it runs",
+            DEFAULT_COPY_BLOCKS + 1
+        );
     }
     let fabric = fabric.open()?;
     let planner = fabric.planner();

@@ -108,6 +108,8 @@ pub enum RouteName {
     GpudirectRdma,
     /// To another host, through host memory near each NIC.
     NetStaged,
+    /// Through the source GPU's resident worker.
+    Resident,
 }
 
 impl From<Route> for RouteName {
@@ -119,6 +121,7 @@ impl From<Route> for RouteName {
             Route::Relay(via) => RouteName::Relay { via },
             Route::GpudirectRdma => RouteName::GpudirectRdma,
             Route::NetStaged => RouteName::NetStaged,
+            Route::Resident => RouteName::Resident,
         }
     }
 }

@@ -305,6 +305,11 @@ impl PreparedBatch {
                 let graph = self.graph.expect("captured when the batch was prepared");
                 shared.backend.replay(graph, control)?;
             }
+            BatchStrategy::Resident => {
+                shared.ensure_peer(a, b)?;
+                let worker = shared.worker(a)?;
+                issuer.resident_batch(control, worker, &self.copies, !after.is_empty())?;
+            }
             BatchStrategy::GatherScatter => {
                 let middle = self
                     .plan

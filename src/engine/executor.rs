@@ -19,7 +19,9 @@
 
 use super::plan::{Plan, Route, Strategy};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
-use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
+use crate::backend::{
+    Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId, WorkerConfig, WorkerId,
+};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +80,25 @@ pub(super) struct Shared {
     /// Plans already made, by (source, destination, bytes, forced strategy): workloads repeat
     /// sizes, and a split's plan costs tens of microseconds of CPU to make.
     plans: Mutex<SmallKeyMap<PlanKey, Arc<Plan>>>,
+    /// Resident workers, where the fabric runs them.
+    resident: Option<ResidentWorkers>,
+}
+
+/// A fabric's resident workers: one per source GPU, started on its first resident transfer,
+/// stopped with the fabric.
+pub(super) struct ResidentWorkers {
+    /// Copy blocks each worker runs with.
+    copy_blocks: u32,
+    running: Mutex<SmallKeyMap<usize, WorkerId>>,
+}
+
+impl ResidentWorkers {
+    pub fn new(copy_blocks: u32) -> Self {
+        ResidentWorkers {
+            copy_blocks,
+            running: Mutex::default(),
+        }
+    }
 }
 
 /// A transfer as the plan cache knows it: source, destination, bytes, forced strategy.
@@ -98,7 +119,11 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub fn new(backend: Arc<dyn Backend>, planner: super::Planner) -> Shared {
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        planner: super::Planner,
+        resident: Option<ResidentWorkers>,
+    ) -> Shared {
         Shared {
             backend,
             planner,
@@ -107,7 +132,28 @@ impl Shared {
             lanes: Mutex::default(),
             capture: Mutex::default(),
             plans: Mutex::default(),
+            resident,
         }
+    }
+
+    /// The resident worker of GPU `device`, started on first use.
+    pub fn worker(&self, device: usize) -> Result<WorkerId> {
+        let workers = self.resident.as_ref().ok_or_else(|| {
+            Error::usage(
+                "this fabric runs no resident workers: open it with FabricBuilder::resident",
+            )
+        })?;
+        let mut running = lock(&workers.running);
+        if let Some(&worker) = running.get(&device) {
+            return Ok(worker);
+        }
+        let config = WorkerConfig {
+            copy_blocks: workers.copy_blocks,
+            ..WorkerConfig::on(device)
+        };
+        let worker = self.backend.resident().start_worker(&config)?;
+        running.insert(device, worker);
+        Ok(worker)
     }
 
     /// The planner's plan for a transfer (its pick, or `strategy` where given), made once per
@@ -169,8 +215,14 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Nothing else holds the fabric now; wait for each lane's last use, then free its buffers;
-        // then the streams, whose queued work still runs.
+        // Nothing else holds the fabric now. The workers stop first (each finishes what it was
+        // given; streams waiting on them go on); then wait for each lane's last use, free its
+        // buffers; then the streams, whose queued work still runs.
+        if let Some(workers) = &self.resident {
+            for &worker in lock(&workers.running).values() {
+                let _ = self.backend.resident().stop_worker(worker);
+            }
+        }
         for lane in lock(&self.lanes).values() {
             let lane = lock(lane);
             if let Some(idle) = lane.idle {
@@ -349,6 +401,42 @@ impl<'s> Issuer<'s> {
         self.backend().memcpy_batch(stream, copies)
     }
 
+    /// Hands a batch to `worker` as one ticket (behind a doorbell on `stream` where `ordered`, else
+    /// at once) and makes `stream` wait for it.
+    pub fn resident_batch(
+        &mut self,
+        stream: StreamId,
+        worker: WorkerId,
+        copies: &[BufferCopy],
+        ordered: bool,
+    ) -> Result<()> {
+        let resident = self.backend().resident();
+        let ticket = if ordered {
+            resident.submit_batch_after(worker, stream, copies)?
+        } else {
+            resident.submit_batch(worker, copies)?
+        };
+        resident.wait_on_stream(stream, ticket)
+    }
+
+    /// Hands `copy` to `worker` (behind a doorbell on `stream` where `ordered`, else at once) and
+    /// makes `stream` wait for it.
+    pub fn resident(
+        &mut self,
+        stream: StreamId,
+        worker: WorkerId,
+        copy: BufferCopy,
+        ordered: bool,
+    ) -> Result<()> {
+        let resident = self.backend().resident();
+        let ticket = if ordered {
+            resident.submit_after(worker, stream, &copy)?
+        } else {
+            resident.submit(worker, &copy)?
+        };
+        resident.wait_on_stream(stream, ticket)
+    }
+
     pub fn finish(mut self, start: Option<EventId>, end: EventId) -> Completion {
         self.finished = true;
         Completion {
@@ -381,7 +469,7 @@ pub(super) fn lanes_of(plan: &Plan) -> Vec<LaneKey> {
     plan.paths
         .iter()
         .filter_map(|p| match p.route {
-            Route::Direct(_) | Route::GpudirectRdma | Route::NetStaged => None,
+            Route::Direct(_) | Route::Resident | Route::GpudirectRdma | Route::NetStaged => None,
             Route::Host => Some(LaneKey::Host { src, dst }),
             Route::Relay(via) => Some(LaneKey::Relay { src, dst, via }),
         })
@@ -436,20 +524,26 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
         let pipelined = plan
             .paths
             .iter()
-            .any(|p| !matches!(p.route, Route::Direct(_)));
+            .any(|p| !matches!(p.route, Route::Direct(_) | Route::Resident));
         let start = if job.timed || pipelined {
             Some(issuer.record(control)?)
         } else {
             None
         };
-        queue_direct(&mut issuer, plan, job.src, job.dst, control)?;
+        queue_direct(
+            &mut issuer,
+            plan,
+            (job.src, job.dst),
+            control,
+            !job.after.is_empty(),
+        )?;
         let q = Queuing {
             issuer,
             control,
             start,
             pipelines: Vec::new(),
         };
-        // A transfer of direct copies only is queued whole: it ends at once.
+        // A transfer of direct copies and resident transfers only is queued whole: it ends at once.
         if pipelined {
             done.push(None);
             queuing.push(Some(q));
@@ -530,7 +624,7 @@ pub(super) fn issue_routes(
     control: StreamId,
     start: Option<EventId>,
 ) -> Result<()> {
-    queue_direct(issuer, plan, src, dst, control)?;
+    queue_direct(issuer, plan, (src, dst), control, true)?;
     let mut pipelines = begin_pipelines(issuer, lanes, plan, src, dst, start)?;
     while step_routes(issuer, &mut pipelines)? {}
     finish_routes(issuer, lanes, pipelines, control)
@@ -539,19 +633,21 @@ pub(super) fn issue_routes(
 /// The pipelined routes of a transfer being queued, a chunk at a time.
 pub(super) type Pipelines = Vec<(LaneKey, Pipeline)>;
 
-/// Queues `plan`'s direct copies on `control`: one call each, they run from the transfer's start
-/// whatever the plan's order, before any pipeline's chunks are queued.
+/// Queues `plan`'s direct copies and resident transfers on `control`: one call each, they run from
+/// the transfer's start whatever the plan's order, before any pipeline's chunks are queued.
+/// `ordered`: work queued on `control` before must be done first (a resident transfer then waits
+/// for its doorbell there; without, the worker takes it at once).
 fn queue_direct(
     issuer: &mut Issuer<'_>,
     plan: &Plan,
-    src: Loc,
-    dst: Loc,
+    (src, dst): (Loc, Loc),
     control: StreamId,
+    ordered: bool,
 ) -> Result<()> {
     for share in &plan.paths {
-        let Route::Direct(method) = share.route else {
+        if !matches!(share.route, Route::Direct(_) | Route::Resident) {
             continue;
-        };
+        }
         issuer.shared.ensure_peer(plan.src, plan.dst)?;
         let copy = BufferCopy {
             dst: dst.buffer,
@@ -560,7 +656,15 @@ fn queue_direct(
             src_offset: src.offset + share.offset as usize,
             len: share.bytes as usize,
         };
-        issuer.copy(control, method, copy)?;
+        match share.route {
+            Route::Direct(method) => issuer.copy(control, method, copy)?,
+            // The control stream goes on once it is complete; where it must first finish what it
+            // holds (the transfer's dependencies), it rings the worker's doorbell.
+            _ => {
+                let worker = issuer.shared.worker(plan.src)?;
+                issuer.resident(control, worker, copy, ordered)?;
+            }
+        }
     }
     Ok(())
 }
@@ -578,7 +682,7 @@ fn begin_pipelines(
     let mut pipelines = Vec::new();
     for share in &plan.paths {
         match share.route {
-            Route::Direct(_) => continue,
+            Route::Direct(_) | Route::Resident => continue,
             Route::GpudirectRdma | Route::NetStaged => {
                 return Err(super::plan::between_hosts(plan.src, plan.dst));
             }
@@ -635,7 +739,7 @@ fn lanes_of_route(plan: &Plan, route: Route) -> LaneKey {
     match route {
         Route::Host => LaneKey::Host { src, dst },
         Route::Relay(via) => LaneKey::Relay { src, dst, via },
-        Route::Direct(_) | Route::GpudirectRdma | Route::NetStaged => {
+        Route::Direct(_) | Route::Resident | Route::GpudirectRdma | Route::NetStaged => {
             unreachable!("only pipelines within one host have a lane")
         }
     }

@@ -11,7 +11,7 @@
 //! - dropping a buffer waits for the transfers that use it before its memory is freed, and a
 //!   prepared batch keeps its buffers alive.
 
-use super::executor::{self, lock, Completion, Loc, Shared};
+use super::executor::{self, lock, Completion, Loc, ResidentWorkers, Shared};
 use super::plan::{BatchPlan, Plan, Strategy};
 use super::Planner;
 use crate::backend::{Backend, BufferId, EventId, Memory};
@@ -33,6 +33,8 @@ pub struct FabricBuilder {
     backend: Arc<dyn Backend>,
     devices: Option<Vec<usize>>,
     model: Option<CostModel>,
+    /// Copy blocks of each resident worker, where the fabric runs them.
+    resident: Option<u32>,
 }
 
 impl FabricBuilder {
@@ -48,15 +50,29 @@ impl FabricBuilder {
         self
     }
 
+    /// Runs a resident worker of `copy_blocks` copy blocks on each GPU that sends (started by its
+    /// first resident transfer, stopped with the fabric), and lets the planner pick
+    /// [`Strategy::Resident`] where it wins. While a worker runs, device-wide synchronisation
+    /// (cuCtxSynchronize, `torch.cuda.synchronize()`) does not return: see
+    /// [`crate::backend::resident`].
+    pub fn resident(mut self, copy_blocks: u32) -> Self {
+        self.resident = Some(copy_blocks);
+        self
+    }
+
     pub fn open(self) -> Result<Fabric> {
         let topology = self.backend.topology();
         let devices = topology.select(self.devices.as_deref())?;
         let model = self
             .model
             .unwrap_or_else(|| CostModel::from_topology(topology));
-        let planner = Planner::for_devices(model, &devices);
+        let mut planner = Planner::for_devices(model, &devices);
+        if self.resident.is_some() {
+            planner = planner.with_resident();
+        }
+        let workers = self.resident.map(ResidentWorkers::new);
         Ok(Fabric {
-            shared: Arc::new(Shared::new(self.backend, planner)),
+            shared: Arc::new(Shared::new(self.backend, planner, workers)),
         })
     }
 }
@@ -72,6 +88,7 @@ impl Fabric {
             backend,
             devices: None,
             model: None,
+            resident: None,
         }
     }
 

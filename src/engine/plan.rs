@@ -24,6 +24,9 @@ pub enum Strategy {
     Relay,
     /// Several routes at once, the bytes divided by their predicted speed.
     Split,
+    /// Through a resident worker on the source GPU: no launch, no copy call; offered only by a
+    /// fabric that runs workers (`FabricBuilder::resident`, `plan --resident`).
+    Resident,
     /// To a GPU of another host: the source's NIC reads its memory, the destination's NIC writes
     /// into the other GPU's (GPUDirect RDMA).
     GpudirectRdma,
@@ -34,12 +37,13 @@ pub enum Strategy {
 
 impl Strategy {
     /// The strategies between two GPUs of one host.
-    pub const ALL: [Strategy; 5] = [
+    pub const ALL: [Strategy; 6] = [
         Strategy::DirectCe,
         Strategy::DirectSm,
         Strategy::Staged,
         Strategy::Relay,
         Strategy::Split,
+        Strategy::Resident,
     ];
 
     /// The strategies between GPUs of different hosts.
@@ -55,6 +59,7 @@ impl Strategy {
             Strategy::Split => "split",
             Strategy::GpudirectRdma => "gpudirect-rdma",
             Strategy::NetStaged => "net-staged",
+            Strategy::Resident => "resident",
         }
     }
 
@@ -108,6 +113,8 @@ pub enum Route {
     GpudirectRdma,
     /// Through host memory near each GPU's NIC, to another host.
     NetStaged,
+    /// Through the source GPU's resident worker.
+    Resident,
 }
 
 impl fmt::Display for Route {
@@ -119,6 +126,7 @@ impl fmt::Display for Route {
             Route::Relay(r) => write!(f, "via GPU {r}"),
             Route::GpudirectRdma => f.write_str("GPUDirect RDMA (GPU → NIC → NIC → GPU)"),
             Route::NetStaged => f.write_str("via host memory and the NICs"),
+            Route::Resident => f.write_str("direct (resident worker)"),
         }
     }
 }
@@ -167,16 +175,20 @@ pub enum BatchStrategy {
     KernelGraph,
     /// Copy-engine copies queued in one driver call, cuMemcpyBatchAsync (needs P2P).
     MemcpyBatch,
+    /// The source GPU's resident worker moves every message, one ticket for the batch: no launch
+    /// (needs P2P; offered only by a fabric that runs workers).
+    Resident,
 }
 
 impl BatchStrategy {
-    pub const ALL: [BatchStrategy; 6] = [
+    pub const ALL: [BatchStrategy; 7] = [
         BatchStrategy::Kernel,
         BatchStrategy::KernelGraph,
         BatchStrategy::GatherScatter,
         BatchStrategy::Separate,
         BatchStrategy::MemcpyBatch,
         BatchStrategy::Graph,
+        BatchStrategy::Resident,
     ];
 
     pub fn name(self) -> &'static str {
@@ -187,6 +199,7 @@ impl BatchStrategy {
             BatchStrategy::Graph => "graph",
             BatchStrategy::KernelGraph => "kernel-graph",
             BatchStrategy::MemcpyBatch => "memcpy-batch",
+            BatchStrategy::Resident => "resident",
         }
     }
 }

@@ -93,6 +93,8 @@ pub struct Planner {
     model: CostModel,
     /// The GPUs transfers may start, end or relay on.
     devices: Vec<usize>,
+    /// Whether resident workers run, so that [`Strategy::Resident`] is offered.
+    resident: bool,
 }
 
 /// A route's hops, with their costs.
@@ -131,7 +133,11 @@ impl Planner {
     /// A planner that may use every GPU of the host.
     pub fn new(model: CostModel) -> Self {
         let devices = (0..model.topology().devices.len()).collect();
-        Planner { model, devices }
+        Planner {
+            model,
+            devices,
+            resident: false,
+        }
     }
 
     /// A planner that only uses `devices` (already checked against the host).
@@ -139,7 +145,21 @@ impl Planner {
         Planner {
             model,
             devices: devices.to_vec(),
+            resident: false,
         }
+    }
+
+    /// The same planner, offering [`Strategy::Resident`] too: for a fabric that runs resident
+    /// workers. It is picked only where its prediction wins; large transfers stay on the copy
+    /// engine, which costs no SMs.
+    pub fn with_resident(mut self) -> Self {
+        self.resident = true;
+        self
+    }
+
+    /// Whether [`Strategy::Resident`] is offered.
+    pub fn offers_resident(&self) -> bool {
+        self.resident
     }
 
     /// The GPUs this planner may use.
@@ -195,11 +215,12 @@ impl Planner {
             .iter()
             .map(|p| p.strategy)
             .collect();
+        // A strategy not offered (no resident workers run) is not listed as unusable either.
         Ok(self
             .family(src, dst)
             .iter()
             .copied()
-            .filter(|s| !usable.contains(s))
+            .filter(|s| !usable.contains(s) && (self.resident || *s != Strategy::Resident))
             .map(|s| (s, self.unavailable(s, src, dst).to_string()))
             .collect())
     }
@@ -269,6 +290,16 @@ impl Planner {
                 None,
             ));
         }
+        if let (true, Some(lone), Some(cost)) = (
+            self.resident,
+            self.model.lone_us(Hop::Resident { src, dst }),
+            self.model.cost(Hop::Resident { src, dst }),
+        ) {
+            // One ticket: a lone transfer's time, its messages at the batch kernel's pace (a warp
+            // each, the worker's blocks sharing them out), then the bytes.
+            let time = lone + count * per_message + cost.bytes_us(total);
+            options.push((BatchStrategy::Resident, time, None));
+        }
         if let Some(ce) = self.model.cost(Hop::PeerCe { src, dst }) {
             // Back-to-back copies on one stream: paced by the CPU queuing them or by the GPU
             // running them, whichever is slower.
@@ -310,7 +341,11 @@ impl Planner {
                 .iter()
                 .position(|o| o.0 == strategy)
                 .ok_or_else(|| {
-                    Error::usage(if src == dst {
+                    Error::usage(if strategy == BatchStrategy::Resident && !self.resident {
+                        "the resident batch strategy needs resident workers: open the fabric \
+                         with FabricBuilder::resident (on the command line, plan --resident)"
+                            .to_string()
+                    } else if src == dst {
                         format!(
                             "{strategy} is for two GPUs; within GPU {src} a batch needs no staging"
                         )
@@ -401,6 +436,13 @@ impl Planner {
             Strategy::NetStaged => format!(
                 "net-staged needs an RDMA NIC on the hosts of both GPU {src} and GPU {dst}"
             ),
+            Strategy::Resident if !self.resident => "resident needs resident workers: open the \
+                 fabric with FabricBuilder::resident (on the command line, plan --resident)"
+                .to_string(),
+            Strategy::Resident => format!(
+                "resident needs P2P access from GPU {src} to GPU {dst}, which their link ({link}) \
+                 does not allow; use staged, relay or split"
+            ),
         })
     }
 
@@ -410,11 +452,14 @@ impl Planner {
             return self.network_candidates(src, dst, bytes);
         }
         let mut plans = Vec::new();
-        for (strategy, method) in [
-            (Strategy::DirectCe, CopyMethod::CopyEngine),
-            (Strategy::DirectSm, CopyMethod::SmKernel),
-        ] {
-            let route = Route::Direct(method);
+        let resident = self
+            .resident
+            .then_some((Strategy::Resident, Route::Resident));
+        let direct = [
+            (Strategy::DirectCe, Route::Direct(CopyMethod::CopyEngine)),
+            (Strategy::DirectSm, Route::Direct(CopyMethod::SmKernel)),
+        ];
+        for (strategy, route) in direct.into_iter().chain(resident) {
             if let Some(h) = self.hops(route, src, dst) {
                 let time = self.direct_us(&h, bytes);
                 plans.push(self.single(src, dst, bytes, strategy, route, time));
@@ -463,6 +508,7 @@ impl Planner {
                 ]
             }
             Route::Relay(r) => vec![Hop::PeerCe { src, dst: r }, Hop::PeerCe { src: r, dst }],
+            Route::Resident => vec![Hop::Resident { src, dst }],
             Route::GpudirectRdma => vec![Hop::NetRdma { src, dst }],
             Route::NetStaged => {
                 // Each end's bounce buffer sits on its NIC's NUMA node.
@@ -488,7 +534,7 @@ impl Planner {
         // it is another GPU, every chunk's drain waits for its fill across the GPUs, a fill into a
         // reused slot for that slot's drain, and the end for the last drain.
         let second_gpu = match route {
-            Route::Direct(_) | Route::GpudirectRdma => src,
+            Route::Direct(_) | Route::Resident | Route::GpudirectRdma => src,
             Route::Host | Route::NetStaged => dst,
             Route::Relay(r) => r,
         };
@@ -512,6 +558,8 @@ impl Planner {
             Route::Direct(CopyMethod::CopyEngine) | Route::GpudirectRdma => {
                 (0.0, issue.copy_us, issue.copy_us)
             }
+            // A doorbell and a stream wait: two stream memory operations, priced as events.
+            Route::Resident => (0.0, 2.0 * issue.event_us, 2.0 * issue.event_us),
             Route::Host | Route::Relay(_) | Route::NetStaged => (
                 2.0 * issue.event_us,
                 issue.copy_us,
@@ -837,7 +885,7 @@ impl CopyEngines {
     fn needed(route: Route, src: usize, dst: usize) -> Vec<usize> {
         match route {
             Route::Direct(CopyMethod::CopyEngine) => vec![src],
-            Route::Direct(CopyMethod::SmKernel) => Vec::new(),
+            Route::Direct(CopyMethod::SmKernel) | Route::Resident => Vec::new(),
             Route::Host | Route::NetStaged => vec![src, dst],
             Route::Relay(via) => vec![src, via],
             // The NICs move the bytes.
@@ -1294,6 +1342,50 @@ mod tests {
     }
 
     #[test]
+    fn resident_is_offered_only_with_workers_and_wins_only_small_transfers() {
+        let topology = nvlink_pair();
+        let without = planner(topology.clone());
+        for bytes in [4, MIB, 256 * MIB] {
+            let plan = without.plan(0, 1, bytes).unwrap();
+            assert!(plan
+                .alternatives
+                .iter()
+                .all(|(s, _)| *s != Strategy::Resident));
+            let unusable = without.unusable(0, 1, bytes).unwrap();
+            assert!(
+                unusable.iter().all(|(s, _)| *s != Strategy::Resident),
+                "{unusable:?}"
+            );
+        }
+        let refused = without.plan_with(Strategy::Resident, 0, 1, 4).unwrap_err();
+        assert!(refused.to_string().contains("plan --resident"), "{refused}");
+        let with = planner(topology).with_resident();
+        assert!(with.offers_resident());
+        assert_eq!(with.plan(0, 1, 4).unwrap().strategy, Strategy::Resident);
+        assert_eq!(with.plan(0, 0, 4).unwrap().strategy, Strategy::Resident);
+        // Large transfers are planned as without workers (the copy engine, which holds no SMs and
+        // is faster per byte, alone or in a split).
+        assert_eq!(
+            with.plan(0, 1, 256 * MIB).unwrap().strategy,
+            without.plan(0, 1, 256 * MIB).unwrap().strategy
+        );
+        let forced = with.plan_with(Strategy::Resident, 0, 1, 256 * MIB).unwrap();
+        assert_eq!(forced.paths[0].route, Route::Resident);
+        // A measured profile moves the boundary: a slow worker loses even small transfers.
+        let mut profile = crate::model::Profile::for_host(&nvlink_pair());
+        profile.hops = vec![crate::model::profile::Measured {
+            hop: Hop::Resident { src: 0, dst: 1 },
+            cost: crate::model::Cost {
+                alpha_us: 50.0,
+                beta_gbps: 100.0,
+            },
+        }];
+        let model = CostModel::from_profile(&nvlink_pair(), &profile).unwrap();
+        let slow = Planner::new(model).with_resident();
+        assert_ne!(slow.plan(0, 1, 4).unwrap().strategy, Strategy::Resident);
+    }
+
+    #[test]
     fn measured_lone_operations_decide_small_direct_transfers() {
         // As on the lent H200: a lone small copy kernel done sooner than a copy-engine copy, but
         // the copy engine the faster per byte.
@@ -1408,7 +1500,7 @@ mod tests {
 
     #[test]
     fn a_plan_covers_every_byte_once_and_lists_the_alternatives() {
-        let p = planner(dgx1());
+        let p = planner(dgx1()).with_resident();
         let bytes = 100 * MIB + 12345;
         for strategy in Strategy::ALL {
             let plan = p.plan_with(strategy, 0, 1, bytes).unwrap();

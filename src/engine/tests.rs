@@ -349,7 +349,8 @@ fn batches_use_one_kernel_over_p2p_and_gather_without_it() {
 
 #[test]
 fn every_batch_strategy_moves_every_byte() {
-    let f = fabric("dgx-h100");
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
+    let f = Fabric::builder(backend).resident(2).open().unwrap();
     for s in BatchStrategy::ALL {
         check_batch(&f, 2, 6, Some(s), s, 300);
     }
@@ -520,6 +521,9 @@ impl Backend for Counting {
     }
     fn collectives(&self) -> &dyn crate::backend::Collectives {
         self.sim.collectives()
+    }
+    fn resident(&self) -> &dyn crate::backend::Resident {
+        self.sim.resident()
     }
     fn managed(&self) -> &dyn crate::backend::Managed {
         self.sim.managed()
@@ -768,4 +772,64 @@ fn transfers_between_hosts_are_planned_but_not_moved() {
     src.write(0, &[9; 4096]).unwrap();
     f.copy(src.all(), near.all()).unwrap().wait().unwrap();
     assert_eq!(near.to_vec().unwrap(), vec![9; 4096]);
+}
+
+#[test]
+fn a_resident_fabric_moves_small_transfers_through_its_workers_in_order() {
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("h200-pair").unwrap());
+    let f = Fabric::builder(backend).resident(2).open().unwrap();
+    let data = pattern::bytes(3, 4096);
+    let a = f.alloc(0, 4096).unwrap();
+    let b = f.alloc(1, 4096).unwrap();
+    let c = f.alloc(1, 4096).unwrap();
+    a.write(0, &data).unwrap();
+    // a → b, then b → c: the second reads what the first writes, so the engine orders it after
+    // (a doorbell rung by the control stream once the first is complete).
+    let first = f.copy(a.all(), b.all()).unwrap();
+    let Planned::Single(plan) = first.planned() else {
+        unreachable!("one transfer")
+    };
+    assert_eq!(plan.strategy, Strategy::Resident);
+    let second = f.copy(b.all(), c.all()).unwrap();
+    second.wait().unwrap();
+    assert!(first.is_done().unwrap());
+    assert_eq!(c.to_vec().unwrap(), data);
+    // Large transfers stay on the copy engine (alone or in a split), never on a worker.
+    let big_src = f.alloc(0, 64 * MIB).unwrap();
+    let big_dst = f.alloc(1, 64 * MIB).unwrap();
+    let big = f.copy(big_src.all(), big_dst.all()).unwrap();
+    let Planned::Single(plan) = big.planned() else {
+        unreachable!("one transfer")
+    };
+    assert!(
+        matches!(plan.strategy, Strategy::DirectCe | Strategy::Split)
+            && plan.paths.iter().all(|p| p.route != Route::Resident),
+        "{plan:?}"
+    );
+    big.wait().unwrap();
+    // A thousand small messages in one call: one ticket.
+    let messages: Vec<_> = (0..1000)
+        .map(|i| {
+            (
+                big_src.range(i * 4096..(i + 1) * 4096),
+                big_dst.range(i * 4096..(i + 1) * 4096),
+            )
+        })
+        .collect();
+    big_src.write(0, &pattern::bytes(4, 1000 * 4096)).unwrap();
+    let batch = f.copy_batch(&messages).unwrap();
+    let Planned::Batch(plan) = batch.planned() else {
+        unreachable!("a batch")
+    };
+    assert_eq!(plan.strategy, BatchStrategy::Resident, "{plan:?}");
+    batch.wait().unwrap();
+    assert!(big_dst.to_vec().unwrap()[..1000 * 4096] == pattern::bytes(4, 1000 * 4096)[..]);
+    // A fabric without workers neither offers nor runs the strategy.
+    let plain = fabric("h200-pair");
+    let (x, y) = (plain.alloc(0, 64).unwrap(), plain.alloc(1, 64).unwrap());
+    let refused = plain
+        .transfer(x.all(), y.all())
+        .strategy(Strategy::Resident)
+        .submit();
+    assert!(refused.is_err());
 }

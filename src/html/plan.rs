@@ -314,6 +314,7 @@ fn hop_label(hop: &Hop) -> String {
     match hop {
         Hop::PeerCe { src, dst } => format!("peer-ce {src}→{dst}"),
         Hop::PeerSm { src, dst } => format!("peer-sm {src}→{dst}"),
+        Hop::Resident { src, dst } => format!("resident {src}→{dst}"),
         Hop::DeviceToHost { device, node: n } => format!("GPU{device}→host{}", node(n)),
         Hop::HostToDevice { device, node: n } => format!("host→GPU{device}{}", node(n)),
         Hop::Local { device } => format!("local GPU{device}"),

@@ -92,6 +92,10 @@ pub enum Hop {
     /// From host memory near `src`'s NIC to host memory near `dst`'s, on another host (a
     /// network route staged through host memory). Needs a NIC on each host.
     NetHost { src: usize, dst: usize },
+    /// A transfer through a resident worker on `src` storing into `dst`'s memory (push), queued
+    /// by the engine behind a doorbell and followed by a stream wait: `α` is a lone transfer's
+    /// time from the call until the host sees it complete. Needs P2P.
+    Resident { src: usize, dst: usize },
 }
 
 /// A hop as a profile's reader names it: `peer-ce 0→1`, `device-to-host GPU 2 (NUMA 0)`.
@@ -110,6 +114,7 @@ impl std::fmt::Display for Hop {
             Hop::Local { device } => write!(f, "the local hop of GPU {device}"),
             Hop::NetRdma { src, dst } => write!(f, "the net-rdma hop {src}→{dst}"),
             Hop::NetHost { src, dst } => write!(f, "the net-host hop {src}→{dst}"),
+            Hop::Resident { src, dst } => write!(f, "the resident hop {src}→{dst}"),
         }
     }
 }
@@ -239,6 +244,8 @@ impl CostModel {
         let queued = match hop {
             Hop::PeerCe { .. } => self.issue.copy_us + defaults::COPY_ENGINE_START_US,
             Hop::PeerSm { .. } => self.issue.kernel_us,
+            // Its α already runs from the call to the host seeing it complete.
+            Hop::Resident { .. } => 0.0,
             _ => return None,
         };
         let cost = self.cost(hop)?;
@@ -284,7 +291,9 @@ impl CostModel {
     fn hop_is_possible(&self, hop: Hop) -> bool {
         let n = self.topology.devices.len();
         match hop {
-            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => self.has_p2p(src, dst),
+            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } | Hop::Resident { src, dst } => {
+                self.has_p2p(src, dst)
+            }
             Hop::DeviceToHost { device, .. }
             | Hop::HostToDevice { device, .. }
             | Hop::Local { device } => device < n,
@@ -322,8 +331,12 @@ impl CostModel {
     pub fn resources(&self, hop: Hop) -> Vec<Resource> {
         match hop {
             // A GPU's copy to itself stays in its own memory, which no other route crosses.
-            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } if src == dst => Vec::new(),
-            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } => {
+            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } | Hop::Resident { src, dst }
+                if src == dst =>
+            {
+                Vec::new()
+            }
+            Hop::PeerCe { src, dst } | Hop::PeerSm { src, dst } | Hop::Resident { src, dst } => {
                 match self.topology.pair(src, dst).map(|p| p.link) {
                     Some(Link::NvLink(_)) if self.ports().switched.contains(&src) => {
                         vec![Resource::SwitchOut(src), Resource::SwitchIn(dst)]

@@ -157,6 +157,7 @@ impl Profile {
             let devices = match hop {
                 Hop::PeerCe { src, dst }
                 | Hop::PeerSm { src, dst }
+                | Hop::Resident { src, dst }
                 | Hop::NetRdma { src, dst }
                 | Hop::NetHost { src, dst } => vec![src, dst],
                 Hop::DeviceToHost { device, .. }
@@ -187,9 +188,12 @@ impl Profile {
                     l.hop, l.lone_us
                 ));
             }
-            if !matches!(l.hop, Hop::PeerCe { .. } | Hop::PeerSm { .. }) {
+            if !matches!(
+                l.hop,
+                Hop::PeerCe { .. } | Hop::PeerSm { .. } | Hop::Resident { .. }
+            ) {
                 return Err(format!(
-                    "{} has lone_us, which only direct peer hops have",
+                    "{} has lone_us, which only direct peer and resident hops have",
                     l.hop
                 ));
             }
@@ -318,7 +322,7 @@ mod tests {
     }
 
     #[test]
-    fn lone_operations_must_be_positive_and_of_direct_hops() {
+    fn lone_operations_must_be_positive_and_of_direct_or_resident_hops() {
         let lone = |hop, lone_us| Lone { hop, lone_us };
         let mut p = measured();
         p.lone = vec![lone(Hop::PeerSm { src: 0, dst: 0 }, 6.5)];
@@ -326,7 +330,12 @@ mod tests {
         p.lone = vec![lone(Hop::PeerSm { src: 0, dst: 0 }, 0.0)];
         assert!(p.validate().unwrap_err().contains("lone_us 0"));
         p.lone = vec![lone(Hop::Local { device: 0 }, 3.0)];
-        assert!(p.validate().unwrap_err().contains("only direct peer hops"));
+        assert!(p
+            .validate()
+            .unwrap_err()
+            .contains("only direct peer and resident hops"));
+        p.lone = vec![lone(Hop::Resident { src: 0, dst: 0 }, 3.0)];
+        assert_eq!(p.validate(), Ok(()));
         p.lone = vec![lone(Hop::PeerCe { src: 0, dst: 8 }, 3.0)];
         assert!(p.validate().unwrap_err().contains("names GPU 8"));
     }

@@ -42,6 +42,10 @@ pub fn text(m: &Measurements) -> String {
                 src,
                 dst,
             }),
+            (
+                "Resident worker write (host clock, back-to-back submissions), row → column",
+                |src, dst| Hop::Resident { src, dst },
+            ),
         ] {
             let table = matrix(&m.devices, false, |src, dst| cell(m, hop(src, dst)));
             let _ = writeln!(out, "{title}\n{table}\n");
@@ -112,6 +116,14 @@ pub fn text(m: &Measurements) -> String {
             out,
             "One lone {SMALL_BYTES} B copy, row → column, from before it is queued to its end: copy \
              engine / SM kernel, GPU µs\n{table}\n"
+        );
+        let table = matrix(&m.devices, true, |src, dst| {
+            lone(Hop::Resident { src, dst })
+        });
+        let _ = writeln!(
+            out,
+            "One lone {SMALL_BYTES} B transfer through a resident worker, row → column, from the \
+             call until the host sees it complete, host µs\n{table}\n"
         );
     }
     if let Some(l) = &m.latencies {

@@ -17,6 +17,9 @@ use peerlink::{Error, Result};
 #[path = "collective.rs"]
 mod collective;
 pub use collective::*;
+#[path = "resident.rs"]
+mod resident;
+pub use resident::*;
 #[path = "managed.rs"]
 mod managed;
 pub use managed::*;
@@ -96,6 +99,15 @@ macro_rules! contract_tests {
             nccl_all_reduce_sums_in_place_and_out_of_place,
             nccl_send_recv_moves_every_byte_one_way_both_ways_and_round_a_ring,
             nccl_refuses_what_it_cannot_take,
+            resident_transfers_move_exactly_their_range,
+            resident_tickets_complete_in_order_and_zero_bytes_take_their_turn,
+            resident_transfers_from_four_threads_move_every_byte,
+            a_full_ring_holds_submitters_back_and_wraps_round,
+            a_batch_moves_every_message_as_one_ticket,
+            a_doorbell_holds_a_transfer_until_its_stream_gets_there,
+            a_stream_waits_for_a_ticket_without_the_host,
+            a_worker_stops_restarts_and_its_guard_stops_it,
+            resident_calls_refuse_what_they_cannot_take,
             managed_memory_reads_back_and_every_gpu_copies_it_without_peer_access,
             prefetches_and_advice_move_pages_but_never_bytes,
             advice_and_prefetches_take_only_managed_memory_and_gpus_that_exist,
@@ -206,13 +218,32 @@ fn check_copy(
     method: CopyMethod,
     src_memory: Memory,
     dst_memory: Memory,
+    shape: (usize, usize, usize),
+) {
+    let stream = b.create_stream(issuer).unwrap();
+    let what = format!("{method:?} on GPU {issuer}");
+    check_moved(b, src_memory, dst_memory, shape, &what, |copy| {
+        b.copy(stream, method, copy).unwrap();
+        b.synchronize(stream).unwrap();
+    });
+    b.destroy_stream(stream).unwrap();
+}
+
+/// Moves `len` bytes between fresh buffers by `move_bytes` (which returns once they have moved),
+/// and checks that exactly the destination range changed, to the right bytes; `what` names the
+/// mover in a failure.
+pub fn check_moved(
+    b: &dyn Backend,
+    src_memory: Memory,
+    dst_memory: Memory,
     (src_offset, dst_offset, len): (usize, usize, usize),
+    what: &str,
+    move_bytes: impl FnOnce(&BufferCopy),
 ) {
     let size = len + 64;
     let data = pattern(size, 7);
     let src = buffer(b, src_memory, &data);
     let dst = buffer(b, dst_memory, &vec![FILL; size]);
-    let stream = b.create_stream(issuer).unwrap();
     let copy = BufferCopy {
         dst,
         dst_offset,
@@ -220,19 +251,17 @@ fn check_copy(
         src_offset,
         len,
     };
-    b.copy(stream, method, &copy).unwrap();
-    b.synchronize(stream).unwrap();
+    move_bytes(&copy);
     let got = contents(b, dst);
     let mut want = vec![FILL; size];
     want[dst_offset..dst_offset + len].copy_from_slice(&data[src_offset..src_offset + len]);
     if let Some(at) = (0..size).find(|&i| got[i] != want[i]) {
         panic!(
-            "{method:?} {src_memory:?}+{src_offset} -> {dst_memory:?}+{dst_offset}, {len} bytes \
-             on GPU {issuer}: first wrong byte at {at} (want {:#04x}, got {:#04x})",
+            "{what}: {src_memory:?}+{src_offset} -> {dst_memory:?}+{dst_offset}, {len} bytes: \
+             first wrong byte at {at} (want {:#04x}, got {:#04x})",
             want[at], got[at]
         );
     }
-    b.destroy_stream(stream).unwrap();
     b.free(src).unwrap();
     b.free(dst).unwrap();
 }

@@ -119,6 +119,12 @@ impl DescriptorPool {
         Ok(())
     }
 
+    /// Takes back a block that no kernel will read any more (a resident worker's batch list once
+    /// its ticket is complete, or its worker has stopped).
+    pub(super) fn give_back(&self, block: Block) {
+        lock(&self.free[block.device()]).push(block);
+    }
+
     fn best_fit(&self, device: usize, bytes: usize) -> Option<Block> {
         let mut free = lock(&self.free[device]);
         let best = free
@@ -136,8 +142,7 @@ impl DescriptorPool {
         let mut i = 0;
         while i < in_flight.len() {
             if in_flight[i].is_idle() {
-                let block = in_flight.swap_remove(i);
-                lock(&self.free[block.device()]).push(block);
+                self.give_back(in_flight.swap_remove(i));
             } else {
                 i += 1;
             }

@@ -177,6 +177,7 @@ pub(super) fn all_reduce(
     let shared = AllReduceArgs::shared(&inputs, &outputs, &flags, (len / dtype.size()) as u64);
     for (index, (rank, kernels)) in ranks.iter().zip(&kernels).enumerate() {
         let args = shared.for_rank(index);
+        gpus.count(|c| &c.launches);
         kernels
             .all_reduce(&rank.stream.stream, kernel, dtype, &args, blocks)
             .map_err(|error| lost_rank(error, index))?;
@@ -202,6 +203,7 @@ fn lost_rank(error: Error, rank: usize) -> Error {
 
 /// Queues the busy kernel for `duration_us` (finite, ≥ 0) of GPU time.
 pub(super) fn busy(gpus: &Gpus, stream: &Stream, duration_us: f64) -> Result<()> {
+    gpus.count(|c| &c.launches);
     gpus.kernels(stream.device)?
         .busy(&stream.stream, busy_ns(duration_us))
 }

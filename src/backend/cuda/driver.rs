@@ -5,6 +5,7 @@
 //! into a `Result`; each owning type frees its resource on drop.
 
 use std::ffi::{c_void, CStr};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUresult};
@@ -352,6 +353,17 @@ impl PinnedMemory {
         }
     }
 
+    /// The `index`-th u64 as an atomic, for words the host and a running kernel share (a resident
+    /// worker's ring and control words): atomic stores and loads are whole 8-byte accesses, and
+    /// their orderings keep the compiler from moving other accesses across them.
+    pub(super) fn word(&self, index: usize) -> &AtomicU64 {
+        assert!((index + 1) * 8 <= self.bytes, "pinned word out of range");
+        // SAFETY: in range (asserted) and 8-byte aligned (the allocation is page-aligned);
+        // AtomicU64 has u64's layout; the memory lives as long as `self`, which the reference
+        // borrows; the host touches these words only atomically (the GPU through the mapping).
+        unsafe { &*self.pointer.cast::<AtomicU64>().add(index) }
+    }
+
     /// A volatile store of the `index`-th u64, so that a GPU spinning on it sees the new value.
     pub(super) fn store_u64(&self, index: usize, value: u64) {
         assert!(
@@ -504,6 +516,46 @@ pub(super) fn copy_async(stream: &CudaStream, dst: u64, src: u64, len: usize) ->
     unsafe { sys::cuMemcpyAsync(dst, src, len, stream.cu_stream()) }
         .result()
         .map_err(failed("cuMemcpyAsync"))
+}
+
+/// Queues a store of `value` at `address` (8 bytes, device-accessible: device or mapped pinned
+/// memory) on `stream`, after the stream's earlier work, with a system-wide fence before it
+/// (cuStreamWriteValue64): a kernel that sees the value sees what that work wrote.
+pub(super) fn write_value(stream: &CudaStream, address: u64, value: u64) -> Result<(), Error> {
+    bind(stream.context())?;
+    let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+    // SAFETY: the caller passes an 8-byte aligned word of live mapped or device memory; the
+    // stream is live.
+    unsafe { sys::cuStreamWriteValue64_v2(stream.cu_stream(), address, value, flags) }
+        .result()
+        .map_err(failed("cuStreamWriteValue64"))
+}
+
+/// Holds `stream`'s later work until the u64 at `address` (device-accessible) is at least `value`
+/// (cuStreamWaitValue64, GEQ).
+pub(super) fn wait_value_at_least(
+    stream: &CudaStream,
+    address: u64,
+    value: u64,
+) -> Result<(), Error> {
+    bind(stream.context())?;
+    let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+    // SAFETY: as for `write_value`.
+    unsafe { sys::cuStreamWaitValue64_v2(stream.cu_stream(), address, value, flags) }
+        .result()
+        .map_err(failed("cuStreamWaitValue64"))
+}
+
+/// Whether everything queued on `stream` has finished (cuStreamQuery); a kernel's fault comes
+/// back as the error it left.
+pub(super) fn stream_finished(stream: &CudaStream) -> Result<bool, Error> {
+    bind(stream.context())?;
+    // SAFETY: the stream is live.
+    match unsafe { sys::cuStreamQuery(stream.cu_stream()) } {
+        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        code => Err(cuda_error("cuStreamQuery", DriverError(code))),
+    }
 }
 
 /// Copies host bytes to device memory and waits for them to land. Issued on `stream` (an internal

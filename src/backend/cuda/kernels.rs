@@ -13,11 +13,13 @@ use cudarc::nvrtc::{CompileOptions, Ptx};
 
 use super::collective::{self, AllReduceArgs};
 use super::driver::{self, failed};
+use super::resident;
 use crate::backend::collective::{AllReduceKernel, DataType};
 use crate::bench::pattern::WordRule;
 use crate::{Error, Result};
 
-/// All kernels, compiled as one program (latency.cu and collective.cu use spin.cu's timer helper).
+/// All kernels, compiled as one program (latency.cu, collective.cu and resident.cu use spin.cu's
+/// timer helper; resident.cu copies with copy.cu's code).
 pub(super) const SOURCE: &str = concat!(
     include_str!("../../../kernels/copy.cu"),
     "\n",
@@ -28,6 +30,8 @@ pub(super) const SOURCE: &str = concat!(
     include_str!("../../../kernels/latency.cu"),
     "\n",
     include_str!("../../../kernels/collective.cu"),
+    "\n",
+    include_str!("../../../kernels/resident.cu"),
 );
 
 /// How long a gate or a ping-pong wait spins before giving up: long enough for any issue phase,
@@ -89,6 +93,7 @@ pub(super) struct Kernels {
     /// One per entry of [`collective::ALL_REDUCE_VARIANTS`], in its order.
     all_reduce: Vec<CudaFunction>,
     busy: CudaFunction,
+    resident: CudaFunction,
     pub(super) sm_count: u32,
 }
 
@@ -145,6 +150,7 @@ impl KernelCache {
                 .map(|&(kernel, dtype)| function(collective::entry_point(kernel, dtype)))
                 .collect::<Result<_>>()?,
             busy: function("busy")?,
+            resident: function("resident_worker")?,
             sm_count: sm_count.max(1) as u32,
         });
         *slot = Some(kernels.clone());
@@ -364,6 +370,31 @@ impl Kernels {
         launched(unsafe { launch.launch(config) })
     }
 
+    /// Launches a resident worker's kernel on `blocks` blocks (the dispatching block and the copy
+    /// blocks), cooperatively: the launch fails rather than leave a block waiting for an SM.
+    pub(super) fn resident(
+        &self,
+        stream: &CudaStream,
+        args: &resident::ResidentArgs,
+        blocks: u32,
+    ) -> Result<()> {
+        let config = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (resident::RESIDENT_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.resident);
+        launch.arg(args);
+        // SAFETY: the argument matches resident_worker(ResidentArgs) (layout checked in
+        // resident.rs); its host words, ring, doorbells and device board are allocations the
+        // worker owns and frees only after the kernel has ended; every address a descriptor names
+        // was checked by the checked layer to lie inside a live buffer reachable from this GPU.
+        let launched_now = unsafe { launch.launch_cooperative(config) };
+        launched_now
+            .map(|_| ())
+            .map_err(failed("cuLaunchCooperativeKernel"))
+    }
+
     /// Queues the busy kernel: one warp per SM, each spinning for `duration_ns` of GPU time.
     pub(super) fn busy(&self, stream: &CudaStream, duration_ns: u64) -> Result<()> {
         let config = LaunchConfig {
@@ -427,6 +458,7 @@ mod tests {
                 "all_reduce_one_shot_packets_f32",
                 "all_reduce_one_shot_packets_bf16",
                 "busy",
+                "resident_worker",
             ] {
                 assert!(
                     text.contains(&format!(".entry {kernel}")),
@@ -448,6 +480,7 @@ mod tests {
             "void ping(",
             "void pong(",
             "void busy(",
+            "resident_worker(",
         ] {
             assert!(
                 SOURCE.contains(name),

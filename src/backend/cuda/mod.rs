@@ -9,7 +9,8 @@
 //! - `gates`: pinned flags that hold streams until released;
 //! - `health`: NVML's health facts for `peerlink doctor` (PCIe link, NVLinks, counters, clocks);
 //! - `collective`: peerlink's all-reduce over P2P and the busy kernel, queued for every rank;
-//! - `nccl`: NCCL, found and loaded at run time by a loader of our own.
+//! - `nccl`: NCCL, found and loaded at run time by a loader of our own;
+//! - `resident`: resident workers, persistent kernels the host rings with transfers.
 //!
 //! [`Gpus`] does the work on arguments the [`Checked`] layer has already checked (ranges, handles,
 //! peer access), so [`CudaBackend`] is what callers open. One primary context per device, with
@@ -25,8 +26,10 @@ mod kernels;
 mod nccl;
 mod patterns;
 mod peer;
+mod resident;
 mod topology;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -63,6 +66,43 @@ impl CudaBackend {
     /// Opens every visible GPU. A host without the driver, or with no GPU, is [`Error::NoGpu`].
     pub fn open() -> Result<Self> {
         Ok(Checked::new(Gpus::open()?))
+    }
+}
+
+/// Driver work a backend has issued, counted since it opened: the resident worker's tests show
+/// with it that a transfer through a worker costs none. NCCL's own launches are not counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IssueCounts {
+    /// Kernel launches (copies, batches, gates, probes, collectives, workers).
+    pub launches: u64,
+    /// Copy calls: copy-engine copies, batched copies, and the synchronous writes and reads.
+    pub copies: u64,
+    /// Events recorded, the backend's own included.
+    pub events: u64,
+    /// Stream memory operations (a resident worker's doorbells and stream waits).
+    pub memory_ops: u64,
+}
+
+/// The counters behind [`IssueCounts`].
+#[derive(Default)]
+struct Counters {
+    launches: AtomicU64,
+    copies: AtomicU64,
+    events: AtomicU64,
+    memory_ops: AtomicU64,
+}
+
+impl CudaBackend {
+    /// Driver work issued since the backend opened.
+    pub fn issued(&self) -> IssueCounts {
+        let counters = &self.raw().issued;
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        IssueCounts {
+            launches: read(&counters.launches),
+            copies: read(&counters.copies),
+            events: read(&counters.events),
+            memory_ops: read(&counters.memory_ops),
+        }
     }
 }
 
@@ -160,6 +200,7 @@ pub struct Gpus {
     descriptors: batches::DescriptorPool,
     /// One internal stream per device for the synchronous `write`, `read` and pattern calls.
     io_streams: Vec<Arc<CudaStream>>,
+    issued: Counters,
     health: health::NvmlHealth,
     mismatch_slots: patterns::MismatchSlots,
     contexts: Vec<Arc<CudaContext>>,
@@ -216,6 +257,7 @@ impl Gpus {
             spare_marks: contexts.iter().map(|_| Mutex::default()).collect(),
             descriptors: batches::DescriptorPool::new(contexts.len()),
             io_streams,
+            issued: Counters::default(),
             mismatch_slots: patterns::MismatchSlots::new(contexts.len()),
             contexts,
         })
@@ -223,6 +265,11 @@ impl Gpus {
 
     fn kernels(&self, device: usize) -> Result<Arc<kernels::Kernels>> {
         self.kernels.get(device, &self.contexts[device])
+    }
+
+    /// Counts one driver call of a kind (`|c| &c.launches`).
+    fn count(&self, which: impl Fn(&Counters) -> &AtomicU64) {
+        which(&self.issued).fetch_add(1, Ordering::Relaxed);
     }
 
     /// The kept events of one kind, per device.
@@ -253,6 +300,7 @@ impl Gpus {
         event
             .record(&stream.stream)
             .map_err(failed("cuEventRecord"))?;
+        self.count(|c| &c.events);
         Ok(Arc::new(Event {
             device: stream.device,
             event,
@@ -275,6 +323,7 @@ impl RawBackend for Gpus {
     type Event = Arc<Event>;
     type Gate = gates::Claim;
     type Graph = Arc<CapturedGraph>;
+    type Worker = resident::Worker;
 
     fn topology(&self) -> &Topology {
         &self.topology
@@ -333,6 +382,7 @@ impl RawBackend for Gpus {
             return Ok(());
         }
         // Device memory, or managed memory, whose pages the copy writes wherever they live.
+        self.count(|c| &c.copies);
         driver::copy_to_device_and_wait(
             &self.io_streams[buffer.device()],
             buffer.address() + offset as u64,
@@ -345,6 +395,7 @@ impl RawBackend for Gpus {
             memory.read_at(offset, out);
             return Ok(());
         }
+        self.count(|c| &c.copies);
         driver::copy_to_host_and_wait(
             &self.io_streams[buffer.device()],
             out,
@@ -378,8 +429,12 @@ impl RawBackend for Gpus {
     ) -> Result<()> {
         let (dst, src) = addresses(&copy);
         match method {
-            CopyMethod::CopyEngine => driver::copy_async(&stream.stream, dst, src, copy.len),
+            CopyMethod::CopyEngine => {
+                self.count(|c| &c.copies);
+                driver::copy_async(&stream.stream, dst, src, copy.len)
+            }
             CopyMethod::SmKernel => {
+                self.count(|c| &c.launches);
                 self.kernels(stream.device)?
                     .copy(&stream.stream, dst, src, copy.len)
             }
@@ -405,10 +460,12 @@ impl RawBackend for Gpus {
             };
         }
         kernels.copy_batch(&stream.stream, block.address(), count)?;
+        self.count(|c| &c.launches);
         if driver::is_capturing(&stream.stream)? {
             lock(&stream.captured_descriptors).push(block);
             Ok(())
         } else {
+            self.count(|c| &c.events);
             self.descriptors.retire(block, &stream.stream)
         }
     }
@@ -422,6 +479,7 @@ impl RawBackend for Gpus {
                 (dst, src, c.len)
             })
             .collect();
+        self.count(|c| &c.copies);
         driver::memcpy_batch_async(&stream.stream, &copies)
     }
 
@@ -491,6 +549,7 @@ impl RawBackend for Gpus {
             self.gates.abandon(claim);
             return Err(error);
         }
+        self.count(|c| &c.launches);
         Ok(claim)
     }
 
@@ -517,6 +576,7 @@ impl RawBackend for Gpus {
 
     fn replay(&self, graph: &Arc<CapturedGraph>, stream: &Arc<Stream>) -> Result<()> {
         lock(&graph.graph).launch(&stream.stream)?;
+        self.count(|c| &c.launches);
         if !graph.descriptors.is_empty() {
             let mut replayed_on = lock(&graph.replayed_on);
             if !replayed_on.iter().any(|s| Arc::ptr_eq(s, &stream.stream)) {
@@ -553,6 +613,7 @@ impl RawProbes for Gpus {
         steps: u32,
         result: &Arc<Buffer>,
     ) -> Result<()> {
+        self.count(|c| &c.launches);
         self.kernels(stream.device)?.pointer_chase(
             &stream.stream,
             chain.address(),
@@ -573,6 +634,8 @@ impl RawProbes for Gpus {
         let (ping_kernels, pong_kernels) = (self.kernels(ping.device)?, self.kernels(pong.device)?);
         let (ping_at, pong_at) = (ping_flag.address(), pong_flag.address());
         // The answering side first, so it is already spinning when the first round arrives.
+        self.count(|c| &c.launches);
+        self.count(|c| &c.launches);
         pong_kernels.ping_pong_side(&pong.stream, false, pong_at, ping_at, rounds)?;
         ping_kernels.ping_pong_side(&ping.stream, true, ping_at, pong_at, rounds)
     }

@@ -39,6 +39,7 @@ impl RawPatterns for Gpus {
         let stream = &self.io_streams[device];
         self.kernels(device)?
             .fill_pattern(stream, address, range.len, pattern::word_rule(seed))?;
+        self.count(|c| &c.launches);
         stream.synchronize().map_err(failed("cuStreamSynchronize"))
     }
 
@@ -60,6 +61,8 @@ impl RawPatterns for Gpus {
         kernels.find_mismatch(stream, address, range.len, rule, first.address())?;
         let mut found = [0u8; 8];
         driver::copy_to_host_and_wait(stream, &mut found, first.address())?;
+        self.count(|c| &c.launches);
+        (0..2).for_each(|_| self.count(|c| &c.copies));
         let found = u64::from_le_bytes(found);
         Ok((found != NONE_WRONG).then(|| {
             let offset = (found >> 8) as usize;

@@ -24,6 +24,7 @@ mod memory;
 mod nccl;
 pub mod preset;
 mod reduce;
+mod resident;
 mod scheduler;
 mod sharing;
 #[cfg(test)]
@@ -287,6 +288,37 @@ impl Simulator {
         Ok(())
     }
 
+    /// The work of one kernel on `gpu` moving every message of a batch (not empty): the page
+    /// moves its managed memory needs first, then each message's path as an SM copy; messages that
+    /// take different paths are modelled as one flow over all of them (pessimistic where they
+    /// would not contend).
+    fn plan_batch(&self, st: &mut State, gpu: usize, batch: &Batch<'_, Key>) -> (Vec<Work>, Work) {
+        let mut copies = Vec::with_capacity(batch.len());
+        let mut moves = Vec::new();
+        let mut joined: Option<(links::Path, f64)> = None;
+        for copy in batch.iter() {
+            let copy = copy.map(|k| *k);
+            let (copy_moves, planned) = self.plan_copy(st, gpu, CopyMethod::SmKernel, copy);
+            let Work::Copy { path, setup_us, .. } = planned else {
+                unreachable!("plan_copy plans copies")
+            };
+            moves.extend(copy_moves);
+            copies.push(copy);
+            match &mut joined {
+                None => joined = Some((path, setup_us)),
+                Some((all, _)) if *all != path => all.join(path),
+                Some(_) => {}
+            }
+        }
+        let (path, setup_us) = joined.expect("a checked batch is not empty");
+        let work = Work::Copy {
+            copies,
+            path,
+            setup_us,
+        };
+        (moves, work)
+    }
+
     /// The work of one copy issued on a stream of `gpu`: the page moves its managed memory needs
     /// first (none for other memory), then the copy, with its path through the links.
     fn plan_copy(
@@ -407,6 +439,7 @@ impl RawBackend for Simulator {
     /// The scheduler's gate.
     type Gate = usize;
     type Graph = Graph;
+    type Worker = resident::Worker;
 
     fn topology(&self) -> &Topology {
         &self.topology
@@ -553,32 +586,7 @@ impl RawBackend for Simulator {
         for copy in batch.iter() {
             self.within_host(&st, stream.device, &copy)?;
         }
-        // One kernel: each message's path as an SM copy; messages that take different paths are
-        // modelled as one flow over all of them (pessimistic where they would not contend).
-        let mut copies = Vec::with_capacity(batch.len());
-        let mut moves = Vec::new();
-        let mut joined: Option<(links::Path, f64)> = None;
-        for copy in batch.iter() {
-            let copy = copy.map(|k| *k);
-            let (copy_moves, planned) =
-                self.plan_copy(&mut st, stream.device, CopyMethod::SmKernel, copy);
-            let Work::Copy { path, setup_us, .. } = planned else {
-                unreachable!("plan_copy plans copies")
-            };
-            moves.extend(copy_moves);
-            copies.push(copy);
-            match &mut joined {
-                None => joined = Some((path, setup_us)),
-                Some((all, _)) if *all != path => all.join(path),
-                Some(_) => {}
-            }
-        }
-        let (path, setup_us) = joined.expect("a checked batch is not empty");
-        let work = Work::Copy {
-            copies,
-            path,
-            setup_us,
-        };
+        let (moves, work) = self.plan_batch(&mut st, stream.device, &batch);
         let issue = self.costs().kernel_issue_us;
         Self::submit_all(&mut st, stream, issue, moves.into_iter().chain([work]));
         Ok(())

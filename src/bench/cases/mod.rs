@@ -7,6 +7,7 @@ mod host;
 pub(crate) mod latency;
 mod managed;
 mod peer;
+mod resident;
 
 pub use host::{Fan, FanDirection, HostCopy, HostDirection};
 pub(crate) use latency::Buffers;
@@ -14,6 +15,7 @@ pub use latency::{ChaseChain, EndToEnd, PingPong, PointerChase, SmallCopy, Small
 pub(crate) use managed::ManagedReader;
 pub use managed::{ManagedRead, Policy};
 pub use peer::{Initiator, PeerCopy, Transport};
+pub use resident::{ResidentLatency, ResidentWrite, RESIDENT_LATENCY_BYTES};
 
 use super::footprint::Footprint;
 use super::pattern::SplitMix;
@@ -127,6 +129,8 @@ pub fn registry() -> Vec<Box<dyn TestCase>> {
     tests.push(Box::new(PointerChase(ChaseChain::Flushed)));
     tests.push(Box::new(PointerChase(ChaseChain::Resident)));
     tests.push(Box::new(PingPong));
+    tests.push(Box::new(ResidentLatency));
+    tests.push(Box::new(ResidentWrite));
     for policy in [
         Policy::FirstTouch,
         Policy::AccessedBy,

@@ -18,7 +18,8 @@ mod tests;
 
 use super::cases::{
     Buffers, ChaseChain, Context, HostCopy, HostDirection, Initiator, Outcome, PeerCopy, PingPong,
-    PointerChase, SmallCopy, SmallCopyFigure, TestCase, Transport,
+    PointerChase, ResidentLatency, ResidentWrite, SmallCopy, SmallCopyFigure, TestCase, Transport,
+    RESIDENT_LATENCY_BYTES,
 };
 use super::pattern;
 use super::progress::Progress;
@@ -423,6 +424,9 @@ pub fn run(
     })
 }
 
+/// A test of every ordered pair with P2P, and the hop it prices.
+type PeerTest = (Box<dyn TestCase>, fn(usize, usize) -> Hop);
+
 /// The ordered pairs among the selected GPUs with P2P (measured) and the others (named in a note).
 fn peer_sweeps(
     ctx: &mut Context<'_>,
@@ -463,25 +467,29 @@ fn peer_sweeps(
                 .join(", ")
         ));
     }
-    let tests = [
+    let tests: [PeerTest; 3] = [
         (
-            PeerCopy::new(
+            Box::new(PeerCopy::new(
                 "ce",
                 Transport::Direct(CopyMethod::CopyEngine),
                 Initiator::Source,
                 false,
-            ),
-            (|src, dst| Hop::PeerCe { src, dst }) as fn(usize, usize) -> Hop,
+            )),
+            |src, dst| Hop::PeerCe { src, dst },
         ),
         (
-            PeerCopy::new(
+            Box::new(PeerCopy::new(
                 "sm",
                 Transport::Direct(CopyMethod::SmKernel),
                 Initiator::Source,
                 false,
-            ),
+            )),
             |src, dst| Hop::PeerSm { src, dst },
         ),
+        (Box::new(ResidentWrite), |src, dst| Hop::Resident {
+            src,
+            dst,
+        }),
     ];
     let mut sweeps = Vec::new();
     for (test, hop) in &tests {
@@ -493,9 +501,24 @@ fn peer_sweeps(
             (with_p2p.len() * sizes.len()) as u64,
         );
         for &(src, dst) in &with_p2p {
-            sweeps.push(sweep_hop(ctx, test, hop(src, dst), sizes, progress)?);
+            sweeps.push(sweep_hop(
+                ctx,
+                test.as_ref(),
+                hop(src, dst),
+                sizes,
+                progress,
+            )?);
         }
         progress.finish();
+    }
+    if !with_p2p.is_empty() {
+        notes.push(format!(
+            "resident hops: back-to-back submissions through a resident worker on the source \
+             GPU, host clock from the first call to the last completion per transfer, fitted as \
+             the others; their lone time: one {RESIDENT_LATENCY_BYTES} B transfer from the call \
+             until the host sees it complete (bench's resident-latency), on every measured pair \
+             and each GPU to itself"
+        ));
     }
     Ok(sweeps)
 }
@@ -555,6 +578,7 @@ fn sweep_hop(
     let place = match hop {
         Hop::PeerCe { src, dst }
         | Hop::PeerSm { src, dst }
+        | Hop::Resident { src, dst }
         | Hop::NetRdma { src, dst }
         | Hop::NetHost { src, dst } => Place::Pair { src, dst },
         Hop::DeviceToHost { device, .. }
@@ -583,6 +607,7 @@ pub fn describe(hop: Hop) -> String {
         Hop::NetHost { src, dst } => {
             format!("host memory by GPU {src}'s NIC → host memory by GPU {dst}'s NIC (RDMA)")
         }
+        Hop::Resident { src, dst } => format!("GPU {src} → GPU {dst} (resident worker)"),
     }
 }
 
@@ -646,6 +671,15 @@ fn lone_operations(
             hop: Hop::PeerSm { src, dst },
             lone_us: sm,
         });
+        let place = Place::Pair { src, dst };
+        if let Outcome::Measured { value, .. } =
+            ResidentLatency.measure(ctx, place, RESIDENT_LATENCY_BYTES)?
+        {
+            lone.push(Lone {
+                hop: Hop::Resident { src, dst },
+                lone_us: value,
+            });
+        }
         progress.step();
     }
     progress.finish();

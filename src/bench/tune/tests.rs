@@ -160,7 +160,12 @@ fn lone_operations_are_timed_for_both_methods_on_each_gpu_and_each_p2p_pair() {
             (3, 3)
         ]
     );
-    assert_eq!(m.lone.len(), 2 * pairs.len());
+    // Both direct methods and a resident worker on each.
+    assert_eq!(m.lone.len(), 3 * pairs.len());
+    assert!(m
+        .lone
+        .iter()
+        .any(|l| l.hop == Hop::Resident { src: 2, dst: 3 } && l.lone_us > 0.0));
     // The preset's lone copy: its issue, its setup, and the route's latency, nothing more.
     let local = m
         .lone
