@@ -7,9 +7,9 @@
 //! readings of the error counters a short [`burst`] of traffic crosses every P2P pair and every
 //! host link, so that counters which rise with traffic show it.
 //!
-//! The checks: per pair of GPUs, P2P and why it is off ([`pairs`]); per GPU, its PCIe link,
-//! NVLinks, error counters, MIG, persistence mode and clocks ([`gpus`]); for the host, a virtual
-//! machine and what it costs, the IOMMU, PCIe ACS and the CUDA device order ([`host_checks`]).
+//! The checks: per pair of GPUs, P2P and why it is off (`pairs.rs`); per GPU, its PCIe link,
+//! NVLinks, error counters, MIG, persistence mode and clocks (`gpus.rs`); for the host, a virtual
+//! machine and what it costs, the IOMMU, PCIe ACS and the CUDA device order (`host_checks.rs`).
 
 pub mod burst;
 mod facts;
