@@ -62,6 +62,11 @@ impl Progress for Bar {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_message(stage.to_string());
+        if self.delay.is_zero() {
+            // No delay asked for: shown from the start, however short the stage.
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+            bar.tick();
+        }
         if let Ok(mut state) = self.state.lock() {
             if let Some((old, _)) = state.take() {
                 old.finish_and_clear();
@@ -78,6 +83,8 @@ impl Progress for Bar {
                     bar.set_draw_target(ProgressDrawTarget::stderr());
                     // Time spent and left move between steps too.
                     bar.enable_steady_tick(Duration::from_millis(250));
+                    // Drawn now: a stage that ends before the next tick is still seen.
+                    bar.tick();
                 }
             }
         }
