@@ -38,7 +38,7 @@ use super::{
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
 use collective::CommEntry;
-use resident::WorkerEntry;
+use resident::{Parked, WorkerEntry};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// A backend: an implementation below, every check above it.
@@ -88,6 +88,8 @@ struct State<I: RawCollectives> {
     graphs: Table<GraphEntry<I::Graph>>,
     comms: Table<CommEntry<I::Comm>>,
     workers: Table<WorkerEntry<I::Worker>>,
+    /// What was let go while a resident worker ran, released when the last one stops.
+    parked: Parked<I>,
     /// `peers[device * devices + peer]`: work issued on `device` may touch `peer`'s memory.
     peers: Vec<bool>,
 }
@@ -113,6 +115,7 @@ impl<I: RawCollectives> Checked<I> {
             graphs: Table::new("graph", tag),
             comms: Table::new("communicator", tag),
             workers: Table::new("worker", tag),
+            parked: Parked::default(),
             peers: (0..devices * devices)
                 .map(|i| i / devices == i % devices)
                 .collect(),
@@ -483,6 +486,13 @@ impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns + RawR
 
     fn free(&self, buffer: BufferId) -> Result<()> {
         let mut st = self.lock();
+        if st.parked.must_wait(!st.workers.is_empty()) {
+            // Releasing GPU memory waits for its device to idle, which never happens while a
+            // worker's kernel runs: the handle goes now, the memory when the last worker stops.
+            let entry = st.buffers.remove(buffer.0)?;
+            st.parked.buffers.push(entry.raw);
+            return Ok(());
+        }
         // Freed under the lock, so that two threads freeing one buffer cannot both succeed.
         self.raw.free(&st.buffers.get(buffer.0)?.raw)?;
         let freed = st.buffers.remove(buffer.0)?;
@@ -808,9 +818,26 @@ impl<I: RawProbes + RawCollectives> Probes for Checked<I> {
 impl<I: RawCollectives> Drop for Checked<I> {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        // Stop every resident worker first (its last reference stops it): while one runs, its
-        // kernel holds its GPU, and the implementation's own closing waits for every kernel.
-        drop(st.workers.drain());
+        // Stop every resident worker before any is dropped: while one runs, its kernel holds its
+        // GPU, and releasing another's memory (or the implementation's own closing) waits for
+        // every kernel.
+        let workers = st.workers.drain();
+        for worker in &workers {
+            st.parked.stuck |= self.raw.stop_worker(&worker.raw).is_err();
+        }
+        if st.parked.stuck {
+            // A kernel that would not stop holds its GPU until the process ends, and every
+            // release below would wait for it: leave the memory to the process's end instead.
+            std::mem::forget(workers);
+            std::mem::forget(std::mem::take(&mut st.parked));
+            std::mem::forget(st.buffers.drain());
+            return;
+        }
+        drop(workers);
+        for buffer in std::mem::take(&mut st.parked.buffers) {
+            let _ = self.raw.free(&buffer);
+        }
+        drop(std::mem::take(&mut st.parked.workers));
         // Open every gate first, so that no stream waits out a spin kernel's timeout below; then
         // let the work finish before releasing what it uses. Nothing can report an error here.
         for gate in st.gates.drain() {

@@ -126,6 +126,11 @@ impl<T> Table<T> {
         Ok(slot.item.take().expect("a live slot"))
     }
 
+    /// Whether no item is live.
+    pub(super) fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
     /// Every live item, for the backend to release as it closes.
     pub(super) fn drain(&mut self) -> Vec<T> {
         self.free.clear();

@@ -234,7 +234,9 @@ pub trait Backend: Send + Sync {
     /// Allocates `bytes` (> 0) of memory. Device memory is reachable by peers once access is enabled.
     fn alloc(&self, memory: Memory, bytes: usize) -> Result<BufferId>;
 
-    /// Frees a buffer. Work still queued on it must have been synchronised first.
+    /// Frees a buffer. Work still queued on it must have been synchronised first. While a resident
+    /// worker runs, the handle goes at once and the memory when the last worker stops (see
+    /// [`resident`]).
     fn free(&self, buffer: BufferId) -> Result<()>;
 
     /// Size of a buffer in bytes.

@@ -24,10 +24,16 @@ pub trait RawBackend: Send + Sync {
     type Gate: Send + Sync;
     type Graph: Clone + Send + Sync;
     /// A running resident worker (shared with calls in flight). Dropping the last reference stops
-    /// it, as [`RawResident::stop_worker`] does.
+    /// it, as [`RawBackend::stop_worker`] does.
     type Worker: Send + Sync;
 
     fn topology(&self) -> &Topology;
+
+    /// Stops a resident worker ([`RawResident::start_worker`]) and waits for its kernel to end.
+    /// Called once per worker; calls on other threads may still hold it, and fail from then on.
+    /// Here rather than with the rest of the worker's calls so that closing a backend can stop
+    /// every worker before it releases anything.
+    fn stop_worker(&self, worker: &Self::Worker) -> Result<StopReport>;
     fn notices(&self) -> Vec<String> {
         Vec::new()
     }
@@ -163,10 +169,6 @@ pub trait RawResident: RawBackend {
 
     /// The ticket was issued by the worker.
     fn wait_for(&self, worker: &Self::Worker, ticket: u64) -> Result<()>;
-
-    /// Stops the worker and waits for its kernel to end. Called once per worker; calls on other
-    /// threads may still hold it, and fail from then on.
-    fn stop_worker(&self, worker: &Self::Worker) -> Result<StopReport>;
 }
 
 /// Managed memory's advice and prefetches, below the checks: the buffer is managed memory, every

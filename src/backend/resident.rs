@@ -34,6 +34,9 @@
 //!   before it). [`Resident::wait_on_stream`] queues a stream memory wait (cuStreamWaitValue) on
 //!   the worker's completion word: the stream's later work starts once the transfer is complete.
 //! - **Buffers** a transfer names must stay allocated until it is complete, as for queued copies.
+//!   Memory freed while any worker runs loses its handle at once and is released when the last
+//!   worker stops (a stopped worker's own memory too): releasing GPU or pinned memory waits for
+//!   the device to idle (cuMemFree, cuMemFreeHost), which would otherwise wait forever.
 //! - **Never left spinning.** [`Resident::stop_worker`] stops a worker (and [`Worker`] does when
 //!   dropped): it finishes every transfer already submitted, except one whose doorbell has not rung,
 //!   which is abandoned with every transfer after it (waiting on them fails, saying so). A watchdog

@@ -398,6 +398,52 @@ pub fn a_worker_stops_restarts_and_its_guard_stops_it(b: &dyn Backend) {
     holds(b, dst, &data, "two workers at once");
 }
 
+/// Releasing GPU memory waits for its device to idle, which never happens while a worker runs:
+/// a buffer freed then loses its handle at once and its memory when the last worker stops (one
+/// per GPU here where there are two, stopped one at a time, so the first's own memory waits too).
+pub fn memory_freed_while_a_worker_runs_is_released_when_the_last_stops(b: &dyn Backend) {
+    const BYTES: usize = 256 << 20;
+    // Allocation granularity and the driver's own bookkeeping move the free figure a little.
+    const SLACK: u64 = 16 << 20;
+    let peer = peer(b);
+    let first = Worker::start(b, &config(0)).unwrap();
+    let second = (peer != 0).then(|| Worker::start(b, &config(peer)).unwrap());
+    let before = b.free_memory(0).unwrap();
+    let held = buffer(b, Memory::Device(0), &pattern(4096, 31));
+    let pinned = buffer(
+        b,
+        Memory::PinnedHost { numa_node: None },
+        &pattern(4096, 32),
+    );
+    let big = b.alloc(Memory::Device(0), BYTES).unwrap();
+    let copy = BufferCopy::from_start(held, pinned, 4096);
+    first.wait(first.submit(&copy).unwrap()).unwrap();
+    for freed in [big, held, pinned] {
+        b.free(freed).unwrap();
+        says(&invalid(b.len(freed)), "released");
+    }
+    let while_running = b.free_memory(0).unwrap();
+    assert!(
+        while_running + (BYTES as u64) <= before + SLACK,
+        "the memory waits while a worker runs: {while_running} B free, {before} B before the \
+         {BYTES} B buffer"
+    );
+    first.stop().unwrap();
+    if let Some(second) = second {
+        let one_left = b.free_memory(0).unwrap();
+        assert!(
+            one_left + (BYTES as u64) <= before + SLACK,
+            "one worker still runs, so the memory still waits: {one_left} B free"
+        );
+        second.stop().unwrap();
+    }
+    let after = b.free_memory(0).unwrap();
+    assert!(
+        after + SLACK >= before,
+        "released once no worker runs: {after} B free, {before} B before"
+    );
+}
+
 pub fn resident_calls_refuse_what_they_cannot_take(b: &dyn Backend) {
     let r = b.resident();
     let gpus = b.topology().devices.len();

@@ -107,6 +107,7 @@ macro_rules! contract_tests {
             a_doorbell_holds_a_transfer_until_its_stream_gets_there,
             a_stream_waits_for_a_ticket_without_the_host,
             a_worker_stops_restarts_and_its_guard_stops_it,
+            memory_freed_while_a_worker_runs_is_released_when_the_last_stops,
             resident_calls_refuse_what_they_cannot_take,
             managed_memory_reads_back_and_every_gpu_copies_it_without_peer_access,
             prefetches_and_advice_move_pages_but_never_bytes,

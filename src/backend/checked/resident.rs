@@ -24,9 +24,48 @@ type ResolvedCopy<I> = (
 );
 
 /// A worker: its GPU and the implementation's object (shared with calls in flight).
+/// Memory let go while a worker ran: buffers the caller freed and stopped workers' own memory.
+/// Releasing GPU memory waits for the device to idle (cuMemFree, cuMemFreeHost), which never
+/// happens while a worker's kernel runs, so it waits here until the last worker has stopped.
+pub(super) struct Parked<I: RawCollectives> {
+    pub(super) buffers: Vec<I::Buffer>,
+    pub(super) workers: Vec<Arc<I::Worker>>,
+    /// A worker failed to stop: its kernel may run until the process ends.
+    pub(super) stuck: bool,
+}
+
+impl<I: RawCollectives> Default for Parked<I> {
+    fn default() -> Self {
+        Parked {
+            buffers: Vec::new(),
+            workers: Vec::new(),
+            stuck: false,
+        }
+    }
+}
+
+impl<I: RawCollectives> Parked<I> {
+    /// Whether memory let go now must wait here.
+    pub(super) fn must_wait(&self, workers_running: bool) -> bool {
+        workers_running || self.stuck
+    }
+
+    /// Everything parked, once no worker runs (and none failed to stop); nothing otherwise.
+    fn release(&mut self, workers_running: bool) -> Parked<I> {
+        if self.must_wait(workers_running) {
+            return Parked::default();
+        }
+        Parked {
+            buffers: std::mem::take(&mut self.buffers),
+            workers: std::mem::take(&mut self.workers),
+            stuck: false,
+        }
+    }
+}
+
 pub(super) struct WorkerEntry<W> {
     device: usize,
-    raw: Arc<W>,
+    pub(super) raw: Arc<W>,
 }
 
 /// Who touches a worker's buffers, for messages.
@@ -208,7 +247,25 @@ impl<I: RawProbes + RawCollectives + RawResident> Resident for Checked<I> {
     }
 
     fn stop_worker(&self, worker: WorkerId) -> Result<StopReport> {
-        let entry = self.lock().workers.remove(worker.0)?;
-        self.raw.stop_worker(&entry.raw)
+        let (_, raw) = Self::worker(&self.lock(), worker)?;
+        let report = self.raw.stop_worker(&raw);
+        let released = {
+            let mut st = self.lock();
+            st.workers.remove(worker.0)?;
+            // Its own memory too waits for the others: released with theirs.
+            st.parked.workers.push(raw);
+            if report.is_err() {
+                // Its kernel may still run: nothing parked is released until the process ends.
+                st.parked.stuck = true;
+            }
+            let running = !st.workers.is_empty();
+            st.parked.release(running)
+        };
+        let mut freed = Ok(());
+        for buffer in &released.buffers {
+            freed = freed.and(self.raw.free(buffer));
+        }
+        drop(released);
+        report.and_then(|report| freed.map(|()| report))
     }
 }

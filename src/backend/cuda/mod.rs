@@ -325,6 +325,10 @@ impl RawBackend for Gpus {
     type Graph = Arc<CapturedGraph>;
     type Worker = resident::Worker;
 
+    fn stop_worker(&self, worker: &Self::Worker) -> Result<super::resident::StopReport> {
+        self.stop_resident(worker)
+    }
+
     fn topology(&self) -> &Topology {
         &self.topology
     }

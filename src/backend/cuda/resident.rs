@@ -572,6 +572,18 @@ fn start(gpus: &Gpus, config: &WorkerConfig) -> Result<Worker> {
     Ok(worker)
 }
 
+impl Gpus {
+    /// [`RawBackend::stop_worker`].
+    pub(super) fn stop_resident(&self, worker: &Worker) -> Result<StopReport> {
+        let report = worker.stop()?;
+        // No kernel reads the lists any more.
+        for (_, block) in lock(&worker.batch_lists).drain(..) {
+            self.descriptors.give_back(block);
+        }
+        Ok(report)
+    }
+}
+
 impl RawResident for Gpus {
     fn start_worker(&self, config: &WorkerConfig) -> Result<Worker> {
         start(self, config)
@@ -633,15 +645,6 @@ impl RawResident for Gpus {
 
     fn wait_for(&self, worker: &Worker, ticket: u64) -> Result<()> {
         worker.poll_until(ticket, |completed| ticket < completed)
-    }
-
-    fn stop_worker(&self, worker: &Worker) -> Result<StopReport> {
-        let report = worker.stop()?;
-        // No kernel reads the lists any more.
-        for (_, block) in lock(&worker.batch_lists).drain(..) {
-            self.descriptors.give_back(block);
-        }
-        Ok(report)
     }
 }
 

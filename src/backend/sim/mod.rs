@@ -441,6 +441,10 @@ impl RawBackend for Simulator {
     type Graph = Graph;
     type Worker = resident::Worker;
 
+    fn stop_worker(&self, worker: &Self::Worker) -> Result<super::resident::StopReport> {
+        self.stop_resident(worker)
+    }
+
     fn topology(&self) -> &Topology {
         &self.topology
     }

@@ -253,6 +253,31 @@ impl Simulator {
     }
 }
 
+impl Simulator {
+    /// [`RawBackend::stop_worker`].
+    pub(super) fn stop_resident(&self, worker: &Worker) -> Result<StopReport> {
+        let mut st = self.lock();
+        let mut progress = worker.progress();
+        if let Some(report) = progress.stopped {
+            return Ok(report);
+        }
+        // Every transfer submitted runs, up to one whose doorbell never rings.
+        if let Some(last) = progress.submitted.checked_sub(1) {
+            let _ = self.await_ticket(&mut st, &mut progress, last);
+        }
+        for left in std::mem::take(&mut progress.pending) {
+            st.scheduler.destroy_event(left.event);
+        }
+        let report = StopReport {
+            submitted: progress.submitted,
+            completed: progress.completed,
+            exit: WorkerExit::Stopped,
+        };
+        progress.stopped = Some(report);
+        Ok(report)
+    }
+}
+
 impl RawResident for Simulator {
     fn start_worker(&self, config: &WorkerConfig) -> Result<Worker> {
         let index = self.lock().scheduler.add_stream();
@@ -353,27 +378,5 @@ impl RawResident for Simulator {
         let mut st = self.lock();
         let mut progress = worker.progress();
         self.await_ticket(&mut st, &mut progress, ticket)
-    }
-
-    fn stop_worker(&self, worker: &Worker) -> Result<StopReport> {
-        let mut st = self.lock();
-        let mut progress = worker.progress();
-        if let Some(report) = progress.stopped {
-            return Ok(report);
-        }
-        // Every transfer submitted runs, up to one whose doorbell never rings.
-        if let Some(last) = progress.submitted.checked_sub(1) {
-            let _ = self.await_ticket(&mut st, &mut progress, last);
-        }
-        for left in std::mem::take(&mut progress.pending) {
-            st.scheduler.destroy_event(left.event);
-        }
-        let report = StopReport {
-            submitted: progress.submitted,
-            completed: progress.completed,
-            exit: WorkerExit::Stopped,
-        };
-        progress.stopped = Some(report);
-        Ok(report)
     }
 }
