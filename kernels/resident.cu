@@ -23,10 +23,10 @@
 // its doorbell (written by cuStreamWriteValue64 when the user's stream reaches it); a copy of at
 // most RESIDENT_WARP_COPY_MAX bytes, or any transfer when there are no copy blocks, it moves itself
 // with its 32 lanes; anything else it posts on the board. Then it publishes completion: every
-// ticket before the first board entry not yet finished by every copy block is complete, and it
-// stores that count into the control word the host polls, after __threadfence_system() (its own
-// copies were fenced by each lane, the copy blocks' before they raised their progress), so a host
-// that sees the count sees the bytes.
+// ticket before the first board entry not yet finished by every copy block is complete, and lane 0
+// stores that count into the control word the host polls with a release at system scope, after a
+// __syncwarp() that orders the other lanes' copies before it (the copy blocks fenced theirs before
+// they raised their progress), so a host that sees the count sees the bytes.
 //
 // Copy blocks (blocks 1..) take every board entry in order, each moving its share (a copy split
 // 16 bytes per thread over all of their threads; a batch's messages a warp each), then fence at
@@ -106,6 +106,10 @@ __device__ __forceinline__ unsigned long long load_acquire_sys(const unsigned lo
 
 __device__ __forceinline__ void store_release_gpu(unsigned long long *p, unsigned long long v) {
     asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void store_release_sys(unsigned long long *p, unsigned long long v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 // Two adjacent u64 words (16-byte aligned) in one load; each word on its own is read whole.
@@ -280,7 +284,6 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         // Lane 31 never holds a slot, so the ready run ends by lane 31 at the latest.
         const unsigned int count = __ffs(~__ballot_sync(RESIDENT_FULL_WARP, ready)) - 1;
 
-        bool copied = false;
         for (unsigned int k = 0; k < count; ++k) {
             Transfer t;
             t.src = __shfl_sync(RESIDENT_FULL_WARP, mine.src, k);
@@ -301,7 +304,6 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
                     copy_range_loading<true>((unsigned char *)t.dst, (const unsigned char *)t.src,
                                              t.len, lane, 32);
                 }
-                copied = true;
             } else {
                 while (posted - retired >= RESIDENT_BOARD_SLOTS) {
                     retired = lowest_progress(a, copiers, lane);
@@ -319,17 +321,16 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
             }
             ++next;
         }
-        if (copied) {
-            __threadfence_system();
-        }
+        // Orders every lane's copies (and the board entries lane 0 read) before lane 0's release
+        // below, which makes them visible at system scope before the count: one fence a round,
+        // where a fence per lane and another before the store cost a PCIe flush each.
         __syncwarp();
         // Every ticket before the first unfinished board entry is complete.
         const unsigned long long complete =
             retired == posted ? next : ticket_of_entry[retired % RESIDENT_BOARD_SLOTS];
         if (complete > published) {
             if (lane == 0) {
-                __threadfence_system();
-                store_volatile(control + RESIDENT_COMPLETED, complete);
+                store_release_sys(control + RESIDENT_COMPLETED, complete);
             }
             published = complete;
         }

@@ -692,7 +692,8 @@ impl Child {
             output,
         };
         let mut line = String::new();
-        while !line.starts_with(READY) {
+        // The test harness has printed "test … … " on the same line before the child's words.
+        while !line.contains(READY) {
             line.clear();
             let read = child.output.read_line(&mut line).unwrap();
             assert!(read > 0, "the child ended before its worker ran");
