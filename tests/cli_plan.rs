@@ -453,6 +453,23 @@ fn concurrent_traffic_needs_two_gpus_a_known_pattern_and_no_pair() {
 
 #[test]
 fn resident_workers_are_offered_with_resident_and_picked_only_for_small_transfers() {
+    // A profile in which the worker was measured faster than a copy for a few bytes (unmeasured,
+    // it costs what it took on the lent H200 pair, and loses).
+    use peerlink::backend::{sim::SimBackend, Backend};
+    use peerlink::model::{profile::Measured, Cost, Hop, Profile};
+    let sim = SimBackend::open("h200-pair").unwrap();
+    let mut profile = Profile::for_host(sim.topology());
+    profile.hops = vec![Measured {
+        hop: Hop::Resident { src: 0, dst: 1 },
+        cost: Cost {
+            alpha_us: 1.0,
+            beta_gbps: 300.0,
+        },
+    }];
+    let dir = tempfile::tempdir().unwrap();
+    let profile_path = dir.path().join("fast-worker.json");
+    std::fs::write(&profile_path, serde_json::to_string(&profile).unwrap()).unwrap();
+    let profile_path = profile_path.to_str().unwrap();
     let pick = |size: &str, resident: bool| {
         let mut args = vec![
             "--sim",
@@ -463,6 +480,8 @@ fn resident_workers_are_offered_with_resident_and_picked_only_for_small_transfer
             "1",
             "--size",
             size,
+            "--profile",
+            profile_path,
         ];
         if resident {
             args.push("--resident");
@@ -496,6 +515,8 @@ fn resident_workers_are_offered_with_resident_and_picked_only_for_small_transfer
             "1",
             "--size",
             "4KiB",
+            "--profile",
+            profile_path,
         ])
         .args(["--resident", "--prove"])
         .assert()

@@ -36,7 +36,9 @@
 //! - **Buffers** a transfer names must stay allocated until it is complete, as for queued copies.
 //!   Memory freed while any worker runs loses its handle at once and is released when the last
 //!   worker stops (a stopped worker's own memory too): releasing GPU or pinned memory waits for
-//!   the device to idle (cuMemFree, cuMemFreeHost), which would otherwise wait forever.
+//!   the device to idle (cuMemFree, cuMemFreeHost), which would otherwise wait forever. Frees
+//!   elsewhere in the process (another backend, `cudaFree`, PyTorch's `empty_cache()`) wait until
+//!   the worker stops: stop it first.
 //! - **Never left spinning.** [`Resident::stop_worker`] stops a worker (and [`Worker`] does when
 //!   dropped): it finishes every transfer already submitted, except one whose doorbell has not rung,
 //!   which is abandoned with every transfer after it (waiting on them fails, saying so). A watchdog

@@ -777,7 +777,24 @@ fn transfers_between_hosts_are_planned_but_not_moved() {
 #[test]
 fn a_resident_fabric_moves_small_transfers_through_its_workers_in_order() {
     let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("h200-pair").unwrap());
-    let f = Fabric::builder(backend).resident(2).open().unwrap();
+    // Workers measured faster than a copy for a few bytes (unmeasured, they are not).
+    let mut profile = crate::model::Profile::for_host(backend.topology());
+    profile.hops = [(0, 1), (1, 1)]
+        .into_iter()
+        .map(|(src, dst)| crate::model::profile::Measured {
+            hop: crate::model::Hop::Resident { src, dst },
+            cost: crate::model::Cost {
+                alpha_us: 1.0,
+                beta_gbps: 300.0,
+            },
+        })
+        .collect();
+    let model = crate::model::CostModel::from_profile(backend.topology(), &profile).unwrap();
+    let f = Fabric::builder(backend)
+        .model(model)
+        .resident(2)
+        .open()
+        .unwrap();
     let data = pattern::bytes(3, 4096);
     let a = f.alloc(0, 4096).unwrap();
     let b = f.alloc(1, 4096).unwrap();

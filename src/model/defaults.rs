@@ -83,10 +83,10 @@ pub const COPY_ENGINE_ALPHA_US: f64 = 2.5;
 /// H200 (tune's lone 4 B copies, the two methods taking turns, three runs: BENCHMARKS.md runs 11–14),
 /// while back to back the copy engine is the faster (its start-up overlaps the copy before it).
 pub const COPY_ENGINE_START_US: f64 = 0.5;
-/// A resident worker's transfer of a few bytes, from the call until the host sees it complete,
-/// through the engine: an estimate, issue 14's goal for the worker alone (3 µs) — the engine adds a
-/// doorbell and a stream wait. `tune` measures it into a profile.
-pub const RESIDENT_ALPHA_US: f64 = 3.0;
+/// A resident worker's transfer of a few bytes, from the call until the host sees it complete:
+/// 6.98 µs median for 4 B GPU 0 → GPU 1 on the lent H200 pair, a VM (BENCHMARKS.md, 2026-11-30
+/// night); the engine adds a doorbell and a stream wait. `tune` measures it into a profile.
+pub const RESIDENT_ALPHA_US: f64 = 7.0;
 /// GPU time a chunk of a pipeline costs beyond its copies' α + bytes/β when its two hops run on
 /// different GPUs (each chunk's second copy waits for an event of the first's GPU, a reused slot's
 /// fill for one of the second's): 4.3 µs. Derived from the staged strategy alone on the H200 pair
