@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::peerlink;
+use common::{peerlink, succeeds};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -29,17 +29,12 @@ fn errors(stderr: &[u8]) -> Vec<String> {
 
 #[test]
 fn launch_runs_a_group_and_rank_zero_prints_it() {
-    let out = peerlink()
-        .args(["launch", "-n", "3", "--timeout", "20", "--", "ranks"])
-        .timeout(Duration::from_secs(60))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeds(
+        peerlink()
+            .args(["launch", "-n", "3", "--timeout", "20", "--", "ranks"])
+            .timeout(Duration::from_secs(60)),
     );
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.starts_with("3 ranks (peerlink launch) met at the rendezvous; timeout 20 s"),
         "{stdout}"
@@ -58,24 +53,19 @@ fn launch_runs_a_group_and_rank_zero_prints_it() {
 
 #[test]
 fn a_verb_of_one_process_runs_once_on_rank_zero() {
-    let out = peerlink()
-        .args([
-            "launch",
-            "-n",
-            "2",
-            "--",
-            "--sim",
-            "pcie-2gpu-switch",
-            "--json",
-            "topo",
-        ])
-        .timeout(Duration::from_secs(60))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeds(
+        peerlink()
+            .args([
+                "launch",
+                "-n",
+                "2",
+                "--",
+                "--sim",
+                "pcie-2gpu-switch",
+                "--json",
+                "topo",
+            ])
+            .timeout(Duration::from_secs(60)),
     );
     // Rank 0's stdout passes whole: exactly one document.
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
