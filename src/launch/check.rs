@@ -72,14 +72,18 @@ pub fn run(group: &Group) -> Result<Report> {
 }
 
 /// Keeps the group together for `hold` (rank 0's, so that every rank makes the same calls), a
-/// barrier each second; the seconds held.
+/// barrier each second, until then or a stop is requested ([`crate::interrupt`]); the seconds
+/// held.
 pub fn hold(group: &Group, hold: Option<Duration>) -> Result<u64> {
     let seconds = hold.map_or(0, |hold| hold.as_secs_f64().ceil() as u64);
     let is_root = group.identity().rank == 0;
     let rounds = group.broadcast(0, is_root.then_some(&seconds.to_le_bytes()[..]))?;
     let rounds = u64::from_le_bytes(rounds.try_into().unwrap_or_default());
-    for _ in 0..rounds {
+    for round in 0..rounds {
         std::thread::sleep(Duration::from_secs(1));
+        if crate::interrupt::requested() {
+            return Ok(round);
+        }
         group.barrier()?;
     }
     Ok(rounds)
