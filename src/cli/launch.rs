@@ -136,6 +136,7 @@ pub fn run(global: &Global, args: &LaunchArgs) -> Result<()> {
                 ("PEERLINK_LAUNCHED", "1".to_string()),
                 (LAUNCHER_PID, std::process::id().to_string()),
             ])
+            .env_remove("PEERLINK_ALONE")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
