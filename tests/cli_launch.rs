@@ -267,35 +267,38 @@ fn a_rank_that_never_comes_is_named_within_the_timeout() {
     assert!(took < Duration::from_secs(3), "took {took:?}");
 }
 
-#[test]
-fn launch_names_a_killed_rank_and_stops_the_others() {
+/// `peerlink launch -n 2 --timeout SECS -- ranks --hold 60`, once rank 0 has printed the group
+/// (both ranks then hold it): the launcher, and the pids of its ranks from rank 0's table.
+fn launch_two_holding(timeout: &str) -> (Child, Vec<String>) {
     let mut launcher = Command::new(env!("CARGO_BIN_EXE_peerlink"))
-        .args([
-            "launch",
-            "-n",
-            "2",
-            "--timeout",
-            "3",
-            "--",
-            "ranks",
-            "--hold",
-            "60",
-        ])
+        .args(["launch", "-n", "2", "--timeout", timeout, "--"])
+        .args(["ranks", "--hold", "60"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Rank 1's pid, from rank 0's table.
     let stdout = launcher.stdout.take().unwrap();
-    let pid = BufReader::new(stdout)
-        .lines()
-        .map(Result::unwrap)
-        .find(|line| line.starts_with("1  "))
-        .and_then(|row| row.split_whitespace().nth(3).map(String::from))
-        .expect("rank 1's row");
+    let mut pids = Vec::new();
+    for line in BufReader::new(stdout).lines().map(Result::unwrap) {
+        if line.starts_with("barrier:") {
+            return (launcher, pids);
+        }
+        if line.starts_with("0  ") || line.starts_with("1  ") {
+            pids.extend(line.split_whitespace().nth(3).map(String::from));
+        }
+    }
+    let _ = launcher.kill();
+    let _ = launcher.wait();
+    panic!("rank 0 did not print the group")
+}
+
+#[test]
+fn launch_names_a_killed_rank_and_stops_the_others() {
+    let (mut launcher, pids) = launch_two_holding("3");
+    let pid = &pids[1];
     let start = Instant::now();
     assert!(Command::new("kill")
-        .args(["-KILL", &pid])
+        .args(["-KILL", pid])
         .status()
         .unwrap()
         .success());
@@ -328,27 +331,7 @@ fn launch_names_a_killed_rank_and_stops_the_others() {
 
 #[test]
 fn ctrl_c_reaches_every_rank_once_and_the_launcher_exits_130() {
-    let mut launcher = Command::new(env!("CARGO_BIN_EXE_peerlink"))
-        .args([
-            "launch",
-            "-n",
-            "2",
-            "--timeout",
-            "5",
-            "--",
-            "ranks",
-            "--hold",
-            "60",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = launcher.stdout.take().unwrap();
-    let held = BufReader::new(stdout)
-        .lines()
-        .any(|line| line.unwrap().starts_with("barrier:"));
-    assert!(held, "rank 0 printed the group");
+    let (mut launcher, _) = launch_two_holding("5");
     let start = Instant::now();
     let pid = launcher.id().to_string();
     assert!(Command::new("kill")
