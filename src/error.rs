@@ -2,7 +2,8 @@
 //!
 //! Every message says what was wrong and, where there is something to do, what to do. The CLI maps
 //! [`Error::exit_code`] onto the process exit status: 2 for anything the user typed or supplied, 1 for
-//! failures while running (a CUDA error, a transfer that failed verification).
+//! failures while running (a CUDA error, a transfer that failed verification), 3 for a process of
+//! a multi-process run stopped because another process failed.
 
 use crate::units::format_bytes;
 use std::path::PathBuf;
@@ -79,10 +80,23 @@ pub enum Error {
     /// A chart of the HTML report could not be drawn.
     #[error("cannot draw {0}")]
     Draw(String),
+
+    /// A process of a multi-process run failed because another one did: it died, hung or never
+    /// arrived (the sentence names it). Exit status 3, so that launchers can tell the rank at
+    /// fault from the ranks it stopped.
+    #[error("{0}")]
+    Group(String),
+
+    /// A rank started by `peerlink launch` failed; the launcher exits with `status`, the rank's
+    /// own exit status (128 + the signal where a signal killed it).
+    #[error("{message}")]
+    RankFailed { message: String, status: u8 },
 }
 
 impl Error {
-    /// The process exit status for this error: 2 for bad input, 1 for failures while running.
+    /// The process exit status for this error: 2 for bad input, 1 for failures while running, 3
+    /// where another rank of the group failed (a launched rank's own status from `peerlink
+    /// launch`).
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) | Error::Preset { .. } => 2,
@@ -94,6 +108,8 @@ impl Error {
             | Error::OutOfMemory { .. }
             | Error::InvalidHandle(_)
             | Error::Draw(_) => 1,
+            Error::Group(_) => crate::launch::GROUP_FAILED,
+            Error::RankFailed { status, .. } => i32::from(*status),
         }
     }
 

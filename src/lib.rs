@@ -16,6 +16,8 @@
 //! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
 //! - [`report`]: text tables, CSV and the exports of the CLI's verbs; `html` (feature `html`, on
 //!   with the command line): `peerlink report`'s HTML page and its SVG charts.
+//! - [`launch`]: one process per GPU — who this process is (torchrun, Slurm, Open MPI or
+//!   `peerlink launch`), the rendezvous and the small messages the processes exchange.
 //! - [`doctor`]: what stands between the GPUs and fast P2P, each check with its evidence, verdict
 //!   and fix.
 //!
@@ -54,6 +56,7 @@ pub mod error;
 #[cfg(feature = "html")]
 pub mod html;
 pub mod interrupt;
+pub mod launch;
 pub mod model;
 pub mod report;
 pub mod topology;

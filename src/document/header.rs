@@ -118,7 +118,7 @@ impl Header {
 }
 
 /// This machine's name, as the kernel has it (Linux, where peerlink runs).
-fn host_name() -> Option<String> {
+pub(crate) fn host_name() -> Option<String> {
     ["/proc/sys/kernel/hostname", "/etc/hostname"]
         .iter()
         .filter_map(|path| std::fs::read_to_string(path).ok())
