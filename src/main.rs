@@ -1,6 +1,6 @@
 //! The `peerlink` binary: parses the command line, runs it, and turns an error into one sentence on
-//! stderr and an exit code (0 success, 1 a failure while running, 2 bad usage or input, 130
-//! interrupted: what was measured before is still printed).
+//! stderr and an exit code (0 success, 1 a failure while running, 2 bad usage or input, 3 another
+//! rank of a multi-process run failed, 130 interrupted: what was measured before is still printed).
 
 mod cli;
 

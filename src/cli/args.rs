@@ -93,6 +93,41 @@ pub enum Verb {
     /// A short health check: ce-write, h2d, d2h, local and copy-latency measured and compared with
     /// a baseline or with reference figures for known GPUs; exit 1 naming what regressed
     Check(CheckArgs),
+    /// Run N processes of peerlink on this host as one group, one per GPU, as torchrun would:
+    /// `peerlink launch -n 2 -- ranks`. Rank 0's stdout is passed through; every other line is
+    /// labelled with its rank on stderr; the first rank to fail is named and the others stopped
+    Launch(LaunchArgs),
+    /// The processes of a multi-process run (under torchrun, srun, mpirun or `peerlink launch`):
+    /// each rank's identity, host and pid, the rendezvous checked end to end, printed by rank 0
+    Ranks(RanksArgs),
+}
+
+#[derive(Args)]
+pub struct LaunchArgs {
+    /// How many processes to start (ranks 0 to N-1), 1 to 1024
+    #[arg(short = 'n', long = "processes", value_name = "N")]
+    pub processes: usize,
+
+    /// Seconds each rank waits for the others: to meet, in every call, and for a silent rank's
+    /// heartbeat before it is taken for hung [default: 60]
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<String>,
+
+    /// Rank 0's port on 127.0.0.1 [default: a free port]
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+
+    /// The peerlink command line every rank runs, after `--`: `-- ranks`, `-- --sim h200-pair topo`
+    #[arg(last = true, required = true, value_name = "VERB")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct RanksArgs {
+    /// Stay together this many seconds after the checks, a barrier each second: kill or stop a
+    /// rank meanwhile to see how the others fail
+    #[arg(long, value_name = "SECS")]
+    pub hold: Option<String>,
 }
 
 #[derive(Args)]

@@ -10,6 +10,7 @@ mod compare;
 mod doctor;
 mod export;
 mod html_report;
+mod launch;
 mod plan;
 mod topo;
 mod tune;
@@ -28,6 +29,14 @@ use peerlink::units::{parse_size, parse_sizes};
 pub fn run(cli: Cli) -> Result<()> {
     let global = &cli.global;
     global.exports.check()?;
+    // Under a launcher every rank meets the others first (`peerlink launch` itself is none).
+    let group = match &cli.verb {
+        Verb::Launch(_) => None,
+        _ => launch::join()?,
+    };
+    if !launch::this_rank_runs(&cli.verb, group.as_ref()) {
+        return Ok(());
+    }
     match cli.verb {
         Verb::Topo(args) => topo::run(global, &args),
         Verb::Bench(args) => {
@@ -91,6 +100,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Workload(args) => workload::run(global, &args),
         Verb::Report(args) => html_report::run(global, &args),
         Verb::Doctor(args) => doctor::run(global, &args),
+        Verb::Launch(args) => launch::run(global, &args),
+        Verb::Ranks(args) => launch::ranks(global, &args, group),
     }
 }
 

@@ -13,8 +13,9 @@ use std::time::Duration;
 /// The port torchrun uses when `MASTER_PORT` is not given; also peerlink's default.
 const DEFAULT_PORT: u16 = 29500;
 
-/// Reads who this process is from the environment; `None` where no launcher's variables are set
-/// (a single-process run).
+/// Reads who this process is from the environment; `None` where no launcher's variables are set,
+/// or `PEERLINK_ALONE` is (a single-process run: a peerlink a rank of some other job runs for
+/// itself).
 pub fn from_env() -> Result<Option<(Launcher, Identity, Rendezvous)>> {
     from_vars(|name| std::env::var(name).ok())
 }
@@ -24,6 +25,12 @@ pub fn from_vars(
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<(Launcher, Identity, Rendezvous)>> {
     let vars = Vars(&var);
+    if vars
+        .get("PEERLINK_ALONE")
+        .is_some_and(|value| value.trim() != "0")
+    {
+        return Ok(None);
+    }
     let (launcher, identity) = if vars.has("RANK") || vars.has("WORLD_SIZE") {
         let launcher = if vars.has("PEERLINK_LAUNCHED") {
             Launcher::Peerlink
@@ -341,6 +348,14 @@ mod tests {
     fn nothing_set_is_a_single_process_run() {
         assert!(read(&[]).unwrap().is_none());
         assert!(read(&[("PATH", "/bin"), ("RANK", " ")]).unwrap().is_none());
+    }
+
+    #[test]
+    fn peerlink_alone_runs_alone_under_any_launcher() {
+        let torchrun = [("RANK", "1"), ("WORLD_SIZE", "2"), ("PEERLINK_ALONE", "1")];
+        assert!(read(&torchrun).unwrap().is_none());
+        let off = [("RANK", "1"), ("WORLD_SIZE", "2"), ("PEERLINK_ALONE", "0")];
+        assert!(read(&off).unwrap().is_some());
     }
 
     #[test]

@@ -205,6 +205,14 @@ impl Group {
         let mut next_seq = lock(&self.next_seq);
         let seq = *next_seq;
         *next_seq += 1;
+        // After a failure every call fails with its sentence, sent nowhere.
+        let failed = match &self.link {
+            Link::Alone => None,
+            Link::Hub(Hub { failure, .. }) | Link::Spoke(Spoke { failure, .. }) => failure.get(),
+        };
+        if let Some(sentence) = failed {
+            return Err(Error::Group(sentence));
+        }
         match &self.link {
             Link::Alone => Ok(vec![mine.to_vec()]),
             Link::Hub(hub) => hub.collective(seq, op, mine, self.timeout),
@@ -525,9 +533,6 @@ impl Hub {
         mine: &[u8],
         timeout: Duration,
     ) -> std::result::Result<Vec<Vec<u8>>, String> {
-        if let Some(sentence) = self.failure.get() {
-            return Err(sentence);
-        }
         let (answer, answered) = mpsc::channel();
         let local = Event::Local {
             seq,
@@ -919,9 +924,6 @@ impl Spoke {
         mine: &[u8],
         timeout: Duration,
     ) -> std::result::Result<Vec<Vec<u8>>, String> {
-        if let Some(sentence) = self.failure.get() {
-            return Err(sentence);
-        }
         let inbox = lock(&self.inbox);
         let message = Message::Contribute {
             seq,

@@ -28,6 +28,7 @@
 //! # Ok::<(), peerlink::Error>(())
 //! ```
 
+pub mod check;
 mod env;
 mod fds;
 mod group;

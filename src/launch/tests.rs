@@ -161,7 +161,7 @@ fn wrong_fd_passings_are_refused() {
 
 #[test]
 fn a_rank_that_never_arrives_fails_every_rank_naming_it() {
-    let rendezvous = rendezvous(700);
+    let rendezvous = rendezvous(1000);
     let start = Instant::now();
     let threads: Vec<_> = [0, 1]
         .into_iter()
@@ -176,7 +176,7 @@ fn a_rank_that_never_arrives_fails_every_rank_naming_it() {
             sentence.starts_with("rank 2 of 3 did not join the rendezvous"),
             "{sentence}"
         );
-        assert!(sentence.contains("within 0.7 s"), "{sentence}");
+        assert!(sentence.contains("within 1 s"), "{sentence}");
     }
     assert!(
         start.elapsed() < Duration::from_secs(3),
@@ -187,14 +187,14 @@ fn a_rank_that_never_arrives_fails_every_rank_naming_it() {
 
 #[test]
 fn without_rank_zero_the_others_give_up_within_the_timeout() {
-    let rendezvous = rendezvous(500);
+    let rendezvous = rendezvous(1000);
     let start = Instant::now();
     let sentence = group_error(Group::join(identity(1, 2), &rendezvous));
     assert!(
         sentence.starts_with("cannot reach rank 0's rendezvous at 127.0.0.1:"),
         "{sentence}"
     );
-    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(start.elapsed() < Duration::from_secs(3));
 }
 
 #[test]
@@ -271,7 +271,7 @@ fn a_rank_that_dies_mid_run_fails_the_pending_call() {
 
 #[test]
 fn a_silent_rank_is_taken_for_hung_within_the_timeout() {
-    let rendezvous = rendezvous(600);
+    let rendezvous = rendezvous(1000);
     let zero = {
         let rendezvous = rendezvous.clone();
         thread::spawn(move || {
@@ -292,7 +292,7 @@ fn a_silent_rank_is_taken_for_hung_within_the_timeout() {
 
 #[test]
 fn a_silent_rank_zero_is_taken_for_hung_by_the_others() {
-    let rendezvous = rendezvous(600);
+    let rendezvous = rendezvous(1000);
     let listener = TcpListener::bind(rendezvous.addr).unwrap();
     let one = {
         let rendezvous = rendezvous.clone();
@@ -326,13 +326,13 @@ fn a_silent_rank_zero_is_taken_for_hung_by_the_others() {
 
 #[test]
 fn a_rank_that_does_not_reach_a_call_is_named() {
-    let rendezvous = rendezvous(500);
+    let rendezvous = rendezvous(1000);
     let outcomes = on_ranks(3, &rendezvous, |group| {
         let me = group.identity().rank;
         let start = Instant::now();
         let outcome = if me == 2 {
             // Alive (its heartbeats go on) but busy elsewhere for longer than the timeout.
-            thread::sleep(Duration::from_millis(1500));
+            thread::sleep(Duration::from_millis(3000));
             group_error(group.barrier())
         } else {
             group_error(group.barrier())
@@ -341,11 +341,11 @@ fn a_rank_that_does_not_reach_a_call_is_named() {
     });
     for (rank, (sentence, took)) in outcomes.iter().enumerate() {
         assert!(
-            sentence.starts_with("rank 2 did not reach barrier within 0.5 s"),
+            sentence.starts_with("rank 2 did not reach barrier within 1 s"),
             "rank {rank}: {sentence}"
         );
         if rank != 2 {
-            assert!(*took < Duration::from_millis(1400), "rank {rank}: {took:?}");
+            assert!(*took < Duration::from_millis(2500), "rank {rank}: {took:?}");
         }
     }
 }
