@@ -1,6 +1,6 @@
-//! `peerlink bench` as several real processes on one simulated host, one per GPU, each started with
-//! the variables a launcher sets (torchrun's, which `peerlink launch` sets too) and meeting at a
-//! rendezvous on the loopback. Every byte a writer pushes into the other process's buffer is checked
+//! `peerlink bench` as several real processes on one simulated host, one per GPU: started by
+//! `peerlink launch`, or by hand with the variables a launcher sets (torchrun's, which `peerlink
+//! launch` sets too, so that a test can kill one rank), meeting at a rendezvous on the loopback. Every byte a writer pushes into the other process's buffer is checked
 //! by both processes; a rank killed mid-run stops the others within the timeout. Every wait is
 //! bounded.
 
@@ -101,7 +101,17 @@ fn matrix<'a>(doc: &'a Value, name: &str) -> &'a Vec<Value> {
 #[test]
 fn two_processes_measure_every_pair_as_one_process_does_and_rank_0_prints_one_document() {
     let args = ["--tests", "ce-write,sm-write", "--size", "1MiB"];
-    let doc = bench_across(2, "pcie-2gpu-switch", &args);
+    let mut launched = vec![
+        "launch",
+        "-n",
+        "2",
+        "--",
+        "--sim",
+        "pcie-2gpu-switch",
+        "bench",
+    ];
+    launched.extend(["--json"].iter().chain(&args));
+    let doc = json_of(&launched);
     assert_eq!(doc["schema"], "peerlink.bench/1");
     assert_eq!(doc["simulated"], true);
     let notes = doc["notes"].to_string();

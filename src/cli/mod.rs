@@ -52,10 +52,10 @@ pub fn run(cli: Cli) -> Result<()> {
                 sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
             };
             let backend = opened.backend.as_ref();
-            let found = match peerlink::launch::join_from_env()? {
+            let found = match &group {
                 // One process of several: rank 0 prints what every rank measured.
                 Some((_, group)) => {
-                    match bench::processes::run(backend, &group, &options, &*global.progress())? {
+                    match bench::processes::run(backend, group, &options, &*global.progress())? {
                         Some(found) => found,
                         None => return Ok(()),
                     }
