@@ -5,8 +5,8 @@
 //! strategy the host offers; the exporter then checks every byte of its own buffers. The simulator
 //! runs it in CI (tests/processes.rs), real GPUs in tests/gpu/processes.rs.
 
+use peerlink::backend::SharedBuffer;
 use peerlink::backend::{self, Backend, BufferCopy, Choice, CopyMethod, Memory, ShareDescriptor};
-use peerlink::backend::{BufferId, SharedBuffer};
 use peerlink::bench::pattern;
 use peerlink::engine::{Fabric, Strategy};
 use std::fs::File;
