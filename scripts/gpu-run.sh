@@ -295,12 +295,12 @@ step "across processes (issue 17.2)"
 # (CUDA IPC), every byte checked by both; then the single-process bench of the same tests beside it,
 # and the GPU tests of sharing between processes (IPC, shared host memory, engine strategies, a rank
 # killed mid-bench).
-{ time $bin launch -n 2 --timeout 300 -- --gpu bench --json --tests ce-write,sm-write \
+{ time $bin launch -n 2 --timeout 300 -- --gpu bench --json --tests ce-write,sm-write,staged \
     >"$work/processes-bench.json" 2>"$work/processes-bench.err"; } 2>"$work/processes-bench.time"
 echo "launch exit: $?" >>"$work/processes-bench.err"
-$bin launch -n 2 --timeout 300 -- --gpu bench --tests ce-write,sm-write \
+$bin launch -n 2 --timeout 300 -- --gpu bench --tests ce-write,sm-write,staged \
     >"$work/processes-bench.txt" 2>&1
-$bin --gpu --devices 0,1 bench --json --tests ce-write,sm-write >"$work/processes-alone.json" \
+$bin --gpu --devices 0,1 bench --json --tests ce-write,sm-write,staged >"$work/processes-alone.json" \
     2>"$work/processes-alone.err"
 PEERLINK_BIN=$bin gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture processes \
     >"$work/processes-tests.log" 2>&1

@@ -100,7 +100,7 @@ fn matrix<'a>(doc: &'a Value, name: &str) -> &'a Vec<Value> {
 
 #[test]
 fn two_processes_measure_every_pair_as_one_process_does_and_rank_0_prints_one_document() {
-    let args = ["--tests", "ce-write,sm-write", "--size", "1MiB"];
+    let args = ["--tests", "ce-write,sm-write,staged", "--size", "1MiB"];
     let mut launched = vec![
         "launch",
         "-n",
@@ -119,7 +119,7 @@ fn two_processes_measure_every_pair_as_one_process_does_and_rank_0_prints_one_do
     let mut single = vec!["bench", "--json", "--sim", "pcie-2gpu-switch"];
     single.extend(args);
     let alone = json_of(&single);
-    for name in ["ce-write", "sm-write"] {
+    for name in ["ce-write", "sm-write", "staged"] {
         let (across, one) = (matrix(&doc, name), matrix(&alone, name));
         for (src, dst) in [(0, 1), (1, 0)] {
             let figure = across[src][dst].as_f64().unwrap();

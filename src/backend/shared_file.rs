@@ -20,7 +20,11 @@ fn directory() -> PathBuf {
     }
 }
 
-/// A new shared file of `bytes` zero bytes, already unlinked.
+/// Shared files are a whole number of this many bytes (a multiple of every page size Linux uses),
+/// so that a mapping of the first `bytes` never touches a page that lies partly past the file's end.
+const GRAIN: u64 = 64 << 10;
+
+/// A new shared file of at least `bytes` zero bytes, already unlinked.
 pub(crate) fn create(bytes: usize) -> Result<File> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let name = format!(
@@ -40,7 +44,8 @@ pub(crate) fn create(bytes: usize) -> Result<File> {
         .open(&path)
         .map_err(io_error)?;
     std::fs::remove_file(&path).map_err(io_error)?;
-    file.set_len(bytes as u64).map_err(io_error)?;
+    file.set_len((bytes as u64).div_ceil(GRAIN) * GRAIN)
+        .map_err(io_error)?;
     Ok(file)
 }
 
@@ -70,6 +75,7 @@ mod tests {
     #[test]
     fn a_shared_file_is_zeroed_unlinked_and_shared_by_its_clones() {
         let file = create(64).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), GRAIN);
         let other = file.try_clone().unwrap();
         file.write_all_at(&[7; 8], 8).unwrap();
         let mut out = [1; 16];
@@ -77,7 +83,8 @@ mod tests {
         assert_eq!(out[..8], [0; 8]);
         assert_eq!(out[8..], [7; 8]);
         assert_eq!(file.metadata().unwrap().nlink(), 0);
-        check_len(&file, 64).unwrap();
-        assert!(matches!(check_len(&file, 65), Err(Error::Usage(_))));
+        check_len(&file, GRAIN as usize).unwrap();
+        let longer = GRAIN as usize + 1;
+        assert!(matches!(check_len(&file, longer), Err(Error::Usage(_))));
     }
 }

@@ -12,7 +12,7 @@
 //! fault with its own error, the others with [`Error::Group`] naming it. A rank that dies or hangs
 //! is the group's to detect (see [`crate::launch`]).
 
-use super::cases::{enable, no_p2p, Context};
+use super::cases::{enable, no_p2p, Context, Transport};
 use super::progress::Progress;
 use super::result::{BenchReport, Cell, NotMeasured, Place, TestResult};
 use super::timing::{check_ranges, measure, HopSpec, Lane, Sampling};
@@ -25,11 +25,14 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, OwnedFd};
 
-/// The tests that run across processes, and how each writer copies: it pushes into the memory of
-/// a peer process, which it opened.
-pub const CROSS_PROCESS_TESTS: &[(&str, CopyMethod)] = &[
-    ("ce-write", CopyMethod::CopyEngine),
-    ("sm-write", CopyMethod::SmKernel),
+/// The tests that run across processes, and how each writer's bytes travel into the memory of the
+/// peer process, which it opened: pushed by one copy, or staged through pinned host memory (the
+/// writer's process issues both hops, device→host on its GPU and host→device on the peer's GPU,
+/// which it sees too).
+pub const CROSS_PROCESS_TESTS: &[(&str, Transport)] = &[
+    ("ce-write", Transport::Direct(CopyMethod::CopyEngine)),
+    ("sm-write", Transport::Direct(CopyMethod::SmKernel)),
+    ("staged", Transport::Staged),
 ];
 
 /// What a rank hands the others at each step: its part, or why it failed.
@@ -126,7 +129,7 @@ pub fn run(
         sampling,
     };
     let mut results = Vec::with_capacity(tests.len());
-    for (name, method) in tests {
+    for (name, transport) in tests {
         let test = find_test(name).expect("cross-process tests are registered");
         let message = match options.size.unwrap_or(defaults.size) {
             Size::Bytes(bytes) => bytes,
@@ -143,7 +146,12 @@ pub fn run(
                     src: run.gpus[writer],
                     dst: run.gpus[owner],
                 };
-                match run.pair(&mut ctx, (name, method), (writer, owner), message as usize)? {
+                match run.pair(
+                    &mut ctx,
+                    (name, transport),
+                    (writer, owner),
+                    message as usize,
+                )? {
                     Found::Measured { cell, .. } => cells.push(cell),
                     Found::Skipped(reason) => not_measured.push(NotMeasured { place, reason }),
                 }
@@ -250,7 +258,7 @@ fn check_choices(
 }
 
 /// The cross-process test named `name`, or a usage error naming those there are.
-fn cross_process_test(name: &str) -> Result<(&'static str, CopyMethod)> {
+fn cross_process_test(name: &str) -> Result<(&'static str, Transport)> {
     CROSS_PROCESS_TESTS
         .iter()
         .find(|(known, _)| *known == name)
@@ -271,7 +279,7 @@ impl Run<'_> {
     fn pair(
         &self,
         ctx: &mut Context<'_>,
-        test: (&str, CopyMethod),
+        test: (&str, Transport),
         (writer, owner): (usize, usize),
         message: usize,
     ) -> Result<Found> {
@@ -332,26 +340,44 @@ impl Run<'_> {
     fn write(
         &self,
         ctx: &mut Context<'_>,
-        (name, method): (&str, CopyMethod),
+        (name, transport): (&str, Transport),
         (writer, owner): (usize, usize),
         message: usize,
         shared: SharedBuffer,
     ) -> Result<Found> {
         let (from, to) = (self.gpus[writer], self.gpus[owner]);
-        if let Some(reason) = no_p2p(ctx.topology(), from, to).or_else(|| enable(ctx, from, to)) {
-            return Ok(Found::Skipped(reason));
-        }
-        let imported = self.backend.sharing().import(shared)?;
-        let hop = HopSpec {
-            stream: ctx.streams(&[from])?[0],
-            method,
-            memory: Memory::Device(to),
+        let hops = match transport {
+            Transport::Direct(method) => {
+                let refused = no_p2p(ctx.topology(), from, to).or_else(|| enable(ctx, from, to));
+                if let Some(reason) = refused {
+                    return Ok(Found::Skipped(reason));
+                }
+                vec![HopSpec {
+                    stream: ctx.streams(&[from])?[0],
+                    method,
+                    memory: Memory::Device(to),
+                }]
+            }
+            Transport::Staged => {
+                let streams = ctx.streams(&[from, to])?;
+                let numa_node = ctx.topology().devices[to].numa_node;
+                let hop = |stream, memory| HopSpec {
+                    stream,
+                    method: CopyMethod::CopyEngine,
+                    memory,
+                };
+                vec![
+                    hop(streams[0], Memory::PinnedHost { numa_node }),
+                    hop(streams[1], Memory::Device(to)),
+                ]
+            }
         };
+        let imported = self.backend.sharing().import(shared)?;
         let mut lanes = vec![Lane::into_destination(
             self.backend,
             Context::label(name, from, to),
             Memory::Device(from),
-            &[hop],
+            &hops,
             (message, &self.sampling, self.budget),
             imported,
         )?];

@@ -63,7 +63,13 @@ fn launched_bench_pushes_every_byte_between_two_gpu_processes() {
     }
     let out = Command::new(peerlink_binary())
         .args(["launch", "-n", "2", "--timeout", "120", "--"])
-        .args(["--gpu", "bench", "--json", "--tests", "ce-write,sm-write"])
+        .args([
+            "--gpu",
+            "bench",
+            "--json",
+            "--tests",
+            "ce-write,sm-write,staged",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
