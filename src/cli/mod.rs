@@ -54,13 +54,13 @@ pub fn run(cli: Cli) -> Result<()> {
             let backend = opened.backend.as_ref();
             let found = match &group {
                 // One process of several: rank 0 prints what every rank measured.
-                Some((_, group)) => {
+                Some((_, group)) if group.identity().world > 1 => {
                     match bench::processes::run(backend, group, &options, &*global.progress())? {
                         Some(found) => found,
                         None => return Ok(()),
                     }
                 }
-                None => bench::run(backend, &options, &*global.progress())?,
+                _ => bench::run(backend, &options, &*global.progress())?,
             };
             let doc = BenchDocument::new(opened.backend.topology(), found);
             if args.csv {
