@@ -425,3 +425,98 @@ impl Run<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimBackend;
+    use crate::bench::progress::Silent;
+    use crate::launch::{Identity, Rendezvous};
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    /// Runs `body` on every rank of a group of `world` threads on 127.0.0.1; what each returned.
+    fn on_ranks<T: Send + 'static>(
+        world: usize,
+        body: impl Fn(Group) -> T + Send + Sync + Clone + 'static,
+    ) -> Vec<T> {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let rendezvous = Rendezvous {
+            addr: ([127, 0, 0, 1], port).into(),
+            timeout: Duration::from_secs(20),
+        };
+        let threads: Vec<_> = (0..world)
+            .map(|rank| {
+                let (rendezvous, body) = (rendezvous.clone(), body.clone());
+                std::thread::spawn(move || {
+                    let identity = Identity {
+                        rank,
+                        world,
+                        local_rank: rank,
+                        local_world: world,
+                    };
+                    body(Group::join(identity, &rendezvous).unwrap())
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_failing_rank_stops_every_rank_and_the_others_name_it() {
+        let results = on_ranks(3, |group| {
+            let mine = match group.identity().rank {
+                1 => Err(Error::usage("rank one's own trouble")),
+                rank => Ok(rank),
+            };
+            exchange(&group, mine).map_err(|e| (e.exit_code(), e.to_string()))
+        });
+        let (code, own) = results[1].clone().unwrap_err();
+        assert_eq!((code, own.as_str()), (2, "rank one's own trouble"));
+        for rank in [0, 2] {
+            let (code, said) = results[rank].clone().unwrap_err();
+            assert_eq!(code, crate::launch::GROUP_FAILED, "{said}");
+            assert!(
+                said.contains("rank 1") && said.contains("own trouble"),
+                "{said}"
+            );
+        }
+    }
+
+    #[test]
+    fn ranks_as_threads_measure_every_pair_and_only_rank_0_reports() {
+        let reports = on_ranks(2, |group| {
+            let backend = SimBackend::open("pcie-2gpu-switch").unwrap();
+            let options = Options {
+                tests: Some(vec!["ce-write".into(), "staged".into()]),
+                size: Some(Size::Bytes(1 << 20)),
+                ..Options::default()
+            };
+            run(&backend, &group, &options, &Silent).unwrap()
+        });
+        assert!(reports[1].is_none());
+        let report = reports[0].as_ref().unwrap();
+        assert_eq!(report.devices, [0, 1]);
+        for test in &report.tests {
+            let places: Vec<Place> = test.cells.iter().map(|c| c.place).collect();
+            let pairs = [
+                Place::Pair { src: 0, dst: 1 },
+                Place::Pair { src: 1, dst: 0 },
+            ];
+            assert_eq!(places, pairs, "{}", test.name);
+            assert!(test.cells.iter().all(|c| c.value > 0.0));
+        }
+    }
+
+    #[test]
+    fn a_test_that_does_not_cross_processes_is_refused_naming_those_that_do() {
+        let Err(Error::Usage(why)) = cross_process_test("ce-read") else {
+            panic!("ce-read runs in one process only")
+        };
+        assert!(why.contains("ce-write, sm-write, staged"), "{why}");
+    }
+}
