@@ -291,16 +291,16 @@ fi
 
 if want processes; then
 step "across processes (issue 17.2)"
-# One process per GPU through peerlink launch: each writer pushes into the other process's buffer
-# (CUDA IPC), every byte checked by both; then the single-process bench of the same tests beside it,
-# and the GPU tests of sharing between processes (IPC, shared host memory, engine strategies, a rank
-# killed mid-bench).
-{ time $bin launch -n 2 --timeout 300 -- --gpu bench --json --tests ce-write,sm-write,staged \
+# One process per GPU through peerlink launch: the rank that issues each copy opens the other
+# process's buffer (CUDA IPC), every byte checked; then the single-process bench of the same tests
+# beside it, and the GPU tests of sharing between processes (IPC, shared host memory, engine
+# strategies, a rank killed mid-bench).
+crossing=ce-write,ce-read,sm-write,sm-read,staged
+{ time $bin launch -n 2 --timeout 300 -- --gpu bench --json --tests $crossing \
     >"$work/processes-bench.json" 2>"$work/processes-bench.err"; } 2>"$work/processes-bench.time"
 echo "launch exit: $?" >>"$work/processes-bench.err"
-$bin launch -n 2 --timeout 300 -- --gpu bench --tests ce-write,sm-write,staged \
-    >"$work/processes-bench.txt" 2>&1
-$bin --gpu --devices 0,1 bench --json --tests ce-write,sm-write,staged >"$work/processes-alone.json" \
+$bin launch -n 2 --timeout 300 -- --gpu bench --tests $crossing >"$work/processes-bench.txt" 2>&1
+$bin --gpu --devices 0,1 bench --json --tests $crossing >"$work/processes-alone.json" \
     2>"$work/processes-alone.err"
 PEERLINK_BIN=$bin gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture processes \
     >"$work/processes-tests.log" 2>&1

@@ -100,7 +100,12 @@ fn matrix<'a>(doc: &'a Value, name: &str) -> &'a Vec<Value> {
 
 #[test]
 fn two_processes_measure_every_pair_as_one_process_does_and_rank_0_prints_one_document() {
-    let args = ["--tests", "ce-write,sm-write,staged", "--size", "1MiB"];
+    let args = [
+        "--tests",
+        "ce-write,ce-read,sm-write,sm-read,staged",
+        "--size",
+        "1MiB",
+    ];
     let mut launched = vec![
         "launch",
         "-n",
@@ -119,7 +124,7 @@ fn two_processes_measure_every_pair_as_one_process_does_and_rank_0_prints_one_do
     let mut single = vec!["bench", "--json", "--sim", "pcie-2gpu-switch"];
     single.extend(args);
     let alone = json_of(&single);
-    for name in ["ce-write", "sm-write", "staged"] {
+    for name in ["ce-write", "ce-read", "sm-write", "sm-read", "staged"] {
         let (across, one) = (matrix(&doc, name), matrix(&alone, name));
         for (src, dst) in [(0, 1), (1, 0)] {
             let figure = across[src][dst].as_f64().unwrap();
@@ -192,12 +197,15 @@ fn a_rank_killed_mid_run_stops_the_others_within_the_timeout() {
 #[test]
 fn a_test_that_does_not_run_across_processes_is_refused_on_every_rank() {
     let outs = finish(
-        start_ranks(2, "pcie-2gpu-switch", &["--tests", "ce-read"], 20),
+        start_ranks(2, "pcie-2gpu-switch", &["--tests", "ce-bidir-write"], 20),
         Duration::from_secs(60),
     );
     for (rank, out) in outs.iter().enumerate() {
         let text = stderr(out);
         assert_eq!(out.status.code(), Some(2), "rank {rank}: {text}");
-        assert!(text.contains("ce-write, sm-write"), "rank {rank}: {text}");
+        assert!(
+            text.contains("ce-write, ce-read, sm-write"),
+            "rank {rank}: {text}"
+        );
     }
 }

@@ -1,21 +1,23 @@
 //! `bench` across processes: one process per GPU, as real jobs run (`peerlink launch -n N -- bench`,
 //! torchrun, Slurm, mpirun on one host).
 //!
-//! Rank `r` owns GPU `LOCAL_RANK`. For each ordered pair of ranks, in the same order on every rank:
-//! the owner allocates a buffer on its GPU and exports it ([`crate::backend::Sharing`]: a CUDA IPC
-//! handle, or on the simulator a shared file whose descriptor travels over the group's Unix socket);
-//! the writer imports it, times its copies into it as the single-process test does (held stream,
-//! warm-up, GPU events) and checks every byte through its import; then the owner checks every byte
+//! Rank `r` owns GPU `LOCAL_RANK`. For each ordered pair of ranks, in the same order on every rank,
+//! the rank that issues the copies (the source's for a write, the destination's for a read) opens
+//! the other rank's buffer: the other rank allocates it on its GPU and exports it
+//! ([`crate::backend::Sharing`]: a CUDA IPC handle, or on the simulator a shared file whose
+//! descriptor travels over the group's Unix socket); the issuer imports it and times its copies as
+//! the single-process test does (held stream, warm-up, GPU events), then checks every byte of the
+//! destination. Where the destination was the other rank's (a write), that rank checks every byte
 //! again in its own memory. Rank 0 gathers the figures into the one bench document.
 //!
 //! A rank that fails says why to the others through the group, and every rank stops: the one at
 //! fault with its own error, the others with [`Error::Group`] naming it. A rank that dies or hangs
 //! is the group's to detect (see [`crate::launch`]).
 
-use super::cases::{enable, no_p2p, Context, Transport};
+use super::cases::{enable, no_p2p, Context, Initiator, Transport};
 use super::progress::Progress;
 use super::result::{BenchReport, Cell, NotMeasured, Place, TestResult};
-use super::timing::{check_ranges, measure, HopSpec, Lane, Sampling};
+use super::timing::{check_ranges, measure, Given, HopSpec, Lane, Sampling};
 use super::{find_test, sampling, Defaults, Options, Size, DEFAULT_TESTS};
 use crate::backend::collective::BufferRange;
 use crate::backend::{Backend, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer};
@@ -25,15 +27,37 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, OwnedFd};
 
-/// The tests that run across processes, and how each writer's bytes travel into the memory of the
-/// peer process, which it opened: pushed by one copy, or staged through pinned host memory (the
-/// writer's process issues both hops, device→host on its GPU and host→device on the peer's GPU,
-/// which it sees too).
-pub const CROSS_PROCESS_TESTS: &[(&str, Transport)] = &[
-    ("ce-write", Transport::Direct(CopyMethod::CopyEngine)),
-    ("sm-write", Transport::Direct(CopyMethod::SmKernel)),
-    ("staged", Transport::Staged),
+/// The tests that run across processes, and how each moves its bytes between the two ranks' GPUs:
+/// one copy issued by the source's rank into the destination's memory (a write) or by the
+/// destination's rank from the source's memory (a read), or staged through pinned host memory (the
+/// source's rank issues both hops, device→host on its GPU and host→device on the other GPU, which it
+/// sees too).
+pub const CROSS_PROCESS_TESTS: &[(&str, Transport, Initiator)] = &[
+    (
+        "ce-write",
+        Transport::Direct(CopyMethod::CopyEngine),
+        Initiator::Source,
+    ),
+    (
+        "ce-read",
+        Transport::Direct(CopyMethod::CopyEngine),
+        Initiator::Destination,
+    ),
+    (
+        "sm-write",
+        Transport::Direct(CopyMethod::SmKernel),
+        Initiator::Source,
+    ),
+    (
+        "sm-read",
+        Transport::Direct(CopyMethod::SmKernel),
+        Initiator::Destination,
+    ),
+    ("staged", Transport::Staged, Initiator::Source),
 ];
+
+/// A cross-process test as [`CROSS_PROCESS_TESTS`] lists it.
+type CrossTest = (&'static str, Transport, Initiator);
 
 /// What a rank hands the others at each step: its part, or why it failed.
 #[derive(Serialize, Deserialize)]
@@ -72,10 +96,11 @@ fn exchange<T: Serialize + DeserializeOwned>(group: &Group, mine: Result<T>) -> 
     Ok(out)
 }
 
-/// What the writer of a pair found.
+/// What the issuer of a pair found.
 #[derive(Serialize, Deserialize)]
 enum Found {
-    /// The figure, and where each message lies in the owner's buffer with its pattern's seed.
+    /// The figure, and where each message lies in the exporter's buffer with its pattern's seed
+    /// (for a write; nothing to check there for a read).
     Measured {
         cell: Cell,
         expected: Vec<(usize, usize, u64)>,
@@ -129,7 +154,8 @@ pub fn run(
         sampling,
     };
     let mut results = Vec::with_capacity(tests.len());
-    for (name, transport) in tests {
+    for cross in tests {
+        let name = cross.0;
         let test = find_test(name).expect("cross-process tests are registered");
         let message = match options.size.unwrap_or(defaults.size) {
             Size::Bytes(bytes) => bytes,
@@ -140,18 +166,13 @@ pub fn run(
         }
         let started = backend.host_time_us();
         let (mut cells, mut not_measured) = (Vec::new(), Vec::new());
-        for writer in 0..world {
-            for owner in (0..world).filter(|&o| o != writer) {
+        for src in 0..world {
+            for dst in (0..world).filter(|&d| d != src) {
                 let place = Place::Pair {
-                    src: run.gpus[writer],
-                    dst: run.gpus[owner],
+                    src: run.gpus[src],
+                    dst: run.gpus[dst],
                 };
-                match run.pair(
-                    &mut ctx,
-                    (name, transport),
-                    (writer, owner),
-                    message as usize,
-                )? {
+                match run.pair(&mut ctx, cross, (src, dst), message as usize)? {
                     Found::Measured { cell, .. } => cells.push(cell),
                     Found::Skipped(reason) => not_measured.push(NotMeasured { place, reason }),
                 }
@@ -181,9 +202,9 @@ pub fn run(
         ));
     }
     notes.push(format!(
-        "measured across {world} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): each \
-         writer pushes into a buffer the other process exported ({}), every byte checked by the \
-         writer through its import and by the owner in its own memory",
+        "measured across {world} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): the rank \
+         that issues the copies opens a buffer the other process exported ({}); every byte of the \
+         destination checked, a write's again by its owner in its own memory",
         run.gpus
             .iter()
             .enumerate()
@@ -258,13 +279,13 @@ fn check_choices(
 }
 
 /// The cross-process test named `name`, or a usage error naming those there are.
-fn cross_process_test(name: &str) -> Result<(&'static str, Transport)> {
+fn cross_process_test(name: &str) -> Result<CrossTest> {
     CROSS_PROCESS_TESTS
         .iter()
-        .find(|(known, _)| *known == name)
+        .find(|(known, ..)| *known == name)
         .copied()
         .ok_or_else(|| {
-            let known: Vec<&str> = CROSS_PROCESS_TESTS.iter().map(|(n, _)| *n).collect();
+            let known: Vec<&str> = CROSS_PROCESS_TESTS.iter().map(|(n, ..)| *n).collect();
             Error::usage(format!(
                 "test `{name}` does not run across processes; those that do: {} (the others run \
                  in one process: `peerlink bench` without launch)",
@@ -274,23 +295,28 @@ fn cross_process_test(name: &str) -> Result<(&'static str, Transport)> {
 }
 
 impl Run<'_> {
-    /// One ordered pair of ranks: the owner exports, the writer measures into its import, the
-    /// owner checks. Every rank takes each step.
+    /// One ordered pair of ranks, `src` → `dst`: the exporter offers its buffer, the issuer
+    /// measures through its import, the exporter checks what landed in its memory. Every rank takes
+    /// each step.
     fn pair(
         &self,
         ctx: &mut Context<'_>,
-        test: (&str, Transport),
-        (writer, owner): (usize, usize),
+        test: CrossTest,
+        (src, dst): (usize, usize),
         message: usize,
     ) -> Result<Found> {
+        let (issuer, exporter) = match test.2 {
+            Initiator::Source => (src, dst),
+            Initiator::Destination => (dst, src),
+        };
         let rank = self.group.identity().rank;
         let bytes = Lane::buffer_bytes(message, &self.sampling, self.budget);
-        // The owner's buffer lives until the writer has closed its import and the owner has
-        // checked it.
+        // The exporter's buffer lives until the issuer has closed its import and the exporter
+        // has checked it.
         let mut owned: Option<Owned<'_, BufferId>> = None;
         let mut file: Option<OwnedFd> = None;
-        let offer = if rank == owner {
-            let memory = Memory::Device(self.gpus[owner]);
+        let offer = if rank == exporter {
+            let memory = Memory::Device(self.gpus[exporter]);
             self.backend.alloc(memory, bytes).and_then(|id| {
                 let id = owned.insert(Owned::new(self.backend, id));
                 let shared = self.backend.sharing().export(**id)?;
@@ -300,32 +326,35 @@ impl Run<'_> {
         } else {
             Ok(None)
         };
-        let descriptor: Option<ShareDescriptor> = exchange(self.group, offer)?.swap_remove(owner);
-        let descriptor = descriptor.expect("the owner offers its buffer");
+        let offers = exchange(self.group, offer)?;
+        let descriptor: ShareDescriptor = offers
+            .into_iter()
+            .nth(exporter)
+            .flatten()
+            .expect("the exporter offers its buffer");
         if descriptor.has_fd {
-            if rank == owner {
+            if rank == exporter {
                 let fd = file.as_ref().expect("the export has its file");
-                self.group.send_fds(writer, &[fd.as_fd()])?;
-            } else if rank == writer {
-                file = self.group.recv_fds(owner, 1)?.pop();
+                self.group.send_fds(issuer, &[fd.as_fd()])?;
+            } else if rank == issuer {
+                file = self.group.recv_fds(exporter, 1)?.pop();
             }
         }
-        let found = if rank == writer {
+        let found = if rank == issuer {
             let shared = SharedBuffer {
                 descriptor,
                 fd: file.take(),
             };
-            self.write(ctx, test, (writer, owner), message, shared)
-                .map(Some)
+            self.issue(ctx, test, (src, dst), message, shared).map(Some)
         } else {
             Ok(None)
         };
         let found = exchange(self.group, found)?
-            .swap_remove(writer)
-            .expect("the writer reports");
+            .swap_remove(issuer)
+            .expect("the issuer reports");
         let verdict = match (&found, &owned) {
             (Found::Measured { expected, .. }, Some(id)) => {
-                self.check_owned(**id, test.0, (writer, owner), expected)
+                self.check_owned(**id, test.0, (src, dst), expected)
             }
             _ => Ok(()),
         };
@@ -336,24 +365,30 @@ impl Run<'_> {
         Ok(found)
     }
 
-    /// The writer's part: import the owner's buffer and time copies into it.
-    fn write(
+    /// The issuer's part: import the other rank's buffer (the destination of a write, the source
+    /// of a read) and time copies into or out of it.
+    fn issue(
         &self,
         ctx: &mut Context<'_>,
-        (name, transport): (&str, Transport),
-        (writer, owner): (usize, usize),
+        (name, transport, initiator): CrossTest,
+        (src, dst): (usize, usize),
         message: usize,
         shared: SharedBuffer,
     ) -> Result<Found> {
-        let (from, to) = (self.gpus[writer], self.gpus[owner]);
+        let (from, to) = (self.gpus[src], self.gpus[dst]);
         let hops = match transport {
             Transport::Direct(method) => {
-                let refused = no_p2p(ctx.topology(), from, to).or_else(|| enable(ctx, from, to));
+                let (issuing, peer) = match initiator {
+                    Initiator::Source => (from, to),
+                    Initiator::Destination => (to, from),
+                };
+                let refused =
+                    no_p2p(ctx.topology(), issuing, peer).or_else(|| enable(ctx, issuing, peer));
                 if let Some(reason) = refused {
                     return Ok(Found::Skipped(reason));
                 }
                 vec![HopSpec {
-                    stream: ctx.streams(&[from])?[0],
+                    stream: ctx.streams(&[issuing])?[0],
                     method,
                     memory: Memory::Device(to),
                 }]
@@ -373,21 +408,29 @@ impl Run<'_> {
             }
         };
         let imported = self.backend.sharing().import(shared)?;
-        let mut lanes = vec![Lane::into_destination(
+        let given = match initiator {
+            Initiator::Source => Given::Destination(imported),
+            Initiator::Destination => Given::Source(imported),
+        };
+        let mut lanes = vec![Lane::with_given(
             self.backend,
             Context::label(name, from, to),
             Memory::Device(from),
             &hops,
             (message, &self.sampling, self.budget),
-            imported,
+            given,
         )?];
         let seed = ctx.next_seed();
         let m = measure(&mut lanes, &self.sampling, seed)?;
-        let expected = lanes[0]
-            .expected()
-            .into_iter()
-            .map(|(range, seed)| (range.offset, range.len, seed))
-            .collect();
+        // The exporter holds a write's destination: it checks it again. A read's landed here.
+        let expected = match given {
+            Given::Destination(_) => lanes[0]
+                .expected()
+                .into_iter()
+                .map(|(range, seed)| (range.offset, range.len, seed))
+                .collect(),
+            Given::Source(_) => Vec::new(),
+        };
         let cell = Cell {
             place: Place::Pair { src: from, dst: to },
             value: m.lane_gbps(0, message),
@@ -397,12 +440,12 @@ impl Run<'_> {
         Ok(Found::Measured { cell, expected })
     }
 
-    /// The owner's check of every byte the writer says it wrote, in its own memory.
+    /// The exporter's check of every byte the issuer says it wrote, in its own memory.
     fn check_owned(
         &self,
         buffer: BufferId,
         test: &str,
-        (writer, owner): (usize, usize),
+        (src, dst): (usize, usize),
         expected: &[(usize, usize, u64)],
     ) -> Result<()> {
         let ranges: Vec<(BufferRange, u64)> = expected
@@ -418,7 +461,7 @@ impl Run<'_> {
                 )
             })
             .collect();
-        let (src, dst) = (self.gpus[writer], self.gpus[owner]);
+        let (src, dst) = (self.gpus[src], self.gpus[dst]);
         match check_ranges(self.backend, Memory::Device(dst), &ranges)? {
             Some(m) => Err(m.into_error(format!("{test} (seen by the owner)"), src, dst)),
             None => Ok(()),
@@ -492,7 +535,7 @@ mod tests {
         let reports = on_ranks(2, |group| {
             let backend = SimBackend::open("pcie-2gpu-switch").unwrap();
             let options = Options {
-                tests: Some(vec!["ce-write".into(), "staged".into()]),
+                tests: Some(vec!["ce-write".into(), "sm-read".into(), "staged".into()]),
                 size: Some(Size::Bytes(1 << 20)),
                 ..Options::default()
             };
@@ -514,9 +557,12 @@ mod tests {
 
     #[test]
     fn a_test_that_does_not_cross_processes_is_refused_naming_those_that_do() {
-        let Err(Error::Usage(why)) = cross_process_test("ce-read") else {
-            panic!("ce-read runs in one process only")
+        let Err(Error::Usage(why)) = cross_process_test("ce-bidir-write") else {
+            panic!("ce-bidir-write runs in one process only")
         };
-        assert!(why.contains("ce-write, sm-write, staged"), "{why}");
+        assert!(
+            why.contains("ce-write, ce-read, sm-write, sm-read, staged"),
+            "{why}"
+        );
     }
 }

@@ -68,7 +68,7 @@ fn launched_bench_pushes_every_byte_between_two_gpu_processes() {
             "bench",
             "--json",
             "--tests",
-            "ce-write,sm-write,staged",
+            "ce-write,ce-read,sm-write,sm-read,staged",
         ])
         .output()
         .unwrap();

@@ -67,6 +67,17 @@ pub struct HopSpec {
     pub memory: Memory,
 }
 
+/// A lane's buffer that the caller gives instead of the lane allocating it: another process's
+/// buffer imported into this one, in the memory the lane would have allocated, at least
+/// [`Lane::buffer_bytes`] long.
+#[derive(Clone, Copy, Debug)]
+pub enum Given {
+    /// The source the lane fills and copies from.
+    Source(BufferId),
+    /// Where the last hop lands.
+    Destination(BufferId),
+}
+
 /// One message's path, with its buffers allocated (and freed on drop).
 pub struct Lane<'b> {
     backend: &'b dyn Backend,
@@ -102,21 +113,23 @@ impl<'b> Lane<'b> {
         Self::build(backend, label, source, hops, shape, None)
     }
 
-    /// As [`Lane::new`], with the last hop landing in `destination` (in `hops`' last memory, at
-    /// least [`Lane::buffer_bytes`] long), which the lane frees with its own buffers: another
-    /// process's buffer imported into this one.
-    pub fn into_destination(
+    /// As [`Lane::new`], with one of the lane's buffers given instead of allocated (see
+    /// [`Given`]). The lane frees it with its own buffers, or at once if the lane cannot be made.
+    pub fn with_given(
         backend: &'b dyn Backend,
         label: LaneLabel,
         source: Memory,
         hops: &[HopSpec],
         (message, sampling, max_bytes_per_buffer): (usize, &Sampling, u64),
-        destination: BufferId,
+        given: Given,
     ) -> Result<Lane<'b>> {
         let shape = (message, sampling, max_bytes_per_buffer);
-        Self::build(backend, label, source, hops, shape, Some(destination)).inspect_err(|_| {
-            // Only allocations fail, all before the destination joins the lane: free it here.
-            let _ = backend.free(destination);
+        Self::build(backend, label, source, hops, shape, Some(given)).inspect_err(|_| {
+            // A given source is the lane's from the start (its drop frees it); a given destination
+            // joins last, after every allocation that can fail: free it here.
+            if let Given::Destination(destination) = given {
+                let _ = backend.free(destination);
+            }
         })
     }
 
@@ -126,7 +139,7 @@ impl<'b> Lane<'b> {
         source: Memory,
         hops: &[HopSpec],
         (message, sampling, max_bytes_per_buffer): (usize, &Sampling, u64),
-        destination: Option<BufferId>,
+        given: Option<Given>,
     ) -> Result<Lane<'b>> {
         assert!(!hops.is_empty() && message > 0, "a lane copies something");
         let (stride, slots) = rotation(message, sampling, max_bytes_per_buffer);
@@ -152,10 +165,13 @@ impl<'b> Lane<'b> {
             read_done: HashMap::new(),
             seeds: Vec::new(),
         };
-        lane.source = backend.alloc(source, bytes)?;
+        lane.source = match given {
+            Some(Given::Source(given)) => given,
+            _ => backend.alloc(source, bytes)?,
+        };
         for (k, hop) in hops.iter().enumerate() {
-            let buffer = match destination {
-                Some(given) if k == hops.len() - 1 => given,
+            let buffer = match given {
+                Some(Given::Destination(given)) if k == hops.len() - 1 => given,
                 _ => backend.alloc(hop.memory, bytes)?,
             };
             lane.hops.push((*hop, buffer));
