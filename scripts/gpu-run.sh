@@ -4,9 +4,9 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all but readwrite, split and resident): smi topo doctor tests bench
-# check sweep explain managed engine tune torch concurrent workload torch-allreduce readwrite split
-# resident
+# Which parts to run (default: all but readwrite, split, resident and processes): smi topo doctor
+# tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce
+# readwrite split resident processes
 steps=${STEPS:-smi topo doctor tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
@@ -289,9 +289,28 @@ $bin --gpu plan --src $src --dst $dst --size 4KiB --messages 1000 --resident --p
 $bin --gpu explain --src $src --dst $dst --size 8B >"$work/resident-explain-8B.txt" 2>&1
 fi
 
+if want processes; then
+step "across processes (issue 17.2)"
+# One process per GPU through peerlink launch: the rank that issues each copy opens the other
+# process's buffer (CUDA IPC), every byte checked; then the single-process bench of the same tests
+# beside it, and the GPU tests of sharing between processes (IPC, shared host memory, engine
+# strategies, a rank killed mid-bench).
+crossing=ce-write,ce-read,sm-write,sm-read,staged
+{ time $bin launch -n 2 --timeout 300 -- --gpu bench --json --tests $crossing \
+    >"$work/processes-bench.json" 2>"$work/processes-bench.err"; } 2>"$work/processes-bench.time"
+echo "launch exit: $?" >>"$work/processes-bench.err"
+$bin launch -n 2 --timeout 300 -- --gpu bench --tests $crossing >"$work/processes-bench.txt" 2>&1
+$bin --gpu --devices 0,1 bench --json --tests $crossing >"$work/processes-alone.json" \
+    2>"$work/processes-alone.err"
+PEERLINK_BIN=$bin gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture processes \
+    >"$work/processes-tests.log" 2>&1
+echo "processes tests exit: $?" >>"$work/processes-tests.log"
+fi
+
 tar czf "$dest/results.tgz" -C "$work" .
 cd "$work"
 grep -hE "test result|random transfers|gpu tests exit" gpu-tests.log 2>/dev/null
+grep -hE "test result|across processes:|processes tests exit" processes-tests.log 2>/dev/null
 grep -hE "^(FAIL|WARN|INFO) |fail, .* ok|doctor exit" doctor.txt 2>/dev/null
 cat engine-batch.txt engine-256MiB.txt tune.time 2>/dev/null
 grep -h "gap:" explain-*.txt 2>/dev/null

@@ -5,11 +5,17 @@
 #[macro_use]
 #[path = "contract/suite.rs"]
 mod contract;
+#[macro_use]
+#[path = "contract/sharing_between.rs"]
+mod sharing_between;
 
 use peerlink::backend::sim::{Preset, SimBackend};
 
 mod dgx_h100 {
     contract_tests!(open = peerlink::backend::sim::SimBackend::open("dgx-h100").unwrap());
+    sharing_between_backends_tests!(
+        open = peerlink::backend::sim::SimBackend::open("dgx-h100").unwrap()
+    );
 }
 
 mod dgx1_v100 {
@@ -18,10 +24,14 @@ mod dgx1_v100 {
 
 mod pcie_2gpu_switch {
     contract_tests!(open = peerlink::backend::sim::SimBackend::open("pcie-2gpu-switch").unwrap());
+    sharing_between_backends_tests!(
+        open = peerlink::backend::sim::SimBackend::open("pcie-2gpu-switch").unwrap()
+    );
 }
 
 mod one_gpu {
     contract_tests!(open = super::one_gpu());
+    sharing_between_backends_tests!(open = super::one_gpu());
 }
 
 /// A host with one GPU: every pair check meets GPU 0 as its own peer.

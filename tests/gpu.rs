@@ -28,6 +28,8 @@ mod doctor;
 mod managed;
 #[path = "gpu/network.rs"]
 mod network;
+#[path = "gpu/processes.rs"]
+mod processes;
 #[path = "gpu/resident.rs"]
 mod resident;
 #[path = "soak/run.rs"]

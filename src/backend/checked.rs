@@ -25,12 +25,14 @@ mod health;
 mod managed;
 mod patterns;
 mod resident;
+mod sharing;
 
 use super::handles::{next_tag, Table};
 use super::health::RawHealth;
 use super::overlap::{first_overlap, InOrder};
 use super::raw::{Batch, RawCollectives, RawManaged, RawProbes, RawResident};
 use super::resident::Resident;
+use super::sharing::{RawSharing, Sharing};
 use super::{
     Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Managed,
     Memory, Patterns, Probes, RawPatterns, StreamId,
@@ -56,6 +58,7 @@ pub struct Checked<I: RawCollectives> {
 struct BufferEntry<B> {
     memory: Memory,
     len: usize,
+    origin: sharing::Origin,
     raw: B,
 }
 
@@ -392,8 +395,15 @@ fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: us
     }
 }
 
-impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns + RawResident> Backend
-    for Checked<I>
+impl<
+        I: RawProbes
+            + RawCollectives
+            + RawManaged
+            + RawHealth
+            + RawPatterns
+            + RawResident
+            + RawSharing,
+    > Backend for Checked<I>
 {
     fn source(&self) -> &Source {
         &self.raw.topology().source
@@ -428,6 +438,10 @@ impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns + RawR
     }
 
     fn patterns(&self) -> &dyn Patterns {
+        self
+    }
+
+    fn sharing(&self) -> &dyn Sharing {
         self
     }
 
@@ -476,12 +490,7 @@ impl<I: RawProbes + RawCollectives + RawManaged + RawHealth + RawPatterns + RawR
             Memory::PinnedHost { .. } => {}
         }
         let raw = self.raw.alloc(memory, bytes)?;
-        let entry = BufferEntry {
-            memory,
-            len: bytes,
-            raw,
-        };
-        self.lock().buffers.insert(entry).map(BufferId)
+        self.insert_buffer(raw, memory, bytes, sharing::Origin::Allocated)
     }
 
     fn free(&self, buffer: BufferId) -> Result<()> {

@@ -32,6 +32,8 @@ mod overlap;
 mod patterns;
 mod raw;
 pub mod resident;
+mod shared_file;
+pub mod sharing;
 pub mod sim;
 
 pub use checked::Checked;
@@ -41,6 +43,7 @@ pub(crate) use overlap::first_overlap;
 pub use patterns::{Patterns, RawPatterns};
 pub use raw::{Batch, RawBackend, RawCollectives, RawManaged, RawProbes, RawRank, RawResident};
 pub use resident::{Resident, Ticket, Worker, WorkerConfig, WorkerId};
+pub use sharing::{ShareDescriptor, SharedBuffer, SharedMemory, Sharing};
 
 use crate::topology::{Source, Topology};
 use crate::Result;
@@ -219,6 +222,8 @@ pub trait Backend: Send + Sync {
     /// Filling and checking device memory with the crate's data pattern on its GPU (see
     /// [`Patterns`]).
     fn patterns(&self) -> &dyn Patterns;
+    /// Exporting buffers to other processes of this host and importing theirs (see [`sharing`]).
+    fn sharing(&self) -> &dyn Sharing;
 
     /// Lets kernels and copies issued on `device` reach memory of `peer`. Idempotent: enabling an
     /// already enabled pair succeeds, and a GPU is its own peer. Fails with [`Error::PeerAccess`],

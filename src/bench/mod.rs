@@ -25,6 +25,7 @@ pub mod explain;
 pub mod fit;
 pub mod footprint;
 pub mod pattern;
+pub mod processes;
 pub mod progress;
 pub mod proof;
 pub mod result;
@@ -223,15 +224,7 @@ pub fn run(
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
     let defaults = Defaults::for_backend(backend);
-    let sampling = Sampling {
-        iterations: counted(options.iterations, "--iterations", 1, MAX_ITERATIONS)?
-            .unwrap_or(defaults.sampling.iterations),
-        samples: counted(options.samples, "--samples", 1, MAX_SAMPLES)?
-            .unwrap_or(defaults.sampling.samples),
-        warmup: counted(options.warmup, "--warmup", 0, MAX_ITERATIONS)?
-            .unwrap_or(defaults.sampling.warmup),
-        rotation_bytes: options.rotation.unwrap_or(defaults.sampling.rotation_bytes),
-    };
+    let sampling = sampling(options, &defaults)?;
     let sweeping = options.sizes.is_some();
     let names: Vec<String> = match &options.tests {
         Some(names) => names.clone(),
@@ -314,6 +307,20 @@ pub fn run(
         }
     }
     Ok(report)
+}
+
+/// The sampling the user's options ask for, each count checked, the backend's defaults for the
+/// rest.
+fn sampling(options: &Options, defaults: &Defaults) -> Result<Sampling> {
+    Ok(Sampling {
+        iterations: counted(options.iterations, "--iterations", 1, MAX_ITERATIONS)?
+            .unwrap_or(defaults.sampling.iterations),
+        samples: counted(options.samples, "--samples", 1, MAX_SAMPLES)?
+            .unwrap_or(defaults.sampling.samples),
+        warmup: counted(options.warmup, "--warmup", 0, MAX_ITERATIONS)?
+            .unwrap_or(defaults.sampling.warmup),
+        rotation_bytes: options.rotation.unwrap_or(defaults.sampling.rotation_bytes),
+    })
 }
 
 /// Pays the run's first-use costs on every selected GPU before the first test's clock starts: a

@@ -32,7 +32,7 @@ const LAUNCHER_PID: &str = "PEERLINK_LAUNCHER_PID";
 
 /// Whether `verb` runs on every rank with the group; the others run on rank 0 alone.
 pub fn uses_group(verb: &Verb) -> bool {
-    matches!(verb, Verb::Ranks(_))
+    matches!(verb, Verb::Ranks(_) | Verb::Bench(_))
 }
 
 /// The group of this process, where a launcher started it; `None` for a single-process run.

@@ -51,7 +51,17 @@ pub fn run(cli: Cli) -> Result<()> {
                 rotation: args.rotation.as_deref().map(parse_rotation).transpose()?,
                 sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
             };
-            let found = bench::run(opened.backend.as_ref(), &options, &*global.progress())?;
+            let backend = opened.backend.as_ref();
+            let found = match &group {
+                // One process of several: rank 0 prints what every rank measured.
+                Some((_, group)) if group.identity().world > 1 => {
+                    match bench::processes::run(backend, group, &options, &*global.progress())? {
+                        Some(found) => found,
+                        None => return Ok(()),
+                    }
+                }
+                _ => bench::run(backend, &options, &*global.progress())?,
+            };
             let doc = BenchDocument::new(opened.backend.topology(), found);
             if args.csv {
                 return global.show(&doc, &report::bench::csv(&doc.results));

@@ -14,7 +14,7 @@
 use super::executor::{self, lock, Completion, Loc, ResidentWorkers, Shared};
 use super::plan::{BatchPlan, Plan, Strategy};
 use super::Planner;
-use crate::backend::{Backend, BufferId, EventId, Memory};
+use crate::backend::{Backend, BufferId, EventId, Memory, SharedBuffer, SharedMemory};
 use crate::model::CostModel;
 use crate::{Error, Result};
 use std::fmt;
@@ -119,15 +119,53 @@ impl Fabric {
             ));
         }
         let id = self.shared.backend.alloc(Memory::Device(device), bytes)?;
-        Ok(Buffer {
+        Ok(self.adopt(id, device, bytes))
+    }
+
+    /// A fabric buffer over a backend buffer of `device`'s memory, freed with the buffer.
+    fn adopt(&self, id: BufferId, device: usize, size: usize) -> Buffer {
+        Buffer {
             state: Arc::new(BufferState {
                 shared: self.shared.clone(),
                 id,
                 device,
-                size: bytes,
+                size,
                 uses: Mutex::default(),
             }),
-        })
+        }
+    }
+
+    /// Exports `buffer` to another process of this host, which opens it with [`Fabric::import`]
+    /// (see [`crate::backend::sharing`]). It stays this fabric's buffer; free it only after the
+    /// other process has dropped its import.
+    pub fn export(&self, buffer: &Buffer) -> Result<SharedBuffer> {
+        self.shared.backend.sharing().export(buffer.state.id)
+    }
+
+    /// Opens another process's exported device buffer as a buffer of this fabric: a transfer's
+    /// source or destination like any other, by whatever strategy the planner picks (issued by
+    /// this process's GPUs). Dropping it closes the import, not the other process's memory.
+    pub fn import(&self, shared: SharedBuffer) -> Result<Buffer> {
+        let SharedMemory::Device { gpu_uuid } = &shared.descriptor.memory else {
+            return Err(Error::usage(
+                "a fabric imports device memory only; shared host memory is imported with \
+                 Backend::sharing",
+            ));
+        };
+        let devices = &self.shared.backend.topology().devices;
+        let device = devices.iter().position(|d| d.uuid == *gpu_uuid);
+        if let Some(outside) = device.filter(|d| !self.devices().contains(d)) {
+            return Err(Error::usage(format!(
+                "the shared buffer is memory of GPU {outside}, which is not part of this fabric \
+                 (GPUs {}): open the fabric on it",
+                list(self.devices())
+            )));
+        }
+        let size = shared.descriptor.len;
+        // The backend refuses a GPU this process does not see, saying so.
+        let id = self.shared.backend.sharing().import(shared)?;
+        let device = device.expect("the backend imported memory of a GPU it sees");
+        Ok(self.adopt(id, device, size))
     }
 
     /// Copies `src` into `dst` (ranges of equal length) by the planner's pick.

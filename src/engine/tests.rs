@@ -534,6 +534,9 @@ impl Backend for Counting {
     fn patterns(&self) -> &dyn crate::backend::Patterns {
         self.sim.patterns()
     }
+    fn sharing(&self) -> &dyn crate::backend::Sharing {
+        self.sim.sharing()
+    }
     fn enable_peer_access(&self, device: usize, peer: usize) -> crate::Result<()> {
         bump(&self.counts.peer_enables);
         self.sim.enable_peer_access(device, peer)

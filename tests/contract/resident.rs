@@ -32,15 +32,7 @@ fn peer(b: &dyn Backend) -> usize {
 /// Checks that `dst` holds `want`, naming the first wrong byte.
 #[track_caller]
 fn holds(b: &dyn Backend, dst: BufferId, want: &[u8], what: &str) {
-    let got = contents(b, dst);
-    if let Some(at) = (0..want.len()).find(|&i| got[i] != want[i]) {
-        panic!(
-            "{what}: first wrong byte at {at} of {} (want {:#04x}, got {:#04x})",
-            want.len(),
-            want[at],
-            got[at]
-        );
-    }
+    super::same_bytes(what, &contents(b, dst), want);
 }
 
 /// A tiny xorshift generator: the same sequence on every backend.

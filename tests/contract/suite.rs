@@ -26,6 +26,9 @@ pub use managed::*;
 #[path = "patterns.rs"]
 mod patterns;
 pub use patterns::*;
+#[path = "sharing.rs"]
+mod sharing;
+pub use sharing::*;
 
 /// Stamps one `#[test]` per check, each on a backend of its own from `open` (an expression), with
 /// the attributes given first (`#[ignore = "needs a GPU"]`). The module including this file must be
@@ -113,6 +116,9 @@ macro_rules! contract_tests {
             prefetches_and_advice_move_pages_but_never_bytes,
             advice_and_prefetches_take_only_managed_memory_and_gpus_that_exist,
             managed_memory_past_a_gpus_free_memory_is_refused,
+            shared_host_memory_reads_back_and_gpus_copy_to_and_from_it,
+            exports_refuse_managed_private_pinned_empty_and_released_buffers,
+            imports_refuse_descriptors_of_other_backends_gpus_files_and_handles,
         );
         #[test]
         $(#[$attr])*
@@ -146,7 +152,7 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 const FILL: u8 = 0;
 
-fn buffer(b: &dyn Backend, memory: Memory, bytes: &[u8]) -> BufferId {
+pub(crate) fn buffer(b: &dyn Backend, memory: Memory, bytes: &[u8]) -> BufferId {
     let id = b.alloc(memory, bytes.len()).unwrap();
     b.write(id, 0, bytes).unwrap();
     id
@@ -158,7 +164,7 @@ pub fn contents(b: &dyn Backend, id: BufferId) -> Vec<u8> {
     out
 }
 
-fn gpus(b: &dyn Backend) -> usize {
+pub(crate) fn gpus(b: &dyn Backend) -> usize {
     b.topology().devices.len()
 }
 
@@ -189,7 +195,7 @@ fn not_here(check: &str, lacking: &str) {
 
 /// The message of a usage error (a call the backend cannot take); anything else fails the check.
 #[track_caller]
-fn usage<T: std::fmt::Debug>(result: Result<T>) -> String {
+pub(crate) fn usage<T: std::fmt::Debug>(result: Result<T>) -> String {
     match result {
         Err(Error::Usage(message)) => message,
         other => panic!("expected a usage error, got {other:?}"),
@@ -198,7 +204,7 @@ fn usage<T: std::fmt::Debug>(result: Result<T>) -> String {
 
 /// The message of an invalid-handle error; anything else fails the check.
 #[track_caller]
-fn invalid<T: std::fmt::Debug>(result: Result<T>) -> String {
+pub(crate) fn invalid<T: std::fmt::Debug>(result: Result<T>) -> String {
     match result {
         Err(Error::InvalidHandle(message)) => message,
         other => panic!("expected an invalid-handle error, got {other:?}"),
@@ -206,7 +212,7 @@ fn invalid<T: std::fmt::Debug>(result: Result<T>) -> String {
 }
 
 #[track_caller]
-fn says(message: &str, what: &str) {
+pub(crate) fn says(message: &str, what: &str) {
     assert!(message.contains(what), "{message:?} should say {what:?}");
 }
 

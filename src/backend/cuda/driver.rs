@@ -5,6 +5,8 @@
 //! into a `Result`; each owning type frees its resource on drop.
 
 use std::ffi::{c_void, CStr};
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -131,11 +133,16 @@ fn allocation_error<'a>(
 }
 
 /// Device memory from cuMemAlloc_v2 — not the stream-ordered pool, whose memory does not follow
-/// cuCtxEnablePeerAccess. Freed on drop.
+/// cuCtxEnablePeerAccess — or another process's such memory opened through CUDA IPC. Freed (or
+/// closed) on drop.
 pub(super) struct DeviceMemory {
     address: sys::CUdeviceptr,
     ctx: Arc<CudaContext>,
+    opened: bool,
 }
+
+/// The size of a CUDA IPC memory handle, in bytes.
+pub(super) const IPC_HANDLE_BYTES: usize = std::mem::size_of::<sys::CUipcMemHandle>();
 
 impl DeviceMemory {
     pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, Error> {
@@ -149,7 +156,62 @@ impl DeviceMemory {
         Ok(DeviceMemory {
             address,
             ctx: ctx.clone(),
+            opened: false,
         })
+    }
+
+    /// Opens another process's device memory of `ctx`'s GPU from its IPC handle
+    /// (cuIpcOpenMemHandle). Peer access from other GPUs' contexts is enabled as the memory is
+    /// opened (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), as cuCtxEnablePeerAccess would.
+    pub(super) fn open_ipc(ctx: &Arc<CudaContext>, handle: &[u8]) -> Result<Self, Error> {
+        let mut ipc = sys::CUipcMemHandle {
+            reserved: [0; IPC_HANDLE_BYTES],
+        };
+        if handle.len() != IPC_HANDLE_BYTES {
+            return Err(Error::usage(format!(
+                "cannot import the shared buffer: a CUDA IPC handle is {IPC_HANDLE_BYTES} bytes,                  this one {}; send the descriptor of one export unchanged",
+                handle.len()
+            )));
+        }
+        for (to, from) in ipc.reserved.iter_mut().zip(handle) {
+            *to = *from as std::ffi::c_char;
+        }
+        bind(ctx)?;
+        let mut address = 0;
+        let lazy = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+        // SAFETY: `address` is a valid out-pointer, `ctx` is current, the handle is passed by value.
+        let opened = unsafe { sys::cuIpcOpenMemHandle_v2(&mut address, ipc, lazy) }.result();
+        match opened {
+            Ok(()) => Ok(DeviceMemory {
+                address,
+                ctx: ctx.clone(),
+                opened: true,
+            }),
+            Err(DriverError(
+                code @ (CUresult::CUDA_ERROR_INVALID_VALUE
+                | CUresult::CUDA_ERROR_INVALID_HANDLE
+                | CUresult::CUDA_ERROR_INVALID_CONTEXT
+                | CUresult::CUDA_ERROR_MAP_FAILED),
+            )) => Err(Error::usage(format!(
+                "the driver refused the CUDA IPC handle ({code:?}): it is not a live export of                  another process's memory on GPU {} (a handle opens only in another process,                  and only while the exporter keeps its buffer)",
+                ctx.ordinal()
+            ))),
+            Err(error) => Err(cuda_error("cuIpcOpenMemHandle", error)),
+        }
+    }
+
+    /// The IPC handle another process opens this memory with (cuIpcGetMemHandle).
+    pub(super) fn ipc_handle(&self) -> Result<Vec<u8>, Error> {
+        let mut ipc = sys::CUipcMemHandle {
+            reserved: [0; IPC_HANDLE_BYTES],
+        };
+        bind(&self.ctx)?;
+        // SAFETY: `ipc` is a valid out-pointer; the address is a live cuMemAlloc_v2 allocation's
+        // start in the current context.
+        unsafe { sys::cuIpcGetMemHandle(&mut ipc, self.address) }
+            .result()
+            .map_err(failed("cuIpcGetMemHandle"))?;
+        Ok(ipc.reserved.iter().map(|&b| b as u8).collect())
     }
 
     /// The unified (UVA) address, valid in every context.
@@ -166,9 +228,16 @@ impl DeviceMemory {
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: the address came from cuMemAlloc_v2 in this context and is freed once, here.
             // A failure cannot be reported from drop; the memory goes with the context at the latest.
-            let _ = unsafe { sys::cuMemFree_v2(self.address) };
+            let _ = if self.opened {
+                // SAFETY: the address came from cuIpcOpenMemHandle in this context and is closed
+                // once, here; the exporter's memory stays its own.
+                unsafe { sys::cuIpcCloseMemHandle(self.address) }
+            } else {
+                // SAFETY: the address came from cuMemAlloc_v2 in this context and is freed once,
+                // here.
+                unsafe { sys::cuMemFree_v2(self.address) }
+            };
         }
     }
 }
@@ -190,6 +259,9 @@ enum PinnedOrigin {
     /// An anonymous mapping whose pages were placed on a NUMA node (mbind, then first touch), then
     /// page-locked with cuMemHostRegister(PORTABLE | DEVICEMAP).
     Registered { mapped_bytes: usize },
+    /// A shared mapping of a file other processes map too, page-locked likewise; the file is
+    /// kept to export.
+    SharedFile { mapped_bytes: usize, file: File },
 }
 
 // SAFETY: the allocation is plain memory owned by this value; all access goes through the methods
@@ -315,6 +387,64 @@ impl PinnedMemory {
         }))
     }
 
+    /// Pinned memory over the first `bytes` of a shared file (as long at least), mapped shared so
+    /// that every process mapping the file sees the same bytes, then page-locked and mapped for
+    /// every GPU.
+    pub(super) fn from_shared_file(
+        ctx: &Arc<CudaContext>,
+        file: File,
+        bytes: usize,
+    ) -> Result<Self, Error> {
+        // SAFETY: a shared mapping of `bytes` > 0 of an open file at least that long (the callers
+        // made it so, or checked it); the result is checked below.
+        let pointer = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if pointer == libc::MAP_FAILED {
+            return Err(Error::Cuda {
+                call: "mmap of shared host memory".into(),
+                message: std::io::Error::last_os_error().to_string(),
+            });
+        }
+        let registered = bind(ctx).and_then(|()| {
+            let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+            // SAFETY: the range is a live mapping of `bytes`, registered once and unregistered on
+            // drop.
+            unsafe { sys::cuMemHostRegister_v2(pointer, bytes, flags) }
+                .result()
+                .map_err(pinning_error("cuMemHostRegister", bytes))
+        });
+        if let Err(e) = registered {
+            // SAFETY: `pointer` is the mapping made above, of `bytes`, unmapped once.
+            unsafe { libc::munmap(pointer, bytes) };
+            return Err(e);
+        }
+        Ok(PinnedMemory {
+            pointer: pointer.cast(),
+            bytes,
+            ctx: ctx.clone(),
+            origin: PinnedOrigin::SharedFile {
+                mapped_bytes: bytes,
+                file,
+            },
+        })
+    }
+
+    /// The shared file behind the memory, where it was made from one.
+    pub(super) fn shared_file(&self) -> Option<&File> {
+        match &self.origin {
+            PinnedOrigin::SharedFile { file, .. } => Some(file),
+            PinnedOrigin::HostAlloc | PinnedOrigin::Registered { .. } => None,
+        }
+    }
+
     /// The unified address: with UVA, mapped pinned memory has the same address on host and GPUs.
     pub(super) fn address(&self) -> u64 {
         self.pointer as u64
@@ -395,9 +525,10 @@ impl Drop for PinnedMemory {
                 // SAFETY: the pointer came from cuMemHostAlloc and is freed once, here.
                 let _ = unsafe { sys::cuMemFreeHost(self.pointer.cast()) };
             }
-            PinnedOrigin::Registered { mapped_bytes } => {
-                // SAFETY: the range was registered and mapped in `on_numa_node`; both are undone
-                // once, here, unregistering first.
+            PinnedOrigin::Registered { mapped_bytes }
+            | PinnedOrigin::SharedFile { mapped_bytes, .. } => {
+                // SAFETY: the range was registered and mapped in `on_numa_node` or
+                // `from_shared_file`; both are undone once, here, unregistering first.
                 unsafe {
                     let _ = sys::cuMemHostUnregister(self.pointer.cast());
                     libc::munmap(self.pointer.cast(), mapped_bytes);

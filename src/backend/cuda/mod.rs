@@ -22,6 +22,7 @@ mod collective;
 mod driver;
 mod gates;
 mod health;
+mod ipc;
 mod kernels;
 mod nccl;
 mod patterns;

@@ -10,10 +10,17 @@
 //! out-of-memory, never left to abort the process later. Buffers are mapped lazily (zero pages until
 //! written), so the host's free memory does not yet show those allocated but not yet written: the
 //! store counts every byte it holds against what the host had free when it opened, as if written.
+//!
+//! A buffer shared with another process (exported or imported) keeps its bytes in a shared file
+//! instead ([`Bytes::Shared`]): every read and write goes to the file, so each process sees the
+//! other's writes as soon as they are made.
 
 use crate::backend::{host_memory, BufferCopy, Memory};
 use crate::{Error, Result};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 
 /// A buffer of the store. The checked layer above the simulator names buffers by handle and hands
 /// the simulator this key, so every key the store is asked about is live.
@@ -28,9 +35,75 @@ struct Reader {
     saved: Option<Vec<u8>>,
 }
 
+/// Where a buffer's bytes are.
+enum Bytes {
+    /// This process's memory.
+    Local(Vec<u8>),
+    /// A file shared with other processes, `len` bytes from its start.
+    Shared { file: File, len: usize },
+}
+
+/// Reads and writes of a shared file: tmpfs pages, already written in full by the exporter (see
+/// [`Store::share`]), so neither can run out of space or fail short of a broken host.
+const SHARED_FILE_IO: &str = "reading or writing a shared buffer's tmpfs file";
+
+impl Bytes {
+    fn len(&self) -> usize {
+        match self {
+            Bytes::Local(data) => data.len(),
+            Bytes::Shared { len, .. } => *len,
+        }
+    }
+
+    fn read_at(&self, offset: usize, out: &mut [u8]) {
+        match self {
+            Bytes::Local(data) => out.copy_from_slice(&data[offset..offset + out.len()]),
+            Bytes::Shared { file, .. } => file
+                .read_exact_at(out, offset as u64)
+                .expect(SHARED_FILE_IO),
+        }
+    }
+
+    fn write_at(&mut self, offset: usize, bytes: &[u8]) {
+        match self {
+            Bytes::Local(data) => data[offset..offset + bytes.len()].copy_from_slice(bytes),
+            Bytes::Shared { file, .. } => file
+                .write_all_at(bytes, offset as u64)
+                .expect(SHARED_FILE_IO),
+        }
+    }
+
+    /// `len` bytes from `offset`: borrowed where they are local, read out of a shared file.
+    fn slice(&self, offset: usize, len: usize) -> Cow<'_, [u8]> {
+        match self {
+            Bytes::Local(data) => Cow::Borrowed(&data[offset..offset + len]),
+            Bytes::Shared { .. } => {
+                let mut out = vec![0; len];
+                self.read_at(offset, &mut out);
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// Lets `make` change `len` bytes from `offset` in place.
+    fn modify(&mut self, offset: usize, len: usize, make: impl FnOnce(&mut [u8])) {
+        match self {
+            Bytes::Local(data) => make(&mut data[offset..offset + len]),
+            Bytes::Shared { .. } => {
+                let mut bytes = self.slice(offset, len).into_owned();
+                make(&mut bytes);
+                self.write_at(offset, &bytes);
+            }
+        }
+    }
+}
+
 pub(super) struct Buffer {
     pub memory: Memory,
-    data: Vec<u8>,
+    data: Bytes,
+    /// Whether the buffer is another process's, opened here (its memory is not this process's to
+    /// count).
+    pub imported: bool,
     /// Operations queued or running that touch this buffer.
     queued: usize,
     readers: Vec<Reader>,
@@ -47,7 +120,7 @@ impl Buffer {
         for r in &mut self.readers {
             let overlaps = r.offset < offset + len && offset < r.offset + r.len;
             if overlaps && r.saved.is_none() && Some(r.op) != except {
-                r.saved = Some(data[r.offset..r.offset + r.len].to_vec());
+                r.saved = Some(data.slice(r.offset, r.len).into_owned());
             }
         }
     }
@@ -103,14 +176,50 @@ impl Store {
         }
         self.next_id += 1;
         self.held += bytes as u64;
+        Ok(self.file(memory, Bytes::Local(vec![0; bytes]), false))
+    }
+
+    /// Files a buffer and returns its key.
+    fn file(&mut self, memory: Memory, data: Bytes, imported: bool) -> Key {
+        self.next_id += 1;
+        self.held += data.len() as u64;
         let buffer = Buffer {
             memory,
-            data: vec![0; bytes],
+            data,
+            imported,
             queued: 0,
             readers: Vec::new(),
         };
         self.buffers.insert(self.next_id, buffer);
-        Ok(Key(self.next_id))
+        Key(self.next_id)
+    }
+
+    /// Moves a buffer's bytes into a shared file (once; later calls find it there) and returns a
+    /// handle on the file for another process. The bytes are written out in full, so that the file
+    /// owns every page it will ever need.
+    pub fn share(&mut self, key: Key) -> Result<File> {
+        let buffer = self.get_mut(key);
+        if let Bytes::Local(data) = &buffer.data {
+            let file = crate::backend::shared_file::create(data.len())?;
+            file.write_all_at(data, 0).map_err(|source| Error::Io {
+                path: "(a shared buffer's tmpfs file)".into(),
+                source,
+            })?;
+            let len = data.len();
+            buffer.data = Bytes::Shared { file, len };
+        }
+        let Bytes::Shared { file, .. } = &buffer.data else {
+            unreachable!("moved into a file above")
+        };
+        file.try_clone().map_err(|source| Error::Io {
+            path: "(a shared buffer's tmpfs file)".into(),
+            source,
+        })
+    }
+
+    /// Files another process's buffer of `len` bytes, kept in `file`.
+    pub fn import(&mut self, memory: Memory, file: File, len: usize) -> Key {
+        self.file(memory, Bytes::Shared { file, len }, true)
     }
 
     pub fn get(&self, key: Key) -> &Buffer {
@@ -143,7 +252,7 @@ impl Store {
     pub fn write(&mut self, key: Key, offset: usize, bytes: &[u8]) {
         let b = self.get_mut(key);
         b.protect(offset, bytes.len(), None);
-        b.data[offset..offset + bytes.len()].copy_from_slice(bytes);
+        b.data.write_at(offset, bytes);
     }
 
     /// Writes `len` bytes from `offset` now as `make` makes them in place (the pattern calls);
@@ -157,17 +266,17 @@ impl Store {
     ) {
         let b = self.get_mut(key);
         b.protect(offset, len, None);
-        make(&mut b.data[offset..offset + len]);
+        b.data.modify(offset, len, make);
     }
 
     /// Reads bytes now; the range lies inside the buffer.
     pub fn read(&self, key: Key, offset: usize, out: &mut [u8]) {
-        out.copy_from_slice(&self.get(key).data[offset..offset + out.len()]);
+        self.get(key).data.read_at(offset, out);
     }
 
-    /// The whole buffer, for kernels that read it when they start.
-    pub fn bytes(&self, key: Key) -> &[u8] {
-        &self.get(key).data
+    /// `len` bytes from `offset`, for kernels that read them when they start.
+    pub fn bytes(&self, key: Key, offset: usize, len: usize) -> Cow<'_, [u8]> {
+        self.get(key).data.slice(offset, len)
     }
 
     /// Counts one more queued operation on each of `ids`.
@@ -205,21 +314,23 @@ impl Store {
         let (dst_at, len) = (copy.dst_offset, copy.len);
         self.get_mut(copy.dst).protect(dst_at, len, None);
         match saved {
-            Some(bytes) => {
-                self.get_mut(copy.dst).data[dst_at..dst_at + len].copy_from_slice(&bytes)
-            }
+            Some(bytes) => self.get_mut(copy.dst).data.write_at(dst_at, &bytes),
             None if copy.src == copy.dst => {
                 let src_at = copy.src_offset;
-                self.get_mut(copy.dst)
-                    .data
-                    .copy_within(src_at..src_at + len, dst_at);
+                match &mut self.get_mut(copy.dst).data {
+                    Bytes::Local(data) => data.copy_within(src_at..src_at + len, dst_at),
+                    shared => {
+                        let bytes = shared.slice(src_at, len).into_owned();
+                        shared.write_at(dst_at, &bytes);
+                    }
+                }
             }
             None => {
                 // Two buffers of one map: move the destination's bytes out for the borrow.
-                let mut dst = std::mem::take(&mut self.get_mut(copy.dst).data);
-                let src = &self.get_mut(copy.src).data;
-                dst[dst_at..dst_at + len]
-                    .copy_from_slice(&src[copy.src_offset..copy.src_offset + len]);
+                let placeholder = Bytes::Local(Vec::new());
+                let mut dst = std::mem::replace(&mut self.get_mut(copy.dst).data, placeholder);
+                let src = &self.get(copy.src).data;
+                dst.write_at(dst_at, &src.slice(copy.src_offset, len));
                 self.get_mut(copy.dst).data = dst;
             }
         }

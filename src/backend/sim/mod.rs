@@ -18,6 +18,7 @@ mod collective;
 #[cfg(test)]
 mod collective_tests;
 pub mod faults;
+mod ipc;
 mod links;
 mod managed;
 mod memory;
@@ -539,8 +540,11 @@ impl RawBackend for Simulator {
         Self::catch_up(&mut st);
         let freed = st.store.remove(*buffer)?;
         st.caches.freed(*buffer);
-        if let Memory::Device(d) | Memory::Managed(d) = freed.memory {
-            st.allocated[d] -= freed.len() as u64;
+        match freed.memory {
+            Memory::Device(d) | Memory::Managed(d) if !freed.imported => {
+                st.allocated[d] -= freed.len() as u64
+            }
+            _ => {}
         }
         st.managed.remove(*buffer);
         Ok(())
@@ -841,8 +845,8 @@ impl RawPatterns for Simulator {
     fn first_mismatch(&self, range: BufferRange<&Key>, seed: u64) -> Result<Option<Mismatch>> {
         let mut st = self.lock();
         Self::catch_up(&mut st);
-        let bytes = &st.store.bytes(*range.buffer)[range.offset..range.offset + range.len];
-        Ok(pattern::first_mismatch(seed, bytes))
+        let bytes = st.store.bytes(*range.buffer, range.offset, range.len);
+        Ok(pattern::first_mismatch(seed, &bytes))
     }
 }
 

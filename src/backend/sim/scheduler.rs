@@ -723,7 +723,8 @@ impl Scheduler {
                 outputs,
                 len,
             } => {
-                let inputs: Vec<&[u8]> = inputs.iter().map(|&k| &store.bytes(k)[..*len]).collect();
+                let inputs: Vec<_> = inputs.iter().map(|&k| store.bytes(k, 0, *len)).collect();
+                let inputs: Vec<&[u8]> = inputs.iter().map(|bytes| &bytes[..]).collect();
                 let sum = Arc::new(reduce::sum(*dtype, &inputs));
                 for (&s, &output) in members.iter().zip(outputs) {
                     let bytes = Arc::clone(&sum);
@@ -766,7 +767,7 @@ impl Scheduler {
 
     /// Follows the chain of u64 indices from element 0; a wild index faults the kernel.
     fn chase(&mut self, store: &Store, chain: Key, steps: u32) -> u64 {
-        let bytes = store.bytes(chain);
+        let bytes = store.bytes(chain, 0, store.get(chain).len());
         let elements = bytes.len() / 8;
         let entry = |i: usize| {
             let at = i * 8;

@@ -67,6 +67,17 @@ pub struct HopSpec {
     pub memory: Memory,
 }
 
+/// A lane's buffer that the caller gives instead of the lane allocating it: another process's
+/// buffer imported into this one, in the memory the lane would have allocated, at least
+/// [`Lane::buffer_bytes`] long.
+#[derive(Clone, Copy, Debug)]
+pub enum Given {
+    /// The source the lane fills and copies from.
+    Source(BufferId),
+    /// Where the last hop lands.
+    Destination(BufferId),
+}
+
 /// One message's path, with its buffers allocated (and freed on drop).
 pub struct Lane<'b> {
     backend: &'b dyn Backend,
@@ -98,6 +109,38 @@ impl<'b> Lane<'b> {
         sampling: &Sampling,
         max_bytes_per_buffer: u64,
     ) -> Result<Lane<'b>> {
+        let shape = (message, sampling, max_bytes_per_buffer);
+        Self::build(backend, label, source, hops, shape, None)
+    }
+
+    /// As [`Lane::new`], with one of the lane's buffers given instead of allocated (see
+    /// [`Given`]). The lane frees it with its own buffers, or at once if the lane cannot be made.
+    pub fn with_given(
+        backend: &'b dyn Backend,
+        label: LaneLabel,
+        source: Memory,
+        hops: &[HopSpec],
+        (message, sampling, max_bytes_per_buffer): (usize, &Sampling, u64),
+        given: Given,
+    ) -> Result<Lane<'b>> {
+        let shape = (message, sampling, max_bytes_per_buffer);
+        Self::build(backend, label, source, hops, shape, Some(given)).inspect_err(|_| {
+            // A given source is the lane's from the start (its drop frees it); a given destination
+            // joins last, after every allocation that can fail: free it here.
+            if let Given::Destination(destination) = given {
+                let _ = backend.free(destination);
+            }
+        })
+    }
+
+    fn build(
+        backend: &'b dyn Backend,
+        label: LaneLabel,
+        source: Memory,
+        hops: &[HopSpec],
+        (message, sampling, max_bytes_per_buffer): (usize, &Sampling, u64),
+        given: Option<Given>,
+    ) -> Result<Lane<'b>> {
         assert!(!hops.is_empty() && message > 0, "a lane copies something");
         let (stride, slots) = rotation(message, sampling, max_bytes_per_buffer);
         let chunk = if hops.len() > 1 {
@@ -122,9 +165,15 @@ impl<'b> Lane<'b> {
             read_done: HashMap::new(),
             seeds: Vec::new(),
         };
-        lane.source = backend.alloc(source, bytes)?;
-        for hop in hops {
-            let buffer = backend.alloc(hop.memory, bytes)?;
+        lane.source = match given {
+            Some(Given::Source(given)) => given,
+            _ => backend.alloc(source, bytes)?,
+        };
+        for (k, hop) in hops.iter().enumerate() {
+            let buffer = match given {
+                Some(Given::Destination(given)) if k == hops.len() - 1 => given,
+                _ => backend.alloc(hop.memory, bytes)?,
+            };
             lane.hops.push((*hop, buffer));
         }
         Ok(lane)
@@ -207,33 +256,26 @@ impl<'b> Lane<'b> {
         })
     }
 
+    /// Where each slot's message lies in the final destination, with the seed of the pattern the
+    /// last fill put in it: what [`Lane::verify`] checks (and what the owner of an imported
+    /// destination checks in its own process).
+    pub fn expected(&self) -> Vec<(BufferRange, u64)> {
+        let destination = self.destination();
+        let slots = self.seeds.iter().enumerate();
+        slots
+            .map(|(slot, &seed)| (self.slot_range(destination, slot), seed))
+            .collect()
+    }
+
     /// Checks every byte of every slot of the destination against the last fill: on the
     /// destination's GPU, or on the host for pinned memory.
     pub fn verify(&self) -> Result<()> {
-        let wrong = |m: Mismatch| {
-            let LaneLabel { test, src, dst } = &self.label;
-            Err(m.into_error(test.clone(), *src, *dst))
-        };
-        let destination = self.destination();
-        if let Memory::Device(_) = self.hops[self.hops.len() - 1].0.memory {
-            for (slot, &seed) in self.seeds.iter().enumerate() {
-                let range = self.slot_range(destination, slot);
-                if let Some(m) = self.backend.patterns().first_mismatch(&range, seed)? {
-                    return wrong(m);
-                }
-            }
-            return Ok(());
+        let LaneLabel { test, src, dst } = &self.label;
+        let memory = self.hops[self.hops.len() - 1].0.memory;
+        match check_ranges(self.backend, memory, &self.expected())? {
+            Some(m) => Err(m.into_error(test.clone(), *src, *dst)),
+            None => Ok(()),
         }
-        with_scratch(self.message, |data| {
-            for (slot, &seed) in self.seeds.iter().enumerate() {
-                self.backend
-                    .read(destination, self.slot_offset(slot), data)?;
-                if let Some(m) = first_mismatch(seed, data) {
-                    return wrong(m);
-                }
-            }
-            Ok(())
-        })
     }
 
     /// Queues operation number `op`: every hop of the message in its rotation slot, chunk by chunk,
@@ -307,6 +349,34 @@ impl<'b> Lane<'b> {
         }
         Ok(())
     }
+}
+
+/// The first wrong byte of `ranges` of one buffer in `memory`, each against its seed's pattern:
+/// device memory checked on its GPU, host memory on the host.
+pub fn check_ranges(
+    backend: &dyn Backend,
+    memory: Memory,
+    ranges: &[(BufferRange, u64)],
+) -> Result<Option<Mismatch>> {
+    if let Memory::Device(_) = memory {
+        for (range, seed) in ranges {
+            if let Some(m) = backend.patterns().first_mismatch(range, *seed)? {
+                return Ok(Some(m));
+            }
+        }
+        return Ok(None);
+    }
+    let longest = ranges.iter().map(|(r, _)| r.len).max().unwrap_or(0);
+    with_scratch(longest, |data| {
+        for (range, seed) in ranges {
+            let data = &mut data[..range.len];
+            backend.read(range.buffer, range.offset, data)?;
+            if let Some(m) = first_mismatch(*seed, data) {
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
+    })
 }
 
 /// The stride of a lane's rotation slots and how many it rotates over: enough to span

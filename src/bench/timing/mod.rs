@@ -15,7 +15,7 @@
 
 mod lanes;
 
-pub use lanes::{measure, HopSpec, Lane, LaneLabel, Measurement, Sampling};
+pub use lanes::{check_ranges, measure, Given, HopSpec, Lane, LaneLabel, Measurement, Sampling};
 
 use super::stats::Stats;
 use crate::backend::{Backend, StreamId};

@@ -1,0 +1,81 @@
+//! Sharing buffers between processes on real GPUs: device memory through CUDA IPC handles
+//! (cuIpcGetMemHandle, opened with cuIpcOpenMemHandle and closed with cuIpcCloseMemHandle when the
+//! import is freed); pinned host memory as a shared file every process maps and registers.
+//!
+//! Device buffers come from cuMemAlloc_v2, never from a stream-ordered pool, so the legacy IPC
+//! handle covers them all (pool memory would need cuMemPoolExportPointer instead).
+
+use super::driver::{DeviceMemory, PinnedMemory};
+use super::{Buffer, Gpus, Storage};
+use crate::backend::sharing::RawSharing;
+use crate::backend::{shared_file, Memory};
+use crate::{Error, Result};
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+/// A shared file's descriptor, duplicated for another process.
+fn duplicate(file: &File) -> Result<OwnedFd> {
+    Ok(OwnedFd::from(file.try_clone().map_err(|source| {
+        Error::Io {
+            path: "(a shared buffer's file)".into(),
+            source,
+        }
+    })?))
+}
+
+impl RawSharing for Gpus {
+    fn alloc_shared_host(&self, bytes: usize) -> Result<Arc<Buffer>> {
+        let file = shared_file::create(bytes)?;
+        // Portable memory: the context it is registered in does not matter.
+        let memory = PinnedMemory::from_shared_file(&self.contexts[0], file, bytes)?;
+        Ok(Arc::new(Buffer(Storage::Pinned(memory))))
+    }
+
+    fn export(
+        &self,
+        buffer: &Arc<Buffer>,
+        _memory: Memory,
+        _len: usize,
+    ) -> Result<(Vec<u8>, Option<OwnedFd>)> {
+        match &buffer.0 {
+            Storage::Device(memory) => Ok((memory.ipc_handle()?, None)),
+            Storage::Pinned(memory) => {
+                let file = memory
+                    .shared_file()
+                    .expect("the checked layer exports only shared host memory");
+                Ok((Vec::new(), Some(duplicate(file)?)))
+            }
+            Storage::Managed(_) => unreachable!("the checked layer refuses managed memory"),
+        }
+    }
+
+    fn import(
+        &self,
+        memory: Memory,
+        len: usize,
+        handle: &[u8],
+        fd: Option<OwnedFd>,
+    ) -> Result<Arc<Buffer>> {
+        let storage =
+            match (memory, fd) {
+                (Memory::Device(device), None) => {
+                    Storage::Device(DeviceMemory::open_ipc(&self.contexts[device], handle)?)
+                }
+                (Memory::PinnedHost { .. }, Some(fd)) if handle.is_empty() => {
+                    let file = File::from(fd);
+                    shared_file::check_len(&file, len)?;
+                    Storage::Pinned(PinnedMemory::from_shared_file(
+                        &self.contexts[0],
+                        file,
+                        len,
+                    )?)
+                }
+                _ => return Err(Error::usage(
+                    "cannot import the shared buffer: device memory travels as a CUDA IPC handle \
+                     alone and host memory as a file descriptor alone; this descriptor mixes them",
+                )),
+            };
+        Ok(Arc::new(Buffer(storage)))
+    }
+}

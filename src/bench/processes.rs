@@ -1,0 +1,568 @@
+//! `bench` across processes: one process per GPU, as real jobs run (`peerlink launch -n N -- bench`,
+//! torchrun, Slurm, mpirun on one host).
+//!
+//! Rank `r` owns GPU `LOCAL_RANK`. For each ordered pair of ranks, in the same order on every rank,
+//! the rank that issues the copies (the source's for a write, the destination's for a read) opens
+//! the other rank's buffer: the other rank allocates it on its GPU and exports it
+//! ([`crate::backend::Sharing`]: a CUDA IPC handle, or on the simulator a shared file whose
+//! descriptor travels over the group's Unix socket); the issuer imports it and times its copies as
+//! the single-process test does (held stream, warm-up, GPU events), then checks every byte of the
+//! destination. Where the destination was the other rank's (a write), that rank checks every byte
+//! again in its own memory. Rank 0 gathers the figures into the one bench document.
+//!
+//! A rank that fails says why to the others through the group, and every rank stops: the one at
+//! fault with its own error, the others with [`Error::Group`] naming it. A rank that dies or hangs
+//! is the group's to detect (see [`crate::launch`]).
+
+use super::cases::{enable, no_p2p, Context, Initiator, Transport};
+use super::progress::Progress;
+use super::result::{BenchReport, Cell, NotMeasured, Place, TestResult};
+use super::timing::{check_ranges, measure, Given, HopSpec, Lane, Sampling};
+use super::{find_test, sampling, Defaults, Options, Size, DEFAULT_TESTS};
+use crate::backend::collective::BufferRange;
+use crate::backend::{Backend, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer};
+use crate::launch::Group;
+use crate::{Error, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, OwnedFd};
+
+/// The tests that run across processes, and how each moves its bytes between the two ranks' GPUs:
+/// one copy issued by the source's rank into the destination's memory (a write) or by the
+/// destination's rank from the source's memory (a read), or staged through pinned host memory (the
+/// source's rank issues both hops, device→host on its GPU and host→device on the other GPU, which it
+/// sees too).
+pub const CROSS_PROCESS_TESTS: &[(&str, Transport, Initiator)] = &[
+    (
+        "ce-write",
+        Transport::Direct(CopyMethod::CopyEngine),
+        Initiator::Source,
+    ),
+    (
+        "ce-read",
+        Transport::Direct(CopyMethod::CopyEngine),
+        Initiator::Destination,
+    ),
+    (
+        "sm-write",
+        Transport::Direct(CopyMethod::SmKernel),
+        Initiator::Source,
+    ),
+    (
+        "sm-read",
+        Transport::Direct(CopyMethod::SmKernel),
+        Initiator::Destination,
+    ),
+    ("staged", Transport::Staged, Initiator::Source),
+];
+
+/// A cross-process test as [`CROSS_PROCESS_TESTS`] lists it.
+type CrossTest = (&'static str, Transport, Initiator);
+
+/// What a rank hands the others at each step: its part, or why it failed.
+#[derive(Serialize, Deserialize)]
+enum Part<T> {
+    Done(T),
+    Failed(String),
+}
+
+/// Every rank's part of one step, in rank order. Where some rank failed, every rank stops: this
+/// rank with its own error, the others with one naming the rank that failed.
+fn exchange<T: Serialize + DeserializeOwned>(group: &Group, mine: Result<T>) -> Result<Vec<T>> {
+    let part = match &mine {
+        Ok(value) => Part::Done(value),
+        Err(e) => Part::Failed(e.to_string()),
+    };
+    let encoded = serde_json::to_vec(&part).expect("parts serialise");
+    let parts = group.all_gather(&encoded)?;
+    mine?;
+    let mut out = Vec::with_capacity(parts.len());
+    for (rank, bytes) in parts.iter().enumerate() {
+        let part: Part<T> = serde_json::from_slice(bytes).map_err(|e| {
+            Error::Group(format!(
+                "rank {rank} sent a part this rank cannot read ({e}): run one peerlink version \
+                 on every rank"
+            ))
+        })?;
+        match part {
+            Part::Done(value) => out.push(value),
+            Part::Failed(why) => {
+                return Err(Error::Group(format!(
+                    "rank {rank} failed, so this rank stops too: {why}"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What the issuer of a pair found.
+#[derive(Serialize, Deserialize)]
+enum Found {
+    /// The figure, and where each message lies in the exporter's buffer with its pattern's seed
+    /// (for a write; nothing to check there for a read).
+    Measured {
+        cell: Cell,
+        expected: Vec<(usize, usize, u64)>,
+    },
+    Skipped(String),
+}
+
+/// The run's fixed choices, the same on every rank.
+struct Run<'a> {
+    backend: &'a dyn Backend,
+    group: &'a Group,
+    /// Each rank's GPU, in rank order.
+    gpus: Vec<usize>,
+    sampling: Sampling,
+    /// The smallest buffer budget of any rank: every rank sizes the same buffers.
+    budget: u64,
+}
+
+/// Runs `bench` as this rank of `group`; rank 0 returns the report, the others `None`.
+pub fn run(
+    backend: &dyn Backend,
+    group: &Group,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<Option<BenchReport>> {
+    let me = group.identity();
+    let world = me.world;
+    let gpus: Vec<usize> = group
+        .members()
+        .iter()
+        .map(|m| m.identity.local_rank)
+        .collect();
+    check_choices(backend, group, options, &gpus)?;
+    let names: Vec<String> = match &options.tests {
+        Some(names) => names.clone(),
+        None => vec![DEFAULT_TESTS[0].to_string()],
+    };
+    let tests = names
+        .iter()
+        .map(|name| cross_process_test(name))
+        .collect::<Result<Vec<_>>>()?;
+    let defaults = Defaults::for_backend(backend);
+    let sampling = sampling(options, &defaults)?;
+    let mut ctx = Context::new(backend, vec![gpus[me.rank]], sampling, 0);
+    let budgets = exchange(group, ctx.buffer_budget(gpus[me.rank]))?;
+    let run = Run {
+        backend,
+        group,
+        budget: budgets.into_iter().min().expect("a group has ranks"),
+        gpus,
+        sampling,
+    };
+    let mut results = Vec::with_capacity(tests.len());
+    for cross in tests {
+        let name = cross.0;
+        let test = find_test(name).expect("cross-process tests are registered");
+        let message = match options.size.unwrap_or(defaults.size) {
+            Size::Bytes(bytes) => bytes,
+            Size::Plateau => test.plateau_bytes(),
+        };
+        if me.rank == 0 {
+            progress.start(name, (world * (world - 1)) as u64);
+        }
+        let started = backend.host_time_us();
+        let (mut cells, mut not_measured) = (Vec::new(), Vec::new());
+        for src in 0..world {
+            for dst in (0..world).filter(|&d| d != src) {
+                let place = Place::Pair {
+                    src: run.gpus[src],
+                    dst: run.gpus[dst],
+                };
+                match run.pair(&mut ctx, cross, (src, dst), message as usize)? {
+                    Found::Measured { cell, .. } => cells.push(cell),
+                    Found::Skipped(reason) => not_measured.push(NotMeasured { place, reason }),
+                }
+                if me.rank == 0 {
+                    progress.step();
+                }
+            }
+        }
+        if me.rank == 0 {
+            progress.finish();
+        }
+        let devices = backend.topology().devices.len();
+        let mut result = TestResult::new(test.info(message), devices, cells, not_measured);
+        result.wall_s = (backend.host_time_us() - started) / 1e6;
+        results.push(result);
+    }
+    if me.rank != 0 {
+        return Ok(None);
+    }
+    let mut notes = Vec::new();
+    if backend.topology().is_simulated() {
+        notes.push(format!(
+            "SIMULATED host ({}): every figure comes from the preset's link model on each \
+             process's own virtual clock, not from hardware; the bytes really cross between the \
+             processes (a shared file) and are verified",
+            backend.source()
+        ));
+    }
+    notes.push(format!(
+        "measured across {world} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): the rank \
+         that issues the copies opens a buffer the other process exported ({}); every byte of the \
+         destination checked, a write's again by its owner in its own memory",
+        run.gpus
+            .iter()
+            .enumerate()
+            .map(|(rank, gpu)| format!("rank {rank} → GPU {gpu}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if backend.topology().is_simulated() {
+            "on the simulator, a shared file"
+        } else {
+            "a CUDA IPC handle"
+        }
+    ));
+    notes.extend(defaults.note);
+    let mut devices = run.gpus.clone();
+    devices.sort_unstable();
+    Ok(Some(BenchReport {
+        devices,
+        timing: sampling,
+        notes,
+        tests: results,
+        sweeps: Vec::new(),
+    }))
+}
+
+/// Refuses, on every rank alike, what a run across processes cannot do.
+fn check_choices(
+    backend: &dyn Backend,
+    group: &Group,
+    options: &Options,
+    gpus: &[usize],
+) -> Result<()> {
+    if options.sizes.is_some() {
+        return Err(Error::usage(
+            "--sizes: size sweeps run in one process; across processes bench measures one size \
+             (--size)",
+        ));
+    }
+    if options.devices.is_some() {
+        return Err(Error::usage(
+            "--devices: across processes each rank uses the GPU of its LOCAL_RANK; leave \
+             --devices out (or run bench in one process)",
+        ));
+    }
+    let world = gpus.len();
+    if world < 2 {
+        return Err(Error::usage(
+            "bench across processes needs at least 2 ranks: launch it with -n 2 or more",
+        ));
+    }
+    if let Some(far) = (0..world).find(|&r| !group.same_host(r)) {
+        return Err(Error::usage(format!(
+            "rank {far} runs on another host: bench pairs processes of one host (CUDA IPC); \
+             between hosts NCCL carries the data (`peerlink workload`)"
+        )));
+    }
+    let count = backend.topology().devices.len();
+    if let Some(rank) = (0..world).find(|&r| gpus[r] >= count) {
+        return Err(Error::usage(format!(
+            "rank {rank} has LOCAL_RANK {} but this host has {count} GPUs: launch at most one \
+             process per GPU",
+            gpus[rank]
+        )));
+    }
+    if let Some(rank) = (1..world).find(|&r| gpus[..r].contains(&gpus[r])) {
+        return Err(Error::usage(format!(
+            "rank {rank} shares GPU {} with another rank: bench across processes takes one \
+             process per GPU",
+            gpus[rank]
+        )));
+    }
+    Ok(())
+}
+
+/// The cross-process test named `name`, or a usage error naming those there are.
+fn cross_process_test(name: &str) -> Result<CrossTest> {
+    CROSS_PROCESS_TESTS
+        .iter()
+        .find(|(known, ..)| *known == name)
+        .copied()
+        .ok_or_else(|| {
+            let known: Vec<&str> = CROSS_PROCESS_TESTS.iter().map(|(n, ..)| *n).collect();
+            Error::usage(format!(
+                "test `{name}` does not run across processes; those that do: {} (the others run \
+                 in one process: `peerlink bench` without launch)",
+                known.join(", ")
+            ))
+        })
+}
+
+impl Run<'_> {
+    /// One ordered pair of ranks, `src` → `dst`: the exporter offers its buffer, the issuer
+    /// measures through its import, the exporter checks what landed in its memory. Every rank takes
+    /// each step.
+    fn pair(
+        &self,
+        ctx: &mut Context<'_>,
+        test: CrossTest,
+        (src, dst): (usize, usize),
+        message: usize,
+    ) -> Result<Found> {
+        let (issuer, exporter) = match test.2 {
+            Initiator::Source => (src, dst),
+            Initiator::Destination => (dst, src),
+        };
+        let rank = self.group.identity().rank;
+        let bytes = Lane::buffer_bytes(message, &self.sampling, self.budget);
+        // The exporter's buffer lives until the issuer has closed its import and the exporter
+        // has checked it.
+        let mut owned: Option<Owned<'_, BufferId>> = None;
+        let mut file: Option<OwnedFd> = None;
+        let offer = if rank == exporter {
+            let memory = Memory::Device(self.gpus[exporter]);
+            self.backend.alloc(memory, bytes).and_then(|id| {
+                let id = owned.insert(Owned::new(self.backend, id));
+                let shared = self.backend.sharing().export(**id)?;
+                file = shared.fd;
+                Ok(Some(shared.descriptor))
+            })
+        } else {
+            Ok(None)
+        };
+        let offers = exchange(self.group, offer)?;
+        let descriptor: ShareDescriptor = offers
+            .into_iter()
+            .nth(exporter)
+            .flatten()
+            .expect("the exporter offers its buffer");
+        if descriptor.has_fd {
+            if rank == exporter {
+                let fd = file.as_ref().expect("the export has its file");
+                self.group.send_fds(issuer, &[fd.as_fd()])?;
+            } else if rank == issuer {
+                file = self.group.recv_fds(exporter, 1)?.pop();
+            }
+        }
+        let found = if rank == issuer {
+            let shared = SharedBuffer {
+                descriptor,
+                fd: file.take(),
+            };
+            self.issue(ctx, test, (src, dst), message, shared).map(Some)
+        } else {
+            Ok(None)
+        };
+        let found = exchange(self.group, found)?
+            .swap_remove(issuer)
+            .expect("the issuer reports");
+        let verdict = match (&found, &owned) {
+            (Found::Measured { expected, .. }, Some(id)) => {
+                self.check_owned(**id, test.0, (src, dst), expected)
+            }
+            _ => Ok(()),
+        };
+        exchange(self.group, verdict)?;
+        if let Some(id) = owned {
+            id.release()?;
+        }
+        Ok(found)
+    }
+
+    /// The issuer's part: import the other rank's buffer (the destination of a write, the source
+    /// of a read) and time copies into or out of it.
+    fn issue(
+        &self,
+        ctx: &mut Context<'_>,
+        (name, transport, initiator): CrossTest,
+        (src, dst): (usize, usize),
+        message: usize,
+        shared: SharedBuffer,
+    ) -> Result<Found> {
+        let (from, to) = (self.gpus[src], self.gpus[dst]);
+        let hops = match transport {
+            Transport::Direct(method) => {
+                let (issuing, peer) = match initiator {
+                    Initiator::Source => (from, to),
+                    Initiator::Destination => (to, from),
+                };
+                let refused =
+                    no_p2p(ctx.topology(), issuing, peer).or_else(|| enable(ctx, issuing, peer));
+                if let Some(reason) = refused {
+                    return Ok(Found::Skipped(reason));
+                }
+                vec![HopSpec {
+                    stream: ctx.streams(&[issuing])?[0],
+                    method,
+                    memory: Memory::Device(to),
+                }]
+            }
+            Transport::Staged => {
+                let streams = ctx.streams(&[from, to])?;
+                let numa_node = ctx.topology().devices[to].numa_node;
+                let hop = |stream, memory| HopSpec {
+                    stream,
+                    method: CopyMethod::CopyEngine,
+                    memory,
+                };
+                vec![
+                    hop(streams[0], Memory::PinnedHost { numa_node }),
+                    hop(streams[1], Memory::Device(to)),
+                ]
+            }
+        };
+        let imported = self.backend.sharing().import(shared)?;
+        let given = match initiator {
+            Initiator::Source => Given::Destination(imported),
+            Initiator::Destination => Given::Source(imported),
+        };
+        let mut lanes = vec![Lane::with_given(
+            self.backend,
+            Context::label(name, from, to),
+            Memory::Device(from),
+            &hops,
+            (message, &self.sampling, self.budget),
+            given,
+        )?];
+        let seed = ctx.next_seed();
+        let m = measure(&mut lanes, &self.sampling, seed)?;
+        // The exporter holds a write's destination: it checks it again. A read's landed here.
+        let expected = match given {
+            Given::Destination(_) => lanes[0]
+                .expected()
+                .into_iter()
+                .map(|(range, seed)| (range.offset, range.len, seed))
+                .collect(),
+            Given::Source(_) => Vec::new(),
+        };
+        let cell = Cell {
+            place: Place::Pair { src: from, dst: to },
+            value: m.lane_gbps(0, message),
+            total: None,
+            time_us: m.lane_us[0],
+        };
+        Ok(Found::Measured { cell, expected })
+    }
+
+    /// The exporter's check of every byte the issuer says it wrote, in its own memory.
+    fn check_owned(
+        &self,
+        buffer: BufferId,
+        test: &str,
+        (src, dst): (usize, usize),
+        expected: &[(usize, usize, u64)],
+    ) -> Result<()> {
+        let ranges: Vec<(BufferRange, u64)> = expected
+            .iter()
+            .map(|&(offset, len, seed)| {
+                (
+                    BufferRange {
+                        buffer,
+                        offset,
+                        len,
+                    },
+                    seed,
+                )
+            })
+            .collect();
+        let (src, dst) = (self.gpus[src], self.gpus[dst]);
+        match check_ranges(self.backend, Memory::Device(dst), &ranges)? {
+            Some(m) => Err(m.into_error(format!("{test} (seen by the owner)"), src, dst)),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimBackend;
+    use crate::bench::progress::Silent;
+    use crate::launch::{Identity, Rendezvous};
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    /// Runs `body` on every rank of a group of `world` threads on 127.0.0.1; what each returned.
+    fn on_ranks<T: Send + 'static>(
+        world: usize,
+        body: impl Fn(Group) -> T + Send + Sync + Clone + 'static,
+    ) -> Vec<T> {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let rendezvous = Rendezvous {
+            addr: ([127, 0, 0, 1], port).into(),
+            timeout: Duration::from_secs(20),
+        };
+        let threads: Vec<_> = (0..world)
+            .map(|rank| {
+                let (rendezvous, body) = (rendezvous.clone(), body.clone());
+                std::thread::spawn(move || {
+                    let identity = Identity {
+                        rank,
+                        world,
+                        local_rank: rank,
+                        local_world: world,
+                    };
+                    body(Group::join(identity, &rendezvous).unwrap())
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_failing_rank_stops_every_rank_and_the_others_name_it() {
+        let results = on_ranks(3, |group| {
+            let mine = match group.identity().rank {
+                1 => Err(Error::usage("rank one's own trouble")),
+                rank => Ok(rank),
+            };
+            exchange(&group, mine).map_err(|e| (e.exit_code(), e.to_string()))
+        });
+        let (code, own) = results[1].clone().unwrap_err();
+        assert_eq!((code, own.as_str()), (2, "rank one's own trouble"));
+        for rank in [0, 2] {
+            let (code, said) = results[rank].clone().unwrap_err();
+            assert_eq!(code, crate::launch::GROUP_FAILED, "{said}");
+            assert!(
+                said.contains("rank 1") && said.contains("own trouble"),
+                "{said}"
+            );
+        }
+    }
+
+    #[test]
+    fn ranks_as_threads_measure_every_pair_and_only_rank_0_reports() {
+        let reports = on_ranks(2, |group| {
+            let backend = SimBackend::open("pcie-2gpu-switch").unwrap();
+            let options = Options {
+                tests: Some(vec!["ce-write".into(), "sm-read".into(), "staged".into()]),
+                size: Some(Size::Bytes(1 << 20)),
+                ..Options::default()
+            };
+            run(&backend, &group, &options, &Silent).unwrap()
+        });
+        assert!(reports[1].is_none());
+        let report = reports[0].as_ref().unwrap();
+        assert_eq!(report.devices, [0, 1]);
+        for test in &report.tests {
+            let places: Vec<Place> = test.cells.iter().map(|c| c.place).collect();
+            let pairs = [
+                Place::Pair { src: 0, dst: 1 },
+                Place::Pair { src: 1, dst: 0 },
+            ];
+            assert_eq!(places, pairs, "{}", test.name);
+            assert!(test.cells.iter().all(|c| c.value > 0.0));
+        }
+    }
+
+    #[test]
+    fn a_test_that_does_not_cross_processes_is_refused_naming_those_that_do() {
+        let Err(Error::Usage(why)) = cross_process_test("ce-bidir-write") else {
+            panic!("ce-bidir-write runs in one process only")
+        };
+        assert!(
+            why.contains("ce-write, ce-read, sm-write, sm-read, staged"),
+            "{why}"
+        );
+    }
+}

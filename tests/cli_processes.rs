@@ -1,0 +1,211 @@
+//! `peerlink bench` as several real processes on one simulated host, one per GPU: started by
+//! `peerlink launch`, or by hand with the variables a launcher sets (torchrun's, which `peerlink
+//! launch` sets too, so that a test can kill one rank), meeting at a rendezvous on the loopback. Every byte a writer pushes into the other process's buffer is checked
+//! by both processes; a rank killed mid-run stops the others within the timeout. Every wait is
+//! bounded.
+
+mod common;
+
+use common::json_of;
+use serde_json::Value;
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A port nobody listens on now, for the rendezvous.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Starts `world` ranks of `peerlink --sim <preset> bench <args>`, rank r on GPU r, waiting
+/// `timeout_s` for each other.
+fn start_ranks(world: usize, preset: &str, args: &[&str], timeout_s: u32) -> Vec<Child> {
+    let port = free_port().to_string();
+    (0..world)
+        .map(|rank| {
+            Command::new(assert_cmd::cargo::cargo_bin("peerlink"))
+                .args(["--sim", preset, "bench"])
+                .args(args)
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("LOCAL_WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .env("PEERLINK_TIMEOUT", timeout_s.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Each rank's output, once all have ended; a rank still running after `limit` is killed and
+/// fails the test.
+fn finish(ranks: Vec<Child>, limit: Duration) -> Vec<Output> {
+    let deadline = Instant::now() + limit;
+    let mut ranks: Vec<Option<Child>> = ranks.into_iter().map(Some).collect();
+    while ranks
+        .iter_mut()
+        .flatten()
+        .any(|child| child.try_wait().unwrap().is_none())
+    {
+        if Instant::now() > deadline {
+            for child in ranks.iter_mut().flatten() {
+                let _ = child.kill();
+            }
+            panic!("some rank still ran after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ranks
+        .iter_mut()
+        .map(|child| child.take().unwrap().wait_with_output().unwrap())
+        .collect()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs `world` ranks to success and returns rank 0's document (the others print nothing).
+fn bench_across(world: usize, preset: &str, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend(args);
+    let outs = finish(
+        start_ranks(world, preset, &all, 20),
+        Duration::from_secs(120),
+    );
+    for (rank, out) in outs.iter().enumerate() {
+        assert!(out.status.success(), "rank {rank}: {}", stderr(out));
+    }
+    for out in &outs[1..] {
+        assert!(out.stdout.is_empty(), "only rank 0 prints");
+    }
+    serde_json::from_slice(&outs[0].stdout).expect("rank 0 prints one JSON document")
+}
+
+/// The matrix of the test named `name`.
+fn matrix<'a>(doc: &'a Value, name: &str) -> &'a Vec<Value> {
+    let test = doc["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no test {name}"));
+    test["matrix"].as_array().unwrap()
+}
+
+#[test]
+fn two_processes_measure_every_pair_as_one_process_does_and_rank_0_prints_one_document() {
+    let args = [
+        "--tests",
+        "ce-write,ce-read,sm-write,sm-read,staged",
+        "--size",
+        "1MiB",
+    ];
+    let mut launched = vec![
+        "launch",
+        "-n",
+        "2",
+        "--",
+        "--sim",
+        "pcie-2gpu-switch",
+        "bench",
+    ];
+    launched.extend(["--json"].iter().chain(&args));
+    let doc = json_of(&launched);
+    assert_eq!(doc["schema"], "peerlink.bench/1");
+    assert_eq!(doc["simulated"], true);
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("across 2 processes"), "{notes}");
+    let mut single = vec!["bench", "--json", "--sim", "pcie-2gpu-switch"];
+    single.extend(args);
+    let alone = json_of(&single);
+    for name in ["ce-write", "ce-read", "sm-write", "sm-read", "staged"] {
+        let (across, one) = (matrix(&doc, name), matrix(&alone, name));
+        for (src, dst) in [(0, 1), (1, 0)] {
+            let figure = across[src][dst].as_f64().unwrap();
+            assert!(figure > 0.0, "{name} {src}->{dst}");
+            // The same copies on the same simulated links: the same figure (but for rounding: each
+            // process's virtual clock reads other times).
+            let alone = one[src][dst].as_f64().unwrap();
+            assert!(
+                (figure / alone - 1.0).abs() < 1e-9,
+                "{name} {src}->{dst}: {figure} {alone}"
+            );
+        }
+    }
+}
+
+#[test]
+fn three_processes_measure_the_six_pairs_of_their_gpus_and_no_other() {
+    let doc = bench_across(3, "dgx-h100", &["--tests", "ce-write", "--size", "1MiB"]);
+    let m = matrix(&doc, "ce-write");
+    for (src, row) in m.iter().enumerate() {
+        for (dst, cell) in row.as_array().unwrap().iter().enumerate() {
+            let ours = src < 3 && dst < 3 && src != dst;
+            assert_eq!(cell.as_f64().is_some_and(|v| v > 0.0), ours, "{src}->{dst}");
+        }
+    }
+    assert_eq!(doc["devices"], serde_json::json!([0, 1, 2]));
+}
+
+#[test]
+fn a_rank_killed_mid_run_stops_the_others_within_the_timeout() {
+    // Long enough (seconds per pair) that the kill lands while pairs are being measured.
+    let args = [
+        "--tests",
+        "ce-write",
+        "--size",
+        "64MiB",
+        "--iterations",
+        "40",
+    ];
+    let timeout_s = 5;
+    let mut ranks = start_ranks(3, "dgx-h100", &args, timeout_s);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        ranks[1].try_wait().unwrap().is_none(),
+        "rank 1 ended before the kill: make the run longer"
+    );
+    ranks[1].kill().unwrap();
+    let killed_at = Instant::now();
+    let outs = finish(ranks, Duration::from_secs(u64::from(timeout_s) + 60));
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(u64::from(timeout_s) + 30),
+        "the others took {took:?} to stop"
+    );
+    for rank in [0, 2] {
+        let out = &outs[rank];
+        let text = stderr(out);
+        assert_eq!(out.status.code(), Some(3), "rank {rank}: {text}");
+        assert!(
+            text.contains("rank 1"),
+            "rank {rank} should name rank 1: {text}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "rank {rank} printed a partial document"
+        );
+    }
+}
+
+#[test]
+fn a_test_that_does_not_run_across_processes_is_refused_on_every_rank() {
+    let outs = finish(
+        start_ranks(2, "pcie-2gpu-switch", &["--tests", "ce-bidir-write"], 20),
+        Duration::from_secs(60),
+    );
+    for (rank, out) in outs.iter().enumerate() {
+        let text = stderr(out);
+        assert_eq!(out.status.code(), Some(2), "rank {rank}: {text}");
+        assert!(
+            text.contains("ce-write, ce-read, sm-write"),
+            "rank {rank}: {text}"
+        );
+    }
+}

@@ -1,0 +1,27 @@
+//! Buffers shared between real processes on the simulator: this binary runs one of its tests again
+//! as a child process that imports what the test exported (tests/processes/share.rs), so the bytes
+//! cross between two processes through the simulator's shared files, every byte checked on both
+//! sides, through host writes, copies and every engine strategy the host offers.
+
+#[path = "processes/share.rs"]
+mod share;
+
+#[test]
+fn a_child_process_writes_and_moves_bytes_through_the_engine_into_buffers_exported_here() {
+    use peerlink::engine::Strategy::{DirectCe, DirectSm, Relay, Staged};
+    let strategies = [DirectCe, DirectSm, Staged, Relay];
+    share::export_to_a_child_process("sim:dgx-h100", "child_imports", &strategies);
+}
+
+#[test]
+fn across_a_pair_without_p2p_the_engine_stages_into_another_process_memory() {
+    // dgx1-v100: GPUs 0 and 7 have no P2P; the child writes from GPU 0 into the exporter's GPU 7.
+    use peerlink::engine::Strategy::Staged;
+    share::export_to_a_child_process("sim:dgx1-v100", "child_imports", &[Staged]);
+}
+
+#[test]
+#[ignore = "the importing child of the tests above; alone it has nothing to import"]
+fn child_imports() {
+    share::child();
+}

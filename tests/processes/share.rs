@@ -1,0 +1,211 @@
+//! One process exports, a child process imports: this test binary runs one of its own tests again
+//! as the child (the importer), handing it the descriptors in a variable and each shared file as a
+//! `/proc/<pid>/fd/<n>` path it opens. The child checks every byte the exporter wrote, writes back
+//! from the host, copies in with each method and moves bytes in through the engine with every
+//! strategy the host offers; the exporter then checks every byte of its own buffers. The simulator
+//! runs it in CI (tests/processes.rs), real GPUs in tests/gpu/processes.rs.
+
+use peerlink::backend::SharedBuffer;
+use peerlink::backend::{self, Backend, BufferCopy, Choice, CopyMethod, Memory, ShareDescriptor};
+use peerlink::bench::pattern;
+use peerlink::engine::{Fabric, Strategy};
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::Command;
+use std::sync::Arc;
+
+/// The backend the child opens: `cuda` or `sim:<preset>`.
+const BACKEND_VAR: &str = "PEERLINK_TEST_CHILD_BACKEND";
+/// The exports, as JSON: each descriptor with the path of its file where it has one.
+const SHARED_VAR: &str = "PEERLINK_TEST_CHILD_SHARED";
+
+/// Bytes of each shared buffer: not a whole number of anything.
+const LEN: usize = (4 << 20) + 13;
+/// Seeds of what the exporter writes first: into its device buffer, and its shared host buffer.
+const DEVICE_SEED: u64 = 1;
+const HOST_SEED: u64 = 2;
+/// Parts of each buffer the child writes, each its own way.
+const PARTS: usize = 8;
+
+fn open(name: &str) -> Arc<dyn Backend> {
+    let choice = match name.strip_prefix("sim:") {
+        Some(preset) => Choice::Sim(preset.to_string()),
+        None => Choice::Gpu,
+    };
+    Arc::from(backend::open(&choice).unwrap().backend)
+}
+
+/// Part `k` of a buffer: its offset and length.
+fn part(k: usize) -> (usize, usize) {
+    let size = LEN / PARTS;
+    (k * size, if k == PARTS - 1 { LEN - k * size } else { size })
+}
+
+/// The exporter's side: exports device memory of its last GPU and shared host memory, runs
+/// `child_test` of this binary as the importer, and checks every byte the child says it wrote (and
+/// every byte it did not) in its own memory.
+/// `strategies` are the engine strategies the child must have used (others may be offered too).
+pub fn export_to_a_child_process(backend_name: &str, child_test: &str, strategies: &[Strategy]) {
+    let b = open(backend_name);
+    let last = b.topology().devices.len() - 1;
+    let device = b.alloc(Memory::Device(last), LEN).unwrap();
+    b.write(device, 0, &pattern::bytes(DEVICE_SEED, LEN))
+        .unwrap();
+    let host = b.sharing().alloc_shared_host(LEN).unwrap();
+    b.write(host, 0, &pattern::bytes(HOST_SEED, LEN)).unwrap();
+    let mut files: Vec<OwnedFd> = Vec::new();
+    let exports: Vec<(ShareDescriptor, Option<String>)> = [device, host]
+        .into_iter()
+        .map(|id| {
+            let shared = b.sharing().export(id).unwrap();
+            let path = shared.fd.map(|fd| {
+                let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
+                files.push(fd);
+                path
+            });
+            (shared.descriptor, path)
+        })
+        .collect();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([child_test, "--exact", "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(BACKEND_VAR, backend_name)
+        .env(SHARED_VAR, serde_json::to_string(&exports).unwrap())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "the child failed:\n{stdout}\n{stderr}"
+    );
+    let mut want = [
+        pattern::bytes(DEVICE_SEED, LEN),
+        pattern::bytes(HOST_SEED, LEN),
+    ];
+    let mut ways = Vec::new();
+    for line in stdout.lines() {
+        // The test harness prints `test <name> ... ` before the child's first line.
+        let Some(at) = line.find("WROTE ") else {
+            continue;
+        };
+        let wrote = &line[at + "WROTE ".len()..];
+        let fields: Vec<&str> = wrote.split_whitespace().collect();
+        let [buffer, way, k, seed] = fields[..] else {
+            panic!("a WROTE line of four fields: {line}")
+        };
+        let (k, seed): (usize, u64) = (k.parse().unwrap(), seed.parse().unwrap());
+        let (offset, len) = part(k);
+        let which = usize::from(buffer == "host");
+        want[which][offset..offset + len].copy_from_slice(&pattern::bytes(seed, len));
+        ways.push(format!("{buffer} {way}"));
+    }
+    eprintln!("the child wrote: {}", ways.join(", "));
+    let device_ways = strategies.iter().map(|s| format!("device {s:?}"));
+    for needed in device_ways.chain(["device host-write".to_string()]) {
+        assert!(ways.contains(&needed), "{needed} missing: {ways:?}");
+    }
+    for needed in ["host host-write", "host CopyEngine", "host SmKernel"] {
+        assert!(
+            ways.iter().any(|w| w == needed),
+            "{needed} missing: {ways:?}"
+        );
+    }
+    for (id, want, what) in [(device, &want[0], "device"), (host, &want[1], "host")] {
+        let mut got = vec![0; LEN];
+        b.read(id, 0, &mut got).unwrap();
+        if let Some(at) = (0..LEN).find(|&i| got[i] != want[i]) {
+            panic!("the exporter's {what} buffer: first wrong byte at {at}");
+        }
+        b.free(id).unwrap();
+    }
+}
+
+/// The importer's side, run by [`export_to_a_child_process`] in a child process; without its
+/// variables (run on its own) it has nothing to import and returns.
+pub fn child() {
+    let (Ok(name), Ok(shared)) = (std::env::var(BACKEND_VAR), std::env::var(SHARED_VAR)) else {
+        eprintln!("run by export_to_a_child_process in a child process: nothing to do alone");
+        return;
+    };
+    let b = open(&name);
+    let exports: Vec<(ShareDescriptor, Option<String>)> = serde_json::from_str(&shared).unwrap();
+    let mut exports = exports.into_iter().map(|(descriptor, path)| {
+        let fd = path.map(|path| {
+            let file = File::options().read(true).write(true).open(path).unwrap();
+            OwnedFd::from(file)
+        });
+        SharedBuffer { descriptor, fd }
+    });
+    let (device, host) = (exports.next().unwrap(), exports.next().unwrap());
+    into_device_memory(&b, device);
+    into_host_memory(&b, host);
+}
+
+/// Every byte of an import, against the pattern of `seed`.
+fn check_all(got: &[u8], seed: u64, what: &str) {
+    if let Some(m) = pattern::first_mismatch(seed, got) {
+        panic!("the child's import of {what}: {m:?}");
+    }
+}
+
+/// The exporter's device memory, through the engine: a host write, then each strategy.
+fn into_device_memory(b: &Arc<dyn Backend>, shared: SharedBuffer) {
+    let fabric = Fabric::open(b.clone()).unwrap();
+    let import = fabric.import(shared).unwrap();
+    check_all(&import.to_vec().unwrap(), DEVICE_SEED, "device memory");
+    let (offset, len) = part(0);
+    import.write(offset, &pattern::bytes(100, len)).unwrap();
+    println!("WROTE device host-write 0 100");
+    let strategies = Strategy::ALL
+        .into_iter()
+        .filter(|s| *s != Strategy::Resident);
+    for (k, strategy) in (1..PARTS).zip(strategies) {
+        let (offset, len) = part(k);
+        let seed = 100 + k as u64;
+        let src = fabric.alloc(0, len).unwrap();
+        src.write(0, &pattern::bytes(seed, len)).unwrap();
+        let dst = import.range(offset..offset + len);
+        match fabric.transfer(src.all(), dst).strategy(strategy).submit() {
+            Ok(transfer) => {
+                transfer.wait().unwrap();
+                println!("WROTE device {strategy:?} {k} {seed}");
+            }
+            Err(peerlink::Error::Usage(why)) => eprintln!("{strategy:?} not offered: {why}"),
+            Err(other) => panic!("{strategy:?}: {other}"),
+        }
+    }
+}
+
+/// The exporter's shared host memory: a host write, then a copy by each method from GPU 0.
+fn into_host_memory(b: &Arc<dyn Backend>, shared: SharedBuffer) {
+    let import = b.sharing().import(shared).unwrap();
+    let mut got = vec![0; LEN];
+    b.read(import, 0, &mut got).unwrap();
+    check_all(&got, HOST_SEED, "shared host memory");
+    let (offset, len) = part(0);
+    b.write(import, offset, &pattern::bytes(200, len)).unwrap();
+    println!("WROTE host host-write 0 200");
+    let stream = b.create_stream(0).unwrap();
+    for (k, method) in [(1, CopyMethod::CopyEngine), (2, CopyMethod::SmKernel)] {
+        let (offset, len) = part(k);
+        let seed = 200 + k as u64;
+        let src = b.alloc(Memory::Device(0), len).unwrap();
+        b.write(src, 0, &pattern::bytes(seed, len)).unwrap();
+        let copy = BufferCopy {
+            dst: import,
+            dst_offset: offset,
+            src,
+            src_offset: 0,
+            len,
+        };
+        b.copy(stream, method, &copy).unwrap();
+        b.synchronize(stream).unwrap();
+        b.free(src).unwrap();
+        println!("WROTE host {method:?} {k} {seed}");
+    }
+    b.destroy_stream(stream).unwrap();
+    b.free(import).unwrap();
+}
