@@ -107,19 +107,29 @@ impl Fabric {
 
     /// Allocates `bytes` of memory on GPU `device`.
     pub fn alloc(&self, device: usize, bytes: usize) -> Result<Buffer> {
-        if !self.devices().contains(&device) {
-            return Err(Error::usage(format!(
-                "GPU {device} is not part of this fabric (GPUs {})",
-                list(self.devices())
-            )));
-        }
+        self.check_member(device)?;
         if bytes == 0 {
             return Err(Error::usage(
                 "cannot allocate a buffer of 0 bytes; ask for at least 1 byte",
             ));
         }
         let id = self.shared.backend.alloc(Memory::Device(device), bytes)?;
-        Ok(Buffer {
+        Ok(self.buffer(id, device, bytes))
+    }
+
+    fn check_member(&self, device: usize) -> Result<()> {
+        if self.devices().contains(&device) {
+            return Ok(());
+        }
+        Err(Error::usage(format!(
+            "GPU {device} is not part of this fabric (GPUs {})",
+            list(self.devices())
+        )))
+    }
+
+    /// The fabric's buffer over a backend buffer of `bytes` on `device`.
+    fn buffer(&self, id: BufferId, device: usize, bytes: usize) -> Buffer {
+        Buffer {
             state: Arc::new(BufferState {
                 shared: self.shared.clone(),
                 id,
@@ -127,7 +137,16 @@ impl Fabric {
                 size: bytes,
                 uses: Mutex::default(),
             }),
-        })
+        }
+    }
+
+    /// Makes `bytes` of another library's memory of GPU `device`, at unified address `address` (a
+    /// PyTorch tensor's storage), a buffer of this fabric (see [`Backend::borrow_memory`]). Dropping
+    /// it waits for its transfers, as any buffer's drop does, and leaves the memory to its owner.
+    pub fn borrow(&self, device: usize, address: u64, bytes: usize) -> Result<Buffer> {
+        self.check_member(device)?;
+        let id = self.shared.backend.borrow_memory(device, address, bytes)?;
+        Ok(self.buffer(id, device, bytes))
     }
 
     /// Copies `src` into `dst` (ranges of equal length) by the planner's pick.

@@ -624,6 +624,12 @@ impl Backend for Counting {
         bump(&self.counts.graphs_destroyed);
         self.sim.destroy_graph(graph)
     }
+    fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> crate::Result<BufferId> {
+        self.sim.borrow_memory(device, address, bytes)
+    }
+    fn borrow_stream(&self, device: usize, handle: u64) -> crate::Result<StreamId> {
+        self.sim.borrow_stream(device, handle)
+    }
 }
 
 #[test]
