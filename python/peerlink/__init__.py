@@ -21,6 +21,7 @@ bad input is a :class:`UsageError`, which is also a ``ValueError``.
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from typing import Any, NamedTuple, Sequence
 
@@ -201,8 +202,7 @@ def _torch(tensor: Any, what: str) -> _Device:
             f"the {what} is not contiguous; pass tensor.contiguous() (peerlink moves one range "
             f"of bytes)"
         )
-    import torch  # present: the tensor is one of its own
-
+    torch = sys.modules["torch"]  # imported: the tensor is one of its own
     device = tensor.device.index
     stream = torch.cuda.current_stream(device).cuda_stream
     nbytes = tensor.numel() * tensor.element_size()
@@ -226,7 +226,8 @@ def _cuda_array(obj: Any, device: int | None, what: str) -> _Device:
         count *= extent
     strides = interface.get("strides")
     if strides is not None:
-        expected, step = [], itemsize
+        expected: list[int] = []
+        step = itemsize
         for extent in reversed(shape):
             expected.insert(0, step)
             step *= extent

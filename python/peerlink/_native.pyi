@@ -1,6 +1,19 @@
 """The Rust side of peerlink's Python package (see ``peerlink``); not a public interface."""
 
-from collections.abc import Buffer
+from collections.abc import Sequence
+
+from typing import final
+
+from typing_extensions import Buffer
+
+__all__ = [
+    "DEFAULT_COPY_BLOCKS",
+    "Fabric",
+    "Host",
+    "bench_json",
+    "explain_json",
+    "topology_json",
+]
 
 DEFAULT_COPY_BLOCKS: int
 
@@ -9,6 +22,7 @@ _DeviceRef = tuple[int, int, int]
 # A host buffer of bytes and the GPU it stands for.
 _HostRef = tuple[Buffer, int]
 
+@final
 class Host:
     def __new__(cls, sim: str | None = None, gpu: bool = False) -> Host: ...
     @property
@@ -22,16 +36,23 @@ class Host:
     @property
     def device_count(self) -> int: ...
 
+@final
 class Fabric:
     def __new__(
         cls, host: Host, devices: list[int] | None = None, resident: int | None = None
     ) -> Fabric: ...
     @property
     def devices(self) -> list[int]: ...
-    def copy_host(self, copies: list[tuple[_HostRef, _HostRef]]) -> None: ...
-    def all_reduce_host(self, buffers: list[_HostRef], dtype: str) -> None: ...
-    def copy_device(self, copies: list[tuple[_DeviceRef, _DeviceRef, int]]) -> None: ...
-    def all_reduce_device(self, ranks: list[_DeviceRef], bytes: int, dtype: str) -> None: ...
+    def copy_host(self, copies: Sequence[tuple[_HostRef, _HostRef]]) -> None: ...
+    def all_reduce_host(self, buffers: Sequence[_HostRef], dtype: str) -> None: ...
+    def copy_device(self, copies: Sequence[tuple[_DeviceRef, _DeviceRef, int]]) -> None: ...
+    def all_reduce_device(self, ranks: Sequence[_DeviceRef], bytes: int, dtype: str) -> None: ...
+    def time_copy_device(
+        self, copies: Sequence[tuple[_DeviceRef, _DeviceRef, int]], calls: int
+    ) -> float: ...
+    def time_all_reduce_device(
+        self, ranks: Sequence[_DeviceRef], bytes: int, dtype: str, calls: int
+    ) -> float: ...
     def synchronize(self) -> None: ...
 
 def topology_json(host: Host, devices: list[int] | None = None) -> str: ...

@@ -76,6 +76,14 @@ impl Fabric {
         Ok(())
     }
 
+    /// Queues copies between borrowed memory, after forgetting the transfers that have finished.
+    fn queue_device_copies(&self, copies: &[(DeviceRef, DeviceRef, usize)]) -> Result<()> {
+        self.reap()?;
+        copies
+            .iter()
+            .try_for_each(|&(dst, src, bytes)| self.queue_device_copy(dst, src, bytes))
+    }
+
     /// Queues one copy between borrowed memory after the work queued so far on both owners'
     /// streams, and makes their later work wait for it.
     fn queue_device_copy(&self, dst: DeviceRef, src: DeviceRef, bytes: usize) -> Result<()> {
@@ -292,6 +300,18 @@ impl Fabric {
     }
 }
 
+/// The host time of `calls` calls of `op`, µs per call.
+fn host_time_per_call(calls: u32, mut op: impl FnMut() -> Result<()>) -> Result<f64> {
+    if calls == 0 {
+        return Err(Error::usage("time at least 1 call"));
+    }
+    let started = std::time::Instant::now();
+    for _ in 0..calls {
+        op()?;
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e6 / f64::from(calls))
+}
+
 /// Moves host bytes through the engine: each source written into a buffer on its GPU, the
 /// transfers submitted together, each destination read back.
 fn move_host_bytes(
@@ -448,13 +468,33 @@ impl Fabric {
         py: Python<'_>,
         copies: Vec<(DeviceRef, DeviceRef, usize)>,
     ) -> PyResult<()> {
-        py.detach(|| {
-            self.reap()?;
-            copies
-                .iter()
-                .try_for_each(|&(dst, src, bytes)| self.queue_device_copy(dst, src, bytes))
-        })
-        .or_raise(py)
+        py.detach(|| self.queue_device_copies(&copies)).or_raise(py)
+    }
+
+    /// For the Python layer's cost (python/benchmarks): queues the same copies as `copy_device`
+    /// `calls` times from Rust and returns the host time per call, µs.
+    fn time_copy_device(
+        &self,
+        py: Python<'_>,
+        copies: Vec<(DeviceRef, DeviceRef, usize)>,
+        calls: u32,
+    ) -> PyResult<f64> {
+        py.detach(|| host_time_per_call(calls, || self.queue_device_copies(&copies)))
+            .or_raise(py)
+    }
+
+    /// As `time_copy_device`, for `all_reduce_device`.
+    fn time_all_reduce_device(
+        &self,
+        py: Python<'_>,
+        ranks: Vec<DeviceRef>,
+        bytes: usize,
+        dtype: &str,
+        calls: u32,
+    ) -> PyResult<f64> {
+        let dtype = data_type(py, dtype)?;
+        py.detach(|| host_time_per_call(calls, || self.reduce_device(&ranks, bytes, dtype)))
+            .or_raise(py)
     }
 
     /// Queues the in-place all-reduce (sum) of borrowed memory, one rank per GPU, on the owners'

@@ -168,7 +168,7 @@ def test_all_reduce_sums_float32_arrays_in_place(fabric: peerlink.Fabric, ranks:
     inputs = [((np.arange(3000) * 5 + r * 3) % 17 - 8).astype(np.float32) for r in range(ranks)]
     tensors = [x.copy() for x in inputs]
     fabric.all_reduce_([peerlink.on(r, t) for r, t in enumerate(tensors)])
-    expected = sum(inputs)
+    expected = np.sum(inputs, axis=0)
     for tensor in tensors:
         assert tensor.tobytes() == expected.tobytes()
 
