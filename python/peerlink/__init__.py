@@ -314,7 +314,7 @@ class Fabric:
     (``torch.cuda.current_stream(device)``) and later work on those streams waits for it. On host
     buffers (the simulator) each call returns once the destination holds the bytes.
 
-    The GIL is released while peerlink works.
+    The GIL is released while peerlink works. CUDA graph capture of these calls is not supported.
     """
 
     def __init__(
@@ -384,6 +384,12 @@ class Fabric:
                     f"they must be equal"
                 )
             if isinstance(dst, _Device) and isinstance(src, _Device):
+                (to, to_gpu, _), (at, at_gpu, _) = dst.ref, src.ref
+                if to_gpu == at_gpu and to < at + src.nbytes and at < to + dst.nbytes:
+                    raise UsageError(
+                        "the source and destination overlap in one GPU's memory; bytes would be "
+                        "overwritten while they are read"
+                    )
                 device_copies.append((dst.ref, src.ref, dst.nbytes))
             elif isinstance(dst, _Host) and isinstance(src, _Host):
                 host_copies.append((dst.ref, src.ref))

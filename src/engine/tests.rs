@@ -839,3 +839,21 @@ fn a_resident_fabric_moves_small_transfers_through_its_workers_in_order() {
         .submit();
     assert!(refused.is_err());
 }
+
+#[test]
+fn borrowing_checks_the_fabrics_gpus_before_the_backend() {
+    let f = Fabric::builder(Arc::new(SimBackend::open("dgx-h100").unwrap()))
+        .devices(&[0, 1])
+        .open()
+        .unwrap();
+    let outside = f.borrow(4, 0x7f00_0000_0000, 16).unwrap_err().to_string();
+    assert!(
+        outside.starts_with("GPU 4 is not part of this fabric"),
+        "{outside}"
+    );
+    let simulated = f.borrow(1, 0x7f00_0000_0000, 16).unwrap_err().to_string();
+    assert!(
+        simulated.starts_with("the simulator has no device addresses"),
+        "{simulated}"
+    );
+}
