@@ -6,7 +6,7 @@ set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
 # Which parts to run (default: all but readwrite, split and resident): smi topo doctor tests bench
 # check sweep explain managed engine tune torch concurrent workload torch-allreduce readwrite split
-# resident
+# resident python
 steps=${STEPS:-smi topo doctor tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
@@ -287,6 +287,16 @@ $bin --gpu plan --src $src --dst $dst --sizes 4B..64MiB --resident >"$work/resid
 $bin --gpu plan --src $src --dst $dst --size 4KiB --messages 1000 --resident --prove \
     >"$work/resident-plan-batch.txt" 2>&1
 $bin --gpu explain --src $src --dst $dst --size 8B >"$work/resident-explain-8B.txt" 2>&1
+fi
+
+if want python; then
+step "the Python package against PyTorch (issue 18, pair $src $dst)"
+# The wheel scripts/gpu-build.sh built, installed beside the image's PyTorch (no network here).
+python3 -m pip install --no-index --force-reinstall gpu-carry/peerlink-*.whl \
+    >"$work/python-install.txt" 2>&1
+timeout 570 python3 python/benchmarks/torch_side_by_side.py --src $src --dst $dst \
+    --out "$work/python-side-by-side.json" >"$work/python-side-by-side.txt" 2>&1
+echo "python side by side exit: $?" >>"$work/python-side-by-side.txt"
 fi
 
 tar czf "$dest/results.tgz" -C "$work" .

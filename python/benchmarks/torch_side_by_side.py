@@ -185,25 +185,37 @@ def all_reduces(fabric, gpus, sizes, args):
 
 
 def torch_all_reduces(gpus, sizes, args):
-    """scripts/torch-allreduce.py's figures at the same sizes (one process per GPU)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "torch-allreduce.json")
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)))
-        command = [
-            sys.executable,
-            str(REPO / "scripts" / "torch-allreduce.py"),
-            "--out", out,
-            "--gpus", str(len(gpus)),
-            "--dtype", "f32",
-            "--sizes", ",".join(map(str, sizes)),
-            "--iters", str(args.iters),
-            "--warmup", str(args.warmup),
-        ]
-        finished = subprocess.run(command, env=env)
-        if finished.returncode != 0:
-            return None, f"scripts/torch-allreduce.py exited with {finished.returncode}"
-        with open(out) as f:
-            return json.load(f), None
+    """scripts/torch-allreduce.py's points at the same sizes (one process per GPU), and what went
+    wrong. The graph-captured NCCL loop runs in processes of its own, as scripts/gpu-run.sh runs it,
+    so that a capture that fails cannot leave the others' NCCL in a bad state."""
+    points, errors = [], []
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)))
+    for contenders, port in (("nccl,symm-one-shot,symm-two-shot", 29541), ("nccl-graph", 29543)):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "torch-allreduce.json")
+            command = [
+                sys.executable,
+                str(REPO / "scripts" / "torch-allreduce.py"),
+                "--out", out,
+                "--gpus", str(len(gpus)),
+                "--dtype", "f32",
+                "--sizes", ",".join(map(str, sizes)),
+                "--contenders", contenders,
+                "--iters", str(args.iters),
+                "--warmup", str(args.warmup),
+                "--port", str(port),
+            ]
+            try:
+                finished = subprocess.run(command, env=env, timeout=args.torch_timeout)
+            except subprocess.TimeoutExpired:
+                errors.append(f"{contenders}: scripts/torch-allreduce.py ran past {args.torch_timeout} s")
+                continue
+            if finished.returncode != 0:
+                errors.append(f"{contenders}: scripts/torch-allreduce.py exited with {finished.returncode}")
+                continue
+            with open(out) as f:
+                points.extend(json.load(f)["points"])
+    return points, errors
 
 
 def main():
@@ -219,6 +231,7 @@ def main():
     ap.add_argument("--calls", type=int, default=200, help="calls timed for the Python layer's cost")
     ap.add_argument("--resident", action="store_true", help="a fabric with resident workers")
     ap.add_argument("--skip-torch-allreduce", action="store_true")
+    ap.add_argument("--torch-timeout", type=int, default=240, help="seconds for each torch-allreduce.py run")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else default_sizes()
     gpus = list(range(args.gpus))
@@ -228,16 +241,18 @@ def main():
     reduce_points, reduce_overhead = all_reduces(fabric, gpus, sizes, args) if len(gpus) >= 2 else ([], [])
     fabric.close()
 
-    torch_doc, torch_error = (None, "skipped") if args.skip_torch_allreduce or len(gpus) < 2 else torch_all_reduces(gpus, sizes, args)
-    if torch_doc:
-        by_size = {}
-        for p in torch_doc["points"]:
-            by_size.setdefault(p["bytes"], {})[p["contender"]] = p
-        for point in reduce_points:
-            for contender, p in by_size.get(point["bytes"], {}).items():
-                key = contender.replace("-", "_")
-                point[f"{key}_us"] = p.get("us")
-                point[f"{key}_verified"] = p.get("verified")
+    if args.skip_torch_allreduce or len(gpus) < 2:
+        torch_points, torch_errors = [], ["not run"]
+    else:
+        torch_points, torch_errors = torch_all_reduces(gpus, sizes, args)
+    by_size = {}
+    for p in torch_points:
+        by_size.setdefault(p["bytes"], {})[p["contender"]] = p
+    for point in reduce_points:
+        for contender, p in by_size.get(point["bytes"], {}).items():
+            key = contender.replace("-", "_")
+            point[f"{key}_us"] = p.get("us", p.get("error"))
+            point[f"{key}_verified"] = p.get("verified")
 
     def slower(points, ours, others):
         found = []
@@ -264,7 +279,7 @@ def main():
         "queued from Rust in this process",
         "copy": copy_points,
         "all_reduce": reduce_points,
-        "torch_allreduce_error": torch_error,
+        "torch_allreduce_errors": torch_errors,
         "python_layer": copy_overhead + reduce_overhead,
         "copy_slower_at": slower(copy_points, "peerlink_us", ["torch_us"]),
         "all_reduce_slower_at": slower(
