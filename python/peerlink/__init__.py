@@ -203,10 +203,16 @@ def _torch(tensor: Any, what: str) -> _Device:
             f"of bytes)"
         )
     torch = sys.modules["torch"]  # imported: the tensor is one of its own
-    device = tensor.device.index
-    stream = torch.cuda.current_stream(device).cuda_stream
-    nbytes = tensor.numel() * tensor.element_size()
-    return _Device((tensor.data_ptr(), device, stream), nbytes, _TORCH_DTYPES.get(str(tensor.dtype)))
+    device = tensor.get_device()
+    # What torch.cuda.current_stream(device).cuda_stream says, without making a Stream object
+    # (PyTorch's compiler reads it so for the same reason: a call's cost).
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw_stream is not None:
+        stream = raw_stream(device)
+    else:
+        stream = torch.cuda.current_stream(device).cuda_stream
+    dtype = _TORCH_DTYPES.get(str(tensor.dtype))
+    return _Device((tensor.data_ptr(), device, stream), tensor.nbytes, dtype)
 
 
 def _cuda_array(obj: Any, device: int | None, what: str) -> _Device:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import pathlib
 import subprocess
+import sys
 import threading
 import time
+import types
 import warnings
 from typing import Any
 
@@ -288,3 +290,77 @@ def test_other_threads_run_while_a_bench_measures() -> None:
     # With the GIL held for the whole bench the counter could not have run during it at all.
     assert elapsed > 0.05, f"the bench took only {elapsed:.3f} s: too short to tell"
     assert ticks >= 10, f"the other thread ran {ticks} times in {elapsed:.2f} s"
+
+
+# ---- PyTorch's tensors, as far as the simulator goes ---------------------------------------------
+# Without PyTorch in CI, a stand-in with the attributes peerlink reads: its checks run, and a CUDA
+# tensor reaches the backend, which on the simulator refuses to borrow device memory.
+
+
+class FakeTensor:
+    def __init__(self, device: int, nbytes: int, *, cuda: bool = True, contiguous: bool = True,
+                 dtype: str = "torch.uint8") -> None:
+        self.device_index, self.nbytes = device, nbytes
+        self.is_cuda, self.contiguous, self.dtype = cuda, contiguous, dtype
+
+    def get_device(self) -> int:
+        return self.device_index if self.is_cuda else -1
+
+    def is_contiguous(self) -> bool:
+        return self.contiguous
+
+    def data_ptr(self) -> int:
+        return 0x7F00_0000_0000 + self.device_index * (1 << 30)
+
+
+FakeTensor.__module__ = "torch"
+
+
+@pytest.fixture
+def fake_torch(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A stand-in `torch` module; the list collects the GPUs whose current stream was asked."""
+    asked: list[int] = []
+
+    def current_raw_stream(device: int) -> int:
+        asked.append(device)
+        return 0
+
+    module = types.ModuleType("torch")
+    module._C = types.SimpleNamespace(_cuda_getCurrentRawStream=current_raw_stream)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", module)
+    return asked
+
+
+def test_a_host_tensor_is_refused(fabric: peerlink.Fabric, fake_torch: list[int]) -> None:
+    with pytest.raises(peerlink.UsageError, match="^the source is a tensor in host memory"):
+        fabric.copy_(FakeTensor(1, 16), FakeTensor(0, 16, cuda=False))
+
+
+def test_a_non_contiguous_tensor_is_refused(fabric: peerlink.Fabric, fake_torch: list[int]) -> None:
+    with pytest.raises(peerlink.UsageError, match=r"^the destination is not contiguous; pass tensor\.contiguous\(\)"):
+        fabric.copy_(FakeTensor(1, 16, contiguous=False), FakeTensor(0, 16))
+
+
+def test_cuda_tensors_reach_the_backend_on_their_streams(
+    fabric: peerlink.Fabric, fake_torch: list[int]
+) -> None:
+    with pytest.raises(peerlink.UsageError, match="^the simulator has no device addresses"):
+        fabric.copy_(FakeTensor(1, 16), FakeTensor(0, 16))
+    assert sorted(fake_torch) == [0, 1]
+
+
+def test_tensors_overlapping_on_one_gpu_are_refused(
+    fabric: peerlink.Fabric, fake_torch: list[int]
+) -> None:
+    with pytest.raises(peerlink.UsageError, match="overlap in one GPU's memory"):
+        fabric.copy_(FakeTensor(2, 16), FakeTensor(2, 16))
+
+
+def test_all_reduce_takes_the_tensors_dtype(fabric: peerlink.Fabric, fake_torch: list[int]) -> None:
+    tensors = [FakeTensor(g, 64, dtype="torch.bfloat16") for g in (0, 1)]
+    # The element type is found (else the refusal would ask for dtype=), the ranks pass the
+    # checks, and the simulator refuses the first borrowed stream.
+    with pytest.raises(peerlink.UsageError, match="^the simulator has no CUDA streams"):
+        fabric.all_reduce_(tensors)
+    with pytest.raises(peerlink.UsageError, match="whole number of 4-byte elements"):
+        fabric.all_reduce_([FakeTensor(g, 6, dtype="torch.float32") for g in (0, 1)])
