@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds peerlink and its GPU test binary on this machine (no CUDA needed here: the driver, NVRTC and
-# NVML are loaded at run time) and puts both into gpu-carry/ (git-ignored) of this repository, ready
-# to carry to a GPU host.
+# Builds peerlink, its GPU test binary and the Python package's wheel (abi3, CPython >= 3.11) on this
+# machine (no CUDA needed here: the driver, NVRTC and NVML are loaded at run time) and puts them into
+# gpu-carry/ (git-ignored) of this repository, ready to carry to a GPU host (which has no cargo and
+# no network: the wheel is installed there with `pip install --no-index`).
 set -euo pipefail
 
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
@@ -25,7 +26,15 @@ fi
 mkdir -p gpu-carry
 cp target/release/peerlink gpu-carry/peerlink
 cp "$tests_binary" gpu-carry/gpu-tests
-echo "gpu-build: built gpu-carry/peerlink and gpu-carry/gpu-tests in $repo" >&2
+
+# The wheel: tagged `linux` (not manylinux), for hosts with this machine's glibc or newer, as the
+# binaries above are.
+python_bin=$(scripts/python-env.sh)
+rm -f gpu-carry/peerlink-*.whl
+"$python_bin/maturin" build --release --quiet --out gpu-carry >&2
+echo "gpu-build: built gpu-carry/peerlink, gpu-carry/gpu-tests and $(ls gpu-carry/peerlink-*.whl) in $repo" >&2
 echo "On the GPU host, from the repository root:"
 echo "  gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture"
 echo "  gpu-carry/peerlink --gpu topo"
+echo "  pip install --no-index --force-reinstall gpu-carry/peerlink-*.whl"
+echo "  python3 python/benchmarks/torch_side_by_side.py --out \$OUT/python-side-by-side.json"

@@ -4,9 +4,9 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all but readwrite, split, resident and processes): smi topo doctor
-# tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce
-# readwrite split resident processes
+# Which parts to run (default: all but readwrite, split, resident, processes and python): smi topo
+# doctor tests bench check sweep explain managed engine tune torch concurrent workload
+# torch-allreduce readwrite split resident processes python
 steps=${STEPS:-smi topo doctor tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
@@ -305,6 +305,16 @@ $bin --gpu --devices 0,1 bench --json --tests $crossing >"$work/processes-alone.
 PEERLINK_BIN=$bin gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture processes \
     >"$work/processes-tests.log" 2>&1
 echo "processes tests exit: $?" >>"$work/processes-tests.log"
+fi
+
+if want python; then
+step "the Python package against PyTorch (issue 18, pair $src $dst)"
+# The wheel scripts/gpu-build.sh built, installed beside the image's PyTorch (no network here).
+python3 -m pip install --no-index --force-reinstall gpu-carry/peerlink-*.whl \
+    >"$work/python-install.txt" 2>&1
+timeout 570 python3 python/benchmarks/torch_side_by_side.py --src $src --dst $dst \
+    --out "$work/python-side-by-side.json" >"$work/python-side-by-side.txt" 2>&1
+echo "python side by side exit: $?" >>"$work/python-side-by-side.txt"
 fi
 
 tar czf "$dest/results.tgz" -C "$work" .

@@ -741,6 +741,33 @@ impl<
         let entry = self.lock().graphs.remove(graph.0)?;
         self.raw.destroy_graph(entry.raw)
     }
+
+    fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> Result<BufferId> {
+        self.check_device(device)?;
+        if bytes == 0 {
+            return Err(Error::usage(
+                "cannot borrow 0 bytes of memory; a buffer holds at least 1 byte",
+            ));
+        }
+        let raw = self.raw.borrow_memory(device, address, bytes)?;
+        self.insert_buffer(
+            raw,
+            Memory::Device(device),
+            bytes,
+            sharing::Origin::Borrowed,
+        )
+    }
+
+    fn borrow_stream(&self, device: usize, handle: u64) -> Result<StreamId> {
+        self.check_device(device)?;
+        let raw = self.raw.borrow_stream(device, handle)?;
+        let entry = StreamEntry {
+            device,
+            capture: None,
+            raw,
+        };
+        self.lock().streams.insert(entry).map(StreamId)
+    }
 }
 
 impl<I: RawProbes + RawCollectives> Probes for Checked<I> {

@@ -336,6 +336,21 @@ pub trait Backend: Send + Sync {
     /// copy lists from host memory (a captured `copy_batch`) waits for its queued replays to finish
     /// first, so release any gate that holds them before.
     fn destroy_graph(&self, graph: GraphId) -> Result<()>;
+
+    /// Makes `bytes` (> 0) of another library's memory of GPU `device`, at unified address
+    /// `address` (a PyTorch tensor's `data_ptr()`), a buffer of [`Memory::Device`]. peerlink never
+    /// frees it: [`Backend::free`] forgets the handle at once, work queued on it still runs, and
+    /// the owner must keep the memory allocated until that work is done. Real GPUs check that the
+    /// range lies inside one allocation of that GPU; the simulator, which has no device addresses,
+    /// refuses.
+    fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> Result<BufferId>;
+
+    /// Makes another library's CUDA stream of GPU `device` (`torch.cuda.current_stream(device)
+    /// .cuda_stream`; 0 is the device's default stream) a stream of this backend, so that work
+    /// queued on it follows the owner's work in order. peerlink never destroys it:
+    /// [`Backend::destroy_stream`] forgets the handle, and the owner must keep the stream alive
+    /// while the handle lives. The simulator, which has no CUDA streams, refuses.
+    fn borrow_stream(&self, device: usize, handle: u64) -> Result<StreamId>;
 }
 
 /// Kernels that only the latency tests use: one dependent load at a time, one flag at a time.

@@ -95,6 +95,11 @@ pub trait RawBackend: Send + Sync {
     /// graph uses is live.
     fn replay(&self, graph: &Self::Graph, stream: &Self::Stream) -> Result<()>;
     fn destroy_graph(&self, graph: Self::Graph) -> Result<()>;
+
+    /// The GPU exists; `bytes` > 0. The buffer's release must leave the memory to its owner.
+    fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> Result<Self::Buffer>;
+    /// The GPU exists. The stream's release must leave the stream to its owner.
+    fn borrow_stream(&self, device: usize, handle: u64) -> Result<Self::Stream>;
 }
 
 /// The latency probes, below the checks.

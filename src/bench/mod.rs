@@ -106,6 +106,30 @@ pub enum Size {
     Plateau,
 }
 
+impl Size {
+    /// `bench --size`: a size, or `plateau`.
+    pub fn parse(text: &str) -> Result<Size> {
+        if text == "plateau" {
+            return Ok(Size::Plateau);
+        }
+        crate::units::parse_size(text)
+            .map(Size::Bytes)
+            .map_err(|e| {
+                Error::usage(format!(
+                    "{e}; or `plateau` for each test at its plateau size"
+                ))
+            })
+    }
+}
+
+/// `bench --rotation`: a size, or 0 for one buffer.
+pub fn parse_rotation(text: &str) -> Result<u64> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    crate::units::parse_size(text)
+}
+
 /// The user's choices; `None` means the default for the backend.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Options {

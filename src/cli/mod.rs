@@ -44,11 +44,15 @@ pub fn run(cli: Cli) -> Result<()> {
             let options = bench::Options {
                 tests: args.tests,
                 devices: global.devices.clone(),
-                size: args.size.as_deref().map(bench_size).transpose()?,
+                size: args.size.as_deref().map(bench::Size::parse).transpose()?,
                 samples: args.samples,
                 iterations: args.iterations,
                 warmup: args.warmup,
-                rotation: args.rotation.as_deref().map(parse_rotation).transpose()?,
+                rotation: args
+                    .rotation
+                    .as_deref()
+                    .map(bench::parse_rotation)
+                    .transpose()?,
                 sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
             };
             let backend = opened.backend.as_ref();
@@ -132,26 +136,6 @@ pub(crate) fn emit(text: &str) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
-}
-
-/// `bench --rotation`: a size, or 0 for one buffer.
-fn parse_rotation(text: &str) -> peerlink::Result<u64> {
-    if text.trim() == "0" {
-        return Ok(0);
-    }
-    parse_size(text)
-}
-
-/// `bench --size`: a size, or `plateau`.
-fn bench_size(text: &str) -> peerlink::Result<bench::Size> {
-    if text == "plateau" {
-        return Ok(bench::Size::Plateau);
-    }
-    parse_size(text).map(bench::Size::Bytes).map_err(|e| {
-        peerlink::Error::usage(format!(
-            "{e}; or `plateau` for each test at its plateau size"
-        ))
-    })
 }
 
 impl Global {

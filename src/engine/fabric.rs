@@ -107,12 +107,7 @@ impl Fabric {
 
     /// Allocates `bytes` of memory on GPU `device`.
     pub fn alloc(&self, device: usize, bytes: usize) -> Result<Buffer> {
-        if !self.devices().contains(&device) {
-            return Err(Error::usage(format!(
-                "GPU {device} is not part of this fabric (GPUs {})",
-                list(self.devices())
-            )));
-        }
+        self.check_member(device)?;
         if bytes == 0 {
             return Err(Error::usage(
                 "cannot allocate a buffer of 0 bytes; ask for at least 1 byte",
@@ -120,6 +115,16 @@ impl Fabric {
         }
         let id = self.shared.backend.alloc(Memory::Device(device), bytes)?;
         Ok(self.adopt(id, device, bytes))
+    }
+
+    fn check_member(&self, device: usize) -> Result<()> {
+        if self.devices().contains(&device) {
+            return Ok(());
+        }
+        Err(Error::usage(format!(
+            "GPU {device} is not part of this fabric (GPUs {})",
+            list(self.devices())
+        )))
     }
 
     /// A fabric buffer over a backend buffer of `device`'s memory, freed with the buffer.
@@ -166,6 +171,15 @@ impl Fabric {
         let id = self.shared.backend.sharing().import(shared)?;
         let device = device.expect("the backend imported memory of a GPU it sees");
         Ok(self.adopt(id, device, size))
+    }
+
+    /// Makes `bytes` of another library's memory of GPU `device`, at unified address `address` (a
+    /// PyTorch tensor's storage), a buffer of this fabric (see [`Backend::borrow_memory`]). Dropping
+    /// it waits for its transfers, as any buffer's drop does, and leaves the memory to its owner.
+    pub fn borrow(&self, device: usize, address: u64, bytes: usize) -> Result<Buffer> {
+        self.check_member(device)?;
+        let id = self.shared.backend.borrow_memory(device, address, bytes)?;
+        Ok(self.adopt(id, device, bytes))
     }
 
     /// Copies `src` into `dst` (ranges of equal length) by the planner's pick.

@@ -627,6 +627,12 @@ impl Backend for Counting {
         bump(&self.counts.graphs_destroyed);
         self.sim.destroy_graph(graph)
     }
+    fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> crate::Result<BufferId> {
+        self.sim.borrow_memory(device, address, bytes)
+    }
+    fn borrow_stream(&self, device: usize, handle: u64) -> crate::Result<StreamId> {
+        self.sim.borrow_stream(device, handle)
+    }
 }
 
 #[test]
@@ -852,4 +858,22 @@ fn a_resident_fabric_moves_small_transfers_through_its_workers_in_order() {
         .strategy(Strategy::Resident)
         .submit();
     assert!(refused.is_err());
+}
+
+#[test]
+fn borrowing_checks_the_fabrics_gpus_before_the_backend() {
+    let f = Fabric::builder(Arc::new(SimBackend::open("dgx-h100").unwrap()))
+        .devices(&[0, 1])
+        .open()
+        .unwrap();
+    let outside = f.borrow(4, 0x7f00_0000_0000, 16).unwrap_err().to_string();
+    assert!(
+        outside.starts_with("GPU 4 is not part of this fabric"),
+        "{outside}"
+    );
+    let simulated = f.borrow(1, 0x7f00_0000_0000, 16).unwrap_err().to_string();
+    assert!(
+        simulated.starts_with("the simulator has no device addresses"),
+        "{simulated}"
+    );
 }

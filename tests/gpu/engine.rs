@@ -374,3 +374,60 @@ fn split_over_nvlink_and_the_host_against_direct() {
         eprintln!("  every byte checked, both ways, direct-ce and split");
     }
 }
+
+/// Another library's memory and streams (cudarc's own here, as PyTorch's would be): a copy between
+/// borrowed buffers follows the work queued on the owner's stream and the owner's later work
+/// follows it, every byte arrives, and what does not fit is refused with a sentence.
+#[test]
+#[ignore = "needs a GPU"]
+fn borrowed_memory_and_streams_move_every_byte_in_the_owners_order() {
+    use cudarc::driver::{CudaContext, DevicePtr};
+    let f = fabric();
+    let backend = f.backend().clone();
+    let (a, b) = pair(&f);
+    let (ctx_a, ctx_b) = (CudaContext::new(a).unwrap(), CudaContext::new(b).unwrap());
+    let (owner_a, owner_b) = (ctx_a.new_stream().unwrap(), ctx_b.new_stream().unwrap());
+    let len = (4 << 20) + 3;
+    let data = pattern::bytes(7, len);
+    let src = owner_a.clone_htod(&data).unwrap();
+    let dst = owner_b.alloc_zeros::<u8>(len).unwrap();
+    let (src_address, _src_sync) = src.device_ptr(&owner_a);
+    let (dst_address, _dst_sync) = dst.device_ptr(&owner_b);
+    let handle = |s: &cudarc::driver::CudaStream| s.cu_stream() as usize as u64;
+    let (stream_a, stream_b) = (
+        backend.borrow_stream(a, handle(&owner_a)).unwrap(),
+        backend.borrow_stream(b, handle(&owner_b)).unwrap(),
+    );
+    {
+        let (from, to) = (
+            f.borrow(a, src_address, len).unwrap(),
+            f.borrow(b, dst_address, len).unwrap(),
+        );
+        // The upload above is still queued on the owner's stream: the copy must wait for it.
+        let after_upload = backend.mark(stream_a).unwrap();
+        let t = f
+            .transfer(from.all(), to.all())
+            .after_event(after_upload)
+            .submit()
+            .unwrap();
+        backend.wait(stream_b, t.event()).unwrap();
+        backend.destroy_event(after_upload).unwrap();
+        // Read back on the owner's stream, which now waits for the copy.
+        assert!(owner_b.clone_dtoh(&dst).unwrap() == data, "wrong bytes");
+        t.wait().unwrap();
+    }
+    let refused = |e: peerlink::Error| e.to_string();
+    assert!(refused(f.borrow(a, src_address, len + 1).unwrap_err())
+        .contains("run past the end of their allocation"),);
+    if a != b {
+        assert!(refused(f.borrow(b, src_address, len).unwrap_err()).contains("is not GPU"));
+        assert!(
+            refused(backend.borrow_stream(b, handle(&owner_a)).unwrap_err())
+                .contains("does not belong to GPU")
+        );
+    }
+    backend.destroy_stream(stream_a).unwrap();
+    backend.destroy_stream(stream_b).unwrap();
+    // The memory and the streams are still the owner's.
+    assert!(owner_a.clone_dtoh(&src).unwrap() == data);
+}

@@ -17,6 +17,8 @@ pub(super) enum Origin {
     SharedHost,
     /// Another process's buffer, opened here.
     Imported,
+    /// Another library's memory in this process ([`crate::backend::Backend::borrow_memory`]).
+    Borrowed,
 }
 
 impl<I: RawCollectives + RawSharing> Sharing for Checked<I> {
@@ -40,6 +42,11 @@ impl<I: RawCollectives + RawSharing> Sharing for Checked<I> {
             let refusal = match (entry.origin, entry.memory) {
                 (Origin::Imported, _) => Some(
                     "was imported from another process: export it in the process that allocated it"
+                        .to_string(),
+                ),
+                (Origin::Borrowed, _) => Some(
+                    "is another library's memory, borrowed: export it with that library's own \
+                     sharing (e.g. PyTorch's)"
                         .to_string(),
                 ),
                 (_, Memory::Managed(_)) => Some(

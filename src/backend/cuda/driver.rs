@@ -55,6 +55,71 @@ fn bind(ctx: &CudaContext) -> Result<(), Error> {
     ctx.bind_to_thread().map_err(failed("cuCtxSetCurrent"))
 }
 
+/// Where another library's device memory lies: the ordinal of its GPU, and the first address and
+/// size of the allocation that holds `address` (cuPointerGetAttribute). The driver refuses an
+/// address no allocation holds.
+pub(super) fn allocation_of(ctx: &CudaContext, address: u64) -> Result<(i32, u64, usize), Error> {
+    use sys::CUpointer_attribute as Attribute;
+    bind(ctx)?;
+    let (mut ordinal, mut start, mut size): (i32, sys::CUdeviceptr, usize) = (-1, 0, 0);
+    // SAFETY: each out-pointer is valid for its attribute's type (an int, a CUdeviceptr, a size_t);
+    // the driver looks the address up in its tables and never dereferences it.
+    unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            Attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            address,
+        )
+        .result()
+        .and_then(|()| {
+            sys::cuPointerGetAttribute(
+                (&mut start as *mut sys::CUdeviceptr).cast(),
+                Attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                address,
+            )
+            .result()
+        })
+        .and_then(|()| {
+            sys::cuPointerGetAttribute(
+                (&mut size as *mut usize).cast(),
+                Attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                address,
+            )
+            .result()
+        })
+    }
+    .map_err(failed("cuPointerGetAttribute"))?;
+    Ok((ordinal, start, size))
+}
+
+/// Wraps another library's stream of `ctx`'s GPU (0: the default stream) once the driver says the
+/// stream belongs to `ctx` (cuStreamGetCtx). Dropping the wrapper leaves the stream to its owner.
+pub(super) fn borrow_stream(
+    ctx: &Arc<CudaContext>,
+    device: usize,
+    handle: u64,
+) -> Result<Arc<CudaStream>, Error> {
+    bind(ctx)?;
+    let stream = handle as usize as sys::CUstream;
+    if handle != 0 {
+        let mut owner: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the out-pointer is valid; the driver checks the handle against its own tables.
+        unsafe { sys::cuStreamGetCtx(stream, &mut owner) }
+            .result()
+            .map_err(failed("cuStreamGetCtx"))?;
+        if owner != ctx.cu_ctx() {
+            return Err(Error::usage(format!(
+                "CUDA stream {handle:#x} does not belong to GPU {device}'s primary context; pass \
+                 a stream of the GPU the work runs on (torch.cuda.current_stream({device}))"
+            )));
+        }
+    }
+    // SAFETY: the driver knows the stream and says it belongs to `ctx` (or it is 0, the default
+    // stream of the context cudarc binds before each call); `Backend::borrow_stream`'s caller keeps
+    // it alive while peerlink holds it, and peerlink orders its own work on it with events.
+    Ok(unsafe { ctx.wrap_borrowed_stream(stream) })
+}
+
 /// Loads a kernel onto its device now. Under lazy loading (the default since CUDA 12.2) its first
 /// launch would do it instead, putting milliseconds of host work into the first timed window.
 pub(super) fn load_now(ctx: &CudaContext, function: &CudaFunction) -> Result<(), Error> {

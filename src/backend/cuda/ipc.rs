@@ -47,6 +47,7 @@ impl RawSharing for Gpus {
                 Ok((Vec::new(), Some(duplicate(file)?)))
             }
             Storage::Managed(_) => unreachable!("the checked layer refuses managed memory"),
+            Storage::Borrowed { .. } => unreachable!("the checked layer refuses borrowed memory"),
         }
     }
 

@@ -114,6 +114,11 @@ enum Storage {
     Device(DeviceMemory),
     Pinned(PinnedMemory),
     Managed(ManagedMemory),
+    /// Another library's memory of this GPU (see `Backend::borrow_memory`): never freed here.
+    Borrowed {
+        address: u64,
+        device: usize,
+    },
 }
 
 impl Buffer {
@@ -123,6 +128,7 @@ impl Buffer {
             Storage::Device(memory) => memory.address(),
             Storage::Pinned(memory) => memory.address(),
             Storage::Managed(memory) => memory.address(),
+            Storage::Borrowed { address, .. } => *address,
         }
     }
 
@@ -132,6 +138,7 @@ impl Buffer {
             Storage::Device(memory) => memory.device(),
             Storage::Pinned(memory) => memory.device(),
             Storage::Managed(memory) => memory.device(),
+            Storage::Borrowed { device, .. } => *device,
         }
     }
 
@@ -139,7 +146,7 @@ impl Buffer {
     fn managed(&self) -> &ManagedMemory {
         match &self.0 {
             Storage::Managed(memory) => memory,
-            Storage::Device(_) | Storage::Pinned(_) => {
+            Storage::Device(_) | Storage::Pinned(_) | Storage::Borrowed { .. } => {
                 unreachable!("the checked layer passes only managed buffers here")
             }
         }
@@ -596,6 +603,34 @@ impl RawBackend for Gpus {
         // that read its descriptors (see CapturedGraph's drop).
         drop(graph);
         Ok(())
+    }
+
+    fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> Result<Arc<Buffer>> {
+        let (ordinal, start, size) = driver::allocation_of(&self.contexts[device], address)?;
+        if usize::try_from(ordinal).ok() != Some(device) {
+            return Err(Error::usage(format!(
+                "the memory at {address:#x} is not GPU {device}'s (the driver places it on GPU \
+                 {ordinal}); name the GPU the memory is on"
+            )));
+        }
+        let fits = address
+            .checked_add(bytes as u64)
+            .is_some_and(|end| end <= start + size as u64);
+        if !fits {
+            return Err(Error::usage(format!(
+                "{bytes} bytes at {address:#x} run past the end of their allocation on GPU \
+                 {device} ({size} bytes from {start:#x}); borrow only memory the owner allocated"
+            )));
+        }
+        Ok(Arc::new(Buffer(Storage::Borrowed { address, device })))
+    }
+
+    fn borrow_stream(&self, device: usize, handle: u64) -> Result<Arc<Stream>> {
+        Ok(Arc::new(Stream {
+            device,
+            stream: driver::borrow_stream(&self.contexts[device], device, handle)?,
+            captured_descriptors: Mutex::new(Vec::new()),
+        }))
     }
 }
 

@@ -740,6 +740,20 @@ impl RawBackend for Simulator {
         // Replays already queued hold their own copies of the work.
         Ok(())
     }
+
+    fn borrow_memory(&self, device: usize, _address: u64, _bytes: usize) -> Result<Key> {
+        Err(Error::usage(format!(
+            "the simulator has no device addresses, so GPU {device}'s memory cannot be borrowed \
+             from another library; allocate simulated buffers and write their bytes instead"
+        )))
+    }
+
+    fn borrow_stream(&self, device: usize, _handle: u64) -> Result<Stream> {
+        Err(Error::usage(format!(
+            "the simulator has no CUDA streams, so a stream of GPU {device} cannot be borrowed \
+             from another library; create simulated streams instead"
+        )))
+    }
 }
 
 impl RawProbes for Simulator {

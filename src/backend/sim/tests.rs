@@ -1034,3 +1034,19 @@ fn no_copy_reaches_another_hosts_gpu() {
     .unwrap();
     sim.synchronize(stream).unwrap();
 }
+
+#[test]
+fn the_simulator_lends_no_device_memory_and_no_streams() {
+    let sim = h100();
+    let refused = |e: crate::Error| e.to_string();
+    assert!(
+        refused(sim.borrow_memory(2, 0x7f00_0000_0000, 16).unwrap_err())
+            .starts_with("the simulator has no device addresses, so GPU 2's memory"),
+    );
+    assert!(refused(sim.borrow_stream(3, 0x1234).unwrap_err())
+        .starts_with("the simulator has no CUDA streams, so a stream of GPU 3"));
+    // The checked layer's own checks come first.
+    assert!(refused(sim.borrow_memory(9, 0x1000, 16).unwrap_err()).contains("GPU 9"));
+    assert!(refused(sim.borrow_stream(9, 0).unwrap_err()).contains("GPU 9"));
+    assert!(refused(sim.borrow_memory(0, 0x1000, 0).unwrap_err()).contains("0 bytes"));
+}

@@ -1,0 +1,542 @@
+//! `peerlink._native.Fabric`: the engine over host buffers (any object with the buffer protocol:
+//! their bytes moved through the engine and written back) and over another library's device
+//! memory (a PyTorch tensor's storage, ordered on its CUDA stream).
+
+use crate::errors::{self, IntoPy};
+use crate::Host;
+use peerlink::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
+use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
+use peerlink::engine::{self, Buffer, Transfer};
+use peerlink::workload::all_reduce;
+use peerlink::{Error, Result};
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Another library's device memory, as the Python layer found it: its address, GPU and the CUDA
+/// stream its owner orders work on.
+type DeviceRef = (u64, usize, u64);
+
+/// A host buffer of bytes and the GPU the engine is to hold it on.
+type HostRef = (PyBuffer<u8>, usize);
+
+#[pyclass(frozen, module = "peerlink._native")]
+pub struct Fabric {
+    fabric: engine::Fabric,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Streams borrowed from their owners, by GPU and handle.
+    borrowed_streams: HashMap<(usize, u64), StreamId>,
+    /// Streams of this fabric's own, one per GPU, for the all-reduce of host buffers.
+    own_streams: HashMap<usize, StreamId>,
+    /// Transfers on borrowed memory not yet known to have finished, with their buffers, oldest
+    /// first: dropping a transfer would wait for it.
+    pending: VecDeque<(Transfer, Buffer, Buffer)>,
+    /// Flag blocks of the all-reduce kernels, by the ranks' GPUs in order.
+    flags: HashMap<Vec<usize>, Vec<BufferId>>,
+    /// Per GPU, the copy of a rank's input the in-place all-reduce reads, and the stream that
+    /// last used it and the flags.
+    scratch: HashMap<usize, (BufferId, usize, StreamId)>,
+}
+
+impl Fabric {
+    fn backend(&self) -> &dyn Backend {
+        self.fabric.backend().as_ref()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The backend's handle of an owner's stream, borrowed at its first use.
+    fn stream(&self, device: usize, handle: u64) -> Result<StreamId> {
+        if let Some(&stream) = self.lock().borrowed_streams.get(&(device, handle)) {
+            return Ok(stream);
+        }
+        let stream = self.backend().borrow_stream(device, handle)?;
+        self.lock()
+            .borrowed_streams
+            .insert((device, handle), stream);
+        Ok(stream)
+    }
+
+    /// Forgets the transfers that have finished, oldest first.
+    fn reap(&self) -> Result<()> {
+        let mut state = self.lock();
+        while let Some((transfer, _, _)) = state.pending.front() {
+            if !transfer.is_done()? {
+                break;
+            }
+            state.pending.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Queues copies between borrowed memory, after forgetting the transfers that have finished.
+    fn queue_device_copies(&self, copies: &[(DeviceRef, DeviceRef, usize)]) -> Result<()> {
+        self.reap()?;
+        copies
+            .iter()
+            .try_for_each(|&(dst, src, bytes)| self.queue_device_copy(dst, src, bytes))
+    }
+
+    /// Queues one copy between borrowed memory after the work queued so far on both owners'
+    /// streams, and makes their later work wait for it.
+    fn queue_device_copy(&self, dst: DeviceRef, src: DeviceRef, bytes: usize) -> Result<()> {
+        let backend = self.backend();
+        let (dst_buffer, src_buffer) = (
+            self.fabric.borrow(dst.1, dst.0, bytes)?,
+            self.fabric.borrow(src.1, src.0, bytes)?,
+        );
+        let mut streams = vec![self.stream(src.1, src.2)?];
+        let dst_stream = self.stream(dst.1, dst.2)?;
+        if dst_stream != streams[0] {
+            streams.push(dst_stream);
+        }
+        let marks = streams
+            .iter()
+            .map(|&s| backend.mark(s).map(|e| Owned::new(backend, e)))
+            .collect::<Result<Vec<_>>>()?;
+        let transfer = marks
+            .iter()
+            .fold(
+                self.fabric.transfer(src_buffer.all(), dst_buffer.all()),
+                |builder, mark| builder.after_event(**mark),
+            )
+            .submit()?;
+        for &stream in &streams {
+            backend.wait(stream, transfer.event())?;
+        }
+        self.lock()
+            .pending
+            .push_back((transfer, dst_buffer, src_buffer));
+        Ok(())
+    }
+
+    /// The flag blocks of the all-reduce over `devices` (made and zeroed at first use), with peer
+    /// access enabled between every two of them.
+    fn flags(&self, devices: &[usize]) -> Result<Vec<BufferId>> {
+        if let Some(flags) = self.lock().flags.get(devices) {
+            return Ok(flags.clone());
+        }
+        let backend = self.backend();
+        for &a in devices {
+            for &b in devices {
+                backend.enable_peer_access(a, b)?;
+            }
+        }
+        let zeros = vec![0; FLAG_BYTES];
+        let flags = devices
+            .iter()
+            .map(|&d| {
+                let flag = backend.alloc(Memory::Device(d), FLAG_BYTES)?;
+                backend.write(flag, 0, &zeros)?;
+                Ok(flag)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.lock().flags.insert(devices.to_vec(), flags.clone());
+        Ok(flags)
+    }
+
+    /// The kernel the cost model picks for `bytes` over `devices`.
+    fn kernel(&self, devices: &[usize], bytes: usize) -> Result<AllReduceKernel> {
+        let model = self.fabric.planner().model();
+        all_reduce::pick(model, devices, bytes as u64)
+            .map(|(kernel, _)| kernel)
+            .ok_or_else(|| {
+                Error::usage(format!(
+                    "peerlink's all-reduce needs P2P between every two of GPUs {devices:?}, and a \
+                     pair of them has none; reduce over GPUs that all reach each other"
+                ))
+            })
+    }
+
+    /// A stream of this fabric's own on `device`.
+    fn own_stream(&self, device: usize) -> Result<StreamId> {
+        if let Some(&stream) = self.lock().own_streams.get(&device) {
+            return Ok(stream);
+        }
+        let stream = self.backend().create_stream(device)?;
+        self.lock().own_streams.insert(device, stream);
+        Ok(stream)
+    }
+
+    /// Rank `device`'s scratch input of at least `bytes`, ordered after the all-reduce that last
+    /// used it (and the flags) when that ran on another stream.
+    fn scratch(&self, device: usize, bytes: usize, stream: StreamId) -> Result<BufferId> {
+        let backend = self.backend();
+        let last = self.lock().scratch.get(&device).copied();
+        let buffer = match last {
+            Some((buffer, size, last_stream)) => {
+                if last_stream != stream {
+                    let mark = Owned::new(backend, backend.mark(last_stream)?);
+                    backend.wait(stream, *mark)?;
+                }
+                if size >= bytes {
+                    buffer
+                } else {
+                    // The stream waits for the last user above, so the old buffer is idle once
+                    // this stream's earlier work is: free it after that.
+                    backend.synchronize(stream)?;
+                    backend.free(buffer)?;
+                    backend.alloc(Memory::Device(device), bytes)?
+                }
+            }
+            None => backend.alloc(Memory::Device(device), bytes)?,
+        };
+        let size = backend.len(buffer)?;
+        self.lock().scratch.insert(device, (buffer, size, stream));
+        Ok(buffer)
+    }
+
+    /// Checks the ranks of an all-reduce: 2 or more, on distinct GPUs of this fabric, `bytes` a
+    /// whole number of `dtype` elements.
+    fn check_ranks(&self, devices: &[usize], bytes: usize, dtype: DataType) -> Result<()> {
+        if devices.len() < 2 {
+            return Err(Error::usage(format!(
+                "an all-reduce takes one tensor per GPU on at least 2 GPUs; {} given",
+                devices.len()
+            )));
+        }
+        for (i, d) in devices.iter().enumerate() {
+            if devices[..i].contains(d) {
+                return Err(Error::usage(format!(
+                    "two tensors of the all-reduce are on GPU {d}; give one tensor per GPU"
+                )));
+            }
+            if !self.fabric.devices().contains(d) {
+                return Err(Error::usage(format!(
+                    "GPU {d} is not part of this fabric (GPUs {:?})",
+                    self.fabric.devices()
+                )));
+            }
+        }
+        if bytes == 0 || !bytes.is_multiple_of(dtype.size()) {
+            return Err(Error::usage(format!(
+                "an all-reduce of {dtype} takes a whole number of {}-byte elements, at least one; \
+                 the tensors hold {bytes} bytes",
+                dtype.size()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sums host buffers' bytes as `dtype` through the all-reduce on their GPUs; returns each
+    /// rank's result.
+    fn reduce_host(&self, inputs: &[(Vec<u8>, usize)], dtype: DataType) -> Result<Vec<Vec<u8>>> {
+        let backend = self.backend();
+        let devices: Vec<usize> = inputs.iter().map(|(_, d)| *d).collect();
+        let bytes = inputs[0].0.len();
+        self.check_ranks(&devices, bytes, dtype)?;
+        let kernel = self.kernel(&devices, bytes)?;
+        let flags = self.flags(&devices)?;
+        let mut held = Vec::new();
+        let mut ranks = Vec::new();
+        for (data, device) in inputs {
+            let input = Owned::new(backend, backend.alloc(Memory::Device(*device), bytes)?);
+            let output = Owned::new(backend, backend.alloc(Memory::Device(*device), bytes)?);
+            backend.write(*input, 0, data)?;
+            ranks.push(Rank {
+                stream: self.own_stream(*device)?,
+                input: *input,
+                output: *output,
+            });
+            held.push((input, output));
+        }
+        backend
+            .collectives()
+            .all_reduce(kernel, dtype, &ranks, &flags, bytes)?;
+        ranks
+            .iter()
+            .map(|rank| {
+                backend.synchronize(rank.stream)?;
+                let mut out = vec![0; bytes];
+                backend.read(rank.output, 0, &mut out)?;
+                Ok(out)
+            })
+            .collect()
+    }
+
+    /// Queues the in-place all-reduce of borrowed memory on its owners' streams: each rank's
+    /// bytes copied into its scratch input, then the kernel writing the sum back.
+    fn reduce_device(&self, ranks: &[DeviceRef], bytes: usize, dtype: DataType) -> Result<()> {
+        let backend = self.backend();
+        let devices: Vec<usize> = ranks.iter().map(|r| r.1).collect();
+        self.check_ranks(&devices, bytes, dtype)?;
+        let kernel = self.kernel(&devices, bytes)?;
+        let flags = self.flags(&devices)?;
+        let mut borrowed = Vec::new();
+        let mut queued = Vec::new();
+        for &(address, device, handle) in ranks {
+            let stream = self.stream(device, handle)?;
+            let output = Owned::new(backend, backend.borrow_memory(device, address, bytes)?);
+            let input = self.scratch(device, bytes, stream)?;
+            let copy = BufferCopy::from_start(*output, input, bytes);
+            backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+            queued.push(Rank {
+                stream,
+                input,
+                output: *output,
+            });
+            borrowed.push(output);
+        }
+        // Releasing the borrowed handles leaves the memory to its owners; the queued work runs.
+        backend
+            .collectives()
+            .all_reduce(kernel, dtype, &queued, &flags, bytes)
+    }
+
+    /// Waits for every pending transfer.
+    fn wait_all(&self) -> Result<()> {
+        let pending: Vec<_> = self.lock().pending.drain(..).collect();
+        for (transfer, _, _) in &pending {
+            transfer.wait()?;
+        }
+        Ok(())
+    }
+}
+
+/// The host time of `calls` calls of `op`, µs per call.
+fn host_time_per_call(calls: u32, mut op: impl FnMut() -> Result<()>) -> Result<f64> {
+    if calls == 0 {
+        return Err(Error::usage("time at least 1 call"));
+    }
+    let started = std::time::Instant::now();
+    for _ in 0..calls {
+        op()?;
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e6 / f64::from(calls))
+}
+
+/// Moves host bytes through the engine: each source written into a buffer on its GPU, the
+/// transfers submitted together, each destination read back.
+fn move_host_bytes(
+    fabric: &engine::Fabric,
+    copies: &[(usize, Vec<u8>, usize)],
+) -> Result<Vec<Vec<u8>>> {
+    let mut buffers = Vec::new();
+    for (dst_device, data, src_device) in copies {
+        let src = fabric.alloc(*src_device, data.len())?;
+        src.write(0, data)?;
+        buffers.push((fabric.alloc(*dst_device, data.len())?, src));
+    }
+    let transfers = buffers
+        .iter()
+        .map(|(dst, src)| fabric.transfer(src.all(), dst.all()))
+        .collect();
+    for transfer in fabric.submit_together(transfers)? {
+        transfer.wait()?;
+    }
+    buffers.iter().map(|(dst, _)| dst.to_vec()).collect()
+}
+
+/// The bytes of each source, after checking that each destination can take them.
+fn host_bytes(
+    py: Python<'_>,
+    copies: &[(HostRef, HostRef)],
+) -> PyResult<Vec<(usize, Vec<u8>, usize)>> {
+    copies
+        .iter()
+        .enumerate()
+        .map(|(i, ((dst, dst_device), (src, src_device)))| {
+            let which = if copies.len() == 1 {
+                String::new()
+            } else {
+                format!(" of pair {i}")
+            };
+            if dst.readonly() {
+                return Err(errors::usage(
+                    py,
+                    format!("the destination{which} is read-only; pass a writable buffer (a bytearray or an array)"),
+                ));
+            }
+            if dst.item_count() != src.item_count() {
+                return Err(errors::usage(
+                    py,
+                    format!(
+                        "the source{which} holds {} bytes but the destination {}; they must be equal",
+                        src.item_count(),
+                        dst.item_count()
+                    ),
+                ));
+            }
+            Ok((*dst_device, src.to_vec(py)?, *src_device))
+        })
+        .collect()
+}
+
+fn data_type(py: Python<'_>, name: &str) -> PyResult<DataType> {
+    match name {
+        "f32" => Ok(DataType::F32),
+        "bf16" => Ok(DataType::Bf16),
+        other => Err(errors::usage(
+            py,
+            format!("peerlink's all-reduce sums f32 or bf16, not `{other}`"),
+        )),
+    }
+}
+
+#[pymethods]
+impl Fabric {
+    /// A fabric over `devices` (every GPU when None) of `host`; with `resident`, a resident worker
+    /// of that many copy blocks on each GPU that sends.
+    #[new]
+    #[pyo3(signature = (host, devices = None, resident = None))]
+    fn new(
+        py: Python<'_>,
+        host: &Host,
+        devices: Option<Vec<usize>>,
+        resident: Option<u32>,
+    ) -> PyResult<Fabric> {
+        let mut builder = engine::Fabric::builder(host.backend.clone());
+        if let Some(devices) = &devices {
+            builder = builder.devices(devices);
+        }
+        if let Some(blocks) = resident {
+            builder = builder.resident(blocks);
+        }
+        Ok(Fabric {
+            fabric: py.detach(|| builder.open()).or_raise(py)?,
+            state: Mutex::default(),
+        })
+    }
+
+    /// The GPUs the fabric uses.
+    #[getter]
+    fn devices(&self) -> Vec<usize> {
+        self.fabric.devices().to_vec()
+    }
+
+    /// Copies each source's bytes into its destination through the engine, between their GPUs.
+    fn copy_host(&self, py: Python<'_>, copies: Vec<(HostRef, HostRef)>) -> PyResult<()> {
+        let moves = host_bytes(py, &copies)?;
+        let moved = py
+            .detach(|| move_host_bytes(&self.fabric, &moves))
+            .or_raise(py)?;
+        for (((dst, _), _), bytes) in copies.iter().zip(moved) {
+            dst.copy_from_slice(py, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Sums the host buffers (one per GPU) as `dtype` elements and writes the sum into each.
+    fn all_reduce_host(&self, py: Python<'_>, buffers: Vec<HostRef>, dtype: &str) -> PyResult<()> {
+        let dtype = data_type(py, dtype)?;
+        if let Some((first, _)) = buffers.first() {
+            if let Some((i, _)) = buffers
+                .iter()
+                .enumerate()
+                .find(|(_, (b, _))| b.readonly() || b.item_count() != first.item_count())
+            {
+                return Err(errors::usage(
+                    py,
+                    format!(
+                        "buffer {i} of the all-reduce is read-only or of another length than \
+                         buffer 0 ({} bytes); give writable buffers of one length",
+                        first.item_count()
+                    ),
+                ));
+            }
+        }
+        let inputs = buffers
+            .iter()
+            .map(|(b, d)| Ok((b.to_vec(py)?, *d)))
+            .collect::<PyResult<Vec<_>>>()?;
+        if inputs.is_empty() {
+            return Err(errors::usage(
+                py,
+                "an all-reduce takes one tensor per GPU on at least 2 GPUs; none given",
+            ));
+        }
+        let sums = py
+            .detach(|| self.reduce_host(&inputs, dtype))
+            .or_raise(py)?;
+        for ((buffer, _), sum) in buffers.iter().zip(sums) {
+            buffer.copy_from_slice(py, &sum)?;
+        }
+        Ok(())
+    }
+
+    /// Queues copies of `bytes` each between borrowed memory (address, GPU, stream), ordered on
+    /// both owners' streams; the host does not wait.
+    fn copy_device(
+        &self,
+        py: Python<'_>,
+        copies: Vec<(DeviceRef, DeviceRef, usize)>,
+    ) -> PyResult<()> {
+        py.detach(|| self.queue_device_copies(&copies)).or_raise(py)
+    }
+
+    /// For the Python layer's cost (python/benchmarks): queues the same copies as `copy_device`
+    /// `calls` times from Rust and returns the host time per call, µs.
+    fn time_copy_device(
+        &self,
+        py: Python<'_>,
+        copies: Vec<(DeviceRef, DeviceRef, usize)>,
+        calls: u32,
+    ) -> PyResult<f64> {
+        py.detach(|| host_time_per_call(calls, || self.queue_device_copies(&copies)))
+            .or_raise(py)
+    }
+
+    /// As `time_copy_device`, for `all_reduce_device`.
+    fn time_all_reduce_device(
+        &self,
+        py: Python<'_>,
+        ranks: Vec<DeviceRef>,
+        bytes: usize,
+        dtype: &str,
+        calls: u32,
+    ) -> PyResult<f64> {
+        let dtype = data_type(py, dtype)?;
+        py.detach(|| host_time_per_call(calls, || self.reduce_device(&ranks, bytes, dtype)))
+            .or_raise(py)
+    }
+
+    /// Queues the in-place all-reduce (sum) of borrowed memory, one rank per GPU, on the owners'
+    /// streams; the host does not wait.
+    fn all_reduce_device(
+        &self,
+        py: Python<'_>,
+        ranks: Vec<DeviceRef>,
+        bytes: usize,
+        dtype: &str,
+    ) -> PyResult<()> {
+        let dtype = data_type(py, dtype)?;
+        py.detach(|| self.reduce_device(&ranks, bytes, dtype))
+            .or_raise(py)
+    }
+
+    /// Blocks until every copy queued so far has finished.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.wait_all()).or_raise(py)
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        // Nothing can report a failure from drop: each release is tried.
+        let _ = self.wait_all();
+        let backend = self.fabric.backend().clone();
+        let state = std::mem::take(&mut *self.lock());
+        for stream in state.own_streams.values() {
+            let _ = backend.synchronize(*stream);
+            let _ = backend.destroy_stream(*stream);
+        }
+        // The owners' streams may still run all-reduces on the scratch buffers and flags below.
+        for stream in state.borrowed_streams.values() {
+            let _ = backend.synchronize(*stream);
+            let _ = backend.destroy_stream(*stream);
+        }
+        for (buffer, _, _) in state.scratch.values() {
+            let _ = backend.free(*buffer);
+        }
+        for buffer in state.flags.values().flatten() {
+            let _ = backend.free(*buffer);
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! `peerlink._native`: the Rust side of the Python package. The pure-Python `peerlink` package
+//! wraps it (tensor and buffer handling, the documents as dicts); everything here is the library's
+//! own types and serde, with the GIL released while the library works.
+
+mod errors;
+mod fabric;
+
+use errors::IntoPy;
+use peerlink::backend::{self, Backend, Choice};
+use peerlink::bench::{self, explain, progress};
+use peerlink::document;
+use peerlink::document::bench::{BenchDocument, ExplainDocument};
+use peerlink::document::topo::TopoDocument;
+use peerlink::units::{parse_size, parse_sizes};
+use pyo3::prelude::*;
+use std::sync::Arc;
+
+/// An opened backend: real GPUs, or the simulator (asked for, or fallen back to with a notice).
+#[pyclass(frozen, module = "peerlink._native")]
+struct Host {
+    backend: Arc<dyn Backend>,
+    notice: Option<String>,
+}
+
+#[pymethods]
+impl Host {
+    /// Opens the simulator with `sim` (a preset name or file), real GPUs with `gpu`, else real
+    /// GPUs when the driver is present and the simulator with a notice when not.
+    #[new]
+    #[pyo3(signature = (sim = None, gpu = false))]
+    fn new(py: Python<'_>, sim: Option<String>, gpu: bool) -> PyResult<Host> {
+        let choice = match (sim, gpu) {
+            (Some(preset), _) => Choice::Sim(preset),
+            (None, true) => Choice::Gpu,
+            (None, false) => Choice::Auto,
+        };
+        let opened = py.detach(|| backend::open(&choice)).or_raise(py)?;
+        Ok(Host {
+            backend: Arc::from(opened.backend),
+            notice: opened.notice,
+        })
+    }
+
+    /// Set when the simulator was opened because no GPU could be used: one sentence saying so.
+    #[getter]
+    fn notice(&self) -> Option<String> {
+        self.notice.clone()
+    }
+
+    /// What the backend could not find out about the host, one sentence each.
+    #[getter]
+    fn notices(&self) -> Vec<String> {
+        self.backend.notices()
+    }
+
+    /// `cuda`, or `sim:<preset>`.
+    #[getter]
+    fn source(&self) -> String {
+        self.backend.source().to_string()
+    }
+
+    #[getter]
+    fn simulated(&self) -> bool {
+        self.backend.topology().is_simulated()
+    }
+
+    /// The host's GPUs.
+    #[getter]
+    fn device_count(&self) -> usize {
+        self.backend.topology().devices.len()
+    }
+}
+
+/// `peerlink topo --json`: the document as JSON text.
+#[pyfunction]
+#[pyo3(signature = (host, devices = None))]
+fn topology_json(py: Python<'_>, host: &Host, devices: Option<Vec<usize>>) -> PyResult<String> {
+    py.detach(|| {
+        let topo = host.backend.topology();
+        let selected = topo.select(devices.as_deref())?;
+        Ok(document::to_json(&TopoDocument::new(topo, &selected)))
+    })
+    .or_raise(py)
+}
+
+/// `peerlink bench --json`: runs the tests (or the sweep, with `sizes`) and returns the document
+/// as JSON text. Sizes are written as on the command line (`8MiB`, `plateau`, `4K,64K`,
+/// `4B..1GiB`).
+#[pyfunction]
+#[pyo3(signature = (host, tests = None, devices = None, size = None, sizes = None, samples = None,
+    iterations = None, warmup = None, rotation = None))]
+#[allow(clippy::too_many_arguments)] // bench's options, one keyword each as on the command line
+fn bench_json(
+    py: Python<'_>,
+    host: &Host,
+    tests: Option<Vec<String>>,
+    devices: Option<Vec<usize>>,
+    size: Option<String>,
+    sizes: Option<String>,
+    samples: Option<u32>,
+    iterations: Option<u32>,
+    warmup: Option<u32>,
+    rotation: Option<String>,
+) -> PyResult<String> {
+    py.detach(|| {
+        let options = bench::Options {
+            tests,
+            devices,
+            size: size.as_deref().map(bench::Size::parse).transpose()?,
+            samples,
+            iterations,
+            warmup,
+            rotation: rotation.as_deref().map(bench::parse_rotation).transpose()?,
+            sizes: sizes.as_deref().map(parse_sizes).transpose()?,
+        };
+        let found = bench::run(host.backend.as_ref(), &options, &progress::Silent)?;
+        Ok(document::to_json(&BenchDocument::new(
+            host.backend.topology(),
+            found,
+        )))
+    })
+    .or_raise(py)
+}
+
+/// `peerlink explain --json`: one transfer's latency taken apart.
+#[pyfunction]
+#[pyo3(signature = (host, src, dst, size, memory = "device"))]
+fn explain_json(
+    py: Python<'_>,
+    host: &Host,
+    src: usize,
+    dst: usize,
+    size: String,
+    memory: &str,
+) -> PyResult<String> {
+    py.detach(|| {
+        let run = match memory {
+            "device" => explain::run,
+            "managed" => explain::run_managed,
+            other => {
+                return Err(peerlink::Error::usage(format!(
+                    "memory `{other}` is not a kind of memory explain knows: say `device` or \
+                     `managed`"
+                )))
+            }
+        };
+        let found = run(
+            host.backend.as_ref(),
+            src,
+            dst,
+            parse_size(&size)?,
+            &progress::Silent,
+        )?;
+        Ok(document::to_json(&ExplainDocument::new(
+            host.backend.topology(),
+            found,
+        )))
+    })
+    .or_raise(py)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Host>()?;
+    m.add_class::<fabric::Fabric>()?;
+    m.add_function(wrap_pyfunction!(topology_json, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_json, m)?)?;
+    m.add_function(wrap_pyfunction!(explain_json, m)?)?;
+    m.add(
+        "DEFAULT_COPY_BLOCKS",
+        peerlink::backend::resident::DEFAULT_COPY_BLOCKS,
+    )?;
+    Ok(())
+}

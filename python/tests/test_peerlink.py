@@ -1,0 +1,366 @@
+"""peerlink's Python package on the simulator: documents as dicts, the fabric over host buffers
+(every byte checked), errors as exceptions with the library's sentences, the GIL released."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+import types
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import peerlink
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SIM = "dgx-h100"
+
+
+def schema_of(name: str) -> dict[str, Any]:
+    text = (REPO / "docs" / "schemas" / f"peerlink.{name}-1.schema.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def assert_fits(document: dict[str, Any], name: str) -> None:
+    """The document names its schema and holds every field the published schema requires, and
+    none it does not know."""
+    schema = schema_of(name)
+    assert document["schema"] == f"peerlink.{name}/1"
+    missing = set(schema.get("required", [])) - set(document)
+    assert not missing, f"fields the schema requires are missing: {missing}"
+    unknown = set(document) - set(schema["properties"])
+    assert not unknown, f"fields the schema does not know: {unknown}"
+
+
+def cli() -> pathlib.Path:
+    for profile in ("release", "debug"):
+        binary = REPO / "target" / profile / "peerlink"
+        if binary.exists():
+            return binary
+    pytest.skip("the peerlink binary is not built (cargo build --release)")
+
+
+def pattern(length: int, seed: int) -> bytes:
+    return bytes((i * 7 + seed * 13 + i // 251) % 256 for i in range(length))
+
+
+# ---- documents -------------------------------------------------------------------------------
+
+
+def test_topology_is_the_topo_document_with_the_clis_fields() -> None:
+    document = peerlink.topology(sim=SIM)
+    assert_fits(document, "topo")
+    assert document["source"] == f"sim:{SIM}"
+    assert document["simulated"] is True
+    assert len(document["devices"]) == 8
+    shown = subprocess.run(
+        [cli(), "--sim", SIM, "topo", "--json"], check=True, capture_output=True, text=True
+    ).stdout
+    from_cli = json.loads(shown)
+    assert set(document) == set(from_cli)
+    for volatile in ("time", "commit"):
+        document.pop(volatile), from_cli.pop(volatile)
+    assert document == from_cli
+
+
+def test_topology_restricted_to_devices() -> None:
+    document = peerlink.topology([0, 3], sim=SIM)
+    assert [d["index"] for d in document["devices"]] == [0, 3]
+
+
+def test_bench_returns_the_bench_document() -> None:
+    document = peerlink.bench(["ce-write"], size="1MiB", devices=[0, 1], sim=SIM)
+    assert_fits(document, "bench")
+    assert document["simulated"] is True
+    assert [t["name"] for t in document["tests"]] == ["ce-write"]
+    assert any("SIMULATED" in note for note in document["notes"])
+
+
+def test_bench_sweep_takes_a_list_of_sizes() -> None:
+    document = peerlink.bench(["ce-write"], sizes=[4096, "64K"], devices=[0, 1], sim=SIM)
+    assert_fits(document, "bench")
+    sizes = {p["bytes"] for sweep in document["sweeps"] for p in sweep["points"]}
+    assert sizes == {4096, 65536}
+
+
+def test_explain_returns_the_explain_document() -> None:
+    document = peerlink.explain(0, 1, "64K", sim=SIM)
+    assert_fits(document, "explain")
+
+
+def test_no_gpu_falls_back_to_the_simulator_and_warns() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        document = peerlink.topology()
+    if not document["simulated"]:
+        pytest.skip("this host has a GPU")
+    assert [w.category for w in caught] == [peerlink.SimulatedHostWarning]
+    assert "SIMULATED" in str(caught[0].message)
+
+
+def test_gpu_required_without_one_is_a_no_gpu_error() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", peerlink.SimulatedHostWarning)
+        if not peerlink.topology()["simulated"]:
+            pytest.skip("this host has a GPU")
+    with pytest.raises(peerlink.NoGpuError, match=r"^no NVIDIA GPU can be used: ") as raised:
+        peerlink.topology(gpu=True)
+    assert isinstance(raised.value, RuntimeError)
+
+
+# ---- the fabric over host buffers ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fabric() -> peerlink.Fabric:
+    return peerlink.Fabric(sim=SIM)
+
+
+@pytest.mark.parametrize("length", [1, 4, 4097, 1 << 20])
+def test_copy_from_bytes_into_a_bytearray(fabric: peerlink.Fabric, length: int) -> None:
+    src = pattern(length, 1)
+    dst = bytearray(length)
+    fabric.copy_(peerlink.on(5, dst), peerlink.on(2, src))
+    assert bytes(dst) == src
+
+
+def test_copy_between_numpy_arrays_of_any_shape(fabric: peerlink.Fabric) -> None:
+    src = np.arange(3 * 1000, dtype=np.float32).reshape(3, 1000)
+    dst = np.zeros_like(src)
+    fabric.copy_(peerlink.on(1, dst), peerlink.on(0, src))
+    assert dst.tobytes() == src.tobytes()
+
+
+def test_copy_within_one_gpu(fabric: peerlink.Fabric) -> None:
+    src = pattern(10_000, 2)
+    dst = bytearray(len(src))
+    fabric.copy_(peerlink.on(3, dst), peerlink.on(3, src))
+    assert bytes(dst) == src
+
+
+def test_copy_many_moves_every_pair(fabric: peerlink.Fabric) -> None:
+    srcs = [pattern(65536 + i, i) for i in range(8)]
+    dsts = [np.zeros(len(s), dtype=np.uint8) for s in srcs]
+    fabric.copy_many_(
+        [peerlink.on((i + 1) % 8, d) for i, d in enumerate(dsts)],
+        [peerlink.on(i, s) for i, s in enumerate(srcs)],
+    )
+    for src, dst in zip(srcs, dsts):
+        assert dst.tobytes() == src
+
+
+def test_resident_fabric_copies(fabric: peerlink.Fabric) -> None:
+    with peerlink.Fabric([0, 1], resident=True, sim=SIM) as resident:
+        src = pattern(4096, 3)
+        dst = bytearray(len(src))
+        resident.copy_(peerlink.on(1, dst), peerlink.on(0, src))
+        assert bytes(dst) == src
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_all_reduce_sums_float32_arrays_in_place(fabric: peerlink.Fabric, ranks: int) -> None:
+    # Small integers: their sums are exact whatever the order of the additions.
+    inputs = [((np.arange(3000) * 5 + r * 3) % 17 - 8).astype(np.float32) for r in range(ranks)]
+    tensors = [x.copy() for x in inputs]
+    fabric.all_reduce_([peerlink.on(r, t) for r, t in enumerate(tensors)])
+    expected = np.sum(inputs, axis=0)
+    for tensor in tensors:
+        assert tensor.tobytes() == expected.tobytes()
+
+
+def test_all_reduce_of_bf16_bytes_names_its_dtype(fabric: peerlink.Fabric) -> None:
+    values = [np.arange(-8, 8, dtype=np.float32), np.full(16, 2.0, dtype=np.float32)]
+    # bfloat16 is the upper half of a float32: exact for these small integers.
+    as_bf16 = [(v.view(np.uint32) >> 16).astype(np.uint16) for v in values]
+    fabric.all_reduce_([peerlink.on(i, b) for i, b in enumerate(as_bf16)], dtype="bf16")
+    expected = ((values[0] + values[1]).view(np.uint32) >> 16).astype(np.uint16)
+    for b in as_bf16:
+        assert b.tobytes() == expected.tobytes()
+
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+def test_lengths_that_differ_are_a_usage_error(fabric: peerlink.Fabric) -> None:
+    with pytest.raises(peerlink.UsageError, match="^the source holds 2 bytes but the destination 3"):
+        fabric.copy_(peerlink.on(1, bytearray(3)), peerlink.on(0, b"ab"))
+
+
+def test_usage_errors_are_value_errors(fabric: peerlink.Fabric) -> None:
+    with pytest.raises(ValueError):
+        fabric.copy_(peerlink.on(1, b"xy"), peerlink.on(0, b"ab"))
+
+
+def test_a_read_only_destination_is_refused(fabric: peerlink.Fabric) -> None:
+    with pytest.raises(peerlink.UsageError, match="^the destination is read-only"):
+        fabric.copy_(peerlink.on(1, b"xy"), peerlink.on(0, b"ab"))
+
+
+def test_a_non_contiguous_array_is_refused(fabric: peerlink.Fabric) -> None:
+    strided = np.zeros(100, dtype=np.uint8)[::2]
+    with pytest.raises(peerlink.UsageError, match="not C-contiguous"):
+        fabric.copy_(peerlink.on(1, bytearray(50)), peerlink.on(0, strided))
+
+
+def test_a_buffer_without_a_gpu_is_refused(fabric: peerlink.Fabric) -> None:
+    with pytest.raises(peerlink.UsageError, match=r"names no GPU.*peerlink\.on"):
+        fabric.copy_(bytearray(2), peerlink.on(0, b"ab"))
+
+
+def test_a_gpu_outside_the_fabric_is_the_engines_sentence() -> None:
+    with peerlink.Fabric([0, 1], sim=SIM) as pair:
+        with pytest.raises(peerlink.UsageError, match=r"^GPU 4 is not part of this fabric"):
+            pair.copy_(peerlink.on(4, bytearray(2)), peerlink.on(0, b"ab"))
+
+
+def test_an_unknown_gpu_is_the_librarys_sentence() -> None:
+    with pytest.raises(peerlink.UsageError, match=r"GPU 9 does not exist; this host has 8 GPUs"):
+        peerlink.Fabric([9], sim=SIM)
+
+
+def test_an_unknown_preset_is_a_usage_error() -> None:
+    with pytest.raises(peerlink.UsageError, match="no-such-preset"):
+        peerlink.topology(sim="no-such-preset")
+
+
+def test_a_bad_size_is_the_librarys_sentence() -> None:
+    with pytest.raises(peerlink.UsageError, match=r"^bad size `12XB`"):
+        peerlink.bench(["ce-write"], size="12XB", sim=SIM)
+
+
+def test_all_reduce_on_one_gpu_is_refused(fabric: peerlink.Fabric) -> None:
+    with pytest.raises(peerlink.UsageError, match="at least 2 GPUs; 1 given"):
+        fabric.all_reduce_([peerlink.on(0, np.zeros(4, dtype=np.float32))])
+
+
+def test_all_reduce_without_a_dtype_is_refused(fabric: peerlink.Fabric) -> None:
+    with pytest.raises(peerlink.UsageError, match="dtype='f32'"):
+        fabric.all_reduce_([peerlink.on(0, bytearray(8)), peerlink.on(1, bytearray(8))])
+
+
+def test_device_memory_cannot_be_borrowed_on_the_simulator(fabric: peerlink.Fabric) -> None:
+    class FakeCudaArray:
+        __cuda_array_interface__ = {
+            "data": (0x7F0000000000, False),
+            "shape": (16,),
+            "typestr": "|u1",
+            "version": 3,
+        }
+
+    with pytest.raises(peerlink.UsageError, match="^the simulator has no device addresses"):
+        fabric.copy_(peerlink.on(1, FakeCudaArray()), peerlink.on(0, FakeCudaArray()))
+
+
+def test_a_closed_fabric_is_refused() -> None:
+    closed = peerlink.Fabric([0, 1], sim=SIM)
+    closed.close()
+    with pytest.raises(peerlink.UsageError, match="closed"):
+        closed.copy_(peerlink.on(1, bytearray(2)), peerlink.on(0, b"ab"))
+
+
+# ---- the GIL ---------------------------------------------------------------------------------
+
+
+def test_other_threads_run_while_a_bench_measures() -> None:
+    ticks = 0
+    done = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    started = time.monotonic()
+    try:
+        peerlink.bench(["ce-write", "sm-write"], size="64MiB", sim=SIM)
+    finally:
+        done.set()
+        counter.join()
+    elapsed = time.monotonic() - started
+    # With the GIL held for the whole bench the counter could not have run during it at all.
+    assert elapsed > 0.05, f"the bench took only {elapsed:.3f} s: too short to tell"
+    assert ticks >= 10, f"the other thread ran {ticks} times in {elapsed:.2f} s"
+
+
+# ---- PyTorch's tensors, as far as the simulator goes ---------------------------------------------
+# Without PyTorch in CI, a stand-in with the attributes peerlink reads: its checks run, and a CUDA
+# tensor reaches the backend, which on the simulator refuses to borrow device memory.
+
+
+class FakeTensor:
+    def __init__(self, device: int, nbytes: int, *, cuda: bool = True, contiguous: bool = True,
+                 dtype: str = "torch.uint8") -> None:
+        self.device_index, self.nbytes = device, nbytes
+        self.is_cuda, self.contiguous, self.dtype = cuda, contiguous, dtype
+
+    def get_device(self) -> int:
+        return self.device_index if self.is_cuda else -1
+
+    def is_contiguous(self) -> bool:
+        return self.contiguous
+
+    def data_ptr(self) -> int:
+        return 0x7F00_0000_0000 + self.device_index * (1 << 30)
+
+
+FakeTensor.__module__ = "torch"
+
+
+@pytest.fixture
+def fake_torch(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A stand-in `torch` module; the list collects the GPUs whose current stream was asked."""
+    asked: list[int] = []
+
+    def current_raw_stream(device: int) -> int:
+        asked.append(device)
+        return 0
+
+    module = types.ModuleType("torch")
+    module._C = types.SimpleNamespace(_cuda_getCurrentRawStream=current_raw_stream)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", module)
+    return asked
+
+
+def test_a_host_tensor_is_refused(fabric: peerlink.Fabric, fake_torch: list[int]) -> None:
+    with pytest.raises(peerlink.UsageError, match="^the source is a tensor in host memory"):
+        fabric.copy_(FakeTensor(1, 16), FakeTensor(0, 16, cuda=False))
+
+
+def test_a_non_contiguous_tensor_is_refused(fabric: peerlink.Fabric, fake_torch: list[int]) -> None:
+    with pytest.raises(peerlink.UsageError, match=r"^the destination is not contiguous; pass tensor\.contiguous\(\)"):
+        fabric.copy_(FakeTensor(1, 16, contiguous=False), FakeTensor(0, 16))
+
+
+def test_cuda_tensors_reach_the_backend_on_their_streams(
+    fabric: peerlink.Fabric, fake_torch: list[int]
+) -> None:
+    with pytest.raises(peerlink.UsageError, match="^the simulator has no device addresses"):
+        fabric.copy_(FakeTensor(1, 16), FakeTensor(0, 16))
+    assert sorted(fake_torch) == [0, 1]
+
+
+def test_tensors_overlapping_on_one_gpu_are_refused(
+    fabric: peerlink.Fabric, fake_torch: list[int]
+) -> None:
+    with pytest.raises(peerlink.UsageError, match="overlap in one GPU's memory"):
+        fabric.copy_(FakeTensor(2, 16), FakeTensor(2, 16))
+
+
+def test_all_reduce_takes_the_tensors_dtype(fabric: peerlink.Fabric, fake_torch: list[int]) -> None:
+    tensors = [FakeTensor(g, 64, dtype="torch.bfloat16") for g in (0, 1)]
+    # The element type is found (else the refusal would ask for dtype=), the ranks pass the
+    # checks, and the simulator refuses the first borrowed stream.
+    with pytest.raises(peerlink.UsageError, match="^the simulator has no CUDA streams"):
+        fabric.all_reduce_(tensors)
+    with pytest.raises(peerlink.UsageError, match="whole number of 4-byte elements"):
+        fabric.all_reduce_([FakeTensor(g, 6, dtype="torch.float32") for g in (0, 1)])
