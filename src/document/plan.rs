@@ -178,6 +178,24 @@ pub struct MeasuredStrategy {
     pub predicted_us: f64,
     /// Median GPU time from the transfer's start event to its end event.
     pub measured_us: f64,
+    /// A split's routes: when each was predicted to end and when it did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<MeasuredRoute>,
+    /// How far apart the split's routes ended: (latest − earliest) / latest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_spread: Option<f64>,
+}
+
+/// One route of a split, measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MeasuredRoute {
+    #[serde(flatten)]
+    pub route: RouteName,
+    pub bytes: u64,
+    /// When the planner predicted the route to end, µs from the transfer's start.
+    pub predicted_us: f64,
+    /// When its last operation ended, GPU time from the transfer's start (median), µs.
+    pub measured_end_us: f64,
 }
 
 /// One plain copy-engine copy queued straight on the backend: what a user writes without
@@ -203,6 +221,17 @@ impl Proof {
                     chunk_bytes: with_chunks.then_some(t.chunk_bytes),
                     predicted_us: t.predicted_us,
                     measured_us: t.measured_us,
+                    routes: t
+                        .routes
+                        .iter()
+                        .map(|r| MeasuredRoute {
+                            route: r.route.into(),
+                            bytes: r.bytes,
+                            predicted_us: r.predicted_us,
+                            measured_end_us: r.measured_us,
+                        })
+                        .collect(),
+                    route_spread: t.route_spread(),
                 })
                 .collect(),
             best: point.best,

@@ -5,7 +5,7 @@ use super::export::Records;
 use super::table::plain;
 use crate::bench::proof::batch::BatchTiming;
 use crate::bench::proof::concurrent;
-use crate::bench::proof::sweep::Point;
+use crate::bench::proof::sweep::{Point, StrategyTiming, BALANCE_TOLERANCE};
 use crate::document::plan::{
     BatchView, ConcurrentView, PlanBatchDocument, PlanDocument, PlanSweepDocument, PlanView,
     Predicted, SweepView,
@@ -299,10 +299,45 @@ pub fn text(view: &PlanView<'_>) -> String {
     for (strategy, why) in view.unusable {
         let _ = writeln!(out, "not usable: {strategy} — {why}");
     }
+    if let Some(split) = point.and_then(|p| p.timing(Strategy::Split)) {
+        route_lines(&mut out, split);
+    }
     if let Some(point) = point {
         proof_lines(&mut out, view.source, point);
     }
     out
+}
+
+/// When each route of the measured split ended against its prediction, and whether they ended
+/// together.
+fn route_lines(out: &mut String, split: &StrategyTiming) {
+    let Some(spread) = split.route_spread() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\nsplit's routes (GPU time from the transfer's start, median):"
+    );
+    for r in &split.routes {
+        let _ = writeln!(
+            out,
+            "  {:<26} {:>12}  predicted {:>10.1} µs  ended {:>10.1} µs",
+            r.route.to_string(),
+            format_bytes(r.bytes),
+            r.predicted_us,
+            r.measured_us
+        );
+    }
+    let verdict = if spread > BALANCE_TOLERANCE {
+        format!(
+            "unbalanced (more than {:.0}%): the bytes could be divided better; `peerlink tune` \
+             measures the host route's pace beside a direct copy",
+            BALANCE_TOLERANCE * 100.0
+        )
+    } else {
+        format!("balanced (within {:.0}%)", BALANCE_TOLERANCE * 100.0)
+    };
+    let _ = writeln!(out, "  ended {:.1}% apart: {verdict}", spread * 100.0);
 }
 
 /// A plan's tables: every strategy's prediction (the pick first) with, after `--prove`, its

@@ -283,6 +283,7 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
         load_latency_ns: gpu_latency.load_ns,
         resident_load_latency_ns: gpu_latency.resident_load_ns,
         signal_us: gpu_latency.signal_us,
+        host_copy_beside_peer: None,
     };
     let switches = pcie_switches(topology);
     let devices = topology
