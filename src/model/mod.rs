@@ -70,6 +70,37 @@ impl IssueCosts {
     }
 }
 
+/// How the host-staged route is priced beside a direct copy of the same split.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BesideDirect {
+    /// No measurement: its device → host hop at [`defaults::BESIDE_DIRECT_RATE_FRACTION`] of its
+    /// rate and [`defaults::BESIDE_DIRECT_CHUNK_US`] more per chunk, as the first split on the H200
+    /// pair ran (an estimate for any other host or executor).
+    Estimate,
+    /// Every hop at `pace` of its rate and its per-chunk cost over `pace`, measured on the pair
+    /// `on` (`tune`).
+    Measured { pace: f64, on: (usize, usize) },
+}
+
+impl std::fmt::Display for BesideDirect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BesideDirect::Estimate => write!(
+                f,
+                "estimated pace (device → host at {:.3} of its rate, +{} µs a chunk; no measured \
+                 profile figure)",
+                defaults::BESIDE_DIRECT_RATE_FRACTION,
+                defaults::BESIDE_DIRECT_CHUNK_US
+            ),
+            BesideDirect::Measured { pace, on } => write!(
+                f,
+                "measured pace {pace:.3} of alone (GPU {} → GPU {})",
+                on.0, on.1
+            ),
+        }
+    }
+}
+
 /// One kind of operation between two places, the unit the model prices.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
@@ -146,6 +177,9 @@ pub struct CostModel {
     issue: IssueCosts,
     /// Measured lone operations of direct hops (see [`CostModel::lone_us`]).
     lone: HashMap<Hop, f64>,
+    /// The host route's measured pace beside a direct copy, per ordered pair (see
+    /// [`CostModel::beside_direct`]).
+    beside_direct: HashMap<(usize, usize), f64>,
     /// Where the figures came from, in words (shown by `plan`).
     origin: String,
     /// What each GPU's pairs add up to, made on first use (after a profile's costs are in).
@@ -172,6 +206,7 @@ impl CostModel {
             graph_node_us: defaults::GRAPH_NODE_US,
             issue: defaults::ISSUE,
             lone: HashMap::new(),
+            beside_direct: HashMap::new(),
             origin: "topology defaults (published figures; no measured profile)".into(),
             ports: OnceLock::new(),
         }
@@ -214,6 +249,11 @@ impl CostModel {
             model.issue = issue;
         }
         model.lone = profile.lone.iter().map(|l| (l.hop, l.lone_us)).collect();
+        model.beside_direct = profile
+            .beside_direct
+            .iter()
+            .map(|b| ((b.src, b.dst), b.pace))
+            .collect();
         model.origin = format!("measured profile ({})", profile.describe());
         Ok(model)
     }
@@ -255,6 +295,31 @@ impl CostModel {
                 .copied()
                 .unwrap_or(queued + cost.alpha_us),
         )
+    }
+
+    /// How the host-staged route from `src` to `dst` is priced while a direct copy-engine copy
+    /// runs beside it (a split): at the pace measured for the pair; else at the pace measured for
+    /// another pair of this host (their copy engines and PCIe links alike); else the estimate.
+    pub fn beside_direct(&self, src: usize, dst: usize) -> BesideDirect {
+        if let Some(&pace) = self.beside_direct.get(&(src, dst)) {
+            return BesideDirect::Measured {
+                pace,
+                on: (src, dst),
+            };
+        }
+        self.beside_direct
+            .iter()
+            .min_by_key(|(pair, _)| **pair)
+            .map_or(BesideDirect::Estimate, |(&on, &pace)| {
+                BesideDirect::Measured { pace, on }
+            })
+    }
+
+    /// The same model with the host route from `src` to `dst` priced at `pace` beside a direct
+    /// copy (what `tune` tries while it looks for the measured pace).
+    pub fn with_beside_direct(mut self, src: usize, dst: usize, pace: f64) -> Self {
+        self.beside_direct.insert((src, dst), pace);
+        self
     }
 
     /// What queuing work costs the CPU.

@@ -36,6 +36,25 @@ pub struct Lone {
     pub lone_us: f64,
 }
 
+/// The host-staged route's pace beside a direct copy, measured on one ordered pair: `tune` runs a
+/// split of NVLink (or another direct path) and the host route, times when the host route ends,
+/// and finds the pace at which the cost model's host route ends then.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BesideDirect {
+    pub src: usize,
+    pub dst: usize,
+    /// The host route's pace beside a direct copy-engine copy from `src`, as a fraction of its
+    /// pace alone: the planner prices each of its hops at this fraction of the hop's rate and its
+    /// per-chunk cost divided by it.
+    pub pace: f64,
+    /// The split it was measured on: its bytes, the host route's share and chunk size, and when
+    /// that route ended (GPU µs from the split's start, median).
+    pub split_bytes: u64,
+    pub host_bytes: u64,
+    pub chunk_bytes: u64,
+    pub host_end_us: f64,
+}
+
 /// Measured costs of one host (`tune` writes it, `plan --profile` reads it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Profile {
@@ -56,6 +75,9 @@ pub struct Profile {
     /// that back-to-back operations (and so the hops' α) hide.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lone: Vec<Lone>,
+    /// The host-staged route's pace beside a direct copy, where measured (per ordered pair).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside_direct: Vec<BesideDirect>,
     /// The UTC date of the measurement (`YYYY-MM-DD`), where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_on: Option<String>,
@@ -69,6 +91,7 @@ impl_document!(Profile, "peerlink.profile/1", |profile| {
     vec![
         Records::of("hops", &profile.hops),
         Records::of("lone", &profile.lone),
+        Records::of("beside_direct", &profile.beside_direct),
         Records::of("issue", &Vec::from_iter(&profile.issue)),
     ]
 });
@@ -84,6 +107,7 @@ impl Profile {
             graph_node_us: None,
             issue: None,
             lone: Vec::new(),
+            beside_direct: Vec::new(),
             measured_on: None,
             notes: Vec::new(),
         }
@@ -201,6 +225,19 @@ impl Profile {
                 return Err(why);
             }
         }
+        for b in &self.beside_direct {
+            if let Some(&gpu) = [b.src, b.dst].iter().find(|&&d| d >= n) {
+                return Err(format!(
+                    "beside_direct names GPU {gpu} but the profile lists {n} GPUs"
+                ));
+            }
+            if !(b.pace.is_finite() && b.pace > 0.0 && b.pace < MAX_PACE) {
+                return Err(format!(
+                    "beside_direct {}→{} has pace {}; it must be > 0 and below {MAX_PACE}",
+                    b.src, b.dst, b.pace
+                ));
+            }
+        }
         for (name, value) in [
             ("batch_message_us", self.batch_message_us),
             ("graph_node_us", self.graph_node_us),
@@ -215,6 +252,10 @@ impl Profile {
         Ok(())
     }
 }
+
+/// A pace this far above the model's route alone would be a measurement gone wrong, not a route
+/// that runs faster beside a direct copy than on its own.
+pub const MAX_PACE: f64 = 4.0;
 
 /// Ok where `path` (given as `flag`) can be written: it names a file, not a directory or a device,
 /// in a directory that exists and takes new files. Checked before measuring, so that a long
