@@ -7,15 +7,26 @@ use crate::document::bench::BenchDocument;
 use crate::document::compare::compare;
 use crate::model::CostModel;
 use crate::topology::Link;
+use std::sync::Arc;
 
-fn tuned(preset: &str, devices: Option<Vec<usize>>, latencies: bool) -> (SimBackend, Measurements) {
-    let sim = SimBackend::open(preset).unwrap();
+/// `tune` on `sim`, which it shares with the engine it runs splits on.
+fn tune_on(sim: &Arc<SimBackend>, options: &Options) -> Measurements {
+    let shared: Arc<dyn crate::backend::Backend> = sim.clone();
+    run(&shared, options, &Silent).unwrap()
+}
+
+fn tuned(
+    preset: &str,
+    devices: Option<Vec<usize>>,
+    latencies: bool,
+) -> (Arc<SimBackend>, Measurements) {
+    let sim = Arc::new(SimBackend::open(preset).unwrap());
     let options = Options {
         devices,
         quick: true,
         latencies,
     };
-    let m = run(&sim, &options, &Silent).unwrap();
+    let m = tune_on(&sim, &options);
     (sim, m)
 }
 
@@ -310,7 +321,7 @@ fn exported_bench_matches(preset: &str) {
         let report = crate::bench::run(backend, &options, &Silent).unwrap();
         BenchDocument::new(backend.topology(), report)
     };
-    let (was, now) = (bench(&sim), bench(&exported));
+    let (was, now) = (bench(&*sim), bench(&exported));
     let c = compare(&was, &now, preset, "exported");
     assert!(c.unmatched.is_empty(), "{:?}", c.unmatched);
     let tests: std::collections::BTreeSet<&str> = c.pairs.iter().map(|p| p.test.as_str()).collect();
@@ -398,13 +409,13 @@ fn the_exported_simulator_reproduces_the_resident_pointer_chase() {
         .as_mut()
         .expect("an NVLink pair")
         .resident_load_latency_ns = Some(500.0);
-    let sim = SimBackend::from_preset(&preset);
+    let sim = Arc::new(SimBackend::from_preset(&preset));
     let options = Options {
         devices: None,
         quick: true,
         latencies: true,
     };
-    let m = run(&sim, &options, &Silent).unwrap();
+    let m = tune_on(&sim, &options);
     let l = m.latencies.expect("latencies measured");
     assert!(close(l.local.resident_load_ns, 250.0, 0.01), "{l:?}");
     let nvlink = l.nvlink.expect("the NVLink pair");
@@ -436,7 +447,7 @@ fn the_exported_simulator_reproduces_the_resident_pointer_chase() {
             .map(|t| t.cells[0].value)
             .collect::<Vec<f64>>()
     };
-    let (host, model) = (chases(&sim), chases(&SimBackend::from_preset(&exported)));
+    let (host, model) = (chases(&*sim), chases(&SimBackend::from_preset(&exported)));
     assert!(
         close(host[1], 500.0, 0.01),
         "the host's resident chase: {host:?}"
@@ -447,4 +458,58 @@ fn the_exported_simulator_reproduces_the_resident_pointer_chase() {
             "{host:?} against the exported {model:?}"
         );
     }
+}
+
+#[test]
+fn the_host_routes_pace_beside_nvlink_is_measured_and_the_split_then_ends_together() {
+    use crate::bench::proof::sweep::BALANCE_TOLERANCE;
+    use crate::engine::{Fabric, Strategy};
+    let (sim, m) = tuned("h200-pair", None, false);
+    let pairs: Vec<(usize, usize)> = m.split_paces.iter().map(|p| (p.src, p.dst)).collect();
+    assert_eq!(pairs, vec![(0, 1), (1, 0)]);
+    // The same host without the slowdown beside NVLink: the preset slows the host route's
+    // device → host copies to 0.885 of their rate there, and the measured pace follows.
+    let mut unslowed = Preset::load("h200-pair").unwrap();
+    unslowed.gpu.host_copy_beside_peer = None;
+    let alone = tune_on(
+        &Arc::new(SimBackend::from_preset(&unslowed)),
+        &Options {
+            devices: None,
+            quick: true,
+            latencies: false,
+        },
+    );
+    for (p, q) in m.split_paces.iter().zip(&alone.split_paces) {
+        let slowdown = p.kept() / q.kept();
+        assert!((0.8..0.95).contains(&slowdown), "{p:#?} against {q:#?}");
+        // Planned at the estimate the routes end apart (the host route early); planned at the
+        // measured pace they end together.
+        assert!(p.first.spread > BALANCE_TOLERANCE, "{p:#?}");
+        let check = p.check.as_ref().expect("the split planned at the pace");
+        assert!(check.spread <= BALANCE_TOLERANCE, "{p:#?}");
+    }
+    // The profile keeps each pair's pace, and reads back as it was written.
+    let profile = m.profile(sim.topology());
+    let kept: Vec<f64> = profile.beside_direct.iter().map(|b| b.pace).collect();
+    let measured: Vec<f64> = m.split_paces.iter().map(|p| p.kept()).collect();
+    assert_eq!(kept, measured);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile.json");
+    profile.save(&path).unwrap();
+    assert_eq!(Profile::load(&path).unwrap(), profile);
+    // A fabric planning from the profile divides a split so that its routes end together.
+    let model = CostModel::from_profile(sim.topology(), &profile).unwrap();
+    let shared: Arc<dyn crate::backend::Backend> = sim.clone();
+    let fabric = Fabric::builder(shared).model(model).open().unwrap();
+    let len = 128 << 20;
+    let (from, to) = (fabric.alloc(0, len).unwrap(), fabric.alloc(1, len).unwrap());
+    let t = fabric
+        .transfer(from.all(), to.all())
+        .strategy(Strategy::Split)
+        .timed()
+        .submit()
+        .unwrap();
+    let ends: Vec<f64> = t.route_ends().unwrap().iter().map(|e| e.end_us).collect();
+    let spread = crate::bench::proof::sweep::route_spread(ends.clone()).unwrap();
+    assert!(spread <= BALANCE_TOLERANCE, "{ends:?}");
 }
