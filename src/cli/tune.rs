@@ -3,10 +3,10 @@
 use super::args::{Global, TuneArgs};
 use anyhow::Result;
 use peerlink::backend::sim::Preset;
+use peerlink::backend::Backend;
 use peerlink::bench::tune;
 use peerlink::model::profile::{check_destination, write_atomically};
 use peerlink::report;
-use peerlink::backend::Backend;
 use std::path::Path;
 use std::sync::Arc;
 

@@ -975,22 +975,13 @@ impl<'h> Lane<'h> {
         }
     }
 
-    /// Prices the route at its pace beside a direct copy-engine copy from the source: measured,
-    /// every hop at that pace; else the estimate for the first hop, issued on the source GPU.
+    /// Prices the first hop, issued on the source GPU, as it runs beside a direct copy-engine copy
+    /// there: measured, or the estimate.
     fn beside_direct_copy(&mut self, pricing: BesideDirect) {
-        match pricing {
-            BesideDirect::Measured { pace, .. } => {
-                for c in &mut self.costs {
-                    c.beta_gbps *= pace;
-                    c.alpha_us /= pace;
-                }
-            }
-            BesideDirect::Estimate => {
-                let first = &mut self.costs[0];
-                first.beta_gbps *= defaults::BESIDE_DIRECT_RATE_FRACTION;
-                first.alpha_us += defaults::BESIDE_DIRECT_CHUNK_US;
-            }
-        }
+        let (rate_fraction, chunk_us) = pricing.figures();
+        let first = &mut self.costs[0];
+        first.beta_gbps *= rate_fraction;
+        first.alpha_us = (first.alpha_us + chunk_us).max(0.0);
     }
 
     fn is_pipeline(&self) -> bool {
@@ -1388,11 +1379,9 @@ mod tests {
         profile.beside_direct = vec![crate::model::profile::BesideDirect {
             src: 0,
             dst: 1,
-            pace: 1.0,
-            split_bytes: 256 * MIB,
-            host_bytes: 22 * MIB,
-            chunk_bytes: 4 * MIB,
-            host_end_us: 560.0,
+            rate_fraction: 1.0,
+            chunk_us: 0.0,
+            splits: Vec::new(),
         }];
         let measured = CostModel::from_profile(&topology, &profile).unwrap();
         // The pair's own figure, and the other direction takes it for want of its own.
@@ -1400,16 +1389,17 @@ mod tests {
             assert_eq!(
                 measured.beside_direct(src, dst),
                 BesideDirect::Measured {
-                    pace: 1.0,
+                    rate_fraction: 1.0,
+                    chunk_us: 0.0,
                     on: (0, 1)
                 }
             );
         }
-        // At its alone pace the host route carries more than the estimate (which slows it) lets
-        // it; at a slower pace, less; and the model's host route ends where the plan says.
+        // Unslowed the host route carries more than the estimate (which slows it) lets it; slower,
+        // less; and the model's host route ends where the plan says.
         let (at_estimate, _) = host_share(estimate.clone());
         let (alone, plan) = host_share(measured.clone());
-        let (slow, _) = host_share(measured.clone().with_beside_direct(0, 1, 0.7));
+        let (slow, _) = host_share(measured.clone().with_beside_direct(0, 1, 0.7, 5.0));
         assert!(
             alone > at_estimate && at_estimate > slow,
             "{alone} {at_estimate} {slow}"
@@ -1420,7 +1410,10 @@ mod tests {
             .unwrap();
         let mut lane = Lane::new(Route::Host, &h, plan.chunk_bytes);
         lane.beside_direct_copy(measured.beside_direct(0, 1));
-        assert_eq!(lane.costs, h.costs, "a pace of 1 prices the route as alone");
+        assert_eq!(
+            lane.costs, h.costs,
+            "unslowed, the route is priced as alone"
+        );
         assert!(host.predicted_us > 0.95 * plan.predicted_us, "{plan:?}");
     }
 

@@ -36,22 +36,32 @@ pub struct Lone {
     pub lone_us: f64,
 }
 
-/// The host-staged route's pace beside a direct copy, measured on one ordered pair: `tune` runs a
-/// split of NVLink (or another direct path) and the host route, times when the host route ends,
-/// and finds the pace at which the cost model's host route ends then.
+/// The host-staged route beside a direct copy, measured on one ordered pair: `tune` runs splits
+/// of the direct copy-engine route and the host route at two sizes, times when the host route ends,
+/// and fits the two figures with which the cost model's host route ends then. They replace the
+/// planner's estimate ([`super::defaults::BESIDE_DIRECT_RATE_FRACTION`] and
+/// [`super::defaults::BESIDE_DIRECT_CHUNK_US`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BesideDirect {
     pub src: usize,
     pub dst: usize,
-    /// The host route's pace beside a direct copy-engine copy from `src`, as a fraction of its
-    /// pace alone: the planner prices each of its hops at this fraction of the hop's rate and its
-    /// per-chunk cost divided by it.
-    pub pace: f64,
-    /// The split it was measured on: its bytes, the host route's share and chunk size, and when
-    /// that route ended (GPU µs from the split's start, median).
+    /// The host route's first hop (device → host on the source, whose copy engines also run the
+    /// direct copy) moves its bytes at this fraction of its rate alone.
+    pub rate_fraction: f64,
+    /// And each of its chunks costs this much more, µs (below 0 where the route ran faster than
+    /// the model prices it alone).
+    pub chunk_us: f64,
+    /// The splits the figures were fitted to.
+    pub splits: Vec<HostRouteEnd>,
+}
+
+/// When the host route of one measured split ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HostRouteEnd {
     pub split_bytes: u64,
     pub host_bytes: u64,
     pub chunk_bytes: u64,
+    /// GPU µs from the split's start until the host route's last chunk ended (median).
     pub host_end_us: f64,
 }
 
@@ -231,10 +241,15 @@ impl Profile {
                     "beside_direct names GPU {gpu} but the profile lists {n} GPUs"
                 ));
             }
-            if !(b.pace.is_finite() && b.pace > 0.0 && b.pace < MAX_PACE) {
+            if !(b.rate_fraction.is_finite()
+                && b.rate_fraction > 0.0
+                && b.rate_fraction < MAX_RATE_FRACTION
+                && b.chunk_us.abs() < MAX_CHUNK_US)
+            {
                 return Err(format!(
-                    "beside_direct {}→{} has pace {}; it must be > 0 and below {MAX_PACE}",
-                    b.src, b.dst, b.pace
+                    "beside_direct {}→{} has rate_fraction {} and chunk_us {}; the fraction must be \
+                     > 0 and below {MAX_RATE_FRACTION}, the chunk cost within ±{MAX_CHUNK_US} µs",
+                    b.src, b.dst, b.rate_fraction, b.chunk_us
                 ));
             }
         }
@@ -253,9 +268,11 @@ impl Profile {
     }
 }
 
-/// A pace this far above the model's route alone would be a measurement gone wrong, not a route
+/// A rate this far above the model's route alone would be a measurement gone wrong, not a route
 /// that runs faster beside a direct copy than on its own.
-pub const MAX_PACE: f64 = 4.0;
+pub const MAX_RATE_FRACTION: f64 = 4.0;
+/// Likewise a chunk cost this far from the model's (a chunk through the host takes tens of µs).
+pub const MAX_CHUNK_US: f64 = 1000.0;
 
 /// Ok where `path` (given as `flag`) can be written: it names a file, not a directory or a device,
 /// in a directory that exists and takes new files. Checked before measuring, so that a long

@@ -161,8 +161,8 @@ pub struct Measurements {
     pub batch_message_us: f64,
     /// Measured only when asked for ([`Options::latencies`]).
     pub latencies: Option<Latencies>,
-    /// The host route's pace beside a direct copy, on the pairs whose split takes both.
-    pub split_paces: Vec<beside::SplitPace>,
+    /// The host route beside a direct copy, on the pairs whose split takes both.
+    pub splits: Vec<beside::SplitFit>,
     /// How the figures were taken and what could not be measured, one sentence each.
     pub notes: Vec<String>,
 }
@@ -209,19 +209,14 @@ impl Measurements {
         profile.issue = Some(self.issue);
         profile.lone = self.lone.clone();
         profile.beside_direct = self
-            .split_paces
+            .splits
             .iter()
-            .map(|p| {
-                let (host_bytes, chunk_bytes, host_end_us) = p.host_run();
-                BesideDirect {
-                    src: p.src,
-                    dst: p.dst,
-                    pace: p.kept(),
-                    split_bytes: p.bytes,
-                    host_bytes,
-                    chunk_bytes,
-                    host_end_us,
-                }
+            .map(|s| BesideDirect {
+                src: s.src,
+                dst: s.dst,
+                rate_fraction: s.kept().rate_fraction,
+                chunk_us: s.kept().chunk_us,
+                splits: s.fitted_to(),
             })
             .collect();
         profile.measured_on = Some(self.measured_on.clone());
@@ -441,14 +436,14 @@ pub fn run(
         graph_node_us: graph.node_us,
         batch_message_us,
         latencies,
-        split_paces: Vec::new(),
+        splits: Vec::new(),
         notes,
     };
     // The split is planned with every cost measured so far, as a profile would price it.
     if measured.devices.len() > 1 {
         let model = CostModel::from_profile(topo, &measured.profile(topo))?;
-        let (paces, notes) = beside::measure(shared, &model, &measured.devices, progress)?;
-        measured.split_paces = paces;
+        let (fits, notes) = beside::measure(shared, &model, &measured.devices, progress)?;
+        measured.splits = fits;
         measured.notes.extend(notes);
     }
     Ok(measured)
