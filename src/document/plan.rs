@@ -10,6 +10,7 @@ use crate::bench::proof::batch::{BatchReport, BatchTiming};
 use crate::bench::proof::concurrent;
 use crate::bench::proof::sweep::{Point, Report};
 use crate::engine::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
+use crate::model::BesideDirect;
 use crate::topology::{Source, Topology};
 use crate::units::gbps;
 use schemars::JsonSchema;
@@ -27,6 +28,8 @@ pub struct PlanView<'a> {
     pub proof: Option<&'a Report>,
     /// Between hosts: the way through the NICs, in words.
     pub network: Option<String>,
+    /// A split over a direct copy and the host route: how the host route is priced beside it.
+    pub host_pricing: Option<BesideDirect>,
 }
 
 /// The engine benchmark over a size sweep.
@@ -78,6 +81,10 @@ pub struct PlanDocument {
     /// Every strategy run on the backend at this size (`--prove`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<Proof>,
+    /// A split over a direct copy and the host route: how the host route is priced beside the
+    /// direct copy, and whether that was measured or is an estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_route_beside_direct: Option<String>,
 }
 
 impl_document!(PlanDocument, "peerlink.plan/1", crate::report::plan::tables);
@@ -275,6 +282,7 @@ impl PlanDocument {
                 .proof
                 .and_then(|r| r.points.first())
                 .map(|point| Proof::new(point, false)),
+            host_route_beside_direct: view.host_pricing.map(|p| p.to_string()),
         }
     }
 }
@@ -515,6 +523,7 @@ pub(crate) mod tests {
                 unusable: &unusable,
                 proof: None,
                 network: None,
+                host_pricing: None,
             },
         );
         let json = serde_json::to_value(&doc).unwrap();

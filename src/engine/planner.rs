@@ -697,6 +697,16 @@ impl Planner {
         }
     }
 
+    /// How the host route of `plan` is priced beside its direct copy: `None` unless `plan` is a
+    /// split over both (what `plan` labels beside that route).
+    pub fn host_beside_direct(&self, plan: &Plan) -> Option<BesideDirect> {
+        let has = |route| plan.paths.iter().any(|p| p.route == route);
+        (plan.strategy == Strategy::Split
+            && has(Route::Host)
+            && has(Route::Direct(CopyMethod::CopyEngine)))
+        .then(|| self.model.beside_direct(plan.src, plan.dst))
+    }
+
     /// When each route of `plan` (a split, its bytes already divided) would end as this planner
     /// prices the routes, in the order of `plan.paths`; `None` where a route of it is not one this
     /// planner would split over. `tune` sets these beside the ends it measures.

@@ -54,7 +54,8 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
         out,
         "each strategy's GPU time (median, every byte verified); regret = pick / fastest − 1; plain \
          = one cudaMemcpyAsync with no engine (GPU time); engine vs plain = the engine's \
-         call-to-completion time against the plain copy's, in %\n"
+         call-to-completion time against the plain copy's, in %; split's routes apart = (latest \
+         − earliest) / latest of its routes' measured ends\n"
     );
     let mut strategies: Vec<Strategy> = r
         .points
@@ -66,7 +67,15 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
     strategies.dedup();
     let mut header = vec!["size".to_string(), "pick".to_string()];
     header.extend(strategies.iter().map(|s| format!("{s} µs")));
-    header.extend(["plain µs", "regret", "engine vs plain"].map(String::from));
+    header.extend(
+        [
+            "plain µs",
+            "regret",
+            "engine vs plain",
+            "split's routes apart",
+        ]
+        .map(String::from),
+    );
     let mut table = plain(header);
     for p in &r.points {
         let mut row = vec![format_bytes(p.bytes), p.pick.to_string()];
@@ -79,6 +88,11 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
         row.push(format!("{:.1}", p.raw.gpu_us));
         row.push(format!("{:.1}%", p.regret * 100.0));
         row.push(format!("{:+.1}%", p.overhead() * 100.0));
+        row.push(
+            p.timing(Strategy::Split)
+                .and_then(StrategyTiming::route_spread)
+                .map_or_else(|| "—".to_string(), |s| format!("{:.1}%", s * 100.0)),
+        );
         table.add_row(row);
     }
     for column in table.column_iter_mut().skip(2) {
@@ -260,6 +274,9 @@ pub fn text(view: &PlanView<'_>) -> String {
             format_bytes(p.bytes),
             p.predicted_us
         );
+    }
+    if let Some(pricing) = view.host_pricing {
+        let _ = writeln!(out, "  the host route beside the direct copy: {pricing}");
     }
     let point = view.proof.and_then(|r| r.points.first());
     let mut header = vec![
@@ -443,6 +460,7 @@ mod tests {
             unusable: &unusable,
             proof: None,
             network: None,
+            host_pricing: None,
         });
         assert!(text.starts_with("*** SIMULATED"), "{text}");
         assert!(text.contains("pick: split"), "{text}");
