@@ -3,6 +3,7 @@
 
 use super::export::Records;
 use super::table::plain;
+use crate::backend::CopyMethod;
 use crate::bench::proof::batch::BatchTiming;
 use crate::bench::proof::concurrent;
 use crate::bench::proof::sweep::{Point, StrategyTiming, BALANCE_TOLERANCE};
@@ -10,7 +11,7 @@ use crate::document::plan::{
     BatchView, ConcurrentView, PlanBatchDocument, PlanDocument, PlanSweepDocument, PlanView,
     Predicted, SweepView,
 };
-use crate::engine::Strategy;
+use crate::engine::{Route, Strategy};
 use crate::topology::Source;
 use crate::units::{format_bytes, gbps};
 use comfy_table::CellAlignment;
@@ -345,10 +346,16 @@ fn route_lines(out: &mut String, split: &StrategyTiming) {
             r.measured_us
         );
     }
+    let has = |route| split.routes.iter().any(|r| r.route == route);
     let verdict = if spread > BALANCE_TOLERANCE {
+        let tune = if has(Route::Host) && has(Route::Direct(CopyMethod::CopyEngine)) {
+            "; `peerlink tune` measures how the host route runs beside the direct copy, and a \
+             profile from it divides the bytes by that"
+        } else {
+            ""
+        };
         format!(
-            "unbalanced (more than {:.0}%): the bytes could be divided better; `peerlink tune` \
-             measures the host route's pace beside a direct copy",
+            "unbalanced (more than {:.0}%: the routes that ended first could have carried more){tune}",
             BALANCE_TOLERANCE * 100.0
         )
     } else {

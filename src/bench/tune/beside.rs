@@ -183,13 +183,16 @@ pub fn measure(
     progress.finish();
     notes.push(format!(
         "the host route beside a direct copy: splits of {} over the direct copy and the host route, \
-         run {} times each on the engine (median, every byte verified), each route's end timed on \
+         run {} each on the engine (median, every byte verified), each route's end timed on \
          the source GPU; the host route's first-hop rate fraction and extra µs per chunk are \
          fitted so that the model's host route ends when it was measured to at both sizes; the \
          splits are then planned with them and run again, and where their routes end more than \
          {:.0}% apart the figures are fitted once more to those runs",
         sizes.map(format_bytes).join(" and "),
-        runs.runs,
+        match runs.runs {
+            1 => "once".to_string(),
+            n => format!("{n} times"),
+        },
         BALANCE_TOLERANCE * 100.0
     ));
     Ok((fits, notes))
