@@ -4,9 +4,9 @@
 # the GPU tests' log under $1 (default: $OUT, the device tool's output folder), packed into results.tgz.
 set -uo pipefail
 dest=${1:-${OUT:?give an output folder}}
-# Which parts to run (default: all but readwrite, split, resident, processes and python): smi topo
-# doctor tests bench check sweep explain managed engine tune torch concurrent workload
-# torch-allreduce readwrite split resident processes python
+# Which parts to run (default: all but readwrite, split, split-tuned, resident, processes and
+# python): smi topo doctor tests bench check sweep explain managed engine tune torch concurrent
+# workload torch-allreduce readwrite split split-tuned resident processes python
 steps=${STEPS:-smi topo doctor tests bench check sweep explain managed engine tune torch concurrent workload torch-allreduce}
 # How many separate default bench processes to record (bench.json, then bench-2.json, …): three
 # show whether the latency medians hold still from run to run.
@@ -243,6 +243,30 @@ done
 $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB >"$work/split-engine-sweep.txt" 2>&1
 fi
 
+if want split-tuned; then
+step "the split planned from a profile that measured the host route beside NVLink (issue 11.6)"
+# tune runs splits at 256 MiB and 1 GiB and fits how the host route runs beside the direct copy (its
+# table says where each route ended, planned with the estimate and with the fit); the engine's
+# proofs then plan from that profile: each route's end (within 3% is balanced), one way and both
+# ways, and the engine sweep's regret at every size.
+{ time $bin --gpu tune --out "$work/profile-split.json" >"$work/tune-split.txt" 2>&1; } \
+    2>"$work/tune-split.time"
+gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture a_timed_split_tells_when_each_route_ended \
+    >"$work/split-route-ends.log" 2>&1
+echo "gpu tests exit: $?" >>"$work/split-route-ends.log"
+tuned=(--profile "$work/profile-split.json")
+for size in 256MiB 1GiB; do
+    $bin --gpu plan --src $src --dst $dst --size $size --prove "${tuned[@]}" \
+        >"$work/split-tuned-engine-$size.txt" 2>&1
+    $bin --gpu plan --src $src --dst $dst --size $size --prove "${tuned[@]}" --json \
+        >"$work/split-tuned-engine-$size.json" 2>"$work/split-tuned-engine-$size.err"
+    $bin --gpu plan --concurrent shift --size $size "${tuned[@]}" \
+        >"$work/split-tuned-concurrent-$size.txt" 2>&1
+done
+$bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB "${tuned[@]}" \
+    >"$work/split-tuned-engine-sweep.txt" 2>&1
+fi
+
 if want workload; then
 step "workloads beside NCCL"
 # Each workload in both issue modes (host-queued behind gates, and CUDA graphs), 4 B to 1 GiB.
@@ -325,4 +349,7 @@ grep -hE "^(FAIL|WARN|INFO) |fail, .* ok|doctor exit" doctor.txt 2>/dev/null
 cat engine-batch.txt engine-256MiB.txt tune.time 2>/dev/null
 grep -h "gap:" explain-*.txt 2>/dev/null
 tail -n 4 engine-sweep.txt engine-sweep-profile.txt 2>/dev/null
+# The tuned split: where each route ended and how far apart, one way and both ways, and the regret.
+grep -hE "^(fitted|the routes planned)|ended .* apart|split \(pick\)|aggregate|regret" \
+    tune-split.txt split-tuned-*.txt 2>/dev/null
 cat ./*.err 2>/dev/null | head -20

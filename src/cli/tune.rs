@@ -3,10 +3,12 @@
 use super::args::{Global, TuneArgs};
 use anyhow::Result;
 use peerlink::backend::sim::Preset;
+use peerlink::backend::Backend;
 use peerlink::bench::tune;
 use peerlink::model::profile::{check_destination, write_atomically};
 use peerlink::report;
 use std::path::Path;
+use std::sync::Arc;
 
 pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
     // Check where the results go before measuring for half a minute; the preset's name is the
@@ -37,8 +39,7 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
         }
         None => None,
     };
-    let opened = global.open()?;
-    let backend = opened.backend.as_ref();
+    let backend: Arc<dyn Backend> = Arc::from(global.open()?.backend);
     if export.is_some() {
         tune::export::one_host(backend.topology())?;
     }
@@ -47,7 +48,7 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
         quick: args.quick,
         latencies: export.is_some(),
     };
-    let measured = tune::run(backend, &options, &*global.progress())?;
+    let measured = tune::run(&backend, &options, &*global.progress())?;
     let profile = measured.profile(backend.topology());
     profile.save(&args.out)?;
     if let Some((path, name)) = &export {

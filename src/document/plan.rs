@@ -10,6 +10,7 @@ use crate::bench::proof::batch::{BatchReport, BatchTiming};
 use crate::bench::proof::concurrent;
 use crate::bench::proof::sweep::{Point, Report};
 use crate::engine::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
+use crate::model::BesideDirect;
 use crate::topology::{Source, Topology};
 use crate::units::gbps;
 use schemars::JsonSchema;
@@ -27,6 +28,8 @@ pub struct PlanView<'a> {
     pub proof: Option<&'a Report>,
     /// Between hosts: the way through the NICs, in words.
     pub network: Option<String>,
+    /// A split over a direct copy and the host route: how the host route is priced beside it.
+    pub host_pricing: Option<BesideDirect>,
 }
 
 /// The engine benchmark over a size sweep.
@@ -78,6 +81,10 @@ pub struct PlanDocument {
     /// Every strategy run on the backend at this size (`--prove`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<Proof>,
+    /// A split over a direct copy and the host route: how the host route is priced beside the
+    /// direct copy, and whether that was measured or is an estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_route_beside_direct: Option<String>,
 }
 
 impl_document!(PlanDocument, "peerlink.plan/1", crate::report::plan::tables);
@@ -178,6 +185,24 @@ pub struct MeasuredStrategy {
     pub predicted_us: f64,
     /// Median GPU time from the transfer's start event to its end event.
     pub measured_us: f64,
+    /// A split's routes: when each was predicted to end and when it did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<MeasuredRoute>,
+    /// How far apart the split's routes ended: (latest − earliest) / latest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_spread: Option<f64>,
+}
+
+/// One route of a split, measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MeasuredRoute {
+    #[serde(flatten)]
+    pub route: RouteName,
+    pub bytes: u64,
+    /// When the planner predicted the route to end, µs from the transfer's start.
+    pub predicted_us: f64,
+    /// When its last operation ended, GPU time from the transfer's start (median), µs.
+    pub measured_end_us: f64,
 }
 
 /// One plain copy-engine copy queued straight on the backend: what a user writes without
@@ -203,6 +228,17 @@ impl Proof {
                     chunk_bytes: with_chunks.then_some(t.chunk_bytes),
                     predicted_us: t.predicted_us,
                     measured_us: t.measured_us,
+                    routes: t
+                        .routes
+                        .iter()
+                        .map(|r| MeasuredRoute {
+                            route: r.route.into(),
+                            bytes: r.bytes,
+                            predicted_us: r.predicted_us,
+                            measured_end_us: r.measured_us,
+                        })
+                        .collect(),
+                    route_spread: t.route_spread(),
                 })
                 .collect(),
             best: point.best,
@@ -246,6 +282,7 @@ impl PlanDocument {
                 .proof
                 .and_then(|r| r.points.first())
                 .map(|point| Proof::new(point, false)),
+            host_route_beside_direct: view.host_pricing.map(|p| p.to_string()),
         }
     }
 }
@@ -486,6 +523,7 @@ pub(crate) mod tests {
                 unusable: &unusable,
                 proof: None,
                 network: None,
+                host_pricing: None,
             },
         );
         let json = serde_json::to_value(&doc).unwrap();

@@ -17,7 +17,7 @@
 //! routes, its direct copies are queued first (one call each, so that they start at once), then the
 //! pipelines' chunks in turn.
 
-use super::plan::{Plan, Route, Strategy};
+use super::plan::{PathShare, Plan, Route, Strategy};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
 use crate::backend::{
     Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId, WorkerConfig, WorkerId,
@@ -285,9 +285,21 @@ pub(super) struct Completion {
     /// Recorded before the transfer's work where it was timed or runs on several streams.
     pub start: Option<EventId>,
     pub end: EventId,
+    /// Where a timed split was asked for: when each route's last operation ended, each a timed
+    /// event on the source GPU (as `start` is), so that an unbalanced split shows.
+    pub route_ends: Vec<RouteMark>,
     events: Vec<EventId>,
     /// Set once the end event is known to have fired: later checks need no driver call.
     finished: AtomicBool,
+}
+
+/// A route of a split and the timed event recorded on the source GPU once its last operation
+/// ended.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RouteMark {
+    pub route: Route,
+    pub bytes: u64,
+    pub event: EventId,
 }
 
 impl Completion {
@@ -337,6 +349,7 @@ pub(super) struct Issuer<'s> {
     pub shared: &'s Arc<Shared>,
     events: Vec<EventId>,
     touched: Vec<StreamId>,
+    route_ends: Vec<RouteMark>,
     finished: bool,
 }
 
@@ -346,6 +359,7 @@ impl<'s> Issuer<'s> {
             shared,
             events: Vec::new(),
             touched: Vec::new(),
+            route_ends: Vec::new(),
             finished: false,
         }
     }
@@ -383,6 +397,18 @@ impl<'s> Issuer<'s> {
     /// Hands an event to this submission, to be freed when it completes.
     pub fn adopt(&mut self, event: EventId) {
         self.events.push(event);
+    }
+
+    /// Records on `stream` (of the source GPU) a timed event marking where `route`, carrying
+    /// `bytes`, ends: queued right after the route's last operation there, or after a wait for it.
+    fn time_route_end(&mut self, stream: StreamId, route: Route, bytes: u64) -> Result<()> {
+        let event = self.record(stream)?;
+        self.route_ends.push(RouteMark {
+            route,
+            bytes,
+            event,
+        });
+        Ok(())
     }
 
     pub fn wait(&mut self, stream: StreamId, event: EventId) -> Result<()> {
@@ -443,6 +469,7 @@ impl<'s> Issuer<'s> {
             shared: self.shared.clone(),
             start,
             end,
+            route_ends: std::mem::take(&mut self.route_ends),
             events: std::mem::take(&mut self.events),
             finished: AtomicBool::new(false),
         }
@@ -530,18 +557,23 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
         } else {
             None
         };
+        // A timed split also times each route's end: what shows whether its bytes were divided
+        // as the routes ran.
+        let time_routes = job.timed && plan.paths.len() > 1;
         queue_direct(
             &mut issuer,
             plan,
             (job.src, job.dst),
             control,
             !job.after.is_empty(),
+            time_routes,
         )?;
         let q = Queuing {
             issuer,
             control,
             start,
             pipelines: Vec::new(),
+            time_routes,
         };
         // A transfer of direct copies and resident transfers only is queued whole: it ends at once.
         if pipelined {
@@ -593,12 +625,20 @@ struct Queuing<'s> {
     control: StreamId,
     start: Option<EventId>,
     pipelines: Pipelines,
+    /// Whether each route's end is timed.
+    time_routes: bool,
 }
 
 impl Queuing<'_> {
     /// Makes the control stream wait for every route, then records the end.
     fn finish(mut self, lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>) -> Result<Completion> {
-        finish_routes(&mut self.issuer, lanes, self.pipelines, self.control)?;
+        finish_routes(
+            &mut self.issuer,
+            lanes,
+            self.pipelines,
+            self.control,
+            self.time_routes,
+        )?;
         let end = self.issuer.record(self.control)?;
         Ok(self.issuer.finish(self.start, end))
     }
@@ -624,10 +664,10 @@ pub(super) fn issue_routes(
     control: StreamId,
     start: Option<EventId>,
 ) -> Result<()> {
-    queue_direct(issuer, plan, (src, dst), control, true)?;
+    queue_direct(issuer, plan, (src, dst), control, true, false)?;
     let mut pipelines = begin_pipelines(issuer, lanes, plan, src, dst, start)?;
     while step_routes(issuer, &mut pipelines)? {}
-    finish_routes(issuer, lanes, pipelines, control)
+    finish_routes(issuer, lanes, pipelines, control, false)
 }
 
 /// The pipelined routes of a transfer being queued, a chunk at a time.
@@ -636,13 +676,15 @@ pub(super) type Pipelines = Vec<(LaneKey, Pipeline)>;
 /// Queues `plan`'s direct copies and resident transfers on `control`: one call each, they run from
 /// the transfer's start whatever the plan's order, before any pipeline's chunks are queued.
 /// `ordered`: work queued on `control` before must be done first (a resident transfer then waits
-/// for its doorbell there; without, the worker takes it at once).
+/// for its doorbell there; without, the worker takes it at once). `time_routes`: each is followed
+/// by a timed event, its end.
 fn queue_direct(
     issuer: &mut Issuer<'_>,
     plan: &Plan,
     (src, dst): (Loc, Loc),
     control: StreamId,
     ordered: bool,
+    time_routes: bool,
 ) -> Result<()> {
     for share in &plan.paths {
         if !matches!(share.route, Route::Direct(_) | Route::Resident) {
@@ -664,6 +706,9 @@ fn queue_direct(
                 let worker = issuer.shared.worker(plan.src)?;
                 issuer.resident(control, worker, copy, ordered)?;
             }
+        }
+        if time_routes {
+            issuer.time_route_end(control, share.route, share.bytes)?;
         }
     }
     Ok(())
@@ -698,8 +743,7 @@ fn begin_pipelines(
                 "internal: a pipelined route was queued without a start event".into(),
             )
         })?;
-        let len = share.bytes as usize;
-        let mut pipeline = Pipeline::begin(issuer, lane, key, plan, from, to, len, start)?;
+        let mut pipeline = Pipeline::begin(issuer, lane, key, plan, share, from, to, start)?;
         // Its first chunk goes now, before the next route is begun.
         pipeline.step(issuer)?;
         pipelines.push((key, pipeline));
@@ -717,18 +761,28 @@ fn step_routes(issuer: &mut Issuer<'_>, pipelines: &mut Pipelines) -> Result<boo
     Ok(busy)
 }
 
-/// Hands each lane its new idle event and makes `control` wait for every route.
+/// Hands each lane its new idle event and makes `control` wait for every route; where
+/// `time_routes`, times each route's end too.
 fn finish_routes(
     issuer: &mut Issuer<'_>,
     lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>,
     pipelines: Pipelines,
     control: StreamId,
+    time_routes: bool,
 ) -> Result<()> {
     for (key, p) in pipelines {
         let lane = lanes
             .get_mut(&key)
             .expect("every lane of the plan is locked");
+        let (first, route, bytes) = (p.first, p.route, p.len as u64);
         let last = p.finish(issuer, lane)?;
+        if time_routes {
+            // The last drain may run on another GPU, and a timed event is read against the start
+            // on the source: the fill stream there (whose next use waits for this drain anyway)
+            // waits for it and records the end.
+            issuer.wait(first, last)?;
+            issuer.time_route_end(first, route, bytes)?;
+        }
         issuer.wait(control, last)?;
     }
     Ok(())
@@ -747,6 +801,7 @@ fn lanes_of_route(plan: &Plan, route: Route) -> LaneKey {
 
 /// One pipelined route of one transfer, queued a chunk at a time.
 pub(super) struct Pipeline {
+    route: Route,
     first: StreamId,
     second: StreamId,
     staging: BufferId,
@@ -769,11 +824,12 @@ impl Pipeline {
         lane: &mut Lane,
         key: LaneKey,
         plan: &Plan,
+        share: &PathShare,
         from: Loc,
         to: Loc,
-        len: usize,
         start: EventId,
     ) -> Result<Pipeline> {
+        let len = share.bytes as usize;
         let shared = issuer.shared;
         let (first_gpu, second_gpu, memory) = match key {
             LaneKey::Host { src, dst } => {
@@ -807,6 +863,7 @@ impl Pipeline {
         let (chunk, chunks) = chunking(len as u64, plan.chunk_bytes.min(MAX_CHUNK));
         let chunk = chunk as usize;
         Ok(Pipeline {
+            route: share.route,
             first,
             second,
             staging: lane.staging[0].0,

@@ -12,7 +12,7 @@
 //!   prepared batch keeps its buffers alive.
 
 use super::executor::{self, lock, Completion, Loc, ResidentWorkers, Shared};
-use super::plan::{BatchPlan, Plan, Strategy};
+use super::plan::{BatchPlan, Plan, RouteEnd, Strategy};
 use super::Planner;
 use crate::backend::{Backend, BufferId, EventId, Memory, SharedBuffer, SharedMemory};
 use crate::model::CostModel;
@@ -545,6 +545,29 @@ impl Transfer {
         })?;
         self.done.wait()?;
         self.done.backend().elapsed_us(start, self.done.end)
+    }
+
+    /// When each route of a split ended, GPU time from the transfer's start (both on the source
+    /// GPU), with the bytes each carried: the routes of a well-divided split end together. Waits
+    /// for the transfer first. Empty unless the transfer is a split built with
+    /// [`TransferBuilder::timed`].
+    pub fn route_ends(&self) -> Result<Vec<RouteEnd>> {
+        let (Some(start), false) = (self.done.start, self.done.route_ends.is_empty()) else {
+            return Ok(Vec::new());
+        };
+        self.done.wait()?;
+        let backend = self.done.backend();
+        self.done
+            .route_ends
+            .iter()
+            .map(|mark| {
+                Ok(RouteEnd {
+                    route: mark.route,
+                    bytes: mark.bytes,
+                    end_us: backend.elapsed_us(start, mark.event)?,
+                })
+            })
+            .collect()
     }
 
     /// What the planner chose.

@@ -142,6 +142,15 @@ pub struct PathShare {
     pub predicted_us: f64,
 }
 
+/// When one route of a split ended, measured: the bytes it carried and the GPU time from the
+/// transfer's start until its last operation ended ([`crate::engine::Transfer::route_ends`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RouteEnd {
+    pub route: Route,
+    pub bytes: u64,
+    pub end_us: f64,
+}
+
 /// The planner's answer for one transfer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {

@@ -15,7 +15,7 @@
 
 use super::plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
 use crate::backend::CopyMethod;
-use crate::model::{defaults, Cost, CostModel, Hop, Resource};
+use crate::model::{defaults, BesideDirect, Cost, CostModel, Hop, Resource};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
 
@@ -697,6 +697,49 @@ impl Planner {
         }
     }
 
+    /// How the host route of `plan` is priced beside its direct copy: `None` unless `plan` is a
+    /// split over both (what `plan` labels beside that route).
+    pub fn host_beside_direct(&self, plan: &Plan) -> Option<BesideDirect> {
+        let has = |route| plan.paths.iter().any(|p| p.route == route);
+        (plan.strategy == Strategy::Split
+            && has(Route::Host)
+            && has(Route::Direct(CopyMethod::CopyEngine)))
+        .then(|| self.model.beside_direct(plan.src, plan.dst))
+    }
+
+    /// When each route of `plan` (a split, its bytes already divided) would end as this planner
+    /// prices the routes, in the order of `plan.paths`; `None` where a route of it is not one this
+    /// planner would split over. `tune` sets these beside the ends it measures.
+    pub fn route_ends_us(&self, plan: &Plan) -> Option<Vec<f64>> {
+        let (src, dst) = (plan.src, plan.dst);
+        let routes: Vec<(Route, Hops)> = plan
+            .paths
+            .iter()
+            .map(|p| self.hops(p.route, src, dst).map(|h| (p.route, h)))
+            .collect::<Option<_>>()?;
+        let lanes = self.share_bandwidth(&routes, src, dst, plan.chunk_bytes);
+        let shares: Vec<u64> = lanes
+            .iter()
+            .map(|lane| {
+                plan.paths
+                    .iter()
+                    .find(|p| p.route == lane.route)
+                    .map(|p| p.bytes)
+            })
+            .collect::<Option<_>>()?;
+        if lanes.len() != plan.paths.len() {
+            return None;
+        }
+        let ends = Queue::of(&lanes, &shares).ends(&lanes, &shares, plan.chunk_bytes);
+        plan.paths
+            .iter()
+            .map(|p| {
+                let i = lanes.iter().position(|lane| lane.route == p.route)?;
+                Some(ends[i])
+            })
+            .collect()
+    }
+
     /// The best split over `routes` at any chunk size, or `None` where fewer than two of them would
     /// carry bytes.
     fn split_over(
@@ -853,8 +896,9 @@ impl Planner {
         {
             // Measured for the host route only (device → host beside a peer copy on the source);
             // a relay's first hop beside one is priced as before, for want of a measurement.
+            let pricing = self.model.beside_direct(src, dst);
             for lane in kept.iter_mut().filter(|l| l.route == Route::Host) {
-                lane.beside_direct_copy();
+                lane.beside_direct_copy(pricing);
             }
         }
         kept
@@ -941,12 +985,13 @@ impl<'h> Lane<'h> {
         }
     }
 
-    /// Prices the first hop, issued on the source GPU, at the host route's pace beside a direct
-    /// copy-engine copy there.
-    fn beside_direct_copy(&mut self) {
+    /// Prices the first hop, issued on the source GPU, as it runs beside a direct copy-engine copy
+    /// there: measured, or the estimate.
+    fn beside_direct_copy(&mut self, pricing: BesideDirect) {
+        let (rate_fraction, chunk_us) = pricing.figures();
         let first = &mut self.costs[0];
-        first.beta_gbps *= defaults::BESIDE_DIRECT_RATE_FRACTION;
-        first.alpha_us += defaults::BESIDE_DIRECT_CHUNK_US;
+        first.beta_gbps *= rate_fraction;
+        first.alpha_us = (first.alpha_us + chunk_us).max(0.0);
     }
 
     fn is_pipeline(&self) -> bool {
@@ -1305,7 +1350,7 @@ mod tests {
             (116 * MIB, 2 * MIB, 3120.8),
         ] {
             let mut lane = Lane::new(Route::Host, &h, chunk);
-            lane.beside_direct_copy();
+            lane.beside_direct_copy(BesideDirect::Estimate);
             let predicted = h.pipelined_us(&lane.costs, h.issue_us, share, chunk);
             let error = predicted / measured_us - 1.0;
             assert!(
@@ -1316,6 +1361,70 @@ mod tests {
             let alone = h.pipelined_us(&h.costs, h.issue_us, share, chunk);
             assert!(alone < 0.9 * measured_us, "{share}: {alone:.1}");
         }
+    }
+
+    #[test]
+    fn a_split_is_priced_again_route_by_route_as_planned() {
+        for (p, src, dst) in [(planner(nvlink_pair()), 0, 1), (planner(dgx1()), 0, 5)] {
+            let plan = p.plan_with(Strategy::Split, src, dst, 256 * MIB).unwrap();
+            let ends = p.route_ends_us(&plan).unwrap();
+            let planned: Vec<f64> = plan.paths.iter().map(|s| s.predicted_us).collect();
+            assert_eq!(ends, planned, "{plan:?}");
+        }
+    }
+
+    #[test]
+    fn the_host_route_beside_a_direct_copy_is_priced_at_the_profiles_pace() {
+        let topology = nvlink_pair();
+        let host_share = |model: CostModel| {
+            let plan = Planner::new(model)
+                .plan_with(Strategy::Split, 0, 1, 256 * MIB)
+                .unwrap();
+            let host = plan.paths.iter().find(|s| s.route == Route::Host).unwrap();
+            (host.bytes, plan)
+        };
+        let estimate = CostModel::from_topology(&topology);
+        assert_eq!(estimate.beside_direct(0, 1), BesideDirect::Estimate);
+        let mut profile = crate::model::Profile::for_host(&topology);
+        profile.beside_direct = vec![crate::model::profile::BesideDirect {
+            src: 0,
+            dst: 1,
+            rate_fraction: 1.0,
+            chunk_us: 0.0,
+            splits: Vec::new(),
+        }];
+        let measured = CostModel::from_profile(&topology, &profile).unwrap();
+        // The pair's own figure, and the other direction takes it for want of its own.
+        for (src, dst) in [(0, 1), (1, 0)] {
+            assert_eq!(
+                measured.beside_direct(src, dst),
+                BesideDirect::Measured {
+                    rate_fraction: 1.0,
+                    chunk_us: 0.0,
+                    on: (0, 1)
+                }
+            );
+        }
+        // Unslowed the host route carries more than the estimate (which slows it) lets it; slower,
+        // less; and the model's host route ends where the plan says.
+        let (at_estimate, _) = host_share(estimate.clone());
+        let (alone, plan) = host_share(measured.clone());
+        let (slow, _) = host_share(measured.clone().with_beside_direct(0, 1, 0.7, 5.0));
+        assert!(
+            alone > at_estimate && at_estimate > slow,
+            "{alone} {at_estimate} {slow}"
+        );
+        let host = plan.paths.iter().find(|s| s.route == Route::Host).unwrap();
+        let h = Planner::new(measured.clone())
+            .hops(Route::Host, 0, 1)
+            .unwrap();
+        let mut lane = Lane::new(Route::Host, &h, plan.chunk_bytes);
+        lane.beside_direct_copy(measured.beside_direct(0, 1));
+        assert_eq!(
+            lane.costs, h.costs,
+            "unslowed, the route is priced as alone"
+        );
+        assert!(host.predicted_us > 0.95 * plan.predicted_us, "{plan:?}");
     }
 
     #[test]

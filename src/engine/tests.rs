@@ -877,3 +877,52 @@ fn borrowing_checks_the_fabrics_gpus_before_the_backend() {
         "{simulated}"
     );
 }
+
+#[test]
+fn a_timed_split_tells_when_each_route_ended() {
+    // dgx1-v100 GPU 0 → 5: both relays and the host at once.
+    let f = fabric("dgx1-v100");
+    let len = 16 * MIB;
+    let (src, dst) = (f.alloc(0, len).unwrap(), f.alloc(5, len).unwrap());
+    let data = pattern::bytes(6, len);
+    src.write(0, &data).unwrap();
+    let t = f
+        .transfer(src.all(), dst.all())
+        .strategy(Strategy::Split)
+        .timed()
+        .submit()
+        .unwrap();
+    let ends = t.route_ends().unwrap();
+    assert_eq!(dst.to_vec().unwrap(), data);
+    let Planned::Single(plan) = t.planned() else {
+        unreachable!("one transfer")
+    };
+    // One end per route of the plan, with its bytes, each within the whole transfer's time, the
+    // last one ending it (but for the control stream's waits and its end event).
+    let routes: Vec<(Route, u64)> = plan.paths.iter().map(|p| (p.route, p.bytes)).collect();
+    let measured: Vec<(Route, u64)> = ends.iter().map(|e| (e.route, e.bytes)).collect();
+    assert_eq!(measured, routes);
+    let whole = t.elapsed_us().unwrap();
+    let last = ends.iter().map(|e| e.end_us).fold(0.0, f64::max);
+    for e in &ends {
+        assert!(e.end_us > 0.0 && e.end_us <= whole, "{e:?} of {whole}");
+    }
+    assert!(last > 0.9 * whole, "{ends:?} of {whole}");
+    // Planned to end together, they do (the simulator runs what the planner prices).
+    let first = ends.iter().map(|e| e.end_us).fold(f64::INFINITY, f64::min);
+    assert!(first > 0.8 * last, "{ends:?}");
+    // Untimed, or a single route: nothing to tell.
+    let untimed = f
+        .transfer(src.all(), dst.all())
+        .strategy(Strategy::Split)
+        .submit()
+        .unwrap();
+    assert!(untimed.route_ends().unwrap().is_empty());
+    let single = f
+        .transfer(src.all(), dst.all())
+        .strategy(Strategy::Relay)
+        .timed()
+        .submit()
+        .unwrap();
+    assert!(single.route_ends().unwrap().is_empty());
+}

@@ -101,8 +101,10 @@ pub const PIPELINE_FIXED_US: f64 = 9.3;
 /// The host route's chunks went slower beside a direct copy of the same split on the H200 pair
 /// (its device → host copies on the source GPU, whose copy engines also ran the NVLink copy): per
 /// chunk 9.6 µs and its bytes at 48.7 GB/s, against 6.9 µs and 55 GB/s alone (docs/reference.md).
-/// The planner prices that hop with this fraction of its rate and [`BESIDE_DIRECT_CHUNK_US`] more
-/// per chunk.
+/// Without a measured profile figure the planner prices that hop with this fraction of its rate
+/// and [`BESIDE_DIRECT_CHUNK_US`] more per chunk: an estimate (measured with the first split
+/// executor, on one host), which `tune` replaces with the pace it measures
+/// ([`super::profile::BesideDirect`]).
 pub const BESIDE_DIRECT_RATE_FRACTION: f64 = 0.885;
 /// See [`BESIDE_DIRECT_RATE_FRACTION`].
 pub const BESIDE_DIRECT_CHUNK_US: f64 = 2.7;

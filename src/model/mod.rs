@@ -70,6 +70,56 @@ impl IssueCosts {
     }
 }
 
+/// How the host-staged route is priced beside a direct copy of the same split: its first hop
+/// (device → host on the source, whose copy engines run the direct copy too) at a fraction of its
+/// rate, and more per chunk.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BesideDirect {
+    /// No measurement: [`defaults::BESIDE_DIRECT_RATE_FRACTION`] and
+    /// [`defaults::BESIDE_DIRECT_CHUNK_US`], as the first split executor ran on the H200 pair (an
+    /// estimate for any other host or executor).
+    Estimate,
+    /// Measured on the pair `on` (`tune`).
+    Measured {
+        rate_fraction: f64,
+        chunk_us: f64,
+        on: (usize, usize),
+    },
+}
+
+impl BesideDirect {
+    /// The first hop's rate fraction and extra µs per chunk.
+    pub fn figures(self) -> (f64, f64) {
+        match self {
+            BesideDirect::Estimate => (
+                defaults::BESIDE_DIRECT_RATE_FRACTION,
+                defaults::BESIDE_DIRECT_CHUNK_US,
+            ),
+            BesideDirect::Measured {
+                rate_fraction,
+                chunk_us,
+                ..
+            } => (rate_fraction, chunk_us),
+        }
+    }
+}
+
+impl std::fmt::Display for BesideDirect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (rate, chunk) = self.figures();
+        let what = match self {
+            BesideDirect::Estimate => "estimated, no measured profile figure".to_string(),
+            BesideDirect::Measured { on, .. } => {
+                format!("measured on GPU {} → GPU {}", on.0, on.1)
+            }
+        };
+        write!(
+            f,
+            "device → host at {rate:.3} of its rate, {chunk:+.1} µs a chunk ({what})"
+        )
+    }
+}
+
 /// One kind of operation between two places, the unit the model prices.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
@@ -146,6 +196,9 @@ pub struct CostModel {
     issue: IssueCosts,
     /// Measured lone operations of direct hops (see [`CostModel::lone_us`]).
     lone: HashMap<Hop, f64>,
+    /// The host route's measured pace beside a direct copy, per ordered pair (see
+    /// [`CostModel::beside_direct`]).
+    beside_direct: HashMap<(usize, usize), (f64, f64)>,
     /// Where the figures came from, in words (shown by `plan`).
     origin: String,
     /// What each GPU's pairs add up to, made on first use (after a profile's costs are in).
@@ -172,6 +225,7 @@ impl CostModel {
             graph_node_us: defaults::GRAPH_NODE_US,
             issue: defaults::ISSUE,
             lone: HashMap::new(),
+            beside_direct: HashMap::new(),
             origin: "topology defaults (published figures; no measured profile)".into(),
             ports: OnceLock::new(),
         }
@@ -214,6 +268,11 @@ impl CostModel {
             model.issue = issue;
         }
         model.lone = profile.lone.iter().map(|l| (l.hop, l.lone_us)).collect();
+        model.beside_direct = profile
+            .beside_direct
+            .iter()
+            .map(|b| ((b.src, b.dst), (b.rate_fraction, b.chunk_us)))
+            .collect();
         model.origin = format!("measured profile ({})", profile.describe());
         Ok(model)
     }
@@ -255,6 +314,42 @@ impl CostModel {
                 .copied()
                 .unwrap_or(queued + cost.alpha_us),
         )
+    }
+
+    /// How the host-staged route from `src` to `dst` is priced while a direct copy-engine copy
+    /// runs beside it (a split): as measured for the pair; else as measured for another pair of
+    /// this host (their copy engines and PCIe links alike); else the estimate.
+    pub fn beside_direct(&self, src: usize, dst: usize) -> BesideDirect {
+        let measured = |(&on, &(rate_fraction, chunk_us)): (&(usize, usize), &(f64, f64))| {
+            BesideDirect::Measured {
+                rate_fraction,
+                chunk_us,
+                on,
+            }
+        };
+        match self.beside_direct.get_key_value(&(src, dst)) {
+            Some(pair) => measured(pair),
+            None => self
+                .beside_direct
+                .iter()
+                .min_by_key(|(pair, _)| **pair)
+                .map_or(BesideDirect::Estimate, measured),
+        }
+    }
+
+    /// The same model with the host route from `src` to `dst` priced beside a direct copy at
+    /// `rate_fraction` of its first hop's rate and `chunk_us` more per chunk (what `tune` tries
+    /// while it fits them).
+    pub fn with_beside_direct(
+        mut self,
+        src: usize,
+        dst: usize,
+        rate_fraction: f64,
+        chunk_us: f64,
+    ) -> Self {
+        self.beside_direct
+            .insert((src, dst), (rate_fraction, chunk_us));
+        self
     }
 
     /// What queuing work costs the CPU.

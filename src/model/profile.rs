@@ -36,6 +36,35 @@ pub struct Lone {
     pub lone_us: f64,
 }
 
+/// The host-staged route beside a direct copy, measured on one ordered pair: `tune` runs splits
+/// of the direct copy-engine route and the host route at two sizes, times when the host route ends,
+/// and fits the two figures with which the cost model's host route ends then. They replace the
+/// planner's estimate ([`super::defaults::BESIDE_DIRECT_RATE_FRACTION`] and
+/// [`super::defaults::BESIDE_DIRECT_CHUNK_US`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BesideDirect {
+    pub src: usize,
+    pub dst: usize,
+    /// The host route's first hop (device → host on the source, whose copy engines also run the
+    /// direct copy) moves its bytes at this fraction of its rate alone.
+    pub rate_fraction: f64,
+    /// And each of its chunks costs this much more, µs (below 0 where the route ran faster than
+    /// the model prices it alone).
+    pub chunk_us: f64,
+    /// The splits the figures were fitted to.
+    pub splits: Vec<HostRouteEnd>,
+}
+
+/// When the host route of one measured split ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HostRouteEnd {
+    pub split_bytes: u64,
+    pub host_bytes: u64,
+    pub chunk_bytes: u64,
+    /// GPU µs from the split's start until the host route's last chunk ended (median).
+    pub host_end_us: f64,
+}
+
 /// Measured costs of one host (`tune` writes it, `plan --profile` reads it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Profile {
@@ -56,6 +85,9 @@ pub struct Profile {
     /// that back-to-back operations (and so the hops' α) hide.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lone: Vec<Lone>,
+    /// The host-staged route's pace beside a direct copy, where measured (per ordered pair).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside_direct: Vec<BesideDirect>,
     /// The UTC date of the measurement (`YYYY-MM-DD`), where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_on: Option<String>,
@@ -69,6 +101,7 @@ impl_document!(Profile, "peerlink.profile/1", |profile| {
     vec![
         Records::of("hops", &profile.hops),
         Records::of("lone", &profile.lone),
+        Records::of("beside_direct", &profile.beside_direct),
         Records::of("issue", &Vec::from_iter(&profile.issue)),
     ]
 });
@@ -84,6 +117,7 @@ impl Profile {
             graph_node_us: None,
             issue: None,
             lone: Vec::new(),
+            beside_direct: Vec::new(),
             measured_on: None,
             notes: Vec::new(),
         }
@@ -201,6 +235,24 @@ impl Profile {
                 return Err(why);
             }
         }
+        for b in &self.beside_direct {
+            if let Some(&gpu) = [b.src, b.dst].iter().find(|&&d| d >= n) {
+                return Err(format!(
+                    "beside_direct names GPU {gpu} but the profile lists {n} GPUs"
+                ));
+            }
+            if !(b.rate_fraction.is_finite()
+                && b.rate_fraction > 0.0
+                && b.rate_fraction < MAX_RATE_FRACTION
+                && b.chunk_us.abs() < MAX_CHUNK_US)
+            {
+                return Err(format!(
+                    "beside_direct {}→{} has rate_fraction {} and chunk_us {}; the fraction must be \
+                     > 0 and below {MAX_RATE_FRACTION}, the chunk cost within ±{MAX_CHUNK_US} µs",
+                    b.src, b.dst, b.rate_fraction, b.chunk_us
+                ));
+            }
+        }
         for (name, value) in [
             ("batch_message_us", self.batch_message_us),
             ("graph_node_us", self.graph_node_us),
@@ -215,6 +267,12 @@ impl Profile {
         Ok(())
     }
 }
+
+/// A rate this far above the model's route alone would be a measurement gone wrong, not a route
+/// that runs faster beside a direct copy than on its own.
+pub const MAX_RATE_FRACTION: f64 = 4.0;
+/// Likewise a chunk cost this far from the model's (a chunk through the host takes tens of µs).
+pub const MAX_CHUNK_US: f64 = 1000.0;
 
 /// Ok where `path` (given as `flag`) can be written: it names a file, not a directory or a device,
 /// in a directory that exists and takes new files. Checked before measuring, so that a long

@@ -3,14 +3,15 @@
 
 use super::export::Records;
 use super::table::plain;
+use crate::backend::CopyMethod;
 use crate::bench::proof::batch::BatchTiming;
 use crate::bench::proof::concurrent;
-use crate::bench::proof::sweep::Point;
+use crate::bench::proof::sweep::{Point, StrategyTiming, BALANCE_TOLERANCE};
 use crate::document::plan::{
     BatchView, ConcurrentView, PlanBatchDocument, PlanDocument, PlanSweepDocument, PlanView,
     Predicted, SweepView,
 };
-use crate::engine::Strategy;
+use crate::engine::{Route, Strategy};
 use crate::topology::Source;
 use crate::units::{format_bytes, gbps};
 use comfy_table::CellAlignment;
@@ -54,7 +55,8 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
         out,
         "each strategy's GPU time (median, every byte verified); regret = pick / fastest − 1; plain \
          = one cudaMemcpyAsync with no engine (GPU time); engine vs plain = the engine's \
-         call-to-completion time against the plain copy's, in %\n"
+         call-to-completion time against the plain copy's, in %; split's routes apart = (latest \
+         − earliest) / latest of its routes' measured ends\n"
     );
     let mut strategies: Vec<Strategy> = r
         .points
@@ -66,7 +68,15 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
     strategies.dedup();
     let mut header = vec!["size".to_string(), "pick".to_string()];
     header.extend(strategies.iter().map(|s| format!("{s} µs")));
-    header.extend(["plain µs", "regret", "engine vs plain"].map(String::from));
+    header.extend(
+        [
+            "plain µs",
+            "regret",
+            "engine vs plain",
+            "split's routes apart",
+        ]
+        .map(String::from),
+    );
     let mut table = plain(header);
     for p in &r.points {
         let mut row = vec![format_bytes(p.bytes), p.pick.to_string()];
@@ -79,6 +89,11 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
         row.push(format!("{:.1}", p.raw.gpu_us));
         row.push(format!("{:.1}%", p.regret * 100.0));
         row.push(format!("{:+.1}%", p.overhead() * 100.0));
+        row.push(
+            p.timing(Strategy::Split)
+                .and_then(StrategyTiming::route_spread)
+                .map_or_else(|| "—".to_string(), |s| format!("{:.1}%", s * 100.0)),
+        );
         table.add_row(row);
     }
     for column in table.column_iter_mut().skip(2) {
@@ -261,6 +276,9 @@ pub fn text(view: &PlanView<'_>) -> String {
             p.predicted_us
         );
     }
+    if let Some(pricing) = view.host_pricing {
+        let _ = writeln!(out, "  the host route beside the direct copy: {pricing}");
+    }
     let point = view.proof.and_then(|r| r.points.first());
     let mut header = vec![
         "strategy".to_string(),
@@ -299,10 +317,51 @@ pub fn text(view: &PlanView<'_>) -> String {
     for (strategy, why) in view.unusable {
         let _ = writeln!(out, "not usable: {strategy} — {why}");
     }
+    if let Some(split) = point.and_then(|p| p.timing(Strategy::Split)) {
+        route_lines(&mut out, split);
+    }
     if let Some(point) = point {
         proof_lines(&mut out, view.source, point);
     }
     out
+}
+
+/// When each route of the measured split ended against its prediction, and whether they ended
+/// together.
+fn route_lines(out: &mut String, split: &StrategyTiming) {
+    let Some(spread) = split.route_spread() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\nsplit's routes (GPU time from the transfer's start, median):"
+    );
+    for r in &split.routes {
+        let _ = writeln!(
+            out,
+            "  {:<26} {:>12}  predicted {:>10.1} µs  ended {:>10.1} µs",
+            r.route.to_string(),
+            format_bytes(r.bytes),
+            r.predicted_us,
+            r.measured_us
+        );
+    }
+    let has = |route| split.routes.iter().any(|r| r.route == route);
+    let verdict = if spread > BALANCE_TOLERANCE {
+        let tune = if has(Route::Host) && has(Route::Direct(CopyMethod::CopyEngine)) {
+            "; `peerlink tune` measures how the host route runs beside the direct copy, and a \
+             profile from it divides the bytes by that"
+        } else {
+            ""
+        };
+        format!(
+            "unbalanced (more than {:.0}%: the routes that ended first could have carried more){tune}",
+            BALANCE_TOLERANCE * 100.0
+        )
+    } else {
+        format!("balanced (within {:.0}%)", BALANCE_TOLERANCE * 100.0)
+    };
+    let _ = writeln!(out, "  ended {:.1}% apart: {verdict}", spread * 100.0);
 }
 
 /// A plan's tables: every strategy's prediction (the pick first) with, after `--prove`, its
@@ -408,6 +467,7 @@ mod tests {
             unusable: &unusable,
             proof: None,
             network: None,
+            host_pricing: None,
         });
         assert!(text.starts_with("*** SIMULATED"), "{text}");
         assert!(text.contains("pick: split"), "{text}");

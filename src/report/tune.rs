@@ -2,8 +2,12 @@
 //! measured.
 
 use super::table::{matrix, plain};
+use crate::bench::proof::sweep::BALANCE_TOLERANCE;
+use crate::bench::tune::beside::{Fit, SplitFit};
 use crate::bench::tune::{HopSweep, Measurements, SMALL_BYTES};
+use crate::document::plan::RouteName;
 use crate::model::Hop;
+use crate::units::format_bytes;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
 
@@ -151,9 +155,80 @@ pub fn text(m: &Measurements) -> String {
             crate::units::gbps(p.bytes, p.median_us)
         );
     }
+    for fit in &m.splits {
+        split_lines(&mut out, fit);
+    }
     let _ = writeln!(out, "\nNotes:");
     for note in &m.notes {
         let _ = writeln!(out, "  - {note}");
     }
     out
+}
+
+/// The splits run to price the host route beside a direct copy, and the figures fitted to them.
+fn split_lines(out: &mut String, fit: &SplitFit) {
+    let _ = writeln!(
+        out,
+        "\nThe host route beside a direct copy, GPU {} → GPU {} (splits; ends in GPU µs from the \
+         split's start, median):",
+        fit.src, fit.dst
+    );
+    let mut table = plain(
+        [
+            "",
+            "split",
+            "host share",
+            "chunk",
+            "direct: predicted",
+            "ended",
+            "host: predicted",
+            "ended",
+            "apart",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let rows = fit
+        .first
+        .iter()
+        .map(|run| ("planned with the estimate", run))
+        .chain(fit.check.iter().map(|run| ("planned with the fit", run)));
+    for (when, run) in rows {
+        let route = |name: RouteName| run.routes.iter().find(|r| r.route == name);
+        let (Some(direct), Some(host)) = (route(RouteName::DirectCe), route(RouteName::Host))
+        else {
+            continue;
+        };
+        table.add_row(vec![
+            when.to_string(),
+            format_bytes(run.bytes),
+            format_bytes(host.bytes),
+            format_bytes(run.chunk_bytes),
+            format!("{:.1}", direct.predicted_us),
+            format!("{:.1}", direct.measured_us),
+            format!("{:.1}", host.predicted_us),
+            format!("{:.1}", host.measured_us),
+            format!("{:.1}%", run.spread * 100.0),
+        ]);
+    }
+    for column in table.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    let _ = writeln!(out, "{table}");
+    let figures = |f: Fit| {
+        format!(
+            "device → host at {:.3} of its rate, {:+.1} µs a chunk",
+            f.rate_fraction, f.chunk_us
+        )
+    };
+    let _ = writeln!(out, "fitted: {}", figures(fit.fitted));
+    if let Some(again) = fit.refitted {
+        let _ = writeln!(
+            out,
+            "the routes planned with the fit ended more than {:.0}% apart: fitted once more to \
+             those runs, {} (kept)",
+            BALANCE_TOLERANCE * 100.0,
+            figures(again)
+        );
+    }
 }

@@ -431,3 +431,54 @@ fn borrowed_memory_and_streams_move_every_byte_in_the_owners_order() {
     // The memory and the streams are still the owner's.
     assert!(owner_a.clone_dtoh(&src).unwrap() == data);
 }
+
+/// A timed split tells when each of its routes ended (events on the source GPU, the host route's
+/// after a wait for its last drain on the destination), and every byte arrives.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_timed_split_tells_when_each_route_ended() {
+    let f = fabric();
+    if f.devices().len() < 2 {
+        eprintln!("skipped: needs two GPUs");
+        return;
+    }
+    let len = 256usize << 20;
+    let data = pattern::bytes(21, len);
+    let (src, dst) = (f.alloc(0, len).unwrap(), f.alloc(1, len).unwrap());
+    src.write(0, &data).unwrap();
+    dst.write(0, &data.iter().map(|b| !b).collect::<Vec<u8>>())
+        .unwrap();
+    let Ok(plan) = f.planner().plan_with(Strategy::Split, 0, 1, len as u64) else {
+        eprintln!("skipped: this pair does not split 256 MiB");
+        return;
+    };
+    for _ in 0..3 {
+        let t = f
+            .transfer(src.all(), dst.all())
+            .strategy(Strategy::Split)
+            .timed()
+            .submit()
+            .unwrap();
+        let whole = t.elapsed_us().unwrap();
+        let ends = t.route_ends().unwrap();
+        assert_eq!(ends.len(), plan.paths.len(), "{ends:?}");
+        for end in &ends {
+            let share = plan.paths.iter().find(|s| s.route == end.route).unwrap();
+            assert_eq!(end.bytes, share.bytes);
+            eprintln!(
+                "  {:<26} {:>10} bytes: predicted {:.1} µs, ended {:.1} µs (whole split {whole:.1})",
+                end.route.to_string(),
+                end.bytes,
+                share.predicted_us,
+                end.end_us
+            );
+            assert!(
+                end.end_us > 0.0 && end.end_us <= whole,
+                "{end:?} of {whole}"
+            );
+        }
+        let latest = ends.iter().map(|e| e.end_us).fold(0.0, f64::max);
+        assert!(latest > 0.9 * whole, "{ends:?} of {whole}");
+    }
+    assert!(dst.to_vec().unwrap() == data, "the split's bytes differ");
+}

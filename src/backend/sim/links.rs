@@ -44,6 +44,16 @@ pub(super) struct Path {
     /// Bytes per µs; infinite when only the resources limit the transfer.
     pub cap: f64,
     pub latency_us: f64,
+    /// Where the transfer slows while other traffic runs beside it.
+    pub beside: Option<Beside>,
+}
+
+/// A transfer that keeps only `fraction` of its narrowest resource's rate while another flow
+/// crosses one of `busy`: a GPU's copy into host memory while the GPU sends over NVLink.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Beside {
+    pub busy: Vec<ResourceId>,
+    pub fraction: f64,
 }
 
 impl Path {
@@ -52,6 +62,7 @@ impl Path {
             resources,
             cap,
             latency_us,
+            beside: None,
         }
     }
 
@@ -65,6 +76,7 @@ impl Path {
         }
         self.cap = self.cap.min(other.cap);
         self.latency_us = self.latency_us.max(other.latency_us);
+        self.beside = self.beside.take().or(other.beside);
     }
 
     /// This path followed by `next` (a transfer that crosses both, as an SM kernel's loads then
@@ -73,6 +85,7 @@ impl Path {
         self.resources.extend(next.resources);
         self.cap = self.cap.min(next.cap);
         self.latency_us += next.latency_us;
+        self.beside = self.beside.or(next.beside);
         self
     }
 }
@@ -250,7 +263,32 @@ impl LinkModel {
         let mut r = vec![self.pcie_up[gpu]];
         r.extend(self.switch[gpu].map(|(up, _)| up));
         r.extend(self.socket(gpu, self.numa[gpu], node));
-        Path::new(r, f64::INFINITY, self.preset.pcie.latency_us)
+        let mut path = Path::new(r, f64::INFINITY, self.preset.pcie.latency_us);
+        let sending = self.nvlink_out(gpu);
+        path.beside = self
+            .preset
+            .gpu
+            .host_copy_beside_peer
+            .filter(|_| !sending.is_empty())
+            .map(|fraction| Beside {
+                busy: sending,
+                fraction,
+            });
+        path
+    }
+
+    /// The resources only what `gpu` sends over NVLink crosses: its switch port out, or its
+    /// bundles towards each peer.
+    fn nvlink_out(&self, gpu: usize) -> Vec<ResourceId> {
+        match &self.nvlink {
+            NvLinks::None => Vec::new(),
+            NvLinks::Switch(ports) => vec![ports[gpu].0],
+            NvLinks::Bundles(bundles) => bundles
+                .iter()
+                .filter(|((a, _), _)| *a == gpu)
+                .map(|(_, &r)| r)
+                .collect(),
+        }
     }
 
     /// From pinned host memory on `node` down to `gpu`.

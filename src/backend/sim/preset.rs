@@ -130,6 +130,11 @@ pub struct GpuSpec {
     pub resident_load_latency_ns: Option<f64>,
     /// One-way latency of a fenced store + flag seen by another kernel on the same GPU.
     pub signal_us: f64,
+    /// The fraction of its rate a copy from this GPU into host memory keeps while the GPU also
+    /// sends to a peer over NVLink (the host-staged route of a split beside its direct copy); 1
+    /// (not slowed) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_copy_beside_peer: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -414,6 +419,9 @@ impl Preset {
         positive("gpu.load_latency_ns", g.load_latency_ns)?;
         if let Some(ns) = g.resident_load_latency_ns {
             positive("gpu.resident_load_latency_ns", ns)?;
+        }
+        if let Some(share) = g.host_copy_beside_peer {
+            fraction("gpu.host_copy_beside_peer", share)?;
         }
         positive("gpu.signal_us", g.signal_us)?;
         for (i, d) in self.devices.iter().enumerate() {

@@ -807,16 +807,35 @@ impl Scheduler {
         index as u64
     }
 
-    /// Rates of all flows in flight, max-min fair.
+    /// Rates of all flows in flight, max-min fair; a flow that slows beside other traffic
+    /// ([`super::links::Beside`]) is capped while that traffic moves.
     fn share_rates(&mut self) {
         let moving = |f: &&Flow| f.started;
+        let crossed: std::collections::HashSet<usize> = self
+            .flows
+            .iter()
+            .filter(moving)
+            .flat_map(|f| f.path.resources.iter().copied())
+            .collect();
+        let capacity = &self.capacity;
+        let cap = |path: &Path| match &path.beside {
+            Some(beside) if beside.busy.iter().any(|r| crossed.contains(r)) => {
+                let narrowest = path
+                    .resources
+                    .iter()
+                    .map(|&r| capacity[r])
+                    .fold(path.cap, f64::min);
+                path.cap.min(beside.fraction * narrowest)
+            }
+            _ => path.cap,
+        };
         let demands: Vec<Demand<'_>> = self
             .flows
             .iter()
             .filter(moving)
             .map(|f| Demand {
                 resources: &f.path.resources,
-                cap: f.path.cap,
+                cap: cap(&f.path),
             })
             .collect();
         let rates = max_min_rates(&self.capacity, &demands);

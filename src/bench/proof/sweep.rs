@@ -10,7 +10,7 @@ use crate::bench::pattern;
 use crate::bench::progress::Progress;
 use crate::bench::stats::Stats;
 use crate::bench::timing::{host_us, interleaved, interleaved_calls, Runs, Turn};
-use crate::engine::{Buffer, Fabric, Plan, Strategy};
+use crate::engine::{Buffer, Fabric, Plan, Route, RouteEnd, Strategy};
 use crate::topology::Source;
 use crate::units::format_bytes;
 use crate::{Error, Result};
@@ -23,6 +23,58 @@ pub struct StrategyTiming {
     pub predicted_us: f64,
     /// Median GPU time from the transfer's start event to its end event.
     pub measured_us: f64,
+    /// A split's routes, each with its predicted and measured end (empty for other strategies).
+    pub routes: Vec<RouteTiming>,
+}
+
+/// One route of a split: the bytes it carried, when the planner said it would end and when it did
+/// (the median over the runs of GPU time from the transfer's start).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RouteTiming {
+    pub route: Route,
+    pub bytes: u64,
+    pub predicted_us: f64,
+    pub measured_us: f64,
+}
+
+/// How far apart a split's routes may end and still count as balanced: the planner's predictions
+/// of a route are good to a few % (a chunk through the host is tens of µs of a few hundred).
+pub const BALANCE_TOLERANCE: f64 = 0.03;
+
+/// How far apart a split's routes ended: (latest − earliest) / latest, 0 where they ended
+/// together; `None` for fewer than two routes. A balanced split's routes end within a few % (the
+/// planner divides the bytes so that they would end together).
+pub fn route_spread(ends: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let ends: Vec<f64> = ends.into_iter().collect();
+    let latest = ends.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let earliest = ends.iter().copied().fold(f64::INFINITY, f64::min);
+    (ends.len() >= 2 && latest > 0.0).then(|| (latest - earliest) / latest)
+}
+
+/// Each route's median end over several runs of one split (every run the same routes in the same
+/// order, as one plan gives them).
+pub fn median_route_ends(runs: &[Vec<RouteEnd>]) -> Result<Vec<RouteEnd>> {
+    let Some(first) = runs.first() else {
+        return Ok(Vec::new());
+    };
+    first
+        .iter()
+        .enumerate()
+        .map(|(i, end)| {
+            let times: Vec<f64> = runs.iter().map(|run| run[i].end_us).collect();
+            Ok(RouteEnd {
+                end_us: Stats::of_times(&times)?.median,
+                ..*end
+            })
+        })
+        .collect()
+}
+
+impl StrategyTiming {
+    /// How far apart the routes ended ([`route_spread`]); `None` but for a split.
+    pub fn route_spread(&self) -> Option<f64> {
+        route_spread(self.routes.iter().map(|r| r.measured_us))
+    }
 }
 
 /// Every strategy at one size, and how the pick fared.
@@ -168,14 +220,14 @@ fn point(
     // Strategies take turns round by round, in a rotating order, each timed on the second of two
     // runs: a transfer right after another kind can run slower, whichever it follows.
     let times = interleaved(runs, plans.len(), Turn::SecondOfTwo, |at, _| {
-        let us = fabric
+        let transfer = fabric
             .transfer(from.all(), to.all())
             .strategy(plans[at].strategy)
             .timed()
-            .submit()?
-            .elapsed_us();
+            .submit()?;
+        let us = transfer.elapsed_us()?;
         progress.step();
-        us
+        Ok((us, transfer.route_ends()?))
     })?;
     // Each strategy once more into a poisoned destination: stale bytes from another strategy
     // cannot pass.
@@ -197,12 +249,29 @@ fn point(
     let timings: Vec<StrategyTiming> = plans
         .iter()
         .zip(times)
-        .map(|(plan, times)| {
+        .map(|(plan, runs)| {
+            let times: Vec<f64> = runs.iter().map(|(us, _)| *us).collect();
+            let ends: Vec<Vec<RouteEnd>> = runs.into_iter().map(|(_, ends)| ends).collect();
+            let routes = median_route_ends(&ends)?
+                .into_iter()
+                .map(|end| RouteTiming {
+                    route: end.route,
+                    bytes: end.bytes,
+                    predicted_us: plan
+                        .paths
+                        .iter()
+                        .find(|share| share.route == end.route)
+                        .expect("a route end is one of the plan's routes")
+                        .predicted_us,
+                    measured_us: end.end_us,
+                })
+                .collect();
             Ok(StrategyTiming {
                 strategy: plan.strategy,
                 chunk_bytes: plan.chunk_bytes,
                 predicted_us: plan.predicted_us,
                 measured_us: Stats::of_times(&times)?.median,
+                routes,
             })
         })
         .collect::<Result<_>>()?;

@@ -110,6 +110,22 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
         None => borrowed.push("gpu.sm_copy_efficiency, costs.kernel_setup_us".into()),
     }
 
+    // The fitted rate of the host route's first hop beside a direct copy stands for the
+    // simulator's slowdown of copies into host memory beside NVLink (its per-chunk cost is the
+    // model's, which the simulator has no figure for).
+    let host_copy_beside_peer = m
+        .splits
+        .first()
+        .map(|fit| fit.kept().rate_fraction)
+        .filter(|&fraction| fraction < 1.0);
+    if let Some(fraction) = host_copy_beside_peer {
+        sources.push(format!(
+            "gpu.host_copy_beside_peer {fraction:.3}: the host route's device → host rate beside a \
+             direct copy, fitted to splits on GPU {} → GPU {}",
+            m.splits[0].src, m.splits[0].dst
+        ));
+    }
+
     let host = HostCopies::of(m, topology);
     let pcie_latency_us = (host.local_alpha_us.unwrap_or(copy_setup_us) - copy_setup_us).max(0.0);
     let host_gbps = host.local_gbps.unwrap_or(fallback.pcie.host_gbps);
@@ -283,6 +299,7 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
         load_latency_ns: gpu_latency.load_ns,
         resident_load_latency_ns: gpu_latency.resident_load_ns,
         signal_us: gpu_latency.signal_us,
+        host_copy_beside_peer,
     };
     let switches = pcie_switches(topology);
     let devices = topology

@@ -12,6 +12,7 @@
 //! [`Measurements::profile`] turns the figures into a [`Profile`]; [`export::preset`] into a
 //! simulator preset calibrated from them.
 
+pub mod beside;
 pub mod export;
 #[cfg(test)]
 mod tests;
@@ -30,12 +31,13 @@ use super::timing::{
 };
 use super::{check_fits, sweep_pair, Defaults};
 use crate::backend::{Backend, BufferCopy, CopyMethod, Memory, Owned, StreamId};
-use crate::model::profile::{Lone, Measured};
-use crate::model::{Cost, Hop, IssueCosts, Profile};
+use crate::model::profile::{BesideDirect, Lone, Measured};
+use crate::model::{Cost, CostModel, Hop, IssueCosts, Profile};
 use crate::topology::Topology;
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Sweep sizes on the simulator: it copies every byte on the CPU, so a few MiB at most; its time
 /// is exactly affine in the bytes, so four sizes pin α and β down.
@@ -159,6 +161,8 @@ pub struct Measurements {
     pub batch_message_us: f64,
     /// Measured only when asked for ([`Options::latencies`]).
     pub latencies: Option<Latencies>,
+    /// The host route beside a direct copy, on the pairs whose split takes both.
+    pub splits: Vec<beside::SplitFit>,
     /// How the figures were taken and what could not be measured, one sentence each.
     pub notes: Vec<String>,
 }
@@ -204,6 +208,17 @@ impl Measurements {
         profile.graph_node_us = Some(self.graph_node_us);
         profile.issue = Some(self.issue);
         profile.lone = self.lone.clone();
+        profile.beside_direct = self
+            .splits
+            .iter()
+            .map(|s| BesideDirect {
+                src: s.src,
+                dst: s.dst,
+                rate_fraction: s.kept().rate_fraction,
+                chunk_us: s.kept().chunk_us,
+                splits: s.fitted_to(),
+            })
+            .collect();
         profile.measured_on = Some(self.measured_on.clone());
         profile.notes = self.notes.clone();
         profile
@@ -268,10 +283,11 @@ fn plan(simulated: bool, quick: bool) -> Plan {
 
 /// Measures this host. `progress` hears of every size of every sweep.
 pub fn run(
-    backend: &dyn Backend,
+    shared: &Arc<dyn Backend>,
     options: &Options,
     progress: &dyn Progress,
 ) -> Result<Measurements> {
+    let backend = &**shared;
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
     if let Some(&other) = devices.iter().find(|&&d| topo.crosses_hosts(devices[0], d)) {
@@ -400,7 +416,7 @@ pub fn run(
         None
     };
 
-    Ok(Measurements {
+    let mut measured = Measurements {
         source: backend.source().clone(),
         measured_on: crate::document::utc_date(std::time::SystemTime::now()),
         devices,
@@ -420,8 +436,17 @@ pub fn run(
         graph_node_us: graph.node_us,
         batch_message_us,
         latencies,
+        splits: Vec::new(),
         notes,
-    })
+    };
+    // The split is planned with every cost measured so far, as a profile would price it.
+    if measured.devices.len() > 1 {
+        let model = CostModel::from_profile(topo, &measured.profile(topo))?;
+        let (fits, notes) = beside::measure(shared, &model, &measured.devices, progress)?;
+        measured.splits = fits;
+        measured.notes.extend(notes);
+    }
+    Ok(measured)
 }
 
 /// A test of every ordered pair with P2P, and the hop it prices.

@@ -5,17 +5,29 @@ use crate::backend::sim::{Preset, SimBackend};
 use crate::bench::progress::Silent;
 use crate::document::bench::BenchDocument;
 use crate::document::compare::compare;
+use crate::document::plan::RouteName;
 use crate::model::CostModel;
 use crate::topology::Link;
+use std::sync::Arc;
 
-fn tuned(preset: &str, devices: Option<Vec<usize>>, latencies: bool) -> (SimBackend, Measurements) {
-    let sim = SimBackend::open(preset).unwrap();
+/// `tune` on `sim`, which it shares with the engine it runs splits on.
+fn tune_on(sim: &Arc<SimBackend>, options: &Options) -> Measurements {
+    let shared: Arc<dyn crate::backend::Backend> = sim.clone();
+    run(&shared, options, &Silent).unwrap()
+}
+
+fn tuned(
+    preset: &str,
+    devices: Option<Vec<usize>>,
+    latencies: bool,
+) -> (Arc<SimBackend>, Measurements) {
+    let sim = Arc::new(SimBackend::open(preset).unwrap());
     let options = Options {
         devices,
         quick: true,
         latencies,
     };
-    let m = run(&sim, &options, &Silent).unwrap();
+    let m = tune_on(&sim, &options);
     (sim, m)
 }
 
@@ -310,7 +322,7 @@ fn exported_bench_matches(preset: &str) {
         let report = crate::bench::run(backend, &options, &Silent).unwrap();
         BenchDocument::new(backend.topology(), report)
     };
-    let (was, now) = (bench(&sim), bench(&exported));
+    let (was, now) = (bench(&*sim), bench(&exported));
     let c = compare(&was, &now, preset, "exported");
     assert!(c.unmatched.is_empty(), "{:?}", c.unmatched);
     let tests: std::collections::BTreeSet<&str> = c.pairs.iter().map(|p| p.test.as_str()).collect();
@@ -398,13 +410,13 @@ fn the_exported_simulator_reproduces_the_resident_pointer_chase() {
         .as_mut()
         .expect("an NVLink pair")
         .resident_load_latency_ns = Some(500.0);
-    let sim = SimBackend::from_preset(&preset);
+    let sim = Arc::new(SimBackend::from_preset(&preset));
     let options = Options {
         devices: None,
         quick: true,
         latencies: true,
     };
-    let m = run(&sim, &options, &Silent).unwrap();
+    let m = tune_on(&sim, &options);
     let l = m.latencies.expect("latencies measured");
     assert!(close(l.local.resident_load_ns, 250.0, 0.01), "{l:?}");
     let nvlink = l.nvlink.expect("the NVLink pair");
@@ -436,7 +448,7 @@ fn the_exported_simulator_reproduces_the_resident_pointer_chase() {
             .map(|t| t.cells[0].value)
             .collect::<Vec<f64>>()
     };
-    let (host, model) = (chases(&sim), chases(&SimBackend::from_preset(&exported)));
+    let (host, model) = (chases(&*sim), chases(&SimBackend::from_preset(&exported)));
     assert!(
         close(host[1], 500.0, 0.01),
         "the host's resident chase: {host:?}"
@@ -447,4 +459,84 @@ fn the_exported_simulator_reproduces_the_resident_pointer_chase() {
             "{host:?} against the exported {model:?}"
         );
     }
+}
+
+#[test]
+fn the_host_routes_pace_beside_nvlink_is_measured_and_the_split_then_ends_together() {
+    use crate::bench::proof::sweep::BALANCE_TOLERANCE;
+    use crate::engine::{Fabric, Strategy};
+    let (sim, m) = tuned("h200-pair", None, false);
+    let pairs: Vec<(usize, usize)> = m.splits.iter().map(|p| (p.src, p.dst)).collect();
+    assert_eq!(pairs, vec![(0, 1), (1, 0)]);
+    // The same host without the slowdown beside NVLink: the preset slows the host route's
+    // device → host copies to 0.885 of their rate there, and the measured rate follows.
+    let mut unslowed = Preset::load("h200-pair").unwrap();
+    unslowed.gpu.host_copy_beside_peer = None;
+    let alone = tune_on(
+        &Arc::new(SimBackend::from_preset(&unslowed)),
+        &Options {
+            devices: None,
+            quick: true,
+            latencies: false,
+        },
+    );
+    let host_end = |run: &beside::SplitRun| {
+        let host = run.routes.iter().find(|r| r.route == RouteName::Host);
+        (host.unwrap().bytes, host.unwrap().measured_us)
+    };
+    for (p, q) in m.splits.iter().zip(&alone.splits) {
+        for (slowed, unslowed) in p.first.iter().zip(&q.first) {
+            // The same split (both planned with the estimate), its host route slower beside NVLink.
+            let ((bytes, slow_us), (same, fast_us)) = (host_end(slowed), host_end(unslowed));
+            assert_eq!(bytes, same);
+            assert!(slow_us > 1.05 * fast_us, "{p:#?} against {q:#?}");
+        }
+        // Planned with the estimate the routes end apart (the host route early: the estimate is
+        // the real pair's, slower than the simulator's); planned with the measured figures they
+        // end together, at both sizes. (Without the slowdown the simulator's host route runs
+        // further from the model's — whose fixed costs per chunk and per transfer are the real
+        // pair's — than the two figures can make up.)
+        assert!(
+            p.first.iter().all(|run| run.spread > BALANCE_TOLERANCE),
+            "{p:#?}"
+        );
+        assert_eq!(p.check.len(), 2, "{p:#?}");
+        assert!(
+            p.check.iter().all(|run| run.spread <= BALANCE_TOLERANCE),
+            "{p:#?}"
+        );
+    }
+    // The profile keeps each pair's figures, and reads back as it was written.
+    let profile = m.profile(sim.topology());
+    let kept: Vec<(f64, f64)> = profile
+        .beside_direct
+        .iter()
+        .map(|b| (b.rate_fraction, b.chunk_us))
+        .collect();
+    let measured: Vec<(f64, f64)> = m
+        .splits
+        .iter()
+        .map(|p| (p.kept().rate_fraction, p.kept().chunk_us))
+        .collect();
+    assert_eq!(kept, measured);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile.json");
+    profile.save(&path).unwrap();
+    assert_eq!(Profile::load(&path).unwrap(), profile);
+    // A fabric planning from the profile divides a split of a size between the measured ones so
+    // that its routes end together.
+    let model = CostModel::from_profile(sim.topology(), &profile).unwrap();
+    let shared: Arc<dyn crate::backend::Backend> = sim.clone();
+    let fabric = Fabric::builder(shared).model(model).open().unwrap();
+    let len = 96 << 20;
+    let (from, to) = (fabric.alloc(0, len).unwrap(), fabric.alloc(1, len).unwrap());
+    let t = fabric
+        .transfer(from.all(), to.all())
+        .strategy(Strategy::Split)
+        .timed()
+        .submit()
+        .unwrap();
+    let ends: Vec<f64> = t.route_ends().unwrap().iter().map(|e| e.end_us).collect();
+    let spread = crate::bench::proof::sweep::route_spread(ends.clone()).unwrap();
+    assert!(spread <= BALANCE_TOLERANCE, "{ends:?}");
 }
