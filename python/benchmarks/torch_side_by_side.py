@@ -115,7 +115,7 @@ def copies(fabric, src_gpu, dst_gpu, sizes, args):
             point[name] = time_per_op(op, devices, iters, args.runs, args.warmup)
             for d in devices:
                 torch.cuda.synchronize(d)
-            point[name.replace("_us", "_verified")] = bool(torch.equal(dst, src))
+            point[name.replace("_us", "_verified")] = bool(torch.equal(dst, src.to(dst.device)))
         points.append(point)
         if size <= 1 << 20:
             found = [peerlink._describe(dst, "destination"), peerlink._describe(src, "source")]

@@ -561,6 +561,9 @@ impl Transfer {
             .route_ends
             .iter()
             .map(|mark| {
+                // A route's mark may be queued after the waits that end the transfer: on GPUs it
+                // can still be pending once the transfer is done.
+                backend.event_synchronize(mark.event)?;
                 Ok(RouteEnd {
                     route: mark.route,
                     bytes: mark.bytes,
