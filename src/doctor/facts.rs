@@ -1,8 +1,9 @@
-//! The host's facts the checks need, read once from [`HostFiles`]: where each GPU sits in the PCIe
+//! The host's facts the checks need, read once through [`Sysfs`]: where each GPU sits in the PCIe
 //! tree, what the IOMMU does to it, the ACS of the bridges above it, and whether the host is a
 //! virtual machine.
 
-use super::host::{lspci_acs, Acs, HostFiles, Iommu, SysfsLink};
+use super::host::{self, lspci_acs, Acs, Iommu, SysfsLink};
+use crate::topology::sysfs::Sysfs;
 use crate::topology::{PciAddress, Topology};
 use std::collections::BTreeMap;
 
@@ -104,7 +105,7 @@ pub struct HostFacts {
 
 impl HostFacts {
     /// Reads what the checks need about `devices` of `topology`; `files` `None` reads nothing.
-    pub fn read(files: Option<HostFiles>, topology: &Topology, devices: &[usize]) -> HostFacts {
+    pub fn read(files: Option<Sysfs>, topology: &Topology, devices: &[usize]) -> HostFacts {
         let Some(files) = files else {
             return HostFacts {
                 unread: Some("a simulated host has no sysfs of its own".into()),
@@ -119,24 +120,24 @@ impl HostFacts {
                 gpus.insert(d, GpuPlace::default());
                 continue;
             };
-            let upstream = files.upstream(address);
+            let upstream = host::upstream(&files, address);
             gpus.insert(
                 d,
                 GpuPlace {
                     host_bridge: upstream.as_ref().map(|(h, _)| h.clone()),
                     chain: upstream.map(|(_, chain)| chain),
-                    iommu: files.iommu(address),
-                    link: files.link(address),
+                    iommu: host::iommu(&files, address),
+                    link: host::link(&files, address),
                 },
             );
         }
         let mut bridges = BTreeMap::new();
-        let mut lspci: Option<Vec<(PciAddress, super::host::AcsControl)>> = None;
+        let mut lspci: Option<Vec<(PciAddress, host::AcsControl)>> = None;
         for bridge in gpus.values().flat_map(|g| g.chain.iter().flatten()) {
             if bridges.contains_key(bridge) {
                 continue;
             }
-            let from_sysfs = files.acs(*bridge);
+            let from_sysfs = host::acs(&files, *bridge);
             let read = match from_sysfs {
                 Acs::Unreadable(why) => {
                     let listed = lspci.get_or_insert_with(|| {
@@ -162,14 +163,14 @@ impl HostFacts {
             };
             bridges.insert(*bridge, read);
         }
-        let (vendor, product) = files.dmi();
+        let (vendor, product) = host::dmi(&files);
         HostFacts {
             unread: None,
             root_shown,
             gpus,
             bridges,
             vm: Vm {
-                hypervisor_flag: files.hypervisor_flag(),
+                hypervisor_flag: host::hypervisor_flag(&files),
                 vendor,
                 product,
             },

@@ -1,17 +1,12 @@
-//! The host's own facts, read from Linux's sysfs and procfs under a root directory: `/` on the
-//! host itself, a fake tree in tests (or a tree captured from another host).
+//! The host's own facts the doctor needs — the PCIe tree above each GPU, its links, the IOMMU, ACS,
+//! signs of a virtual machine — read from Linux's sysfs and procfs through [`Sysfs`] (rooted at `/`
+//! on the host itself, a fake tree in tests, or a tree captured from another host).
 //!
 //! Every reader answers `None` (or says why) where a file is missing or unreadable: a container, a
 //! kernel without the file, or config space that only root may read. Nothing here writes.
 
+use crate::topology::sysfs::Sysfs;
 use crate::topology::PciAddress;
-use std::path::{Path, PathBuf};
-
-/// sysfs and procfs of one host, under `root`.
-#[derive(Clone, Debug)]
-pub struct HostFiles {
-    root: PathBuf,
-}
 
 /// What the host's IOMMU does to a GPU's DMA.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,163 +83,123 @@ const ACS_CAPABILITY: u32 = 0x000D;
 /// Where extended capabilities start in config space.
 const EXTENDED_CAPABILITIES: usize = 0x100;
 
-impl HostFiles {
-    pub fn at(root: impl Into<PathBuf>) -> HostFiles {
-        HostFiles { root: root.into() }
-    }
+fn device_dir(address: PciAddress) -> String {
+    format!("sys/bus/pci/devices/{}", address.sysfs_form())
+}
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
+/// The kernel's command line.
+pub fn cmdline(files: &Sysfs) -> Option<String> {
+    files.read("proc/cmdline")
+}
 
-    fn path(&self, relative: &str) -> PathBuf {
-        self.root.join(relative)
-    }
-
-    fn text(&self, relative: &str) -> Option<String> {
-        std::fs::read_to_string(self.path(relative))
-            .ok()
-            .map(|t| t.trim().to_string())
-    }
-
-    fn device_dir(address: PciAddress) -> String {
-        format!("sys/bus/pci/devices/{}", address.sysfs_form())
-    }
-
-    /// The kernel's command line.
-    pub fn cmdline(&self) -> Option<String> {
-        self.text("proc/cmdline")
-    }
-
-    /// The IOMMU parameters on the kernel's command line (`iommu=pt`, `intel_iommu=on`, …).
-    pub fn iommu_parameters(&self) -> Vec<String> {
-        self.cmdline()
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter(|p| {
-                ["iommu=", "intel_iommu=", "amd_iommu="]
-                    .iter()
-                    .any(|k| p.starts_with(k))
-            })
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// How many IOMMU groups the kernel made; `None` where sysfs has no such directory.
-    pub fn iommu_groups(&self) -> Option<usize> {
-        Some(
-            std::fs::read_dir(self.path("sys/kernel/iommu_groups"))
-                .ok()?
-                .count(),
-        )
-    }
-
-    /// The IOMMU's treatment of one device, and the evidence it was read from.
-    pub fn iommu(&self, address: PciAddress) -> Option<(Iommu, String)> {
-        let groups = self.iommu_groups()?;
-        if groups == 0 {
-            return Some((Iommu::Off, "/sys/kernel/iommu_groups is empty".into()));
-        }
-        let dir = Self::device_dir(address);
-        if let Some(kind) = self.text(&format!("{dir}/iommu_group/type")) {
-            let state = match kind.as_str() {
-                "identity" => Iommu::Passthrough,
-                "DMA" | "DMA-FQ" => Iommu::Translating,
-                other => Iommu::Other(other.to_string()),
-            };
-            return Some((
-                state,
-                format!("{}: iommu_group type `{kind}`", address.sysfs_form()),
-            ));
-        }
-        // Kernels before 5.11 have no group type: the command line says whether it passes through.
-        let parameters = self.iommu_parameters();
-        let state = if parameters.iter().any(|p| p == "iommu=pt") {
-            Iommu::Passthrough
-        } else {
-            Iommu::Translating
-        };
-        let shown = if parameters.is_empty() {
-            "no iommu parameter".to_string()
-        } else {
-            parameters.join(" ")
-        };
-        Some((
-            state,
-            format!("{groups} IOMMU groups; /proc/cmdline: {shown}"),
-        ))
-    }
-
-    /// The DMI system vendor and product name.
-    pub fn dmi(&self) -> (Option<String>, Option<String>) {
-        (
-            self.text("sys/class/dmi/id/sys_vendor"),
-            self.text("sys/class/dmi/id/product_name"),
-        )
-    }
-
-    /// Whether the CPU says it runs under a hypervisor (the `hypervisor` flag); `None` where
-    /// /proc/cpuinfo has no flags line.
-    pub fn hypervisor_flag(&self) -> Option<bool> {
-        let cpuinfo = self.text("proc/cpuinfo")?;
-        let flags = cpuinfo.lines().find(|l| l.starts_with("flags"))?;
-        Some(flags.split_whitespace().any(|f| f == "hypervisor"))
-    }
-
-    /// The PCI path from the host bridge down to a device: the host bridge's name (`pci0000:00`)
-    /// and the bridges above the device, topmost first (the device itself left out).
-    pub fn upstream(&self, address: PciAddress) -> Option<(String, Vec<PciAddress>)> {
-        let real = std::fs::canonicalize(self.path(&Self::device_dir(address))).ok()?;
-        let mut host_bridge = None;
-        let mut chain = Vec::new();
-        for part in real.components().map(|c| c.as_os_str().to_string_lossy()) {
-            if part.starts_with("pci") && part.contains(':') {
-                host_bridge = Some(part.to_string());
-                chain.clear();
-            } else if let Some(bridge) = PciAddress::parse(&part) {
-                chain.push(bridge);
-            }
-        }
-        match chain.pop() {
-            Some(last) if last == address => Some((host_bridge?, chain)),
-            _ => None,
-        }
-    }
-
-    /// The link a device trained and its maximum, from sysfs (`current_link_speed` …).
-    pub fn link(&self, address: PciAddress) -> Option<SysfsLink> {
-        let dir = Self::device_dir(address);
-        let read = |name: &str| self.text(&format!("{dir}/{name}"));
-        Some(SysfsLink {
-            generation: generation_of(&read("current_link_speed")?)?,
-            width: read("current_link_width")?.parse().ok()?,
-            max_generation: generation_of(&read("max_link_speed")?)?,
-            max_width: read("max_link_width")?.parse().ok()?,
+/// The IOMMU parameters on the kernel's command line (`iommu=pt`, `intel_iommu=on`, …).
+pub fn iommu_parameters(files: &Sysfs) -> Vec<String> {
+    cmdline(files)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter(|p| {
+            ["iommu=", "intel_iommu=", "amd_iommu="]
+                .iter()
+                .any(|k| p.starts_with(k))
         })
-    }
+        .map(str::to_string)
+        .collect()
+}
 
-    /// A bridge's ACS control register, from its config space in sysfs.
-    pub fn acs(&self, address: PciAddress) -> Acs {
-        let path = self.path(&format!("{}/config", Self::device_dir(address)));
-        match std::fs::read(&path) {
-            Err(e) => Acs::Unreadable(format!("{}: {e}", path.display())),
-            Ok(config) => acs_in_config(&config),
+/// How many IOMMU groups the kernel made; `None` where sysfs has no such directory.
+pub fn iommu_groups(files: &Sysfs) -> Option<usize> {
+    files.count("sys/kernel/iommu_groups")
+}
+
+/// The IOMMU's treatment of one device, and the evidence it was read from.
+pub fn iommu(files: &Sysfs, address: PciAddress) -> Option<(Iommu, String)> {
+    let groups = iommu_groups(files)?;
+    if groups == 0 {
+        return Some((Iommu::Off, "/sys/kernel/iommu_groups is empty".into()));
+    }
+    let dir = device_dir(address);
+    if let Some(kind) = files.read(&format!("{dir}/iommu_group/type")) {
+        let state = match kind.as_str() {
+            "identity" => Iommu::Passthrough,
+            "DMA" | "DMA-FQ" => Iommu::Translating,
+            other => Iommu::Other(other.to_string()),
+        };
+        return Some((
+            state,
+            format!("{}: iommu_group type `{kind}`", address.sysfs_form()),
+        ));
+    }
+    // Kernels before 5.11 have no group type: the command line says whether it passes through.
+    let parameters = iommu_parameters(files);
+    let state = if parameters.iter().any(|p| p == "iommu=pt") {
+        Iommu::Passthrough
+    } else {
+        Iommu::Translating
+    };
+    let shown = if parameters.is_empty() {
+        "no iommu parameter".to_string()
+    } else {
+        parameters.join(" ")
+    };
+    Some((
+        state,
+        format!("{groups} IOMMU groups; /proc/cmdline: {shown}"),
+    ))
+}
+
+/// The DMI system vendor and product name.
+pub fn dmi(files: &Sysfs) -> (Option<String>, Option<String>) {
+    (
+        files.read("sys/class/dmi/id/sys_vendor"),
+        files.read("sys/class/dmi/id/product_name"),
+    )
+}
+
+/// Whether the CPU says it runs under a hypervisor (the `hypervisor` flag); `None` where
+/// /proc/cpuinfo has no flags line.
+pub fn hypervisor_flag(files: &Sysfs) -> Option<bool> {
+    let cpuinfo = files.read("proc/cpuinfo")?;
+    let flags = cpuinfo.lines().find(|l| l.starts_with("flags"))?;
+    Some(flags.split_whitespace().any(|f| f == "hypervisor"))
+}
+
+/// The PCI path from the host bridge down to a device: the host bridge's name (`pci0000:00`)
+/// and the bridges above the device, topmost first (the device itself left out).
+pub fn upstream(files: &Sysfs, address: PciAddress) -> Option<(String, Vec<PciAddress>)> {
+    let real = files.real_path(&device_dir(address))?;
+    let mut host_bridge = None;
+    let mut chain = Vec::new();
+    for part in real.components().map(|c| c.as_os_str().to_string_lossy()) {
+        if part.starts_with("pci") && part.contains(':') {
+            host_bridge = Some(part.to_string());
+            chain.clear();
+        } else if let Some(bridge) = PciAddress::parse(&part) {
+            chain.push(bridge);
         }
     }
+    match chain.pop() {
+        Some(last) if last == address => Some((host_bridge?, chain)),
+        _ => None,
+    }
+}
 
-    /// `lspci -D -vvv`'s output: run on the host itself; a tree under another root may carry it
-    /// as `lspci-vvv.txt`. `None` where there is none (no lspci, or it failed).
-    pub fn lspci(&self) -> Option<String> {
-        if self.root != Path::new("/") {
-            return std::fs::read_to_string(self.path("lspci-vvv.txt")).ok();
-        }
-        let out = std::process::Command::new("lspci")
-            .args(["-D", "-vvv"])
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+/// The link a device trained and its maximum, from sysfs (`current_link_speed` …).
+pub fn link(files: &Sysfs, address: PciAddress) -> Option<SysfsLink> {
+    let dir = device_dir(address);
+    let read = |name: &str| files.read(&format!("{dir}/{name}"));
+    Some(SysfsLink {
+        generation: generation_of(&read("current_link_speed")?)?,
+        width: read("current_link_width")?.parse().ok()?,
+        max_generation: generation_of(&read("max_link_speed")?)?,
+        max_width: read("max_link_width")?.parse().ok()?,
+    })
+}
+
+/// A bridge's ACS control register, from its config space in sysfs.
+pub fn acs(files: &Sysfs, address: PciAddress) -> Acs {
+    match files.read_bytes(&format!("{}/config", device_dir(address))) {
+        Err(why) => Acs::Unreadable(why),
+        Ok(config) => acs_in_config(&config),
     }
 }
 
@@ -335,7 +290,7 @@ mod tests {
 
     /// A fake host: a root port, a switch (upstream and downstream port) and a GPU below it,
     /// linked from /sys/bus/pci/devices as the kernel links them.
-    fn host_with_switch() -> (tempfile::TempDir, HostFiles) {
+    fn host_with_switch() -> (tempfile::TempDir, Sysfs) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let chain = "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:05:00.0";
@@ -355,11 +310,11 @@ mod tests {
             )
             .unwrap();
         }
-        let files = HostFiles::at(root);
+        let files = Sysfs::at(root);
         (dir, files)
     }
 
-    fn write(files: &HostFiles, relative: &str, text: &str) {
+    fn write(files: &Sysfs, relative: &str, text: &str) {
         let path = files.root().join(relative);
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, text).unwrap();
@@ -368,7 +323,7 @@ mod tests {
     #[test]
     fn the_upstream_chain_follows_the_sysfs_link() {
         let (_dir, files) = host_with_switch();
-        let (host_bridge, chain) = files.upstream(addr("0000:05:00.0")).unwrap();
+        let (host_bridge, chain) = upstream(&files, addr("0000:05:00.0")).unwrap();
         assert_eq!(host_bridge, "pci0000:00");
         assert_eq!(
             chain,
@@ -378,7 +333,7 @@ mod tests {
                 addr("0000:02:08.0")
             ]
         );
-        assert!(files.upstream(addr("0000:09:00.0")).is_none());
+        assert!(upstream(&files, addr("0000:09:00.0")).is_none());
     }
 
     #[test]
@@ -393,7 +348,7 @@ mod tests {
         write(&files, &format!("{gpu}/max_link_speed"), "32.0 GT/s PCIe\n");
         write(&files, &format!("{gpu}/current_link_width"), "8\n");
         write(&files, &format!("{gpu}/max_link_width"), "16\n");
-        let link = files.link(addr("0000:05:00.0")).unwrap();
+        let link = link(&files, addr("0000:05:00.0")).unwrap();
         assert_eq!(
             link,
             SysfsLink {
@@ -412,9 +367,9 @@ mod tests {
     fn the_iommu_is_read_from_the_group_type_or_the_command_line() {
         let (_dir, files) = host_with_switch();
         let gpu = addr("0000:05:00.0");
-        assert_eq!(files.iommu(gpu), None, "no iommu_groups directory");
+        assert_eq!(iommu(&files, gpu), None, "no iommu_groups directory");
         fs::create_dir_all(files.root().join("sys/kernel/iommu_groups")).unwrap();
-        assert_eq!(files.iommu(gpu).unwrap().0, Iommu::Off);
+        assert_eq!(iommu(&files, gpu).unwrap().0, Iommu::Off);
 
         fs::create_dir_all(files.root().join("sys/kernel/iommu_groups/7")).unwrap();
         write(
@@ -422,11 +377,11 @@ mod tests {
             "proc/cmdline",
             "BOOT_IMAGE=/vmlinuz ro intel_iommu=on quiet",
         );
-        let (state, evidence) = files.iommu(gpu).unwrap();
+        let (state, evidence) = iommu(&files, gpu).unwrap();
         assert_eq!(state, Iommu::Translating);
         assert!(evidence.contains("intel_iommu=on"), "{evidence}");
         write(&files, "proc/cmdline", "ro intel_iommu=on iommu=pt");
-        assert_eq!(files.iommu(gpu).unwrap().0, Iommu::Passthrough);
+        assert_eq!(iommu(&files, gpu).unwrap().0, Iommu::Passthrough);
 
         let group = "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:05:00.0";
         fs::create_dir_all(files.root().join("sys/kernel/iommu_groups/7")).unwrap();
@@ -436,7 +391,7 @@ mod tests {
         )
         .unwrap();
         write(&files, "sys/kernel/iommu_groups/7/type", "DMA-FQ\n");
-        let (state, evidence) = files.iommu(gpu).unwrap();
+        let (state, evidence) = iommu(&files, gpu).unwrap();
         assert_eq!(
             state,
             Iommu::Translating,
@@ -444,13 +399,13 @@ mod tests {
         );
         assert!(evidence.contains("DMA-FQ"), "{evidence}");
         write(&files, "sys/kernel/iommu_groups/7/type", "identity\n");
-        assert_eq!(files.iommu(gpu).unwrap().0, Iommu::Passthrough);
+        assert_eq!(iommu(&files, gpu).unwrap().0, Iommu::Passthrough);
     }
 
     #[test]
     fn virtual_machines_show_in_dmi_and_cpu_flags() {
         let (_dir, files) = host_with_switch();
-        assert_eq!(files.hypervisor_flag(), None);
+        assert_eq!(hypervisor_flag(&files), None);
         write(&files, "sys/class/dmi/id/sys_vendor", "QEMU\n");
         write(
             &files,
@@ -462,16 +417,16 @@ mod tests {
             "proc/cpuinfo",
             "processor\t: 0\nflags\t\t: fpu vme sse2 hypervisor lahf_lm\n",
         );
-        assert_eq!(files.hypervisor_flag(), Some(true));
+        assert_eq!(hypervisor_flag(&files), Some(true));
         assert_eq!(
-            files.dmi(),
+            dmi(&files),
             (
                 Some("QEMU".into()),
                 Some("Standard PC (Q35 + ICH9, 2009)".into())
             )
         );
         write(&files, "proc/cpuinfo", "flags\t\t: fpu vme sse2\n");
-        assert_eq!(files.hypervisor_flag(), Some(false));
+        assert_eq!(hypervisor_flag(&files), Some(false));
     }
 
     /// 4 KiB of config space with an AER capability at 0x100 pointing to ACS at 0x148.
@@ -492,8 +447,8 @@ mod tests {
         let config = "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/config";
         let path = files.root().join(config);
         fs::write(&path, config_with_acs(0b0001_1101)).unwrap();
-        let Acs::Control(control) = files.acs(port) else {
-            panic!("{:?}", files.acs(port))
+        let Acs::Control(control) = acs(&files, port) else {
+            panic!("{:?}", acs(&files, port))
         };
         assert!(control.redirects());
         assert_eq!(
@@ -501,18 +456,18 @@ mod tests {
             "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
         );
         fs::write(&path, config_with_acs(0b0001_0001)).unwrap();
-        assert_eq!(files.acs(port), Acs::Control(AcsControl(0b1_0001)));
+        assert_eq!(acs(&files, port), Acs::Control(AcsControl(0b1_0001)));
         assert!(!AcsControl(0b1_0001).redirects());
 
         // What a user other than root reads: the first 64 bytes.
         fs::write(&path, [0u8; 64]).unwrap();
-        assert!(matches!(files.acs(port), Acs::Unreadable(why) if why.contains("need root")));
+        assert!(matches!(acs(&files, port), Acs::Unreadable(why) if why.contains("need root")));
         let mut without = config_with_acs(0);
         without[0x100..0x104].copy_from_slice(&0x0001_0001u32.to_le_bytes());
         fs::write(&path, without).unwrap();
-        assert_eq!(files.acs(port), Acs::Absent);
+        assert_eq!(acs(&files, port), Acs::Absent);
         assert!(matches!(
-            files.acs(addr("0000:7f:00.0")),
+            acs(&files, addr("0000:7f:00.0")),
             Acs::Unreadable(_)
         ));
     }
@@ -545,6 +500,6 @@ mod tests {
             "proc/cmdline",
             "ro amd_iommu=on iommu=pt quiet noiommu=1",
         );
-        assert_eq!(files.iommu_parameters(), ["amd_iommu=on", "iommu=pt"]);
+        assert_eq!(iommu_parameters(&files), ["amd_iommu=on", "iommu=pt"]);
     }
 }

@@ -3,9 +3,9 @@
 //! Each [`Check`] shows the evidence it read, a [`Verdict`] and the fix. The facts come through
 //! narrow readers: the topology and [`Health`](crate::backend::Health) through the backend (NVML
 //! on real GPUs, the preset and its faults on the simulator), and the host's own sysfs and procfs
-//! through [`host::HostFiles`], rooted at `/` on a real host (a fake tree in tests). Between two
-//! readings of the error counters a short [`burst`] of traffic crosses every P2P pair and every
-//! host link, so that counters which rise with traffic show it.
+//! through [`Sysfs`], rooted at `/` on a real host (a fake tree in tests). Between two readings of
+//! the error counters a short [`burst`] of traffic crosses every P2P pair and every host link, so
+//! that counters which rise with traffic show it.
 //!
 //! The checks: per pair of GPUs, P2P and why it is off (`pairs.rs`); per GPU, its PCIe link,
 //! NVLinks, error counters, MIG, persistence mode and clocks (`gpus.rs`); for the host, a virtual
@@ -24,6 +24,7 @@ pub use facts::HostFacts;
 
 use crate::backend::Backend;
 use crate::bench::progress::Progress;
+use crate::topology::sysfs::Sysfs;
 use crate::Result;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -189,7 +190,7 @@ pub fn run(backend: &dyn Backend, options: &Options, progress: &dyn Progress) ->
         ));
     }
     progress.start("doctor", 3);
-    let facts = HostFacts::read(root.map(host::HostFiles::at), topology, &devices);
+    let facts = HostFacts::read(root.map(Sysfs::at), topology, &devices);
     progress.step();
     let outcome = burst::run(backend, &devices, &burst::Plan::for_backend(backend))?;
     progress.step();

@@ -1,6 +1,9 @@
 //! A read-only view of a host's /sys and /proc under one root directory: `/` on a real host, a
-//! directory of fake files in tests. Every read answers `None` (or nothing) where the file is not
-//! there, so callers say "unknown" instead of failing on a kernel that lacks it.
+//! directory of fake files in tests (or a tree captured from another host). Every read answers
+//! `None` (or nothing, or why) where the file is not there or cannot be read — a container, a kernel
+//! without the file, config space only root may read — so callers say "unknown" instead of failing.
+//! Nothing here writes. The topology reads NICs and NUMA nodes through it, the doctor the PCIe tree,
+//! the IOMMU and ACS ([`crate::doctor`]).
 
 use std::path::{Path, PathBuf};
 
@@ -21,8 +24,25 @@ impl Sysfs {
         Sysfs { root: root.into() }
     }
 
+    /// The directory the tree is read under.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     fn path(&self, relative: &str) -> PathBuf {
         self.root.join(relative.trim_start_matches('/'))
+    }
+
+    /// The bytes of a file (a device's PCI config space), or why it could not be read (its path
+    /// and the system's reason).
+    pub fn read_bytes(&self, relative: &str) -> Result<Vec<u8>, String> {
+        let path = self.path(relative);
+        std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// How many entries a directory holds; `None` where it does not exist.
+    pub fn count(&self, relative: &str) -> Option<usize> {
+        Some(std::fs::read_dir(self.path(relative)).ok()?.count())
     }
 
     /// The text of a file (`sys/module/nvidia/version`), trimmed; `None` where it cannot be read.
@@ -48,14 +68,35 @@ impl Sysfs {
         names
     }
 
+    /// Where `relative` really is, every link followed: an absolute path; `None` where it does not
+    /// exist.
+    pub fn real_path(&self, relative: &str) -> Option<PathBuf> {
+        self.path(relative).canonicalize().ok()
+    }
+
     /// Where `relative` really is, every link followed, as a path under the root
     /// (`sys/devices/pci0000:00/0000:00:01.0/…`); `None` where it does not exist or leads out of
     /// the root.
     pub fn resolve(&self, relative: &str) -> Option<String> {
-        let real = self.path(relative).canonicalize().ok()?;
+        let real = self.real_path(relative)?;
         let root = self.root.canonicalize().ok()?;
         let inside: &Path = real.strip_prefix(&root).ok()?;
         Some(inside.to_str()?.to_string())
+    }
+
+    /// `lspci -D -vvv`'s output: run on the host itself; a tree under another root may carry it
+    /// as `lspci-vvv.txt`. `None` where there is none (no lspci, or it failed).
+    pub fn lspci(&self) -> Option<String> {
+        if self.root != Path::new("/") {
+            return std::fs::read_to_string(self.path("lspci-vvv.txt")).ok();
+        }
+        let out = std::process::Command::new("lspci")
+            .args(["-D", "-vvv"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
 
@@ -95,5 +136,10 @@ mod tests {
         assert!(sysfs.read("sys/module/nvidia_peermem/version").is_none());
         assert!(sysfs.resolve("sys/class/infiniband/mlx5_0").is_none());
         assert!(!sysfs.exists("sys/module/nvidia_peermem"));
+        assert_eq!(sysfs.count("sys/bus/pci/devices"), Some(1));
+        assert_eq!(sysfs.count("sys/kernel/iommu_groups"), None);
+        let missing = sysfs.read_bytes("sys/bus/pci/devices/0000:00:01.0/config");
+        assert!(missing.unwrap_err().contains("0000:00:01.0/config"));
+        assert_eq!(sysfs.lspci(), None, "no lspci-vvv.txt in the tree");
     }
 }
