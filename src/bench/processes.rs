@@ -20,10 +20,7 @@ use super::result::{BenchReport, Cell, NotMeasured, Place, TestResult};
 use super::timing::{check_ranges, measure, Given, HopSpec, Lane, Sampling};
 use super::{find_test, sampling, Defaults, Options, Size, DEFAULT_TESTS};
 use crate::backend::collective::BufferRange;
-use crate::backend::{
-    Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer,
-    StreamId,
-};
+use crate::backend::{Backend, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer};
 use crate::launch::Group;
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;
@@ -379,9 +376,7 @@ impl Run<'_> {
         shared: SharedBuffer,
     ) -> Result<Found> {
         let (from, to) = (self.gpus[src], self.gpus[dst]);
-        // The hops, and the stream (with its GPU) of the one that touches the imported buffer: a
-        // write's last, a read's first.
-        let (hops, touching) = match transport {
+        let hops = match transport {
             Transport::Direct(method) => {
                 let (issuing, peer) = match initiator {
                     Initiator::Source => (from, to),
@@ -392,13 +387,11 @@ impl Run<'_> {
                 if let Some(reason) = refused {
                     return Ok(Found::Skipped(reason));
                 }
-                let stream = ctx.streams(&[issuing])?[0];
-                let hop = HopSpec {
-                    stream,
+                vec![HopSpec {
+                    stream: ctx.streams(&[issuing])?[0],
                     method,
                     memory: Memory::Device(to),
-                };
-                (vec![hop], (stream, issuing))
+                }]
             }
             Transport::Staged => {
                 let streams = ctx.streams(&[from, to])?;
@@ -408,19 +401,13 @@ impl Run<'_> {
                     method: CopyMethod::CopyEngine,
                     memory,
                 };
-                let touching = match initiator {
-                    Initiator::Source => (streams[1], to),
-                    Initiator::Destination => (streams[0], from),
-                };
-                let hops = vec![
+                vec![
                     hop(streams[0], Memory::PinnedHost { numa_node }),
                     hop(streams[1], Memory::Device(to)),
-                ];
-                (hops, touching)
+                ]
             }
         };
         let imported = self.backend.sharing().import(shared)?;
-        self.touch(touching, imported)?;
         let given = match initiator {
             Initiator::Source => Given::Destination(imported),
             Initiator::Destination => Given::Source(imported),
@@ -451,18 +438,6 @@ impl Run<'_> {
             time_us: m.lane_us[0],
         };
         Ok(Found::Measured { cell, expected })
-    }
-
-    /// Reads a byte of `imported` on `stream` and waits: the first copy that touches another
-    /// process's memory from a GPU maps it there (CUDA enables peer access lazily) and waits for
-    /// that GPU to idle, which must happen before the timing engine holds its gate (on the H200
-    /// pair the gate's 5 s ran out first).
-    fn touch(&self, (stream, device): (StreamId, usize), imported: BufferId) -> Result<()> {
-        let scratch = Owned::new(self.backend, self.backend.alloc(Memory::Device(device), 1)?);
-        let copy = BufferCopy::from_start(imported, *scratch, 1);
-        self.backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
-        self.backend.synchronize(stream)?;
-        scratch.release()
     }
 
     /// The exporter's check of every byte the issuer says it wrote, in its own memory.
