@@ -149,20 +149,30 @@ impl<I: RawCollectives> Checked<I> {
         }
     }
 
-    /// Fails unless work issued on `device` by `toucher` may touch `buffer` in `memory`.
+    /// Fails unless work issued on `device` by `toucher` may touch `buffer` (whose entry is
+    /// `entry`).
     fn check_reach(
         &self,
         st: &State<I>,
         device: usize,
         buffer: BufferId,
-        memory: Memory,
+        entry: &BufferEntry<I::Buffer>,
         toucher: Toucher,
     ) -> Result<()> {
         // Pinned host memory is mapped for every GPU; managed memory's pages move or are mapped
         // by the driver for whichever GPU touches them.
-        let Memory::Device(owner) = memory else {
+        let Memory::Device(owner) = entry.memory else {
             return Ok(());
         };
+        if let sharing::Origin::Imported { gpu } = entry.origin {
+            // The IPC mapping is the importing GPU's alone; it brought its own peer access.
+            if gpu == device {
+                return Ok(());
+            }
+            return Err(Error::usage(format!(
+                "work on GPU {device} touches {buffer}, another process's memory of GPU {owner}                  imported for GPU {gpu}: only work issued on GPU {gpu} reaches it; issue the work                  there, or import the buffer for GPU {device}"
+            )));
+        }
         if st.peers[device * self.devices + owner] {
             return Ok(());
         }
@@ -210,7 +220,7 @@ impl<I: RawCollectives> Checked<I> {
                 Some(i) => sizes[i],
                 None => {
                     let entry = st.buffers.get(id.0)?;
-                    self.check_reach(st, device, id, entry.memory, toucher)?;
+                    self.check_reach(st, device, id, entry, toucher)?;
                     found.push((id, entry.raw.clone()));
                     sizes.push(entry.len);
                     entry.len
@@ -298,8 +308,8 @@ impl<I: RawCollectives> Checked<I> {
                 copy.dst, copy.src_offset, copy.dst_offset, copy.len
             )));
         }
-        self.check_reach(st, device, copy.dst, dst.memory, toucher)?;
-        self.check_reach(st, device, copy.src, src.memory, toucher)?;
+        self.check_reach(st, device, copy.dst, dst, toucher)?;
+        self.check_reach(st, device, copy.src, src, toucher)?;
         Ok((dst.raw.clone(), src.raw.clone()))
     }
 
@@ -782,8 +792,8 @@ impl<I: RawProbes + RawCollectives> Probes for Checked<I> {
         let mut st = self.lock();
         let (device, raw_stream) = self.stream(&st, stream)?;
         let (on_chain, on_result) = (st.buffers.get(chain.0)?, st.buffers.get(result.0)?);
-        self.check_reach(&st, device, chain, on_chain.memory, kernel)?;
-        self.check_reach(&st, device, result, on_result.memory, kernel)?;
+        self.check_reach(&st, device, chain, on_chain, kernel)?;
+        self.check_reach(&st, device, result, on_result, kernel)?;
         let elements = on_chain.len / 8;
         if elements == 0 {
             return Err(Error::usage(format!(
@@ -834,7 +844,7 @@ impl<I: RawProbes + RawCollectives> Probes for Checked<I> {
                 }
                 check_range(&format!("ping-pong {name}"), flag, entry.len, 0, 4)?;
                 let kernel = Toucher::Kernel("a ping-pong kernel");
-                self.check_reach(&st, writer, flag, entry.memory, kernel)?;
+                self.check_reach(&st, writer, flag, entry, kernel)?;
                 Ok(entry.raw.clone())
             });
             let raw_ping_flag = flags.next().expect("two flags")?;

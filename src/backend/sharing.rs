@@ -11,7 +11,10 @@
 //!
 //! An imported buffer is an ordinary [`BufferId`] in the importing process: a copy's source or
 //! destination, read and written like any other, and closed with [`Backend::free`] (which leaves
-//! the exporter's memory alone). Device memory of another GPU needs peer access as usual.
+//! the exporter's memory alone). Another process's device memory is mapped for one GPU of the
+//! importing process, named at import: CUDA maps an IPC handle into one context per GPU, with
+//! peer access from that GPU to the memory's own enabled as it opens, so only work issued on that
+//! GPU reaches it (the usual choice: the GPU this process drives).
 //!
 //! [`Backend::free`]: super::Backend::free
 
@@ -65,11 +68,13 @@ pub trait Sharing {
     /// importer must close its import before the exporter frees it.
     fn export(&self, buffer: BufferId) -> Result<SharedBuffer>;
 
-    /// Opens a buffer another process exported. A descriptor from another kind of backend, a GPU
-    /// this process does not see, or a missing or wrong file is an [`Error::Usage`] saying so.
+    /// Opens a buffer another process exported, for work issued on GPU `gpu` of this process:
+    /// device memory is mapped for that GPU alone (copies and kernels issued on another GPU are
+    /// refused), shared host memory for every GPU. A descriptor from another kind of backend, a
+    /// GPU this process does not see, or a missing or wrong file is an [`Error::Usage`] saying so.
     ///
     /// [`Error::Usage`]: crate::Error::Usage
-    fn import(&self, shared: SharedBuffer) -> Result<BufferId>;
+    fn import(&self, shared: SharedBuffer, gpu: usize) -> Result<BufferId>;
 }
 
 /// Sharing, below the checks.
@@ -88,10 +93,12 @@ pub trait RawSharing: RawBackend {
 
     /// The descriptor came from a backend of this one's source; `memory` is the device memory of
     /// a GPU of this process (its index here) or `PinnedHost { numa_node: None }`; `len` > 0; a
-    /// file is there exactly when the descriptor says so.
+    /// file is there exactly when the descriptor says so. Device memory is mapped for work issued
+    /// on `gpu` (a GPU of this process).
     fn import(
         &self,
         memory: Memory,
+        gpu: usize,
         len: usize,
         handle: &[u8],
         fd: Option<OwnedFd>,

@@ -376,7 +376,13 @@ impl Run<'_> {
         shared: SharedBuffer,
     ) -> Result<Found> {
         let (from, to) = (self.gpus[src], self.gpus[dst]);
-        let hops = match transport {
+        // The import is mapped for the GPU whose hop touches it: the issuing GPU of a direct
+        // copy; the memory's own GPU for a staged one (its host-to-device or device-to-host hop).
+        let owner = match initiator {
+            Initiator::Source => to,
+            Initiator::Destination => from,
+        };
+        let (hops, reaching) = match transport {
             Transport::Direct(method) => {
                 let (issuing, peer) = match initiator {
                     Initiator::Source => (from, to),
@@ -387,11 +393,12 @@ impl Run<'_> {
                 if let Some(reason) = refused {
                     return Ok(Found::Skipped(reason));
                 }
-                vec![HopSpec {
+                let hop = HopSpec {
                     stream: ctx.streams(&[issuing])?[0],
                     method,
                     memory: Memory::Device(to),
-                }]
+                };
+                (vec![hop], issuing)
             }
             Transport::Staged => {
                 let streams = ctx.streams(&[from, to])?;
@@ -401,13 +408,14 @@ impl Run<'_> {
                     method: CopyMethod::CopyEngine,
                     memory,
                 };
-                vec![
+                let hops = vec![
                     hop(streams[0], Memory::PinnedHost { numa_node }),
                     hop(streams[1], Memory::Device(to)),
-                ]
+                ];
+                (hops, owner)
             }
         };
-        let imported = self.backend.sharing().import(shared)?;
+        let imported = self.backend.sharing().import(shared, reaching)?;
         let given = match initiator {
             Initiator::Source => Given::Destination(imported),
             Initiator::Destination => Given::Source(imported),

@@ -281,7 +281,7 @@ impl PreparedBatch {
         let lanes = LockedLanes::new(shared, keys);
         let mut guards = lanes.guards();
         let mut issuer = Issuer::new(shared);
-        let control = issuer.stream(control_key(a, b))?;
+        let control = issuer.stream(control_key(a, a, b))?;
         for &e in after {
             issuer.wait(control, e)?;
         }

@@ -156,6 +156,46 @@ impl Shared {
         Ok(worker)
     }
 
+    /// The plan for a transfer that another process's memory limits (see
+    /// [`super::Fabric::import`]): `strategy` where given and `reaches` accepts it, else the
+    /// planner's fastest strategy that `reaches` accepts.
+    pub fn plan_reaching(
+        &self,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        strategy: Option<Strategy>,
+        reaches: impl Fn(&Plan) -> bool,
+    ) -> Result<Arc<Plan>> {
+        let refused = |what: &str| {
+            Error::usage(format!(
+                "{what} reach another process's memory from GPU {src} to GPU {dst}: an import is \
+                 reached only from the GPU it was imported for (a direct copy issued there, or, \
+                 where it is imported for its own GPU, the host and relay routes that touch it \
+                 there)"
+            ))
+        };
+        if let Some(s) = strategy {
+            let plan = self.plan(src, dst, bytes, Some(s))?;
+            return match reaches(&plan) {
+                true => Ok(plan),
+                false => Err(refused(&format!("{} cannot", s.name()))),
+            };
+        }
+        let auto = self.plan(src, dst, bytes, None)?;
+        if reaches(&auto) {
+            return Ok(auto);
+        }
+        // Alternatives are listed fastest first.
+        for &(s, _) in &auto.alternatives {
+            let plan = self.plan(src, dst, bytes, Some(s))?;
+            if reaches(&plan) {
+                return Ok(plan);
+            }
+        }
+        Err(refused("no strategy can"))
+    }
+
     /// The planner's plan for a transfer (its pick, or `strategy` where given), made once per
     /// (pair, size, strategy).
     pub fn plan(
@@ -507,6 +547,9 @@ pub(super) fn lanes_of(plan: &Plan) -> Vec<LaneKey> {
 /// whether its GPU time is wanted.
 pub(super) struct Job<'p> {
     pub plan: &'p Plan,
+    /// The GPU whose streams queue the transfer: the source's, or the destination's where it
+    /// reads another process's memory imported for the destination.
+    pub issuing: usize,
     pub src: Loc,
     pub dst: Loc,
     pub after: &'p [EventId],
@@ -544,7 +587,7 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
     for job in jobs {
         let mut issuer = Issuer::new(shared);
         let plan = job.plan;
-        let control = issuer.stream(control_key(plan.src, plan.dst))?;
+        let control = issuer.stream(control_key(job.issuing, plan.src, plan.dst))?;
         for &e in job.after {
             issuer.wait(control, e)?;
         }
@@ -563,6 +606,7 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
         queue_direct(
             &mut issuer,
             plan,
+            job.issuing,
             (job.src, job.dst),
             control,
             !job.after.is_empty(),
@@ -644,9 +688,10 @@ impl Queuing<'_> {
     }
 }
 
-pub(super) fn control_key(src: usize, dst: usize) -> StreamKey {
+/// The stream that orders a transfer between `src` and `dst`, on the `issuing` GPU.
+pub(super) fn control_key(issuing: usize, src: usize, dst: usize) -> StreamKey {
     StreamKey {
-        device: src,
+        device: issuing,
         src,
         dst,
         role: Role::Control,
@@ -664,7 +709,7 @@ pub(super) fn issue_routes(
     control: StreamId,
     start: Option<EventId>,
 ) -> Result<()> {
-    queue_direct(issuer, plan, (src, dst), control, true, false)?;
+    queue_direct(issuer, plan, plan.src, (src, dst), control, true, false)?;
     let mut pipelines = begin_pipelines(issuer, lanes, plan, src, dst, start)?;
     while step_routes(issuer, &mut pipelines)? {}
     finish_routes(issuer, lanes, pipelines, control, false)
@@ -681,6 +726,7 @@ pub(super) type Pipelines = Vec<(LaneKey, Pipeline)>;
 fn queue_direct(
     issuer: &mut Issuer<'_>,
     plan: &Plan,
+    issuing: usize,
     (src, dst): (Loc, Loc),
     control: StreamId,
     ordered: bool,
@@ -690,7 +736,12 @@ fn queue_direct(
         if !matches!(share.route, Route::Direct(_) | Route::Resident) {
             continue;
         }
-        issuer.shared.ensure_peer(plan.src, plan.dst)?;
+        let peer = if issuing == plan.src {
+            plan.dst
+        } else {
+            plan.src
+        };
+        issuer.shared.ensure_peer(issuing, peer)?;
         let copy = BufferCopy {
             dst: dst.buffer,
             dst_offset: dst.offset + share.offset as usize,

@@ -12,7 +12,7 @@
 //!   prepared batch keeps its buffers alive.
 
 use super::executor::{self, lock, Completion, Loc, ResidentWorkers, Shared};
-use super::plan::{BatchPlan, Plan, RouteEnd, Strategy};
+use super::plan::{BatchPlan, Plan, Route, RouteEnd, Strategy};
 use super::Planner;
 use crate::backend::{Backend, BufferId, EventId, Memory, SharedBuffer, SharedMemory};
 use crate::model::CostModel;
@@ -129,12 +129,24 @@ impl Fabric {
 
     /// A fabric buffer over a backend buffer of `device`'s memory, freed with the buffer.
     fn adopt(&self, id: BufferId, device: usize, size: usize) -> Buffer {
+        self.adopt_as(id, device, size, None)
+    }
+
+    /// [`Fabric::adopt`], for an import too: `imported_for`, the GPU whose work alone reaches it.
+    fn adopt_as(
+        &self,
+        id: BufferId,
+        device: usize,
+        size: usize,
+        imported_for: Option<usize>,
+    ) -> Buffer {
         Buffer {
             state: Arc::new(BufferState {
                 shared: self.shared.clone(),
                 id,
                 device,
                 size,
+                imported_for,
                 uses: Mutex::default(),
             }),
         }
@@ -147,10 +159,17 @@ impl Fabric {
         self.shared.backend.sharing().export(buffer.state.id)
     }
 
-    /// Opens another process's exported device buffer as a buffer of this fabric: a transfer's
-    /// source or destination like any other, by whatever strategy the planner picks (issued by
-    /// this process's GPUs). Dropping it closes the import, not the other process's memory.
-    pub fn import(&self, shared: SharedBuffer) -> Result<Buffer> {
+    /// Opens another process's exported device buffer as a buffer of this fabric, mapped for GPU
+    /// `gpu` of it: only work issued on `gpu` reaches it. Usually `gpu` is the GPU this process
+    /// drives: the import is then a transfer's source or destination between `gpu` and the
+    /// memory's GPU by a direct copy (copy engine or SM kernel, as the planner picks) that `gpu`
+    /// issues, reads and writes alike. Imported for the memory's own GPU, it is reached by the
+    /// routes that touch it from there too (through host memory; a relay's first hop), as where
+    /// the two GPUs have no P2P. The planner picks the fastest strategy that reaches it, and a
+    /// strategy asked for that cannot is refused. Dropping it closes the import, not the other
+    /// process's memory.
+    pub fn import(&self, shared: SharedBuffer, gpu: usize) -> Result<Buffer> {
+        self.check_member(gpu)?;
         let SharedMemory::Device { gpu_uuid } = &shared.descriptor.memory else {
             return Err(Error::usage(
                 "a fabric imports device memory only; shared host memory is imported with \
@@ -168,9 +187,9 @@ impl Fabric {
         }
         let size = shared.descriptor.len;
         // The backend refuses a GPU this process does not see, saying so.
-        let id = self.shared.backend.sharing().import(shared)?;
+        let id = self.shared.backend.sharing().import(shared, gpu)?;
         let device = device.expect("the backend imported memory of a GPU it sees");
-        Ok(self.adopt(id, device, size))
+        Ok(self.adopt_as(id, device, size, Some(gpu)))
     }
 
     /// Makes `bytes` of another library's memory of GPU `device`, at unified address `address` (a
@@ -346,6 +365,8 @@ pub(super) struct BufferState {
     pub id: BufferId,
     pub device: usize,
     size: usize,
+    /// For another process's memory: the GPU it was imported for, the only one that reaches it.
+    pub imported_for: Option<usize>,
     uses: Mutex<Vec<Use>>,
 }
 
@@ -630,7 +651,15 @@ impl<'a> TransferBuilder<'a> {
         let fabric = self.fabric;
         let len = fabric.check_pair(&self.src, &self.dst)? as u64;
         let (a, b) = (self.src.device(), self.dst.device());
-        let plan = fabric.shared().plan(a, b, len, self.strategy)?;
+        let (plan, issuing) = match ImportReach::of(&self.src, &self.dst)? {
+            None => (fabric.shared().plan(a, b, len, self.strategy)?, a),
+            Some(reach) => {
+                let plan = fabric
+                    .shared()
+                    .plan_reaching(a, b, len, self.strategy, |p| reach.reaches(p))?;
+                (plan, reach.gpu)
+            }
+        };
         let mut after = self.after;
         after.extend(self.src.buffer.state.conflicts(false));
         after.extend(self.dst.buffer.state.conflicts(true));
@@ -640,8 +669,69 @@ impl<'a> TransferBuilder<'a> {
             src: self.src,
             dst: self.dst,
             plan,
+            issuing,
             events,
             timed: self.timed,
+        })
+    }
+}
+
+/// What a transfer touching another process's memory must respect (see [`Fabric::import`]): the
+/// import is reached only by work issued on the GPU it was imported for.
+struct ImportReach {
+    /// The GPU the import (or both) was opened for; it issues the transfer.
+    gpu: usize,
+    /// Which ends are imports.
+    src: bool,
+    dst: bool,
+    /// The transfer's source and destination GPUs.
+    from: usize,
+    to: usize,
+}
+
+impl ImportReach {
+    /// None for a transfer of this process's memory only.
+    fn of(src: &Span<'_>, dst: &Span<'_>) -> Result<Option<ImportReach>> {
+        let (from, to) = (src.device(), dst.device());
+        let (on_src, on_dst) = (src.buffer.state.imported_for, dst.buffer.state.imported_for);
+        let gpu = match (on_src, on_dst) {
+            (None, None) => return Ok(None),
+            (Some(x), Some(y)) if x != y => {
+                return Err(Error::usage(format!(
+                    "the source was imported for GPU {x} and the destination for GPU {y}: one \
+                     GPU issues a transfer, so import both for the same GPU"
+                )))
+            }
+            (Some(gpu), _) | (_, Some(gpu)) => gpu,
+        };
+        if gpu != from && gpu != to {
+            return Err(Error::usage(format!(
+                "a transfer from GPU {from} to GPU {to} touches another process's memory \
+                 imported for GPU {gpu}, which only work issued on GPU {gpu} reaches: transfer \
+                 between GPU {gpu} and the memory's GPU, or import it for GPU {from} or {to}"
+            )));
+        }
+        Ok(Some(ImportReach {
+            gpu,
+            src: on_src.is_some(),
+            dst: on_dst.is_some(),
+            from,
+            to,
+        }))
+    }
+
+    /// Whether every route of `plan`, issued on [`ImportReach::gpu`], touches the imports from
+    /// that GPU alone. A direct copy touches both ends from the issuing GPU; a pipelined route
+    /// reads the source from the source GPU and writes the destination from the destination GPU
+    /// (host route) or the relay's (relay); a resident worker is this process's own.
+    fn reaches(&self, plan: &Plan) -> bool {
+        plan.paths.iter().all(|share| match share.route {
+            Route::Direct(_) => true,
+            Route::Host => {
+                (!self.src || self.gpu == self.from) && (!self.dst || self.gpu == self.to)
+            }
+            Route::Relay(_) => !self.dst && self.gpu == self.from,
+            Route::Resident | Route::GpudirectRdma | Route::NetStaged => false,
         })
     }
 }
@@ -651,6 +741,8 @@ struct Prepared<'a> {
     src: Span<'a>,
     dst: Span<'a>,
     plan: Arc<Plan>,
+    /// The GPU whose streams queue it.
+    issuing: usize,
     events: Vec<EventId>,
     timed: bool,
 }
@@ -659,6 +751,7 @@ impl Prepared<'_> {
     fn job(&self) -> executor::Job<'_> {
         executor::Job {
             plan: &self.plan,
+            issuing: self.issuing,
             src: self.src.loc(),
             dst: self.dst.loc(),
             after: &self.events,

@@ -111,7 +111,7 @@ fn tampered(b: &dyn Backend, id: BufferId, tamper: impl FnOnce(&mut SharedBuffer
 pub fn imports_refuse_descriptors_of_other_backends_gpus_files_and_handles(b: &dyn Backend) {
     let data = pattern(8192, 3);
     for (what, id) in exportable(b, &data) {
-        let import = |shared| b.sharing().import(shared);
+        let import = |shared| b.sharing().import(shared, 0);
         let other_source = tampered(b, id, |s| {
             s.descriptor.source = match s.descriptor.source {
                 Source::Cuda => Source::Sim("x".into()),

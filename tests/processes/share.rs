@@ -44,7 +44,8 @@ fn part(k: usize) -> (usize, usize) {
 /// The exporter's side: exports device memory of its last GPU and shared host memory, runs
 /// `child_test` of this binary as the importer, and checks every byte the child says it wrote (and
 /// every byte it did not) in its own memory.
-/// `strategies` are the engine strategies the child must have used (others may be offered too).
+/// `strategies` are the engine strategies the child must have used, into the exported device
+/// memory and out of it (others may be offered too).
 pub fn export_to_a_child_process(backend_name: &str, child_test: &str, strategies: &[Strategy]) {
     let b = open(backend_name);
     let last = b.topology().devices.len() - 1;
@@ -86,7 +87,12 @@ pub fn export_to_a_child_process(backend_name: &str, child_test: &str, strategie
         pattern::bytes(HOST_SEED, LEN),
     ];
     let mut ways = Vec::new();
+    let mut reads = Vec::new();
     for line in stdout.lines() {
+        if let Some(at) = line.find("READ device ") {
+            reads.push(line[at + "READ device ".len()..].trim().to_string());
+            continue;
+        }
         // The test harness prints `test <name> ... ` before the child's first line.
         let Some(at) = line.find("WROTE ") else {
             continue;
@@ -103,9 +109,16 @@ pub fn export_to_a_child_process(backend_name: &str, child_test: &str, strategie
         ways.push(format!("{buffer} {way}"));
     }
     eprintln!("the child wrote: {}", ways.join(", "));
+    eprintln!("the child read, every byte checked: {}", reads.join(", "));
     let device_ways = strategies.iter().map(|s| format!("device {s:?}"));
     for needed in device_ways.chain(["device host-write".to_string()]) {
         assert!(ways.contains(&needed), "{needed} missing: {ways:?}");
+    }
+    for needed in strategies.iter().map(|s| format!("{s:?}")) {
+        assert!(
+            reads.contains(&needed),
+            "a read by {needed} missing: {reads:?}"
+        );
     }
     for needed in ["host host-write", "host CopyEngine", "host SmKernel"] {
         assert!(
@@ -151,37 +164,69 @@ fn check_all(got: &[u8], seed: u64, what: &str) {
     }
 }
 
-/// The exporter's device memory, through the engine: a host write, then each strategy.
+/// The exporter's device memory (of its last GPU), through the engine: a host write, then each
+/// strategy from GPU 0 into it, and each strategy out of it into GPU 0. It is imported for GPU 0,
+/// which issues direct copies, where GPU 0 has P2P to it; else for its own GPU, where the host and
+/// relay routes reach it.
 fn into_device_memory(b: &Arc<dyn Backend>, shared: SharedBuffer) {
     let fabric = Fabric::open(b.clone()).unwrap();
-    let import = fabric.import(shared).unwrap();
+    let last = b.topology().devices.len() - 1;
+    let p2p = b.topology().pair(0, last).is_some_and(|p| p.p2p);
+    let import = fabric.import(shared, if p2p { 0 } else { last }).unwrap();
     check_all(&import.to_vec().unwrap(), DEVICE_SEED, "device memory");
     let (offset, len) = part(0);
     import.write(offset, &pattern::bytes(100, len)).unwrap();
     println!("WROTE device host-write 0 100");
-    let strategies = Strategy::ALL
-        .into_iter()
-        .filter(|s| *s != Strategy::Resident);
-    for (k, strategy) in (1..PARTS).zip(strategies) {
+    let strategies = || {
+        Strategy::ALL
+            .into_iter()
+            .filter(|s| *s != Strategy::Resident)
+    };
+    let offered =
+        |strategy: Strategy, moved: peerlink::Result<peerlink::engine::Transfer>| match moved {
+            Ok(transfer) => {
+                transfer.wait().unwrap();
+                true
+            }
+            Err(peerlink::Error::Usage(why)) => {
+                eprintln!("{strategy:?} not offered: {why}");
+                false
+            }
+            Err(other) => panic!("{strategy:?}: {other}"),
+        };
+    for (k, strategy) in (1..PARTS).zip(strategies()) {
         let (offset, len) = part(k);
         let seed = 100 + k as u64;
         let src = fabric.alloc(0, len).unwrap();
         src.write(0, &pattern::bytes(seed, len)).unwrap();
         let dst = import.range(offset..offset + len);
-        match fabric.transfer(src.all(), dst).strategy(strategy).submit() {
-            Ok(transfer) => {
-                transfer.wait().unwrap();
-                println!("WROTE device {strategy:?} {k} {seed}");
+        if offered(
+            strategy,
+            fabric.transfer(src.all(), dst).strategy(strategy).submit(),
+        ) {
+            println!("WROTE device {strategy:?} {k} {seed}");
+        }
+    }
+    // Out of it: the part written from the host above, every byte checked here.
+    let (offset, len) = part(0);
+    for strategy in strategies() {
+        let dst = fabric.alloc(0, len).unwrap();
+        let src = import.range(offset..offset + len);
+        if offered(
+            strategy,
+            fabric.transfer(src, dst.all()).strategy(strategy).submit(),
+        ) {
+            if let Some(m) = pattern::first_mismatch(100, &dst.to_vec().unwrap()) {
+                panic!("{strategy:?} out of the import: {m:?}");
             }
-            Err(peerlink::Error::Usage(why)) => eprintln!("{strategy:?} not offered: {why}"),
-            Err(other) => panic!("{strategy:?}: {other}"),
+            println!("READ device {strategy:?}");
         }
     }
 }
 
 /// The exporter's shared host memory: a host write, then a copy by each method from GPU 0.
 fn into_host_memory(b: &Arc<dyn Backend>, shared: SharedBuffer) {
-    let import = b.sharing().import(shared).unwrap();
+    let import = b.sharing().import(shared, 0).unwrap();
     let mut got = vec![0; LEN];
     b.read(import, 0, &mut got).unwrap();
     check_all(&got, HOST_SEED, "shared host memory");

@@ -255,9 +255,10 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
         // Each rank's kernel loads from and stores to the other ranks' buffers and flags.
         let kernel_reach = Toucher::Kernel("an all-reduce kernel");
         for (i, a) in resolved.iter().enumerate() {
-            for (j, b) in resolved.iter().enumerate().filter(|&(j, _)| j != i) {
-                let peer = Memory::Device(b.device);
-                self.check_reach(&st, a.device, ranks[j].input, peer, kernel_reach)?;
+            for (j, _) in resolved.iter().enumerate().filter(|&(j, _)| j != i) {
+                let input = ranks[j].input;
+                let entry = st.buffers.get(input.0)?;
+                self.check_reach(&st, a.device, input, entry, kernel_reach)?;
             }
         }
         let streams: Vec<StreamId> = ranks.iter().map(|r| r.stream).collect();

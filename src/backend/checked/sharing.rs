@@ -15,8 +15,9 @@ pub(super) enum Origin {
     Allocated,
     /// Allocated here as host memory other processes can map.
     SharedHost,
-    /// Another process's buffer, opened here.
-    Imported,
+    /// Another process's buffer, opened here for work issued on GPU `gpu` (device memory is
+    /// mapped for that GPU alone).
+    Imported { gpu: usize },
     /// Another library's memory in this process ([`crate::backend::Backend::borrow_memory`]).
     Borrowed,
 }
@@ -40,7 +41,7 @@ impl<I: RawCollectives + RawSharing> Sharing for Checked<I> {
             let st = self.lock();
             let entry = st.buffers.get(buffer.0)?;
             let refusal = match (entry.origin, entry.memory) {
-                (Origin::Imported, _) => Some(
+                (Origin::Imported { .. }, _) => Some(
                     "was imported from another process: export it in the process that allocated it"
                         .to_string(),
                 ),
@@ -83,7 +84,8 @@ impl<I: RawCollectives + RawSharing> Sharing for Checked<I> {
         Ok(SharedBuffer { descriptor, fd })
     }
 
-    fn import(&self, shared: SharedBuffer) -> Result<BufferId> {
+    fn import(&self, shared: SharedBuffer, gpu: usize) -> Result<BufferId> {
+        self.check_device(gpu)?;
         let SharedBuffer { descriptor, fd } = shared;
         let source = &self.raw.topology().source;
         if descriptor.source != *source {
@@ -125,8 +127,8 @@ impl<I: RawCollectives + RawSharing> Sharing for Checked<I> {
         };
         let raw = self
             .raw
-            .import(memory, descriptor.len, &descriptor.handle, fd)?;
-        self.insert_buffer(raw, memory, descriptor.len, Origin::Imported)
+            .import(memory, gpu, descriptor.len, &descriptor.handle, fd)?;
+        self.insert_buffer(raw, memory, descriptor.len, Origin::Imported { gpu })
     }
 }
 

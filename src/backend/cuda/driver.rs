@@ -225,16 +225,17 @@ impl DeviceMemory {
         })
     }
 
-    /// Opens another process's device memory of `ctx`'s GPU from its IPC handle
-    /// (cuIpcOpenMemHandle). Peer access from other GPUs' contexts is enabled as the memory is
-    /// opened (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), as cuCtxEnablePeerAccess would.
+    /// Opens another process's device memory from its IPC handle (cuIpcOpenMemHandle) for work
+    /// in `ctx`. Where the memory is another GPU's, peer access from `ctx` to it is enabled as it
+    /// opens (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), as cuCtxEnablePeerAccess would.
     pub(super) fn open_ipc(ctx: &Arc<CudaContext>, handle: &[u8]) -> Result<Self, Error> {
         let mut ipc = sys::CUipcMemHandle {
             reserved: [0; IPC_HANDLE_BYTES],
         };
         if handle.len() != IPC_HANDLE_BYTES {
             return Err(Error::usage(format!(
-                "cannot import the shared buffer: a CUDA IPC handle is {IPC_HANDLE_BYTES} bytes,                  this one {}; send the descriptor of one export unchanged",
+                "cannot import the shared buffer: a CUDA IPC handle is {IPC_HANDLE_BYTES} bytes, \
+                 this one {}; send the descriptor of one export unchanged",
                 handle.len()
             )));
         }
@@ -258,7 +259,9 @@ impl DeviceMemory {
                 | CUresult::CUDA_ERROR_INVALID_CONTEXT
                 | CUresult::CUDA_ERROR_MAP_FAILED),
             )) => Err(Error::usage(format!(
-                "the driver refused the CUDA IPC handle ({code:?}): it is not a live export of                  another process's memory on GPU {} (a handle opens only in another process,                  and only while the exporter keeps its buffer)",
+                "the driver refused the CUDA IPC handle ({code:?}) as it opened for GPU {}: it is \
+                 not a live export of another process's memory (a handle opens only in another \
+                 process, and only while the exporter keeps its buffer)",
                 ctx.ordinal()
             ))),
             Err(error) => Err(cuda_error("cuIpcOpenMemHandle", error)),

@@ -54,14 +54,18 @@ impl RawSharing for Gpus {
     fn import(
         &self,
         memory: Memory,
+        gpu: usize,
         len: usize,
         handle: &[u8],
         fd: Option<OwnedFd>,
     ) -> Result<Arc<Buffer>> {
         let storage =
             match (memory, fd) {
-                (Memory::Device(device), None) => {
-                    Storage::Device(DeviceMemory::open_ipc(&self.contexts[device], handle)?)
+                // Opened in the issuing GPU's context: there the mapping reaches the memory's
+                // GPU through peer access; opened in the memory's own GPU's context, other GPUs'
+                // copies took a slow path and their kernels faulted (the H200 pair, 2026-11-30).
+                (Memory::Device(_), None) => {
+                    Storage::Device(DeviceMemory::open_ipc(&self.contexts[gpu], handle)?)
                 }
                 (Memory::PinnedHost { .. }, Some(fd)) if handle.is_empty() => {
                     let file = File::from(fd);

@@ -132,7 +132,7 @@ impl Buffer {
         }
     }
 
-    /// The GPU whose context allocated the buffer.
+    /// The GPU whose context allocated the buffer, or opened it (an import).
     fn device(&self) -> usize {
         match &self.0 {
             Storage::Device(memory) => memory.device(),

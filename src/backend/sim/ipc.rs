@@ -39,6 +39,7 @@ impl RawSharing for Simulator {
     fn import(
         &self,
         memory: Memory,
+        _gpu: usize,
         len: usize,
         handle: &[u8],
         fd: Option<OwnedFd>,
