@@ -51,6 +51,13 @@ constexpr unsigned int RESIDENT_BATCH = 1u << 31;
 // Control words (u64 indices): the GPU's on one cache line, the host's on the next.
 constexpr unsigned int RESIDENT_COMPLETED = 0;
 constexpr unsigned int RESIDENT_STATE = 1;
+// The dispatcher's times (DispatcherTimes), written once at exit.
+constexpr unsigned int RESIDENT_RUN_NS = 2;
+constexpr unsigned int RESIDENT_ROUNDS = 3;
+constexpr unsigned int RESIDENT_POLL_NS = 4;
+constexpr unsigned int RESIDENT_WORKING_ROUNDS = 5;
+constexpr unsigned int RESIDENT_COPY_NS = 6;
+constexpr unsigned int RESIDENT_PUBLISH_NS = 7;
 constexpr unsigned int RESIDENT_STOP = 8;
 constexpr unsigned int RESIDENT_HEARTBEAT = 9;
 static_assert(RESIDENT_HEARTBEAT == RESIDENT_STOP + 1, "stop and heartbeat are read in one load");
@@ -191,6 +198,27 @@ __device__ __forceinline__ unsigned long long warp_time_ns() {
     return __shfl_sync(RESIDENT_FULL_WARP, global_timer_ns(), 0);
 }
 
+// %globaltimer once `after` is known: an input operand the timer read waits for, so that it times
+// the loads `after` was computed from rather than their issue.
+__device__ __forceinline__ unsigned long long timer_after(unsigned long long after) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now) : "l"(after));
+    return now;
+}
+
+// Where the dispatcher's time goes, by lane 0's %globaltimer, summed over the worker's life and
+// written to the control words at exit (RESIDENT_ROUNDS…): every round's poll (issue to the
+// slots' and host words' arrival), and in rounds that took tickets, the copies' loads and issue,
+// and the publication (the system-scope release waits for the copies' stores to land).
+struct DispatcherTimes {
+    unsigned long long started_at;
+    unsigned long long rounds;
+    unsigned long long poll_ns;
+    unsigned long long working_rounds;
+    unsigned long long copy_ns;
+    unsigned long long publish_ns;
+};
+
 // The host's heartbeat as the dispatcher last saw it change.
 struct Watchdog {
     unsigned long long heartbeat;
@@ -263,9 +291,11 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         store_volatile(control + RESIDENT_STATE, RESIDENT_RUNNING);
         __threadfence_system();
     }
+    DispatcherTimes times = {global_timer_ns(), 0, 0, 0, 0, 0};
     while (state == RESIDENT_RUNNING) {
         // Every lane's read of ticket_of_entry last round is done before lane 0 writes it again.
         __syncwarp();
+        const unsigned long long round_at = global_timer_ns();
         // One round trip: the window of slots, the host's words, the copy blocks' progress.
         const unsigned long long ticket = next + lane;
         const unsigned long long *slot = ring + (ticket & (a.ring_slots - 1)) * 4;
@@ -283,6 +313,7 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         const unsigned long long beat = __shfl_sync(RESIDENT_FULL_WARP, host.y, 31);
         // Lane 31 never holds a slot, so the ready run ends by lane 31 at the latest.
         const unsigned int count = __ffs(~__ballot_sync(RESIDENT_FULL_WARP, ready)) - 1;
+        const unsigned long long polled_at = timer_after(count + beat + stop + retired);
 
         for (unsigned int k = 0; k < count; ++k) {
             Transfer t;
@@ -325,6 +356,7 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         // below, which makes them visible at system scope before the count: one fence a round,
         // where a fence per lane and another before the store cost a PCIe flush each.
         __syncwarp();
+        const unsigned long long copied_at = global_timer_ns();
         // Every ticket before the first unfinished board entry is complete.
         const unsigned long long complete =
             retired == posted ? next : ticket_of_entry[retired % RESIDENT_BOARD_SLOTS];
@@ -333,6 +365,13 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
                 store_release_sys(control + RESIDENT_COMPLETED, complete);
             }
             published = complete;
+        }
+        ++times.rounds;
+        times.poll_ns += polled_at - round_at;
+        if (count > 0) {
+            ++times.working_rounds;
+            times.copy_ns += copied_at - polled_at;
+            times.publish_ns += global_timer_ns() - copied_at;
         }
         if (state == RESIDENT_RUNNING && watchdog.silent(beat)) {
             state = RESIDENT_WATCHDOG;
@@ -347,6 +386,12 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         retired = lowest_progress(a, copiers, lane);
     }
     if (lane == 0) {
+        store_volatile(control + RESIDENT_RUN_NS, global_timer_ns() - times.started_at);
+        store_volatile(control + RESIDENT_ROUNDS, times.rounds);
+        store_volatile(control + RESIDENT_POLL_NS, times.poll_ns);
+        store_volatile(control + RESIDENT_WORKING_ROUNDS, times.working_rounds);
+        store_volatile(control + RESIDENT_COPY_NS, times.copy_ns);
+        store_volatile(control + RESIDENT_PUBLISH_NS, times.publish_ns);
         __threadfence_system();
         store_volatile(control + RESIDENT_COMPLETED, next);
         store_volatile((unsigned long long *)a.quit, 1);

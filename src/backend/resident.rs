@@ -157,6 +157,29 @@ pub struct StopReport {
     /// Tickets completed (the first `completed` of them); the rest were abandoned.
     pub completed: u64,
     pub exit: WorkerExit,
+    /// Where the dispatcher's time went, by the GPU's own clock; None on the simulator, which
+    /// models the worker's poll without timing it part by part.
+    pub dispatcher: Option<DispatcherTimes>,
+}
+
+/// Where a worker's dispatcher spent its time, by the GPU's clock (%globaltimer), summed over the
+/// worker's life: what takes a microsecond-scale transfer apart on the GPU's side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DispatcherTimes {
+    /// From the kernel's start to its stop.
+    pub run_ns: u64,
+    /// Poll rounds: each reads the ring's next slots and the host's words in one round trip.
+    pub rounds: u64,
+    /// Over every round: from its start until what it read had arrived.
+    pub poll_ns: u64,
+    /// Rounds that took at least one ticket.
+    pub working_rounds: u64,
+    /// Over the working rounds: the copies the dispatcher moved itself (their loads, and their
+    /// stores' issue) and the transfers it posted to the copy blocks.
+    pub copy_ns: u64,
+    /// Over the working rounds: publishing completion, whose system-scope release waits until
+    /// the copies' stores have landed.
+    pub publish_ns: u64,
 }
 
 /// Resident workers on a backend's GPUs. Reached through [`super::Backend::resident`]; the

@@ -15,7 +15,7 @@
 //! wrong bytes, a driver call where none belongs, or a worker that outlives what should stop it.
 
 use peerlink::backend::cuda::CudaBackend;
-use peerlink::backend::resident::{WorkerExit, DEFAULT_COPY_BLOCKS};
+use peerlink::backend::resident::{DispatcherTimes, WorkerExit, DEFAULT_COPY_BLOCKS};
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Worker, WorkerConfig};
 use peerlink::bench::stats::Stats;
 use peerlink::engine::{BatchStrategy, Fabric};
@@ -193,14 +193,25 @@ fn resident_transfers_cost_no_launch_copy_or_event() {
 fn resident_latency_of_a_4_byte_transfer() {
     let b = crate::open();
     let (from, to) = pair(&b);
-    let worker = Worker::start(&b, &WorkerConfig::on(from)).unwrap();
     let src = filled(&b, Memory::Device(from), &pattern(64, 62));
     let local = b.alloc(Memory::Device(from), 64).unwrap();
     let peer = b.alloc(Memory::Device(to), 64).unwrap();
     let samples = 20_000;
-    let nothing = call_to_complete_us(&worker, &BufferCopy::from_start(src, peer, 0), samples);
-    let here = call_to_complete_us(&worker, &BufferCopy::from_start(src, local, 4), samples);
-    let there = call_to_complete_us(&worker, &BufferCopy::from_start(src, peer, 4), samples);
+    // A worker of its own for each case, so that its dispatcher's times are that case's alone.
+    let case = |copy: BufferCopy| {
+        let worker = Worker::start(&b, &WorkerConfig::on(from)).unwrap();
+        let took = call_to_complete_us(&worker, &copy, samples);
+        let report = worker.stop().unwrap();
+        (
+            took,
+            report
+                .dispatcher
+                .expect("a real worker times its dispatcher"),
+        )
+    };
+    let (nothing, nothing_times) = case(BufferCopy::from_start(src, peer, 0));
+    let (here, _) = case(BufferCopy::from_start(src, local, 4));
+    let (there, there_times) = case(BufferCopy::from_start(src, peer, 4));
     assert!(contents(&b, peer)[..4] == pattern(64, 62)[..4]);
     let round_trip = pcie_round_trip_us(&b);
     let median = |s: &[f64]| Stats::of(s).unwrap().median;
@@ -236,6 +247,41 @@ fn resident_latency_of_a_4_byte_transfer() {
         "  the copy and its fence: {:.3} µs within GPU {from}, {:.3} µs to GPU {to} (4 B minus 0 B)",
         median(&here) - median(&nothing),
         median(&there) - median(&nothing)
+    );
+    for (what, times, took) in [
+        ("0 B", nothing_times, &nothing),
+        (&*format!("4 B GPU {from} -> GPU {to}"), there_times, &there),
+    ] {
+        dispatcher_split(what, &times, Stats::of(took).unwrap().mean);
+    }
+}
+
+/// Prints where a worker's dispatcher spent its time (GPU clock, means per round) beside the mean
+/// call-to-complete time `call_us` of its transfers, and what is left for the host's side.
+fn dispatcher_split(what: &str, t: &DispatcherTimes, call_us: f64) {
+    let per = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1000.0;
+    let period = per(t.run_ns, t.rounds);
+    let poll = per(t.poll_ns, t.rounds);
+    let copy = per(t.copy_ns, t.working_rounds);
+    let publish = per(t.publish_ns, t.working_rounds);
+    println!(
+        "  {what}, the dispatcher by the GPU's clock: {} rounds in {:.1} ms, a round every {period:.3} µs \
+         (its poll {poll:.3} µs, the rest of it {:.3}); {} rounds took tickets: copy {copy:.3} µs, \
+         publish {publish:.3} µs",
+        t.rounds,
+        t.run_ns as f64 / 1e6,
+        period - poll,
+        t.working_rounds,
+    );
+    // A ticket waits for the round in flight to end (half a period on average, its phase random),
+    // then one round sees it; the rest of the call is the host's side and the flights.
+    let gpu = period / 2.0 + poll + copy + publish;
+    println!(
+        "  {what}: mean call {call_us:.3} µs = GPU side {gpu:.3} µs (half a round's wait {:.3}, poll \
+         {poll:.3}, copy {copy:.3}, publish {publish:.3}) + host write visible, completion flight \
+         and host poll {:.3} µs",
+        period / 2.0,
+        call_us - gpu
     );
 }
 

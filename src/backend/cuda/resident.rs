@@ -32,7 +32,7 @@ use super::driver::{self, failed, DeviceMemory, PinnedMemory};
 use super::kernels::Descriptor;
 use super::{lock, Buffer, Gpus, Stream};
 use crate::backend::raw::{Batch, RawResident};
-use crate::backend::resident::{StopReport, WorkerConfig, WorkerExit};
+use crate::backend::resident::{DispatcherTimes, StopReport, WorkerConfig, WorkerExit};
 use crate::backend::BufferCopy;
 use crate::{interrupt, Error, Result};
 
@@ -49,6 +49,8 @@ const BATCH: u32 = 1 << 31;
 /// Control words (u64 indices): the GPU writes the first cache line, the host the second.
 const COMPLETED: usize = 0;
 const STATE: usize = 1;
+/// The dispatcher's times, written at exit (`RESIDENT_RUN_NS` … `RESIDENT_PUBLISH_NS`).
+const RUN_NS: usize = 2;
 const STOP: usize = 8;
 const HEARTBEAT: usize = 9;
 const CONTROL_WORDS: usize = 16;
@@ -70,7 +72,7 @@ const ADDRESS_BITS: u32 = 48;
 
 const _: () = assert!(GATED | BATCH | LEN_MASK == u32::MAX && MAX_PIECE <= LEN_MASK as usize);
 const _: () = assert!(
-    STATE < STOP && STOP * 8 == 64 && HEARTBEAT < CONTROL_WORDS,
+    STATE < RUN_NS && RUN_NS + 6 == STOP && STOP * 8 == 64 && HEARTBEAT < CONTROL_WORDS,
     "the host's control words sit on the cache line after the GPU's"
 );
 const _: () = assert!(BOARD_ENTRY_BYTES == 8 * 8, "a BoardEntry is eight u64");
@@ -452,10 +454,22 @@ impl Worker {
                 })
             }
         };
+        // The kernel has ended: its last stores are visible.
+        let times: Vec<u64> = (RUN_NS..RUN_NS + 6)
+            .map(|w| self.host.control(w).load(Ordering::Acquire))
+            .collect();
         let done = StopReport {
             submitted: self.next_ticket.load(Ordering::Relaxed),
             completed: self.completed(),
             exit,
+            dispatcher: Some(DispatcherTimes {
+                run_ns: times[0],
+                rounds: times[1],
+                poll_ns: times[2],
+                working_rounds: times[3],
+                copy_ns: times[4],
+                publish_ns: times[5],
+            }),
         };
         *report = Some(done);
         Ok(done)

@@ -272,6 +272,7 @@ impl Simulator {
             submitted: progress.submitted,
             completed: progress.completed,
             exit: WorkerExit::Stopped,
+            dispatcher: None,
         };
         progress.stopped = Some(report);
         Ok(report)
