@@ -30,6 +30,9 @@ const GRACE: Duration = Duration::from_secs(3);
 /// launcher (a launcher killed by SIGKILL leaves no rank behind).
 const LAUNCHER_PID: &str = "PEERLINK_LAUNCHER_PID";
 
+/// How often a rank looks whether its group has failed.
+const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Whether `verb` runs on every rank with the group; the others run on rank 0 alone.
 pub fn uses_group(verb: &Verb) -> bool {
     matches!(verb, Verb::Ranks(_) | Verb::Bench(_))
@@ -43,7 +46,29 @@ pub fn join() -> Result<Option<(Launcher, Group)>> {
     if launcher == Launcher::Peerlink {
         die_with_launcher()?;
     }
-    Ok(Some((launcher, Group::join(identity, &rendezvous)?)))
+    let group = Group::join(identity, &rendezvous)?;
+    stop_when_the_group_fails(&group);
+    Ok(Some((launcher, group)))
+}
+
+/// Ends this rank with status 3 and the group's sentence once the group has failed and the rank
+/// has not stopped by itself: a rank inside a long measurement calls no collective until its GPU
+/// work is done, which can outlast the timeout by far (27.5 s after a kill, with a 10 s timeout, on
+/// the H200 pair). A rank that meets the failure in a collective reports it itself first: the
+/// watcher waits a heartbeat interval before it acts.
+fn stop_when_the_group_fails(group: &Group) {
+    let watch = group.watch();
+    let grace = launch::heartbeat_interval(group.timeout());
+    std::thread::spawn(move || loop {
+        if let Some(sentence) = watch.failed() {
+            std::thread::sleep(grace);
+            eprintln!(
+                "peerlink: error: {sentence} (this rank stopped with its GPU work unfinished)"
+            );
+            std::process::exit(GROUP_FAILED);
+        }
+        std::thread::sleep(WATCH_PERIOD);
+    });
 }
 
 /// Whether this process runs `verb`: always alone or for a verb that uses the group; otherwise

@@ -119,6 +119,17 @@ impl Group {
         self.timeout
     }
 
+    /// A handle that tells, from any thread, whether the group has failed: a rank busy in long
+    /// GPU work calls no collective until the work is done, yet should stop within the timeout.
+    pub fn watch(&self) -> FailureWatch {
+        match &self.link {
+            Link::Alone => FailureWatch(Failure::default()),
+            Link::Hub(Hub { failure, .. }) | Link::Spoke(Spoke { failure, .. }) => {
+                FailureWatch(failure.clone())
+            }
+        }
+    }
+
     /// Every rank's `mine`, in rank order (this rank's too). For identities, the NCCL unique id,
     /// CUDA IPC memory handles, figures to gather: at most [`MAX_MESSAGE`] bytes in all.
     pub fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -275,6 +286,18 @@ fn this_process(identity: Identity) -> Member {
         pid: std::process::id(),
         host,
         host_id,
+    }
+}
+
+/// Whether a group has failed, asked from any thread ([`Group::watch`]).
+#[derive(Clone)]
+pub struct FailureWatch(Failure);
+
+impl FailureWatch {
+    /// The group's failure sentence, once its threads have judged one (a rank that died, hung
+    /// or left mid-call): what the next collective would fail with.
+    pub fn failed(&self) -> Option<String> {
+        self.0.get()
     }
 }
 

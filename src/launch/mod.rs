@@ -35,7 +35,7 @@ mod group;
 mod wire;
 
 pub use env::{from_env, from_vars, parse_timeout};
-pub use group::Group;
+pub use group::{heartbeat_interval, FailureWatch, Group};
 pub use wire::MAX_MESSAGE;
 
 use std::net::SocketAddr;
