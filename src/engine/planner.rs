@@ -697,6 +697,22 @@ impl Planner {
         }
     }
 
+    /// What each chunk of the host route from `src` to `dst` costs its first hop beyond its bytes,
+    /// before any pricing beside a direct copy: the copy's α and the waits across the GPUs. `tune`
+    /// refuses a fitted per-chunk cost that would take it below zero.
+    pub fn host_chunk_alpha_us(&self, src: usize, dst: usize) -> Option<f64> {
+        self.hops(Route::Host, src, dst)
+            .map(|h| h.costs[0].alpha_us)
+    }
+
+    /// What the host route from `src` to `dst` takes beyond its chunks' copies (queuing the first,
+    /// the wait for the last drain, the fixed part): `tune` refuses a fitted extra per transfer
+    /// that would take it below zero.
+    pub fn host_fixed_us(&self, src: usize, dst: usize) -> Option<f64> {
+        self.hops(Route::Host, src, dst)
+            .map(|h| h.first_issue_us + h.finish_us)
+    }
+
     /// How the host route of `plan` is priced beside its direct copy: `None` unless `plan` is a
     /// split over both (what `plan` labels beside that route).
     pub fn host_beside_direct(&self, plan: &Plan) -> Option<BesideDirect> {
@@ -961,6 +977,9 @@ struct Lane<'h> {
     costs: Vec<Cost>,
     /// Steady-state rate on its own (before sharing), then after.
     bytes_per_us: f64,
+    /// Time the route takes per transfer beyond what its hops price (measured beside a direct
+    /// copy).
+    fixed_us: f64,
 }
 
 impl<'h> Lane<'h> {
@@ -975,6 +994,7 @@ impl<'h> Lane<'h> {
             hops,
             costs: hops.costs.clone(),
             bytes_per_us: target as f64 / slowest,
+            fixed_us: 0.0,
         }
     }
 
@@ -988,10 +1008,11 @@ impl<'h> Lane<'h> {
     /// Prices the first hop, issued on the source GPU, as it runs beside a direct copy-engine copy
     /// there: measured, or the estimate.
     fn beside_direct_copy(&mut self, pricing: BesideDirect) {
-        let (rate_fraction, chunk_us) = pricing.figures();
+        let pace = pricing.figures();
         let first = &mut self.costs[0];
-        first.beta_gbps *= rate_fraction;
-        first.alpha_us = (first.alpha_us + chunk_us).max(0.0);
+        first.beta_gbps *= pace.rate_fraction;
+        first.alpha_us = (first.alpha_us + pace.chunk_us).max(0.0);
+        self.fixed_us = pace.fixed_us;
     }
 
     fn is_pipeline(&self) -> bool {
@@ -1039,7 +1060,7 @@ impl Queue {
         let h = lane.hops;
         let own = if lane.is_pipeline() {
             let period = h.issue_us.max(self.cpu_period_us);
-            h.pipelined_us(&lane.costs, period, share, target)
+            h.pipelined_us(&lane.costs, period, share, target) + lane.fixed_us
         } else {
             h.start_us + lane.costs[0].bytes_us(share)
         };
@@ -1391,6 +1412,7 @@ mod tests {
             dst: 1,
             rate_fraction: 1.0,
             chunk_us: 0.0,
+            fixed_us: 0.0,
             splits: Vec::new(),
         }];
         let measured = CostModel::from_profile(&topology, &profile).unwrap();
@@ -1399,8 +1421,11 @@ mod tests {
             assert_eq!(
                 measured.beside_direct(src, dst),
                 BesideDirect::Measured {
-                    rate_fraction: 1.0,
-                    chunk_us: 0.0,
+                    pace: crate::model::HostPace {
+                        rate_fraction: 1.0,
+                        chunk_us: 0.0,
+                        fixed_us: 0.0,
+                    },
                     on: (0, 1)
                 }
             );
@@ -1409,7 +1434,12 @@ mod tests {
         // less; and the model's host route ends where the plan says.
         let (at_estimate, _) = host_share(estimate.clone());
         let (alone, plan) = host_share(measured.clone());
-        let (slow, _) = host_share(measured.clone().with_beside_direct(0, 1, 0.7, 5.0));
+        let slower = crate::model::HostPace {
+            rate_fraction: 0.7,
+            chunk_us: 5.0,
+            fixed_us: 0.0,
+        };
+        let (slow, _) = host_share(measured.clone().with_beside_direct(0, 1, slower));
         assert!(
             alone > at_estimate && at_estimate > slow,
             "{alone} {at_estimate} {slow}"

@@ -72,7 +72,7 @@ impl IssueCosts {
 
 /// How the host-staged route is priced beside a direct copy of the same split: its first hop
 /// (device → host on the source, whose copy engines run the direct copy too) at a fraction of its
-/// rate, and more per chunk.
+/// rate, and more per chunk and per transfer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum BesideDirect {
     /// No measurement: [`defaults::BESIDE_DIRECT_RATE_FRACTION`] and
@@ -80,43 +80,58 @@ pub enum BesideDirect {
     /// estimate for any other host or executor).
     Estimate,
     /// Measured on the pair `on` (`tune`).
-    Measured {
-        rate_fraction: f64,
-        chunk_us: f64,
-        on: (usize, usize),
-    },
+    Measured { pace: HostPace, on: (usize, usize) },
+}
+
+/// The figures that price the host route beside a direct copy.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HostPace {
+    /// The first hop's rate, as a fraction of its rate alone.
+    pub rate_fraction: f64,
+    /// Its extra cost per chunk, µs.
+    pub chunk_us: f64,
+    /// The route's extra time per transfer, µs (below 0 where its fixed costs are less than the
+    /// model's defaults).
+    pub fixed_us: f64,
 }
 
 impl BesideDirect {
-    /// The first hop's rate fraction and extra µs per chunk.
-    pub fn figures(self) -> (f64, f64) {
+    /// The figures the route is priced with.
+    pub fn figures(self) -> HostPace {
         match self {
-            BesideDirect::Estimate => (
-                defaults::BESIDE_DIRECT_RATE_FRACTION,
-                defaults::BESIDE_DIRECT_CHUNK_US,
-            ),
-            BesideDirect::Measured {
-                rate_fraction,
-                chunk_us,
-                ..
-            } => (rate_fraction, chunk_us),
+            BesideDirect::Estimate => HostPace {
+                rate_fraction: defaults::BESIDE_DIRECT_RATE_FRACTION,
+                chunk_us: defaults::BESIDE_DIRECT_CHUNK_US,
+                fixed_us: 0.0,
+            },
+            BesideDirect::Measured { pace, .. } => pace,
         }
+    }
+}
+
+impl std::fmt::Display for HostPace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "device → host at {:.3} of its rate, {:+.1} µs a chunk",
+            self.rate_fraction, self.chunk_us
+        )?;
+        if self.fixed_us != 0.0 {
+            write!(f, ", {:+.1} µs a transfer", self.fixed_us)?;
+        }
+        Ok(())
     }
 }
 
 impl std::fmt::Display for BesideDirect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (rate, chunk) = self.figures();
         let what = match self {
             BesideDirect::Estimate => "estimated, no measured profile figure".to_string(),
             BesideDirect::Measured { on, .. } => {
                 format!("measured on GPU {} → GPU {}", on.0, on.1)
             }
         };
-        write!(
-            f,
-            "device → host at {rate:.3} of its rate, {chunk:+.1} µs a chunk ({what})"
-        )
+        write!(f, "{} ({what})", self.figures())
     }
 }
 
@@ -198,7 +213,7 @@ pub struct CostModel {
     lone: HashMap<Hop, f64>,
     /// The host route's measured pace beside a direct copy, per ordered pair (see
     /// [`CostModel::beside_direct`]).
-    beside_direct: HashMap<(usize, usize), (f64, f64)>,
+    beside_direct: HashMap<(usize, usize), HostPace>,
     /// Where the figures came from, in words (shown by `plan`).
     origin: String,
     /// What each GPU's pairs add up to, made on first use (after a profile's costs are in).
@@ -271,7 +286,14 @@ impl CostModel {
         model.beside_direct = profile
             .beside_direct
             .iter()
-            .map(|b| ((b.src, b.dst), (b.rate_fraction, b.chunk_us)))
+            .map(|b| {
+                let pace = HostPace {
+                    rate_fraction: b.rate_fraction,
+                    chunk_us: b.chunk_us,
+                    fixed_us: b.fixed_us,
+                };
+                ((b.src, b.dst), pace)
+            })
             .collect();
         model.origin = format!("measured profile ({})", profile.describe());
         Ok(model)
@@ -320,13 +342,8 @@ impl CostModel {
     /// runs beside it (a split): as measured for the pair; else as measured for another pair of
     /// this host (their copy engines and PCIe links alike); else the estimate.
     pub fn beside_direct(&self, src: usize, dst: usize) -> BesideDirect {
-        let measured = |(&on, &(rate_fraction, chunk_us)): (&(usize, usize), &(f64, f64))| {
-            BesideDirect::Measured {
-                rate_fraction,
-                chunk_us,
-                on,
-            }
-        };
+        let measured =
+            |(&on, &pace): (&(usize, usize), &HostPace)| BesideDirect::Measured { pace, on };
         match self.beside_direct.get_key_value(&(src, dst)) {
             Some(pair) => measured(pair),
             None => self
@@ -337,18 +354,10 @@ impl CostModel {
         }
     }
 
-    /// The same model with the host route from `src` to `dst` priced beside a direct copy at
-    /// `rate_fraction` of its first hop's rate and `chunk_us` more per chunk (what `tune` tries
-    /// while it fits them).
-    pub fn with_beside_direct(
-        mut self,
-        src: usize,
-        dst: usize,
-        rate_fraction: f64,
-        chunk_us: f64,
-    ) -> Self {
-        self.beside_direct
-            .insert((src, dst), (rate_fraction, chunk_us));
+    /// The same model with the host route from `src` to `dst` priced beside a direct copy with
+    /// `pace` (what `tune` tries while it fits it).
+    pub fn with_beside_direct(mut self, src: usize, dst: usize, pace: HostPace) -> Self {
+        self.beside_direct.insert((src, dst), pace);
         self
     }
 

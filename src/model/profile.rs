@@ -51,8 +51,17 @@ pub struct BesideDirect {
     /// And each of its chunks costs this much more, µs (below 0 where the route ran faster than
     /// the model prices it alone).
     pub chunk_us: f64,
+    /// And the route takes this much more per transfer, µs (below 0 where its fixed costs are
+    /// less than the model's defaults): fitted where the two figures above could not be (0 when
+    /// absent).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fixed_us: f64,
     /// The splits the figures were fitted to.
     pub splits: Vec<HostRouteEnd>,
+}
+
+fn is_zero(value: &f64) -> bool {
+    *value == 0.0
 }
 
 /// When the host route of one measured split ended.
@@ -244,12 +253,14 @@ impl Profile {
             if !(b.rate_fraction.is_finite()
                 && b.rate_fraction > 0.0
                 && b.rate_fraction < MAX_RATE_FRACTION
-                && b.chunk_us.abs() < MAX_CHUNK_US)
+                && b.chunk_us.abs() < MAX_CHUNK_US
+                && b.fixed_us.abs() < MAX_CHUNK_US)
             {
                 return Err(format!(
-                    "beside_direct {}→{} has rate_fraction {} and chunk_us {}; the fraction must be \
-                     > 0 and below {MAX_RATE_FRACTION}, the chunk cost within ±{MAX_CHUNK_US} µs",
-                    b.src, b.dst, b.rate_fraction, b.chunk_us
+                    "beside_direct {}→{} has rate_fraction {}, chunk_us {} and fixed_us {}; the \
+                     fraction must be > 0 and below {MAX_RATE_FRACTION}, the costs within \
+                     ±{MAX_CHUNK_US} µs",
+                    b.src, b.dst, b.rate_fraction, b.chunk_us, b.fixed_us
                 ));
             }
         }

@@ -3,7 +3,7 @@
 
 use super::table::{matrix, plain};
 use crate::bench::proof::sweep::BALANCE_TOLERANCE;
-use crate::bench::tune::beside::{Fit, SplitFit};
+use crate::bench::tune::beside::{Fit, Fitted, SplitFit, FIXED_CHUNK_US};
 use crate::bench::tune::{HopSweep, Measurements, SMALL_BYTES};
 use crate::document::plan::RouteName;
 use crate::model::Hop;
@@ -215,20 +215,47 @@ fn split_lines(out: &mut String, fit: &SplitFit) {
         column.set_cell_alignment(CellAlignment::Right);
     }
     let _ = writeln!(out, "{table}");
-    let figures = |f: Fit| {
-        format!(
-            "device → host at {:.3} of its rate, {:+.1} µs a chunk",
-            f.rate_fraction, f.chunk_us
-        )
-    };
-    let _ = writeln!(out, "fitted: {}", figures(fit.fitted));
-    if let Some(again) = fit.refitted {
+    fitted_lines(out, "fitted", &fit.fitted);
+    if let Some(again) = &fit.refitted {
         let _ = writeln!(
             out,
             "the routes planned with the fit ended more than {:.0}% apart: fitted once more to \
-             those runs, {} (kept)",
+             those runs",
             BALANCE_TOLERANCE * 100.0,
-            figures(again)
+        );
+        fitted_lines(out, "refitted", again);
+    }
+    let kept = fit.kept().map_or_else(
+        || "none (no fit was physically possible): the planner keeps its estimate".to_string(),
+        figures,
+    );
+    let _ = writeln!(out, "kept: {kept}");
+}
+
+fn figures(f: Fit) -> String {
+    f.to_string()
+}
+
+/// A fit's refused attempts, each with why, then what it came to.
+fn fitted_lines(out: &mut String, label: &str, fitted: &Fitted) {
+    for refused in &fitted.refused {
+        let _ = writeln!(
+            out,
+            "{label}, refused: {} — {}",
+            figures(refused.fit),
+            refused.why
         );
     }
+    let how = if fitted.refused.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (the rate and a cost per transfer, the per-chunk cost fixed at the hop's own, \
+             {FIXED_CHUNK_US:+.1} µs)"
+        )
+    };
+    let found = fitted
+        .fit
+        .map_or_else(|| "nothing physically possible".to_string(), figures);
+    let _ = writeln!(out, "{label}{how}: {found}");
 }

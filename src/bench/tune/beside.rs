@@ -7,6 +7,12 @@
 //! rebalancing step fits the figures again to those runs (the bytes shift in proportion), and says
 //! so.
 //!
+//! A fit is kept only where it is physically possible: a figure on its search bound, a rate above
+//! the hop's own (the link's), or a per-chunk cost below zero says the two figures could not make
+//! the model's route end when it was measured to, not what the route does. Such a fit is refused
+//! (and shown); the rate is fitted alone, the per-chunk cost fixed at the hop's own as measured
+//! alone; where that too is impossible the pair keeps the planner's estimate.
+//!
 //! The figures replace the planner's estimate ([`crate::model::defaults::BESIDE_DIRECT_RATE_FRACTION`],
 //! [`crate::model::defaults::BESIDE_DIRECT_CHUNK_US`]) for the measured pairs, and for the host's
 //! other pairs for want of their own ([`crate::model::CostModel::beside_direct`]).
@@ -19,7 +25,7 @@ use crate::bench::timing::{interleaved, Runs, Turn};
 use crate::document::plan::RouteName;
 use crate::engine::{Fabric, Plan, Planner, Route, RouteEnd, Strategy};
 use crate::model::profile::{HostRouteEnd, MAX_CHUNK_US, MAX_RATE_FRACTION};
-use crate::model::{defaults, CostModel};
+use crate::model::{defaults, CostModel, HostPace};
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use serde::Serialize;
@@ -77,13 +83,26 @@ impl SplitRun {
     }
 }
 
-/// The two figures that price the host route beside a direct copy.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Fit {
-    /// The first hop's rate, as a fraction of its rate alone.
-    pub rate_fraction: f64,
-    /// Its extra cost per chunk, µs.
-    pub chunk_us: f64,
+/// The figures that price the host route beside a direct copy.
+pub type Fit = HostPace;
+
+/// What fitting the figures to some splits came to.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fitted {
+    /// The figures, physically possible; `None` where no fit was: the pair keeps the planner's
+    /// estimate (or another measured pair's figures).
+    pub fit: Option<Fit>,
+    /// Fits tried before and refused, in order, each with why.
+    pub refused: Vec<Refused>,
+}
+
+/// A fit that is not written to a profile.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Refused {
+    #[serde(flatten)]
+    pub fit: Fit,
+    /// Why, in words: a figure on its search bound, a rate above the link, a negative cost.
+    pub why: String,
 }
 
 /// The host route beside a direct copy on one ordered pair.
@@ -94,24 +113,31 @@ pub struct SplitFit {
     /// The splits as planned before (with the estimate), run: one per size.
     pub first: Vec<SplitRun>,
     /// The figures with which the model's host route ends when it was measured to in `first`.
-    pub fitted: Fit,
+    pub fitted: Fitted,
     /// The splits planned again with `fitted`, run (a size where the planner no longer splits is
-    /// left out).
+    /// left out; none where nothing was fitted).
     pub check: Vec<SplitRun>,
     /// Where a check's routes ended more than [`BALANCE_TOLERANCE`] apart: the figures fitted again
-    /// to the checks (one rebalancing step), which the profile keeps.
-    pub refitted: Option<Fit>,
+    /// to the checks (one rebalancing step), which the profile keeps where they are possible.
+    pub refitted: Option<Fitted>,
 }
 
 impl SplitFit {
-    /// The figures the profile keeps.
-    pub fn kept(&self) -> Fit {
-        self.refitted.unwrap_or(self.fitted)
+    /// The figures the profile keeps; `None` where no fit was physically possible.
+    pub fn kept(&self) -> Option<Fit> {
+        self.refitted
+            .as_ref()
+            .and_then(|again| again.fit)
+            .or(self.fitted.fit)
     }
 
     /// The splits the kept figures were fitted to, by their host route's end.
     pub fn fitted_to(&self) -> Vec<HostRouteEnd> {
-        let runs = if self.refitted.is_some() {
+        let runs = if self
+            .refitted
+            .as_ref()
+            .is_some_and(|again| again.fit.is_some())
+        {
             &self.check
         } else {
             &self.first
@@ -228,7 +254,10 @@ fn fit_pair(
     };
     let first = run_all(model)?;
     let fitted = fit(model, &first);
-    let check = run_all(&with_fit(model, src, dst, fitted))?;
+    let check = match fitted.fit {
+        Some(found) => run_all(&with_fit(model, src, dst, found))?,
+        None => Vec::new(),
+    };
     let refitted = check
         .iter()
         .any(|run| run.spread > BALANCE_TOLERANCE)
@@ -244,9 +273,7 @@ fn fit_pair(
 }
 
 fn with_fit(model: &CostModel, src: usize, dst: usize, fit: Fit) -> CostModel {
-    model
-        .clone()
-        .with_beside_direct(src, dst, fit.rate_fraction, fit.chunk_us)
+    model.clone().with_beside_direct(src, dst, fit)
 }
 
 /// Runs `plan` (a split `model` made): once into a poisoned destination whose every byte is
@@ -309,98 +336,190 @@ fn run_split(
     })
 }
 
-/// The figures with which `model`'s host route of each run ends when it was measured to. With two
-/// runs, both figures: for each rate fraction the chunk cost that fits the first run, and the
-/// fraction where that fits the second too (or comes nearest). With one, the fraction alone, the
-/// chunk cost left at the estimate's.
-fn fit(model: &CostModel, runs: &[SplitRun]) -> Fit {
-    let modelled = |run: &SplitRun, fit: Fit| -> f64 {
-        let (plan, (host, _)) = (&run.plan, run.host());
-        let paced = with_fit(model, plan.src, plan.dst, fit);
-        Planner::new(paced)
-            .route_ends_us(plan)
-            .expect("the planner prices the routes of its own split")[host]
+/// The figures with which `model`'s host route of each run ends when it was measured to, where
+/// they are physically possible. With two runs, both figures first: for each rate fraction the
+/// chunk cost that fits the first run, and the fraction where that fits the second too (or comes
+/// nearest). Refused ([`impossible`]), or with one run: the rate and an extra per transfer, the
+/// chunk cost fixed at the hop's own ([`FIXED_CHUNK_US`]; [`fit_rate_and_fixed`]); refused too,
+/// nothing.
+fn fit(model: &CostModel, runs: &[SplitRun]) -> Fitted {
+    let mut refused = Vec::new();
+    let Some(run) = runs.first() else {
+        return Fitted { fit: None, refused };
     };
+    let (src, dst) = (run.plan.src, run.plan.dst);
+    let both = (runs.len() > 1).then(|| fit_both(model, runs));
+    let fallback = || fit_rate_and_fixed(model, runs, FIXED_CHUNK_US);
+    for candidate in both.into_iter().chain(std::iter::once_with(fallback)) {
+        match impossible(model, src, dst, candidate) {
+            None => {
+                return Fitted {
+                    fit: Some(candidate),
+                    refused,
+                }
+            }
+            Some(why) => refused.push(Refused {
+                fit: candidate,
+                why,
+            }),
+        }
+    }
+    Fitted { fit: None, refused }
+}
+
+/// A rate fraction this far above 1 is still the link's rate (a thousandth: far below a
+/// measurement's spread).
+const ABOVE_LINK_TOLERANCE: f64 = 1e-3;
+
+/// The per-chunk cost beside a direct copy where the rate is fitted alone: none beyond the hop's
+/// own, as its sweep measured it alone (the H200 pair's refit came to +0.3 µs).
+pub const FIXED_CHUNK_US: f64 = 0.0;
+
+/// Why `fit` cannot be what the host route from `src` to `dst` does beside a direct copy, or
+/// `None` where it can: a figure on the search's bound (the fit ran out of room, so the model's
+/// route could not end when it was measured to), a first hop faster than it runs alone (above its
+/// link), a chunk costing less than nothing, or a route taking less than nothing beyond its
+/// chunks' copies.
+fn impossible(model: &CostModel, src: usize, dst: usize, fit: Fit) -> Option<String> {
+    let chunk_bound = MAX_CHUNK_US * 0.999;
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
+    let planner = Planner::new(model.clone());
+    let first_alpha_us = planner.host_chunk_alpha_us(src, dst);
+    let fixed_part_us = planner.host_fixed_us(src, dst);
+    if near(fit.chunk_us.abs(), chunk_bound) || near(fit.fixed_us.abs(), chunk_bound) {
+        Some(format!(
+            "its cost {:+.1} µs a chunk, {:+.1} µs a transfer is on the fit's bound",
+            fit.chunk_us, fit.fixed_us
+        ))
+    } else if near(fit.rate_fraction, LOWEST_RATE)
+        || near(fit.rate_fraction, MAX_RATE_FRACTION * 0.999)
+    {
+        Some(format!(
+            "its rate fraction {:.3} is the fit's bound",
+            fit.rate_fraction
+        ))
+    } else if fit.rate_fraction > 1.0 + ABOVE_LINK_TOLERANCE {
+        Some(format!(
+            "its rate fraction {:.3} is above the link (faster beside a direct copy than alone)",
+            fit.rate_fraction
+        ))
+    } else if first_alpha_us.is_some_and(|alpha| alpha + fit.chunk_us < 0.0) {
+        Some(format!(
+            "a chunk would cost {:.1} µs, less than nothing",
+            first_alpha_us.unwrap_or_default() + fit.chunk_us
+        ))
+    } else if fixed_part_us.is_some_and(|fixed| fixed + fit.fixed_us < 0.0) {
+        Some(format!(
+            "the route's time beyond its chunks' copies would be {:.1} µs, less than nothing",
+            fixed_part_us.unwrap_or_default() + fit.fixed_us
+        ))
+    } else {
+        None
+    }
+}
+
+/// When `model` priced with `fit` says the host route of `run` ends.
+fn modelled_end(model: &CostModel, run: &SplitRun, fit: Fit) -> f64 {
+    let (plan, (host, _)) = (&run.plan, run.host());
+    let paced = with_fit(model, plan.src, plan.dst, fit);
+    Planner::new(paced)
+        .route_ends_us(plan)
+        .expect("the planner prices the routes of its own split")[host]
+}
+
+/// Both figures, fitted to the first two runs.
+fn fit_both(model: &CostModel, runs: &[SplitRun]) -> Fit {
+    let (a, b) = (&runs[0], &runs[1]);
     // The model's end rises with the chunk cost and falls with the rate.
     let chunk_for = |run: &SplitRun, rate_fraction: f64| {
         let measured = run.host().1.measured_us;
-        let at = |chunk_us| {
-            modelled(
+        solve(-MAX_CHUNK_US * 0.999, MAX_CHUNK_US * 0.999, |chunk_us| {
+            modelled_end(
+                model,
                 run,
                 Fit {
                     rate_fraction,
                     chunk_us,
+                    fixed_us: 0.0,
                 },
-            )
+            ) - measured
+        })
+    };
+    let miss = |rate_fraction: f64| {
+        let chunk_us = chunk_for(a, rate_fraction);
+        let fit = Fit {
+            rate_fraction,
+            chunk_us,
+            fixed_us: 0.0,
         };
-        solve(-MAX_CHUNK_US * 0.999, MAX_CHUNK_US * 0.999, |c| {
-            at(c) - measured
-        })
+        (modelled_end(model, b, fit) - b.host().1.measured_us, fit)
     };
-    let rate_for = |run: &SplitRun, chunk_us: f64| {
-        let measured = run.host().1.measured_us;
-        solve(LOWEST_RATE, MAX_RATE_FRACTION * 0.999, |rate_fraction| {
-            measured
-                - modelled(
-                    run,
-                    Fit {
-                        rate_fraction,
-                        chunk_us,
-                    },
-                )
+    let rates: Vec<f64> = (0..=RATE_STEPS)
+        .map(|i| {
+            let t = i as f64 / RATE_STEPS as f64;
+            LOWEST_RATE * (MAX_RATE_FRACTION * 0.999 / LOWEST_RATE).powf(t)
         })
-    };
-    match runs {
-        [] => Fit {
-            rate_fraction: defaults::BESIDE_DIRECT_RATE_FRACTION,
-            chunk_us: defaults::BESIDE_DIRECT_CHUNK_US,
-        },
-        [one] => Fit {
-            rate_fraction: rate_for(one, defaults::BESIDE_DIRECT_CHUNK_US),
-            chunk_us: defaults::BESIDE_DIRECT_CHUNK_US,
-        },
-        [a, b, ..] => {
-            let miss = |rate_fraction: f64| {
-                let chunk_us = chunk_for(a, rate_fraction);
-                let fit = Fit {
-                    rate_fraction,
-                    chunk_us,
-                };
-                (modelled(b, fit) - b.host().1.measured_us, fit)
-            };
-            let rates: Vec<f64> = (0..=RATE_STEPS)
-                .map(|i| {
-                    let t = i as f64 / RATE_STEPS as f64;
-                    LOWEST_RATE * (MAX_RATE_FRACTION * 0.999 / LOWEST_RATE).powf(t)
-                })
-                .collect();
-            let misses: Vec<(f64, Fit)> = rates.iter().map(|&r| miss(r)).collect();
-            // Where the miss changes sign, refine between the two; else the nearest.
-            let crossing = misses
-                .windows(2)
-                .position(|w| (w[0].0 > 0.0) != (w[1].0 > 0.0));
-            match crossing {
-                Some(i) => {
-                    let rate = solve(rates[i], rates[i + 1], |r| {
-                        let (m, _) = miss(r);
-                        if misses[i].0 > 0.0 {
-                            -m
-                        } else {
-                            m
-                        }
-                    });
-                    miss(rate).1
+        .collect();
+    let misses: Vec<(f64, Fit)> = rates.iter().map(|&r| miss(r)).collect();
+    // Where the miss changes sign, refine between the two; else the nearest.
+    let crossing = misses
+        .windows(2)
+        .position(|w| (w[0].0 > 0.0) != (w[1].0 > 0.0));
+    match crossing {
+        Some(i) => {
+            let rate = solve(rates[i], rates[i + 1], |r| {
+                let (m, _) = miss(r);
+                if misses[i].0 > 0.0 {
+                    -m
+                } else {
+                    m
                 }
-                None => {
-                    misses
-                        .iter()
-                        .min_by(|x, y| x.0.abs().total_cmp(&y.0.abs()))
-                        .expect("rates tried")
-                        .1
-                }
-            }
+            });
+            miss(rate).1
+        }
+        None => {
+            misses
+                .iter()
+                .min_by(|x, y| x.0.abs().total_cmp(&y.0.abs()))
+                .expect("rates tried")
+                .1
         }
     }
+}
+
+/// The rate fraction and the extra per transfer, the per-chunk cost fixed at `chunk_us`. Runs of
+/// one chunk size cannot tell a per-chunk cost from a slower rate (both stretch every chunk), but
+/// they do tell the rate from a cost per transfer, which moves every end alike: the rate where
+/// the runs miss alike, then the extra that takes the miss away (with one run, the rate alone).
+fn fit_rate_and_fixed(model: &CostModel, runs: &[SplitRun], chunk_us: f64) -> Fit {
+    let at = |rate_fraction: f64, fixed_us: f64| Fit {
+        rate_fraction,
+        chunk_us,
+        fixed_us,
+    };
+    let miss = |run: &SplitRun, rate_fraction: f64| {
+        modelled_end(model, run, at(rate_fraction, 0.0)) - run.host().1.measured_us
+    };
+    let (lo, hi) = (LOWEST_RATE, MAX_RATE_FRACTION * 0.999);
+    let Some((smallest, largest)) = runs
+        .iter()
+        .min_by_key(|r| r.host().1.bytes)
+        .zip(runs.iter().max_by_key(|r| r.host().1.bytes))
+    else {
+        return at(defaults::BESIDE_DIRECT_RATE_FRACTION, 0.0);
+    };
+    if smallest.host().1.bytes == largest.host().1.bytes {
+        // One host share: the rate alone.
+        let rate = solve(lo, hi, |rate| -miss(smallest, rate));
+        return at(rate, 0.0);
+    }
+    // The larger run's miss falls faster with the rate than the smaller's.
+    let rate = solve(lo, hi, |rate| miss(smallest, rate) - miss(largest, rate));
+    let fixed_us = -miss(largest, rate);
+    at(
+        rate,
+        fixed_us.clamp(-MAX_CHUNK_US * 0.999, MAX_CHUNK_US * 0.999),
+    )
 }
 
 /// The root of `f`, rising on `[lo, hi]`, by halving the interval; an end where `f` does not
@@ -463,10 +582,12 @@ mod tests {
             Fit {
                 rate_fraction: 0.8,
                 chunk_us: 4.0,
+                fixed_us: 0.0,
             },
             Fit {
-                rate_fraction: 1.0,
+                rate_fraction: 0.97,
                 chunk_us: 0.5,
+                fixed_us: 0.0,
             },
         ] {
             let runs = [
@@ -474,14 +595,105 @@ mod tests {
                 run_at(&model, truth, 1 << 30),
             ];
             let found = fit(&model, &runs);
+            assert!(found.refused.is_empty(), "{found:?}");
+            let found = found.fit.unwrap();
             assert!(
                 (found.rate_fraction - truth.rate_fraction).abs() < 0.01
                     && (found.chunk_us - truth.chunk_us).abs() < 0.2,
                 "{found:?} for {truth:?}"
             );
-            // One run: the rate alone, the chunk cost left at the estimate's.
-            let one = fit(&model, &runs[..1]);
-            assert_eq!(one.chunk_us, defaults::BESIDE_DIRECT_CHUNK_US);
+            // One run: the rate alone, the chunk cost fixed at the hop's own.
+            let one = fit(&model, &runs[..1]).fit.unwrap();
+            assert_eq!(one.chunk_us, FIXED_CHUNK_US);
+            assert!(
+                one.rate_fraction > 0.5 && one.rate_fraction <= 1.0,
+                "{one:?}"
+            );
+        }
+    }
+
+    /// Runs whose host route ended where no physically possible pair of figures puts it.
+    fn far_faster(model: &CostModel) -> [SplitRun; 2] {
+        let truth = Fit {
+            rate_fraction: 0.9,
+            chunk_us: 2.0,
+            fixed_us: 0.0,
+        };
+        [256 << 20, 1 << 30].map(|bytes| {
+            let mut run = run_at(model, truth, bytes);
+            let (host, _) = run.host();
+            // Ended at a third of the time: faster than the link, and in no time per chunk.
+            run.routes[host].measured_us /= 3.0;
+            run
+        })
+    }
+
+    #[test]
+    fn a_fit_on_its_bound_or_beyond_the_link_is_refused_and_never_reaches_the_profile() {
+        let model = CostModel::from_topology(&nvlink_pair());
+        let runs = far_faster(&model);
+        // Left to itself the two-figure fit runs into its bounds.
+        let both = fit_both(&model, &runs);
+        assert!(
+            both.chunk_us <= -MAX_CHUNK_US * 0.99 || both.rate_fraction > 1.0,
+            "{both:?}"
+        );
+        let found = fit(&model, &runs);
+        assert_eq!(found.fit, None, "{found:?}");
+        // Both attempts are kept with why: the two figures, then the rate alone.
+        assert_eq!(found.refused.len(), 2, "{found:?}");
+        assert_eq!(found.refused[1].fit.chunk_us, FIXED_CHUNK_US);
+        for refused in &found.refused {
+            assert!(impossible(&model, 0, 1, refused.fit).is_some());
+        }
+        // A pair without a possible fit writes nothing: the profile keeps no bound value, and
+        // the planner prices the route with its estimate.
+        let split = SplitFit {
+            src: 0,
+            dst: 1,
+            first: runs.to_vec(),
+            fitted: found,
+            check: Vec::new(),
+            refitted: None,
+        };
+        assert_eq!(split.kept(), None);
+        // Runs the two figures cannot tell apart, but the rate and a cost per transfer can: the
+        // fallback finds them.
+        let truth = Fit {
+            rate_fraction: 0.9,
+            chunk_us: FIXED_CHUNK_US,
+            fixed_us: -5.0,
+        };
+        let shifted = [256 << 20, 1 << 30].map(|bytes| run_at(&model, truth, bytes));
+        let found = fit_rate_and_fixed(&model, &shifted, FIXED_CHUNK_US);
+        assert!(
+            (found.rate_fraction - 0.9).abs() < 0.01 && (found.fixed_us + 5.0).abs() < 0.5,
+            "{found:?}"
+        );
+        assert_eq!(impossible(&model, 0, 1, found), None);
+        for bound in [
+            Fit {
+                rate_fraction: 0.9,
+                chunk_us: -MAX_CHUNK_US * 0.999,
+                fixed_us: 0.0,
+            },
+            Fit {
+                rate_fraction: LOWEST_RATE,
+                chunk_us: 1.0,
+                fixed_us: 0.0,
+            },
+            Fit {
+                rate_fraction: 1.2,
+                chunk_us: 1.0,
+                fixed_us: 0.0,
+            },
+            Fit {
+                rate_fraction: 0.9,
+                chunk_us: -500.0,
+                fixed_us: 0.0,
+            },
+        ] {
+            assert!(impossible(&model, 0, 1, bound).is_some(), "{bound:?}");
         }
     }
 

@@ -113,18 +113,19 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
     // The fitted rate of the host route's first hop beside a direct copy stands for the
     // simulator's slowdown of copies into host memory beside NVLink (its per-chunk cost is the
     // model's, which the simulator has no figure for).
-    let host_copy_beside_peer = m
+    let beside = m
         .splits
-        .first()
-        .map(|fit| fit.kept().rate_fraction)
-        .filter(|&fraction| fraction < 1.0);
-    if let Some(fraction) = host_copy_beside_peer {
+        .iter()
+        .find_map(|fit| Some((fit, fit.kept()?.rate_fraction)))
+        .filter(|&(_, fraction)| fraction < 1.0);
+    if let Some((fit, fraction)) = beside {
         sources.push(format!(
             "gpu.host_copy_beside_peer {fraction:.3}: the host route's device → host rate beside a \
              direct copy, fitted to splits on GPU {} → GPU {}",
-            m.splits[0].src, m.splits[0].dst
+            fit.src, fit.dst
         ));
     }
+    let host_copy_beside_peer = beside.map(|(_, fraction)| fraction);
 
     let host = HostCopies::of(m, topology);
     let pcie_latency_us = (host.local_alpha_us.unwrap_or(copy_setup_us) - copy_setup_us).max(0.0);

@@ -208,15 +208,20 @@ impl Measurements {
         profile.graph_node_us = Some(self.graph_node_us);
         profile.issue = Some(self.issue);
         profile.lone = self.lone.clone();
+        // A pair without a physically possible fit keeps the estimate (or another pair's).
         profile.beside_direct = self
             .splits
             .iter()
-            .map(|s| BesideDirect {
-                src: s.src,
-                dst: s.dst,
-                rate_fraction: s.kept().rate_fraction,
-                chunk_us: s.kept().chunk_us,
-                splits: s.fitted_to(),
+            .filter_map(|s| {
+                let kept = s.kept()?;
+                Some(BesideDirect {
+                    src: s.src,
+                    dst: s.dst,
+                    rate_fraction: kept.rate_fraction,
+                    chunk_us: kept.chunk_us,
+                    fixed_us: kept.fixed_us,
+                    splits: s.fitted_to(),
+                })
             })
             .collect();
         profile.measured_on = Some(self.measured_on.clone());

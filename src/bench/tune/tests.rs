@@ -516,9 +516,21 @@ fn the_host_routes_pace_beside_nvlink_is_measured_and_the_split_then_ends_togeth
     let measured: Vec<(f64, f64)> = m
         .splits
         .iter()
-        .map(|p| (p.kept().rate_fraction, p.kept().chunk_us))
+        .filter_map(|p| p.kept().map(|fit| (fit.rate_fraction, fit.chunk_us)))
         .collect();
     assert_eq!(kept, measured);
+    assert_eq!(kept.len(), 2, "{m:#?}");
+    // Nothing the profile keeps sits on a bound of the fit or beyond what is possible: the
+    // simulator's host route runs faster than both figures can make the model's, so the fit of
+    // the rate and a cost per transfer is kept.
+    for b in &profile.beside_direct {
+        assert!(
+            b.rate_fraction <= 1.0
+                && b.chunk_us.abs() < 0.99 * crate::model::profile::MAX_CHUNK_US
+                && b.fixed_us.abs() < 0.99 * crate::model::profile::MAX_CHUNK_US,
+            "{b:?}"
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("profile.json");
     profile.save(&path).unwrap();
