@@ -51,13 +51,14 @@ constexpr unsigned int RESIDENT_BATCH = 1u << 31;
 // Control words (u64 indices): the GPU's on one cache line, the host's on the next.
 constexpr unsigned int RESIDENT_COMPLETED = 0;
 constexpr unsigned int RESIDENT_STATE = 1;
-// The dispatcher's times (DispatcherTimes), written once at exit.
-constexpr unsigned int RESIDENT_RUN_NS = 2;
-constexpr unsigned int RESIDENT_ROUNDS = 3;
-constexpr unsigned int RESIDENT_POLL_NS = 4;
-constexpr unsigned int RESIDENT_WORKING_ROUNDS = 5;
-constexpr unsigned int RESIDENT_COPY_NS = 6;
-constexpr unsigned int RESIDENT_PUBLISH_NS = 7;
+// The dispatcher's times (DispatcherTimes), written once at exit, on a line of their own.
+constexpr unsigned int RESIDENT_RUN_NS = 16;
+constexpr unsigned int RESIDENT_ROUNDS = 17;
+constexpr unsigned int RESIDENT_POLL_NS = 18;
+constexpr unsigned int RESIDENT_WORKING_ROUNDS = 19;
+constexpr unsigned int RESIDENT_WORKING_POLL_NS = 20;
+constexpr unsigned int RESIDENT_COPY_NS = 21;
+constexpr unsigned int RESIDENT_PUBLISH_NS = 22;
 constexpr unsigned int RESIDENT_STOP = 8;
 constexpr unsigned int RESIDENT_HEARTBEAT = 9;
 static_assert(RESIDENT_HEARTBEAT == RESIDENT_STOP + 1, "stop and heartbeat are read in one load");
@@ -215,6 +216,7 @@ struct DispatcherTimes {
     unsigned long long rounds;
     unsigned long long poll_ns;
     unsigned long long working_rounds;
+    unsigned long long working_poll_ns;
     unsigned long long copy_ns;
     unsigned long long publish_ns;
 };
@@ -291,7 +293,7 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         store_volatile(control + RESIDENT_STATE, RESIDENT_RUNNING);
         __threadfence_system();
     }
-    DispatcherTimes times = {global_timer_ns(), 0, 0, 0, 0, 0};
+    DispatcherTimes times = {global_timer_ns(), 0, 0, 0, 0, 0, 0};
     while (state == RESIDENT_RUNNING) {
         // Every lane's read of ticket_of_entry last round is done before lane 0 writes it again.
         __syncwarp();
@@ -371,6 +373,7 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         times.poll_ns += polled_at - round_at;
         if (count > 0) {
             ++times.working_rounds;
+            times.working_poll_ns += polled_at - round_at;
             times.copy_ns += copied_at - polled_at;
             times.publish_ns += global_timer_ns() - copied_at;
         }
@@ -391,6 +394,7 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         store_volatile(control + RESIDENT_ROUNDS, times.rounds);
         store_volatile(control + RESIDENT_POLL_NS, times.poll_ns);
         store_volatile(control + RESIDENT_WORKING_ROUNDS, times.working_rounds);
+        store_volatile(control + RESIDENT_WORKING_POLL_NS, times.working_poll_ns);
         store_volatile(control + RESIDENT_COPY_NS, times.copy_ns);
         store_volatile(control + RESIDENT_PUBLISH_NS, times.publish_ns);
         __threadfence_system();

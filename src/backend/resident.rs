@@ -174,6 +174,9 @@ pub struct DispatcherTimes {
     pub poll_ns: u64,
     /// Rounds that took at least one ticket.
     pub working_rounds: u64,
+    /// Over the working rounds: their polls (reading slots the host had just written, which
+    /// its cache may hold).
+    pub working_poll_ns: u64,
     /// Over the working rounds: the copies the dispatcher moved itself (their loads, and their
     /// stores' issue) and the transfers it posted to the copy blocks.
     pub copy_ns: u64,

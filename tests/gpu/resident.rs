@@ -262,12 +262,15 @@ fn dispatcher_split(what: &str, t: &DispatcherTimes, call_us: f64) {
     let per = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1000.0;
     let period = per(t.run_ns, t.rounds);
     let poll = per(t.poll_ns, t.rounds);
+    let working_poll = per(t.working_poll_ns, t.working_rounds);
+    let idle_poll = per(t.poll_ns - t.working_poll_ns, t.rounds - t.working_rounds);
     let copy = per(t.copy_ns, t.working_rounds);
     let publish = per(t.publish_ns, t.working_rounds);
     println!(
         "  {what}, the dispatcher by the GPU's clock: {} rounds in {:.1} ms, a round every {period:.3} µs \
-         (its poll {poll:.3} µs, the rest of it {:.3}); {} rounds took tickets: copy {copy:.3} µs, \
-         publish {publish:.3} µs",
+         (its poll {poll:.3} µs: {idle_poll:.3} finding nothing, {working_poll:.3} finding \
+         tickets; the rest of it {:.3}); {} rounds took tickets: copy {copy:.3} µs, publish \
+         {publish:.3} µs",
         t.rounds,
         t.run_ns as f64 / 1e6,
         period - poll,

@@ -49,11 +49,12 @@ const BATCH: u32 = 1 << 31;
 /// Control words (u64 indices): the GPU writes the first cache line, the host the second.
 const COMPLETED: usize = 0;
 const STATE: usize = 1;
-/// The dispatcher's times, written at exit (`RESIDENT_RUN_NS` … `RESIDENT_PUBLISH_NS`).
-const RUN_NS: usize = 2;
+/// The dispatcher's times, written at exit on a line of their own (`RESIDENT_RUN_NS` …
+/// `RESIDENT_PUBLISH_NS`).
+const RUN_NS: usize = 16;
 const STOP: usize = 8;
 const HEARTBEAT: usize = 9;
-const CONTROL_WORDS: usize = 16;
+const CONTROL_WORDS: usize = 24;
 /// u64 words per ring slot.
 const SLOT_WORDS: usize = 4;
 /// The worker's states (`RESIDENT_RUNNING`, …); 0 until the kernel has started.
@@ -72,7 +73,7 @@ const ADDRESS_BITS: u32 = 48;
 
 const _: () = assert!(GATED | BATCH | LEN_MASK == u32::MAX && MAX_PIECE <= LEN_MASK as usize);
 const _: () = assert!(
-    STATE < RUN_NS && RUN_NS + 6 == STOP && STOP * 8 == 64 && HEARTBEAT < CONTROL_WORDS,
+    STATE < STOP && STOP * 8 == 64 && HEARTBEAT < RUN_NS && RUN_NS + 7 <= CONTROL_WORDS,
     "the host's control words sit on the cache line after the GPU's"
 );
 const _: () = assert!(BOARD_ENTRY_BYTES == 8 * 8, "a BoardEntry is eight u64");
@@ -455,7 +456,7 @@ impl Worker {
             }
         };
         // The kernel has ended: its last stores are visible.
-        let times: Vec<u64> = (RUN_NS..RUN_NS + 6)
+        let times: Vec<u64> = (RUN_NS..RUN_NS + 7)
             .map(|w| self.host.control(w).load(Ordering::Acquire))
             .collect();
         let done = StopReport {
@@ -467,8 +468,9 @@ impl Worker {
                 rounds: times[1],
                 poll_ns: times[2],
                 working_rounds: times[3],
-                copy_ns: times[4],
-                publish_ns: times[5],
+                working_poll_ns: times[4],
+                copy_ns: times[5],
+                publish_ns: times[6],
             }),
         };
         *report = Some(done);
