@@ -148,11 +148,19 @@ impl Buffer {
     }
 }
 
+/// A borrowed handle on a buffer of the store.
+struct Alias {
+    owner: u64,
+    /// Operations queued or running through this handle: it resolves until they are done, even
+    /// once forgotten (a real GPU runs work queued on borrowed memory after the handle goes).
+    queued: usize,
+    forgotten: bool,
+}
+
 pub(super) struct Store {
     buffers: BTreeMap<u64, Buffer>,
-    /// Borrowed handles (`borrow_memory`) and the buffers they stand for: both keys reach the
-    /// same bytes.
-    aliases: BTreeMap<u64, u64>,
+    /// Borrowed handles (`borrow_memory`), by key: both keys reach the same bytes.
+    aliases: BTreeMap<u64, Alias>,
     next_id: u64,
     /// Bytes of all buffers held.
     held: u64,
@@ -250,7 +258,7 @@ impl Store {
 
     /// The buffer a key reaches: its own, or the one a borrowed handle stands for.
     fn id(&self, key: Key) -> u64 {
-        self.aliases.get(&key.0).copied().unwrap_or(key.0)
+        self.aliases.get(&key.0).map_or(key.0, |alias| alias.owner)
     }
 
     pub fn get(&self, key: Key) -> &Buffer {
@@ -293,13 +301,26 @@ impl Store {
             )));
         }
         self.next_id += 1;
-        self.aliases.insert(self.next_id, key.0);
+        let alias = Alias {
+            owner: key.0,
+            queued: 0,
+            forgotten: false,
+        };
+        self.aliases.insert(self.next_id, alias);
         Ok(Key(self.next_id))
     }
 
-    /// Forgets a borrowed handle (the buffer stays its owner's); false for a buffer's own key.
+    /// Forgets a borrowed handle (the buffer stays its owner's) once the work queued through it is
+    /// done; false for a buffer's own key.
     pub fn forget_borrowed(&mut self, key: Key) -> bool {
-        self.aliases.remove(&key.0).is_some()
+        let Some(alias) = self.aliases.get_mut(&key.0) else {
+            return false;
+        };
+        alias.forgotten = true;
+        if alias.queued == 0 {
+            self.aliases.remove(&key.0);
+        }
+        true
     }
 
     /// Frees a buffer; refuses while work on it is still queued (a real GPU would go on using the
@@ -310,7 +331,11 @@ impl Store {
                 "a buffer with queued work cannot be freed: synchronize its streams first",
             ));
         }
-        if self.aliases.values().any(|&owner| owner == key.0) {
+        if self
+            .aliases
+            .values()
+            .any(|alias| alias.owner == key.0 && !alias.forgotten)
+        {
             return Err(Error::usage(
                 "a simulated buffer another handle borrows cannot be freed: free the borrowed \
                  handles first",
@@ -357,12 +382,21 @@ impl Store {
     pub fn retain(&mut self, ids: &[Key]) {
         for &id in ids {
             self.get_mut(id).queued += 1;
+            if let Some(alias) = self.aliases.get_mut(&id.0) {
+                alias.queued += 1;
+            }
         }
     }
 
     pub fn release(&mut self, ids: &[Key]) {
         for &id in ids {
             self.get_mut(id).queued -= 1;
+            if let Some(alias) = self.aliases.get_mut(&id.0) {
+                alias.queued -= 1;
+                if alias.forgotten && alias.queued == 0 {
+                    self.aliases.remove(&id.0);
+                }
+            }
         }
     }
 
