@@ -2,6 +2,7 @@
 //! wraps it (tensor and buffer handling, the documents as dicts); everything here is the library's
 //! own types and serde, with the GIL released while the library works.
 
+mod describe;
 mod device_buffer;
 mod errors;
 mod fabric;
