@@ -44,9 +44,12 @@ struct State {
     pending: VecDeque<(Transfer, Buffer, Buffer)>,
     /// Flag blocks of the all-reduce kernels, by the ranks' GPUs in order.
     flags: HashMap<Vec<usize>, Vec<BufferId>>,
-    /// Per GPU, the copy of a rank's input the in-place all-reduce reads, and the stream that
-    /// last used it and the flags.
-    scratch: HashMap<usize, (BufferId, usize, StreamId)>,
+    /// Per GPU, the copy of a rank's input the one-shot kernel reads (it cannot reduce in place),
+    /// and its length.
+    scratch: HashMap<usize, (BufferId, usize)>,
+    /// Per GPU, the stream of the last all-reduce queued there: the next, on another stream,
+    /// waits for it (the kernels' flags and the scratch input are used one call after another).
+    last_reduce: HashMap<usize, StreamId>,
     /// The owners' streams all-reduces were queued on since the last `synchronize`.
     reduced_on: Vec<StreamId>,
 }
@@ -175,31 +178,37 @@ impl Fabric {
         Ok(stream)
     }
 
-    /// Rank `device`'s scratch input of at least `bytes`, ordered after the all-reduce that last
-    /// used it (and the flags) when that ran on another stream.
+    /// Orders `stream` after the all-reduce last queued on `device`, where that ran on another
+    /// stream.
+    fn follow_last_reduce(&self, device: usize, stream: StreamId) -> Result<()> {
+        let backend = self.backend();
+        let last = self.lock().last_reduce.insert(device, stream);
+        match last {
+            Some(last) if last != stream => {
+                let mark = Owned::new(backend, backend.mark(last)?);
+                backend.wait(stream, *mark)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Rank `device`'s scratch input of at least `bytes`, for an all-reduce on `stream`, which
+    /// follows the last one on that GPU (see `follow_last_reduce`).
     fn scratch(&self, device: usize, bytes: usize, stream: StreamId) -> Result<BufferId> {
         let backend = self.backend();
         let last = self.lock().scratch.get(&device).copied();
         let buffer = match last {
-            Some((buffer, size, last_stream)) => {
-                if last_stream != stream {
-                    let mark = Owned::new(backend, backend.mark(last_stream)?);
-                    backend.wait(stream, *mark)?;
-                }
-                if size >= bytes {
-                    buffer
-                } else {
-                    // The stream waits for the last user above, so the old buffer is idle once
-                    // this stream's earlier work is: free it after that.
-                    backend.synchronize(stream)?;
-                    backend.free(buffer)?;
-                    backend.alloc(Memory::Device(device), bytes)?
-                }
+            Some((buffer, size)) if size >= bytes => return Ok(buffer),
+            Some((buffer, _)) => {
+                // The stream follows the last user, so the old buffer is idle once this stream's
+                // earlier work is: free it after that.
+                backend.synchronize(stream)?;
+                backend.free(buffer)?;
+                backend.alloc(Memory::Device(device), bytes)?
             }
             None => backend.alloc(Memory::Device(device), bytes)?,
         };
-        let size = backend.len(buffer)?;
-        self.lock().scratch.insert(device, (buffer, size, stream));
+        self.lock().scratch.insert(device, (buffer, bytes));
         Ok(buffer)
     }
 
@@ -271,28 +280,35 @@ impl Fabric {
             .collect()
     }
 
-    /// Queues the in-place all-reduce of borrowed memory on its owners' streams: each rank's
-    /// bytes copied into its scratch input, then the kernel writing the sum back.
+    /// Queues the in-place all-reduce of borrowed memory on its owners' streams: reduced in the
+    /// tensors' own memory by the two-shot and packet kernels; for one-shot, each rank's bytes
+    /// copied into its scratch input first.
     fn reduce_device(&self, ranks: &[DeviceRef], bytes: usize, dtype: DataType) -> Result<()> {
         let backend = self.backend();
         let devices: Vec<usize> = ranks.iter().map(|r| r.1).collect();
         self.check_ranks(&devices, bytes, dtype)?;
         let kernel = self.kernel(&devices, bytes)?;
         let flags = self.flags(&devices)?;
-        let mut borrowed = Vec::new();
-        let mut queued = Vec::new();
+        let mut borrowed = Vec::with_capacity(ranks.len());
+        let mut queued = Vec::with_capacity(ranks.len());
         for &(address, device, handle) in ranks {
             let stream = self.stream(device, handle)?;
-            let output = Owned::new(backend, backend.borrow_memory(device, address, bytes)?);
-            let input = self.scratch(device, bytes, stream)?;
-            let copy = BufferCopy::from_start(*output, input, bytes);
-            backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+            self.follow_last_reduce(device, stream)?;
+            let tensor = Owned::new(backend, backend.borrow_memory(device, address, bytes)?);
+            let input = if kernel.in_place() {
+                *tensor
+            } else {
+                let input = self.scratch(device, bytes, stream)?;
+                let copy = BufferCopy::from_start(*tensor, input, bytes);
+                backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+                input
+            };
             queued.push(Rank {
                 stream,
                 input,
-                output: *output,
+                output: *tensor,
             });
-            borrowed.push(output);
+            borrowed.push(tensor);
         }
         // Releasing the borrowed handles leaves the memory to its owners; the queued work runs.
         backend
@@ -680,7 +696,7 @@ impl Drop for Fabric {
             let _ = backend.synchronize(*stream);
             let _ = backend.destroy_stream(*stream);
         }
-        for (buffer, _, _) in state.scratch.values() {
+        for (buffer, _) in state.scratch.values() {
             let _ = backend.free(*buffer);
         }
         for buffer in state.flags.values().flatten() {
