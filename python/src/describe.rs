@@ -42,24 +42,36 @@ pub struct Described {
     pub dtype: Option<DataType>,
 }
 
-/// Whether objects of a Python type are PyTorch tensors, found once per type: the slow path's test
-/// (`type(obj).__module__` starts with `torch`, and `data_ptr` is there), on the type.
+/// What the fast path keeps of PyTorch between calls.
 #[derive(Default)]
 pub struct TensorTypes {
-    /// Each type seen, held so that its address names it for as long as it is cached.
+    /// Whether objects of each type seen are PyTorch tensors, found once per type: the slow
+    /// path's test (`type(obj).__module__` starts with `torch`, and `data_ptr` is there), on the
+    /// type. Each type is held, so that its address names it for as long as it is cached.
     seen: Mutex<Vec<(Py<PyType>, bool)>>,
+    /// The `torch` module last found in `sys.modules`, and its `_C._cuda_getCurrentRawStream`
+    /// (None where it lacks one): looked up again when `sys.modules` holds another module.
+    raw_stream: Mutex<Option<RawStream>>,
 }
+
+/// A `torch` module, and its function that reads a GPU's current stream, if it has one.
+type RawStream = (Py<PyAny>, Option<Py<PyAny>>);
 
 impl TensorTypes {
     fn is_tensor(&self, ty: &Bound<'_, PyType>) -> PyResult<bool> {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, tensor)) = seen.iter().find(|(t, _)| t.as_ptr() == ty.as_ptr()) {
-            return Ok(*tensor);
+        // The locks are never held across a call into Python, which could let another thread
+        // take the GIL and wait for the lock while this one waits for the GIL.
+        let known = lock(&self.seen)
+            .iter()
+            .find(|(t, _)| t.as_ptr() == ty.as_ptr())
+            .map(|(_, tensor)| *tensor);
+        if let Some(tensor) = known {
+            return Ok(tensor);
         }
         let py = ty.py();
         let module: String = ty.getattr(intern!(py, "__module__"))?.extract()?;
         let tensor = module.starts_with("torch") && ty.hasattr(intern!(py, "data_ptr"))?;
-        seen.push((ty.clone().unbind(), tensor));
+        lock(&self.seen).push((ty.clone().unbind(), tensor));
         Ok(tensor)
     }
 }
@@ -74,7 +86,7 @@ pub fn describe(
 ) -> PyResult<Option<Described>> {
     let py = obj.py();
     if types.is_tensor(&obj.get_type())? {
-        return torch(obj, what, want_dtype).map(Some);
+        return torch(types, obj, what, want_dtype).map(Some);
     }
     match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
         Some(interface) => cuda_array(obj, &interface.cast_into::<PyDict>()?, what).map(Some),
@@ -82,7 +94,12 @@ pub fn describe(
     }
 }
 
-fn torch(tensor: &Bound<'_, PyAny>, what: Role, want_dtype: bool) -> PyResult<Described> {
+fn torch(
+    types: &TensorTypes,
+    tensor: &Bound<'_, PyAny>,
+    what: Role,
+    want_dtype: bool,
+) -> PyResult<Described> {
     let py = tensor.py();
     if !tensor.getattr(intern!(py, "is_cuda"))?.is_truthy()? {
         return Err(errors::usage(
@@ -106,7 +123,7 @@ fn torch(tensor: &Bound<'_, PyAny>, what: Role, want_dtype: bool) -> PyResult<De
         ));
     }
     let device: usize = tensor.call_method0(intern!(py, "get_device"))?.extract()?;
-    let stream = current_stream(py, device)?;
+    let stream = types.current_stream(py, device)?;
     let dtype = if want_dtype {
         let name = tensor.getattr(intern!(py, "dtype"))?.str()?;
         match name.to_str()? {
@@ -126,33 +143,48 @@ fn torch(tensor: &Bound<'_, PyAny>, what: Role, want_dtype: bool) -> PyResult<De
     })
 }
 
-/// `torch.cuda.current_stream(device).cuda_stream`, read as PyTorch's compiler reads it (without
-/// making a Stream object) where that function is there. Asked at every call: the current stream
-/// is the user's to change between calls (`with torch.cuda.stream(s):`).
-fn current_stream(py: Python<'_>, device: usize) -> PyResult<u64> {
-    static MODULES: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
-    let modules = MODULES.get_or_try_init(py, || {
-        py.import(intern!(py, "sys"))?
-            .getattr(intern!(py, "modules"))?
-            .cast_into::<PyDict>()
-            .map(Bound::unbind)
-            .map_err(PyErr::from)
-    })?;
-    // Imported: the tensor is one of its own (looked up at every call, as the slow path does).
-    let torch = modules
-        .bind(py)
-        .get_item(intern!(py, "torch"))?
-        .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err("torch"))?;
-    let raw = torch
-        .getattr(intern!(py, "_C"))?
-        .getattr_opt(intern!(py, "_cuda_getCurrentRawStream"))?;
-    match raw {
-        Some(raw) => raw.call1((device,))?.extract(),
-        None => torch
-            .getattr(intern!(py, "cuda"))?
-            .call_method1(intern!(py, "current_stream"), (device,))?
-            .getattr(intern!(py, "cuda_stream"))?
-            .extract(),
+impl TensorTypes {
+    /// `torch.cuda.current_stream(device).cuda_stream`, read as PyTorch's compiler reads it (without
+    /// making a Stream object) where that function is there. Asked at every call: the current stream
+    /// is the user's to change between calls (`with torch.cuda.stream(s):`).
+    fn current_stream(&self, py: Python<'_>, device: usize) -> PyResult<u64> {
+        static MODULES: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+        let modules = MODULES.get_or_try_init(py, || {
+            py.import(intern!(py, "sys"))?
+                .getattr(intern!(py, "modules"))?
+                .cast_into::<PyDict>()
+                .map(Bound::unbind)
+                .map_err(PyErr::from)
+        })?;
+        // Imported: the tensor is one of its own (looked up at every call, as the slow path does).
+        let torch = modules
+            .bind(py)
+            .get_item(intern!(py, "torch"))?
+            .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err("torch"))?;
+        let cached = match &*lock(&self.raw_stream) {
+            Some((module, raw)) if module.is(&torch) => Some(raw.as_ref().map(|r| r.clone_ref(py))),
+            _ => None,
+        };
+        let raw = match cached {
+            Some(raw) => raw,
+            None => {
+                let raw = torch
+                    .getattr(intern!(py, "_C"))?
+                    .getattr_opt(intern!(py, "_cuda_getCurrentRawStream"))?
+                    .map(Bound::unbind);
+                let found = raw.as_ref().map(|r| r.clone_ref(py));
+                *lock(&self.raw_stream) = Some((torch.clone().unbind(), raw));
+                found
+            }
+        };
+        match raw {
+            Some(raw) => raw.bind(py).call1((device,))?.extract(),
+            None => torch
+                .getattr(intern!(py, "cuda"))?
+                .call_method1(intern!(py, "current_stream"), (device,))?
+                .getattr(intern!(py, "cuda_stream"))?
+                .extract(),
+        }
     }
 }
 
@@ -248,4 +280,8 @@ fn item<'py>(
     interface
         .get_item(key)?
         .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(key.clone().unbind()))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -107,7 +107,11 @@ impl Fabric {
             self.fabric.borrow(src.1, src.0, bytes)?,
         );
         let both = [self.stream(src.1, src.2)?, self.stream(dst.1, dst.2)?];
-        let streams = if both[0] == both[1] { &both[..1] } else { &both[..] };
+        let streams = if both[0] == both[1] {
+            &both[..1]
+        } else {
+            &both[..]
+        };
         let after_src = Owned::new(backend, backend.mark(streams[0])?);
         let after_dst = match streams.get(1) {
             Some(&stream) => Some(Owned::new(backend, backend.mark(stream)?)),
@@ -539,7 +543,12 @@ impl Fabric {
     /// The fast path of `peerlink.Fabric.copy_`: queues the copy when both are device memory (a
     /// CUDA tensor, `__cuda_array_interface__`) and returns True; False, having done nothing,
     /// when either is not (the slow path then describes them).
-    fn copy_(&self, py: Python<'_>, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn copy_(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
         let Some(to) = describe(&self.tensor_types, dst, Role::Destination, false)? else {
             return Ok(false);
         };
@@ -590,7 +599,12 @@ impl Fabric {
     ) -> PyResult<bool> {
         let mut found = Vec::with_capacity(tensors.len());
         for (i, tensor) in tensors.iter().enumerate() {
-            match describe(&self.tensor_types, &tensor, Role::Tensor(i), dtype.is_none())? {
+            match describe(
+                &self.tensor_types,
+                &tensor,
+                Role::Tensor(i),
+                dtype.is_none(),
+            )? {
                 Some(described) => found.push(described),
                 None => return Ok(false),
             }
@@ -600,7 +614,9 @@ impl Fabric {
         };
         let chosen = match dtype {
             Some(name) => Some(data_type(py, name)?),
-            None => first.dtype.filter(|t| found.iter().all(|f| f.dtype == Some(*t))),
+            None => first
+                .dtype
+                .filter(|t| found.iter().all(|f| f.dtype == Some(*t))),
         };
         let Some(chosen) = chosen else {
             return Err(errors::usage(

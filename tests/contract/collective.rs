@@ -210,10 +210,17 @@ pub fn two_shot_and_packet_all_reduces_sum_in_place(b: &dyn Backend) {
             ..rank
         })
         .collect();
-    let refused = b
-        .collectives()
-        .all_reduce(AllReduceKernel::OneShot, DataType::F32, &in_place, &r.flags, r.len);
-    says(&usage(refused), "use two-shot or packets, which reduce in place");
+    let refused = b.collectives().all_reduce(
+        AllReduceKernel::OneShot,
+        DataType::F32,
+        &in_place,
+        &r.flags,
+        r.len,
+    );
+    says(
+        &usage(refused),
+        "use two-shot or packets, which reduce in place",
+    );
 }
 
 pub fn fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs(b: &dyn Backend) {
