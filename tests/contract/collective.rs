@@ -171,6 +171,17 @@ pub fn all_reduce_sums_every_input_into_every_output(b: &dyn Backend) {
     }
 }
 
+/// The ranks of `r` with each output its own input.
+fn in_place(r: &Ranks) -> Vec<Rank> {
+    r.ranks()
+        .into_iter()
+        .map(|rank| Rank {
+            output: rank.input,
+            ..rank
+        })
+        .collect()
+}
+
 /// Two-shot and packets reduce in place (each rank's output is its input, the same handle), as the
 /// Python package's `all_reduce_` runs them on the caller's tensors; one-shot is refused so.
 pub fn two_shot_and_packet_all_reduces_sum_in_place(b: &dyn Backend) {
@@ -184,16 +195,8 @@ pub fn two_shot_and_packet_all_reduces_sum_in_place(b: &dyn Backend) {
             let larger = ((1 << 20) / dtype.size() + 3).min(kernel.max_len() / dtype.size());
             for elements in [1, 1001, larger] {
                 let r = Ranks::new(b, &clique, dtype, elements);
-                let in_place: Vec<Rank> = r
-                    .ranks()
-                    .into_iter()
-                    .map(|rank| Rank {
-                        output: rank.input,
-                        ..rank
-                    })
-                    .collect();
                 b.collectives()
-                    .all_reduce(kernel, dtype, &in_place, &r.flags, r.len)
+                    .all_reduce(kernel, dtype, &in_place(&r), &r.flags, r.len)
                     .unwrap();
                 r.synchronize(b);
                 let what = format!("{} all-reduce in place", kernel.name());
@@ -202,18 +205,10 @@ pub fn two_shot_and_packet_all_reduces_sum_in_place(b: &dyn Backend) {
         }
     }
     let r = Ranks::new(b, &clique[..2], DataType::F32, 16);
-    let in_place: Vec<Rank> = r
-        .ranks()
-        .into_iter()
-        .map(|rank| Rank {
-            output: rank.input,
-            ..rank
-        })
-        .collect();
     let refused = b.collectives().all_reduce(
         AllReduceKernel::OneShot,
         DataType::F32,
-        &in_place,
+        &in_place(&r),
         &r.flags,
         r.len,
     );
