@@ -193,7 +193,7 @@ def main() -> None:
     doc = {
         "schema": "peerlink.python-layer/1",
         "tool": "python/benchmarks/python_layer.py",
-        "source": fabric.source,
+        "peerlink_source": fabric.source,
         "simulated": fabric.simulated,
         "calls": args.calls,
         "method": f"host time per call (perf_counter): the three ways take turns, {args.chunk} "
