@@ -93,8 +93,10 @@ def main() -> None:
     ap.add_argument("--sim", default="dgx-h100", help="simulator preset (without --gpu)")
     ap.add_argument("--gpu", action="store_true", help="real GPUs, and PyTorch tensors where PyTorch is there")
     ap.add_argument("--sizes", default="4,4096,65536,1048576", help="comma-separated byte counts")
-    ap.add_argument("--calls", type=int, default=20000)
-    ap.add_argument("--chunk", type=int, default=1000)
+    ap.add_argument("--calls", type=int, default=10000, help="calls of each way in all")
+    # Small enough that a GPU's queue never fills within a chunk (the host would then wait for
+    # the GPU, and the figure be the GPU's time, not the host's).
+    ap.add_argument("--chunk", type=int, default=200, help="calls of one way back to back")
     ap.add_argument("--pairs", type=int, default=4, help="pairs of copy_many_")
     ap.add_argument("--ranks", type=int, default=2, help="GPUs of the all-reduce")
     ap.add_argument("--out", help="where to write the JSON")
