@@ -99,9 +99,11 @@ impl Fabric {
     /// streams, and makes their later work wait for it.
     fn queue_device_copy(&self, dst: DeviceRef, src: DeviceRef, bytes: usize) -> Result<()> {
         let backend = self.backend();
-        // Borrowed at every call, never cached: the borrow checks that the range lies in memory
-        // of that GPU now, and a range cached from an earlier call could have been given back to
-        // the driver since (PyTorch's empty_cache), where a copy would fault the GPU's context.
+        // Borrowed at every call, never cached: the borrow (one driver query) is what checks that
+        // the range lies in an allocation of that GPU now. A cache by (GPU, address, length)
+        // would skip it, and an object naming memory given back to the driver since (PyTorch's
+        // empty_cache, a stale __cuda_array_interface__) would fault the GPU's context instead of
+        // raising an error.
         let (dst_buffer, src_buffer) = (
             self.fabric.borrow(dst.1, dst.0, bytes)?,
             self.fabric.borrow(src.1, src.0, bytes)?,

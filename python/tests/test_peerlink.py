@@ -189,6 +189,17 @@ def test_all_reduce_of_bf16_bytes_names_its_dtype(fabric: peerlink.Fabric) -> No
 # ---- borrowed device memory: peerlink's own simulated buffers, lent by address ------------
 
 
+@pytest.fixture
+def fast_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device memory must take the fast path (described in Rust): the slow path's description
+    fails the test."""
+
+    def slow_path(obj: Any, what: str) -> Any:
+        raise AssertionError(f"the {what} took the slow path")
+
+    monkeypatch.setattr(peerlink, "_describe", slow_path)
+
+
 def device_buffer(fabric: peerlink.Fabric, device: int, data: bytes) -> _native.DeviceBuffer:
     buffer = _native.DeviceBuffer(fabric._host, device, len(data))
     buffer.write(data)
@@ -197,7 +208,7 @@ def device_buffer(fabric: peerlink.Fabric, device: int, data: bytes) -> _native.
 
 @pytest.mark.parametrize("length", [1, 4097, 1 << 20])
 def test_copy_between_cuda_array_objects_moves_every_byte(
-    fabric: peerlink.Fabric, length: int
+    fabric: peerlink.Fabric, length: int, fast_path_only: None
 ) -> None:
     src = device_buffer(fabric, 2, pattern(length, 4))
     dst = device_buffer(fabric, 5, bytes(length))
@@ -206,7 +217,7 @@ def test_copy_between_cuda_array_objects_moves_every_byte(
     assert dst.read() == pattern(length, 4)
 
 
-def test_copy_many_between_cuda_array_objects_moves_every_pair(fabric: peerlink.Fabric) -> None:
+def test_copy_many_between_cuda_array_objects_moves_every_pair(fabric: peerlink.Fabric, fast_path_only: None) -> None:
     srcs = [device_buffer(fabric, i, pattern(4096 + i, i)) for i in range(8)]
     dsts = [device_buffer(fabric, (i + 3) % 8, bytes(4096 + i)) for i in range(8)]
     fabric.copy_many_(dsts, srcs)
@@ -233,19 +244,19 @@ class OnStream:
         return interface
 
 
-def test_a_stream_borrowed_once_orders_every_later_call(fabric: peerlink.Fabric) -> None:
+def test_a_stream_borrowed_once_orders_every_later_call(fabric: peerlink.Fabric, fast_path_only: None) -> None:
     # Each call after the first finds the stream borrowed at the first; the copies run in order
     # on it, so the destination ends with the last source's bytes.
     dst = OnStream(device_buffer(fabric, 1, bytes(8192)), 0x5EED)
-    for round in range(6):
-        src = OnStream(device_buffer(fabric, round % 3, pattern(8192, round)), 0x5EED + round % 2)
+    for step in range(6):
+        src = OnStream(device_buffer(fabric, step % 3, pattern(8192, step)), 0x5EED + step % 2)
         fabric.copy_(dst, src)
         fabric.synchronize()
-        assert dst.buffer.read() == pattern(8192, round)
+        assert dst.buffer.read() == pattern(8192, step)
 
 
 def test_an_object_whose_memory_changes_between_calls_is_read_anew(
-    fabric: peerlink.Fabric,
+    fabric: peerlink.Fabric, fast_path_only: None
 ) -> None:
     src = device_buffer(fabric, 0, pattern(4096, 5))
     targets = [device_buffer(fabric, 1, bytes(4096)), device_buffer(fabric, 2, bytes(4096))]
@@ -282,7 +293,7 @@ def test_device_lengths_that_differ_are_a_usage_error(fabric: peerlink.Fabric) -
 @pytest.mark.parametrize("ranks", [2, 4, 8])
 @pytest.mark.parametrize("length", [4, 64 << 10, 1 << 20])
 def test_all_reduce_sums_cuda_array_objects_in_place(
-    fabric: peerlink.Fabric, ranks: int, length: int
+    fabric: peerlink.Fabric, ranks: int, length: int, fast_path_only: None
 ) -> None:
     inputs = [((np.arange(length // 4) * 5 + r * 3) % 17 - 8).astype(np.float32) for r in range(ranks)]
     tensors = [device_buffer(fabric, r, x.tobytes()) for r, x in enumerate(inputs)]
@@ -492,7 +503,7 @@ def test_all_reduce_takes_the_tensors_dtype(fabric: peerlink.Fabric, fake_torch:
 
 
 def test_tensors_move_every_byte_on_the_fast_path(
-    fabric: peerlink.Fabric, fake_torch: list[int]
+    fabric: peerlink.Fabric, fake_torch: list[int], fast_path_only: None
 ) -> None:
     src = device_buffer(fabric, 0, pattern(4096, 8))
     targets = [device_buffer(fabric, 1, bytes(4096)), device_buffer(fabric, 1, bytes(4096))]
@@ -508,7 +519,7 @@ def test_tensors_move_every_byte_on_the_fast_path(
 
 
 def test_all_reduce_of_tensors_takes_their_dtype_on_the_fast_path(
-    fabric: peerlink.Fabric, fake_torch: list[int]
+    fabric: peerlink.Fabric, fake_torch: list[int], fast_path_only: None
 ) -> None:
     inputs = [np.full(256, r + 1, dtype=np.float32) for r in range(3)]
     buffers = [device_buffer(fabric, r, x.tobytes()) for r, x in enumerate(inputs)]
