@@ -368,8 +368,9 @@ class Fabric:
         """Copies ``src`` into ``dst`` (of the same number of bytes), GPU to GPU, by the
         planner's pick."""
         # CUDA tensors and __cuda_array_interface__ objects are described and queued in Rust; the
-        # rest (host buffers, peerlink.on placements) below.
-        if not self._open().copy_(dst, src):
+        # rest (host buffers, peerlink.on placements) below, which also refuses a closed fabric.
+        native = self._native
+        if native is None or not native.copy_(dst, src):
             self._copy_described([dst], [src])
 
     def copy_many_(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
@@ -380,7 +381,8 @@ class Fabric:
             raise UsageError(
                 f"{len(dsts)} destinations and {len(srcs)} sources; give one source per destination"
             )
-        if not self._open().copy_many_(dsts, srcs):
+        native = self._native
+        if native is None or not native.copy_many_(dsts, srcs):
             self._copy_described(dsts, srcs)
 
     def _copy_described(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
