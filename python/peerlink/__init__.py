@@ -367,17 +367,27 @@ class Fabric:
     def copy_(self, dst: Any, src: Any) -> None:
         """Copies ``src`` into ``dst`` (of the same number of bytes), GPU to GPU, by the
         planner's pick."""
-        self.copy_many_([dst], [src])
+        # CUDA tensors and __cuda_array_interface__ objects are described and queued in Rust; the
+        # rest (host buffers, peerlink.on placements) below, which also refuses a closed fabric.
+        native = self._native
+        if native is None or not native.copy_(dst, src):
+            self._copy_described([dst], [src])
 
     def copy_many_(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
         """Copies each ``srcs[i]`` into ``dsts[i]``, all queued together so that none waits for
         the host to queue another (every GPU sending at once). No destination may overlap another
         copy's source or destination."""
-        fabric = self._open()
         if len(dsts) != len(srcs):
             raise UsageError(
                 f"{len(dsts)} destinations and {len(srcs)} sources; give one source per destination"
             )
+        native = self._native
+        if native is None or not native.copy_many_(dsts, srcs):
+            self._copy_described(dsts, srcs)
+
+    def _copy_described(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
+        """The slow path of the copies: every object described here, in Python."""
+        fabric = self._open()
         found = [
             (_describe(d, "destination"), _describe(s, "source")) for d, s in zip(dsts, srcs)
         ]
@@ -416,6 +426,9 @@ class Fabric:
         torchrun or ``peerlink launch``) is not offered yet.
         """
         fabric = self._open()
+        tensors = list(tensors)
+        if fabric.all_reduce_(tensors, dtype):
+            return
         found = [_describe(t, f"tensor {i}") for i, t in enumerate(tensors)]
         if not found:
             raise UsageError("an all-reduce takes one tensor per GPU on at least 2 GPUs; none given")
@@ -438,8 +451,9 @@ class Fabric:
             fabric.all_reduce_host([f.ref for f in found if isinstance(f, _Host)], chosen)
 
     def synchronize(self) -> None:
-        """Blocks until every copy this fabric queued has finished (the tensors' streams may
-        still run later work of their own)."""
+        """Blocks until every copy and all-reduce this fabric queued has finished. For the
+        all-reduces it synchronises the tensors' streams, so work queued on them after an
+        all-reduce is waited for too; after copies, those streams may still run later work."""
         self._open().synchronize()
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 //! their bytes moved through the engine and written back) and over another library's device
 //! memory (a PyTorch tensor's storage, ordered on its CUDA stream).
 
+use crate::describe::{describe, Described, Role, TensorTypes};
 use crate::errors::{self, IntoPy};
 use crate::Host;
 use peerlink::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
@@ -11,6 +12,7 @@ use peerlink::workload::all_reduce;
 use peerlink::{Error, Result};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
+use pyo3::types::PyList;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -25,11 +27,15 @@ type HostRef = (PyBuffer<u8>, usize);
 pub struct Fabric {
     fabric: engine::Fabric,
     state: Mutex<State>,
+    tensor_types: TensorTypes,
 }
 
 #[derive(Default)]
 struct State {
-    /// Streams borrowed from their owners, by GPU and handle.
+    /// Streams borrowed from their owners, by GPU and handle, kept from their first use: a handle
+    /// the caller passes is its current stream, so alive; and should its owner destroy it and the
+    /// driver hand the same handle out again, the wrapper names that stream, of the same GPU's
+    /// context (the key holds the GPU), which is what a fresh borrow would find.
     borrowed_streams: HashMap<(usize, u64), StreamId>,
     /// Streams of this fabric's own, one per GPU, for the all-reduce of host buffers.
     own_streams: HashMap<usize, StreamId>,
@@ -38,9 +44,14 @@ struct State {
     pending: VecDeque<(Transfer, Buffer, Buffer)>,
     /// Flag blocks of the all-reduce kernels, by the ranks' GPUs in order.
     flags: HashMap<Vec<usize>, Vec<BufferId>>,
-    /// Per GPU, the copy of a rank's input the in-place all-reduce reads, and the stream that
-    /// last used it and the flags.
-    scratch: HashMap<usize, (BufferId, usize, StreamId)>,
+    /// Per GPU, the copy of a rank's input the one-shot kernel reads (it cannot reduce in place),
+    /// and its length.
+    scratch: HashMap<usize, (BufferId, usize)>,
+    /// Per GPU, the stream of the last all-reduce queued there: the next, on another stream,
+    /// waits for it (the kernels' flags and the scratch input are used one call after another).
+    last_reduce: HashMap<usize, StreamId>,
+    /// The owners' streams all-reduces were queued on since the last `synchronize`.
+    reduced_on: Vec<StreamId>,
 }
 
 impl Fabric {
@@ -88,27 +99,35 @@ impl Fabric {
     /// streams, and makes their later work wait for it.
     fn queue_device_copy(&self, dst: DeviceRef, src: DeviceRef, bytes: usize) -> Result<()> {
         let backend = self.backend();
+        // Borrowed at every call, never cached: the borrow (one driver query) is what checks that
+        // the range lies in an allocation of that GPU now. A cache by (GPU, address, length)
+        // would skip it, and an object naming memory given back to the driver since (PyTorch's
+        // empty_cache, a stale __cuda_array_interface__) would fault the GPU's context instead of
+        // raising an error.
         let (dst_buffer, src_buffer) = (
             self.fabric.borrow(dst.1, dst.0, bytes)?,
             self.fabric.borrow(src.1, src.0, bytes)?,
         );
-        let mut streams = vec![self.stream(src.1, src.2)?];
-        let dst_stream = self.stream(dst.1, dst.2)?;
-        if dst_stream != streams[0] {
-            streams.push(dst_stream);
+        let both = [self.stream(src.1, src.2)?, self.stream(dst.1, dst.2)?];
+        let streams = if both[0] == both[1] {
+            &both[..1]
+        } else {
+            &both[..]
+        };
+        let after_src = Owned::new(backend, backend.mark(streams[0])?);
+        let after_dst = match streams.get(1) {
+            Some(&stream) => Some(Owned::new(backend, backend.mark(stream)?)),
+            None => None,
+        };
+        let mut builder = self
+            .fabric
+            .transfer(src_buffer.all(), dst_buffer.all())
+            .after_event(*after_src);
+        if let Some(mark) = &after_dst {
+            builder = builder.after_event(**mark);
         }
-        let marks = streams
-            .iter()
-            .map(|&s| backend.mark(s).map(|e| Owned::new(backend, e)))
-            .collect::<Result<Vec<_>>>()?;
-        let transfer = marks
-            .iter()
-            .fold(
-                self.fabric.transfer(src_buffer.all(), dst_buffer.all()),
-                |builder, mark| builder.after_event(**mark),
-            )
-            .submit()?;
-        for &stream in &streams {
+        let transfer = builder.submit()?;
+        for &stream in streams {
             backend.wait(stream, transfer.event())?;
         }
         self.lock()
@@ -165,31 +184,37 @@ impl Fabric {
         Ok(stream)
     }
 
-    /// Rank `device`'s scratch input of at least `bytes`, ordered after the all-reduce that last
-    /// used it (and the flags) when that ran on another stream.
+    /// Orders `stream` after the all-reduce last queued on `device`, where that ran on another
+    /// stream.
+    fn follow_last_reduce(&self, device: usize, stream: StreamId) -> Result<()> {
+        let backend = self.backend();
+        let last = self.lock().last_reduce.insert(device, stream);
+        match last {
+            Some(last) if last != stream => {
+                let mark = Owned::new(backend, backend.mark(last)?);
+                backend.wait(stream, *mark)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Rank `device`'s scratch input of at least `bytes`, for an all-reduce on `stream`, which
+    /// follows the last one on that GPU (see `follow_last_reduce`).
     fn scratch(&self, device: usize, bytes: usize, stream: StreamId) -> Result<BufferId> {
         let backend = self.backend();
         let last = self.lock().scratch.get(&device).copied();
         let buffer = match last {
-            Some((buffer, size, last_stream)) => {
-                if last_stream != stream {
-                    let mark = Owned::new(backend, backend.mark(last_stream)?);
-                    backend.wait(stream, *mark)?;
-                }
-                if size >= bytes {
-                    buffer
-                } else {
-                    // The stream waits for the last user above, so the old buffer is idle once
-                    // this stream's earlier work is: free it after that.
-                    backend.synchronize(stream)?;
-                    backend.free(buffer)?;
-                    backend.alloc(Memory::Device(device), bytes)?
-                }
+            Some((buffer, size)) if size >= bytes => return Ok(buffer),
+            Some((buffer, _)) => {
+                // The stream follows the last user, so the old buffer is idle once this stream's
+                // earlier work is: free it after that.
+                backend.synchronize(stream)?;
+                backend.free(buffer)?;
+                backend.alloc(Memory::Device(device), bytes)?
             }
             None => backend.alloc(Memory::Device(device), bytes)?,
         };
-        let size = backend.len(buffer)?;
-        self.lock().scratch.insert(device, (buffer, size, stream));
+        self.lock().scratch.insert(device, (buffer, bytes));
         Ok(buffer)
     }
 
@@ -261,40 +286,63 @@ impl Fabric {
             .collect()
     }
 
-    /// Queues the in-place all-reduce of borrowed memory on its owners' streams: each rank's
-    /// bytes copied into its scratch input, then the kernel writing the sum back.
+    /// Queues the in-place all-reduce of borrowed memory on its owners' streams: reduced in the
+    /// tensors' own memory by the two-shot and packet kernels; for one-shot, each rank's bytes
+    /// copied into its scratch input first.
     fn reduce_device(&self, ranks: &[DeviceRef], bytes: usize, dtype: DataType) -> Result<()> {
         let backend = self.backend();
         let devices: Vec<usize> = ranks.iter().map(|r| r.1).collect();
         self.check_ranks(&devices, bytes, dtype)?;
         let kernel = self.kernel(&devices, bytes)?;
         let flags = self.flags(&devices)?;
-        let mut borrowed = Vec::new();
-        let mut queued = Vec::new();
+        let mut borrowed = Vec::with_capacity(ranks.len());
+        let mut queued = Vec::with_capacity(ranks.len());
         for &(address, device, handle) in ranks {
             let stream = self.stream(device, handle)?;
-            let output = Owned::new(backend, backend.borrow_memory(device, address, bytes)?);
-            let input = self.scratch(device, bytes, stream)?;
-            let copy = BufferCopy::from_start(*output, input, bytes);
-            backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+            self.follow_last_reduce(device, stream)?;
+            let tensor = Owned::new(backend, backend.borrow_memory(device, address, bytes)?);
+            let input = if kernel.in_place() {
+                *tensor
+            } else {
+                let input = self.scratch(device, bytes, stream)?;
+                let copy = BufferCopy::from_start(*tensor, input, bytes);
+                backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+                input
+            };
             queued.push(Rank {
                 stream,
                 input,
-                output: *output,
+                output: *tensor,
             });
-            borrowed.push(output);
+            borrowed.push(tensor);
         }
         // Releasing the borrowed handles leaves the memory to its owners; the queued work runs.
         backend
             .collectives()
-            .all_reduce(kernel, dtype, &queued, &flags, bytes)
+            .all_reduce(kernel, dtype, &queued, &flags, bytes)?;
+        let mut state = self.lock();
+        for rank in &queued {
+            if !state.reduced_on.contains(&rank.stream) {
+                state.reduced_on.push(rank.stream);
+            }
+        }
+        Ok(())
     }
 
-    /// Waits for every pending transfer.
+    /// Waits for every pending transfer, and for the streams all-reduces were queued on.
     fn wait_all(&self) -> Result<()> {
-        let pending: Vec<_> = self.lock().pending.drain(..).collect();
+        let (pending, reduced_on): (Vec<_>, Vec<_>) = {
+            let mut state = self.lock();
+            (
+                state.pending.drain(..).collect(),
+                state.reduced_on.drain(..).collect(),
+            )
+        };
         for (transfer, _, _) in &pending {
             transfer.wait()?;
+        }
+        for stream in reduced_on {
+            self.backend().synchronize(stream)?;
         }
         Ok(())
     }
@@ -380,6 +428,38 @@ fn data_type(py: Python<'_>, name: &str) -> PyResult<DataType> {
     }
 }
 
+/// A copy between two pieces of device memory, after the slow path's checks.
+fn device_copy(
+    py: Python<'_>,
+    dst: &Described,
+    src: &Described,
+) -> PyResult<(DeviceRef, DeviceRef, usize)> {
+    if dst.nbytes != src.nbytes {
+        return Err(errors::usage(
+            py,
+            format!(
+                "the source holds {} bytes but the destination {}; they must be equal",
+                src.nbytes, dst.nbytes
+            ),
+        ));
+    }
+    let overlap = dst.device == src.device
+        && dst.address < src.address + src.nbytes as u64
+        && src.address < dst.address + dst.nbytes as u64;
+    if overlap {
+        return Err(errors::usage(
+            py,
+            "the source and destination overlap in one GPU's memory; bytes would be overwritten \
+             while they are read",
+        ));
+    }
+    Ok((
+        (dst.address, dst.device, dst.stream),
+        (src.address, src.device, src.stream),
+        dst.nbytes,
+    ))
+}
+
 #[pymethods]
 impl Fabric {
     /// A fabric over `devices` (every GPU when None) of `host`; with `resident`, a resident worker
@@ -402,6 +482,7 @@ impl Fabric {
         Ok(Fabric {
             fabric: py.detach(|| builder.open()).or_raise(py)?,
             state: Mutex::default(),
+            tensor_types: TensorTypes::default(),
         })
     }
 
@@ -461,6 +542,107 @@ impl Fabric {
         Ok(())
     }
 
+    /// The fast path of `peerlink.Fabric.copy_`: queues the copy when both are device memory (a
+    /// CUDA tensor, `__cuda_array_interface__`) and returns True; False, having done nothing,
+    /// when either is not (the slow path then describes them).
+    fn copy_(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let Some(to) = describe(&self.tensor_types, dst, Role::Destination, false)? else {
+            return Ok(false);
+        };
+        let Some(from) = describe(&self.tensor_types, src, Role::Source, false)? else {
+            return Ok(false);
+        };
+        let copy = device_copy(py, &to, &from)?;
+        py.detach(|| self.queue_device_copies(std::slice::from_ref(&copy)))
+            .or_raise(py)?;
+        Ok(true)
+    }
+
+    /// As `copy_`, for `peerlink.Fabric.copy_many_` (sequences of one length).
+    fn copy_many_(
+        &self,
+        py: Python<'_>,
+        dsts: &Bound<'_, PyAny>,
+        srcs: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let mut pairs = Vec::new();
+        for (dst, src) in dsts.try_iter()?.zip(srcs.try_iter()?) {
+            let Some(to) = describe(&self.tensor_types, &dst?, Role::Destination, false)? else {
+                return Ok(false);
+            };
+            let Some(from) = describe(&self.tensor_types, &src?, Role::Source, false)? else {
+                return Ok(false);
+            };
+            pairs.push((to, from));
+        }
+        let copies = pairs
+            .iter()
+            .map(|(to, from)| device_copy(py, to, from))
+            .collect::<PyResult<Vec<_>>>()?;
+        py.detach(|| self.queue_device_copies(&copies))
+            .or_raise(py)?;
+        Ok(true)
+    }
+
+    /// The fast path of `peerlink.Fabric.all_reduce_`: queues the all-reduce when every tensor is
+    /// device memory and returns True; False, having done nothing, when one is not or there are
+    /// none.
+    #[pyo3(signature = (tensors, dtype = None))]
+    fn all_reduce_(
+        &self,
+        py: Python<'_>,
+        tensors: &Bound<'_, PyList>,
+        dtype: Option<&str>,
+    ) -> PyResult<bool> {
+        let mut found = Vec::with_capacity(tensors.len());
+        for (i, tensor) in tensors.iter().enumerate() {
+            match describe(
+                &self.tensor_types,
+                &tensor,
+                Role::Tensor(i),
+                dtype.is_none(),
+            )? {
+                Some(described) => found.push(described),
+                None => return Ok(false),
+            }
+        }
+        let Some(first) = found.first() else {
+            return Ok(false);
+        };
+        let chosen = match dtype {
+            Some(name) => Some(data_type(py, name)?),
+            None => first
+                .dtype
+                .filter(|t| found.iter().all(|f| f.dtype == Some(*t))),
+        };
+        let Some(chosen) = chosen else {
+            return Err(errors::usage(
+                py,
+                "the tensors do not say their element type (or say different ones); pass \
+                 dtype='f32' or dtype='bf16'",
+            ));
+        };
+        if found.iter().any(|f| f.nbytes != first.nbytes) {
+            return Err(errors::usage(
+                py,
+                "the tensors of an all-reduce must all hold the same number of bytes",
+            ));
+        }
+        let ranks: Vec<DeviceRef> = found
+            .iter()
+            .map(|f| (f.address, f.device, f.stream))
+            .collect();
+        let bytes = first.nbytes;
+        py.detach(|| self.reduce_device(&ranks, bytes, chosen))
+            .or_raise(py)?;
+        Ok(true)
+    }
+
     /// Queues copies of `bytes` each between borrowed memory (address, GPU, stream), ordered on
     /// both owners' streams; the host does not wait.
     fn copy_device(
@@ -511,7 +693,7 @@ impl Fabric {
             .or_raise(py)
     }
 
-    /// Blocks until every copy queued so far has finished.
+    /// Blocks until every copy and all-reduce queued so far has finished.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.wait_all()).or_raise(py)
     }
@@ -532,7 +714,7 @@ impl Drop for Fabric {
             let _ = backend.synchronize(*stream);
             let _ = backend.destroy_stream(*stream);
         }
-        for (buffer, _, _) in state.scratch.values() {
+        for (buffer, _) in state.scratch.values() {
             let _ = backend.free(*buffer);
         }
         for buffer in state.flags.values().flatten() {

@@ -2,6 +2,8 @@
 //! wraps it (tensor and buffer handling, the documents as dicts); everything here is the library's
 //! own types and serde, with the GIL released while the library works.
 
+mod describe;
+mod device_buffer;
 mod errors;
 mod fabric;
 
@@ -163,6 +165,7 @@ fn explain_json(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Host>()?;
     m.add_class::<fabric::Fabric>()?;
+    m.add_class::<device_buffer::DeviceBuffer>()?;
     m.add_function(wrap_pyfunction!(topology_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_json, m)?)?;
     m.add_function(wrap_pyfunction!(explain_json, m)?)?;

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import peerlink
+from peerlink import _native
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SIM = "dgx-h100"
@@ -185,6 +186,138 @@ def test_all_reduce_of_bf16_bytes_names_its_dtype(fabric: peerlink.Fabric) -> No
         assert b.tobytes() == expected.tobytes()
 
 
+# ---- borrowed device memory: peerlink's own simulated buffers, lent by address ------------
+
+
+@pytest.fixture
+def fast_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device memory must take the fast path (described in Rust): the slow path's description
+    fails the test."""
+
+    def slow_path(obj: Any, what: str) -> Any:
+        raise AssertionError(f"the {what} took the slow path")
+
+    monkeypatch.setattr(peerlink, "_describe", slow_path)
+
+
+def device_buffer(fabric: peerlink.Fabric, device: int, data: bytes) -> _native.DeviceBuffer:
+    buffer = _native.DeviceBuffer(fabric._host, device, len(data))
+    buffer.write(data)
+    return buffer
+
+
+@pytest.mark.parametrize("length", [1, 4097, 1 << 20])
+def test_copy_between_cuda_array_objects_moves_every_byte(
+    fabric: peerlink.Fabric, length: int, fast_path_only: None
+) -> None:
+    src = device_buffer(fabric, 2, pattern(length, 4))
+    dst = device_buffer(fabric, 5, bytes(length))
+    fabric.copy_(dst, src)
+    fabric.synchronize()
+    assert dst.read() == pattern(length, 4)
+
+
+def test_copy_many_between_cuda_array_objects_moves_every_pair(fabric: peerlink.Fabric, fast_path_only: None) -> None:
+    srcs = [device_buffer(fabric, i, pattern(4096 + i, i)) for i in range(8)]
+    dsts = [device_buffer(fabric, (i + 3) % 8, bytes(4096 + i)) for i in range(8)]
+    fabric.copy_many_(dsts, srcs)
+    fabric.synchronize()
+    for i, dst in enumerate(dsts):
+        assert dst.read() == pattern(4096 + i, i)
+
+
+class OnStream:
+    """A __cuda_array_interface__ object ordered on a stream of its own, whose memory can be
+    swapped for another buffer between calls (as a tensor's storage can be)."""
+
+    def __init__(self, buffer: _native.DeviceBuffer, stream: int | None) -> None:
+        self.buffer, self.stream = buffer, stream
+
+    @property
+    def device(self) -> int:
+        return self.buffer.device
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, object]:
+        interface = dict(self.buffer.__cuda_array_interface__)
+        interface["stream"] = self.stream
+        return interface
+
+
+def test_a_stream_borrowed_once_orders_every_later_call(fabric: peerlink.Fabric, fast_path_only: None) -> None:
+    # Each call after the first finds the stream borrowed at the first; the copies run in order
+    # on it, so the destination ends with the last source's bytes.
+    dst = OnStream(device_buffer(fabric, 1, bytes(8192)), 0x5EED)
+    for step in range(6):
+        src = OnStream(device_buffer(fabric, step % 3, pattern(8192, step)), 0x5EED + step % 2)
+        fabric.copy_(dst, src)
+        fabric.synchronize()
+        assert dst.buffer.read() == pattern(8192, step)
+
+
+def test_an_object_whose_memory_changes_between_calls_is_read_anew(
+    fabric: peerlink.Fabric, fast_path_only: None
+) -> None:
+    src = device_buffer(fabric, 0, pattern(4096, 5))
+    targets = [device_buffer(fabric, 1, bytes(4096)), device_buffer(fabric, 2, bytes(4096))]
+    dst = OnStream(targets[0], None)
+    fabric.copy_(dst, src)
+    dst.buffer = targets[1]  # now another GPU's memory, at another address
+    fabric.copy_(dst, device_buffer(fabric, 3, pattern(4096, 6)))
+    fabric.synchronize()
+    assert targets[0].read() == pattern(4096, 5)
+    assert targets[1].read() == pattern(4096, 6)
+
+
+def test_the_per_thread_default_stream_is_refused(fabric: peerlink.Fabric) -> None:
+    src = OnStream(device_buffer(fabric, 0, bytes(16)), 2)
+    with pytest.raises(peerlink.UsageError, match="^the source is ordered on the per-thread"):
+        fabric.copy_(device_buffer(fabric, 1, bytes(16)), src)
+
+
+def test_device_memory_and_host_buffers_cannot_be_mixed(fabric: peerlink.Fabric) -> None:
+    with pytest.raises(peerlink.UsageError, match="^device memory and host buffers cannot be mixed"):
+        fabric.copy_(device_buffer(fabric, 1, bytes(2)), peerlink.on(0, b"ab"))
+    with pytest.raises(peerlink.UsageError, match="^device memory and host buffers cannot be mixed"):
+        fabric.copy_many_(
+            [device_buffer(fabric, 1, bytes(2)), peerlink.on(1, bytearray(2))],
+            [device_buffer(fabric, 0, b"ab"), peerlink.on(0, b"ab")],
+        )
+
+
+def test_device_lengths_that_differ_are_a_usage_error(fabric: peerlink.Fabric) -> None:
+    with pytest.raises(peerlink.UsageError, match="^the source holds 2 bytes but the destination 3"):
+        fabric.copy_(device_buffer(fabric, 1, bytes(3)), device_buffer(fabric, 0, b"ab"))
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+@pytest.mark.parametrize("length", [4, 64 << 10, 1 << 20])
+def test_all_reduce_sums_cuda_array_objects_in_place(
+    fabric: peerlink.Fabric, ranks: int, length: int, fast_path_only: None
+) -> None:
+    inputs = [((np.arange(length // 4) * 5 + r * 3) % 17 - 8).astype(np.float32) for r in range(ranks)]
+    tensors = [device_buffer(fabric, r, x.tobytes()) for r, x in enumerate(inputs)]
+    fabric.all_reduce_(tensors, dtype="f32")
+    fabric.synchronize()
+    expected = np.sum(inputs, axis=0).astype(np.float32).tobytes()
+    for tensor in tensors:
+        assert tensor.read() == expected
+    # Again on the same memory: each now holds ranks times the sum.
+    fabric.all_reduce_(tensors, dtype="f32")
+    fabric.synchronize()
+    again = (np.sum(inputs, axis=0) * ranks).astype(np.float32).tobytes()
+    for tensor in tensors:
+        assert tensor.read() == again
+
+
+def test_all_reduce_of_cuda_array_objects_needs_a_dtype(fabric: peerlink.Fabric) -> None:
+    tensors = [device_buffer(fabric, r, bytes(16)) for r in range(2)]
+    with pytest.raises(peerlink.UsageError, match="dtype='f32'"):
+        fabric.all_reduce_(tensors)
+    with pytest.raises(peerlink.UsageError, match="sums f32 or bf16, not `f16`"):
+        fabric.all_reduce_(tensors, dtype="f16")
+
+
 # ---- errors ----------------------------------------------------------------------------------
 
 
@@ -245,7 +378,7 @@ def test_all_reduce_without_a_dtype_is_refused(fabric: peerlink.Fabric) -> None:
         fabric.all_reduce_([peerlink.on(0, bytearray(8)), peerlink.on(1, bytearray(8))])
 
 
-def test_device_memory_cannot_be_borrowed_on_the_simulator(fabric: peerlink.Fabric) -> None:
+def test_memory_the_simulator_did_not_lend_is_refused(fabric: peerlink.Fabric) -> None:
     class FakeCudaArray:
         __cuda_array_interface__ = {
             "data": (0x7F0000000000, False),
@@ -254,7 +387,7 @@ def test_device_memory_cannot_be_borrowed_on_the_simulator(fabric: peerlink.Fabr
             "version": 3,
         }
 
-    with pytest.raises(peerlink.UsageError, match="^the simulator has no device addresses"):
+    with pytest.raises(peerlink.UsageError, match="^no simulated buffer starts at 0x7f0000000000"):
         fabric.copy_(peerlink.on(1, FakeCudaArray()), peerlink.on(0, FakeCudaArray()))
 
 
@@ -299,9 +432,10 @@ def test_other_threads_run_while_a_bench_measures() -> None:
 
 class FakeTensor:
     def __init__(self, device: int, nbytes: int, *, cuda: bool = True, contiguous: bool = True,
-                 dtype: str = "torch.uint8") -> None:
+                 dtype: str = "torch.uint8", address: int | None = None) -> None:
         self.device_index, self.nbytes = device, nbytes
         self.is_cuda, self.contiguous, self.dtype = cuda, contiguous, dtype
+        self.address = address
 
     def get_device(self) -> int:
         return self.device_index if self.is_cuda else -1
@@ -310,6 +444,8 @@ class FakeTensor:
         return self.contiguous
 
     def data_ptr(self) -> int:
+        if self.address is not None:
+            return self.address
         return 0x7F00_0000_0000 + self.device_index * (1 << 30)
 
 
@@ -344,7 +480,7 @@ def test_a_non_contiguous_tensor_is_refused(fabric: peerlink.Fabric, fake_torch:
 def test_cuda_tensors_reach_the_backend_on_their_streams(
     fabric: peerlink.Fabric, fake_torch: list[int]
 ) -> None:
-    with pytest.raises(peerlink.UsageError, match="^the simulator has no device addresses"):
+    with pytest.raises(peerlink.UsageError, match="^no simulated buffer starts at"):
         fabric.copy_(FakeTensor(1, 16), FakeTensor(0, 16))
     assert sorted(fake_torch) == [0, 1]
 
@@ -359,8 +495,36 @@ def test_tensors_overlapping_on_one_gpu_are_refused(
 def test_all_reduce_takes_the_tensors_dtype(fabric: peerlink.Fabric, fake_torch: list[int]) -> None:
     tensors = [FakeTensor(g, 64, dtype="torch.bfloat16") for g in (0, 1)]
     # The element type is found (else the refusal would ask for dtype=), the ranks pass the
-    # checks, and the simulator refuses the first borrowed stream.
-    with pytest.raises(peerlink.UsageError, match="^the simulator has no CUDA streams"):
+    # checks, and the simulator refuses memory it did not lend.
+    with pytest.raises(peerlink.UsageError, match="^no simulated buffer starts at"):
         fabric.all_reduce_(tensors)
     with pytest.raises(peerlink.UsageError, match="whole number of 4-byte elements"):
         fabric.all_reduce_([FakeTensor(g, 6, dtype="torch.float32") for g in (0, 1)])
+
+
+def test_tensors_move_every_byte_on_the_fast_path(
+    fabric: peerlink.Fabric, fake_torch: list[int], fast_path_only: None
+) -> None:
+    src = device_buffer(fabric, 0, pattern(4096, 8))
+    targets = [device_buffer(fabric, 1, bytes(4096)), device_buffer(fabric, 1, bytes(4096))]
+    dst = FakeTensor(1, 4096, address=targets[0].address)
+    fabric.copy_(dst, FakeTensor(0, 4096, address=src.address))
+    # The tensor's storage moves between calls: the next copy lands in the new memory.
+    dst.address = targets[1].address
+    fabric.copy_(dst, FakeTensor(0, 4096, address=src.address))
+    fabric.synchronize()
+    assert [t.read() for t in targets] == [pattern(4096, 8)] * 2
+    # The current stream is asked at every call, for each tensor.
+    assert sorted(fake_torch) == [0, 0, 1, 1]
+
+
+def test_all_reduce_of_tensors_takes_their_dtype_on_the_fast_path(
+    fabric: peerlink.Fabric, fake_torch: list[int], fast_path_only: None
+) -> None:
+    inputs = [np.full(256, r + 1, dtype=np.float32) for r in range(3)]
+    buffers = [device_buffer(fabric, r, x.tobytes()) for r, x in enumerate(inputs)]
+    tensors = [FakeTensor(r, 1024, dtype="torch.float32", address=b.address) for r, b in enumerate(buffers)]
+    fabric.all_reduce_(tensors)
+    fabric.synchronize()
+    for b in buffers:
+        assert b.read() == np.full(256, 6, dtype=np.float32).tobytes()

@@ -109,6 +109,19 @@ impl AllReduceKernel {
             AllReduceKernel::OneShotPackets => PACKET_MAX_BYTES,
         }
     }
+
+    /// Whether a rank's output may be its own input (kernels/collective.cu). Two-shot: only rank
+    /// `r`'s threads touch slice `r`, in every buffer, and each thread reads an item from every
+    /// input before it stores the sum into every output; the barriers at both ends keep the
+    /// owners' work out. Packets: a rank reads only its own input, each word by the thread that
+    /// then stores that word of its output; peers read packets, never the input. One-shot is not:
+    /// every rank reads every peer's whole input while the peer stores its output.
+    pub fn in_place(self) -> bool {
+        match self {
+            AllReduceKernel::TwoShot | AllReduceKernel::OneShotPackets => true,
+            AllReduceKernel::OneShot => false,
+        }
+    }
 }
 
 /// One rank's part of an all-reduce: the stream that runs it (on the rank's GPU) and its buffers,
@@ -156,7 +169,8 @@ pub trait Collectives {
     /// ([`FLAG_BYTES`], memory of its GPU, zeroed once after allocation); the same ranks must use
     /// the same flags, in the same order, call after call, and the calls on one set of flags must
     /// run one after another on each GPU (queued on the same streams, or ordered by events). Inputs
-    /// are not changed; an output may not be an input. `len` is a whole number of elements, at
+    /// are not changed, but where [`AllReduceKernel::in_place`] allows a rank's output to be its own
+    /// input (the same handle), in place. `len` is a whole number of elements, at
     /// most `kernel.max_len()`.
     fn all_reduce(
         &self,

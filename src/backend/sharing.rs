@@ -75,6 +75,11 @@ pub trait Sharing {
     ///
     /// [`Error::Usage`]: crate::Error::Usage
     fn import(&self, shared: SharedBuffer, gpu: usize) -> Result<BufferId>;
+
+    /// The unified address of a device buffer's first byte: what another library in this process
+    /// (PyTorch, CuPy) or [`crate::backend::Backend::borrow_memory`] takes. The simulator's
+    /// addresses are made up: only its own `borrow_memory` understands them.
+    fn device_address(&self, buffer: BufferId) -> Result<u64>;
 }
 
 /// Sharing, below the checks.
@@ -103,4 +108,7 @@ pub trait RawSharing: RawBackend {
         handle: &[u8],
         fd: Option<OwnedFd>,
     ) -> Result<Self::Buffer>;
+
+    /// The buffer is device memory.
+    fn device_address(&self, buffer: &Self::Buffer) -> u64;
 }

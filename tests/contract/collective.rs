@@ -171,6 +171,53 @@ pub fn all_reduce_sums_every_input_into_every_output(b: &dyn Backend) {
     }
 }
 
+/// The ranks of `r` with each output its own input.
+fn in_place(r: &Ranks) -> Vec<Rank> {
+    r.ranks()
+        .into_iter()
+        .map(|rank| Rank {
+            output: rank.input,
+            ..rank
+        })
+        .collect()
+}
+
+/// Two-shot and packets reduce in place (each rank's output is its input, the same handle), as the
+/// Python package's `all_reduce_` runs them on the caller's tensors; one-shot is refused so.
+pub fn two_shot_and_packet_all_reduces_sum_in_place(b: &dyn Backend) {
+    let clique = p2p_clique(b);
+    if clique.len() < 2 {
+        return not_here("an in-place all-reduce", "no two GPUs with P2P");
+    }
+    enable_peer_access(b, &clique);
+    for dtype in DTYPES {
+        for kernel in [AllReduceKernel::TwoShot, AllReduceKernel::OneShotPackets] {
+            let larger = ((1 << 20) / dtype.size() + 3).min(kernel.max_len() / dtype.size());
+            for elements in [1, 1001, larger] {
+                let r = Ranks::new(b, &clique, dtype, elements);
+                b.collectives()
+                    .all_reduce(kernel, dtype, &in_place(&r), &r.flags, r.len)
+                    .unwrap();
+                r.synchronize(b);
+                let what = format!("{} all-reduce in place", kernel.name());
+                r.check(b, &what, &r.inputs, &r.sum());
+            }
+        }
+    }
+    let r = Ranks::new(b, &clique[..2], DataType::F32, 16);
+    let refused = b.collectives().all_reduce(
+        AllReduceKernel::OneShot,
+        DataType::F32,
+        &in_place(&r),
+        &r.flags,
+        r.len,
+    );
+    says(
+        &usage(refused),
+        "use two-shot or packets, which reduce in place",
+    );
+}
+
 pub fn fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs(b: &dyn Backend) {
     let clique = p2p_clique(b);
     if clique.len() < 2 {

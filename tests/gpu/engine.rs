@@ -378,6 +378,42 @@ fn split_over_nvlink_and_the_host_against_direct() {
 /// Another library's memory and streams (cudarc's own here, as PyTorch's would be): a copy between
 /// borrowed buffers follows the work queued on the owner's stream and the owner's later work
 /// follows it, every byte arrives, and what does not fit is refused with a sentence.
+/// Memory peerlink allocated with cuMemAlloc, lent by its address (`Sharing::device_address`, as the
+/// Python package's `DeviceBuffer` lends it) and borrowed back, moves every byte: the borrow path
+/// without another library's allocator in the way.
+#[test]
+#[ignore = "needs a GPU"]
+fn memory_lent_by_address_and_borrowed_back_moves_every_byte() {
+    use peerlink::backend::Memory;
+    let f = fabric();
+    let backend = f.backend().clone();
+    let (a, b) = pair(&f);
+    let len = (4 << 20) + 3;
+    let data = pattern::bytes(13, len);
+    let (src, dst) = (
+        backend.alloc(Memory::Device(a), len).unwrap(),
+        backend.alloc(Memory::Device(b), len).unwrap(),
+    );
+    backend.write(src, 0, &data).unwrap();
+    let address = |buffer| backend.sharing().device_address(buffer).unwrap();
+    {
+        let (from, to) = (
+            f.borrow(a, address(src), len).unwrap(),
+            f.borrow(b, address(dst), len).unwrap(),
+        );
+        f.transfer(from.all(), to.all())
+            .submit()
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    let mut moved = vec![0; len];
+    backend.read(dst, 0, &mut moved).unwrap();
+    assert!(moved == data, "wrong bytes");
+    backend.free(src).unwrap();
+    backend.free(dst).unwrap();
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn borrowed_memory_and_streams_move_every_byte_in_the_owners_order() {

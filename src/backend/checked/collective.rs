@@ -219,11 +219,13 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
         let resolved = self.check_ranks(&st, &call, dtype, ranks, len)?;
         let mut raw_flags = Vec::with_capacity(n);
         for (i, (rank, &flag)) in ranks.iter().zip(flags).enumerate() {
-            if rank.output == rank.input {
+            if rank.output == rank.input && !kernel.in_place() {
                 return Err(Error::usage(format!(
-                    "{call}: rank {i}'s output is its input ({}): the kernels read every input \
-                     while they write the outputs; give each rank an output buffer of its own",
-                    rank.input
+                    "{call}: rank {i}'s output is its input ({}): the {} kernel reads every \
+                     peer's input while it writes the outputs; give each rank an output buffer of \
+                     its own, or use two-shot or packets, which reduce in place",
+                    rank.input,
+                    kernel.name()
                 )));
             }
             if flag == rank.input || flag == rank.output {

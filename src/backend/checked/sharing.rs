@@ -130,6 +130,18 @@ impl<I: RawCollectives + RawSharing> Sharing for Checked<I> {
             .import(memory, gpu, descriptor.len, &descriptor.handle, fd)?;
         self.insert_buffer(raw, memory, descriptor.len, Origin::Imported { gpu })
     }
+
+    fn device_address(&self, buffer: BufferId) -> Result<u64> {
+        let st = self.lock();
+        let entry = st.buffers.get(buffer.0)?;
+        match entry.memory {
+            Memory::Device(_) => Ok(self.raw.device_address(&entry.raw)),
+            other => Err(Error::usage(format!(
+                "{buffer} is {other}, not device memory: only device memory has an address to \
+                 lend another library; allocate Memory::Device"
+            ))),
+        }
+    }
 }
 
 impl<I: RawCollectives> Checked<I> {

@@ -56,39 +56,42 @@ fn bind(ctx: &CudaContext) -> Result<(), Error> {
 }
 
 /// Where another library's device memory lies: the ordinal of its GPU, and the first address and
-/// size of the allocation that holds `address` (cuPointerGetAttribute). The driver refuses an
-/// address no allocation holds.
+/// size of the allocation that holds `address`, in one driver call (cuPointerGetAttributes: this
+/// runs at every borrow, so at every `Fabric.copy_` of the Python package). No allocation holds
+/// an address the driver answers a size of 0 for.
 pub(super) fn allocation_of(ctx: &CudaContext, address: u64) -> Result<(i32, u64, usize), Error> {
     use sys::CUpointer_attribute as Attribute;
     bind(ctx)?;
     let (mut ordinal, mut start, mut size): (i32, sys::CUdeviceptr, usize) = (-1, 0, 0);
-    // SAFETY: each out-pointer is valid for its attribute's type (an int, a CUdeviceptr, a size_t);
-    // the driver looks the address up in its tables and never dereferences it.
+    let mut attributes = [
+        Attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        Attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        Attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut data: [*mut c_void; 3] = [
+        (&mut ordinal as *mut i32).cast(),
+        (&mut start as *mut sys::CUdeviceptr).cast(),
+        (&mut size as *mut usize).cast(),
+    ];
+    // SAFETY: `data[i]` points at a live local of attribute `i`'s type (an int, a CUdeviceptr, a
+    // size_t), and both arrays hold as many entries as the count says; the driver looks the
+    // address up in its tables and never dereferences it.
     unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut ordinal as *mut i32).cast(),
-            Attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        sys::cuPointerGetAttributes(
+            attributes.len() as std::ffi::c_uint,
+            attributes.as_mut_ptr(),
+            data.as_mut_ptr(),
             address,
         )
-        .result()
-        .and_then(|()| {
-            sys::cuPointerGetAttribute(
-                (&mut start as *mut sys::CUdeviceptr).cast(),
-                Attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                address,
-            )
-            .result()
-        })
-        .and_then(|()| {
-            sys::cuPointerGetAttribute(
-                (&mut size as *mut usize).cast(),
-                Attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                address,
-            )
-            .result()
-        })
     }
-    .map_err(failed("cuPointerGetAttribute"))?;
+    .result()
+    .map_err(failed("cuPointerGetAttributes"))?;
+    if size == 0 {
+        return Err(Error::usage(format!(
+            "no GPU allocation holds the address {address:#x}; borrow memory another library \
+             allocated on a GPU (a CUDA tensor's data_ptr())"
+        )));
+    }
     Ok((ordinal, start, size))
 }
 

@@ -83,4 +83,8 @@ impl RawSharing for Gpus {
             };
         Ok(Arc::new(Buffer(storage)))
     }
+
+    fn device_address(&self, buffer: &Arc<Buffer>) -> u64 {
+        buffer.address()
+    }
 }

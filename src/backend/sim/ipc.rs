@@ -56,4 +56,8 @@ impl RawSharing for Simulator {
         st.host_us += IPC_OPEN_US;
         Ok(st.store.import(memory, file, len))
     }
+
+    fn device_address(&self, buffer: &Key) -> u64 {
+        buffer.address()
+    }
 }

@@ -27,6 +27,28 @@ use std::os::unix::fs::FileExt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key(u64);
 
+/// Where the simulator's made-up device addresses start: the top bit, which no user-space address
+/// of x86-64 or AArch64 has, so that a real address handed to the simulator names no buffer.
+const ADDRESS_BASE: u64 = 1 << 63;
+/// A buffer's made-up address is its key times 2^32 above the base (distinct for the first 2^31
+/// keys, a billion allocations): starts are the only addresses the simulator lends (see
+/// [`Store::borrow`]).
+const ADDRESS_STEP_BITS: u32 = 32;
+
+impl Key {
+    /// The buffer's made-up unified address.
+    pub fn address(self) -> u64 {
+        ADDRESS_BASE + (self.0 << ADDRESS_STEP_BITS)
+    }
+
+    /// The buffer whose first byte `address` is, if it names a start at all.
+    fn at(address: u64) -> Option<Key> {
+        let offset = address.checked_sub(ADDRESS_BASE)?;
+        let step_mask = (1 << ADDRESS_STEP_BITS) - 1;
+        (offset & step_mask == 0).then_some(Key(offset >> ADDRESS_STEP_BITS))
+    }
+}
+
 /// A copy in flight that still needs a source range as it was when the copy started.
 struct Reader {
     op: u64,
@@ -126,8 +148,19 @@ impl Buffer {
     }
 }
 
+/// A borrowed handle on a buffer of the store.
+struct Alias {
+    owner: u64,
+    /// Operations queued or running through this handle: it resolves until they are done, even
+    /// once forgotten (a real GPU runs work queued on borrowed memory after the handle goes).
+    queued: usize,
+    forgotten: bool,
+}
+
 pub(super) struct Store {
     buffers: BTreeMap<u64, Buffer>,
+    /// Borrowed handles (`borrow_memory`), by key: both keys reach the same bytes.
+    aliases: BTreeMap<u64, Alias>,
     next_id: u64,
     /// Bytes of all buffers held.
     held: u64,
@@ -139,6 +172,7 @@ impl Store {
     pub fn new() -> Store {
         Store {
             buffers: BTreeMap::new(),
+            aliases: BTreeMap::new(),
             next_id: 0,
             held: 0,
             host_free_at_open: host_memory::free(),
@@ -222,24 +256,89 @@ impl Store {
         self.file(memory, Bytes::Shared { file, len }, true)
     }
 
+    /// The buffer a key reaches: its own, or the one a borrowed handle stands for.
+    fn id(&self, key: Key) -> u64 {
+        self.aliases.get(&key.0).map_or(key.0, |alias| alias.owner)
+    }
+
     pub fn get(&self, key: Key) -> &Buffer {
         self.buffers
-            .get(&key.0)
+            .get(&self.id(key))
             .expect("the checked layer passes live buffers")
     }
 
     fn get_mut(&mut self, key: Key) -> &mut Buffer {
+        let id = self.id(key);
         self.buffers
-            .get_mut(&key.0)
+            .get_mut(&id)
             .expect("the checked layer passes live buffers, and those with queued work stay")
     }
 
+    /// A second handle on the device buffer whose first byte `address` is, of `bytes` at most its
+    /// length, on GPU `device`: the simulator's `borrow_memory`.
+    pub fn borrow(&mut self, device: usize, address: u64, bytes: usize) -> Result<Key> {
+        let found = Key::at(address)
+            .filter(|key| !self.aliases.contains_key(&key.0))
+            .and_then(|key| Some((key, self.buffers.get(&key.0)?)));
+        let Some((key, buffer)) = found else {
+            return Err(Error::usage(format!(
+                "no simulated buffer starts at {address:#x}: the simulator lends only its own \
+                 device buffers, from their first byte (their device_address)"
+            )));
+        };
+        if buffer.memory != Memory::Device(device) {
+            return Err(Error::usage(format!(
+                "the memory at {address:#x} is not GPU {device}'s (it is {}); name the GPU the \
+                 memory is on",
+                buffer.memory
+            )));
+        }
+        if bytes > buffer.len() {
+            return Err(Error::usage(format!(
+                "{bytes} bytes at {address:#x} run past the end of their allocation on GPU \
+                 {device} ({} bytes); borrow only memory the owner allocated",
+                buffer.len()
+            )));
+        }
+        self.next_id += 1;
+        let alias = Alias {
+            owner: key.0,
+            queued: 0,
+            forgotten: false,
+        };
+        self.aliases.insert(self.next_id, alias);
+        Ok(Key(self.next_id))
+    }
+
+    /// Forgets a borrowed handle (the buffer stays its owner's) once the work queued through it is
+    /// done; false for a buffer's own key.
+    pub fn forget_borrowed(&mut self, key: Key) -> bool {
+        let Some(alias) = self.aliases.get_mut(&key.0) else {
+            return false;
+        };
+        alias.forgotten = true;
+        if alias.queued == 0 {
+            self.aliases.remove(&key.0);
+        }
+        true
+    }
+
     /// Frees a buffer; refuses while work on it is still queued (a real GPU would go on using the
-    /// memory after it was freed).
+    /// memory after it was freed), or while a borrowed handle still reaches it.
     pub fn remove(&mut self, key: Key) -> Result<Buffer> {
         if self.get(key).queued > 0 {
             return Err(Error::usage(
                 "a buffer with queued work cannot be freed: synchronize its streams first",
+            ));
+        }
+        if self
+            .aliases
+            .values()
+            .any(|alias| alias.owner == key.0 && !alias.forgotten)
+        {
+            return Err(Error::usage(
+                "a simulated buffer another handle borrows cannot be freed: free the borrowed \
+                 handles first",
             ));
         }
         let buffer = self.buffers.remove(&key.0).expect("checked above");
@@ -283,12 +382,21 @@ impl Store {
     pub fn retain(&mut self, ids: &[Key]) {
         for &id in ids {
             self.get_mut(id).queued += 1;
+            if let Some(alias) = self.aliases.get_mut(&id.0) {
+                alias.queued += 1;
+            }
         }
     }
 
     pub fn release(&mut self, ids: &[Key]) {
         for &id in ids {
             self.get_mut(id).queued -= 1;
+            if let Some(alias) = self.aliases.get_mut(&id.0) {
+                alias.queued -= 1;
+                if alias.forgotten && alias.queued == 0 {
+                    self.aliases.remove(&id.0);
+                }
+            }
         }
     }
 
@@ -315,7 +423,7 @@ impl Store {
         self.get_mut(copy.dst).protect(dst_at, len, None);
         match saved {
             Some(bytes) => self.get_mut(copy.dst).data.write_at(dst_at, &bytes),
-            None if copy.src == copy.dst => {
+            None if self.id(copy.src) == self.id(copy.dst) => {
                 let src_at = copy.src_offset;
                 match &mut self.get_mut(copy.dst).data {
                     Bytes::Local(data) => data.copy_within(src_at..src_at + len, dst_at),

@@ -104,6 +104,8 @@ struct State {
     /// memory.
     peer_access: BTreeSet<(usize, usize)>,
     allocated: Vec<u64>,
+    /// The scheduler's stream of each borrowed (GPU, CUDA stream handle).
+    borrowed_streams: BTreeMap<(usize, u64), usize>,
     /// Where the pages of each managed buffer live, and its advice.
     managed: ManagedPages,
 }
@@ -129,6 +131,7 @@ impl Simulator {
             venues: 0,
             peer_access: BTreeSet::new(),
             allocated: vec![0; preset.gpu_count()],
+            borrowed_streams: BTreeMap::new(),
             managed: ManagedPages::new(preset.managed.page_bytes()),
         };
         Simulator {
@@ -537,6 +540,9 @@ impl RawBackend for Simulator {
 
     fn free(&self, buffer: &Key) -> Result<()> {
         let mut st = self.lock();
+        if st.store.forget_borrowed(*buffer) {
+            return Ok(());
+        }
         Self::catch_up(&mut st);
         let freed = st.store.remove(*buffer)?;
         st.caches.freed(*buffer);
@@ -741,18 +747,20 @@ impl RawBackend for Simulator {
         Ok(())
     }
 
-    fn borrow_memory(&self, device: usize, _address: u64, _bytes: usize) -> Result<Key> {
-        Err(Error::usage(format!(
-            "the simulator has no device addresses, so GPU {device}'s memory cannot be borrowed \
-             from another library; allocate simulated buffers and write their bytes instead"
-        )))
+    fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> Result<Key> {
+        self.lock().store.borrow(device, address, bytes)
     }
 
-    fn borrow_stream(&self, device: usize, _handle: u64) -> Result<Stream> {
-        Err(Error::usage(format!(
-            "the simulator has no CUDA streams, so a stream of GPU {device} cannot be borrowed \
-             from another library; create simulated streams instead"
-        )))
+    fn borrow_stream(&self, device: usize, handle: u64) -> Result<Stream> {
+        // The simulator has no CUDA streams: each handle names one simulated stream of its GPU,
+        // made at its first borrow, so that the work of one handle stays in order.
+        let mut st = self.lock();
+        if let Some(&index) = st.borrowed_streams.get(&(device, handle)) {
+            return Ok(Stream { index, device });
+        }
+        let index = st.scheduler.add_stream();
+        st.borrowed_streams.insert((device, handle), index);
+        Ok(Stream { index, device })
     }
 }
 

@@ -1036,15 +1036,51 @@ fn no_copy_reaches_another_hosts_gpu() {
 }
 
 #[test]
-fn the_simulator_lends_no_device_memory_and_no_streams() {
+fn the_simulator_lends_its_own_device_buffers_and_a_stream_per_handle() {
     let sim = h100();
     let refused = |e: crate::Error| e.to_string();
+    let owner = sim.alloc(Memory::Device(2), 64).unwrap();
+    let data = pattern::bytes(7, 64);
+    sim.write(owner, 0, &data).unwrap();
+    let address = sim.sharing().device_address(owner).unwrap();
+    let borrowed = sim.borrow_memory(2, address, 48).unwrap();
+    assert_eq!(sim.len(borrowed).unwrap(), 48);
+    // One handle per (GPU, CUDA stream handle): borrowing it again finds the same stream.
+    let stream = sim.borrow_stream(2, 0x1234).unwrap();
+    let again = sim.borrow_stream(2, 0x1234).unwrap();
+    let out = sim.alloc(Memory::Device(2), 48).unwrap();
+    sim.copy(
+        stream,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(borrowed, out, 48),
+    )
+    .unwrap();
+    // Work queued on a borrowed handle runs after the handle is forgotten, as on a GPU.
+    sim.free(borrowed).unwrap();
+    sim.synchronize(again).unwrap();
+    let mut moved = vec![0; 48];
+    sim.read(out, 0, &mut moved).unwrap();
+    assert_eq!(moved, data[..48]);
+    // The owner's buffer outlives a borrowed handle, and cannot go before it.
+    let borrowed = sim.borrow_memory(2, address, 64).unwrap();
+    assert!(refused(sim.free(owner).unwrap_err()).contains("borrows"));
+    sim.free(borrowed).unwrap();
+    sim.free(owner).unwrap();
+
+    let other = sim.alloc(Memory::Device(1), 16).unwrap();
+    let at = sim.sharing().device_address(other).unwrap();
+    assert!(refused(sim.borrow_memory(2, at, 16).unwrap_err()).contains("is not GPU 2's"));
+    assert!(refused(sim.borrow_memory(1, at, 17).unwrap_err()).contains("run past the end"));
+    assert!(refused(sim.borrow_memory(1, at + 8, 8).unwrap_err())
+        .starts_with("no simulated buffer starts at"));
     assert!(
-        refused(sim.borrow_memory(2, 0x7f00_0000_0000, 16).unwrap_err())
-            .starts_with("the simulator has no device addresses, so GPU 2's memory"),
+        refused(sim.borrow_memory(1, 0x7f00_0000_0000, 16).unwrap_err())
+            .starts_with("no simulated buffer starts at")
     );
-    assert!(refused(sim.borrow_stream(3, 0x1234).unwrap_err())
-        .starts_with("the simulator has no CUDA streams, so a stream of GPU 3"));
+    let host = sim
+        .alloc(Memory::PinnedHost { numa_node: None }, 16)
+        .unwrap();
+    assert!(refused(sim.sharing().device_address(host).unwrap_err()).contains("not device memory"));
     // The checked layer's own checks come first.
     assert!(refused(sim.borrow_memory(9, 0x1000, 16).unwrap_err()).contains("GPU 9"));
     assert!(refused(sim.borrow_stream(9, 0).unwrap_err()).contains("GPU 9"));

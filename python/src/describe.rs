@@ -1,0 +1,287 @@
+//! The fast path's description of a Python object as borrowed device memory: a PyTorch CUDA tensor
+//! or an object with `__cuda_array_interface__`, read with a few attribute calls and no Python
+//! frames. Its checks and sentences are `peerlink/__init__.py`'s `_torch` and `_cuda_array`, which
+//! describe everything else (host buffers, `peerlink.on` placements) on the slow path.
+
+use crate::errors;
+use peerlink::backend::collective::DataType;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyInt, PyString, PyType};
+use std::fmt;
+use std::sync::Mutex;
+
+/// Which argument an object is, as the sentences name it.
+#[derive(Clone, Copy)]
+pub enum Role {
+    Destination,
+    Source,
+    /// Tensor `i` of an all-reduce.
+    Tensor(usize),
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Role::Destination => f.write_str("destination"),
+            Role::Source => f.write_str("source"),
+            Role::Tensor(i) => write!(f, "tensor {i}"),
+        }
+    }
+}
+
+/// Device memory as an argument names it: address, GPU, the CUDA stream its owner orders work on
+/// (0: the default stream), its length, and its element type where it says one peerlink sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Described {
+    pub address: u64,
+    pub device: usize,
+    pub stream: u64,
+    pub nbytes: usize,
+    pub dtype: Option<DataType>,
+}
+
+/// What the fast path keeps of PyTorch between calls.
+#[derive(Default)]
+pub struct TensorTypes {
+    /// Whether objects of each type seen are PyTorch tensors, found once per type: the slow
+    /// path's test (`type(obj).__module__` starts with `torch`, and `data_ptr` is there), on the
+    /// type. Each type is held, so that its address names it for as long as it is cached.
+    seen: Mutex<Vec<(Py<PyType>, bool)>>,
+    /// The `torch` module last found in `sys.modules`, and its `_C._cuda_getCurrentRawStream`
+    /// (None where it lacks one): looked up again when `sys.modules` holds another module.
+    raw_stream: Mutex<Option<RawStream>>,
+}
+
+/// A `torch` module, and its function that reads a GPU's current stream, if it has one.
+type RawStream = (Py<PyAny>, Option<Py<PyAny>>);
+
+impl TensorTypes {
+    fn is_tensor(&self, ty: &Bound<'_, PyType>) -> PyResult<bool> {
+        // The locks are never held across a call into Python, which could let another thread
+        // take the GIL and wait for the lock while this one waits for the GIL.
+        let known = lock(&self.seen)
+            .iter()
+            .find(|(t, _)| t.as_ptr() == ty.as_ptr())
+            .map(|(_, tensor)| *tensor);
+        if let Some(tensor) = known {
+            return Ok(tensor);
+        }
+        let py = ty.py();
+        let module: String = ty.getattr(intern!(py, "__module__"))?.extract()?;
+        let tensor = module.starts_with("torch") && ty.hasattr(intern!(py, "data_ptr"))?;
+        lock(&self.seen).push((ty.clone().unbind(), tensor));
+        Ok(tensor)
+    }
+}
+
+/// What `obj` is: device memory (described, or refused with the slow path's sentence), or None
+/// where the slow path must look (a host buffer, a placement, anything else).
+pub fn describe(
+    types: &TensorTypes,
+    obj: &Bound<'_, PyAny>,
+    what: Role,
+    want_dtype: bool,
+) -> PyResult<Option<Described>> {
+    let py = obj.py();
+    if types.is_tensor(&obj.get_type())? {
+        return torch(types, obj, what, want_dtype).map(Some);
+    }
+    match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
+        Some(interface) => cuda_array(obj, &interface.cast_into::<PyDict>()?, what).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn torch(
+    types: &TensorTypes,
+    tensor: &Bound<'_, PyAny>,
+    what: Role,
+    want_dtype: bool,
+) -> PyResult<Described> {
+    let py = tensor.py();
+    if !tensor.getattr(intern!(py, "is_cuda"))?.is_truthy()? {
+        return Err(errors::usage(
+            py,
+            format!(
+                "the {what} is a tensor in host memory; give a CUDA tensor, or on the simulator \
+                 peerlink.on(gpu, tensor.numpy())"
+            ),
+        ));
+    }
+    if !tensor
+        .call_method0(intern!(py, "is_contiguous"))?
+        .is_truthy()?
+    {
+        return Err(errors::usage(
+            py,
+            format!(
+                "the {what} is not contiguous; pass tensor.contiguous() (peerlink moves one range \
+                 of bytes)"
+            ),
+        ));
+    }
+    let device: usize = tensor.call_method0(intern!(py, "get_device"))?.extract()?;
+    let stream = types.current_stream(py, device)?;
+    let dtype = if want_dtype {
+        let name = tensor.getattr(intern!(py, "dtype"))?.str()?;
+        match name.to_str()? {
+            "torch.float32" => Some(DataType::F32),
+            "torch.bfloat16" => Some(DataType::Bf16),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    Ok(Described {
+        address: tensor.call_method0(intern!(py, "data_ptr"))?.extract()?,
+        device,
+        stream,
+        nbytes: tensor.getattr(intern!(py, "nbytes"))?.extract()?,
+        dtype,
+    })
+}
+
+impl TensorTypes {
+    /// `torch.cuda.current_stream(device).cuda_stream`, read as PyTorch's compiler reads it (without
+    /// making a Stream object) where that function is there. Asked at every call: the current stream
+    /// is the user's to change between calls (`with torch.cuda.stream(s):`).
+    fn current_stream(&self, py: Python<'_>, device: usize) -> PyResult<u64> {
+        static MODULES: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+        let modules = MODULES.get_or_try_init(py, || {
+            py.import(intern!(py, "sys"))?
+                .getattr(intern!(py, "modules"))?
+                .cast_into::<PyDict>()
+                .map(Bound::unbind)
+                .map_err(PyErr::from)
+        })?;
+        // Imported: the tensor is one of its own (looked up at every call, as the slow path does).
+        let torch = modules
+            .bind(py)
+            .get_item(intern!(py, "torch"))?
+            .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err("torch"))?;
+        let cached = match &*lock(&self.raw_stream) {
+            Some((module, raw)) if module.is(&torch) => Some(raw.as_ref().map(|r| r.clone_ref(py))),
+            _ => None,
+        };
+        let raw = match cached {
+            Some(raw) => raw,
+            None => {
+                let raw = torch
+                    .getattr(intern!(py, "_C"))?
+                    .getattr_opt(intern!(py, "_cuda_getCurrentRawStream"))?
+                    .map(Bound::unbind);
+                let found = raw.as_ref().map(|r| r.clone_ref(py));
+                *lock(&self.raw_stream) = Some((torch.clone().unbind(), raw));
+                found
+            }
+        };
+        match raw {
+            Some(raw) => raw.bind(py).call1((device,))?.extract(),
+            None => torch
+                .getattr(intern!(py, "cuda"))?
+                .call_method1(intern!(py, "current_stream"), (device,))?
+                .getattr(intern!(py, "cuda_stream"))?
+                .extract(),
+        }
+    }
+}
+
+fn cuda_array(
+    obj: &Bound<'_, PyAny>,
+    interface: &Bound<'_, PyDict>,
+    what: Role,
+) -> PyResult<Described> {
+    let py = obj.py();
+    let found = obj.getattr_opt(intern!(py, "device"))?;
+    let device = match found {
+        // An int has neither `id` nor `index`: asking would raise and catch two AttributeErrors.
+        Some(found) if found.is_instance_of::<PyInt>() => found,
+        Some(found) => match found.getattr_opt(intern!(py, "id"))? {
+            Some(id) => id,
+            None => found.getattr_opt(intern!(py, "index"))?.unwrap_or(found),
+        },
+        None => py.None().into_bound(py),
+    };
+    if !device.is_instance_of::<PyInt>() {
+        return Err(errors::usage(
+            py,
+            format!(
+                "the {what} does not say which GPU it is on; name it with peerlink.on(gpu, array)"
+            ),
+        ));
+    }
+    let shape: Vec<usize> = item(interface, intern!(py, "shape"))?.extract()?;
+    let typestr: String = item(interface, intern!(py, "typestr"))?.extract()?;
+    let itemsize: usize = typestr
+        .get(2..)
+        .and_then(|digits| digits.parse().ok())
+        .ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "invalid literal for int() with base 10: {:?}",
+                typestr.get(2..).unwrap_or("")
+            ))
+        })?;
+    let count: usize = shape.iter().product();
+    if let Some(strides) = interface.get_item(intern!(py, "strides"))? {
+        if !strides.is_none() {
+            let strides: Vec<usize> = strides.extract()?;
+            let mut expected = vec![0; shape.len()];
+            let mut step = itemsize;
+            for (slot, extent) in expected.iter_mut().zip(&shape).rev() {
+                *slot = step;
+                step *= extent;
+            }
+            if strides != expected && count > 1 {
+                return Err(errors::usage(
+                    py,
+                    format!(
+                        "the {what} is not C-contiguous; copy it into a contiguous array first"
+                    ),
+                ));
+            }
+        }
+    }
+    // Version 3 of the interface: None or absent, no stream to follow; 1 the legacy default
+    // stream; 2 the per-thread default stream, which peerlink cannot order work on.
+    let stream = match interface.get_item(intern!(py, "stream"))? {
+        None => 0,
+        Some(stream) if stream.is_none() => 0,
+        Some(stream) => match stream.extract::<u64>()? {
+            1 => 0,
+            2 => {
+                return Err(errors::usage(
+                    py,
+                    format!(
+                        "the {what} is ordered on the per-thread default stream, which peerlink \
+                         cannot borrow; use a stream of your own or the legacy default stream"
+                    ),
+                ))
+            }
+            handle => handle,
+        },
+    };
+    let data = item(interface, intern!(py, "data"))?;
+    Ok(Described {
+        address: data.get_item(0)?.extract()?,
+        device: device.extract()?,
+        stream,
+        nbytes: count * itemsize,
+        dtype: (typestr.get(1..) == Some("f4")).then_some(DataType::F32),
+    })
+}
+
+/// `interface[key]`, a KeyError where it is missing (as the slow path's subscript).
+fn item<'py>(
+    interface: &Bound<'py, PyDict>,
+    key: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    interface
+        .get_item(key)?
+        .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(key.clone().unbind()))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,86 @@
+//! `peerlink._native.DeviceBuffer`: device memory peerlink allocates and lends to Python through
+//! `__cuda_array_interface__`, so that the borrowed-memory paths of `Fabric` run without another
+//! GPU library: on the simulator (its made-up addresses mean something only to peerlink) for the
+//! tests, and on GPUs for benchmarks without PyTorch.
+
+use crate::errors::IntoPy;
+use crate::Host;
+use peerlink::backend::{Backend, BufferId, Memory};
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::sync::Arc;
+
+#[pyclass(frozen, module = "peerlink._native")]
+pub struct DeviceBuffer {
+    backend: Arc<dyn Backend>,
+    buffer: BufferId,
+    /// The GPU the memory is on.
+    #[pyo3(get)]
+    device: usize,
+    #[pyo3(get)]
+    nbytes: usize,
+    /// The unified address of the first byte.
+    #[pyo3(get)]
+    address: u64,
+}
+
+#[pymethods]
+impl DeviceBuffer {
+    /// `nbytes` zeroed bytes of GPU `device`'s memory.
+    #[new]
+    fn new(py: Python<'_>, host: &Host, device: usize, nbytes: usize) -> PyResult<DeviceBuffer> {
+        let backend = host.backend.clone();
+        let (buffer, address) = py
+            .detach(|| {
+                let buffer = backend.alloc(Memory::Device(device), nbytes)?;
+                backend.write(buffer, 0, &vec![0; nbytes])?;
+                Ok((buffer, backend.sharing().device_address(buffer)?))
+            })
+            .or_raise(py)?;
+        Ok(DeviceBuffer {
+            backend,
+            buffer,
+            device,
+            nbytes,
+            address,
+        })
+    }
+
+    /// Writes `data` (as many bytes as the buffer holds, or fewer) from the first byte.
+    fn write(&self, py: Python<'_>, data: PyBuffer<u8>) -> PyResult<()> {
+        let bytes = data.to_vec(py)?;
+        py.detach(|| self.backend.write(self.buffer, 0, &bytes))
+            .or_raise(py)
+    }
+
+    /// The buffer's bytes, once the work queued on it has run.
+    fn read(&self, py: Python<'_>) -> PyResult<Vec<u8>> {
+        py.detach(|| {
+            let mut out = vec![0; self.nbytes];
+            self.backend.read(self.buffer, 0, &mut out)?;
+            Ok(out)
+        })
+        .or_raise(py)
+    }
+
+    /// Version 3 of the interface: bytes (`|u1`), one dimension, no stream to follow.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let interface = PyDict::new(py);
+        interface.set_item("data", (self.address, false))?;
+        interface.set_item("shape", (self.nbytes,))?;
+        interface.set_item("typestr", "|u1")?;
+        interface.set_item("version", 3)?;
+        interface.set_item("stream", py.None())?;
+        Ok(interface)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // Nothing can report a failure from drop; the simulator refuses while a fabric still
+        // holds a borrowed handle on the buffer (synchronize the fabric first).
+        let _ = self.backend.free(self.buffer);
+    }
+}
