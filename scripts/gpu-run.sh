@@ -329,7 +329,7 @@ $bin --gpu --devices 0,1 bench --json --tests $crossing >"$work/processes-alone.
 # workload send-recv across the two processes: the engine pushing into the other process's
 # memory beside NCCL through a communicator across processes (ncclCommInitRank), then the same
 # sweep in one process.
-$bin launch -n 2 --timeout 300 -- --gpu workload send-recv --max-size 256MiB --json \
+timeout 570 $bin launch -n 2 --timeout 300 -- --gpu workload send-recv --max-size 256MiB --json \
     >"$work/processes-workload.json" 2>"$work/processes-workload.err"
 echo "launch exit: $?" >>"$work/processes-workload.err"
 $bin --gpu --devices 0,1 workload send-recv --max-size 256MiB --json \
