@@ -326,6 +326,14 @@ echo "launch exit: $?" >>"$work/processes-bench.err"
 $bin launch -n 2 --timeout 300 -- --gpu bench --tests $crossing >"$work/processes-bench.txt" 2>&1
 $bin --gpu --devices 0,1 bench --json --tests $crossing >"$work/processes-alone.json" \
     2>"$work/processes-alone.err"
+# workload send-recv across the two processes: the engine pushing into the other process's
+# memory beside NCCL through a communicator across processes (ncclCommInitRank), then the same
+# sweep in one process.
+timeout 570 $bin launch -n 2 --timeout 300 -- --gpu workload send-recv --max-size 256MiB --json \
+    >"$work/processes-workload.json" 2>"$work/processes-workload.err"
+echo "launch exit: $?" >>"$work/processes-workload.err"
+$bin --gpu --devices 0,1 workload send-recv --max-size 256MiB --json \
+    >"$work/processes-workload-alone.json" 2>"$work/processes-workload-alone.err"
 PEERLINK_BIN=$bin gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture processes \
     >"$work/processes-tests.log" 2>&1
 echo "processes tests exit: $?" >>"$work/processes-tests.log"

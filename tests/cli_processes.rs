@@ -1,8 +1,9 @@
-//! `peerlink bench` as several real processes on one simulated host, one per GPU: started by
-//! `peerlink launch`, or by hand with the variables a launcher sets (torchrun's, which `peerlink
-//! launch` sets too, so that a test can kill one rank), meeting at a rendezvous on the loopback. Every byte a writer pushes into the other process's buffer is checked
-//! by both processes; a rank killed mid-run stops the others within the timeout. Every wait is
-//! bounded.
+//! `peerlink bench` and `peerlink workload send-recv` as several real processes on one simulated
+//! host, one per GPU: started by `peerlink launch`, or by hand with the variables a launcher sets
+//! (torchrun's, which `peerlink launch` sets too, so that a test can kill one rank), meeting at a
+//! rendezvous on the loopback. Every byte a writer pushes into the other process's buffer is
+//! checked by the process that owns it; a rank killed mid-run stops the others within the timeout.
+//! Every wait is bounded.
 
 mod common;
 
@@ -18,14 +19,14 @@ fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-/// Starts `world` ranks of `peerlink --sim <preset> bench <args>`, rank r on GPU r, waiting
-/// `timeout_s` for each other.
+/// Starts `world` ranks of `peerlink --sim <preset> <args>`, rank r on GPU r, waiting `timeout_s`
+/// for each other.
 fn start_ranks(world: usize, preset: &str, args: &[&str], timeout_s: u32) -> Vec<Child> {
     let port = free_port().to_string();
     (0..world)
         .map(|rank| {
             Command::new(assert_cmd::cargo::cargo_bin("peerlink"))
-                .args(["--sim", preset, "bench"])
+                .args(["--sim", preset])
                 .args(args)
                 .env("RANK", rank.to_string())
                 .env("WORLD_SIZE", world.to_string())
@@ -70,10 +71,11 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// Runs `world` ranks to success and returns rank 0's document (the others print nothing).
-fn bench_across(world: usize, preset: &str, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend(args);
+/// Runs `world` ranks of `args` (a verb and its options) to success and returns rank 0's document
+/// (the others print nothing).
+fn across(world: usize, preset: &str, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
     let outs = finish(
         start_ranks(world, preset, &all, 20),
         Duration::from_secs(120),
@@ -142,7 +144,11 @@ fn two_processes_measure_every_pair_as_one_process_does_and_rank_0_prints_one_do
 
 #[test]
 fn three_processes_measure_the_six_pairs_of_their_gpus_and_no_other() {
-    let doc = bench_across(3, "dgx-h100", &["--tests", "ce-write", "--size", "1MiB"]);
+    let doc = across(
+        3,
+        "dgx-h100",
+        &["bench", "--tests", "ce-write", "--size", "1MiB"],
+    );
     let m = matrix(&doc, "ce-write");
     for (src, row) in m.iter().enumerate() {
         for (dst, cell) in row.as_array().unwrap().iter().enumerate() {
@@ -153,20 +159,12 @@ fn three_processes_measure_the_six_pairs_of_their_gpus_and_no_other() {
     assert_eq!(doc["devices"], serde_json::json!([0, 1, 2]));
 }
 
-#[test]
-fn a_rank_killed_mid_run_stops_the_others_within_the_timeout() {
-    // Long enough (many seconds per pair, far more than the timeout) that the kill lands inside a
-    // measurement, where a rank calls no collective until it is done: the others must stop anyway.
-    let args = [
-        "--tests",
-        "ce-write",
-        "--size",
-        "64MiB",
-        "--iterations",
-        "400",
-    ];
+/// Starts 3 ranks of `args` (long enough that a kill lands inside a measurement, where a rank
+/// calls no collective until it is done), kills rank 1 after 3 s, and checks that the others stop
+/// within the timeout, with status 3, naming rank 1 and printing no partial document.
+fn a_rank_killed_mid_run_stops_the_others(args: &[&str]) {
     let timeout_s = 5;
-    let mut ranks = start_ranks(3, "dgx-h100", &args, timeout_s);
+    let mut ranks = start_ranks(3, "dgx-h100", args, timeout_s);
     std::thread::sleep(Duration::from_secs(3));
     assert!(
         ranks[1].try_wait().unwrap().is_none(),
@@ -196,9 +194,28 @@ fn a_rank_killed_mid_run_stops_the_others_within_the_timeout() {
 }
 
 #[test]
+fn a_rank_killed_mid_run_stops_the_others_within_the_timeout() {
+    // Many seconds per pair, far more than the timeout.
+    a_rank_killed_mid_run_stops_the_others(&[
+        "bench",
+        "--tests",
+        "ce-write",
+        "--size",
+        "64MiB",
+        "--iterations",
+        "400",
+    ]);
+}
+
+#[test]
 fn a_test_that_does_not_run_across_processes_is_refused_on_every_rank() {
     let outs = finish(
-        start_ranks(2, "pcie-2gpu-switch", &["--tests", "ce-bidir-write"], 20),
+        start_ranks(
+            2,
+            "pcie-2gpu-switch",
+            &["bench", "--tests", "ce-bidir-write"],
+            20,
+        ),
         Duration::from_secs(60),
     );
     for (rank, out) in outs.iter().enumerate() {
@@ -206,6 +223,115 @@ fn a_test_that_does_not_run_across_processes_is_refused_on_every_rank() {
         assert_eq!(out.status.code(), Some(2), "rank {rank}: {text}");
         assert!(
             text.contains("ce-write, ce-read, sm-write"),
+            "rank {rank}: {text}"
+        );
+    }
+}
+
+/// The peerlink rows of a workload document: (variant, bytes, algorithm, µs per operation).
+fn engine_rows(doc: &Value) -> Vec<(String, u64, String, f64)> {
+    doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["contender"] == "peerlink")
+        .map(|r| {
+            assert_eq!(r["verified"], true, "{r}");
+            (
+                r["variant"].as_str().unwrap().to_string(),
+                r["bytes"].as_u64().unwrap(),
+                r["algorithm"].as_str().unwrap().to_string(),
+                r["time_us"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Checks that `across` (a run over processes) has the rows of `alone` (the same run in one
+/// process), every figure the same: the same transfers on the same simulated links.
+fn same_engine_rows(across: &Value, alone: &Value) {
+    let (across, alone) = (engine_rows(across), engine_rows(alone));
+    assert_eq!(across.len(), alone.len(), "{across:?} {alone:?}");
+    assert!(!across.is_empty());
+    for (a, b) in across.iter().zip(&alone) {
+        assert_eq!((&a.0, a.1, &a.2), (&b.0, b.1, &b.2));
+        assert!(a.3 > 0.0 && (a.3 / b.3 - 1.0).abs() < 1e-9, "{a:?} {b:?}");
+    }
+}
+
+#[test]
+fn send_recv_over_two_processes_moves_every_byte_as_one_process_does() {
+    let args = ["workload", "send-recv", "--sizes", "4KiB,1MiB", "--json"];
+    let mut launched = vec!["launch", "-n", "2", "--", "--sim", "h200-pair"];
+    launched.extend(args);
+    let doc = json_of(&launched);
+    assert_eq!(doc["schema"], "peerlink.workload/1");
+    assert_eq!(doc["simulated"], true);
+    let notices = doc["notices"].to_string();
+    assert!(
+        notices.contains("across 2 processes, one per GPU"),
+        "{notices}"
+    );
+    // NCCL across processes is not simulated: its rows are left out, and the document says why.
+    assert!(
+        notices.contains("NCCL across processes is not simulated"),
+        "{notices}"
+    );
+    assert!(doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["contender"] != "NCCL"));
+    let mut single = vec!["--sim", "h200-pair"];
+    single.extend(args);
+    same_engine_rows(&doc, &json_of(&single));
+}
+
+#[test]
+fn send_recv_over_three_processes_matches_one_process_on_their_gpus() {
+    let doc = across(
+        3,
+        "dgx-h100",
+        &["workload", "send-recv", "--sizes", "64KiB,4MiB"],
+    );
+    assert_eq!(doc["devices"], serde_json::json!([0, 1, 2]));
+    let alone = json_of(&[
+        "--sim",
+        "dgx-h100",
+        "--devices",
+        "0,1,2",
+        "workload",
+        "send-recv",
+        "--sizes",
+        "64KiB,4MiB",
+        "--json",
+    ]);
+    same_engine_rows(&doc, &alone);
+}
+
+#[test]
+fn a_rank_killed_mid_workload_stops_the_others_within_the_timeout() {
+    a_rank_killed_mid_run_stops_the_others(&[
+        "workload",
+        "send-recv",
+        "--sizes",
+        "64MiB",
+        "--iters",
+        "400",
+    ]);
+}
+
+#[test]
+fn a_workload_that_does_not_run_across_processes_is_refused_on_every_rank() {
+    let outs = finish(
+        start_ranks(2, "pcie-2gpu-switch", &["workload", "all-reduce"], 20),
+        Duration::from_secs(60),
+    );
+    for (rank, out) in outs.iter().enumerate() {
+        let text = stderr(out);
+        assert_eq!(out.status.code(), Some(2), "rank {rank}: {text}");
+        assert!(
+            text.contains("across processes: send-recv"),
             "rank {rank}: {text}"
         );
     }

@@ -151,6 +151,95 @@ pub struct PeerTransfer<B = BufferId> {
     pub dst: BufferRange<B>,
 }
 
+/// One side of a point-to-point message, as the process of one rank issues it
+/// ([`Nccl::rank_send_recv`]): the peer rank issues the matching side in its own process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerOp<B = BufferId> {
+    /// Send `src` to rank `to`, which receives as many bytes.
+    Send { to: usize, src: BufferRange<B> },
+    /// Receive into `dst` what rank `from` sends.
+    Recv { from: usize, dst: BufferRange<B> },
+}
+
+impl<B> PeerOp<B> {
+    /// The rank at the other end.
+    pub fn peer(&self) -> usize {
+        match *self {
+            PeerOp::Send { to, .. } => to,
+            PeerOp::Recv { from, .. } => from,
+        }
+    }
+
+    /// The bytes this side reads (a send) or writes (a receive).
+    pub fn range(&self) -> &BufferRange<B> {
+        match self {
+            PeerOp::Send { src, .. } => src,
+            PeerOp::Recv { dst, .. } => dst,
+        }
+    }
+
+    /// The same side, with its buffer replaced by `f`'s answer for it.
+    pub fn map<C>(self, f: impl FnOnce(B) -> C) -> PeerOp<C> {
+        match self {
+            PeerOp::Send { to, src } => PeerOp::Send {
+                to,
+                src: src.map(f),
+            },
+            PeerOp::Recv { from, dst } => PeerOp::Recv {
+                from,
+                dst: dst.map(f),
+            },
+        }
+    }
+}
+
+/// Bytes of NCCL's unique id (`ncclUniqueId`, `NCCL_UNIQUE_ID_BYTES` in nccl.h).
+pub const UNIQUE_ID_BYTES: usize = 128;
+
+/// NCCL's unique id for a communicator across processes: made by one rank
+/// ([`Nccl::unique_id`]), passed to every other (through `Group::broadcast`) as plain bytes, and
+/// given by all of them to [`Nccl::join_communicator`]. It names the maker's bootstrap socket, so
+/// it serves one communicator.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UniqueId([u8; UNIQUE_ID_BYTES]);
+
+impl UniqueId {
+    /// The id in `bytes`, as another rank sent it; a usage error unless it is
+    /// [`UNIQUE_ID_BYTES`] long.
+    pub fn from_bytes(bytes: &[u8]) -> Result<UniqueId> {
+        let id = bytes.try_into().map_err(|_| {
+            crate::Error::usage(format!(
+                "an NCCL unique id of {} bytes: NCCL's ids are {UNIQUE_ID_BYTES} bytes; pass the \
+                 bytes Nccl::unique_id made on one rank, unchanged",
+                bytes.len()
+            ))
+        })?;
+        Ok(UniqueId(id))
+    }
+
+    pub fn as_bytes(&self) -> &[u8; UNIQUE_ID_BYTES] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // An address and a random magic number: nothing a reader needs in full.
+        write!(f, "UniqueId({:02x?}…)", &self.0[..8])
+    }
+}
+
+/// This process's rank of a communicator that spans processes, one GPU each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommRank {
+    /// 0 to `world - 1`.
+    pub rank: usize,
+    /// How many ranks (processes) the communicator has.
+    pub world: usize,
+    /// The GPU of this process the rank runs on.
+    pub device: usize,
+}
+
 /// An NCCL communicator over some of the host's GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CommId(pub u64);
@@ -191,8 +280,10 @@ pub trait Collectives {
     fn nccl(&self) -> std::result::Result<&dyn Nccl, String>;
 }
 
-/// NCCL, driven by one process for all its GPUs (`ncclCommInitAll`), or the simulator's model of
-/// it. Every call queues the work of all ranks at once in one NCCL group.
+/// NCCL, driven by one process for all its GPUs (`ncclCommInitAll`), or by one process per GPU
+/// (`ncclCommInitRank`, [`Nccl::join_communicator`]); or the simulator's model of it, in one
+/// process only. Every call queues the work of all of this process's ranks at once in one NCCL
+/// group.
 pub trait Nccl {
     /// What runs: NCCL's version and the library's path, or the simulator's model, in a few words.
     fn describe(&self) -> String;
@@ -216,6 +307,24 @@ pub trait Nccl {
         streams: &[StreamId],
         transfers: &[PeerTransfer],
     ) -> Result<()>;
+
+    /// A fresh id for a communicator across processes (`ncclGetUniqueId`), made by one rank and
+    /// given to every rank (this one too) for [`Nccl::join_communicator`]. The simulator refuses:
+    /// its model of NCCL runs within one process.
+    fn unique_id(&self) -> Result<UniqueId>;
+
+    /// This process's rank of a communicator across processes (`ncclCommInitRank`): every one of
+    /// the `rank.world` ranks calls it with the same `id`, each with its own rank, and it returns
+    /// once all have. Rank `rank.rank` runs on GPU `rank.device`; [`Nccl::all_reduce`] takes the
+    /// one rank, [`Nccl::rank_send_recv`] its point-to-point messages.
+    fn join_communicator(&self, id: &UniqueId, rank: CommRank) -> Result<CommId>;
+
+    /// `ncclSend` / `ncclRecv` for each of `ops`, in one group on `stream` (on the rank's GPU):
+    /// this process's side of its rank's messages in a communicator made by
+    /// [`Nccl::join_communicator`]. Each peer issues the matching side, in the same order. Buffers
+    /// are memory of the rank's GPU; receive destinations do not overlap. A side of 0 bytes moves
+    /// nothing.
+    fn rank_send_recv(&self, comm: CommId, stream: StreamId, ops: &[PeerOp]) -> Result<()>;
 }
 
 impl<B> PeerTransfer<B> {

@@ -7,7 +7,7 @@
 //! what has been checked before it is called; an implementation checks only what it alone can know
 //! (memory left on a device, a preset's NUMA nodes, a driver's refusal).
 
-use super::collective::{AllReduceKernel, DataType, PeerTransfer};
+use super::collective::{AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, UniqueId};
 use super::resident::{StopReport, WorkerConfig};
 use super::{Advice, BufferCopy, BufferId, CopyMethod, Location, Memory};
 use crate::topology::Topology;
@@ -241,6 +241,22 @@ pub trait RawCollectives: RawBackend {
         comm: &Self::Comm,
         streams: &[&Self::Stream],
         transfers: &[PeerTransfer<&Self::Buffer>],
+    ) -> Result<()>;
+
+    /// NCCL was opened.
+    fn nccl_unique_id(&self) -> Result<UniqueId>;
+
+    /// NCCL was opened; `rank.rank` < `rank.world`; `rank.device` exists.
+    fn nccl_join(&self, id: &UniqueId, rank: CommRank) -> Result<Self::Comm>;
+
+    /// `comm` came from `nccl_join`; the stream is on its rank's GPU; at least one op, each of
+    /// `len` > 0 bytes of that GPU's memory, its peer another rank of the communicator; receive
+    /// destinations do not overlap. The stream may capture.
+    fn nccl_rank_send_recv(
+        &self,
+        comm: &Self::Comm,
+        stream: &Self::Stream,
+        ops: &[PeerOp<&Self::Buffer>],
     ) -> Result<()>;
 }
 

@@ -68,7 +68,10 @@ enum Part<T> {
 
 /// Every rank's part of one step, in rank order. Where some rank failed, every rank stops: this
 /// rank with its own error, the others with one naming the rank that failed.
-fn exchange<T: Serialize + DeserializeOwned>(group: &Group, mine: Result<T>) -> Result<Vec<T>> {
+pub(crate) fn exchange<T: Serialize + DeserializeOwned>(
+    group: &Group,
+    mine: Result<T>,
+) -> Result<Vec<T>> {
     let part = match &mine {
         Ok(value) => Part::Done(value),
         Err(e) => Part::Failed(e.to_string()),
@@ -128,12 +131,7 @@ pub fn run(
 ) -> Result<Option<BenchReport>> {
     let me = group.identity();
     let world = me.world;
-    let gpus: Vec<usize> = group
-        .members()
-        .iter()
-        .map(|m| m.identity.local_rank)
-        .collect();
-    check_choices(backend, group, options, &gpus)?;
+    let gpus = check_choices(backend, group, options)?;
     let names: Vec<String> = match &options.tests {
         Some(names) => names.clone(),
         None => vec![DEFAULT_TESTS[0].to_string()],
@@ -229,13 +227,8 @@ pub fn run(
     }))
 }
 
-/// Refuses, on every rank alike, what a run across processes cannot do.
-fn check_choices(
-    backend: &dyn Backend,
-    group: &Group,
-    options: &Options,
-    gpus: &[usize],
-) -> Result<()> {
+/// Refuses, on every rank alike, what a run across processes cannot do; each rank's GPU.
+fn check_choices(backend: &dyn Backend, group: &Group, options: &Options) -> Result<Vec<usize>> {
     if options.sizes.is_some() {
         return Err(Error::usage(
             "--sizes: size sweeps run in one process; across processes bench measures one size \
@@ -248,16 +241,28 @@ fn check_choices(
              --devices out (or run bench in one process)",
         ));
     }
+    one_gpu_each(backend, group, "bench")
+}
+
+/// Each rank's GPU (its `LOCAL_RANK`), in rank order, where the group can run `verb` across
+/// processes: two ranks or more, all of this host, one per GPU of it; else a usage error, the same
+/// on every rank.
+pub(crate) fn one_gpu_each(backend: &dyn Backend, group: &Group, verb: &str) -> Result<Vec<usize>> {
+    let gpus: Vec<usize> = group
+        .members()
+        .iter()
+        .map(|m| m.identity.local_rank)
+        .collect();
     let world = gpus.len();
     if world < 2 {
-        return Err(Error::usage(
-            "bench across processes needs at least 2 ranks: launch it with -n 2 or more",
-        ));
+        return Err(Error::usage(format!(
+            "{verb} across processes needs at least 2 ranks: launch it with -n 2 or more"
+        )));
     }
     if let Some(far) = (0..world).find(|&r| !group.same_host(r)) {
         return Err(Error::usage(format!(
-            "rank {far} runs on another host: bench pairs processes of one host (CUDA IPC); \
-             between hosts NCCL carries the data (`peerlink workload`)"
+            "rank {far} runs on another host: {verb} across processes pairs processes of one \
+             host (CUDA IPC); run it on one host"
         )));
     }
     let count = backend.topology().devices.len();
@@ -270,12 +275,12 @@ fn check_choices(
     }
     if let Some(rank) = (1..world).find(|&r| gpus[..r].contains(&gpus[r])) {
         return Err(Error::usage(format!(
-            "rank {rank} shares GPU {} with another rank: bench across processes takes one \
+            "rank {rank} shares GPU {} with another rank: {verb} across processes takes one \
              process per GPU",
             gpus[rank]
         )));
     }
-    Ok(())
+    Ok(gpus)
 }
 
 /// The cross-process test named `name`, or a usage error naming those there are.

@@ -35,7 +35,7 @@ const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Whether `verb` runs on every rank with the group; the others run on rank 0 alone.
 pub fn uses_group(verb: &Verb) -> bool {
-    matches!(verb, Verb::Ranks(_) | Verb::Bench(_))
+    matches!(verb, Verb::Ranks(_) | Verb::Bench(_) | Verb::Workload(_))
 }
 
 /// The group of this process, where a launcher started it; `None` for a single-process run.

@@ -101,7 +101,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Tune(args) => tune::run(global, &args),
         Verb::Compare(args) => compare::run(global, &args),
         Verb::Check(args) => check::run(global, &args),
-        Verb::Workload(args) => workload::run(global, &args),
+        Verb::Workload(args) => workload::run(global, &args, group.as_ref().map(|(_, g)| g)),
         Verb::Report(args) => html_report::run(global, &args),
         Verb::Doctor(args) => doctor::run(global, &args),
         Verb::Launch(args) => launch::run(global, &args),

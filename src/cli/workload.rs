@@ -6,19 +6,31 @@ use anyhow::Result;
 use peerlink::backend::collective::DataType;
 use peerlink::backend::Backend;
 use peerlink::document::workload::WorkloadDocument;
+use peerlink::launch::Group;
 use peerlink::report;
 use peerlink::units::{parse_size, parse_sizes};
 use peerlink::workload::{self, IssueChoice, Options, Variant, Workload};
 use peerlink::Error;
 use std::sync::Arc;
 
-pub fn run(global: &Global, args: &WorkloadArgs) -> Result<()> {
+/// Runs the workload: in this process, or as this rank of `group` where a launcher started
+/// several (rank 0 then prints what every rank measured).
+pub fn run(global: &Global, args: &WorkloadArgs, group: Option<&Group>) -> Result<()> {
     let (workload, options) = options(global, args)?;
     if let Some(path) = &args.nccl_lib {
         peerlink::backend::cuda::prefer_nccl_library(path);
     }
     let backend: Arc<dyn Backend> = Arc::from(global.open()?.backend);
-    let found = workload::run(&backend, workload, &options, &*global.progress())?;
+    let progress = global.progress();
+    let found = match group {
+        Some(group) if group.identity().world > 1 => {
+            match workload::processes::run(&backend, group, workload, &options, &*progress)? {
+                Some(found) => found,
+                None => return Ok(()),
+            }
+        }
+        _ => workload::run(&backend, workload, &options, &*progress)?,
+    };
     for notice in &found.notices {
         eprintln!("peerlink: note: {notice}");
     }

@@ -21,6 +21,7 @@
 pub mod all_reduce;
 pub mod halo;
 pub mod pipeline;
+pub mod processes;
 pub mod send_recv;
 
 use crate::backend::collective::DataType;

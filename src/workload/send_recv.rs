@@ -15,17 +15,23 @@ use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, EventId, StreamId};
 use crate::bench::pattern;
 use crate::bench::progress::Progress;
-use crate::engine::{Buffer, Fabric, Transfer};
+use crate::engine::{Buffer, Fabric, Planned, Transfer};
 use crate::workload::Row;
 use crate::{Error, Result};
 use std::sync::Arc;
 
-/// One message's path: rank `from` sends its `src` to rank `to`'s `dst`.
+/// Why the engine's rows stay in stream mode when graphs are asked for.
+pub(super) const GRAPHS_NOTICE: &str = "the engine's rows are issued from the host in every mode: \
+     its transfers run on the engine's own streams, which a graph of the ranks' streams cannot \
+     capture";
+
+/// One message's path: rank `from` sends its `src` to rank `to`'s `dst` (`from` and `to` index
+/// the held streams of the process that queues it).
 pub struct Flow {
     pub from: usize,
     pub to: usize,
-    src: Buffer,
-    dst: Buffer,
+    pub(super) src: Buffer,
+    pub(super) dst: Buffer,
 }
 
 /// The (from, to) ranks of every flow of `variant` over `ranks` ranks.
@@ -38,7 +44,7 @@ pub fn flows(variant: Variant, ranks: usize) -> Vec<(usize, usize)> {
 }
 
 /// Every flow's transfer through the engine, started from the held rank streams.
-struct EngineFlows<'a> {
+pub(super) struct EngineFlows<'a> {
     backend: &'a dyn Backend,
     fabric: &'a Fabric,
     flows: &'a [Flow],
@@ -50,6 +56,39 @@ struct EngineFlows<'a> {
     /// Each flow's latest transfer: the next of the flow follows it (the engine orders writes to
     /// one buffer), and the sender's stream waits for it at a join.
     last: Vec<Option<Transfer>>,
+}
+
+impl<'a> EngineFlows<'a> {
+    /// `len` bytes of every one of `flows`, each started from its sender's stream in `streams`.
+    pub(super) fn new(
+        backend: &'a dyn Backend,
+        fabric: &'a Fabric,
+        flows: &'a [Flow],
+        streams: &'a [StreamId],
+        len: usize,
+    ) -> EngineFlows<'a> {
+        EngineFlows {
+            backend,
+            fabric,
+            flows,
+            streams,
+            len,
+            go: Vec::new(),
+            last: flows.iter().map(|_| None).collect(),
+        }
+    }
+
+    /// The strategy the engine ran each flow's latest transfer by, in flow order.
+    pub(super) fn strategies(&self) -> Vec<String> {
+        self.last
+            .iter()
+            .flatten()
+            .map(|transfer| match transfer.planned() {
+                Planned::Single(plan) => plan.strategy.to_string(),
+                Planned::Batch(plan) => plan.strategy.to_string(),
+            })
+            .collect()
+    }
 }
 
 impl Operation for EngineFlows<'_> {
@@ -140,11 +179,7 @@ pub fn run(
     let engine_rows = across.is_none();
     settings.notices.extend(across);
     if engine_rows && settings.issue.contains(&IssueMode::Graphs) {
-        settings.notices.push(
-            "the engine's rows are issued from the host in every mode: its transfers run on the \
-             engine's own streams, which a graph of the ranks' streams cannot capture"
-                .into(),
-        );
+        settings.notices.push(GRAPHS_NOTICE.into());
     }
     let mut rows = Vec::new();
     progress.start("send-recv", (variants.len() * settings.sizes.len()) as u64);
@@ -199,15 +234,7 @@ pub fn run(
             };
             if engine_rows {
                 let algorithm = engine_strategies(&fabric, &flows, bytes)?;
-                let mut engine = EngineFlows {
-                    backend,
-                    fabric: &fabric,
-                    flows: &flows,
-                    streams: &stream_ids,
-                    len,
-                    go: Vec::new(),
-                    last: flows.iter().map(|_| None).collect(),
-                };
+                let mut engine = EngineFlows::new(backend, &fabric, &flows, &stream_ids, len);
                 let time_us = measure(
                     backend,
                     &stream_ids,

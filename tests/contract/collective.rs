@@ -4,8 +4,8 @@
 
 use super::{gpus, not_here, says, usage, FILL};
 use peerlink::backend::collective::{
-    AllReduceKernel, BufferRange, DataType, Nccl, PeerTransfer, Rank, FLAG_BYTES, MAX_RANKS,
-    PACKET_MAX_BYTES,
+    AllReduceKernel, BufferRange, CommRank, DataType, Nccl, PeerOp, PeerTransfer, Rank, UniqueId,
+    FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
 };
 use peerlink::backend::{Backend, BufferId, Memory, StreamId};
 use peerlink::Error;
@@ -724,4 +724,57 @@ pub fn nccl_refuses_what_it_cannot_take(b: &dyn Backend) {
         &vec![FILL; r.len],
     );
     nccl.destroy_communicator(comm).unwrap();
+}
+
+/// A communicator across processes, as one process sees it: on GPUs, a rank of one (the rest of a
+/// real group is `tests/gpu/processes.rs`'s) made from a fresh unique id, which sums like any
+/// other and takes only its own rank's calls; on the simulator, refused in one sentence.
+pub fn nccl_one_rank_of_a_communicator_across_processes(b: &dyn Backend) {
+    let Some(nccl) = nccl(b, "NCCL across processes") else {
+        return;
+    };
+    says(&usage(UniqueId::from_bytes(&[7; 5])), "128 bytes");
+    let alone = CommRank {
+        rank: 0,
+        world: 1,
+        device: 0,
+    };
+    if b.topology().is_simulated() {
+        says(&usage(nccl.unique_id()), "not simulated");
+        let made_elsewhere = UniqueId::from_bytes(&[7; 128]).unwrap();
+        says(
+            &usage(nccl.join_communicator(&made_elsewhere, alone)),
+            "not simulated",
+        );
+        return;
+    }
+    let id = nccl.unique_id().unwrap();
+    let beyond = CommRank { rank: 1, ..alone };
+    says(&usage(nccl.join_communicator(&id, beyond)), "from 0 to 0");
+    let comm = nccl.join_communicator(&id, alone).unwrap();
+    let r = Ranks::new(b, &[0], DataType::F32, 16);
+    nccl.all_reduce(comm, DataType::F32, &r.ranks(), r.len)
+        .unwrap();
+    r.synchronize(b);
+    r.check(b, "a rank of one's all-reduce", &r.outputs, &r.sum());
+    let range = BufferRange {
+        buffer: r.inputs[0],
+        offset: 0,
+        len: 8,
+    };
+    says(
+        &usage(nccl.rank_send_recv(comm, r.streams[0], &[PeerOp::Send { to: 0, src: range }])),
+        "not another rank",
+    );
+    says(
+        &usage(nccl.send_recv(comm, &r.streams, &[])),
+        "rank_send_recv",
+    );
+    nccl.destroy_communicator(comm).unwrap();
+    let whole = nccl.communicator(&[0]).unwrap();
+    says(
+        &usage(nccl.rank_send_recv(whole, r.streams[0], &[])),
+        "made in this process",
+    );
+    nccl.destroy_communicator(whole).unwrap();
 }

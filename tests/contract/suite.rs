@@ -103,6 +103,7 @@ macro_rules! contract_tests {
             nccl_all_reduce_sums_in_place_and_out_of_place,
             nccl_send_recv_moves_every_byte_one_way_both_ways_and_round_a_ring,
             nccl_refuses_what_it_cannot_take,
+            nccl_one_rank_of_a_communicator_across_processes,
             resident_transfers_move_exactly_their_range,
             resident_tickets_complete_in_order_and_zero_bytes_take_their_turn,
             resident_transfers_from_four_threads_move_every_byte,

@@ -1,6 +1,7 @@
 //! Across processes on real GPUs (issue 17.2): CUDA IPC handles and shared pinned host memory
 //! between two processes, every byte checked on both sides; `peerlink launch -n 2 -- bench` between
-//! the two GPUs; a rank killed mid-run. The launched tests run the `peerlink` binary found as
+//! the two GPUs; `peerlink launch -n 2 -- workload send-recv`, the engine beside NCCL through a
+//! communicator across the processes; a rank killed mid-run. The launched tests run the `peerlink` binary found as
 //! `PEERLINK_BIN`, else `gpu-carry/peerlink` (scripts/gpu-build.sh; run from the repository root),
 //! else cargo's build of it.
 
@@ -164,5 +165,63 @@ fn a_gpu_rank_killed_mid_bench_stops_the_other() {
         Some(3) => assert!(said.contains("rank 1"), "{said}"),
         Some(1) => assert!(said.contains("failed"), "{said}"),
         other => panic!("rank 0 ended with {other:?}: {said}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn launched_send_recv_pushes_every_byte_and_nccl_runs_across_the_processes_beside_it() {
+    if gpu_count() < 2 {
+        eprintln!("launched send-recv: nothing to check, this host has fewer than 2 GPUs");
+        return;
+    }
+    let sizes = ["4", "65536", "16777216"];
+    let out = Command::new(peerlink_binary())
+        .args(["launch", "-n", "2", "--timeout", "120", "--"])
+        .args(["--gpu", "workload", "send-recv", "--json", "--sizes"])
+        .arg(sizes.join(","))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["source"], "cuda");
+    let notices = doc["notices"].to_string();
+    assert!(notices.contains("across 2 processes"), "{notices}");
+    // NCCL's rows need NCCL on the host; without it the notice says it was not found, and nothing
+    // else may keep them out.
+    let nccl = !notices.contains("NCCL was not found");
+    let rows = doc["rows"].as_array().unwrap();
+    for variant in ["one-way", "both"] {
+        for bytes in sizes {
+            let bytes: u64 = bytes.parse().unwrap();
+            let of = |contender: &str| {
+                rows.iter()
+                    .filter(|r| {
+                        r["variant"] == variant
+                            && r["bytes"] == bytes
+                            && r["contender"] == contender
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let expected = [("peerlink", true), ("NCCL", nccl)];
+            for (contender, wanted) in expected {
+                let found = of(contender);
+                assert_eq!(
+                    !found.is_empty(),
+                    wanted,
+                    "{contender} {variant} {bytes} B: {notices}"
+                );
+                for row in found {
+                    assert_eq!(row["verified"], true);
+                    let us = row["time_us"].as_f64().unwrap();
+                    println!(
+                        "send-recv {variant} {bytes} B across processes: {contender} {} {us:.2} \
+                         µs/op",
+                        row["algorithm"]
+                    );
+                    assert!(us > 0.0, "{row}");
+                }
+            }
+        }
     }
 }

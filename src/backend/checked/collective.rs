@@ -8,7 +8,8 @@
 
 use super::{check_range, Checked, State, Toucher};
 use crate::backend::collective::{
-    AllReduceKernel, CommId, DataType, PeerTransfer, Rank, FLAG_BYTES, MAX_RANKS,
+    AllReduceKernel, CommId, CommRank, DataType, PeerOp, PeerTransfer, Rank, UniqueId, FLAG_BYTES,
+    MAX_RANKS,
 };
 use crate::backend::raw::{RawBackend, RawCollectives, RawProbes, RawRank};
 use crate::backend::{first_overlap, BufferId, Collectives, Memory, Nccl, StreamId};
@@ -18,7 +19,11 @@ use std::sync::Arc;
 /// A communicator: its GPUs, rank by rank, and the implementation's object (shared with calls in
 /// flight, so that the table's lock is not held across them).
 pub(super) struct CommEntry<C> {
+    /// This process's ranks' GPUs, in rank order: every rank of a communicator made in one
+    /// process, the one rank of a joined one.
     devices: Vec<usize>,
+    /// For a communicator across processes ([`Nccl::join_communicator`]): this process's rank.
+    joined: Option<CommRank>,
     pub(super) raw: Arc<C>,
 }
 
@@ -183,6 +188,21 @@ impl<I: RawCollectives> Checked<I> {
         let entry = st.comms.get(comm.0)?;
         Ok((entry.devices.clone(), Arc::clone(&entry.raw)))
     }
+
+    /// Adds a communicator made by the implementation to the table.
+    fn adopt_comm(
+        &self,
+        devices: Vec<usize>,
+        joined: Option<CommRank>,
+        raw: I::Comm,
+    ) -> Result<CommId> {
+        let entry = CommEntry {
+            devices,
+            joined,
+            raw: Arc::new(raw),
+        };
+        self.lock().comms.insert(entry).map(CommId)
+    }
 }
 
 impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
@@ -320,11 +340,7 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
             }
         }
         let raw = self.raw.nccl_communicator(devices)?;
-        let entry = CommEntry {
-            devices: devices.to_vec(),
-            raw: Arc::new(raw),
-        };
-        self.lock().comms.insert(entry).map(CommId)
+        self.adopt_comm(devices.to_vec(), None, raw)
     }
 
     fn destroy_communicator(&self, comm: CommId) -> Result<()> {
@@ -381,6 +397,12 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
     ) -> Result<()> {
         let call = "NCCL send/recv";
         let mut st = self.lock();
+        if let Some(CommRank { rank, world, .. }) = st.comms.get(comm.0)?.joined {
+            return Err(Error::usage(format!(
+                "{call}: {comm} is rank {rank} of {world} processes, whose peers issue their own \
+                 sides: pass this rank's sends and receives to rank_send_recv"
+            )));
+        }
         let (devices, raw_comm) = Self::comm(&st, comm)?;
         let n = devices.len();
         if streams.len() != n {
@@ -477,5 +499,103 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
         let raw_streams: Vec<&I::Stream> = raw_streams.iter().collect();
         self.raw
             .nccl_send_recv(&raw_comm, &raw_streams, &raw_transfers)
+    }
+
+    fn unique_id(&self) -> Result<UniqueId> {
+        self.nccl_opened()?;
+        self.raw.nccl_unique_id()
+    }
+
+    fn join_communicator(&self, id: &UniqueId, rank: CommRank) -> Result<CommId> {
+        self.nccl_opened()?;
+        let CommRank {
+            rank: index,
+            world,
+            device,
+        } = rank;
+        if index >= world {
+            return Err(Error::usage(format!(
+                "rank {index} of an NCCL communicator of {world} ranks: give each process a rank \
+                 from 0 to {}",
+                world.saturating_sub(1)
+            )));
+        }
+        self.check_device(device)?;
+        let raw = self.raw.nccl_join(id, rank)?;
+        self.adopt_comm(vec![device], Some(rank), raw)
+    }
+
+    fn rank_send_recv(&self, comm: CommId, stream: StreamId, ops: &[PeerOp]) -> Result<()> {
+        let call = "NCCL send/recv";
+        let mut st = self.lock();
+        let Some(CommRank {
+            rank,
+            world,
+            device,
+        }) = st.comms.get(comm.0)?.joined
+        else {
+            return Err(Error::usage(format!(
+                "{call}: {comm} was made in this process for all its ranks: pass the transfers \
+                 of every rank to send_recv; rank_send_recv is for a rank of a communicator \
+                 across processes (join_communicator)"
+            )));
+        };
+        let (_, raw_comm) = Self::comm(&st, comm)?;
+        let (on, raw_stream) = self.stream(&st, stream)?;
+        if on != device {
+            return Err(Error::usage(format!(
+                "{call}: rank {rank} of {comm} runs on GPU {device}, but {stream} runs on GPU \
+                 {on}: queue the rank's calls on a stream of GPU {device}"
+            )));
+        }
+        let mut found: Vec<(BufferId, I::Buffer)> = Vec::new();
+        for (k, op) in ops.iter().enumerate() {
+            let (peer, range) = (op.peer(), *op.range());
+            let what = match op {
+                PeerOp::Send { .. } => format!("send {k} (to rank {peer})"),
+                PeerOp::Recv { .. } => format!("receive {k} (from rank {peer})"),
+            };
+            if peer >= world || peer == rank {
+                return Err(Error::usage(format!(
+                    "{call}: {what} names a peer that is not another rank of {comm} (ranks 0 to \
+                     {}, this one {rank})",
+                    world - 1
+                )));
+            }
+            let entry = st.buffers.get(range.buffer.0)?;
+            let whose = format!("rank {rank} runs");
+            on_gpu(call, &what, range.buffer, entry.memory, device, &whose)?;
+            let (at, len) = (range.offset, range.len);
+            check_range(&format!("{call}: {what}"), range.buffer, entry.len, at, len)?;
+            if !found.iter().any(|(b, _)| *b == range.buffer) {
+                found.push((range.buffer, entry.raw.clone()));
+            }
+        }
+        let destinations = ops.iter().filter_map(|op| match op {
+            PeerOp::Recv { dst, .. } if dst.len > 0 => {
+                Some((dst.buffer, dst.offset, dst.offset + dst.len))
+            }
+            _ => None,
+        });
+        if let Some((a, b)) = first_overlap(destinations) {
+            return Err(Error::usage(format!(
+                "{call}: two receives write overlapping bytes of one buffer (offsets {a} and {b}); \
+                 NCCL runs them in any order, so give them disjoint destinations"
+            )));
+        }
+        let buffers: Vec<BufferId> = found.iter().map(|(b, _)| *b).collect();
+        Self::note_collective(&mut st, &[stream], &buffers);
+        drop(st);
+        let raw_of = |id: BufferId| &found.iter().find(|(b, _)| *b == id).expect("found").1;
+        let raw_ops: Vec<PeerOp<&I::Buffer>> = ops
+            .iter()
+            .filter(|op| op.range().len > 0)
+            .map(|op| op.map(raw_of))
+            .collect();
+        if raw_ops.is_empty() {
+            return Ok(());
+        }
+        self.raw
+            .nccl_rank_send_recv(&raw_comm, &raw_stream, &raw_ops)
     }
 }

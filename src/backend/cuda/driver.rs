@@ -51,7 +51,7 @@ pub(super) fn nvrtc_library_present() -> bool {
 }
 
 /// Makes `ctx` current on this thread, for the raw calls below that act on the current context.
-fn bind(ctx: &CudaContext) -> Result<(), Error> {
+pub(super) fn bind(ctx: &CudaContext) -> Result<(), Error> {
     ctx.bind_to_thread().map_err(failed("cuCtxSetCurrent"))
 }
 

@@ -739,7 +739,28 @@ impl RawCollectives for Gpus {
     ) -> Result<()> {
         comm.send_recv(streams, transfers)
     }
+
+    fn nccl_unique_id(&self) -> Result<UniqueId> {
+        nccl::opened()?.unique_id()
+    }
+
+    fn nccl_join(&self, id: &UniqueId, rank: CommRank) -> Result<nccl::Comm> {
+        // ncclCommInitRank runs its rank on the current device: this thread's context.
+        driver::bind(&self.contexts[rank.device])?;
+        nccl::opened()?.join(id, rank)
+    }
+
+    fn nccl_rank_send_recv(
+        &self,
+        comm: &nccl::Comm,
+        stream: &Arc<Stream>,
+        ops: &[PeerOp<&Arc<Buffer>>],
+    ) -> Result<()> {
+        comm.rank_send_recv(stream, ops)
+    }
 }
 
-use crate::backend::collective::{AllReduceKernel, DataType, PeerTransfer};
+use crate::backend::collective::{
+    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, UniqueId,
+};
 use crate::backend::{RawCollectives, RawRank};

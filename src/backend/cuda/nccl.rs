@@ -1,5 +1,6 @@
 //! NCCL, loaded at run time by a small loader of peerlink's own, for one process driving all its
-//! GPUs (`ncclCommInitAll`).
+//! GPUs (`ncclCommInitAll`), or for one rank of a communicator across processes, one GPU each
+//! (`ncclGetUniqueId` on one rank, `ncclCommInitRank` on every rank).
 //!
 //! cudarc's NCCL loader tries only `libnccl.so`, a name pip's NCCL wheel (the one PyTorch installs)
 //! does not ship: it has `libnccl.so.2` alone. So the library is looked for here: the one the user
@@ -17,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys::CUstream;
 
 use super::{lock, Buffer, Gpus, Stream};
-use crate::backend::collective::{DataType, PeerTransfer};
+use crate::backend::collective::{
+    CommRank, DataType, PeerOp, PeerTransfer, UniqueId, UNIQUE_ID_BYTES,
+};
 use crate::backend::RawRank;
 use crate::{Error, Result};
 
@@ -51,6 +54,14 @@ const NCCL_SUCCESS: NcclResult = 0;
 /// `ncclComm_t`.
 type RawComm = *mut c_void;
 
+/// `ncclUniqueId`: `typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;`,
+/// passed by value to ncclCommInitRank.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawUniqueId {
+    internal: [u8; UNIQUE_ID_BYTES],
+}
+
 /// `ncclDataType_t` values (stable in NCCL's ABI; bfloat16 since NCCL 2.10).
 const NCCL_UINT8: c_int = 1;
 const NCCL_FLOAT32: c_int = 7;
@@ -70,6 +81,8 @@ struct Api {
     get_version: unsafe extern "C" fn(*mut c_int) -> NcclResult,
     get_error_string: unsafe extern "C" fn(NcclResult) -> *const c_char,
     comm_init_all: unsafe extern "C" fn(*mut RawComm, c_int, *const c_int) -> NcclResult,
+    get_unique_id: unsafe extern "C" fn(*mut RawUniqueId) -> NcclResult,
+    comm_init_rank: unsafe extern "C" fn(*mut RawComm, c_int, RawUniqueId, c_int) -> NcclResult,
     comm_destroy: unsafe extern "C" fn(RawComm) -> NcclResult,
     all_reduce: unsafe extern "C" fn(
         *const c_void,
@@ -108,6 +121,8 @@ impl Api {
                 get_version: function(library, "ncclGetVersion")?,
                 get_error_string: function(library, "ncclGetErrorString")?,
                 comm_init_all: function(library, "ncclCommInitAll")?,
+                get_unique_id: function(library, "ncclGetUniqueId")?,
+                comm_init_rank: function(library, "ncclCommInitRank")?,
                 comm_destroy: function(library, "ncclCommDestroy")?,
                 all_reduce: function(library, "ncclAllReduce")?,
                 send: function(library, "ncclSend")?,
@@ -314,6 +329,37 @@ impl Library {
         })
     }
 
+    /// A fresh unique id (`ncclGetUniqueId`): NCCL opens its bootstrap socket for it.
+    pub(super) fn unique_id(&self) -> Result<UniqueId> {
+        let mut id = RawUniqueId {
+            internal: [0; UNIQUE_ID_BYTES],
+        };
+        // SAFETY: `id` is a valid out-pointer to a struct of ncclUniqueId's layout.
+        let made = unsafe { (self.api.get_unique_id)(&mut id) };
+        self.check("ncclGetUniqueId", made)?;
+        UniqueId::from_bytes(&id.internal)
+    }
+
+    /// This process's rank of a communicator across processes (`ncclCommInitRank`), on the GPU
+    /// whose context is current on this thread (the caller binds `rank.device`'s); returns once
+    /// every rank has joined.
+    pub(super) fn join(&'static self, id: &UniqueId, rank: CommRank) -> Result<Comm> {
+        let mut comm: RawComm = std::ptr::null_mut();
+        let id = RawUniqueId {
+            internal: *id.as_bytes(),
+        };
+        // SAFETY: `comm` is a valid out-pointer; the id is ncclUniqueId's layout, passed by value as
+        // nccl.h declares; the checked layer checked rank < world. NCCL takes the current device.
+        let made = unsafe {
+            (self.api.comm_init_rank)(&mut comm, rank.world as c_int, id, rank.rank as c_int)
+        };
+        self.check("ncclCommInitRank", made)?;
+        Ok(Comm {
+            library: self,
+            ranks: Mutex::new(vec![RankComm(comm)]),
+        })
+    }
+
     /// A failed call as the library's error, in NCCL's words.
     fn check(&self, call: &str, result: NcclResult) -> Result<()> {
         if result == NCCL_SUCCESS {
@@ -460,6 +506,53 @@ impl Comm {
                     )
                 };
                 library.check("ncclRecv", received)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// This process's one rank's `ncclSend`s and `ncclRecv`s, in one group on `stream` (arguments
+    /// as `RawCollectives::nccl_rank_send_recv` promises).
+    pub(super) fn rank_send_recv(
+        &self,
+        stream: &Arc<Stream>,
+        ops: &[PeerOp<&Arc<Buffer>>],
+    ) -> Result<()> {
+        let comms = lock(&self.ranks);
+        let comm = comms[0].0;
+        let library = self.library;
+        let stream = stream.stream.cu_stream();
+        library.group(|| {
+            for op in ops {
+                let range = op.range();
+                let at = range.buffer.address() + range.offset as u64;
+                let (call, queued) = match *op {
+                    // SAFETY: the checked layer checked the range lies in memory of this rank's
+                    // GPU, the stream is on it and the peer is another rank; the communicator is
+                    // live (under lock).
+                    PeerOp::Send { to, .. } => ("ncclSend", unsafe {
+                        (library.api.send)(
+                            at as *const c_void,
+                            range.len,
+                            NCCL_UINT8,
+                            to as c_int,
+                            comm,
+                            stream,
+                        )
+                    }),
+                    // SAFETY: as above; receive destinations do not overlap.
+                    PeerOp::Recv { from, .. } => ("ncclRecv", unsafe {
+                        (library.api.recv)(
+                            at as *mut c_void,
+                            range.len,
+                            NCCL_UINT8,
+                            from as c_int,
+                            comm,
+                            stream,
+                        )
+                    }),
+                };
+                library.check(call, queued)?;
             }
             Ok(())
         })

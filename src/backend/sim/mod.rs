@@ -945,6 +945,23 @@ impl RawCollectives for Simulator {
         self.submit_parts(streams, work);
         Ok(())
     }
+
+    fn nccl_unique_id(&self) -> Result<UniqueId> {
+        Err(nccl::not_across_processes())
+    }
+
+    fn nccl_join(&self, _id: &UniqueId, _rank: CommRank) -> Result<Comm> {
+        Err(nccl::not_across_processes())
+    }
+
+    fn nccl_rank_send_recv(
+        &self,
+        _comm: &Comm,
+        _stream: &Stream,
+        _ops: &[PeerOp<&Key>],
+    ) -> Result<()> {
+        Err(nccl::not_across_processes())
+    }
 }
 
 /// Where the link model finds a place of managed pages (host memory near whichever GPU touches it).
@@ -955,5 +972,7 @@ fn at(location: Location) -> Place {
     }
 }
 
-use crate::backend::collective::{AllReduceKernel, DataType, PeerTransfer};
+use crate::backend::collective::{
+    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, UniqueId,
+};
 use crate::backend::{RawCollectives, RawRank};

@@ -23,6 +23,15 @@ use crate::backend::BufferCopy;
 pub(super) const DESCRIPTION: &str =
     "simulated NCCL: ring cost model after NCCL's tuner (LL, LL128, Simple), not measured";
 
+/// Why the model refuses a communicator across processes: it runs within one process.
+pub(super) fn not_across_processes() -> crate::Error {
+    crate::Error::usage(
+        "NCCL across processes is not simulated: the simulator's model of NCCL runs within one \
+         process (ncclCommInitAll); run the workload in one process for simulated NCCL figures, \
+         or on GPUs for NCCL across processes",
+    )
+}
+
 /// The hardware a ring step crosses, as NCCL's tuner tells them apart (`NCCL_HW_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Hardware {

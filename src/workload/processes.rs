@@ -1,0 +1,519 @@
+//! `workload` across processes: one process per GPU, as real jobs run (`peerlink launch -n N --
+//! workload send-recv`, torchrun, Slurm, mpirun on one host).
+//!
+//! Rank `r` owns GPU `LOCAL_RANK` and the buffers there: the sources of the messages it sends and
+//! the destinations of those it receives. Each receiver exports its destinations
+//! ([`Fabric::export`]: a CUDA IPC handle, or on the simulator a shared file whose descriptor
+//! travels over the group's Unix socket); each sender imports them for its own GPU (for the
+//! destination's GPU where the two have no P2P, so that the engine stages through host memory) and
+//! pushes into them with the engine. NCCL runs beside it through a communicator across processes:
+//! rank 0 makes the unique id, [`Group::broadcast`] hands it to every rank, each joins with its one
+//! GPU and issues its own sends and receives.
+//!
+//! Timed as in one process (primed, warm-up, back-to-back operations on the rank's held stream,
+//! GPU events), each rank on its own GPU; the ranks meet at a barrier at the end of each phase's
+//! queuing, so that their gates open together to within a control-message round trip. The time per
+//! operation is the slowest rank's window; rank 0 gathers them and reports. After timing, each
+//! owner poisons its destinations, the senders run once more, and each owner checks every byte in
+//! its own memory. A rank that fails says why to the others through the group (see
+//! [`crate::bench::processes`]).
+
+use super::send_recv::{flows, EngineFlows, Flow};
+use super::{
+    compare, length, measure, row, Communicator, Contender, IssueMode, Measured, Operation,
+    Options, Report, Row, Settings, Variant, Workload,
+};
+use crate::backend::collective::{BufferRange, CommRank, PeerOp, UniqueId};
+use crate::backend::{Backend, Owned, ShareDescriptor, SharedBuffer, StreamId};
+use crate::bench::pattern;
+use crate::bench::processes::{exchange, one_gpu_each};
+use crate::bench::progress::Progress;
+use crate::engine::{Buffer, Fabric};
+use crate::launch::Group;
+use crate::{Error, Result};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+/// The workloads that run across processes.
+pub const CROSS_PROCESS_WORKLOADS: [Workload; 1] = [Workload::SendRecv];
+
+/// Runs `workload` as this rank of `group`; rank 0 returns the report, the others `None`.
+pub fn run(
+    backend: &Arc<dyn Backend>,
+    group: &Group,
+    workload: Workload,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<Option<Report>> {
+    if !CROSS_PROCESS_WORKLOADS.contains(&workload) {
+        return Err(Error::usage(format!(
+            "workload {workload} runs in one process; across processes: {} (run {workload} \
+             without launch)",
+            CROSS_PROCESS_WORKLOADS.map(Workload::name).join(", ")
+        )));
+    }
+    if options.devices.is_some() {
+        return Err(Error::usage(
+            "--devices: across processes each rank uses the GPU of its LOCAL_RANK; leave \
+             --devices out (or run the workload in one process)",
+        ));
+    }
+    let gpus = one_gpu_each(backend.as_ref(), group, "workload")?;
+    let me = group.identity();
+    let per_rank = Options {
+        devices: Some(gpus.clone()),
+        ..options.clone()
+    };
+    let mut settings = Settings::resolve(backend.as_ref(), workload, &per_rank)?;
+    let fabric = Fabric::builder(backend.clone()).devices(&gpus).open()?;
+    let backend = backend.as_ref();
+    let stream = Owned::new(backend, backend.create_stream(gpus[me.rank])?);
+    let comm = join_nccl(backend, group, gpus[me.rank], &mut settings.notices)?;
+    if settings.issue.contains(&IssueMode::Graphs) {
+        settings
+            .notices
+            .push(super::send_recv::GRAPHS_NOTICE.into());
+    }
+    let variants = options
+        .directions
+        .as_deref()
+        .unwrap_or(&[Variant::OneWay, Variant::BothWays]);
+    let rank = Rank {
+        backend,
+        fabric: &fabric,
+        group,
+        gpus: &gpus,
+        stream: *stream,
+        comm: comm.as_ref(),
+        settings: &settings,
+    };
+    let show = |step: &dyn Fn()| {
+        if me.rank == 0 {
+            step();
+        }
+    };
+    show(&|| progress.start("send-recv", (variants.len() * settings.sizes.len()) as u64));
+    let mut rows = Vec::new();
+    for &variant in variants {
+        let ends = rank.open_ends(variant)?;
+        for bytes in settings.sizes.iter().copied() {
+            // Every rank stops at the same size: a stop request reaches the ranks at different
+            // moments.
+            let stop = exchange(group, Ok(crate::interrupt::requested()))?;
+            if stop.contains(&true) {
+                break;
+            }
+            rows.extend(rank.size(&ends, variant, bytes)?);
+            show(&|| progress.step());
+        }
+        ends.close(group)?;
+    }
+    show(&|| progress.finish());
+    if me.rank != 0 {
+        return Ok(None);
+    }
+    compare(&mut rows);
+    settings
+        .notices
+        .push(across_note(backend, &gpus, comm.is_some()));
+    Ok(Some(Report {
+        source: backend.source().clone(),
+        workload,
+        devices: gpus,
+        warmup: settings.warmup,
+        rows,
+        notices: settings.notices,
+    }))
+}
+
+/// The document's note on how the run spanned processes.
+fn across_note(backend: &dyn Backend, gpus: &[usize], nccl: bool) -> String {
+    format!(
+        "across {} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): each receiver exports its \
+         destinations ({}), each sender imports them for its own GPU and pushes into them with the \
+         engine{}; every byte checked by its owner in its own memory; each rank times its own GPU, \
+         the ranks' gates open together to within a barrier, and the time per operation is the \
+         slowest rank's",
+        gpus.len(),
+        gpus.iter()
+            .enumerate()
+            .map(|(rank, gpu)| format!("rank {rank} → GPU {gpu}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if backend.topology().is_simulated() {
+            "on the simulator, a shared file; each process keeps its own virtual clock"
+        } else {
+            "a CUDA IPC handle"
+        },
+        if nccl {
+            "; NCCL through one communicator across the processes (ncclCommInitRank, the unique \
+             id broadcast from rank 0)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// This rank's part of an NCCL communicator across the group, made from rank 0's unique id; `None`
+/// (with a notice saying why) where rank 0 has no NCCL or could not make an id.
+fn join_nccl<'b>(
+    backend: &'b dyn Backend,
+    group: &Group,
+    gpu: usize,
+    notices: &mut Vec<String>,
+) -> Result<Option<Communicator<'b>>> {
+    let me = group.identity();
+    let made = (me.rank == 0).then(|| {
+        let id = match backend.collectives().nccl() {
+            Ok(nccl) => nccl
+                .unique_id()
+                .map(|id| id.as_bytes().to_vec())
+                .map_err(|e| e.to_string()),
+            Err(why) => Err(why),
+        };
+        serde_json::to_vec(&id).expect("an id or a sentence serialises")
+    });
+    let sent = group.broadcast(0, made.as_deref())?;
+    let id: std::result::Result<Vec<u8>, String> = serde_json::from_slice(&sent).map_err(|e| {
+        Error::Group(format!(
+            "rank 0 sent an NCCL id this rank cannot read ({e}): run one peerlink version on \
+             every rank"
+        ))
+    })?;
+    let id = match id {
+        Ok(bytes) => UniqueId::from_bytes(&bytes)?,
+        Err(why) => {
+            notices.push(format!("NCCL's rows are left out: {why}"));
+            return Ok(None);
+        }
+    };
+    let joined = backend
+        .collectives()
+        .nccl()
+        .map_err(|why| {
+            Error::usage(format!(
+                "rank 0 has NCCL but rank {} has none ({why}): give every rank the same NCCL",
+                me.rank
+            ))
+        })
+        .and_then(|nccl| {
+            let rank = CommRank {
+                rank: me.rank,
+                world: me.world,
+                device: gpu,
+            };
+            Ok(Communicator {
+                nccl,
+                id: nccl.join_communicator(&id, rank)?,
+            })
+        });
+    agreed(group, joined).map(Some)
+}
+
+/// `mine`, once every rank has succeeded too; where some rank failed, every rank stops (see
+/// [`exchange`]).
+fn agreed<T>(group: &Group, mine: Result<T>) -> Result<T> {
+    let (value, outcome) = match mine {
+        Ok(value) => (Some(value), Ok(())),
+        Err(e) => (None, Err(e)),
+    };
+    exchange(group, outcome)?;
+    Ok(value.expect("exchange returns this rank's own error"))
+}
+
+/// This rank's fixed choices.
+struct Rank<'a> {
+    backend: &'a dyn Backend,
+    fabric: &'a Fabric,
+    group: &'a Group,
+    /// Each rank's GPU, in rank order.
+    gpus: &'a [usize],
+    /// This rank's held stream, on its GPU.
+    stream: StreamId,
+    comm: Option<&'a Communicator<'a>>,
+    settings: &'a Settings,
+}
+
+/// This rank's buffers for one variant's flows.
+struct Ends {
+    /// Every flow's (sender, receiver) ranks.
+    flows: Vec<(usize, usize)>,
+    /// The flows this rank sends: its source here and the receiver's destination imported
+    /// (`from` 0: this process's one stream).
+    sends: Vec<Flow>,
+    /// The index in `flows` of each of `sends`.
+    sending: Vec<usize>,
+    /// The destinations of the flows this rank receives, each with its index in `flows`.
+    receives: Vec<(usize, Buffer)>,
+}
+
+impl Ends {
+    /// Closes this rank's imports, then, once every rank has, frees its exported destinations:
+    /// an exporter keeps its memory until every importer has let go of it.
+    fn close(self, group: &Group) -> Result<()> {
+        drop(self.sends);
+        group.barrier()?;
+        drop(self.receives);
+        Ok(())
+    }
+}
+
+impl Rank<'_> {
+    fn me(&self) -> usize {
+        self.group.identity().rank
+    }
+
+    /// Allocates this rank's sources and destinations for `variant` (the sweep's largest size),
+    /// exports the destinations and imports the other ranks' for the flows this rank sends.
+    fn open_ends(&self, variant: Variant) -> Result<Ends> {
+        let me = self.me();
+        let largest = length(self.settings.largest())?;
+        let flows = flows(variant, self.gpus.len());
+        let mut receives = Vec::new();
+        let mut files: Vec<(usize, OwnedFd)> = Vec::new();
+        let offers = (|| {
+            let mut offers = Vec::new();
+            for (i, _) in flows.iter().enumerate().filter(|(_, f)| f.1 == me) {
+                let buffer = self.fabric.alloc(self.gpus[me], largest)?;
+                let shared = self.fabric.export(&buffer)?;
+                offers.push((i, shared.descriptor));
+                files.extend(shared.fd.map(|fd| (i, fd)));
+                receives.push((i, buffer));
+            }
+            Ok(offers)
+        })();
+        let offers: Vec<Vec<(usize, ShareDescriptor)>> = exchange(self.group, offers)?;
+        let (mut sends, mut sending) = (Vec::new(), Vec::new());
+        let mut imported = Ok(());
+        for (i, &(from, to)) in flows.iter().enumerate() {
+            let descriptor = offers[to]
+                .iter()
+                .find(|(flow, _)| *flow == i)
+                .map(|(_, d)| d.clone())
+                .expect("every receiver offers each of its destinations");
+            let mut fd = None;
+            if descriptor.has_fd {
+                if me == to {
+                    let (_, file) = files.iter().find(|(flow, _)| *flow == i).expect("exported");
+                    self.group.send_fds(from, &[file.as_fd()])?;
+                } else if me == from {
+                    fd = self.group.recv_fds(to, 1)?.pop();
+                }
+            }
+            if me == from && imported.is_ok() {
+                let shared = SharedBuffer { descriptor, fd };
+                match self.send_end(shared, self.gpus[to], largest) {
+                    Ok(flow) => {
+                        sends.push(flow);
+                        sending.push(i);
+                    }
+                    Err(e) => imported = Err(e),
+                }
+            }
+        }
+        agreed(self.group, imported)?;
+        Ok(Ends {
+            flows,
+            sends,
+            sending,
+            receives,
+        })
+    }
+
+    /// A flow this rank sends: a source on its GPU, the receiver's destination imported for the
+    /// GPU whose work reaches it.
+    fn send_end(&self, shared: SharedBuffer, to_gpu: usize, largest: usize) -> Result<Flow> {
+        let gpu = self.gpus[self.me()];
+        let p2p = self
+            .backend
+            .topology()
+            .pair(gpu, to_gpu)
+            .is_some_and(|p| p.p2p);
+        // Without P2P only the destination's own GPU reaches it, through host memory.
+        let reaching = if p2p { gpu } else { to_gpu };
+        Ok(Flow {
+            from: 0,
+            to: 0,
+            src: self.fabric.alloc(gpu, largest)?,
+            dst: self.fabric.import(shared, reaching)?,
+        })
+    }
+
+    /// Every contender at `bytes`, every byte checked by its receiver: the rows on rank 0, none
+    /// on the others.
+    fn size(&self, ends: &Ends, variant: Variant, bytes: u64) -> Result<Vec<Row>> {
+        let len = length(bytes)?;
+        let data = |i: usize| pattern::bytes(pattern::seed(&[bytes, i as u64]), len);
+        let written = ends
+            .sends
+            .iter()
+            .zip(&ends.sending)
+            .try_for_each(|(flow, &i)| flow.src.write(0, &data(i)));
+        agreed(self.group, written)?;
+        let poison = || {
+            let mine = ends.receives.iter().try_for_each(|(i, dst)| {
+                dst.write(0, &data(*i).iter().map(|b| !b).collect::<Vec<u8>>())
+            });
+            agreed(self.group, mine)
+        };
+        let check = |what: &str| {
+            // Every sender has waited for its last operation once every rank is here.
+            self.group.barrier()?;
+            let mut found = vec![0; len];
+            let mine = ends.receives.iter().try_for_each(|(i, dst)| {
+                dst.read(0, &mut found)?;
+                let (from, _) = ends.flows[*i];
+                Error::check_bytes(
+                    format!("send-recv {variant} {what} (checked by the receiver)"),
+                    self.gpus[from],
+                    dst.device(),
+                    &data(*i),
+                    &found,
+                )
+            });
+            agreed(self.group, mine)
+        };
+        let counts = self.settings.counts(bytes);
+        let streams = [self.stream];
+        let mut rows = Vec::new();
+        let mut add = |contender, algorithm, issue, windows: Vec<f64>| {
+            let m = Measured {
+                variant: Some(variant),
+                bytes,
+                contender,
+                algorithm,
+                issue,
+                iters: counts.iters,
+                time_us: windows.into_iter().fold(0.0, f64::max),
+            };
+            let (world, simulated) = (self.gpus.len(), self.settings.simulated);
+            rows.push(row(Workload::SendRecv, world, simulated, None, m));
+        };
+
+        let mut engine = EngineFlows::new(self.backend, self.fabric, &ends.sends, &streams, len);
+        let mut together = Together {
+            op: &mut engine,
+            group: self.group,
+        };
+        let us = measure(
+            self.backend,
+            &streams,
+            IssueMode::Stream,
+            counts,
+            &mut together,
+            poison,
+            || check("engine"),
+        )?;
+        let found = exchange(self.group, Ok((us, engine.strategies())))?;
+        let mut names: Vec<String> = Vec::new();
+        for name in found.iter().flat_map(|(_, names)| names) {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        let windows = found.into_iter().map(|(us, _)| us).collect();
+        let algorithm = format!("engine {}", names.join("/"));
+        add(Contender::Peerlink, algorithm, IssueMode::Stream, windows);
+
+        if let Some(comm) = self.comm {
+            let mut op = NcclRank {
+                comm,
+                stream: self.stream,
+                ops: self.nccl_ops(ends, len),
+            };
+            let mut together = Together {
+                op: &mut op,
+                group: self.group,
+            };
+            for &issue in &self.settings.issue {
+                let algorithm = "ncclSend/ncclRecv".to_string();
+                let us = measure(
+                    self.backend,
+                    &streams,
+                    issue,
+                    counts,
+                    &mut together,
+                    poison,
+                    || check(&algorithm),
+                )?;
+                add(
+                    Contender::Nccl,
+                    algorithm,
+                    issue,
+                    exchange(self.group, Ok(us))?,
+                );
+            }
+        }
+        Ok(if self.me() == 0 { rows } else { Vec::new() })
+    }
+
+    /// This rank's sends and receives of every flow, in flow order (the order its peers issue
+    /// theirs in).
+    fn nccl_ops(&self, ends: &Ends, len: usize) -> Vec<PeerOp> {
+        let me = self.me();
+        let range = |buffer: &Buffer| BufferRange {
+            buffer: buffer.backend_id(),
+            offset: 0,
+            len,
+        };
+        let mut ops = Vec::new();
+        for (i, &(from, to)) in ends.flows.iter().enumerate() {
+            if from == me {
+                let at = ends
+                    .sending
+                    .iter()
+                    .position(|&k| k == i)
+                    .expect("sent here");
+                ops.push(PeerOp::Send {
+                    to,
+                    src: range(&ends.sends[at].src),
+                });
+            }
+            if to == me {
+                let (_, dst) = ends
+                    .receives
+                    .iter()
+                    .find(|(k, _)| *k == i)
+                    .expect("received here");
+                ops.push(PeerOp::Recv {
+                    from,
+                    dst: range(dst),
+                });
+            }
+        }
+        ops
+    }
+}
+
+/// An operation whose every rank meets the others at the end of each phase's queuing: held
+/// streams are then released together, to within a control-message round trip.
+struct Together<'a> {
+    op: &'a mut dyn Operation,
+    group: &'a Group,
+}
+
+impl Operation for Together<'_> {
+    fn queue(&mut self, step: u64) -> Result<()> {
+        self.op.queue(step)
+    }
+
+    fn join(&mut self) -> Result<()> {
+        self.op.join()?;
+        self.group.barrier()
+    }
+}
+
+/// This rank's side of every flow through NCCL: its sends and its receives, in flow order.
+struct NcclRank<'a> {
+    comm: &'a Communicator<'a>,
+    stream: StreamId,
+    ops: Vec<PeerOp>,
+}
+
+impl Operation for NcclRank<'_> {
+    fn queue(&mut self, _step: u64) -> Result<()> {
+        self.comm
+            .nccl
+            .rank_send_recv(self.comm.id, self.stream, &self.ops)
+    }
+}
