@@ -341,15 +341,20 @@ pub trait Backend: Send + Sync {
     /// `address` (a PyTorch tensor's `data_ptr()`), a buffer of [`Memory::Device`]. peerlink never
     /// frees it: [`Backend::free`] forgets the handle at once, work queued on it still runs, and
     /// the owner must keep the memory allocated until that work is done. Real GPUs check that the
-    /// range lies inside one allocation of that GPU; the simulator, which has no device addresses,
-    /// refuses.
+    /// range lies inside one allocation of that GPU; memory of a stream-ordered pool
+    /// (cuMemAllocAsync) is reachable by other GPUs only with the pool's access granted, so the
+    /// first borrow from such a pool grants the GPUs with P2P to its GPU read-write access to it
+    /// (cuMemPoolSetAccess, as peer access does for other allocations). The simulator, which has
+    /// no device addresses of its own, lends its buffers by made-up ones
+    /// ([`Sharing::device_address`]) and takes back only those.
     fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> Result<BufferId>;
 
     /// Makes another library's CUDA stream of GPU `device` (`torch.cuda.current_stream(device)
     /// .cuda_stream`; 0 is the device's default stream) a stream of this backend, so that work
     /// queued on it follows the owner's work in order. peerlink never destroys it:
     /// [`Backend::destroy_stream`] forgets the handle, and the owner must keep the stream alive
-    /// while the handle lives. The simulator, which has no CUDA streams, refuses.
+    /// while the handle lives. The simulator, which has no CUDA streams, makes one simulated
+    /// stream per GPU and handle at its first borrow, so that one handle's work stays in order.
     fn borrow_stream(&self, device: usize, handle: u64) -> Result<StreamId>;
 }
 

@@ -203,7 +203,7 @@ fn launched_send_recv_pushes_every_byte_and_nccl_runs_across_the_processes_besid
                     })
                     .collect::<Vec<_>>()
             };
-            let expected = [("peerlink", true), ("NCCL", nccl)];
+            let expected = [("peerlink", true), ("nccl", nccl)];
             for (contender, wanted) in expected {
                 let found = of(contender);
                 assert_eq!(

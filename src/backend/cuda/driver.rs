@@ -59,23 +59,26 @@ pub(super) fn bind(ctx: &CudaContext) -> Result<(), Error> {
 /// size of the allocation that holds `address`, in one driver call (cuPointerGetAttributes: this
 /// runs at every borrow, so at every `Fabric.copy_` of the Python package). No allocation holds
 /// an address the driver answers a size of 0 for.
-pub(super) fn allocation_of(ctx: &CudaContext, address: u64) -> Result<(i32, u64, usize), Error> {
+pub(super) fn allocation_of(ctx: &CudaContext, address: u64) -> Result<Allocation, Error> {
     use sys::CUpointer_attribute as Attribute;
     bind(ctx)?;
     let (mut ordinal, mut start, mut size): (i32, sys::CUdeviceptr, usize) = (-1, 0, 0);
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
     let mut attributes = [
         Attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
         Attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
         Attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        Attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
     ];
-    let mut data: [*mut c_void; 3] = [
+    let mut data: [*mut c_void; 4] = [
         (&mut ordinal as *mut i32).cast(),
         (&mut start as *mut sys::CUdeviceptr).cast(),
         (&mut size as *mut usize).cast(),
+        (&mut pool as *mut sys::CUmemoryPool).cast(),
     ];
     // SAFETY: `data[i]` points at a live local of attribute `i`'s type (an int, a CUdeviceptr, a
-    // size_t), and both arrays hold as many entries as the count says; the driver looks the
-    // address up in its tables and never dereferences it.
+    // size_t, a CUmemoryPool), and both arrays hold as many entries as the count says; the driver
+    // looks the address up in its tables and never dereferences it.
     unsafe {
         sys::cuPointerGetAttributes(
             attributes.len() as std::ffi::c_uint,
@@ -92,7 +95,54 @@ pub(super) fn allocation_of(ctx: &CudaContext, address: u64) -> Result<(i32, u64
              allocated on a GPU (a CUDA tensor's data_ptr())"
         )));
     }
-    Ok((ordinal, start, size))
+    Ok(Allocation {
+        ordinal,
+        start,
+        size,
+        pool: (!pool.is_null()).then_some(MemoryPool(pool)),
+    })
+}
+
+/// What the driver knows of the allocation that holds an address.
+pub(super) struct Allocation {
+    pub ordinal: i32,
+    pub start: u64,
+    pub size: usize,
+    /// The stream-ordered pool it came from (cuMemAllocAsync, e.g. cudarc's allocations), if any.
+    pub pool: Option<MemoryPool>,
+}
+
+/// A stream-ordered memory pool of another library, by its driver handle.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct MemoryPool(sys::CUmemoryPool);
+
+// SAFETY: a pool handle is an opaque driver identifier, valid from any thread.
+unsafe impl Send for MemoryPool {}
+
+impl MemoryPool {
+    /// Grants GPUs `peers` read-write access to every allocation of the pool
+    /// (cuMemPoolSetAccess). A pool's memory does not follow cuCtxEnablePeerAccess: without this a
+    /// copy or kernel of another GPU is refused (CUDA_ERROR_INVALID_VALUE) or faults.
+    pub(super) fn grant(self, peers: &[usize]) -> Result<(), Error> {
+        let access: Vec<sys::CUmemAccessDesc> = peers
+            .iter()
+            .map(|&peer| sys::CUmemAccessDesc {
+                location: sys::CUmemLocation {
+                    type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: peer as std::ffi::c_int,
+                },
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            })
+            .collect();
+        if access.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the pool handle came from the driver for a live allocation; `access` holds
+        // `access.len()` descriptors, read during the call only.
+        unsafe { sys::cuMemPoolSetAccess(self.0, access.as_ptr(), access.len()) }
+            .result()
+            .map_err(failed("cuMemPoolSetAccess"))
+    }
 }
 
 /// Wraps another library's stream of `ctx`'s GPU (0: the default stream) once the driver says the

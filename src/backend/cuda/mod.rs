@@ -211,6 +211,9 @@ pub struct Gpus {
     issued: Counters,
     health: health::NvmlHealth,
     mismatch_slots: patterns::MismatchSlots,
+    /// Other libraries' stream-ordered pools whose memory was borrowed, each granted to the GPUs
+    /// with P2P to its own once.
+    granted_pools: Mutex<std::collections::HashSet<driver::MemoryPool>>,
     contexts: Vec<Arc<CudaContext>>,
 }
 
@@ -267,6 +270,7 @@ impl Gpus {
             io_streams,
             issued: Counters::default(),
             mismatch_slots: patterns::MismatchSlots::new(contexts.len()),
+            granted_pools: Mutex::default(),
             contexts,
         })
     }
@@ -606,7 +610,12 @@ impl RawBackend for Gpus {
     }
 
     fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> Result<Arc<Buffer>> {
-        let (ordinal, start, size) = driver::allocation_of(&self.contexts[device], address)?;
+        let driver::Allocation {
+            ordinal,
+            start,
+            size,
+            pool,
+        } = driver::allocation_of(&self.contexts[device], address)?;
         if usize::try_from(ordinal).ok() != Some(device) {
             return Err(Error::usage(format!(
                 "the memory at {address:#x} is not GPU {device}'s (the driver places it on GPU \
@@ -621,6 +630,17 @@ impl RawBackend for Gpus {
                 "{bytes} bytes at {address:#x} run past the end of their allocation on GPU \
                  {device} ({size} bytes from {start:#x}); borrow only memory the owner allocated"
             )));
+        }
+        if let Some(pool) = pool {
+            // Once per pool: the GPUs with P2P to this one may reach its memory, as peer access
+            // lets them reach cuMemAlloc's.
+            if lock(&self.granted_pools).insert(pool) {
+                let peers: Vec<usize> = (0..self.contexts.len())
+                    .filter(|&peer| peer != device)
+                    .filter(|&peer| self.topology.pair(peer, device).is_some_and(|p| p.p2p))
+                    .collect();
+                pool.grant(&peers)?;
+            }
         }
         Ok(Arc::new(Buffer(Storage::Borrowed { address, device })))
     }
