@@ -18,8 +18,9 @@
 // pinned host memory and its len the number of messages.
 //
 // Block 0, warp 0 is the dispatcher. Each round it reads, in one PCIe round trip, the slots of the
-// next 31 tickets (a lane each; only the next one after a round that found nothing), the host's
-// stop and heartbeat words (lane 31), and the copy blocks' progress (device memory). It takes ready slots in ticket order: a gated transfer first waits for
+// next 15 tickets (two lanes each, one load per lane; only the next one after a round that found
+// nothing), the host's stop and heartbeat words (lanes 30 and 31), and the copy blocks' progress
+// (device memory). It takes ready slots in ticket order: a gated transfer first waits for
 // its doorbell (written by cuStreamWriteValue64 when the user's stream reaches it); a copy of at
 // most RESIDENT_WARP_COPY_MAX bytes, or any transfer when there are no copy blocks, it moves itself
 // with its 32 lanes; anything else it posts on the board. Then it publishes completion: every
@@ -43,7 +44,8 @@
 
 constexpr unsigned int RESIDENT_THREADS = 512;
 constexpr unsigned int RESIDENT_BOARD_SLOTS = 64;
-constexpr unsigned int RESIDENT_POLL_WINDOW = 31;
+// Slots a round reads at most: two lanes each, lanes 30 and 31 left for the host's words.
+constexpr unsigned int RESIDENT_POLL_WINDOW_MAX = 15;
 constexpr unsigned long long RESIDENT_WARP_COPY_MAX = 4096;
 constexpr unsigned int RESIDENT_LEN_MASK = (1u << 30) - 1;
 constexpr unsigned int RESIDENT_GATED = 1u << 30;
@@ -300,20 +302,26 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         const unsigned long long round_at = global_timer_ns();
         // One round trip: the window of slots, the host's words, the copy blocks' progress.
         const unsigned long long ticket = next + lane;
-        const unsigned long long *slot = ring + (ticket & (a.ring_slots - 1)) * 4;
-        // Every lane loads in one straight run, no branch between the loads: the lanes past the
-        // window read the host's stop and heartbeat words (one line, one request). Behind a
-        // divergent branch, a round's poll took 2.6 µs on the H200 pair where one PCIe round
-        // trip takes 1.1.
-        const bool polls_slot = lane < window;
-        const unsigned long long *words = polls_slot ? slot : control + RESIDENT_STOP;
-        const ulonglong2 low = load_volatile_pair(words);
-        const ulonglong2 high = load_volatile_pair(polls_slot ? slot + 2 : words);
+        // One load per lane: lanes 2k and 2k+1 read the halves of slot k, the lanes past the
+        // window the host's stop and heartbeat words (one line, one request). One lane reading
+        // both halves waited for the first before the second went out: two PCIe round trips a
+        // poll (2.19 µs against 1.18 for one 16-byte load on the H200 pair,
+        // scripts/experiments/poll.cu), where loads of separate lanes travel together.
+        const unsigned long long *half =
+            ring + ((next + lane / 2) & (a.ring_slots - 1)) * 4 + 2 * (lane % 2);
+        const ulonglong2 got =
+            load_volatile_pair(lane < 2 * window ? half : control + RESIDENT_STOP);
+        // Slot k's halves, gathered into lane k.
+        const unsigned int from = 2 * (lane % RESIDENT_POLL_WINDOW_MAX);
+        const ulonglong2 low = {__shfl_sync(RESIDENT_FULL_WARP, got.x, from),
+                                __shfl_sync(RESIDENT_FULL_WARP, got.y, from)};
+        const ulonglong2 high = {__shfl_sync(RESIDENT_FULL_WARP, got.x, from + 1),
+                                 __shfl_sync(RESIDENT_FULL_WARP, got.y, from + 1)};
         retired = copiers > 0 ? lowest_progress(a, copiers, lane) : posted;
         Transfer mine = {0, 0, 0, 0};
-        const bool ready = polls_slot && decode_slot(low, high, ticket, a.ring_slots, &mine);
-        const unsigned long long stop = __shfl_sync(RESIDENT_FULL_WARP, low.x, 31);
-        const unsigned long long beat = __shfl_sync(RESIDENT_FULL_WARP, low.y, 31);
+        const bool ready = lane < window && decode_slot(low, high, ticket, a.ring_slots, &mine);
+        const unsigned long long stop = __shfl_sync(RESIDENT_FULL_WARP, got.x, 31);
+        const unsigned long long beat = __shfl_sync(RESIDENT_FULL_WARP, got.y, 31);
         // Lane 31 never holds a slot, so the ready run ends by lane 31 at the latest.
         const unsigned int count = __ffs(~__ballot_sync(RESIDENT_FULL_WARP, ready)) - 1;
         const unsigned long long polled_at = timer_after(count + beat + stop + retired);
@@ -383,7 +391,7 @@ __device__ void run_dispatcher(const ResidentArgs &a) {
         if (state == RESIDENT_RUNNING && stop != 0 && count == 0) {
             state = RESIDENT_STOPPED;
         }
-        window = count > 0 ? RESIDENT_POLL_WINDOW : 1;
+        window = count > 0 ? RESIDENT_POLL_WINDOW_MAX : 1;
     }
     // Let the copy blocks finish the board, publish everything taken, and let them go.
     while (retired != posted) {
