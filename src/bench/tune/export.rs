@@ -346,6 +346,7 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             p2p_gbps,
             generation: None,
             lanes: None,
+            both_ways_fraction: None,
         },
         host: HostSpec {
             inter_socket_gbps,
