@@ -23,7 +23,7 @@ use crate::bench::progress::Progress;
 use crate::bench::proof::sweep::{median_route_ends, route_spread, BALANCE_TOLERANCE};
 use crate::bench::timing::{interleaved, Runs, Turn};
 use crate::document::plan::RouteName;
-use crate::engine::{Fabric, Plan, Planner, Route, RouteEnd, Strategy};
+use crate::engine::{Fabric, Plan, Planner, Route, RouteEnd, Strategy, Ways};
 use crate::model::profile::{HostRouteEnd, MAX_CHUNK_US, MAX_RATE_FRACTION};
 use crate::model::{defaults, CostModel, HostPace};
 use crate::units::format_bytes;
@@ -423,7 +423,7 @@ fn modelled_end(model: &CostModel, run: &SplitRun, fit: Fit) -> f64 {
     let (plan, (host, _)) = (&run.plan, run.host());
     let paced = with_fit(model, plan.src, plan.dst, fit);
     Planner::new(paced)
-        .route_ends_us(plan)
+        .route_ends_us(plan, Ways::One)
         .expect("the planner prices the routes of its own split")[host]
 }
 
@@ -553,7 +553,7 @@ mod tests {
             .plan_with(Strategy::Split, 0, 1, bytes)
             .unwrap();
         let ends = Planner::new(with_fit(model, 0, 1, truth))
-            .route_ends_us(&plan)
+            .route_ends_us(&plan, Ways::One)
             .unwrap();
         let routes: Vec<RouteRun> = plan
             .paths

@@ -221,6 +221,7 @@ impl Measurements {
                     chunk_us: kept.chunk_us,
                     fixed_us: kept.fixed_us,
                     splits: s.fitted_to(),
+                    both_ways: None,
                 })
             })
             .collect();
