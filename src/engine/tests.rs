@@ -926,3 +926,61 @@ fn a_timed_split_tells_when_each_route_ended() {
         .unwrap();
     assert!(single.route_ends().unwrap().is_empty());
 }
+
+/// Both GPUs of the h200-pair simulator split `bytes` to each other at once, planned from
+/// `model`: each flow's GPU time and its routes' ends.
+fn both_ways_splits(model: crate::model::CostModel, bytes: usize) -> Vec<(f64, Vec<f64>)> {
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("h200-pair").unwrap());
+    let fabric = Fabric::builder(backend).model(model).open().unwrap();
+    let bufs: Vec<(Buffer, Buffer)> = [(0, 1), (1, 0)]
+        .iter()
+        .map(|&(a, b)| {
+            let from = fabric.alloc(a, bytes).unwrap();
+            from.write(0, &pattern::bytes(a as u64, bytes)).unwrap();
+            (from, fabric.alloc(b, bytes).unwrap())
+        })
+        .collect();
+    let transfers = fabric
+        .submit_together(
+            bufs.iter()
+                .map(|(from, to)| {
+                    fabric
+                        .transfer(from.all(), to.all())
+                        .strategy(Strategy::Split)
+                        .timed()
+                })
+                .collect(),
+        )
+        .unwrap();
+    let out = transfers
+        .iter()
+        .map(|t| {
+            let ends = t.route_ends().unwrap().iter().map(|e| e.end_us).collect();
+            (t.elapsed_us().unwrap(), ends)
+        })
+        .collect();
+    for (a, (from, to)) in bufs.iter().enumerate() {
+        assert_eq!(to.to_vec().unwrap(), from.to_vec().unwrap(), "flow {a}");
+    }
+    out
+}
+
+#[test]
+fn experiment_both_ways() {
+    let topology = SimBackend::open("h200-pair").unwrap().topology().clone();
+    let estimate = crate::model::CostModel::from_topology(&topology);
+    let one_way = estimate
+        .clone()
+        .with_both_ways(0, 1, 1.0)
+        .with_both_ways(1, 0, 1.0);
+    for bytes in [64 * MIB, 256 * MIB] {
+        println!(
+            "{bytes} one-way: {:?}",
+            both_ways_splits(one_way.clone(), bytes)
+        );
+        println!(
+            "{bytes} estimate: {:?}",
+            both_ways_splits(estimate.clone(), bytes)
+        );
+    }
+}
