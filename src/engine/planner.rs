@@ -1539,6 +1539,45 @@ mod tests {
     }
 
     #[test]
+    fn both_ways_the_host_route_carries_fewer_bytes_and_only_opposite_transfers_are_priced_so() {
+        let p = planner(nvlink_pair());
+        let host_bytes = |plan: &Plan| {
+            plan.paths
+                .iter()
+                .find(|s| s.route == Route::Host)
+                .map_or(0, |s| s.bytes)
+        };
+        for bytes in [256 * MIB, 1 << 30] {
+            let one = p.plan_ways(0, 1, bytes, Ways::One).unwrap();
+            let both = p.plan_ways(0, 1, bytes, Ways::Both).unwrap();
+            // Still worth splitting (both GPUs' links slowed to 0.90 still add bandwidth beside
+            // NVLink), with fewer bytes through the host, and predicted slower than one way.
+            assert_eq!(both.strategy, Strategy::Split, "{both:?}");
+            assert!(host_bytes(&both) < host_bytes(&one), "{one:?} {both:?}");
+            let ratio = host_bytes(&both) as f64 / host_bytes(&one) as f64;
+            assert!((0.8..0.97).contains(&ratio), "{ratio}");
+            assert!(both.predicted_us > one.predicted_us);
+            // Never slower than NVLink alone by the model's own prediction.
+            assert!(both.predicted_us < alternative(&both, Strategy::DirectCe));
+        }
+        // Only a transfer with an opposite one that takes the host route is priced both ways.
+        let plan = |src, dst, bytes, _, ways| p.plan_ways(src, dst, bytes, ways);
+        let big = 256 * MIB;
+        assert_eq!(
+            ways_together(&[(0, 1, big, None), (1, 0, big, None)], plan),
+            [Ways::Both, Ways::Both]
+        );
+        assert_eq!(
+            ways_together(&[(0, 1, big, None), (1, 0, 4096, None)], plan),
+            [Ways::One, Ways::Both]
+        );
+        assert_eq!(
+            ways_together(&[(0, 1, big, None), (0, 1, big, None)], plan),
+            [Ways::One, Ways::One]
+        );
+    }
+
+    #[test]
     fn a_split_needs_a_free_copy_engine_for_every_route() {
         // With one copy engine per GPU the host route's device → host copy would queue behind the
         // direct copy on the source: no split.

@@ -260,7 +260,11 @@ pub fn measure_both_ways(
     };
     progress.finish();
     let note = format!(
-        "the host route both ways: GPU {a} → GPU {b} and GPU {b} → GPU {a} split {} at once          (planned both ways, the one-way figures above held), run {} each (median, every byte          verified); the fraction of their one-way rate both host hops keep is fitted so that the          model's host routes end when they were measured to, over both directions and sizes; the          splits are then planned with it and run together again",
+        "the host route both ways: GPU {a} → GPU {b} and GPU {b} → GPU {a} split {} at once \
+         (planned both ways, the one-way figures above held), run {} each (median, every byte \
+         verified); the fraction of their one-way rate both host hops keep is fitted so that the \
+         model's host routes end when they were measured to, over both directions and sizes; the \
+         splits are then planned with it and run together again",
         sizes.map(format_bytes).join(" and "),
         match runs.runs {
             1 => "once".to_string(),
@@ -298,22 +302,24 @@ fn fit_both_ways(model: &CostModel, runs: &[SplitRun]) -> (Option<f64>, Vec<Refu
             .map(|run| host_end_in(&paced, run, Ways::Both) - run.host().1.measured_us)
             .sum()
     };
-    // The model's ends fall as the fraction rises.
-    let highest = 1.0 + ABOVE_LINK_TOLERANCE;
-    let fraction = solve(LOWEST_RATE, highest, |f| -miss(f));
+    // The model's ends fall as the fraction rises. At 1 the routes may already end later than
+    // measured: faster both ways than one way, unless only by a measurement's spread.
+    let fraction = solve(LOWEST_RATE, 1.0, |f| -miss(f));
+    let measured: f64 = runs.iter().map(|run| run.host().1.measured_us).sum();
     let near = |a: f64, b: f64| (a - b).abs() <= 1e-6;
     let why = if near(fraction, LOWEST_RATE) {
         Some(format!("{fraction:.3} is the fit's bound"))
-    } else if near(fraction, highest) {
+    } else if near(fraction, 1.0) && miss(1.0) > ABOVE_LINK_TOLERANCE * measured {
         Some(format!(
-            "{fraction:.3} is above 1 (the host route faster both ways than one way)"
+            "the host routes ended sooner than a fraction of 1 prices them (faster both ways \
+             than one way), by {:.1} µs summed",
+            miss(1.0)
         ))
     } else {
         None
     };
     match why {
-        // Within the tolerance above 1 is one way's rate.
-        None => (Some(fraction.min(1.0)), Vec::new()),
+        None => (Some(fraction), Vec::new()),
         Some(why) => (None, vec![RefusedFraction { fraction, why }]),
     }
 }
@@ -888,6 +894,63 @@ mod tests {
         ] {
             assert!(impossible(&model, 0, 1, bound).is_some(), "{bound:?}");
         }
+    }
+
+    /// Both directions' runs of splits planned both ways with the estimate, whose host routes
+    /// ended where `model` with `fraction` both ways says, then scaled by `stretch`.
+    fn both_ways_at(model: &CostModel, fraction: f64, stretch: f64) -> Vec<SplitRun> {
+        let truth = with_both_ways(model, (0, 1), fraction);
+        [(0, 1), (1, 0)]
+            .into_iter()
+            .flat_map(|(src, dst)| [256 << 20, 1 << 30].map(|bytes| (src, dst, bytes)))
+            .map(|(src, dst, bytes)| {
+                let plan = Planner::new(model.clone())
+                    .plan_with_ways(Strategy::Split, src, dst, bytes, Ways::Both)
+                    .unwrap();
+                let ends = Planner::new(truth.clone())
+                    .route_ends_us(&plan, Ways::Both)
+                    .unwrap();
+                let routes: Vec<RouteRun> = plan
+                    .paths
+                    .iter()
+                    .zip(ends)
+                    .map(|(share, end)| RouteRun {
+                        route: share.route.into(),
+                        bytes: share.bytes,
+                        predicted_us: share.predicted_us,
+                        measured_us: end * stretch,
+                    })
+                    .collect();
+                SplitRun {
+                    bytes,
+                    chunk_bytes: plan.chunk_bytes,
+                    spread: route_spread(routes.iter().map(|r| r.measured_us)).unwrap(),
+                    routes,
+                    plan,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_both_ways_fraction_is_found_and_an_impossible_one_refused() {
+        let model = CostModel::from_topology(&nvlink_pair());
+        for truth in [0.7, 0.85, 1.0] {
+            let (found, refused) = fit_both_ways(&model, &both_ways_at(&model, truth, 1.0));
+            assert!(refused.is_empty(), "{refused:?}");
+            assert!(
+                (found.unwrap() - truth).abs() < 0.01,
+                "{found:?} for {truth}"
+            );
+        }
+        // Ended in a third of the time: faster both ways than one way, beyond any fraction ≤ 1.
+        let (found, refused) = fit_both_ways(&model, &both_ways_at(&model, 0.9, 1.0 / 3.0));
+        assert_eq!(found, None);
+        assert!(refused[0].why.contains("faster both ways"), "{refused:?}");
+        // Ended far later than even the slowest fraction prices: on the fit's bound.
+        let (found, refused) = fit_both_ways(&model, &both_ways_at(&model, 0.9, 1000.0));
+        assert_eq!(found, None);
+        assert!(refused[0].why.contains("bound"), "{refused:?}");
     }
 
     #[test]
