@@ -613,6 +613,13 @@ fn the_host_route_both_ways_is_measured_and_both_ways_splits_then_end_together()
         both.check.iter().all(|run| run.spread <= BALANCE_TOLERANCE),
         "{both:#?}"
     );
+    // The exported simulator slows host copies both ways by the fitted fraction.
+    let exported = export::preset(&m, sim.topology(), "tuned").unwrap();
+    let exported_fraction = exported.pcie.both_ways_fraction.expect("exported");
+    assert!(
+        close(exported_fraction, fraction, 1e-3),
+        "{exported_fraction}"
+    );
     let profile = m.profile(sim.topology());
     for b in &profile.beside_direct {
         let kept = b.both_ways.as_ref().expect("both directions keep it");
