@@ -248,7 +248,8 @@ step "the split planned from a profile that measured the host route beside NVLin
 # tune runs splits at 256 MiB and 1 GiB and fits how the host route runs beside the direct copy (its
 # table says where each route ended, planned with the estimate and with the fit); the engine's
 # proofs then plan from that profile: each route's end (within 3% is balanced), one way and both
-# ways, and the engine sweep's regret at every size.
+# ways (tune also runs both directions' splits at once and fits the host route's fraction both
+# ways; plan --concurrent plans each flow both ways), and the engine sweep's regret at every size.
 { time $bin --gpu tune --out "$work/profile-split.json" >"$work/tune-split.txt" 2>&1; } \
     2>"$work/tune-split.time"
 gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture a_timed_split_tells_when_each_route_ended \
@@ -262,6 +263,8 @@ for size in 256MiB 1GiB; do
         >"$work/split-tuned-engine-$size.json" 2>"$work/split-tuned-engine-$size.err"
     $bin --gpu plan --concurrent shift --size $size "${tuned[@]}" \
         >"$work/split-tuned-concurrent-$size.txt" 2>&1
+    # Both ways priced with the estimated fraction (no profile), beside the tuned one's fit.
+    $bin --gpu plan --concurrent shift --size $size >"$work/split-estimate-concurrent-$size.txt" 2>&1
 done
 $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB "${tuned[@]}" \
     >"$work/split-tuned-engine-sweep.txt" 2>&1

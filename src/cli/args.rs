@@ -274,9 +274,9 @@ pub struct PlanArgs {
     #[arg(long, required_unless_present = "concurrent")]
     pub dst: Option<usize>,
 
-    /// Run every GPU's transfer of --size at once instead, planned as if alone, against each alone
-    /// and each strategy used for all: `shift` (GPU i sends to GPU i+1, over the GPUs in use) or
-    /// `shift:K`
+    /// Run every GPU's transfer of --size at once instead, planned as it runs (the host route
+    /// priced both ways where two GPUs send to each other), against each alone and each strategy
+    /// used for all: `shift` (GPU i sends to GPU i+1, over the GPUs in use) or `shift:K`
     #[arg(
         long,
         value_name = "TRAFFIC",

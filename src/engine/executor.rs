@@ -17,7 +17,7 @@
 //! routes, its direct copies are queued first (one call each, so that they start at once), then the
 //! pipelines' chunks in turn.
 
-use super::plan::{PathShare, Plan, Route, Strategy};
+use super::plan::{PathShare, Plan, Route, Strategy, Ways};
 use super::planner::{chunking, MAX_CHUNK, STAGING_SLOTS};
 use crate::backend::{
     Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId, WorkerConfig, WorkerId,
@@ -101,8 +101,9 @@ impl ResidentWorkers {
     }
 }
 
-/// A transfer as the plan cache knows it: source, destination, bytes, forced strategy.
-type PlanKey = (usize, usize, u64, Option<Strategy>);
+/// A transfer as the plan cache knows it: source, destination, bytes, forced strategy, and whether
+/// it runs both ways.
+type PlanKey = (usize, usize, u64, Option<Strategy>, Ways);
 
 /// The maps every transfer looks up (its plan, its stream), keyed by a few small integers. FxHash:
 /// with the default SipHash the two lookups were a fifth of the engine's CPU time per transfer, and
@@ -161,10 +162,9 @@ impl Shared {
     /// planner's fastest strategy that `reaches` accepts.
     pub fn plan_reaching(
         &self,
-        src: usize,
-        dst: usize,
-        bytes: u64,
+        (src, dst, bytes): (usize, usize, u64),
         strategy: Option<Strategy>,
+        ways: Ways,
         reaches: impl Fn(&Plan) -> bool,
     ) -> Result<Arc<Plan>> {
         let refused = |what: &str| {
@@ -176,19 +176,19 @@ impl Shared {
             ))
         };
         if let Some(s) = strategy {
-            let plan = self.plan(src, dst, bytes, Some(s))?;
+            let plan = self.plan(src, dst, bytes, Some(s), ways)?;
             return match reaches(&plan) {
                 true => Ok(plan),
                 false => Err(refused(&format!("{} cannot", s.name()))),
             };
         }
-        let auto = self.plan(src, dst, bytes, None)?;
+        let auto = self.plan(src, dst, bytes, None, ways)?;
         if reaches(&auto) {
             return Ok(auto);
         }
         // Alternatives are listed fastest first.
         for &(s, _) in &auto.alternatives {
-            let plan = self.plan(src, dst, bytes, Some(s))?;
+            let plan = self.plan(src, dst, bytes, Some(s), ways)?;
             if reaches(&plan) {
                 return Ok(plan);
             }
@@ -196,22 +196,23 @@ impl Shared {
         Err(refused("no strategy can"))
     }
 
-    /// The planner's plan for a transfer (its pick, or `strategy` where given), made once per
-    /// (pair, size, strategy).
+    /// The planner's plan for a transfer (its pick, or `strategy` where given) that runs as
+    /// `ways` says, made once per (pair, size, strategy, ways).
     pub fn plan(
         &self,
         src: usize,
         dst: usize,
         bytes: u64,
         strategy: Option<Strategy>,
+        ways: Ways,
     ) -> Result<Arc<Plan>> {
-        let key = (src, dst, bytes, strategy);
+        let key = (src, dst, bytes, strategy, ways);
         if let Some(plan) = lock(&self.plans).get(&key) {
             return Ok(plan.clone());
         }
         let plan = Arc::new(match strategy {
-            Some(s) => self.planner.plan_with(s, src, dst, bytes)?,
-            None => self.planner.plan(src, dst, bytes)?,
+            Some(s) => self.planner.plan_with_ways(s, src, dst, bytes, ways)?,
+            None => self.planner.plan_ways(src, dst, bytes, ways)?,
         });
         let mut plans = lock(&self.plans);
         if plans.len() >= CACHED_PLANS {

@@ -12,7 +12,8 @@
 //!   prepared batch keeps its buffers alive.
 
 use super::executor::{self, lock, Completion, Loc, ResidentWorkers, Shared};
-use super::plan::{BatchPlan, Plan, Route, RouteEnd, Strategy};
+use super::plan::{BatchPlan, Plan, Route, RouteEnd, Strategy, Ways};
+use super::planner::{ways_together, Together};
 use super::Planner;
 use crate::backend::{Backend, BufferId, EventId, Memory, SharedBuffer, SharedMemory};
 use crate::model::CostModel;
@@ -208,9 +209,11 @@ impl Fabric {
 
     /// Queues several transfers at once, their chunks interleaved, so that none waits for the CPU
     /// to finish queuing another: every GPU sending at once, or a split through the host both ways
-    /// between two GPUs, starts all of its transfers together. A transfer may read what another of
-    /// them reads, but none may write bytes another of them reads or writes (submit those one after
-    /// the other, and the later is ordered after the earlier).
+    /// between two GPUs, starts all of its transfers together. A transfer is planned as it will
+    /// run: where another of them goes the opposite way through the host, its host route is
+    /// priced both ways ([`Ways::Both`]). A transfer may read what another of them reads, but
+    /// none may write bytes another of them reads or writes (submit those one after the other,
+    /// and the later is ordered after the earlier).
     pub fn submit_together<'a>(
         &'a self,
         transfers: Vec<TransferBuilder<'a>>,
@@ -228,9 +231,14 @@ impl Fabric {
                 }
             }
         }
+        let ends: Vec<Together> = transfers.iter().map(TransferBuilder::together).collect();
+        let ways = ways_together(&ends, |src, dst, bytes, strategy, ways| {
+            self.shared.plan(src, dst, bytes, strategy, ways)
+        });
         let prepared = transfers
             .into_iter()
-            .map(TransferBuilder::prepare)
+            .zip(ways)
+            .map(|(transfer, ways)| transfer.prepare(ways))
             .collect::<Result<Vec<_>>>()?;
         let jobs: Vec<executor::Job<'_>> = prepared.iter().map(Prepared::job).collect();
         let done = executor::submit_together(&self.shared, &jobs)?;
@@ -640,23 +648,30 @@ impl<'a> TransferBuilder<'a> {
     /// Checks the ranges, plans, and queues the transfer.
     pub fn submit(self) -> Result<Transfer> {
         let shared = self.fabric.shared().clone();
-        let prepared = self.prepare()?;
+        let prepared = self.prepare(Ways::One)?;
         let done = executor::submit(&shared, &prepared.job())?;
         Ok(prepared.claim(done))
     }
 
-    /// Checks the ranges and plans; gathers what the transfer must wait for (`after`, and the
-    /// pending transfers it would race with).
-    fn prepare(self) -> Result<Prepared<'a>> {
+    /// What [`ways_together`] needs of it: its GPUs, its bytes, a forced strategy.
+    fn together(&self) -> Together {
+        let bytes = self.src.range.len().min(self.dst.range.len()) as u64;
+        (self.src.device(), self.dst.device(), bytes, self.strategy)
+    }
+
+    /// Checks the ranges and plans it as it runs (`ways`); gathers what the transfer must wait
+    /// for (`after`, and the pending transfers it would race with).
+    fn prepare(self, ways: Ways) -> Result<Prepared<'a>> {
         let fabric = self.fabric;
         let len = fabric.check_pair(&self.src, &self.dst)? as u64;
         let (a, b) = (self.src.device(), self.dst.device());
         let (plan, issuing) = match ImportReach::of(&self.src, &self.dst)? {
-            None => (fabric.shared().plan(a, b, len, self.strategy)?, a),
+            None => (fabric.shared().plan(a, b, len, self.strategy, ways)?, a),
             Some(reach) => {
-                let plan = fabric
-                    .shared()
-                    .plan_reaching(a, b, len, self.strategy, |p| reach.reaches(p))?;
+                let plan =
+                    fabric
+                        .shared()
+                        .plan_reaching((a, b, len), self.strategy, ways, |p| reach.reaches(p))?;
                 (plan, reach.gpu)
             }
         };

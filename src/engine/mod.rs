@@ -40,5 +40,5 @@ pub(crate) mod tests;
 
 pub use batch::PreparedBatch;
 pub use fabric::{Buffer, Fabric, FabricBuilder, Planned, Span, Transfer, TransferBuilder};
-pub use plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, RouteEnd, Strategy};
+pub use plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, RouteEnd, Strategy, Ways};
 pub use planner::Planner;

@@ -7,6 +7,18 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+/// What else a transfer runs beside, as far as its pricing goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Ways {
+    /// Nothing that slows its routes: each GPU's PCIe link carries its host route one way.
+    #[default]
+    One,
+    /// Another transfer goes the opposite way through the host at once (both GPUs splitting to
+    /// each other): each GPU's PCIe link carries copies both ways, and the host route is priced
+    /// at the fraction of its rate it keeps then ([`crate::model::CostModel::both_ways`]).
+    Both,
+}
+
 /// A way to move one contiguous range from one GPU to another.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,

@@ -13,7 +13,7 @@
 //! than predicted it finishes early and the split still ends with its fastest route, whose
 //! prediction is the surest; if it ran slower, the whole split would wait for it.
 
-use super::plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
+use super::plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy, Ways};
 use crate::backend::CopyMethod;
 use crate::model::{defaults, BesideDirect, Cost, CostModel, Hop, Resource};
 use crate::{Error, Result};
@@ -174,8 +174,14 @@ impl Planner {
     /// The fastest way to move `bytes` from GPU `src` to GPU `dst`, with every other usable
     /// strategy's prediction. A copy within one GPU is planned as one local copy.
     pub fn plan(&self, src: usize, dst: usize, bytes: u64) -> Result<Plan> {
+        self.plan_ways(src, dst, bytes, Ways::One)
+    }
+
+    /// As [`Planner::plan`], for a transfer that runs as `ways` says: [`Ways::Both`] prices the
+    /// host route as it runs while another transfer goes the opposite way through the host.
+    pub fn plan_ways(&self, src: usize, dst: usize, bytes: u64, ways: Ways) -> Result<Plan> {
         self.check(src, dst, bytes)?;
-        let mut candidates = self.candidates(src, dst, bytes);
+        let mut candidates = self.candidates(src, dst, bytes, ways);
         candidates.sort_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us));
         let mut best = candidates.remove(0);
         best.alternatives = candidates
@@ -193,8 +199,20 @@ impl Planner {
         dst: usize,
         bytes: u64,
     ) -> Result<Plan> {
+        self.plan_with_ways(strategy, src, dst, bytes, Ways::One)
+    }
+
+    /// As [`Planner::plan_with`], for a transfer that runs as `ways` says.
+    pub fn plan_with_ways(
+        &self,
+        strategy: Strategy,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        ways: Ways,
+    ) -> Result<Plan> {
         self.check(src, dst, bytes)?;
-        let mut candidates = self.candidates(src, dst, bytes);
+        let mut candidates = self.candidates(src, dst, bytes, ways);
         candidates.sort_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us));
         let Some(index) = candidates.iter().position(|p| p.strategy == strategy) else {
             return Err(self.unavailable(strategy, src, dst));
@@ -211,7 +229,7 @@ impl Planner {
     pub fn unusable(&self, src: usize, dst: usize, bytes: u64) -> Result<Vec<(Strategy, String)>> {
         self.check(src, dst, bytes)?;
         let usable: Vec<Strategy> = self
-            .candidates(src, dst, bytes)
+            .candidates(src, dst, bytes, Ways::One)
             .iter()
             .map(|p| p.strategy)
             .collect();
@@ -447,7 +465,7 @@ impl Planner {
     }
 
     /// Every usable strategy's best plan (alternatives left empty).
-    fn candidates(&self, src: usize, dst: usize, bytes: u64) -> Vec<Plan> {
+    fn candidates(&self, src: usize, dst: usize, bytes: u64, ways: Ways) -> Vec<Plan> {
         if self.model.topology().crosses_hosts(src, dst) {
             return self.network_candidates(src, dst, bytes);
         }
@@ -460,15 +478,16 @@ impl Planner {
             (Strategy::DirectSm, Route::Direct(CopyMethod::SmKernel)),
         ];
         for (strategy, route) in direct.into_iter().chain(resident) {
-            if let Some(h) = self.hops(route, src, dst) {
+            if let Some(h) = self.hops(route, src, dst, ways) {
                 let time = self.direct_us(&h, bytes);
                 plans.push(self.single(src, dst, bytes, strategy, route, time));
             }
         }
-        plans.extend(self.best_chunked(src, dst, bytes, Strategy::Staged, &[Route::Host]));
+        let host = [Route::Host];
+        plans.extend(self.best_chunked(src, dst, bytes, Strategy::Staged, &host, ways));
         let relays: Vec<Route> = self.relays(src, dst).collect();
-        plans.extend(self.best_chunked(src, dst, bytes, Strategy::Relay, &relays));
-        plans.extend(self.best_split(src, dst, bytes));
+        plans.extend(self.best_chunked(src, dst, bytes, Strategy::Relay, &relays, ways));
+        plans.extend(self.best_split(src, dst, bytes, ways));
         plans
     }
 
@@ -477,11 +496,12 @@ impl Planner {
     fn network_candidates(&self, src: usize, dst: usize, bytes: u64) -> Vec<Plan> {
         let mut plans = Vec::new();
         let route = Route::GpudirectRdma;
-        if let Some(h) = self.hops(route, src, dst) {
+        if let Some(h) = self.hops(route, src, dst, Ways::One) {
             let time = self.direct_us(&h, bytes);
             plans.push(self.single(src, dst, bytes, Strategy::GpudirectRdma, route, time));
         }
-        plans.extend(self.best_chunked(src, dst, bytes, Strategy::NetStaged, &[Route::NetStaged]));
+        let net = [Route::NetStaged];
+        plans.extend(self.best_chunked(src, dst, bytes, Strategy::NetStaged, &net, Ways::One));
         plans
     }
 
@@ -491,11 +511,13 @@ impl Planner {
             .copied()
             .filter(move |&r| r != src && r != dst)
             .map(Route::Relay)
-            .filter(move |&route| self.hops(route, src, dst).is_some())
+            .filter(move |&route| self.hops(route, src, dst, Ways::One).is_some())
     }
 
-    /// The hops a route takes, or `None` where one of them is impossible.
-    fn hops(&self, route: Route, src: usize, dst: usize) -> Option<Hops> {
+    /// The hops a route takes, or `None` where one of them is impossible. Both ways, the host
+    /// route's hops are priced at the fraction of their rate they keep while each GPU's PCIe link
+    /// carries copies the other way too.
+    fn hops(&self, route: Route, src: usize, dst: usize, ways: Ways) -> Option<Hops> {
         let hops = match route {
             Route::Direct(CopyMethod::CopyEngine) => vec![Hop::PeerCe { src, dst }],
             Route::Direct(CopyMethod::SmKernel) => vec![Hop::PeerSm { src, dst }],
@@ -530,6 +552,12 @@ impl Planner {
             .iter()
             .map(|&h| self.model.cost(h))
             .collect::<Option<Vec<_>>>()?;
+        if route == Route::Host && ways == Ways::Both {
+            let fraction = self.model.both_ways(src, dst).fraction();
+            for c in &mut costs {
+                c.beta_gbps *= fraction;
+            }
+        }
         // The GPU whose streams run a pipeline's second hop (the first runs on the source). Where
         // it is another GPU, every chunk's drain waits for its fill across the GPUs, a fill into a
         // reused slot for that slot's drain, and the end for the last drain.
@@ -644,10 +672,11 @@ impl Planner {
         bytes: u64,
         strategy: Strategy,
         routes: &[Route],
+        ways: Ways,
     ) -> Option<Plan> {
         let mut best: Option<(f64, Route, u64)> = None;
         for &route in routes {
-            let Some(h) = self.hops(route, src, dst) else {
+            let Some(h) = self.hops(route, src, dst, ways) else {
                 continue;
             };
             for target in Self::chunk_targets(bytes) {
@@ -668,12 +697,12 @@ impl Planner {
     /// bytes. Every route of the split must pay: the one carrying the fewest bytes is dropped while
     /// the routes left (split, or the best of them alone) would be predicted within
     /// [`MODEL_MARGIN`] of the split with it.
-    fn best_split(&self, src: usize, dst: usize, bytes: u64) -> Option<Plan> {
+    fn best_split(&self, src: usize, dst: usize, bytes: u64, ways: Ways) -> Option<Plan> {
         let mut routes = vec![Route::Direct(CopyMethod::CopyEngine), Route::Host];
         routes.extend(self.relays(src, dst));
         let mut routes: Vec<(Route, Hops)> = routes
             .into_iter()
-            .filter_map(|r| self.hops(r, src, dst).map(|h| (r, h)))
+            .filter_map(|r| self.hops(r, src, dst, ways).map(|h| (r, h)))
             .collect();
         let mut split = self.split_over(src, dst, bytes, &routes)?;
         loop {
@@ -701,7 +730,7 @@ impl Planner {
     /// before any pricing beside a direct copy: the copy's α and the waits across the GPUs. `tune`
     /// refuses a fitted per-chunk cost that would take it below zero.
     pub fn host_chunk_alpha_us(&self, src: usize, dst: usize) -> Option<f64> {
-        self.hops(Route::Host, src, dst)
+        self.hops(Route::Host, src, dst, Ways::One)
             .map(|h| h.costs[0].alpha_us)
     }
 
@@ -709,7 +738,7 @@ impl Planner {
     /// the wait for the last drain, the fixed part): `tune` refuses a fitted extra per transfer
     /// that would take it below zero.
     pub fn host_fixed_us(&self, src: usize, dst: usize) -> Option<f64> {
-        self.hops(Route::Host, src, dst)
+        self.hops(Route::Host, src, dst, Ways::One)
             .map(|h| h.first_issue_us + h.finish_us)
     }
 
@@ -724,14 +753,15 @@ impl Planner {
     }
 
     /// When each route of `plan` (a split, its bytes already divided) would end as this planner
-    /// prices the routes, in the order of `plan.paths`; `None` where a route of it is not one this
-    /// planner would split over. `tune` sets these beside the ends it measures.
-    pub fn route_ends_us(&self, plan: &Plan) -> Option<Vec<f64>> {
+    /// prices the routes for a transfer that runs as `ways` says, in the order of `plan.paths`;
+    /// `None` where a route of it is not one this planner would split over. `tune` sets these
+    /// beside the ends it measures.
+    pub fn route_ends_us(&self, plan: &Plan, ways: Ways) -> Option<Vec<f64>> {
         let (src, dst) = (plan.src, plan.dst);
         let routes: Vec<(Route, Hops)> = plan
             .paths
             .iter()
-            .map(|p| self.hops(p.route, src, dst).map(|h| (p.route, h)))
+            .map(|p| self.hops(p.route, src, dst, ways).map(|h| (p.route, h)))
             .collect::<Option<_>>()?;
         let lanes = self.share_bandwidth(&routes, src, dst, plan.chunk_bytes);
         let shares: Vec<u64> = lanes
@@ -919,6 +949,56 @@ impl Planner {
         }
         kept
     }
+}
+
+/// One of several transfers that run at once, as [`ways_together`] sees it: source, destination,
+/// bytes, and a forced strategy.
+pub type Together = (usize, usize, u64, Option<Strategy>);
+
+/// How each of `transfers`, all running at once, is priced: [`Ways::Both`] where another of them
+/// goes the opposite way and its plan, priced both ways too, takes the host route (each GPU's PCIe
+/// link then carries copies both ways); else [`Ways::One`]. `plan` plans one transfer as it runs
+/// (a fabric's cached plans, or a planner's); a transfer it cannot plan takes no host route here
+/// (submitting it says why). Where the opposite transfer's plan moves fewer bytes through the
+/// host than this one's would, pricing this one both ways is on the pessimistic side.
+pub fn ways_together<P: std::borrow::Borrow<Plan>>(
+    transfers: &[Together],
+    plan: impl Fn(usize, usize, u64, Option<Strategy>, Ways) -> Result<P>,
+) -> Vec<Ways> {
+    let takes_host = |&(src, dst, bytes, strategy): &Together| {
+        src != dst
+            && plan(src, dst, bytes, strategy, Ways::Both).is_ok_and(|p| {
+                p.borrow()
+                    .paths
+                    .iter()
+                    .any(|share| share.route == Route::Host)
+            })
+    };
+    let has_opposite = |&(src, dst, ..): &Together| {
+        transfers
+            .iter()
+            .any(|other| (other.0, other.1) == (dst, src))
+    };
+    // Only a transfer that has an opposite one is planned both ways (the others keep the planning
+    // of a transfer alone).
+    let through_host: Vec<bool> = transfers
+        .iter()
+        .map(|t| has_opposite(t) && takes_host(t))
+        .collect();
+    transfers
+        .iter()
+        .map(|&(src, dst, ..)| {
+            let opposite = transfers
+                .iter()
+                .zip(&through_host)
+                .any(|(other, &host)| host && (other.0, other.1) == (dst, src));
+            if opposite {
+                Ways::Both
+            } else {
+                Ways::One
+            }
+        })
+        .collect()
 }
 
 /// The copy engines each GPU has left for the routes of one split. Routes running at once on one
@@ -1362,7 +1442,7 @@ mod tests {
         // these shares in these chunks beside the NVLink copy and ended last, after the measured
         // time. Priced beside a direct copy, the model lands within 5% of each.
         let p = planner(nvlink_pair());
-        let h = p.hops(Route::Host, 0, 1).unwrap();
+        let h = p.hops(Route::Host, 0, 1, Ways::One).unwrap();
         for (share, chunk, measured_us) in [
             (MIB, 256 << 10, 89.9),
             (6 * MIB, MIB, 236.1),
@@ -1388,7 +1468,7 @@ mod tests {
     fn a_split_is_priced_again_route_by_route_as_planned() {
         for (p, src, dst) in [(planner(nvlink_pair()), 0, 1), (planner(dgx1()), 0, 5)] {
             let plan = p.plan_with(Strategy::Split, src, dst, 256 * MIB).unwrap();
-            let ends = p.route_ends_us(&plan).unwrap();
+            let ends = p.route_ends_us(&plan, Ways::One).unwrap();
             let planned: Vec<f64> = plan.paths.iter().map(|s| s.predicted_us).collect();
             assert_eq!(ends, planned, "{plan:?}");
         }
@@ -1414,6 +1494,7 @@ mod tests {
             chunk_us: 0.0,
             fixed_us: 0.0,
             splits: Vec::new(),
+            both_ways: None,
         }];
         let measured = CostModel::from_profile(&topology, &profile).unwrap();
         // The pair's own figure, and the other direction takes it for want of its own.
@@ -1446,7 +1527,7 @@ mod tests {
         );
         let host = plan.paths.iter().find(|s| s.route == Route::Host).unwrap();
         let h = Planner::new(measured.clone())
-            .hops(Route::Host, 0, 1)
+            .hops(Route::Host, 0, 1, Ways::One)
             .unwrap();
         let mut lane = Lane::new(Route::Host, &h, plan.chunk_bytes);
         lane.beside_direct_copy(measured.beside_direct(0, 1));
@@ -1455,6 +1536,45 @@ mod tests {
             "unslowed, the route is priced as alone"
         );
         assert!(host.predicted_us > 0.95 * plan.predicted_us, "{plan:?}");
+    }
+
+    #[test]
+    fn both_ways_the_host_route_carries_fewer_bytes_and_only_opposite_transfers_are_priced_so() {
+        let p = planner(nvlink_pair());
+        let host_bytes = |plan: &Plan| {
+            plan.paths
+                .iter()
+                .find(|s| s.route == Route::Host)
+                .map_or(0, |s| s.bytes)
+        };
+        for bytes in [256 * MIB, 1 << 30] {
+            let one = p.plan_ways(0, 1, bytes, Ways::One).unwrap();
+            let both = p.plan_ways(0, 1, bytes, Ways::Both).unwrap();
+            // Still worth splitting (both GPUs' links slowed to 0.90 still add bandwidth beside
+            // NVLink), with fewer bytes through the host, and predicted slower than one way.
+            assert_eq!(both.strategy, Strategy::Split, "{both:?}");
+            assert!(host_bytes(&both) < host_bytes(&one), "{one:?} {both:?}");
+            let ratio = host_bytes(&both) as f64 / host_bytes(&one) as f64;
+            assert!((0.8..0.97).contains(&ratio), "{ratio}");
+            assert!(both.predicted_us > one.predicted_us);
+            // Never slower than NVLink alone by the model's own prediction.
+            assert!(both.predicted_us < alternative(&both, Strategy::DirectCe));
+        }
+        // Only a transfer with an opposite one that takes the host route is priced both ways.
+        let plan = |src, dst, bytes, _, ways| p.plan_ways(src, dst, bytes, ways);
+        let big = 256 * MIB;
+        assert_eq!(
+            ways_together(&[(0, 1, big, None), (1, 0, big, None)], plan),
+            [Ways::Both, Ways::Both]
+        );
+        assert_eq!(
+            ways_together(&[(0, 1, big, None), (1, 0, 4096, None)], plan),
+            [Ways::One, Ways::Both]
+        );
+        assert_eq!(
+            ways_together(&[(0, 1, big, None), (0, 1, big, None)], plan),
+            [Ways::One, Ways::One]
+        );
     }
 
     #[test]

@@ -108,6 +108,13 @@ pub const PIPELINE_FIXED_US: f64 = 9.3;
 pub const BESIDE_DIRECT_RATE_FRACTION: f64 = 0.885;
 /// See [`BESIDE_DIRECT_RATE_FRACTION`].
 pub const BESIDE_DIRECT_CHUNK_US: f64 = 2.7;
+/// The host route's hops while another transfer goes the opposite way through the host at once
+/// (both GPUs' PCIe links carry copies both ways): this fraction of their rate one way. An
+/// estimate worked back from the H200 pair's both-ways splits (call 4, 2026-11-30 night: each
+/// flow's 1 GiB took 2723.6 / 2736.4 µs against its host route's 2462.9 / 2448.5 µs one way, the
+/// pipeline's fill left aside), which `tune` replaces with the fraction it fits
+/// ([`super::profile::BothWays`]).
+pub const HOST_BOTH_WAYS_FRACTION: f64 = 0.90;
 /// A copy kernel's launch, back to back: ~3 µs of GPU time.
 pub const KERNEL_ALPHA_US: f64 = 3.0;
 /// Per message inside one batched copy kernel: 0.015 µs (measured here, 1000 × 4 KiB gather kernel).

@@ -83,6 +83,41 @@ pub enum BesideDirect {
     Measured { pace: HostPace, on: (usize, usize) },
 }
 
+/// How the host route is priced while another transfer goes the opposite way through the host
+/// at once (both ways between two GPUs): both its hops at a fraction of their rate one way.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BothWays {
+    /// No measurement: [`defaults::HOST_BOTH_WAYS_FRACTION`], worked back from the H200 pair's
+    /// both-ways splits (an estimate for any other host).
+    Estimate,
+    /// Measured on the pair `on` (`tune`).
+    Measured { fraction: f64, on: (usize, usize) },
+}
+
+impl BothWays {
+    /// The fraction the route's hops are priced with.
+    pub fn fraction(self) -> f64 {
+        match self {
+            BothWays::Estimate => defaults::HOST_BOTH_WAYS_FRACTION,
+            BothWays::Measured { fraction, .. } => fraction,
+        }
+    }
+}
+
+impl std::fmt::Display for BothWays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self {
+            BothWays::Estimate => "estimated, no measured profile figure".to_string(),
+            BothWays::Measured { on, .. } => format!("measured on GPU {} ⇄ GPU {}", on.0, on.1),
+        };
+        write!(
+            f,
+            "both hops at {:.3} of their rate one way ({what})",
+            self.fraction()
+        )
+    }
+}
+
 /// The figures that price the host route beside a direct copy.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct HostPace {
@@ -214,6 +249,9 @@ pub struct CostModel {
     /// The host route's measured pace beside a direct copy, per ordered pair (see
     /// [`CostModel::beside_direct`]).
     beside_direct: HashMap<(usize, usize), HostPace>,
+    /// The host route's measured fraction both ways, per ordered pair (see
+    /// [`CostModel::both_ways`]).
+    both_ways: HashMap<(usize, usize), f64>,
     /// Where the figures came from, in words (shown by `plan`).
     origin: String,
     /// What each GPU's pairs add up to, made on first use (after a profile's costs are in).
@@ -241,6 +279,7 @@ impl CostModel {
             issue: defaults::ISSUE,
             lone: HashMap::new(),
             beside_direct: HashMap::new(),
+            both_ways: HashMap::new(),
             origin: "topology defaults (published figures; no measured profile)".into(),
             ports: OnceLock::new(),
         }
@@ -294,6 +333,11 @@ impl CostModel {
                 };
                 ((b.src, b.dst), pace)
             })
+            .collect();
+        model.both_ways = profile
+            .beside_direct
+            .iter()
+            .filter_map(|b| Some(((b.src, b.dst), b.both_ways.as_ref()?.fraction)))
             .collect();
         model.origin = format!("measured profile ({})", profile.describe());
         Ok(model)
@@ -352,6 +396,29 @@ impl CostModel {
                 .min_by_key(|(pair, _)| **pair)
                 .map_or(BesideDirect::Estimate, measured),
         }
+    }
+
+    /// How the host route from `src` to `dst` is priced while another transfer goes the opposite
+    /// way through the host at once: as measured for the pair; else as measured for another pair
+    /// of this host; else the estimate.
+    pub fn both_ways(&self, src: usize, dst: usize) -> BothWays {
+        let measured =
+            |(&on, &fraction): (&(usize, usize), &f64)| BothWays::Measured { fraction, on };
+        match self.both_ways.get_key_value(&(src, dst)) {
+            Some(pair) => measured(pair),
+            None => self
+                .both_ways
+                .iter()
+                .min_by_key(|(pair, _)| **pair)
+                .map_or(BothWays::Estimate, measured),
+        }
+    }
+
+    /// The same model with the host route from `src` to `dst` priced both ways at `fraction`
+    /// (what `tune` tries while it fits it).
+    pub fn with_both_ways(mut self, src: usize, dst: usize, fraction: f64) -> Self {
+        self.both_ways.insert((src, dst), fraction);
+        self
     }
 
     /// The same model with the host route from `src` to `dst` priced beside a direct copy with

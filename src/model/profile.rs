@@ -58,6 +58,23 @@ pub struct BesideDirect {
     pub fixed_us: f64,
     /// The splits the figures were fitted to.
     pub splits: Vec<HostRouteEnd>,
+    /// The host route beside a direct copy while the pair's other direction runs the same at
+    /// once, where measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub both_ways: Option<BothWays>,
+}
+
+/// The host route of a split while a split goes the opposite way at once (each GPU's PCIe link
+/// carrying copies both ways): `tune` runs both directions' splits together and fits the fraction,
+/// the one-way figures held. It replaces the planner's estimate
+/// ([`super::defaults::HOST_BOTH_WAYS_FRACTION`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BothWays {
+    /// Both of the host route's hops move their bytes at this fraction of their rate one way
+    /// (beside a direct copy), in (0, 1].
+    pub fraction: f64,
+    /// This direction's splits, run while the other direction's ran, the fraction was fitted to.
+    pub splits: Vec<HostRouteEnd>,
 }
 
 fn is_zero(value: &f64) -> bool {
@@ -261,6 +278,17 @@ impl Profile {
                      fraction must be > 0 and below {MAX_RATE_FRACTION}, the costs within \
                      ±{MAX_CHUNK_US} µs",
                     b.src, b.dst, b.rate_fraction, b.chunk_us, b.fixed_us
+                ));
+            }
+            if let Some(f) = b
+                .both_ways
+                .as_ref()
+                .map(|w| w.fraction)
+                .filter(|f| !(f.is_finite() && *f > 0.0 && *f <= 1.0))
+            {
+                return Err(format!(
+                    "beside_direct {}→{} has both_ways.fraction {f}; it must be in (0, 1]",
+                    b.src, b.dst
                 ));
             }
         }

@@ -125,7 +125,8 @@ pub fn concurrent_text(view: &ConcurrentView<'_>) -> String {
     );
     let _ = writeln!(
         out,
-        "each flow's pick (planned as if alone), its GPU time alone and while every flow runs \
+        "each flow's pick (planned as it runs: its host route priced both ways where another flow \
+         goes the opposite way through the host), its GPU time alone and while every flow runs \
          (median, every byte verified)\n"
     );
     let mut flows = plain(

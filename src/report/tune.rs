@@ -3,7 +3,7 @@
 
 use super::table::{matrix, plain};
 use crate::bench::proof::sweep::BALANCE_TOLERANCE;
-use crate::bench::tune::beside::{Fit, Fitted, SplitFit, FIXED_CHUNK_US};
+use crate::bench::tune::beside::{BothWaysFit, Fit, Fitted, SplitFit, SplitRun, FIXED_CHUNK_US};
 use crate::bench::tune::{HopSweep, Measurements, SMALL_BYTES};
 use crate::document::plan::RouteName;
 use crate::model::Hop;
@@ -158,6 +158,9 @@ pub fn text(m: &Measurements) -> String {
     for fit in &m.splits {
         split_lines(&mut out, fit);
     }
+    if let Some(fit) = &m.both_ways {
+        both_ways_lines(&mut out, fit);
+    }
     let _ = writeln!(out, "\nNotes:");
     for note in &m.notes {
         let _ = writeln!(out, "  - {note}");
@@ -173,48 +176,16 @@ fn split_lines(out: &mut String, fit: &SplitFit) {
          split's start, median):",
         fit.src, fit.dst
     );
-    let mut table = plain(
-        [
-            "",
-            "split",
-            "host share",
-            "chunk",
-            "direct: predicted",
-            "ended",
-            "host: predicted",
-            "ended",
-            "apart",
-        ]
-        .map(String::from)
-        .to_vec(),
-    );
     let rows = fit
         .first
         .iter()
-        .map(|run| ("planned with the estimate", run))
-        .chain(fit.check.iter().map(|run| ("planned with the fit", run)));
-    for (when, run) in rows {
-        let route = |name: RouteName| run.routes.iter().find(|r| r.route == name);
-        let (Some(direct), Some(host)) = (route(RouteName::DirectCe), route(RouteName::Host))
-        else {
-            continue;
-        };
-        table.add_row(vec![
-            when.to_string(),
-            format_bytes(run.bytes),
-            format_bytes(host.bytes),
-            format_bytes(run.chunk_bytes),
-            format!("{:.1}", direct.predicted_us),
-            format!("{:.1}", direct.measured_us),
-            format!("{:.1}", host.predicted_us),
-            format!("{:.1}", host.measured_us),
-            format!("{:.1}%", run.spread * 100.0),
-        ]);
-    }
-    for column in table.column_iter_mut().skip(1) {
-        column.set_cell_alignment(CellAlignment::Right);
-    }
-    let _ = writeln!(out, "{table}");
+        .map(|run| ("planned with the estimate".to_string(), run))
+        .chain(
+            fit.check
+                .iter()
+                .map(|run| ("planned with the fit".to_string(), run)),
+        );
+    let _ = writeln!(out, "{}", runs_table(rows));
     fitted_lines(out, "fitted", &fit.fitted);
     if let Some(again) = &fit.refitted {
         let _ = writeln!(
@@ -230,6 +201,80 @@ fn split_lines(out: &mut String, fit: &SplitFit) {
         figures,
     );
     let _ = writeln!(out, "kept: {kept}");
+}
+
+/// Both directions' splits run together to price the host route both ways, and the fraction.
+fn both_ways_lines(out: &mut String, fit: &BothWaysFit) {
+    let (a, b) = fit.pair;
+    let _ = writeln!(
+        out,
+        "\nThe host route both ways, GPU {a} ⇄ GPU {b} (both directions' splits at once; ends in \
+         GPU µs from each split's start, median):"
+    );
+    let label = |when: &str, run: &SplitRun| {
+        let (src, dst) = run.pair();
+        format!("{src} → {dst}, planned with the {when}")
+    };
+    let rows = fit
+        .first
+        .iter()
+        .map(|run| (label("estimate", run), run))
+        .chain(fit.check.iter().map(|run| (label("fit", run), run)));
+    let _ = writeln!(out, "{}", runs_table(rows));
+    for refused in &fit.refused {
+        let _ = writeln!(
+            out,
+            "fitted, refused: both hops at {:.3} of their rate one way — {}",
+            refused.fraction, refused.why
+        );
+    }
+    let kept = fit.fraction.map_or_else(
+        || "none (no fraction was physically possible): the planner keeps its estimate".into(),
+        |f| format!("both hops at {f:.3} of their rate one way"),
+    );
+    let _ = writeln!(out, "fitted and kept: {kept}");
+}
+
+/// A row for each labelled split: its host share, and when each route was predicted to end and
+/// ended.
+fn runs_table<'r>(rows: impl Iterator<Item = (String, &'r SplitRun)>) -> comfy_table::Table {
+    let mut table = plain(
+        [
+            "",
+            "split",
+            "host share",
+            "chunk",
+            "direct: predicted",
+            "ended",
+            "host: predicted",
+            "ended",
+            "apart",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for (when, run) in rows {
+        let route = |name: RouteName| run.routes.iter().find(|r| r.route == name);
+        let (Some(direct), Some(host)) = (route(RouteName::DirectCe), route(RouteName::Host))
+        else {
+            continue;
+        };
+        table.add_row(vec![
+            when,
+            format_bytes(run.bytes),
+            format_bytes(host.bytes),
+            format_bytes(run.chunk_bytes),
+            format!("{:.1}", direct.predicted_us),
+            format!("{:.1}", direct.measured_us),
+            format!("{:.1}", host.predicted_us),
+            format!("{:.1}", host.measured_us),
+            format!("{:.1}%", run.spread * 100.0),
+        ]);
+    }
+    for column in table.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+    table
 }
 
 fn figures(f: Fit) -> String {

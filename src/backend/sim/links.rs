@@ -44,12 +44,14 @@ pub(super) struct Path {
     /// Bytes per µs; infinite when only the resources limit the transfer.
     pub cap: f64,
     pub latency_us: f64,
-    /// Where the transfer slows while other traffic runs beside it.
-    pub beside: Option<Beside>,
+    /// Where the transfer slows while other traffic runs beside it (each that applies multiplies
+    /// its rate by its fraction).
+    pub beside: Vec<Beside>,
 }
 
 /// A transfer that keeps only `fraction` of its narrowest resource's rate while another flow
-/// crosses one of `busy`: a GPU's copy into host memory while the GPU sends over NVLink.
+/// crosses one of `busy`: a GPU's copy into host memory while the GPU sends over NVLink, or a
+/// copy over a GPU's PCIe link while the link carries one the other way.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Beside {
     pub busy: Vec<ResourceId>,
@@ -62,7 +64,7 @@ impl Path {
             resources,
             cap,
             latency_us,
-            beside: None,
+            beside: Vec::new(),
         }
     }
 
@@ -76,7 +78,11 @@ impl Path {
         }
         self.cap = self.cap.min(other.cap);
         self.latency_us = self.latency_us.max(other.latency_us);
-        self.beside = self.beside.take().or(other.beside);
+        for b in other.beside {
+            if !self.beside.contains(&b) {
+                self.beside.push(b);
+            }
+        }
     }
 
     /// This path followed by `next` (a transfer that crosses both, as an SM kernel's loads then
@@ -85,7 +91,7 @@ impl Path {
         self.resources.extend(next.resources);
         self.cap = self.cap.min(next.cap);
         self.latency_us += next.latency_us;
-        self.beside = self.beside.or(next.beside);
+        self.beside.extend(next.beside);
         self
     }
 }
@@ -273,8 +279,20 @@ impl LinkModel {
             .map(|fraction| Beside {
                 busy: sending,
                 fraction,
-            });
+            })
+            .into_iter()
+            .chain(self.both_ways(self.pcie_down[gpu]))
+            .collect();
         path
+    }
+
+    /// The slowdown of a copy over a GPU's PCIe link while `other_way` (the link's other
+    /// direction) carries a copy too, where the preset has one.
+    fn both_ways(&self, other_way: ResourceId) -> Option<Beside> {
+        self.preset.pcie.both_ways_fraction.map(|fraction| Beside {
+            busy: vec![other_way],
+            fraction,
+        })
     }
 
     /// The resources only what `gpu` sends over NVLink crosses: its switch port out, or its
@@ -297,7 +315,9 @@ impl LinkModel {
         let mut r: Vec<ResourceId> = self.socket(gpu, node, self.numa[gpu]).into_iter().collect();
         r.extend(self.switch[gpu].map(|(_, down)| down));
         r.push(self.pcie_down[gpu]);
-        Path::new(r, f64::INFINITY, self.preset.pcie.latency_us)
+        let mut path = Path::new(r, f64::INFINITY, self.preset.pcie.latency_us);
+        path.beside.extend(self.both_ways(self.pcie_up[gpu]));
+        path
     }
 
     /// A direct P2P transfer from GPU `a` to GPU `b` (the pair must offer P2P).

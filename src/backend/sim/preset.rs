@@ -268,6 +268,11 @@ pub struct PcieSpec {
     /// The lanes of every GPU's link (1 to 32), where the preset says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lanes: Option<u32>,
+    /// The fraction of its rate a copy between a GPU and host memory keeps while the GPU's PCIe
+    /// link also carries a copy the other way (a split through the host both ways between two
+    /// GPUs); 1 (not slowed) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub both_ways_fraction: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -501,6 +506,9 @@ impl Preset {
             positive("pcie.resident_load_latency_ns", ns)?;
         }
         positive("pcie.signal_us", p.signal_us)?;
+        if let Some(share) = p.both_ways_fraction {
+            fraction("pcie.both_ways_fraction", share)?;
+        }
         for (class, gbps) in &p.p2p_gbps {
             if !class.is_pcie() {
                 let kind = if class.is_nvlink() {

@@ -808,7 +808,8 @@ impl Scheduler {
     }
 
     /// Rates of all flows in flight, max-min fair; a flow that slows beside other traffic
-    /// ([`super::links::Beside`]) is capped while that traffic moves.
+    /// ([`super::links::Beside`]) is capped while that traffic moves (by the product of the
+    /// fractions of every slowdown whose traffic moves).
     fn share_rates(&mut self) {
         let moving = |f: &&Flow| f.started;
         let crossed: std::collections::HashSet<usize> = self
@@ -818,16 +819,22 @@ impl Scheduler {
             .flat_map(|f| f.path.resources.iter().copied())
             .collect();
         let capacity = &self.capacity;
-        let cap = |path: &Path| match &path.beside {
-            Some(beside) if beside.busy.iter().any(|r| crossed.contains(r)) => {
-                let narrowest = path
-                    .resources
-                    .iter()
-                    .map(|&r| capacity[r])
-                    .fold(path.cap, f64::min);
-                path.cap.min(beside.fraction * narrowest)
+        let cap = |path: &Path| {
+            let fraction: f64 = path
+                .beside
+                .iter()
+                .filter(|beside| beside.busy.iter().any(|r| crossed.contains(r)))
+                .map(|beside| beside.fraction)
+                .product();
+            if fraction >= 1.0 {
+                return path.cap;
             }
-            _ => path.cap,
+            let narrowest = path
+                .resources
+                .iter()
+                .map(|&r| capacity[r])
+                .fold(path.cap, f64::min);
+            path.cap.min(fraction * narrowest)
         };
         let demands: Vec<Demand<'_>> = self
             .flows

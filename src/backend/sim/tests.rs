@@ -464,6 +464,57 @@ fn host_copies_use_the_gpu_pcie_link() {
 }
 
 #[test]
+fn host_copies_both_ways_over_one_gpus_link_keep_the_presets_fraction() {
+    // h200-pair: a copy up from GPU 0 and one down to GPU 0 at once each keep
+    // pcie.both_ways_fraction of the link; two copies up from different GPUs do not slow.
+    let sim = open("h200-pair");
+    let fraction = sim
+        .preset()
+        .pcie
+        .both_ways_fraction
+        .expect("h200-pair has one");
+    let link_bytes_per_us = sim.preset().pcie.host_gbps * 1e3;
+    let len = 64 * MIB;
+    let host = |seed| {
+        let b = sim
+            .alloc(Memory::PinnedHost { numa_node: None }, len)
+            .unwrap();
+        sim.write(b, 0, &pattern::bytes(seed, len)).unwrap();
+        b
+    };
+    let (up, down) = (host(1), host(2));
+    let gpu0 = device_buffer(&sim, 0, len, 3);
+    let gpu1 = device_buffer(&sim, 1, len, 4);
+    let pair = |first: BufferCopy, second: BufferCopy, devices: [usize; 2]| {
+        let (streams, gates, starts) = held_streams(&sim, &devices);
+        for (&s, c) in streams.iter().zip([first, second]) {
+            sim.copy(s, CopyMethod::CopyEngine, &c).unwrap();
+        }
+        finish(&sim, &streams, &gates, &starts)
+    };
+    let alpha = sim.preset().costs.copy_setup_us + sim.preset().pcie.latency_us;
+    let both = pair(
+        BufferCopy::from_start(gpu0, up, len),
+        BufferCopy::from_start(down, gpu0, len),
+        [0, 0],
+    );
+    let slowed = alpha + len as f64 / (fraction * link_bytes_per_us);
+    for t in both {
+        assert!(close(t, slowed), "{t} vs {slowed}");
+    }
+    assert_eq!(contents(&sim, up), pattern::bytes(3, len));
+    let one_way = pair(
+        BufferCopy::from_start(gpu0, up, len),
+        BufferCopy::from_start(gpu1, down, len),
+        [0, 1],
+    );
+    let alone = alpha + len as f64 / link_bytes_per_us;
+    for t in one_way {
+        assert!(close(t, alone), "{t} vs {alone}");
+    }
+}
+
+#[test]
 fn graph_replay_repeats_the_captured_copies_with_a_lower_per_copy_cost() {
     let sim = h100();
     let n = 100;

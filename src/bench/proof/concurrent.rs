@@ -11,6 +11,7 @@ use crate::bench::pattern;
 use crate::bench::progress::Progress;
 use crate::bench::stats::Stats;
 use crate::bench::timing::{host_us, interleaved, interleaved_calls, Runs, Turn};
+use crate::engine::planner::{ways_together, Together};
 use crate::engine::{Fabric, Strategy, Transfer};
 use crate::topology::Source;
 use crate::{Error, Result};
@@ -66,7 +67,8 @@ impl Traffic {
 pub struct Flow {
     pub src: usize,
     pub dst: usize,
-    /// The planner's pick for it (planned as if alone).
+    /// The planner's pick for it, planned as it runs: its host route priced both ways where
+    /// another flow goes the opposite way through the host.
     pub pick: Strategy,
     /// Median GPU time of the pick with nothing else running.
     pub alone_us: f64,
@@ -129,9 +131,19 @@ pub fn run(
     let len = usize::try_from(bytes)
         .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
     let planner = fabric.planner();
+    // Each pick as the flow runs: both ways where another flow goes the opposite way through the
+    // host, as the fabric plans transfers submitted together.
+    let ends: Vec<Together> = pairs
+        .iter()
+        .map(|&(src, dst)| (src, dst, bytes, None))
+        .collect();
+    let ways = ways_together(&ends, |src, dst, bytes, _, ways| {
+        planner.plan_ways(src, dst, bytes, ways)
+    });
     let picks = pairs
         .iter()
-        .map(|&(src, dst)| planner.plan(src, dst, bytes).map(|p| p.strategy))
+        .zip(&ways)
+        .map(|(&(src, dst), &ways)| planner.plan_ways(src, dst, bytes, ways).map(|p| p.strategy))
         .collect::<Result<Vec<_>>>()?;
     // Every transfer's buffers and staging at once; on the host, the checks' read-backs of one
     // transfer (its source and destination) and a poisoned destination.

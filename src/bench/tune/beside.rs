@@ -23,7 +23,7 @@ use crate::bench::progress::Progress;
 use crate::bench::proof::sweep::{median_route_ends, route_spread, BALANCE_TOLERANCE};
 use crate::bench::timing::{interleaved, Runs, Turn};
 use crate::document::plan::RouteName;
-use crate::engine::{Fabric, Plan, Planner, Route, RouteEnd, Strategy};
+use crate::engine::{Fabric, Plan, Planner, Route, RouteEnd, Strategy, Ways};
 use crate::model::profile::{HostRouteEnd, MAX_CHUNK_US, MAX_RATE_FRACTION};
 use crate::model::{defaults, CostModel, HostPace};
 use crate::units::format_bytes;
@@ -80,6 +80,22 @@ impl SplitRun {
             .enumerate()
             .find(|(_, r)| r.route == RouteName::Host)
             .expect("a measured split has the host route")
+    }
+
+    /// Its source and destination GPUs.
+    pub fn pair(&self) -> (usize, usize) {
+        (self.plan.src, self.plan.dst)
+    }
+
+    /// When its host route ended, as a profile keeps it.
+    fn host_end(&self) -> HostRouteEnd {
+        let (_, host) = self.host();
+        HostRouteEnd {
+            split_bytes: self.bytes,
+            host_bytes: host.bytes,
+            chunk_bytes: self.chunk_bytes,
+            host_end_us: host.measured_us,
+        }
     }
 }
 
@@ -142,17 +158,169 @@ impl SplitFit {
         } else {
             &self.first
         };
-        runs.iter()
-            .map(|run| {
-                let (_, host) = run.host();
-                HostRouteEnd {
-                    split_bytes: run.bytes,
-                    host_bytes: host.bytes,
-                    chunk_bytes: run.chunk_bytes,
-                    host_end_us: host.measured_us,
-                }
-            })
+        runs.iter().map(SplitRun::host_end).collect()
+    }
+}
+
+/// The host route both ways on one pair: both directions' splits, each priced beside its direct
+/// copy with the one-way figures kept, run together.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BothWaysFit {
+    /// The pair's GPUs; each sends to the other.
+    pub pair: (usize, usize),
+    /// Both directions' splits at each size, planned both ways with the estimate, run together.
+    pub first: Vec<SplitRun>,
+    /// The fraction with which the model's host routes end both ways when they were measured to
+    /// in `first`; `None` where no possible fraction does.
+    pub fraction: Option<f64>,
+    /// Fractions found and refused, each with why.
+    pub refused: Vec<RefusedFraction>,
+    /// The splits planned again with `fraction`, run together (none where nothing was fitted).
+    pub check: Vec<SplitRun>,
+}
+
+/// A both-ways fraction that is not written to a profile.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RefusedFraction {
+    pub fraction: f64,
+    pub why: String,
+}
+
+impl BothWaysFit {
+    /// The runs from `src` to `dst` the fraction was fitted to, by their host route's end.
+    pub fn fitted_to(&self, src: usize, dst: usize) -> Vec<HostRouteEnd> {
+        self.first
+            .iter()
+            .filter(|run| run.pair() == (src, dst))
+            .map(SplitRun::host_end)
             .collect()
+    }
+}
+
+/// The splits' sizes and runs on `backend`.
+fn sizes_and_runs(backend: &dyn Backend) -> ([u64; 2], Runs) {
+    if backend.topology().is_simulated() {
+        (SIM_SIZES, Runs { warmup: 1, runs: 1 })
+    } else {
+        (GPU_SIZES, GPU_RUNS)
+    }
+}
+
+/// Measures the host route both ways on the first pair of `fits` measured in both directions:
+/// both directions' splits at each size, planned both ways ([`Ways::Both`]) with the one-way
+/// figures `fits` kept, run together; the fraction that makes the model's host routes end when
+/// they were measured to is fitted with those figures held, then the splits are planned with it
+/// and run together once more. Returns the fit (`None` where no pair splits both ways) and notes.
+pub fn measure_both_ways(
+    backend: &Arc<dyn Backend>,
+    model: &CostModel,
+    devices: &[usize],
+    fits: &[SplitFit],
+    progress: &dyn Progress,
+) -> Result<(Option<BothWaysFit>, Vec<String>)> {
+    let Some((a, b)) = fits
+        .iter()
+        .map(|f| (f.src, f.dst))
+        .find(|&(a, b)| fits.iter().any(|f| (f.src, f.dst) == (b, a)))
+    else {
+        return Ok((None, Vec::new()));
+    };
+    // The one-way figures held: each direction's kept figures (the estimate where none was).
+    let model = fits.iter().fold(model.clone(), |m, f| match f.kept() {
+        Some(fit) => with_fit(&m, f.src, f.dst, fit),
+        None => m,
+    });
+    let (sizes, runs) = sizes_and_runs(&**backend);
+    let run_all = |model: &CostModel| -> Result<Vec<SplitRun>> {
+        let planner = Planner::for_devices(model.clone(), devices);
+        let mut done = Vec::new();
+        for &bytes in &sizes {
+            let plans: Option<Vec<Plan>> = [(a, b), (b, a)]
+                .iter()
+                .map(|&(src, dst)| {
+                    planner
+                        .plan_with_ways(Strategy::Split, src, dst, bytes, Ways::Both)
+                        .ok()
+                        .filter(is_direct_and_host)
+                })
+                .collect();
+            if let Some(plans) = plans {
+                done.extend(run_splits(backend, model, devices, plans, runs, progress)?);
+            }
+        }
+        Ok(done)
+    };
+    let steps = 2 * sizes.len() * (runs.warmup + runs.runs);
+    progress.start("split both ways", steps as u64);
+    let first = run_all(&model)?;
+    let (fraction, refused) = fit_both_ways(&model, &first);
+    let check = match fraction {
+        Some(f) => run_all(&with_both_ways(&model, (a, b), f))?,
+        None => Vec::new(),
+    };
+    progress.finish();
+    let note = format!(
+        "the host route both ways: GPU {a} → GPU {b} and GPU {b} → GPU {a} split {} at once \
+         (planned both ways, the one-way figures above held), run {} each (median, every byte \
+         verified); the fraction of their one-way rate both host hops keep is fitted so that the \
+         model's host routes end when they were measured to, over both directions and sizes; the \
+         splits are then planned with it and run together again",
+        sizes.map(format_bytes).join(" and "),
+        match runs.runs {
+            1 => "once".to_string(),
+            n => format!("{n} times"),
+        },
+    );
+    let fit = BothWaysFit {
+        pair: (a, b),
+        first,
+        fraction,
+        refused,
+        check,
+    };
+    Ok((Some(fit), vec![note]))
+}
+
+fn with_both_ways(model: &CostModel, (a, b): (usize, usize), fraction: f64) -> CostModel {
+    model
+        .clone()
+        .with_both_ways(a, b, fraction)
+        .with_both_ways(b, a, fraction)
+}
+
+/// The fraction with which `model`'s host routes of `runs` (splits run both ways) end when they
+/// were measured to, summed over the runs; refused where it lands on the search's bound (the
+/// model's routes could not end then) or above 1 (faster both ways than one way).
+fn fit_both_ways(model: &CostModel, runs: &[SplitRun]) -> (Option<f64>, Vec<RefusedFraction>) {
+    let Some(first) = runs.first() else {
+        return (None, Vec::new());
+    };
+    let pair = first.pair();
+    let miss = |fraction: f64| -> f64 {
+        let paced = with_both_ways(model, pair, fraction);
+        runs.iter()
+            .map(|run| host_end_in(&paced, run, Ways::Both) - run.host().1.measured_us)
+            .sum()
+    };
+    // The model's ends fall as the fraction rises. At 1 the routes may already end later than
+    // measured: faster both ways than one way, unless only by a measurement's spread.
+    let fraction = solve(LOWEST_RATE, 1.0, |f| -miss(f));
+    let measured: f64 = runs.iter().map(|run| run.host().1.measured_us).sum();
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-6;
+    let why = if near(fraction, LOWEST_RATE) {
+        Some(format!("{fraction:.3} is the fit's bound"))
+    } else if near(fraction, 1.0) && miss(1.0) > ABOVE_LINK_TOLERANCE * measured {
+        Some(format!(
+            "the host routes ended sooner than a fraction of 1 prices them (faster both ways \
+             than one way), by {:.1} µs summed",
+            miss(1.0)
+        ))
+    } else {
+        None
+    };
+    match why {
+        None => (Some(fraction), Vec::new()),
+        Some(why) => (None, vec![RefusedFraction { fraction, why }]),
     }
 }
 
@@ -165,11 +333,7 @@ pub fn measure(
     devices: &[usize],
     progress: &dyn Progress,
 ) -> Result<(Vec<SplitFit>, Vec<String>)> {
-    let (sizes, runs) = if backend.topology().is_simulated() {
-        (SIM_SIZES, Runs { warmup: 1, runs: 1 })
-    } else {
-        (GPU_SIZES, GPU_RUNS)
-    };
+    let (sizes, runs) = sizes_and_runs(&**backend);
     let planner = Planner::for_devices(model.clone(), devices);
     let splits = |src: usize, dst: usize| {
         planner
@@ -247,7 +411,14 @@ fn fit_pair(
                 .ok()
                 .filter(is_direct_and_host);
             if let Some(plan) = planned {
-                done.push(run_split(backend, model, devices, plan, runs, progress)?);
+                done.extend(run_splits(
+                    backend,
+                    model,
+                    devices,
+                    vec![plan],
+                    runs,
+                    progress,
+                )?);
             }
         }
         Ok(done)
@@ -276,64 +447,87 @@ fn with_fit(model: &CostModel, src: usize, dst: usize, fit: Fit) -> CostModel {
     model.clone().with_beside_direct(src, dst, fit)
 }
 
-/// Runs `plan` (a split `model` made): once into a poisoned destination whose every byte is
-/// checked, then timed; returns its routes' median ends.
-fn run_split(
+/// Runs `plans` (splits `model` made, for the ways they run: one, or both directions of a pair)
+/// submitted together: once into poisoned destinations whose every byte is checked, then timed;
+/// returns each one's routes' median ends.
+fn run_splits(
     backend: &Arc<dyn Backend>,
     model: &CostModel,
     devices: &[usize],
-    plan: Plan,
+    plans: Vec<Plan>,
     runs: Runs,
     progress: &dyn Progress,
-) -> Result<SplitRun> {
+) -> Result<Vec<SplitRun>> {
     let fabric = Fabric::builder(backend.clone())
         .devices(devices)
         .model(model.clone())
         .open()?;
-    let (src, dst, bytes) = (plan.src, plan.dst, plan.bytes);
-    let len = usize::try_from(bytes)
-        .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
-    let (from, to) = (fabric.alloc(src, len)?, fabric.alloc(dst, len)?);
-    let data = pattern::bytes(bytes, len);
-    from.write(0, &data)?;
-    to.write(0, &data.iter().map(|b| !b).collect::<Vec<u8>>())?;
-    let split = || {
-        fabric
-            .transfer(from.all(), to.all())
-            .strategy(Strategy::Split)
-            .timed()
-            .submit()
+    let mut buffers = Vec::with_capacity(plans.len());
+    for plan in &plans {
+        let bytes = plan.bytes;
+        let len = usize::try_from(bytes)
+            .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
+        let (from, to) = (fabric.alloc(plan.src, len)?, fabric.alloc(plan.dst, len)?);
+        let data = pattern::bytes(bytes ^ plan.src as u64, len);
+        from.write(0, &data)?;
+        to.write(0, &data.iter().map(|b| !b).collect::<Vec<u8>>())?;
+        buffers.push((from, to, data));
+    }
+    let splits = || {
+        fabric.submit_together(
+            buffers
+                .iter()
+                .map(|(from, to, _)| {
+                    fabric
+                        .transfer(from.all(), to.all())
+                        .strategy(Strategy::Split)
+                        .timed()
+                })
+                .collect(),
+        )
     };
-    split()?.wait()?;
-    Error::check_bytes("split beside direct", src, dst, &data, &to.to_vec()?)?;
-    let ends: Vec<Vec<RouteEnd>> = interleaved(runs, 1, Turn::SecondOfTwo, |_, _| {
+    for t in splits()? {
+        t.wait()?;
+    }
+    for (plan, (_, to, data)) in plans.iter().zip(&buffers) {
+        let (src, dst) = (plan.src, plan.dst);
+        Error::check_bytes("split beside direct", src, dst, data, &to.to_vec()?)?;
+    }
+    let timed: Vec<Vec<Vec<RouteEnd>>> = interleaved(runs, 1, Turn::SecondOfTwo, |_, _| {
         progress.step();
-        split()?.route_ends()
+        splits()?.iter().map(|t| t.route_ends()).collect()
     })?
     .pop()
     .unwrap_or_default();
-    let ends = median_route_ends(&ends)?;
-    let routes: Vec<RouteRun> = plan
-        .paths
-        .iter()
-        .map(|share| RouteRun {
-            route: share.route.into(),
-            bytes: share.bytes,
-            predicted_us: share.predicted_us,
-            measured_us: ends
+    plans
+        .into_iter()
+        .enumerate()
+        .map(|(i, plan)| {
+            let each: Vec<Vec<RouteEnd>> = timed.iter().map(|run| run[i].clone()).collect();
+            let ends = median_route_ends(&each)?;
+            let routes: Vec<RouteRun> = plan
+                .paths
                 .iter()
-                .find(|e| e.route == share.route)
-                .expect("a timed split times every route's end")
-                .end_us,
+                .map(|share| RouteRun {
+                    route: share.route.into(),
+                    bytes: share.bytes,
+                    predicted_us: share.predicted_us,
+                    measured_us: ends
+                        .iter()
+                        .find(|e| e.route == share.route)
+                        .expect("a timed split times every route's end")
+                        .end_us,
+                })
+                .collect();
+            Ok(SplitRun {
+                bytes: plan.bytes,
+                chunk_bytes: plan.chunk_bytes,
+                spread: route_spread(routes.iter().map(|r| r.measured_us)).unwrap_or(0.0),
+                routes,
+                plan,
+            })
         })
-        .collect();
-    Ok(SplitRun {
-        bytes,
-        chunk_bytes: plan.chunk_bytes,
-        spread: route_spread(routes.iter().map(|r| r.measured_us)).unwrap_or(0.0),
-        routes,
-        plan,
-    })
+        .collect()
 }
 
 /// The figures with which `model`'s host route of each run ends when it was measured to, where
@@ -418,12 +612,17 @@ fn impossible(model: &CostModel, src: usize, dst: usize, fit: Fit) -> Option<Str
     }
 }
 
-/// When `model` priced with `fit` says the host route of `run` ends.
+/// When `model` priced with `fit` says the host route of `run` (one way) ends.
 fn modelled_end(model: &CostModel, run: &SplitRun, fit: Fit) -> f64 {
-    let (plan, (host, _)) = (&run.plan, run.host());
-    let paced = with_fit(model, plan.src, plan.dst, fit);
-    Planner::new(paced)
-        .route_ends_us(plan)
+    let (src, dst) = run.pair();
+    host_end_in(&with_fit(model, src, dst, fit), run, Ways::One)
+}
+
+/// When `model` says the host route of `run`, run as `ways` says, ends.
+fn host_end_in(model: &CostModel, run: &SplitRun, ways: Ways) -> f64 {
+    let (host, _) = run.host();
+    Planner::new(model.clone())
+        .route_ends_us(&run.plan, ways)
         .expect("the planner prices the routes of its own split")[host]
 }
 
@@ -553,7 +752,7 @@ mod tests {
             .plan_with(Strategy::Split, 0, 1, bytes)
             .unwrap();
         let ends = Planner::new(with_fit(model, 0, 1, truth))
-            .route_ends_us(&plan)
+            .route_ends_us(&plan, Ways::One)
             .unwrap();
         let routes: Vec<RouteRun> = plan
             .paths
@@ -695,6 +894,63 @@ mod tests {
         ] {
             assert!(impossible(&model, 0, 1, bound).is_some(), "{bound:?}");
         }
+    }
+
+    /// Both directions' runs of splits planned both ways with the estimate, whose host routes
+    /// ended where `model` with `fraction` both ways says, then scaled by `stretch`.
+    fn both_ways_at(model: &CostModel, fraction: f64, stretch: f64) -> Vec<SplitRun> {
+        let truth = with_both_ways(model, (0, 1), fraction);
+        [(0, 1), (1, 0)]
+            .into_iter()
+            .flat_map(|(src, dst)| [256 << 20, 1 << 30].map(|bytes| (src, dst, bytes)))
+            .map(|(src, dst, bytes)| {
+                let plan = Planner::new(model.clone())
+                    .plan_with_ways(Strategy::Split, src, dst, bytes, Ways::Both)
+                    .unwrap();
+                let ends = Planner::new(truth.clone())
+                    .route_ends_us(&plan, Ways::Both)
+                    .unwrap();
+                let routes: Vec<RouteRun> = plan
+                    .paths
+                    .iter()
+                    .zip(ends)
+                    .map(|(share, end)| RouteRun {
+                        route: share.route.into(),
+                        bytes: share.bytes,
+                        predicted_us: share.predicted_us,
+                        measured_us: end * stretch,
+                    })
+                    .collect();
+                SplitRun {
+                    bytes,
+                    chunk_bytes: plan.chunk_bytes,
+                    spread: route_spread(routes.iter().map(|r| r.measured_us)).unwrap(),
+                    routes,
+                    plan,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_both_ways_fraction_is_found_and_an_impossible_one_refused() {
+        let model = CostModel::from_topology(&nvlink_pair());
+        for truth in [0.7, 0.85, 1.0] {
+            let (found, refused) = fit_both_ways(&model, &both_ways_at(&model, truth, 1.0));
+            assert!(refused.is_empty(), "{refused:?}");
+            assert!(
+                (found.unwrap() - truth).abs() < 0.01,
+                "{found:?} for {truth}"
+            );
+        }
+        // Ended in a third of the time: faster both ways than one way, beyond any fraction ≤ 1.
+        let (found, refused) = fit_both_ways(&model, &both_ways_at(&model, 0.9, 1.0 / 3.0));
+        assert_eq!(found, None);
+        assert!(refused[0].why.contains("faster both ways"), "{refused:?}");
+        // Ended far later than even the slowest fraction prices: on the fit's bound.
+        let (found, refused) = fit_both_ways(&model, &both_ways_at(&model, 0.9, 1000.0));
+        assert_eq!(found, None);
+        assert!(refused[0].why.contains("bound"), "{refused:?}");
     }
 
     #[test]

@@ -126,6 +126,19 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
         ));
     }
     let host_copy_beside_peer = beside.map(|(_, fraction)| fraction);
+    // The host route's fraction both ways stands for the simulator's slowdown of host copies over
+    // a PCIe link that carries copies the other way.
+    let both_ways_fraction = m
+        .both_ways
+        .as_ref()
+        .and_then(|fit| Some((fit.pair, fit.fraction?)))
+        .filter(|&(_, fraction)| fraction < 1.0);
+    if let Some(((a, b), fraction)) = both_ways_fraction {
+        sources.push(format!(
+            "pcie.both_ways_fraction {fraction:.3}: the host route's rate both ways over one way, \
+             fitted to splits of GPU {a} → GPU {b} and back run at once"
+        ));
+    }
 
     let host = HostCopies::of(m, topology);
     let pcie_latency_us = (host.local_alpha_us.unwrap_or(copy_setup_us) - copy_setup_us).max(0.0);
@@ -346,6 +359,7 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
             p2p_gbps,
             generation: None,
             lanes: None,
+            both_ways_fraction: both_ways_fraction.map(|(_, fraction)| fraction),
         },
         host: HostSpec {
             inter_socket_gbps,

@@ -31,7 +31,7 @@ use super::timing::{
 };
 use super::{check_fits, sweep_pair, Defaults};
 use crate::backend::{Backend, BufferCopy, CopyMethod, Memory, Owned, StreamId};
-use crate::model::profile::{BesideDirect, Lone, Measured};
+use crate::model::profile::{BesideDirect, BothWays, Lone, Measured};
 use crate::model::{Cost, CostModel, Hop, IssueCosts, Profile};
 use crate::topology::Topology;
 use crate::units::format_bytes;
@@ -163,6 +163,8 @@ pub struct Measurements {
     pub latencies: Option<Latencies>,
     /// The host route beside a direct copy, on the pairs whose split takes both.
     pub splits: Vec<beside::SplitFit>,
+    /// The host route both ways, on the first pair measured in both directions.
+    pub both_ways: Option<beside::BothWaysFit>,
     /// How the figures were taken and what could not be measured, one sentence each.
     pub notes: Vec<String>,
 }
@@ -221,12 +223,23 @@ impl Measurements {
                     chunk_us: kept.chunk_us,
                     fixed_us: kept.fixed_us,
                     splits: s.fitted_to(),
+                    both_ways: self.both_ways_of(s.src, s.dst),
                 })
             })
             .collect();
         profile.measured_on = Some(self.measured_on.clone());
         profile.notes = self.notes.clone();
         profile
+    }
+
+    /// The host route's fraction both ways from `src` to `dst`, where one was fitted on that pair.
+    fn both_ways_of(&self, src: usize, dst: usize) -> Option<BothWays> {
+        let fit = self.both_ways.as_ref()?;
+        let on_pair = fit.pair == (src, dst) || fit.pair == (dst, src);
+        Some(BothWays {
+            fraction: fit.fraction.filter(|_| on_pair)?,
+            splits: fit.fitted_to(src, dst),
+        })
     }
 
     /// The fitted costs of the hops `matches` selects.
@@ -442,13 +455,19 @@ pub fn run(
         batch_message_us,
         latencies,
         splits: Vec::new(),
+        both_ways: None,
         notes,
     };
     // The split is planned with every cost measured so far, as a profile would price it.
     if measured.devices.len() > 1 {
         let model = CostModel::from_profile(topo, &measured.profile(topo))?;
-        let (fits, notes) = beside::measure(shared, &model, &measured.devices, progress)?;
+        let devices = &measured.devices;
+        let (fits, notes) = beside::measure(shared, &model, devices, progress)?;
+        measured.notes.extend(notes);
+        let (both_ways, notes) =
+            beside::measure_both_ways(shared, &model, devices, &fits, progress)?;
         measured.splits = fits;
+        measured.both_ways = both_ways;
         measured.notes.extend(notes);
     }
     Ok(measured)

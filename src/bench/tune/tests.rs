@@ -552,3 +552,107 @@ fn the_host_routes_pace_beside_nvlink_is_measured_and_the_split_then_ends_togeth
     let spread = crate::bench::proof::sweep::route_spread(ends.clone()).unwrap();
     assert!(spread <= BALANCE_TOLERANCE, "{ends:?}");
 }
+
+/// Both GPUs of `sim` split `bytes` to each other at once (submitted together), planned from
+/// `model`: each flow's GPU time and how far apart its routes ended. Every byte checked.
+fn both_ways_splits(sim: &Arc<SimBackend>, model: CostModel, bytes: usize) -> Vec<(f64, f64)> {
+    use crate::engine::{Fabric, Strategy};
+    let backend: Arc<dyn crate::backend::Backend> = sim.clone();
+    let fabric = Fabric::builder(backend).model(model).open().unwrap();
+    let buffers: Vec<_> = [(0, 1), (1, 0)]
+        .iter()
+        .map(|&(a, b)| {
+            let from = fabric.alloc(a, bytes).unwrap();
+            let data = crate::bench::pattern::bytes(a as u64, bytes);
+            from.write(0, &data).unwrap();
+            (from, fabric.alloc(b, bytes).unwrap(), data)
+        })
+        .collect();
+    let transfers = fabric
+        .submit_together(
+            buffers
+                .iter()
+                .map(|(from, to, _)| {
+                    fabric
+                        .transfer(from.all(), to.all())
+                        .strategy(Strategy::Split)
+                        .timed()
+                })
+                .collect(),
+        )
+        .unwrap();
+    let flows = transfers
+        .iter()
+        .map(|t| {
+            let ends = t
+                .route_ends()
+                .unwrap()
+                .iter()
+                .map(|e| e.end_us)
+                .collect::<Vec<_>>();
+            let spread = crate::bench::proof::sweep::route_spread(ends).unwrap();
+            (t.elapsed_us().unwrap(), spread)
+        })
+        .collect();
+    for (from, to, data) in &buffers {
+        assert_eq!(&to.to_vec().unwrap(), data, "GPU {}", from.device());
+    }
+    flows
+}
+
+#[test]
+fn the_host_route_both_ways_is_measured_and_both_ways_splits_then_end_together() {
+    use crate::bench::proof::sweep::BALANCE_TOLERANCE;
+    let (sim, m) = tuned("h200-pair", None, false);
+    let both = m.both_ways.as_ref().expect("the pair splits both ways");
+    assert_eq!(both.pair, (0, 1));
+    // The preset slows host copies both ways to 0.90 of their rate: the fit finds about that.
+    let fraction = both.fraction.expect("a possible fraction");
+    assert!((0.8..0.97).contains(&fraction), "{both:#?}");
+    assert!(
+        both.check.iter().all(|run| run.spread <= BALANCE_TOLERANCE),
+        "{both:#?}"
+    );
+    // The exported simulator slows host copies both ways by the fitted fraction.
+    let exported = export::preset(&m, sim.topology(), "tuned").unwrap();
+    let exported_fraction = exported.pcie.both_ways_fraction.expect("exported");
+    assert!(
+        close(exported_fraction, fraction, 1e-3),
+        "{exported_fraction}"
+    );
+    let profile = m.profile(sim.topology());
+    for b in &profile.beside_direct {
+        let kept = b.both_ways.as_ref().expect("both directions keep it");
+        assert_eq!(kept.fraction, fraction);
+        assert_eq!(kept.splits.len(), 2, "{b:?}");
+    }
+    // Planned with the one-way figures alone (both ways priced as one way), the host routes end
+    // late; with the fitted fraction the routes end together and each flow is sooner.
+    let with_fit = CostModel::from_profile(sim.topology(), &profile).unwrap();
+    let one_way = with_fit
+        .clone()
+        .with_both_ways(0, 1, 1.0)
+        .with_both_ways(1, 0, 1.0);
+    let bytes = 96 << 20;
+    let (late, together) = (
+        both_ways_splits(&sim, one_way, bytes),
+        both_ways_splits(&sim, with_fit, bytes),
+    );
+    let summed = |flows: &[(f64, f64)]| -> f64 {
+        flows.iter().map(|(us, _)| bytes as f64 / (us * 1e3)).sum()
+    };
+    assert!(
+        late.iter().all(|&(_, spread)| spread > BALANCE_TOLERANCE),
+        "{late:?}"
+    );
+    assert!(
+        together
+            .iter()
+            .all(|&(_, spread)| spread <= BALANCE_TOLERANCE),
+        "{together:?}"
+    );
+    assert!(
+        summed(&together) > summed(&late),
+        "{together:?} against {late:?}"
+    );
+}
