@@ -754,6 +754,11 @@ mod tests {
         let ends = Planner::new(with_fit(model, 0, 1, truth))
             .route_ends_us(&plan, Ways::One)
             .unwrap();
+        run_ending(plan, bytes, ends)
+    }
+
+    /// A run of `plan` (of `bytes`) whose routes ended at `ends`, in the plan's order.
+    fn run_ending(plan: Plan, bytes: u64, ends: Vec<f64>) -> SplitRun {
         let routes: Vec<RouteRun> = plan
             .paths
             .iter()
@@ -910,24 +915,7 @@ mod tests {
                 let ends = Planner::new(truth.clone())
                     .route_ends_us(&plan, Ways::Both)
                     .unwrap();
-                let routes: Vec<RouteRun> = plan
-                    .paths
-                    .iter()
-                    .zip(ends)
-                    .map(|(share, end)| RouteRun {
-                        route: share.route.into(),
-                        bytes: share.bytes,
-                        predicted_us: share.predicted_us,
-                        measured_us: end * stretch,
-                    })
-                    .collect();
-                SplitRun {
-                    bytes,
-                    chunk_bytes: plan.chunk_bytes,
-                    spread: route_spread(routes.iter().map(|r| r.measured_us)).unwrap(),
-                    routes,
-                    plan,
-                }
+                run_ending(plan, bytes, ends.into_iter().map(|e| e * stretch).collect())
             })
             .collect()
     }
