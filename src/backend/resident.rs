@@ -87,7 +87,7 @@ pub const DEFAULT_RING_SLOTS: u32 = 1024;
 /// The watchdog's default: a worker whose host has been silent this long stops.
 pub const DEFAULT_WATCHDOG_MS: u64 = 5_000;
 
-/// The smallest ring: the worker reads up to 31 slots at a time.
+/// The smallest ring: more than the 15 slots the worker reads at a time (kernels/resident.cu).
 pub const MIN_RING_SLOTS: u32 = 32;
 
 /// The largest ring.
