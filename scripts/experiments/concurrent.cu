@@ -1,0 +1,42 @@
+// Issue 14: does a kernel on another stream run while a persistent kernel spins? Without a tool it
+// must; the question is whether compute-sanitizer lets it (the resident worker's doorbell check
+// holds a stream behind a spinning gate kernel while the worker's kernel runs, and did not finish
+// under memcheck). A one-thread kernel spins until a flag is set or 5 s pass; a second kernel, on
+// another non-blocking stream, sets the flag. Build and run on the GPU host, plain and under a tool:
+//   nvcc -O2 -arch=sm_90 -o /tmp/concurrent scripts/experiments/concurrent.cu
+//   /tmp/concurrent; compute-sanitizer --tool memcheck /tmp/concurrent
+#include <cstdio>
+#include <cuda_runtime.h>
+
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void spin(volatile unsigned int *flag, unsigned long long *waited) {
+    const unsigned long long start = now_ns();
+    while (*flag == 0 && now_ns() - start < 5000000000ull) {
+    }
+    *waited = now_ns() - start;
+}
+
+__global__ void release(volatile unsigned int *flag) { *flag = 1; }
+
+int main() {
+    unsigned int *flag;
+    unsigned long long *waited;
+    cudaMalloc(&flag, 4);
+    cudaMemset(flag, 0, 4);
+    cudaHostAlloc(&waited, 8, cudaHostAllocMapped);
+    cudaStream_t a, b;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    spin<<<1, 1, 0, a>>>(flag, waited);
+    release<<<1, 1, 0, b>>>(flag);
+    cudaDeviceSynchronize();
+    printf("spin waited %.3f ms: %s (%s)\n", *waited / 1e6,
+           *waited < 4000000000ull ? "the second kernel ran beside it" : "the second kernel waited for it",
+           cudaGetErrorString(cudaGetLastError()));
+    return 0;
+}
