@@ -17,15 +17,12 @@
 // len (30 bits) | RESIDENT_GATED | RESIDENT_BATCH. A batch's src is a list of CopyDescriptor in
 // pinned host memory and its len the number of messages.
 //
-// Block 0: warps 1..RESIDENT_POLLERS poll, warp 0 dispatches. A poll reads, in one PCIe round trip,
-// the slots of the next 15 tickets from the dispatcher's next (two lanes each, one load per lane;
-// only the next one after the dispatcher found nothing) and the host's stop and heartbeat words
-// (lanes 30 and 31), and reports what it found in shared memory. The pollers take turns, a poll
-// leaving every RESIDENT_POLL_SPACING_NS or so, so that a descriptor the host has just written is
-// seen by the next poll to leave rather than after the poll in flight returns. The dispatcher
-// takes ready tickets in order from the reports: a gated transfer first waits for its doorbell
-// (written by cuStreamWriteValue64 when the user's stream reaches it); a copy of at most
-// RESIDENT_WARP_COPY_MAX bytes, or any transfer when there are no copy blocks, it moves itself
+// Block 0, warp 0 is the dispatcher. Each round it reads, in one PCIe round trip, the slots of the
+// next 15 tickets (two lanes each, one load per lane; only the next one after a round that found
+// nothing), the host's stop and heartbeat words (lanes 30 and 31), and the copy blocks' progress
+// (device memory). It takes ready slots in ticket order: a gated transfer first waits for
+// its doorbell (written by cuStreamWriteValue64 when the user's stream reaches it); a copy of at
+// most RESIDENT_WARP_COPY_MAX bytes, or any transfer when there are no copy blocks, it moves itself
 // with its 32 lanes; anything else it posts on the board. Then it publishes completion: every
 // ticket before the first board entry not yet finished by every copy block is complete, and lane 0
 // stores that count into the control word the host polls with a release at system scope, after a
@@ -33,7 +30,7 @@
 // they raised their progress), so a host that sees the count sees the bytes.
 //
 // Copy blocks (blocks 1..) take every board entry in order, each moving its share (a copy split
-// 16 bytes per thread over all of their threads; a batch's messages a warp each), then fence at
+// 16 bytes per thread over all of their threads; a run of a batch's messages per warp), then fence at
 // system scope and raise their progress word. They take every entry already posted before they
 // fence, so back-to-back transfers cost one fence per round, not one each, and transfers in flight
 // together overlap.
@@ -47,12 +44,8 @@
 
 constexpr unsigned int RESIDENT_THREADS = 512;
 constexpr unsigned int RESIDENT_BOARD_SLOTS = 64;
-// Slots a poll reads at most: two lanes each, lanes 30 and 31 left for the host's words.
+// Slots a round reads at most: two lanes each, lanes 30 and 31 left for the host's words.
 constexpr unsigned int RESIDENT_POLL_WINDOW_MAX = 15;
-// Warps of block 0 that poll the ring in turn, and the time between one's poll and the next one's.
-constexpr unsigned int RESIDENT_POLLERS = 8;
-constexpr unsigned long long RESIDENT_POLL_SPACING_NS = 150;
-static_assert(RESIDENT_POLLERS + 1 <= RESIDENT_THREADS / 32, "block 0 holds the dispatcher and the pollers");
 constexpr unsigned long long RESIDENT_WARP_COPY_MAX = 4096;
 constexpr unsigned int RESIDENT_LEN_MASK = (1u << 30) - 1;
 constexpr unsigned int RESIDENT_GATED = 1u << 30;
@@ -165,23 +158,44 @@ __device__ bool decode_slot(ulonglong2 low, ulonglong2 high, unsigned long long 
     return true;
 }
 
-// Moves messages first, first + step, … of the `count` listed at `list` with this warp. Each
-// round fetches 32 descriptors in one round trip, a lane each (__ldcv: the host rewrites the list
-// for later batches).
+// Descriptors a warp reads in one request: three u64 words each, 63 of the 64 that 32 lanes'
+// 16-byte loads hold.
+constexpr unsigned int RESIDENT_DESCRIPTORS_PER_LOAD = 21;
+
+// Moves warp `warp` of `warps`'s share of the `count` messages listed at `list`: a run of
+// consecutive messages, so that warps read different lines of the list (reads of one line of host
+// memory are served one after another: eight warps polling one line took 8.4 µs a poll on the H200
+// pair, against 1.2 for one; benchmarks/h200-x2/2026-11-30-late/call1). The run's descriptors
+// come 21 at a time, a 16-byte load per lane in one round trip (__ldcv: the host rewrites the list
+// for later batches); the whole warp moves each message.
 __device__ void copy_messages(const CopyDescriptor *list, unsigned long long count,
-                              unsigned long long first, unsigned long long step, unsigned int lane) {
-    for (unsigned long long base = first; base < count; base += 32 * step) {
-        const unsigned long long mine = base + lane * step;
-        unsigned long long dst = 0, src = 0, len = 0;
-        if (mine < count) {
-            dst = __ldcv(&list[mine].dst);
-            src = __ldcv(&list[mine].src);
-            len = __ldcv(&list[mine].len);
+                              unsigned long long warp, unsigned long long warps, unsigned int lane) {
+    const unsigned long long share = (count + warps - 1) / warps;
+    const unsigned long long first = warp * share;
+    const unsigned long long end = min(count, first + share);
+    const unsigned long long *words = (const unsigned long long *)list;
+    for (unsigned long long at = first; at < end; at += RESIDENT_DESCRIPTORS_PER_LOAD) {
+        // Message `at`'s words start at 3 * at; the loads start at the 16-byte boundary at or
+        // before it. The list's block is 16-byte aligned and a multiple of 16 bytes long, so a
+        // pair that starts inside the list ends inside the block.
+        const unsigned long long aligned = (3 * at) & ~1ull;
+        const unsigned long long mine = aligned + 2 * lane;
+        ulonglong2 pair = {0, 0};
+        if (mine < 3 * count) {
+            pair = __ldcv((const ulonglong2 *)(words + mine));
         }
-        for (unsigned int j = 0; j < 32 && base + j * step < count; ++j) {
-            const unsigned long long to = __shfl_sync(RESIDENT_FULL_WARP, dst, j);
-            const unsigned long long from = __shfl_sync(RESIDENT_FULL_WARP, src, j);
-            const unsigned long long bytes = __shfl_sync(RESIDENT_FULL_WARP, len, j);
+        const unsigned int skew = (unsigned int)(3 * at - aligned);
+        const unsigned int messages =
+            (unsigned int)min((unsigned long long)RESIDENT_DESCRIPTORS_PER_LOAD, end - at);
+        // Word w of the run sits in lane w / 2, half w % 2.
+        const auto word = [&](unsigned int w) {
+            return __shfl_sync(RESIDENT_FULL_WARP, (w & 1) ? pair.y : pair.x, w / 2);
+        };
+        for (unsigned int j = 0; j < messages; ++j) {
+            const unsigned int w = skew + 3 * j;
+            const unsigned long long to = word(w);
+            const unsigned long long from = word(w + 1);
+            const unsigned long long bytes = word(w + 2);
             copy_range_loading<true>((unsigned char *)to, (const unsigned char *)from, bytes, lane,
                                      32);
         }
@@ -216,11 +230,10 @@ __device__ __forceinline__ unsigned long long timer_after(unsigned long long aft
     return now;
 }
 
-// Where the dispatcher's time goes, by %globaltimer, summed over the worker's life and written to
-// the control words at exit (RESIDENT_ROUNDS…): every poll of every poller (issue to the slots' and
-// host words' arrival), and in the dispatcher's looks that took tickets, the poll that found them,
-// the hand-over and the copies' loads and issue, and the publication (the system-scope release
-// waits for the copies' stores to land).
+// Where the dispatcher's time goes, by lane 0's %globaltimer, summed over the worker's life and
+// written to the control words at exit (RESIDENT_ROUNDS…): every round's poll (issue to the
+// slots' and host words' arrival), and in rounds that took tickets, the copies' loads and issue,
+// and the publication (the system-scope release waits for the copies' stores to land).
 struct DispatcherTimes {
     unsigned long long started_at;
     unsigned long long rounds;
@@ -279,61 +292,37 @@ __device__ unsigned long long await_doorbell(const ResidentArgs &a, unsigned lon
     }
 }
 
-// What one poll found, for the dispatcher: written by its poller in shared memory under a sequence
-// number (odd while the poller writes, so a reader that sees it change or odd reads again).
-struct PollReport {
-    unsigned int seq;
-    unsigned int count;           // ready slots from `base` on
-    unsigned long long base;      // the ticket of the first slot read
-    unsigned long long stop;      // the host's words, read in the same round trip
-    unsigned long long beat;
-    unsigned long long polled_at; // when the loads had arrived (GPU clock)
-    unsigned long long took_ns;   // from the poll's issue until then
-    Transfer found[RESIDENT_POLL_WINDOW_MAX];
-};
-
-// Block 0's shared memory: the pollers' reports, and what the dispatcher tells them.
-struct PollBoard {
-    PollReport reports[RESIDENT_POLLERS];
-    unsigned long long next;   // the dispatcher's next ticket: where polls start
-    unsigned int window;       // slots a poll reads
-    unsigned int quit;         // set by the dispatcher when it ends
-    unsigned int exited;       // pollers gone
-    unsigned long long polls[RESIDENT_POLLERS];
-    unsigned long long poll_ns[RESIDENT_POLLERS];
-};
-
-// Block 0, warps 1..RESIDENT_POLLERS: each polls the ring from the dispatcher's next ticket, in
-// turn with the others (poll p of a round of RESIDENT_POLLERS starts RESIDENT_POLL_SPACING_NS after
-// poll p - 1, or as soon as its last one ended where a round trip is longer), and reports what it
-// found. One lane's loads go out one after another, so one warp's polls cannot overlap: several
-// warps' can, and a descriptor the host writes waits for the next poll to leave, not for the one in
-// flight to come back.
-__device__ void run_poller(const ResidentArgs &a, volatile PollBoard *pb, unsigned int poller) {
-    const unsigned int lane = threadIdx.x % 32;
+// Block 0, warp 0: reads the ring, moves small transfers, hands the rest to the copy blocks and
+// publishes completion (see the top of this file).
+__device__ void run_dispatcher(const ResidentArgs &a) {
+    __shared__ unsigned long long ticket_of_entry[RESIDENT_BOARD_SLOTS];
+    const unsigned int lane = threadIdx.x;
+    const unsigned int copiers = gridDim.x - 1;
+    unsigned long long *control = (unsigned long long *)a.control;
+    BoardEntry *board = (BoardEntry *)a.board;
     const unsigned long long *ring = (const unsigned long long *)a.ring;
-    const unsigned long long *control = (const unsigned long long *)a.control;
-    volatile PollReport *report = &pb->reports[poller];
-    unsigned long long polls = 0, poll_ns = 0;
-    unsigned long long due = warp_time_ns() + poller * RESIDENT_POLL_SPACING_NS;
-    for (;;) {
-        unsigned long long next = 0;
-        unsigned int window = 1, quit = 0;
-        if (lane == 0) {
-            quit = pb->quit;
-            next = pb->next;
-            window = pb->window;
-        }
-        if (__shfl_sync(RESIDENT_FULL_WARP, quit, 0) != 0) {
-            break;
-        }
-        next = __shfl_sync(RESIDENT_FULL_WARP, next, 0);
-        window = __shfl_sync(RESIDENT_FULL_WARP, window, 0);
-        const unsigned long long round_at = warp_time_ns();
-        if (round_at < due) {
-            __nanosleep(32);
-            continue;
-        }
+
+    unsigned long long next = 0;      // the next ticket to take
+    unsigned long long posted = 0;    // board entries posted
+    unsigned long long retired = 0;   // board entries every copy block finished
+    unsigned long long published = 0; // tickets published complete
+    Watchdog watchdog = {~0ull, warp_time_ns(), a.watchdog_ns};
+    unsigned long long state = RESIDENT_RUNNING;
+    // After a round that found nothing, read only the next slot: an idle worker keeps its PCIe
+    // reads to one slot per round trip.
+    unsigned int window = 1;
+
+    if (lane == 0) {
+        store_volatile(control + RESIDENT_STATE, RESIDENT_RUNNING);
+        __threadfence_system();
+    }
+    DispatcherTimes times = {global_timer_ns(), 0, 0, 0, 0, 0, 0};
+    while (state == RESIDENT_RUNNING) {
+        // Every lane's read of ticket_of_entry last round is done before lane 0 writes it again.
+        __syncwarp();
+        const unsigned long long round_at = global_timer_ns();
+        // One round trip: the window of slots, the host's words, the copy blocks' progress.
+        const unsigned long long ticket = next + lane;
         // One load per lane: lanes 2k and 2k+1 read the halves of slot k, the lanes past the
         // window the host's stop and heartbeat words (one line, one request). One lane reading
         // both halves waited for the first before the second went out: two PCIe round trips a
@@ -349,174 +338,14 @@ __device__ void run_poller(const ResidentArgs &a, volatile PollBoard *pb, unsign
                                 __shfl_sync(RESIDENT_FULL_WARP, got.y, from)};
         const ulonglong2 high = {__shfl_sync(RESIDENT_FULL_WARP, got.x, from + 1),
                                  __shfl_sync(RESIDENT_FULL_WARP, got.y, from + 1)};
+        retired = copiers > 0 ? lowest_progress(a, copiers, lane) : posted;
         Transfer mine = {0, 0, 0, 0};
-        const bool ready =
-            lane < window && decode_slot(low, high, next + lane, a.ring_slots, &mine);
+        const bool ready = lane < window && decode_slot(low, high, ticket, a.ring_slots, &mine);
         const unsigned long long stop = __shfl_sync(RESIDENT_FULL_WARP, got.x, 31);
         const unsigned long long beat = __shfl_sync(RESIDENT_FULL_WARP, got.y, 31);
         // Lane 31 never holds a slot, so the ready run ends by lane 31 at the latest.
         const unsigned int count = __ffs(~__ballot_sync(RESIDENT_FULL_WARP, ready)) - 1;
-        const unsigned long long polled_at =
-            __shfl_sync(RESIDENT_FULL_WARP, timer_after(count + beat + stop), 0);
-
-        // The report: its sequence odd, every lane's writes, then even again.
-        if (lane == 0) {
-            report->seq = report->seq + 1;
-            __threadfence_block();
-        }
-        __syncwarp();
-        if (lane < count) {
-            report->found[lane].src = mine.src;
-            report->found[lane].dst = mine.dst;
-            report->found[lane].len = mine.len;
-            report->found[lane].flags = mine.flags;
-        }
-        if (lane == 0) {
-            report->base = next;
-            report->count = count;
-            report->stop = stop;
-            report->beat = beat;
-            report->polled_at = polled_at;
-            report->took_ns = polled_at - round_at;
-        }
-        __threadfence_block();
-        __syncwarp();
-        ++polls;
-        poll_ns += polled_at - round_at;
-        if (lane == 0) {
-            report->seq = report->seq + 1;
-            pb->polls[poller] = polls;
-            pb->poll_ns[poller] = poll_ns;
-        }
-        due += RESIDENT_POLLERS * RESIDENT_POLL_SPACING_NS;
-        if (due < polled_at) {
-            due = polled_at;
-        }
-    }
-    if (lane == 0) {
-        atomicAdd((unsigned int *)&pb->exited, 1);
-    }
-}
-
-// The reports' latest word on the slots from `next` on: the report that holds the longest run of
-// ready tickets starting at `next` (its transfers, into lanes 0..), and the host's words from the
-// latest report. A run is a poll's decoding of slots whose lap tags matched: it stays true of those
-// tickets whenever it is read.
-struct Found {
-    bool heard;                 // some poll has reported (else the words below are not read yet)
-    unsigned int count;         // tickets from `next` on, in lanes 0..count-1 of `mine`
-    unsigned long long stop;    // the host's stop word, from a report that polled `next` and
-                                // found nothing there (0 otherwise)
-    unsigned long long beat;    // the heartbeat, from the latest report
-    unsigned long long polled_at;
-    unsigned long long took_ns;
-};
-
-__device__ Found take_reports(volatile PollBoard *pb, unsigned long long next, Transfer *mine,
-                              unsigned int lane) {
-    // Lane p reads report p's header between two reads of its sequence.
-    unsigned int seq = 0, count = 0;
-    unsigned long long base = 0, stop = 0, beat = 0, polled_at = 0, took = 0;
-    bool valid = false;
-    if (lane < RESIDENT_POLLERS) {
-        volatile PollReport *r = &pb->reports[lane];
-        seq = r->seq;
-        __threadfence_block();
-        count = r->count;
-        base = r->base;
-        stop = r->stop;
-        beat = r->beat;
-        polled_at = r->polled_at;
-        took = r->took_ns;
-        __threadfence_block();
-        valid = seq != 0 && (seq & 1) == 0 && r->seq == seq;
-    }
-    const bool covers = valid && base <= next && next < base + count;
-    // The covering report reaching furthest, and the latest report (lowest lane on ties).
-    unsigned long long best_end = covers ? base + count : 0;
-    unsigned long long latest = valid ? polled_at + 1 : 0;
-    unsigned int best = lane, newest = lane;
-    for (int offset = 16; offset > 0; offset /= 2) {
-        const unsigned long long other_end = __shfl_xor_sync(RESIDENT_FULL_WARP, best_end, offset);
-        const unsigned int other_best = __shfl_xor_sync(RESIDENT_FULL_WARP, best, offset);
-        if (other_end > best_end || (other_end == best_end && other_best < best)) {
-            best_end = other_end;
-            best = other_best;
-        }
-        const unsigned long long other_latest = __shfl_xor_sync(RESIDENT_FULL_WARP, latest, offset);
-        const unsigned int other_newest = __shfl_xor_sync(RESIDENT_FULL_WARP, newest, offset);
-        if (other_latest > latest || (other_latest == latest && other_newest < newest)) {
-            latest = other_latest;
-            newest = other_newest;
-        }
-    }
-    Found f = {latest != 0, 0, 0, 0, 0, 0};
-    if (!f.heard) {
-        return f;
-    }
-    f.beat = __shfl_sync(RESIDENT_FULL_WARP, beat, newest);
-    const unsigned long long newest_base = __shfl_sync(RESIDENT_FULL_WARP, base, newest);
-    const unsigned int newest_count = __shfl_sync(RESIDENT_FULL_WARP, count, newest);
-    const unsigned long long newest_stop = __shfl_sync(RESIDENT_FULL_WARP, stop, newest);
-    // A stop counts once a poll that read it also read slot `next` and found nothing there.
-    f.stop = newest_base == next && newest_count == 0 ? newest_stop : 0;
-    if (best_end == 0) {
-        return f;
-    }
-    const unsigned long long best_base = __shfl_sync(RESIDENT_FULL_WARP, base, best);
-    const unsigned int best_seq = __shfl_sync(RESIDENT_FULL_WARP, seq, best);
-    const unsigned int take = (unsigned int)(best_end - next);
-    volatile PollReport *r = &pb->reports[best];
-    if (lane < take) {
-        volatile Transfer *t = &r->found[next - best_base + lane];
-        mine->src = t->src;
-        mine->dst = t->dst;
-        mine->len = t->len;
-        mine->flags = t->flags;
-    }
-    __threadfence_block();
-    // Rewritten meanwhile: take nothing this time (the next look finds it again).
-    const unsigned int seq_after = __shfl_sync(RESIDENT_FULL_WARP, lane == 0 ? r->seq : 0u, 0);
-    if (seq_after != best_seq) {
-        return f;
-    }
-    f.count = take;
-    f.polled_at = __shfl_sync(RESIDENT_FULL_WARP, polled_at, best);
-    f.took_ns = __shfl_sync(RESIDENT_FULL_WARP, took, best);
-    return f;
-}
-
-// Block 0, warp 0: takes the tickets the pollers report, moves small transfers, hands the rest to
-// the copy blocks and publishes completion (see the top of this file).
-__device__ void run_dispatcher(const ResidentArgs &a, volatile PollBoard *pb) {
-    __shared__ unsigned long long ticket_of_entry[RESIDENT_BOARD_SLOTS];
-    const unsigned int lane = threadIdx.x;
-    const unsigned int copiers = gridDim.x - 1;
-    unsigned long long *control = (unsigned long long *)a.control;
-    BoardEntry *board = (BoardEntry *)a.board;
-
-    unsigned long long next = 0;      // the next ticket to take
-    unsigned long long posted = 0;    // board entries posted
-    unsigned long long retired = 0;   // board entries every copy block finished
-    unsigned long long published = 0; // tickets published complete
-    Watchdog watchdog = {~0ull, warp_time_ns(), a.watchdog_ns};
-    unsigned long long state = RESIDENT_RUNNING;
-
-    if (lane == 0) {
-        store_volatile(control + RESIDENT_STATE, RESIDENT_RUNNING);
-        __threadfence_system();
-    }
-    DispatcherTimes times = {global_timer_ns(), 0, 0, 0, 0, 0, 0};
-    while (state == RESIDENT_RUNNING) {
-        // Every lane's read of ticket_of_entry last time is done before lane 0 writes it again.
-        __syncwarp();
-        Transfer mine = {0, 0, 0, 0};
-        const Found found = take_reports(pb, next, &mine, lane);
-        const unsigned int count = found.count;
-        // The copy blocks' progress, only while the board holds entries (an L2 round trip).
-        if (retired != posted) {
-            retired = lowest_progress(a, copiers, lane);
-        }
+        const unsigned long long polled_at = timer_after(count + beat + stop + retired);
 
         for (unsigned int k = 0; k < count; ++k) {
             Transfer t;
@@ -555,10 +384,6 @@ __device__ void run_dispatcher(const ResidentArgs &a, volatile PollBoard *pb) {
             }
             ++next;
         }
-        if (lane == 0) {
-            pb->next = next;
-            pb->window = count > 0 ? RESIDENT_POLL_WINDOW_MAX : 1;
-        }
         // Orders every lane's copies (and the board entries lane 0 read) before lane 0's release
         // below, which makes them visible at system scope before the count: one fence a round,
         // where a fence per lane and another before the store cost a PCIe flush each.
@@ -573,35 +398,25 @@ __device__ void run_dispatcher(const ResidentArgs &a, volatile PollBoard *pb) {
             }
             published = complete;
         }
+        ++times.rounds;
+        times.poll_ns += polled_at - round_at;
         if (count > 0) {
             ++times.working_rounds;
-            times.working_poll_ns += found.took_ns;
-            // From the report's arrival: the hand-over from its poller, the copies' loads and issue.
-            times.copy_ns += copied_at - found.polled_at;
+            times.working_poll_ns += polled_at - round_at;
+            times.copy_ns += copied_at - polled_at;
             times.publish_ns += global_timer_ns() - copied_at;
         }
-        if (state == RESIDENT_RUNNING && found.heard && watchdog.silent(found.beat)) {
+        if (state == RESIDENT_RUNNING && watchdog.silent(beat)) {
             state = RESIDENT_WATCHDOG;
         }
-        if (state == RESIDENT_RUNNING && found.stop != 0 && count == 0) {
+        if (state == RESIDENT_RUNNING && stop != 0 && count == 0) {
             state = RESIDENT_STOPPED;
         }
-    }
-    if (lane == 0) {
-        pb->quit = 1;
+        window = count > 0 ? RESIDENT_POLL_WINDOW_MAX : 1;
     }
     // Let the copy blocks finish the board, publish everything taken, and let them go.
     while (retired != posted) {
         retired = lowest_progress(a, copiers, lane);
-    }
-    // The pollers' counts, once every poller has left its loop.
-    unsigned int exited = 0;
-    while (exited < RESIDENT_POLLERS) {
-        exited = __shfl_sync(RESIDENT_FULL_WARP, lane == 0 ? pb->exited : 0u, 0);
-    }
-    for (unsigned int p = 0; p < RESIDENT_POLLERS; ++p) {
-        times.rounds += pb->polls[p];
-        times.poll_ns += pb->poll_ns[p];
     }
     if (lane == 0) {
         store_volatile(control + RESIDENT_RUN_NS, global_timer_ns() - times.started_at);
@@ -690,28 +505,9 @@ __device__ void run_copier(const ResidentArgs &a) {
 // others copy.
 extern "C" __global__ void __launch_bounds__(RESIDENT_THREADS, 1)
     resident_worker(const __grid_constant__ ResidentArgs args) {
-    __shared__ PollBoard polls;
     if (blockIdx.x > 0) {
         run_copier(args);
-        return;
-    }
-    if (threadIdx.x == 0) {
-        volatile PollBoard *pb = &polls;
-        for (unsigned int p = 0; p < RESIDENT_POLLERS; ++p) {
-            pb->reports[p].seq = 0;
-            pb->polls[p] = 0;
-            pb->poll_ns[p] = 0;
-        }
-        pb->next = 0;
-        pb->window = 1;
-        pb->quit = 0;
-        pb->exited = 0;
-    }
-    __syncthreads();
-    const unsigned int warp = threadIdx.x / 32;
-    if (warp == 0) {
-        run_dispatcher(args, &polls);
-    } else if (warp <= RESIDENT_POLLERS) {
-        run_poller(args, &polls, warp - 1);
+    } else if (threadIdx.x < 32) {
+        run_dispatcher(args);
     }
 }

@@ -32,6 +32,14 @@ int main() {
     cudaStream_t a, b;
     cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
     cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    // Both kernels loaded before either runs: loading a kernel (CUDA loads lazily, at first
+    // launch) waits for the running ones, which would hold the second back by itself.
+    cudaFuncAttributes attributes;
+    cudaFuncGetAttributes(&attributes, spin);
+    release<<<1, 1, 0, b>>>(flag);
+    cudaDeviceSynchronize();
+    cudaMemset(flag, 0, 4);
+    cudaDeviceSynchronize();
     spin<<<1, 1, 0, a>>>(flag, waited);
     release<<<1, 1, 0, b>>>(flag);
     cudaDeviceSynchronize();

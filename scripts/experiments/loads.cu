@@ -1,7 +1,7 @@
 // Issue 14: do a persistent kernel's "fresh" loads (__ldcv, which the resident worker's copies use
 // so that L1 never serves an earlier transfer's bytes) keep several loads in flight per lane, or
 // does each wait for the one before, as two volatile loads of pinned host memory did
-// (scripts/experiments/poll.cu)? One warp, each lane K independent 16-byte loads of lines far
+// (scripts/experiments/poll.cu)? One warp, each lane K independent 16-byte loads of lines 4 KiB
 // apart, then their sum; the GPU's clock times the rounds. Kinds: plain (ld.global), cv (__ldcv),
 // cg (__ldcg, L2 only), volatile, relaxed.gpu; memory: this GPU's, the peer's (GPU 1, over
 // NVLink), pinned host. Build and run on the GPU host:
@@ -35,19 +35,19 @@ template <int Kind> __device__ __forceinline__ uint4 load(const uint4 *p) {
     return ld_relaxed_gpu(p);
 }
 
-// Rounds of K loads per lane; the lines move every round (a stride past the caches' reach on
-// device memory: 8 MiB apart in a 1 GiB buffer), so that each load goes to its memory.
+// Rounds of K loads per lane, a warp's load 512 contiguous bytes; a round's K loads 4 KiB apart,
+// each round 32 KiB further on (so a 2 MiB page serves 64 rounds: translation stays cached, and
+// the data does not, the walk covering far more than L2 before it wraps).
 template <int Kind, int K>
 __global__ void rounds(const uint4 *mem, unsigned long long lines, int n, unsigned long long *out) {
     const unsigned lane = threadIdx.x;
     unsigned int sum = 0;
-    const unsigned long long stride = 524288;  // 8 MiB in 16-byte lines
     const unsigned long long start = now_ns();
     for (int r = 0; r < n; ++r) {
         uint4 v[K];
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            const unsigned long long line = ((unsigned long long)(r * K + k) * stride + lane * 8 + r) % lines;
+            const unsigned long long line = ((unsigned long long)r * 2048 + k * 256 + lane) % lines;
             v[k] = load<Kind>(mem + line);
         }
 #pragma unroll
@@ -72,6 +72,23 @@ template <int Kind> void row(const char *kind, const char *where, const uint4 *m
     const double eight = time_ns<Kind, 8>(mem, lines, out);
     printf("%-12s %-6s K=1 %7.1f ns  K=8 %7.1f ns  ratio %.2f (1: all in flight, 8: one after another)\n",
            kind, where, one, eight, eight / one);
+}
+
+// Eight warps of one block, lane 0 of each polling pinned host memory with volatile 16-byte loads,
+// n rounds each: every warp the same line, or each its own line (128 bytes apart). If a line's
+// reads are served one at a time, the first takes eight round trips a round, the second one.
+__global__ void pollers(const unsigned long long *host, bool same_line, int n, unsigned long long *out) {
+    const unsigned warp = threadIdx.x / 32;
+    const unsigned long long *line = host + (same_line ? 0 : 16 * warp);
+    unsigned long long sum = 0;
+    const unsigned long long start = now_ns();
+    for (int r = 0; r < n && threadIdx.x % 32 == 0; ++r) {
+        ulonglong2 v;
+        asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(line) : "memory");
+        sum += v.x;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) { out[0] = now_ns() - start; out[1] = sum; }
 }
 
 int main() {
@@ -101,6 +118,13 @@ int main() {
         row<2>("ldcg", w.name, w.mem, w.lines, out);
         row<3>("volatile", w.name, w.mem, w.lines, out);
         row<4>("relaxed.gpu", w.name, w.mem, w.lines, out);
+    }
+    for (int same = 1; same >= 0; --same) {
+        pollers<<<1, 256>>>((const unsigned long long *)host, same, 100, out);
+        cudaDeviceSynchronize();
+        pollers<<<1, 256>>>((const unsigned long long *)host, same, 2000, out);
+        cudaDeviceSynchronize();
+        printf("eight warps polling %s: %.1f ns a round\n", same ? "one host line" : "a host line each", out[0] / 2000.0);
     }
     printf("%s\n", cudaGetErrorString(cudaGetLastError()));
     return 0;

@@ -168,22 +168,20 @@ pub struct StopReport {
 pub struct DispatcherTimes {
     /// From the kernel's start to its stop.
     pub run_ns: u64,
-    /// Polls, by every poller: each reads the ring's next slots and the host's words in one
-    /// round trip (several pollers take turns, so polls overlap).
-    pub polls: u64,
-    /// Over every poll: from its issue until what it read had arrived.
+    /// Poll rounds: each reads the ring's next slots and the host's words in one round trip.
+    pub rounds: u64,
+    /// Over every round: from its start until what it read had arrived.
     pub poll_ns: u64,
-    /// The dispatcher's takings: each takes the tickets one poll found ready.
-    pub takings: u64,
-    /// Over the takings: the polls that found their tickets (reading slots the host had just
-    /// written, which its cache may hold).
-    pub taking_poll_ns: u64,
-    /// Over the takings: from the poll's report to the copies' end — the hand-over to the
-    /// dispatcher, the copies it moved itself (their loads, and their stores' issue) and the
-    /// transfers it posted to the copy blocks.
+    /// Rounds that took at least one ticket.
+    pub working_rounds: u64,
+    /// Over the working rounds: their polls (reading slots the host had just written, which
+    /// its cache may hold).
+    pub working_poll_ns: u64,
+    /// Over the working rounds: the copies the dispatcher moved itself (their loads, and their
+    /// stores' issue) and the transfers it posted to the copy blocks.
     pub copy_ns: u64,
-    /// Over the takings: publishing completion, whose system-scope release waits until the
-    /// copies' stores have landed.
+    /// Over the working rounds: publishing completion, whose system-scope release waits until
+    /// the copies' stores have landed.
     pub publish_ns: u64,
 }
 

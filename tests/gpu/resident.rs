@@ -256,34 +256,34 @@ fn resident_latency_of_a_4_byte_transfer() {
     }
 }
 
-/// Prints where a worker's dispatcher spent its time (GPU clock, means per poll and per taking)
-/// beside the mean call-to-complete time `call_us` of its transfers, and what is left for the
-/// host's side.
+/// Prints where a worker's dispatcher spent its time (GPU clock, means per round) beside the mean
+/// call-to-complete time `call_us` of its transfers, and what is left for the host's side.
 fn dispatcher_split(what: &str, t: &DispatcherTimes, call_us: f64) {
     let per = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1000.0;
-    // The pollers take turns: a poll leaves every `spacing` µs, each taking `poll` µs.
-    let spacing = per(t.run_ns, t.polls);
-    let poll = per(t.poll_ns, t.polls);
-    let taking_poll = per(t.taking_poll_ns, t.takings);
-    let idle_poll = per(t.poll_ns - t.taking_poll_ns, t.polls - t.takings);
-    let copy = per(t.copy_ns, t.takings);
-    let publish = per(t.publish_ns, t.takings);
+    let period = per(t.run_ns, t.rounds);
+    let poll = per(t.poll_ns, t.rounds);
+    let working_poll = per(t.working_poll_ns, t.working_rounds);
+    let idle_poll = per(t.poll_ns - t.working_poll_ns, t.rounds - t.working_rounds);
+    let copy = per(t.copy_ns, t.working_rounds);
+    let publish = per(t.publish_ns, t.working_rounds);
     println!(
-        "  {what}, the worker by the GPU's clock: {} polls in {:.1} ms, one leaving every \
-         {spacing:.3} µs (a poll {poll:.3} µs: {idle_poll:.3} finding nothing, {taking_poll:.3} \
-         finding tickets); {} takings: hand-over and copy {copy:.3} µs, publish {publish:.3} µs",
-        t.polls,
+        "  {what}, the dispatcher by the GPU's clock: {} rounds in {:.1} ms, a round every {period:.3} µs \
+         (its poll {poll:.3} µs: {idle_poll:.3} finding nothing, {working_poll:.3} finding \
+         tickets; the rest of it {:.3}); {} rounds took tickets: copy {copy:.3} µs, publish \
+         {publish:.3} µs",
+        t.rounds,
         t.run_ns as f64 / 1e6,
-        t.takings,
+        period - poll,
+        t.working_rounds,
     );
-    // A ticket waits for the next poll to leave (half the spacing on average, its phase random),
-    // which sees it; the rest of the call is the host's side and the flights.
-    let gpu = spacing / 2.0 + poll + copy + publish;
+    // A ticket waits for the round in flight to end (half a period on average, its phase random),
+    // then one round sees it; the rest of the call is the host's side and the flights.
+    let gpu = period / 2.0 + poll + copy + publish;
     println!(
-        "  {what}: mean call {call_us:.3} µs = GPU side {gpu:.3} µs (wait for the next poll {:.3}, \
-         poll {poll:.3}, hand-over and copy {copy:.3}, publish {publish:.3}) + host write \
-         visible, completion flight and host poll {:.3} µs",
-        spacing / 2.0,
+        "  {what}: mean call {call_us:.3} µs = GPU side {gpu:.3} µs (half a round's wait {:.3}, poll \
+         {poll:.3}, copy {copy:.3}, publish {publish:.3}) + host write visible, completion flight \
+         and host poll {:.3} µs",
+        period / 2.0,
         call_us - gpu
     );
 }

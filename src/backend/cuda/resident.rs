@@ -465,10 +465,10 @@ impl Worker {
             exit,
             dispatcher: Some(DispatcherTimes {
                 run_ns: times[0],
-                polls: times[1],
+                rounds: times[1],
                 poll_ns: times[2],
-                takings: times[3],
-                taking_poll_ns: times[4],
+                working_rounds: times[3],
+                working_poll_ns: times[4],
                 copy_ns: times[5],
                 publish_ns: times[6],
             }),
