@@ -31,7 +31,8 @@
 #                    same flags, packets of changing sizes, replayed from graphs (the ranks spin on each other's flags; __syncthreads)
 #   busy             the stand-in compute kernel
 #   resident_worker  a resident worker: its dispatcher and copy blocks moving single transfers
-#                    and batches, a doorbell behind a held stream, a ring of 32 slots wrapping round
+#                    and batches, a doorbell behind a held stream and behind a copy-engine copy,
+#                    a ring of 32 slots wrapping round
 #                    (shared memory, __syncthreads and __syncwarp in both; it spins until stopped)
 # The sizes are the contract's: up to 1 MiB per rank, 64 KiB copies, 2000 messages of 97 bytes; the
 # engine's test moves 48 MiB once per strategy.
@@ -82,6 +83,7 @@ default_tests=(
     cuda_contract::a_batch_moves_every_message_as_one_ticket
     cuda_contract::a_doorbell_holds_a_transfer_until_its_stream_gets_there
     cuda_contract::a_full_ring_holds_submitters_back_and_wraps_round
+    resident::resident_doorbells_rung_behind_a_copy_engine_copy
     engine::batches_and_prepared_batches_deliver_every_message
     engine::every_usable_strategy_moves_every_byte
 )

@@ -2,7 +2,9 @@
 // must; the question is whether compute-sanitizer lets it (the resident worker's doorbell check
 // holds a stream behind a spinning gate kernel while the worker's kernel runs, and did not finish
 // under memcheck). A one-thread kernel spins until a flag is set or 5 s pass; a second kernel, on
-// another non-blocking stream, sets the flag. Build and run on the GPU host, plain and under a tool:
+// another non-blocking stream, sets the flag: first at its first launch (loaded beforehand, as
+// peerlink loads its kernels), then at a later launch. Build and run on the GPU host, plain and
+// under a tool:
 //   nvcc -O2 -arch=sm_90 -o /tmp/concurrent scripts/experiments/concurrent.cu
 //   /tmp/concurrent; compute-sanitizer --tool memcheck /tmp/concurrent
 #include <cstdio>
@@ -36,15 +38,17 @@ int main() {
     // launch) waits for the running ones, which would hold the second back by itself.
     cudaFuncAttributes attributes;
     cudaFuncGetAttributes(&attributes, spin);
-    release<<<1, 1, 0, b>>>(flag);
-    cudaDeviceSynchronize();
-    cudaMemset(flag, 0, 4);
-    cudaDeviceSynchronize();
-    spin<<<1, 1, 0, a>>>(flag, waited);
-    release<<<1, 1, 0, b>>>(flag);
-    cudaDeviceSynchronize();
-    printf("spin waited %.3f ms: %s (%s)\n", *waited / 1e6,
-           *waited < 4000000000ull ? "the second kernel ran beside it" : "the second kernel waited for it",
-           cudaGetErrorString(cudaGetLastError()));
+    cudaFuncGetAttributes(&attributes, release);
+    for (const char *launch : {"first", "second"}) {
+        *waited = 0;
+        spin<<<1, 1, 0, a>>>(flag, waited);
+        release<<<1, 1, 0, b>>>(flag);
+        cudaDeviceSynchronize();
+        printf("the release's %s launch: spin waited %.3f ms: %s (%s)\n", launch, *waited / 1e6,
+               *waited < 4000000000ull ? "it ran beside the spinning kernel" : "it waited for the spinning kernel",
+               cudaGetErrorString(cudaGetLastError()));
+        cudaMemset(flag, 0, 4);
+        cudaDeviceSynchronize();
+    }
     return 0;
 }

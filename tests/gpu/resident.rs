@@ -884,3 +884,50 @@ fn resident_ctrl_c_stops_a_worker() {
     println!("child after interrupt::request(): {rest}");
     assert!(rest.contains(&format!("exit {}", WorkerExit::Interrupted.name())));
 }
+
+/// The doorbell path rung by a stream whose work is a copy-engine copy alone, no kernel: what
+/// compute-sanitizer can check, as its tools run one kernel at a time on a GPU (the contract's
+/// doorbell check holds its stream with a spinning gate kernel, which could not start beside the
+/// worker's under memcheck; scripts/experiments/concurrent.cu). The stream writes the sources with
+/// a 64 MiB copy (tens of µs) after which it rings the doorbells of a transfer and of a batch:
+/// taken before the stream got there, they would move the sources' old bytes.
+#[test]
+#[ignore = "needs a GPU"]
+fn resident_doorbells_rung_behind_a_copy_engine_copy() {
+    let b = crate::open();
+    let (from, to) = pair(&b);
+    let (bulk, len) = (64 << 20, 1 << 20);
+    let (written, data) = source(&b, from, bulk, 66);
+    let src = filled(&b, Memory::Device(from), &vec![0; bulk]);
+    let dst = b.alloc(Memory::Device(to), len).unwrap();
+    let batched = b.alloc(Memory::Device(to), len).unwrap();
+    let stream = b.create_stream(from).unwrap();
+    let worker = Worker::start(&b, &WorkerConfig::on(from)).unwrap();
+    for round in 0..20 {
+        let at = round * len;
+        b.copy(stream, CopyMethod::CopyEngine, &BufferCopy::from_start(written, src, bulk))
+            .unwrap();
+        let single = BufferCopy {
+            src_offset: at,
+            ..BufferCopy::from_start(src, dst, len)
+        };
+        let ticket = worker.submit_after(stream, &single).unwrap();
+        let halves: Vec<BufferCopy> = (0..2)
+            .map(|h| BufferCopy {
+                dst_offset: h * len / 2,
+                src_offset: at + h * len / 2,
+                len: len / 2,
+                ..BufferCopy::from_start(src, batched, len)
+            })
+            .collect();
+        let batch = worker.submit_batch_after(stream, &halves).unwrap();
+        worker.wait(ticket).unwrap();
+        worker.wait(batch).unwrap();
+        b.synchronize(stream).unwrap();
+        let want = &data[at..at + len];
+        assert!(contents(&b, dst) == want, "round {round}: a transfer ran before its doorbell");
+        assert!(contents(&b, batched) == want, "round {round}: a batch ran before its doorbell");
+        // The sources go back to zeros before the next round's copy writes them again.
+        b.write(src, 0, &vec![0; bulk]).unwrap();
+    }
+}
