@@ -9,6 +9,7 @@
 //   /tmp/concurrent; compute-sanitizer --tool memcheck /tmp/concurrent
 #include <cstdio>
 #include <cuda_runtime.h>
+#include <time.h>
 
 __device__ __forceinline__ unsigned long long now_ns() {
     unsigned long long t;
@@ -24,6 +25,13 @@ __global__ void spin(volatile unsigned int *flag, unsigned long long *waited) {
 }
 
 __global__ void release(volatile unsigned int *flag) { *flag = 1; }
+
+// Spins until the host sets `flag` (mapped pinned memory) or 5 s pass.
+__global__ void spin_for_host(volatile unsigned int *flag) {
+    const unsigned long long start = now_ns();
+    while (*flag == 0 && now_ns() - start < 5000000000ull) {
+    }
+}
 
 int main() {
     unsigned int *flag;
@@ -49,6 +57,37 @@ int main() {
                cudaGetErrorString(cudaGetLastError()));
         cudaMemset(flag, 0, 4);
         cudaDeviceSynchronize();
+    }
+    // Can a kernel *end*, as the host sees it, while another still runs? The spinning kernel now
+    // waits for the host, which waits up to 2 s for the second kernel's stream to finish first:
+    // the spinning kernel launched plainly, then as a cooperative launch (as the resident worker
+    // is).
+    unsigned int *host_flag;
+    cudaHostAlloc(&host_flag, 4, cudaHostAllocMapped);
+    cudaFuncGetAttributes(&attributes, spin_for_host);
+    for (bool cooperative : {false, true}) {
+        *(volatile unsigned int *)host_flag = 0;
+        if (cooperative) {
+            void *args[] = {&host_flag};
+            cudaLaunchCooperativeKernel((void *)spin_for_host, dim3(1), dim3(1), args, 0, a);
+        } else {
+            spin_for_host<<<1, 1, 0, a>>>(host_flag);
+        }
+        release<<<1, 1, 0, b>>>(flag);
+        bool ended = false;
+        for (int i = 0; i < 2000 && !ended; ++i) {
+            ended = cudaStreamQuery(b) == cudaSuccess;
+            if (!ended) {
+                struct timespec ms = {0, 1000000};
+                nanosleep(&ms, nullptr);
+            }
+        }
+        *(volatile unsigned int *)host_flag = 1;
+        cudaDeviceSynchronize();
+        printf("a kernel beside a spinning one launched %s %s (%s)\n",
+               cooperative ? "cooperatively" : "plainly",
+               ended ? "ended while the other still spun" : "had not ended after 2 s, while the other spun",
+               cudaGetErrorString(cudaGetLastError()));
     }
     return 0;
 }
