@@ -96,9 +96,9 @@ impl Fabric {
     }
 
     /// Queues one copy between borrowed memory after the work queued so far on both owners'
-    /// streams, and makes their later work wait for it.
+    /// streams, and makes their later work wait for it: on the issuing owner's stream itself, as
+    /// PyTorch queues a copy between GPUs (see `TransferBuilder::on_streams`).
     fn queue_device_copy(&self, dst: DeviceRef, src: DeviceRef, bytes: usize) -> Result<()> {
-        let backend = self.backend();
         // Borrowed at every call, never cached: the borrow (one driver query) is what checks that
         // the range lies in an allocation of that GPU now. A cache by (GPU, address, length)
         // would skip it, and an object naming memory given back to the driver since (PyTorch's
@@ -108,28 +108,11 @@ impl Fabric {
             self.fabric.borrow(dst.1, dst.0, bytes)?,
             self.fabric.borrow(src.1, src.0, bytes)?,
         );
-        let both = [self.stream(src.1, src.2)?, self.stream(dst.1, dst.2)?];
-        let streams = if both[0] == both[1] {
-            &both[..1]
-        } else {
-            &both[..]
-        };
-        let after_src = Owned::new(backend, backend.mark(streams[0])?);
-        let after_dst = match streams.get(1) {
-            Some(&stream) => Some(Owned::new(backend, backend.mark(stream)?)),
-            None => None,
-        };
-        let mut builder = self
+        let transfer = self
             .fabric
             .transfer(src_buffer.all(), dst_buffer.all())
-            .after_event(*after_src);
-        if let Some(mark) = &after_dst {
-            builder = builder.after_event(**mark);
-        }
-        let transfer = builder.submit()?;
-        for &stream in streams {
-            backend.wait(stream, transfer.event())?;
-        }
+            .on_streams(self.stream(src.1, src.2)?, self.stream(dst.1, dst.2)?)
+            .submit()?;
         self.lock()
             .pending
             .push_back((transfer, dst_buffer, src_buffer));
