@@ -12,7 +12,7 @@ use peerlink::workload::all_reduce;
 use peerlink::{Error, Result};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyList, PyTuple};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -572,18 +572,25 @@ impl Fabric {
         Ok(true)
     }
 
-    /// The fast path of `peerlink.Fabric.all_reduce_`: queues the all-reduce when every tensor is
-    /// device memory and returns True; False, having done nothing, when one is not or there are
-    /// none.
+    /// The fast path of `peerlink.Fabric.all_reduce_`: queues the all-reduce when `tensors` is a
+    /// list or tuple of device memory and returns True; False, having done nothing, when it is
+    /// another sequence, when one is not device memory, or when there are none.
     #[pyo3(signature = (tensors, dtype = None))]
     fn all_reduce_(
         &self,
         py: Python<'_>,
-        tensors: &Bound<'_, PyList>,
+        tensors: &Bound<'_, PyAny>,
         dtype: Option<&str>,
     ) -> PyResult<bool> {
-        let mut found = Vec::with_capacity(tensors.len());
-        for (i, tensor) in tensors.iter().enumerate() {
+        // Only these: iterating another sequence could consume what the slow path then reads.
+        let tensors = match (tensors.cast::<PyList>(), tensors.cast::<PyTuple>()) {
+            (Ok(list), _) => list.as_sequence().clone(),
+            (_, Ok(tuple)) => tuple.as_sequence().clone(),
+            _ => return Ok(false),
+        };
+        let mut found = Vec::with_capacity(tensors.len()?);
+        for (i, tensor) in tensors.try_iter()?.enumerate() {
+            let tensor = tensor?;
             match describe(
                 &self.tensor_types,
                 &tensor,
