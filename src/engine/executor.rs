@@ -4,7 +4,10 @@
 //! Every transfer starts and ends on its pair's *control* stream on the source GPU: the start event
 //! is recorded there (after any dependencies), the other routes' streams wait for it, and the
 //! control stream waits for each route's last event before recording the end. Start and end are
-//! therefore on one GPU and time the whole transfer.
+//! therefore on one GPU and time the whole transfer. A transfer ordered on the caller's streams
+//! ([`super::TransferBuilder::on_streams`]) takes the issuing GPU's caller stream as its control
+//! stream instead: the caller's other stream is crossed once each way (a mark the transfer waits
+//! for, its end that stream waits for), as PyTorch orders a copy between GPUs.
 //!
 //! Pipelined routes (through pinned host memory, through a relay GPU) go through a *lane*: a staging
 //! buffer of [`STAGING_SLOTS`] chunks of [`MAX_CHUNK`], allocated once per (pair, route) and reused,
