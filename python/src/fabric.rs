@@ -16,6 +16,9 @@ use pyo3::types::{PyList, PyTuple};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+/// Kernel picks kept per list of GPUs.
+const PICKS_KEPT: usize = 4096;
+
 /// Another library's device memory, as the Python layer found it: its address, GPU and the CUDA
 /// stream its owner orders work on.
 type DeviceRef = (u64, usize, u64);
@@ -44,6 +47,9 @@ struct State {
     pending: VecDeque<(Transfer, Buffer, Buffer)>,
     /// Flag blocks of the all-reduce kernels, by the ranks' GPUs in order.
     flags: HashMap<Vec<usize>, Vec<BufferId>>,
+    /// The kernel the cost model picked, by the ranks' GPUs in order and the bytes: pricing the
+    /// kernels is microseconds of CPU that every call of a size would pay again.
+    picked: HashMap<Vec<usize>, HashMap<usize, AllReduceKernel>>,
     /// Per GPU, the copy of a rank's input the one-shot kernel reads (it cannot reduce in place),
     /// and its length.
     scratch: HashMap<usize, (BufferId, usize)>,
@@ -144,17 +150,31 @@ impl Fabric {
         Ok(flags)
     }
 
-    /// The kernel the cost model picks for `bytes` over `devices`.
+    /// The kernel the cost model picks for `bytes` over `devices` (picked once per both).
     fn kernel(&self, devices: &[usize], bytes: usize) -> Result<AllReduceKernel> {
+        let known = self
+            .lock()
+            .picked
+            .get(devices)
+            .and_then(|sizes| sizes.get(&bytes).copied());
+        if let Some(kernel) = known {
+            return Ok(kernel);
+        }
         let model = self.fabric.planner().model();
-        all_reduce::pick(model, devices, bytes as u64)
-            .map(|(kernel, _)| kernel)
-            .ok_or_else(|| {
-                Error::usage(format!(
-                    "peerlink's all-reduce needs P2P between every two of GPUs {devices:?}, and a \
-                     pair of them has none; reduce over GPUs that all reach each other"
-                ))
-            })
+        let (kernel, _) = all_reduce::pick(model, devices, bytes as u64).ok_or_else(|| {
+            Error::usage(format!(
+                "peerlink's all-reduce needs P2P between every two of GPUs {devices:?}, and a \
+                 pair of them has none; reduce over GPUs that all reach each other"
+            ))
+        })?;
+        let mut state = self.lock();
+        let sizes = state.picked.entry(devices.to_vec()).or_default();
+        // Sizes without end would grow it without end: it starts over, as the engine's plans do.
+        if sizes.len() >= PICKS_KEPT {
+            sizes.clear();
+        }
+        sizes.insert(bytes, kernel);
+        Ok(kernel)
     }
 
     /// A stream of this fabric's own on `device`.

@@ -311,6 +311,20 @@ def test_all_reduce_sums_cuda_array_objects_in_place(
         assert tensor.read() == again
 
 
+def test_all_reduce_sizes_in_turn_on_one_fabric_each_take_their_own_kernel(
+    fabric: peerlink.Fabric, fast_path_only: None
+) -> None:
+    # The kernel picked per GPUs and size is kept: a size after another must not take the other's
+    # (the packet kernel, picked for a few bytes, refuses more than 256 KiB).
+    for step, length in enumerate([4, 1 << 20, 64 << 10, 4, 1 << 20]):
+        inputs = [np.full(length // 4, r + step, dtype=np.float32) for r in range(2)]
+        tensors = [device_buffer(fabric, r, x.tobytes()) for r, x in enumerate(inputs)]
+        fabric.all_reduce_(tensors, dtype="f32")
+        fabric.synchronize()
+        for tensor in tensors:
+            assert tensor.read() == np.full(length // 4, 1 + 2 * step, dtype=np.float32).tobytes()
+
+
 def test_all_reduce_of_cuda_array_objects_needs_a_dtype(fabric: peerlink.Fabric) -> None:
     tensors = [device_buffer(fabric, r, bytes(16)) for r in range(2)]
     with pytest.raises(peerlink.UsageError, match="dtype='f32'"):
