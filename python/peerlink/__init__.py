@@ -366,7 +366,11 @@ class Fabric:
 
     def copy_(self, dst: Any, src: Any) -> None:
         """Copies ``src`` into ``dst`` (of the same number of bytes), GPU to GPU, by the
-        planner's pick."""
+        planner's pick.
+
+        On CUDA tensors it is queued as PyTorch queues ``dst.copy_(src)`` between GPUs: on the
+        source's current stream itself, after a wait for the work queued so far on the
+        destination's, whose later work then waits for the copy."""
         # CUDA tensors and __cuda_array_interface__ objects are described and queued in Rust; the
         # rest (host buffers, peerlink.on placements) below, which also refuses a closed fabric.
         native = self._native
