@@ -366,7 +366,11 @@ class Fabric:
 
     def copy_(self, dst: Any, src: Any) -> None:
         """Copies ``src`` into ``dst`` (of the same number of bytes), GPU to GPU, by the
-        planner's pick."""
+        planner's pick.
+
+        On CUDA tensors it is queued as PyTorch queues ``dst.copy_(src)`` between GPUs: on the
+        source's current stream itself, after a wait for the work queued so far on the
+        destination's, whose later work then waits for the copy."""
         # CUDA tensors and __cuda_array_interface__ objects are described and queued in Rust; the
         # rest (host buffers, peerlink.on placements) below, which also refuses a closed fabric.
         native = self._native
@@ -425,10 +429,13 @@ class Fabric:
         ``"bf16"`` for buffers that do not say. The form with one tensor per process (under
         torchrun or ``peerlink launch``) is not offered yet.
         """
+        # Lists and tuples of CUDA tensors and __cuda_array_interface__ objects are described and
+        # queued in Rust; the rest below, which also refuses a closed fabric.
+        native = self._native
+        if native is not None and native.all_reduce_(tensors, dtype):
+            return
         fabric = self._open()
         tensors = list(tensors)
-        if fabric.all_reduce_(tensors, dtype):
-            return
         found = [_describe(t, f"tensor {i}") for i, t in enumerate(tensors)]
         if not found:
             raise UsageError("an all-reduce takes one tensor per GPU on at least 2 GPUs; none given")

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PyString, PyType};
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Which argument an object is, as the sentences name it.
 #[derive(Clone, Copy)]
@@ -49,13 +49,20 @@ pub struct TensorTypes {
     /// path's test (`type(obj).__module__` starts with `torch`, and `data_ptr` is there), on the
     /// type. Each type is held, so that its address names it for as long as it is cached.
     seen: Mutex<Vec<(Py<PyType>, bool)>>,
-    /// The `torch` module last found in `sys.modules`, and its `_C._cuda_getCurrentRawStream`
-    /// (None where it lacks one): looked up again when `sys.modules` holds another module.
-    raw_stream: Mutex<Option<RawStream>>,
+    /// What was read of the `torch` module last found in `sys.modules`: read again when
+    /// `sys.modules` holds another module.
+    torch: Mutex<Option<Arc<Torch>>>,
 }
 
-/// A `torch` module, and its function that reads a GPU's current stream, if it has one.
-type RawStream = (Py<PyAny>, Option<Py<PyAny>>);
+/// A `torch` module and what the fast path reads of it once.
+struct Torch {
+    module: Py<PyAny>,
+    /// `_C._cuda_getCurrentRawStream`, where it has one.
+    raw_stream: Option<Py<PyAny>>,
+    /// `torch.float32` and `torch.bfloat16`: a tensor's `dtype` is one of these objects, so that
+    /// telling it is a comparison of addresses, not a string made and compared per tensor.
+    dtypes: Vec<(Py<PyAny>, DataType)>,
+}
 
 impl TensorTypes {
     fn is_tensor(&self, ty: &Bound<'_, PyType>) -> PyResult<bool> {
@@ -123,14 +130,15 @@ fn torch(
         ));
     }
     let device: usize = tensor.call_method0(intern!(py, "get_device"))?.extract()?;
-    let stream = types.current_stream(py, device)?;
+    let torch = types.torch(py)?;
+    let stream = torch.current_stream(py, device)?;
     let dtype = if want_dtype {
-        let name = tensor.getattr(intern!(py, "dtype"))?.str()?;
-        match name.to_str()? {
-            "torch.float32" => Some(DataType::F32),
-            "torch.bfloat16" => Some(DataType::Bf16),
-            _ => None,
-        }
+        let dtype = tensor.getattr(intern!(py, "dtype"))?;
+        torch
+            .dtypes
+            .iter()
+            .find(|(known, _)| dtype.is(known))
+            .map(|(_, t)| *t)
     } else {
         None
     };
@@ -144,10 +152,9 @@ fn torch(
 }
 
 impl TensorTypes {
-    /// `torch.cuda.current_stream(device).cuda_stream`, read as PyTorch's compiler reads it (without
-    /// making a Stream object) where that function is there. Asked at every call: the current stream
-    /// is the user's to change between calls (`with torch.cuda.stream(s):`).
-    fn current_stream(&self, py: Python<'_>, device: usize) -> PyResult<u64> {
+    /// What the fast path reads of the `torch` module in `sys.modules` (imported: the tensor is
+    /// one of its own), looked up at every call as the slow path does, read once per module.
+    fn torch(&self, py: Python<'_>) -> PyResult<Arc<Torch>> {
         static MODULES: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
         let modules = MODULES.get_or_try_init(py, || {
             py.import(intern!(py, "sys"))?
@@ -156,30 +163,51 @@ impl TensorTypes {
                 .map(Bound::unbind)
                 .map_err(PyErr::from)
         })?;
-        // Imported: the tensor is one of its own (looked up at every call, as the slow path does).
-        let torch = modules
+        let module = modules
             .bind(py)
             .get_item(intern!(py, "torch"))?
             .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err("torch"))?;
-        let cached = match &*lock(&self.raw_stream) {
-            Some((module, raw)) if module.is(&torch) => Some(raw.as_ref().map(|r| r.clone_ref(py))),
-            _ => None,
-        };
-        let raw = match cached {
-            Some(raw) => raw,
-            None => {
-                let raw = torch
-                    .getattr(intern!(py, "_C"))?
-                    .getattr_opt(intern!(py, "_cuda_getCurrentRawStream"))?
-                    .map(Bound::unbind);
-                let found = raw.as_ref().map(|r| r.clone_ref(py));
-                *lock(&self.raw_stream) = Some((torch.clone().unbind(), raw));
-                found
-            }
-        };
-        match raw {
+        // The lock is never held across a call into Python (see `is_tensor`).
+        let cached = lock(&self.torch)
+            .as_ref()
+            .filter(|t| t.module.bind(py).is(&module))
+            .cloned();
+        if let Some(torch) = cached {
+            return Ok(torch);
+        }
+        let dtypes = [
+            (intern!(py, "float32"), DataType::F32),
+            (intern!(py, "bfloat16"), DataType::Bf16),
+        ]
+        .into_iter()
+        .filter_map(|(name, t)| match module.getattr_opt(name) {
+            Ok(found) => found.map(|d| Ok((d.unbind(), t))),
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<PyResult<_>>()?;
+        let torch = Arc::new(Torch {
+            raw_stream: module
+                .getattr(intern!(py, "_C"))?
+                .getattr_opt(intern!(py, "_cuda_getCurrentRawStream"))?
+                .map(Bound::unbind),
+            dtypes,
+            module: module.unbind(),
+        });
+        *lock(&self.torch) = Some(torch.clone());
+        Ok(torch)
+    }
+}
+
+impl Torch {
+    /// `torch.cuda.current_stream(device).cuda_stream`, read as PyTorch's compiler reads it
+    /// (without making a Stream object) where that function is there. Asked at every call: the
+    /// current stream is the user's to change between calls (`with torch.cuda.stream(s):`).
+    fn current_stream(&self, py: Python<'_>, device: usize) -> PyResult<u64> {
+        match &self.raw_stream {
             Some(raw) => raw.bind(py).call1((device,))?.extract(),
-            None => torch
+            None => self
+                .module
+                .bind(py)
                 .getattr(intern!(py, "cuda"))?
                 .call_method1(intern!(py, "current_stream"), (device,))?
                 .getattr(intern!(py, "cuda_stream"))?

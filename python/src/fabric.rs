@@ -12,9 +12,12 @@ use peerlink::workload::all_reduce;
 use peerlink::{Error, Result};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyList, PyTuple};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Kernel picks kept per list of GPUs.
+const PICKS_KEPT: usize = 4096;
 
 /// Another library's device memory, as the Python layer found it: its address, GPU and the CUDA
 /// stream its owner orders work on.
@@ -44,6 +47,9 @@ struct State {
     pending: VecDeque<(Transfer, Buffer, Buffer)>,
     /// Flag blocks of the all-reduce kernels, by the ranks' GPUs in order.
     flags: HashMap<Vec<usize>, Vec<BufferId>>,
+    /// The kernel the cost model picked, by the ranks' GPUs in order and the bytes: pricing the
+    /// kernels is microseconds of CPU that every call of a size would pay again.
+    picked: HashMap<Vec<usize>, HashMap<usize, AllReduceKernel>>,
     /// Per GPU, the copy of a rank's input the one-shot kernel reads (it cannot reduce in place),
     /// and its length.
     scratch: HashMap<usize, (BufferId, usize)>,
@@ -96,9 +102,9 @@ impl Fabric {
     }
 
     /// Queues one copy between borrowed memory after the work queued so far on both owners'
-    /// streams, and makes their later work wait for it.
+    /// streams, and makes their later work wait for it: on the issuing owner's stream itself, as
+    /// PyTorch queues a copy between GPUs (see `TransferBuilder::on_streams`).
     fn queue_device_copy(&self, dst: DeviceRef, src: DeviceRef, bytes: usize) -> Result<()> {
-        let backend = self.backend();
         // Borrowed at every call, never cached: the borrow (one driver query) is what checks that
         // the range lies in an allocation of that GPU now. A cache by (GPU, address, length)
         // would skip it, and an object naming memory given back to the driver since (PyTorch's
@@ -108,28 +114,11 @@ impl Fabric {
             self.fabric.borrow(dst.1, dst.0, bytes)?,
             self.fabric.borrow(src.1, src.0, bytes)?,
         );
-        let both = [self.stream(src.1, src.2)?, self.stream(dst.1, dst.2)?];
-        let streams = if both[0] == both[1] {
-            &both[..1]
-        } else {
-            &both[..]
-        };
-        let after_src = Owned::new(backend, backend.mark(streams[0])?);
-        let after_dst = match streams.get(1) {
-            Some(&stream) => Some(Owned::new(backend, backend.mark(stream)?)),
-            None => None,
-        };
-        let mut builder = self
+        let transfer = self
             .fabric
             .transfer(src_buffer.all(), dst_buffer.all())
-            .after_event(*after_src);
-        if let Some(mark) = &after_dst {
-            builder = builder.after_event(**mark);
-        }
-        let transfer = builder.submit()?;
-        for &stream in streams {
-            backend.wait(stream, transfer.event())?;
-        }
+            .on_streams(self.stream(src.1, src.2)?, self.stream(dst.1, dst.2)?)
+            .submit()?;
         self.lock()
             .pending
             .push_back((transfer, dst_buffer, src_buffer));
@@ -161,17 +150,31 @@ impl Fabric {
         Ok(flags)
     }
 
-    /// The kernel the cost model picks for `bytes` over `devices`.
+    /// The kernel the cost model picks for `bytes` over `devices` (picked once per both).
     fn kernel(&self, devices: &[usize], bytes: usize) -> Result<AllReduceKernel> {
+        let known = self
+            .lock()
+            .picked
+            .get(devices)
+            .and_then(|sizes| sizes.get(&bytes).copied());
+        if let Some(kernel) = known {
+            return Ok(kernel);
+        }
         let model = self.fabric.planner().model();
-        all_reduce::pick(model, devices, bytes as u64)
-            .map(|(kernel, _)| kernel)
-            .ok_or_else(|| {
-                Error::usage(format!(
-                    "peerlink's all-reduce needs P2P between every two of GPUs {devices:?}, and a \
-                     pair of them has none; reduce over GPUs that all reach each other"
-                ))
-            })
+        let (kernel, _) = all_reduce::pick(model, devices, bytes as u64).ok_or_else(|| {
+            Error::usage(format!(
+                "peerlink's all-reduce needs P2P between every two of GPUs {devices:?}, and a \
+                 pair of them has none; reduce over GPUs that all reach each other"
+            ))
+        })?;
+        let mut state = self.lock();
+        let sizes = state.picked.entry(devices.to_vec()).or_default();
+        // Sizes without end would grow it without end: it starts over, as the engine's plans do.
+        if sizes.len() >= PICKS_KEPT {
+            sizes.clear();
+        }
+        sizes.insert(bytes, kernel);
+        Ok(kernel)
     }
 
     /// A stream of this fabric's own on `device`.
@@ -589,18 +592,25 @@ impl Fabric {
         Ok(true)
     }
 
-    /// The fast path of `peerlink.Fabric.all_reduce_`: queues the all-reduce when every tensor is
-    /// device memory and returns True; False, having done nothing, when one is not or there are
-    /// none.
+    /// The fast path of `peerlink.Fabric.all_reduce_`: queues the all-reduce when `tensors` is a
+    /// list or tuple of device memory and returns True; False, having done nothing, when it is
+    /// another sequence, when one is not device memory, or when there are none.
     #[pyo3(signature = (tensors, dtype = None))]
     fn all_reduce_(
         &self,
         py: Python<'_>,
-        tensors: &Bound<'_, PyList>,
+        tensors: &Bound<'_, PyAny>,
         dtype: Option<&str>,
     ) -> PyResult<bool> {
-        let mut found = Vec::with_capacity(tensors.len());
-        for (i, tensor) in tensors.iter().enumerate() {
+        // Only these: iterating another sequence could consume what the slow path then reads.
+        let tensors = match (tensors.cast::<PyList>(), tensors.cast::<PyTuple>()) {
+            (Ok(list), _) => list.as_sequence().clone(),
+            (_, Ok(tuple)) => tuple.as_sequence().clone(),
+            _ => return Ok(false),
+        };
+        let mut found = Vec::with_capacity(tensors.len()?);
+        for (i, tensor) in tensors.try_iter()?.enumerate() {
+            let tensor = tensor?;
             match describe(
                 &self.tensor_types,
                 &tensor,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import pathlib
 import subprocess
@@ -310,6 +311,20 @@ def test_all_reduce_sums_cuda_array_objects_in_place(
         assert tensor.read() == again
 
 
+def test_all_reduce_sizes_in_turn_on_one_fabric_each_take_their_own_kernel(
+    fabric: peerlink.Fabric, fast_path_only: None
+) -> None:
+    # The kernel picked per GPUs and size is kept: a size after another must not take the other's
+    # (the packet kernel, picked for a few bytes, refuses more than 256 KiB).
+    for step, length in enumerate([4, 1 << 20, 64 << 10, 4, 1 << 20]):
+        inputs = [np.full(length // 4, r + step, dtype=np.float32) for r in range(2)]
+        tensors = [device_buffer(fabric, r, x.tobytes()) for r, x in enumerate(inputs)]
+        fabric.all_reduce_(tensors, dtype="f32")
+        fabric.synchronize()
+        for tensor in tensors:
+            assert tensor.read() == np.full(length // 4, 1 + 2 * step, dtype=np.float32).tobytes()
+
+
 def test_all_reduce_of_cuda_array_objects_needs_a_dtype(fabric: peerlink.Fabric) -> None:
     tensors = [device_buffer(fabric, r, bytes(16)) for r in range(2)]
     with pytest.raises(peerlink.UsageError, match="dtype='f32'"):
@@ -430,9 +445,22 @@ def test_other_threads_run_while_a_bench_measures() -> None:
 # tensor reaches the backend, which on the simulator refuses to borrow device memory.
 
 
+class FakeDtype:
+    """A stand-in `torch.dtype`: one object per element type, as PyTorch's are."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.name
+
+
+FLOAT32, BFLOAT16, UINT8 = FakeDtype("torch.float32"), FakeDtype("torch.bfloat16"), FakeDtype("torch.uint8")
+
+
 class FakeTensor:
     def __init__(self, device: int, nbytes: int, *, cuda: bool = True, contiguous: bool = True,
-                 dtype: str = "torch.uint8", address: int | None = None) -> None:
+                 dtype: FakeDtype = UINT8, address: int | None = None) -> None:
         self.device_index, self.nbytes = device, nbytes
         self.is_cuda, self.contiguous, self.dtype = cuda, contiguous, dtype
         self.address = address
@@ -463,6 +491,7 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     module = types.ModuleType("torch")
     module._C = types.SimpleNamespace(_cuda_getCurrentRawStream=current_raw_stream)  # type: ignore[attr-defined]
+    module.float32, module.bfloat16 = FLOAT32, BFLOAT16  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch", module)
     return asked
 
@@ -493,13 +522,13 @@ def test_tensors_overlapping_on_one_gpu_are_refused(
 
 
 def test_all_reduce_takes_the_tensors_dtype(fabric: peerlink.Fabric, fake_torch: list[int]) -> None:
-    tensors = [FakeTensor(g, 64, dtype="torch.bfloat16") for g in (0, 1)]
+    tensors = [FakeTensor(g, 64, dtype=BFLOAT16) for g in (0, 1)]
     # The element type is found (else the refusal would ask for dtype=), the ranks pass the
     # checks, and the simulator refuses memory it did not lend.
     with pytest.raises(peerlink.UsageError, match="^no simulated buffer starts at"):
         fabric.all_reduce_(tensors)
     with pytest.raises(peerlink.UsageError, match="whole number of 4-byte elements"):
-        fabric.all_reduce_([FakeTensor(g, 6, dtype="torch.float32") for g in (0, 1)])
+        fabric.all_reduce_([FakeTensor(g, 6, dtype=FLOAT32) for g in (0, 1)])
 
 
 def test_tensors_move_every_byte_on_the_fast_path(
@@ -523,8 +552,39 @@ def test_all_reduce_of_tensors_takes_their_dtype_on_the_fast_path(
 ) -> None:
     inputs = [np.full(256, r + 1, dtype=np.float32) for r in range(3)]
     buffers = [device_buffer(fabric, r, x.tobytes()) for r, x in enumerate(inputs)]
-    tensors = [FakeTensor(r, 1024, dtype="torch.float32", address=b.address) for r, b in enumerate(buffers)]
+    tensors = [FakeTensor(r, 1024, dtype=FLOAT32, address=b.address) for r, b in enumerate(buffers)]
     fabric.all_reduce_(tensors)
     fabric.synchronize()
     for b in buffers:
         assert b.read() == np.full(256, 6, dtype=np.float32).tobytes()
+
+
+def test_all_reduce_of_a_tuple_takes_the_fast_path(
+    fabric: peerlink.Fabric, fake_torch: list[int], fast_path_only: None
+) -> None:
+    inputs = [np.full(64, r + 1, dtype=np.float32) for r in range(2)]
+    buffers = [device_buffer(fabric, r, x.tobytes()) for r, x in enumerate(inputs)]
+    fabric.all_reduce_(tuple(FakeTensor(r, 256, dtype=FLOAT32, address=b.address) for r, b in enumerate(buffers)))
+    fabric.synchronize()
+    for b in buffers:
+        assert b.read() == np.full(64, 3, dtype=np.float32).tobytes()
+
+
+def test_all_reduce_of_another_sequence_takes_the_slow_path(fabric: peerlink.Fabric) -> None:
+    # The fast path takes lists and tuples only (iterating anything else could consume what the
+    # slow path then reads); the slow path takes any sequence.
+    inputs = [np.full(64, r + 1, dtype=np.float32) for r in range(2)]
+    buffers = [device_buffer(fabric, r, x.tobytes()) for r, x in enumerate(inputs)]
+    fabric.all_reduce_(collections.deque(buffers), dtype="f32")
+    fabric.synchronize()
+    for b in buffers:
+        assert b.read() == np.full(64, 3, dtype=np.float32).tobytes()
+
+
+def test_a_tensor_of_another_dtype_object_does_not_say_its_type(
+    fabric: peerlink.Fabric, fake_torch: list[int]
+) -> None:
+    # The fast path tells torch.float32 by the object itself, as PyTorch's dtypes are singletons.
+    tensors = [FakeTensor(g, 64, dtype=FakeDtype("torch.float64")) for g in (0, 1)]
+    with pytest.raises(peerlink.UsageError, match="do not say their element type"):
+        fabric.all_reduce_(tensors)

@@ -4,7 +4,10 @@
 //! Every transfer starts and ends on its pair's *control* stream on the source GPU: the start event
 //! is recorded there (after any dependencies), the other routes' streams wait for it, and the
 //! control stream waits for each route's last event before recording the end. Start and end are
-//! therefore on one GPU and time the whole transfer.
+//! therefore on one GPU and time the whole transfer. A transfer ordered on the caller's streams
+//! ([`super::TransferBuilder::on_streams`]) takes the issuing GPU's caller stream as its control
+//! stream instead: the caller's other stream is crossed once each way (a mark the transfer waits
+//! for, its end that stream waits for), as PyTorch orders a copy between GPUs.
 //!
 //! Pipelined routes (through pinned host memory, through a relay GPU) go through a *lane*: a staging
 //! buffer of [`STAGING_SLOTS`] chunks of [`MAX_CHUNK`], allocated once per (pair, route) and reused,
@@ -411,10 +414,15 @@ impl<'s> Issuer<'s> {
 
     pub fn stream(&mut self, key: StreamKey) -> Result<StreamId> {
         let s = self.shared.stream(key)?;
-        if !self.touched.contains(&s) {
-            self.touched.push(s);
-        }
+        self.touch(s);
         Ok(s)
+    }
+
+    /// Notes a stream this submission queues work on, to be synchronised should it fail halfway.
+    fn touch(&mut self, stream: StreamId) {
+        if !self.touched.contains(&stream) {
+            self.touched.push(stream);
+        }
     }
 
     pub fn record(&mut self, stream: StreamId) -> Result<EventId> {
@@ -555,6 +563,18 @@ pub(super) struct Job<'p> {
     pub dst: Loc,
     pub after: &'p [EventId],
     pub timed: bool,
+    /// The caller's streams it is ordered on instead of the fabric's control stream.
+    pub caller: Option<CallerStreams>,
+}
+
+/// A transfer queued on the caller's streams (see [`super::TransferBuilder::on_streams`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CallerStreams {
+    /// The issuing GPU's stream: it runs the transfer as its control stream.
+    pub issuing: StreamId,
+    /// The other GPU's stream (None where both ends name one stream): the transfer waits for a
+    /// mark of its work so far, and it waits for the transfer's end.
+    pub other: Option<StreamId>,
 }
 
 /// Queues a whole single-range transfer: waits for `after`, then the plan, followed by an end event
@@ -588,7 +608,18 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
     for job in jobs {
         let mut issuer = Issuer::new(shared);
         let plan = job.plan;
-        let control = issuer.stream(control_key(job.issuing, plan.src, plan.dst))?;
+        let control = match job.caller {
+            Some(caller) => {
+                issuer.touch(caller.issuing);
+                if let Some(other) = caller.other {
+                    issuer.touch(other);
+                    let earlier = issuer.mark(other)?;
+                    issuer.wait(caller.issuing, earlier)?;
+                }
+                caller.issuing
+            }
+            None => issuer.stream(control_key(job.issuing, plan.src, plan.dst))?,
+        };
         for &e in job.after {
             issuer.wait(control, e)?;
         }
@@ -604,18 +635,21 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
         // A timed split also times each route's end: what shows whether its bytes were divided
         // as the routes ran.
         let time_routes = job.timed && plan.paths.len() > 1;
+        // On the caller's stream, the caller's earlier work there comes first too.
+        let ordered = !job.after.is_empty() || job.caller.is_some();
         queue_direct(
             &mut issuer,
             plan,
             job.issuing,
             (job.src, job.dst),
             control,
-            !job.after.is_empty(),
+            ordered,
             time_routes,
         )?;
         let q = Queuing {
             issuer,
             control,
+            follower: job.caller.and_then(|c| c.other),
             start,
             pipelines: Vec::new(),
             time_routes,
@@ -668,6 +702,8 @@ pub(super) fn submit_together(shared: &Arc<Shared>, jobs: &[Job<'_>]) -> Result<
 struct Queuing<'s> {
     issuer: Issuer<'s>,
     control: StreamId,
+    /// The caller's stream of the other GPU, which waits for the transfer's end.
+    follower: Option<StreamId>,
     start: Option<EventId>,
     pipelines: Pipelines,
     /// Whether each route's end is timed.
@@ -675,7 +711,8 @@ struct Queuing<'s> {
 }
 
 impl Queuing<'_> {
-    /// Makes the control stream wait for every route, then records the end.
+    /// Makes the control stream wait for every route, then records the end (and makes the
+    /// follower wait for it).
     fn finish(mut self, lanes: &mut HashMap<LaneKey, MutexGuard<'_, Lane>>) -> Result<Completion> {
         finish_routes(
             &mut self.issuer,
@@ -684,7 +721,15 @@ impl Queuing<'_> {
             self.control,
             self.time_routes,
         )?;
-        let end = self.issuer.record(self.control)?;
+        // Without a start event no GPU time can be asked of the transfer: its end only orders
+        // work, and a stream waits on such an event sooner than on a timed one.
+        let end = match self.start {
+            Some(_) => self.issuer.record(self.control)?,
+            None => self.issuer.mark(self.control)?,
+        };
+        if let Some(follower) = self.follower {
+            self.issuer.wait(follower, end)?;
+        }
         Ok(self.issuer.finish(self.start, end))
     }
 }

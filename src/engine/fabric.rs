@@ -11,11 +11,11 @@
 //! - dropping a buffer waits for the transfers that use it before its memory is freed, and a
 //!   prepared batch keeps its buffers alive.
 
-use super::executor::{self, lock, Completion, Loc, ResidentWorkers, Shared};
+use super::executor::{self, lock, CallerStreams, Completion, Loc, ResidentWorkers, Shared};
 use super::plan::{BatchPlan, Plan, Route, RouteEnd, Strategy, Ways};
 use super::planner::{ways_together, Together};
 use super::Planner;
-use crate::backend::{Backend, BufferId, EventId, Memory, SharedBuffer, SharedMemory};
+use crate::backend::{Backend, BufferId, EventId, Memory, SharedBuffer, SharedMemory, StreamId};
 use crate::model::CostModel;
 use crate::{Error, Result};
 use std::fmt;
@@ -257,6 +257,7 @@ impl Fabric {
             dst,
             after: Vec::new(),
             after_events: Vec::new(),
+            on_streams: None,
             strategy: None,
             timed: false,
         }
@@ -615,6 +616,8 @@ pub struct TransferBuilder<'a> {
     dst: Span<'a>,
     after: Vec<Arc<Completion>>,
     after_events: Vec<EventId>,
+    /// The caller's streams of the source and destination GPUs, where it is ordered on them.
+    on_streams: Option<(StreamId, StreamId)>,
     strategy: Option<Strategy>,
     timed: bool,
 }
@@ -636,6 +639,19 @@ impl<'a> TransferBuilder<'a> {
     /// Starts only after `event` (recorded by the caller's own work on this backend) has fired.
     pub fn after_event(mut self, event: EventId) -> Self {
         self.after_events.push(event);
+        self
+    }
+
+    /// Orders the transfer on the caller's own streams, as PyTorch orders a copy between GPUs:
+    /// `src_stream` of the source GPU and `dst_stream` of the destination GPU (they may be one
+    /// stream where both ends are one GPU's). It starts after the work queued so far on both, and
+    /// their later work waits for it. It runs on the issuing GPU's stream itself (the source's,
+    /// the destination's where it reads an import of the destination's GPU) instead of the
+    /// fabric's own: one wait for a mark of the other stream before it, that stream's wait for
+    /// its end after it, and no event between the caller's streams and the fabric's. The caller
+    /// keeps both streams alive until the transfer has finished.
+    pub fn on_streams(mut self, src_stream: StreamId, dst_stream: StreamId) -> Self {
+        self.on_streams = Some((src_stream, dst_stream));
         self
     }
 
@@ -680,6 +696,17 @@ impl<'a> TransferBuilder<'a> {
         after.extend(self.dst.buffer.state.conflicts(true));
         let mut events: Vec<EventId> = after.iter().map(|c| c.end).collect();
         events.extend(self.after_events);
+        let caller = self.on_streams.map(|(on_src, on_dst)| {
+            let (own, other) = if issuing == a {
+                (on_src, on_dst)
+            } else {
+                (on_dst, on_src)
+            };
+            CallerStreams {
+                issuing: own,
+                other: (other != own).then_some(other),
+            }
+        });
         Ok(Prepared {
             src: self.src,
             dst: self.dst,
@@ -687,6 +714,7 @@ impl<'a> TransferBuilder<'a> {
             issuing,
             events,
             timed: self.timed,
+            caller,
         })
     }
 }
@@ -760,6 +788,7 @@ struct Prepared<'a> {
     issuing: usize,
     events: Vec<EventId>,
     timed: bool,
+    caller: Option<CallerStreams>,
 }
 
 impl Prepared<'_> {
@@ -771,6 +800,7 @@ impl Prepared<'_> {
             dst: self.dst.loc(),
             after: &self.events,
             timed: self.timed,
+            caller: self.caller,
         }
     }
 

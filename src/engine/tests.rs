@@ -783,8 +783,8 @@ fn transfers_between_hosts_are_planned_but_not_moved() {
     assert_eq!(near.to_vec().unwrap(), vec![9; 4096]);
 }
 
-#[test]
-fn a_resident_fabric_moves_small_transfers_through_its_workers_in_order() {
+/// A fabric of h200-pair's two GPUs whose planner sends small transfers through resident workers.
+fn resident_fabric() -> Fabric {
     let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("h200-pair").unwrap());
     // Workers measured faster than a copy for a few bytes (unmeasured, they are not).
     let mut profile = crate::model::Profile::for_host(backend.topology());
@@ -799,11 +799,16 @@ fn a_resident_fabric_moves_small_transfers_through_its_workers_in_order() {
         })
         .collect();
     let model = crate::model::CostModel::from_profile(backend.topology(), &profile).unwrap();
-    let f = Fabric::builder(backend)
+    Fabric::builder(backend)
         .model(model)
         .resident(2)
         .open()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_resident_fabric_moves_small_transfers_through_its_workers_in_order() {
+    let f = resident_fabric();
     let data = pattern::bytes(3, 4096);
     let a = f.alloc(0, 4096).unwrap();
     let b = f.alloc(1, 4096).unwrap();
@@ -925,4 +930,180 @@ fn a_timed_split_tells_when_each_route_ended() {
         .submit()
         .unwrap();
     assert!(single.route_ends().unwrap().is_empty());
+}
+
+/// The caller's two streams, one per GPU, each held behind a gate where asked: work queued there
+/// next cannot run until the gate's release.
+fn caller_streams(
+    f: &Fabric,
+    (src_gpu, dst_gpu): (usize, usize),
+    held_src: bool,
+    held_dst: bool,
+) -> (StreamId, StreamId, Vec<GateId>) {
+    let backend = f.backend();
+    let mut gates = Vec::new();
+    let mut stream = |device: usize, hold: bool| {
+        let stream = backend.create_stream(device).unwrap();
+        if hold {
+            let (gate, event) = held(f, device);
+            backend.wait(stream, event).unwrap();
+            gates.push(gate);
+        }
+        stream
+    };
+    let (s, d) = (stream(src_gpu, held_src), stream(dst_gpu, held_dst));
+    (s, d, gates)
+}
+
+/// `data` copied on `stream` from a new buffer into `into`: the caller's own work writing it.
+fn callers_write(f: &Fabric, stream: StreamId, into: &Buffer, data: &[u8]) -> Buffer {
+    let from = f.alloc(into.device(), data.len()).unwrap();
+    from.write(0, data).unwrap();
+    let copy = BufferCopy::from_start(from.backend_id(), into.backend_id(), data.len());
+    f.backend()
+        .copy(stream, CopyMethod::CopyEngine, &copy)
+        .unwrap();
+    from
+}
+
+/// The bytes of `buffer` copied on `stream` into a new buffer: the caller's own work reading it.
+fn callers_read(f: &Fabric, stream: StreamId, buffer: &Buffer) -> Buffer {
+    let into = f.alloc(buffer.device(), buffer.size()).unwrap();
+    let copy = BufferCopy::from_start(buffer.backend_id(), into.backend_id(), buffer.size());
+    f.backend()
+        .copy(stream, CopyMethod::CopyEngine, &copy)
+        .unwrap();
+    into
+}
+
+#[test]
+fn a_transfer_on_the_callers_streams_follows_their_work_and_their_later_work_follows_it() {
+    for (f, strategy) in [
+        (fabric("h200-pair"), None),
+        (fabric("dgx1-v100"), Some(Strategy::Staged)),
+        (resident_fabric(), Some(Strategy::Resident)),
+    ] {
+        let (len, pair) = (4096, (0, 1));
+        let (src, dst) = (f.alloc(0, len).unwrap(), f.alloc(1, len).unwrap());
+        let (written, old) = (pattern::bytes(8, len), pattern::bytes(9, len));
+        dst.write(0, &old).unwrap();
+        let submit = |s, d| {
+            let builder = f.transfer(src.all(), dst.all()).on_streams(s, d);
+            match strategy {
+                Some(forced) => builder.strategy(forced),
+                None => builder,
+            }
+            .submit()
+            .unwrap()
+        };
+        // The source stream writes the source behind a gate; the destination stream reads the
+        // result right after the transfer is queued.
+        let (s, d, gates) = caller_streams(&f, pair, true, false);
+        let _source = callers_write(&f, s, &src, &written);
+        let t = submit(s, d);
+        let after = callers_read(&f, d, &dst);
+        assert!(
+            !t.is_done().unwrap(),
+            "{strategy:?} ran before the source stream's work"
+        );
+        f.backend().release(gates[0]).unwrap();
+        f.backend().synchronize(d).unwrap();
+        assert!(t.is_done().unwrap());
+        assert_eq!(
+            after.to_vec().unwrap(),
+            written,
+            "{strategy:?}: later work saw it"
+        );
+        // The destination stream reads the destination behind a gate: the transfer must not
+        // overwrite it before.
+        dst.write(0, &old).unwrap();
+        let (s, d, gates) = caller_streams(&f, pair, false, true);
+        let before = callers_read(&f, d, &dst);
+        let t = submit(s, d);
+        assert!(
+            !t.is_done().unwrap(),
+            "{strategy:?} ran before the destination stream's work"
+        );
+        f.backend().release(gates[0]).unwrap();
+        t.wait().unwrap();
+        f.backend().synchronize(d).unwrap();
+        assert_eq!(
+            before.to_vec().unwrap(),
+            old,
+            "{strategy:?}: earlier work read the old bytes"
+        );
+        assert_eq!(dst.to_vec().unwrap(), written);
+    }
+}
+
+/// What one transfer costs the host in event records (marks included) and stream waits.
+fn records_and_waits(counts: &Counts, submit: impl FnOnce() -> Transfer) -> (usize, usize) {
+    let before = (
+        counts.events_recorded.load(Ordering::Relaxed),
+        counts.stream_waits.load(Ordering::Relaxed),
+    );
+    submit().wait().unwrap();
+    (
+        counts.events_recorded.load(Ordering::Relaxed) - before.0,
+        counts.stream_waits.load(Ordering::Relaxed) - before.1,
+    )
+}
+
+/// Each event record and stream wait is a driver call of the host's (~0.5 µs on an H200) and, for
+/// a wait across GPUs, a hop on the GPU: a copy between the caller's streams takes as few as
+/// PyTorch's does (a mark and a wait each way), not the fabric's control stream between them.
+#[test]
+fn a_transfer_on_the_callers_streams_costs_one_mark_and_one_wait_each_way() {
+    let counts = Arc::new(Counts::default());
+    let backend = Counting {
+        sim: SimBackend::open("h200-pair").unwrap(),
+        counts: counts.clone(),
+    };
+    let f = Fabric::open(Arc::new(backend)).unwrap();
+    let (src, dst) = (f.alloc(0, 64).unwrap(), f.alloc(1, 64).unwrap());
+    let data = pattern::bytes(10, 64);
+    src.write(0, &data).unwrap();
+    let (s, d, _) = caller_streams(&f, (0, 1), false, false);
+    f.copy(src.all(), dst.all()).unwrap().wait().unwrap(); // the fabric's own stream made
+    let streams = counts.streams.load(Ordering::Relaxed);
+    // Ordered through the fabric's control stream: a mark on each caller's stream, its wait for
+    // both, the end, and each caller's stream waiting for it.
+    let backend = f.backend().clone();
+    let through_control = records_and_waits(&counts, || {
+        let (after_src, after_dst) = (backend.mark(s).unwrap(), backend.mark(d).unwrap());
+        let t = f
+            .transfer(src.all(), dst.all())
+            .after_event(after_src)
+            .after_event(after_dst)
+            .submit()
+            .unwrap();
+        for stream in [s, d] {
+            backend.wait(stream, t.event()).unwrap();
+        }
+        t
+    });
+    assert_eq!(through_control, (3, 4));
+    let on_streams = records_and_waits(&counts, || {
+        f.transfer(src.all(), dst.all())
+            .on_streams(s, d)
+            .submit()
+            .unwrap()
+    });
+    assert_eq!(on_streams, (2, 2), "a mark and a wait each way");
+    // Both ends on one GPU's one stream: its end alone.
+    let near = f.alloc(0, 64).unwrap();
+    let one_stream = records_and_waits(&counts, || {
+        f.transfer(src.all(), near.all())
+            .on_streams(s, s)
+            .submit()
+            .unwrap()
+    });
+    assert_eq!(one_stream, (1, 0));
+    assert_eq!(near.to_vec().unwrap(), data);
+    assert_eq!(dst.to_vec().unwrap(), data);
+    assert_eq!(
+        counts.streams.load(Ordering::Relaxed),
+        streams,
+        "no stream of the fabric's made for them"
+    );
 }

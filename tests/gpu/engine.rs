@@ -472,6 +472,49 @@ fn borrowed_memory_and_streams_move_every_byte_in_the_owners_order() {
 /// after a wait for its last drain on the destination), and every byte arrives.
 #[test]
 #[ignore = "needs a GPU"]
+fn a_transfer_on_the_owners_streams_follows_their_work_and_their_later_work_follows_it() {
+    use cudarc::driver::{CudaContext, DevicePtr};
+    let f = fabric();
+    let backend = f.backend().clone();
+    let (a, b) = pair(&f);
+    let (ctx_a, ctx_b) = (CudaContext::new(a).unwrap(), CudaContext::new(b).unwrap());
+    let (owner_a, owner_b) = (ctx_a.new_stream().unwrap(), ctx_b.new_stream().unwrap());
+    let handle = |s: &cudarc::driver::CudaStream| s.cu_stream() as usize as u64;
+    let (stream_a, stream_b) = (
+        backend.borrow_stream(a, handle(&owner_a)).unwrap(),
+        backend.borrow_stream(b, handle(&owner_b)).unwrap(),
+    );
+    // A few bytes (a direct copy), a medium size, and one the planner may split over routes.
+    for (seed, len) in [(1, 4), (2, (1 << 20) + 3), (3, (64 << 20) + 5)] {
+        let data = pattern::bytes(seed, len);
+        // The owners' earlier work: the upload on the source's stream, the zeroing on the
+        // destination's; the copy must follow both.
+        let src = owner_a.clone_htod(&data).unwrap();
+        let dst = owner_b.alloc_zeros::<u8>(len).unwrap();
+        let (src_address, _src_sync) = src.device_ptr(&owner_a);
+        let (dst_address, _dst_sync) = dst.device_ptr(&owner_b);
+        let (from, to) = (
+            f.borrow(a, src_address, len).unwrap(),
+            f.borrow(b, dst_address, len).unwrap(),
+        );
+        let t = f
+            .transfer(from.all(), to.all())
+            .on_streams(stream_a, stream_b)
+            .submit()
+            .unwrap();
+        // The owner's later work: read back on the destination's stream.
+        assert!(
+            owner_b.clone_dtoh(&dst).unwrap() == data,
+            "wrong bytes at {len} B"
+        );
+        t.wait().unwrap();
+    }
+    backend.destroy_stream(stream_a).unwrap();
+    backend.destroy_stream(stream_b).unwrap();
+}
+
+#[test]
+#[ignore = "needs a GPU"]
 fn a_timed_split_tells_when_each_route_ended() {
     let f = fabric();
     if f.devices().len() < 2 {

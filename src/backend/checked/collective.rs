@@ -105,16 +105,20 @@ impl<I: RawCollectives> Checked<I> {
             }
             let buffer = |name: &str, id: BufferId| -> Result<I::Buffer> {
                 let entry = st.buffers.get(id.0)?;
-                let what = format!("rank {i}'s {name}");
-                on_gpu(
-                    call,
-                    &what,
-                    id,
-                    entry.memory,
-                    device,
-                    &format!("rank {i} runs"),
-                )?;
-                check_range(&format!("{call}: {what}"), id, entry.len, 0, len)?;
+                // The sentences are built only for a buffer that fails: this runs for every
+                // buffer of every call (of every `all_reduce_` of the Python package).
+                if entry.memory != Memory::Device(device) || len > entry.len {
+                    let what = format!("rank {i}'s {name}");
+                    on_gpu(
+                        call,
+                        &what,
+                        id,
+                        entry.memory,
+                        device,
+                        &format!("rank {i} runs"),
+                    )?;
+                    check_range(&format!("{call}: {what}"), id, entry.len, 0, len)?;
+                }
                 Ok(entry.raw.clone())
             };
             let (input, output) = (buffer("input", rank.input)?, buffer("output", rank.output)?);
@@ -256,15 +260,16 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             }
             let entry = st.buffers.get(flag.0)?;
             let device = resolved[i].device;
-            let whose = format!("rank {i} runs");
-            on_gpu(
-                &call,
-                &format!("flags[{i}]"),
-                flag,
-                entry.memory,
-                device,
-                &whose,
-            )?;
+            if entry.memory != Memory::Device(device) {
+                on_gpu(
+                    &call,
+                    &format!("flags[{i}]"),
+                    flag,
+                    entry.memory,
+                    device,
+                    &format!("rank {i} runs"),
+                )?;
+            }
             if entry.len < FLAG_BYTES {
                 return Err(Error::usage(format!(
                     "{call}: flags[{i}] ({flag}) holds {} bytes, fewer than a flag block's \
