@@ -5,7 +5,9 @@
 //! it was measured to at both. Then the splits are planned again with them and run once more: their
 //! routes should end together; where they end more than [`BALANCE_TOLERANCE`] apart, one
 //! rebalancing step fits the figures again to those runs (the bytes shift in proportion), and says
-//! so.
+//! so. The direct copy's end is fitted likewise (its rate and an extra per transfer): its share is
+//! far larger than the copies its hop was fitted to, and a split priced with the hop's rate leaves
+//! the routes apart by as much as that rate is off.
 //!
 //! A fit is kept only where it is physically possible: a figure on its search bound, a rate above
 //! the hop's own (the link's), or a per-chunk cost below zero says the two figures could not make
@@ -25,7 +27,7 @@ use crate::bench::timing::{interleaved, Runs, Turn};
 use crate::document::plan::RouteName;
 use crate::engine::{Fabric, Plan, Planner, Route, RouteEnd, Strategy, Ways};
 use crate::model::profile::{HostRouteEnd, MAX_CHUNK_US, MAX_RATE_FRACTION};
-use crate::model::{defaults, CostModel, HostPace};
+use crate::model::{defaults, CostModel, DirectPace, HostPace};
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use serde::Serialize;
@@ -75,11 +77,15 @@ pub struct RouteRun {
 
 impl SplitRun {
     fn host(&self) -> (usize, &RouteRun) {
+        self.route(RouteName::Host)
+            .expect("a measured split has the host route")
+    }
+
+    fn route(&self, name: RouteName) -> Option<(usize, &RouteRun)> {
         self.routes
             .iter()
             .enumerate()
-            .find(|(_, r)| r.route == RouteName::Host)
-            .expect("a measured split has the host route")
+            .find(|(_, r)| r.route == name)
     }
 
     /// Its source and destination GPUs.
@@ -95,6 +101,9 @@ impl SplitRun {
             host_bytes: host.bytes,
             chunk_bytes: self.chunk_bytes,
             host_end_us: host.measured_us,
+            direct_end_us: self
+                .route(RouteName::DirectCe)
+                .map(|(_, direct)| direct.measured_us),
         }
     }
 }
@@ -110,6 +119,9 @@ pub struct Fitted {
     pub fit: Option<Fit>,
     /// Fits tried before and refused, in order, each with why.
     pub refused: Vec<Refused>,
+    /// The direct copy's pace fitted to the same runs; `None` where none was physically possible
+    /// (it is then priced as its hop alone).
+    pub direct: Option<DirectPace>,
 }
 
 /// A fit that is not written to a profile.
@@ -145,6 +157,15 @@ impl SplitFit {
             .as_ref()
             .and_then(|again| again.fit)
             .or(self.fitted.fit)
+    }
+
+    /// The direct copy's pace the profile keeps, fitted to the same runs as [`Self::kept`]'s
+    /// figures; `None` where there were none or no pace was physically possible.
+    pub fn kept_direct(&self) -> Option<DirectPace> {
+        match &self.refitted {
+            Some(again) if again.fit.is_some() => again.direct,
+            _ => self.fitted.direct,
+        }
     }
 
     /// The splits the kept figures were fitted to, by their host route's end.
@@ -226,9 +247,8 @@ pub fn measure_both_ways(
         return Ok((None, Vec::new()));
     };
     // The one-way figures held: each direction's kept figures (the estimate where none was).
-    let model = fits.iter().fold(model.clone(), |m, f| match f.kept() {
-        Some(fit) => with_fit(&m, f.src, f.dst, fit),
-        None => m,
+    let model = fits.iter().fold(model.clone(), |m, f| {
+        with_kept(&m, f.src, f.dst, f.kept(), f.kept_direct())
     });
     let (sizes, runs) = sizes_and_runs(&**backend);
     let run_all = |model: &CostModel| -> Result<Vec<SplitRun>> {
@@ -425,9 +445,10 @@ fn fit_pair(
     };
     let first = run_all(model)?;
     let fitted = fit(model, &first);
-    let check = match fitted.fit {
-        Some(found) => run_all(&with_fit(model, src, dst, found))?,
-        None => Vec::new(),
+    let check = if fitted.fit.is_some() || fitted.direct.is_some() {
+        run_all(&with_kept(model, src, dst, fitted.fit, fitted.direct))?
+    } else {
+        Vec::new()
     };
     let refitted = check
         .iter()
@@ -445,6 +466,21 @@ fn fit_pair(
 
 fn with_fit(model: &CostModel, src: usize, dst: usize, fit: Fit) -> CostModel {
     model.clone().with_beside_direct(src, dst, fit)
+}
+
+/// `model` with what was fitted on the pair from `src` to `dst`, where anything was.
+fn with_kept(
+    model: &CostModel,
+    src: usize,
+    dst: usize,
+    fit: Option<Fit>,
+    direct: Option<DirectPace>,
+) -> CostModel {
+    let model = fit.map_or_else(|| model.clone(), |fit| with_fit(model, src, dst, fit));
+    match direct {
+        Some(pace) => model.with_direct_beside_host(src, dst, pace),
+        None => model,
+    }
 }
 
 /// Runs `plans` (splits `model` made, for the ways they run: one, or both directions of a pair)
@@ -538,8 +574,13 @@ fn run_splits(
 /// nothing.
 fn fit(model: &CostModel, runs: &[SplitRun]) -> Fitted {
     let mut refused = Vec::new();
+    let direct = fit_direct(model, runs);
     let Some(run) = runs.first() else {
-        return Fitted { fit: None, refused };
+        return Fitted {
+            fit: None,
+            refused,
+            direct,
+        };
     };
     let (src, dst) = (run.plan.src, run.plan.dst);
     let both = (runs.len() > 1).then(|| fit_both(model, runs));
@@ -550,6 +591,7 @@ fn fit(model: &CostModel, runs: &[SplitRun]) -> Fitted {
                 return Fitted {
                     fit: Some(candidate),
                     refused,
+                    direct,
                 }
             }
             Some(why) => refused.push(Refused {
@@ -558,7 +600,76 @@ fn fit(model: &CostModel, runs: &[SplitRun]) -> Fitted {
             }),
         }
     }
-    Fitted { fit: None, refused }
+    Fitted {
+        fit: None,
+        refused,
+        direct,
+    }
+}
+
+/// A split's direct copy runs at its hop's rate give or take this fraction: a fit further off is a
+/// measurement gone wrong (the H200 pair's came to 1.2–1.5% faster).
+const DIRECT_RATE_SPAN: f64 = 0.25;
+/// And takes at most this much more or less per transfer than its hop prices it, µs (a lone copy's
+/// start-up is a few µs).
+const DIRECT_FIXED_LIMIT_US: f64 = 50.0;
+
+/// The pace with which `model`'s direct copy of `runs` ends when it was measured to: the line
+/// through the measured ends against the time the hop prices the bytes at — its slope the rate's
+/// inverse, its offset the extra per transfer (with one share, the rate alone). `None` where no
+/// run has a direct copy, or the pace is not physically possible ([`DIRECT_RATE_SPAN`],
+/// [`DIRECT_FIXED_LIMIT_US`]).
+fn fit_direct(model: &CostModel, runs: &[SplitRun]) -> Option<DirectPace> {
+    // Each run's (the hop's time for the bytes, the model's time before them, the measured end).
+    let points: Vec<(f64, f64, f64)> = runs
+        .iter()
+        .filter_map(|run| {
+            let (i, direct) = run.route(RouteName::DirectCe)?;
+            let (src, dst) = run.pair();
+            let end_at = |rate_fraction: f64| {
+                let pace = DirectPace {
+                    rate_fraction,
+                    fixed_us: 0.0,
+                };
+                let paced = model.clone().with_direct_beside_host(src, dst, pace);
+                Planner::new(paced)
+                    .route_ends_us(&run.plan, Ways::One)?
+                    .get(i)
+                    .copied()
+            };
+            // The model's end is t + bytes_us / rate_fraction: twice the rate halves bytes_us.
+            let (as_hop, twice) = (end_at(1.0)?, end_at(2.0)?);
+            let bytes_us = 2.0 * (as_hop - twice);
+            Some((bytes_us, as_hop - bytes_us, direct.measured_us))
+        })
+        .collect();
+    if points.is_empty() {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mean = |f: fn(&(f64, f64, f64)) -> f64| points.iter().map(f).sum::<f64>() / n;
+    let (x, y) = (mean(|p| p.0), mean(|p| p.2 - p.1));
+    let spread: f64 = points.iter().map(|p| (p.0 - x).powi(2)).sum();
+    let pace = if spread > 1e-9 * x * x {
+        let slope = points
+            .iter()
+            .map(|p| (p.0 - x) * (p.2 - p.1 - y))
+            .sum::<f64>()
+            / spread;
+        DirectPace {
+            rate_fraction: 1.0 / slope,
+            fixed_us: y - slope * x,
+        }
+    } else {
+        // One share: the rate alone.
+        DirectPace {
+            rate_fraction: x / y,
+            fixed_us: 0.0,
+        }
+    };
+    let possible = (pace.rate_fraction - 1.0).abs() <= DIRECT_RATE_SPAN
+        && pace.fixed_us.abs() <= DIRECT_FIXED_LIMIT_US;
+    possible.then_some(pace)
 }
 
 /// A rate fraction this far above 1 is still the link's rate (a thousandth: far below a
