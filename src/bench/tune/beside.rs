@@ -1052,6 +1052,100 @@ mod tests {
         assert!(refused[0].why.contains("bound"), "{refused:?}");
     }
 
+    /// Splits of `bytes` planned with `model`, whose routes ended where `truly` prices them.
+    fn runs_ending_as(model: &CostModel, truly: &CostModel, sizes: &[u64]) -> Vec<SplitRun> {
+        sizes
+            .iter()
+            .map(|&bytes| {
+                let plan = Planner::new(model.clone())
+                    .plan_with(Strategy::Split, 0, 1, bytes)
+                    .unwrap();
+                let ends = Planner::new(truly.clone())
+                    .route_ends_us(&plan, Ways::One)
+                    .unwrap();
+                run_ending(plan, bytes, ends)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_direct_copys_pace_is_fitted_and_a_split_planned_with_it_ends_sooner_one_way() {
+        // As on the H200 pair (2026-11-30, evening 2): the split's direct copy of hundreds of MiB
+        // ran 1.2–1.5% faster than its hop's fit, so it ended first and the split waited for the
+        // host route.
+        let model = CostModel::from_topology(&nvlink_pair());
+        let truth = DirectPace {
+            rate_fraction: 1.015,
+            fixed_us: 2.7,
+        };
+        let truly = model.clone().with_direct_beside_host(0, 1, truth);
+        let sizes = [256 << 20, 1 << 30];
+        let found = fit(&model, &runs_ending_as(&model, &truly, &sizes))
+            .direct
+            .unwrap();
+        assert!(
+            (found.rate_fraction - truth.rate_fraction).abs() < 1e-3
+                && (found.fixed_us - truth.fixed_us).abs() < 0.1,
+            "{found:?}"
+        );
+        let fitted = model.clone().with_direct_beside_host(0, 1, found);
+        let plan = |model: &CostModel, bytes, ways| {
+            Planner::new(model.clone())
+                .plan_with_ways(Strategy::Split, 0, 1, bytes, ways)
+                .unwrap()
+        };
+        // When the routes of a plan truly end.
+        let ends = |plan: &Plan| {
+            let ends = Planner::new(truly.clone())
+                .route_ends_us(plan, Ways::One)
+                .unwrap();
+            (
+                ends.iter().copied().fold(0.0, f64::max),
+                route_spread(ends).unwrap(),
+            )
+        };
+        for bytes in sizes {
+            let (before, after) = (
+                plan(&model, bytes, Ways::One),
+                plan(&fitted, bytes, Ways::One),
+            );
+            let ((was, was_apart), (now, now_apart)) = (ends(&before), ends(&after));
+            assert!(
+                was_apart > 0.01 && now_apart < 0.003,
+                "{was_apart} → {now_apart}"
+            );
+            assert!(now < was - 3.0, "{bytes}: {was:.1} → {now:.1} µs");
+            let host = |plan: &Plan| {
+                plan.paths
+                    .iter()
+                    .find(|p| p.route == Route::Host)
+                    .unwrap()
+                    .bytes
+            };
+            assert!(host(&after) < host(&before), "{before:?} {after:?}");
+            // Both ways the direct copies share the link's two directions: priced as the hop.
+            assert_eq!(
+                plan(&model, bytes, Ways::Both),
+                plan(&fitted, bytes, Ways::Both)
+            );
+        }
+        // A direct copy a third faster than its hop is a measurement gone wrong: no pace.
+        let wrong = DirectPace {
+            rate_fraction: 1.35,
+            fixed_us: 0.0,
+        };
+        let truly = model.clone().with_direct_beside_host(0, 1, wrong);
+        assert_eq!(
+            fit(&model, &runs_ending_as(&model, &truly, &sizes)).direct,
+            None
+        );
+        // Runs whose direct copy ended as its hop prices it: the hop's pace.
+        let as_hop = fit(&model, &runs_ending_as(&model, &model, &sizes))
+            .direct
+            .unwrap();
+        assert!((as_hop.rate_fraction - 1.0).abs() < 1e-6 && as_hop.fixed_us.abs() < 1e-3);
+    }
+
     #[test]
     fn solving_finds_a_root_or_the_nearer_end() {
         assert!((solve(0.0, 10.0, |x| x - 3.0) - 3.0).abs() < 1e-9);
