@@ -892,7 +892,20 @@ mod tests {
 
     #[test]
     fn the_fit_finds_the_figures_the_host_route_ran_at() {
-        let model = CostModel::from_topology(&nvlink_pair());
+        // Splits planned as the first executor's estimate priced the host route (0.885 of its
+        // rate, +2.7 µs a chunk): chunks of different sizes at the two sizes, which tell a
+        // per-chunk cost from a slower rate (runs of one chunk size cannot).
+        let first_executor = Fit {
+            rate_fraction: 0.885,
+            chunk_us: 2.7,
+            fixed_us: 0.0,
+        };
+        let model = with_fit(
+            &CostModel::from_topology(&nvlink_pair()),
+            0,
+            1,
+            first_executor,
+        );
         for truth in [
             Fit {
                 rate_fraction: 0.8,
@@ -1144,6 +1157,113 @@ mod tests {
             .direct
             .unwrap();
         assert!((as_hop.rate_fraction - 1.0).abs() < 1e-6 && as_hop.fixed_us.abs() < 1e-3);
+    }
+
+    /// A model with the figures `tune` measured on the H200 pair (2026-11-30, evening 2, GPU 0 →
+    /// GPU 1; docs/reference.md): the hops, the lone copy, the CPU's queuing, and the host route's
+    /// pace beside NVLink.
+    fn h200_pair_profile() -> CostModel {
+        use crate::model::profile::{BesideDirect, Lone, Measured};
+        use crate::model::{Cost, Hop, IssueCosts, Profile};
+        let topology = nvlink_pair();
+        let mut profile = Profile::for_host(&topology);
+        let cost = |alpha_us, beta_gbps| Cost {
+            alpha_us,
+            beta_gbps,
+        };
+        profile.hops = vec![
+            Measured {
+                hop: Hop::PeerCe { src: 0, dst: 1 },
+                cost: cost(2.708, 390.40),
+            },
+            Measured {
+                hop: Hop::DeviceToHost {
+                    device: 0,
+                    node: Some(0),
+                },
+                cost: cost(2.742, 55.238),
+            },
+            Measured {
+                hop: Hop::HostToDevice {
+                    device: 1,
+                    node: Some(0),
+                },
+                cost: cost(2.620, 55.081),
+            },
+        ];
+        profile.lone = vec![Lone {
+            hop: Hop::PeerCe { src: 0, dst: 1 },
+            lone_us: 5.408,
+        }];
+        profile.issue = Some(IssueCosts {
+            copy_us: 2.930,
+            kernel_us: 5.439,
+            event_us: 1.566,
+            graph_us: 2.852,
+        });
+        profile.beside_direct = vec![BesideDirect {
+            src: 0,
+            dst: 1,
+            rate_fraction: 0.955,
+            chunk_us: 0.0,
+            fixed_us: -12.26,
+            direct_rate_fraction: 1.0,
+            direct_fixed_us: 0.0,
+            splits: Vec::new(),
+            both_ways: None,
+        }];
+        CostModel::from_profile(&topology, &profile).unwrap()
+    }
+
+    #[test]
+    fn on_the_h200_pairs_figures_the_direct_pace_moves_bytes_to_nvlink_and_the_split_ends_sooner() {
+        let model = h200_pair_profile();
+        let planner = Planner::new(model.clone());
+        let mib = |m: f64| ((m * (1 << 20) as f64) as u64).next_multiple_of(4096);
+        // Where the routes of the pair's splits ended, planned with these figures (plan --prove at
+        // 256 MiB, tune's check at 1 GiB): the direct copy (its share in MiB, its end in µs), then
+        // the host route's end — NVLink ended first by 11.8 and 40.9 µs.
+        let recorded = [
+            (256 << 20, 231.2, 619.2, 631.0),
+            (1 << 30, 914.6, 2425.7, 2466.6),
+        ];
+        let runs: Vec<SplitRun> = recorded
+            .iter()
+            .map(|&(bytes, direct_mib, direct_us, host_us)| {
+                let mut plan = planner.plan_with(Strategy::Split, 0, 1, bytes).unwrap();
+                assert_eq!(plan.paths[1].route, Route::Host, "{plan:?}");
+                plan.paths[0].bytes = mib(direct_mib);
+                plan.paths[1].offset = mib(direct_mib);
+                plan.paths[1].bytes = bytes - mib(direct_mib);
+                run_ending(plan, bytes, vec![direct_us, host_us])
+            })
+            .collect();
+        // The plan these figures make at 256 MiB is the one the pair ran (626.4 µs predicted).
+        let before = planner.plan_with(Strategy::Split, 0, 1, 256 << 20).unwrap();
+        assert!((before.predicted_us - 626.4).abs() < 1.0, "{before:?}");
+        let pace = fit(&model, &runs).direct.unwrap();
+        assert!(
+            (1.005..1.03).contains(&pace.rate_fraction) && pace.fixed_us.abs() < 10.0,
+            "{pace:?}"
+        );
+        let paced = model.with_direct_beside_host(0, 1, pace);
+        let after = Planner::new(paced.clone())
+            .plan_with(Strategy::Split, 0, 1, 256 << 20)
+            .unwrap();
+        // NVLink takes more bytes, and the split is predicted to end sooner: 430 GB/s or more.
+        assert!(after.paths[1].bytes < before.paths[1].bytes, "{after:?}");
+        assert!(after.predicted_us < before.predicted_us - 3.0, "{after:?}");
+        assert!(after.predicted_us < (256 << 20) as f64 / 430e3, "{after:?}");
+        // And the paced model's direct copy ends where the pair's did.
+        for run in &runs {
+            let ends = Planner::new(paced.clone())
+                .route_ends_us(&run.plan, Ways::One)
+                .unwrap();
+            assert!(
+                (ends[0] - run.routes[0].measured_us).abs() < 1.0,
+                "{ends:?} {run:?}"
+            );
+        }
     }
 
     #[test]
