@@ -98,20 +98,16 @@ pub const CROSS_GPU_CHUNK_US: f64 = 4.3;
 /// 1 MiB–1 GiB (7.5–16.8 µs; docs/reference.md). Likely the hand-offs from the control stream to
 /// the route's streams and back, which the model does not price one by one.
 pub const PIPELINE_FIXED_US: f64 = 9.3;
-/// The host route's device → host copies run slower beside a direct copy of the same split on the
-/// H200 pair (the source GPU's copy engines run the NVLink copy too). With the present executor
-/// (direct copies queued first, untimed events ordering the chunks) `tune` fitted 0.955, 0.967 and
-/// 0.979 of the hop's rate and +0.0 to +1.2 µs a chunk there (docs/reference.md); the first
-/// executor's 0.885 and +2.7 µs priced the host shares of those splits 10% slower than they ran, so
-/// the split gave NVLink too many bytes and waited for it (424.5 GB/s at 256 MiB, the host route
-/// done about 50 µs before NVLink). Without a measured profile figure the planner prices that hop with this
-/// fraction and [`BESIDE_DIRECT_CHUNK_US`] more per chunk: the lowest fit less a little, so that the
-/// host route's predicted end stays on the late side (0.6–1.6% late on the runs measured), where a
-/// miss costs the split least; `tune` replaces it with the pace it measures
+/// The host route's chunks went slower beside a direct copy of the same split on the H200 pair
+/// (its device → host copies on the source GPU, whose copy engines also ran the NVLink copy): per
+/// chunk 9.6 µs and its bytes at 48.7 GB/s, against 6.9 µs and 55 GB/s alone (docs/reference.md).
+/// Without a measured profile figure the planner prices that hop with this fraction of its rate
+/// and [`BESIDE_DIRECT_CHUNK_US`] more per chunk: an estimate (measured with the first split
+/// executor, on one host), which `tune` replaces with the pace it measures
 /// ([`super::profile::BesideDirect`]).
-pub const BESIDE_DIRECT_RATE_FRACTION: f64 = 0.95;
+pub const BESIDE_DIRECT_RATE_FRACTION: f64 = 0.885;
 /// See [`BESIDE_DIRECT_RATE_FRACTION`].
-pub const BESIDE_DIRECT_CHUNK_US: f64 = 0.0;
+pub const BESIDE_DIRECT_CHUNK_US: f64 = 2.7;
 /// The host route's hops while another transfer goes the opposite way through the host at once
 /// (both GPUs' PCIe links carry copies both ways): this fraction of their rate one way. An
 /// estimate worked back from the H200 pair's both-ways splits (call 4, 2026-11-30 night: each

@@ -76,8 +76,8 @@ impl IssueCosts {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum BesideDirect {
     /// No measurement: [`defaults::BESIDE_DIRECT_RATE_FRACTION`] and
-    /// [`defaults::BESIDE_DIRECT_CHUNK_US`], from the H200 pair's measured splits (an estimate for
-    /// any other host).
+    /// [`defaults::BESIDE_DIRECT_CHUNK_US`], as the first split executor ran on the H200 pair (an
+    /// estimate for any other host or executor).
     Estimate,
     /// Measured on the pair `on` (`tune`).
     Measured { pace: HostPace, on: (usize, usize) },

@@ -892,20 +892,7 @@ mod tests {
 
     #[test]
     fn the_fit_finds_the_figures_the_host_route_ran_at() {
-        // Splits planned as the first executor's estimate priced the host route (0.885 of its
-        // rate, +2.7 µs a chunk): chunks of different sizes at the two sizes, which tell a
-        // per-chunk cost from a slower rate (runs of one chunk size cannot).
-        let first_executor = Fit {
-            rate_fraction: 0.885,
-            chunk_us: 2.7,
-            fixed_us: 0.0,
-        };
-        let model = with_fit(
-            &CostModel::from_topology(&nvlink_pair()),
-            0,
-            1,
-            first_executor,
-        );
+        let model = CostModel::from_topology(&nvlink_pair());
         for truth in [
             Fit {
                 rate_fraction: 0.8,
