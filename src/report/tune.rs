@@ -2,8 +2,9 @@
 //! measured.
 
 use super::table::{matrix, plain};
-use crate::bench::proof::sweep::BALANCE_TOLERANCE;
-use crate::bench::tune::beside::{BothWaysFit, Fit, Fitted, SplitFit, SplitRun, FIXED_CHUNK_US};
+use crate::bench::tune::beside::{
+    BothWaysFit, Fit, Fitted, SplitFit, SplitRun, FIXED_CHUNK_US, REFIT_TOLERANCE,
+};
 use crate::bench::tune::{HopSweep, Measurements, SMALL_BYTES};
 use crate::document::plan::RouteName;
 use crate::model::{DirectPace, Hop};
@@ -192,7 +193,7 @@ fn split_lines(out: &mut String, fit: &SplitFit) {
             out,
             "the routes planned with the fit ended more than {:.0}% apart: fitted once more to \
              those runs",
-            BALANCE_TOLERANCE * 100.0,
+            REFIT_TOLERANCE * 100.0,
         );
         fitted_lines(out, "refitted", again);
     }
