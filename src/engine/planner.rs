@@ -752,6 +752,15 @@ impl Planner {
         .then(|| self.model.beside_direct(plan.src, plan.dst))
     }
 
+    /// How the direct copy of `plan` is priced beside its host route one way, where measured:
+    /// `None` unless `plan` is a split over both and a profile gave the pair a pace.
+    pub fn direct_beside_host(&self, plan: &Plan) -> Option<DirectPace> {
+        let pace = self.model.direct_beside_host(plan.src, plan.dst);
+        self.host_beside_direct(plan)
+            .filter(|_| pace != DirectPace::AS_ITS_HOP)
+            .map(|_| pace)
+    }
+
     /// When each route of `plan` (a split, its bytes already divided) would end as this planner
     /// prices the routes for a transfer that runs as `ways` says, in the order of `plan.paths`;
     /// `None` where a route of it is not one this planner would split over. `tune` sets these
