@@ -199,9 +199,9 @@ fn split_lines(out: &mut String, fit: &SplitFit) {
     }
     let kept = fit.kept().map_or_else(
         || "none (no fit was physically possible): the planner keeps its estimate".to_string(),
-        figures,
+        |kept| format!("{}; {}", figures(kept), direct_figures(fit.kept_direct())),
     );
-    let _ = writeln!(out, "kept: {kept}; {}", direct_figures(fit.kept_direct()));
+    let _ = writeln!(out, "kept: {kept}");
 }
 
 /// Both directions' splits run together to price the host route both ways, and the fraction.

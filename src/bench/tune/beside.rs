@@ -164,11 +164,12 @@ impl SplitFit {
     }
 
     /// The direct copy's pace the profile keeps, fitted to the same runs as [`Self::kept`]'s
-    /// figures; `None` where there were none or no pace was physically possible.
+    /// figures; `None` where those are none (the profile keeps nothing for the pair) or no pace
+    /// was physically possible.
     pub fn kept_direct(&self) -> Option<DirectPace> {
         match &self.refitted {
             Some(again) if again.fit.is_some() => again.direct,
-            _ => self.fitted.direct,
+            _ => self.fitted.fit.and(self.fitted.direct),
         }
     }
 
@@ -450,10 +451,9 @@ fn fit_pair(
     };
     let first = run_all(model)?;
     let fitted = fit(model, &first);
-    let check = if fitted.fit.is_some() || fitted.direct.is_some() {
-        run_all(&with_kept(model, src, dst, fitted.fit, fitted.direct))?
-    } else {
-        Vec::new()
+    let check = match fitted.fit {
+        Some(found) => run_all(&with_kept(model, src, dst, Some(found), fitted.direct))?,
+        None => Vec::new(),
     };
     let refitted = check
         .iter()
