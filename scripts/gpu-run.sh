@@ -268,6 +268,12 @@ for size in 256MiB 1GiB; do
 done
 $bin --gpu plan --src $src --dst $dst --sizes 4B..1GiB "${tuned[@]}" \
     >"$work/split-tuned-engine-sweep.txt" 2>&1
+# The engine's split against direct planned from the same profile (every byte checked; it prints
+# where GPU 0 → 1's routes ended).
+PEERLINK_TEST_PROFILE="$work/profile-split.json" gpu-carry/gpu-tests --ignored --test-threads=1 \
+    --nocapture --exact engine::split_over_nvlink_and_the_host_against_direct \
+    >"$work/split-tuned-engine-test.log" 2>&1
+echo "gpu tests exit: $?" >>"$work/split-tuned-engine-test.log"
 fi
 
 if want workload; then

@@ -188,6 +188,7 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
                 proof: proof.as_ref(),
                 network: host.network.as_ref().and_then(|n| n.route(src, dst)),
                 host_pricing: planner.host_beside_direct(&plan),
+                direct_pricing: planner.direct_beside_host(&plan),
             };
             global.print(&PlanDocument::new(host, &view), || text::text(&view))
         }

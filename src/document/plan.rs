@@ -10,7 +10,7 @@ use crate::bench::proof::batch::{BatchReport, BatchTiming};
 use crate::bench::proof::concurrent;
 use crate::bench::proof::sweep::{Point, Report};
 use crate::engine::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
-use crate::model::BesideDirect;
+use crate::model::{BesideDirect, DirectPace};
 use crate::topology::{Source, Topology};
 use crate::units::gbps;
 use schemars::JsonSchema;
@@ -30,6 +30,19 @@ pub struct PlanView<'a> {
     pub network: Option<String>,
     /// A split over a direct copy and the host route: how the host route is priced beside it.
     pub host_pricing: Option<BesideDirect>,
+    /// And how its direct copy is priced beside the host route, where measured.
+    pub direct_pricing: Option<DirectPace>,
+}
+
+impl PlanView<'_> {
+    /// How a split's routes are priced beside each other, in words.
+    pub fn pricing(&self) -> Option<String> {
+        let host = self.host_pricing?;
+        Some(match self.direct_pricing {
+            Some(direct) => format!("{host}; {direct}"),
+            None => host.to_string(),
+        })
+    }
 }
 
 /// The engine benchmark over a size sweep.
@@ -82,7 +95,8 @@ pub struct PlanDocument {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<Proof>,
     /// A split over a direct copy and the host route: how the host route is priced beside the
-    /// direct copy, and whether that was measured or is an estimate.
+    /// direct copy, and whether that was measured or is an estimate; then, where a profile measured
+    /// it, how the direct copy is priced beside the host route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_route_beside_direct: Option<String>,
 }
@@ -282,7 +296,7 @@ impl PlanDocument {
                 .proof
                 .and_then(|r| r.points.first())
                 .map(|point| Proof::new(point, false)),
-            host_route_beside_direct: view.host_pricing.map(|p| p.to_string()),
+            host_route_beside_direct: view.pricing(),
         }
     }
 }
@@ -511,6 +525,34 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_splits_pricing_names_the_direct_copys_pace_only_where_measured() {
+        let p = split_plan();
+        let source = Source::Sim("h200-pair".into());
+        let view = |direct_pricing| PlanView {
+            source: &source,
+            model: "profile",
+            plan: &p,
+            unusable: &[],
+            proof: None,
+            network: None,
+            host_pricing: Some(BesideDirect::Estimate),
+            direct_pricing,
+        };
+        let host = BesideDirect::Estimate.to_string();
+        assert_eq!(view(None).pricing(), Some(host.clone()));
+        let pace = DirectPace {
+            rate_fraction: 1.016,
+            fixed_us: 2.6,
+        };
+        let both = view(Some(pace)).pricing().unwrap();
+        assert!(
+            both.starts_with(&host)
+                && both.ends_with("the direct copy at 1.016 of its rate, +2.6 µs a transfer"),
+            "{both}"
+        );
+    }
+
+    #[test]
     fn json_names_the_pick_paths_and_every_alternative() {
         let p = split_plan();
         let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
@@ -524,6 +566,7 @@ pub(crate) mod tests {
                 proof: None,
                 network: None,
                 host_pricing: None,
+                direct_pricing: None,
             },
         );
         let json = serde_json::to_value(&doc).unwrap();

@@ -15,7 +15,7 @@
 
 use super::plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy, Ways};
 use crate::backend::CopyMethod;
-use crate::model::{defaults, BesideDirect, Cost, CostModel, Hop, Resource};
+use crate::model::{defaults, BesideDirect, Cost, CostModel, DirectPace, Hop, Resource};
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
 
@@ -704,7 +704,7 @@ impl Planner {
             .into_iter()
             .filter_map(|r| self.hops(r, src, dst, ways).map(|h| (r, h)))
             .collect();
-        let mut split = self.split_over(src, dst, bytes, &routes)?;
+        let mut split = self.split_over(src, dst, bytes, &routes, ways)?;
         loop {
             let weakest = split
                 .paths
@@ -717,7 +717,7 @@ impl Planner {
                 .iter()
                 .map(|(_, h)| self.alone_us(h, bytes))
                 .fold(f64::INFINITY, f64::min);
-            let rest = self.split_over(src, dst, bytes, &routes);
+            let rest = self.split_over(src, dst, bytes, &routes, ways);
             let without = rest.as_ref().map_or(alone, |p| p.predicted_us.min(alone));
             if split.predicted_us * (1.0 + MODEL_MARGIN) < without {
                 return Some(split);
@@ -752,6 +752,15 @@ impl Planner {
         .then(|| self.model.beside_direct(plan.src, plan.dst))
     }
 
+    /// How the direct copy of `plan` is priced beside its host route one way, where measured:
+    /// `None` unless `plan` is a split over both and a profile gave the pair a pace.
+    pub fn direct_beside_host(&self, plan: &Plan) -> Option<DirectPace> {
+        let pace = self.model.direct_beside_host(plan.src, plan.dst);
+        self.host_beside_direct(plan)
+            .filter(|_| pace != DirectPace::AS_ITS_HOP)
+            .map(|_| pace)
+    }
+
     /// When each route of `plan` (a split, its bytes already divided) would end as this planner
     /// prices the routes for a transfer that runs as `ways` says, in the order of `plan.paths`;
     /// `None` where a route of it is not one this planner would split over. `tune` sets these
@@ -763,7 +772,7 @@ impl Planner {
             .iter()
             .map(|p| self.hops(p.route, src, dst, ways).map(|h| (p.route, h)))
             .collect::<Option<_>>()?;
-        let lanes = self.share_bandwidth(&routes, src, dst, plan.chunk_bytes);
+        let lanes = self.share_bandwidth(&routes, src, dst, plan.chunk_bytes, ways);
         let shares: Vec<u64> = lanes
             .iter()
             .map(|lane| {
@@ -794,12 +803,13 @@ impl Planner {
         dst: usize,
         bytes: u64,
         routes: &[(Route, Hops)],
+        ways: Ways,
     ) -> Option<Plan> {
         if routes.len() < 2 {
             return None;
         }
         Self::chunk_targets(bytes)
-            .filter_map(|target| self.split_at(src, dst, bytes, target, routes))
+            .filter_map(|target| self.split_at(src, dst, (bytes, target), routes, ways))
             .min_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us))
     }
 
@@ -811,11 +821,11 @@ impl Planner {
         &self,
         src: usize,
         dst: usize,
-        bytes: u64,
-        target: u64,
+        (bytes, target): (u64, u64),
         routes: &[(Route, Hops)],
+        ways: Ways,
     ) -> Option<Plan> {
-        let lanes = self.share_bandwidth(routes, src, dst, target);
+        let lanes = self.share_bandwidth(routes, src, dst, target, ways);
         let mut shares = vec![0u64; lanes.len()];
         let mut queue = Queue::of(&lanes, &shares);
         let mut ends = vec![0.0; lanes.len()];
@@ -894,13 +904,15 @@ impl Planner {
     /// faster ones and left with less than [`SPLIT_MIN_FRACTION`] of the fastest, is dropped, and
     /// so is one whose copy engines the faster routes already took. Beside a direct copy-engine
     /// copy, the host route's first hop (on the source's copy engines too) is priced at its pace
-    /// measured there ([`defaults::BESIDE_DIRECT_RATE_FRACTION`]).
+    /// measured there ([`defaults::BESIDE_DIRECT_RATE_FRACTION`]), and one way the direct copy at
+    /// its pace measured beside the host route ([`CostModel::direct_beside_host`]).
     fn share_bandwidth<'h>(
         &self,
         routes: &'h [(Route, Hops)],
         src: usize,
         dst: usize,
         target: u64,
+        ways: Ways,
     ) -> Vec<Lane<'h>> {
         let mut lanes: Vec<(Lane<'h>, Vec<Resource>)> = routes
             .iter()
@@ -936,15 +948,24 @@ impl Planner {
             lane.slow_down(lane.bytes_per_us / own);
             kept.push(lane);
         }
-        if kept
-            .iter()
-            .any(|l| l.route == Route::Direct(CopyMethod::CopyEngine))
-        {
+        let has = |kept: &[Lane<'_>], route| kept.iter().any(|l| l.route == route);
+        if has(&kept, Route::Direct(CopyMethod::CopyEngine)) {
             // Measured for the host route only (device → host beside a peer copy on the source);
             // a relay's first hop beside one is priced as before, for want of a measurement.
             let pricing = self.model.beside_direct(src, dst);
             for lane in kept.iter_mut().filter(|l| l.route == Route::Host) {
                 lane.beside_direct_copy(pricing);
+            }
+        }
+        if ways == Ways::One && has(&kept, Route::Host) {
+            // Measured one way only: both ways the direct copies share the link's two directions,
+            // and ran at about their hop's rate (the H200 pair).
+            let pace = self.model.direct_beside_host(src, dst);
+            for lane in kept
+                .iter_mut()
+                .filter(|l| l.route == Route::Direct(CopyMethod::CopyEngine))
+            {
+                lane.beside_host_route(pace);
             }
         }
         kept
@@ -1057,8 +1078,8 @@ struct Lane<'h> {
     costs: Vec<Cost>,
     /// Steady-state rate on its own (before sharing), then after.
     bytes_per_us: f64,
-    /// Time the route takes per transfer beyond what its hops price (measured beside a direct
-    /// copy).
+    /// Time the route takes per transfer beyond what its hops price (measured beside the split's
+    /// other route).
     fixed_us: f64,
 }
 
@@ -1092,6 +1113,12 @@ impl<'h> Lane<'h> {
         let first = &mut self.costs[0];
         first.beta_gbps *= pace.rate_fraction;
         first.alpha_us = (first.alpha_us + pace.chunk_us).max(0.0);
+        self.fixed_us = pace.fixed_us;
+    }
+
+    /// Prices a direct copy as it runs beside the host route: measured, or as its hop alone.
+    fn beside_host_route(&mut self, pace: DirectPace) {
+        self.costs[0].beta_gbps *= pace.rate_fraction;
         self.fixed_us = pace.fixed_us;
     }
 
@@ -1142,7 +1169,7 @@ impl Queue {
             let period = h.issue_us.max(self.cpu_period_us);
             h.pipelined_us(&lane.costs, period, share, target) + lane.fixed_us
         } else {
-            h.start_us + lane.costs[0].bytes_us(share)
+            h.start_us + lane.costs[0].bytes_us(share) + lane.fixed_us
         };
         self.starts[i] + own
     }
@@ -1493,6 +1520,8 @@ mod tests {
             rate_fraction: 1.0,
             chunk_us: 0.0,
             fixed_us: 0.0,
+            direct_rate_fraction: 1.0,
+            direct_fixed_us: 0.0,
             splits: Vec::new(),
             both_ways: None,
         }];

@@ -130,6 +130,37 @@ pub struct HostPace {
     pub fixed_us: f64,
 }
 
+/// How the direct copy-engine copy of a split is priced beside the host route, one way: its bytes
+/// at a fraction of its hop's rate, and more per transfer. A hop's rate is fitted to copies of up
+/// to tens of MiB, while a split's direct share is hundreds of MiB, where the H200 pair's NVLink ran
+/// 1.2–1.5% faster than that fit (tune's splits, 2026-11-30, evening 2): priced at the fit, the
+/// direct copy ended 7–36 µs before the host route, and the split waited for that.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct DirectPace {
+    /// The direct copy's rate, as a fraction of its hop's.
+    pub rate_fraction: f64,
+    /// Its extra time per transfer, µs.
+    pub fixed_us: f64,
+}
+
+impl DirectPace {
+    /// Without a measurement: as the hop alone.
+    pub const AS_ITS_HOP: DirectPace = DirectPace {
+        rate_fraction: 1.0,
+        fixed_us: 0.0,
+    };
+}
+
+impl std::fmt::Display for DirectPace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the direct copy at {:.3} of its rate, {:+.1} µs a transfer",
+            self.rate_fraction, self.fixed_us
+        )
+    }
+}
+
 impl BesideDirect {
     /// The figures the route is priced with.
     pub fn figures(self) -> HostPace {
@@ -249,6 +280,9 @@ pub struct CostModel {
     /// The host route's measured pace beside a direct copy, per ordered pair (see
     /// [`CostModel::beside_direct`]).
     beside_direct: HashMap<(usize, usize), HostPace>,
+    /// A split's direct copy's measured pace beside the host route, per ordered pair (see
+    /// [`CostModel::direct_beside_host`]).
+    direct_beside_host: HashMap<(usize, usize), DirectPace>,
     /// The host route's measured fraction both ways, per ordered pair (see
     /// [`CostModel::both_ways`]).
     both_ways: HashMap<(usize, usize), f64>,
@@ -256,6 +290,19 @@ pub struct CostModel {
     origin: String,
     /// What each GPU's pairs add up to, made on first use (after a profile's costs are in).
     ports: OnceLock<Ports>,
+}
+
+/// The figure measured for `(src, dst)`, else the one measured for the host's first measured pair
+/// (their copy engines and PCIe links alike), with the pair it was measured on.
+fn measured_for<V: Copy>(
+    figures: &HashMap<(usize, usize), V>,
+    src: usize,
+    dst: usize,
+) -> Option<((usize, usize), V)> {
+    figures
+        .get_key_value(&(src, dst))
+        .or_else(|| figures.iter().min_by_key(|(pair, _)| **pair))
+        .map(|(&on, &value)| (on, value))
 }
 
 /// What each GPU's pairs add up to, from one pass over them: a planner asks per route, and a scan
@@ -279,6 +326,7 @@ impl CostModel {
             issue: defaults::ISSUE,
             lone: HashMap::new(),
             beside_direct: HashMap::new(),
+            direct_beside_host: HashMap::new(),
             both_ways: HashMap::new(),
             origin: "topology defaults (published figures; no measured profile)".into(),
             ports: OnceLock::new(),
@@ -330,6 +378,17 @@ impl CostModel {
                     rate_fraction: b.rate_fraction,
                     chunk_us: b.chunk_us,
                     fixed_us: b.fixed_us,
+                };
+                ((b.src, b.dst), pace)
+            })
+            .collect();
+        model.direct_beside_host = profile
+            .beside_direct
+            .iter()
+            .map(|b| {
+                let pace = DirectPace {
+                    rate_fraction: b.direct_rate_fraction,
+                    fixed_us: b.direct_fixed_us,
                 };
                 ((b.src, b.dst), pace)
             })
@@ -386,32 +445,25 @@ impl CostModel {
     /// runs beside it (a split): as measured for the pair; else as measured for another pair of
     /// this host (their copy engines and PCIe links alike); else the estimate.
     pub fn beside_direct(&self, src: usize, dst: usize) -> BesideDirect {
-        let measured =
-            |(&on, &pace): (&(usize, usize), &HostPace)| BesideDirect::Measured { pace, on };
-        match self.beside_direct.get_key_value(&(src, dst)) {
-            Some(pair) => measured(pair),
-            None => self
-                .beside_direct
-                .iter()
-                .min_by_key(|(pair, _)| **pair)
-                .map_or(BesideDirect::Estimate, measured),
-        }
+        measured_for(&self.beside_direct, src, dst).map_or(BesideDirect::Estimate, |(on, pace)| {
+            BesideDirect::Measured { pace, on }
+        })
+    }
+
+    /// How the direct copy-engine copy of a split from `src` to `dst` is priced beside the host
+    /// route, one way: as measured for the pair, or for another pair of this host; else as its
+    /// hop alone.
+    pub fn direct_beside_host(&self, src: usize, dst: usize) -> DirectPace {
+        measured_for(&self.direct_beside_host, src, dst).map_or(DirectPace::AS_ITS_HOP, |(_, p)| p)
     }
 
     /// How the host route from `src` to `dst` is priced while another transfer goes the opposite
     /// way through the host at once: as measured for the pair; else as measured for another pair
     /// of this host; else the estimate.
     pub fn both_ways(&self, src: usize, dst: usize) -> BothWays {
-        let measured =
-            |(&on, &fraction): (&(usize, usize), &f64)| BothWays::Measured { fraction, on };
-        match self.both_ways.get_key_value(&(src, dst)) {
-            Some(pair) => measured(pair),
-            None => self
-                .both_ways
-                .iter()
-                .min_by_key(|(pair, _)| **pair)
-                .map_or(BothWays::Estimate, measured),
-        }
+        measured_for(&self.both_ways, src, dst).map_or(BothWays::Estimate, |(on, fraction)| {
+            BothWays::Measured { fraction, on }
+        })
     }
 
     /// The same model with the host route from `src` to `dst` priced both ways at `fraction`
@@ -425,6 +477,13 @@ impl CostModel {
     /// `pace` (what `tune` tries while it fits it).
     pub fn with_beside_direct(mut self, src: usize, dst: usize, pace: HostPace) -> Self {
         self.beside_direct.insert((src, dst), pace);
+        self
+    }
+
+    /// The same model with a split's direct copy from `src` to `dst` priced beside the host route
+    /// with `pace` (what `tune` tries while it fits it).
+    pub fn with_direct_beside_host(mut self, src: usize, dst: usize, pace: DirectPace) -> Self {
+        self.direct_beside_host.insert((src, dst), pace);
         self
     }
 

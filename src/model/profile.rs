@@ -56,6 +56,13 @@ pub struct BesideDirect {
     /// absent).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub fixed_us: f64,
+    /// The split's direct copy moved its bytes at this fraction of its hop's rate (1 when absent):
+    /// its share is far larger than the copies its hop was fitted to.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub direct_rate_fraction: f64,
+    /// And took this much more per transfer, µs (0 when absent).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub direct_fixed_us: f64,
     /// The splits the figures were fitted to.
     pub splits: Vec<HostRouteEnd>,
     /// The host route beside a direct copy while the pair's other direction runs the same at
@@ -81,6 +88,14 @@ fn is_zero(value: &f64) -> bool {
     *value == 0.0
 }
 
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(value: &f64) -> bool {
+    *value == 1.0
+}
+
 /// When the host route of one measured split ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HostRouteEnd {
@@ -89,6 +104,9 @@ pub struct HostRouteEnd {
     pub chunk_bytes: u64,
     /// GPU µs from the split's start until the host route's last chunk ended (median).
     pub host_end_us: f64,
+    /// GPU µs from the split's start until its direct copy ended (median), where kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_end_us: Option<f64>,
 }
 
 /// Measured costs of one host (`tune` writes it, `plan --profile` reads it).
@@ -271,13 +289,23 @@ impl Profile {
                 && b.rate_fraction > 0.0
                 && b.rate_fraction < MAX_RATE_FRACTION
                 && b.chunk_us.abs() < MAX_CHUNK_US
-                && b.fixed_us.abs() < MAX_CHUNK_US)
+                && b.fixed_us.abs() < MAX_CHUNK_US
+                && b.direct_rate_fraction.is_finite()
+                && b.direct_rate_fraction > 0.0
+                && b.direct_rate_fraction < MAX_RATE_FRACTION
+                && b.direct_fixed_us.abs() < MAX_CHUNK_US)
             {
                 return Err(format!(
-                    "beside_direct {}→{} has rate_fraction {}, chunk_us {} and fixed_us {}; the \
-                     fraction must be > 0 and below {MAX_RATE_FRACTION}, the costs within \
-                     ±{MAX_CHUNK_US} µs",
-                    b.src, b.dst, b.rate_fraction, b.chunk_us, b.fixed_us
+                    "beside_direct {}→{} has rate_fraction {}, chunk_us {}, fixed_us {}, \
+                     direct_rate_fraction {} and direct_fixed_us {}; the fractions must be > 0 \
+                     and below {MAX_RATE_FRACTION}, the costs within ±{MAX_CHUNK_US} µs",
+                    b.src,
+                    b.dst,
+                    b.rate_fraction,
+                    b.chunk_us,
+                    b.fixed_us,
+                    b.direct_rate_fraction,
+                    b.direct_fixed_us
                 ));
             }
             if let Some(f) = b

@@ -277,7 +277,7 @@ pub fn text(view: &PlanView<'_>) -> String {
             p.predicted_us
         );
     }
-    if let Some(pricing) = view.host_pricing {
+    if let Some(pricing) = view.pricing() {
         let _ = writeln!(out, "  the host route beside the direct copy: {pricing}");
     }
     let point = view.proof.and_then(|r| r.points.first());
@@ -469,6 +469,7 @@ mod tests {
             proof: None,
             network: None,
             host_pricing: None,
+            direct_pricing: None,
         });
         assert!(text.starts_with("*** SIMULATED"), "{text}");
         assert!(text.contains("pick: split"), "{text}");

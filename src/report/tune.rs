@@ -2,11 +2,12 @@
 //! measured.
 
 use super::table::{matrix, plain};
-use crate::bench::proof::sweep::BALANCE_TOLERANCE;
-use crate::bench::tune::beside::{BothWaysFit, Fit, Fitted, SplitFit, SplitRun, FIXED_CHUNK_US};
+use crate::bench::tune::beside::{
+    BothWaysFit, Fit, Fitted, SplitFit, SplitRun, FIXED_CHUNK_US, REFIT_TOLERANCE,
+};
 use crate::bench::tune::{HopSweep, Measurements, SMALL_BYTES};
 use crate::document::plan::RouteName;
-use crate::model::Hop;
+use crate::model::{DirectPace, Hop};
 use crate::units::format_bytes;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
@@ -192,13 +193,13 @@ fn split_lines(out: &mut String, fit: &SplitFit) {
             out,
             "the routes planned with the fit ended more than {:.0}% apart: fitted once more to \
              those runs",
-            BALANCE_TOLERANCE * 100.0,
+            REFIT_TOLERANCE * 100.0,
         );
         fitted_lines(out, "refitted", again);
     }
     let kept = fit.kept().map_or_else(
         || "none (no fit was physically possible): the planner keeps its estimate".to_string(),
-        figures,
+        |kept| format!("{}; {}", figures(kept), direct_figures(fit.kept_direct())),
     );
     let _ = writeln!(out, "kept: {kept}");
 }
@@ -303,4 +304,13 @@ fn fitted_lines(out: &mut String, label: &str, fitted: &Fitted) {
         .fit
         .map_or_else(|| "nothing physically possible".to_string(), figures);
     let _ = writeln!(out, "{label}{how}: {found}");
+    let _ = writeln!(out, "{label}, beside it: {}", direct_figures(fitted.direct));
+}
+
+/// How a split's direct copy is priced beside the host route.
+fn direct_figures(direct: Option<DirectPace>) -> String {
+    direct.map_or_else(
+        || "the direct copy as its hop alone (no pace physically possible)".to_string(),
+        |pace| pace.to_string(),
+    )
 }

@@ -14,6 +14,20 @@ fn fabric() -> Fabric {
     Fabric::open(Arc::new(backend) as Arc<dyn Backend>).unwrap()
 }
 
+/// A fabric that plans from the profile `PEERLINK_TEST_PROFILE` names (`tune`'s output on this
+/// host), where set; else as [`fabric`] does, from the topology's figures.
+fn fabric_with_profile() -> Fabric {
+    let Some(path) = std::env::var_os("PEERLINK_TEST_PROFILE") else {
+        return fabric();
+    };
+    let backend = CudaBackend::open().unwrap_or_else(|e| panic!("this test needs a GPU: {e}"));
+    let backend = Arc::new(backend) as Arc<dyn Backend>;
+    let profile = peerlink::model::Profile::load(std::path::Path::new(&path)).unwrap();
+    let model = peerlink::model::CostModel::from_profile(backend.topology(), &profile).unwrap();
+    eprintln!("planning from {}", model.origin());
+    Fabric::builder(backend).model(model).open().unwrap()
+}
+
 /// The pair to test: GPU 0 → GPU 1, or GPU 0 → GPU 0 on a one-GPU host.
 fn pair(f: &Fabric) -> (usize, usize) {
     (0, usize::from(f.devices().len() > 1))
@@ -228,7 +242,7 @@ fn split_over_nvlink_and_the_host_against_direct() {
     use peerlink::bench::stats::median;
     use peerlink::engine::planner::MODEL_MARGIN;
     use peerlink::engine::{Buffer, Route, TransferBuilder};
-    let f = fabric();
+    let f = fabric_with_profile();
     if f.devices().len() < 2 {
         eprintln!("skipped: needs two GPUs");
         return;
@@ -273,6 +287,8 @@ fn split_over_nvlink_and_the_host_against_direct() {
         // One way (GPU 0 → 1) and both ways at once, each strategy timed in turn.
         for directions in [1, 2] {
             let mut times = vec![Vec::new(); 2 * directions];
+            // Where the first direction's split routes ended, each round.
+            let mut route_ends = Vec::new();
             for round in 0..WARMUP + ROUNDS {
                 // Each goes first every other round: whatever a copy leaves behind falls on both.
                 let mut turns = [(0, Strategy::DirectCe), (1, Strategy::Split)];
@@ -291,6 +307,9 @@ fn split_over_nvlink_and_the_host_against_direct() {
                         let us = t.elapsed_us().unwrap();
                         if round >= WARMUP {
                             times[k * directions + d].push(us);
+                            if strategy == Strategy::Split && d == 0 {
+                                route_ends.push(t.route_ends().unwrap());
+                            }
                         }
                     }
                 }
@@ -314,6 +333,17 @@ fn split_over_nvlink_and_the_host_against_direct() {
                 med(directions),
                 (split_gbps / direct_gbps - 1.0) * 100.0,
                 if split_gbps >= goal { "met" } else { "NOT met" }
+            );
+            let ends = sweep::median_route_ends(&route_ends).unwrap();
+            let spread = sweep::route_spread(ends.iter().map(|e| e.end_us)).unwrap_or(0.0);
+            let each: Vec<String> = ends
+                .iter()
+                .map(|e| format!("{} {:.1} µs", e.route, e.end_us))
+                .collect();
+            eprintln!(
+                "    GPU 0 → 1's split routes ended (median): {} ({:.1}% apart)",
+                each.join(", "),
+                spread * 100.0
             );
             if pick.strategy == Strategy::Split {
                 assert!(

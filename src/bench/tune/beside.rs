@@ -3,9 +3,11 @@
 //! on the source GPU, and the two figures that price the host route there — its first hop's rate
 //! fraction and its extra cost per chunk — are fitted so that the cost model's host route ends when
 //! it was measured to at both. Then the splits are planned again with them and run once more: their
-//! routes should end together; where they end more than [`BALANCE_TOLERANCE`] apart, one
+//! routes should end together; where they end more than [`REFIT_TOLERANCE`] apart, one
 //! rebalancing step fits the figures again to those runs (the bytes shift in proportion), and says
-//! so.
+//! so. The direct copy's end is fitted likewise (its rate and an extra per transfer): its share is
+//! far larger than the copies its hop was fitted to, and a split priced with the hop's rate leaves
+//! the routes apart by as much as that rate is off.
 //!
 //! A fit is kept only where it is physically possible: a figure on its search bound, a rate above
 //! the hop's own (the link's), or a per-chunk cost below zero says the two figures could not make
@@ -20,12 +22,12 @@
 use crate::backend::{Backend, CopyMethod};
 use crate::bench::pattern;
 use crate::bench::progress::Progress;
-use crate::bench::proof::sweep::{median_route_ends, route_spread, BALANCE_TOLERANCE};
+use crate::bench::proof::sweep::{median_route_ends, route_spread};
 use crate::bench::timing::{interleaved, Runs, Turn};
 use crate::document::plan::RouteName;
 use crate::engine::{Fabric, Plan, Planner, Route, RouteEnd, Strategy, Ways};
 use crate::model::profile::{HostRouteEnd, MAX_CHUNK_US, MAX_RATE_FRACTION};
-use crate::model::{defaults, CostModel, HostPace};
+use crate::model::{defaults, CostModel, DirectPace, HostPace};
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use serde::Serialize;
@@ -47,6 +49,10 @@ const MAX_PAIRS: usize = 2;
 /// The rate fractions tried before the fit is refined between two of them.
 const RATE_STEPS: usize = 120;
 const LOWEST_RATE: f64 = 0.05;
+/// A check run whose routes end further apart than this is fitted to once more: the split ends with
+/// its later route, so it loses about that much (on the H200 pair the checks ended 0.2–1.7% apart,
+/// and NVLink ended first at both sizes: the first runs' shares were further from the final ones).
+pub const REFIT_TOLERANCE: f64 = 0.01;
 /// Halvings of an interval that pins a figure down (far below a measurement's own spread).
 const HALVINGS: usize = 40;
 
@@ -75,11 +81,15 @@ pub struct RouteRun {
 
 impl SplitRun {
     fn host(&self) -> (usize, &RouteRun) {
+        self.route(RouteName::Host)
+            .expect("a measured split has the host route")
+    }
+
+    fn route(&self, name: RouteName) -> Option<(usize, &RouteRun)> {
         self.routes
             .iter()
             .enumerate()
-            .find(|(_, r)| r.route == RouteName::Host)
-            .expect("a measured split has the host route")
+            .find(|(_, r)| r.route == name)
     }
 
     /// Its source and destination GPUs.
@@ -95,6 +105,9 @@ impl SplitRun {
             host_bytes: host.bytes,
             chunk_bytes: self.chunk_bytes,
             host_end_us: host.measured_us,
+            direct_end_us: self
+                .route(RouteName::DirectCe)
+                .map(|(_, direct)| direct.measured_us),
         }
     }
 }
@@ -110,6 +123,9 @@ pub struct Fitted {
     pub fit: Option<Fit>,
     /// Fits tried before and refused, in order, each with why.
     pub refused: Vec<Refused>,
+    /// The direct copy's pace fitted to the same runs; `None` where none was physically possible
+    /// (it is then priced as its hop alone).
+    pub direct: Option<DirectPace>,
 }
 
 /// A fit that is not written to a profile.
@@ -133,7 +149,7 @@ pub struct SplitFit {
     /// The splits planned again with `fitted`, run (a size where the planner no longer splits is
     /// left out; none where nothing was fitted).
     pub check: Vec<SplitRun>,
-    /// Where a check's routes ended more than [`BALANCE_TOLERANCE`] apart: the figures fitted again
+    /// Where a check's routes ended more than [`REFIT_TOLERANCE`] apart: the figures fitted again
     /// to the checks (one rebalancing step), which the profile keeps where they are possible.
     pub refitted: Option<Fitted>,
 }
@@ -145,6 +161,16 @@ impl SplitFit {
             .as_ref()
             .and_then(|again| again.fit)
             .or(self.fitted.fit)
+    }
+
+    /// The direct copy's pace the profile keeps, fitted to the same runs as [`Self::kept`]'s
+    /// figures; `None` where those are none (the profile keeps nothing for the pair) or no pace
+    /// was physically possible.
+    pub fn kept_direct(&self) -> Option<DirectPace> {
+        match &self.refitted {
+            Some(again) if again.fit.is_some() => again.direct,
+            _ => self.fitted.fit.and(self.fitted.direct),
+        }
     }
 
     /// The splits the kept figures were fitted to, by their host route's end.
@@ -226,9 +252,8 @@ pub fn measure_both_ways(
         return Ok((None, Vec::new()));
     };
     // The one-way figures held: each direction's kept figures (the estimate where none was).
-    let model = fits.iter().fold(model.clone(), |m, f| match f.kept() {
-        Some(fit) => with_fit(&m, f.src, f.dst, fit),
-        None => m,
+    let model = fits.iter().fold(model.clone(), |m, f| {
+        with_kept(&m, f.src, f.dst, f.kept(), f.kept_direct())
     });
     let (sizes, runs) = sizes_and_runs(&**backend);
     let run_all = |model: &CostModel| -> Result<Vec<SplitRun>> {
@@ -374,8 +399,9 @@ pub fn measure(
     notes.push(format!(
         "the host route beside a direct copy: splits of {} over the direct copy and the host route, \
          run {} each on the engine (median, every byte verified), each route's end timed on \
-         the source GPU; the host route's first-hop rate fraction and extra µs per chunk are \
-         fitted so that the model's host route ends when it was measured to at both sizes; the \
+         the source GPU; the host route's first-hop rate fraction and extra µs per chunk, and \
+         the direct copy's rate and extra µs per transfer, are fitted so that the model's \
+         routes end when they were measured to at both sizes; the \
          splits are then planned with them and run again, and where their routes end more than \
          {:.0}% apart the figures are fitted once more to those runs",
         sizes.map(format_bytes).join(" and "),
@@ -383,7 +409,7 @@ pub fn measure(
             1 => "once".to_string(),
             n => format!("{n} times"),
         },
-        BALANCE_TOLERANCE * 100.0
+        REFIT_TOLERANCE * 100.0
     ));
     Ok((fits, notes))
 }
@@ -426,12 +452,12 @@ fn fit_pair(
     let first = run_all(model)?;
     let fitted = fit(model, &first);
     let check = match fitted.fit {
-        Some(found) => run_all(&with_fit(model, src, dst, found))?,
+        Some(found) => run_all(&with_kept(model, src, dst, Some(found), fitted.direct))?,
         None => Vec::new(),
     };
     let refitted = check
         .iter()
-        .any(|run| run.spread > BALANCE_TOLERANCE)
+        .any(|run| run.spread > REFIT_TOLERANCE)
         .then(|| fit(model, &check));
     Ok(SplitFit {
         src,
@@ -445,6 +471,21 @@ fn fit_pair(
 
 fn with_fit(model: &CostModel, src: usize, dst: usize, fit: Fit) -> CostModel {
     model.clone().with_beside_direct(src, dst, fit)
+}
+
+/// `model` with what was fitted on the pair from `src` to `dst`, where anything was.
+fn with_kept(
+    model: &CostModel,
+    src: usize,
+    dst: usize,
+    fit: Option<Fit>,
+    direct: Option<DirectPace>,
+) -> CostModel {
+    let model = fit.map_or_else(|| model.clone(), |fit| with_fit(model, src, dst, fit));
+    match direct {
+        Some(pace) => model.with_direct_beside_host(src, dst, pace),
+        None => model,
+    }
 }
 
 /// Runs `plans` (splits `model` made, for the ways they run: one, or both directions of a pair)
@@ -538,8 +579,13 @@ fn run_splits(
 /// nothing.
 fn fit(model: &CostModel, runs: &[SplitRun]) -> Fitted {
     let mut refused = Vec::new();
+    let direct = fit_direct(model, runs);
     let Some(run) = runs.first() else {
-        return Fitted { fit: None, refused };
+        return Fitted {
+            fit: None,
+            refused,
+            direct,
+        };
     };
     let (src, dst) = (run.plan.src, run.plan.dst);
     let both = (runs.len() > 1).then(|| fit_both(model, runs));
@@ -550,6 +596,7 @@ fn fit(model: &CostModel, runs: &[SplitRun]) -> Fitted {
                 return Fitted {
                     fit: Some(candidate),
                     refused,
+                    direct,
                 }
             }
             Some(why) => refused.push(Refused {
@@ -558,7 +605,76 @@ fn fit(model: &CostModel, runs: &[SplitRun]) -> Fitted {
             }),
         }
     }
-    Fitted { fit: None, refused }
+    Fitted {
+        fit: None,
+        refused,
+        direct,
+    }
+}
+
+/// A split's direct copy runs at its hop's rate give or take this fraction: a fit further off is a
+/// measurement gone wrong (the H200 pair's came to 1.2–1.5% faster).
+const DIRECT_RATE_SPAN: f64 = 0.25;
+/// And takes at most this much more or less per transfer than its hop prices it, µs (a lone copy's
+/// start-up is a few µs).
+const DIRECT_FIXED_LIMIT_US: f64 = 50.0;
+
+/// The pace with which `model`'s direct copy of `runs` ends when it was measured to: the line
+/// through the measured ends against the time the hop prices the bytes at — its slope the rate's
+/// inverse, its offset the extra per transfer (with one share, the rate alone). `None` where no
+/// run has a direct copy, or the pace is not physically possible ([`DIRECT_RATE_SPAN`],
+/// [`DIRECT_FIXED_LIMIT_US`]).
+fn fit_direct(model: &CostModel, runs: &[SplitRun]) -> Option<DirectPace> {
+    // Each run's (the hop's time for the bytes, the model's time before them, the measured end).
+    let points: Vec<(f64, f64, f64)> = runs
+        .iter()
+        .filter_map(|run| {
+            let (i, direct) = run.route(RouteName::DirectCe)?;
+            let (src, dst) = run.pair();
+            let end_at = |rate_fraction: f64| {
+                let pace = DirectPace {
+                    rate_fraction,
+                    fixed_us: 0.0,
+                };
+                let paced = model.clone().with_direct_beside_host(src, dst, pace);
+                Planner::new(paced)
+                    .route_ends_us(&run.plan, Ways::One)?
+                    .get(i)
+                    .copied()
+            };
+            // The model's end is t + bytes_us / rate_fraction: twice the rate halves bytes_us.
+            let (as_hop, twice) = (end_at(1.0)?, end_at(2.0)?);
+            let bytes_us = 2.0 * (as_hop - twice);
+            Some((bytes_us, as_hop - bytes_us, direct.measured_us))
+        })
+        .collect();
+    if points.is_empty() {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mean = |f: fn(&(f64, f64, f64)) -> f64| points.iter().map(f).sum::<f64>() / n;
+    let (x, y) = (mean(|p| p.0), mean(|p| p.2 - p.1));
+    let spread: f64 = points.iter().map(|p| (p.0 - x).powi(2)).sum();
+    let pace = if spread > 1e-9 * x * x {
+        let slope = points
+            .iter()
+            .map(|p| (p.0 - x) * (p.2 - p.1 - y))
+            .sum::<f64>()
+            / spread;
+        DirectPace {
+            rate_fraction: 1.0 / slope,
+            fixed_us: y - slope * x,
+        }
+    } else {
+        // One share: the rate alone.
+        DirectPace {
+            rate_fraction: x / y,
+            fixed_us: 0.0,
+        }
+    };
+    let possible = (pace.rate_fraction - 1.0).abs() <= DIRECT_RATE_SPAN
+        && pace.fixed_us.abs() <= DIRECT_FIXED_LIMIT_US;
+    possible.then_some(pace)
 }
 
 /// A rate fraction this far above 1 is still the link's rate (a thousandth: far below a
@@ -939,6 +1055,207 @@ mod tests {
         let (found, refused) = fit_both_ways(&model, &both_ways_at(&model, 0.9, 1000.0));
         assert_eq!(found, None);
         assert!(refused[0].why.contains("bound"), "{refused:?}");
+    }
+
+    /// Splits of `bytes` planned with `model`, whose routes ended where `truly` prices them.
+    fn runs_ending_as(model: &CostModel, truly: &CostModel, sizes: &[u64]) -> Vec<SplitRun> {
+        sizes
+            .iter()
+            .map(|&bytes| {
+                let plan = Planner::new(model.clone())
+                    .plan_with(Strategy::Split, 0, 1, bytes)
+                    .unwrap();
+                let ends = Planner::new(truly.clone())
+                    .route_ends_us(&plan, Ways::One)
+                    .unwrap();
+                run_ending(plan, bytes, ends)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_direct_copys_pace_is_fitted_and_a_split_planned_with_it_ends_sooner_one_way() {
+        // As on the H200 pair (2026-11-30, evening 2): the split's direct copy of hundreds of MiB
+        // ran 1.2–1.5% faster than its hop's fit, so it ended first and the split waited for the
+        // host route.
+        let model = CostModel::from_topology(&nvlink_pair());
+        let truth = DirectPace {
+            rate_fraction: 1.015,
+            fixed_us: 2.7,
+        };
+        let truly = model.clone().with_direct_beside_host(0, 1, truth);
+        let sizes = [256 << 20, 1 << 30];
+        let found = fit(&model, &runs_ending_as(&model, &truly, &sizes))
+            .direct
+            .unwrap();
+        assert!(
+            (found.rate_fraction - truth.rate_fraction).abs() < 1e-3
+                && (found.fixed_us - truth.fixed_us).abs() < 0.1,
+            "{found:?}"
+        );
+        let fitted = model.clone().with_direct_beside_host(0, 1, found);
+        let plan = |model: &CostModel, bytes, ways| {
+            Planner::new(model.clone())
+                .plan_with_ways(Strategy::Split, 0, 1, bytes, ways)
+                .unwrap()
+        };
+        // When the routes of a plan truly end.
+        let ends = |plan: &Plan| {
+            let ends = Planner::new(truly.clone())
+                .route_ends_us(plan, Ways::One)
+                .unwrap();
+            (
+                ends.iter().copied().fold(0.0, f64::max),
+                route_spread(ends).unwrap(),
+            )
+        };
+        for bytes in sizes {
+            let (before, after) = (
+                plan(&model, bytes, Ways::One),
+                plan(&fitted, bytes, Ways::One),
+            );
+            let ((was, was_apart), (now, now_apart)) = (ends(&before), ends(&after));
+            assert!(
+                was_apart > 0.01 && now_apart < 0.003,
+                "{was_apart} → {now_apart}"
+            );
+            assert!(now < was - 3.0, "{bytes}: {was:.1} → {now:.1} µs");
+            let host = |plan: &Plan| {
+                plan.paths
+                    .iter()
+                    .find(|p| p.route == Route::Host)
+                    .unwrap()
+                    .bytes
+            };
+            assert!(host(&after) < host(&before), "{before:?} {after:?}");
+            // Both ways the direct copies share the link's two directions: priced as the hop.
+            assert_eq!(
+                plan(&model, bytes, Ways::Both),
+                plan(&fitted, bytes, Ways::Both)
+            );
+        }
+        // A direct copy a third faster than its hop is a measurement gone wrong: no pace.
+        let wrong = DirectPace {
+            rate_fraction: 1.35,
+            fixed_us: 0.0,
+        };
+        let truly = model.clone().with_direct_beside_host(0, 1, wrong);
+        assert_eq!(
+            fit(&model, &runs_ending_as(&model, &truly, &sizes)).direct,
+            None
+        );
+        // Runs whose direct copy ended as its hop prices it: the hop's pace.
+        let as_hop = fit(&model, &runs_ending_as(&model, &model, &sizes))
+            .direct
+            .unwrap();
+        assert!((as_hop.rate_fraction - 1.0).abs() < 1e-6 && as_hop.fixed_us.abs() < 1e-3);
+    }
+
+    /// A model with the figures `tune` measured on the H200 pair (2026-11-30, evening 2, GPU 0 →
+    /// GPU 1; docs/reference.md): the hops, the lone copy, the CPU's queuing, and the host route's
+    /// pace beside NVLink.
+    fn h200_pair_profile() -> CostModel {
+        use crate::model::profile::{BesideDirect, Lone, Measured};
+        use crate::model::{Cost, Hop, IssueCosts, Profile};
+        let topology = nvlink_pair();
+        let mut profile = Profile::for_host(&topology);
+        let cost = |alpha_us, beta_gbps| Cost {
+            alpha_us,
+            beta_gbps,
+        };
+        profile.hops = vec![
+            Measured {
+                hop: Hop::PeerCe { src: 0, dst: 1 },
+                cost: cost(2.708, 390.40),
+            },
+            Measured {
+                hop: Hop::DeviceToHost {
+                    device: 0,
+                    node: Some(0),
+                },
+                cost: cost(2.742, 55.238),
+            },
+            Measured {
+                hop: Hop::HostToDevice {
+                    device: 1,
+                    node: Some(0),
+                },
+                cost: cost(2.620, 55.081),
+            },
+        ];
+        profile.lone = vec![Lone {
+            hop: Hop::PeerCe { src: 0, dst: 1 },
+            lone_us: 5.408,
+        }];
+        profile.issue = Some(IssueCosts {
+            copy_us: 2.930,
+            kernel_us: 5.439,
+            event_us: 1.566,
+            graph_us: 2.852,
+        });
+        profile.beside_direct = vec![BesideDirect {
+            src: 0,
+            dst: 1,
+            rate_fraction: 0.955,
+            chunk_us: 0.0,
+            fixed_us: -12.26,
+            direct_rate_fraction: 1.0,
+            direct_fixed_us: 0.0,
+            splits: Vec::new(),
+            both_ways: None,
+        }];
+        CostModel::from_profile(&topology, &profile).unwrap()
+    }
+
+    #[test]
+    fn on_the_h200_pairs_figures_the_direct_pace_moves_bytes_to_nvlink_and_the_split_ends_sooner() {
+        let model = h200_pair_profile();
+        let planner = Planner::new(model.clone());
+        let mib = |m: f64| ((m * (1 << 20) as f64) as u64).next_multiple_of(4096);
+        // Where the routes of the pair's splits ended, planned with these figures (plan --prove at
+        // 256 MiB, tune's check at 1 GiB): the direct copy (its share in MiB, its end in µs), then
+        // the host route's end — NVLink ended first by 11.8 and 40.9 µs.
+        let recorded = [
+            (256 << 20, 231.2, 619.2, 631.0),
+            (1 << 30, 914.6, 2425.7, 2466.6),
+        ];
+        let runs: Vec<SplitRun> = recorded
+            .iter()
+            .map(|&(bytes, direct_mib, direct_us, host_us)| {
+                let mut plan = planner.plan_with(Strategy::Split, 0, 1, bytes).unwrap();
+                assert_eq!(plan.paths[1].route, Route::Host, "{plan:?}");
+                plan.paths[0].bytes = mib(direct_mib);
+                plan.paths[1].offset = mib(direct_mib);
+                plan.paths[1].bytes = bytes - mib(direct_mib);
+                run_ending(plan, bytes, vec![direct_us, host_us])
+            })
+            .collect();
+        // The plan these figures make at 256 MiB is the one the pair ran (626.4 µs predicted).
+        let before = planner.plan_with(Strategy::Split, 0, 1, 256 << 20).unwrap();
+        assert!((before.predicted_us - 626.4).abs() < 1.0, "{before:?}");
+        let pace = fit(&model, &runs).direct.unwrap();
+        assert!(
+            (1.005..1.03).contains(&pace.rate_fraction) && pace.fixed_us.abs() < 10.0,
+            "{pace:?}"
+        );
+        let paced = model.clone().with_direct_beside_host(0, 1, pace);
+        let after = Planner::new(paced.clone())
+            .plan_with(Strategy::Split, 0, 1, 256 << 20)
+            .unwrap();
+        // NVLink takes more bytes, and the split is predicted to end sooner: 430 GB/s or more.
+        assert!(after.paths[1].bytes < before.paths[1].bytes, "{after:?}");
+        assert!(after.predicted_us < before.predicted_us - 3.0, "{after:?}");
+        assert!(after.predicted_us < (256 << 20) as f64 / 430e3, "{after:?}");
+        // And the paced model's direct copy ends where the pair's did.
+        for run in &runs {
+            let ends = Planner::new(paced.clone())
+                .route_ends_us(&run.plan, Ways::One)
+                .unwrap();
+            assert!(
+                (ends[0] - run.routes[0].measured_us).abs() < 1.0,
+                "{ends:?} {run:?}"
+            );
+        }
     }
 
     #[test]

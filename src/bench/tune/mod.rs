@@ -222,6 +222,8 @@ impl Measurements {
                     rate_fraction: kept.rate_fraction,
                     chunk_us: kept.chunk_us,
                     fixed_us: kept.fixed_us,
+                    direct_rate_fraction: s.kept_direct().map_or(1.0, |d| d.rate_fraction),
+                    direct_fixed_us: s.kept_direct().map_or(0.0, |d| d.fixed_us),
                     splits: s.fitted_to(),
                     both_ways: self.both_ways_of(s.src, s.dst),
                 })
