@@ -370,29 +370,24 @@ impl CostModel {
             model.issue = issue;
         }
         model.lone = profile.lone.iter().map(|l| (l.hop, l.lone_us)).collect();
-        model.beside_direct = profile
+        // Each measured pair prices both routes of its split: the host route beside the direct
+        // copy, and the direct copy beside it.
+        (model.beside_direct, model.direct_beside_host) = profile
             .beside_direct
             .iter()
             .map(|b| {
-                let pace = HostPace {
+                let host = HostPace {
                     rate_fraction: b.rate_fraction,
                     chunk_us: b.chunk_us,
                     fixed_us: b.fixed_us,
                 };
-                ((b.src, b.dst), pace)
-            })
-            .collect();
-        model.direct_beside_host = profile
-            .beside_direct
-            .iter()
-            .map(|b| {
-                let pace = DirectPace {
+                let direct = DirectPace {
                     rate_fraction: b.direct_rate_fraction,
                     fixed_us: b.direct_fixed_us,
                 };
-                ((b.src, b.dst), pace)
+                (((b.src, b.dst), host), ((b.src, b.dst), direct))
             })
-            .collect();
+            .unzip();
         model.both_ways = profile
             .beside_direct
             .iter()

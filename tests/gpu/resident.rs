@@ -905,8 +905,12 @@ fn resident_doorbells_rung_behind_a_copy_engine_copy() {
     let worker = Worker::start(&b, &WorkerConfig::on(from)).unwrap();
     for round in 0..20 {
         let at = round * len;
-        b.copy(stream, CopyMethod::CopyEngine, &BufferCopy::from_start(written, src, bulk))
-            .unwrap();
+        b.copy(
+            stream,
+            CopyMethod::CopyEngine,
+            &BufferCopy::from_start(written, src, bulk),
+        )
+        .unwrap();
         let single = BufferCopy {
             src_offset: at,
             ..BufferCopy::from_start(src, dst, len)
@@ -925,8 +929,14 @@ fn resident_doorbells_rung_behind_a_copy_engine_copy() {
         worker.wait(batch).unwrap();
         b.synchronize(stream).unwrap();
         let want = &data[at..at + len];
-        assert!(contents(&b, dst) == want, "round {round}: a transfer ran before its doorbell");
-        assert!(contents(&b, batched) == want, "round {round}: a batch ran before its doorbell");
+        assert!(
+            contents(&b, dst) == want,
+            "round {round}: a transfer ran before its doorbell"
+        );
+        assert!(
+            contents(&b, batched) == want,
+            "round {round}: a batch ran before its doorbell"
+        );
         // The sources go back to zeros before the next round's copy writes them again.
         b.write(src, 0, &vec![0; bulk]).unwrap();
     }
