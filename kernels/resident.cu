@@ -179,14 +179,15 @@ __device__ void copy_messages(const CopyDescriptor *list, unsigned long long cou
         // before it. The list's block is 16-byte aligned and a multiple of 16 bytes long, so a
         // pair that starts inside the list ends inside the block.
         const unsigned long long aligned = (3 * at) & ~1ull;
-        const unsigned long long mine = aligned + 2 * lane;
-        ulonglong2 pair = {0, 0};
-        if (mine < 3 * count) {
-            pair = __ldcv((const ulonglong2 *)(words + mine));
-        }
         const unsigned int skew = (unsigned int)(3 * at - aligned);
         const unsigned int messages =
             (unsigned int)min((unsigned long long)RESIDENT_DESCRIPTORS_PER_LOAD, end - at);
+        // Only the lanes holding this run's words load: others would read the next warps' lines.
+        const unsigned long long mine = aligned + 2 * lane;
+        ulonglong2 pair = {0, 0};
+        if (2 * lane < skew + 3 * messages && mine < 3 * count) {
+            pair = __ldcv((const ulonglong2 *)(words + mine));
+        }
         // Word w of the run sits in lane w / 2, half w % 2.
         const auto word = [&](unsigned int w) {
             return __shfl_sync(RESIDENT_FULL_WARP, (w & 1) ? pair.y : pair.x, w / 2);
