@@ -318,12 +318,6 @@ pub fn a_doorbell_holds_a_transfer_until_its_stream_gets_there(b: &dyn Backend) 
     let dst = buffer(b, Memory::Device(0), &vec![FILL; len]);
     let batched_dst = buffer(b, Memory::Device(0), &vec![FILL; len]);
     let stream = b.create_stream(0).unwrap();
-    // The gate's kernel runs once before the worker's starts: a tool that instruments a kernel at
-    // its first launch (compute-sanitizer) may hold that launch until the GPU's running kernels
-    // end, and the worker's never would (scripts/experiments/concurrent.cu).
-    let warm = b.hold(stream).unwrap();
-    b.release(warm).unwrap();
-    b.synchronize(stream).unwrap();
     let worker = Worker::start(b, &config(0)).unwrap();
     // The stream writes the transfer's source, behind a gate; the transfer must see it.
     let gate = b.hold(stream).unwrap();
