@@ -93,6 +93,19 @@ impl Fabric {
         Ok(())
     }
 
+    /// A copy's destination and source described as device memory; None where either is not
+    /// (the caller then leaves them to the slow path).
+    fn describe_pair(
+        &self,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<(Described, Described)>> {
+        let Some(to) = describe(&self.tensor_types, dst, Role::Destination, false)? else {
+            return Ok(None);
+        };
+        Ok(describe(&self.tensor_types, src, Role::Source, false)?.map(|from| (to, from)))
+    }
+
     /// Queues copies between borrowed memory, after forgetting the transfers that have finished.
     fn queue_device_copies(&self, copies: &[(DeviceRef, DeviceRef, usize)]) -> Result<()> {
         self.reap()?;
@@ -554,10 +567,7 @@ impl Fabric {
         dst: &Bound<'_, PyAny>,
         src: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        let Some(to) = describe(&self.tensor_types, dst, Role::Destination, false)? else {
-            return Ok(false);
-        };
-        let Some(from) = describe(&self.tensor_types, src, Role::Source, false)? else {
+        let Some((to, from)) = self.describe_pair(dst, src)? else {
             return Ok(false);
         };
         let copy = device_copy(py, &to, &from)?;
@@ -575,13 +585,10 @@ impl Fabric {
     ) -> PyResult<bool> {
         let mut pairs = Vec::new();
         for (dst, src) in dsts.try_iter()?.zip(srcs.try_iter()?) {
-            let Some(to) = describe(&self.tensor_types, &dst?, Role::Destination, false)? else {
+            let Some(pair) = self.describe_pair(&dst?, &src?)? else {
                 return Ok(false);
             };
-            let Some(from) = describe(&self.tensor_types, &src?, Role::Source, false)? else {
-                return Ok(false);
-            };
-            pairs.push((to, from));
+            pairs.push(pair);
         }
         let copies = pairs
             .iter()
