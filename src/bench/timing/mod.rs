@@ -13,7 +13,10 @@
 //!
 //! Either way the figures end in [`Stats`]: the median, with the spread.
 
+pub mod cpus;
 mod lanes;
+
+pub use cpus::on_each_cpu;
 
 pub use lanes::{check_ranges, measure, Given, HopSpec, Lane, LaneLabel, Measurement, Sampling};
 
