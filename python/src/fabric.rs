@@ -47,9 +47,10 @@ struct State {
     pending: VecDeque<(Transfer, Buffer, Buffer)>,
     /// Flag blocks of the all-reduce kernels, by the ranks' GPUs in order.
     flags: HashMap<Vec<usize>, Vec<BufferId>>,
-    /// The kernel the cost model picked, by the ranks' GPUs in order and the bytes: pricing the
-    /// kernels is microseconds of CPU that every call of a size would pay again.
-    picked: HashMap<Vec<usize>, HashMap<usize, AllReduceKernel>>,
+    /// The kernel the cost model picked, by the ranks' GPUs in order, the bytes and whether the
+    /// sum goes into the inputs: pricing the kernels is microseconds of CPU that every call of a
+    /// size would pay again.
+    picked: HashMap<Vec<usize>, HashMap<(usize, bool), AllReduceKernel>>,
     /// Per GPU, the copy of a rank's input the one-shot kernel reads (it cannot reduce in place),
     /// and its length.
     scratch: HashMap<usize, (BufferId, usize)>,
@@ -163,18 +164,25 @@ impl Fabric {
         Ok(flags)
     }
 
-    /// The kernel the cost model picks for `bytes` over `devices` (picked once per both).
-    fn kernel(&self, devices: &[usize], bytes: usize) -> Result<AllReduceKernel> {
+    /// The kernel the cost model picks for `bytes` over `devices`, summed into the inputs
+    /// themselves (`in_place`: a kernel that cannot first copies them aside, priced too) or into
+    /// other buffers (picked once per all three).
+    fn kernel(&self, devices: &[usize], bytes: usize, in_place: bool) -> Result<AllReduceKernel> {
         let known = self
             .lock()
             .picked
             .get(devices)
-            .and_then(|sizes| sizes.get(&bytes).copied());
+            .and_then(|sizes| sizes.get(&(bytes, in_place)).copied());
         if let Some(kernel) = known {
             return Ok(kernel);
         }
         let model = self.fabric.planner().model();
-        let (kernel, _) = all_reduce::pick(model, devices, bytes as u64).ok_or_else(|| {
+        let pick = if in_place {
+            all_reduce::pick_in_place
+        } else {
+            all_reduce::pick
+        };
+        let (kernel, _) = pick(model, devices, bytes as u64).ok_or_else(|| {
             Error::usage(format!(
                 "peerlink's all-reduce needs P2P between every two of GPUs {devices:?}, and a \
                  pair of them has none; reduce over GPUs that all reach each other"
@@ -186,7 +194,7 @@ impl Fabric {
         if sizes.len() >= PICKS_KEPT {
             sizes.clear();
         }
-        sizes.insert(bytes, kernel);
+        sizes.insert((bytes, in_place), kernel);
         Ok(kernel)
     }
 
@@ -273,7 +281,7 @@ impl Fabric {
         let devices: Vec<usize> = inputs.iter().map(|(_, d)| *d).collect();
         let bytes = inputs[0].0.len();
         self.check_ranks(&devices, bytes, dtype)?;
-        let kernel = self.kernel(&devices, bytes)?;
+        let kernel = self.kernel(&devices, bytes, false)?;
         let flags = self.flags(&devices)?;
         let mut held = Vec::new();
         let mut ranks = Vec::new();
@@ -309,7 +317,7 @@ impl Fabric {
         let backend = self.backend();
         let devices: Vec<usize> = ranks.iter().map(|r| r.1).collect();
         self.check_ranks(&devices, bytes, dtype)?;
-        let kernel = self.kernel(&devices, bytes)?;
+        let kernel = self.kernel(&devices, bytes, true)?;
         let flags = self.flags(&devices)?;
         let mut borrowed = Vec::with_capacity(ranks.len());
         let mut queued = Vec::with_capacity(ranks.len());

@@ -92,12 +92,43 @@ pub fn predict(
 /// The kernel the cost model picks for `bytes` among those that take it (the earlier in
 /// `AllReduceKernel::ALL` on a tie) and its predicted time; `None` where a pair has no P2P.
 pub fn pick(model: &CostModel, devices: &[usize], bytes: u64) -> Option<(AllReduceKernel, f64)> {
+    pick_by(bytes, |kernel| predict(model, devices, kernel, bytes))
+}
+
+/// [`pick`] for a sum into the inputs themselves (PyTorch's `all_reduce_`): a kernel that cannot
+/// reduce in place first copies each rank's input aside, and that copy is priced too (at 1 GiB
+/// on the H200 pair it made the one-shot kernel 17% slower than the two-shot, which the plain
+/// pick, ignoring it, preferred).
+pub fn pick_in_place(
+    model: &CostModel,
+    devices: &[usize],
+    bytes: u64,
+) -> Option<(AllReduceKernel, f64)> {
+    pick_by(bytes, |kernel| {
+        let reduce_us = predict(model, devices, kernel, bytes)?;
+        if kernel.in_place() {
+            return Some(reduce_us);
+        }
+        let copy_us = devices
+            .iter()
+            .map(|&device| model.cost(Hop::Local { device }).map(|c| c.time_us(bytes)))
+            .try_fold(0.0_f64, |slowest, us| Some(slowest.max(us?)))?;
+        Some(copy_us + reduce_us)
+    })
+}
+
+/// The kernel whose `predicted` time is least among those that take `bytes` (the earlier in
+/// `AllReduceKernel::ALL` on a tie); `None` where a prediction is `None`.
+fn pick_by(
+    bytes: u64,
+    predicted: impl Fn(AllReduceKernel) -> Option<f64>,
+) -> Option<(AllReduceKernel, f64)> {
     let mut best: Option<(AllReduceKernel, f64)> = None;
     for kernel in AllReduceKernel::ALL
         .into_iter()
         .filter(|k| takes(*k, bytes))
     {
-        let us = predict(model, devices, kernel, bytes)?;
+        let us = predicted(kernel)?;
         if best.is_none_or(|(_, b)| us < b) {
             best = Some((kernel, us));
         }
@@ -437,6 +468,28 @@ mod tests {
         let saved = predict(&model, &[0, 1], AllReduceKernel::OneShot, 4).unwrap()
             - predict(&model, &[0, 1], AllReduceKernel::OneShotPackets, 4).unwrap();
         assert!((saved - 1.5 * FLAG_ROUND_TRIP_US).abs() < 0.01, "{saved}");
+    }
+
+    #[test]
+    fn in_place_the_one_shot_kernels_copy_aside_is_priced_and_two_shot_wins_large_pairs() {
+        let model = CostModel::from_topology(&nvswitch8());
+        let pair = [0, 1];
+        let gib = 1 << 30;
+        // Beside other buffers one-shot wins a pair (one flag exchange fewer, the same bytes)...
+        assert_eq!(pick(&model, &pair, gib).unwrap().0, AllReduceKernel::OneShot);
+        // ...in place it must first copy its input aside, which two-shot need not.
+        let (kernel, us) = pick_in_place(&model, &pair, gib).unwrap();
+        assert_eq!(kernel, AllReduceKernel::TwoShot);
+        assert_eq!(us, predict(&model, &pair, AllReduceKernel::TwoShot, gib).unwrap());
+        let copy_us = model.cost(Hop::Local { device: 0 }).unwrap().time_us(gib);
+        let one_shot_us = predict(&model, &pair, AllReduceKernel::OneShot, gib).unwrap();
+        assert!(one_shot_us + copy_us > us, "{one_shot_us} + {copy_us} against {us}");
+        // Small sums stay with the packet kernel, which reduces in place.
+        assert_eq!(
+            pick_in_place(&model, &pair, 4096).unwrap().0,
+            AllReduceKernel::OneShotPackets
+        );
+        assert!(pick_in_place(&CostModel::from_topology(&dgx1()), &[0, 5], 4096).is_none());
     }
 
     #[test]
