@@ -16,7 +16,7 @@ Runs with the PyTorch the GPU image has and the wheel scripts/gpu-build.sh build
 
 Timing as scripts/torch-allreduce.py: ITERS operations back to back between two CUDA events on the
 current stream of every GPU taking part; time per operation = the slowest GPU's span / ITERS;
-the median of --runs such loops. Every byte of every result is checked once per size and
+the median of --runs such loops (the copies' two ways taking turns loop by loop). Every byte of every result is checked once per size and
 contender (copy: the source's random bytes; all-reduce: rank r holds r + 1 everywhere, so every
 element must be n (n + 1) / 2). Writes one JSON document to --out, a table to stdout, and exits 1
 if any check failed.
@@ -61,27 +61,36 @@ def iterations(size, base):
 
 def time_per_op(op, devices, iters, runs, warmup):
     """Median over `runs` loops of the slowest device's GPU time per operation, µs."""
-    for _ in range(warmup):
-        op()
+    return times_per_op({"op": op}, devices, iters, runs, warmup)["op"]
+
+
+def times_per_op(ops, devices, iters, runs, warmup):
+    """`time_per_op` of each of `ops` (name -> callable), their loops taking turns: the host's
+    CPUs change speed from second to second (BENCHMARKS.md, 2026-11-30 latenight), so that a
+    contender timed after another could meet another speed."""
+    for op in ops.values():
+        for _ in range(warmup):
+            op()
     for d in devices:
         torch.cuda.synchronize(d)
-    samples = []
+    samples = {name: [] for name in ops}
     for _ in range(runs):
-        starts, ends = [], []
-        for d in devices:
-            with torch.cuda.device(d):
-                starts.append(torch.cuda.Event(enable_timing=True))
-                starts[-1].record()
-        for _ in range(iters):
-            op()
-        for d in devices:
-            with torch.cuda.device(d):
-                ends.append(torch.cuda.Event(enable_timing=True))
-                ends[-1].record()
-        for e in ends:
-            e.synchronize()
-        samples.append(max(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1000.0 / iters)
-    return statistics.median(samples)
+        for name, op in ops.items():
+            starts, ends = [], []
+            for d in devices:
+                with torch.cuda.device(d):
+                    starts.append(torch.cuda.Event(enable_timing=True))
+                    starts[-1].record()
+            for _ in range(iters):
+                op()
+            for d in devices:
+                with torch.cuda.device(d):
+                    ends.append(torch.cuda.Event(enable_timing=True))
+                    ends[-1].record()
+            for e in ends:
+                e.synchronize()
+            samples[name].append(max(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1000.0 / iters)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def host_time_per_call(op, calls, devices):
@@ -106,13 +115,16 @@ def copies(fabric, src_gpu, dst_gpu, sizes, args):
         iters = iterations(size, args.iters)
         devices = sorted({src_gpu, dst_gpu})
         point = {"bytes": size, "iters": iters}
-        for name, op in (
-            ("torch_us", lambda: dst.copy_(src, non_blocking=True)),
-            ("peerlink_us", lambda: fabric.copy_(dst, src)),
-        ):
+        ops = {
+            "torch_us": lambda: dst.copy_(src, non_blocking=True),
+            "peerlink_us": lambda: fabric.copy_(dst, src),
+        }
+        point.update(times_per_op(ops, devices, iters, args.runs, args.warmup))
+        # Each way's bytes checked on their own, after a run of it alone into a cleared destination.
+        for name, op in ops.items():
             dst.zero_()
             torch.cuda.synchronize(dst_gpu)
-            point[name] = time_per_op(op, devices, iters, args.runs, args.warmup)
+            op()
             for d in devices:
                 torch.cuda.synchronize(d)
             point[name.replace("_us", "_verified")] = bool(torch.equal(dst, src.to(dst.device)))

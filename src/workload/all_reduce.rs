@@ -476,14 +476,23 @@ mod tests {
         let pair = [0, 1];
         let gib = 1 << 30;
         // Beside other buffers one-shot wins a pair (one flag exchange fewer, the same bytes)...
-        assert_eq!(pick(&model, &pair, gib).unwrap().0, AllReduceKernel::OneShot);
+        assert_eq!(
+            pick(&model, &pair, gib).unwrap().0,
+            AllReduceKernel::OneShot
+        );
         // ...in place it must first copy its input aside, which two-shot need not.
         let (kernel, us) = pick_in_place(&model, &pair, gib).unwrap();
         assert_eq!(kernel, AllReduceKernel::TwoShot);
-        assert_eq!(us, predict(&model, &pair, AllReduceKernel::TwoShot, gib).unwrap());
+        assert_eq!(
+            us,
+            predict(&model, &pair, AllReduceKernel::TwoShot, gib).unwrap()
+        );
         let copy_us = model.cost(Hop::Local { device: 0 }).unwrap().time_us(gib);
         let one_shot_us = predict(&model, &pair, AllReduceKernel::OneShot, gib).unwrap();
-        assert!(one_shot_us + copy_us > us, "{one_shot_us} + {copy_us} against {us}");
+        assert!(
+            one_shot_us + copy_us > us,
+            "{one_shot_us} + {copy_us} against {us}"
+        );
         // Small sums stay with the packet kernel, which reduces in place.
         assert_eq!(
             pick_in_place(&model, &pair, 4096).unwrap().0,

@@ -9,7 +9,8 @@ use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::bench::timing::cpus::MAX_CPUS_VISITED;
 use crate::bench::timing::{
-    gpu_us, host_us, measure, on_each_cpu, HopSpec, Lane, Measurement, Runs, Sampling,
+    gpu_us, host_us, measure, spread_over_cpus, CpuSpread, HopSpec, Lane, Measurement, Runs,
+    Sampling,
 };
 use crate::bench::LATENCY_SAMPLES;
 use crate::{Error, Result};
@@ -247,23 +248,21 @@ impl TestCase for EndToEnd {
         };
         // The simulator's clock is virtual: the CPU it runs on changes nothing.
         let pin = !ctx.topology().is_simulated();
-        let samples = on_each_cpu(pin, ctx.latency_samples as usize, || {
+        let spread = spread_over_cpus(pin, ctx.latency_samples as usize, || {
             let seed = ctx.next_seed();
             let times = EndToEnd::host_times(&mut lane, END_TO_END_TRANSFERS, seed)?;
-            Ok::<_, Error>(times.into_iter().map(|t| t.total_us).collect::<Vec<f64>>())
+            Ok(times.into_iter().map(|t| t.total_us).collect())
         })?;
-        let medians = samples
-            .iter()
-            .map(|(_, times)| Ok(Stats::of_times(times)?.median))
-            .collect::<Result<Vec<f64>>>()?;
-        let lowest = medians.iter().copied().fold(f64::INFINITY, f64::min);
-        let highest = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let cpus = samples.iter().filter(|(cpu, _)| cpu.is_some()).count();
-        let all: Vec<f64> = samples.into_iter().flat_map(|(_, times)| times).collect();
+        let CpuSpread {
+            lowest,
+            highest,
+            cpus,
+            ..
+        } = spread;
         Ok(Outcome::Measured {
             value: lowest,
             total: None,
-            time_us: Stats::of_times(&all)?,
+            time_us: Stats::of_times(&spread.times)?,
             note: (cpus > 0).then(|| {
                 format!(
                     "GPU {src} → {dst}: medians {lowest:.2}–{highest:.2} µs over {cpus} CPUs (the \

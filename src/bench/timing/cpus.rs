@@ -8,6 +8,7 @@
 //! then disagreed by 12–16%. Pinned to each CPU in turn, a measurement sees both, every time, and
 //! can report each CPU's figure and the fastest.
 
+use crate::bench::stats::Stats;
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
 /// CPUs visited at most: enough to meet both speeds on hosts of hundreds of CPUs, in milliseconds.
@@ -35,6 +36,41 @@ pub fn on_each_cpu<T, E>(
         results.push((pinned.then_some(cpu), block()?));
     }
     Ok(results)
+}
+
+/// Host-clock times taken a sample per CPU ([`on_each_cpu`]): each sample's median, how far they
+/// range, and every time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuSpread {
+    /// The lowest sample median: where the host ran the measured calls fastest.
+    pub lowest: f64,
+    /// The highest sample median.
+    pub highest: f64,
+    /// CPUs the samples were pinned to (0 where none was).
+    pub cpus: usize,
+    /// Every time of every sample.
+    pub times: Vec<f64>,
+}
+
+/// Takes `sample` (a run of host-clock times) on each CPU as [`on_each_cpu`] does (`pin`) or
+/// `samples` times where the thread is, and sums them up; an error where a sample is empty or a
+/// time not finite.
+pub fn spread_over_cpus(
+    pin: bool,
+    samples: usize,
+    sample: impl FnMut() -> crate::Result<Vec<f64>>,
+) -> crate::Result<CpuSpread> {
+    let taken = on_each_cpu(pin, samples, sample)?;
+    let medians = taken
+        .iter()
+        .map(|(_, times)| Ok(Stats::of_times(times)?.median))
+        .collect::<crate::Result<Vec<f64>>>()?;
+    Ok(CpuSpread {
+        lowest: medians.iter().copied().fold(f64::INFINITY, f64::min),
+        highest: medians.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        cpus: taken.iter().filter(|(cpu, _)| cpu.is_some()).count(),
+        times: taken.into_iter().flat_map(|(_, times)| times).collect(),
+    })
 }
 
 /// The thread's CPUs when it was made, put back when it is dropped.
@@ -117,6 +153,27 @@ mod tests {
         assert!(unpinned
             .iter()
             .all(|(cpu, set)| cpu.is_none() && *set == cpus));
+    }
+
+    #[test]
+    fn the_spread_reports_the_fastest_cpus_median_and_keeps_every_time() {
+        let cpus = allowed();
+        let fast = cpus[0];
+        // The first CPU runs the "calls" at 10 µs, every other at 11 (median of 10, 10, 30).
+        let spread = spread_over_cpus(true, 1, || {
+            let base = if sched_getcpu() == fast { 10.0 } else { 11.0 };
+            Ok(vec![base, base, 30.0])
+        })
+        .unwrap();
+        let visited = Pinning::of_this_thread().unwrap().cpus.len();
+        assert_eq!(spread.cpus, visited);
+        assert_eq!(spread.lowest, 10.0);
+        assert_eq!(spread.highest, if visited > 1 { 11.0 } else { 10.0 });
+        assert_eq!(spread.times.len(), 3 * visited);
+        // Unpinned: the samples asked for, no CPU named.
+        let unpinned = spread_over_cpus(false, 4, || Ok(vec![5.0])).unwrap();
+        assert_eq!((unpinned.cpus, unpinned.times.len()), (0, 4));
+        assert!(spread_over_cpus(false, 1, || Ok(vec![])).is_err());
     }
 
     #[test]

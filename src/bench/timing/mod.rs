@@ -16,7 +16,7 @@
 pub mod cpus;
 mod lanes;
 
-pub use cpus::on_each_cpu;
+pub use cpus::{spread_over_cpus, CpuSpread};
 
 pub use lanes::{check_ranges, measure, Given, HopSpec, Lane, LaneLabel, Measurement, Sampling};
 
