@@ -108,32 +108,74 @@ impl TestCase for SmallCopy {
             SmallCopyFigure::IssueCost => format!(
                 "CPU time (host clock) spent in the call that queues one {SMALL_MESSAGE} B \
                  copy-engine write on the source GPU's stream, averaged over {SMALL_COPIES} calls \
-                 per sample; the median over samples, after one sample thrown away; not a \
-                 transfer time. CPU time moves with the host's load and scheduling (in a VM, from \
-                 run to run): the spread shows by how much"
+                 per sample, after one sample thrown away; on real GPUs one sample on each CPU \
+                 the thread may run on (at least {LATENCY_SAMPLES}, up to {MAX_CPUS_VISITED} \
+                 CPUs), the thread kept there, the figure the lowest (where the driver's calls ran \
+                 fastest: in a VM some CPUs ran them up to 50% slower, changing over seconds), \
+                 the note the range over CPUs; not a transfer time"
             ),
         }
     }
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
         let (src, dst) = place.pair();
-        let m = match SmallCopy::copies(ctx, self.name(), src, dst, CopyMethod::CopyEngine)? {
-            Ok(m) => m,
-            Err(reason) => return Ok(Outcome::Skipped(reason)),
-        };
+        let method = CopyMethod::CopyEngine;
         Ok(match self.0 {
-            SmallCopyFigure::GpuTime => lane_outcome(Unit::Micros, &m, SMALL_MESSAGE as usize),
-            SmallCopyFigure::IssueCost => Outcome::Measured {
-                value: m.issue_us.median,
-                total: None,
-                time_us: m.issue_us,
-                note: None,
-            },
+            SmallCopyFigure::GpuTime => {
+                match SmallCopy::copies(ctx, self.name(), src, dst, method)? {
+                    Ok(m) => lane_outcome(Unit::Micros, &m, SMALL_MESSAGE as usize),
+                    Err(reason) => Outcome::Skipped(reason),
+                }
+            }
+            SmallCopyFigure::IssueCost => {
+                match SmallCopy::issue_costs(ctx, self.name(), src, dst, method)? {
+                    Ok(spread) => Outcome::Measured {
+                        value: spread.lowest,
+                        total: None,
+                        time_us: Stats::of_times(&spread.times)?,
+                        note: spread.note(&format!("GPU {src} → {dst}")),
+                    },
+                    Err(reason) => Outcome::Skipped(reason),
+                }
+            }
         })
     }
 }
 
 impl SmallCopy {
+    /// The copies' sampling: [`SMALL_COPIES`] back-to-back 4-byte copies per sample.
+    fn sampling(ctx: &Context<'_>, samples: u32) -> Sampling {
+        Sampling {
+            warmup: ctx.sampling.warmup.max(1),
+            iterations: SMALL_COPIES,
+            samples,
+            ..ctx.sampling
+        }
+    }
+
+    /// The lane of [`SmallCopy::copies`] after its first window, run and thrown away: on fresh
+    /// buffers and streams it pays first-use costs (seen on the H200: one sample of 16.3 µs
+    /// against a median of 2.27). Returns the next window's seed; `Err(reason)` without P2P.
+    fn warmed_lane<'b>(
+        ctx: &mut Context<'b>,
+        test: &str,
+        (src, dst): (usize, usize),
+        method: CopyMethod,
+        sampling: &Sampling,
+    ) -> Result<std::result::Result<([Lane<'b>; 1], u64), String>> {
+        let seed = ctx.next_seed();
+        let mut lane = match small_lane_by(ctx, test, src, dst, method, sampling)? {
+            Ok(lane) => [lane],
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let first = Sampling {
+            samples: 1,
+            ..*sampling
+        };
+        measure(&mut lane, &first, seed)?;
+        Ok(Ok((lane, seed + 1)))
+    }
+
     /// [`SMALL_COPIES`] back-to-back 4-byte writes from `src` to `dst` by `method` per sample,
     /// `ctx.latency_samples` samples after one thrown away; `Err(reason)` without P2P.
     pub(crate) fn copies(
@@ -143,25 +185,40 @@ impl SmallCopy {
         dst: usize,
         method: CopyMethod,
     ) -> Result<std::result::Result<Measurement, String>> {
-        let sampling = Sampling {
-            warmup: ctx.sampling.warmup.max(1),
-            iterations: SMALL_COPIES,
-            samples: ctx.latency_samples,
-            ..ctx.sampling
-        };
-        let seed = ctx.next_seed();
-        let mut lane = match small_lane_by(ctx, test, src, dst, method, &sampling)? {
-            Ok(lane) => [lane],
-            Err(reason) => return Ok(Err(reason)),
-        };
-        // A first window on fresh buffers and streams pays first-use costs (seen on the H200: one
-        // sample of 16.3 µs against a median of 2.27): it is run and thrown away.
-        let first = Sampling {
-            samples: 1,
-            ..sampling
-        };
-        measure(&mut lane, &first, seed)?;
-        Ok(Ok(measure(&mut lane, &sampling, seed + 1)?))
+        let sampling = SmallCopy::sampling(ctx, ctx.latency_samples);
+        let (mut lane, seed) =
+            match SmallCopy::warmed_lane(ctx, test, (src, dst), method, &sampling)? {
+                Ok(warmed) => warmed,
+                Err(reason) => return Ok(Err(reason)),
+            };
+        Ok(Ok(measure(&mut lane, &sampling, seed)?))
+    }
+
+    /// Host µs to queue one of [`SMALL_COPIES`] back-to-back 4-byte copies from `src` to `dst`
+    /// by `method`, a sample on each CPU the thread may run on (real GPUs: in a VM the driver's
+    /// calls run at two speeds by CPU, see [`crate::bench::timing::CpuSpread`]) or
+    /// `ctx.latency_samples` where it is (the simulator), after one thrown away; `Err(reason)`
+    /// without P2P.
+    pub(crate) fn issue_costs(
+        ctx: &mut Context<'_>,
+        test: &str,
+        src: usize,
+        dst: usize,
+        method: CopyMethod,
+    ) -> Result<std::result::Result<CpuSpread, String>> {
+        let sampling = SmallCopy::sampling(ctx, 1);
+        let (mut lane, mut seed) =
+            match SmallCopy::warmed_lane(ctx, test, (src, dst), method, &sampling)? {
+                Ok(warmed) => warmed,
+                Err(reason) => return Ok(Err(reason)),
+            };
+        let pin = !ctx.topology().is_simulated();
+        let spread = spread_over_cpus(pin, ctx.latency_samples as usize, || {
+            let m = measure(&mut lane, &sampling, seed)?;
+            seed += 1;
+            Ok(vec![m.issue_us.median])
+        })?;
+        Ok(Ok(spread))
     }
 }
 
@@ -253,22 +310,11 @@ impl TestCase for EndToEnd {
             let times = EndToEnd::host_times(&mut lane, END_TO_END_TRANSFERS, seed)?;
             Ok(times.into_iter().map(|t| t.total_us).collect())
         })?;
-        let CpuSpread {
-            lowest,
-            highest,
-            cpus,
-            ..
-        } = spread;
         Ok(Outcome::Measured {
-            value: lowest,
+            value: spread.lowest,
             total: None,
             time_us: Stats::of_times(&spread.times)?,
-            note: (cpus > 0).then(|| {
-                format!(
-                    "GPU {src} → {dst}: medians {lowest:.2}–{highest:.2} µs over {cpus} CPUs (the \
-                     lowest shown)"
-                )
-            }),
+            note: spread.note(&format!("GPU {src} → {dst}")),
         })
     }
 }

@@ -52,6 +52,19 @@ pub struct CpuSpread {
     pub times: Vec<f64>,
 }
 
+impl CpuSpread {
+    /// What a figure's reader needs beside the lowest: the range over CPUs, for `what` (`GPU 0 →
+    /// 1`); None where the samples were not pinned.
+    pub fn note(&self, what: &str) -> Option<String> {
+        (self.cpus > 0).then(|| {
+            format!(
+                "{what}: medians {:.2}–{:.2} µs over {} CPUs (the lowest shown)",
+                self.lowest, self.highest, self.cpus
+            )
+        })
+    }
+}
+
 /// Takes `sample` (a run of host-clock times) on each CPU as [`on_each_cpu`] does (`pin`) or
 /// `samples` times where the thread is, and sums them up; an error where a sample is empty or a
 /// time not finite.
@@ -171,8 +184,16 @@ mod tests {
         assert_eq!(spread.highest, if visited > 1 { 11.0 } else { 10.0 });
         assert_eq!(spread.times.len(), 3 * visited);
         // Unpinned: the samples asked for, no CPU named.
+        assert_eq!(
+            spread.note("GPU 0 → 1").unwrap(),
+            format!(
+                "GPU 0 → 1: medians 10.00–{:.2} µs over {visited} CPUs (the lowest shown)",
+                spread.highest
+            )
+        );
         let unpinned = spread_over_cpus(false, 4, || Ok(vec![5.0])).unwrap();
         assert_eq!((unpinned.cpus, unpinned.times.len()), (0, 4));
+        assert_eq!(unpinned.note("GPU 0 → 1"), None);
         assert!(spread_over_cpus(false, 1, || Ok(vec![])).is_err());
     }
 

@@ -22,12 +22,14 @@ use super::cases::{
     PointerChase, ResidentLatency, ResidentWrite, SmallCopy, SmallCopyFigure, TestCase, Transport,
     RESIDENT_LATENCY_BYTES,
 };
+use super::explain::completion_costs;
 use super::pattern;
 use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
 use super::timing::{
-    gpu_us, held_gpu_us, host_us, interleaved, HopSpec, Lane, Runs, Sampling, Turn,
+    gpu_us, held_gpu_us, host_us, interleaved, spread_over_cpus, HopSpec, Lane, Runs, Sampling,
+    Turn,
 };
 use super::{check_fits, sweep_pair, Defaults};
 use crate::backend::{Backend, BufferCopy, CopyMethod, Memory, Owned, StreamId};
@@ -394,12 +396,16 @@ pub fn run(
     // issue-cost measures it (taken from a GPU's copies to itself, the exported simulator's
     // issue-cost came out 2.2 times the bench's on the H200 pair).
     let (a, b) = first_peer_pair(&ctx).unwrap_or((first, first));
+    // Host-clock costs, each on the CPU where it ran fastest, as bench's issue-cost and
+    // e2e-latency take theirs (the exported simulator is compared with them).
+    let pin = !ctx.topology().is_simulated();
     let copy_us = queue_cost_us(&mut ctx, a, b, CopyMethod::CopyEngine)?;
     progress.step();
     let kernel_us = queue_cost_us(&mut ctx, a, b, CopyMethod::SmKernel)?;
     progress.step();
-    let event_us = event_us(backend, stream)?;
-    let completion = super::explain::completion_costs(backend, stream)?;
+    let event_us = on_fastest_cpu(pin, || event_us(backend, stream))?;
+    let sync_us = on_fastest_cpu(pin, || Ok(completion_costs(backend, stream)?.sync_us))?;
+    let marker_us = on_fastest_cpu(pin, || Ok(completion_costs(backend, stream)?.marker_us))?;
     progress.step();
     let graph = graph_costs(&mut ctx, first)?;
     progress.step();
@@ -451,8 +457,8 @@ pub fn run(
             event_us,
             graph_us: graph.launch_us,
         },
-        sync_us: completion.sync_us,
-        receiver_us: completion.marker_us,
+        sync_us,
+        receiver_us: marker_us,
         graph_node_us: graph.node_us,
         batch_message_us,
         latencies,
@@ -673,13 +679,18 @@ fn first_peer_pair(ctx: &Context<'_>) -> Option<(usize, usize)> {
 }
 
 /// Host µs to queue one small copy from GPU `src` to GPU `dst` by `method`, as bench's issue-cost
-/// takes it: back-to-back copies, the median of `ctx.latency_samples` samples after one thrown
-/// away.
+/// takes it: back-to-back copies, on the CPU where they ran fastest.
 fn queue_cost_us(ctx: &mut Context<'_>, src: usize, dst: usize, method: CopyMethod) -> Result<f64> {
-    match SmallCopy::copies(ctx, "tune issue cost", src, dst, method)? {
-        Ok(m) => Ok(m.issue_us.median),
+    match SmallCopy::issue_costs(ctx, "tune issue cost", src, dst, method)? {
+        Ok(spread) => Ok(spread.lowest),
         Err(message) => Err(Error::PeerAccess { src, dst, message }),
     }
+}
+
+/// `measure` (a host-clock figure) on each CPU the thread may run on, where `pin`, else once:
+/// the lowest it returned.
+fn on_fastest_cpu(pin: bool, mut measure: impl FnMut() -> Result<f64>) -> Result<f64> {
+    Ok(spread_over_cpus(pin, 1, || Ok(vec![measure()?]))?.lowest)
 }
 
 /// Lone operations per method and pair: untimed ones first (first use of a pair, of a kernel),
