@@ -9,8 +9,8 @@ use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::bench::timing::cpus::MAX_CPUS_VISITED;
 use crate::bench::timing::{
-    gpu_us, host_us, measure, spread_over_cpus, CpuSpread, HopSpec, Lane, Measurement, Runs,
-    Sampling,
+    gpu_us, host_us, issue_spread, measure, spread_over_cpus, CpuSpread, HopSpec, Lane,
+    Measurement, Runs, Sampling,
 };
 use crate::bench::LATENCY_SAMPLES;
 use crate::{Error, Result};
@@ -206,19 +206,14 @@ impl SmallCopy {
         dst: usize,
         method: CopyMethod,
     ) -> Result<std::result::Result<CpuSpread, String>> {
-        let sampling = SmallCopy::sampling(ctx, 1);
-        let (mut lane, mut seed) =
+        let sampling = SmallCopy::sampling(ctx, ctx.latency_samples);
+        let (mut lane, seed) =
             match SmallCopy::warmed_lane(ctx, test, (src, dst), method, &sampling)? {
                 Ok(warmed) => warmed,
                 Err(reason) => return Ok(Err(reason)),
             };
         let pin = !ctx.topology().is_simulated();
-        let spread = spread_over_cpus(pin, ctx.latency_samples as usize, || {
-            let m = measure(&mut lane, &sampling, seed)?;
-            seed += 1;
-            Ok(vec![m.issue_us.median])
-        })?;
-        Ok(Ok(spread))
+        Ok(Ok(issue_spread(&mut lane, &sampling, seed, pin)?))
     }
 }
 

@@ -19,6 +19,7 @@ use crate::backend::collective::BufferRange;
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
 use crate::bench::pattern::{self, first_mismatch, Mismatch};
 use crate::bench::stats::Stats;
+use crate::bench::timing::{spread_over_cpus, CpuSpread};
 use crate::Result;
 use std::collections::HashMap;
 
@@ -467,16 +468,12 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 pub fn measure(lanes: &mut [Lane<'_>], sampling: &Sampling, seed: u64) -> Result<Measurement> {
     assert!(!lanes.is_empty(), "measure needs a lane");
     assert!(sampling.iterations > 0 && sampling.samples > 0);
-    for (i, lane) in lanes.iter_mut().enumerate() {
-        lane.fill(pattern::seed(&[seed, i as u64]))?;
-    }
+    fill_lanes(lanes, seed)?;
     let mut samples = Vec::with_capacity(sampling.samples as usize);
     for _ in 0..sampling.samples {
         samples.push(run_sample(lanes, sampling)?);
     }
-    for lane in lanes.iter() {
-        lane.verify()?;
-    }
+    verify_lanes(lanes)?;
     let stats = |f: &dyn Fn(&SampleTimes) -> f64| {
         Stats::of_times(&samples.iter().map(f).collect::<Vec<_>>())
     };
@@ -489,6 +486,35 @@ pub fn measure(lanes: &mut [Lane<'_>], sampling: &Sampling, seed: u64) -> Result
         start_us: stats(&|s| s.start_us)?,
         round_bytes: lanes.iter().map(|l| l.message as u64).sum(),
     })
+}
+
+/// The host's time to queue one operation of a window of `sampling.iterations` (µs), a window on
+/// each CPU the thread may run on where `pin`, else `sampling.samples` windows where it is (see
+/// [`spread_over_cpus`]); the bytes filled before and verified after, as [`measure`] does.
+pub fn issue_spread(
+    lanes: &mut [Lane<'_>],
+    sampling: &Sampling,
+    seed: u64,
+    pin: bool,
+) -> Result<CpuSpread> {
+    assert!(!lanes.is_empty(), "issue_spread needs a lane");
+    fill_lanes(lanes, seed)?;
+    let spread = spread_over_cpus(pin, sampling.samples as usize, || {
+        Ok(vec![run_sample(lanes, sampling)?.issue_us])
+    })?;
+    verify_lanes(lanes)?;
+    Ok(spread)
+}
+
+fn fill_lanes(lanes: &mut [Lane<'_>], seed: u64) -> Result<()> {
+    for (i, lane) in lanes.iter_mut().enumerate() {
+        lane.fill(pattern::seed(&[seed, i as u64]))?;
+    }
+    Ok(())
+}
+
+fn verify_lanes(lanes: &[Lane<'_>]) -> Result<()> {
+    lanes.iter().try_for_each(Lane::verify)
 }
 
 /// One held-and-released window over all lanes.

@@ -18,7 +18,9 @@ mod lanes;
 
 pub use cpus::{spread_over_cpus, CpuSpread};
 
-pub use lanes::{check_ranges, measure, Given, HopSpec, Lane, LaneLabel, Measurement, Sampling};
+pub use lanes::{
+    check_ranges, issue_spread, measure, Given, HopSpec, Lane, LaneLabel, Measurement, Sampling,
+};
 
 use super::stats::Stats;
 use crate::backend::{Backend, StreamId};
