@@ -419,14 +419,23 @@ pub fn run(
     progress.finish();
     notes.push(format!(
         "CPU cost to queue one {SMALL_BYTES} B copy and one copy kernel from GPU {a} to GPU {b} \
-         (host clock, {ISSUE_OPERATIONS} in a row per sample, the median of {} sample{} after \
-         one thrown away, as bench's issue-cost); on GPU {first} (its own peer): to record an event \
-         and to launch a graph (median of {}), GPU time per node of a replayed graph of \
+         (host clock, {ISSUE_OPERATIONS} in a row per sample, as bench's issue-cost: {}); on GPU \
+         {first} (its own peer): to record an event and to learn of a completion (median of {}, \
+         {}) and to launch a graph (median of {}), GPU time per node of a replayed graph of \
          {GRAPH_COPIES} copies and per message of one batched copy kernel of {BATCH_MESSAGES} × \
          {BATCH_MESSAGE_BYTES} B beyond its bytes (median of {} windows behind a held \
          stream)",
-        ctx.latency_samples,
-        if ctx.latency_samples == 1 { "" } else { "s" },
+        if pin {
+            "a sample on each CPU the thread may run on, the lowest"
+        } else {
+            "the median of the samples after one thrown away"
+        },
+        PROBES.runs,
+        if pin {
+            "on each CPU, the lowest"
+        } else {
+            "where the thread is"
+        },
         PROBES.runs,
         WINDOWS.runs
     ));
