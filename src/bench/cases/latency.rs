@@ -143,37 +143,35 @@ impl TestCase for SmallCopy {
 }
 
 impl SmallCopy {
-    /// The copies' sampling: [`SMALL_COPIES`] back-to-back 4-byte copies per sample.
-    fn sampling(ctx: &Context<'_>, samples: u32) -> Sampling {
-        Sampling {
-            warmup: ctx.sampling.warmup.max(1),
-            iterations: SMALL_COPIES,
-            samples,
-            ..ctx.sampling
-        }
-    }
-
-    /// The lane of [`SmallCopy::copies`] after its first window, run and thrown away: on fresh
-    /// buffers and streams it pays first-use costs (seen on the H200: one sample of 16.3 µs
-    /// against a median of 2.27). Returns the next window's seed; `Err(reason)` without P2P.
-    fn warmed_lane<'b>(
-        ctx: &mut Context<'b>,
+    /// `run` over a lane of [`SMALL_COPIES`] back-to-back 4-byte copies from `src` to `dst` by
+    /// `method` per sample, `ctx.latency_samples` samples, with the sampling and the seed to use,
+    /// after a first window run and thrown away: on fresh buffers and streams it pays first-use
+    /// costs (seen on the H200: one sample of 16.3 µs against a median of 2.27). `Err(reason)`
+    /// without P2P.
+    fn on_warmed_lane<T>(
+        ctx: &mut Context<'_>,
         test: &str,
         (src, dst): (usize, usize),
         method: CopyMethod,
-        sampling: &Sampling,
-    ) -> Result<std::result::Result<([Lane<'b>; 1], u64), String>> {
+        run: impl FnOnce(&mut [Lane<'_>], &Sampling, u64) -> Result<T>,
+    ) -> Result<std::result::Result<T, String>> {
+        let sampling = Sampling {
+            warmup: ctx.sampling.warmup.max(1),
+            iterations: SMALL_COPIES,
+            samples: ctx.latency_samples,
+            ..ctx.sampling
+        };
         let seed = ctx.next_seed();
-        let mut lane = match small_lane_by(ctx, test, src, dst, method, sampling)? {
+        let mut lane = match small_lane_by(ctx, test, src, dst, method, &sampling)? {
             Ok(lane) => [lane],
             Err(reason) => return Ok(Err(reason)),
         };
         let first = Sampling {
             samples: 1,
-            ..*sampling
+            ..sampling
         };
         measure(&mut lane, &first, seed)?;
-        Ok(Ok((lane, seed + 1)))
+        Ok(Ok(run(&mut lane, &sampling, seed + 1)?))
     }
 
     /// [`SMALL_COPIES`] back-to-back 4-byte writes from `src` to `dst` by `method` per sample,
@@ -185,13 +183,7 @@ impl SmallCopy {
         dst: usize,
         method: CopyMethod,
     ) -> Result<std::result::Result<Measurement, String>> {
-        let sampling = SmallCopy::sampling(ctx, ctx.latency_samples);
-        let (mut lane, seed) =
-            match SmallCopy::warmed_lane(ctx, test, (src, dst), method, &sampling)? {
-                Ok(warmed) => warmed,
-                Err(reason) => return Ok(Err(reason)),
-            };
-        Ok(Ok(measure(&mut lane, &sampling, seed)?))
+        SmallCopy::on_warmed_lane(ctx, test, (src, dst), method, measure)
     }
 
     /// Host µs to queue one of [`SMALL_COPIES`] back-to-back 4-byte copies from `src` to `dst`
@@ -206,14 +198,10 @@ impl SmallCopy {
         dst: usize,
         method: CopyMethod,
     ) -> Result<std::result::Result<CpuSpread, String>> {
-        let sampling = SmallCopy::sampling(ctx, ctx.latency_samples);
-        let (mut lane, seed) =
-            match SmallCopy::warmed_lane(ctx, test, (src, dst), method, &sampling)? {
-                Ok(warmed) => warmed,
-                Err(reason) => return Ok(Err(reason)),
-            };
         let pin = !ctx.topology().is_simulated();
-        Ok(Ok(issue_spread(&mut lane, &sampling, seed, pin)?))
+        SmallCopy::on_warmed_lane(ctx, test, (src, dst), method, |lane, sampling, seed| {
+            issue_spread(lane, sampling, seed, pin)
+        })
     }
 }
 
