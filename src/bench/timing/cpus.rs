@@ -46,7 +46,7 @@ pub struct CpuSpread {
     pub lowest: f64,
     /// The highest sample median.
     pub highest: f64,
-    /// CPUs the samples were pinned to (0 where none was).
+    /// Distinct CPUs the samples were pinned to (0 where none was).
     pub cpus: usize,
     /// Every time of every sample.
     pub times: Vec<f64>,
@@ -81,7 +81,12 @@ pub fn spread_over_cpus(
     Ok(CpuSpread {
         lowest: medians.iter().copied().fold(f64::INFINITY, f64::min),
         highest: medians.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        cpus: taken.iter().filter(|(cpu, _)| cpu.is_some()).count(),
+        cpus: {
+            let mut pinned: Vec<usize> = taken.iter().filter_map(|(cpu, _)| *cpu).collect();
+            pinned.sort_unstable();
+            pinned.dedup();
+            pinned.len()
+        },
         times: taken.into_iter().flat_map(|(_, times)| times).collect(),
     })
 }
@@ -191,6 +196,9 @@ mod tests {
                 spread.highest
             )
         );
+        // More samples than CPUs go round them; the note counts each CPU once.
+        let round = spread_over_cpus(true, visited + 3, || Ok(vec![5.0])).unwrap();
+        assert_eq!((round.cpus, round.times.len()), (visited, visited + 3));
         let unpinned = spread_over_cpus(false, 4, || Ok(vec![5.0])).unwrap();
         assert_eq!((unpinned.cpus, unpinned.times.len()), (0, 4));
         assert_eq!(unpinned.note("GPU 0 → 1"), None);
