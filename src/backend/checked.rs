@@ -238,7 +238,7 @@ impl<I: RawCollectives> Checked<I> {
             let fits = |offset: usize, size| offset.checked_add(c.len).is_some_and(|e| e <= size);
             if !fits(c.dst_offset, dst_size) {
                 return Err(out_of_range(
-                    &format!("{call} message {i}: destination"),
+                    format_args!("{call} message {i}: destination"),
                     c.dst,
                     dst_size,
                     c.dst_offset,
@@ -247,7 +247,7 @@ impl<I: RawCollectives> Checked<I> {
             }
             if !fits(c.src_offset, src_size) {
                 return Err(out_of_range(
-                    &format!("{call} message {i}: source"),
+                    format_args!("{call} message {i}: source"),
                     c.src,
                     src_size,
                     c.src_offset,
@@ -392,13 +392,27 @@ impl<I: RawCollectives> Checked<I> {
 }
 
 #[cold]
-fn out_of_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: usize) -> Error {
+/// `what` is formatted only here, for a range that fails (callers on hot paths pass
+/// `format_args!`).
+fn out_of_range(
+    what: impl std::fmt::Display,
+    buffer: BufferId,
+    size: usize,
+    offset: usize,
+    len: usize,
+) -> Error {
     Error::usage(format!(
         "{what} range {offset}..{offset}+{len} lies outside {buffer} of {size} bytes"
     ))
 }
 
-fn check_range(what: &str, buffer: BufferId, size: usize, offset: usize, len: usize) -> Result<()> {
+fn check_range(
+    what: impl std::fmt::Display,
+    buffer: BufferId,
+    size: usize,
+    offset: usize,
+    len: usize,
+) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
         _ => Err(out_of_range(what, buffer, size, offset, len)),
@@ -842,7 +856,7 @@ impl<I: RawProbes + RawCollectives> Probes for Checked<I> {
                         entry.memory
                     )));
                 }
-                check_range(&format!("ping-pong {name}"), flag, entry.len, 0, 4)?;
+                check_range(format_args!("ping-pong {name}"), flag, entry.len, 0, 4)?;
                 let kernel = Toucher::Kernel("a ping-pong kernel");
                 self.check_reach(&st, writer, flag, entry, kernel)?;
                 Ok(entry.raw.clone())

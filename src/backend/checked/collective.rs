@@ -45,14 +45,16 @@ impl<I: RawBackend> Resolved<I> {
     }
 }
 
-/// Fails unless `buffer` is memory of `device`, the GPU of whoever (`whose`) uses it.
+/// Fails unless `buffer` is memory of `device`, the GPU of whoever (`whose`) uses it. `what` and
+/// `whose` are formatted only for a buffer that fails: this runs for every buffer of every call
+/// (of every `all_reduce_` of the Python package), so callers pass `format_args!`.
 fn on_gpu(
     call: &str,
-    what: &str,
+    what: impl std::fmt::Display,
     buffer: BufferId,
     memory: Memory,
     device: usize,
-    whose: &str,
+    whose: impl std::fmt::Display,
 ) -> Result<()> {
     if memory == Memory::Device(device) {
         return Ok(());
@@ -105,20 +107,16 @@ impl<I: RawCollectives> Checked<I> {
             }
             let buffer = |name: &str, id: BufferId| -> Result<I::Buffer> {
                 let entry = st.buffers.get(id.0)?;
-                // The sentences are built only for a buffer that fails: this runs for every
-                // buffer of every call (of every `all_reduce_` of the Python package).
-                if entry.memory != Memory::Device(device) || len > entry.len {
-                    let what = format!("rank {i}'s {name}");
-                    on_gpu(
-                        call,
-                        &what,
-                        id,
-                        entry.memory,
-                        device,
-                        &format!("rank {i} runs"),
-                    )?;
-                    check_range(&format!("{call}: {what}"), id, entry.len, 0, len)?;
-                }
+                on_gpu(
+                    call,
+                    format_args!("rank {i}'s {name}"),
+                    id,
+                    entry.memory,
+                    device,
+                    format_args!("rank {i} runs"),
+                )?;
+                let what = format_args!("{call}: rank {i}'s {name}");
+                check_range(what, id, entry.len, 0, len)?;
                 Ok(entry.raw.clone())
             };
             let (input, output) = (buffer("input", rank.input)?, buffer("output", rank.output)?);
@@ -260,16 +258,14 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             }
             let entry = st.buffers.get(flag.0)?;
             let device = resolved[i].device;
-            if entry.memory != Memory::Device(device) {
-                on_gpu(
-                    &call,
-                    &format!("flags[{i}]"),
-                    flag,
-                    entry.memory,
-                    device,
-                    &format!("rank {i} runs"),
-                )?;
-            }
+            on_gpu(
+                &call,
+                format_args!("flags[{i}]"),
+                flag,
+                entry.memory,
+                device,
+                format_args!("rank {i} runs"),
+            )?;
             if entry.len < FLAG_BYTES {
                 return Err(Error::usage(format!(
                     "{call}: flags[{i}] ({flag}) holds {} bytes, fewer than a flag block's \
@@ -472,7 +468,13 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
                     &whose,
                 )?;
                 let (at, len) = (range.offset, range.len);
-                check_range(&format!("{call}: {what}"), range.buffer, entry.len, at, len)?;
+                check_range(
+                    format_args!("{call}: {what}"),
+                    range.buffer,
+                    entry.len,
+                    at,
+                    len,
+                )?;
                 if !found.iter().any(|(b, _)| *b == range.buffer) {
                     found.push((range.buffer, entry.raw.clone()));
                 }
@@ -571,7 +573,13 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
             let whose = format!("rank {rank} runs");
             on_gpu(call, &what, range.buffer, entry.memory, device, &whose)?;
             let (at, len) = (range.offset, range.len);
-            check_range(&format!("{call}: {what}"), range.buffer, entry.len, at, len)?;
+            check_range(
+                format_args!("{call}: {what}"),
+                range.buffer,
+                entry.len,
+                at,
+                len,
+            )?;
             if !found.iter().any(|(b, _)| *b == range.buffer) {
                 found.push((range.buffer, entry.raw.clone()));
             }
