@@ -7,13 +7,13 @@ use crate::errors::{self, IntoPy};
 use crate::Host;
 use peerlink::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
-use peerlink::engine::{self, Buffer, Transfer};
+use peerlink::engine;
 use peerlink::workload::all_reduce;
 use peerlink::{Error, Result};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Kernel picks kept per list of GPUs.
@@ -42,9 +42,6 @@ struct State {
     borrowed_streams: HashMap<(usize, u64), StreamId>,
     /// Streams of this fabric's own, one per GPU, for the all-reduce of host buffers.
     own_streams: HashMap<usize, StreamId>,
-    /// Transfers on borrowed memory not yet known to have finished, with their buffers, oldest
-    /// first: dropping a transfer would wait for it.
-    pending: VecDeque<(Transfer, Buffer, Buffer)>,
     /// Flag blocks of the all-reduce kernels, by the ranks' GPUs in order.
     flags: HashMap<Vec<usize>, Vec<BufferId>>,
     /// The kernel the cost model picked, by the ranks' GPUs in order, the bytes and whether the
@@ -57,8 +54,9 @@ struct State {
     /// Per GPU, the stream of the last all-reduce queued there: the next, on another stream,
     /// waits for it (the kernels' flags and the scratch input are used one call after another).
     last_reduce: HashMap<usize, StreamId>,
-    /// The owners' streams all-reduces were queued on since the last `synchronize`.
-    reduced_on: Vec<StreamId>,
+    /// The owners' streams copies and all-reduces were queued on since the last `synchronize`:
+    /// they order that work, and nothing else of it is kept.
+    queued_on: Vec<StreamId>,
 }
 
 impl Fabric {
@@ -82,16 +80,14 @@ impl Fabric {
         Ok(stream)
     }
 
-    /// Forgets the transfers that have finished, oldest first.
-    fn reap(&self) -> Result<()> {
+    /// Notes that work was queued on `streams`, for `synchronize` to wait for.
+    fn queued_on(&self, streams: &[StreamId]) {
         let mut state = self.lock();
-        while let Some((transfer, _, _)) = state.pending.front() {
-            if !transfer.is_done()? {
-                break;
+        for stream in streams {
+            if !state.queued_on.contains(stream) {
+                state.queued_on.push(*stream);
             }
-            state.pending.pop_front();
         }
-        Ok(())
     }
 
     /// A copy's destination and source described as device memory; None where either is not
@@ -107,9 +103,8 @@ impl Fabric {
         Ok(describe(&self.tensor_types, src, Role::Source, false)?.map(|from| (to, from)))
     }
 
-    /// Queues copies between borrowed memory, after forgetting the transfers that have finished.
+    /// Queues copies between borrowed memory.
     fn queue_device_copies(&self, copies: &[(DeviceRef, DeviceRef, usize)]) -> Result<()> {
-        self.reap()?;
         copies
             .iter()
             .try_for_each(|&(dst, src, bytes)| self.queue_device_copy(dst, src, bytes))
@@ -117,7 +112,9 @@ impl Fabric {
 
     /// Queues one copy between borrowed memory after the work queued so far on both owners'
     /// streams, and makes their later work wait for it: on the issuing owner's stream itself, as
-    /// PyTorch queues a copy between GPUs (see `TransferBuilder::on_streams`).
+    /// PyTorch queues a copy between GPUs (see `TransferBuilder::on_streams`). Nothing of it is
+    /// kept (`TransferBuilder::submit_ordered`): the owners' streams order it, and the borrowed
+    /// handles go at once.
     fn queue_device_copy(&self, dst: DeviceRef, src: DeviceRef, bytes: usize) -> Result<()> {
         // Borrowed at every call, never cached: the borrow (one driver query) is what checks that
         // the range lies in an allocation of that GPU now. A cache by (GPU, address, length)
@@ -128,14 +125,12 @@ impl Fabric {
             self.fabric.borrow(dst.1, dst.0, bytes)?,
             self.fabric.borrow(src.1, src.0, bytes)?,
         );
-        let transfer = self
-            .fabric
+        let streams = [self.stream(src.1, src.2)?, self.stream(dst.1, dst.2)?];
+        self.fabric
             .transfer(src_buffer.all(), dst_buffer.all())
-            .on_streams(self.stream(src.1, src.2)?, self.stream(dst.1, dst.2)?)
-            .submit()?;
-        self.lock()
-            .pending
-            .push_back((transfer, dst_buffer, src_buffer));
+            .on_streams(streams[0], streams[1])
+            .submit_ordered()?;
+        self.queued_on(&streams);
         Ok(())
     }
 
@@ -344,28 +339,15 @@ impl Fabric {
         backend
             .collectives()
             .all_reduce(kernel, dtype, &queued, &flags, bytes)?;
-        let mut state = self.lock();
-        for rank in &queued {
-            if !state.reduced_on.contains(&rank.stream) {
-                state.reduced_on.push(rank.stream);
-            }
-        }
+        let streams: Vec<StreamId> = queued.iter().map(|rank| rank.stream).collect();
+        self.queued_on(&streams);
         Ok(())
     }
 
-    /// Waits for every pending transfer, and for the streams all-reduces were queued on.
+    /// Waits for the streams copies and all-reduces were queued on.
     fn wait_all(&self) -> Result<()> {
-        let (pending, reduced_on): (Vec<_>, Vec<_>) = {
-            let mut state = self.lock();
-            (
-                state.pending.drain(..).collect(),
-                state.reduced_on.drain(..).collect(),
-            )
-        };
-        for (transfer, _, _) in &pending {
-            transfer.wait()?;
-        }
-        for stream in reduced_on {
+        let queued_on = std::mem::take(&mut self.lock().queued_on);
+        for stream in queued_on {
             self.backend().synchronize(stream)?;
         }
         Ok(())

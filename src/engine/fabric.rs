@@ -115,7 +115,7 @@ impl Fabric {
             ));
         }
         let id = self.shared.backend.alloc(Memory::Device(device), bytes)?;
-        Ok(self.adopt(id, device, bytes))
+        Ok(self.adopt(id, device, bytes, Origin::Own))
     }
 
     fn check_member(&self, device: usize) -> Result<()> {
@@ -128,26 +128,15 @@ impl Fabric {
         )))
     }
 
-    /// A fabric buffer over a backend buffer of `device`'s memory, freed with the buffer.
-    fn adopt(&self, id: BufferId, device: usize, size: usize) -> Buffer {
-        self.adopt_as(id, device, size, None)
-    }
-
-    /// [`Fabric::adopt`], for an import too: `imported_for`, the GPU whose work alone reaches it.
-    fn adopt_as(
-        &self,
-        id: BufferId,
-        device: usize,
-        size: usize,
-        imported_for: Option<usize>,
-    ) -> Buffer {
+    /// A fabric buffer over a backend buffer of `device`'s memory, released with the buffer.
+    fn adopt(&self, id: BufferId, device: usize, size: usize, origin: Origin) -> Buffer {
         Buffer {
             state: Arc::new(BufferState {
                 shared: self.shared.clone(),
                 id,
                 device,
                 size,
-                imported_for,
+                origin,
                 uses: Mutex::default(),
             }),
         }
@@ -190,7 +179,7 @@ impl Fabric {
         // The backend refuses a GPU this process does not see, saying so.
         let id = self.shared.backend.sharing().import(shared, gpu)?;
         let device = device.expect("the backend imported memory of a GPU it sees");
-        Ok(self.adopt_as(id, device, size, Some(gpu)))
+        Ok(self.adopt(id, device, size, Origin::Imported { for_gpu: gpu }))
     }
 
     /// Makes `bytes` of another library's memory of GPU `device`, at unified address `address` (a
@@ -199,7 +188,7 @@ impl Fabric {
     pub fn borrow(&self, device: usize, address: u64, bytes: usize) -> Result<Buffer> {
         self.check_member(device)?;
         let id = self.shared.backend.borrow_memory(device, address, bytes)?;
-        Ok(self.adopt(id, device, bytes))
+        Ok(self.adopt(id, device, bytes, Origin::Borrowed))
     }
 
     /// Copies `src` into `dst` (ranges of equal length) by the planner's pick.
@@ -369,13 +358,33 @@ struct Use {
     writes: bool,
 }
 
+/// Whose memory a buffer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Origin {
+    /// Allocated by the fabric, freed with the buffer.
+    Own,
+    /// Another library's memory in this process, lent by address (see [`Fabric::borrow`]): its
+    /// owner frees it, and orders its reuse by its own streams.
+    Borrowed,
+    /// Another process's memory, imported for one GPU, the only one whose work reaches it.
+    Imported { for_gpu: usize },
+}
+
+impl Origin {
+    fn imported_for(self) -> Option<usize> {
+        match self {
+            Origin::Imported { for_gpu } => Some(for_gpu),
+            Origin::Own | Origin::Borrowed => None,
+        }
+    }
+}
+
 pub(super) struct BufferState {
     shared: Arc<Shared>,
     pub id: BufferId,
     pub device: usize,
     size: usize,
-    /// For another process's memory: the GPU it was imported for, the only one that reaches it.
-    pub imported_for: Option<usize>,
+    pub origin: Origin,
     uses: Mutex<Vec<Use>>,
 }
 
@@ -669,6 +678,33 @@ impl<'a> TransferBuilder<'a> {
         Ok(prepared.claim(done))
     }
 
+    /// Queues the transfer on the caller's streams (see [`TransferBuilder::on_streams`], which
+    /// it needs) and keeps nothing to wait on: the caller's later work on either stream follows
+    /// it, as it follows a CUDA copy queued there, and its events go back to the fabric at once
+    /// (a stream waiting on one still waits for the work it marked). Memory borrowed from its
+    /// owner ([`Fabric::borrow`]) is not claimed: the owner orders its reuse by those streams, as
+    /// PyTorch's allocator does, so such a buffer may be dropped at once without waiting; the
+    /// fabric's own buffers and imports stay claimed until the transfer finishes, as with
+    /// [`TransferBuilder::submit`]. Nothing is left to ask the driver about later: what the Python
+    /// package's `Fabric.copy_` runs, once per call.
+    pub fn submit_ordered(self) -> Result<()> {
+        if self.on_streams.is_none() {
+            return Err(Error::usage(
+                "submit_ordered leaves the transfer to the caller's streams to order: name them \
+                 with on_streams first, or use submit for a transfer to wait on",
+            ));
+        }
+        let shared = self.fabric.shared().clone();
+        let prepared = self.prepare(Ways::One)?;
+        let done = Arc::new(executor::submit(&shared, &prepared.job())?);
+        for (span, writes) in [(&prepared.src, false), (&prepared.dst, true)] {
+            if span.buffer.state.origin != Origin::Borrowed {
+                span.buffer.state.claim(&done, writes);
+            }
+        }
+        Ok(())
+    }
+
     /// What [`ways_together`] needs of it: its GPUs, its bytes, a forced strategy.
     fn together(&self) -> Together {
         let bytes = self.src.range.len().min(self.dst.range.len()) as u64;
@@ -736,7 +772,10 @@ impl ImportReach {
     /// None for a transfer of this process's memory only.
     fn of(src: &Span<'_>, dst: &Span<'_>) -> Result<Option<ImportReach>> {
         let (from, to) = (src.device(), dst.device());
-        let (on_src, on_dst) = (src.buffer.state.imported_for, dst.buffer.state.imported_for);
+        let (on_src, on_dst) = (
+            src.buffer.state.origin.imported_for(),
+            dst.buffer.state.origin.imported_for(),
+        );
         let gpu = match (on_src, on_dst) {
             (None, None) => return Ok(None),
             (Some(x), Some(y)) if x != y => {

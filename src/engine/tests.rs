@@ -495,6 +495,8 @@ struct Counts {
     events_destroyed: AtomicUsize,
     event_queries: AtomicUsize,
     stream_waits: AtomicUsize,
+    /// The host waiting for an event or a stream.
+    host_waits: AtomicUsize,
 }
 
 struct Counting {
@@ -592,6 +594,7 @@ impl Backend for Counting {
         self.sim.event_done(event)
     }
     fn event_synchronize(&self, event: EventId) -> crate::Result<()> {
+        bump(&self.counts.host_waits);
         self.sim.event_synchronize(event)
     }
     fn elapsed_us(&self, start: EventId, end: EventId) -> crate::Result<f64> {
@@ -602,6 +605,7 @@ impl Backend for Counting {
         self.sim.destroy_event(event)
     }
     fn synchronize(&self, stream: StreamId) -> crate::Result<()> {
+        bump(&self.counts.host_waits);
         self.sim.synchronize(stream)
     }
     fn host_time_us(&self) -> f64 {
@@ -1105,5 +1109,81 @@ fn a_transfer_on_the_callers_streams_costs_one_mark_and_one_wait_each_way() {
         counts.streams.load(Ordering::Relaxed),
         streams,
         "no stream of the fabric's made for them"
+    );
+}
+
+/// `submit_ordered` between borrowed memory keeps nothing: no event query and no host wait when
+/// it is queued or when the borrowed handles go, while the source stream is still held (so the
+/// transfer cannot have run); the caller's streams order it both ways, and its bytes arrive, by
+/// every route the pair has (a direct copy, a split over NVLink and the host). Buffers of the
+/// fabric's own stay claimed (the host's read of one waits for it), and it is refused without
+/// the caller's streams.
+#[test]
+fn an_ordered_transfer_of_borrowed_memory_keeps_nothing_and_never_waits() {
+    let counts = Arc::new(Counts::default());
+    let backend = Counting {
+        sim: SimBackend::open("h200-pair").unwrap(),
+        counts: counts.clone(),
+    };
+    let f = Fabric::open(Arc::new(backend)).unwrap();
+    let backend = f.backend().clone();
+    let waits_and_queries = || {
+        (
+            counts.host_waits.load(Ordering::Relaxed),
+            counts.event_queries.load(Ordering::Relaxed),
+        )
+    };
+    for (seed, len) in [(1, 4096), (2, 256 << 20)] {
+        let data = pattern::bytes(seed, len);
+        let (owner_src, owner_dst) = (
+            backend.alloc(Memory::Device(0), len).unwrap(),
+            backend.alloc(Memory::Device(1), len).unwrap(),
+        );
+        backend.write(owner_src, 0, &data).unwrap();
+        let address = |b| backend.sharing().device_address(b).unwrap();
+        let (s, d, gates) = caller_streams(&f, (0, 1), true, false);
+        let before = waits_and_queries();
+        {
+            let (from, to) = (
+                f.borrow(0, address(owner_src), len).unwrap(),
+                f.borrow(1, address(owner_dst), len).unwrap(),
+            );
+            f.transfer(from.all(), to.all())
+                .on_streams(s, d)
+                .submit_ordered()
+                .unwrap();
+        }
+        assert_eq!(waits_and_queries(), before, "{len} B: waited or asked");
+        backend.release(gates[0]).unwrap();
+        backend.synchronize(d).unwrap();
+        let mut arrived = vec![0; len];
+        backend.read(owner_dst, 0, &mut arrived).unwrap();
+        assert!(arrived == data, "{len} B: wrong bytes");
+        for b in [owner_src, owner_dst] {
+            backend.free(b).unwrap();
+        }
+    }
+    // The fabric's own destination stays claimed: the host may not read it before the transfer
+    // has run, then may.
+    let (src, dst) = (f.alloc(0, 4096).unwrap(), f.alloc(1, 4096).unwrap());
+    let data = pattern::bytes(3, 4096);
+    src.write(0, &data).unwrap();
+    let (s, d, gates) = caller_streams(&f, (0, 1), true, false);
+    f.transfer(src.all(), dst.all())
+        .on_streams(s, d)
+        .submit_ordered()
+        .unwrap();
+    let early = dst.to_vec().unwrap_err().to_string();
+    assert!(early.contains("has not finished"), "{early}");
+    backend.release(gates[0]).unwrap();
+    backend.synchronize(d).unwrap();
+    assert_eq!(dst.to_vec().unwrap(), data);
+    let refused = f
+        .transfer(src.all(), dst.all())
+        .submit_ordered()
+        .unwrap_err();
+    assert!(
+        matches!(&refused, crate::Error::Usage(m) if m.contains("on_streams")),
+        "{refused}"
     );
 }

@@ -4,7 +4,7 @@
 use super::{
     chase_on_host, enable, lane_outcome, no_p2p, strided_chain, Context, Outcome, TestCase,
 };
-use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, StreamId};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::bench::timing::cpus::MAX_CPUS_VISITED;
@@ -484,6 +484,40 @@ impl TestCase for PointerChase {
 /// GPU-initiated signalling: half the round trip of a flag bounced between two GPUs' kernels.
 pub struct PingPong;
 
+/// Local copies each GPU of a ping-pong runs first, both GPUs at once (about 25 ms on an H200):
+/// an H200 that has just moved data answers a flag sooner than an idle one (one way 0.65 against
+/// 0.73 µs on the H200 pair, right after a local copy or a copy over NVLink but not after a
+/// pointer chase, its SM clock reading 1980 MHz throughout: benchmarks of 2026-12-01), so without
+/// them the figure depended on which test ran before it. With them it is a busy GPU's, as in a
+/// job that moves data.
+const WARM_COPIES: u32 = 192;
+/// Bytes of each warming copy.
+const WARM_COPY_BYTES: usize = 256 << 20;
+
+/// Runs [`WARM_COPIES`] local copies on each (stream, its GPU) of `streams` and waits for them.
+/// Not on the simulator: it models no power states, and would copy every byte on the CPU.
+fn warm_gpus(ctx: &Context<'_>, streams: &[(StreamId, usize)]) -> Result<()> {
+    if ctx.topology().is_simulated() {
+        return Ok(());
+    }
+    let backend = ctx.backend;
+    let mut buffers = Buffers::new(backend);
+    for &(stream, device) in streams {
+        let device = Memory::Device(device);
+        let copy = BufferCopy::from_start(
+            buffers.alloc(device, WARM_COPY_BYTES)?,
+            buffers.alloc(device, WARM_COPY_BYTES)?,
+            WARM_COPY_BYTES,
+        );
+        for _ in 0..WARM_COPIES {
+            backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+        }
+    }
+    streams
+        .iter()
+        .try_for_each(|&(stream, _)| backend.synchronize(stream))
+}
+
 impl TestCase for PingPong {
     fn name(&self) -> &str {
         "ping-pong"
@@ -506,7 +540,9 @@ impl TestCase for PingPong {
             "one-way latency, µs: half the round trip of a 4-byte flag stored (system-scope fence) \
              by a kernel on the row GPU into the column GPU's memory and answered back, \
              {PING_PONG_ROUNDS} rounds per sample after a shorter run thrown away, the median over \
-             samples; GPU time"
+             samples; GPU time; on GPUs both first run {WARM_COPIES} local copies of {} MiB (an idle \
+             GPU answers later)",
+            WARM_COPY_BYTES >> 20
         )
     }
 
@@ -540,6 +576,7 @@ impl TestCase for PingPong {
             }
             Ok(us)
         };
+        warm_gpus(ctx, &[(ping, src), (pong, dst)])?;
         run(PING_PONG_ROUNDS / 10)?; // warm-up: first launches and module loads
         let stats = samples(ctx.latency_samples)
             .stats(|| Ok(run(PING_PONG_ROUNDS)? / f64::from(PING_PONG_ROUNDS) / 2.0))?;
