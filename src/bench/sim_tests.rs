@@ -245,6 +245,18 @@ fn the_cheap_latency_tests_take_their_own_samples_the_chase_the_bandwidths() {
         n * latency::END_TO_END_TRANSFERS as usize
     );
     assert_eq!(samples(&mut ctx, &PingPong), n);
+    // Each of ping-pong's samples places its flags anew, and its note gives their range.
+    match PingPong.measure(&mut ctx, place, 4) {
+        Ok(cases::Outcome::Measured { note, time_us, .. }) => {
+            let note = note.expect("a note on the placements");
+            assert!(
+                note.ends_with(&format!("over {n} placements of the flags")),
+                "{note}"
+            );
+            assert!(note.starts_with(&format!("{:.2}–{:.2} µs", time_us.min, time_us.max)));
+        }
+        other => panic!("ping-pong: {other:?}"),
+    }
     assert_eq!(samples(&mut ctx, &PointerChase(ChaseChain::Flushed)), 3);
     // `bench --samples N` sets both.
     let report = bench(

@@ -448,14 +448,15 @@ impl<'s> Issuer<'s> {
 
     /// Records on `stream` (of the source GPU) a timed event marking where `route`, carrying
     /// `bytes`, ends: queued right after the route's last operation there, or after a wait for it.
-    fn time_route_end(&mut self, stream: StreamId, route: Route, bytes: u64) -> Result<()> {
+    /// Records when a route ended on `stream`, a timed event kept with the transfer, and returns it.
+    fn time_route_end(&mut self, stream: StreamId, route: Route, bytes: u64) -> Result<EventId> {
         let event = self.record(stream)?;
         self.route_ends.push(RouteMark {
             route,
             bytes,
             event,
         });
-        Ok(())
+        Ok(event)
     }
 
     pub fn wait(&mut self, stream: StreamId, event: EventId) -> Result<()> {
@@ -871,14 +872,18 @@ fn finish_routes(
             .expect("every lane of the plan is locked");
         let (first, route, bytes) = (p.first, p.route, p.len as u64);
         let last = p.finish(issuer, lane)?;
-        if time_routes {
+        let route_end = if time_routes {
             // The last drain may run on another GPU, and a timed event is read against the start
             // on the source: the fill stream there (whose next use waits for this drain anyway)
-            // waits for it and records the end.
+            // waits for it and records the end. The control stream waits for that record, not
+            // for the drain, so that the transfer's end never precedes a route's (waiting for the
+            // drain, the two streams raced: the route once ended 7 µs after the whole).
             issuer.wait(first, last)?;
-            issuer.time_route_end(first, route, bytes)?;
-        }
-        issuer.wait(control, last)?;
+            issuer.time_route_end(first, route, bytes)?
+        } else {
+            last
+        };
+        issuer.wait(control, route_end)?;
     }
     Ok(())
 }

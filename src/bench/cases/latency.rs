@@ -4,7 +4,7 @@
 use super::{
     chase_on_host, enable, lane_outcome, no_p2p, strided_chain, Context, Outcome, TestCase,
 };
-use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, StreamId};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::bench::timing::cpus::MAX_CPUS_VISITED;
@@ -484,39 +484,12 @@ impl TestCase for PointerChase {
 /// GPU-initiated signalling: half the round trip of a flag bounced between two GPUs' kernels.
 pub struct PingPong;
 
-/// Local copies each GPU of a ping-pong runs first, both GPUs at once (about 25 ms on an H200):
-/// an H200 that has just moved data answers a flag sooner than an idle one (one way 0.65 against
-/// 0.73 µs on the H200 pair, right after a local copy or a copy over NVLink but not after a
-/// pointer chase, its SM clock reading 1980 MHz throughout: benchmarks of 2026-12-01), so without
-/// them the figure depended on which test ran before it. With them it is a busy GPU's, as in a
-/// job that moves data.
-const WARM_COPIES: u32 = 192;
-/// Bytes of each warming copy.
-const WARM_COPY_BYTES: usize = 256 << 20;
-
-/// Runs [`WARM_COPIES`] local copies on each (stream, its GPU) of `streams` and waits for them.
-/// Not on the simulator: it models no power states, and would copy every byte on the CPU.
-fn warm_gpus(ctx: &Context<'_>, streams: &[(StreamId, usize)]) -> Result<()> {
-    if ctx.topology().is_simulated() {
-        return Ok(());
-    }
-    let backend = ctx.backend;
-    let mut buffers = Buffers::new(backend);
-    for &(stream, device) in streams {
-        let device = Memory::Device(device);
-        let copy = BufferCopy::from_start(
-            buffers.alloc(device, WARM_COPY_BYTES)?,
-            buffers.alloc(device, WARM_COPY_BYTES)?,
-            WARM_COPY_BYTES,
-        );
-        for _ in 0..WARM_COPIES {
-            backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
-        }
-    }
-    streams
-        .iter()
-        .try_for_each(|&(stream, _)| backend.synchronize(stream))
-}
+/// Bytes of each flag's allocation: a page of its own, so that each sample's flags lie elsewhere
+/// in memory. Where they lie moves the figure: on the H200 pair one way took 0.57 to 0.75 µs over
+/// 24 placements, each reproducible, both GPUs' flags counting (benchmarks of 2026-12-01); with
+/// one placement per run the figure depended on what the process had allocated before (0.65 µs
+/// after bench's `local` test, 0.73 alone).
+const FLAG_ALLOCATION_BYTES: usize = 2 << 20;
 
 impl TestCase for PingPong {
     fn name(&self) -> &str {
@@ -539,10 +512,10 @@ impl TestCase for PingPong {
         format!(
             "one-way latency, µs: half the round trip of a 4-byte flag stored (system-scope fence) \
              by a kernel on the row GPU into the column GPU's memory and answered back, \
-             {PING_PONG_ROUNDS} rounds per sample after a shorter run thrown away, the median over \
-             samples; GPU time; on GPUs both first run {WARM_COPIES} local copies of {} MiB (an idle \
-             GPU answers later)",
-            WARM_COPY_BYTES >> 20
+             {PING_PONG_ROUNDS} rounds per sample after a shorter run thrown away, each sample with \
+             its flags in fresh {} MiB allocations (where they lie moves the time; the note gives \
+             the range over samples), the median over samples; GPU time",
+            FLAG_ALLOCATION_BYTES >> 20
         )
     }
 
@@ -557,9 +530,7 @@ impl TestCase for PingPong {
         let streams = ctx.streams(&[src, dst])?;
         let (ping, pong) = (streams[0], streams[1]);
         let mut buffers = Buffers::new(backend);
-        let ping_flag = buffers.alloc(Memory::Device(src), 4)?;
-        let pong_flag = buffers.alloc(Memory::Device(dst), 4)?;
-        let run = |rounds: u32| -> Result<f64> {
+        let run = |rounds: u32, ping_flag: BufferId, pong_flag: BufferId| -> Result<f64> {
             backend.write(ping_flag, 0, &[0; 4])?;
             backend.write(pong_flag, 0, &[0; 4])?;
             let us = gpu_us(backend, ping, || {
@@ -576,15 +547,33 @@ impl TestCase for PingPong {
             }
             Ok(us)
         };
-        warm_gpus(ctx, &[(ping, src), (pong, dst)])?;
-        run(PING_PONG_ROUNDS / 10)?; // warm-up: first launches and module loads
-        let stats = samples(ctx.latency_samples)
-            .stats(|| Ok(run(PING_PONG_ROUNDS)? / f64::from(PING_PONG_ROUNDS) / 2.0))?;
+        let mut placed_flags = || -> Result<(BufferId, BufferId)> {
+            Ok((
+                buffers.alloc(Memory::Device(src), FLAG_ALLOCATION_BYTES)?,
+                buffers.alloc(Memory::Device(dst), FLAG_ALLOCATION_BYTES)?,
+            ))
+        };
+        let (first_ping, first_pong) = placed_flags()?;
+        run(PING_PONG_ROUNDS / 10, first_ping, first_pong)?; // first launches, module loads
+        let mut flags = Some((first_ping, first_pong));
+        let stats = samples(ctx.latency_samples).stats(|| {
+            let (ping_flag, pong_flag) = match flags.take() {
+                Some(first) => first,
+                None => placed_flags()?,
+            };
+            Ok(run(PING_PONG_ROUNDS, ping_flag, pong_flag)? / f64::from(PING_PONG_ROUNDS) / 2.0)
+        })?;
+        let note = (stats.samples > 1).then(|| {
+            format!(
+                "{:.2}–{:.2} µs over {} placements of the flags",
+                stats.min, stats.max, stats.samples
+            )
+        });
         Ok(Outcome::Measured {
             value: stats.median,
             total: None,
             time_us: stats,
-            note: None,
+            note,
         })
     }
 }
