@@ -253,7 +253,8 @@ fn the_cheap_latency_tests_take_their_own_samples_the_chase_the_bandwidths() {
                 note.ends_with(&format!("over {n} placements of the flags")),
                 "{note}"
             );
-            assert!(note.starts_with(&format!("{:.2}–{:.2} µs", time_us.min, time_us.max)));
+            let range = format!("GPU 0 → 1: {:.2}–{:.2} µs", time_us.min, time_us.max);
+            assert!(note.starts_with(&range), "{note}");
         }
         other => panic!("ping-pong: {other:?}"),
     }

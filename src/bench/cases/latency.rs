@@ -565,7 +565,7 @@ impl TestCase for PingPong {
         })?;
         let note = (stats.samples > 1).then(|| {
             format!(
-                "{:.2}–{:.2} µs over {} placements of the flags",
+                "GPU {src} → {dst}: {:.2}–{:.2} µs over {} placements of the flags",
                 stats.min, stats.max, stats.samples
             )
         });
