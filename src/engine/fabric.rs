@@ -589,7 +589,9 @@ impl Transfer {
     /// When each route of a split ended, GPU time from the transfer's start (both on the source
     /// GPU), with the bytes each carried: the routes of a well-divided split end together. Waits
     /// for the transfer first. Empty unless the transfer is a split built with
-    /// [`TransferBuilder::timed`].
+    /// [`TransferBuilder::timed`]. A pipelined route's end is recorded as the source GPU learns
+    /// of its last operation, on another stream than the transfer's end: it may read a few µs
+    /// past [`Transfer::elapsed_us`].
     pub fn route_ends(&self) -> Result<Vec<RouteEnd>> {
         let (Some(start), false) = (self.done.start, self.done.route_ends.is_empty()) else {
             return Ok(Vec::new());

@@ -546,6 +546,7 @@ fn a_transfer_on_the_owners_streams_follows_their_work_and_their_later_work_foll
 #[test]
 #[ignore = "needs a GPU"]
 fn a_timed_split_tells_when_each_route_ended() {
+    const ROUTE_END_SLACK_US: f64 = 20.0;
     let f = fabric();
     if f.devices().len() < 2 {
         eprintln!("skipped: needs two GPUs");
@@ -581,8 +582,11 @@ fn a_timed_split_tells_when_each_route_ended() {
                 share.predicted_us,
                 end.end_us
             );
+            // A pipelined route's end is recorded by its fill stream, the transfer's by the
+            // control stream, both released by the route's last drain: they may come a few µs
+            // apart either way (7 µs once, the first split of a process).
             assert!(
-                end.end_us > 0.0 && end.end_us <= whole,
+                end.end_us > 0.0 && end.end_us <= whole + ROUTE_END_SLACK_US,
                 "{end:?} of {whole}"
             );
         }
