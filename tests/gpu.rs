@@ -601,6 +601,46 @@ fn memory_stays_flat_over_a_million_transfers_on_gpus() {
     soak::soak("cuda", backend, 1_000_000, Some(64));
 }
 
+/// The first two GPUs (or GPU 0 twice) with peer access both ways and a stream on each, for the
+/// ping-pong experiments below.
+fn ping_pong_pair(b: &CudaBackend) -> [(usize, peerlink::backend::StreamId); 2] {
+    let (ping_gpu, pong_gpu) = (0, usize::from(b.topology().devices.len() > 1));
+    b.enable_peer_access(ping_gpu, pong_gpu).unwrap();
+    b.enable_peer_access(pong_gpu, ping_gpu).unwrap();
+    [ping_gpu, pong_gpu].map(|gpu| (gpu, b.create_stream(gpu).unwrap()))
+}
+
+/// One way of a ping-pong of 1000 rounds between `pair`'s streams with these flags, µs: the median
+/// of `samples` after one thrown away, GPU time; both flags checked after each.
+fn ping_pong_one_way_us(
+    b: &CudaBackend,
+    pair: [(usize, peerlink::backend::StreamId); 2],
+    (ping_flag, pong_flag): (peerlink::backend::BufferId, peerlink::backend::BufferId),
+    samples: usize,
+) -> f64 {
+    let [(_, ping), (_, pong)] = pair;
+    let rounds = 1000u32;
+    let mut times = Vec::new();
+    for sample in 0..=samples {
+        b.write(ping_flag, 0, &[0; 4]).unwrap();
+        b.write(pong_flag, 0, &[0; 4]).unwrap();
+        let start = b.record(ping).unwrap();
+        b.probes()
+            .ping_pong(ping, pong, ping_flag, pong_flag, rounds)
+            .unwrap();
+        let end = b.record(ping).unwrap();
+        b.synchronize(pong).unwrap();
+        b.synchronize(ping).unwrap();
+        if sample > 0 {
+            times.push(b.elapsed_us(start, end).unwrap() / f64::from(rounds) / 2.0);
+        }
+        for flag in [ping_flag, pong_flag] {
+            assert_eq!(contents(b, flag)[..4], rounds.to_le_bytes());
+        }
+    }
+    median(&times).unwrap()
+}
+
 /// Why ping-pong measured 0.65 µs one way after bench's `local` test and 0.73 alone (issue 11.5):
 /// the same probe with its two flags allocated in different ways, in turns, one process. Not a
 /// pass/fail figure (the flags' contents are checked); the printed medians decide what the bench
@@ -616,35 +656,8 @@ fn ping_pong_by_where_its_flags_lie() {
         Patterns,
     }
     let b = open();
-    let (ping_gpu, pong_gpu) = (0, usize::from(b.topology().devices.len() > 1));
-    b.enable_peer_access(ping_gpu, pong_gpu).unwrap();
-    b.enable_peer_access(pong_gpu, ping_gpu).unwrap();
-    let (ping, pong) = (
-        b.create_stream(ping_gpu).unwrap(),
-        b.create_stream(pong_gpu).unwrap(),
-    );
-    let rounds = 1000u32;
-    let one_way_us = |ping_flag, pong_flag| -> f64 {
-        let mut samples = Vec::new();
-        for sample in 0..22 {
-            b.write(ping_flag, 0, &[0; 4]).unwrap();
-            b.write(pong_flag, 0, &[0; 4]).unwrap();
-            let start = b.record(ping).unwrap();
-            b.probes()
-                .ping_pong(ping, pong, ping_flag, pong_flag, rounds)
-                .unwrap();
-            let end = b.record(ping).unwrap();
-            b.synchronize(pong).unwrap();
-            b.synchronize(ping).unwrap();
-            if sample > 0 {
-                samples.push(b.elapsed_us(start, end).unwrap() / f64::from(rounds) / 2.0);
-            }
-            for flag in [ping_flag, pong_flag] {
-                assert_eq!(contents(&b, flag)[..4], rounds.to_le_bytes());
-            }
-        }
-        median(&samples).unwrap()
-    };
+    let pair = ping_pong_pair(&b);
+    let [(ping_gpu, ping), (pong_gpu, pong)] = pair;
     let address = |buffer| b.sharing().device_address(buffer).unwrap();
     // `load`: work within each GPU on two 1 GiB buffers allocated before the flags and freed
     // after them (`freed_gib`: 1 GiB allocated and freed first, untouched).
@@ -691,7 +704,7 @@ fn ping_pong_by_where_its_flags_lie() {
             b.alloc(Memory::Device(ping_gpu), flag_bytes).unwrap(),
             b.alloc(Memory::Device(pong_gpu), flag_bytes).unwrap(),
         );
-        let us = one_way_us(ping_flag, pong_flag);
+        let us = ping_pong_one_way_us(&b, pair, (ping_flag, pong_flag), 21);
         eprintln!(
             "{us:.3} µs one way  {label} (flags {:#x}, {:#x})",
             address(ping_flag),
@@ -738,32 +751,10 @@ fn ping_pong_by_where_its_flags_lie() {
 #[ignore = "needs a GPU"]
 fn ping_pong_over_flag_placements() {
     let b = open();
-    let (ping_gpu, pong_gpu) = (0, usize::from(b.topology().devices.len() > 1));
-    b.enable_peer_access(ping_gpu, pong_gpu).unwrap();
-    b.enable_peer_access(pong_gpu, ping_gpu).unwrap();
-    let (ping, pong) = (
-        b.create_stream(ping_gpu).unwrap(),
-        b.create_stream(pong_gpu).unwrap(),
-    );
-    let rounds = 1000u32;
-    let one_way_us = |ping_flag, pong_flag| -> f64 {
-        let mut samples = Vec::new();
-        for sample in 0..6 {
-            b.write(ping_flag, 0, &[0; 4]).unwrap();
-            b.write(pong_flag, 0, &[0; 4]).unwrap();
-            let start = b.record(ping).unwrap();
-            b.probes()
-                .ping_pong(ping, pong, ping_flag, pong_flag, rounds)
-                .unwrap();
-            let end = b.record(ping).unwrap();
-            b.synchronize(pong).unwrap();
-            b.synchronize(ping).unwrap();
-            if sample > 0 {
-                samples.push(b.elapsed_us(start, end).unwrap() / f64::from(rounds) / 2.0);
-            }
-        }
-        median(&samples).unwrap()
-    };
+    let pair = ping_pong_pair(&b);
+    let [(ping_gpu, _), (pong_gpu, _)] = pair;
+    let one_way_us =
+        |ping_flag, pong_flag| ping_pong_one_way_us(&b, pair, (ping_flag, pong_flag), 5);
     let flags = |gpu| -> Vec<_> {
         (0..24)
             .map(|_| b.alloc(Memory::Device(gpu), 2 << 20).unwrap())

@@ -1,8 +1,9 @@
 //! The transfer engine on real GPUs (part of the `gpu` test binary). The tests use the first two
 //! GPUs when there are two, otherwise GPU 0 as its own peer.
 
+use cudarc::driver::{CudaContext, CudaStream};
 use peerlink::backend::cuda::CudaBackend;
-use peerlink::backend::Backend;
+use peerlink::backend::{Backend, StreamId};
 use peerlink::bench::pattern;
 use peerlink::bench::progress::Silent;
 use peerlink::bench::proof::{sweep, RUNS};
@@ -31,6 +32,20 @@ fn fabric_with_profile() -> Fabric {
 /// The pair to test: GPU 0 → GPU 1, or GPU 0 → GPU 0 on a one-GPU host.
 fn pair(f: &Fabric) -> (usize, usize) {
     (0, usize::from(f.devices().len() > 1))
+}
+
+/// A stream's driver handle, as PyTorch's `cuda_stream` gives it.
+fn handle(stream: &CudaStream) -> u64 {
+    stream.cu_stream() as usize as u64
+}
+
+/// A stream of another library (cudarc's, as PyTorch's would be) on each GPU of `(a, b)`, and the
+/// fabric's borrowed handles to them.
+fn owner_streams(f: &Fabric, (a, b): (usize, usize)) -> ([Arc<CudaStream>; 2], [StreamId; 2]) {
+    let owners = [a, b].map(|gpu| CudaContext::new(gpu).unwrap().new_stream().unwrap());
+    let borrowed = [(a, &owners[0]), (b, &owners[1])]
+        .map(|(gpu, owner)| f.backend().borrow_stream(gpu, handle(owner)).unwrap());
+    (owners, borrowed)
 }
 
 #[test]
@@ -447,23 +462,17 @@ fn memory_lent_by_address_and_borrowed_back_moves_every_byte() {
 #[test]
 #[ignore = "needs a GPU"]
 fn borrowed_memory_and_streams_move_every_byte_in_the_owners_order() {
-    use cudarc::driver::{CudaContext, DevicePtr};
+    use cudarc::driver::DevicePtr;
     let f = fabric();
     let backend = f.backend().clone();
     let (a, b) = pair(&f);
-    let (ctx_a, ctx_b) = (CudaContext::new(a).unwrap(), CudaContext::new(b).unwrap());
-    let (owner_a, owner_b) = (ctx_a.new_stream().unwrap(), ctx_b.new_stream().unwrap());
+    let ([owner_a, owner_b], [stream_a, stream_b]) = owner_streams(&f, (a, b));
     let len = (4 << 20) + 3;
     let data = pattern::bytes(7, len);
     let src = owner_a.clone_htod(&data).unwrap();
     let dst = owner_b.alloc_zeros::<u8>(len).unwrap();
     let (src_address, _src_sync) = src.device_ptr(&owner_a);
     let (dst_address, _dst_sync) = dst.device_ptr(&owner_b);
-    let handle = |s: &cudarc::driver::CudaStream| s.cu_stream() as usize as u64;
-    let (stream_a, stream_b) = (
-        backend.borrow_stream(a, handle(&owner_a)).unwrap(),
-        backend.borrow_stream(b, handle(&owner_b)).unwrap(),
-    );
     {
         let (from, to) = (
             f.borrow(a, src_address, len).unwrap(),
@@ -503,17 +512,11 @@ fn borrowed_memory_and_streams_move_every_byte_in_the_owners_order() {
 #[test]
 #[ignore = "needs a GPU"]
 fn a_transfer_on_the_owners_streams_follows_their_work_and_their_later_work_follows_it() {
-    use cudarc::driver::{CudaContext, DevicePtr};
+    use cudarc::driver::DevicePtr;
     let f = fabric();
     let backend = f.backend().clone();
     let (a, b) = pair(&f);
-    let (ctx_a, ctx_b) = (CudaContext::new(a).unwrap(), CudaContext::new(b).unwrap());
-    let (owner_a, owner_b) = (ctx_a.new_stream().unwrap(), ctx_b.new_stream().unwrap());
-    let handle = |s: &cudarc::driver::CudaStream| s.cu_stream() as usize as u64;
-    let (stream_a, stream_b) = (
-        backend.borrow_stream(a, handle(&owner_a)).unwrap(),
-        backend.borrow_stream(b, handle(&owner_b)).unwrap(),
-    );
+    let ([owner_a, owner_b], [stream_a, stream_b]) = owner_streams(&f, (a, b));
     // A few bytes (a direct copy), a medium size, and one the planner may split over routes.
     for (seed, len) in [(1, 4), (2, (1 << 20) + 3), (3, (64 << 20) + 5)] {
         let data = pattern::bytes(seed, len);
@@ -605,7 +608,7 @@ fn a_timed_split_tells_when_each_route_ended() {
 #[test]
 #[ignore = "needs a GPU"]
 fn borrowed_copy_host_time_split() {
-    use cudarc::driver::{CudaContext, DevicePtr};
+    use cudarc::driver::DevicePtr;
     use peerlink::backend::{BufferCopy, CopyMethod};
     use peerlink::bench::stats::median;
     const CALLS: usize = 100;
@@ -613,19 +616,13 @@ fn borrowed_copy_host_time_split() {
     let f = fabric();
     let backend = f.backend().clone();
     let (a, b) = pair(&f);
-    let (ctx_a, ctx_b) = (CudaContext::new(a).unwrap(), CudaContext::new(b).unwrap());
-    let (owner_a, owner_b) = (ctx_a.new_stream().unwrap(), ctx_b.new_stream().unwrap());
+    let ([owner_a, owner_b], [stream_a, stream_b]) = owner_streams(&f, (a, b));
     let len = 4096;
     let data = pattern::bytes(21, len);
     let src = owner_a.clone_htod(&data).unwrap();
     let dst = owner_b.alloc_zeros::<u8>(len).unwrap();
     let (src_address, _src_sync) = src.device_ptr(&owner_a);
     let (dst_address, _dst_sync) = dst.device_ptr(&owner_b);
-    let handle = |s: &cudarc::driver::CudaStream| s.cu_stream() as usize as u64;
-    let (stream_a, stream_b) = (
-        backend.borrow_stream(a, handle(&owner_a)).unwrap(),
-        backend.borrow_stream(b, handle(&owner_b)).unwrap(),
-    );
     let (kept_src, kept_dst) = (
         f.borrow(a, src_address, len).unwrap(),
         f.borrow(b, dst_address, len).unwrap(),
