@@ -458,9 +458,9 @@ class Fabric:
             fabric.all_reduce_host([f.ref for f in found if isinstance(f, _Host)], chosen)
 
     def synchronize(self) -> None:
-        """Blocks until every copy and all-reduce this fabric queued has finished. For the
-        all-reduces it synchronises the tensors' streams, so work queued on them after an
-        all-reduce is waited for too; after copies, those streams may still run later work."""
+        """Blocks until every copy and all-reduce this fabric queued has finished. It
+        synchronises the tensors' streams they were queued on, so work queued there after them
+        is waited for too."""
         self._open().synchronize()
 
     def close(self) -> None:
