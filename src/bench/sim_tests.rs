@@ -258,6 +258,20 @@ fn the_cheap_latency_tests_take_their_own_samples_the_chase_the_bandwidths() {
         }
         other => panic!("ping-pong: {other:?}"),
     }
+    // Its footprint is those placements' pages on both GPUs, at most 32 of them.
+    for (samples, placements) in [(LATENCY_SAMPLES, n as u64), (1000, 32)] {
+        ctx.latency_samples = samples;
+        let mut want = crate::bench::footprint::Footprint::default();
+        for gpu in [0, 1] {
+            want.add(crate::backend::Memory::Device(gpu), placements, 2 << 20);
+        }
+        assert_eq!(
+            PingPong.footprint(&ctx, place, 4).unwrap(),
+            want,
+            "{samples} samples"
+        );
+    }
+    ctx.latency_samples = LATENCY_SAMPLES;
     assert_eq!(samples(&mut ctx, &PointerChase(ChaseChain::Flushed)), 3);
     // `bench --samples N` sets both.
     let report = bench(

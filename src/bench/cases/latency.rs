@@ -5,6 +5,7 @@ use super::{
     chase_on_host, enable, lane_outcome, no_p2p, strided_chain, Context, Outcome, TestCase,
 };
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory};
+use crate::bench::footprint::Footprint;
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::bench::timing::cpus::MAX_CPUS_VISITED;
@@ -490,6 +491,14 @@ pub struct PingPong;
 /// one placement per run the figure depended on what the process had allocated before (0.65 µs
 /// after bench's `local` test, 0.73 alone).
 const FLAG_ALLOCATION_BYTES: usize = 2 << 20;
+/// Placements of the flags at most; samples beyond them go round them again, so that `--samples
+/// 1000` holds 64 MiB on each GPU, not 2 GB.
+const MAX_FLAG_PLACEMENTS: usize = 32;
+
+/// How many placements of the flags `samples` samples use.
+fn flag_placements(samples: u32) -> usize {
+    (samples as usize).clamp(1, MAX_FLAG_PLACEMENTS)
+}
 
 impl TestCase for PingPong {
     fn name(&self) -> &str {
@@ -513,10 +522,25 @@ impl TestCase for PingPong {
             "one-way latency, µs: half the round trip of a 4-byte flag stored (system-scope fence) \
              by a kernel on the row GPU into the column GPU's memory and answered back, \
              {PING_PONG_ROUNDS} rounds per sample after a shorter run thrown away, each sample with \
-             its flags in fresh {} MiB allocations (where they lie moves the time; the note gives \
-             the range over samples), the median over samples; GPU time",
+             its flags in fresh {} MiB allocations, up to {MAX_FLAG_PLACEMENTS} (where they lie \
+             moves the time; the note gives the range over samples), the median over samples; GPU \
+             time",
             FLAG_ALLOCATION_BYTES >> 20
         )
+    }
+
+    fn footprint(&self, ctx: &Context<'_>, place: Place, _bytes: u64) -> Result<Footprint> {
+        let (src, dst) = place.pair();
+        let placements = flag_placements(ctx.latency_samples) as u64;
+        let mut footprint = Footprint::default();
+        for gpu in [src, dst] {
+            footprint.add(
+                Memory::Device(gpu),
+                placements,
+                FLAG_ALLOCATION_BYTES as u64,
+            );
+        }
+        Ok(footprint)
     }
 
     fn measure(&self, ctx: &mut Context<'_>, place: Place, _bytes: u64) -> Result<Outcome> {
@@ -547,26 +571,27 @@ impl TestCase for PingPong {
             }
             Ok(us)
         };
-        let mut placed_flags = || -> Result<(BufferId, BufferId)> {
-            Ok((
-                buffers.alloc(Memory::Device(src), FLAG_ALLOCATION_BYTES)?,
-                buffers.alloc(Memory::Device(dst), FLAG_ALLOCATION_BYTES)?,
-            ))
-        };
-        let (first_ping, first_pong) = placed_flags()?;
+        let placements = (0..flag_placements(ctx.latency_samples))
+            .map(|_| {
+                Ok((
+                    buffers.alloc(Memory::Device(src), FLAG_ALLOCATION_BYTES)?,
+                    buffers.alloc(Memory::Device(dst), FLAG_ALLOCATION_BYTES)?,
+                ))
+            })
+            .collect::<Result<Vec<(BufferId, BufferId)>>>()?;
+        let (first_ping, first_pong) = placements[0];
         run(PING_PONG_ROUNDS / 10, first_ping, first_pong)?; // first launches, module loads
-        let mut flags = Some((first_ping, first_pong));
+        let mut placed = placements.iter().cycle();
         let stats = samples(ctx.latency_samples).stats(|| {
-            let (ping_flag, pong_flag) = match flags.take() {
-                Some(first) => first,
-                None => placed_flags()?,
-            };
+            let &(ping_flag, pong_flag) = placed.next().expect("a cycle of at least one");
             Ok(run(PING_PONG_ROUNDS, ping_flag, pong_flag)? / f64::from(PING_PONG_ROUNDS) / 2.0)
         })?;
-        let note = (stats.samples > 1).then(|| {
+        let note = (placements.len() > 1).then(|| {
             format!(
                 "GPU {src} → {dst}: {:.2}–{:.2} µs over {} placements of the flags",
-                stats.min, stats.max, stats.samples
+                stats.min,
+                stats.max,
+                placements.len()
             )
         });
         Ok(Outcome::Measured {

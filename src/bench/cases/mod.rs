@@ -68,7 +68,8 @@ pub trait TestCase: Sync {
     /// What measuring `place` at `bytes` holds in memory at its peak: its buffers (rotation
     /// included) and, where a message starts or ends in pinned host memory, the host's copy of it
     /// to fill or check (device memory is filled and checked on its GPU). The latency tests, whose
-    /// buffers are small and of a fixed size, count none (the pointer chase checks its own).
+    /// buffers are small and of a fixed size, count none (the pointer chase checks its own;
+    /// ping-pong counts its flags' allocations, a page each).
     fn footprint(&self, _ctx: &Context<'_>, _place: Place, _bytes: u64) -> Result<Footprint> {
         Ok(Footprint::default())
     }
