@@ -6,10 +6,10 @@
 //! either all capture a graph or none does: the ranks' kernels wait for each other, so a part
 //! recorded into a graph and a part queued now would meet only when the graph is replayed.
 
-use super::{check_range, Checked, State, Toucher};
+use super::{check_range, BufferEntry, Checked, State, Toucher};
 use crate::backend::collective::{
-    AllReduceKernel, CommId, CommRank, DataType, PeerOp, PeerTransfer, Rank, UniqueId, FLAG_BYTES,
-    MAX_RANKS,
+    AllReduceKernel, BufferRange, CommId, CommRank, DataType, PeerOp, PeerTransfer, Rank, UniqueId,
+    FLAG_BYTES, MAX_RANKS,
 };
 use crate::backend::raw::{RawBackend, RawCollectives, RawProbes, RawRank};
 use crate::backend::{first_overlap, BufferId, Collectives, Memory, Nccl, StreamId};
@@ -63,6 +63,32 @@ fn on_gpu(
         "{call}: {what} ({buffer}) is {memory}, but {whose} on GPU {device}: use memory of GPU \
          {device}"
     )))
+}
+
+/// One range a send or receive names: memory of the GPU that runs it (`whose` says who), inside
+/// its buffer; its buffer noted once in `found` with the implementation's object. The sentences
+/// are formatted only for an error, as [`on_gpu`]'s are: these checks run at every NCCL send/recv.
+fn check_peer_range<B: Clone>(
+    call: &str,
+    what: std::fmt::Arguments<'_>,
+    whose: std::fmt::Arguments<'_>,
+    range: BufferRange,
+    entry: &BufferEntry<B>,
+    device: usize,
+    found: &mut Vec<(BufferId, B)>,
+) -> Result<()> {
+    on_gpu(call, what, range.buffer, entry.memory, device, whose)?;
+    check_range(
+        format_args!("{call}: {what}"),
+        range.buffer,
+        entry.len,
+        range.offset,
+        range.len,
+    )?;
+    if !found.iter().any(|(b, _)| *b == range.buffer) {
+        found.push((range.buffer, entry.raw.clone()));
+    }
+    Ok(())
 }
 
 /// Fails unless `len` is at least one whole `dtype` element and a whole number of them.
@@ -456,28 +482,15 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
                 (t.dst, "destination", t.to, "receiver"),
             ];
             for (range, name, rank, role) in sides {
-                let entry = st.buffers.get(range.buffer.0)?;
-                let what = format!("transfer {k}'s {name}");
-                let whose = format!("its {role}, rank {rank}, runs");
-                on_gpu(
+                check_peer_range(
                     call,
-                    &what,
-                    range.buffer,
-                    entry.memory,
+                    format_args!("transfer {k}'s {name}"),
+                    format_args!("its {role}, rank {rank}, runs"),
+                    range,
+                    st.buffers.get(range.buffer.0)?,
                     devices[rank],
-                    &whose,
+                    &mut found,
                 )?;
-                let (at, len) = (range.offset, range.len);
-                check_range(
-                    format_args!("{call}: {what}"),
-                    range.buffer,
-                    entry.len,
-                    at,
-                    len,
-                )?;
-                if !found.iter().any(|(b, _)| *b == range.buffer) {
-                    found.push((range.buffer, entry.raw.clone()));
-                }
             }
         }
         let destinations = transfers
@@ -558,31 +571,26 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
         let mut found: Vec<(BufferId, I::Buffer)> = Vec::new();
         for (k, op) in ops.iter().enumerate() {
             let (peer, range) = (op.peer(), *op.range());
-            let what = match op {
-                PeerOp::Send { .. } => format!("send {k} (to rank {peer})"),
-                PeerOp::Recv { .. } => format!("receive {k} (from rank {peer})"),
+            let (verb, way) = match op {
+                PeerOp::Send { .. } => ("send", "to"),
+                PeerOp::Recv { .. } => ("receive", "from"),
             };
             if peer >= world || peer == rank {
                 return Err(Error::usage(format!(
-                    "{call}: {what} names a peer that is not another rank of {comm} (ranks 0 to \
-                     {}, this one {rank})",
+                    "{call}: {verb} {k} ({way} rank {peer}) names a peer that is not another rank \
+                     of {comm} (ranks 0 to {}, this one {rank})",
                     world - 1
                 )));
             }
-            let entry = st.buffers.get(range.buffer.0)?;
-            let whose = format!("rank {rank} runs");
-            on_gpu(call, &what, range.buffer, entry.memory, device, &whose)?;
-            let (at, len) = (range.offset, range.len);
-            check_range(
-                format_args!("{call}: {what}"),
-                range.buffer,
-                entry.len,
-                at,
-                len,
+            check_peer_range(
+                call,
+                format_args!("{verb} {k} ({way} rank {peer})"),
+                format_args!("rank {rank} runs"),
+                range,
+                st.buffers.get(range.buffer.0)?,
+                device,
+                &mut found,
             )?;
-            if !found.iter().any(|(b, _)| *b == range.buffer) {
-                found.push((range.buffer, entry.raw.clone()));
-            }
         }
         let destinations = ops.iter().filter_map(|op| match op {
             PeerOp::Recv { dst, .. } if dst.len > 0 => {
