@@ -699,11 +699,7 @@ impl<'a> TransferBuilder<'a> {
         let shared = self.fabric.shared().clone();
         let prepared = self.prepare(Ways::One)?;
         let done = Arc::new(executor::submit(&shared, &prepared.job())?);
-        for (span, writes) in [(&prepared.src, false), (&prepared.dst, true)] {
-            if span.buffer.state.origin != Origin::Borrowed {
-                span.buffer.state.claim(&done, writes);
-            }
-        }
+        prepared.claim_buffers(&done, false);
         Ok(())
     }
 
@@ -848,11 +844,20 @@ impl Prepared<'_> {
     /// Marks the buffers as used by the queued transfer.
     fn claim(self, done: Completion) -> Transfer {
         let done = Arc::new(done);
-        self.src.buffer.state.claim(&done, false);
-        self.dst.buffer.state.claim(&done, true);
+        self.claim_buffers(&done, true);
         Transfer {
             done,
             planned: Planned::Single(self.plan),
+        }
+    }
+
+    /// Records the transfer's use of its buffers (the destination's as a write); of memory
+    /// borrowed from its owner only where `borrowed_too`.
+    fn claim_buffers(&self, done: &Arc<Completion>, borrowed_too: bool) {
+        for (span, writes) in [(&self.src, false), (&self.dst, true)] {
+            if borrowed_too || span.buffer.state.origin != Origin::Borrowed {
+                span.buffer.state.claim(done, writes);
+            }
         }
     }
 }
