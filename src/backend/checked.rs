@@ -170,7 +170,9 @@ impl<I: RawCollectives> Checked<I> {
                 return Ok(());
             }
             return Err(Error::usage(format!(
-                "work on GPU {device} touches {buffer}, another process's memory of GPU {owner}                  imported for GPU {gpu}: only work issued on GPU {gpu} reaches it; issue the work                  there, or import the buffer for GPU {device}"
+                "work on GPU {device} touches {buffer}, another process's memory of GPU {owner} \
+                 imported for GPU {gpu}: only work issued on GPU {gpu} reaches it; issue the work \
+                 there, or import the buffer for GPU {device}"
             )));
         }
         if st.peers[device * self.devices + owner] {

@@ -133,6 +133,17 @@ pub struct Rank {
     pub output: BufferId,
 }
 
+/// One rank's buffers in an all-reduce whose ranks are processes ([`Collectives::rank_all_reduce`]):
+/// this process's own rank's, or another process's, imported into this one for this process's GPU
+/// ([`super::Sharing::import`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankBuffers {
+    pub input: BufferId,
+    pub output: BufferId,
+    /// The rank's flag block ([`FLAG_BYTES`], zeroed once after allocation).
+    pub flags: BufferId,
+}
+
 /// Bytes of one buffer from `offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BufferRange<B = BufferId> {
@@ -267,6 +278,28 @@ pub trait Collectives {
         dtype: DataType,
         ranks: &[Rank],
         flags: &[BufferId],
+        len: usize,
+    ) -> Result<()>;
+
+    /// Queues this process's rank of peerlink's all-reduce across processes, one GPU each: the
+    /// kernel of rank `rank` on `stream` (its GPU), which meets the other ranks' kernels, each queued
+    /// by its own process with the same `kernel`, `dtype` and `len`, through their flag blocks.
+    /// `ranks[i]` are rank `i`'s buffers: this rank's of its own GPU, every other's memory of that
+    /// rank's GPU imported for this one. The kernel reads every rank's input (one-shot and
+    /// two-shot) and writes this rank's output (two-shot: every rank's), or pushes packets into
+    /// the peers' flag blocks (packets); so every rank's input, output and flags must be the
+    /// buffers its own process passes for itself, call after call on the same flags, in order.
+    /// As for [`Collectives::all_reduce`], an output may be its own input where the kernel allows.
+    /// Graph capture is refused: a rank's kernel in a graph would meet the others only when
+    /// replayed. On the simulator the call returns once every rank's process has queued its part
+    /// (the processes meet through their shared flag files; each keeps its own virtual clock).
+    fn rank_all_reduce(
+        &self,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        rank: usize,
+        stream: StreamId,
+        ranks: &[RankBuffers],
         len: usize,
     ) -> Result<()>;
 

@@ -41,7 +41,9 @@ pub use collective::{Collectives, Nccl};
 pub use health::Health;
 pub(crate) use overlap::first_overlap;
 pub use patterns::{Patterns, RawPatterns};
-pub use raw::{Batch, RawBackend, RawCollectives, RawManaged, RawProbes, RawRank, RawResident};
+pub use raw::{
+    Batch, RawBackend, RawCollectives, RawManaged, RawProbes, RawRank, RawRankBuffers, RawResident,
+};
 pub use resident::{Resident, Ticket, Worker, WorkerConfig, WorkerId};
 pub use sharing::{ShareDescriptor, SharedBuffer, SharedMemory, Sharing};
 
@@ -458,6 +460,13 @@ impl<'a, H: Handle> Owned<'a, H> {
         self.handle
             .take()
             .map_or(Ok(()), |h| h.release_on(self.backend))
+    }
+
+    /// The handle, no longer released by this guard: its new owner releases it.
+    pub fn keep(mut self) -> H {
+        self.handle
+            .take()
+            .expect("released only by consuming the guard")
     }
 }
 

@@ -191,6 +191,15 @@ pub struct RawRank<'a, I: RawBackend + ?Sized> {
     pub output: &'a I::Buffer,
 }
 
+/// One rank's buffers of an all-reduce across processes, below the checks, with the GPU they are
+/// memory of.
+pub struct RawRankBuffers<'a, I: RawBackend + ?Sized> {
+    pub device: usize,
+    pub input: &'a I::Buffer,
+    pub output: &'a I::Buffer,
+    pub flags: &'a I::Buffer,
+}
+
 /// Collectives and NCCL, below the checks (see [`super::Collectives`] and [`super::Nccl`]).
 pub trait RawCollectives: RawBackend {
     /// An NCCL communicator (taken out of the table by its release).
@@ -207,6 +216,20 @@ pub trait RawCollectives: RawBackend {
         dtype: DataType,
         ranks: &[RawRank<'_, Self>],
         flags: &[&Self::Buffer],
+        len: usize,
+    ) -> Result<()>;
+
+    /// `rank` < `ranks.len()`, 2 to `MAX_RANKS` ranks on distinct GPUs; the stream is on rank
+    /// `rank`'s GPU and captures no graph; every rank's input and output hold at least `len` bytes
+    /// of its GPU (the others imported for the stream's GPU), its flags `FLAG_BYTES`, as
+    /// `all_reduce` asks.
+    fn rank_all_reduce(
+        &self,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        rank: usize,
+        stream: &Self::Stream,
+        ranks: &[RawRankBuffers<'_, Self>],
         len: usize,
     ) -> Result<()>;
 

@@ -99,6 +99,17 @@ pub(crate) fn exchange<T: Serialize + DeserializeOwned>(
     Ok(out)
 }
 
+/// `mine`, once every rank has succeeded too; where some rank failed, every rank stops (see
+/// [`exchange`]).
+pub(crate) fn agreed<T>(group: &Group, mine: Result<T>) -> Result<T> {
+    let (value, outcome) = match mine {
+        Ok(value) => (Some(value), Ok(())),
+        Err(e) => (None, Err(e)),
+    };
+    exchange(group, outcome)?;
+    Ok(value.expect("exchange returns this rank's own error"))
+}
+
 /// What the issuer of a pair found.
 #[derive(Serialize, Deserialize)]
 enum Found {

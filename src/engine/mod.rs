@@ -33,6 +33,7 @@
 pub mod batch;
 mod executor;
 pub mod fabric;
+mod group;
 pub mod plan;
 pub mod planner;
 #[cfg(test)]
@@ -40,5 +41,6 @@ pub(crate) mod tests;
 
 pub use batch::PreparedBatch;
 pub use fabric::{Buffer, Fabric, FabricBuilder, Planned, Span, Transfer, TransferBuilder};
+pub use group::{GroupAllReduce, INITIAL_SHARED_BYTES};
 pub use plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, RouteEnd, Strategy, Ways};
 pub use planner::Planner;

@@ -104,16 +104,52 @@ pub fn pick_in_place(
     devices: &[usize],
     bytes: u64,
 ) -> Option<(AllReduceKernel, f64)> {
+    pick_with_copies(model, devices, bytes, |kernel| {
+        u32::from(!kernel.in_place())
+    })
+}
+
+/// [`pick`] for a sum into each process's own buffer when the ranks are processes
+/// ([`crate::engine::GroupAllReduce`]): the peers reach only the buffers shared once at the
+/// start, so a kernel that reads the peers' inputs (one-shot, two-shot) first copies the rank's
+/// buffer into its shared one, and two-shot, which also writes the peers' outputs, copies the sum
+/// back; the packet kernel reads only its own buffer and copies nothing. The copies are priced.
+pub fn pick_across_processes(
+    model: &CostModel,
+    devices: &[usize],
+    bytes: u64,
+) -> Option<(AllReduceKernel, f64)> {
+    pick_with_copies(model, devices, bytes, copies_across_processes)
+}
+
+/// The local copies one call of `kernel` makes across processes (see [`pick_across_processes`]).
+pub fn copies_across_processes(kernel: AllReduceKernel) -> u32 {
+    match kernel {
+        AllReduceKernel::OneShotPackets => 0,
+        AllReduceKernel::OneShot => 1,
+        AllReduceKernel::TwoShot => 2,
+    }
+}
+
+/// [`pick`] with `copies(kernel)` local copies of the buffer on every rank priced on top of the
+/// kernel (the slowest GPU's copy each).
+fn pick_with_copies(
+    model: &CostModel,
+    devices: &[usize],
+    bytes: u64,
+    copies: impl Fn(AllReduceKernel) -> u32,
+) -> Option<(AllReduceKernel, f64)> {
     pick_by(bytes, |kernel| {
         let reduce_us = predict(model, devices, kernel, bytes)?;
-        if kernel.in_place() {
+        let count = copies(kernel);
+        if count == 0 {
             return Some(reduce_us);
         }
         let copy_us = devices
             .iter()
             .map(|&device| model.cost(Hop::Local { device }).map(|c| c.time_us(bytes)))
             .try_fold(0.0_f64, |slowest, us| Some(slowest.max(us?)))?;
-        Some(copy_us + reduce_us)
+        Some(f64::from(count) * copy_us + reduce_us)
     })
 }
 

@@ -26,7 +26,7 @@ use super::{
 use crate::backend::collective::{BufferRange, CommRank, PeerOp, UniqueId};
 use crate::backend::{Backend, Owned, ShareDescriptor, SharedBuffer, StreamId};
 use crate::bench::pattern;
-use crate::bench::processes::{exchange, one_gpu_each};
+use crate::bench::processes::{agreed, exchange, one_gpu_each};
 use crate::bench::progress::Progress;
 use crate::engine::{Buffer, Fabric};
 use crate::launch::Group;
@@ -208,17 +208,6 @@ fn join_nccl<'b>(
             })
         });
     agreed(group, joined).map(Some)
-}
-
-/// `mine`, once every rank has succeeded too; where some rank failed, every rank stops (see
-/// [`exchange`]).
-fn agreed<T>(group: &Group, mine: Result<T>) -> Result<T> {
-    let (value, outcome) = match mine {
-        Ok(value) => (Some(value), Ok(())),
-        Err(e) => (None, Err(e)),
-    };
-    exchange(group, outcome)?;
-    Ok(value.expect("exchange returns this rank's own error"))
 }
 
 /// This rank's fixed choices.

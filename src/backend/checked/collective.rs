@@ -8,10 +8,10 @@
 
 use super::{check_range, BufferEntry, Checked, State, Toucher};
 use crate::backend::collective::{
-    AllReduceKernel, BufferRange, CommId, CommRank, DataType, PeerOp, PeerTransfer, Rank, UniqueId,
-    FLAG_BYTES, MAX_RANKS,
+    AllReduceKernel, BufferRange, CommId, CommRank, DataType, PeerOp, PeerTransfer, Rank,
+    RankBuffers, UniqueId, FLAG_BYTES, MAX_RANKS,
 };
-use crate::backend::raw::{RawBackend, RawCollectives, RawProbes, RawRank};
+use crate::backend::raw::{RawBackend, RawCollectives, RawProbes, RawRank, RawRankBuffers};
 use crate::backend::{first_overlap, BufferId, Collectives, Memory, Nccl, StreamId};
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -322,6 +322,129 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
         let raw_flags: Vec<&I::Buffer> = raw_flags.iter().collect();
         self.raw
             .all_reduce(kernel, dtype, &raw_ranks, &raw_flags, len)
+    }
+
+    fn rank_all_reduce(
+        &self,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        rank: usize,
+        stream: StreamId,
+        ranks: &[RankBuffers],
+        len: usize,
+    ) -> Result<()> {
+        let call = format!("all-reduce across processes ({})", kernel.name());
+        let n = ranks.len();
+        if !(2..=MAX_RANKS).contains(&n) {
+            return Err(Error::usage(format!(
+                "{call} over {n} rank(s): peerlink's all-reduce kernels take 2 to {MAX_RANKS} \
+                 ranks, one per GPU"
+            )));
+        }
+        if rank >= n {
+            return Err(Error::usage(format!(
+                "{call}: rank {rank} of {n} ranks: this process's rank is 0 to {}",
+                n - 1
+            )));
+        }
+        if len > kernel.max_len() {
+            return Err(Error::usage(format!(
+                "{call} of {len} bytes: this kernel takes at most {} bytes (PACKET_MAX_BYTES); \
+                 use one-shot or two-shot for larger buffers",
+                kernel.max_len()
+            )));
+        }
+        check_length(&call, dtype, len)?;
+        let st = self.lock();
+        let (device, raw_stream) = self.stream(&st, stream)?;
+        if st.streams.get(stream.0)?.capture.is_some() {
+            return Err(Error::usage(format!(
+                "{call}: {stream} captures a graph: a rank's kernel recorded into a graph would \
+                 meet the other processes' only when replayed; queue it on a stream that does \
+                 not capture"
+            )));
+        }
+        let mut devices: Vec<usize> = Vec::with_capacity(n);
+        let mut raw: Vec<(usize, [I::Buffer; 3])> = Vec::with_capacity(n);
+        for (i, buffers) in ranks.iter().enumerate() {
+            let whose = format_args!("rank {i}'s");
+            let input = st.buffers.get(buffers.input.0)?;
+            let Memory::Device(gpu) = input.memory else {
+                return Err(Error::usage(format!(
+                    "{call}: {whose} input ({}) is {}: every rank's buffers are device memory of \
+                     its GPU",
+                    buffers.input, input.memory
+                )));
+            };
+            if i == rank && gpu != device {
+                return Err(Error::usage(format!(
+                    "{call}: this process's rank {rank} has its input on GPU {gpu} but its stream \
+                     ({stream}) on GPU {device}: queue it on a stream of GPU {gpu}"
+                )));
+            }
+            if let Some(j) = devices.iter().position(|&d| d == gpu) {
+                return Err(Error::usage(format!(
+                    "{call}: ranks {j} and {i} both have their buffers on GPU {gpu}: each rank \
+                     needs a GPU of its own"
+                )));
+            }
+            if i == rank && buffers.output == buffers.input && !kernel.in_place() {
+                return Err(Error::usage(format!(
+                    "{call}: rank {i}'s output is its input ({}): the {} kernel reads every \
+                     rank's input while the outputs are written; give it an output of its own, \
+                     or use two-shot or packets, which reduce in place",
+                    buffers.input,
+                    kernel.name()
+                )));
+            }
+            let resolve = |name: &str, id: BufferId, least: usize| -> Result<I::Buffer> {
+                let entry = st.buffers.get(id.0)?;
+                on_gpu(
+                    &call,
+                    format_args!("{whose} {name}"),
+                    id,
+                    entry.memory,
+                    gpu,
+                    format_args!("rank {i}'s input is"),
+                )?;
+                check_range(
+                    format_args!("{call}: {whose} {name}"),
+                    id,
+                    entry.len,
+                    0,
+                    least,
+                )?;
+                if i != rank {
+                    let toucher = Toucher::Kernel("an all-reduce kernel");
+                    self.check_reach(&st, device, id, entry, toucher)?;
+                }
+                Ok(entry.raw.clone())
+            };
+            let input = resolve("input", buffers.input, len)?;
+            let output = resolve("output", buffers.output, len)?;
+            let flags = resolve("flags", buffers.flags, FLAG_BYTES)?;
+            if buffers.flags == buffers.input || buffers.flags == buffers.output {
+                return Err(Error::usage(format!(
+                    "{call}: {whose} flags ({}) are also its input or output: the kernels keep \
+                     their counters in the flags; give them a buffer of their own",
+                    buffers.flags
+                )));
+            }
+            devices.push(gpu);
+            raw.push((gpu, [input, output, flags]));
+        }
+        drop(st);
+        let raw_ranks: Vec<RawRankBuffers<'_, I>> = raw
+            .iter()
+            .map(|(device, [input, output, flags])| RawRankBuffers {
+                device: *device,
+                input,
+                output,
+                flags,
+            })
+            .collect();
+        self.raw
+            .rank_all_reduce(kernel, dtype, rank, &raw_stream, &raw_ranks, len)
     }
 
     fn busy(&self, stream: StreamId, duration_us: f64) -> Result<()> {

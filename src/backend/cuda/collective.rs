@@ -11,7 +11,7 @@ use super::{Buffer, Gpus, Stream};
 use crate::backend::collective::{
     AllReduceKernel, DataType, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
 };
-use crate::backend::RawRank;
+use crate::backend::{RawRank, RawRankBuffers};
 use crate::{Error, Result};
 
 /// Threads per block of the all-reduce kernels (`ALL_REDUCE_THREADS` in collective.cu).
@@ -158,19 +158,8 @@ pub(super) fn all_reduce(
         .iter()
         .map(|rank| gpus.kernels(rank.stream.device))
         .collect::<Result<Vec<_>>>()?;
-    let sm_count = kernels.iter().map(|k| k.sm_count).min().unwrap_or(1);
-    let blocks = all_reduce_blocks(kernel, ranks.len(), len, sm_count);
-    // The packet kernel's blocks wait for their counterparts on the peers, so all of them must be
-    // resident at once on every GPU.
-    let resident = sm_count * ALL_REDUCE_BLOCKS_PER_SM;
-    if kernel == AllReduceKernel::OneShotPackets && blocks > resident {
-        return Err(Error::usage(format!(
-            "the one-shot-packets all-reduce of {len} bytes needs {blocks} blocks resident at \
-             once, and the smallest of these GPUs holds {resident}: use it for at most {} bytes, \
-             or one-shot",
-            resident as usize * ALL_REDUCE_THREADS as usize * 4
-        )));
-    }
+    let devices = ranks.iter().map(|rank| rank.stream.device);
+    let blocks = launch_blocks(gpus, kernel, devices, len)?;
     let inputs: Vec<u64> = ranks.iter().map(|rank| rank.input.address()).collect();
     let outputs: Vec<u64> = ranks.iter().map(|rank| rank.output.address()).collect();
     let flags: Vec<u64> = flags.iter().map(|flag| flag.address()).collect();
@@ -183,6 +172,53 @@ pub(super) fn all_reduce(
             .map_err(|error| lost_rank(error, index))?;
     }
     Ok(())
+}
+
+/// Queues rank `rank`'s kernel on `stream`, over every rank's buffers (arguments as
+/// `RawCollectives::rank_all_reduce` promises): the other ranks' processes queue theirs, each
+/// sizing the grid as this one does, by the smallest of the ranks' GPUs.
+pub(super) fn rank_all_reduce(
+    gpus: &Gpus,
+    kernel: AllReduceKernel,
+    dtype: DataType,
+    rank: usize,
+    stream: &Stream,
+    ranks: &[RawRankBuffers<'_, Gpus>],
+    len: usize,
+) -> Result<()> {
+    let kernels = gpus.kernels(stream.device)?;
+    let blocks = launch_blocks(gpus, kernel, ranks.iter().map(|r| r.device), len)?;
+    let inputs: Vec<u64> = ranks.iter().map(|r| r.input.address()).collect();
+    let outputs: Vec<u64> = ranks.iter().map(|r| r.output.address()).collect();
+    let flags: Vec<u64> = ranks.iter().map(|r| r.flags.address()).collect();
+    let args = AllReduceArgs::shared(&inputs, &outputs, &flags, (len / dtype.size()) as u64)
+        .for_rank(rank);
+    gpus.count(|c| &c.launches);
+    kernels.all_reduce(&stream.stream, kernel, dtype, &args, blocks)
+}
+
+/// Blocks of one launch on every rank's GPU (`devices`, [`all_reduce_blocks`]), sized by the
+/// smallest; refused where the packet kernel's blocks, which wait for their counterparts on the
+/// peers, would not all be resident at once on every GPU.
+fn launch_blocks(
+    gpus: &Gpus,
+    kernel: AllReduceKernel,
+    devices: impl ExactSizeIterator<Item = usize>,
+    len: usize,
+) -> Result<u32> {
+    let ranks = devices.len();
+    let sm_count = devices.map(|d| gpus.sm_counts[d]).min().unwrap_or(1);
+    let blocks = all_reduce_blocks(kernel, ranks, len, sm_count);
+    let resident = sm_count * ALL_REDUCE_BLOCKS_PER_SM;
+    if kernel == AllReduceKernel::OneShotPackets && blocks > resident {
+        return Err(Error::usage(format!(
+            "the one-shot-packets all-reduce of {len} bytes needs {blocks} blocks resident at \
+             once, and the smallest of these GPUs holds {resident}: use it for at most {} bytes, \
+             or one-shot",
+            resident as usize * ALL_REDUCE_THREADS as usize * 4
+        )));
+    }
+    Ok(blocks)
 }
 
 /// A launch that failed after earlier ranks were queued: they will wait for this one in vain.

@@ -214,6 +214,8 @@ pub struct Gpus {
     /// Other libraries' stream-ordered pools whose memory was borrowed, each granted to the GPUs
     /// with P2P to its own once.
     granted_pools: Mutex<std::collections::HashSet<driver::MemoryPool>>,
+    /// Each GPU's SM count: an all-reduce's grid is sized by the smallest of its ranks' GPUs.
+    sm_counts: Vec<u32>,
     contexts: Vec<Arc<CudaContext>>,
 }
 
@@ -255,6 +257,17 @@ impl Gpus {
             .iter()
             .map(|ctx| ctx.new_stream().map_err(failed("cuStreamCreate")))
             .collect::<Result<Vec<_>>>()?;
+        let sm_counts = contexts
+            .iter()
+            .map(|ctx| {
+                let attribute =
+                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+                let count = ctx
+                    .attribute(attribute)
+                    .map_err(failed("cuDeviceGetAttribute"))?;
+                Ok(count.max(1) as u32)
+            })
+            .collect::<Result<Vec<_>>>()?;
         let bus_ids = topology.devices.iter().map(|d| d.pci_bus_id.clone());
         let health = health::NvmlHealth::open(bus_ids.collect());
         Ok(Gpus {
@@ -271,6 +284,7 @@ impl Gpus {
             issued: Counters::default(),
             mismatch_slots: patterns::MismatchSlots::new(contexts.len()),
             granted_pools: Mutex::default(),
+            sm_counts,
             contexts,
         })
     }
@@ -725,6 +739,18 @@ impl RawCollectives for Gpus {
         collective::all_reduce(self, kernel, dtype, ranks, flags, len)
     }
 
+    fn rank_all_reduce(
+        &self,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        rank: usize,
+        stream: &Arc<Stream>,
+        ranks: &[RawRankBuffers<'_, Self>],
+        len: usize,
+    ) -> Result<()> {
+        collective::rank_all_reduce(self, kernel, dtype, rank, stream, ranks, len)
+    }
+
     fn busy(&self, stream: &Arc<Stream>, duration_us: f64) -> Result<()> {
         collective::busy(self, stream, duration_us)
     }
@@ -783,4 +809,4 @@ impl RawCollectives for Gpus {
 use crate::backend::collective::{
     AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, UniqueId,
 };
-use crate::backend::{RawCollectives, RawRank};
+use crate::backend::{RawCollectives, RawRank, RawRankBuffers};

@@ -13,6 +13,7 @@
 //! [`Simulator`] does the simulating; the [`Checked`] layer above it checks every argument, so
 //! [`SimBackend`] is what callers open.
 
+mod across;
 mod caches;
 mod collective;
 #[cfg(test)]
@@ -898,6 +899,18 @@ impl RawCollectives for Simulator {
         Ok(())
     }
 
+    fn rank_all_reduce(
+        &self,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        rank: usize,
+        stream: &Stream,
+        ranks: &[RawRankBuffers<'_, Self>],
+        len: usize,
+    ) -> Result<()> {
+        self.part_across_processes(kernel, dtype, rank, stream, ranks, len)
+    }
+
     fn busy(&self, stream: &Stream, duration_us: f64) -> Result<()> {
         let work = Work::Busy {
             setup_us: self.costs().kernel_setup_us,
@@ -975,4 +988,4 @@ fn at(location: Location) -> Place {
 use crate::backend::collective::{
     AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, UniqueId,
 };
-use crate::backend::{RawCollectives, RawRank};
+use crate::backend::{RawCollectives, RawRank, RawRankBuffers};

@@ -1,0 +1,157 @@
+//! peerlink's all-reduce across simulator processes, one rank each
+//! ([`RawCollectives::rank_all_reduce`](crate::backend::RawCollectives::rank_all_reduce)).
+//!
+//! Each process has its own simulator and virtual clock, so the ranks cannot meet on a shared
+//! timeline as the ranks of one process do. They meet in real time instead, through their flag
+//! blocks, which are shared files (exported by their owners, imported by the peers): when a rank's
+//! part is queued, its process first runs its stream's earlier work (the host waits for it, so
+//! the input is final) — for the packet kernel, which reads no peer's input, it then writes its
+//! input into every peer's flag block, as the kernel's packets land there — raises its arrival
+//! counter and waits for every peer's; then reads every rank's input (the packet kernel: its own
+//! and what its peers wrote into its flag block), raises its counter of inputs read and waits for
+//! the peers' (so nothing is overwritten while another still reads it), and writes the sum into
+//! its own output. Its stream is then held for the part's simulated time, with the links to
+//! itself. Every figure is simulated; the sums are real.
+
+use super::collective::{self, RankPlan};
+use super::links::LinkModel;
+use super::memory::Key;
+use super::scheduler::{Collective, Work};
+use super::sharing::{max_min_rates, Demand};
+use super::{reduce, Simulator, Stream};
+use crate::backend::collective::{
+    AllReduceKernel, DataType, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+};
+use crate::backend::RawRankBuffers;
+use crate::{Error, Result};
+use std::time::{Duration, Instant};
+
+/// How long a rank waits in real time for the other processes' parts before it fails, as a GPU's
+/// kernel traps when a peer never comes.
+pub(super) const MEETING_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where a flag block keeps the simulator's two counters (u64, little-endian): the calls a rank
+/// has arrived at, and the calls whose inputs it has read.
+const ARRIVED_AT: usize = 0;
+const READ_AT: usize = 8;
+/// Where the packet kernel's data from sender `r` lands in a flag block: `PACKETS_AT + r ×
+/// PACKET_MAX_BYTES` (the kernels' receive area, after their 64 KiB of counters).
+const PACKETS_AT: usize = 64 * 1024;
+const _: () = assert!(PACKETS_AT + MAX_RANKS * PACKET_MAX_BYTES <= FLAG_BYTES);
+
+impl Simulator {
+    pub(super) fn part_across_processes(
+        &self,
+        kernel: AllReduceKernel,
+        dtype: DataType,
+        rank: usize,
+        stream: &Stream,
+        ranks: &[RawRankBuffers<'_, Self>],
+        len: usize,
+    ) -> Result<()> {
+        use crate::backend::RawBackend;
+        self.synchronize(stream)?;
+        let flags: Vec<Key> = ranks.iter().map(|r| *r.flags).collect();
+        let packets = kernel == AllReduceKernel::OneShotPackets;
+        let slot = |sender: usize| PACKETS_AT + sender * PACKET_MAX_BYTES;
+        if packets {
+            let mut st = self.lock();
+            Self::catch_up(&mut st);
+            let mine = st.store.bytes(*ranks[rank].input, 0, len).into_owned();
+            for (_, &theirs) in flags.iter().enumerate().filter(|&(peer, _)| peer != rank) {
+                st.store.write(theirs, slot(rank), &mine);
+            }
+        }
+        let call = self.counter(flags[rank], ARRIVED_AT) + 1;
+        self.meet(&flags, rank, ARRIVED_AT, call, "arrive at")?;
+        let inputs: Vec<Vec<u8>> = {
+            let mut st = self.lock();
+            Self::catch_up(&mut st);
+            (0..ranks.len())
+                .map(|r| {
+                    let (buffer, at) = if packets && r != rank {
+                        (flags[rank], slot(r))
+                    } else {
+                        (*ranks[r].input, 0)
+                    };
+                    st.store.bytes(buffer, at, len).into_owned()
+                })
+                .collect()
+        };
+        self.meet(&flags, rank, READ_AT, call, "read the inputs of")?;
+        let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let sum = reduce::sum(dtype, &views);
+        let plans: Vec<RankPlan> = ranks
+            .iter()
+            .map(|r| RankPlan {
+                device: r.device,
+                input: *r.input,
+                output: *r.output,
+            })
+            .collect();
+        let part = collective::all_reduce(&self.links, kernel, dtype, &plans, &flags, len);
+        let work = Work::Busy {
+            setup_us: self.costs().kernel_setup_us,
+            duration_us: part_alone_us(&self.links, &part, rank),
+        };
+        let mut st = self.lock();
+        st.store.write(*ranks[rank].output, 0, &sum);
+        Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
+        Ok(())
+    }
+
+    /// The counter at `at` of a flag block.
+    fn counter(&self, flags: Key, at: usize) -> u64 {
+        let mut word = [0; 8];
+        self.lock().store.read(flags, at, &mut word);
+        u64::from_le_bytes(word)
+    }
+
+    /// Raises this rank's counter at `at` to `call`, then waits until every peer's has reached it.
+    fn meet(&self, flags: &[Key], rank: usize, at: usize, call: u64, what: &str) -> Result<()> {
+        self.lock()
+            .store
+            .write(flags[rank], at, &call.to_le_bytes());
+        let started = Instant::now();
+        for (peer, &theirs) in flags.iter().enumerate().filter(|&(peer, _)| peer != rank) {
+            while self.counter(theirs, at) < call {
+                if started.elapsed() > MEETING_TIMEOUT {
+                    return Err(Error::Cuda {
+                        call: "all-reduce across processes (simulated)".into(),
+                        message: format!(
+                            "rank {rank} waited {} s for rank {peer} to {what} call {call} and it \
+                             never did: every rank's process must queue the same all-reduces, in \
+                             the same order",
+                            MEETING_TIMEOUT.as_secs()
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How long rank `rank`'s part of `collective` takes on links it has to itself: its flows' rates
+/// shared max-min among the collective's own flows as they start, each flow's latency and bytes
+/// at that rate, the slowest that holds the rank, then the tail.
+pub(super) fn part_alone_us(links: &LinkModel, collective: &Collective, rank: usize) -> f64 {
+    let demands: Vec<Demand<'_>> = collective
+        .flows
+        .iter()
+        .map(|f| Demand {
+            resources: &f.path.resources,
+            cap: f.path.cap,
+        })
+        .collect();
+    let rates = max_min_rates(links.capacity(), &demands);
+    let flows_us = collective
+        .flows
+        .iter()
+        .zip(rates)
+        .filter(|(f, _)| f.holds.contains(&rank))
+        .map(|(f, rate)| f.latency_us + f.bytes as f64 / rate)
+        .fold(0.0, f64::max);
+    flows_us + collective.tail_us
+}

@@ -1,0 +1,457 @@
+//! peerlink's all-reduce with one rank per process, as real jobs run (torchrun, `peerlink launch`,
+//! Slurm, mpirun on one host): [`GroupAllReduce`].
+//!
+//! A kernel of one process reaches another process's memory only where that memory was shared
+//! (exported, imported: a CUDA IPC handle, on the simulator a shared file), and sharing takes
+//! milliseconds and the whole group. So the ranks share, once, a flag block each and a buffer
+//! each (grown, by all of them at once, when a call needs more), and every call works through
+//! them: the packet kernel reads only the rank's own tensor and pushes packets into the peers'
+//! flag blocks, so it copies nothing; one-shot reads every rank's input, so each rank first copies
+//! its tensor into its shared buffer; two-shot reads and writes every rank's, so each rank copies
+//! its tensor in, the kernel sums in place in the shared buffers, and each copies the sum back.
+//! The cost model prices those copies with the kernels
+//! ([`all_reduce::pick_across_processes`]). Nothing crosses the group's sockets per call.
+
+use crate::backend::collective::{AllReduceKernel, DataType, RankBuffers, FLAG_BYTES};
+use crate::backend::{
+    Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer,
+    StreamId,
+};
+use crate::bench::processes::{agreed, exchange, one_gpu_each};
+use crate::launch::Group;
+use crate::model::CostModel;
+use crate::workload::all_reduce;
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+/// The shared buffer's length at the start, and the least it grows to: calls up to it never
+/// grow it.
+pub const INITIAL_SHARED_BYTES: usize = 1 << 20;
+
+/// Kernel picks kept per size before they start over.
+const PICKS_KEPT: usize = 4096;
+
+/// This process's rank of peerlink's all-reduce across the processes of a [`Group`], one GPU each
+/// (see the module's introduction).
+///
+/// Every rank calls [`GroupAllReduce::join`] together, then the same calls with the same lengths
+/// and element types, in the same order, each on its own buffer and stream (as NCCL's collectives
+/// are called): a rank that calls with another length, or not at all, leaves the others' kernels
+/// waiting until they fail.
+pub struct GroupAllReduce {
+    backend: Arc<dyn Backend>,
+    group: Group,
+    model: CostModel,
+    /// Each rank's GPU, in rank order.
+    gpus: Vec<usize>,
+    /// Every rank's flag block: this rank's own, the others' imported for its GPU.
+    flags: Vec<BufferId>,
+    /// Every rank's shared buffer, likewise, and their length.
+    shared: Vec<BufferId>,
+    shared_len: usize,
+    picked: HashMap<(usize, DataType), AllReduceKernel>,
+    /// The stream of the last call: the next, on another stream, waits for it (the flags and the
+    /// shared buffer serve one call after another).
+    last_stream: Option<StreamId>,
+}
+
+impl GroupAllReduce {
+    /// Joins the all-reduce of `group`'s ranks: rank `r` on the GPU of its `LOCAL_RANK`, all of
+    /// one host and with P2P between every two. Every rank calls it; it returns once all have
+    /// shared their flag blocks and buffers. `model` prices the kernels (the engine's, from
+    /// [`crate::engine::Fabric::planner`], or a measured profile's).
+    pub fn join(backend: Arc<dyn Backend>, group: Group, model: CostModel) -> Result<Self> {
+        let gpus = one_gpu_each(backend.as_ref(), &group, "an all-reduce")?;
+        let me = group.identity().rank;
+        let gpu = gpus[me];
+        let made = (|| {
+            let flags = Owned::new(
+                backend.as_ref(),
+                backend.alloc(Memory::Device(gpu), FLAG_BYTES)?,
+            );
+            backend.write(*flags, 0, &vec![0; FLAG_BYTES])?;
+            let shared = Owned::new(
+                backend.as_ref(),
+                backend.alloc(Memory::Device(gpu), INITIAL_SHARED_BYTES)?,
+            );
+            Ok((flags, shared))
+        })();
+        let (flags, shared) = agreed(&group, made)?;
+        let every = share(backend.as_ref(), &group, gpu, &[*flags, *shared])?;
+        // From here the struct's drop frees them.
+        let (_, _) = (flags.keep(), shared.keep());
+        let mut joined = GroupAllReduce {
+            backend,
+            group,
+            model,
+            gpus,
+            flags: every.iter().map(|b| b[0]).collect(),
+            shared: every.iter().map(|b| b[1]).collect(),
+            shared_len: INITIAL_SHARED_BYTES,
+            picked: HashMap::new(),
+            last_stream: None,
+        };
+        joined.check_p2p()?;
+        Ok(joined)
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.group.identity().rank
+    }
+
+    /// Each rank's GPU, in rank order.
+    pub fn gpus(&self) -> &[usize] {
+        &self.gpus
+    }
+
+    /// The group the ranks meet in.
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    /// Sums every rank's `buffer` (`len` bytes of `dtype` from its start, device memory of this
+    /// rank's GPU: allocated, or another library's, borrowed) element-wise into each of them,
+    /// queued on `stream` (this rank's GPU) after the work queued there so far; later work there
+    /// sees the sum. Returns the kernel the cost model picked. The host does not wait, except when
+    /// the shared buffers grow (every rank at the same call, a group exchange).
+    pub fn all_reduce(
+        &mut self,
+        buffer: BufferId,
+        stream: StreamId,
+        len: usize,
+        dtype: DataType,
+    ) -> Result<AllReduceKernel> {
+        let kernel = self.kernel(len, dtype)?;
+        self.all_reduce_by(kernel, buffer, stream, len, dtype)?;
+        Ok(kernel)
+    }
+
+    /// [`GroupAllReduce::all_reduce`] by `kernel` rather than the cost model's pick (every rank
+    /// names the same one): to measure the kernels against each other.
+    pub fn all_reduce_by(
+        &mut self,
+        kernel: AllReduceKernel,
+        buffer: BufferId,
+        stream: StreamId,
+        len: usize,
+        dtype: DataType,
+    ) -> Result<()> {
+        // Checked before the shared buffers grow for it (the kernel's own checks come after).
+        if len == 0 || !len.is_multiple_of(dtype.size()) || len > kernel.max_len() {
+            return Err(Error::usage(format!(
+                "an all-reduce of {dtype} by {} takes a whole number of {}-byte elements, at \
+                 least one and at most {} bytes; {len} bytes given",
+                kernel.name(),
+                dtype.size(),
+                kernel.max_len()
+            )));
+        }
+        self.follow_last(stream)?;
+        if len > self.shared_len {
+            self.grow(len, stream)?;
+        }
+        let me = self.rank();
+        let backend = self.backend.as_ref();
+        let copies = all_reduce::copies_across_processes(kernel);
+        let mine = self.shared[me];
+        if copies > 0 {
+            let copy = BufferCopy::from_start(buffer, mine, len);
+            backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+        }
+        let ranks: Vec<RankBuffers> = (0..self.gpus.len())
+            .map(|r| {
+                let shared = self.shared[r];
+                let (input, output) = match (r == me, kernel) {
+                    (true, AllReduceKernel::OneShotPackets) => (buffer, buffer),
+                    (true, AllReduceKernel::OneShot) => (shared, buffer),
+                    _ => (shared, shared),
+                };
+                RankBuffers {
+                    input,
+                    output,
+                    flags: self.flags[r],
+                }
+            })
+            .collect();
+        backend
+            .collectives()
+            .rank_all_reduce(kernel, dtype, me, stream, &ranks, len)?;
+        if copies > 1 {
+            let copy = BufferCopy::from_start(mine, buffer, len);
+            backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+        }
+        Ok(())
+    }
+
+    /// The kernel the cost model picks for `len` bytes across processes, kept per size.
+    fn kernel(&mut self, len: usize, dtype: DataType) -> Result<AllReduceKernel> {
+        if let Some(&kernel) = self.picked.get(&(len, dtype)) {
+            return Ok(kernel);
+        }
+        let (kernel, _) = all_reduce::pick_across_processes(&self.model, &self.gpus, len as u64)
+            .ok_or_else(|| self.no_p2p())?;
+        if self.picked.len() >= PICKS_KEPT {
+            self.picked.clear();
+        }
+        self.picked.insert((len, dtype), kernel);
+        Ok(kernel)
+    }
+
+    fn check_p2p(&mut self) -> Result<()> {
+        self.kernel(DataType::F32.size(), DataType::F32).map(drop)
+    }
+
+    fn no_p2p(&self) -> Error {
+        Error::usage(format!(
+            "peerlink's all-reduce needs P2P between every two of the ranks' GPUs {:?}, and a \
+             pair of them has none; run the ranks on GPUs that all reach each other",
+            self.gpus
+        ))
+    }
+
+    /// Orders `stream` after the last call, where that ran on another stream.
+    fn follow_last(&mut self, stream: StreamId) -> Result<()> {
+        let backend = self.backend.as_ref();
+        match self.last_stream.replace(stream) {
+            Some(last) if last != stream => {
+                let mark = Owned::new(backend, backend.mark(last)?);
+                backend.wait(stream, *mark)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Grows every rank's shared buffer to hold `len` bytes (each rank at the same call): each
+    /// waits for its earlier calls, shares a new buffer with the others and lets the old go.
+    fn grow(&mut self, len: usize, stream: StreamId) -> Result<()> {
+        let backend = self.backend.as_ref();
+        let me = self.rank();
+        let gpu = self.gpus[me];
+        let new_len = len.next_power_of_two().max(INITIAL_SHARED_BYTES);
+        let made = backend.synchronize(stream).and_then(|()| {
+            Ok(Owned::new(
+                backend,
+                backend.alloc(Memory::Device(gpu), new_len)?,
+            ))
+        });
+        let made = agreed(&self.group, made)?;
+        let every = share(backend, &self.group, gpu, &[*made])?;
+        made.keep();
+        let old = std::mem::replace(&mut self.shared, every.iter().map(|b| b[0]).collect());
+        self.shared_len = new_len;
+        // Every rank waited for its calls before the exchange, so no kernel reads the old
+        // buffers: close the peers' mappings, then, once every rank has, free this rank's own.
+        for (r, buffer) in old.iter().enumerate().filter(|&(r, _)| r != me) {
+            backend.free(*buffer).map_err(|e| mapping_error(r, e))?;
+        }
+        self.group.barrier()?;
+        backend.free(old[me])
+    }
+}
+
+impl Drop for GroupAllReduce {
+    fn drop(&mut self) {
+        // Nothing can report a failure from drop: each release is tried. Every rank waits for its
+        // own calls, then for the others' (their kernels touch this rank's flags and buffer)
+        // before its own memory goes.
+        let backend = self.backend.as_ref();
+        if let Some(stream) = self.last_stream {
+            let _ = backend.synchronize(stream);
+        }
+        let me = self.rank();
+        for r in (0..self.gpus.len()).filter(|&r| r != me) {
+            let _ = backend.free(self.flags[r]);
+            let _ = backend.free(self.shared[r]);
+        }
+        let _ = self.group.barrier();
+        let _ = backend.free(self.flags[me]);
+        let _ = backend.free(self.shared[me]);
+    }
+}
+
+fn mapping_error(rank: usize, error: Error) -> Error {
+    Error::usage(format!(
+        "closing rank {rank}'s shared buffer failed ({error}); the all-reduce cannot go on"
+    ))
+}
+
+/// Shares `mine` (this rank's buffers, memory of `gpu`) with every rank of `group`: returns each
+/// rank's, in rank order, this rank's own and the others' imported for `gpu`. Every rank calls it
+/// with as many buffers; where one fails, all do.
+fn share(
+    backend: &dyn Backend,
+    group: &Group,
+    gpu: usize,
+    mine: &[BufferId],
+) -> Result<Vec<Vec<BufferId>>> {
+    let me = group.identity().rank;
+    let exported = mine
+        .iter()
+        .map(|&b| backend.sharing().export(b))
+        .collect::<Result<Vec<SharedBuffer>>>();
+    let (descriptors, files) = match exported {
+        Ok(shared) => {
+            let (descriptors, files): (Vec<ShareDescriptor>, Vec<_>) =
+                shared.into_iter().map(|s| (s.descriptor, s.fd)).unzip();
+            (Ok(descriptors), files)
+        }
+        Err(e) => (Err(e), Vec::new()),
+    };
+    let every: Vec<Vec<ShareDescriptor>> = exchange(group, descriptors)?;
+    let mut imported: Vec<Vec<BufferId>> = Vec::with_capacity(every.len());
+    let mut failed = Ok(());
+    for (owner, theirs) in every.into_iter().enumerate() {
+        if owner == me {
+            let fds: Vec<_> = files.iter().flatten().map(|f| f.as_fd()).collect();
+            if !fds.is_empty() {
+                for peer in (0..group.members().len()).filter(|&p| p != me) {
+                    group.send_fds(peer, &fds)?;
+                }
+            }
+            imported.push(mine.to_vec());
+            continue;
+        }
+        let count = theirs.iter().filter(|d| d.has_fd).count();
+        let mut fds = if count > 0 {
+            group.recv_fds(owner, count)?.into_iter()
+        } else {
+            Vec::new().into_iter()
+        };
+        let mut buffers = Vec::with_capacity(theirs.len());
+        for descriptor in theirs {
+            let fd = if descriptor.has_fd { fds.next() } else { None };
+            if failed.is_ok() {
+                match backend
+                    .sharing()
+                    .import(SharedBuffer { descriptor, fd }, gpu)
+                {
+                    Ok(buffer) => buffers.push(buffer),
+                    Err(e) => failed = Err(e),
+                }
+            }
+        }
+        imported.push(buffers);
+    }
+    if let Err(e) = agreed(group, failed) {
+        for (_, buffers) in imported.iter().enumerate().filter(|&(o, _)| o != me) {
+            for &b in buffers {
+                let _ = backend.free(b);
+            }
+        }
+        return Err(e);
+    }
+    Ok(imported)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimBackend;
+    use crate::engine::Fabric;
+    use crate::launch::{Identity, Rendezvous};
+    use std::time::Duration;
+
+    /// The ranks of a group of `world` threads on 127.0.0.1, each with a simulator of its own
+    /// (as each process would have), running `body` with its joined all-reduce.
+    fn on_ranks<T: Send + 'static>(
+        world: usize,
+        body: impl Fn(&mut GroupAllReduce, &dyn Backend) -> T + Send + Sync + Clone + 'static,
+    ) -> Vec<T> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let rendezvous = Rendezvous {
+            addr: ([127, 0, 0, 1], port).into(),
+            timeout: Duration::from_secs(30),
+        };
+        let threads: Vec<_> = (0..world)
+            .map(|rank| {
+                let (rendezvous, body) = (rendezvous.clone(), body.clone());
+                std::thread::spawn(move || {
+                    let identity = Identity {
+                        rank,
+                        world,
+                        local_rank: rank,
+                        local_world: world,
+                    };
+                    let group = Group::join(identity, &rendezvous).unwrap();
+                    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
+                    let model = Fabric::open(backend.clone())
+                        .unwrap()
+                        .planner()
+                        .model()
+                        .clone();
+                    let mut reduce = GroupAllReduce::join(backend.clone(), group, model).unwrap();
+                    body(&mut reduce, backend.as_ref())
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    /// Rank `rank`'s f32 elements for call `call`: small whole numbers, so every sum is exact.
+    fn values(rank: usize, call: usize, elements: usize) -> Vec<f32> {
+        (0..elements)
+            .map(|i| ((i * 7 + rank * 13 + call * 3) % 101) as f32)
+            .collect()
+    }
+
+    fn f32_bytes(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn every_rank_holds_the_sum_by_every_kernel_and_the_shared_buffers_grow() {
+        // Each size by the cost model's pick and by every kernel that takes it; 4 MiB grows the
+        // shared buffers past their first 1 MiB.
+        let sizes = [4 << 10, 256 << 10, 4 << 20];
+        for world in [2, 3] {
+            let picks = on_ranks(world, move |reduce, backend| {
+                let gpu = reduce.gpus()[reduce.rank()];
+                let stream = backend.create_stream(gpu).unwrap();
+                let mut call = 0;
+                let mut picks = Vec::new();
+                for &len in &sizes {
+                    let takers = AllReduceKernel::ALL
+                        .into_iter()
+                        .filter(|k| len <= k.max_len());
+                    for kernel in std::iter::once(None).chain(takers.map(Some)) {
+                        call += 1;
+                        let elements = len / 4;
+                        let buffer = backend.alloc(Memory::Device(gpu), len).unwrap();
+                        let mine = values(reduce.rank(), call, elements);
+                        backend.write(buffer, 0, &f32_bytes(&mine)).unwrap();
+                        let ran = match kernel {
+                            None => reduce.all_reduce(buffer, stream, len, DataType::F32),
+                            Some(k) => reduce
+                                .all_reduce_by(k, buffer, stream, len, DataType::F32)
+                                .map(|()| k),
+                        };
+                        let ran = ran.unwrap();
+                        picks.extend(kernel.is_none().then_some(ran));
+                        backend.synchronize(stream).unwrap();
+                        let mut out = vec![0; len];
+                        backend.read(buffer, 0, &mut out).unwrap();
+                        let every: Vec<Vec<f32>> =
+                            (0..world).map(|r| values(r, call, elements)).collect();
+                        let sum: Vec<f32> = (0..elements)
+                            .map(|i| every.iter().map(|v| v[i]).sum())
+                            .collect();
+                        let rank = reduce.rank();
+                        assert!(out == f32_bytes(&sum), "rank {rank}, {len} B by {ran:?}");
+                        backend.free(buffer).unwrap();
+                    }
+                }
+                assert_eq!(reduce.shared_len, 4 << 20);
+                picks
+            });
+            assert!(picks.windows(2).all(|w| w[0] == w[1]), "{picks:?}");
+            assert_eq!(picks[0][0], AllReduceKernel::OneShotPackets, "{picks:?}");
+        }
+    }
+}
