@@ -308,6 +308,13 @@ class Fabric:
     ``devices`` are the GPUs it uses (all of them when None). ``sim`` and ``gpu`` choose the host
     as for :func:`topology`.
 
+    ``processes=True`` makes this process one rank of a job started one process per GPU by a
+    launcher (torchrun, ``peerlink launch``, Slurm's ``srun``, ``mpirun``; read from their
+    variables), on the GPU of its ``LOCAL_RANK``: every rank opens its fabric so, together, and
+    :meth:`all_reduce_` then sums one tensor per process. The ranks meet at a rendezvous of
+    peerlink's own (under torchrun on ``MASTER_PORT`` + 1, beside torchrun's store; or
+    ``PEERLINK_PORT``) and share a flag block and a buffer each, once.
+
     ``resident=True`` (or a number of copy blocks) runs a resident worker on each GPU that sends:
     a persistent kernel the host rings with transfers, without a launch or a copy call per transfer
     (the µs-scale path for small and medium copies; the planner takes it where it wins). **While a
@@ -330,6 +337,7 @@ class Fabric:
         devices: Sequence[int] | None = None,
         *,
         resident: bool | int = False,
+        processes: bool = False,
         sim: str | None = None,
         gpu: bool = False,
     ) -> None:
@@ -342,12 +350,25 @@ class Fabric:
         else:
             blocks = int(resident)
         chosen = None if devices is None else list(devices)
-        self._native: _native.Fabric | None = _native.Fabric(self._host, chosen, blocks)
+        self._native: _native.Fabric | None = _native.Fabric(
+            self._host, chosen, blocks, processes
+        )
 
     @property
     def devices(self) -> list[int]:
         """The GPUs this fabric uses."""
         return self._open().devices
+
+    @property
+    def rank(self) -> int | None:
+        """This process's rank with ``processes=True`` (its GPU is its ``LOCAL_RANK``); None in
+        one process."""
+        return self._open().rank
+
+    @property
+    def world(self) -> int | None:
+        """How many processes the job has with ``processes=True``; None in one process."""
+        return self._open().world
 
     @property
     def simulated(self) -> bool:
@@ -420,15 +441,25 @@ class Fabric:
         if host_copies:
             fabric.copy_host(host_copies)
 
-    def all_reduce_(self, tensors: Sequence[Any], *, dtype: str | None = None) -> None:
+    def all_reduce_(self, tensors: Any, *, dtype: str | None = None) -> None:
         """Sums the tensors element-wise, in place: afterwards each holds the sum of all of them.
 
-        One tensor per GPU, in this process, on at least two GPUs that all have P2P between them
-        (peerlink's one-shot, two-shot or packet kernel, as its cost model picks for the size).
+        In one process: a sequence of one tensor per GPU, on at least two GPUs that all have P2P
+        between them (peerlink's one-shot, two-shot or packet kernel, as its cost model picks for
+        the size). With ``processes=True``: this process's one tensor (or a sequence of one), on
+        its GPU, summed with the tensors the other ranks pass in the same call — every rank calls
+        with the same length and element type, in the same order, as with ``torch.distributed``.
+        The packet kernel (up to 256 KiB) reads the tensor itself; the larger kernels copy it into
+        the buffer the ranks shared when they joined (grown, by every rank at the same call, when
+        a call needs more), priced by the cost model with the kernels.
+
         Elements are float32 or bfloat16: taken from the tensors' dtype, or ``dtype="f32"`` /
-        ``"bf16"`` for buffers that do not say. The form with one tensor per process (under
-        torchrun or ``peerlink launch``) is not offered yet.
+        ``"bf16"`` for buffers that do not say.
         """
+        native = self._native
+        if native is not None and native.rank is not None:
+            self._all_reduce_rank(native, tensors, dtype)
+            return
         # Lists and tuples of CUDA tensors and __cuda_array_interface__ objects are described and
         # queued in Rust; the rest below, which also refuses a closed fabric.
         native = self._native
@@ -456,6 +487,28 @@ class Fabric:
             fabric.all_reduce_device([f.ref for f in devices], devices[0].nbytes, chosen)
         else:
             fabric.all_reduce_host([f.ref for f in found if isinstance(f, _Host)], chosen)
+
+    def _all_reduce_rank(self, native: _native.Fabric, tensor: Any, dtype: str | None) -> None:
+        """This process's part of the all-reduce across processes."""
+        if isinstance(tensor, (list, tuple)) and not isinstance(tensor, Placed):
+            if len(tensor) != 1:
+                raise UsageError(
+                    f"with processes=True an all-reduce takes this process's one tensor; "
+                    f"{len(tensor)} given"
+                )
+            tensor = tensor[0]
+        if native.all_reduce_rank_(tensor, dtype):
+            return
+        found = _describe(tensor, "tensor")
+        chosen = dtype if dtype is not None else found.dtype
+        if chosen is None:
+            raise UsageError(
+                "the tensor does not say its element type; pass dtype='f32' or dtype='bf16'"
+            )
+        if isinstance(found, _Device):
+            native.all_reduce_rank_device(found.ref, found.nbytes, chosen)
+        else:
+            native.all_reduce_rank_host(found.ref, chosen)
 
     def synchronize(self) -> None:
         """Blocks until every copy and all-reduce this fabric queued has finished. It

@@ -7,7 +7,8 @@ use crate::errors::{self, IntoPy};
 use crate::Host;
 use peerlink::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
-use peerlink::engine;
+use peerlink::engine::{self, GroupAllReduce};
+use peerlink::launch;
 use peerlink::workload::all_reduce;
 use peerlink::{Error, Result};
 use pyo3::buffer::PyBuffer;
@@ -31,6 +32,8 @@ pub struct Fabric {
     fabric: engine::Fabric,
     state: Mutex<State>,
     tensor_types: TensorTypes,
+    /// With one rank per process: this process's rank of the all-reduce across the group.
+    group: Option<Mutex<GroupAllReduce>>,
 }
 
 #[derive(Default)]
@@ -344,6 +347,66 @@ impl Fabric {
         Ok(())
     }
 
+    /// This process's rank of the all-reduce across processes, or why there is none.
+    fn group(&self) -> Result<MutexGuard<'_, GroupAllReduce>> {
+        let group = self.group.as_ref().ok_or_else(|| {
+            Error::usage(
+                "this fabric runs in one process: open it with processes=True, under a launcher, \
+                 to reduce one tensor per process",
+            )
+        })?;
+        Ok(group.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The GPU of this process's rank, with processes=True.
+    fn rank_gpu(&self) -> Option<usize> {
+        self.group.as_ref().map(|g| {
+            let group = g.lock().unwrap_or_else(PoisonError::into_inner);
+            group.gpus()[group.rank()]
+        })
+    }
+
+    /// Queues the all-reduce across processes of this rank's borrowed memory on its owner's
+    /// stream.
+    fn reduce_rank(&self, tensor: DeviceRef, bytes: usize, dtype: DataType) -> Result<()> {
+        let (address, device, handle) = tensor;
+        let mut group = self.group()?;
+        let gpu = group.gpus()[group.rank()];
+        if device != gpu {
+            return Err(Error::usage(format!(
+                "the tensor is on GPU {device}, but this process is rank {} of the group, on GPU \
+                 {gpu} (its LOCAL_RANK): give it a tensor of GPU {gpu}",
+                group.rank()
+            )));
+        }
+        let stream = self.stream(device, handle)?;
+        let backend = self.backend();
+        let buffer = Owned::new(backend, backend.borrow_memory(device, address, bytes)?);
+        group.all_reduce(*buffer, stream, bytes, dtype)?;
+        drop(group);
+        self.queued_on(&[stream]);
+        Ok(())
+    }
+
+    /// Sums a host buffer's bytes across the processes, through this rank's GPU; returns the sum.
+    fn reduce_rank_host(&self, data: &[u8], dtype: DataType) -> Result<Vec<u8>> {
+        let mut group = self.group()?;
+        let gpu = group.gpus()[group.rank()];
+        let backend = self.backend();
+        let stream = self.own_stream(gpu)?;
+        let buffer = Owned::new(
+            backend,
+            backend.alloc(Memory::Device(gpu), data.len().max(1))?,
+        );
+        backend.write(*buffer, 0, data)?;
+        group.all_reduce(*buffer, stream, data.len(), dtype)?;
+        drop(group);
+        backend.synchronize(stream)?;
+        let mut out = vec![0; data.len()];
+        backend.read(*buffer, 0, &mut out)?;
+        Ok(out)
+    }
+
     /// Waits for the streams copies and all-reduces were queued on.
     fn wait_all(&self) -> Result<()> {
         let queued_on = std::mem::take(&mut self.lock().queued_on);
@@ -470,26 +533,165 @@ fn device_copy(
 impl Fabric {
     /// A fabric over `devices` (every GPU when None) of `host`; with `resident`, a resident worker
     /// of that many copy blocks on each GPU that sends.
+    ///
+    /// With `processes`, this process is one rank of a group started by a launcher (torchrun,
+    /// `peerlink launch`, srun, mpirun: read from their variables), on the GPU of its
+    /// `LOCAL_RANK`: it meets the others and joins their all-reduce (every rank opens its fabric
+    /// so, together).
     #[new]
-    #[pyo3(signature = (host, devices = None, resident = None))]
+    #[pyo3(signature = (host, devices = None, resident = None, processes = false))]
     fn new(
         py: Python<'_>,
         host: &Host,
         devices: Option<Vec<usize>>,
         resident: Option<u32>,
+        processes: bool,
     ) -> PyResult<Fabric> {
         let mut builder = engine::Fabric::builder(host.backend.clone());
         if let Some(devices) = &devices {
+            if processes {
+                return Err(errors::usage(
+                    py,
+                    "devices: with processes=True each rank uses the GPU of its LOCAL_RANK; leave \
+                     devices out",
+                ));
+            }
             builder = builder.devices(devices);
         }
         if let Some(blocks) = resident {
             builder = builder.resident(blocks);
         }
+        let fabric = py.detach(|| builder.open()).or_raise(py)?;
+        let group = if processes {
+            let backend = host.backend.clone();
+            let model = fabric.planner().model().clone();
+            let joined = py.detach(|| {
+                let (_, group) = launch::join_from_env()?.ok_or_else(|| {
+                    Error::usage(
+                        "processes=True, but no launcher's variables are set (RANK and \
+                         WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_PROCID): start every rank with \
+                         torchrun, peerlink launch, srun or mpirun",
+                    )
+                })?;
+                GroupAllReduce::join(backend, group, model)
+            });
+            Some(Mutex::new(joined.or_raise(py)?))
+        } else {
+            None
+        };
         Ok(Fabric {
-            fabric: py.detach(|| builder.open()).or_raise(py)?,
+            fabric,
             state: Mutex::default(),
             tensor_types: TensorTypes::default(),
+            group,
         })
+    }
+
+    /// This process's rank of the group, with processes=True; None in one process.
+    #[getter]
+    fn rank(&self) -> Option<usize> {
+        self.group
+            .as_ref()
+            .map(|g| g.lock().unwrap_or_else(PoisonError::into_inner).rank())
+    }
+
+    /// How many processes the group has, with processes=True; None in one process.
+    #[getter]
+    fn world(&self) -> Option<usize> {
+        self.group.as_ref().map(|g| {
+            g.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .gpus()
+                .len()
+        })
+    }
+
+    /// The fast path of `peerlink.Fabric.all_reduce_` across processes: queues the all-reduce of
+    /// this rank's tensor when it is device memory and returns True; False, having done nothing,
+    /// when it is not.
+    #[pyo3(signature = (tensor, dtype = None))]
+    fn all_reduce_rank_(
+        &self,
+        py: Python<'_>,
+        tensor: &Bound<'_, PyAny>,
+        dtype: Option<&str>,
+    ) -> PyResult<bool> {
+        let Some(found) = describe(&self.tensor_types, tensor, Role::Tensor(0), dtype.is_none())?
+        else {
+            return Ok(false);
+        };
+        let chosen = match dtype {
+            Some(name) => data_type(py, name)?,
+            None => found.dtype.ok_or_else(|| {
+                errors::usage(
+                    py,
+                    "the tensor does not say its element type (or says one peerlink does not \
+                     sum); pass dtype='f32' or dtype='bf16'",
+                )
+            })?,
+        };
+        let tensor = (found.address, found.device, found.stream);
+        py.detach(|| self.reduce_rank(tensor, found.nbytes, chosen))
+            .or_raise(py)?;
+        Ok(true)
+    }
+
+    /// Queues the all-reduce across processes of this rank's borrowed memory (address, GPU,
+    /// stream); the host does not wait.
+    fn all_reduce_rank_device(
+        &self,
+        py: Python<'_>,
+        tensor: DeviceRef,
+        bytes: usize,
+        dtype: &str,
+    ) -> PyResult<()> {
+        let dtype = data_type(py, dtype)?;
+        py.detach(|| self.reduce_rank(tensor, bytes, dtype))
+            .or_raise(py)
+    }
+
+    /// For the Python layer's cost (python/benchmarks): queues the same all-reduce as
+    /// `all_reduce_rank_device` `calls` times from Rust and returns the host time per call, µs.
+    fn time_all_reduce_rank_device(
+        &self,
+        py: Python<'_>,
+        tensor: DeviceRef,
+        bytes: usize,
+        dtype: &str,
+        calls: u32,
+    ) -> PyResult<f64> {
+        let dtype = data_type(py, dtype)?;
+        py.detach(|| host_time_per_call(calls, || self.reduce_rank(tensor, bytes, dtype)))
+            .or_raise(py)
+    }
+
+    /// Sums a host buffer across the processes (its bytes through this rank's GPU) as `dtype`
+    /// elements and writes the sum into it.
+    fn all_reduce_rank_host(&self, py: Python<'_>, buffer: HostRef, dtype: &str) -> PyResult<()> {
+        let dtype = data_type(py, dtype)?;
+        let (buffer, device) = buffer;
+        if buffer.readonly() {
+            return Err(errors::usage(
+                py,
+                "the buffer of the all-reduce is read-only; give a writable buffer (a bytearray \
+                 or an array)",
+            ));
+        }
+        let gpu = self.rank_gpu();
+        if Some(device) != gpu {
+            return Err(errors::usage(
+                py,
+                format!(
+                    "the buffer is placed on GPU {device}, but this process's rank runs on GPU \
+                     {gpu:?} (its LOCAL_RANK): place it there"
+                ),
+            ));
+        }
+        let data = buffer.to_vec(py)?;
+        let sum = py
+            .detach(|| self.reduce_rank_host(&data, dtype))
+            .or_raise(py)?;
+        buffer.copy_from_slice(py, &sum)
     }
 
     /// The GPUs the fabric uses.
@@ -708,7 +910,9 @@ impl Fabric {
 
 impl Drop for Fabric {
     fn drop(&mut self) {
-        // Nothing can report a failure from drop: each release is tried.
+        // Nothing can report a failure from drop: each release is tried. The group's part goes
+        // first: it waits for its calls on the borrowed streams, released below.
+        drop(self.group.take());
         let _ = self.wait_all();
         let backend = self.fabric.backend().clone();
         let state = std::mem::take(&mut *self.lock());

@@ -588,3 +588,63 @@ def test_a_tensor_of_another_dtype_object_does_not_say_its_type(
     tensors = [FakeTensor(g, 64, dtype=FakeDtype("torch.float64")) for g in (0, 1)]
     with pytest.raises(peerlink.UsageError, match="do not say their element type"):
         fabric.all_reduce_(tensors)
+
+
+# ---- one tensor per process: ranks started as a launcher starts them -------------------------
+
+
+def launch_ranks(world: int, args: list[str], extra: dict[str, str] | None = None) -> list[subprocess.CompletedProcess[str]]:
+    """Runs python/tests/rank_all_reduce.py as `world` processes with torchrun's variables."""
+    import os
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = pathlib.Path(__file__).with_name("rank_all_reduce.py")
+    ranks: list[subprocess.Popen[str]] = []
+    for rank in range(world):
+        env = dict(os.environ)
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            PEERLINK_TIMEOUT="30",
+            **(extra or {}),
+        )
+        ranks.append(
+            subprocess.Popen(
+                [sys.executable, str(script), *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    done = []
+    for process in ranks:
+        stdout, stderr = process.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+    return done
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_reduce_across_processes_sums_every_element_by_every_kernel(world: int) -> None:
+    # 1 Ki and 64 Ki elements (4 KiB, 256 KiB: the packet kernel), 1 Mi (4 MiB: a kernel that
+    # copies into the shared buffers, which grow past their first 1 MiB).
+    ranks = launch_ranks(world, ["1024", "65536", str(1 << 20)])
+    for rank, done in enumerate(ranks):
+        assert done.returncode == 0, f"rank {rank}: {done.stderr}"
+        assert done.stdout.count(f"rank {rank} call") == 6, done.stdout
+
+
+def test_processes_without_a_launcher_is_a_usage_error() -> None:
+    with pytest.raises(peerlink.UsageError, match="no launcher's variables are set"):
+        peerlink.Fabric(processes=True, sim="dgx-h100")
+
+
+def test_one_process_fabric_has_no_rank(fabric: peerlink.Fabric) -> None:
+    assert fabric.rank is None and fabric.world is None
