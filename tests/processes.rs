@@ -27,3 +27,25 @@ fn across_a_pair_without_p2p_the_engine_stages_into_another_process_memory() {
 fn child_imports() {
     share::child();
 }
+
+#[path = "processes/group_reduce.rs"]
+mod group_reduce;
+
+#[test]
+fn ranks_in_processes_of_their_own_sum_every_element_by_every_kernel() {
+    // 4 KiB and 256 KiB: every kernel; 4 MiB: one-shot and two-shot, the shared buffers grown.
+    for world in [2, 3] {
+        group_reduce::launch(
+            "sim:dgx-h100",
+            "group_reduce_rank",
+            world,
+            &[4 << 10, 256 << 10, 4 << 20],
+        );
+    }
+}
+
+#[test]
+#[ignore = "a rank of the test above; alone it has no group to join"]
+fn group_reduce_rank() {
+    group_reduce::rank();
+}

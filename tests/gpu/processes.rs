@@ -8,6 +8,9 @@
 #[path = "../processes/share.rs"]
 mod share;
 
+#[path = "../processes/group_reduce.rs"]
+mod group_reduce;
+
 use peerlink::engine::Strategy;
 use serde_json::Value;
 use std::net::TcpListener;
@@ -26,6 +29,27 @@ fn a_child_process_moves_bytes_into_gpu_memory_exported_here() {
 #[ignore = "needs a GPU"]
 fn child_imports() {
     share::child();
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn group_all_reduce_sums_every_element_across_two_gpu_processes() {
+    if gpu_count() < 2 {
+        eprintln!("one GPU: the all-reduce across processes needs two");
+        return;
+    }
+    let sizes = [4, 4 << 10, 256 << 10, 1 << 20, 4 << 20, 64 << 20, 256 << 20];
+    for out in group_reduce::launch("cuda", "processes::group_reduce_rank", 2, &sizes) {
+        for line in out.lines().filter(|l| l.contains("CHECKED")) {
+            eprintln!("{line}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn group_reduce_rank() {
+    group_reduce::rank();
 }
 
 /// The peerlink binary to launch.
