@@ -131,7 +131,7 @@ pub fn rank() {
             .filter(|k| len <= k.max_len());
         for kernel in std::iter::once(None).chain(takers.map(Some)) {
             call += 1;
-            let mut run = |reduce: &mut GroupAllReduce| match kernel {
+            let run = |reduce: &mut GroupAllReduce| match kernel {
                 None => reduce.all_reduce(buffer, stream, len, DataType::F32),
                 Some(k) => reduce
                     .all_reduce_by(k, buffer, stream, len, DataType::F32)
