@@ -353,6 +353,7 @@ class Fabric:
         self._native: _native.Fabric | None = _native.Fabric(
             self._host, chosen, blocks, processes
         )
+        self._processes = processes
 
     @property
     def devices(self) -> list[int]:
@@ -457,8 +458,9 @@ class Fabric:
         ``"bf16"`` for buffers that do not say.
         """
         native = self._native
-        if native is not None and native.rank is not None:
-            self._all_reduce_rank(native, tensors, dtype)
+        if native is not None and self._processes:
+            if not native.all_reduce_rank_(tensors, dtype):
+                self._all_reduce_rank(native, tensors, dtype)
             return
         # Lists and tuples of CUDA tensors and __cuda_array_interface__ objects are described and
         # queued in Rust; the rest below, which also refuses a closed fabric.
@@ -489,7 +491,8 @@ class Fabric:
             fabric.all_reduce_host([f.ref for f in found if isinstance(f, _Host)], chosen)
 
     def _all_reduce_rank(self, native: _native.Fabric, tensor: Any, dtype: str | None) -> None:
-        """This process's part of the all-reduce across processes."""
+        """The slow path of this process's part of the all-reduce across processes: host
+        buffers, placements, and what the fast path does not take."""
         if isinstance(tensor, (list, tuple)) and not isinstance(tensor, Placed):
             if len(tensor) != 1:
                 raise UsageError(
@@ -497,8 +500,6 @@ class Fabric:
                     f"{len(tensor)} given"
                 )
             tensor = tensor[0]
-        if native.all_reduce_rank_(tensor, dtype):
-            return
         found = _describe(tensor, "tensor")
         chosen = dtype if dtype is not None else found.dtype
         if chosen is None:

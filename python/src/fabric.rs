@@ -607,8 +607,8 @@ impl Fabric {
     }
 
     /// The fast path of `peerlink.Fabric.all_reduce_` across processes: queues the all-reduce of
-    /// this rank's tensor when it is device memory and returns True; False, having done nothing,
-    /// when it is not.
+    /// this rank's tensor (or a list or tuple of it alone) when it is device memory and returns
+    /// True; False, having done nothing, when it is not.
     #[pyo3(signature = (tensor, dtype = None))]
     fn all_reduce_rank_(
         &self,
@@ -616,7 +616,14 @@ impl Fabric {
         tensor: &Bound<'_, PyAny>,
         dtype: Option<&str>,
     ) -> PyResult<bool> {
-        let Some(found) = describe(&self.tensor_types, tensor, Role::Tensor(0), dtype.is_none())?
+        // This rank's one tensor, or a list or tuple of it (a longer one is the slow path's to
+        // refuse).
+        let one = match (tensor.cast::<PyList>(), tensor.cast::<PyTuple>()) {
+            (Ok(list), _) if list.len() == 1 => list.get_item(0)?,
+            (_, Ok(tuple)) if tuple.len() == 1 => tuple.get_item(0)?,
+            _ => tensor.clone(),
+        };
+        let Some(found) = describe(&self.tensor_types, &one, Role::Tensor(0), dtype.is_none())?
         else {
             return Ok(false);
         };

@@ -4,8 +4,8 @@
 
 use super::{gpus, not_here, says, usage, FILL};
 use peerlink::backend::collective::{
-    AllReduceKernel, BufferRange, CommRank, DataType, Nccl, PeerOp, PeerTransfer, Rank, UniqueId,
-    FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    AllReduceKernel, BufferRange, CommRank, DataType, Nccl, PeerOp, PeerTransfer, Rank,
+    RankBuffers, UniqueId, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
 };
 use peerlink::backend::{Backend, BufferId, Memory, StreamId};
 use peerlink::Error;
@@ -462,6 +462,100 @@ pub fn all_reduce_refuses_what_its_kernels_cannot_take(b: &dyn Backend) {
     r.all_reduce(b, kernel).unwrap();
     r.synchronize(b);
     r.check(b, "after the refusals", &r.outputs, &r.sum());
+}
+
+/// One rank's kernel of the all-reduce across processes checks what it can in this process before
+/// it queues anything (the peers' buffers stand in here for imported ones, on their own GPUs): the
+/// ranks, its stream's GPU, one GPU per rank, lengths, flags and graph capture.
+pub fn rank_all_reduce_refuses_what_it_cannot_take(b: &dyn Backend) {
+    let clique = p2p_clique(b);
+    if clique.len() < 2 {
+        return not_here(
+            "all-reduce across processes refusals",
+            "no two GPUs with P2P",
+        );
+    }
+    let pair = &clique[..2];
+    enable_peer_access(b, pair);
+    let r = Ranks::new(b, pair, DataType::F32, 16);
+    let buffers: Vec<RankBuffers> = (0..2)
+        .map(|i| RankBuffers {
+            input: r.inputs[i],
+            output: r.outputs[i],
+            flags: r.flags[i],
+        })
+        .collect();
+    let call =
+        |kernel: AllReduceKernel, rank: usize, stream: StreamId, ranks: &[RankBuffers], len| {
+            b.collectives()
+                .rank_all_reduce(kernel, DataType::F32, rank, stream, ranks, len)
+        };
+    let (one_shot, len) = (AllReduceKernel::OneShot, r.len);
+    says(
+        &usage(call(one_shot, 0, r.streams[0], &buffers[..1], len)),
+        "2 to 8 ranks",
+    );
+    says(
+        &usage(call(one_shot, 2, r.streams[0], &buffers, len)),
+        "rank 2 of 2 ranks",
+    );
+    says(
+        &usage(call(one_shot, 0, r.streams[1], &buffers, len)),
+        "queue it on a stream of GPU",
+    );
+    says(
+        &usage(call(one_shot, 0, r.streams[0], &buffers, 6)),
+        "whole number of f32",
+    );
+    says(
+        &usage(call(one_shot, 0, r.streams[0], &buffers, len + 4)),
+        "outside",
+    );
+    let mut one_gpu = buffers.clone();
+    one_gpu[1] = one_gpu[0];
+    says(
+        &usage(call(one_shot, 0, r.streams[0], &one_gpu, len)),
+        "both have their buffers on GPU",
+    );
+    let mut same = buffers.clone();
+    same[0].output = same[0].input;
+    says(
+        &usage(call(one_shot, 0, r.streams[0], &same, len)),
+        "output is its input",
+    );
+    let mut as_flags = buffers.clone();
+    as_flags[1].flags = r.inputs[1];
+    says(
+        &usage(call(one_shot, 0, r.streams[0], &as_flags, len)),
+        "also its input or output",
+    );
+    let short = b.alloc(Memory::Device(pair[1]), FLAG_BYTES - 1).unwrap();
+    let mut short_flags = buffers.clone();
+    short_flags[1].flags = short;
+    says(
+        &usage(call(one_shot, 0, r.streams[0], &short_flags, len)),
+        "rank 1's flags",
+    );
+    let packets = AllReduceKernel::OneShotPackets;
+    says(
+        &usage(call(
+            packets,
+            0,
+            r.streams[0],
+            &buffers,
+            PACKET_MAX_BYTES + 4,
+        )),
+        "at most",
+    );
+    b.begin_capture(r.streams[0]).unwrap();
+    says(
+        &usage(call(one_shot, 0, r.streams[0], &buffers, len)),
+        "captures a graph",
+    );
+    let graph = b.end_capture(r.streams[0]).unwrap();
+    b.destroy_graph(graph).unwrap();
+    r.synchronize(b);
+    r.check(b, "after refused calls", &r.outputs, &vec![FILL; len]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -98,6 +98,7 @@ macro_rules! contract_tests {
             packet_all_reduces_of_changing_sizes_read_only_their_own_packets,
             a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none,
             all_reduce_refuses_what_its_kernels_cannot_take,
+            rank_all_reduce_refuses_what_it_cannot_take,
             two_shot_and_packet_all_reduces_sum_in_place,
             busy_keeps_its_stream_for_at_least_its_duration,
             nccl_all_reduce_sums_in_place_and_out_of_place,

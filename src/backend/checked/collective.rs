@@ -397,6 +397,13 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
                     kernel.name()
                 )));
             }
+            if buffers.flags == buffers.input || buffers.flags == buffers.output {
+                return Err(Error::usage(format!(
+                    "{call}: {whose} flags ({}) are also its input or output: the kernels keep \
+                     their counters in the flags; give them a buffer of their own",
+                    buffers.flags
+                )));
+            }
             let resolve = |name: &str, id: BufferId, least: usize| -> Result<I::Buffer> {
                 let entry = st.buffers.get(id.0)?;
                 on_gpu(
@@ -423,13 +430,6 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             let input = resolve("input", buffers.input, len)?;
             let output = resolve("output", buffers.output, len)?;
             let flags = resolve("flags", buffers.flags, FLAG_BYTES)?;
-            if buffers.flags == buffers.input || buffers.flags == buffers.output {
-                return Err(Error::usage(format!(
-                    "{call}: {whose} flags ({}) are also its input or output: the kernels keep \
-                     their counters in the flags; give them a buffer of their own",
-                    buffers.flags
-                )));
-            }
             devices.push(gpu);
             raw.push((gpu, [input, output, flags]));
         }
