@@ -11,6 +11,9 @@
 //! its tensor in, the kernel sums in place in the shared buffers, and each copies the sum back.
 //! The cost model prices those copies with the kernels
 //! ([`all_reduce::pick_across_processes`]). Nothing crosses the group's sockets per call.
+//!
+//! Tested across real processes, every kernel at each size with every element checked by its
+//! rank: tests/processes/group_reduce.rs, on the simulator in CI and on two GPUs.
 
 use crate::backend::collective::{AllReduceKernel, DataType, RankBuffers, FLAG_BYTES};
 use crate::backend::{
@@ -344,114 +347,4 @@ fn share(
         return Err(e);
     }
     Ok(imported)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::sim::SimBackend;
-    use crate::engine::Fabric;
-    use crate::launch::{Identity, Rendezvous};
-    use std::time::Duration;
-
-    /// The ranks of a group of `world` threads on 127.0.0.1, each with a simulator of its own
-    /// (as each process would have), running `body` with its joined all-reduce.
-    fn on_ranks<T: Send + 'static>(
-        world: usize,
-        body: impl Fn(&mut GroupAllReduce, &dyn Backend) -> T + Send + Sync + Clone + 'static,
-    ) -> Vec<T> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let rendezvous = Rendezvous {
-            addr: ([127, 0, 0, 1], port).into(),
-            timeout: Duration::from_secs(30),
-        };
-        let threads: Vec<_> = (0..world)
-            .map(|rank| {
-                let (rendezvous, body) = (rendezvous.clone(), body.clone());
-                std::thread::spawn(move || {
-                    let identity = Identity {
-                        rank,
-                        world,
-                        local_rank: rank,
-                        local_world: world,
-                    };
-                    let group = Group::join(identity, &rendezvous).unwrap();
-                    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
-                    let model = Fabric::open(backend.clone())
-                        .unwrap()
-                        .planner()
-                        .model()
-                        .clone();
-                    let mut reduce = GroupAllReduce::join(backend.clone(), group, model).unwrap();
-                    body(&mut reduce, backend.as_ref())
-                })
-            })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
-    }
-
-    /// Rank `rank`'s f32 elements for call `call`: small whole numbers, so every sum is exact.
-    fn values(rank: usize, call: usize, elements: usize) -> Vec<f32> {
-        (0..elements)
-            .map(|i| ((i * 7 + rank * 13 + call * 3) % 101) as f32)
-            .collect()
-    }
-
-    fn f32_bytes(values: &[f32]) -> Vec<u8> {
-        values.iter().flat_map(|v| v.to_le_bytes()).collect()
-    }
-
-    #[test]
-    fn every_rank_holds_the_sum_by_every_kernel_and_the_shared_buffers_grow() {
-        // Each size by the cost model's pick and by every kernel that takes it; 4 MiB grows the
-        // shared buffers past their first 1 MiB.
-        let sizes = [4 << 10, 256 << 10, 4 << 20];
-        for world in [2, 3] {
-            let picks = on_ranks(world, move |reduce, backend| {
-                let gpu = reduce.gpus()[reduce.rank()];
-                let stream = backend.create_stream(gpu).unwrap();
-                let mut call = 0;
-                let mut picks = Vec::new();
-                for &len in &sizes {
-                    let takers = AllReduceKernel::ALL
-                        .into_iter()
-                        .filter(|k| len <= k.max_len());
-                    for kernel in std::iter::once(None).chain(takers.map(Some)) {
-                        call += 1;
-                        let elements = len / 4;
-                        let buffer = backend.alloc(Memory::Device(gpu), len).unwrap();
-                        let mine = values(reduce.rank(), call, elements);
-                        backend.write(buffer, 0, &f32_bytes(&mine)).unwrap();
-                        let ran = match kernel {
-                            None => reduce.all_reduce(buffer, stream, len, DataType::F32),
-                            Some(k) => reduce
-                                .all_reduce_by(k, buffer, stream, len, DataType::F32)
-                                .map(|()| k),
-                        };
-                        let ran = ran.unwrap();
-                        picks.extend(kernel.is_none().then_some(ran));
-                        backend.synchronize(stream).unwrap();
-                        let mut out = vec![0; len];
-                        backend.read(buffer, 0, &mut out).unwrap();
-                        let every: Vec<Vec<f32>> =
-                            (0..world).map(|r| values(r, call, elements)).collect();
-                        let sum: Vec<f32> = (0..elements)
-                            .map(|i| every.iter().map(|v| v[i]).sum())
-                            .collect();
-                        let rank = reduce.rank();
-                        assert!(out == f32_bytes(&sum), "rank {rank}, {len} B by {ran:?}");
-                        backend.free(buffer).unwrap();
-                    }
-                }
-                assert_eq!(reduce.shared_len, 4 << 20);
-                picks
-            });
-            assert!(picks.windows(2).all(|w| w[0] == w[1]), "{picks:?}");
-            assert_eq!(picks[0][0], AllReduceKernel::OneShotPackets, "{picks:?}");
-        }
-    }
 }
