@@ -67,6 +67,10 @@ impl GroupAllReduce {
     /// [`crate::engine::Fabric::planner`], or a measured profile's).
     pub fn join(backend: Arc<dyn Backend>, group: Group, model: CostModel) -> Result<Self> {
         let gpus = one_gpu_each(backend.as_ref(), &group, "an all-reduce")?;
+        // The same answer on every rank (one host, one topology): refused before anything is made.
+        if all_reduce::pick_across_processes(&model, &gpus, DataType::F32.size() as u64).is_none() {
+            return Err(no_p2p(&gpus));
+        }
         let me = group.identity().rank;
         let gpu = gpus[me];
         let made = (|| {
@@ -84,8 +88,9 @@ impl GroupAllReduce {
         let (flags, shared) = agreed(&group, made)?;
         let every = share(backend.as_ref(), &group, gpu, &[*flags, *shared])?;
         // From here the struct's drop frees them.
-        let (_, _) = (flags.keep(), shared.keep());
-        let mut joined = GroupAllReduce {
+        flags.keep();
+        shared.keep();
+        Ok(GroupAllReduce {
             backend,
             group,
             model,
@@ -95,9 +100,7 @@ impl GroupAllReduce {
             shared_len: INITIAL_SHARED_BYTES,
             picked: HashMap::new(),
             last_stream: None,
-        };
-        joined.check_p2p()?;
-        Ok(joined)
+        })
     }
 
     /// This process's rank.
@@ -195,24 +198,12 @@ impl GroupAllReduce {
             return Ok(kernel);
         }
         let (kernel, _) = all_reduce::pick_across_processes(&self.model, &self.gpus, len as u64)
-            .ok_or_else(|| self.no_p2p())?;
+            .ok_or_else(|| no_p2p(&self.gpus))?;
         if self.picked.len() >= PICKS_KEPT {
             self.picked.clear();
         }
         self.picked.insert((len, dtype), kernel);
         Ok(kernel)
-    }
-
-    fn check_p2p(&mut self) -> Result<()> {
-        self.kernel(DataType::F32.size(), DataType::F32).map(drop)
-    }
-
-    fn no_p2p(&self) -> Error {
-        Error::usage(format!(
-            "peerlink's all-reduce needs P2P between every two of the ranks' GPUs {:?}, and a \
-             pair of them has none; run the ranks on GPUs that all reach each other",
-            self.gpus
-        ))
     }
 
     /// Orders `stream` after the last call, where that ran on another stream.
@@ -247,8 +238,8 @@ impl GroupAllReduce {
         self.shared_len = new_len;
         // Every rank waited for its calls before the exchange, so no kernel reads the old
         // buffers: close the peers' mappings, then, once every rank has, free this rank's own.
-        for (r, buffer) in old.iter().enumerate().filter(|&(r, _)| r != me) {
-            backend.free(*buffer).map_err(|e| mapping_error(r, e))?;
+        for (_, buffer) in old.iter().enumerate().filter(|&(r, _)| r != me) {
+            backend.free(*buffer)?;
         }
         self.group.barrier()?;
         backend.free(old[me])
@@ -275,9 +266,10 @@ impl Drop for GroupAllReduce {
     }
 }
 
-fn mapping_error(rank: usize, error: Error) -> Error {
+fn no_p2p(gpus: &[usize]) -> Error {
     Error::usage(format!(
-        "closing rank {rank}'s shared buffer failed ({error}); the all-reduce cannot go on"
+        "peerlink's all-reduce needs P2P between every two of the ranks' GPUs {gpus:?}, and a pair \
+         of them has none; run the ranks on GPUs that all reach each other"
     ))
 }
 
