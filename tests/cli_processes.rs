@@ -324,15 +324,68 @@ fn a_rank_killed_mid_workload_stops_the_others_within_the_timeout() {
 #[test]
 fn a_workload_that_does_not_run_across_processes_is_refused_on_every_rank() {
     let outs = finish(
-        start_ranks(2, "pcie-2gpu-switch", &["workload", "all-reduce"], 20),
+        start_ranks(2, "pcie-2gpu-switch", &["workload", "halo"], 20),
         Duration::from_secs(60),
     );
     for (rank, out) in outs.iter().enumerate() {
         let text = stderr(out);
         assert_eq!(out.status.code(), Some(2), "rank {rank}: {text}");
         assert!(
-            text.contains("across processes: send-recv"),
+            text.contains("across processes: all-reduce, send-recv"),
             "rank {rank}: {text}"
         );
     }
+}
+
+/// The all-reduce rows of a document across `world` processes: every kernel that takes each
+/// size, and the pick, all verified; NCCL's left out on the simulator, with the reason.
+fn all_reduce_across(world: usize, preset: &str, sizes: &[u64]) {
+    let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+    let doc = across(
+        world,
+        preset,
+        &["workload", "all-reduce", "--sizes", &list.join(",")],
+    );
+    let notices = doc["notices"].to_string();
+    assert!(
+        notices.contains(&format!("across {world} processes, one per GPU")),
+        "{notices}"
+    );
+    assert!(notices.contains("engine::GroupAllReduce"), "{notices}");
+    assert!(
+        notices.contains("NCCL across processes is not simulated"),
+        "{notices}"
+    );
+    let rows = doc["rows"].as_array().unwrap();
+    for &bytes in sizes {
+        let at: Vec<&Value> = rows.iter().filter(|r| r["bytes"] == bytes).collect();
+        let kernels: Vec<&str> = at
+            .iter()
+            .filter(|r| r["contender"] == "peerlink")
+            .map(|r| r["algorithm"].as_str().unwrap())
+            .collect();
+        let takers = if bytes <= 256 << 10 { 3 } else { 2 };
+        assert_eq!(kernels.len(), takers, "{bytes} B: {kernels:?}");
+        let pick = at
+            .iter()
+            .find(|r| r["contender"] == "peerlink-pick")
+            .expect("the pick's row");
+        assert!(kernels.contains(&pick["algorithm"].as_str().unwrap()));
+        assert!(pick["regret"].as_f64().unwrap() >= 0.0);
+        for r in &at {
+            assert_eq!(r["verified"], true, "{r}");
+            assert!(r["time_us"].as_f64().unwrap() > 0.0, "{r}");
+            assert_ne!(r["contender"], "NCCL", "{r}");
+        }
+    }
+}
+
+#[test]
+fn all_reduce_over_two_processes_sums_every_element_by_every_kernel() {
+    all_reduce_across(2, "h200-pair", &[4 << 10, 1 << 20]);
+}
+
+#[test]
+fn all_reduce_over_three_processes_grows_its_shared_buffers() {
+    all_reduce_across(3, "dgx-h100", &[64 << 10, 4 << 20]);
 }

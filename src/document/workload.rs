@@ -6,12 +6,6 @@ use crate::workload::{Report, Row, Workload};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// How every row was timed, in words.
-pub const TIMING: &str = "as nccl-tests times: warm-up operations, then `iters` operations back \
-    to back on every rank's stream, GPU events around the loop on each, every stream held behind a \
-    gate while the host queues; time per operation = the slowest rank's window / iters. After \
-    timing, each contender ran once more into poisoned outputs and every byte was checked";
-
 /// One workload over a size sweep: every contender at every size, measured and verified.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct WorkloadDocument {
@@ -45,7 +39,7 @@ impl WorkloadDocument {
             header: Header::new(Self::SCHEMA, host),
             workload: report.workload,
             devices: report.devices.clone(),
-            timing: TIMING.to_string(),
+            timing: report.timing.to_string(),
             warmup: report.warmup,
             busbw_rule: report.workload.busbw_rule().to_string(),
             worst_regret: report.worst_regret(),
@@ -88,6 +82,7 @@ mod tests {
             workload: Workload::AllReduce,
             devices: vec![0, 1],
             warmup: 5,
+            timing: crate::workload::TIMING,
             rows: vec![row],
             notices: vec!["NCCL's rows are left out: none".into()],
         };

@@ -25,6 +25,7 @@ use crate::launch::Group;
 use crate::model::CostModel;
 use crate::workload::all_reduce;
 use crate::{Error, Result};
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -43,9 +44,11 @@ const PICKS_KEPT: usize = 4096;
 /// and element types, in the same order, each on its own buffer and stream (as NCCL's collectives
 /// are called): a rank that calls with another length, or not at all, leaves the others' kernels
 /// waiting until they fail.
-pub struct GroupAllReduce {
+///
+/// It owns its [`Group`], or borrows one (`G` = `&Group`) that serves other work too.
+pub struct GroupAllReduce<G: Borrow<Group> = Group> {
     backend: Arc<dyn Backend>,
-    group: Group,
+    group: G,
     model: CostModel,
     /// Each rank's GPU, in rank order.
     gpus: Vec<usize>,
@@ -60,18 +63,18 @@ pub struct GroupAllReduce {
     last_stream: Option<StreamId>,
 }
 
-impl GroupAllReduce {
+impl<G: Borrow<Group>> GroupAllReduce<G> {
     /// Joins the all-reduce of `group`'s ranks: rank `r` on the GPU of its `LOCAL_RANK`, all of
     /// one host and with P2P between every two. Every rank calls it; it returns once all have
     /// shared their flag blocks and buffers. `model` prices the kernels (the engine's, from
     /// [`crate::engine::Fabric::planner`], or a measured profile's).
-    pub fn join(backend: Arc<dyn Backend>, group: Group, model: CostModel) -> Result<Self> {
-        let gpus = one_gpu_each(backend.as_ref(), &group, "an all-reduce")?;
+    pub fn join(backend: Arc<dyn Backend>, group: G, model: CostModel) -> Result<Self> {
+        let gpus = one_gpu_each(backend.as_ref(), group.borrow(), "an all-reduce")?;
         // The same answer on every rank (one host, one topology): refused before anything is made.
         if all_reduce::pick_across_processes(&model, &gpus, DataType::F32.size() as u64).is_none() {
             return Err(no_p2p(&gpus));
         }
-        let me = group.identity().rank;
+        let me = group.borrow().identity().rank;
         let gpu = gpus[me];
         let made = (|| {
             let flags = Owned::new(
@@ -85,8 +88,8 @@ impl GroupAllReduce {
             );
             Ok((flags, shared))
         })();
-        let (flags, shared) = agreed(&group, made)?;
-        let every = share(backend.as_ref(), &group, gpu, &[*flags, *shared])?;
+        let (flags, shared) = agreed(group.borrow(), made)?;
+        let every = share(backend.as_ref(), group.borrow(), gpu, &[*flags, *shared])?;
         // From here the struct's drop frees them.
         flags.keep();
         shared.keep();
@@ -105,7 +108,7 @@ impl GroupAllReduce {
 
     /// This process's rank.
     pub fn rank(&self) -> usize {
-        self.group.identity().rank
+        self.group().identity().rank
     }
 
     /// Each rank's GPU, in rank order.
@@ -115,7 +118,7 @@ impl GroupAllReduce {
 
     /// The group the ranks meet in.
     pub fn group(&self) -> &Group {
-        &self.group
+        self.group.borrow()
     }
 
     /// Sums every rank's `buffer` (`len` bytes of `dtype` from its start, device memory of this
@@ -231,8 +234,8 @@ impl GroupAllReduce {
                 backend.alloc(Memory::Device(gpu), new_len)?,
             ))
         });
-        let made = agreed(&self.group, made)?;
-        let every = share(backend, &self.group, gpu, &[*made])?;
+        let made = agreed(self.group(), made)?;
+        let every = share(backend, self.group(), gpu, &[*made])?;
         made.keep();
         let old = std::mem::replace(&mut self.shared, every.iter().map(|b| b[0]).collect());
         self.shared_len = new_len;
@@ -241,12 +244,12 @@ impl GroupAllReduce {
         for (_, buffer) in old.iter().enumerate().filter(|&(r, _)| r != me) {
             backend.free(*buffer)?;
         }
-        self.group.barrier()?;
+        self.group().barrier()?;
         backend.free(old[me])
     }
 }
 
-impl Drop for GroupAllReduce {
+impl<G: Borrow<Group>> Drop for GroupAllReduce<G> {
     fn drop(&mut self) {
         // Nothing can report a failure from drop: each release is tried. Every rank waits for its
         // own calls, then for the others' (their kernels touch this rank's flags and buffer)
@@ -260,7 +263,7 @@ impl Drop for GroupAllReduce {
             let _ = backend.free(self.flags[r]);
             let _ = backend.free(self.shared[r]);
         }
-        let _ = self.group.barrier();
+        let _ = self.group().barrier();
         let _ = backend.free(self.flags[me]);
         let _ = backend.free(self.shared[me]);
     }

@@ -278,6 +278,8 @@ pub struct Report {
     pub devices: Vec<usize>,
     /// Untimed operations before each window.
     pub warmup: u32,
+    /// How every row was timed, in words ([`TIMING`], or the way across processes).
+    pub timing: &'static str,
     pub rows: Vec<Row>,
     /// What was left out and why (NCCL missing, pairs without P2P, graphs not available), and the
     /// simulator's defaults: one sentence each.
@@ -290,6 +292,12 @@ impl Report {
         self.rows.iter().filter_map(|r| r.regret).reduce(f64::max)
     }
 }
+
+/// How every row of a workload in one process is timed, in words.
+pub const TIMING: &str = "as nccl-tests times: warm-up operations, then `iters` operations back \
+    to back on every rank's stream, GPU events around the loop on each, every stream held behind a \
+    gate while the host queues; time per operation = the slowest rank's window / iters. After \
+    timing, each contender ran once more into poisoned outputs and every byte was checked";
 
 /// The user's choices; `None` means the default for the backend.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -489,6 +497,7 @@ pub fn run(
         workload,
         devices: settings.devices.clone(),
         warmup: settings.warmup,
+        timing: TIMING,
         rows,
         notices: settings.notices,
     })

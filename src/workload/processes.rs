@@ -20,22 +20,24 @@
 
 use super::send_recv::{flows, EngineFlows, Flow};
 use super::{
-    compare, length, measure, row, Communicator, Contender, IssueMode, Measured, Operation,
-    Options, Report, Row, Settings, Variant, Workload,
+    all_reduce, compare, format_bytes, length, measure, row, Communicator, Contender, Counts,
+    IssueMode, Measured, Operation, Options, Report, Row, Settings, Variant, Workload,
 };
-use crate::backend::collective::{BufferRange, CommRank, PeerOp, UniqueId};
-use crate::backend::{Backend, Owned, ShareDescriptor, SharedBuffer, StreamId};
+use crate::backend::collective::{
+    AllReduceKernel, BufferRange, CommRank, DataType, PeerOp, Rank as CollectiveRank, UniqueId,
+};
+use crate::backend::{Backend, Memory, Owned, ShareDescriptor, SharedBuffer, StreamId};
 use crate::bench::pattern;
 use crate::bench::processes::{agreed, exchange, one_gpu_each};
 use crate::bench::progress::Progress;
-use crate::engine::{Buffer, Fabric};
+use crate::engine::{Buffer, Fabric, GroupAllReduce};
 use crate::launch::Group;
 use crate::{Error, Result};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 /// The workloads that run across processes.
-pub const CROSS_PROCESS_WORKLOADS: [Workload; 1] = [Workload::SendRecv];
+pub const CROSS_PROCESS_WORKLOADS: [Workload; 2] = [Workload::AllReduce, Workload::SendRecv];
 
 /// Runs `workload` as this rank of `group`; rank 0 returns the report, the others `None`.
 pub fn run(
@@ -70,14 +72,13 @@ pub fn run(
     let stream = Owned::new(backend, backend.create_stream(gpus[me.rank])?);
     let comm = join_nccl(backend, group, gpus[me.rank], &mut settings.notices)?;
     if settings.issue.contains(&IssueMode::Graphs) {
-        settings
-            .notices
-            .push(super::send_recv::GRAPHS_NOTICE.into());
+        let notice = if workload == Workload::AllReduce {
+            ACROSS_GRAPHS_NOTICE
+        } else {
+            super::send_recv::GRAPHS_NOTICE
+        };
+        settings.notices.push(notice.into());
     }
-    let variants = options
-        .directions
-        .as_deref()
-        .unwrap_or(&[Variant::OneWay, Variant::BothWays]);
     let rank = Rank {
         backend,
         fabric: &fabric,
@@ -92,21 +93,36 @@ pub fn run(
             step();
         }
     };
-    show(&|| progress.start("send-recv", (variants.len() * settings.sizes.len()) as u64));
     let mut rows = Vec::new();
-    for &variant in variants {
-        let ends = rank.open_ends(variant)?;
+    if workload == Workload::AllReduce {
+        let dtype = options.dtype.unwrap_or(DataType::F32);
+        show(&|| progress.start("all-reduce", settings.sizes.len() as u64));
+        let model = fabric.planner().model().clone();
+        let mut reduce = GroupAllReduce::join(fabric.backend().clone(), group, model)?;
         for bytes in settings.sizes.iter().copied() {
-            // Every rank stops at the same size: a stop request reaches the ranks at different
-            // moments.
-            let stop = exchange(group, Ok(crate::interrupt::requested()))?;
-            if stop.contains(&true) {
+            if rank.stop_requested()? {
                 break;
             }
-            rows.extend(rank.size(&ends, variant, bytes)?);
+            rows.extend(rank.all_reduce_size(&mut reduce, dtype, bytes)?);
             show(&|| progress.step());
         }
-        ends.close(group)?;
+    } else {
+        let variants = options
+            .directions
+            .as_deref()
+            .unwrap_or(&[Variant::OneWay, Variant::BothWays]);
+        show(&|| progress.start("send-recv", (variants.len() * settings.sizes.len()) as u64));
+        for &variant in variants {
+            let ends = rank.open_ends(variant)?;
+            for bytes in settings.sizes.iter().copied() {
+                if rank.stop_requested()? {
+                    break;
+                }
+                rows.extend(rank.size(&ends, variant, bytes)?);
+                show(&|| progress.step());
+            }
+            ends.close(group)?;
+        }
     }
     show(&|| progress.finish());
     if me.rank != 0 {
@@ -115,36 +131,67 @@ pub fn run(
     compare(&mut rows);
     settings
         .notices
-        .push(across_note(backend, &gpus, comm.is_some()));
+        .push(across_note(backend, workload, &gpus, comm.is_some()));
     Ok(Some(Report {
         source: backend.source().clone(),
         workload,
         devices: gpus,
         warmup: settings.warmup,
+        timing: if workload == Workload::AllReduce {
+            ACROSS_ALL_REDUCE_TIMING
+        } else {
+            super::TIMING
+        },
         rows,
         notices: settings.notices,
     }))
 }
 
+/// How the all-reduce across processes is timed, in words: no gate holds a rank's stream (the
+/// simulator's ranks meet as each queues its part, which a held stream would never let run).
+const ACROSS_ALL_REDUCE_TIMING: &str = "on each rank's own GPU: primed operations waited for, \
+    warm-up operations, then `iters` operations back to back between two GPU events on its stream \
+    (queued as the host goes: the operations meet the other ranks' at every call, so the ranks run \
+    in step); time per operation = the slowest rank's window / iters. After timing, each \
+    contender ran once more on fresh inputs and every rank checked every element in its own memory";
+
+/// Why graphs mode times the all-reduce across processes from the host too.
+const ACROSS_GRAPHS_NOTICE: &str = "the all-reduce across processes is issued from the host in \
+     every mode: a rank's kernel captured into a graph would meet the other processes' only when \
+     replayed";
+
 /// The document's note on how the run spanned processes.
-fn across_note(backend: &dyn Backend, gpus: &[usize], nccl: bool) -> String {
+fn across_note(backend: &dyn Backend, workload: Workload, gpus: &[usize], nccl: bool) -> String {
+    let sharing = if backend.topology().is_simulated() {
+        "on the simulator, a shared file; each process keeps its own virtual clock"
+    } else {
+        "a CUDA IPC handle"
+    };
+    let how = if workload == Workload::AllReduce {
+        format!(
+            "the ranks share a flag block and a buffer each once ({sharing}) and each queues its \
+             own kernel over every rank's (engine::GroupAllReduce: packets read the buffer \
+             itself, one-shot copies it in, two-shot in and out); every element checked by each \
+             rank in its own memory; each rank times its own GPU (events around back-to-back \
+             operations, which meet at every call), and the time per operation is the slowest \
+             rank's"
+        )
+    } else {
+        format!(
+            "each receiver exports its destinations ({sharing}), each sender imports them for its \
+             own GPU and pushes into them with the engine; every byte checked by its owner in its \
+             own memory; each rank times its own GPU, the ranks' gates open together to within a \
+             barrier, and the time per operation is the slowest rank's"
+        )
+    };
     format!(
-        "across {} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): each receiver exports its \
-         destinations ({}), each sender imports them for its own GPU and pushes into them with the \
-         engine{}; every byte checked by its owner in its own memory; each rank times its own GPU, \
-         the ranks' gates open together to within a barrier, and the time per operation is the \
-         slowest rank's",
+        "across {} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): {how}{}",
         gpus.len(),
         gpus.iter()
             .enumerate()
             .map(|(rank, gpu)| format!("rank {rank} → GPU {gpu}"))
             .collect::<Vec<_>>()
             .join(", "),
-        if backend.topology().is_simulated() {
-            "on the simulator, a shared file; each process keeps its own virtual clock"
-        } else {
-            "a CUDA IPC handle"
-        },
         if nccl {
             "; NCCL through one communicator across the processes (ncclCommInitRank, the unique \
              id broadcast from rank 0)"
@@ -250,6 +297,122 @@ impl Ends {
 impl Rank<'_> {
     fn me(&self) -> usize {
         self.group.identity().rank
+    }
+
+    /// Whether any rank was asked to stop: every rank then stops at the same size (a stop request
+    /// reaches the ranks at different moments).
+    fn stop_requested(&self) -> Result<bool> {
+        let stop = exchange(self.group, Ok(crate::interrupt::requested()))?;
+        Ok(stop.contains(&true))
+    }
+
+    /// The all-reduce at `bytes`: peerlink's kernels (each that takes the size, and the cost
+    /// model's pick) and NCCL's, each timed on this rank's GPU and checked in its own memory.
+    fn all_reduce_size(
+        &self,
+        reduce: &mut GroupAllReduce<&Group>,
+        dtype: DataType,
+        bytes: u64,
+    ) -> Result<Vec<Row>> {
+        let (b, me, n) = (self.backend, self.me(), self.gpus.len());
+        let len = length(bytes)?;
+        if !len.is_multiple_of(dtype.size()) {
+            return Err(Error::usage(format!(
+                "all-reduce sizes are whole {dtype} elements: {bytes} bytes is not a multiple of {}",
+                dtype.size()
+            )));
+        }
+        let elements = len / dtype.size();
+        let buffer = Owned::new(b, b.alloc(Memory::Device(self.gpus[me]), len)?);
+        let mut mine = Vec::new();
+        all_reduce::encode(
+            dtype,
+            (0..elements).map(|i| all_reduce::element(me, i)),
+            &mut mine,
+        );
+        let want = all_reduce::expected(dtype, n, elements);
+        let counts = self.settings.counts(bytes);
+        let stream = self.stream;
+        let measured = |contender, algorithm: &str, op: &mut dyn FnMut() -> Result<()>| {
+            let time_us = self.time_in_step(counts, op)?;
+            b.write(*buffer, 0, &mine)?;
+            op()?;
+            b.synchronize(stream)?;
+            let mut found = vec![0; len];
+            b.read(*buffer, 0, &mut found)?;
+            let what = format!("all-reduce {algorithm} {dtype} {}", format_bytes(bytes));
+            let gpu = self.gpus[me];
+            agreed(
+                self.group,
+                Error::check_bytes(&what, gpu, gpu, &want, &found),
+            )?;
+            let m = Measured {
+                variant: None,
+                bytes,
+                contender,
+                algorithm: algorithm.to_string(),
+                issue: IssueMode::Stream,
+                iters: counts.iters,
+                time_us,
+            };
+            Ok::<_, Error>(row(
+                Workload::AllReduce,
+                n,
+                self.settings.simulated,
+                Some(dtype),
+                m,
+            ))
+        };
+        let mut rows = Vec::new();
+        for kernel in AllReduceKernel::ALL
+            .into_iter()
+            .filter(|k| len <= k.max_len())
+        {
+            let mut op = || reduce.all_reduce_by(kernel, *buffer, stream, len, dtype);
+            rows.push(measured(Contender::Peerlink, kernel.name(), &mut op)?);
+        }
+        let model = self.fabric.planner().model();
+        if let Some((kernel, predicted_us)) =
+            all_reduce::pick_across_processes(model, self.gpus, bytes)
+        {
+            let fastest = rows.iter().map(|r| r.time_us).fold(f64::INFINITY, f64::min);
+            let mut picked = rows
+                .iter()
+                .find(|r| r.algorithm == kernel.name())
+                .expect("the pick is among the kernels measured")
+                .clone();
+            picked.contender = Contender::PeerlinkPick;
+            picked.predicted_us = Some(predicted_us);
+            picked.regret = Some(picked.time_us / fastest - 1.0);
+            rows.push(picked);
+        }
+        if let Some(comm) = self.comm {
+            let rank = [CollectiveRank {
+                stream,
+                input: *buffer,
+                output: *buffer,
+            }];
+            let mut op = || comm.nccl.all_reduce(comm.id, dtype, &rank, len);
+            rows.push(measured(Contender::Nccl, "ncclAllReduce", &mut op)?);
+        }
+        Ok(rows)
+    }
+
+    /// GPU µs per operation of `op` on this rank's stream, the slowest rank's: primed (waited
+    /// for), warmed up, then `counts.iters` back to back between two events. No gate holds the
+    /// stream: the operations meet the other ranks' at every call, so the ranks run in step.
+    fn time_in_step(&self, counts: Counts, op: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        let b = self.backend;
+        (0..counts.prime.max(1)).try_for_each(|_| op())?;
+        b.synchronize(self.stream)?;
+        (0..counts.warmup).try_for_each(|_| op())?;
+        let start = Owned::new(b, b.record(self.stream)?);
+        (0..counts.iters).try_for_each(|_| op())?;
+        let end = Owned::new(b, b.record(self.stream)?);
+        b.synchronize(self.stream)?;
+        let us = b.elapsed_us(*start, *end)? / f64::from(counts.iters);
+        let every = exchange(self.group, Ok(us))?;
+        Ok(every.into_iter().fold(0.0, f64::max))
     }
 
     /// Allocates this rank's sources and destinations for `variant` (the sweep's largest size),
