@@ -249,3 +249,50 @@ fn launched_send_recv_pushes_every_byte_and_nccl_runs_across_the_processes_besid
         }
     }
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn launched_all_reduce_sums_every_element_and_nccl_runs_across_the_processes_beside_it() {
+    if gpu_count() < 2 {
+        eprintln!("launched all-reduce: nothing to check, this host has fewer than 2 GPUs");
+        return;
+    }
+    let sizes = ["4", "65536", "1048576", "16777216", "268435456"];
+    let out = Command::new(peerlink_binary())
+        .args(["launch", "-n", "2", "--timeout", "120", "--"])
+        .args(["--gpu", "workload", "all-reduce", "--json", "--sizes"])
+        .arg(sizes.join(","))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["source"], "cuda");
+    let notices = doc["notices"].to_string();
+    assert!(notices.contains("across 2 processes"), "{notices}");
+    let nccl = !notices.contains("NCCL was not found");
+    let rows = doc["rows"].as_array().unwrap();
+    for bytes in sizes {
+        let bytes: u64 = bytes.parse().unwrap();
+        let at: Vec<&Value> = rows.iter().filter(|r| r["bytes"] == bytes).collect();
+        for contender in ["peerlink", "peerlink-pick"] {
+            assert!(
+                at.iter().any(|r| r["contender"] == contender),
+                "{contender} at {bytes} B"
+            );
+        }
+        assert_eq!(
+            at.iter().any(|r| r["contender"] == "nccl"),
+            nccl,
+            "{notices}"
+        );
+        for row in at {
+            assert_eq!(row["verified"], true);
+            let us = row["time_us"].as_f64().unwrap();
+            println!(
+                "all-reduce {bytes} B across processes: {} {} {us:.2} µs/op",
+                row["contender"], row["algorithm"]
+            );
+            assert!(us > 0.0, "{row}");
+        }
+    }
+}
