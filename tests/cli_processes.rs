@@ -281,7 +281,7 @@ fn send_recv_over_two_processes_moves_every_byte_as_one_process_does() {
         .as_array()
         .unwrap()
         .iter()
-        .all(|r| r["contender"] != "NCCL"));
+        .all(|r| r["contender"] != "nccl"));
     let mut single = vec!["--sim", "h200-pair"];
     single.extend(args);
     same_engine_rows(&doc, &json_of(&single));
@@ -375,7 +375,7 @@ fn all_reduce_across(world: usize, preset: &str, sizes: &[u64]) {
         for r in &at {
             assert_eq!(r["verified"], true, "{r}");
             assert!(r["time_us"].as_f64().unwrap() > 0.0, "{r}");
-            assert_ne!(r["contender"], "NCCL", "{r}");
+            assert_ne!(r["contender"], "nccl", "{r}");
         }
     }
 }
