@@ -192,17 +192,13 @@ fn a_gpu_rank_killed_mid_bench_stops_the_other() {
     }
 }
 
-#[test]
-#[ignore = "needs a GPU"]
-fn launched_send_recv_pushes_every_byte_and_nccl_runs_across_the_processes_beside_it() {
-    if gpu_count() < 2 {
-        eprintln!("launched send-recv: nothing to check, this host has fewer than 2 GPUs");
-        return;
-    }
-    let sizes = ["4", "65536", "16777216"];
+/// `peerlink launch -n 2 -- --gpu workload <workload> --json --sizes <sizes>`: the document, and
+/// whether NCCL's rows are there to check (they need NCCL on the host; without it the notice says
+/// it was not found, and nothing else may keep them out).
+fn launched_workload(workload: &str, sizes: &[&str]) -> (Value, bool) {
     let out = Command::new(peerlink_binary())
         .args(["launch", "-n", "2", "--timeout", "120", "--"])
-        .args(["--gpu", "workload", "send-recv", "--json", "--sizes"])
+        .args(["--gpu", "workload", workload, "--json", "--sizes"])
         .arg(sizes.join(","))
         .output()
         .unwrap();
@@ -211,9 +207,20 @@ fn launched_send_recv_pushes_every_byte_and_nccl_runs_across_the_processes_besid
     assert_eq!(doc["source"], "cuda");
     let notices = doc["notices"].to_string();
     assert!(notices.contains("across 2 processes"), "{notices}");
-    // NCCL's rows need NCCL on the host; without it the notice says it was not found, and nothing
-    // else may keep them out.
     let nccl = !notices.contains("NCCL was not found");
+    (doc, nccl)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn launched_send_recv_pushes_every_byte_and_nccl_runs_across_the_processes_beside_it() {
+    if gpu_count() < 2 {
+        eprintln!("launched send-recv: nothing to check, this host has fewer than 2 GPUs");
+        return;
+    }
+    let sizes = ["4", "65536", "16777216"];
+    let (doc, nccl) = launched_workload("send-recv", &sizes);
+    let notices = doc["notices"].to_string();
     let rows = doc["rows"].as_array().unwrap();
     for variant in ["one-way", "both"] {
         for bytes in sizes {
@@ -258,18 +265,8 @@ fn launched_all_reduce_sums_every_element_and_nccl_runs_across_the_processes_bes
         return;
     }
     let sizes = ["4", "65536", "1048576", "16777216", "268435456"];
-    let out = Command::new(peerlink_binary())
-        .args(["launch", "-n", "2", "--timeout", "120", "--"])
-        .args(["--gpu", "workload", "all-reduce", "--json", "--sizes"])
-        .arg(sizes.join(","))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
-    assert_eq!(doc["source"], "cuda");
+    let (doc, nccl) = launched_workload("all-reduce", &sizes);
     let notices = doc["notices"].to_string();
-    assert!(notices.contains("across 2 processes"), "{notices}");
-    let nccl = !notices.contains("NCCL was not found");
     let rows = doc["rows"].as_array().unwrap();
     for bytes in sizes {
         let bytes: u64 = bytes.parse().unwrap();
