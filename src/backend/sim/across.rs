@@ -22,13 +22,13 @@ use super::{reduce, Simulator, Stream};
 use crate::backend::collective::{
     AllReduceKernel, DataType, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
 };
-use crate::backend::RawRankBuffers;
+use crate::backend::{RawBackend, RawRankBuffers};
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
 
 /// How long a rank waits in real time for the other processes' parts before it fails, as a GPU's
 /// kernel traps when a peer never comes.
-pub(super) const MEETING_TIMEOUT: Duration = Duration::from_secs(60);
+const MEETING_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where a flag block keeps the simulator's two counters (u64, little-endian): the calls a rank
 /// has arrived at, and the calls whose inputs it has read.
@@ -40,6 +40,7 @@ const PACKETS_AT: usize = 64 * 1024;
 const _: () = assert!(PACKETS_AT + MAX_RANKS * PACKET_MAX_BYTES <= FLAG_BYTES);
 
 impl Simulator {
+    /// `RawCollectives::rank_all_reduce` on the simulator (see the module's introduction).
     pub(super) fn part_across_processes(
         &self,
         kernel: AllReduceKernel,
@@ -49,7 +50,6 @@ impl Simulator {
         ranks: &[RawRankBuffers<'_, Self>],
         len: usize,
     ) -> Result<()> {
-        use crate::backend::RawBackend;
         self.synchronize(stream)?;
         let flags: Vec<Key> = ranks.iter().map(|r| *r.flags).collect();
         let packets = kernel == AllReduceKernel::OneShotPackets;
