@@ -360,10 +360,9 @@ impl Fabric {
 
     /// The GPU of this process's rank, with processes=True.
     fn rank_gpu(&self) -> Option<usize> {
-        self.group.as_ref().map(|g| {
-            let group = g.lock().unwrap_or_else(PoisonError::into_inner);
-            group.gpus()[group.rank()]
-        })
+        self.group
+            .as_ref()
+            .map(|g| g.lock().unwrap_or_else(PoisonError::into_inner).gpu())
     }
 
     /// Queues the all-reduce across processes of this rank's borrowed memory on its owner's
@@ -371,7 +370,7 @@ impl Fabric {
     fn reduce_rank(&self, tensor: DeviceRef, bytes: usize, dtype: DataType) -> Result<()> {
         let (address, device, handle) = tensor;
         let mut group = self.group()?;
-        let gpu = group.gpus()[group.rank()];
+        let gpu = group.gpu();
         if device != gpu {
             return Err(Error::usage(format!(
                 "the tensor is on GPU {device}, but this process is rank {} of the group, on GPU \
@@ -391,7 +390,7 @@ impl Fabric {
     /// Sums a host buffer's bytes across the processes, through this rank's GPU; returns the sum.
     fn reduce_rank_host(&self, data: &[u8], dtype: DataType) -> Result<Vec<u8>> {
         let mut group = self.group()?;
-        let gpu = group.gpus()[group.rank()];
+        let gpu = group.gpu();
         let backend = self.backend();
         let stream = self.own_stream(gpu)?;
         let buffer = Owned::new(

@@ -111,6 +111,11 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         self.group().identity().rank
     }
 
+    /// This rank's GPU (its `LOCAL_RANK`).
+    pub fn gpu(&self) -> usize {
+        self.gpus[self.rank()]
+    }
+
     /// Each rank's GPU, in rank order.
     pub fn gpus(&self) -> &[usize] {
         &self.gpus

@@ -119,7 +119,7 @@ pub fn rank() {
         .clone();
     let mut reduce = GroupAllReduce::join(backend.clone(), group, model).unwrap();
     let me = reduce.rank();
-    let gpu = reduce.gpus()[me];
+    let gpu = reduce.gpu();
     let b = backend.as_ref();
     let stream = b.create_stream(gpu).unwrap();
     let mut call = 0;
