@@ -108,7 +108,9 @@ fn torch(
     want_dtype: bool,
 ) -> PyResult<Described> {
     let py = tensor.py();
-    if !tensor.getattr(intern!(py, "is_cuda"))?.is_truthy()? {
+    // -1 for a tensor in host memory: one call instead of `is_cuda` and then `get_device()`.
+    let device: i64 = tensor.call_method0(intern!(py, "get_device"))?.extract()?;
+    let Ok(device) = usize::try_from(device) else {
         return Err(errors::usage(
             py,
             format!(
@@ -116,7 +118,7 @@ fn torch(
                  peerlink.on(gpu, tensor.numpy())"
             ),
         ));
-    }
+    };
     if !tensor
         .call_method0(intern!(py, "is_contiguous"))?
         .is_truthy()?
@@ -129,7 +131,6 @@ fn torch(
             ),
         ));
     }
-    let device: usize = tensor.call_method0(intern!(py, "get_device"))?.extract()?;
     let torch = types.torch(py)?;
     let stream = torch.current_stream(py, device)?;
     let dtype = if want_dtype {
