@@ -96,6 +96,16 @@ pub fn run(
     let mut rows = Vec::new();
     if workload == Workload::AllReduce {
         let dtype = options.dtype.unwrap_or(DataType::F32);
+        if let Some(bad) = settings
+            .sizes
+            .iter()
+            .find(|&&s| s % dtype.size() as u64 != 0)
+        {
+            return Err(Error::usage(format!(
+                "all-reduce sizes are whole {dtype} elements: {bad} bytes is not a multiple of {}",
+                dtype.size()
+            )));
+        }
         show(&|| progress.start("all-reduce", settings.sizes.len() as u64));
         let model = fabric.planner().model().clone();
         let mut reduce = GroupAllReduce::join(fabric.backend().clone(), group, model)?;
@@ -316,12 +326,6 @@ impl Rank<'_> {
     ) -> Result<Vec<Row>> {
         let (b, me, n) = (self.backend, self.me(), self.gpus.len());
         let len = length(bytes)?;
-        if !len.is_multiple_of(dtype.size()) {
-            return Err(Error::usage(format!(
-                "all-reduce sizes are whole {dtype} elements: {bytes} bytes is not a multiple of {}",
-                dtype.size()
-            )));
-        }
         let elements = len / dtype.size();
         let buffer = Owned::new(b, b.alloc(Memory::Device(self.gpus[me]), len)?);
         let mut mine = Vec::new();
