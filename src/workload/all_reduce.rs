@@ -288,6 +288,18 @@ fn peerlink_flags<'b>(
     Ok(Some(flags))
 }
 
+/// Fails unless every size of the sweep is a whole number of `dtype` elements: checked before
+/// anything runs, in one process or across processes.
+pub(crate) fn check_sizes(sizes: &[u64], dtype: DataType) -> Result<()> {
+    match sizes.iter().find(|&&s| s % dtype.size() as u64 != 0) {
+        Some(bad) => Err(Error::usage(format!(
+            "all-reduce sizes are whole {dtype} elements: {bad} bytes is not a multiple of {}",
+            dtype.size()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Runs the all-reduce sweep.
 pub fn run(
     backend: &dyn Backend,
@@ -296,16 +308,7 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<Vec<Row>> {
     let dtype = dtype.unwrap_or(DataType::F32);
-    if let Some(bad) = settings
-        .sizes
-        .iter()
-        .find(|&&s| s % dtype.size() as u64 != 0)
-    {
-        return Err(Error::usage(format!(
-            "all-reduce sizes are whole {dtype} elements: {bad} bytes is not a multiple of {}",
-            dtype.size()
-        )));
-    }
+    check_sizes(&settings.sizes, dtype)?;
     let devices = settings.devices.clone();
     let n = devices.len();
     let streams = streams_on(backend, &devices)?;

@@ -96,16 +96,7 @@ pub fn run(
     let mut rows = Vec::new();
     if workload == Workload::AllReduce {
         let dtype = options.dtype.unwrap_or(DataType::F32);
-        if let Some(bad) = settings
-            .sizes
-            .iter()
-            .find(|&&s| s % dtype.size() as u64 != 0)
-        {
-            return Err(Error::usage(format!(
-                "all-reduce sizes are whole {dtype} elements: {bad} bytes is not a multiple of {}",
-                dtype.size()
-            )));
-        }
+        all_reduce::check_sizes(&settings.sizes, dtype)?;
         show(&|| progress.start("all-reduce", settings.sizes.len() as u64));
         let model = fabric.planner().model().clone();
         let mut reduce = GroupAllReduce::join(fabric.backend().clone(), group, model)?;
