@@ -5,17 +5,20 @@ Per operation and size, the host time per call over --calls calls, three ways:
 
 - python: the public call (``Fabric.copy_(dst, src)``, ``copy_many_``, ``all_reduce_``), what a
   user pays;
+- fast: the extension's fast path itself (``Fabric._native.copy_(dst, src)``, ...), without the
+  public method's Python frame;
 - native: the extension's call on a description made once beforehand (``copy_device(refs)``,
   ``all_reduce_device(refs, ...)``): the crossing into Rust (argument conversion, the GIL released
   and taken back) and the Rust side;
 - rust: the same operation queued from Rust in a loop (``time_copy_device``,
   ``time_all_reduce_device``): the Rust side alone.
 
-The three take turns, --chunk calls each, over --calls calls; each figure is its fastest chunk's
+The four take turns, --chunk calls each, over --calls calls; each figure is its fastest chunk's
 time per call (a busy spell of the host then spoils no figure, and none more than another).
 
-``python - rust`` is what the Python layer adds (goal: at most 1 µs); ``python - native`` is the
-description of the arguments in Python and Rust, ``native - rust`` the crossing.
+``python - rust`` is what the Python layer adds (goal: at most 1 µs): ``python - fast`` is the public
+method's Python frame, ``fast - native`` the description of the arguments (attribute reads of the
+tensors, in Rust), ``native - rust`` the crossing.
 
 Objects: peerlink's own device memory (``_native.DeviceBuffer``, through
 ``__cuda_array_interface__``), and PyTorch CUDA tensors where PyTorch and a GPU are there (--gpu).
@@ -130,12 +133,14 @@ def main() -> None:
         kind: str,
         size: int,
         call: Callable[[], object],
+        fast_call: Callable[[], object],
         native_call: Callable[[], object],
         rust_loop: Callable[[int], float],
     ) -> None:
         clock = CLOCKS[args.clock]
         ways = {
             "python_us": lambda c: chunk_us(call, c, clock),
+            "fast_us": lambda c: chunk_us(fast_call, c, clock),
             "native_us": lambda c: chunk_us(native_call, c, clock),
             # The Rust loop times itself by the wall clock; by this thread's CPU time, from here.
             "rust_us": rust_loop if args.clock == "wall" else lambda c: chunk_us(lambda: rust_loop(c), 1, clock) / c,
@@ -164,11 +169,16 @@ def main() -> None:
                     call: Callable[[], object] = lambda: fabric.copy_(dsts[0], srcs[0])  # noqa: E731
                 else:
                     call = lambda: fabric.copy_many_(dsts, srcs)  # noqa: E731
+                if count == 1:
+                    fast: Callable[[], object] = lambda: native.copy_(dsts[0], srcs[0])  # noqa: E731
+                else:
+                    fast = lambda: native.copy_many_(dsts, srcs)  # noqa: E731
                 measure(
                     operation,
                     kind,
                     size,
                     call,
+                    fast,
                     lambda: native.copy_device(refs),
                     lambda c: native.time_copy_device(refs, c),
                 )
@@ -188,6 +198,7 @@ def main() -> None:
                     kind,
                     size,
                     lambda: fabric.all_reduce_(tensors, dtype="f32"),
+                    lambda: native.all_reduce_(tensors, "f32"),
                     lambda: native.all_reduce_device(ranks, size, "f32"),
                     lambda c: native.time_all_reduce_device(ranks, size, "f32", c),
                 )
@@ -210,7 +221,7 @@ def main() -> None:
         "simulated": fabric.simulated,
         "calls": args.calls,
         "clock": args.clock,
-        "method": f"host time per call (perf_counter): the three ways take turns, {args.chunk} "
+        "method": f"host time per call (perf_counter): the four ways take turns, {args.chunk} "
         "calls each, over `calls` calls; each figure is its fastest chunk's; the fabric "
         "synchronised between chunks (not timed); rust: the same operation queued from Rust in "
         "a loop timed by Rust",
@@ -225,10 +236,13 @@ def main() -> None:
         f"peerlink Python layer, {fabric.source}{label}: µs per call ({args.clock} clock), fastest "
         f"chunk of {args.chunk}"
     )
-    print(f"{'operation':<26} {'objects':<14} {'bytes':>8} {'python':>8} {'native':>8} {'rust':>8} {'layer':>8}")
+    print(
+        f"{'operation':<26} {'objects':<14} {'bytes':>8} {'python':>8} {'fast':>8} {'native':>8} {'rust':>8} "
+        f"{'layer':>8}"
+    )
     for r in rows:
         print(
-            f"{r['operation']:<26} {r['objects']:<14} {r['bytes']:>8} {r['python_us']:8.2f} {r['native_us']:8.2f} "
+            f"{r['operation']:<26} {r['objects']:<14} {r['bytes']:>8} {r['python_us']:8.2f} {r['fast_us']:8.2f} {r['native_us']:8.2f} "
             f"{r['rust_us']:8.2f} {r['python_layer_us']:+8.2f}"
         )
     fabric.close()
