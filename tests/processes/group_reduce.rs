@@ -172,4 +172,13 @@ pub fn rank() {
         b.free(buffer).unwrap();
     }
     b.destroy_stream(stream).unwrap();
+    if choice == Choice::Gpu {
+        // A rank holds a context on its own GPU alone, not on its peers' (their memory is
+        // imported into its own).
+        let held = peerlink::backend::cuda::CudaBackend::open()
+            .unwrap()
+            .gpus_with_context()
+            .unwrap();
+        assert_eq!(held, vec![gpu], "rank {me} holds contexts on GPUs {held:?}");
+    }
 }

@@ -183,42 +183,102 @@ pub(super) fn load_now(ctx: &CudaContext, function: &CudaFunction) -> Result<(),
         .map_err(failed("cuFuncLoad"))
 }
 
-/// cuDeviceCanAccessPeer.
-pub(super) fn can_access_peer(device: &CudaContext, peer: &CudaContext) -> Result<bool, Error> {
-    let mut can = 0;
-    // SAFETY: `can` is a valid out-pointer; both handles come from live contexts.
-    unsafe { sys::cuDeviceCanAccessPeer(&mut can, device.cu_device(), peer.cu_device()) }
-        .result()
-        .map_err(failed("cuDeviceCanAccessPeer"))?;
-    Ok(can != 0)
-}
+/// A GPU as the driver numbers it (a `CUdevice`): what can be asked of it without a context, so
+/// that opening the backend makes none. A process of a job run one process per GPU then holds a
+/// context, with its memory and its line in `nvidia-smi`, only on the GPUs it works on.
+#[derive(Clone, Copy)]
+pub(super) struct Gpu(sys::CUdevice);
 
-/// cuDeviceGetP2PAttribute for the ordered pair `src → dst`.
-pub(super) fn p2p_attribute(
-    src: &CudaContext,
-    dst: &CudaContext,
-    attribute: sys::CUdevice_P2PAttribute,
-) -> Result<i32, Error> {
-    let mut value = 0;
-    // SAFETY: `value` is a valid out-pointer; both handles come from live contexts.
-    unsafe {
-        sys::cuDeviceGetP2PAttribute(&mut value, attribute, src.cu_device(), dst.cu_device())
+impl Gpu {
+    pub(super) fn get(ordinal: usize) -> Result<Self, Error> {
+        result::device::get(ordinal as i32)
+            .map(Gpu)
+            .map_err(failed("cuDeviceGet"))
     }
-    .result()
-    .map_err(failed("cuDeviceGetP2PAttribute"))?;
-    Ok(value)
+
+    pub(super) fn name(self) -> Result<String, Error> {
+        result::device::get_name(self.0).map_err(failed("cuDeviceGetName"))
+    }
+
+    pub(super) fn uuid(self) -> Result<sys::CUuuid, Error> {
+        result::device::get_uuid(self.0).map_err(failed("cuDeviceGetUuid"))
+    }
+
+    pub(super) fn attribute(self, attribute: sys::CUdevice_attribute) -> Result<i32, Error> {
+        // SAFETY: a device handle from cuDeviceGet; the attribute is an enum value of the driver's.
+        unsafe { result::device::get_attribute(self.0, attribute) }
+            .map_err(failed("cuDeviceGetAttribute"))
+    }
+
+    pub(super) fn total_memory(self) -> Result<usize, Error> {
+        // SAFETY: a device handle from cuDeviceGet.
+        unsafe { result::device::total_mem(self.0) }.map_err(failed("cuDeviceTotalMem"))
+    }
+
+    /// cuDeviceGetPCIBusId, in the driver's own form (`0000:18:00.0`).
+    pub(super) fn pci_bus_id(self) -> Result<String, Error> {
+        let mut text = [0 as std::ffi::c_char; 64];
+        // SAFETY: the buffer is 64 bytes and we pass its length; the driver writes a
+        // NUL-terminated id.
+        unsafe { sys::cuDeviceGetPCIBusId(text.as_mut_ptr(), text.len() as i32, self.0) }
+            .result()
+            .map_err(failed("cuDeviceGetPCIBusId"))?;
+        // SAFETY: the driver NUL-terminated the string inside the buffer.
+        let id = unsafe { CStr::from_ptr(text.as_ptr()) };
+        Ok(id.to_string_lossy().into_owned())
+    }
+
+    /// cuDeviceCanAccessPeer.
+    pub(super) fn can_access_peer(self, peer: Gpu) -> Result<bool, Error> {
+        let mut can = 0;
+        // SAFETY: `can` is a valid out-pointer; both handles come from cuDeviceGet.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.0, peer.0) }
+            .result()
+            .map_err(failed("cuDeviceCanAccessPeer"))?;
+        Ok(can != 0)
+    }
+
+    /// cuDeviceGetP2PAttribute for the ordered pair `self → dst`.
+    pub(super) fn p2p_attribute(
+        self,
+        dst: Gpu,
+        attribute: sys::CUdevice_P2PAttribute,
+    ) -> Result<i32, Error> {
+        let mut value = 0;
+        // SAFETY: `value` is a valid out-pointer; both handles come from cuDeviceGet.
+        unsafe { sys::cuDeviceGetP2PAttribute(&mut value, attribute, self.0, dst.0) }
+            .result()
+            .map_err(failed("cuDeviceGetP2PAttribute"))?;
+        Ok(value)
+    }
+
+    /// Whether this process holds the GPU's primary context active, whoever retained it
+    /// (cuDevicePrimaryCtxGetState: peerlink, PyTorch, NCCL alike).
+    pub(super) fn primary_context_active(self) -> Result<bool, Error> {
+        let (mut flags, mut active) = (0, 0);
+        // SAFETY: both are valid out-pointers; the handle comes from cuDeviceGet.
+        unsafe { sys::cuDevicePrimaryCtxGetState(self.0, &mut flags, &mut active) }
+            .result()
+            .map_err(failed("cuDevicePrimaryCtxGetState"))?;
+        Ok(active != 0)
+    }
 }
 
-/// cuDeviceGetPCIBusId, in the driver's own form (`0000:18:00.0`).
-pub(super) fn pci_bus_id(ctx: &CudaContext) -> Result<String, Error> {
-    let mut text = [0 as std::ffi::c_char; 64];
-    // SAFETY: the buffer is 64 bytes and we pass its length; the driver writes a NUL-terminated id.
-    unsafe { sys::cuDeviceGetPCIBusId(text.as_mut_ptr(), text.len() as i32, ctx.cu_device()) }
-        .result()
-        .map_err(failed("cuDeviceGetPCIBusId"))?;
-    // SAFETY: the driver NUL-terminated the string inside the buffer.
-    let id = unsafe { CStr::from_ptr(text.as_ptr()) };
-    Ok(id.to_string_lossy().into_owned())
+/// Retains GPU `ordinal`'s primary context (cudarc's `CudaContext::new`) with cudarc's event
+/// tracking off, leaving the thread's current context as it was: a context opened at first use
+/// must not change what the caller's own CUDA work (PyTorch's, say) runs in.
+pub(super) fn retain_primary_context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
+    let current = result::ctx::get_current().map_err(failed("cuCtxGetCurrent"))?;
+    let ctx = CudaContext::new(ordinal).map_err(failed("cuDevicePrimaryCtxRetain"))?;
+    // SAFETY: this context object is new and has made nothing; the backend never uses cudarc's
+    // tracked slices: it orders its own work with streams and events.
+    unsafe { ctx.disable_event_tracking() };
+    if let Some(current) = current {
+        // SAFETY: the context that was current a moment ago on this thread, still retained by
+        // whoever made it current.
+        unsafe { result::ctx::set_current(current) }.map_err(failed("cuCtxSetCurrent"))?;
+    }
+    Ok(ctx)
 }
 
 /// cuCtxEnablePeerAccess from `device`'s context to `peer`'s memory. An already enabled pair is

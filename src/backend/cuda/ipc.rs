@@ -28,7 +28,7 @@ impl RawSharing for Gpus {
     fn alloc_shared_host(&self, bytes: usize) -> Result<Arc<Buffer>> {
         let file = shared_file::create(bytes)?;
         // Portable memory: the context it is registered in does not matter.
-        let memory = PinnedMemory::from_shared_file(&self.contexts[0], file, bytes)?;
+        let memory = PinnedMemory::from_shared_file(self.any_context()?, file, bytes)?;
         Ok(Arc::new(Buffer(Storage::Pinned(memory))))
     }
 
@@ -65,13 +65,13 @@ impl RawSharing for Gpus {
                 // GPU through peer access; opened in the memory's own GPU's context, other GPUs'
                 // copies took a slow path and their kernels faulted (the H200 pair, 2026-11-30).
                 (Memory::Device(_), None) => {
-                    Storage::Device(DeviceMemory::open_ipc(&self.contexts[gpu], handle)?)
+                    Storage::Device(DeviceMemory::open_ipc(self.context(gpu)?, handle)?)
                 }
                 (Memory::PinnedHost { .. }, Some(fd)) if handle.is_empty() => {
                     let file = File::from(fd);
                     shared_file::check_len(&file, len)?;
                     Storage::Pinned(PinnedMemory::from_shared_file(
-                        &self.contexts[0],
+                        self.any_context()?,
                         file,
                         len,
                     )?)

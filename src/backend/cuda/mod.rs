@@ -13,9 +13,10 @@
 //! - `resident`: resident workers, persistent kernels the host rings with transfers.
 //!
 //! [`Gpus`] does the work on arguments the [`Checked`] layer has already checked (ranges, handles,
-//! peer access), so [`CudaBackend`] is what callers open. One primary context per device, with
-//! cudarc's event tracking off: the backend orders work itself, and cudarc's hidden per-buffer
-//! events would otherwise land in timed windows and graph captures.
+//! peer access), so [`CudaBackend`] is what callers open. One primary context per device, retained
+//! when work first needs it (opening asks the driver about the devices alone), with cudarc's event
+//! tracking off: the backend orders work itself, and cudarc's hidden per-buffer events would
+//! otherwise land in timed windows and graph captures.
 
 mod batches;
 mod collective;
@@ -31,7 +32,7 @@ mod resident;
 mod topology;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
@@ -94,6 +95,19 @@ struct Counters {
 }
 
 impl CudaBackend {
+    /// The GPUs on which this process holds a primary context now, whoever retained it
+    /// (peerlink, PyTorch, NCCL; cuDevicePrimaryCtxGetState). The backend retains one only where
+    /// work first needs it, so a rank of a job run one process per GPU holds its own GPU's alone.
+    pub fn gpus_with_context(&self) -> Result<Vec<usize>> {
+        let mut active = Vec::new();
+        for device in 0..self.raw().contexts.len() {
+            if driver::Gpu::get(device)?.primary_context_active()? {
+                active.push(device);
+            }
+        }
+        Ok(active)
+    }
+
     /// Driver work issued since the backend opened.
     pub fn issued(&self) -> IssueCounts {
         let counters = &self.raw().issued;
@@ -199,15 +213,17 @@ pub struct Gpus {
     topology: Topology,
     notices: Vec<String>,
     kernels: kernels::KernelCache,
-    gates: gates::Gates,
+    /// Made at the first `hold`.
+    gates: OnceLock<gates::Gates>,
     /// Per device, destroyed events kept for the next `record`: creating and destroying a CUDA
     /// event costs the CPU about a microsecond each, which every transfer would otherwise pay.
     spare_events: Vec<Mutex<Vec<CudaEvent>>>,
     /// Likewise for `mark`: events created without timing.
     spare_marks: Vec<Mutex<Vec<CudaEvent>>>,
     descriptors: batches::DescriptorPool,
-    /// One internal stream per device for the synchronous `write`, `read` and pattern calls.
-    io_streams: Vec<Arc<CudaStream>>,
+    /// One internal stream per device for the synchronous `write`, `read` and pattern calls, made
+    /// at its first use.
+    io_streams: Vec<OnceLock<Arc<CudaStream>>>,
     issued: Counters,
     health: health::NvmlHealth,
     mismatch_slots: patterns::MismatchSlots,
@@ -216,7 +232,8 @@ pub struct Gpus {
     granted_pools: Mutex<std::collections::HashSet<driver::MemoryPool>>,
     /// Each GPU's SM count: an all-reduce's grid is sized by the smallest of its ranks' GPUs.
     sm_counts: Vec<u32>,
-    contexts: Vec<Arc<CudaContext>>,
+    /// Each GPU's primary context, retained when work first needs it (see [`Gpus::context`]).
+    contexts: Vec<OnceLock<Arc<CudaContext>>>,
 }
 
 impl Gpus {
@@ -243,31 +260,20 @@ impl Gpus {
                 std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
             )));
         }
-        let contexts = (0..count as usize)
-            .map(|ordinal| {
-                let ctx = CudaContext::new(ordinal).map_err(failed("cuDevicePrimaryCtxRetain"))?;
-                // SAFETY: nothing has been allocated in this context yet, and the backend never
-                // uses cudarc's tracked slices: it orders its own work with streams and events.
-                unsafe { ctx.disable_event_tracking() };
-                Ok(ctx)
-            })
+        // No context yet: what the topology needs the driver answers per device.
+        let gpus = (0..count as usize)
+            .map(driver::Gpu::get)
             .collect::<Result<Vec<_>>>()?;
-        let (topology, notices) = topology::discover(&contexts)?;
-        let io_streams = contexts
+        let (topology, notices) = topology::discover(&gpus)?;
+        let sm_counts = gpus
             .iter()
-            .map(|ctx| ctx.new_stream().map_err(failed("cuStreamCreate")))
-            .collect::<Result<Vec<_>>>()?;
-        let sm_counts = contexts
-            .iter()
-            .map(|ctx| {
+            .map(|gpu| {
                 let attribute =
                     cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
-                let count = ctx
-                    .attribute(attribute)
-                    .map_err(failed("cuDeviceGetAttribute"))?;
-                Ok(count.max(1) as u32)
+                Ok(gpu.attribute(attribute)?.max(1) as u32)
             })
             .collect::<Result<Vec<_>>>()?;
+        let count = gpus.len();
         let bus_ids = topology.devices.iter().map(|d| d.pci_bus_id.clone());
         let health = health::NvmlHealth::open(bus_ids.collect());
         Ok(Gpus {
@@ -275,22 +281,65 @@ impl Gpus {
             health,
             topology,
             notices,
-            kernels: kernels::KernelCache::new(contexts.len()),
-            gates: gates::Gates::new(&contexts[0])?,
-            spare_events: contexts.iter().map(|_| Mutex::default()).collect(),
-            spare_marks: contexts.iter().map(|_| Mutex::default()).collect(),
-            descriptors: batches::DescriptorPool::new(contexts.len()),
-            io_streams,
+            kernels: kernels::KernelCache::new(count),
+            gates: OnceLock::new(),
+            spare_events: (0..count).map(|_| Mutex::default()).collect(),
+            spare_marks: (0..count).map(|_| Mutex::default()).collect(),
+            descriptors: batches::DescriptorPool::new(count),
+            io_streams: (0..count).map(|_| OnceLock::new()).collect(),
             issued: Counters::default(),
-            mismatch_slots: patterns::MismatchSlots::new(contexts.len()),
+            mismatch_slots: patterns::MismatchSlots::new(count),
             granted_pools: Mutex::default(),
             sm_counts,
-            contexts,
+            contexts: (0..count).map(|_| OnceLock::new()).collect(),
         })
     }
 
+    /// GPU `device`'s primary context, retained the first time work needs it, not at open: one
+    /// process per GPU (torchrun, `peerlink launch`) then holds a context, with the few hundred
+    /// MiB of device memory each costs, only on its own GPU, as PyTorch and NCCL do.
+    fn context(&self, device: usize) -> Result<&Arc<CudaContext>> {
+        let cell = &self.contexts[device];
+        if let Some(ctx) = cell.get() {
+            return Ok(ctx);
+        }
+        // Two threads may both retain it; the one not kept is released as it drops.
+        let ctx = driver::retain_primary_context(device)?;
+        Ok(cell.get_or_init(|| ctx))
+    }
+
+    /// A context for memory that every context may use (portable pinned memory): one already
+    /// open, else GPU 0's.
+    fn any_context(&self) -> Result<&Arc<CudaContext>> {
+        match self.contexts.iter().find_map(OnceLock::get) {
+            Some(ctx) => Ok(ctx),
+            None => self.context(0),
+        }
+    }
+
+    /// GPU `device`'s internal stream for the synchronous calls.
+    fn io_stream(&self, device: usize) -> Result<&Arc<CudaStream>> {
+        let cell = &self.io_streams[device];
+        if let Some(stream) = cell.get() {
+            return Ok(stream);
+        }
+        let stream = self
+            .context(device)?
+            .new_stream()
+            .map_err(failed("cuStreamCreate"))?;
+        Ok(cell.get_or_init(|| stream))
+    }
+
+    fn gates(&self) -> Result<&gates::Gates> {
+        if let Some(gates) = self.gates.get() {
+            return Ok(gates);
+        }
+        let gates = gates::Gates::new(self.any_context()?)?;
+        Ok(self.gates.get_or_init(|| gates))
+    }
+
     fn kernels(&self, device: usize) -> Result<Arc<kernels::Kernels>> {
-        self.kernels.get(device, &self.contexts[device])
+        self.kernels.get(device, self.context(device)?)
     }
 
     /// Counts one driver call of a kind (`|c| &c.launches`).
@@ -315,7 +364,8 @@ impl Gpus {
         let event = match spare {
             Some(event) => event,
             // cudarc's `new_event(None)` would disable timing: say which each time.
-            None => self.contexts[stream.device]
+            None => self
+                .context(stream.device)?
                 .new_event(Some(if timed {
                     CUevent_flags::CU_EVENT_DEFAULT
                 } else {
@@ -364,11 +414,13 @@ impl RawBackend for Gpus {
     }
 
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
-        peer::enable(&self.contexts, &self.topology, device, peer)
+        let (ctx, peer_ctx) = (self.context(device)?, self.context(peer)?);
+        peer::enable(ctx, peer_ctx, &self.topology, device, peer)
     }
 
     fn free_memory(&self, device: usize) -> Result<u64> {
-        let (free, _total) = self.contexts[device]
+        let (free, _total) = self
+            .context(device)?
             .mem_get_info()
             .map_err(failed("cuMemGetInfo"))?;
         Ok(free as u64)
@@ -377,17 +429,17 @@ impl RawBackend for Gpus {
     fn alloc(&self, memory: Memory, bytes: usize) -> Result<Arc<Buffer>> {
         let storage = match memory {
             Memory::Device(device) => {
-                Storage::Device(DeviceMemory::new(&self.contexts[device], bytes)?)
+                Storage::Device(DeviceMemory::new(self.context(device)?, bytes)?)
             }
             Memory::Managed(device) => Storage::Managed(ManagedMemory::new(
-                &self.contexts[device],
-                &self.io_streams[device],
+                self.context(device)?,
+                self.io_stream(device)?,
                 bytes,
             )?),
             // Portable memory: the context it is allocated in does not matter. Placed on the NUMA
             // node asked for where the kernel allows it, else wherever the calling thread runs.
             Memory::PinnedHost { numa_node } => {
-                let ctx = &self.contexts[0];
+                let ctx = self.any_context()?;
                 let placed = match numa_node.and_then(|n| u32::try_from(n).ok()) {
                     Some(node) => PinnedMemory::on_numa_node(ctx, bytes, node)?,
                     None => None,
@@ -414,7 +466,7 @@ impl RawBackend for Gpus {
         // Device memory, or managed memory, whose pages the copy writes wherever they live.
         self.count(|c| &c.copies);
         driver::copy_to_device_and_wait(
-            &self.io_streams[buffer.device()],
+            self.io_stream(buffer.device())?,
             buffer.address() + offset as u64,
             data,
         )
@@ -427,14 +479,15 @@ impl RawBackend for Gpus {
         }
         self.count(|c| &c.copies);
         driver::copy_to_host_and_wait(
-            &self.io_streams[buffer.device()],
+            self.io_stream(buffer.device())?,
             out,
             buffer.address() + offset as u64,
         )
     }
 
     fn create_stream(&self, device: usize) -> Result<Arc<Stream>> {
-        let stream = self.contexts[device]
+        let stream = self
+            .context(device)?
             .new_stream()
             .map_err(failed("cuStreamCreate"))?;
         Ok(Arc::new(Stream {
@@ -476,7 +529,7 @@ impl RawBackend for Gpus {
             .map_err(|_| Error::usage("a copy batch holds at most 4294967295 copies"))?;
         let device = stream.device;
         let kernels = self.kernels(device)?;
-        let mut block = self.descriptors.take(&self.contexts[device], batch.len())?;
+        let mut block = self.descriptors.take(self.context(device)?, batch.len())?;
         for (slot, copy) in block
             .descriptors_mut(batch.len())
             .iter_mut()
@@ -574,9 +627,10 @@ impl RawBackend for Gpus {
 
     fn hold(&self, stream: &Arc<Stream>) -> Result<gates::Claim> {
         let kernels = self.kernels(stream.device)?;
-        let (claim, at) = self.gates.claim()?;
+        let gates = self.gates()?;
+        let (claim, at) = gates.claim()?;
         if let Err(error) = kernels.spin(&stream.stream, at.flag, at.ticket, at.timed_out) {
-            self.gates.abandon(claim);
+            gates.abandon(claim);
             return Err(error);
         }
         self.count(|c| &c.launches);
@@ -584,7 +638,7 @@ impl RawBackend for Gpus {
     }
 
     fn release(&self, gate: gates::Claim) -> Result<()> {
-        self.gates.release(gate)
+        self.gates()?.release(gate)
     }
 
     fn begin_capture(&self, stream: &Arc<Stream>) -> Result<()> {
@@ -629,7 +683,7 @@ impl RawBackend for Gpus {
             start,
             size,
             pool,
-        } = driver::allocation_of(&self.contexts[device], address)?;
+        } = driver::allocation_of(self.context(device)?, address)?;
         if usize::try_from(ordinal).ok() != Some(device) {
             return Err(Error::usage(format!(
                 "the memory at {address:#x} is not GPU {device}'s (the driver places it on GPU \
@@ -662,7 +716,7 @@ impl RawBackend for Gpus {
     fn borrow_stream(&self, device: usize, handle: u64) -> Result<Arc<Stream>> {
         Ok(Arc::new(Stream {
             device,
-            stream: driver::borrow_stream(&self.contexts[device], device, handle)?,
+            stream: driver::borrow_stream(self.context(device)?, device, handle)?,
             captured_descriptors: Mutex::new(Vec::new()),
         }))
     }
@@ -719,7 +773,7 @@ impl Drop for Gpus {
     fn drop(&mut self) {
         // The checked layer released every gate and handle; wait for work on streams destroyed
         // earlier too, before the descriptor blocks and the gates' memory go with the fields.
-        for ctx in &self.contexts {
+        for ctx in self.contexts.iter().filter_map(OnceLock::get) {
             let _ = ctx.synchronize();
         }
     }
@@ -792,7 +846,7 @@ impl RawCollectives for Gpus {
 
     fn nccl_join(&self, id: &UniqueId, rank: CommRank) -> Result<nccl::Comm> {
         // ncclCommInitRank runs its rank on the current device: this thread's context.
-        driver::bind(&self.contexts[rank.device])?;
+        driver::bind(self.context(rank.device)?)?;
         nccl::opened()?.join(id, rank)
     }
 

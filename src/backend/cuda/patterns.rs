@@ -37,7 +37,7 @@ fn on_gpu(range: &BufferRange<&Arc<Buffer>>) -> Result<(usize, u64)> {
 impl RawPatterns for Gpus {
     fn fill(&self, range: BufferRange<&Arc<Buffer>>, seed: u64) -> Result<()> {
         let (device, address) = on_gpu(&range)?;
-        let stream = &self.io_streams[device];
+        let stream = self.io_stream(device)?;
         self.kernels(device)?
             .fill_pattern(stream, address, range.len, pattern::word_rule(seed))?;
         self.count(|c| &c.launches);
@@ -51,11 +51,11 @@ impl RawPatterns for Gpus {
     ) -> Result<Option<Mismatch>> {
         let (device, address) = on_gpu(&range)?;
         let kernels = self.kernels(device)?;
-        let stream = &self.io_streams[device];
+        let stream = self.io_stream(device)?;
         let mut slot = lock(&self.mismatch_slots.0[device]);
         let first = match &mut *slot {
             Some(memory) => memory,
-            None => slot.insert(DeviceMemory::new(&self.contexts[device], 8)?),
+            None => slot.insert(DeviceMemory::new(self.context(device)?, 8)?),
         };
         driver::copy_to_device_and_wait(stream, first.address(), &NONE_WRONG.to_le_bytes())?;
         let rule = pattern::word_rule(seed);

@@ -1,7 +1,5 @@
 //! Peer access: the one place that enables it, and the driver's refusals in words.
 
-use std::sync::Arc;
-
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaContext, DriverError};
 
@@ -12,12 +10,13 @@ use crate::{Error, Result};
 /// Lets work issued on `device` reach `peer`'s memory (two distinct GPUs; the checked layer asks
 /// once per pair).
 pub(super) fn enable(
-    contexts: &[Arc<CudaContext>],
+    ctx: &CudaContext,
+    peer_ctx: &CudaContext,
     topology: &Topology,
     device: usize,
     peer: usize,
 ) -> Result<()> {
-    driver::enable_peer_access(&contexts[device], &contexts[peer])
+    driver::enable_peer_access(ctx, peer_ctx)
         .map_err(|code| explain(topology, device, peer, code))
 }
 

@@ -387,7 +387,7 @@ impl Worker {
         mut gate: Option<&CudaStream>,
     ) -> Result<u64> {
         self.reclaim_lists(gpus);
-        let ctx = &gpus.contexts[self.device];
+        let ctx = gpus.context(self.device)?;
         let mut last = None;
         for chunk in messages.chunks(LEN_MASK as usize) {
             let mut block = gpus.descriptors.take(ctx, chunk.len())?;
@@ -498,7 +498,7 @@ impl Drop for Worker {
 /// Starts a worker (the checked layer checked the GPU and the configuration's ranges).
 fn start(gpus: &Gpus, config: &WorkerConfig) -> Result<Worker> {
     let device = config.device;
-    let ctx = &gpus.contexts[device];
+    let ctx = gpus.context(device)?;
     let kernels = gpus.kernels(device)?;
     if config.copy_blocks >= kernels.sm_count {
         return Err(Error::usage(format!(
@@ -519,7 +519,7 @@ fn start(gpus: &Gpus, config: &WorkerConfig) -> Result<Worker> {
     let board_bytes = quit_offset + 8;
     let board = DeviceMemory::new(ctx, board_bytes)?;
     driver::copy_to_device_and_wait(
-        &gpus.io_streams[device],
+        gpus.io_stream(device)?,
         board.address(),
         &vec![0; board_bytes],
     )?;

@@ -4,15 +4,13 @@
 //! NVML missing does not fail: the driver's facts are filled in and a notice says what is missing.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use cudarc::driver::sys::{CUdevice_P2PAttribute, CUdevice_attribute};
-use cudarc::driver::CudaContext;
 use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
-use super::driver::{self, failed};
+use super::driver::{self, Gpu};
 use crate::topology::{nics, sysfs::Sysfs, Device, Link, Pair, PciAddress, Source, Topology};
 use crate::Result;
 
@@ -159,8 +157,9 @@ fn nvml_facts(nvml: &Nvml, address: PciAddress) -> std::result::Result<NvmlFacts
     })
 }
 
-/// The topology of the devices behind `contexts`, and notices about what could not be found out.
-pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<String>)> {
+/// The topology of `gpus` (asked of the driver without a context), and notices about what could
+/// not be found out.
+pub(super) fn discover(gpus: &[Gpu]) -> Result<(Topology, Vec<String>)> {
     let mut notices = Vec::new();
     let nvml = match Nvml::init() {
         Ok(nvml) => Some(nvml),
@@ -174,11 +173,11 @@ pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<S
         }
     };
 
-    let mut devices = Vec::with_capacity(contexts.len());
-    let mut addresses = Vec::with_capacity(contexts.len());
-    let mut remotes = Vec::with_capacity(contexts.len());
-    for (index, ctx) in contexts.iter().enumerate() {
-        let raw_bus_id = driver::pci_bus_id(ctx)?;
+    let mut devices = Vec::with_capacity(gpus.len());
+    let mut addresses = Vec::with_capacity(gpus.len());
+    let mut remotes = Vec::with_capacity(gpus.len());
+    for (index, &gpu) in gpus.iter().enumerate() {
+        let raw_bus_id = gpu.pci_bus_id()?;
         let address = PciAddress::parse(&raw_bus_id).ok_or_else(|| crate::Error::Cuda {
             call: "cuDeviceGetPCIBusId".into(),
             message: format!("GPU {index} has a PCI bus id peerlink cannot read: `{raw_bus_id}`"),
@@ -205,25 +204,23 @@ pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<S
         let uuid = match facts.uuid {
             Some(uuid) => uuid,
             None => {
-                let raw = ctx.uuid().map_err(failed("cuDeviceGetUuid"))?;
+                let raw = gpu.uuid()?;
                 format_uuid(&raw.bytes.map(|b| b as u8))
             }
         };
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(failed("cuDeviceGetAttribute"))?;
-        let copy_engines = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT)
-            .map_err(failed("cuDeviceGetAttribute"))?;
+        let major = gpu.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = gpu.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let copy_engines =
+            gpu.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT)?;
         devices.push(Device {
             index,
-            name: ctx.name().map_err(failed("cuDeviceGetName"))?,
+            name: gpu.name()?,
             uuid,
             pci_bus_id: address.nvml_form(),
             numa_node,
             numa_source: numa_source.into(),
             cpu_affinity: facts.cpu_affinity,
-            memory_bytes: ctx.total_mem().map_err(failed("cuDeviceTotalMem"))? as u64,
+            memory_bytes: gpu.total_memory()? as u64,
             compute_capability: format!("{major}.{minor}"),
             copy_engines: copy_engines.max(0) as u32,
             mig_enabled: facts.mig_enabled,
@@ -233,7 +230,7 @@ pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<S
     }
 
     // Every GPU NVML knows, visible to CUDA or not: an NVLink to anything else is a switch.
-    let gpus: HashSet<PciAddress> = nvml
+    let nvml_gpus: HashSet<PciAddress> = nvml
         .as_ref()
         .and_then(|nvml| {
             let count = nvml.device_count().ok()?;
@@ -247,9 +244,9 @@ pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<S
         .unwrap_or_else(|| addresses.iter().copied().collect());
 
     let mut pairs = Vec::new();
-    for src in 0..contexts.len() {
-        for dst in (0..contexts.len()).filter(|&dst| dst != src) {
-            let nvlinks = nvlink_count(&remotes[src], addresses[dst], &remotes[dst], &gpus);
+    for src in 0..gpus.len() {
+        for dst in (0..gpus.len()).filter(|&dst| dst != src) {
+            let nvlinks = nvlink_count(&remotes[src], addresses[dst], &remotes[dst], &nvml_gpus);
             let link = if nvlinks > 0 {
                 Link::NvLink(nvlinks)
             } else {
@@ -262,7 +259,7 @@ pub(super) fn discover(contexts: &[Arc<CudaContext>]) -> Result<(Topology, Vec<S
                     dst,
                 )
             };
-            pairs.push(pair(contexts, src, dst, link)?);
+            pairs.push(pair(gpus, src, dst, link)?);
         }
     }
 
@@ -302,10 +299,10 @@ fn pcie_link(
 }
 
 /// What the driver says about the ordered pair `src → dst`.
-fn pair(contexts: &[Arc<CudaContext>], src: usize, dst: usize, link: Link) -> Result<Pair> {
-    let (a, b) = (&contexts[src], &contexts[dst]);
-    let p2p = driver::can_access_peer(a, b)?;
-    let attribute = |which| driver::p2p_attribute(a, b, which);
+fn pair(gpus: &[Gpu], src: usize, dst: usize, link: Link) -> Result<Pair> {
+    let (a, b) = (gpus[src], gpus[dst]);
+    let p2p = a.can_access_peer(b)?;
+    let attribute = |which| a.p2p_attribute(b, which);
     let (perf_rank, atomics, array_access) = if p2p {
         (
             attribute(CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK)?,
