@@ -228,6 +228,27 @@ fn a_test_that_does_not_run_across_processes_is_refused_on_every_rank() {
     }
 }
 
+#[test]
+fn more_ranks_than_gpus_are_refused_on_every_rank() {
+    let outs = finish(
+        start_ranks(
+            3,
+            "h200-pair",
+            &["workload", "all-reduce", "--sizes", "4096"],
+            20,
+        ),
+        Duration::from_secs(60),
+    );
+    for (rank, out) in outs.iter().enumerate() {
+        let text = stderr(out);
+        assert_eq!(out.status.code(), Some(2), "rank {rank}: {text}");
+        assert!(
+            text.contains("rank 2 has LOCAL_RANK 2 but this host has 2 GPUs: launch at most one process per GPU"),
+            "rank {rank}: {text}"
+        );
+    }
+}
+
 /// The peerlink rows of a workload document: (variant, bytes, algorithm, µs per operation).
 fn engine_rows(doc: &Value) -> Vec<(String, u64, String, f64)> {
     doc["rows"]

@@ -70,7 +70,10 @@ fn the_backend_retains_a_context_only_where_work_needs_one() {
     // In a process of its own: the other tests of this one leave contexts behind.
     if std::env::var_os(FRESH_PROCESS_VAR).is_none() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "the_backend_retains_a_context_only_where_work_needs_one"])
+            .args([
+                "--exact",
+                "the_backend_retains_a_context_only_where_work_needs_one",
+            ])
             .args(["--ignored", "--nocapture", "--test-threads", "1"])
             .env(FRESH_PROCESS_VAR, "1")
             .output()
@@ -85,9 +88,18 @@ fn the_backend_retains_a_context_only_where_work_needs_one() {
     }
     let b = open();
     let n = b.topology().devices.len();
-    assert_eq!(b.gpus_with_context().unwrap(), Vec::<usize>::new(), "after open");
+    assert_eq!(
+        b.gpus_with_context().unwrap(),
+        Vec::<usize>::new(),
+        "after open"
+    );
     let last = b.alloc(Memory::Device(n - 1), 4096).unwrap();
-    assert_eq!(b.gpus_with_context().unwrap(), vec![n - 1], "after an allocation on GPU {}", n - 1);
+    assert_eq!(
+        b.gpus_with_context().unwrap(),
+        vec![n - 1],
+        "after an allocation on GPU {}",
+        n - 1
+    );
     if n > 1 {
         let first = b.alloc(Memory::Device(0), 4096).unwrap();
         assert_eq!(b.gpus_with_context().unwrap(), vec![0, n - 1]);

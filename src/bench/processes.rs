@@ -276,13 +276,25 @@ pub(crate) fn one_gpu_each(backend: &dyn Backend, group: &Group, verb: &str) -> 
              host (CUDA IPC); run it on one host"
         )));
     }
-    let count = backend.topology().devices.len();
+    let topology = backend.topology();
+    let count = topology.devices.len();
     if let Some(rank) = (0..world).find(|&r| gpus[r] >= count) {
-        return Err(Error::usage(format!(
-            "rank {rank} has LOCAL_RANK {} but this host has {count} GPUs: launch at most one \
-             process per GPU",
-            gpus[rank]
-        )));
+        let local = gpus[rank];
+        return Err(Error::usage(match &topology.visible_devices {
+            // A launcher that gives each rank its own GPU alone (Slurm's --gpus-per-task, say):
+            // a rank must see its peers' GPUs to reach them.
+            Some(visible) => format!(
+                "rank {rank} has LOCAL_RANK {local} but this process sees {count} GPU(s) \
+                 (CUDA_VISIBLE_DEVICES={visible}): {verb} across processes reaches the peers' \
+                 GPUs, so every rank must see every GPU of the job, each taking the one of its \
+                 LOCAL_RANK; launch the ranks without a CUDA_VISIBLE_DEVICES of their own (under \
+                 Slurm, --gpu-bind=none)"
+            ),
+            None => format!(
+                "rank {rank} has LOCAL_RANK {local} but this host has {count} GPUs: launch at \
+                 most one process per GPU"
+            ),
+        }));
     }
     if let Some(rank) = (1..world).find(|&r| gpus[..r].contains(&gpus[r])) {
         return Err(Error::usage(format!(

@@ -192,6 +192,26 @@ fn a_gpu_rank_killed_mid_bench_stops_the_other() {
     }
 }
 
+#[test]
+#[ignore = "needs a GPU"]
+fn ranks_that_each_see_one_gpu_are_refused_with_what_to_launch_instead() {
+    // As a launcher that gives each rank its own GPU alone: both ranks see GPU 0 only.
+    let out = Command::new(peerlink_binary())
+        .args(["launch", "-n", "2", "--timeout", "60", "--"])
+        .args(["--gpu", "workload", "all-reduce", "--sizes", "4096"])
+        .env("CUDA_VISIBLE_DEVICES", "0")
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(
+            "rank 1 has LOCAL_RANK 1 but this process sees 1 GPU(s) (CUDA_VISIBLE_DEVICES=0)"
+        ) && said.contains("--gpu-bind=none"),
+        "{said}"
+    );
+}
+
 /// `peerlink launch -n 2 -- --gpu workload <workload> --json --sizes <sizes>`: the document, and
 /// whether NCCL's rows are there to check (they need NCCL on the host; without it the notice says
 /// it was not found, and nothing else may keep them out).

@@ -16,8 +16,7 @@ pub(super) fn enable(
     device: usize,
     peer: usize,
 ) -> Result<()> {
-    driver::enable_peer_access(ctx, peer_ctx)
-        .map_err(|code| explain(topology, device, peer, code))
+    driver::enable_peer_access(ctx, peer_ctx).map_err(|code| explain(topology, device, peer, code))
 }
 
 /// The driver's refusal in words, with what to do about it.

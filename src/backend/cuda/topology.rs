@@ -208,8 +208,10 @@ pub(super) fn discover(gpus: &[Gpu]) -> Result<(Topology, Vec<String>)> {
                 format_uuid(&raw.bytes.map(|b| b as u8))
             }
         };
-        let major = gpu.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = gpu.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let major =
+            gpu.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor =
+            gpu.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let copy_engines =
             gpu.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT)?;
         devices.push(Device {
