@@ -3,8 +3,7 @@
 //! GPU library: on the simulator (its made-up addresses mean something only to peerlink) for the
 //! tests, and on GPUs for benchmarks without PyTorch.
 
-use crate::errors::IntoPy;
-use crate::Host;
+use crate::{detached, Host};
 use peerlink::backend::{Backend, BufferId, Memory};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
@@ -31,13 +30,11 @@ impl DeviceBuffer {
     #[new]
     fn new(py: Python<'_>, host: &Host, device: usize, nbytes: usize) -> PyResult<DeviceBuffer> {
         let backend = host.backend.clone();
-        let (buffer, address) = py
-            .detach(|| {
-                let buffer = backend.alloc(Memory::Device(device), nbytes)?;
-                backend.write(buffer, 0, &vec![0; nbytes])?;
-                Ok((buffer, backend.sharing().device_address(buffer)?))
-            })
-            .or_raise(py)?;
+        let (buffer, address) = detached(py, backend.as_ref(), || {
+            let buffer = backend.alloc(Memory::Device(device), nbytes)?;
+            backend.write(buffer, 0, &vec![0; nbytes])?;
+            Ok((buffer, backend.sharing().device_address(buffer)?))
+        })?;
         Ok(DeviceBuffer {
             backend,
             buffer,
@@ -50,18 +47,18 @@ impl DeviceBuffer {
     /// Writes `data` (as many bytes as the buffer holds, or fewer) from the first byte.
     fn write(&self, py: Python<'_>, data: PyBuffer<u8>) -> PyResult<()> {
         let bytes = data.to_vec(py)?;
-        py.detach(|| self.backend.write(self.buffer, 0, &bytes))
-            .or_raise(py)
+        detached(py, self.backend.as_ref(), || {
+            self.backend.write(self.buffer, 0, &bytes)
+        })
     }
 
     /// The buffer's bytes, once the work queued on it has run.
     fn read(&self, py: Python<'_>) -> PyResult<Vec<u8>> {
-        py.detach(|| {
+        detached(py, self.backend.as_ref(), || {
             let mut out = vec![0; self.nbytes];
             self.backend.read(self.buffer, 0, &mut out)?;
             Ok(out)
         })
-        .or_raise(py)
     }
 
     /// Version 3 of the interface: bytes (`|u1`), one dimension, no stream to follow.
@@ -81,6 +78,7 @@ impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         // Nothing can report a failure from drop; the simulator refuses while a fabric still
         // holds a borrowed handle on the buffer (synchronize the fabric first).
+        let _kept = self.backend.keep_thread_context();
         let _ = self.backend.free(self.buffer);
     }
 }

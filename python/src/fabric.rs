@@ -3,8 +3,8 @@
 //! memory (a PyTorch tensor's storage, ordered on its CUDA stream).
 
 use crate::describe::{describe, Described, Role, TensorTypes};
-use crate::errors::{self, IntoPy};
-use crate::Host;
+use crate::errors;
+use crate::{detached, Host};
 use peerlink::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
 use peerlink::engine::{self, GroupAllReduce};
@@ -560,11 +560,11 @@ impl Fabric {
         if let Some(blocks) = resident {
             builder = builder.resident(blocks);
         }
-        let fabric = py.detach(|| builder.open()).or_raise(py)?;
+        let fabric = detached(py, host.backend.as_ref(), || builder.open())?;
         let group = if processes {
             let backend = host.backend.clone();
             let model = fabric.planner().model().clone();
-            let joined = py.detach(|| {
+            let joined = detached(py, host.backend.as_ref(), || {
                 let (_, group) = launch::join_from_env()?.ok_or_else(|| {
                     Error::usage(
                         "processes=True, but no launcher's variables are set (RANK and \
@@ -574,7 +574,7 @@ impl Fabric {
                 })?;
                 GroupAllReduce::join(backend, group, model)
             });
-            Some(Mutex::new(joined.or_raise(py)?))
+            Some(Mutex::new(joined?))
         } else {
             None
         };
@@ -637,8 +637,9 @@ impl Fabric {
             })?,
         };
         let tensor = (found.address, found.device, found.stream);
-        py.detach(|| self.reduce_rank(tensor, found.nbytes, chosen))
-            .or_raise(py)?;
+        detached(py, self.backend(), || {
+            self.reduce_rank(tensor, found.nbytes, chosen)
+        })?;
         Ok(true)
     }
 
@@ -652,8 +653,9 @@ impl Fabric {
         dtype: &str,
     ) -> PyResult<()> {
         let dtype = data_type(py, dtype)?;
-        py.detach(|| self.reduce_rank(tensor, bytes, dtype))
-            .or_raise(py)
+        detached(py, self.backend(), || {
+            self.reduce_rank(tensor, bytes, dtype)
+        })
     }
 
     /// For the Python layer's cost (python/benchmarks): queues the same all-reduce as
@@ -667,8 +669,9 @@ impl Fabric {
         calls: u32,
     ) -> PyResult<f64> {
         let dtype = data_type(py, dtype)?;
-        py.detach(|| host_time_per_call(calls, || self.reduce_rank(tensor, bytes, dtype)))
-            .or_raise(py)
+        detached(py, self.backend(), || {
+            host_time_per_call(calls, || self.reduce_rank(tensor, bytes, dtype))
+        })
     }
 
     /// Sums a host buffer across the processes (its bytes through this rank's GPU) as `dtype`
@@ -694,9 +697,7 @@ impl Fabric {
             ));
         }
         let data = buffer.to_vec(py)?;
-        let sum = py
-            .detach(|| self.reduce_rank_host(&data, dtype))
-            .or_raise(py)?;
+        let sum = detached(py, self.backend(), || self.reduce_rank_host(&data, dtype))?;
         buffer.copy_from_slice(py, &sum)
     }
 
@@ -709,9 +710,7 @@ impl Fabric {
     /// Copies each source's bytes into its destination through the engine, between their GPUs.
     fn copy_host(&self, py: Python<'_>, copies: Vec<(HostRef, HostRef)>) -> PyResult<()> {
         let moves = host_bytes(py, &copies)?;
-        let moved = py
-            .detach(|| move_host_bytes(&self.fabric, &moves))
-            .or_raise(py)?;
+        let moved = detached(py, self.backend(), || move_host_bytes(&self.fabric, &moves))?;
         for (((dst, _), _), bytes) in copies.iter().zip(moved) {
             dst.copy_from_slice(py, &bytes)?;
         }
@@ -747,9 +746,7 @@ impl Fabric {
                 "an all-reduce takes one tensor per GPU on at least 2 GPUs; none given",
             ));
         }
-        let sums = py
-            .detach(|| self.reduce_host(&inputs, dtype))
-            .or_raise(py)?;
+        let sums = detached(py, self.backend(), || self.reduce_host(&inputs, dtype))?;
         for ((buffer, _), sum) in buffers.iter().zip(sums) {
             buffer.copy_from_slice(py, &sum)?;
         }
@@ -769,8 +766,9 @@ impl Fabric {
             return Ok(false);
         };
         let copy = device_copy(py, &to, &from)?;
-        py.detach(|| self.queue_device_copies(std::slice::from_ref(&copy)))
-            .or_raise(py)?;
+        detached(py, self.backend(), || {
+            self.queue_device_copies(std::slice::from_ref(&copy))
+        })?;
         Ok(true)
     }
 
@@ -792,8 +790,7 @@ impl Fabric {
             .iter()
             .map(|(to, from)| device_copy(py, to, from))
             .collect::<PyResult<Vec<_>>>()?;
-        py.detach(|| self.queue_device_copies(&copies))
-            .or_raise(py)?;
+        detached(py, self.backend(), || self.queue_device_copies(&copies))?;
         Ok(true)
     }
 
@@ -853,8 +850,9 @@ impl Fabric {
             .map(|f| (f.address, f.device, f.stream))
             .collect();
         let bytes = first.nbytes;
-        py.detach(|| self.reduce_device(&ranks, bytes, chosen))
-            .or_raise(py)?;
+        detached(py, self.backend(), || {
+            self.reduce_device(&ranks, bytes, chosen)
+        })?;
         Ok(true)
     }
 
@@ -865,7 +863,7 @@ impl Fabric {
         py: Python<'_>,
         copies: Vec<(DeviceRef, DeviceRef, usize)>,
     ) -> PyResult<()> {
-        py.detach(|| self.queue_device_copies(&copies)).or_raise(py)
+        detached(py, self.backend(), || self.queue_device_copies(&copies))
     }
 
     /// For the Python layer's cost (python/benchmarks): queues the same copies as `copy_device`
@@ -876,8 +874,9 @@ impl Fabric {
         copies: Vec<(DeviceRef, DeviceRef, usize)>,
         calls: u32,
     ) -> PyResult<f64> {
-        py.detach(|| host_time_per_call(calls, || self.queue_device_copies(&copies)))
-            .or_raise(py)
+        detached(py, self.backend(), || {
+            host_time_per_call(calls, || self.queue_device_copies(&copies))
+        })
     }
 
     /// As `time_copy_device`, for `all_reduce_device`.
@@ -890,8 +889,9 @@ impl Fabric {
         calls: u32,
     ) -> PyResult<f64> {
         let dtype = data_type(py, dtype)?;
-        py.detach(|| host_time_per_call(calls, || self.reduce_device(&ranks, bytes, dtype)))
-            .or_raise(py)
+        detached(py, self.backend(), || {
+            host_time_per_call(calls, || self.reduce_device(&ranks, bytes, dtype))
+        })
     }
 
     /// Queues the in-place all-reduce (sum) of borrowed memory, one rank per GPU, on the owners'
@@ -904,13 +904,14 @@ impl Fabric {
         dtype: &str,
     ) -> PyResult<()> {
         let dtype = data_type(py, dtype)?;
-        py.detach(|| self.reduce_device(&ranks, bytes, dtype))
-            .or_raise(py)
+        detached(py, self.backend(), || {
+            self.reduce_device(&ranks, bytes, dtype)
+        })
     }
 
     /// Blocks until every copy and all-reduce queued so far has finished.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.wait_all()).or_raise(py)
+        detached(py, self.backend(), || self.wait_all())
     }
 }
 
@@ -918,9 +919,10 @@ impl Drop for Fabric {
     fn drop(&mut self) {
         // Nothing can report a failure from drop: each release is tried. The group's part goes
         // first: it waits for its calls on the borrowed streams, released below.
+        let backend = self.fabric.backend().clone();
+        let _kept = backend.keep_thread_context();
         drop(self.group.take());
         let _ = self.wait_all();
-        let backend = self.fabric.backend().clone();
         let state = std::mem::take(&mut *self.lock());
         for stream in state.own_streams.values() {
             let _ = backend.synchronize(*stream);

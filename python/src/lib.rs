@@ -24,6 +24,21 @@ struct Host {
     notice: Option<String>,
 }
 
+/// Runs `work` with the GIL released, keeping the thread's CUDA context: the backend makes its
+/// GPUs' contexts current as it works, and the caller's (PyTorch's current device) is made current
+/// again after, as a CUDA library owes the code it shares a thread with.
+pub(crate) fn detached<T: Send>(
+    py: Python<'_>,
+    backend: &dyn Backend,
+    work: impl FnOnce() -> peerlink::Result<T> + Send,
+) -> PyResult<T> {
+    py.detach(|| {
+        let _kept = backend.keep_thread_context()?;
+        work()
+    })
+    .or_raise(py)
+}
+
 #[pymethods]
 impl Host {
     /// Opens the simulator with `sim` (a preset name or file), real GPUs with `gpu`, else real
@@ -77,12 +92,11 @@ impl Host {
 #[pyfunction]
 #[pyo3(signature = (host, devices = None))]
 fn topology_json(py: Python<'_>, host: &Host, devices: Option<Vec<usize>>) -> PyResult<String> {
-    py.detach(|| {
+    detached(py, host.backend.as_ref(), || {
         let topo = host.backend.topology();
         let selected = topo.select(devices.as_deref())?;
         Ok(document::to_json(&TopoDocument::new(topo, &selected)))
     })
-    .or_raise(py)
 }
 
 /// `peerlink bench --json`: runs the tests (or the sweep, with `sizes`) and returns the document
@@ -104,7 +118,7 @@ fn bench_json(
     warmup: Option<u32>,
     rotation: Option<String>,
 ) -> PyResult<String> {
-    py.detach(|| {
+    detached(py, host.backend.as_ref(), || {
         let options = bench::Options {
             tests,
             devices,
@@ -121,7 +135,6 @@ fn bench_json(
             found,
         )))
     })
-    .or_raise(py)
 }
 
 /// `peerlink explain --json`: one transfer's latency taken apart.
@@ -135,7 +148,7 @@ fn explain_json(
     size: String,
     memory: &str,
 ) -> PyResult<String> {
-    py.detach(|| {
+    detached(py, host.backend.as_ref(), || {
         let run = match memory {
             "device" => explain::run,
             "managed" => explain::run_managed,
@@ -158,7 +171,6 @@ fn explain_json(
             found,
         )))
     })
-    .or_raise(py)
 }
 
 #[pymodule]

@@ -34,8 +34,8 @@ use super::raw::{Batch, RawCollectives, RawManaged, RawProbes, RawResident};
 use super::resident::Resident;
 use super::sharing::{RawSharing, Sharing};
 use super::{
-    Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId, Managed,
-    Memory, Patterns, Probes, RawPatterns, StreamId,
+    Backend, BufferCopy, BufferId, Collectives, CopyMethod, EventId, GateId, GraphId,
+    KeptThreadContext, Managed, Memory, Patterns, Probes, RawPatterns, StreamId,
 };
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
@@ -441,6 +441,12 @@ impl<
 
     fn notices(&self) -> Vec<String> {
         self.raw.notices()
+    }
+
+    fn keep_thread_context(&self) -> Result<KeptThreadContext> {
+        Ok(KeptThreadContext {
+            _kept: self.raw.keep_thread_context()?,
+        })
     }
 
     fn probes(&self) -> &dyn Probes {

@@ -71,6 +71,13 @@ pub struct GateId(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GraphId(pub u64);
 
+/// What [`Backend::keep_thread_context`] keeps: the thread's CUDA context, made current again when
+/// this is dropped (on the thread that kept it: the guard cannot move to another).
+pub struct KeptThreadContext {
+    /// Held for its drop, which restores the context.
+    _kept: Option<cuda::KeptContext>,
+}
+
 /// Handles print as their kind and their index in the backend's table (`buffer 3`).
 macro_rules! display_handle {
     ($($handle:ident $kind:literal),*) => {$(
@@ -207,6 +214,14 @@ pub trait Backend: Send + Sync {
     /// What the backend could not find out about the host (NVML missing, say), one sentence each,
     /// to show beside the topology. Empty when nothing is missing.
     fn notices(&self) -> Vec<String>;
+
+    /// Keeps the CUDA context current on this thread now (another library's: PyTorch's current
+    /// device) across the backend's work, which makes its GPUs' contexts current as it goes: the
+    /// returned guard makes it current again when dropped, on this thread. For callers that share
+    /// the thread with other CUDA code (the Python package); nothing to keep on the simulator.
+    fn keep_thread_context(&self) -> Result<KeptThreadContext> {
+        Ok(KeptThreadContext { _kept: None })
+    }
 
     /// The latency-only kernels (pointer chase, ping-pong).
     fn probes(&self) -> &dyn Probes;

@@ -38,6 +38,11 @@ pub trait RawBackend: Send + Sync {
         Vec::new()
     }
 
+    /// See [`super::Backend::keep_thread_context`]: None where there is no CUDA context.
+    fn keep_thread_context(&self) -> Result<Option<super::cuda::KeptContext>> {
+        Ok(None)
+    }
+
     /// Called once per ordered pair of distinct GPUs, never concurrently; the pair's P2P is not
     /// known to work (the implementation says why it does not).
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()>;

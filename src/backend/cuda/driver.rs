@@ -264,6 +264,30 @@ impl Gpu {
     }
 }
 
+/// The context current on this thread when it was kept (none, or another library's), made current
+/// again on drop where the backend's work has changed it since. A raw context handle: neither
+/// `Send` nor `Sync`, so the guard stays on the thread whose context it keeps.
+pub struct KeptContext(sys::CUcontext);
+
+impl KeptContext {
+    pub(super) fn now() -> Result<Self, Error> {
+        let current = result::ctx::get_current().map_err(failed("cuCtxGetCurrent"))?;
+        Ok(KeptContext(current.unwrap_or(std::ptr::null_mut())))
+    }
+}
+
+impl Drop for KeptContext {
+    fn drop(&mut self) {
+        // Nothing can report a failure from drop: the thread then stays on the backend's context.
+        let now = result::ctx::get_current().map(|c| c.unwrap_or(std::ptr::null_mut()));
+        if now.is_ok_and(|now| now != self.0) {
+            // SAFETY: the context that was current on this thread when kept (or none: a null
+            // handle unbinds), whose owner still holds it while its work runs in this thread.
+            let _ = unsafe { sys::cuCtxSetCurrent(self.0) };
+        }
+    }
+}
+
 /// Retains GPU `ordinal`'s primary context (cudarc's `CudaContext::new`) with cudarc's event
 /// tracking off, leaving the thread's current context as it was: a context opened at first use
 /// must not change what the caller's own CUDA work (PyTorch's, say) runs in.

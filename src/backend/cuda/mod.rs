@@ -38,6 +38,7 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
+pub(crate) use self::driver::KeptContext;
 use self::driver::{failed, DeviceMemory, ManagedMemory, PinnedMemory};
 use super::{
     Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
@@ -411,6 +412,10 @@ impl RawBackend for Gpus {
 
     fn notices(&self) -> Vec<String> {
         self.notices.clone()
+    }
+
+    fn keep_thread_context(&self) -> Result<Option<KeptContext>> {
+        driver::KeptContext::now().map(Some)
     }
 
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
