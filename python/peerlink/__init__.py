@@ -313,7 +313,9 @@ class Fabric:
     variables), on the GPU of its ``LOCAL_RANK``: every rank opens its fabric so, together, and
     :meth:`all_reduce_` then sums one tensor per process. The ranks meet at a rendezvous of
     peerlink's own (under torchrun on ``MASTER_PORT`` + 1, beside torchrun's store; or
-    ``PEERLINK_PORT``) and share a flag block and a buffer each, once.
+    ``PEERLINK_PORT``) and share a flag block and a buffer each, once. Every rank must see every
+    GPU of the job (no per-rank ``CUDA_VISIBLE_DEVICES``); each makes a CUDA context on its own
+    GPU alone.
 
     ``resident=True`` (or a number of copy blocks) runs a resident worker on each GPU that sends:
     a persistent kernel the host rings with transfers, without a launch or a copy call per transfer
@@ -329,7 +331,8 @@ class Fabric:
     (``torch.cuda.current_stream(device)``) and later work on those streams waits for it. On host
     buffers (the simulator) each call returns once the destination holds the bytes.
 
-    The GIL is released while peerlink works. CUDA graph capture of these calls is not supported.
+    The GIL is released while peerlink works, and the thread's CUDA context (PyTorch's current
+    device) is as it was after every call. CUDA graph capture of these calls is not supported.
     """
 
     def __init__(
