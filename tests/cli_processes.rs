@@ -207,46 +207,37 @@ fn a_rank_killed_mid_run_stops_the_others_within_the_timeout() {
     ]);
 }
 
-#[test]
-fn a_test_that_does_not_run_across_processes_is_refused_on_every_rank() {
+/// Runs `world` ranks of `args` and checks that every rank refuses them (exit 2) saying `says`.
+fn refused_on_every_rank(world: usize, preset: &str, args: &[&str], says: &str) {
     let outs = finish(
-        start_ranks(
-            2,
-            "pcie-2gpu-switch",
-            &["bench", "--tests", "ce-bidir-write"],
-            20,
-        ),
+        start_ranks(world, preset, args, 20),
         Duration::from_secs(60),
     );
     for (rank, out) in outs.iter().enumerate() {
         let text = stderr(out);
         assert_eq!(out.status.code(), Some(2), "rank {rank}: {text}");
-        assert!(
-            text.contains("ce-write, ce-read, sm-write"),
-            "rank {rank}: {text}"
-        );
+        assert!(text.contains(says), "rank {rank}: {text}");
     }
 }
 
 #[test]
-fn more_ranks_than_gpus_are_refused_on_every_rank() {
-    let outs = finish(
-        start_ranks(
-            3,
-            "h200-pair",
-            &["workload", "all-reduce", "--sizes", "4096"],
-            20,
-        ),
-        Duration::from_secs(60),
+fn a_test_that_does_not_run_across_processes_is_refused_on_every_rank() {
+    refused_on_every_rank(
+        2,
+        "pcie-2gpu-switch",
+        &["bench", "--tests", "ce-bidir-write"],
+        "ce-write, ce-read, sm-write",
     );
-    for (rank, out) in outs.iter().enumerate() {
-        let text = stderr(out);
-        assert_eq!(out.status.code(), Some(2), "rank {rank}: {text}");
-        assert!(
-            text.contains("rank 2 has LOCAL_RANK 2 but this host has 2 GPUs: launch at most one process per GPU"),
-            "rank {rank}: {text}"
-        );
-    }
+}
+
+#[test]
+fn more_ranks_than_gpus_are_refused_on_every_rank() {
+    refused_on_every_rank(
+        3,
+        "h200-pair",
+        &["workload", "all-reduce", "--sizes", "4096"],
+        "rank 2 has LOCAL_RANK 2 but this host has 2 GPUs: launch at most one process per GPU",
+    );
 }
 
 /// The peerlink rows of a workload document: (variant, bytes, algorithm, µs per operation).
@@ -344,18 +335,12 @@ fn a_rank_killed_mid_workload_stops_the_others_within_the_timeout() {
 
 #[test]
 fn a_workload_that_does_not_run_across_processes_is_refused_on_every_rank() {
-    let outs = finish(
-        start_ranks(2, "pcie-2gpu-switch", &["workload", "halo"], 20),
-        Duration::from_secs(60),
+    refused_on_every_rank(
+        2,
+        "pcie-2gpu-switch",
+        &["workload", "halo"],
+        "across processes: all-reduce, send-recv",
     );
-    for (rank, out) in outs.iter().enumerate() {
-        let text = stderr(out);
-        assert_eq!(out.status.code(), Some(2), "rank {rank}: {text}");
-        assert!(
-            text.contains("across processes: all-reduce, send-recv"),
-            "rank {rank}: {text}"
-        );
-    }
 }
 
 /// The all-reduce rows of a document across `world` processes: every kernel that takes each
