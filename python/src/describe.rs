@@ -83,73 +83,118 @@ impl TensorTypes {
     }
 }
 
-/// What `obj` is: device memory (described, or refused with the slow path's sentence), or None
-/// where the slow path must look (a host buffer, a placement, anything else).
-pub fn describe(
-    types: &TensorTypes,
-    obj: &Bound<'_, PyAny>,
-    what: Role,
-    want_dtype: bool,
-) -> PyResult<Option<Described>> {
-    let py = obj.py();
-    if types.is_tensor(&obj.get_type())? {
-        return torch(types, obj, what, want_dtype).map(Some);
-    }
-    match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
-        Some(interface) => cuda_array(obj, &interface.cast_into::<PyDict>()?, what).map(Some),
-        None => Ok(None),
-    }
+/// Describes the arguments of one call. What it reads of PyTorch once serves every argument of
+/// the call: the `torch` module's cached facts, and each GPU's current stream (no Python code runs
+/// between two arguments, so the user cannot change it in between).
+pub struct Describer<'t> {
+    types: &'t TensorTypes,
+    torch: Option<Arc<Torch>>,
+    /// The last GPU whose current stream was read, and the stream.
+    last_stream: Option<(usize, u64)>,
 }
 
-fn torch(
-    types: &TensorTypes,
-    tensor: &Bound<'_, PyAny>,
-    what: Role,
-    want_dtype: bool,
-) -> PyResult<Described> {
-    let py = tensor.py();
-    // -1 for a tensor in host memory: one call instead of `is_cuda` and then `get_device()`.
-    let device: i64 = tensor.call_method0(intern!(py, "get_device"))?.extract()?;
-    let Ok(device) = usize::try_from(device) else {
-        return Err(errors::usage(
-            py,
-            format!(
-                "the {what} is a tensor in host memory; give a CUDA tensor, or on the simulator \
-                 peerlink.on(gpu, tensor.numpy())"
-            ),
-        ));
-    };
-    if !tensor
-        .call_method0(intern!(py, "is_contiguous"))?
-        .is_truthy()?
-    {
-        return Err(errors::usage(
-            py,
-            format!(
-                "the {what} is not contiguous; pass tensor.contiguous() (peerlink moves one range \
-                 of bytes)"
-            ),
-        ));
+impl<'t> Describer<'t> {
+    pub fn new(types: &'t TensorTypes) -> Self {
+        Describer {
+            types,
+            torch: None,
+            last_stream: None,
+        }
     }
-    let torch = types.torch(py)?;
-    let stream = torch.current_stream(py, device)?;
-    let dtype = if want_dtype {
-        let dtype = tensor.getattr(intern!(py, "dtype"))?;
-        torch
-            .dtypes
-            .iter()
-            .find(|(known, _)| dtype.is(known))
-            .map(|(_, t)| *t)
-    } else {
-        None
-    };
-    Ok(Described {
-        address: tensor.call_method0(intern!(py, "data_ptr"))?.extract()?,
-        device,
-        stream,
-        nbytes: tensor.getattr(intern!(py, "nbytes"))?.extract()?,
-        dtype,
-    })
+
+    /// What `obj` is: device memory (described, or refused with the slow path's sentence), or
+    /// None where the slow path must look (a host buffer, a placement, anything else).
+    pub fn describe(
+        &mut self,
+        obj: &Bound<'_, PyAny>,
+        what: Role,
+        want_dtype: bool,
+    ) -> PyResult<Option<Described>> {
+        let py = obj.py();
+        if self.types.is_tensor(&obj.get_type())? {
+            return self.tensor(obj, what, want_dtype).map(Some);
+        }
+        match obj.getattr_opt(intern!(py, "__cuda_array_interface__"))? {
+            Some(interface) => cuda_array(obj, &interface.cast_into::<PyDict>()?, what).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A copy's destination and source described as device memory; None where either is not
+    /// (the caller then leaves them to the slow path).
+    pub fn pair(
+        &mut self,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<(Described, Described)>> {
+        let Some(to) = self.describe(dst, Role::Destination, false)? else {
+            return Ok(None);
+        };
+        Ok(self
+            .describe(src, Role::Source, false)?
+            .map(|from| (to, from)))
+    }
+
+    fn tensor(
+        &mut self,
+        tensor: &Bound<'_, PyAny>,
+        what: Role,
+        want_dtype: bool,
+    ) -> PyResult<Described> {
+        let py = tensor.py();
+        // -1 for a tensor in host memory: one call instead of `is_cuda` and then `get_device()`.
+        let device: i64 = tensor.call_method0(intern!(py, "get_device"))?.extract()?;
+        let Ok(device) = usize::try_from(device) else {
+            return Err(errors::usage(
+                py,
+                format!(
+                    "the {what} is a tensor in host memory; give a CUDA tensor, or on the \
+                     simulator peerlink.on(gpu, tensor.numpy())"
+                ),
+            ));
+        };
+        if !tensor
+            .call_method0(intern!(py, "is_contiguous"))?
+            .is_truthy()?
+        {
+            return Err(errors::usage(
+                py,
+                format!(
+                    "the {what} is not contiguous; pass tensor.contiguous() (peerlink moves one \
+                     range of bytes)"
+                ),
+            ));
+        }
+        let torch = match &self.torch {
+            Some(torch) => torch.clone(),
+            None => self.torch.insert(self.types.torch(py)?).clone(),
+        };
+        let stream = match self.last_stream {
+            Some((known, stream)) if known == device => stream,
+            _ => {
+                let stream = torch.current_stream(py, device)?;
+                self.last_stream = Some((device, stream));
+                stream
+            }
+        };
+        let dtype = if want_dtype {
+            let dtype = tensor.getattr(intern!(py, "dtype"))?;
+            torch
+                .dtypes
+                .iter()
+                .find(|(known, _)| dtype.is(known))
+                .map(|(_, t)| *t)
+        } else {
+            None
+        };
+        Ok(Described {
+            address: tensor.call_method0(intern!(py, "data_ptr"))?.extract()?,
+            device,
+            stream,
+            nbytes: tensor.getattr(intern!(py, "nbytes"))?.extract()?,
+            dtype,
+        })
+    }
 }
 
 impl TensorTypes {

@@ -2,7 +2,7 @@
 //! their bytes moved through the engine and written back) and over another library's device
 //! memory (a PyTorch tensor's storage, ordered on its CUDA stream).
 
-use crate::describe::{describe, Described, Role, TensorTypes};
+use crate::describe::{Described, Describer, Role, TensorTypes};
 use crate::errors;
 use crate::{detached, Host};
 use peerlink::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
@@ -91,19 +91,6 @@ impl Fabric {
                 state.queued_on.push(*stream);
             }
         }
-    }
-
-    /// A copy's destination and source described as device memory; None where either is not
-    /// (the caller then leaves them to the slow path).
-    fn describe_pair(
-        &self,
-        dst: &Bound<'_, PyAny>,
-        src: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<(Described, Described)>> {
-        let Some(to) = describe(&self.tensor_types, dst, Role::Destination, false)? else {
-            return Ok(None);
-        };
-        Ok(describe(&self.tensor_types, src, Role::Source, false)?.map(|from| (to, from)))
     }
 
     /// Queues copies between borrowed memory.
@@ -622,7 +609,8 @@ impl Fabric {
             (_, Ok(tuple)) if tuple.len() == 1 => tuple.get_item(0)?,
             _ => tensor.clone(),
         };
-        let Some(found) = describe(&self.tensor_types, &one, Role::Tensor(0), dtype.is_none())?
+        let Some(found) =
+            Describer::new(&self.tensor_types).describe(&one, Role::Tensor(0), dtype.is_none())?
         else {
             return Ok(false);
         };
@@ -762,7 +750,7 @@ impl Fabric {
         dst: &Bound<'_, PyAny>,
         src: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        let Some((to, from)) = self.describe_pair(dst, src)? else {
+        let Some((to, from)) = Describer::new(&self.tensor_types).pair(dst, src)? else {
             return Ok(false);
         };
         let copy = device_copy(py, &to, &from)?;
@@ -780,8 +768,9 @@ impl Fabric {
         srcs: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let mut pairs = Vec::new();
+        let mut describer = Describer::new(&self.tensor_types);
         for (dst, src) in dsts.try_iter()?.zip(srcs.try_iter()?) {
-            let Some(pair) = self.describe_pair(&dst?, &src?)? else {
+            let Some(pair) = describer.pair(&dst?, &src?)? else {
                 return Ok(false);
             };
             pairs.push(pair);
@@ -811,14 +800,10 @@ impl Fabric {
             _ => return Ok(false),
         };
         let mut found = Vec::with_capacity(tensors.len()?);
+        let mut describer = Describer::new(&self.tensor_types);
         for (i, tensor) in tensors.try_iter()?.enumerate() {
             let tensor = tensor?;
-            match describe(
-                &self.tensor_types,
-                &tensor,
-                Role::Tensor(i),
-                dtype.is_none(),
-            )? {
+            match describer.describe(&tensor, Role::Tensor(i), dtype.is_none())? {
                 Some(described) => found.push(described),
                 None => return Ok(false),
             }

@@ -514,6 +514,18 @@ def test_cuda_tensors_reach_the_backend_on_their_streams(
     assert sorted(fake_torch) == [0, 1]
 
 
+def test_a_gpus_current_stream_is_read_once_per_call(
+    fabric: peerlink.Fabric, fake_torch: list[int]
+) -> None:
+    # Both tensors of one GPU: one read serves the call; the next call reads it again (the user
+    # may change the current stream between calls).
+    base = 0x7F00_0000_0000 + 2 * (1 << 30)
+    for calls in (1, 2):
+        with pytest.raises(peerlink.UsageError, match="^no simulated buffer starts at"):
+            fabric.copy_(FakeTensor(2, 16, address=base), FakeTensor(2, 16, address=base + 64))
+        assert fake_torch == [2] * calls
+
+
 def test_tensors_overlapping_on_one_gpu_are_refused(
     fabric: peerlink.Fabric, fake_torch: list[int]
 ) -> None:
