@@ -3,7 +3,7 @@
 //! GPU library: on the simulator (its made-up addresses mean something only to peerlink) for the
 //! tests, and on GPUs for benchmarks without PyTorch.
 
-use crate::{detached, Host};
+use crate::{detached, Host, KeptOnDrop};
 use peerlink::backend::{Backend, BufferId, Memory};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 #[pyclass(frozen, module = "peerlink._native")]
 pub struct DeviceBuffer {
-    backend: Arc<dyn Backend>,
+    backend: KeptOnDrop<Arc<dyn Backend>>,
     buffer: BufferId,
     /// The GPU the memory is on.
     #[pyo3(get)]
@@ -36,7 +36,7 @@ impl DeviceBuffer {
             Ok((buffer, backend.sharing().device_address(buffer)?))
         })?;
         Ok(DeviceBuffer {
-            backend,
+            backend: KeptOnDrop::new(backend),
             buffer,
             device,
             nbytes,

@@ -4,7 +4,7 @@
 
 use crate::describe::{Described, Describer, Role, TensorTypes};
 use crate::errors;
-use crate::{detached, Host};
+use crate::{detached, Host, KeptOnDrop};
 use peerlink::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
 use peerlink::engine::{self, GroupAllReduce};
@@ -29,7 +29,7 @@ type HostRef = (PyBuffer<u8>, usize);
 
 #[pyclass(frozen, module = "peerlink._native")]
 pub struct Fabric {
-    fabric: engine::Fabric,
+    fabric: KeptOnDrop<engine::Fabric>,
     state: Mutex<State>,
     tensor_types: TensorTypes,
     /// With one rank per process: this process's rank of the all-reduce across the group.
@@ -566,7 +566,7 @@ impl Fabric {
             None
         };
         Ok(Fabric {
-            fabric,
+            fabric: KeptOnDrop::new(fabric),
             state: Mutex::default(),
             tensor_types: TensorTypes::default(),
             group,

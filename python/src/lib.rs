@@ -20,8 +20,54 @@ use std::sync::Arc;
 /// An opened backend: real GPUs, or the simulator (asked for, or fallen back to with a notice).
 #[pyclass(frozen, module = "peerlink._native")]
 struct Host {
-    backend: Arc<dyn Backend>,
+    backend: KeptOnDrop<Arc<dyn Backend>>,
     notice: Option<String>,
+}
+
+/// What keeps a backend open: the backend itself, or an engine fabric over it.
+pub(crate) trait HoldsBackend {
+    fn held_backend(&self) -> &dyn Backend;
+}
+
+impl HoldsBackend for Arc<dyn Backend> {
+    fn held_backend(&self) -> &dyn Backend {
+        self.as_ref()
+    }
+}
+
+impl HoldsBackend for peerlink::engine::Fabric {
+    fn held_backend(&self) -> &dyn Backend {
+        self.backend().as_ref()
+    }
+}
+
+/// `T`, dropped with the thread's CUDA context kept: the last holder of a CUDA backend releases
+/// its GPUs' contexts, and releasing one makes it current; a Python object is dropped on whatever
+/// thread collects it (PyTorch's, say).
+pub(crate) struct KeptOnDrop<T: HoldsBackend>(Option<T>);
+
+impl<T: HoldsBackend> KeptOnDrop<T> {
+    pub(crate) fn new(inner: T) -> Self {
+        KeptOnDrop(Some(inner))
+    }
+}
+
+impl<T: HoldsBackend> std::ops::Deref for KeptOnDrop<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.0.as_ref().expect("taken only by drop")
+    }
+}
+
+impl<T: HoldsBackend> Drop for KeptOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.take() {
+            let kept = inner.held_backend().keep_thread_context();
+            drop(inner);
+            drop(kept);
+        }
+    }
 }
 
 /// Runs `work` with the GIL released, keeping the thread's CUDA context: the backend makes its
@@ -53,7 +99,7 @@ impl Host {
         };
         let opened = py.detach(|| backend::open(&choice)).or_raise(py)?;
         Ok(Host {
-            backend: Arc::from(opened.backend),
+            backend: KeptOnDrop::new(Arc::from(opened.backend)),
             notice: opened.notice,
         })
     }

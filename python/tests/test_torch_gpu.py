@@ -5,6 +5,8 @@ Run on a GPU host, after installing the wheel: ``python3 -m pytest python/tests/
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 import peerlink
@@ -39,4 +41,8 @@ def test_peerlink_leaves_pytorchs_current_device_as_it_was(current: int) -> None
         assert torch.cuda.current_device() == current
         assert torch.equal(back.cpu(), src.cpu())
         assert all(bool((t == 3.0).all()) for t in tensors)
+    assert torch.cuda.current_device() == current
+    # The last holder of the backend releases its GPUs' contexts: that too leaves it as it was.
+    del fabric
+    gc.collect()
     assert torch.cuda.current_device() == current

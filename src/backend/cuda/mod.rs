@@ -297,16 +297,22 @@ impl Gpus {
     }
 
     /// GPU `device`'s primary context, retained the first time work needs it, not at open: one
-    /// process per GPU (torchrun, `peerlink launch`) then holds a context, with the few hundred
-    /// MiB of device memory each costs, only on its own GPU, as PyTorch and NCCL do.
+    /// process per GPU (torchrun, `peerlink launch`) then holds a context, and the device memory
+    /// it costs, only on its own GPU, as PyTorch and NCCL do.
     fn context(&self, device: usize) -> Result<&Arc<CudaContext>> {
         let cell = &self.contexts[device];
         if let Some(ctx) = cell.get() {
             return Ok(ctx);
         }
-        // Two threads may both retain it; the one not kept is released as it drops.
-        let ctx = driver::retain_primary_context(device)?;
-        Ok(cell.get_or_init(|| ctx))
+        let mut retained = Some(driver::retain_primary_context(device)?);
+        let ctx = cell.get_or_init(|| retained.take().expect("taken once"));
+        if let Some(spare) = retained {
+            // Another thread retained it first: this reference is released, and its drop makes
+            // the context current; the thread's own is put back.
+            let _kept = driver::KeptContext::now()?;
+            drop(spare);
+        }
+        Ok(ctx)
     }
 
     /// A context for memory that every context may use (portable pinned memory): one already
