@@ -84,8 +84,8 @@ impl TensorTypes {
 }
 
 /// Describes the arguments of one call. What it reads of PyTorch once serves every argument of
-/// the call: the `torch` module's cached facts, and each GPU's current stream (no Python code runs
-/// between two arguments, so the user cannot change it in between).
+/// the call: the `torch` module's cached facts, and each GPU's current stream (reading an argument
+/// does not change a current stream; the user's code does, between calls).
 pub struct Describer<'t> {
     types: &'t TensorTypes,
     torch: Option<Arc<Torch>>,
