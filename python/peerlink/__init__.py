@@ -452,8 +452,10 @@ class Fabric:
         between them (peerlink's one-shot, two-shot or packet kernel, as its cost model picks for
         the size). With ``processes=True``: this process's one tensor (or a sequence of one), on
         its GPU, summed with the tensors the other ranks pass in the same call — every rank calls
-        with the same length and element type, in the same order, as with ``torch.distributed``.
-        The packet kernel (up to 256 KiB) reads the tensor itself; the larger kernels copy it into
+        with the same length and element type, in the same order, as with ``torch.distributed``;
+        a rank that does not (or has died) leaves the others' kernels waiting for it, and after
+        10 s they stop with an error that every later CUDA call of their process then reports
+        (rather than hang). The packet kernel (up to 256 KiB) reads the tensor itself; the larger kernels copy it into
         the buffer the ranks shared when they joined (grown, by every rank at the same call, when
         a call needs more), priced by the cost model with the kernels.
 
