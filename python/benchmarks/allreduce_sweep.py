@@ -133,11 +133,12 @@ def sweep(
                 else:
                     buf = torch.empty(numel, dtype=dtype, device=device)
                 op = make_op(contender, buf, group_name, fabric)
+                timed = iterations(size, iters)
                 buf.fill_(rank + 1)
                 for _ in range(warmup):
                     op()
                 buf.fill_(1.0)  # sums of ones stay small over any number of in-place operations
-                us = time_loop(op, iterations(size, iters), contender == "nccl-graph")
+                us = time_loop(op, timed, contender == "nccl-graph")
                 us = across_ranks(us, dist.ReduceOp.MAX, device)
                 # The check: one more operation on known inputs.
                 buf.fill_(rank + 1)
@@ -148,7 +149,7 @@ def sweep(
                 algbw = point["bytes"] / us / 1e3
                 point.update(
                     us=us,
-                    iters=iterations(size, iters),
+                    iters=timed,
                     algbw_gbps=algbw,
                     busbw_gbps=algbw * 2 * (world - 1) / world,
                     verified=across_ranks(1.0 if ok else 0.0, dist.ReduceOp.MIN, device) == 1.0,

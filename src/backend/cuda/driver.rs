@@ -288,20 +288,15 @@ impl Drop for KeptContext {
     }
 }
 
-/// Retains GPU `ordinal`'s primary context (cudarc's `CudaContext::new`) with cudarc's event
-/// tracking off, leaving the thread's current context as it was: a context opened at first use
-/// must not change what the caller's own CUDA work (PyTorch's, say) runs in.
+/// Retains GPU `ordinal`'s primary context (cudarc's `CudaContext::new`, which makes it current,
+/// as the work that needs it would) with cudarc's event tracking off. Callers that share the
+/// thread with other CUDA code keep their context around the backend's work
+/// ([`KeptContext`]).
 pub(super) fn retain_primary_context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
-    let current = result::ctx::get_current().map_err(failed("cuCtxGetCurrent"))?;
     let ctx = CudaContext::new(ordinal).map_err(failed("cuDevicePrimaryCtxRetain"))?;
     // SAFETY: this context object is new and has made nothing; the backend never uses cudarc's
     // tracked slices: it orders its own work with streams and events.
     unsafe { ctx.disable_event_tracking() };
-    if let Some(current) = current {
-        // SAFETY: the context that was current a moment ago on this thread, still retained by
-        // whoever made it current.
-        unsafe { result::ctx::set_current(current) }.map_err(failed("cuCtxSetCurrent"))?;
-    }
     Ok(ctx)
 }
 

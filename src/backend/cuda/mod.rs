@@ -300,19 +300,9 @@ impl Gpus {
     /// process per GPU (torchrun, `peerlink launch`) then holds a context, and the device memory
     /// it costs, only on its own GPU, as PyTorch and NCCL do.
     fn context(&self, device: usize) -> Result<&Arc<CudaContext>> {
-        let cell = &self.contexts[device];
-        if let Some(ctx) = cell.get() {
-            return Ok(ctx);
-        }
-        let mut retained = Some(driver::retain_primary_context(device)?);
-        let ctx = cell.get_or_init(|| retained.take().expect("taken once"));
-        if let Some(spare) = retained {
-            // Another thread retained it first: this reference is released, and its drop makes
-            // the context current; the thread's own is put back.
-            let _kept = driver::KeptContext::now()?;
-            drop(spare);
-        }
-        Ok(ctx)
+        first_use(&self.contexts[device], || {
+            driver::retain_primary_context(device)
+        })
     }
 
     /// A context for memory that every context may use (portable pinned memory): one already
@@ -326,23 +316,15 @@ impl Gpus {
 
     /// GPU `device`'s internal stream for the synchronous calls.
     fn io_stream(&self, device: usize) -> Result<&Arc<CudaStream>> {
-        let cell = &self.io_streams[device];
-        if let Some(stream) = cell.get() {
-            return Ok(stream);
-        }
-        let stream = self
-            .context(device)?
-            .new_stream()
-            .map_err(failed("cuStreamCreate"))?;
-        Ok(cell.get_or_init(|| stream))
+        first_use(&self.io_streams[device], || {
+            self.context(device)?
+                .new_stream()
+                .map_err(failed("cuStreamCreate"))
+        })
     }
 
     fn gates(&self) -> Result<&gates::Gates> {
-        if let Some(gates) = self.gates.get() {
-            return Ok(gates);
-        }
-        let gates = gates::Gates::new(self.any_context()?)?;
-        Ok(self.gates.get_or_init(|| gates))
+        first_use(&self.gates, || gates::Gates::new(self.any_context()?))
     }
 
     fn kernels(&self, device: usize) -> Result<Arc<kernels::Kernels>> {
@@ -390,6 +372,16 @@ impl Gpus {
             timed,
         }))
     }
+}
+
+/// `cell`'s value, made by `make` at its first use. Two threads may both make one; the one not
+/// kept is dropped.
+fn first_use<T>(cell: &OnceLock<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if let Some(value) = cell.get() {
+        return Ok(value);
+    }
+    let made = make()?;
+    Ok(cell.get_or_init(|| made))
 }
 
 /// The unified addresses a copy moves between.
