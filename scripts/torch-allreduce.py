@@ -51,7 +51,7 @@ def main():
     args = ap.parse_args()
     args.sizes = sweep.parse_sizes(args.sizes)
     args.contenders = args.contenders.split(",")
-    if "peerlink" in args.contenders:
+    if any(c.startswith("peerlink") for c in args.contenders):
         sys.exit("torch-allreduce: PyTorch's all-reduces only; peerlink's beside them: python/benchmarks/torch_processes.py")
     if args.gpus < 2:
         sys.exit("torch-allreduce: needs two GPUs at least")

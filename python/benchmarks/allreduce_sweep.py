@@ -9,7 +9,10 @@ rank + 1 in every element (small integers, exact in bf16 as in f32), so every el
 must equal n (n + 1) / 2.
 
 Contenders, in place on one tensor per rank:
-- peerlink: ``fabric.all_reduce_(tensor)`` on a ``peerlink.Fabric(processes=True)``;
+- peerlink: ``fabric.all_reduce_(tensor)`` on a ``peerlink.Fabric(processes=True)``, of an
+  ordinary tensor (copied into and out of the memory the ranks shared, by the kernels that need it);
+- peerlink-symm: the same, of a tensor in peerlink's symmetric memory (``fabric.empty``, one of the
+  largest size made once, a view of its start per size): no copies;
 - nccl: ``dist.all_reduce(tensor)`` (NCCL through the process group);
 - nccl-graph: the same loop captured into one CUDA graph and replayed (no launch per operation);
 - symm-one-shot / symm-two-shot: SymmetricMemory's ``one_shot_all_reduce`` and
@@ -58,7 +61,7 @@ def iterations(size: int, base: int) -> int:
 
 def make_op(contender: str, buf: torch.Tensor, group_name: str, fabric: Any = None) -> Callable[[], Any]:
     """A callable that runs one all-reduce of `buf` (its result may be a new tensor)."""
-    if contender == "peerlink":
+    if contender in ("peerlink", "peerlink-symm"):
         if fabric is None:
             raise ValueError("the peerlink contender needs a peerlink.Fabric(processes=True)")
         return lambda: fabric.all_reduce_(buf)
@@ -122,6 +125,9 @@ def sweep(
     element = torch.tensor([], dtype=dtype).element_size()
     expected = world * (world + 1) // 2
     points: list[dict[str, Any]] = []
+    symmetric = None
+    if "peerlink-symm" in contenders and fabric is not None:
+        symmetric = fabric.empty(max(max(1, s // element) for s in sizes), dtype=dtype)
     for size in sizes:
         numel = max(1, size // element)
         for contender in contenders:
@@ -130,6 +136,8 @@ def sweep(
                 if contender.startswith("symm"):
                     buf = symm_mem.empty(numel, dtype=dtype, device=device)
                     symm_mem.rendezvous(buf, group=dist.group.WORLD)
+                elif contender == "peerlink-symm" and symmetric is not None:
+                    buf = symmetric[:numel]
                 else:
                     buf = torch.empty(numel, dtype=dtype, device=device)
                 op = make_op(contender, buf, group_name, fabric)

@@ -9,8 +9,9 @@ Run one process per GPU under a launcher, e.g. on a GPU host:
 Each rank opens ``peerlink.Fabric(processes=True)`` (peerlink's rendezvous on MASTER_PORT + 1,
 beside torchrun's store) and torch.distributed's NCCL process group, and runs allreduce_sweep.py's
 sweep (4 B to 1 GiB in steps of 4x by default; its timing, check and contenders are described
-there): peerlink's ``fabric.all_reduce_(tensor)`` (the cost model's kernel; the packet kernel reads
-the tensor itself, the larger ones copy it into the buffer the ranks shared at the start) beside
+there): peerlink's ``fabric.all_reduce_(tensor)`` (the cost model's kernel) of an ordinary tensor
+(the packet kernel reads it itself, the larger ones copy it into the buffer the ranks shared at the
+start) and of a tensor in peerlink's symmetric memory (``fabric.empty``: no copies), beside
 ``dist.all_reduce`` and SymmetricMemory's one-shot and two-shot all-reduces.
 
 It also times, on rank 0, the host cost of one ``all_reduce_`` from Python and of the same call from
@@ -34,7 +35,7 @@ import torch.distributed as dist  # noqa: E402
 
 import peerlink  # noqa: E402
 
-CONTENDERS = ("peerlink", "nccl", "symm-one-shot", "symm-two-shot")
+CONTENDERS = ("peerlink", "peerlink-symm", "nccl", "symm-one-shot", "symm-two-shot")
 
 
 def host_cost(fabric: peerlink.Fabric, buf: torch.Tensor, calls: int, rounds: int = 5) -> dict[str, Any]:
@@ -75,11 +76,12 @@ def main() -> None:
     device = torch.device(f"cuda:{local}")
     dist.init_process_group("nccl", device_id=device)
     contenders = args.contenders.split(",")
-    fabric = peerlink.Fabric(processes=True, gpu=True) if "peerlink" in contenders else None
+    ours = any(c.startswith("peerlink") for c in contenders)
+    fabric = peerlink.Fabric(processes=True, gpu=True) if ours else None
     assert fabric is None or fabric.rank == rank, (fabric.rank, rank)
 
     def peerlink_host_cost(contender: str, size: int, buf: torch.Tensor) -> dict[str, Any] | None:
-        if fabric is not None and contender == "peerlink" and size <= 4 << 20:
+        if fabric is not None and contender.startswith("peerlink") and size <= 4 << 20:
             return {"host": host_cost(fabric, buf, args.host_calls)}
         return None
 

@@ -21,6 +21,7 @@ bad input is a :class:`UsageError`, which is also a ``ValueError``.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import warnings
 from typing import Any, NamedTuple, Sequence
@@ -315,7 +316,8 @@ class Fabric:
     peerlink's own (under torchrun on ``MASTER_PORT`` + 1, beside torchrun's store; or
     ``PEERLINK_PORT``) and share a flag block and a buffer each, once. Every rank must see every
     GPU of the job (no per-rank ``CUDA_VISIBLE_DEVICES``); each makes a CUDA context on its own
-    GPU alone.
+    GPU alone. Tensors made by :meth:`empty` live in memory every rank's kernels reach, and their
+    all-reduce copies nothing (as PyTorch's SymmetricMemory).
 
     ``resident=True`` (or a number of copy blocks) runs a resident worker on each GPU that sends:
     a persistent kernel the host rings with transfers, without a launch or a copy call per transfer
@@ -457,7 +459,9 @@ class Fabric:
         10 s they stop with an error that every later CUDA call of their process then reports
         (rather than hang). The packet kernel (up to 256 KiB) reads the tensor itself; the larger kernels copy it into
         the buffer the ranks shared when they joined (grown, by every rank at the same call, when
-        a call needs more), priced by the cost model with the kernels.
+        a call needs more), priced by the cost model with the kernels — except for tensors of
+        :meth:`empty`, which every rank's kernels reach as they are (only one-shot copies its
+        input aside; two-shot sums in place).
 
         Elements are float32 or bfloat16: taken from the tensors' dtype, or ``dtype="f32"`` /
         ``"bf16"`` for buffers that do not say.
@@ -515,6 +519,38 @@ class Fabric:
             native.all_reduce_rank_device(found.ref, found.nbytes, chosen)
         else:
             native.all_reduce_rank_host(found.ref, chosen)
+
+    def empty(self, *size: Any, dtype: Any = None) -> Any:
+        """A PyTorch tensor of ``size`` (``empty(4, 1024)`` or ``empty((4, 1024))``) and ``dtype``
+        (default ``torch.float32``) on this rank's GPU, zero-filled, in symmetric memory: with
+        ``processes=True``, every rank calls it together, with the same size and dtype, in the same
+        order, as for ``torch.distributed._symmetric_memory.empty``. An :meth:`all_reduce_` of such
+        a tensor (or of a contiguous view of it, every rank passing the same view) copies nothing:
+        the two-shot kernel sums in place in every rank's memory, where an ordinary tensor is first
+        copied into the buffer the ranks shared and the sum copied back.
+
+        The memory is freed when the fabric closes: do not use the tensor afterwards. Needs
+        PyTorch imported; :meth:`alloc_symmetric` gives the same memory to any library."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            raise UsageError(
+                "Fabric.empty makes PyTorch tensors: import torch first, or take the memory "
+                "from Fabric.alloc_symmetric"
+            )
+        if len(size) == 1 and isinstance(size[0], (tuple, list)):
+            size = tuple(size[0])
+        dtype = torch.float32 if dtype is None else dtype
+        element = torch.empty((), dtype=dtype).element_size()
+        buffer = self.alloc_symmetric(math.prod(size) * element)
+        raw = torch.as_tensor(buffer, device=f"cuda:{buffer.device}")
+        return raw.view(dtype).view(size)
+
+    def alloc_symmetric(self, nbytes: int) -> _native.SymmetricBuffer:
+        """``nbytes`` zero-filled bytes of this rank's GPU in symmetric memory (see :meth:`empty`),
+        lent through ``__cuda_array_interface__`` (its ``address``, ``device`` and ``nbytes`` too):
+        every rank calls it together, with the same ``nbytes``, in the same order. Freed when the
+        fabric closes."""
+        return self._open().alloc_symmetric(nbytes)
 
     def synchronize(self) -> None:
         """Blocks until every copy and all-reduce this fabric queued has finished. It

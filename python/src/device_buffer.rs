@@ -61,17 +61,47 @@ impl DeviceBuffer {
         })
     }
 
-    /// Version 3 of the interface: bytes (`|u1`), one dimension, no stream to follow.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let interface = PyDict::new(py);
-        interface.set_item("data", (self.address, false))?;
-        interface.set_item("shape", (self.nbytes,))?;
-        interface.set_item("typestr", "|u1")?;
-        interface.set_item("version", 3)?;
-        interface.set_item("stream", py.None())?;
-        Ok(interface)
+        cuda_array_interface(py, self.address, self.nbytes)
     }
+}
+
+/// `peerlink._native.SymmetricBuffer`: this rank's part of memory every rank of a group allocated
+/// together (`engine::GroupAllReduce::alloc_symmetric`), lent through `__cuda_array_interface__`.
+/// The group frees it when the fabric closes, not when this object goes.
+#[pyclass(frozen, module = "peerlink._native")]
+pub struct SymmetricBuffer {
+    #[pyo3(get)]
+    pub(crate) device: usize,
+    #[pyo3(get)]
+    pub(crate) nbytes: usize,
+    #[pyo3(get)]
+    pub(crate) address: u64,
+}
+
+#[pymethods]
+impl SymmetricBuffer {
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        cuda_array_interface(py, self.address, self.nbytes)
+    }
+}
+
+/// Version 3 of the interface over `nbytes` at `address`: bytes (`|u1`), one dimension, no
+/// stream to follow.
+fn cuda_array_interface(
+    py: Python<'_>,
+    address: u64,
+    nbytes: usize,
+) -> PyResult<Bound<'_, PyDict>> {
+    let interface = PyDict::new(py);
+    interface.set_item("data", (address, false))?;
+    interface.set_item("shape", (nbytes,))?;
+    interface.set_item("typestr", "|u1")?;
+    interface.set_item("version", 3)?;
+    interface.set_item("stream", py.None())?;
+    Ok(interface)
 }
 
 impl Drop for DeviceBuffer {

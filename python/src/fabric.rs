@@ -3,9 +3,10 @@
 //! memory (a PyTorch tensor's storage, ordered on its CUDA stream).
 
 use crate::describe::{Described, Describer, Role, TensorTypes};
+use crate::device_buffer::SymmetricBuffer;
 use crate::errors;
 use crate::{detached, Host, KeptOnDrop};
-use peerlink::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
+use peerlink::backend::collective::{AllReduceKernel, BufferRange, DataType, Rank, FLAG_BYTES};
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
 use peerlink::engine::{self, GroupAllReduce};
 use peerlink::launch;
@@ -367,8 +368,20 @@ impl Fabric {
         }
         let stream = self.stream(device, handle)?;
         let backend = self.backend();
-        let buffer = Owned::new(backend, backend.borrow_memory(device, address, bytes)?);
-        group.all_reduce(*buffer, stream, bytes, dtype)?;
+        // Symmetric memory as it is (no copies); any other memory borrowed for the call.
+        let borrowed;
+        let range = match group.symmetric_range(address, bytes) {
+            Some(range) => range,
+            None => {
+                borrowed = Owned::new(backend, backend.borrow_memory(device, address, bytes)?);
+                BufferRange {
+                    buffer: *borrowed,
+                    offset: 0,
+                    len: bytes,
+                }
+            }
+        };
+        group.all_reduce(range, stream, dtype)?;
         drop(group);
         self.queued_on(&[stream]);
         Ok(())
@@ -385,7 +398,12 @@ impl Fabric {
             backend.alloc(Memory::Device(gpu), data.len().max(1))?,
         );
         backend.write(*buffer, 0, data)?;
-        group.all_reduce(*buffer, stream, data.len(), dtype)?;
+        let range = BufferRange {
+            buffer: *buffer,
+            offset: 0,
+            len: data.len(),
+        };
+        group.all_reduce(range, stream, dtype)?;
         drop(group);
         backend.synchronize(stream)?;
         let mut out = vec![0; data.len()];
@@ -659,6 +677,21 @@ impl Fabric {
         let dtype = data_type(py, dtype)?;
         detached(py, self.backend(), || {
             host_time_per_call(calls, || self.reduce_rank(tensor, bytes, dtype))
+        })
+    }
+
+    /// With processes=True: `nbytes` zeroed bytes of this rank's GPU in memory every rank's
+    /// all-reduce kernels reach, allocated by every rank together (the same `nbytes`, in the same
+    /// order of calls); freed when the fabric closes.
+    fn alloc_symmetric(&self, py: Python<'_>, nbytes: usize) -> PyResult<SymmetricBuffer> {
+        detached(py, self.backend(), || {
+            let mut group = self.group()?;
+            let buffer = group.alloc_symmetric(nbytes)?;
+            Ok(SymmetricBuffer {
+                device: group.gpu(),
+                nbytes,
+                address: self.backend().sharing().device_address(buffer)?,
+            })
         })
     }
 

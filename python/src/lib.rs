@@ -224,6 +224,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Host>()?;
     m.add_class::<fabric::Fabric>()?;
     m.add_class::<device_buffer::DeviceBuffer>()?;
+    m.add_class::<device_buffer::SymmetricBuffer>()?;
     m.add_function(wrap_pyfunction!(topology_json, m)?)?;
     m.add_function(wrap_pyfunction!(bench_json, m)?)?;
     m.add_function(wrap_pyfunction!(explain_json, m)?)?;

@@ -2,8 +2,9 @@
 test_all_reduce_across_processes with a launcher's variables (RANK, WORLD_SIZE, LOCAL_RANK, …).
 
 Each call sums small whole numbers, so every sum is exact: the rank checks every element of its
-result, through host buffers (written back) and through its simulated device memory lent by
-address (the CUDA-tensor path, queued on a stream). Prints one line per call it checked.
+result, through host buffers (written back), through its simulated device memory lent by address
+(the CUDA-tensor path, queued on a stream) and in symmetric memory (allocated by every rank
+together, reduced without copies). Prints one line per call it checked.
 """
 
 from __future__ import annotations
@@ -15,6 +16,24 @@ import numpy as np
 
 import peerlink
 from peerlink import _native
+
+
+# Where the range reduced in symmetric memory starts.
+OFFSET = 16
+
+
+class View:
+    """`nbytes` of device memory from `offset` into `base`, lent as PyTorch's tensor views are."""
+
+    def __init__(self, base: _native.SymmetricBuffer, offset: int, nbytes: int) -> None:
+        self.device = base.device
+        self.__cuda_array_interface__ = {
+            "data": (base.address + offset, False),
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "version": 3,
+            "stream": None,
+        }
 
 
 def values(rank: int, call: int, elements: int) -> np.ndarray:
@@ -42,6 +61,23 @@ def main() -> None:
             fabric.synchronize()
             assert device.read() == expected.tobytes(), f"rank {rank}: device memory of {count} f32"
             print(f"rank {rank} call {call}: {count} f32 in device memory", flush=True)
+            call += 1
+            # A range of symmetric memory past its first bytes: the simulator lends memory only
+            # from an allocation's first byte, so only the symmetric path (no borrow) takes it.
+            expected = np.sum([values(r, call, count) for r in range(world)], axis=0).astype(np.float32)
+            symmetric = fabric.alloc_symmetric(OFFSET + 4 * count)
+            assert (symmetric.device, symmetric.nbytes) == (rank, OFFSET + 4 * count)
+            whole = _native.DeviceBuffer(fabric._host, rank, OFFSET + 4 * count)
+            before = bytes(range(OFFSET))
+            whole.write(before + values(rank, call, count).tobytes())
+            fabric.copy_(symmetric, whole)
+            fabric.all_reduce_(View(symmetric, OFFSET, 4 * count), dtype="f32")
+            fabric.copy_(whole, symmetric)
+            fabric.synchronize()
+            result = whole.read()
+            assert result[OFFSET:] == expected.tobytes(), f"rank {rank}: symmetric memory of {count} f32"
+            assert result[:OFFSET] == before, f"rank {rank}: bytes before the range changed"
+            print(f"rank {rank} call {call}: {count} f32 in symmetric memory", flush=True)
             call += 1
 
 

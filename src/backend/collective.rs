@@ -140,6 +140,10 @@ pub struct Rank {
 pub struct RankBuffers {
     pub input: BufferId,
     pub output: BufferId,
+    /// Where the call's bytes start in `input` and in `output` (0 and 0 for whole buffers): ranges
+    /// of memory the ranks shared once serve call after call.
+    pub input_offset: usize,
+    pub output_offset: usize,
     /// The rank's flag block ([`FLAG_BYTES`], zeroed once after allocation).
     pub flags: BufferId,
 }
@@ -289,7 +293,7 @@ pub trait Collectives {
     /// two-shot) and writes this rank's output (two-shot: every rank's), or pushes packets into
     /// the peers' flag blocks (packets); so every rank's input, output and flags must be the
     /// buffers its own process passes for itself, call after call on the same flags, in order.
-    /// As for [`Collectives::all_reduce`], an output may be its own input where the kernel allows.
+    /// Each rank's bytes are `len` from its offsets in its input and its output. As for [`Collectives::all_reduce`], an output may be its own input where the kernel allows.
     /// Graph capture is refused: a rank's kernel in a graph would meet the others only when
     /// replayed. On the simulator the call returns once every rank's process has queued its part
     /// (the processes meet through their shared flag files; each keeps its own virtual clock).

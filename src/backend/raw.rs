@@ -202,6 +202,9 @@ pub struct RawRankBuffers<'a, I: RawBackend + ?Sized> {
     pub device: usize,
     pub input: &'a I::Buffer,
     pub output: &'a I::Buffer,
+    /// Where the call's bytes start in `input` and in `output`.
+    pub input_offset: usize,
+    pub output_offset: usize,
     pub flags: &'a I::Buffer,
 }
 
@@ -225,8 +228,8 @@ pub trait RawCollectives: RawBackend {
     ) -> Result<()>;
 
     /// `rank` < `ranks.len()`, 2 to `MAX_RANKS` ranks on distinct GPUs; the stream is on rank
-    /// `rank`'s GPU and captures no graph; every rank's input and output hold at least `len` bytes
-    /// of its GPU (the others imported for the stream's GPU), its flags `FLAG_BYTES`, as
+    /// `rank`'s GPU and captures no graph; every rank's input and output hold `len` bytes from
+    /// their offsets, memory of its GPU (the others imported for the stream's GPU), its flags `FLAG_BYTES`, as
     /// `all_reduce` asks.
     fn rank_all_reduce(
         &self,

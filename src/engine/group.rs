@@ -9,13 +9,16 @@
 //! flag blocks, so it copies nothing; one-shot reads every rank's input, so each rank first copies
 //! its tensor into its shared buffer; two-shot reads and writes every rank's, so each rank copies
 //! its tensor in, the kernel sums in place in the shared buffers, and each copies the sum back.
-//! The cost model prices those copies with the kernels
-//! ([`all_reduce::pick_across_processes`]). Nothing crosses the group's sockets per call.
+//! Memory the ranks allocate together for the purpose ([`GroupAllReduce::alloc_symmetric`], as
+//! PyTorch's SymmetricMemory tensors) spares those copies: every rank's kernel reaches every
+//! rank's range of it, so two-shot sums in place there and only one-shot copies its input aside.
+//! The cost model prices the copies with the kernels ([`all_reduce::pick_across_processes`]).
+//! Nothing crosses the group's sockets per call.
 //!
 //! Tested across real processes, every kernel at each size with every element checked by its
 //! rank: tests/processes/group_reduce.rs, on the simulator in CI and on two GPUs.
 
-use crate::backend::collective::{AllReduceKernel, DataType, RankBuffers, FLAG_BYTES};
+use crate::backend::collective::{AllReduceKernel, BufferRange, DataType, RankBuffers, FLAG_BYTES};
 use crate::backend::{
     Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer,
     StreamId,
@@ -57,7 +60,11 @@ pub struct GroupAllReduce<G: Borrow<Group> = Group> {
     /// Every rank's shared buffer, likewise, and their length.
     shared: Vec<BufferId>,
     shared_len: usize,
-    picked: HashMap<(usize, DataType), AllReduceKernel>,
+    /// Memory the ranks allocated together ([`GroupAllReduce::alloc_symmetric`]), in the order
+    /// allocated.
+    symmetric: Vec<Symmetric>,
+    /// The cost model's pick per length, element type and whether the memory is symmetric.
+    picked: HashMap<(usize, DataType, bool), AllReduceKernel>,
     /// The stream of the last call: the next, on another stream, waits for it (the flags and the
     /// shared buffer serve one call after another).
     last_stream: Option<StreamId>,
@@ -71,7 +78,8 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
     pub fn join(backend: Arc<dyn Backend>, group: G, model: CostModel) -> Result<Self> {
         let gpus = one_gpu_each(backend.as_ref(), group.borrow(), "an all-reduce")?;
         // The same answer on every rank (one host, one topology): refused before anything is made.
-        if all_reduce::pick_across_processes(&model, &gpus, DataType::F32.size() as u64).is_none() {
+        let element = DataType::F32.size() as u64;
+        if all_reduce::pick_across_processes(&model, &gpus, element, false).is_none() {
             return Err(no_p2p(&gpus));
         }
         let me = group.borrow().identity().rank;
@@ -101,6 +109,7 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
             flags: every.iter().map(|b| b[0]).collect(),
             shared: every.iter().map(|b| b[1]).collect(),
             shared_len: INITIAL_SHARED_BYTES,
+            symmetric: Vec::new(),
             picked: HashMap::new(),
             last_stream: None,
         })
@@ -126,20 +135,66 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         self.group.borrow()
     }
 
-    /// Sums every rank's `buffer` (`len` bytes of `dtype` from its start, device memory of this
-    /// rank's GPU: allocated, or another library's, borrowed) element-wise into each of them,
-    /// queued on `stream` (this rank's GPU) after the work queued there so far; later work there
-    /// sees the sum. Returns the kernel the cost model picked. The host does not wait, except when
-    /// the shared buffers grow (every rank at the same call, a group exchange).
+    /// Allocates `len` (> 0) zeroed bytes of this rank's GPU that every rank's kernels reach, with
+    /// every rank (each calls it with the same `len`, in the same order of calls, as a collective):
+    /// an all-reduce of a range of it, each rank passing its own memory's range at the same
+    /// offset, copies nothing into or out of the shared buffers (module introduction). The memory
+    /// stays allocated, and this rank's to read and write, until this `GroupAllReduce` drops: do
+    /// not free it.
+    pub fn alloc_symmetric(&mut self, len: usize) -> Result<BufferId> {
+        if len == 0 {
+            return Err(Error::usage(
+                "symmetric memory of 0 bytes: ask for at least one byte",
+            ));
+        }
+        let backend = self.backend.as_ref();
+        let gpu = self.gpu();
+        let made = (|| {
+            let mine = Owned::new(backend, backend.alloc(Memory::Device(gpu), len)?);
+            backend.write(*mine, 0, &vec![0; len])?;
+            let address = backend.sharing().device_address(*mine)?;
+            Ok((mine, address))
+        })();
+        let (mine, address) = agreed(self.group(), made)?;
+        let every = share(backend, self.group(), gpu, &[*mine])?;
+        let own = mine.keep();
+        self.symmetric.push(Symmetric {
+            every: every.iter().map(|b| b[0]).collect(),
+            address,
+            len,
+        });
+        Ok(own)
+    }
+
+    /// The range of this rank's symmetric memory ([`GroupAllReduce::alloc_symmetric`]) that holds
+    /// the `len` bytes at unified address `address` (what another library's tensor in it says), or
+    /// `None` where no allocation holds them all.
+    pub fn symmetric_range(&self, address: u64, len: usize) -> Option<BufferRange> {
+        let me = self.rank();
+        self.symmetric.iter().find_map(|s| {
+            let offset = usize::try_from(address.checked_sub(s.address)?).ok()?;
+            (offset.checked_add(len)? <= s.len).then_some(BufferRange {
+                buffer: s.every[me],
+                offset,
+                len,
+            })
+        })
+    }
+
+    /// Sums every rank's `range` (`len` bytes of `dtype` from its offset, device memory of this
+    /// rank's GPU: allocated, symmetric, or another library's, borrowed) element-wise into each of
+    /// them, queued on `stream` (this rank's GPU) after the work queued there so far; later work
+    /// there sees the sum. Returns the kernel the cost model picked. Where one rank's range is
+    /// symmetric memory, every rank's must be, at the same offset. The host does not wait, except
+    /// when the shared buffers grow (every rank at the same call, a group exchange).
     pub fn all_reduce(
         &mut self,
-        buffer: BufferId,
+        range: BufferRange,
         stream: StreamId,
-        len: usize,
         dtype: DataType,
     ) -> Result<AllReduceKernel> {
-        let kernel = self.kernel(len, dtype)?;
-        self.all_reduce_by(kernel, buffer, stream, len, dtype)?;
+        let kernel = self.kernel(range, dtype)?;
+        self.all_reduce_by(kernel, range, stream, dtype)?;
         Ok(kernel)
     }
 
@@ -148,11 +203,11 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
     pub fn all_reduce_by(
         &mut self,
         kernel: AllReduceKernel,
-        buffer: BufferId,
+        range: BufferRange,
         stream: StreamId,
-        len: usize,
         dtype: DataType,
     ) -> Result<()> {
+        let len = range.len;
         // Checked before the shared buffers grow for it (the kernel's own checks come after).
         if len == 0 || !len.is_multiple_of(dtype.size()) || len > kernel.max_len() {
             return Err(Error::usage(format!(
@@ -163,29 +218,46 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
                 kernel.max_len()
             )));
         }
+        let symmetric = self.symmetric_of(range.buffer);
+        let copies = all_reduce::copies_across_processes(kernel, symmetric.is_some());
         self.follow_last(stream)?;
-        if len > self.shared_len {
+        if copies > 0 && len > self.shared_len {
             self.grow(len, stream)?;
         }
         let me = self.rank();
         let backend = self.backend.as_ref();
-        let copies = all_reduce::copies_across_processes(kernel);
         let mine = self.shared[me];
+        let copy_in = BufferCopy {
+            src: range.buffer,
+            src_offset: range.offset,
+            dst: mine,
+            dst_offset: 0,
+            len,
+        };
         if copies > 0 {
-            let copy = BufferCopy::from_start(buffer, mine, len);
-            backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+            backend.copy(stream, CopyMethod::CopyEngine, &copy_in)?;
         }
         let ranks: Vec<RankBuffers> = (0..self.gpus.len())
             .map(|r| {
-                let shared = self.shared[r];
-                let (input, output) = match (r == me, kernel) {
-                    (true, AllReduceKernel::OneShotPackets) => (buffer, buffer),
-                    (true, AllReduceKernel::OneShot) => (shared, buffer),
+                let whole = |buffer| (buffer, 0);
+                let at_offset = |buffer| (buffer, range.offset);
+                let shared = whole(self.shared[r]);
+                let (input, output) = match (r == me, kernel, symmetric) {
+                    (true, AllReduceKernel::OneShotPackets, _) => {
+                        (at_offset(range.buffer), at_offset(range.buffer))
+                    }
+                    (true, AllReduceKernel::OneShot, _) => (shared, at_offset(range.buffer)),
+                    (_, AllReduceKernel::TwoShot, Some(s)) => {
+                        let theirs = at_offset(self.symmetric[s].every[r]);
+                        (theirs, theirs)
+                    }
                     _ => (shared, shared),
                 };
                 RankBuffers {
-                    input,
-                    output,
+                    input: input.0,
+                    input_offset: input.1,
+                    output: output.0,
+                    output_offset: output.1,
                     flags: self.flags[r],
                 }
             })
@@ -194,23 +266,39 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
             .collectives()
             .rank_all_reduce(kernel, dtype, me, stream, &ranks, len)?;
         if copies > 1 {
-            let copy = BufferCopy::from_start(mine, buffer, len);
-            backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
+            let copy_out = BufferCopy {
+                src: mine,
+                src_offset: 0,
+                dst: range.buffer,
+                dst_offset: range.offset,
+                len,
+            };
+            backend.copy(stream, CopyMethod::CopyEngine, &copy_out)?;
         }
         Ok(())
     }
 
-    /// The kernel the cost model picks for `len` bytes across processes, kept per size.
-    fn kernel(&mut self, len: usize, dtype: DataType) -> Result<AllReduceKernel> {
-        if let Some(&kernel) = self.picked.get(&(len, dtype)) {
+    /// Which of the symmetric allocations `buffer` (this rank's) is.
+    fn symmetric_of(&self, buffer: BufferId) -> Option<usize> {
+        let me = self.rank();
+        self.symmetric.iter().position(|s| s.every[me] == buffer)
+    }
+
+    /// The kernel the cost model picks for `range` across processes, kept per size, element type
+    /// and kind of memory.
+    fn kernel(&mut self, range: BufferRange, dtype: DataType) -> Result<AllReduceKernel> {
+        let symmetric = self.symmetric_of(range.buffer).is_some();
+        let key = (range.len, dtype, symmetric);
+        if let Some(&kernel) = self.picked.get(&key) {
             return Ok(kernel);
         }
-        let (kernel, _) = all_reduce::pick_across_processes(&self.model, &self.gpus, len as u64)
-            .ok_or_else(|| no_p2p(&self.gpus))?;
+        let (kernel, _) =
+            all_reduce::pick_across_processes(&self.model, &self.gpus, range.len as u64, symmetric)
+                .ok_or_else(|| no_p2p(&self.gpus))?;
         if self.picked.len() >= PICKS_KEPT {
             self.picked.clear();
         }
-        self.picked.insert((len, dtype), kernel);
+        self.picked.insert(key, kernel);
         Ok(kernel)
     }
 
@@ -264,14 +352,29 @@ impl<G: Borrow<Group>> Drop for GroupAllReduce<G> {
             let _ = backend.synchronize(stream);
         }
         let me = self.rank();
-        for r in (0..self.gpus.len()).filter(|&r| r != me) {
-            let _ = backend.free(self.flags[r]);
-            let _ = backend.free(self.shared[r]);
+        let every_kind = || {
+            [&self.flags, &self.shared]
+                .into_iter()
+                .chain(self.symmetric.iter().map(|s| &s.every))
+        };
+        for buffers in every_kind() {
+            for (_, &buffer) in buffers.iter().enumerate().filter(|&(r, _)| r != me) {
+                let _ = backend.free(buffer);
+            }
         }
         let _ = self.group().barrier();
-        let _ = backend.free(self.flags[me]);
-        let _ = backend.free(self.shared[me]);
+        for buffers in every_kind() {
+            let _ = backend.free(buffers[me]);
+        }
     }
+}
+
+/// Memory the ranks allocated together: every rank's, in rank order (this rank's own, the others'
+/// imported), and this rank's own unified address and length.
+struct Symmetric {
+    every: Vec<BufferId>,
+    address: u64,
+    len: usize,
 }
 
 fn no_p2p(gpus: &[usize]) -> Error {

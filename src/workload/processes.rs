@@ -26,7 +26,7 @@ use super::{
 use crate::backend::collective::{
     AllReduceKernel, BufferRange, CommRank, DataType, PeerOp, Rank as CollectiveRank, UniqueId,
 };
-use crate::backend::{Backend, Memory, Owned, ShareDescriptor, SharedBuffer, StreamId};
+use crate::backend::{Backend, BufferId, Owned, ShareDescriptor, SharedBuffer, StreamId};
 use crate::bench::pattern;
 use crate::bench::processes::{agreed, exchange, one_gpu_each};
 use crate::bench::progress::Progress;
@@ -100,11 +100,13 @@ pub fn run(
         show(&|| progress.start("all-reduce", settings.sizes.len() as u64));
         let model = fabric.planner().model().clone();
         let mut reduce = GroupAllReduce::join(fabric.backend().clone(), group, model)?;
+        // The engine's memory for the purpose, as a job keeps its gradients in it: no copies.
+        let buffer = reduce.alloc_symmetric(length(settings.largest())?)?;
         for bytes in settings.sizes.iter().copied() {
             if rank.stop_requested()? {
                 break;
             }
-            rows.extend(rank.all_reduce_size(&mut reduce, dtype, bytes)?);
+            rows.extend(rank.all_reduce_size(&mut reduce, buffer, dtype, bytes)?);
             show(&|| progress.step());
         }
     } else {
@@ -171,8 +173,10 @@ fn across_note(backend: &dyn Backend, workload: Workload, gpus: &[usize], nccl: 
     let how = if workload == Workload::AllReduce {
         format!(
             "the ranks share a flag block and a buffer each once ({sharing}) and each queues its \
-             own kernel over every rank's (engine::GroupAllReduce: packets read the buffer \
-             itself, one-shot copies it in, two-shot in and out); every element checked by each \
+             own kernel over every rank's; the buffer reduced is symmetric memory, which every \
+             rank's kernel reaches (engine::GroupAllReduce::alloc_symmetric: packets read it \
+             directly, two-shot sums in place, one-shot copies its input aside; NCCL reduces the \
+             same buffer); every element checked by each \
              rank in its own memory; each rank times its own GPU (events around back-to-back \
              operations, which meet at every call), and the time per operation is the slowest \
              rank's"
@@ -307,18 +311,24 @@ impl Rank<'_> {
         Ok(stop.contains(&true))
     }
 
-    /// The all-reduce at `bytes`: peerlink's kernels (each that takes the size, and the cost
-    /// model's pick) and NCCL's, each timed on this rank's GPU and checked in its own memory.
+    /// The all-reduce of `bytes` from the start of `buffer` (this rank's symmetric memory):
+    /// peerlink's kernels (each that takes the size, and the cost model's pick) and NCCL's, each
+    /// timed on this rank's GPU and checked in its own memory.
     fn all_reduce_size(
         &self,
         reduce: &mut GroupAllReduce<&Group>,
+        buffer: BufferId,
         dtype: DataType,
         bytes: u64,
     ) -> Result<Vec<Row>> {
         let (b, me, n) = (self.backend, self.me(), self.gpus.len());
         let len = length(bytes)?;
         let elements = len / dtype.size();
-        let buffer = Owned::new(b, b.alloc(Memory::Device(self.gpus[me]), len)?);
+        let range = BufferRange {
+            buffer,
+            offset: 0,
+            len,
+        };
         let mut mine = Vec::new();
         all_reduce::encode(
             dtype,
@@ -330,11 +340,11 @@ impl Rank<'_> {
         let stream = self.stream;
         let measured = |contender, algorithm: &str, op: &mut dyn FnMut() -> Result<()>| {
             let time_us = self.time_in_step(counts, op)?;
-            b.write(*buffer, 0, &mine)?;
+            b.write(buffer, 0, &mine)?;
             op()?;
             b.synchronize(stream)?;
             let mut found = vec![0; len];
-            b.read(*buffer, 0, &mut found)?;
+            b.read(buffer, 0, &mut found)?;
             let what = format!("all-reduce {algorithm} {dtype} {}", format_bytes(bytes));
             let gpu = self.gpus[me];
             agreed(
@@ -363,12 +373,12 @@ impl Rank<'_> {
             .into_iter()
             .filter(|k| len <= k.max_len())
         {
-            let mut op = || reduce.all_reduce_by(kernel, *buffer, stream, len, dtype);
+            let mut op = || reduce.all_reduce_by(kernel, range, stream, dtype);
             rows.push(measured(Contender::Peerlink, kernel.name(), &mut op)?);
         }
         let model = self.fabric.planner().model();
         if let Some((kernel, predicted_us)) =
-            all_reduce::pick_across_processes(model, self.gpus, bytes)
+            all_reduce::pick_across_processes(model, self.gpus, bytes, true)
         {
             let fastest = rows.iter().map(|r| r.time_us).fold(f64::INFINITY, f64::min);
             let mut picked = rows
@@ -384,8 +394,8 @@ impl Rank<'_> {
         if let Some(comm) = self.comm {
             let rank = [CollectiveRank {
                 stream,
-                input: *buffer,
-                output: *buffer,
+                input: buffer,
+                output: buffer,
             }];
             let mut op = || comm.nccl.all_reduce(comm.id, dtype, &rank, len);
             rows.push(measured(Contender::Nccl, "ncclAllReduce", &mut op)?);

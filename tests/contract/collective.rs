@@ -482,6 +482,8 @@ pub fn rank_all_reduce_refuses_what_it_cannot_take(b: &dyn Backend) {
         .map(|i| RankBuffers {
             input: r.inputs[i],
             output: r.outputs[i],
+            input_offset: 0,
+            output_offset: 0,
             flags: r.flags[i],
         })
         .collect();
@@ -510,6 +512,12 @@ pub fn rank_all_reduce_refuses_what_it_cannot_take(b: &dyn Backend) {
     says(
         &usage(call(one_shot, 0, r.streams[0], &buffers, len + 4)),
         "outside",
+    );
+    let mut past_the_end = buffers.clone();
+    past_the_end[1].input_offset = 4;
+    says(
+        &usage(call(one_shot, 0, r.streams[0], &past_the_end, len)),
+        "rank 1's input",
     );
     let mut one_gpu = buffers.clone();
     one_gpu[1] = one_gpu[0];

@@ -1,11 +1,12 @@
 //! peerlink's all-reduce with one rank per process (`engine::GroupAllReduce`): this test binary runs
 //! one of its own tests again as each rank, with torchrun's variables, and each rank sums small
-//! whole numbers by the cost model's pick and by every kernel that takes the size, checks every
-//! element of its result in its own memory, and times a loop of each from Rust (GPU events on its
-//! stream). The simulator runs it in CI (tests/processes.rs), real GPUs in tests/gpu/processes.rs.
+//! whole numbers by the cost model's pick and by every kernel that takes the size, in memory of its
+//! own and in symmetric memory (allocated by every rank together), each at an offset into its
+//! allocation; checks every element of its result, and that the bytes around it are untouched, in
+//! its own memory; and times a loop of each from Rust (GPU events on its stream). The simulator runs it in CI (tests/processes.rs), real GPUs in tests/gpu/processes.rs.
 
-use peerlink::backend::collective::{AllReduceKernel, DataType};
-use peerlink::backend::{self, Backend, Choice, Memory};
+use peerlink::backend::collective::{AllReduceKernel, BufferRange, DataType};
+use peerlink::backend::{self, Backend, BufferId, Choice, Memory};
 use peerlink::engine::{Fabric, GroupAllReduce};
 use std::net::TcpListener;
 use std::process::Command;
@@ -17,6 +18,10 @@ const BACKEND_VAR: &str = "PEERLINK_TEST_RANK_BACKEND";
 const SIZES_VAR: &str = "PEERLINK_TEST_RANK_SIZES";
 /// Timed operations per loop.
 const TIMED: u32 = 100;
+/// Where each reduced range starts in its allocation (16-byte aligned, as the kernels' vectors).
+const OFFSET: usize = 64;
+/// The kinds of memory each size is reduced in: the rank's own, and symmetric.
+const MEMORIES: usize = 2;
 
 /// Runs `rank_test` of this binary as `world` ranks over `backend_name`, each reducing `sizes`;
 /// returns every rank's output after checking that each succeeded and checked every call.
@@ -44,15 +49,16 @@ pub fn launch(backend_name: &str, rank_test: &str, world: usize, sizes: &[usize]
                 .spawn_piped()
         })
         .collect();
-    let calls: usize = sizes
-        .iter()
-        .map(|&len| {
-            1 + AllReduceKernel::ALL
-                .iter()
-                .filter(|k| len <= k.max_len())
-                .count()
-        })
-        .sum();
+    let calls: usize = MEMORIES
+        * sizes
+            .iter()
+            .map(|&len| {
+                1 + AllReduceKernel::ALL
+                    .iter()
+                    .filter(|k| len <= k.max_len())
+                    .count()
+            })
+            .sum::<usize>();
     ranks
         .into_iter()
         .enumerate()
@@ -94,6 +100,24 @@ fn values(rank: usize, call: usize, elements: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Fills the bytes of `range`'s buffer (`allocated` bytes) before and after the range with a
+/// pattern of this rank's and returns them: a call must leave them as they are.
+fn fill_around(
+    b: &dyn Backend,
+    range: BufferRange<BufferId>,
+    allocated: usize,
+    rank: usize,
+) -> (Vec<u8>, Vec<u8>) {
+    let end = range.offset + range.len;
+    let pattern = |from: usize, to: usize| -> Vec<u8> {
+        (from..to).map(|i| (i * 7 + 31 * rank) as u8).collect()
+    };
+    let (before, after) = (pattern(0, range.offset), pattern(end, allocated));
+    b.write(range.buffer, 0, &before).unwrap();
+    b.write(range.buffer, end, &after).unwrap();
+    (before, after)
+}
+
 fn bytes_of(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
@@ -122,54 +146,97 @@ pub fn rank() {
     let gpu = reduce.gpu();
     let b = backend.as_ref();
     let stream = b.create_stream(gpu).unwrap();
+    let largest = OFFSET + sizes.iter().max().unwrap();
+    let symmetric = reduce.alloc_symmetric(largest).unwrap();
+    let address = b.sharing().device_address(symmetric).unwrap();
+    let found = reduce.symmetric_range(address + OFFSET as u64, 16);
+    assert_eq!(
+        found.map(|r| (r.buffer, r.offset)),
+        Some((symmetric, OFFSET))
+    );
+    assert_eq!(
+        reduce.symmetric_range(address + 1, largest),
+        None,
+        "past its end"
+    );
     let mut call = 0;
     for &len in &sizes {
         let elements = len / 4;
-        let buffer = b.alloc(Memory::Device(gpu), len).unwrap();
-        let takers = AllReduceKernel::ALL
-            .into_iter()
-            .filter(|k| len <= k.max_len());
-        for kernel in std::iter::once(None).chain(takers.map(Some)) {
-            call += 1;
-            let run = |reduce: &mut GroupAllReduce| match kernel {
-                None => reduce.all_reduce(buffer, stream, len, DataType::F32),
-                Some(k) => reduce
-                    .all_reduce_by(k, buffer, stream, len, DataType::F32)
-                    .map(|()| k),
+        let own = b.alloc(Memory::Device(gpu), OFFSET + len).unwrap();
+        let mut two_shot_us = Vec::new();
+        for (memory, buffer, allocated) in [
+            ("own", own, OFFSET + len),
+            ("symmetric", symmetric, largest),
+        ] {
+            let range = BufferRange {
+                buffer,
+                offset: OFFSET,
+                len,
             };
-            // Timed first, on whatever the buffer holds; then checked on known inputs.
-            let ran = run(&mut reduce).unwrap();
-            b.synchronize(stream).unwrap();
-            let start = b.record(stream).unwrap();
-            for _ in 0..TIMED {
+            let around = fill_around(b, range, allocated, me);
+            let takers = AllReduceKernel::ALL
+                .into_iter()
+                .filter(|k| len <= k.max_len());
+            for kernel in std::iter::once(None).chain(takers.map(Some)) {
+                call += 1;
+                let run = |reduce: &mut GroupAllReduce| match kernel {
+                    None => reduce.all_reduce(range, stream, DataType::F32),
+                    Some(k) => reduce
+                        .all_reduce_by(k, range, stream, DataType::F32)
+                        .map(|()| k),
+                };
+                // Timed first, on whatever the buffer holds; then checked on known inputs.
+                let ran = run(&mut reduce).unwrap();
+                b.synchronize(stream).unwrap();
+                let start = b.record(stream).unwrap();
+                for _ in 0..TIMED {
+                    run(&mut reduce).unwrap();
+                }
+                let end = b.record(stream).unwrap();
+                b.synchronize(stream).unwrap();
+                let us = b.elapsed_us(start, end).unwrap() / f64::from(TIMED);
+                b.destroy_event(start).unwrap();
+                b.destroy_event(end).unwrap();
+                b.write(buffer, OFFSET, &bytes_of(&values(me, call, elements)))
+                    .unwrap();
                 run(&mut reduce).unwrap();
+                b.synchronize(stream).unwrap();
+                let mut out = vec![0; allocated];
+                b.read(buffer, 0, &mut out).unwrap();
+                let (before, rest) = out.split_at(OFFSET);
+                let (out, after) = rest.split_at(len);
+                let every: Vec<Vec<f32>> = (0..world).map(|r| values(r, call, elements)).collect();
+                let sum: Vec<f32> = (0..elements)
+                    .map(|i| every.iter().map(|v| v[i]).sum())
+                    .collect();
+                assert!(
+                    out == bytes_of(&sum),
+                    "rank {me}: {len} B in {memory} memory by {ran:?} is not the sum"
+                );
+                assert!(
+                    (before, after) == (&around.0[..], &around.1[..]),
+                    "rank {me}: {len} B in {memory} memory by {ran:?} wrote outside its range"
+                );
+                if kernel == Some(AllReduceKernel::TwoShot) {
+                    two_shot_us.push(us);
+                }
+                let how = if kernel.is_none() { "pick" } else { "by" };
+                println!(
+                    "CHECKED rank {me} {len} B {memory} memory {how} {} {us:.2} us/op",
+                    ran.name()
+                );
             }
-            let end = b.record(stream).unwrap();
-            b.synchronize(stream).unwrap();
-            let us = b.elapsed_us(start, end).unwrap() / f64::from(TIMED);
-            b.destroy_event(start).unwrap();
-            b.destroy_event(end).unwrap();
-            b.write(buffer, 0, &bytes_of(&values(me, call, elements)))
-                .unwrap();
-            run(&mut reduce).unwrap();
-            b.synchronize(stream).unwrap();
-            let mut out = vec![0; len];
-            b.read(buffer, 0, &mut out).unwrap();
-            let every: Vec<Vec<f32>> = (0..world).map(|r| values(r, call, elements)).collect();
-            let sum: Vec<f32> = (0..elements)
-                .map(|i| every.iter().map(|v| v[i]).sum())
-                .collect();
+        }
+        b.free(own).unwrap();
+        // In symmetric memory two-shot copies nothing in or out: from 1 MiB up the copies of
+        // the rank's own memory take microseconds.
+        if let [own_us, symmetric_us] = two_shot_us[..] {
             assert!(
-                out == bytes_of(&sum),
-                "rank {me}: {len} B by {ran:?} is not the sum"
-            );
-            let how = if kernel.is_none() { "pick" } else { "by" };
-            println!(
-                "CHECKED rank {me} {len} B {how} {} {us:.2} us/op",
-                ran.name()
+                len < 1 << 20 || symmetric_us < own_us,
+                "rank {me}: two-shot of {len} B took {symmetric_us:.2} µs in symmetric memory, \
+                 {own_us:.2} µs in its own"
             );
         }
-        b.free(buffer).unwrap();
     }
     b.destroy_stream(stream).unwrap();
     if choice == Choice::Gpu {

@@ -365,7 +365,7 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             )));
         }
         let mut devices: Vec<usize> = Vec::with_capacity(n);
-        let mut raw: Vec<(usize, [I::Buffer; 3])> = Vec::with_capacity(n);
+        let mut raw: Vec<(usize, (usize, usize), [I::Buffer; 3])> = Vec::with_capacity(n);
         for (i, buffers) in ranks.iter().enumerate() {
             let whose = format_args!("rank {i}'s");
             let input = st.buffers.get(buffers.input.0)?;
@@ -404,42 +404,46 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
                     buffers.flags
                 )));
             }
-            let resolve = |name: &str, id: BufferId, least: usize| -> Result<I::Buffer> {
-                let entry = st.buffers.get(id.0)?;
-                on_gpu(
-                    &call,
-                    format_args!("{whose} {name}"),
-                    id,
-                    entry.memory,
-                    gpu,
-                    format_args!("rank {i}'s input is"),
-                )?;
-                check_range(
-                    format_args!("{call}: {whose} {name}"),
-                    id,
-                    entry.len,
-                    0,
-                    least,
-                )?;
-                if i != rank {
-                    let toucher = Toucher::Kernel("an all-reduce kernel");
-                    self.check_reach(&st, device, id, entry, toucher)?;
-                }
-                Ok(entry.raw.clone())
-            };
-            let input = resolve("input", buffers.input, len)?;
-            let output = resolve("output", buffers.output, len)?;
-            let flags = resolve("flags", buffers.flags, FLAG_BYTES)?;
+            let resolve =
+                |name: &str, id: BufferId, offset: usize, len: usize| -> Result<I::Buffer> {
+                    let entry = st.buffers.get(id.0)?;
+                    on_gpu(
+                        &call,
+                        format_args!("{whose} {name}"),
+                        id,
+                        entry.memory,
+                        gpu,
+                        format_args!("rank {i}'s input is"),
+                    )?;
+                    check_range(
+                        format_args!("{call}: {whose} {name}"),
+                        id,
+                        entry.len,
+                        offset,
+                        len,
+                    )?;
+                    if i != rank {
+                        let toucher = Toucher::Kernel("an all-reduce kernel");
+                        self.check_reach(&st, device, id, entry, toucher)?;
+                    }
+                    Ok(entry.raw.clone())
+                };
+            let input = resolve("input", buffers.input, buffers.input_offset, len)?;
+            let output = resolve("output", buffers.output, buffers.output_offset, len)?;
+            let flags = resolve("flags", buffers.flags, 0, FLAG_BYTES)?;
             devices.push(gpu);
-            raw.push((gpu, [input, output, flags]));
+            let offsets = (buffers.input_offset, buffers.output_offset);
+            raw.push((gpu, offsets, [input, output, flags]));
         }
         drop(st);
         let raw_ranks: Vec<RawRankBuffers<'_, I>> = raw
             .iter()
-            .map(|(device, [input, output, flags])| RawRankBuffers {
+            .map(|(device, offsets, [input, output, flags])| RawRankBuffers {
                 device: *device,
                 input,
                 output,
+                input_offset: offsets.0,
+                output_offset: offsets.1,
                 flags,
             })
             .collect();

@@ -188,8 +188,12 @@ pub(super) fn rank_all_reduce(
 ) -> Result<()> {
     let kernels = gpus.kernels(stream.device)?;
     let blocks = launch_blocks(gpus, kernel, ranks.iter().map(|r| r.device), len)?;
-    let inputs: Vec<u64> = ranks.iter().map(|r| r.input.address()).collect();
-    let outputs: Vec<u64> = ranks.iter().map(|r| r.output.address()).collect();
+    let at = |buffer: &Buffer, offset: usize| buffer.address() + offset as u64;
+    let inputs: Vec<u64> = ranks.iter().map(|r| at(r.input, r.input_offset)).collect();
+    let outputs: Vec<u64> = ranks
+        .iter()
+        .map(|r| at(r.output, r.output_offset))
+        .collect();
     let flags: Vec<u64> = ranks.iter().map(|r| r.flags.address()).collect();
     let args = AllReduceArgs::shared(&inputs, &outputs, &flags, (len / dtype.size()) as u64)
         .for_rank(rank);

@@ -57,7 +57,10 @@ impl Simulator {
         if packets {
             let mut st = self.lock();
             Self::catch_up(&mut st);
-            let mine = st.store.bytes(*ranks[rank].input, 0, len).into_owned();
+            let mine = st
+                .store
+                .bytes(*ranks[rank].input, ranks[rank].input_offset, len)
+                .into_owned();
             for (_, &theirs) in flags.iter().enumerate().filter(|&(peer, _)| peer != rank) {
                 st.store.write(theirs, slot(rank), &mine);
             }
@@ -72,7 +75,7 @@ impl Simulator {
                     let (buffer, at) = if packets && r != rank {
                         (flags[rank], slot(r))
                     } else {
-                        (*ranks[r].input, 0)
+                        (*ranks[r].input, ranks[r].input_offset)
                     };
                     st.store.bytes(buffer, at, len).into_owned()
                 })
@@ -95,7 +98,8 @@ impl Simulator {
             duration_us: part_alone_us(&self.links, &part, rank),
         };
         let mut st = self.lock();
-        st.store.write(*ranks[rank].output, 0, &sum);
+        st.store
+            .write(*ranks[rank].output, ranks[rank].output_offset, &sum);
         Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
         Ok(())
     }
