@@ -19,6 +19,7 @@ import pytest
 
 import peerlink
 from peerlink import _native
+from ranks import launch_ranks
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SIM = "dgx-h100"
@@ -605,49 +606,11 @@ def test_a_tensor_of_another_dtype_object_does_not_say_its_type(
 # ---- one tensor per process: ranks started as a launcher starts them -------------------------
 
 
-def launch_ranks(world: int, args: list[str], extra: dict[str, str] | None = None) -> list[subprocess.CompletedProcess[str]]:
-    """Runs python/tests/rank_all_reduce.py as `world` processes with torchrun's variables."""
-    import os
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    script = pathlib.Path(__file__).with_name("rank_all_reduce.py")
-    ranks: list[subprocess.Popen[str]] = []
-    for rank in range(world):
-        env = dict(os.environ)
-        env.update(
-            RANK=str(rank),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE=str(world),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            PEERLINK_TIMEOUT="30",
-            **(extra or {}),
-        )
-        ranks.append(
-            subprocess.Popen(
-                [sys.executable, str(script), *args],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    done = []
-    for process in ranks:
-        stdout, stderr = process.communicate(timeout=120)
-        done.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
-    return done
-
-
 @pytest.mark.parametrize("world", [2, 3])
 def test_all_reduce_across_processes_sums_every_element_by_every_kernel(world: int) -> None:
     # 1 Ki and 64 Ki elements (4 KiB, 256 KiB: the packet kernel), 1 Mi (4 MiB: a kernel that
     # copies into the shared buffers, which grow past their first 1 MiB).
-    ranks = launch_ranks(world, ["1024", "65536", str(1 << 20)])
+    ranks = launch_ranks("rank_all_reduce.py", world, ["1024", "65536", str(1 << 20)])
     for rank, done in enumerate(ranks):
         assert done.returncode == 0, f"rank {rank}: {done.stderr}"
         assert done.stdout.count(f"rank {rank} call") == 9, done.stdout
@@ -660,3 +623,14 @@ def test_processes_without_a_launcher_is_a_usage_error() -> None:
 
 def test_one_process_fabric_has_no_rank(fabric: peerlink.Fabric) -> None:
     assert fabric.rank is None and fabric.world is None
+
+
+def test_symmetric_memory_needs_a_fabric_of_processes(fabric: peerlink.Fabric) -> None:
+    with pytest.raises(peerlink.UsageError, match="open it with processes=True"):
+        fabric.alloc_symmetric(64)
+
+
+def test_empty_needs_pytorch_imported(fabric: peerlink.Fabric, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    with pytest.raises(peerlink.UsageError, match="import torch first"):
+        fabric.empty(4, 1024)

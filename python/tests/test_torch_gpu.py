@@ -10,6 +10,7 @@ import gc
 import pytest
 
 import peerlink
+from ranks import launch_ranks
 
 torch = pytest.importorskip("torch")
 
@@ -46,3 +47,11 @@ def test_peerlink_leaves_pytorchs_current_device_as_it_was(current: int) -> None
     del fabric
     gc.collect()
     assert torch.cuda.current_device() == current
+
+
+@two_gpus
+def test_tensors_of_empty_are_summed_across_processes_in_place() -> None:
+    # Two processes, one GPU each: Fabric.empty's tensors, whole and a view, summed without copies.
+    for rank, done in enumerate(launch_ranks("rank_torch_empty.py", 2, [])):
+        assert done.returncode == 0, f"rank {rank}: {done.stderr}"
+        assert done.stdout.count(f"rank {rank}:") == 3, done.stdout

@@ -365,7 +365,7 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             )));
         }
         let mut devices: Vec<usize> = Vec::with_capacity(n);
-        let mut raw: Vec<(usize, (usize, usize), [I::Buffer; 3])> = Vec::with_capacity(n);
+        let mut raw: Vec<(usize, [I::Buffer; 3])> = Vec::with_capacity(n);
         for (i, buffers) in ranks.iter().enumerate() {
             let whose = format_args!("rank {i}'s");
             let input = st.buffers.get(buffers.input.0)?;
@@ -432,20 +432,22 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             let output = resolve("output", buffers.output, buffers.output_offset, len)?;
             let flags = resolve("flags", buffers.flags, 0, FLAG_BYTES)?;
             devices.push(gpu);
-            let offsets = (buffers.input_offset, buffers.output_offset);
-            raw.push((gpu, offsets, [input, output, flags]));
+            raw.push((gpu, [input, output, flags]));
         }
         drop(st);
         let raw_ranks: Vec<RawRankBuffers<'_, I>> = raw
             .iter()
-            .map(|(device, offsets, [input, output, flags])| RawRankBuffers {
-                device: *device,
-                input,
-                output,
-                input_offset: offsets.0,
-                output_offset: offsets.1,
-                flags,
-            })
+            .zip(ranks)
+            .map(
+                |((device, [input, output, flags]), buffers)| RawRankBuffers {
+                    device: *device,
+                    input,
+                    output,
+                    input_offset: buffers.input_offset,
+                    output_offset: buffers.output_offset,
+                    flags,
+                },
+            )
             .collect();
         self.raw
             .rank_all_reduce(kernel, dtype, rank, &raw_stream, &raw_ranks, len)
