@@ -24,6 +24,7 @@ import json
 import math
 import sys
 import warnings
+import weakref
 from typing import Any, NamedTuple, Sequence
 
 from . import _native
@@ -359,6 +360,9 @@ class Fabric:
             self._host, chosen, blocks, processes
         )
         self._processes = processes
+        # This fabric's symmetric memory, weakly: close() frees it and warns about what still
+        # refers to it.
+        self._symmetric: list[weakref.ref[_native.SymmetricBuffer]] = []
 
     @property
     def devices(self) -> list[int]:
@@ -550,7 +554,9 @@ class Fabric:
         lent through ``__cuda_array_interface__`` (its ``address``, ``device`` and ``nbytes`` too):
         every rank calls it together, with the same ``nbytes``, in the same order. Freed when the
         fabric closes."""
-        return self._open().alloc_symmetric(nbytes)
+        buffer = self._open().alloc_symmetric(nbytes)
+        self._symmetric.append(weakref.ref(buffer))
+        return buffer
 
     def synchronize(self) -> None:
         """Blocks until every copy and all-reduce this fabric queued has finished. It
@@ -559,8 +565,21 @@ class Fabric:
         self._open().synchronize()
 
     def close(self) -> None:
-        """Waits for this fabric's work, stops its resident workers and frees what it holds."""
+        """Waits for this fabric's work, stops its resident workers and frees what it holds,
+        symmetric memory too: a ``RuntimeWarning`` says so where tensors of :meth:`empty` (or
+        buffers of :meth:`alloc_symmetric`) still refer to it, as using them afterwards would
+        touch freed GPU memory."""
+        referenced = sum(1 for ref in self._symmetric if ref() is not None)
+        self._symmetric.clear()
         self._native = None
+        if referenced:
+            warnings.warn(
+                f"the fabric closed while {referenced} of its symmetric memory allocations "
+                f"(Fabric.empty, Fabric.alloc_symmetric) were still referenced; that memory is "
+                f"freed now: do not use those tensors",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def __enter__(self) -> Fabric:
         return self

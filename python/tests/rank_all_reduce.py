@@ -4,7 +4,8 @@ test_all_reduce_across_processes with a launcher's variables (RANK, WORLD_SIZE, 
 Each call sums small whole numbers, so every sum is exact: the rank checks every element of its
 result, through host buffers (written back), through its simulated device memory lent by address
 (the CUDA-tensor path, queued on a stream) and in symmetric memory (allocated by every rank
-together, reduced without copies). Prints one line per call it checked.
+together, reduced without copies); and that closing the fabric while symmetric memory is still
+referenced warns. Prints one line per call it checked.
 """
 
 from __future__ import annotations
@@ -79,6 +80,14 @@ def main() -> None:
             assert result[:OFFSET] == before, f"rank {rank}: bytes before the range changed"
             print(f"rank {rank} call {call}: {count} f32 in symmetric memory", flush=True)
             call += 1
+            del symmetric
+        # Closing while symmetric memory is still referenced says so (every rank, together).
+        kept = fabric.alloc_symmetric(64)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fabric.close()
+        assert [str(w.message) for w in caught if "still referenced" in str(w.message)], caught
+        print(f"rank {rank}: closing with {kept.nbytes} bytes of symmetric memory referenced warned", flush=True)
 
 
 if __name__ == "__main__":

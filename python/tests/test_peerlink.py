@@ -614,6 +614,7 @@ def test_all_reduce_across_processes_sums_every_element_by_every_kernel(world: i
     for rank, done in enumerate(ranks):
         assert done.returncode == 0, f"rank {rank}: {done.stderr}"
         assert done.stdout.count(f"rank {rank} call") == 9, done.stdout
+        assert f"rank {rank}: closing with 64 bytes of symmetric memory referenced warned" in done.stdout
 
 
 def test_processes_without_a_launcher_is_a_usage_error() -> None:
