@@ -193,8 +193,9 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         stream: StreamId,
         dtype: DataType,
     ) -> Result<AllReduceKernel> {
-        let kernel = self.kernel(range, dtype)?;
-        self.all_reduce_by(kernel, range, stream, dtype)?;
+        let symmetric = self.symmetric_of(range.buffer);
+        let kernel = self.kernel(range.len, dtype, symmetric.is_some())?;
+        self.reduce(kernel, range, symmetric, stream, dtype)?;
         Ok(kernel)
     }
 
@@ -204,6 +205,20 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         &mut self,
         kernel: AllReduceKernel,
         range: BufferRange,
+        stream: StreamId,
+        dtype: DataType,
+    ) -> Result<()> {
+        let symmetric = self.symmetric_of(range.buffer);
+        self.reduce(kernel, range, symmetric, stream, dtype)
+    }
+
+    /// The call of `kernel` over `range`, which is this rank's part of symmetric allocation
+    /// `symmetric`, or other memory.
+    fn reduce(
+        &mut self,
+        kernel: AllReduceKernel,
+        range: BufferRange,
+        symmetric: Option<usize>,
         stream: StreamId,
         dtype: DataType,
     ) -> Result<()> {
@@ -218,7 +233,6 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
                 kernel.max_len()
             )));
         }
-        let symmetric = self.symmetric_of(range.buffer);
         let copies = all_reduce::copies_across_processes(kernel, symmetric.is_some());
         self.follow_last(stream)?;
         if copies > 0 && len > self.shared_len {
@@ -227,14 +241,14 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         let me = self.rank();
         let backend = self.backend.as_ref();
         let mine = self.shared[me];
-        let copy_in = BufferCopy {
-            src: range.buffer,
-            src_offset: range.offset,
-            dst: mine,
-            dst_offset: 0,
-            len,
-        };
         if copies > 0 {
+            let copy_in = BufferCopy {
+                src: range.buffer,
+                src_offset: range.offset,
+                dst: mine,
+                dst_offset: 0,
+                len,
+            };
             backend.copy(stream, CopyMethod::CopyEngine, &copy_in)?;
         }
         let ranks: Vec<RankBuffers> = (0..self.gpus.len())
@@ -284,16 +298,15 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         self.symmetric.iter().position(|s| s.every[me] == buffer)
     }
 
-    /// The kernel the cost model picks for `range` across processes, kept per size, element type
-    /// and kind of memory.
-    fn kernel(&mut self, range: BufferRange, dtype: DataType) -> Result<AllReduceKernel> {
-        let symmetric = self.symmetric_of(range.buffer).is_some();
-        let key = (range.len, dtype, symmetric);
+    /// The kernel the cost model picks for `len` bytes across processes, in `symmetric` memory or
+    /// not, kept per size, element type and kind of memory.
+    fn kernel(&mut self, len: usize, dtype: DataType, symmetric: bool) -> Result<AllReduceKernel> {
+        let key = (len, dtype, symmetric);
         if let Some(&kernel) = self.picked.get(&key) {
             return Ok(kernel);
         }
         let (kernel, _) =
-            all_reduce::pick_across_processes(&self.model, &self.gpus, range.len as u64, symmetric)
+            all_reduce::pick_across_processes(&self.model, &self.gpus, len as u64, symmetric)
                 .ok_or_else(|| no_p2p(&self.gpus))?;
         if self.picked.len() >= PICKS_KEPT {
             self.picked.clear();

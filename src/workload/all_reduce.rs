@@ -104,17 +104,22 @@ pub fn pick_in_place(
     devices: &[usize],
     bytes: u64,
 ) -> Option<(AllReduceKernel, f64)> {
-    pick_with_copies(model, devices, bytes, |kernel| {
-        u32::from(!kernel.in_place())
-    })
+    pick_with_copies(model, devices, bytes, copies_in_place)
+}
+
+/// The copies aside a sum into the inputs themselves makes: one where the kernel cannot reduce in
+/// place, none where it can.
+fn copies_in_place(kernel: AllReduceKernel) -> u32 {
+    u32::from(!kernel.in_place())
 }
 
 /// [`pick`] for a sum into each process's own buffer when the ranks are processes
 /// ([`crate::engine::GroupAllReduce`]): the peers reach only memory shared with them, so a kernel
 /// that reads the peers' inputs (one-shot, two-shot) first copies the rank's buffer into its
 /// shared one, and two-shot, which also writes the peers' outputs, copies the sum back; the packet
-/// kernel reads only its own buffer and copies nothing. In `symmetric` memory, which every rank
-/// reaches, two-shot sums in place and only one-shot copies its input aside. The copies are priced.
+/// kernel reads only its own buffer and copies nothing. `symmetric` memory, which every rank
+/// reaches, is summed in place as within one process ([`pick_in_place`]): two-shot copies nothing
+/// and only one-shot copies its input aside. The copies are priced.
 pub fn pick_across_processes(
     model: &CostModel,
     devices: &[usize],
@@ -129,11 +134,13 @@ pub fn pick_across_processes(
 /// The local copies one call of `kernel` makes across processes, in `symmetric` memory or not
 /// (see [`pick_across_processes`]).
 pub fn copies_across_processes(kernel: AllReduceKernel, symmetric: bool) -> u32 {
-    match (kernel, symmetric) {
-        (AllReduceKernel::OneShotPackets, _) => 0,
-        (AllReduceKernel::OneShot, _) => 1,
-        (AllReduceKernel::TwoShot, false) => 2,
-        (AllReduceKernel::TwoShot, true) => 0,
+    if symmetric {
+        return copies_in_place(kernel);
+    }
+    match kernel {
+        AllReduceKernel::OneShotPackets => 0,
+        AllReduceKernel::OneShot => 1,
+        AllReduceKernel::TwoShot => 2,
     }
 }
 
