@@ -3,7 +3,7 @@
 //!
 //! The simulator's clock is virtual and deterministic, so a change that moves a figure, a column or
 //! a word shows up here. When a change is meant to alter an output, regenerate the files with
-//! `PEERLINK_BLESS=1 cargo test --release --test golden` and say why in the README's changelog.
+//! `PEERLINK_BLESS=1 cargo test --release --test golden` and say why in CHANGELOG.md.
 //!
 //! What varies from run to run by nature (temporary paths, the time, the host's name, peerlink's
 //! own version and commit) is replaced by a placeholder before comparing.
@@ -265,8 +265,8 @@ fn check(preset: &str, cases: &[(&str, &[&str])], dir: &Path, differing: &mut Ve
 fn assert_none_differ(differing: &[String]) {
     assert!(
         differing.is_empty(),
-        "outputs differ from tests/golden (regenerate with PEERLINK_BLESS=1 and say why in the \
-         README's changelog):\n{}",
+        "outputs differ from tests/golden (regenerate with PEERLINK_BLESS=1 and say why in \
+         CHANGELOG.md):\n{}",
         differing.join("\n")
     );
 }
