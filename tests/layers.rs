@@ -181,103 +181,73 @@ fn tokenize(source: &str) -> Vec<Token> {
     let mut tokens = Vec::new();
     while !lexer.done() {
         let line = lexer.line;
-        let c = lexer.peek(0);
-        let kind = match c {
-            _ if c.is_whitespace() => {
-                lexer.bump();
-                continue;
-            }
-            '/' if lexer.peek(1) == '/' => {
-                lexer.bump_while(|c| c != '\n');
-                continue;
-            }
-            '/' if lexer.peek(1) == '*' => {
-                lexer.block_comment();
-                continue;
-            }
-            '"' => {
-                lexer.quoted();
-                Kind::Literal
-            }
-            // A character ('x', '\n', '"') or a lifetime or label ('a).
-            '\'' if lexer.peek(1) == '\\' || lexer.peek(2) == '\'' => {
-                lexer.quoted();
-                Kind::Literal
-            }
-            '\'' => {
-                lexer.bump();
-                lexer.bump_while(is_ident_char);
-                Kind::Literal
-            }
-            _ if c.is_ascii_digit() => {
-                lexer.bump_while(is_ident_char);
-                while lexer.peek(0) == '.' && lexer.peek(1).is_ascii_digit() {
-                    lexer.bump();
-                    lexer.bump_while(is_ident_char);
-                }
-                Kind::Literal
-            }
-            _ if c == '$' || is_ident_char(c) => {
-                let word = lexer.word();
-                let next = lexer.peek(0);
-                let kind = match word.as_str() {
-                    "r" if next == '#' && is_ident_char(lexer.peek(1)) => {
-                        lexer.bump();
-                        let name = lexer.word();
-                        tokens.push(Token {
-                            kind: Kind::Ident,
-                            text: name,
-                            line,
-                        });
-                        continue;
-                    }
-                    "r" | "br" | "cr" if lexer.starts_raw_string() => {
-                        lexer.raw_string();
-                        Kind::Literal
-                    }
-                    "b" | "c" if next == '"' => {
-                        lexer.quoted();
-                        Kind::Literal
-                    }
-                    "b" if next == '\'' => {
-                        lexer.quoted();
-                        Kind::Literal
-                    }
-                    _ => Kind::Ident,
-                };
-                tokens.push(Token {
-                    kind,
-                    text: word,
-                    line,
-                });
-                continue;
-            }
-            ':' if lexer.peek(1) == ':' => {
-                lexer.at += 2;
-                tokens.push(Token {
-                    kind: Kind::Punct,
-                    text: "::".into(),
-                    line,
-                });
-                continue;
-            }
-            _ => {
-                lexer.bump();
-                tokens.push(Token {
-                    kind: Kind::Punct,
-                    text: c.to_string(),
-                    line,
-                });
-                continue;
-            }
-        };
-        tokens.push(Token {
-            kind,
-            text: String::new(),
-            line,
-        });
+        if let Some((kind, text)) = lexer.next_token() {
+            tokens.push(Token { kind, text, line });
+        }
     }
     tokens
+}
+
+impl Lexer {
+    /// The next token; none where whitespace or a comment was skipped. A literal's text is left out.
+    fn next_token(&mut self) -> Option<(Kind, String)> {
+        let c = self.peek(0);
+        match c {
+            _ if c.is_whitespace() => {
+                self.bump();
+                return None;
+            }
+            '/' if self.peek(1) == '/' => {
+                self.bump_while(|c| c != '\n');
+                return None;
+            }
+            '/' if self.peek(1) == '*' => {
+                self.block_comment();
+                return None;
+            }
+            '"' => self.quoted(),
+            // A character ('x', '\n', '"'), else a lifetime or a label ('a).
+            '\'' if self.peek(1) == '\\' || self.peek(2) == '\'' => self.quoted(),
+            '\'' => {
+                self.bump();
+                self.bump_while(is_ident_char);
+            }
+            _ if c.is_ascii_digit() => {
+                self.bump_while(is_ident_char);
+                while self.peek(0) == '.' && self.peek(1).is_ascii_digit() {
+                    self.bump();
+                    self.bump_while(is_ident_char);
+                }
+            }
+            _ if c == '$' || is_ident_char(c) => return Some(self.word_or_prefixed_literal()),
+            ':' if self.peek(1) == ':' => {
+                self.at += 2;
+                return Some((Kind::Punct, "::".into()));
+            }
+            _ => {
+                self.bump();
+                return Some((Kind::Punct, c.to_string()));
+            }
+        }
+        Some((Kind::Literal, String::new()))
+    }
+
+    /// A word (`$crate` and `r#raw` included), or a literal it prefixes: `r"…"`, `b"…"`, `b'x'`, `c"…"`.
+    fn word_or_prefixed_literal(&mut self) -> (Kind, String) {
+        let word = self.word();
+        let next = self.peek(0);
+        match word.as_str() {
+            "r" if next == '#' && is_ident_char(self.peek(1)) => {
+                self.bump();
+                return (Kind::Ident, self.word());
+            }
+            "r" | "br" | "cr" if self.starts_raw_string() => self.raw_string(),
+            "b" | "c" if next == '"' => self.quoted(),
+            "b" if next == '\'' => self.quoted(),
+            _ => return (Kind::Ident, word),
+        }
+        (Kind::Literal, String::new())
+    }
 }
 
 fn text(tokens: &[Token], at: usize) -> &str {
@@ -840,104 +810,121 @@ struct Report {
     problems: Vec<String>,
 }
 
+/// Each checked file's crate and module.
+type FileModules = BTreeMap<String, (Crate, Vec<String>)>;
+
 fn check(files: &BTreeMap<String, String>) -> Report {
     let tree = Tree::read(files);
-    let mut problems = tree.problems.clone();
-    let mut ties = Ties::new();
-    let mut files_layer: BTreeMap<String, (Crate, Vec<String>)> = BTreeMap::new();
+    let mut file_modules = FileModules::new();
     for ((krate, _), module) in &tree.modules {
-        files_layer
-            .entry(module.file.clone())
-            .or_insert((*krate, module.file_module.clone()));
+        let entry = file_modules.entry(module.file.clone());
+        entry.or_insert((*krate, module.file_module.clone()));
     }
-    for (from, mention) in &tree.mentions {
-        let module = &tree.modules[from];
-        let Some(target) = tree.absolute(from, &mention.segments, 0) else {
-            continue;
-        };
-        let through = tree.passes_through(&target, 0);
-        if through
-            .last()
-            .is_some_and(|((krate, path), _)| *krate == Crate::Library && path.is_empty())
-        {
-            problems.push(format!(
-                "src/{}:{}: `{}` names an item of src/lib.rs, which declares modules only",
-                module.file,
-                mention.line,
-                mention.segments.join("::")
-            ));
-        }
-        for ((to_crate, to_path), to) in through {
-            let own_descendant = *to_crate == from.0
-                && to_path.len() > module.file_module.len()
-                && to_path.starts_with(&module.file_module);
-            if to.file == module.file
-                || own_descendant
-                || (*to_crate == Crate::Library && to_path.is_empty())
-            {
-                continue;
-            }
-            let place = Place {
-                line: mention.line,
-                path: mention.segments.join("::"),
-            };
-            ties.entry(module.file.clone())
-                .or_default()
-                .entry(to.file.clone())
-                .or_default()
-                .push(place);
-        }
-    }
-    let mut unplaced = BTreeSet::new();
-    for (file, (krate, module)) in &files_layer {
-        if let Err(top) = layer(*krate, module) {
-            unplaced.insert((top, file.clone()));
-        }
-    }
-    for (top, file) in unplaced {
-        problems.push(format!("src/{file}: module `{top}` is in no layer: place it in LAYERS (tests/layers.rs) and docs/design.md"));
-    }
-    for file in files.keys() {
-        if !files_layer.contains_key(file) && !tree.test_files.contains(file) {
-            problems.push(format!(
-                "src/{file}: no `mod` declares this file, so the layer test does not see it"
-            ));
-        }
-    }
-    let mut upward = Vec::new();
-    for (from, targets) in &ties {
-        for (to, places) in targets {
-            let rank = |file: &String| {
-                layer(files_layer[file].0, &files_layer[file].1)
-                    .ok()
-                    .flatten()
-            };
-            if let (Some((from_top, from_rank)), Some((to_top, to_rank))) = (rank(from), rank(to)) {
-                if to_rank > from_rank {
-                    let (from, to, places) = (from.clone(), to.clone(), places.clone());
-                    upward.push(Upward {
-                        from,
-                        to,
-                        from_top,
-                        to_top,
-                        places,
-                    });
-                }
-            }
-        }
-    }
+    let (ties, mut problems) = tree.ties();
+    problems.extend(unplaced_and_undeclared(files, &tree, &file_modules));
     let tangles = tangles(&ties);
     let loops = tangles
         .iter()
         .flat_map(|tangle| chains(&ties, tangle))
         .collect();
     Report {
-        files: files_layer.len(),
-        upward,
+        files: file_modules.len(),
+        upward: upward_ties(&ties, &file_modules),
         loops,
         tangles: tangles.len(),
         problems,
     }
+}
+
+impl Tree {
+    /// Which file names which, and where; and the names of items of `lib.rs`.
+    fn ties(&self) -> (Ties, Vec<String>) {
+        let (mut ties, mut problems) = (Ties::new(), Vec::new());
+        for (from, mention) in &self.mentions {
+            let module = &self.modules[from];
+            let Some(target) = self.absolute(from, &mention.segments, 0) else {
+                continue;
+            };
+            let path = mention.segments.join("::");
+            let through = self.passes_through(&target, 0);
+            let is_library_root =
+                |(krate, path): &ModulePath| *krate == Crate::Library && path.is_empty();
+            if through.last().is_some_and(|(to, _)| is_library_root(to)) {
+                problems.push(format!(
+                    "src/{}:{}: `{path}` names an item of src/lib.rs, which declares modules only",
+                    module.file, mention.line
+                ));
+            }
+            for (to_path, to) in through {
+                let own_descendant = to_path.0 == from.0
+                    && to_path.1.len() > module.file_module.len()
+                    && to_path.1.starts_with(&module.file_module);
+                if to.file == module.file || own_descendant || is_library_root(to_path) {
+                    continue;
+                }
+                let places = ties
+                    .entry(module.file.clone())
+                    .or_default()
+                    .entry(to.file.clone());
+                places.or_default().push(Place {
+                    line: mention.line,
+                    path: path.clone(),
+                });
+            }
+        }
+        (ties, problems)
+    }
+}
+
+/// Top-level modules in no layer, and files of `src/` that no `mod` declares.
+fn unplaced_and_undeclared(
+    files: &BTreeMap<String, String>,
+    tree: &Tree,
+    file_modules: &FileModules,
+) -> Vec<String> {
+    let unplaced: BTreeSet<(String, &String)> = file_modules
+        .iter()
+        .filter_map(|(file, (krate, module))| layer(*krate, module).err().map(|top| (top, file)))
+        .collect();
+    let unplaced = unplaced.into_iter().map(|(top, file)| {
+        format!("src/{file}: module `{top}` is in no layer: place it in LAYERS (tests/layers.rs) and docs/design.md")
+    });
+    let undeclared = files
+        .keys()
+        .filter(|file| !file_modules.contains_key(*file) && !tree.test_files.contains(*file))
+        .map(|file| {
+            format!("src/{file}: no `mod` declares this file, so the layer test does not see it")
+        });
+    unplaced.chain(undeclared).collect()
+}
+
+/// The ties from a file to a file of a higher layer.
+fn upward_ties(ties: &Ties, file_modules: &FileModules) -> Vec<Upward> {
+    let rank = |file: &String| {
+        layer(file_modules[file].0, &file_modules[file].1)
+            .ok()
+            .flatten()
+    };
+    let mut upward = Vec::new();
+    for (from, targets) in ties {
+        for (to, places) in targets {
+            let (Some((from_top, from_rank)), Some((to_top, to_rank))) = (rank(from), rank(to))
+            else {
+                continue;
+            };
+            if to_rank > from_rank {
+                let (from, to, places) = (from.clone(), to.clone(), places.clone());
+                upward.push(Upward {
+                    from,
+                    to,
+                    from_top,
+                    to_top,
+                    places,
+                });
+            }
+        }
+    }
+    upward
 }
 
 /// The strongly connected sets of more than one file (Tarjan's algorithm).
