@@ -15,7 +15,7 @@ use super::collective::{self, AllReduceArgs};
 use super::driver::{self, failed};
 use super::resident;
 use crate::backend::collective::{AllReduceKernel, DataType};
-use crate::bench::pattern::WordRule;
+use crate::pattern::WordRule;
 use crate::{Error, Result};
 
 /// All kernels, compiled as one program (latency.cu, collective.cu and resident.cu use spin.cu's

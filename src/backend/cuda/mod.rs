@@ -38,7 +38,6 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
-pub(crate) use self::driver::KeptContext;
 use self::driver::{failed, DeviceMemory, ManagedMemory, PinnedMemory};
 use super::{
     Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
@@ -412,8 +411,8 @@ impl RawBackend for Gpus {
         self.notices.clone()
     }
 
-    fn keep_thread_context(&self) -> Result<Option<KeptContext>> {
-        driver::KeptContext::now().map(Some)
+    fn keep_thread_context(&self) -> Result<Option<super::raw::KeptContext>> {
+        Ok(Some(Box::new(driver::KeptContext::now()?)))
     }
 
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {

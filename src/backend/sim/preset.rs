@@ -378,11 +378,10 @@ impl Preset {
     /// in `.json`.
     pub fn load(spec: &str) -> Result<Preset> {
         if spec.ends_with(".json") || Path::new(spec).exists() {
-            let text =
-                crate::document::read_text(Path::new(spec)).map_err(|why| Error::Preset {
-                    origin: spec.to_string(),
-                    message: format!("it {why}"),
-                })?;
+            let text = crate::files::read_text(Path::new(spec)).map_err(|why| Error::Preset {
+                origin: spec.to_string(),
+                message: format!("it {why}"),
+            })?;
             return Preset::parse(&text, spec);
         }
         match EMBEDDED.iter().find(|(name, _)| *name == spec) {
