@@ -26,7 +26,6 @@ pub mod schemas;
 pub mod topo;
 pub mod workload;
 
-pub(crate) use header::host_name;
 pub use header::{rfc3339, utc_date, Header, HostGpu, COMMIT, PEERLINK_VERSION};
 
 use schemars::JsonSchema;
