@@ -106,7 +106,10 @@ fn refusal_within(args: &[&str], seconds: u64) -> (Option<i32>, String) {
     let out = child.wait_with_output().expect("peerlink ends");
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-    (out.status.code(), stderr.lines().next().unwrap_or_default().to_string())
+    (
+        out.status.code(),
+        stderr.lines().next().unwrap_or_default().to_string(),
+    )
 }
 
 /// Every option that reads a file the user names refuses, at once and with exit 2, what is not a
@@ -116,7 +119,11 @@ fn refusal_within(args: &[&str], seconds: u64) -> (Option<i32>, String) {
 fn inputs_that_are_not_regular_files_or_too_large_are_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("in.fifo");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     let big = dir.path().join("big.json");
     std::fs::File::create(&big)
         .unwrap()
@@ -133,15 +140,25 @@ fn inputs_that_are_not_regular_files_or_too_large_are_refused_at_once() {
         &|f| vec!["--sim".into(), f.into(), "topo".into()],
         &|f| {
             let plan = "--sim pcie-2gpu-switch plan --src 0 --dst 1 --size 4K --profile";
-            plan.split(' ').map(String::from).chain([f.into()]).collect()
+            plan.split(' ')
+                .map(String::from)
+                .chain([f.into()])
+                .collect()
         },
         &|f| {
             let check = "--sim pcie-2gpu-switch check --baseline";
-            check.split(' ').map(String::from).chain([f.into()]).collect()
+            check
+                .split(' ')
+                .map(String::from)
+                .chain([f.into()])
+                .collect()
         },
         &|f| {
             let topo = "--sim pcie-2gpu-switch topo --nccl-xml";
-            topo.split(' ').map(String::from).chain([f.into()]).collect()
+            topo.split(' ')
+                .map(String::from)
+                .chain([f.into()])
+                .collect()
         },
         &|f| vec!["compare".into(), f.into(), f.into()],
         &|f| vec!["report".into(), f.into(), "-o".into(), out.into()],
@@ -150,7 +167,10 @@ fn inputs_that_are_not_regular_files_or_too_large_are_refused_at_once() {
         (fifo, "is a named pipe (FIFO), not a regular file"),
         ("/dev/zero", "is a character device, not a regular file"),
         (d, "is a directory"),
-        (big, "more than the 64 MiB peerlink reads from an input file"),
+        (
+            big,
+            "more than the 64 MiB peerlink reads from an input file",
+        ),
     ];
     for command in commands {
         for (input, says) in inputs {

@@ -31,6 +31,35 @@ pub(super) const SOURCE: &str = concat!(
 /// short enough that a forgotten release costs seconds, not a hung GPU.
 pub(super) const SPIN_TIMEOUT_NS: u64 = 5_000_000_000;
 
+/// The program's entry points besides the all-reduce's ([`entry_point`]): the `extern "C"`
+/// names `Kernels` loads.
+pub(super) mod entry {
+    pub const COPY: &str = "copy_bytes";
+    pub const BATCH: &str = "copy_batch";
+    pub const FILL_PATTERN: &str = "fill_pattern";
+    pub const FIND_MISMATCH: &str = "find_mismatch";
+    pub const SPIN: &str = "spin_until_released";
+    pub const CHASE: &str = "pointer_chase";
+    pub const PING: &str = "ping";
+    pub const PONG: &str = "pong";
+    pub const BUSY: &str = "busy";
+    pub const RESIDENT: &str = "resident_worker";
+    /// Every one of them, for the tests.
+    #[cfg(test)]
+    pub const ALL: [&str; 10] = [
+        COPY,
+        BATCH,
+        FILL_PATTERN,
+        FIND_MISMATCH,
+        SPIN,
+        CHASE,
+        PING,
+        PONG,
+        BUSY,
+        RESIDENT,
+    ];
+}
+
 /// Bytes of one copy descriptor of `copy_batch` (struct CopyDescriptor in copy.cu).
 pub(super) const DESCRIPTOR_BYTES: usize = 24;
 

@@ -12,8 +12,8 @@ use cudarc::driver::{
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
 use super::abi::{
-    self, AllReduceArgs, ResidentArgs, ALL_REDUCE_THREADS, ALL_REDUCE_VARIANTS, RESIDENT_THREADS,
-    SOURCE, SPIN_TIMEOUT_NS,
+    self, entry, AllReduceArgs, ResidentArgs, ALL_REDUCE_THREADS, ALL_REDUCE_VARIANTS,
+    RESIDENT_THREADS, SOURCE, SPIN_TIMEOUT_NS,
 };
 use super::driver::{self, failed};
 use crate::backend::collective::{AllReduceKernel, DataType};
@@ -102,20 +102,20 @@ impl KernelCache {
             )
             .map_err(failed("cuDeviceGetAttribute"))?;
         let kernels = Arc::new(Kernels {
-            copy: function("copy_bytes")?,
-            batch: function("copy_batch")?,
-            fill_pattern: function("fill_pattern")?,
-            find_mismatch: function("find_mismatch")?,
-            spin: function("spin_until_released")?,
-            chase: function("pointer_chase")?,
-            ping: function("ping")?,
-            pong: function("pong")?,
+            copy: function(entry::COPY)?,
+            batch: function(entry::BATCH)?,
+            fill_pattern: function(entry::FILL_PATTERN)?,
+            find_mismatch: function(entry::FIND_MISMATCH)?,
+            spin: function(entry::SPIN)?,
+            chase: function(entry::CHASE)?,
+            ping: function(entry::PING)?,
+            pong: function(entry::PONG)?,
             all_reduce: ALL_REDUCE_VARIANTS
                 .iter()
                 .map(|&(kernel, dtype)| function(abi::entry_point(kernel, dtype)))
                 .collect::<Result<_>>()?,
-            busy: function("busy")?,
-            resident: function("resident_worker")?,
+            busy: function(entry::BUSY)?,
+            resident: function(entry::RESIDENT)?,
             sm_count: sm_count.max(1) as u32,
         });
         *slot = Some(kernels.clone());
@@ -397,22 +397,8 @@ mod tests {
                 .compile(arch)
                 .unwrap_or_else(|e| panic!("{arch}: {e}"));
             let text = ptx.to_src();
-            for kernel in [
-                "copy_bytes",
-                "copy_batch",
-                "fill_pattern",
-                "find_mismatch",
-                "spin_until_released",
-                "pointer_chase",
-                "all_reduce_one_shot_f32",
-                "all_reduce_one_shot_bf16",
-                "all_reduce_two_shot_f32",
-                "all_reduce_two_shot_bf16",
-                "all_reduce_one_shot_packets_f32",
-                "all_reduce_one_shot_packets_bf16",
-                "busy",
-                "resident_worker",
-            ] {
+            let all_reduce = ALL_REDUCE_VARIANTS.map(|(k, d)| abi::entry_point(k, d));
+            for kernel in entry::ALL.into_iter().chain(all_reduce) {
                 assert!(
                     text.contains(&format!(".entry {kernel}")),
                     "{arch}: {kernel}"
@@ -423,20 +409,11 @@ mod tests {
 
     #[test]
     fn kernel_sources_define_every_launched_kernel() {
-        for name in [
-            "copy_bytes",
-            "copy_batch",
-            "fill_pattern",
-            "find_mismatch",
-            "spin_until_released",
-            "pointer_chase",
-            "void ping(",
-            "void pong(",
-            "void busy(",
-            "resident_worker(",
-        ] {
+        for name in entry::ALL {
+            // `void name(`, or the name on a line of its own after `__launch_bounds__(…)`.
+            let defined = [format!("void {name}("), format!("\n    {name}(")];
             assert!(
-                SOURCE.contains(name),
+                defined.iter().any(|d| SOURCE.contains(d.as_str())),
                 "{name} missing from the kernel sources"
             );
         }
