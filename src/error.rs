@@ -8,6 +8,10 @@
 use crate::units::format_bytes;
 use std::path::PathBuf;
 
+/// The exit status of a process whose group failed because of another rank (it died, hung or
+/// never arrived), so that a launcher can tell the rank at fault from the ranks it stopped.
+pub const GROUP_FAILED: i32 = 3;
+
 /// Result alias used throughout the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -108,7 +112,7 @@ impl Error {
             | Error::OutOfMemory { .. }
             | Error::InvalidHandle(_)
             | Error::Draw(_) => 1,
-            Error::Group(_) => crate::launch::GROUP_FAILED,
+            Error::Group(_) => GROUP_FAILED,
             Error::RankFailed { status, .. } => i32::from(*status),
         }
     }

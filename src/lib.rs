@@ -11,6 +11,8 @@
 //!   engine's proofs (its picks timed against every alternative).
 //! - [`check`]: a short health check for fleets — a few tests measured and compared with a
 //!   baseline or with reference figures for known GPUs.
+//! - [`pattern`]: the one data pattern every measurement and test moves, and the check that
+//!   finds the first wrong byte; [`files`]: bounded reads of the input files users name.
 //! - [`units`]: byte sizes as users type them. [`interrupt`]: stopping a long run, keeping what
 //!   it measured.
 //! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
@@ -53,11 +55,13 @@ pub mod doctor;
 pub mod document;
 pub mod engine;
 pub mod error;
+pub mod files;
 #[cfg(feature = "html")]
 pub mod html;
 pub mod interrupt;
 pub mod launch;
 pub mod model;
+pub mod pattern;
 pub mod report;
 pub mod topology;
 pub mod units;

@@ -109,6 +109,17 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// A span of time as a person reads it: `1.02 s`, `3.4 ms`, `87.0 µs`.
+pub fn format_seconds(seconds: f64) -> String {
+    if seconds >= 1.0 {
+        format!("{seconds:.2} s")
+    } else if seconds >= 1e-3 {
+        format!("{:.1} ms", seconds * 1e3)
+    } else {
+        format!("{:.1} µs", seconds * 1e6)
+    }
+}
+
 /// The largest figure a measurement can give, in GB/s or µs: no bandwidth reaches 10¹² GB/s and no
 /// time 10¹² µs (eleven days). A document or profile holding more was not written by a measurement.
 pub const LARGEST_FIGURE: f64 = 1e12;
@@ -133,6 +144,13 @@ pub fn gbps(bytes: u64, micros: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_of_time_read_in_seconds_milliseconds_or_microseconds() {
+        assert_eq!(format_seconds(1.024), "1.02 s");
+        assert_eq!(format_seconds(0.0034), "3.4 ms");
+        assert_eq!(format_seconds(87e-6), "87.0 µs");
+    }
 
     #[test]
     fn parses_binary_and_decimal_units() {

@@ -15,7 +15,9 @@
 //!
 //! Placeholders in a row's arguments: `F/<name>` is a file made by `catalog/files.rs` (its name says
 //! what it holds: `F/prof-zero.json` a profile with a zero rate; `F/missing.json` none at all),
-//! `DIR` a directory, `OUT/<name>` a path in an empty directory for outputs.
+//! `DIR` a directory, `OUT/<name>` a path in an empty directory for outputs, `FIFO/<name>` a named
+//! pipe with no writer, `OVERCAP/<name>` a sparse file one byte over the 64 MiB that peerlink reads
+//! from an input file.
 //!
 //! The `run` column says when a row runs:
 //! - `ci`: in every `cargo test` (under half a minute in `--release`, a few minutes in debug);
@@ -236,12 +238,35 @@ fn concrete_args(row: &Row, files: &files::Files, dir: &Path, out: &Path) -> Vec
                 files.make(name)
             } else if let Some(name) = arg.strip_prefix("OUT/") {
                 out.join(name)
+            } else if let Some(name) = arg.strip_prefix("FIFO/") {
+                fifo(&dir.join(name))
+            } else if let Some(name) = arg.strip_prefix("OVERCAP/") {
+                over_cap(&dir.join(name))
             } else {
                 return arg.clone();
             };
             path.to_str().unwrap().to_string()
         })
         .collect()
+}
+
+/// A named pipe at `path` (made once: rows share it), which nothing writes to.
+fn fifo(path: &Path) -> PathBuf {
+    if !path.exists() {
+        // Another row may make it at the same moment: only the pipe's existence matters.
+        let _ = Command::new("mkfifo").arg(path).status();
+    }
+    assert!(path.exists(), "mkfifo made {}", path.display());
+    path.to_path_buf()
+}
+
+/// A sparse file one byte over peerlink's input cap (`peerlink::files::MAX_INPUT_BYTES`).
+fn over_cap(path: &Path) -> PathBuf {
+    if !path.exists() {
+        let file = std::fs::File::create(path).expect("a file in the catalog's directory");
+        file.set_len(peerlink::files::MAX_INPUT_BYTES + 1).unwrap();
+    }
+    path.to_path_buf()
 }
 
 /// Writes a line where `cargo test` shows it even for a passing test (the harness captures only

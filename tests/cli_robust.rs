@@ -85,6 +85,112 @@ fn unreadable_inputs_and_unwritable_outputs_are_bad_input() {
     );
 }
 
+/// Runs peerlink with `args`, killed if it has not ended within `seconds`; its exit code (None when
+/// killed) and the first line of stderr.
+fn refusal_within(args: &[&str], seconds: u64) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_peerlink"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("peerlink runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while child.try_wait().expect("waits").is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().expect("kills its own child");
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("peerlink ends");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    (
+        out.status.code(),
+        stderr.lines().next().unwrap_or_default().to_string(),
+    )
+}
+
+/// Every option that reads a file the user names refuses, at once and with exit 2, what is not a
+/// regular file — a FIFO nothing writes to (which would block a plain open), a device that never
+/// ends (`/dev/zero`), a directory — and a file over the 64 MiB input cap (issue 34, class 3).
+#[test]
+fn inputs_that_are_not_regular_files_or_too_large_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("in.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let big = dir.path().join("big.json");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(peerlink::files::MAX_INPUT_BYTES + 1)
+        .unwrap();
+    let out = dir.path().join("out.html");
+    let (fifo, big, d, out) = (
+        fifo.to_str().unwrap(),
+        big.to_str().unwrap(),
+        dir.path().to_str().unwrap(),
+        out.to_str().unwrap(),
+    );
+    let commands: [&dyn Fn(&str) -> Vec<String>; 6] = [
+        &|f| vec!["--sim".into(), f.into(), "topo".into()],
+        &|f| {
+            let plan = "--sim pcie-2gpu-switch plan --src 0 --dst 1 --size 4K --profile";
+            plan.split(' ')
+                .map(String::from)
+                .chain([f.into()])
+                .collect()
+        },
+        &|f| {
+            let check = "--sim pcie-2gpu-switch check --baseline";
+            check
+                .split(' ')
+                .map(String::from)
+                .chain([f.into()])
+                .collect()
+        },
+        &|f| {
+            let topo = "--sim pcie-2gpu-switch topo --nccl-xml";
+            topo.split(' ')
+                .map(String::from)
+                .chain([f.into()])
+                .collect()
+        },
+        &|f| vec!["compare".into(), f.into(), f.into()],
+        &|f| vec!["report".into(), f.into(), "-o".into(), out.into()],
+    ];
+    let inputs = [
+        (fifo, "is a named pipe (FIFO), not a regular file"),
+        ("/dev/zero", "is a character device, not a regular file"),
+        (d, "is a directory"),
+        (
+            big,
+            "more than the 64 MiB peerlink reads from an input file",
+        ),
+    ];
+    for command in commands {
+        for (input, says) in inputs {
+            let args = command(input);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let start = std::time::Instant::now();
+            let (code, first) = refusal_within(&args, 20);
+            assert_eq!(code, Some(2), "{args:?}: {first}");
+            assert!(first.contains(says), "{args:?}: {first}");
+            assert!(first.contains(input), "{args:?} names the file: {first}");
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "{args:?} took {:?}",
+                start.elapsed()
+            );
+        }
+    }
+    assert!(!std::path::Path::new(out).exists(), "nothing written");
+}
+
 /// `compare` refuses figures no measurement gives (negative, zero, absurdly large) instead of
 /// printing ratios of −1, inf or 300 digits.
 #[test]

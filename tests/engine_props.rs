@@ -5,8 +5,8 @@
 
 use peerlink::backend::sim::SimBackend;
 use peerlink::backend::{Backend, Memory};
-use peerlink::bench::pattern;
 use peerlink::engine::{BatchStrategy, Buffer, Fabric, Strategy as Way};
+use peerlink::pattern;
 use proptest::prelude::*;
 use std::sync::Arc;
 

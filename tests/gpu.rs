@@ -5,8 +5,8 @@
 
 use peerlink::backend::cuda::{driver_library_present, CudaBackend};
 use peerlink::backend::{Backend, BufferCopy, CopyMethod, Memory};
-use peerlink::bench::pattern;
 use peerlink::bench::stats::median;
+use peerlink::pattern;
 use peerlink::Error;
 
 #[macro_use]

@@ -75,7 +75,7 @@ pub struct GraphId(pub u64);
 /// this is dropped (on the thread that kept it: the guard cannot move to another).
 pub struct KeptThreadContext {
     /// Held for its drop, which restores the context.
-    _kept: Option<cuda::KeptContext>,
+    _kept: Option<raw::KeptContext>,
 }
 
 /// Handles print as their kind and their index in the backend's table (`buffer 3`).

@@ -1,11 +1,11 @@
-//! Filling and checking device memory with the crate's data pattern ([`crate::bench::pattern`]) on
+//! Filling and checking device memory with the crate's data pattern ([`crate::pattern`]) on
 //! the GPU that holds it.
 //!
 //! The bench fills every source it copies and checks every byte of every destination. On the host
 //! that means generating, writing, reading back and checking each byte at a few GB/s: at 512 MiB a
 //! message, most of a place's time on the H200 pair (ce-read: 0.14 of 0.22 s). A GPU does the same
 //! at its memory's speed, and only the first wrong byte crosses back to the host. Host and GPU generate
-//! byte for byte the same message ([`crate::bench::pattern::WordRule`]), so whichever filled a
+//! byte for byte the same message ([`crate::pattern::WordRule`]), so whichever filled a
 //! buffer, either can check it.
 //!
 //! Like [`Backend::write`](super::Backend::write) and [`Backend::read`](super::Backend::read), these
@@ -15,7 +15,7 @@
 
 use super::collective::BufferRange;
 use super::raw::RawBackend;
-use crate::bench::pattern::Mismatch;
+use crate::pattern::Mismatch;
 use crate::Result;
 
 /// The pattern on the GPU (reached through [`super::Backend::patterns`]).

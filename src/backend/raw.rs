@@ -13,6 +13,11 @@ use super::{Advice, BufferCopy, BufferId, CopyMethod, Location, Memory};
 use crate::topology::Topology;
 use crate::Result;
 
+/// What [`RawBackend::keep_thread_context`] keeps, held for its drop alone (which restores the
+/// thread's context). Opaque, so that this layer names no implementation's types; without `Send`,
+/// so that it stays on the thread whose context it keeps.
+pub type KeptContext = Box<dyn std::any::Any>;
+
 /// The core of a backend, below the checks. Every GPU index exists; every buffer, stream, event and
 /// graph is live and from this backend; every range lies inside its buffer.
 pub trait RawBackend: Send + Sync {
@@ -39,7 +44,7 @@ pub trait RawBackend: Send + Sync {
     }
 
     /// See [`super::Backend::keep_thread_context`]: None where there is no CUDA context.
-    fn keep_thread_context(&self) -> Result<Option<super::cuda::KeptContext>> {
+    fn keep_thread_context(&self) -> Result<Option<KeptContext>> {
         Ok(None)
     }
 

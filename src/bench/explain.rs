@@ -468,7 +468,7 @@ fn resident_path(
     let len = size as usize;
     let from = Owned::new(backend, backend.alloc(Memory::Device(src), len)?);
     let to = Owned::new(backend, backend.alloc(Memory::Device(dst), len)?);
-    let data = super::pattern::bytes(size, len);
+    let data = crate::pattern::bytes(size, len);
     backend.write(*from, 0, &data)?;
     let worker = Worker::start(backend, &WorkerConfig::on(src))?;
     let copy = BufferCopy::from_start(*from, *to, len);
@@ -493,7 +493,7 @@ fn resident_path(
     worker.stop()?;
     let mut got = vec![0; len];
     backend.read(*to, 0, &mut got)?;
-    if let Some(mismatch) = super::pattern::first_mismatch(size, &got) {
+    if let Some(mismatch) = crate::pattern::first_mismatch(size, &got) {
         return Err(mismatch.into_error("explain (resident worker)", src, dst));
     }
     Ok(ResidentPath {

@@ -4,8 +4,8 @@
 //! - [`timing`]: how things are timed — windows of back-to-back operations behind a held stream
 //!   (the bench's lanes), and runs one at a time with contenders taking turns; host clock or GPU
 //!   events.
-//! - [`stats`]: the one median, with the spread. [`pattern`]: the one data pattern, and the check
-//!   that finds the first wrong byte. [`fit`]: `time = α + bytes/β` from a size sweep.
+//! - [`stats`]: the one median, with the spread ([`crate::pattern`] is the one data pattern it
+//!   moves). [`fit`]: `time = α + bytes/β` from a size sweep.
 //! - [`footprint`]: what a run holds in memory, checked against what is free before it starts.
 //!
 //! What measures through it:
@@ -24,7 +24,6 @@ pub mod cases;
 pub mod explain;
 pub mod fit;
 pub mod footprint;
-pub mod pattern;
 pub mod processes;
 pub mod progress;
 pub mod proof;

@@ -558,7 +558,7 @@ mod tests {
         assert_eq!((code, own.as_str()), (2, "rank one's own trouble"));
         for rank in [0, 2] {
             let (code, said) = results[rank].clone().unwrap_err();
-            assert_eq!(code, crate::launch::GROUP_FAILED, "{said}");
+            assert_eq!(code, crate::error::GROUP_FAILED, "{said}");
             assert!(
                 said.contains("rank 1") && said.contains("own trouble"),
                 "{said}"

@@ -7,6 +7,7 @@ use super::timing::measure;
 use super::*;
 use crate::backend::sim::SimBackend;
 use crate::backend::CopyMethod;
+use crate::pattern;
 
 /// dgx-h100's copy-engine P2P figure: 18 links × 25 GB/s × 0.883 (the preset's sources).
 const H100_CE_GBPS: f64 = 18.0 * 25.0 * 0.883;

@@ -5,7 +5,8 @@ use super::args::{CheckArgs, Global};
 use anyhow::{bail, Result};
 use peerlink::check::{self, Plan, DEFAULT_TOLERANCE_PCT};
 use peerlink::document::check::CheckDocument;
-use peerlink::document::{self, compare::read_bench};
+use peerlink::document::compare::read_bench;
+use peerlink::files;
 use peerlink::report;
 use peerlink::units::parse_percent;
 
@@ -27,7 +28,7 @@ pub fn run(global: &Global, args: &CheckArgs) -> Result<()> {
         None => None,
         Some(path) => {
             let name = path.display().to_string();
-            let text = document::read_input(path)?;
+            let text = files::read_input(path)?;
             let wanted = "a `peerlink bench --json` output (--baseline)";
             Some((read_bench(&text, &name, wanted)?, name))
         }

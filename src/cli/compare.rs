@@ -5,6 +5,7 @@ use anyhow::{bail, Result};
 use peerlink::document;
 use peerlink::document::bench::BenchDocument;
 use peerlink::document::compare::CompareDocument;
+use peerlink::files;
 use peerlink::report;
 use peerlink::units::parse_percent;
 use std::path::Path;
@@ -46,7 +47,7 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
 }
 
 fn read(path: &Path) -> Result<BenchDocument> {
-    let text = document::read_input(path)?;
+    let text = files::read_input(path)?;
     Ok(document::compare::bench_input(
         &text,
         &path.display().to_string(),

@@ -3,7 +3,7 @@
 
 use super::args::{Global, ReportArgs};
 use anyhow::Result;
-use peerlink::document;
+use peerlink::files;
 use peerlink::html;
 use peerlink::model::profile::{check_destination, write_atomically};
 use peerlink::Error;
@@ -34,7 +34,7 @@ pub fn run(global: &Global, args: &ReportArgs) -> Result<()> {
         .iter()
         .map(|path| {
             let name = path.display().to_string();
-            html::read(&name, &document::read_input(path)?)
+            html::read(&name, &files::read_input(path)?)
         })
         .collect::<peerlink::Result<Vec<_>>>()?;
     let report = html::report(&inputs)?;

@@ -7,7 +7,8 @@
 
 use super::args::{Global, LaunchArgs, RanksArgs, Verb};
 use anyhow::Result;
-use peerlink::launch::{self, check, Group, Identity, Launcher, GROUP_FAILED};
+use peerlink::error::GROUP_FAILED;
+use peerlink::launch::{self, check, Group, Identity, Launcher};
 use peerlink::Error;
 use rustix::process::{Pid, Signal};
 use std::io::{BufRead, BufReader, Read, Write};

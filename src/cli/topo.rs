@@ -3,6 +3,7 @@
 use super::args::{Global, TopoArgs};
 use anyhow::Result;
 use peerlink::document::topo::TopoDocument;
+use peerlink::launch::nccl_topology;
 use peerlink::report;
 use peerlink::topology::nccl_view::{self, NcclView};
 
@@ -24,7 +25,7 @@ pub fn run(global: &Global, args: &TopoArgs) -> Result<()> {
             )?)
         }
         (None, true) => {
-            let (text, file) = nccl_view::run_nccl(opened.backend.as_ref(), &selected)?;
+            let (text, file) = nccl_topology::run_nccl(opened.backend.as_ref(), &selected)?;
             let source = format!(
                 "NCCL run by peerlink (NCCL_TOPO_DUMP_FILE={})",
                 file.display()

@@ -257,7 +257,7 @@ fn counters(
         Ok(b) => format!(
             "read {} apart by {source}, a burst of {} over each P2P pair and {} each way to \
              the host in between",
-            crate::report::doctor::format_seconds(b.interval_s),
+            crate::units::format_seconds(b.interval_s),
             format_bytes(b.bytes_per_pair),
             format_bytes(b.host_bytes_per_gpu)
         ),

@@ -6,7 +6,7 @@ use super::burst::Outcome;
 use super::facts::HostFacts;
 use super::host::{Acs, Iommu};
 use super::{Check, Subject, Verdict};
-use crate::topology::{Link, Pair, Topology};
+use crate::topology::{Link, NoP2p, Pair, Topology};
 use crate::units::format_bytes;
 
 pub fn run(
@@ -157,6 +157,9 @@ fn direction(p: &Pair) -> String {
     }
 }
 
+/// One pair's check, in steps: the driver refusing peer access; P2P on (perhaps slowed); MIG or
+/// the sockets keeping it off, as the topology says ([`NoP2p`]); otherwise off where it should or
+/// need not work, with what the host's files show.
 fn pair_check(
     topology: &Topology,
     facts: &HostFacts,
@@ -164,142 +167,185 @@ fn pair_check(
     ab: &Pair,
     ba: &Pair,
 ) -> Check {
-    let (a, b, link) = (ab.src, ab.dst, ab.link);
-    let subject = Subject::Pair(a, b);
-    let mut evidence = vec![
-        format!("link {link}: {}", link.meaning()),
-        format!("the driver's P2P: {}; {}", direction(ab), direction(ba)),
-    ];
-    if let Ok(burst) = &outcome.burst {
-        let moved = [[a, b], [b, a]]
-            .iter()
-            .filter(|p| burst.pairs.contains(p))
-            .count();
-        if moved > 0 {
-            evidence.push(format!(
-                "the burst moved {} over it in {} direction{} with peer access on",
-                format_bytes(burst.bytes_per_pair),
-                moved,
-                if moved == 1 { "" } else { "s" }
-            ));
+    let pair = PairFindings::new(outcome, ab, ba);
+    if let Some(check) = pair.refused(outcome) {
+        return check;
+    }
+    let causes = causes(topology, facts, pair.a, pair.b);
+    if ab.p2p && ba.p2p {
+        return pair.on(facts, &causes);
+    }
+    match [ab, ba].iter().find_map(|p| NoP2p::of(topology, p)) {
+        Some(NoP2p::Mig) => pair.off_for_mig(topology),
+        _ => pair.off(facts, &causes),
+    }
+}
+
+/// What every finding of a pair starts from: the pair, its link, and the evidence common to all.
+struct PairFindings {
+    a: usize,
+    b: usize,
+    link: Link,
+    evidence: Vec<String>,
+}
+
+impl PairFindings {
+    /// The link, the driver's P2P both ways, and what the burst moved over the pair.
+    fn new(outcome: &Outcome, ab: &Pair, ba: &Pair) -> PairFindings {
+        let (a, b, link) = (ab.src, ab.dst, ab.link);
+        let mut evidence = vec![
+            format!("link {link}: {}", link.meaning()),
+            format!("the driver's P2P: {}; {}", direction(ab), direction(ba)),
+        ];
+        if let Ok(burst) = &outcome.burst {
+            let moved = [[a, b], [b, a]]
+                .iter()
+                .filter(|p| burst.pairs.contains(p))
+                .count();
+            if moved > 0 {
+                evidence.push(format!(
+                    "the burst moved {} over it in {} direction{} with peer access on",
+                    format_bytes(burst.bytes_per_pair),
+                    moved,
+                    if moved == 1 { "" } else { "s" }
+                ));
+            }
+        }
+        PairFindings {
+            a,
+            b,
+            link,
+            evidence,
         }
     }
-    let with = |mut check: Check, more: &[String]| {
-        check.evidence = evidence.iter().chain(more).cloned().collect();
+
+    /// The check, with the common evidence and then `more`.
+    fn check(&self, verdict: Verdict, finding: impl Into<String>, more: &[String]) -> Check {
+        let mut check = Check::new("p2p", Subject::Pair(self.a, self.b), verdict, finding);
+        check.evidence = self.evidence.iter().chain(more).cloned().collect();
         check
-    };
-    let refused: Vec<String> = outcome
-        .refused
-        .iter()
-        .filter(|(s, d, _)| (*s, *d) == (a, b) || (*s, *d) == (b, a))
-        .map(|(s, d, why)| format!("enabling peer access {s}→{d} failed: {why}"))
-        .collect();
-    if !refused.is_empty() {
-        let check = Check::new(
-            "p2p",
-            subject,
-            Verdict::Fail,
-            "the driver reports P2P, but refuses to enable peer access",
-        );
-        return with(check, &refused).fix(UNKNOWN_FIX);
     }
-    let causes = causes(topology, facts, a, b);
-    let cause_evidence: Vec<String> = causes.iter().map(|c| c.evidence.clone()).collect();
-    if ab.p2p && ba.p2p {
-        // On, but IOMMU translation or ACS redirect on the way: slower, and prone to hang.
+
+    /// A failure where the driver reports P2P but refused to enable peer access.
+    fn refused(&self, outcome: &Outcome) -> Option<Check> {
+        let (a, b) = (self.a, self.b);
+        let refused: Vec<String> = outcome
+            .refused
+            .iter()
+            .filter(|(s, d, _)| (*s, *d) == (a, b) || (*s, *d) == (b, a))
+            .map(|(s, d, why)| format!("enabling peer access {s}→{d} failed: {why}"))
+            .collect();
+        (!refused.is_empty()).then(|| {
+            self.check(
+                Verdict::Fail,
+                "the driver reports P2P, but refuses to enable peer access",
+                &refused,
+            )
+            .fix(UNKNOWN_FIX)
+        })
+    }
+
+    /// P2P on both ways: ok, or a warning where IOMMU translation or ACS redirect is on the way
+    /// (slower, and prone to hang).
+    fn on(&self, facts: &HostFacts, causes: &[Cause]) -> Check {
+        let link = self.link;
+        let cause_evidence: Vec<String> = causes.iter().map(|c| c.evidence.clone()).collect();
         let in_the_way: Vec<&Cause> = causes
             .iter()
             .filter(|c| c.fix == IOMMU_FIX || c.fix == ACS_FIX)
             .collect();
         if in_the_way.is_empty() {
-            let mut check = Check::new(
-                "p2p",
-                subject,
+            let mut check = self.check(
                 Verdict::Ok,
                 format!("P2P is on both ways over {link}"),
+                &cause_evidence,
             );
-            check = with(check, &cause_evidence);
             if !link.is_nvlink() {
-                check.evidence.extend(unread(facts, a, b));
+                check.evidence.extend(unread(facts, self.a, self.b));
             }
             return check;
         }
         let reasons: Vec<&str> = in_the_way.iter().map(|c| c.reason.as_str()).collect();
         let fixes: Vec<&str> = in_the_way.iter().map(|c| c.fix).collect();
-        let check = Check::new(
-            "p2p",
-            subject,
+        self.check(
             Verdict::Warn,
             format!(
                 "P2P is on over {link}, but {}: its traffic is slowed, and may hang",
                 reasons.join(", and ")
             ),
-        );
-        return with(check, &cause_evidence).fix(dedup(fixes).join("; "));
+            &cause_evidence,
+        )
+        .fix(dedup(fixes).join("; "))
     }
-    let mig: Vec<usize> = [a, b]
-        .into_iter()
-        .filter(|&d| topology.devices[d].mig_enabled)
-        .collect();
-    if !mig.is_empty() {
-        let shown: Vec<String> = mig.iter().map(|d| format!("GPU {d}")).collect();
-        let check = Check::new(
-            "p2p",
-            subject,
+
+    /// P2P off because MIG is enabled on one of the GPUs or both.
+    fn off_for_mig(&self, topology: &Topology) -> Check {
+        let shown: Vec<String> = [self.a, self.b]
+            .into_iter()
+            .filter(|&d| topology.devices[d].mig_enabled)
+            .map(|d| format!("GPU {d}"))
+            .collect();
+        self.check(
             Verdict::Warn,
             format!(
-                "no P2P: MIG is enabled on {}, and MIG instances cannot use P2P",
-                shown.join(" and ")
+                "no P2P: MIG is enabled on {}, and {}",
+                shown.join(" and "),
+                NoP2p::Mig.why()
             ),
-        );
-        return with(check, &[]).fix(
-            "if these GPUs must talk to each other, turn MIG off on them (see the `mig` check)",
-        );
+            &[],
+        )
+        .fix("if these GPUs must talk to each other, turn MIG off on them (see the `mig` check)")
     }
-    // Over NVLink, a switch or one root complex P2P should work; across root complexes and
-    // sockets most platforms' drivers do not offer it.
-    let expected = matches!(link, Link::NvLink(_) | Link::Pix | Link::Pxb | Link::Phb);
-    let apart = causes.iter().any(|c| c.fix == APART_FIX);
-    let reasons: Vec<&str> = causes.iter().map(|c| c.reason.as_str()).collect();
-    let mut more = cause_evidence.clone();
-    if !link.is_nvlink() {
-        more.extend(unread(facts, a, b));
-    }
-    if expected && !apart {
-        let why = if reasons.is_empty() {
-            "the driver gives no reason peerlink can see".to_string()
-        } else {
-            reasons.join(", and ")
-        };
-        let fixes: Vec<&str> = causes.iter().map(|c| c.fix).collect();
-        let fix = if fixes.is_empty() {
-            UNKNOWN_FIX.to_string()
-        } else {
-            dedup(fixes).join("; ")
-        };
-        let check = Check::new(
-            "p2p",
-            subject,
-            Verdict::Fail,
-            format!("P2P is off over {link}, where it should work: {why}; copies are staged through host memory"),
-        );
-        return with(check, &more).fix(fix);
-    }
-    let check = Check::new(
-        "p2p",
-        subject,
-        Verdict::Warn,
-        format!(
-            "no P2P over {link}: {}; the driver does not route P2P there on most hosts, so copies \
-             are staged through host memory",
-            if reasons.is_empty() {
-                "across PCIe root complexes".to_string()
+
+    /// P2P off for another reason: a failure over NVLink, a switch or one root complex, where P2P
+    /// should work; a warning across root complexes and sockets, where most platforms' drivers
+    /// do not offer it.
+    fn off(&self, facts: &HostFacts, causes: &[Cause]) -> Check {
+        let link = self.link;
+        let expected = matches!(link, Link::NvLink(_) | Link::Pix | Link::Pxb | Link::Phb);
+        let apart = causes.iter().any(|c| c.fix == APART_FIX);
+        let reasons: Vec<&str> = causes.iter().map(|c| c.reason.as_str()).collect();
+        let mut more: Vec<String> = causes.iter().map(|c| c.evidence.clone()).collect();
+        if !link.is_nvlink() {
+            more.extend(unread(facts, self.a, self.b));
+        }
+        if expected && !apart {
+            let why = if reasons.is_empty() {
+                "the driver gives no reason peerlink can see".to_string()
             } else {
                 reasons.join(", and ")
-            }
-        ),
-    );
-    with(check, &more).fix(APART_FIX)
+            };
+            let fixes: Vec<&str> = causes.iter().map(|c| c.fix).collect();
+            let fix = if fixes.is_empty() {
+                UNKNOWN_FIX.to_string()
+            } else {
+                dedup(fixes).join("; ")
+            };
+            let finding = format!(
+                "P2P is off over {link}, where it should work: {why}; copies are staged through \
+                 host memory"
+            );
+            return self.check(Verdict::Fail, finding, &more).fix(fix);
+        }
+        let finding = if link == Link::Sys {
+            format!(
+                "no P2P over {link}: {}, and {}",
+                reasons.join(", and "),
+                NoP2p::Sockets.why()
+            )
+        } else {
+            format!(
+                "no P2P over {link}: {}; the driver does not route P2P there on most hosts, so \
+                 copies are staged through host memory",
+                if reasons.is_empty() {
+                    "across PCIe root complexes".to_string()
+                } else {
+                    reasons.join(", and ")
+                }
+            )
+        };
+        self.check(Verdict::Warn, finding, &more).fix(APART_FIX)
+    }
 }
 
 /// The fixes, each once, in order.

@@ -1,6 +1,7 @@
 //! The header every document opens with: what it is, where its figures come from, and which
 //! peerlink wrote it, when, where and on what GPUs.
 
+use crate::topology::sysfs::Sysfs;
 use crate::topology::{Device, Source, Topology};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -110,20 +111,11 @@ impl Header {
             peerlink_version: Some(PEERLINK_VERSION.to_string()),
             commit: Some(COMMIT.to_string()),
             time: Some(rfc3339(SystemTime::now())),
-            host: host_name(),
+            host: Sysfs::system().host_name(),
             partial: crate::interrupt::requested(),
             ..self
         }
     }
-}
-
-/// This machine's name, as the kernel has it (Linux, where peerlink runs).
-pub(crate) fn host_name() -> Option<String> {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .filter_map(|path| std::fs::read_to_string(path).ok())
-        .map(|name| name.trim().to_string())
-        .find(|name| !name.is_empty())
 }
 
 /// `time` in UTC as RFC 3339, to the second: `2026-11-30T06:00:00Z`.

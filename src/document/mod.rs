@@ -26,7 +26,6 @@ pub mod schemas;
 pub mod topo;
 pub mod workload;
 
-pub(crate) use header::host_name;
 pub use header::{rfc3339, utc_date, Header, HostGpu, COMMIT, PEERLINK_VERSION};
 
 use schemars::JsonSchema;
@@ -208,30 +207,6 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
     }
 }
 
-/// The text of a file the user named (a document, a profile, a preset): one that cannot be read —
-/// missing, a directory, not UTF-8, not permitted — is bad input (exit 2), said in one sentence.
-pub fn read_input(path: &std::path::Path) -> crate::Result<String> {
-    read_text(path).map_err(|why| crate::Error::usage(format!("{} {why}", path.display())))
-}
-
-/// The text of a file, or why it has none, as the end of a sentence that starts with its name. A
-/// byte-order mark that some editors put first is left out: it is not JSON, and RFC 8259 lets a
-/// reader ignore it.
-pub fn read_text(path: &std::path::Path) -> std::result::Result<String, String> {
-    match std::fs::read(path) {
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => Ok(match text.strip_prefix('\u{feff}') {
-                Some(rest) => rest.to_string(),
-                None => text,
-            }),
-            Err(_) => Err("is not UTF-8 text, so not JSON".to_string()),
-        },
-        Err(_) if path.is_dir() => Err("is a directory, not a file".to_string()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("does not exist".to_string()),
-        Err(e) => Err(format!("cannot be read: {e}")),
-    }
-}
-
 /// A document as `--json` prints it: pretty, one JSON value.
 pub fn to_json<D: Document>(doc: &D) -> String {
     serde_json::to_string_pretty(doc).expect("a document always serialises")
@@ -241,33 +216,6 @@ pub fn to_json<D: Document>(doc: &D) -> String {
 mod tests {
     use super::topo::TopoDocument;
     use super::*;
-
-    #[test]
-    fn an_input_that_cannot_be_read_is_bad_input_in_one_sentence() {
-        let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("missing.json");
-        let binary = dir.path().join("binary.json");
-        std::fs::write(&binary, [0xff, 0xfe, 0x00, 0x80]).unwrap();
-        for (path, says) in [
-            (missing.as_path(), "does not exist"),
-            (dir.path(), "is a directory"),
-            (binary.as_path(), "not UTF-8"),
-        ] {
-            let err = read_input(path).unwrap_err();
-            assert_eq!(err.exit_code(), 2, "{err}");
-            assert!(err.to_string().contains(says), "{err}");
-        }
-        let good = dir.path().join("good.json");
-        std::fs::write(&good, "{}").unwrap();
-        assert_eq!(read_input(&good).unwrap(), "{}");
-        let marked = dir.path().join("marked.json");
-        std::fs::write(&marked, "\u{feff}{}").unwrap();
-        assert_eq!(
-            read_input(&marked).unwrap(),
-            "{}",
-            "the byte-order mark is left out"
-        );
-    }
 
     #[test]
     fn reading_checks_the_schema_before_the_fields() {

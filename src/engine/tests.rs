@@ -14,7 +14,7 @@ pub(crate) fn fabric(preset: &str) -> Fabric {
     Fabric::open(backend).unwrap()
 }
 
-use crate::bench::pattern;
+use crate::pattern;
 
 const MIB: usize = 1 << 20;
 

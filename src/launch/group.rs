@@ -11,6 +11,7 @@
 use super::fds::FdLinks;
 use super::wire::{self, Message, Op, MAX_MESSAGE};
 use super::{Identity, Member, Rendezvous};
+use crate::topology::sysfs::Sysfs;
 use crate::{Error, Result};
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -277,10 +278,9 @@ fn check_identity(identity: Identity) -> Result<()> {
 
 /// This process, as the others will know it.
 fn this_process(identity: Identity) -> Member {
-    let host = crate::document::host_name().unwrap_or_else(|| "unknown".into());
-    let host_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|id| id.trim().to_string())
-        .unwrap_or_else(|_| host.clone());
+    let system = Sysfs::system();
+    let host = system.host_name().unwrap_or_else(|| "unknown".into());
+    let host_id = system.boot_id().unwrap_or_else(|| host.clone());
     Member {
         identity,
         pid: std::process::id(),

@@ -32,6 +32,7 @@ pub mod check;
 mod env;
 mod fds;
 mod group;
+pub mod nccl_topology;
 mod wire;
 
 pub use env::{from_env, from_vars, parse_timeout};
@@ -44,10 +45,6 @@ use std::time::Duration;
 /// How long a rank waits for the others, at the rendezvous and in every call, when neither
 /// `PEERLINK_TIMEOUT` nor `peerlink launch --timeout` says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The exit status of a process whose group failed because of another rank (it died, hung or
-/// never arrived), so that a launcher can tell the rank at fault from the ranks it stopped.
-pub const GROUP_FAILED: i32 = 3;
 
 /// Who this process is among the processes of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

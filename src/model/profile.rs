@@ -10,6 +10,7 @@
 
 use super::{Cost, Hop, IssueCosts};
 use crate::document::{self, impl_document, Document, Header};
+use crate::files;
 use crate::topology::Topology;
 use crate::{Error, Result};
 use schemars::JsonSchema;
@@ -169,7 +170,7 @@ impl Profile {
 
     /// Reads and checks a profile file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = document::read_input(path)?;
+        let text = files::read_input(path)?;
         let bad = |why: String| {
             Error::usage(format!(
                 "profile {}: {why}; measure a new one with `peerlink tune`",

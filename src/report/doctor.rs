@@ -3,7 +3,7 @@
 
 use crate::doctor::Verdict;
 use crate::document::doctor::DoctorDocument;
-use crate::units::format_bytes;
+use crate::units::{format_bytes, format_seconds};
 use std::fmt::Write;
 
 pub fn text(doc: &DoctorDocument) -> String {
@@ -74,17 +74,6 @@ pub fn text(doc: &DoctorDocument) -> String {
         }
     );
     out
-}
-
-/// A span of time as a person reads it: `1.02 s`, `3.4 ms`, `87.0 µs`.
-pub fn format_seconds(seconds: f64) -> String {
-    if seconds >= 1.0 {
-        format!("{seconds:.2} s")
-    } else if seconds >= 1e-3 {
-        format!("{:.1} ms", seconds * 1e3)
-    } else {
-        format!("{:.1} µs", seconds * 1e6)
-    }
 }
 
 /// The sentence `peerlink doctor` ends with when a check failed: which ones.

@@ -17,7 +17,7 @@ pub use link::Link;
 pub use network::Network;
 pub use pci::PciAddress;
 pub use source::Source;
-pub use warnings::{warnings, Warning};
+pub use warnings::{warnings, NoP2p, Warning};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

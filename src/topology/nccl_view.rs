@@ -10,11 +10,11 @@
 
 use super::pci::{PciAddress, PciPlace};
 use super::{Link, Topology};
-use crate::backend::Backend;
+use crate::files;
 use crate::{Error, Result};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// NCCL's view of the host and where it differs from peerlink's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -262,118 +262,14 @@ impl NcclView {
             ))
         })?;
         let (mut gpus, nics) = devices(&system);
-        let ours_gpu = |bus: &str| {
-            let address = PciAddress::parse(bus)?;
-            topology
-                .devices
-                .iter()
-                .filter(|d| topology.host_of(d.index) == 0)
-                .find(|d| PciAddress::parse(&d.pci_bus_id) == Some(address))
-                .map(|d| d.index)
-        };
         for g in &mut gpus {
-            g.what.index = ours_gpu(&g.what.pci_bus_id);
+            g.what.index = our_gpu(topology, &g.what.pci_bus_id);
         }
-        let network = topology.network.as_ref();
-        let ours_nic = |name: &str| {
-            network?
-                .nics
-                .iter()
-                .find(|n| n.host == 0 && n.name == name)
-                .map(|n| n.index)
-        };
-        let mut paths = Vec::new();
-        for g in &gpus {
-            for n in &nics {
-                let nccl = n.place.class_to(&g.place);
-                let peerlink = g
-                    .what
-                    .index
-                    .zip(ours_nic(&n.what.name))
-                    .and_then(|(gpu, nic)| {
-                        let paths = &network?.gpu_nics;
-                        paths
-                            .iter()
-                            .find(|p| p.gpu == gpu && p.nic == nic)
-                            .map(|p| p.link)
-                    });
-                paths.push(NcclPath {
-                    gpu: g.what.pci_bus_id.clone(),
-                    nic: n.what.name.clone(),
-                    nccl,
-                    peerlink,
-                    agree: peerlink.is_none_or(|ours| same_class(ours, nccl)),
-                });
-            }
-        }
-        let mut disagreements = Vec::new();
-        for g in gpus.iter().filter(|g| g.what.index.is_none()) {
-            disagreements.push(format!(
-                "NCCL sees a GPU at {} that peerlink does not",
-                g.what.pci_bus_id
-            ));
-        }
-        for d in topology
-            .devices
-            .iter()
-            .filter(|d| topology.host_of(d.index) == 0)
-        {
-            if !gpus.iter().any(|g| g.what.index == Some(d.index)) {
-                disagreements.push(format!(
-                    "NCCL's dump has no GPU {} ({}): NCCL ran over other GPUs, or the dump is of \
-                     another host",
-                    d.index, d.pci_bus_id
-                ));
-            }
-        }
-        for n in nics.iter().filter(|n| ours_nic(&n.what.name).is_none()) {
-            disagreements.push(format!(
-                "NCCL uses a network port {} that is no RDMA NIC here{}",
-                n.what.name,
-                if n.what.gdr == Some(true) {
-                    ""
-                } else {
-                    " (a socket interface: NCCL's fallback, without GPUDirect RDMA)"
-                }
-            ));
-        }
-        for nic in network
-            .iter()
-            .flat_map(|net| net.nics.iter().filter(|n| n.host == 0))
-        {
-            if !nics.iter().any(|n| n.what.name == nic.name) {
-                disagreements.push(format!(
-                    "NCCL does not use the RDMA NIC {}: its port is down, or NCCL_IB_HCA leaves \
-                     it out",
-                    nic.name
-                ));
-            }
-        }
-        for p in paths.iter().filter(|p| !p.agree) {
-            let index = gpus.iter().find(|g| g.what.pci_bus_id == p.gpu);
-            disagreements.push(format!(
-                "GPU {}({}) ↔ {}: NCCL sees {}, peerlink {}",
-                index
-                    .and_then(|g| g.what.index)
-                    .map_or(String::new(), |i| format!("{i} ")),
-                p.gpu,
-                p.nic,
-                p.nccl,
-                p.peerlink.map_or("nothing".into(), |l| l.to_string())
-            ));
-        }
-        // Only where both sides have RDMA NICs: a socket interface never reaches GPU memory.
-        if let Some(net) = network.filter(|net| !net.nics.is_empty()) {
-            let nccl_gdr = nics.iter().any(|n| n.what.gdr == Some(true));
-            if net.gpudirect.available == Some(!nccl_gdr) && !nics.is_empty() {
-                disagreements.push(format!(
-                    "GPUDirect RDMA: NCCL's network {} reach GPU memory, peerlink finds it {} ({})",
-                    if nccl_gdr { "can" } else { "cannot" },
-                    if nccl_gdr { "unavailable" } else { "available" },
-                    net.gpudirect.how
-                ));
-            }
-        }
+        let paths = gpu_nic_paths(topology, &gpus, &nics);
+        let mut disagreements = gpu_disagreements(topology, &gpus);
+        disagreements.extend(nic_disagreements(topology, &nics));
+        disagreements.extend(path_disagreements(&gpus, &paths));
+        disagreements.extend(gpudirect_disagreement(topology, &nics));
         Ok(NcclView {
             source: source.to_string(),
             gpus: gpus.into_iter().map(|g| g.what).collect(),
@@ -384,60 +280,164 @@ impl NcclView {
     }
 }
 
+/// The index of host 0's GPU at PCI address `bus`, if peerlink has one there.
+fn our_gpu(topology: &Topology, bus: &str) -> Option<usize> {
+    let address = PciAddress::parse(bus)?;
+    topology
+        .devices
+        .iter()
+        .filter(|d| topology.host_of(d.index) == 0)
+        .find(|d| PciAddress::parse(&d.pci_bus_id) == Some(address))
+        .map(|d| d.index)
+}
+
+/// The index of host 0's RDMA NIC named `name`, if peerlink has one.
+fn our_nic(topology: &Topology, name: &str) -> Option<usize> {
+    topology
+        .network
+        .as_ref()?
+        .nics
+        .iter()
+        .find(|n| n.host == 0 && n.name == name)
+        .map(|n| n.index)
+}
+
+/// Every GPU ↔ NIC path of the dump, NCCL's class beside peerlink's where peerlink knows both ends.
+fn gpu_nic_paths(
+    topology: &Topology,
+    gpus: &[Placed<NcclGpu>],
+    nics: &[Placed<NcclNic>],
+) -> Vec<NcclPath> {
+    let ours = |gpu: Option<usize>, nic: &str| {
+        let (gpu, nic) = gpu.zip(our_nic(topology, nic))?;
+        let paths = &topology.network.as_ref()?.gpu_nics;
+        paths
+            .iter()
+            .find(|p| p.gpu == gpu && p.nic == nic)
+            .map(|p| p.link)
+    };
+    let mut paths = Vec::new();
+    for g in gpus {
+        for n in nics {
+            let nccl = n.place.class_to(&g.place);
+            let peerlink = ours(g.what.index, &n.what.name);
+            paths.push(NcclPath {
+                gpu: g.what.pci_bus_id.clone(),
+                nic: n.what.name.clone(),
+                nccl,
+                peerlink,
+                agree: peerlink.is_none_or(|ours| same_class(ours, nccl)),
+            });
+        }
+    }
+    paths
+}
+
+/// GPUs NCCL sees that peerlink does not, then host 0's GPUs NCCL's dump lacks.
+fn gpu_disagreements(topology: &Topology, gpus: &[Placed<NcclGpu>]) -> Vec<String> {
+    let unknown = gpus.iter().filter(|g| g.what.index.is_none()).map(|g| {
+        format!(
+            "NCCL sees a GPU at {} that peerlink does not",
+            g.what.pci_bus_id
+        )
+    });
+    let missing = topology
+        .devices
+        .iter()
+        .filter(|d| topology.host_of(d.index) == 0)
+        .filter(|d| !gpus.iter().any(|g| g.what.index == Some(d.index)))
+        .map(|d| {
+            format!(
+                "NCCL's dump has no GPU {} ({}): NCCL ran over other GPUs, or the dump is of \
+                 another host",
+                d.index, d.pci_bus_id
+            )
+        });
+    unknown.chain(missing).collect()
+}
+
+/// Ports NCCL uses that are no RDMA NIC here, then host 0's RDMA NICs NCCL does not use.
+fn nic_disagreements(topology: &Topology, nics: &[Placed<NcclNic>]) -> Vec<String> {
+    let unknown = nics
+        .iter()
+        .filter(|n| our_nic(topology, &n.what.name).is_none())
+        .map(|n| {
+            format!(
+                "NCCL uses a network port {} that is no RDMA NIC here{}",
+                n.what.name,
+                if n.what.gdr == Some(true) {
+                    ""
+                } else {
+                    " (a socket interface: NCCL's fallback, without GPUDirect RDMA)"
+                }
+            )
+        });
+    let unused = topology
+        .network
+        .iter()
+        .flat_map(|net| net.nics.iter().filter(|n| n.host == 0))
+        .filter(|nic| !nics.iter().any(|n| n.what.name == nic.name))
+        .map(|nic| {
+            format!(
+                "NCCL does not use the RDMA NIC {}: its port is down, or NCCL_IB_HCA leaves \
+                 it out",
+                nic.name
+            )
+        });
+    unknown.chain(unused).collect()
+}
+
+/// The paths whose classes differ, one sentence each.
+fn path_disagreements(gpus: &[Placed<NcclGpu>], paths: &[NcclPath]) -> Vec<String> {
+    paths
+        .iter()
+        .filter(|p| !p.agree)
+        .map(|p| {
+            let index = gpus.iter().find(|g| g.what.pci_bus_id == p.gpu);
+            format!(
+                "GPU {}({}) ↔ {}: NCCL sees {}, peerlink {}",
+                index
+                    .and_then(|g| g.what.index)
+                    .map_or(String::new(), |i| format!("{i} ")),
+                p.gpu,
+                p.nic,
+                p.nccl,
+                p.peerlink.map_or("nothing".into(), |l| l.to_string())
+            )
+        })
+        .collect()
+}
+
+/// Where NCCL and peerlink differ on GPUDirect RDMA: only where both sides have RDMA NICs (a
+/// socket interface never reaches GPU memory).
+fn gpudirect_disagreement(topology: &Topology, nics: &[Placed<NcclNic>]) -> Option<String> {
+    let net = topology
+        .network
+        .as_ref()
+        .filter(|net| !net.nics.is_empty())?;
+    let nccl_gdr = nics.iter().any(|n| n.what.gdr == Some(true));
+    (net.gpudirect.available == Some(!nccl_gdr) && !nics.is_empty()).then(|| {
+        format!(
+            "GPUDirect RDMA: NCCL's network {} reach GPU memory, peerlink finds it {} ({})",
+            if nccl_gdr { "can" } else { "cannot" },
+            if nccl_gdr { "unavailable" } else { "available" },
+            net.gpudirect.how
+        )
+    })
+}
+
 /// Whether peerlink's class and NCCL's say the same: NCCL has no `NODE`, it calls that `PHB`.
 fn same_class(peerlink: Link, nccl: Link) -> bool {
     peerlink == nccl || (peerlink == Link::Node && nccl == Link::Phb)
 }
 
-/// Where NCCL writes its dump when peerlink runs it: the user's `NCCL_TOPO_DUMP_FILE` (kept), or
-/// a temporary file (removed once read).
-fn dump_file() -> (PathBuf, bool) {
-    match std::env::var_os("NCCL_TOPO_DUMP_FILE") {
-        Some(path) if !path.is_empty() => (PathBuf::from(path), true),
-        _ => (
-            std::env::temp_dir().join(format!("peerlink-nccl-topo-{}.xml", std::process::id())),
-            false,
-        ),
-    }
-}
-
-/// Makes an NCCL communicator over `devices` with `NCCL_TOPO_DUMP_FILE` set, and returns the dump
-/// NCCL wrote at its creation and the file it was written to.
-pub fn run_nccl(backend: &dyn Backend, devices: &[usize]) -> Result<(String, PathBuf)> {
-    if backend.topology().is_simulated() {
-        return Err(Error::usage(
-            "NCCL's own topology needs real GPUs: the simulator's NCCL is a model that reads no \
-             hardware; compare a dump NCCL wrote elsewhere with --nccl-xml FILE",
-        ));
-    }
-    let nccl = backend
-        .collectives()
-        .nccl()
-        .map_err(|why| Error::usage(format!("NCCL's view needs NCCL: {why}")))?;
-    let (file, keep) = dump_file();
-    // NCCL reads the variable when it builds a communicator's topology (ncclTopoGetSystem).
-    std::env::set_var("NCCL_TOPO_DUMP_FILE", &file);
-    let made = nccl
-        .communicator(devices)
-        .and_then(|comm| nccl.destroy_communicator(comm));
-    if !keep {
-        std::env::remove_var("NCCL_TOPO_DUMP_FILE");
-    }
-    made?;
-    let text = read_dump(&file)?;
-    if !keep {
-        // A temporary file; nothing is lost where it cannot be removed.
-        let _ = std::fs::remove_file(&file);
-    }
-    Ok((text, file))
-}
-
 /// The text of a dump NCCL wrote, or a sentence saying why it cannot be read.
+/// Read as every input file is ([`files::read_text`]: a regular file, size-capped).
 pub fn read_dump(file: &Path) -> Result<String> {
-    std::fs::read_to_string(file).map_err(|e| {
+    files::read_text(file).map_err(|why| {
         Error::usage(format!(
-            "NCCL's topology dump {} cannot be read ({e}): NCCL writes it when a communicator is \
-             made with NCCL_TOPO_DUMP_FILE set",
+            "NCCL's topology dump {} {why}; NCCL writes it when a communicator is made with \
+             NCCL_TOPO_DUMP_FILE set",
             file.display()
         ))
     })
@@ -575,13 +575,5 @@ mod tests {
             assert!(err.to_string().contains(needle), "{err}");
             assert!(err.to_string().contains("bad.xml"), "{err}");
         }
-    }
-
-    #[test]
-    fn the_simulator_cannot_run_nccl_for_its_view() {
-        let backend = crate::backend::sim::SimBackend::open("dgx-h100").unwrap();
-        let err = run_nccl(&backend, &[0, 1]).unwrap_err();
-        assert_eq!(err.exit_code(), 2);
-        assert!(err.to_string().contains("--nccl-xml"), "{err}");
     }
 }

@@ -37,9 +37,7 @@ pub fn discover(sysfs: &Sysfs, devices: &[Device]) -> Network {
     }
     let host = Host {
         index: 0,
-        name: sysfs
-            .read("proc/sys/kernel/hostname")
-            .unwrap_or_else(|| "this host".into()),
+        name: sysfs.host_name().unwrap_or_else(|| "this host".into()),
         gpus: devices.iter().map(|d| d.index).collect(),
         nics: (0..nics_at.len()).collect(),
     };

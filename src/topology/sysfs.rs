@@ -51,6 +51,22 @@ impl Sysfs {
         Some(text.trim().to_string())
     }
 
+    /// The host's name as the kernel has it (`proc/sys/kernel/hostname`, else `etc/hostname`);
+    /// `None` where neither names one.
+    pub fn host_name(&self) -> Option<String> {
+        ["proc/sys/kernel/hostname", "etc/hostname"]
+            .iter()
+            .filter_map(|path| self.read(path))
+            .find(|name| !name.is_empty())
+    }
+
+    /// This boot's id (`proc/sys/kernel/random/boot_id`): processes that read the same one run
+    /// on one host, whatever its name.
+    pub fn boot_id(&self) -> Option<String> {
+        self.read("proc/sys/kernel/random/boot_id")
+            .filter(|id| !id.is_empty())
+    }
+
     /// Whether a file or directory exists.
     pub fn exists(&self, relative: &str) -> bool {
         self.path(relative).exists()
@@ -103,6 +119,21 @@ impl Sysfs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_is_named_by_the_kernel_then_etc_and_the_boot_by_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = Sysfs::at(dir.path());
+        assert_eq!((sysfs.host_name(), sysfs.boot_id()), (None, None));
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        std::fs::write(dir.path().join("etc/hostname"), "from-etc\n").unwrap();
+        assert_eq!(sysfs.host_name().as_deref(), Some("from-etc"));
+        std::fs::create_dir_all(dir.path().join("proc/sys/kernel/random")).unwrap();
+        std::fs::write(dir.path().join("proc/sys/kernel/hostname"), "node17\n").unwrap();
+        std::fs::write(dir.path().join("proc/sys/kernel/random/boot_id"), "b00t\n").unwrap();
+        assert_eq!(sysfs.host_name().as_deref(), Some("node17"));
+        assert_eq!(sysfs.boot_id().as_deref(), Some("b00t"));
+    }
 
     #[test]
     fn reads_under_its_root_and_says_none_for_what_is_missing() {

@@ -55,32 +55,68 @@ fn devices_of(pairs: &[(usize, usize)]) -> Vec<usize> {
     d
 }
 
-const NO_P2P_MIG: &str = "MIG is enabled on one of the GPUs, and MIG instances cannot use P2P";
-const NO_P2P_SOCKETS: &str = "they sit under different CPU sockets (root complexes), and the driver \
-     does not route P2P across the socket interconnect; transfers are staged through host memory — put \
-     communicating ranks on GPUs of one socket, or use a relay GPU that has NVLink to both";
-const NO_P2P_OTHER: &str = "the driver reports P2P unsupported on this path (often an IOMMU or PCIe \
-     ACS setting, or a virtual machine that hides the PCIe topology); transfers are staged through host \
-     memory";
+/// Why a pair of GPUs has no P2P, as far as the topology tells: the one sentence for each reason,
+/// which `topo`'s warnings and `doctor`'s P2P check both print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoP2p {
+    /// MIG is enabled on one of the two GPUs.
+    Mig,
+    /// The pair crosses the CPU sockets (`SYS`).
+    Sockets,
+    /// Any other path the driver refuses.
+    Driver,
+}
 
-/// Why a pair has no P2P, or `None` where it has.
-fn no_p2p_reason(topo: &Topology, pair: &super::Pair) -> Option<&'static str> {
-    let mig_on = |i: usize| topo.devices.get(i).is_some_and(|d| d.mig_enabled);
-    // Between hosts there is no P2P to miss: NICs join them.
-    if pair.p2p || pair.link.crosses_hosts() {
-        None
-    } else if mig_on(pair.src) || mig_on(pair.dst) {
-        Some(NO_P2P_MIG)
-    } else if pair.link == Link::Sys {
-        Some(NO_P2P_SOCKETS)
-    } else {
-        Some(NO_P2P_OTHER)
+impl NoP2p {
+    /// Why `pair` has no P2P, or `None` where it has (or where it joins two hosts: NICs join
+    /// them, there is no P2P to miss).
+    pub fn of(topo: &Topology, pair: &super::Pair) -> Option<NoP2p> {
+        let mig_on = |i: usize| topo.devices.get(i).is_some_and(|d| d.mig_enabled);
+        if pair.p2p || pair.link.crosses_hosts() {
+            None
+        } else if mig_on(pair.src) || mig_on(pair.dst) {
+            Some(NoP2p::Mig)
+        } else if pair.link == Link::Sys {
+            Some(NoP2p::Sockets)
+        } else {
+            Some(NoP2p::Driver)
+        }
+    }
+
+    /// Why there is no P2P, in the words every output uses: the end of a sentence that first
+    /// says what is so of the pair (`MIG is enabled on GPU 1, and …`).
+    pub fn why(self) -> &'static str {
+        match self {
+            NoP2p::Mig => "MIG instances cannot use P2P",
+            NoP2p::Sockets => {
+                "the driver does not route P2P across the socket interconnect; transfers are \
+                 staged through host memory"
+            }
+            NoP2p::Driver => {
+                "the driver reports P2P unsupported on this path (often an IOMMU or PCIe ACS \
+                 setting, or a virtual machine that hides the PCIe topology); transfers are \
+                 staged through host memory"
+            }
+        }
+    }
+}
+
+/// A warning's sentence for pairs without P2P for `reason`.
+fn no_p2p_sentence(reason: NoP2p) -> String {
+    match reason {
+        NoP2p::Mig => format!("MIG is enabled on one of the GPUs, and {}", reason.why()),
+        NoP2p::Sockets => format!(
+            "they sit under different CPU sockets (root complexes), and {} — put communicating \
+             ranks on GPUs of one socket, or use a relay GPU that has NVLink to both",
+            reason.why()
+        ),
+        NoP2p::Driver => reason.why().to_string(),
     }
 }
 
 fn no_p2p(topo: &Topology, out: &mut Vec<Warning>) {
-    for reason in [NO_P2P_MIG, NO_P2P_SOCKETS, NO_P2P_OTHER] {
-        let pairs = unordered_pairs(topo, |p| no_p2p_reason(topo, p) == Some(reason));
+    for reason in [NoP2p::Mig, NoP2p::Sockets, NoP2p::Driver] {
+        let pairs = unordered_pairs(topo, |p| NoP2p::of(topo, p) == Some(reason));
         if pairs.is_empty() {
             continue;
         }
@@ -88,10 +124,11 @@ fn no_p2p(topo: &Topology, out: &mut Vec<Warning>) {
             code: "no-p2p".into(),
             devices: devices_of(&pairs),
             message: format!(
-                "{} pair{} without P2P ({}): {reason}",
+                "{} pair{} without P2P ({}): {}",
                 pairs.len(),
                 if pairs.len() == 1 { "" } else { "s" },
-                describe(&pairs)
+                describe(&pairs),
+                no_p2p_sentence(reason)
             ),
         });
     }

@@ -22,8 +22,8 @@ use super::{
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
-use crate::bench::pattern;
 use crate::bench::progress::Progress;
+use crate::pattern;
 use crate::units::format_bytes;
 use crate::workload::Row;
 use crate::{Error, Result};

@@ -19,8 +19,8 @@ use super::{
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, StreamId};
-use crate::bench::pattern;
 use crate::bench::progress::Progress;
+use crate::pattern;
 use crate::workload::Row;
 use crate::{Error, Result};
 use std::collections::HashMap;

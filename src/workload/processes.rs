@@ -27,11 +27,11 @@ use crate::backend::collective::{
     AllReduceKernel, BufferRange, CommRank, DataType, PeerOp, Rank as CollectiveRank, UniqueId,
 };
 use crate::backend::{Backend, BufferId, Owned, ShareDescriptor, SharedBuffer, StreamId};
-use crate::bench::pattern;
 use crate::bench::processes::{agreed, exchange, one_gpu_each};
 use crate::bench::progress::Progress;
 use crate::engine::{Buffer, Fabric, GroupAllReduce};
 use crate::launch::Group;
+use crate::pattern;
 use crate::{Error, Result};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;

@@ -13,9 +13,9 @@ use super::{
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, EventId, StreamId};
-use crate::bench::pattern;
 use crate::bench::progress::Progress;
 use crate::engine::{Buffer, Fabric, Planned, Transfer};
+use crate::pattern;
 use crate::workload::Row;
 use crate::{Error, Result};
 use std::sync::Arc;

@@ -116,7 +116,7 @@ fn an_operation_that_does_not_deliver_its_bytes_fails_verification() {
         b.alloc(Memory::Device(0), 4096).unwrap(),
         b.alloc(Memory::Device(1), 4096).unwrap(),
     );
-    let data = crate::bench::pattern::bytes(7, 4096);
+    let data = crate::pattern::bytes(7, 4096);
     b.write(src, 0, &data).unwrap();
     let counts = Counts {
         prime: 1,

@@ -1,11 +1,11 @@
 //! The contract of the pattern calls: device memory filled and checked on its GPU gives, byte for
-//! byte, the host's pattern (`peerlink::bench::pattern`) at any offset and length, and a check finds
+//! byte, the host's pattern (`peerlink::pattern`) at any offset and length, and a check finds
 //! the first wrong byte wherever it is.
 
 use super::{buffer, contents, gpus, invalid, p2p, says, usage};
 use peerlink::backend::collective::BufferRange;
 use peerlink::backend::{Backend, BufferId, Memory};
-use peerlink::bench::pattern::{self, Mismatch, SplitMix};
+use peerlink::pattern::{self, Mismatch, SplitMix};
 
 /// Bytes of the buffers the checks fill: several MiB, so that a long range spans many blocks of a
 /// GPU's grid, plus an odd tail.

@@ -148,7 +148,7 @@ macro_rules! contract_tests {
 /// The crate's data pattern (a shifted, truncated or stale copy shows), with every byte made odd so
 /// that none equals the zero fill: a byte a copy failed to write cannot pass for a written one.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    let mut bytes = peerlink::bench::pattern::bytes(u64::from(seed), len);
+    let mut bytes = peerlink::pattern::bytes(u64::from(seed), len);
     bytes.iter_mut().for_each(|b| *b |= 1);
     bytes
 }

@@ -9,8 +9,8 @@ use peerlink::backend::collective::{
 };
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Nccl, StreamId};
-use peerlink::bench::pattern;
 use peerlink::bench::stats::median;
+use peerlink::pattern;
 
 const KERNELS: [AllReduceKernel; 3] = AllReduceKernel::ALL;
 const DTYPES: [DataType; 2] = [DataType::F32, DataType::Bf16];

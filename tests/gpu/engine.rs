@@ -4,10 +4,10 @@
 use cudarc::driver::{CudaContext, CudaStream};
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::{Backend, StreamId};
-use peerlink::bench::pattern;
 use peerlink::bench::progress::Silent;
 use peerlink::bench::proof::{sweep, RUNS};
 use peerlink::engine::{BatchStrategy, Fabric, Strategy};
+use peerlink::pattern;
 use std::sync::Arc;
 
 fn fabric() -> Fabric {

@@ -3,7 +3,8 @@
 
 use super::open;
 use peerlink::backend::Backend;
-use peerlink::topology::nccl_view::{self, NcclView};
+use peerlink::launch::nccl_topology;
+use peerlink::topology::nccl_view::NcclView;
 use peerlink::topology::pci::PciAddress;
 use peerlink::topology::sysfs::Sysfs;
 use peerlink::topology::{nics, Link};
@@ -89,7 +90,7 @@ fn nccl_topology_dump_names_every_gpu() {
         eprintln!("skipped: NCCL is not available here: {why}");
         return;
     }
-    let (xml, file) = nccl_view::run_nccl(&b, &devices).unwrap();
+    let (xml, file) = nccl_topology::run_nccl(&b, &devices).unwrap();
     assert!(xml.contains("<system"), "{xml}");
     let view = NcclView::compare(&xml, &file.display().to_string(), b.topology()).unwrap();
     println!("{}", peerlink::report::topo::nccl_text(&view));

@@ -7,8 +7,8 @@
 
 use peerlink::backend::SharedBuffer;
 use peerlink::backend::{self, Backend, BufferCopy, Choice, CopyMethod, Memory, ShareDescriptor};
-use peerlink::bench::pattern;
 use peerlink::engine::{Fabric, Strategy};
+use peerlink::pattern;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;

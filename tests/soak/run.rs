@@ -5,8 +5,8 @@
 //! event or one record per transfer (16 bytes and more) fails.
 
 use peerlink::backend::Backend;
-use peerlink::bench::pattern::{self, SplitMix};
 use peerlink::engine::{Buffer, Fabric, Strategy};
+use peerlink::pattern::{self, SplitMix};
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -108,6 +108,156 @@ fn check_length(call: &str, dtype: DataType, len: usize) -> Result<()> {
     Ok(())
 }
 
+/// What one process's call of [`Collectives::rank_all_reduce`] is: the checks of every rank's
+/// buffers name it.
+struct RankCall<'a> {
+    call: &'a str,
+    kernel: AllReduceKernel,
+    /// This process's rank, its stream and the stream's GPU.
+    rank: usize,
+    stream: StreamId,
+    device: usize,
+    len: usize,
+}
+
+/// Fails unless a call across processes has 2 to [`MAX_RANKS`] ranks, this process's `rank` among
+/// them, and a length the kernel takes.
+fn check_rank_call(
+    call: &str,
+    kernel: AllReduceKernel,
+    dtype: DataType,
+    rank: usize,
+    n: usize,
+    len: usize,
+) -> Result<()> {
+    if !(2..=MAX_RANKS).contains(&n) {
+        return Err(Error::usage(format!(
+            "{call} over {n} rank(s): peerlink's all-reduce kernels take 2 to {MAX_RANKS} \
+             ranks, one per GPU"
+        )));
+    }
+    if rank >= n {
+        return Err(Error::usage(format!(
+            "{call}: rank {rank} of {n} ranks: this process's rank is 0 to {}",
+            n - 1
+        )));
+    }
+    if len > kernel.max_len() {
+        return Err(Error::usage(format!(
+            "{call} of {len} bytes: this kernel takes at most {} bytes (PACKET_MAX_BYTES); \
+             use one-shot or two-shot for larger buffers",
+            kernel.max_len()
+        )));
+    }
+    check_length(call, dtype, len)
+}
+
+impl<I: RawProbes + RawCollectives> Checked<I> {
+    /// The GPU and object of the stream this process's rank queues on, which must not capture.
+    fn uncaptured_stream(
+        &self,
+        st: &State<I>,
+        call: &str,
+        stream: StreamId,
+    ) -> Result<(usize, I::Stream)> {
+        let (device, raw_stream) = self.stream(st, stream)?;
+        if st.streams.get(stream.0)?.capture.is_some() {
+            return Err(Error::usage(format!(
+                "{call}: {stream} captures a graph: a rank's kernel recorded into a graph would \
+                 meet the other processes' only when replayed; queue it on a stream that does \
+                 not capture"
+            )));
+        }
+        Ok((device, raw_stream))
+    }
+
+    /// Checks rank `i`'s buffers — device memory of one GPU that no earlier rank (`gpus`) has,
+    /// this process's on its stream's GPU, flags apart from the data, each range inside its
+    /// buffer, the other ranks' reachable by this process's kernel — and resolves them (input,
+    /// output, flags) with their GPU.
+    fn resolve_rank_buffers(
+        &self,
+        st: &State<I>,
+        this: &RankCall<'_>,
+        i: usize,
+        buffers: &RankBuffers,
+        gpus: &[usize],
+    ) -> Result<(usize, [I::Buffer; 3])> {
+        let RankCall {
+            call,
+            kernel,
+            rank,
+            stream,
+            device,
+            len,
+        } = *this;
+        let whose = format_args!("rank {i}'s");
+        let input = st.buffers.get(buffers.input.0)?;
+        let Memory::Device(gpu) = input.memory else {
+            return Err(Error::usage(format!(
+                "{call}: {whose} input ({}) is {}: every rank's buffers are device memory of \
+                 its GPU",
+                buffers.input, input.memory
+            )));
+        };
+        if i == rank && gpu != device {
+            return Err(Error::usage(format!(
+                "{call}: this process's rank {rank} has its input on GPU {gpu} but its stream \
+                 ({stream}) on GPU {device}: queue it on a stream of GPU {gpu}"
+            )));
+        }
+        if let Some(j) = gpus.iter().position(|&d| d == gpu) {
+            return Err(Error::usage(format!(
+                "{call}: ranks {j} and {i} both have their buffers on GPU {gpu}: each rank \
+                 needs a GPU of its own"
+            )));
+        }
+        if i == rank && buffers.output == buffers.input && !kernel.in_place() {
+            return Err(Error::usage(format!(
+                "{call}: rank {i}'s output is its input ({}): the {} kernel reads every \
+                 rank's input while the outputs are written; give it an output of its own, \
+                 or use two-shot or packets, which reduce in place",
+                buffers.input,
+                kernel.name()
+            )));
+        }
+        if buffers.flags == buffers.input || buffers.flags == buffers.output {
+            return Err(Error::usage(format!(
+                "{call}: {whose} flags ({}) are also its input or output: the kernels keep \
+                 their counters in the flags; give them a buffer of their own",
+                buffers.flags
+            )));
+        }
+        let resolve = |name: &str, id: BufferId, offset: usize, len: usize| -> Result<I::Buffer> {
+            let entry = st.buffers.get(id.0)?;
+            on_gpu(
+                call,
+                format_args!("{whose} {name}"),
+                id,
+                entry.memory,
+                gpu,
+                format_args!("rank {i}'s input is"),
+            )?;
+            check_range(
+                format_args!("{call}: {whose} {name}"),
+                id,
+                entry.len,
+                offset,
+                len,
+            )?;
+            if i != rank {
+                let toucher = Toucher::Kernel("an all-reduce kernel");
+                self.check_reach(st, device, id, entry, toucher)?;
+            }
+            Ok(entry.raw.clone())
+        };
+        let input = resolve("input", buffers.input, buffers.input_offset, len)?;
+        let output = resolve("output", buffers.output, buffers.output_offset, len)?;
+        let flags = resolve("flags", buffers.flags, 0, FLAG_BYTES)?;
+        Ok((gpu, [input, output, flags]))
+    }
+}
+
 impl<I: RawCollectives> Checked<I> {
     /// Checks what every collective over ranks asks — a whole number of elements, one GPU per
     /// rank, each rank's buffers on its GPU and long enough, the streams capturing all or none —
@@ -334,105 +484,21 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
         len: usize,
     ) -> Result<()> {
         let call = format!("all-reduce across processes ({})", kernel.name());
-        let n = ranks.len();
-        if !(2..=MAX_RANKS).contains(&n) {
-            return Err(Error::usage(format!(
-                "{call} over {n} rank(s): peerlink's all-reduce kernels take 2 to {MAX_RANKS} \
-                 ranks, one per GPU"
-            )));
-        }
-        if rank >= n {
-            return Err(Error::usage(format!(
-                "{call}: rank {rank} of {n} ranks: this process's rank is 0 to {}",
-                n - 1
-            )));
-        }
-        if len > kernel.max_len() {
-            return Err(Error::usage(format!(
-                "{call} of {len} bytes: this kernel takes at most {} bytes (PACKET_MAX_BYTES); \
-                 use one-shot or two-shot for larger buffers",
-                kernel.max_len()
-            )));
-        }
-        check_length(&call, dtype, len)?;
+        check_rank_call(&call, kernel, dtype, rank, ranks.len(), len)?;
         let st = self.lock();
-        let (device, raw_stream) = self.stream(&st, stream)?;
-        if st.streams.get(stream.0)?.capture.is_some() {
-            return Err(Error::usage(format!(
-                "{call}: {stream} captures a graph: a rank's kernel recorded into a graph would \
-                 meet the other processes' only when replayed; queue it on a stream that does \
-                 not capture"
-            )));
-        }
-        let mut devices: Vec<usize> = Vec::with_capacity(n);
-        let mut raw: Vec<(usize, [I::Buffer; 3])> = Vec::with_capacity(n);
+        let (device, raw_stream) = self.uncaptured_stream(&st, &call, stream)?;
+        let mut raw: Vec<(usize, [I::Buffer; 3])> = Vec::with_capacity(ranks.len());
         for (i, buffers) in ranks.iter().enumerate() {
-            let whose = format_args!("rank {i}'s");
-            let input = st.buffers.get(buffers.input.0)?;
-            let Memory::Device(gpu) = input.memory else {
-                return Err(Error::usage(format!(
-                    "{call}: {whose} input ({}) is {}: every rank's buffers are device memory of \
-                     its GPU",
-                    buffers.input, input.memory
-                )));
+            let this = RankCall {
+                call: &call,
+                kernel,
+                rank,
+                stream,
+                device,
+                len,
             };
-            if i == rank && gpu != device {
-                return Err(Error::usage(format!(
-                    "{call}: this process's rank {rank} has its input on GPU {gpu} but its stream \
-                     ({stream}) on GPU {device}: queue it on a stream of GPU {gpu}"
-                )));
-            }
-            if let Some(j) = devices.iter().position(|&d| d == gpu) {
-                return Err(Error::usage(format!(
-                    "{call}: ranks {j} and {i} both have their buffers on GPU {gpu}: each rank \
-                     needs a GPU of its own"
-                )));
-            }
-            if i == rank && buffers.output == buffers.input && !kernel.in_place() {
-                return Err(Error::usage(format!(
-                    "{call}: rank {i}'s output is its input ({}): the {} kernel reads every \
-                     rank's input while the outputs are written; give it an output of its own, \
-                     or use two-shot or packets, which reduce in place",
-                    buffers.input,
-                    kernel.name()
-                )));
-            }
-            if buffers.flags == buffers.input || buffers.flags == buffers.output {
-                return Err(Error::usage(format!(
-                    "{call}: {whose} flags ({}) are also its input or output: the kernels keep \
-                     their counters in the flags; give them a buffer of their own",
-                    buffers.flags
-                )));
-            }
-            let resolve =
-                |name: &str, id: BufferId, offset: usize, len: usize| -> Result<I::Buffer> {
-                    let entry = st.buffers.get(id.0)?;
-                    on_gpu(
-                        &call,
-                        format_args!("{whose} {name}"),
-                        id,
-                        entry.memory,
-                        gpu,
-                        format_args!("rank {i}'s input is"),
-                    )?;
-                    check_range(
-                        format_args!("{call}: {whose} {name}"),
-                        id,
-                        entry.len,
-                        offset,
-                        len,
-                    )?;
-                    if i != rank {
-                        let toucher = Toucher::Kernel("an all-reduce kernel");
-                        self.check_reach(&st, device, id, entry, toucher)?;
-                    }
-                    Ok(entry.raw.clone())
-                };
-            let input = resolve("input", buffers.input, buffers.input_offset, len)?;
-            let output = resolve("output", buffers.output, buffers.output_offset, len)?;
-            let flags = resolve("flags", buffers.flags, 0, FLAG_BYTES)?;
-            devices.push(gpu);
-            raw.push((gpu, [input, output, flags]));
+            let gpus: Vec<usize> = raw.iter().map(|(gpu, _)| *gpu).collect();
+            raw.push(self.resolve_rank_buffers(&st, &this, i, buffers, &gpus)?);
         }
         drop(st);
         let raw_ranks: Vec<RawRankBuffers<'_, I>> = raw

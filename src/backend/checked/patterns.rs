@@ -5,7 +5,7 @@ use super::{check_range, Checked};
 use crate::backend::collective::BufferRange;
 use crate::backend::raw::{RawCollectives, RawProbes};
 use crate::backend::{Memory, Patterns, RawPatterns};
-use crate::bench::pattern::Mismatch;
+use crate::pattern::Mismatch;
 use crate::{Error, Result};
 
 impl<I: RawProbes + RawCollectives + RawPatterns> Checked<I> {
@@ -18,7 +18,7 @@ impl<I: RawProbes + RawCollectives + RawPatterns> Checked<I> {
         if !matches!(entry.memory, Memory::Device(_)) {
             return Err(Error::usage(format!(
                 "{call}: {} is {}, and the pattern calls run on a GPU over its own device \
-                 memory: write or read other memory from the host (bench::pattern)",
+                 memory: write or read other memory from the host (pattern)",
                 range.buffer, entry.memory
             )));
         }

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
+use super::abi::{Descriptor, DESCRIPTOR_BYTES};
 use super::driver::{failed, PinnedMemory};
-use super::kernels::{Descriptor, DESCRIPTOR_BYTES};
 use crate::Result;
 
 /// Smallest descriptor block allocated: 170 descriptors.

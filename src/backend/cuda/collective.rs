@@ -4,117 +4,14 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::DeviceRepr;
-
-use super::kernels::SPIN_TIMEOUT_NS;
-use super::{Buffer, Gpus, Stream};
-use crate::backend::collective::{
-    AllReduceKernel, DataType, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+use super::abi::{
+    AllReduceArgs, ALL_REDUCE_BLOCKS_PER_SM, ALL_REDUCE_MAX_BLOCKS, ALL_REDUCE_THREADS,
+    PEER_TIMEOUT_NS,
 };
+use super::{Buffer, Gpus, Stream};
+use crate::backend::collective::{AllReduceKernel, DataType, PACKET_MAX_BYTES};
 use crate::backend::{RawRank, RawRankBuffers};
 use crate::{Error, Result};
-
-/// Threads per block of the all-reduce kernels (`ALL_REDUCE_THREADS` in collective.cu).
-pub(super) const ALL_REDUCE_THREADS: u32 = 512;
-/// The most blocks one all-reduce launch uses: the flag layout holds this many
-/// (`ALL_REDUCE_MAX_BLOCKS` in collective.cu).
-pub(super) const ALL_REDUCE_MAX_BLOCKS: u32 = 512;
-/// Blocks resident per SM (`ALL_REDUCE_BLOCKS_PER_SM`, the kernels' launch bounds).
-const ALL_REDUCE_BLOCKS_PER_SM: u32 = 2;
-/// The two meetings of every call, start and end (`START_PHASE`, `END_PHASE`).
-const PHASES: usize = 2;
-
-/// Bytes of a flag block the kernels use: one u32 counter per block index, then one u32 slot per
-/// phase, block index and rank.
-const FLAG_BYTES_USED: usize = 4 * ALL_REDUCE_MAX_BLOCKS as usize * (1 + PHASES * MAX_RANKS);
-/// Where the packet kernel's receive area starts in a flag block (`PACKET_AREA_OFFSET`).
-const PACKET_AREA_OFFSET: usize = 64 * 1024;
-/// Calls alternate between two halves of the receive area (`PACKET_PARITIES`).
-const PACKET_PARITIES: usize = 2;
-/// Bytes of the receive area: an 8-byte packet per 4-byte word of the largest payload, per
-/// sending rank and parity.
-const PACKET_AREA_BYTES: usize = PACKET_PARITIES * MAX_RANKS * (PACKET_MAX_BYTES / 4) * 8;
-const _: () = assert!(
-    FLAG_BYTES_USED <= PACKET_AREA_OFFSET && PACKET_AREA_OFFSET + PACKET_AREA_BYTES <= FLAG_BYTES,
-    "the flag layout outgrows FLAG_BYTES"
-);
-
-/// How long a rank's kernel waits for its peers before it traps (the GPU's context then reports an
-/// error to every later call, rather than hanging): twice a gate's longest hold, so that one rank
-/// held back by a gate while the others run is not mistaken for a lost peer.
-const PEER_TIMEOUT_NS: u64 = 2 * SPIN_TIMEOUT_NS;
-
-/// The entry points, as (kernel, element type); `Kernels` loads them in this order.
-pub(super) const ALL_REDUCE_VARIANTS: [(AllReduceKernel, DataType); 6] = [
-    (AllReduceKernel::OneShot, DataType::F32),
-    (AllReduceKernel::OneShot, DataType::Bf16),
-    (AllReduceKernel::TwoShot, DataType::F32),
-    (AllReduceKernel::TwoShot, DataType::Bf16),
-    (AllReduceKernel::OneShotPackets, DataType::F32),
-    (AllReduceKernel::OneShotPackets, DataType::Bf16),
-];
-
-/// The kernel function for one variant in collective.cu.
-pub(super) fn entry_point(kernel: AllReduceKernel, dtype: DataType) -> &'static str {
-    match (kernel, dtype) {
-        (AllReduceKernel::OneShot, DataType::F32) => "all_reduce_one_shot_f32",
-        (AllReduceKernel::OneShot, DataType::Bf16) => "all_reduce_one_shot_bf16",
-        (AllReduceKernel::TwoShot, DataType::F32) => "all_reduce_two_shot_f32",
-        (AllReduceKernel::TwoShot, DataType::Bf16) => "all_reduce_two_shot_bf16",
-        (AllReduceKernel::OneShotPackets, DataType::F32) => "all_reduce_one_shot_packets_f32",
-        (AllReduceKernel::OneShotPackets, DataType::Bf16) => "all_reduce_one_shot_packets_bf16",
-    }
-}
-
-/// One rank's kernel arguments, laid out as collective.cu's `AllReduceArgs` (passed by value).
-/// Unused rank slots are zero.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct AllReduceArgs {
-    inputs: [u64; MAX_RANKS],
-    outputs: [u64; MAX_RANKS],
-    flags: [u64; MAX_RANKS],
-    elements: u64,
-    timeout_ns: u64,
-    rank: u32,
-    ranks: u32,
-}
-
-/// Bytes of collective.cu's `AllReduceArgs`: three address arrays, two u64, two u32, no padding.
-const ARGS_BYTES: usize = 3 * 8 * MAX_RANKS + 2 * 8 + 2 * 4;
-const _: () = assert!(std::mem::size_of::<AllReduceArgs>() == ARGS_BYTES);
-
-// SAFETY: plain `repr(C)` data with no padding, laid out as the kernels' argument (checked above
-// and against the source in the tests).
-unsafe impl DeviceRepr for AllReduceArgs {}
-
-impl AllReduceArgs {
-    /// The arguments shared by every rank (`rank` 0): the unified addresses of each rank's input,
-    /// output and flag block, in rank order, and the element count.
-    fn shared(inputs: &[u64], outputs: &[u64], flags: &[u64], elements: u64) -> Self {
-        let table = |addresses: &[u64]| {
-            let mut table = [0; MAX_RANKS];
-            table[..addresses.len()].copy_from_slice(addresses);
-            table
-        };
-        AllReduceArgs {
-            inputs: table(inputs),
-            outputs: table(outputs),
-            flags: table(flags),
-            elements,
-            timeout_ns: PEER_TIMEOUT_NS,
-            rank: 0,
-            ranks: inputs.len() as u32,
-        }
-    }
-
-    fn for_rank(self, rank: usize) -> Self {
-        AllReduceArgs {
-            rank: rank as u32,
-            ..self
-        }
-    }
-}
 
 /// Blocks of one all-reduce launch, the same on every rank: one per `ALL_REDUCE_THREADS` 16-byte
 /// vectors a rank reduces (the whole buffer for one-shot, its slice of it for two-shot), so small
@@ -256,7 +153,8 @@ fn busy_ns(duration_us: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cuda::kernels::SOURCE;
+    use crate::backend::collective::FLAG_BYTES;
+    use crate::backend::cuda::abi::{FLAG_BYTES_USED, PACKET_AREA_BYTES, PACKET_AREA_OFFSET};
 
     #[test]
     fn flag_layout_fits_the_flag_block() {
@@ -282,65 +180,6 @@ mod tests {
             packets(PACKET_MAX_BYTES, 132) as usize * ALL_REDUCE_THREADS as usize,
             PACKET_MAX_BYTES / 4
         );
-    }
-
-    #[test]
-    fn constants_match_collective_cu() {
-        for line in [
-            format!("constexpr unsigned int MAX_RANKS = {MAX_RANKS};"),
-            format!("constexpr unsigned int ALL_REDUCE_THREADS = {ALL_REDUCE_THREADS};"),
-            format!("constexpr unsigned int ALL_REDUCE_MAX_BLOCKS = {ALL_REDUCE_MAX_BLOCKS};"),
-            format!(
-                "constexpr unsigned int ALL_REDUCE_BLOCKS_PER_SM = {ALL_REDUCE_BLOCKS_PER_SM};"
-            ),
-            "constexpr unsigned int START_PHASE = 0;".to_string(),
-            format!("constexpr unsigned int END_PHASE = {};", PHASES - 1),
-            format!(
-                "constexpr unsigned int PACKET_MAX_BYTES = {} * 1024;",
-                PACKET_MAX_BYTES / 1024
-            ),
-            format!(
-                "constexpr unsigned long long PACKET_AREA_OFFSET = {} * 1024;",
-                PACKET_AREA_OFFSET / 1024
-            ),
-            format!("constexpr unsigned int PACKET_PARITIES = {PACKET_PARITIES};"),
-        ] {
-            assert!(SOURCE.contains(&line), "collective.cu lacks `{line}`");
-        }
-        for (kernel, dtype) in ALL_REDUCE_VARIANTS {
-            let name = entry_point(kernel, dtype);
-            assert!(SOURCE.contains(&format!("{name}(const __grid_constant__ AllReduceArgs")));
-        }
-    }
-
-    #[test]
-    fn arguments_are_laid_out_as_in_collective_cu() {
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, inputs), 0);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, outputs), 64);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, flags), 128);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, elements), 192);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, timeout_ns), 200);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, rank), 208);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, ranks), 212);
-        assert!(SOURCE.contains(
-            "    unsigned long long inputs[MAX_RANKS];\n    unsigned long long outputs[MAX_RANKS];\n    \
-             unsigned long long flags[MAX_RANKS];\n    unsigned long long elements;\n    unsigned \
-             long long timeout_ns;\n    unsigned int rank;\n    unsigned int ranks;\n"
-        ));
-    }
-
-    #[test]
-    fn every_rank_gets_the_same_tables_and_its_own_index() {
-        let shared = AllReduceArgs::shared(&[10, 20, 30], &[11, 21, 31], &[12, 22, 32], 7);
-        let third = shared.for_rank(2);
-        assert_eq!(third.rank, 2);
-        assert_eq!(third.ranks, 3);
-        assert_eq!(third.inputs, [10, 20, 30, 0, 0, 0, 0, 0]);
-        assert_eq!(third.outputs[..3], [11, 21, 31]);
-        assert_eq!(third.flags[..3], [12, 22, 32]);
-        assert_eq!(third.elements, 7);
-        assert_eq!(third.timeout_ns, 10_000_000_000);
-        assert_eq!(AllReduceArgs { rank: 0, ..third }, shared);
     }
 
     #[test]

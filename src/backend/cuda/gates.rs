@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaContext;
 
+use super::abi::SPIN_TIMEOUT_NS;
 use super::driver::PinnedMemory;
-use super::kernels::SPIN_TIMEOUT_NS;
 use crate::{Error, Result};
 
 /// Gates that may be held at once.

@@ -11,32 +11,14 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
-use super::collective::{self, AllReduceArgs};
+use super::abi::{
+    self, entry, AllReduceArgs, ResidentArgs, ALL_REDUCE_THREADS, ALL_REDUCE_VARIANTS,
+    RESIDENT_THREADS, SOURCE, SPIN_TIMEOUT_NS,
+};
 use super::driver::{self, failed};
-use super::resident;
 use crate::backend::collective::{AllReduceKernel, DataType};
-use crate::bench::pattern::WordRule;
+use crate::pattern::WordRule;
 use crate::{Error, Result};
-
-/// All kernels, compiled as one program (latency.cu, collective.cu and resident.cu use spin.cu's
-/// timer helper; resident.cu copies with copy.cu's code).
-pub(super) const SOURCE: &str = concat!(
-    include_str!("../../../kernels/copy.cu"),
-    "\n",
-    include_str!("../../../kernels/pattern.cu"),
-    "\n",
-    include_str!("../../../kernels/spin.cu"),
-    "\n",
-    include_str!("../../../kernels/latency.cu"),
-    "\n",
-    include_str!("../../../kernels/collective.cu"),
-    "\n",
-    include_str!("../../../kernels/resident.cu"),
-);
-
-/// How long a gate or a ping-pong wait spins before giving up: long enough for any issue phase,
-/// short enough that a forgotten release costs seconds, not a hung GPU.
-pub(super) const SPIN_TIMEOUT_NS: u64 = 5_000_000_000;
 
 /// Threads per block of the copy kernel.
 const COPY_THREADS: u32 = 512;
@@ -56,23 +38,6 @@ const BATCH_THREADS: u32 = 256;
 /// The most blocks a batch launch uses; longer lists are strided over.
 const BATCH_MAX_BLOCKS: usize = 65_535;
 
-/// Bytes of one copy descriptor of `copy_batch` (struct CopyDescriptor in copy.cu).
-pub(super) const DESCRIPTOR_BYTES: usize = 24;
-
-/// One copy of a batch: unified destination and source addresses, and a length, laid out as
-/// copy.cu's `CopyDescriptor` (three u64, no padding).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Descriptor {
-    pub(super) dst: u64,
-    pub(super) src: u64,
-    pub(super) len: u64,
-}
-
-// The GPU reads the host's bytes as they are: both must agree on the layout and byte order.
-const _: () = assert!(std::mem::size_of::<Descriptor>() == DESCRIPTOR_BYTES);
-const _: () = assert!(cfg!(target_endian = "little"), "GPUs are little-endian");
-
 /// One thread, for the latency probes and the gate.
 const ONE_THREAD: LaunchConfig = LaunchConfig {
     grid_dim: (1, 1, 1),
@@ -90,7 +55,7 @@ pub(super) struct Kernels {
     chase: CudaFunction,
     ping: CudaFunction,
     pong: CudaFunction,
-    /// One per entry of [`collective::ALL_REDUCE_VARIANTS`], in its order.
+    /// One per entry of [`ALL_REDUCE_VARIANTS`], in its order.
     all_reduce: Vec<CudaFunction>,
     busy: CudaFunction,
     resident: CudaFunction,
@@ -137,20 +102,20 @@ impl KernelCache {
             )
             .map_err(failed("cuDeviceGetAttribute"))?;
         let kernels = Arc::new(Kernels {
-            copy: function("copy_bytes")?,
-            batch: function("copy_batch")?,
-            fill_pattern: function("fill_pattern")?,
-            find_mismatch: function("find_mismatch")?,
-            spin: function("spin_until_released")?,
-            chase: function("pointer_chase")?,
-            ping: function("ping")?,
-            pong: function("pong")?,
-            all_reduce: collective::ALL_REDUCE_VARIANTS
+            copy: function(entry::COPY)?,
+            batch: function(entry::BATCH)?,
+            fill_pattern: function(entry::FILL_PATTERN)?,
+            find_mismatch: function(entry::FIND_MISMATCH)?,
+            spin: function(entry::SPIN)?,
+            chase: function(entry::CHASE)?,
+            ping: function(entry::PING)?,
+            pong: function(entry::PONG)?,
+            all_reduce: ALL_REDUCE_VARIANTS
                 .iter()
-                .map(|&(kernel, dtype)| function(collective::entry_point(kernel, dtype)))
+                .map(|&(kernel, dtype)| function(abi::entry_point(kernel, dtype)))
                 .collect::<Result<_>>()?,
-            busy: function("busy")?,
-            resident: function("resident_worker")?,
+            busy: function(entry::BUSY)?,
+            resident: function(entry::RESIDENT)?,
             sm_count: sm_count.max(1) as u32,
         });
         *slot = Some(kernels.clone());
@@ -351,18 +316,18 @@ impl Kernels {
         args: &AllReduceArgs,
         blocks: u32,
     ) -> Result<()> {
-        let variant = collective::ALL_REDUCE_VARIANTS
+        let variant = ALL_REDUCE_VARIANTS
             .iter()
             .position(|&v| v == (kernel, dtype))
             .expect("every kernel and element type has an entry point");
         let config = LaunchConfig {
             grid_dim: (blocks, 1, 1),
-            block_dim: (collective::ALL_REDUCE_THREADS, 1, 1),
+            block_dim: (ALL_REDUCE_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut launch = stream.launch_builder(&self.all_reduce[variant]);
         launch.arg(args);
-        // SAFETY: the argument matches all_reduce_*(AllReduceArgs) (layout checked in collective.rs);
+        // SAFETY: the argument matches all_reduce_*(AllReduceArgs) (layout checked in abi.rs);
         // the checked layer checked that every rank's buffers hold `elements` and its flag block
         // FLAG_BYTES, all reachable from every rank's GPU; `blocks` ≤ ALL_REDUCE_MAX_BLOCKS, the
         // flag layout's limit (and for the packet kernel, exactly the blocks its words need, within
@@ -375,12 +340,12 @@ impl Kernels {
     pub(super) fn resident(
         &self,
         stream: &CudaStream,
-        args: &resident::ResidentArgs,
+        args: &ResidentArgs,
         blocks: u32,
     ) -> Result<()> {
         let config = LaunchConfig {
             grid_dim: (blocks, 1, 1),
-            block_dim: (resident::RESIDENT_THREADS, 1, 1),
+            block_dim: (RESIDENT_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut launch = stream.launch_builder(&self.resident);
@@ -424,18 +389,6 @@ mod tests {
     }
 
     #[test]
-    fn descriptors_are_laid_out_as_in_copy_cu() {
-        // The host writes descriptors straight into the memory the kernel reads: same offsets.
-        assert_eq!(std::mem::offset_of!(Descriptor, dst), 0);
-        assert_eq!(std::mem::offset_of!(Descriptor, src), 8);
-        assert_eq!(std::mem::offset_of!(Descriptor, len), 16);
-        assert_eq!(std::mem::size_of::<[Descriptor; 2]>(), 2 * DESCRIPTOR_BYTES);
-        assert!(SOURCE.contains(
-            "unsigned long long dst;\n    unsigned long long src;\n    unsigned long long len;"
-        ));
-    }
-
-    #[test]
     #[ignore = "needs libnvrtc (CUDA 13) on the library path"]
     fn kernels_compile_for_ampere_hopper_and_blackwell() {
         let cache = KernelCache::new(0);
@@ -444,22 +397,8 @@ mod tests {
                 .compile(arch)
                 .unwrap_or_else(|e| panic!("{arch}: {e}"));
             let text = ptx.to_src();
-            for kernel in [
-                "copy_bytes",
-                "copy_batch",
-                "fill_pattern",
-                "find_mismatch",
-                "spin_until_released",
-                "pointer_chase",
-                "all_reduce_one_shot_f32",
-                "all_reduce_one_shot_bf16",
-                "all_reduce_two_shot_f32",
-                "all_reduce_two_shot_bf16",
-                "all_reduce_one_shot_packets_f32",
-                "all_reduce_one_shot_packets_bf16",
-                "busy",
-                "resident_worker",
-            ] {
+            let all_reduce = ALL_REDUCE_VARIANTS.map(|(k, d)| abi::entry_point(k, d));
+            for kernel in entry::ALL.into_iter().chain(all_reduce) {
                 assert!(
                     text.contains(&format!(".entry {kernel}")),
                     "{arch}: {kernel}"
@@ -470,20 +409,11 @@ mod tests {
 
     #[test]
     fn kernel_sources_define_every_launched_kernel() {
-        for name in [
-            "copy_bytes",
-            "copy_batch",
-            "fill_pattern",
-            "find_mismatch",
-            "spin_until_released",
-            "pointer_chase",
-            "void ping(",
-            "void pong(",
-            "void busy(",
-            "resident_worker(",
-        ] {
+        for name in entry::ALL {
+            // `void name(`, or the name on a line of its own after `__launch_bounds__(…)`.
+            let defined = [format!("void {name}("), format!("\n    {name}(")];
             assert!(
-                SOURCE.contains(name),
+                defined.iter().any(|d| SOURCE.contains(d.as_str())),
                 "{name} missing from the kernel sources"
             );
         }

@@ -3,6 +3,8 @@
 //! - `driver`: the thin raw layer (every direct `sys` call, owning types for memory and graphs);
 //! - `topology`: devices and pairs, read once at open;
 //! - `peer`: enabling peer access, and the driver's refusals in words;
+//! - `abi`: what the host and the kernels agree on (the source, descriptors, argument layouts,
+//!   entry points, the spin timeout), in one file the others import;
 //! - `kernels`: copy, pattern, gate and latency kernels (sources in `kernels/*.cu`);
 //! - `patterns`: filling and checking device memory with the data pattern on its GPU;
 //! - `batches`: pinned memory for the copy lists of batch kernels;
@@ -18,6 +20,7 @@
 //! tracking off: the backend orders work itself, and cudarc's hidden per-buffer events would
 //! otherwise land in timed windows and graph captures.
 
+mod abi;
 mod batches;
 mod collective;
 mod driver;
@@ -38,7 +41,6 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
-pub(crate) use self::driver::KeptContext;
 use self::driver::{failed, DeviceMemory, ManagedMemory, PinnedMemory};
 use super::{
     Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
@@ -412,8 +414,8 @@ impl RawBackend for Gpus {
         self.notices.clone()
     }
 
-    fn keep_thread_context(&self) -> Result<Option<KeptContext>> {
-        driver::KeptContext::now().map(Some)
+    fn keep_thread_context(&self) -> Result<Option<super::raw::KeptContext>> {
+        Ok(Some(Box::new(driver::KeptContext::now()?)))
     }
 
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
@@ -539,7 +541,7 @@ impl RawBackend for Gpus {
             .zip(batch.iter())
         {
             let (dst, src) = addresses(&copy);
-            *slot = kernels::Descriptor {
+            *slot = abi::Descriptor {
                 dst,
                 src,
                 len: copy.len as u64,

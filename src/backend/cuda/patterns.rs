@@ -7,7 +7,7 @@ use super::driver::{self, failed, DeviceMemory};
 use super::{lock, Buffer, Gpus, Storage};
 use crate::backend::collective::BufferRange;
 use crate::backend::RawPatterns;
-use crate::bench::pattern::{self, Mismatch};
+use crate::pattern::{self, Mismatch};
 use crate::{Error, Result};
 
 /// What `find_mismatch` leaves in its slot when every byte is right.

@@ -25,59 +25,31 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaStream, DeviceRepr};
+use cudarc::driver::CudaStream;
 
+use super::abi::Descriptor;
+use super::abi::{
+    slot_words, ResidentArgs, ADDRESS_BITS, BATCH, BOARD_ENTRY_BYTES, BOARD_SLOTS, COMPLETED,
+    CONTROL_WORDS, GATED, HEARTBEAT, LEN_MASK, RUNNING, RUN_NS, SLOT_WORDS, STATE, STOP, STOPPED,
+    WATCHDOG,
+};
 use super::batches::Block;
 use super::driver::{self, failed, DeviceMemory, PinnedMemory};
-use super::kernels::Descriptor;
 use super::{lock, Buffer, Gpus, Stream};
 use crate::backend::raw::{Batch, RawResident};
 use crate::backend::resident::{DispatcherTimes, StopReport, WorkerConfig, WorkerExit};
 use crate::backend::BufferCopy;
 use crate::{interrupt, Error, Result};
 
-/// Threads per block of the worker's kernel (`RESIDENT_THREADS` in resident.cu).
-pub(super) const RESIDENT_THREADS: u32 = 512;
-/// Entries of the board between the dispatcher and the copy blocks (`RESIDENT_BOARD_SLOTS`).
-const BOARD_SLOTS: usize = 64;
-/// Bytes of one board entry (`BoardEntry`).
-const BOARD_ENTRY_BYTES: usize = 64;
-/// The length bits of a slot's last word, and its two flags (`RESIDENT_LEN_MASK`, …).
-const LEN_MASK: u32 = (1 << 30) - 1;
-const GATED: u32 = 1 << 30;
-const BATCH: u32 = 1 << 31;
-/// Control words (u64 indices): the GPU writes the first cache line, the host the second.
-const COMPLETED: usize = 0;
-const STATE: usize = 1;
-/// The dispatcher's times, written at exit on a line of their own (`RESIDENT_RUN_NS` …
-/// `RESIDENT_PUBLISH_NS`).
-const RUN_NS: usize = 16;
-const STOP: usize = 8;
-const HEARTBEAT: usize = 9;
-const CONTROL_WORDS: usize = 24;
-/// u64 words per ring slot.
-const SLOT_WORDS: usize = 4;
-/// The worker's states (`RESIDENT_RUNNING`, …); 0 until the kernel has started.
-const RUNNING: u64 = 1;
-const STOPPED: u64 = 2;
-const WATCHDOG: u64 = 3;
-
 /// The most bytes one slot moves: a longer copy takes several slots (and tickets), in order.
 const MAX_PIECE: usize = 1 << 29;
+const _: () = assert!(
+    MAX_PIECE <= LEN_MASK as usize,
+    "a piece's length fits a slot's length bits"
+);
 /// Messages of a batch longer than this go in slots of their own, moved by every copy block,
 /// rather than by one warp each.
 const BATCH_MESSAGE_MAX: usize = 64 * 1024;
-/// Addresses a slot can carry: 48 bits, as every x86-64 and ARM64 user address and CUDA's unified
-/// addresses are.
-const ADDRESS_BITS: u32 = 48;
-
-const _: () = assert!(GATED | BATCH | LEN_MASK == u32::MAX && MAX_PIECE <= LEN_MASK as usize);
-const _: () = assert!(
-    STATE < STOP && STOP * 8 == 64 && HEARTBEAT < RUN_NS && RUN_NS + 7 <= CONTROL_WORDS,
-    "the host's control words sit on the cache line after the GPU's"
-);
-const _: () = assert!(BOARD_ENTRY_BYTES == 8 * 8, "a BoardEntry is eight u64");
-
 /// How long `start_worker` waits for the kernel to run, and `stop_worker` for it to end.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -85,42 +57,6 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 const SPINS_PER_STREAM_CHECK: u32 = 4096;
 /// The heartbeat's longest period; a quarter of the watchdog's for one under 400 ms.
 const HEARTBEAT_PERIOD: Duration = Duration::from_millis(100);
-
-/// The kernel's argument, laid out as resident.cu's `ResidentArgs` (passed by value).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ResidentArgs {
-    ring: u64,
-    doorbells: u64,
-    control: u64,
-    board: u64,
-    progress: u64,
-    quit: u64,
-    ring_slots: u64,
-    watchdog_ns: u64,
-}
-
-// SAFETY: plain `repr(C)` data, eight u64 and no padding, laid out as the kernel's argument
-// (checked against the source in the tests).
-unsafe impl DeviceRepr for ResidentArgs {}
-
-/// The tag of `ticket`'s lap round a ring of `ring_slots` (never 0: zeroed memory is no slot).
-fn lap_tag(ticket: u64, ring_slots: u64) -> u64 {
-    (ticket / ring_slots) % 0xffff_ffff + 1
-}
-
-/// The four words of a slot for `ticket`: each carries 32 bits of the descriptor and the lap's tag.
-fn slot_words(ticket: u64, ring_slots: u64, src: u64, dst: u64, len_flags: u32) -> [u64; 4] {
-    let tag = lap_tag(ticket, ring_slots) << 32;
-    let low = |address: u64| address & 0xffff_ffff;
-    let high = |address: u64| (address >> 32) & 0xffff;
-    [
-        tag | low(src),
-        tag | low(dst),
-        tag | high(src) | high(dst) << 16,
-        tag | u64::from(len_flags),
-    ]
-}
 
 /// Fails unless a slot can carry `address`.
 fn encodable(address: u64) -> Result<()> {
@@ -671,82 +607,6 @@ impl RawResident for Gpus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cuda::kernels::SOURCE;
-
-    #[test]
-    fn constants_match_resident_cu() {
-        for line in [
-            format!("constexpr unsigned int RESIDENT_THREADS = {RESIDENT_THREADS};"),
-            format!("constexpr unsigned int RESIDENT_BOARD_SLOTS = {BOARD_SLOTS};"),
-            "constexpr unsigned int RESIDENT_LEN_MASK = (1u << 30) - 1;".to_string(),
-            "constexpr unsigned int RESIDENT_GATED = 1u << 30;".to_string(),
-            "constexpr unsigned int RESIDENT_BATCH = 1u << 31;".to_string(),
-            format!("constexpr unsigned int RESIDENT_COMPLETED = {COMPLETED};"),
-            format!("constexpr unsigned int RESIDENT_STATE = {STATE};"),
-            format!("constexpr unsigned int RESIDENT_STOP = {STOP};"),
-            format!("constexpr unsigned int RESIDENT_HEARTBEAT = {HEARTBEAT};"),
-            format!("constexpr unsigned long long RESIDENT_RUNNING = {RUNNING};"),
-            format!("constexpr unsigned long long RESIDENT_STOPPED = {STOPPED};"),
-            format!("constexpr unsigned long long RESIDENT_WATCHDOG = {WATCHDOG};"),
-        ] {
-            assert!(SOURCE.contains(&line), "resident.cu lacks `{line}`");
-        }
-    }
-
-    #[test]
-    fn arguments_and_board_are_laid_out_as_in_resident_cu() {
-        assert_eq!(std::mem::size_of::<ResidentArgs>(), 64);
-        assert_eq!(std::mem::offset_of!(ResidentArgs, watchdog_ns), 56);
-        assert!(SOURCE.contains(
-            "struct ResidentArgs {\n    unsigned long long ring;\n    unsigned long long \
-             doorbells;\n    unsigned long long control;\n    unsigned long long board;\n    \
-             unsigned long long progress;\n    unsigned long long quit;\n    unsigned long long \
-             ring_slots;\n    unsigned long long watchdog_ns;\n};"
-        ));
-        assert!(SOURCE.contains("    unsigned long long unused[3];\n};"));
-    }
-
-    #[test]
-    fn slot_words_carry_the_descriptor_and_the_lap_in_every_word() {
-        let (src, dst) = (0x7f12_3456_789a, 0x0000_abcd_ef01_2345);
-        let words = slot_words(5, 32, src, dst, 4096 | GATED);
-        for word in words {
-            assert_eq!(
-                word >> 32,
-                1,
-                "ticket 5 of a 32-slot ring is in lap 0, tag 1"
-            );
-        }
-        // Decoded as resident.cu's decode_slot does.
-        let low = |w: u64| w & 0xffff_ffff;
-        let upper = low(words[2]);
-        assert_eq!(low(words[0]) | (upper & 0xffff) << 32, src);
-        assert_eq!(low(words[1]) | (upper >> 16) << 32, dst);
-        assert_eq!(low(words[3]) as u32 & LEN_MASK, 4096);
-        assert_eq!(low(words[3]) as u32 & !LEN_MASK, GATED);
-    }
-
-    #[test]
-    fn laps_have_distinct_nonzero_tags_and_wrap_without_zero() {
-        let slots = 1024;
-        assert_eq!(lap_tag(0, slots), 1);
-        assert_eq!(lap_tag(1023, slots), 1);
-        assert_eq!(lap_tag(1024, slots), 2);
-        let last_lap = (0xffff_fffe) * slots;
-        assert_eq!(lap_tag(last_lap, slots), 0xffff_ffff);
-        assert_eq!(lap_tag(last_lap + slots, slots), 1, "wraps to 1, never 0");
-        for lap in [0u64, 1, 77, 0xffff_fffe, 0xffff_ffff, 1 << 40] {
-            let (this, next) = (
-                lap_tag(lap * slots, slots),
-                lap_tag((lap + 1) * slots, slots),
-            );
-            assert_ne!(
-                this, next,
-                "a slot's stale words never pass for the next lap's"
-            );
-            assert_ne!(this, 0);
-        }
-    }
 
     #[test]
     fn addresses_beyond_48_bits_are_refused() {

@@ -428,7 +428,7 @@ fn nccl_send_recv(
     let mut transfers = Vec::new();
     let mut expected = Vec::new();
     for (k, &(from, to)) in pairs.iter().enumerate() {
-        let data = crate::bench::pattern::bytes(k as u64, len);
+        let data = crate::pattern::bytes(k as u64, len);
         let src = sim.alloc(Memory::Device(devices[from]), len + 3).unwrap();
         let dst = sim.alloc(Memory::Device(devices[to]), len + 5).unwrap();
         sim.write(src, 3, &data).unwrap();

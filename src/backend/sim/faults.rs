@@ -8,7 +8,6 @@
 //! rate, a dead NVLink leaves its bundle (or its GPU's switch port) one link narrower, and a rising
 //! counter rises with the bytes that really crossed the GPU's links in virtual time.
 
-use super::preset::Preset;
 use super::Simulator;
 use crate::backend::health::{
     ClockEvents, Counter, GpuHealth, NvLinkPort, PcieLink, RawHealth, Reading,
@@ -16,6 +15,23 @@ use crate::backend::health::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// What the faults' rules need of the host they are part of (a preset's, [`Preset::wiring`]): how
+/// many GPUs it has, the PCIe link each trained for, and how its NVLinks are wired. The faults
+/// know no preset: the preset holds its faults.
+///
+/// [`Preset::wiring`]: super::Preset::wiring
+pub struct Wiring<'a> {
+    /// GPUs of one host.
+    pub gpus: usize,
+    /// The PCIe generation and lanes every GPU's link trains for, where the preset says.
+    pub pcie: (Option<u32>, Option<u32>),
+    /// NVLinks from each GPU into an NVSwitch, where the host has one.
+    pub switch_links: Option<u32>,
+    /// Direct NVLink bundles (unordered pairs of a host's GPUs, links), in the preset's order.
+    pub bundles: Vec<([usize; 2], u32)>,
+    pub faults: &'a Faults,
+}
 
 /// The faults of a preset (`faults` in the preset format); each list may be left out.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -116,8 +132,8 @@ impl Faults {
     }
 
     /// Checks the faults against the preset they are part of.
-    pub(super) fn validate(&self, preset: &Preset) -> std::result::Result<(), String> {
-        let n = preset.devices.len();
+    pub(super) fn validate(&self, wiring: &Wiring<'_>) -> std::result::Result<(), String> {
+        let n = wiring.gpus;
         let gpu = |field: String, g: usize| match crate::topology::missing_gpu(g, n) {
             Some(missing) => Err(format!("{field}: {missing}")),
             None => Ok(()),
@@ -132,9 +148,7 @@ impl Faults {
         for (i, t) in self.pcie_trained.iter().enumerate() {
             let field = format!("faults.pcie_trained[{i}]");
             gpu(field.clone(), t.gpu)?;
-            let (Some(max_generation), Some(max_lanes)) =
-                (preset.pcie.generation, preset.pcie.lanes)
-            else {
+            let (Some(max_generation), Some(max_lanes)) = wiring.pcie else {
                 return Err(format!(
                     "{field} needs `pcie.generation` and `pcie.lanes`: the link it trained below"
                 ));
@@ -155,7 +169,7 @@ impl Faults {
         for (i, down) in self.nvlinks_down.iter().enumerate() {
             let field = format!("faults.nvlinks_down[{i}]");
             gpu(field.clone(), down.gpu)?;
-            let links = ports(preset, down.gpu).len();
+            let links = ports(wiring, down.gpu).len();
             if let Some(bad) = down.links.iter().find(|&&l| l as usize >= links) {
                 return Err(format!(
                     "{field} names link {bad} but GPU {} has {links} NVLink{}",
@@ -202,16 +216,16 @@ impl Faults {
 /// The NVLink ports of GPU `gpu`, in link-index order: with an NVSwitch `links_per_gpu` ports
 /// into it; otherwise, for each `links` entry naming the GPU with `NV<n>`, in the entry's order,
 /// `n` ports to that peer. A port is down where the faults say so at either end.
-pub fn ports(preset: &Preset, gpu: usize) -> Vec<Port> {
-    let mut ports = layout(preset, gpu);
-    let faults = &preset.faults;
+pub fn ports(wiring: &Wiring<'_>, gpu: usize) -> Vec<Port> {
+    let mut ports = layout(wiring, gpu);
+    let faults = wiring.faults;
     let down_here: Vec<u32> = faults.links_down(gpu).collect();
     for (link, port) in ports.iter_mut().enumerate() {
         port.active = !down_here.contains(&(link as u32))
             && match port.remote {
                 // The far end of a direct link: the same link of the bundle, seen from the peer.
                 Remote::Gpu { peer, index } => {
-                    let theirs = layout(preset, peer)
+                    let theirs = layout(wiring, peer)
                         .iter()
                         .position(|p| p.remote == Remote::Gpu { peer: gpu, index });
                     theirs.is_none_or(|at| !faults.links_down(peer).any(|l| l as usize == at))
@@ -223,22 +237,16 @@ pub fn ports(preset: &Preset, gpu: usize) -> Vec<Port> {
 }
 
 /// The ports of GPU `gpu` with every link up.
-fn layout(preset: &Preset, gpu: usize) -> Vec<Port> {
+fn layout(wiring: &Wiring<'_>, gpu: usize) -> Vec<Port> {
     let up = |remote| Port {
         remote,
         active: true,
     };
-    if let Some(switch) = &preset.nvswitch {
-        return (0..switch.links_per_gpu)
-            .map(|_| up(Remote::Switch))
-            .collect();
+    if let Some(links) = wiring.switch_links {
+        return (0..links).map(|_| up(Remote::Switch)).collect();
     }
     let mut ports = Vec::new();
-    for entry in &preset.links {
-        let [a, b] = entry.gpus;
-        let crate::topology::Link::NvLink(count) = entry.link else {
-            continue;
-        };
+    for &([a, b], count) in &wiring.bundles {
         let peer = match gpu {
             g if g == a => b,
             g if g == b => a,
@@ -251,11 +259,11 @@ fn layout(preset: &Preset, gpu: usize) -> Vec<Port> {
 
 /// Active NVLinks between distinct GPUs `a` and `b` under the preset's faults: the bundle's links
 /// whose ends are both up, or, through a switch, the fewer of the two GPUs' active ports.
-pub fn active_links(preset: &Preset, a: usize, b: usize) -> u32 {
-    let from_a = ports(preset, a);
-    if preset.nvswitch.is_some() {
+pub fn active_links(wiring: &Wiring<'_>, a: usize, b: usize) -> u32 {
+    let from_a = ports(wiring, a);
+    if wiring.switch_links.is_some() {
         let active = |ports: &[Port]| ports.iter().filter(|p| p.active).count() as u32;
-        return active(&from_a).min(active(&ports(preset, b)));
+        return active(&from_a).min(active(&ports(wiring, b)));
     }
     from_a
         .iter()
@@ -277,21 +285,17 @@ fn lane_gbits(generation: u32) -> f64 {
 }
 
 /// The share of its full rate GPU `gpu`'s PCIe link runs at (1 unless the faults downgrade it).
-pub fn pcie_share(preset: &Preset, gpu: usize) -> f64 {
-    match (
-        trained(preset, gpu),
-        preset.pcie.generation,
-        preset.pcie.lanes,
-    ) {
-        (Some(t), Some(generation), Some(lanes)) => {
+pub fn pcie_share(wiring: &Wiring<'_>, gpu: usize) -> f64 {
+    match (trained(wiring.faults, gpu), wiring.pcie) {
+        (Some(t), (Some(generation), Some(lanes))) => {
             (lane_gbits(t.generation) * t.lanes as f64) / (lane_gbits(generation) * lanes as f64)
         }
         _ => 1.0,
     }
 }
 
-fn trained(preset: &Preset, gpu: usize) -> Option<&PcieTrained> {
-    preset.faults.pcie_trained.iter().find(|t| t.gpu == gpu)
+fn trained(faults: &Faults, gpu: usize) -> Option<&PcieTrained> {
+    faults.pcie_trained.iter().find(|t| t.gpu == gpu)
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -304,7 +308,7 @@ impl RawHealth for Simulator {
         let local = preset.local(gpu);
         let pcie = match (preset.pcie.generation, preset.pcie.lanes) {
             (Some(max_generation), Some(max_width)) => {
-                let now = trained(preset, local);
+                let now = trained(faults, local);
                 Ok(PcieLink {
                     generation: now.map_or(max_generation, |t| t.generation),
                     width: now.map_or(max_width, |t| t.lanes),
@@ -314,7 +318,7 @@ impl RawHealth for Simulator {
             }
             _ => Err("the preset gives no `pcie.generation` and `pcie.lanes`".to_string()),
         };
-        let ports = ports(preset, local);
+        let ports = ports(&preset.wiring(), local);
         let nvlinks = ports
             .iter()
             .enumerate()
@@ -369,7 +373,7 @@ impl RawHealth for Simulator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::sim::SimBackend;
+    use crate::backend::sim::{Preset, SimBackend};
     use crate::backend::{Backend, BufferCopy, CopyMethod, Memory};
     use crate::topology::Link;
 
@@ -446,7 +450,7 @@ mod tests {
         let p = with_faults("h200-pair", faults).unwrap();
         assert!(!p.p2p(0, 1));
         assert_eq!(p.link(0, 1), Link::NvLink(17));
-        assert!((pcie_share(&p, 1) - 0.25).abs() < 1e-9);
+        assert!((pcie_share(&p.wiring(), 1) - 0.25).abs() < 1e-9);
     }
 
     #[test]
@@ -460,7 +464,7 @@ mod tests {
     fn ports_are_laid_out_bundle_by_bundle_and_die_at_both_ends() {
         // DGX-1: GPU 0 has NV1 to 1, NV1 to 2, NV2 to 3, NV2 to 4 in the preset's order.
         let dgx1 = preset("dgx1-v100");
-        let ports = super::ports(&dgx1, 0);
+        let ports = super::ports(&dgx1.wiring(), 0);
         assert_eq!(ports.len(), 6);
         assert!(ports.iter().all(|p| p.active));
         let to_3 = ports
@@ -474,7 +478,7 @@ mod tests {
         }];
         assert_eq!(broken.link(0, 3), Link::NvLink(1));
         assert_eq!(broken.link(3, 0), Link::NvLink(1));
-        let theirs = super::ports(&broken, 3);
+        let theirs = super::ports(&broken.wiring(), 3);
         assert_eq!(theirs.iter().filter(|p| !p.active).count(), 1);
         // Both links of a bundle down: the pair falls back to PCIe, and P2P with it.
         broken.faults.nvlinks_down[0].links.push(to_3 as u32 + 1);
@@ -533,8 +537,8 @@ mod tests {
             generation: 4,
             lanes: 8,
         }];
-        assert_eq!(pcie_share(&slow, 0), 1.0);
-        assert!((pcie_share(&slow, 1) - 0.25).abs() < 1e-9);
+        assert_eq!(pcie_share(&slow.wiring(), 0), 1.0);
+        assert!((pcie_share(&slow.wiring(), 1) - 0.25).abs() < 1e-9);
         let (fast_us, slow_us) = (h2d_us(&slow, 0), h2d_us(&slow, 1));
         // 64 MiB at 55.2 GB/s against a quarter of it, each plus the same few µs of overhead.
         assert!(

@@ -131,8 +131,9 @@ impl LinkModel {
         };
         let memory = (0..n).map(|_| add(preset.gpu.local_copy_gbps)).collect();
         // A link the faults trained below its maximum moves its share of the full rate.
-        let host_gbps =
-            |g: usize| preset.pcie.host_gbps * faults::pcie_share(preset, preset.local(g));
+        let host_gbps = |g: usize| {
+            preset.pcie.host_gbps * faults::pcie_share(&preset.wiring(), preset.local(g))
+        };
         let pcie_up = (0..n).map(|g| add(host_gbps(g))).collect();
         let pcie_down = (0..n).map(|g| add(host_gbps(g))).collect();
         let uplink = preset
@@ -154,7 +155,7 @@ impl LinkModel {
             (Some(nv), Some(_)) => {
                 // Each GPU's port is as wide as its links that are up.
                 let port = |g: usize| {
-                    let up = faults::ports(preset, preset.local(g))
+                    let up = faults::ports(&preset.wiring(), preset.local(g))
                         .iter()
                         .filter(|p| p.active)
                         .count();

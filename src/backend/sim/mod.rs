@@ -39,7 +39,7 @@ use super::{
     Advice, Batch, BufferCopy, Checked, CopyMethod, Location, Memory, RawBackend, RawManaged,
     RawPatterns, RawProbes,
 };
-use crate::bench::pattern::{self, Mismatch};
+use crate::pattern::{self, Mismatch};
 use crate::topology::Topology;
 use crate::{Error, Result};
 use caches::Caches;

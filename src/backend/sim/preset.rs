@@ -6,7 +6,7 @@
 //! from. Everything a preset says is checked here, so that the simulator itself never meets a
 //! nonsensical host.
 
-use super::faults::{self, Faults};
+use super::faults::{self, Faults, Wiring};
 use crate::topology::network::{Fabric, FabricKind, GpuDirect, GpuNic, Host, Network, Nic};
 use crate::topology::{Device, Link, Pair, Source, Topology};
 use crate::units::LARGEST_FIGURE;
@@ -378,11 +378,10 @@ impl Preset {
     /// in `.json`.
     pub fn load(spec: &str) -> Result<Preset> {
         if spec.ends_with(".json") || Path::new(spec).exists() {
-            let text =
-                crate::document::read_text(Path::new(spec)).map_err(|why| Error::Preset {
-                    origin: spec.to_string(),
-                    message: format!("it {why}"),
-                })?;
+            let text = crate::files::read_text(Path::new(spec)).map_err(|why| Error::Preset {
+                origin: spec.to_string(),
+                message: format!("it {why}"),
+            })?;
             return Preset::parse(&text, spec);
         }
         match EMBEDDED.iter().find(|(name, _)| *name == spec) {
@@ -553,7 +552,7 @@ impl Preset {
             ));
         }
         not_negative("managed.fault_us", m.fault_us)?;
-        self.faults.validate(self)?;
+        self.faults.validate(&self.wiring())?;
         self.validate_hosts()
     }
 
@@ -661,6 +660,21 @@ impl Preset {
         gpu % self.devices.len()
     }
 
+    /// What the faults' rules need of this host ([`Wiring`]).
+    pub fn wiring(&self) -> Wiring<'_> {
+        let bundles = self.links.iter().filter_map(|entry| match entry.link {
+            Link::NvLink(count) => Some((entry.gpus, count)),
+            _ => None,
+        });
+        Wiring {
+            gpus: self.devices.len(),
+            pcie: (self.pcie.generation, self.pcie.lanes),
+            switch_links: self.nvswitch.as_ref().map(|s| s.links_per_gpu),
+            bundles: bundles.collect(),
+            faults: &self.faults,
+        }
+    }
+
     /// What the preset says of GPU `gpu` (a global index): its host's entry for it.
     pub fn device(&self, gpu: usize) -> &DeviceSpec {
         &self.devices[self.local(gpu)]
@@ -713,7 +727,7 @@ impl Preset {
         };
         match nvlink {
             Some(link) if self.faults.nvlinks_down.is_empty() => return link,
-            Some(_) => match faults::active_links(self, a, b) {
+            Some(_) => match faults::active_links(&self.wiring(), a, b) {
                 0 => {}
                 active => return Link::NvLink(active),
             },

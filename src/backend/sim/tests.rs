@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::backend::{Backend, BufferId, EventId, GateId, Probes, StreamId};
-use crate::bench::pattern;
+use crate::pattern;
 
 const MIB: usize = 1 << 20;
 

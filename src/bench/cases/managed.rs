@@ -14,10 +14,10 @@ use crate::backend::{
     Advice, Backend, BufferCopy, BufferId, CopyMethod, Location, Memory, StreamId,
 };
 use crate::bench::footprint::Footprint;
-use crate::bench::pattern::{self, first_mismatch};
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::bench::timing::{held_gpu_us, Runs};
+use crate::pattern::{self, first_mismatch};
 use crate::Result;
 
 /// What is done to the managed buffer before the destination GPU reads it.

@@ -18,11 +18,11 @@ pub use peer::{Initiator, PeerCopy, Transport};
 pub use resident::{ResidentLatency, ResidentWrite, RESIDENT_LATENCY_BYTES};
 
 use super::footprint::Footprint;
-use super::pattern::SplitMix;
 use super::result::{Place, Shape, TestInfo, Unit};
 use super::stats::Stats;
 use super::timing::{LaneLabel, Measurement, Sampling};
 use crate::backend::{Backend, StreamId};
+use crate::pattern::SplitMix;
 use crate::topology::Topology;
 use crate::Result;
 use std::collections::HashMap;

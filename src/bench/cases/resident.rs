@@ -7,10 +7,10 @@ use super::{enable, Context, Outcome, TestCase};
 use crate::backend::resident::DEFAULT_COPY_BLOCKS;
 use crate::backend::{BufferCopy, BufferId, Memory, Owned, Worker, WorkerConfig};
 use crate::bench::footprint::Footprint;
-use crate::bench::pattern;
 use crate::bench::result::{Place, Shape, Unit};
 use crate::bench::stats::Stats;
 use crate::bench::timing::host_us;
+use crate::pattern;
 use crate::Result;
 
 /// Bytes of the latency test's transfer.

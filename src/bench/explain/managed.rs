@@ -10,12 +10,12 @@
 use super::{completion_costs, opening, part, receiver_part, sweep_sizes, Explanation, Fix};
 use crate::backend::{Advice, Backend, Memory};
 use crate::bench::cases::{enable, Buffers, Context, ManagedRead, ManagedReader, Policy, TestCase};
-use crate::bench::pattern;
 use crate::bench::progress::{Progress, Silent};
 use crate::bench::result::Place;
 use crate::bench::stats::Stats;
 use crate::bench::sweep_pair;
 use crate::bench::timing::{host_us, Runs};
+use crate::pattern;
 use crate::units::format_bytes;
 use crate::Result;
 

@@ -3,10 +3,10 @@
 //! run again and again — timed on the host clock, every byte verified after each.
 
 use crate::backend::{BufferCopy, CopyMethod, Owned};
-use crate::bench::pattern;
 use crate::bench::progress::Progress;
 use crate::bench::timing::{host_us, Runs};
 use crate::engine::{BatchStrategy, Fabric, Planned};
+use crate::pattern;
 use crate::topology::Source;
 use crate::units::format_bytes;
 use crate::{Error, Result};

@@ -7,12 +7,12 @@
 //! costs: each transfer's GPU time alone and together, the aggregate bandwidth, and the regret of
 //! the picks against the best single strategy used for every transfer.
 
-use crate::bench::pattern;
 use crate::bench::progress::Progress;
 use crate::bench::stats::Stats;
 use crate::bench::timing::{host_us, interleaved, interleaved_calls, Runs, Turn};
 use crate::engine::planner::{ways_together, Together};
 use crate::engine::{Fabric, Strategy, Transfer};
+use crate::pattern;
 use crate::topology::Source;
 use crate::{Error, Result};
 use schemars::JsonSchema;

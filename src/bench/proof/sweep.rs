@@ -6,11 +6,11 @@
 //! the backend does has a regret near zero at every size.
 
 use crate::backend::{BufferCopy, CopyMethod};
-use crate::bench::pattern;
 use crate::bench::progress::Progress;
 use crate::bench::stats::Stats;
 use crate::bench::timing::{host_us, interleaved, interleaved_calls, Runs, Turn};
 use crate::engine::{Buffer, Fabric, Plan, Route, RouteEnd, Strategy};
+use crate::pattern;
 use crate::topology::Source;
 use crate::units::format_bytes;
 use crate::{Error, Result};

@@ -17,9 +17,9 @@
 
 use crate::backend::collective::BufferRange;
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, Memory, StreamId};
-use crate::bench::pattern::{self, first_mismatch, Mismatch};
 use crate::bench::stats::Stats;
 use crate::bench::timing::{spread_over_cpus, CpuSpread};
+use crate::pattern::{self, first_mismatch, Mismatch};
 use crate::Result;
 use std::collections::HashMap;
 

@@ -20,7 +20,6 @@
 //! other pairs for want of their own ([`crate::model::CostModel::beside_direct`]).
 
 use crate::backend::{Backend, CopyMethod};
-use crate::bench::pattern;
 use crate::bench::progress::Progress;
 use crate::bench::proof::sweep::{median_route_ends, route_spread};
 use crate::bench::timing::{interleaved, Runs, Turn};
@@ -28,6 +27,7 @@ use crate::document::plan::RouteName;
 use crate::engine::{Fabric, Plan, Planner, Route, RouteEnd, Strategy, Ways};
 use crate::model::profile::{HostRouteEnd, MAX_CHUNK_US, MAX_RATE_FRACTION};
 use crate::model::{defaults, CostModel, DirectPace, HostPace};
+use crate::pattern;
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use serde::Serialize;

@@ -23,7 +23,6 @@ use super::cases::{
     RESIDENT_LATENCY_BYTES,
 };
 use super::explain::completion_costs;
-use super::pattern;
 use super::progress::Progress;
 use super::result::{Place, Sweep};
 use super::stats::Stats;
@@ -35,6 +34,7 @@ use super::{check_fits, sweep_pair, Defaults};
 use crate::backend::{Backend, BufferCopy, CopyMethod, Memory, Owned, StreamId};
 use crate::model::profile::{BesideDirect, BothWays, Lone, Measured};
 use crate::model::{Cost, CostModel, Hop, IssueCosts, Profile};
+use crate::pattern;
 use crate::topology::Topology;
 use crate::units::format_bytes;
 use crate::{Error, Result};

@@ -563,7 +563,7 @@ fn both_ways_splits(sim: &Arc<SimBackend>, model: CostModel, bytes: usize) -> Ve
         .iter()
         .map(|&(a, b)| {
             let from = fabric.alloc(a, bytes).unwrap();
-            let data = crate::bench::pattern::bytes(a as u64, bytes);
+            let data = crate::pattern::bytes(a as u64, bytes);
             from.write(0, &data).unwrap();
             (from, fabric.alloc(b, bytes).unwrap(), data)
         })
