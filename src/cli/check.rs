@@ -3,9 +3,10 @@
 
 use super::args::{CheckArgs, Global};
 use anyhow::{bail, Result};
+use peerlink::bench::compare::read_bench;
+use peerlink::check::document::CheckDocument;
 use peerlink::check::{self, Plan, DEFAULT_TOLERANCE_PCT};
-use peerlink::document::check::CheckDocument;
-use peerlink::document::{self, compare::read_bench};
+use peerlink::document;
 use peerlink::report;
 use peerlink::units::parse_percent;
 

@@ -2,9 +2,9 @@
 
 use super::args::{CompareArgs, Global};
 use anyhow::{bail, Result};
+use peerlink::bench::compare::CompareDocument;
+use peerlink::bench::document::BenchDocument;
 use peerlink::document;
-use peerlink::document::bench::BenchDocument;
-use peerlink::document::compare::CompareDocument;
 use peerlink::report;
 use peerlink::units::parse_percent;
 use std::path::Path;
@@ -20,7 +20,7 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
         args.base.display().to_string(),
         args.other.display().to_string(),
     );
-    let comparison = document::compare::compare(
+    let comparison = peerlink::bench::compare::compare(
         &read(&args.base)?,
         &read(&args.other)?,
         &base_name,
@@ -47,7 +47,7 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
 
 fn read(path: &Path) -> Result<BenchDocument> {
     let text = document::read_input(path)?;
-    Ok(document::compare::bench_input(
+    Ok(peerlink::bench::compare::bench_input(
         &text,
         &path.display().to_string(),
     )?)

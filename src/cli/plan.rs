@@ -7,11 +7,11 @@ use anyhow::Result;
 use peerlink::backend::resident::DEFAULT_COPY_BLOCKS;
 use peerlink::backend::Backend;
 use peerlink::bench::proof::concurrent::{self, Traffic};
-use peerlink::bench::proof::{self, batch, sweep};
-use peerlink::document::plan::{
+use peerlink::bench::proof::document::{
     BatchView, ConcurrentView, PlanBatchDocument, PlanConcurrentDocument, PlanDocument,
     PlanSweepDocument, PlanView, SweepView,
 };
+use peerlink::bench::proof::{self, batch, sweep};
 use peerlink::engine::Fabric;
 use peerlink::model::{CostModel, Profile};
 use peerlink::report::plan as text;

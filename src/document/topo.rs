@@ -29,14 +29,7 @@ pub struct TopoDocument {
     pub nccl: Option<NcclView>,
 }
 
-impl_document!(TopoDocument, "peerlink.topo/1", |doc| {
-    use crate::report::export::Records;
-    vec![
-        Records::of("devices", &doc.devices),
-        Records::of("pairs", &doc.pairs),
-        Records::of("warnings", &doc.warnings),
-    ]
-});
+impl_document!(TopoDocument, "peerlink.topo/1");
 
 impl TopoDocument {
     /// The document for the devices in `selected` (indices into `host.devices`).

@@ -140,15 +140,7 @@ pub struct Profile {
     pub notes: Vec<String>,
 }
 
-impl_document!(Profile, "peerlink.profile/1", |profile| {
-    use crate::report::export::Records;
-    vec![
-        Records::of("hops", &profile.hops),
-        Records::of("lone", &profile.lone),
-        Records::of("beside_direct", &profile.beside_direct),
-        Records::of("issue", &Vec::from_iter(&profile.issue)),
-    ]
-});
+impl_document!(Profile, "peerlink.profile/1");
 
 impl Profile {
     /// An empty profile for the host `topology` describes.

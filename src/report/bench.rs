@@ -1,14 +1,26 @@
 //! `peerlink bench` and `peerlink explain` as text tables and CSV (their JSON documents are
 //! [`BenchDocument`] and [`ExplainDocument`]).
 
-use super::export::Records;
+use super::export::{Records, Tables};
 use super::table::{matrix, plain};
+use crate::bench::document::{BenchDocument, ExplainDocument};
 use crate::bench::explain::Explanation;
 use crate::bench::result::{BenchReport, NotMeasured, Place, Sweep, TestResult, Unit};
-use crate::document::bench::{BenchDocument, ExplainDocument};
 use crate::units::format_bytes;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
+
+impl Tables for BenchDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![figures(&self.results)]
+    }
+}
+
+impl Tables for ExplainDocument {
+    fn tables(&self) -> Vec<Records> {
+        explain_tables(&self.explanation)
+    }
+}
 
 pub(super) fn figure(unit: Unit, value: f64) -> String {
     match unit {

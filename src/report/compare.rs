@@ -1,10 +1,21 @@
 //! `peerlink compare` as text: one row per test (the comparison itself, and its JSON document,
-//! are [`crate::document::compare`]).
+//! are [`crate::bench::compare`]).
 
+use super::export::{Records, Tables};
 use super::table::plain;
-use crate::document::compare::Comparison;
+use crate::bench::compare::{CompareDocument, Comparison};
 use comfy_table::CellAlignment;
 use std::fmt::Write;
+
+impl Tables for CompareDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![
+            Records::of("tests", &self.tests),
+            Records::of("pairs", &self.pairs),
+            Records::of("unmatched", &self.unmatched),
+        ]
+    }
+}
 
 /// One row per test: the median ratio and the figure furthest from the base; with a threshold,
 /// the figures that moved further than it.

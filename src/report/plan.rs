@@ -1,22 +1,49 @@
 //! `peerlink plan` as text: the planner's pick for one transfer, its prediction and every
 //! alternative's, and (with `--prove`) the times measured for each on the backend.
 
-use super::export::Records;
+use super::export::{Records, Tables};
 use super::table::plain;
 use crate::backend::CopyMethod;
 use crate::bench::proof::batch::BatchTiming;
 use crate::bench::proof::concurrent;
-use crate::bench::proof::sweep::{Point, StrategyTiming, BALANCE_TOLERANCE};
-use crate::document::plan::{
-    BatchView, ConcurrentView, PlanBatchDocument, PlanDocument, PlanSweepDocument, PlanView,
-    Predicted, SweepView,
+use crate::bench::proof::document::{
+    BatchView, ConcurrentView, PlanBatchDocument, PlanConcurrentDocument, PlanDocument,
+    PlanSweepDocument, PlanView, Predicted, SweepView,
 };
+use crate::bench::proof::sweep::{Point, StrategyTiming, BALANCE_TOLERANCE};
 use crate::engine::{Route, Strategy};
 use crate::topology::Source;
 use crate::units::{format_bytes, gbps};
 use comfy_table::CellAlignment;
 use serde_json::{json, Value};
 use std::fmt::Write;
+
+impl Tables for PlanDocument {
+    fn tables(&self) -> Vec<Records> {
+        tables(self)
+    }
+}
+
+impl Tables for PlanSweepDocument {
+    fn tables(&self) -> Vec<Records> {
+        sweep_tables(self)
+    }
+}
+
+impl Tables for PlanBatchDocument {
+    fn tables(&self) -> Vec<Records> {
+        batch_tables(self)
+    }
+}
+
+impl Tables for PlanConcurrentDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![
+            Records::of("flows", &self.flows),
+            Records::of("ways", &self.ways),
+        ]
+    }
+}
 
 /// The closing lines of a proof: regret, and the engine against a plain copy.
 fn proof_lines(out: &mut String, source: &Source, point: &Point) {
@@ -367,7 +394,7 @@ fn route_lines(out: &mut String, split: &StrategyTiming) {
 
 /// A plan's tables: every strategy's prediction (the pick first) with, after `--prove`, its
 /// measured time; the routes of the pick; the strategies the pair cannot use.
-pub fn tables(doc: &PlanDocument) -> Vec<Records> {
+fn tables(doc: &PlanDocument) -> Vec<Records> {
     let pick = Predicted {
         strategy: doc.strategy,
         predicted_us: doc.predicted_us,
@@ -399,7 +426,7 @@ pub fn tables(doc: &PlanDocument) -> Vec<Records> {
 }
 
 /// The engine benchmark as one long table: a row per size and strategy.
-pub fn sweep_tables(doc: &PlanSweepDocument) -> Vec<Records> {
+fn sweep_tables(doc: &PlanSweepDocument) -> Vec<Records> {
     let rows: Vec<Value> = doc
         .points
         .iter()
@@ -426,7 +453,7 @@ pub fn sweep_tables(doc: &PlanSweepDocument) -> Vec<Records> {
 
 /// A batch plan's tables: every batch strategy's prediction, and after `--prove` every way
 /// measured.
-pub fn batch_tables(doc: &PlanBatchDocument) -> Vec<Records> {
+fn batch_tables(doc: &PlanBatchDocument) -> Vec<Records> {
     let pick = Predicted {
         strategy: doc.strategy,
         predicted_us: doc.predicted_us,
@@ -455,7 +482,7 @@ pub fn batch_tables(doc: &PlanBatchDocument) -> Vec<Records> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::document::plan::tests::split_plan;
+    use crate::bench::proof::document::tests::split_plan;
 
     #[test]
     fn text_says_simulated_and_lists_every_strategy() {

@@ -1,11 +1,23 @@
 //! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices.
 
+use super::export::{Records, Tables};
 use super::table::{matrix, plain};
+use crate::document::topo::TopoDocument;
 use crate::topology::nccl_view::NcclView;
 use crate::topology::network::{FabricKind, Network};
 use crate::topology::{runs_text, warnings, Link, Topology};
 use comfy_table::CellAlignment;
 use std::fmt::Write;
+
+impl Tables for TopoDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![
+            Records::of("devices", &self.devices),
+            Records::of("pairs", &self.pairs),
+            Records::of("warnings", &self.warnings),
+        ]
+    }
+}
 
 /// The human-readable report.
 pub fn text(topo: &Topology, selected: &[usize]) -> String {

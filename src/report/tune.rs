@@ -1,16 +1,28 @@
 //! `peerlink tune` as text: the fitted cost of every hop, the issue costs, and what was not
 //! measured.
 
+use super::export::{Records, Tables};
 use super::table::{matrix, plain};
+use crate::bench::proof::document::RouteName;
 use crate::bench::tune::beside::{
     BothWaysFit, Fit, Fitted, SplitFit, SplitRun, FIXED_CHUNK_US, REFIT_TOLERANCE,
 };
 use crate::bench::tune::{HopSweep, Measurements, SMALL_BYTES};
-use crate::document::plan::RouteName;
-use crate::model::{DirectPace, Hop};
+use crate::model::{DirectPace, Hop, Profile};
 use crate::units::format_bytes;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
+
+impl Tables for Profile {
+    fn tables(&self) -> Vec<Records> {
+        vec![
+            Records::of("hops", &self.hops),
+            Records::of("lone", &self.lone),
+            Records::of("beside_direct", &self.beside_direct),
+            Records::of("issue", &Vec::from_iter(&self.issue)),
+        ]
+    }
+}
 
 /// `β (α)` of a hop: GB/s and µs; `-` where the hop was not swept, `no fit` where it could not be
 /// fitted.

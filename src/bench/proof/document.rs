@@ -4,11 +4,11 @@
 //!
 //! Each `*View` gathers the in-memory results a mode reports; the text report reads the same view.
 
-use super::{impl_document, Document, Header};
+use super::batch::{BatchReport, BatchTiming};
+use super::concurrent;
+use super::sweep::{Point, Report};
 use crate::backend::CopyMethod;
-use crate::bench::proof::batch::{BatchReport, BatchTiming};
-use crate::bench::proof::concurrent;
-use crate::bench::proof::sweep::{Point, Report};
+use crate::document::{impl_document, Document, Header};
 use crate::engine::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
 use crate::model::{BesideDirect, DirectPace};
 use crate::topology::{Source, Topology};
@@ -101,7 +101,7 @@ pub struct PlanDocument {
     pub host_route_beside_direct: Option<String>,
 }
 
-impl_document!(PlanDocument, "peerlink.plan/1", crate::report::plan::tables);
+impl_document!(PlanDocument, "peerlink.plan/1");
 
 /// One route of a plan and the bytes it carries.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -324,11 +324,7 @@ pub struct PlanSweepDocument {
     pub points: Vec<SweepPoint>,
 }
 
-impl_document!(
-    PlanSweepDocument,
-    "peerlink.plan-sweep/1",
-    crate::report::plan::sweep_tables
-);
+impl_document!(PlanSweepDocument, "peerlink.plan-sweep/1");
 
 /// One size of the engine benchmark.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -381,11 +377,7 @@ pub struct PlanBatchDocument {
     pub proof: Option<BatchProof>,
 }
 
-impl_document!(
-    PlanBatchDocument,
-    "peerlink.plan-batch/1",
-    crate::report::plan::batch_tables
-);
+impl_document!(PlanBatchDocument, "peerlink.plan-batch/1");
 
 /// Every way of moving the batch, measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -451,17 +443,7 @@ pub struct PlanConcurrentDocument {
     pub regret: f64,
 }
 
-impl_document!(
-    PlanConcurrentDocument,
-    "peerlink.plan-concurrent/1",
-    |doc| {
-        use crate::report::export::Records;
-        vec![
-            Records::of("flows", &doc.flows),
-            Records::of("ways", &doc.ways),
-        ]
-    }
-);
+impl_document!(PlanConcurrentDocument, "peerlink.plan-concurrent/1");
 
 impl PlanConcurrentDocument {
     pub fn new(host: &Topology, view: &ConcurrentView<'_>) -> PlanConcurrentDocument {
@@ -581,7 +563,7 @@ pub(crate) mod tests {
         assert_eq!(json["alternatives"][1]["predicted_us"], 90.0);
         assert_eq!(json["unusable"][0]["strategy"], "direct-ce");
         assert!(json.get("proof").is_none());
-        let back: PlanDocument = super::super::read(&super::super::to_json(&doc)).unwrap();
+        let back: PlanDocument = crate::document::read(&crate::document::to_json(&doc)).unwrap();
         assert_eq!(back, doc);
     }
 }

@@ -7,10 +7,10 @@
 //! (source, destination), a per-GPU value by its GPU, a sweep point by its test, pair and size —
 //! and reported as the second over the first.
 
-use super::bench::BenchDocument;
-use super::{impl_document, Header};
-use crate::bench::result::Unit;
-use crate::bench::stats::median;
+use super::document::BenchDocument;
+use super::result::Unit;
+use super::stats::median;
+use crate::document::{impl_document, Header};
 use crate::topology::Source;
 use crate::units::{format_bytes, LARGEST_FIGURE};
 use schemars::JsonSchema;
@@ -111,20 +111,13 @@ pub struct CompareDocument {
     pub threshold: Option<Threshold>,
 }
 
-impl_document!(CompareDocument, "peerlink.compare/1", |doc| {
-    use crate::report::export::Records;
-    vec![
-        Records::of("tests", &doc.tests),
-        Records::of("pairs", &doc.pairs),
-        Records::of("unmatched", &doc.unmatched),
-    ]
-});
+impl_document!(CompareDocument, "peerlink.compare/1");
 
 impl CompareDocument {
     /// The document of comparison `c`, with the figures beyond `threshold_pct` where one is given.
     pub fn new(c: &Comparison, threshold_pct: Option<f64>) -> CompareDocument {
         CompareDocument {
-            header: Header::after(<Self as super::Document>::SCHEMA, &c.other),
+            header: Header::after(<Self as crate::document::Document>::SCHEMA, &c.other),
             base_source: c.base_source.clone(),
             tests: c.summaries(),
             pairs: c.pairs.clone(),
@@ -191,7 +184,7 @@ pub fn bench_input(text: &str, name: &str) -> crate::Result<BenchDocument> {
 
 /// The bench document in `text`, as [`bench_input`] reads it; the usage error says to give `wanted`.
 pub fn read_bench(text: &str, name: &str, wanted: &str) -> crate::Result<BenchDocument> {
-    let doc: BenchDocument = super::read(text)
+    let doc: BenchDocument = crate::document::read(text)
         .map_err(|why| crate::Error::usage(format!("{name} is {why}; give {wanted}")))?;
     check_figures(&doc).map_err(|why| {
         crate::Error::usage(format!(
