@@ -32,6 +32,11 @@ pub struct TopoDocument {
 impl_document!(TopoDocument, "peerlink.topo/1");
 
 impl TopoDocument {
+    /// The entry for an ordered pair of distinct devices among these.
+    pub fn pair(&self, src: usize, dst: usize) -> Option<&Pair> {
+        crate::topology::pair_in(&self.pairs, src, dst)
+    }
+
     /// The document for the devices in `selected` (indices into `host.devices`).
     pub fn new(host: &Topology, selected: &[usize]) -> TopoDocument {
         let topo = host.restricted_to(selected);
