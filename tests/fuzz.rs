@@ -634,8 +634,9 @@ proptest! {
                     return Ok(());
                 }
                 let threshold = Some(5.0);
-                let _ = peerlink::report::compare::text(&comparison, "a.json", "b.json", threshold);
-                let _ = document::to_json(&peerlink::bench::compare::CompareDocument::new(&comparison, threshold));
+                let doc = peerlink::bench::compare::CompareDocument::new(&comparison, threshold);
+                let _ = peerlink::report::compare::text(&doc);
+                let _ = document::to_json(&doc);
             }
         }
     }

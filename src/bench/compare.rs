@@ -57,6 +57,8 @@ impl Pair {
 /// Everything paired, in the first document's order, and what only one of them has.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Comparison {
+    /// The two files as the user named them: the base, then the compared one.
+    pub files: (String, String),
     pub base_source: Source,
     /// The compared document's header: the comparison's is made from it.
     pub other: Header,
@@ -109,6 +111,11 @@ pub struct CompareDocument {
     /// With `--threshold` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<Threshold>,
+    /// The two files as the user named them (the base, then the compared one): the text says
+    /// them; the JSON has never held them, so they are not read back.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub files: (String, String),
 }
 
 impl_document!(CompareDocument, "peerlink.compare/1");
@@ -126,6 +133,7 @@ impl CompareDocument {
                 pct,
                 beyond: c.beyond(pct).into_iter().cloned().collect(),
             }),
+            files: c.files.clone(),
         }
     }
 }
@@ -169,6 +177,7 @@ pub fn compare(
         )
         .collect();
     Comparison {
+        files: (name_base.to_string(), name_other.to_string()),
         base_source: base.header.source.clone(),
         other: other.header.clone(),
         pairs,

@@ -27,9 +27,8 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
         &other_name,
     );
     comparison.check_paired(&base_name, &other_name)?;
-    global.print(&CompareDocument::new(&comparison, threshold), || {
-        report::compare::text(&comparison, &base_name, &other_name, threshold)
-    })?;
+    let doc = CompareDocument::new(&comparison, threshold);
+    global.print(&doc, || report::compare::text(&doc))?;
     let Some(pct) = threshold else {
         return Ok(());
     };

@@ -69,7 +69,7 @@ pub fn run(cli: Cli) -> Result<()> {
             };
             let doc = BenchDocument::new(opened.backend.topology(), found);
             if args.csv {
-                return global.show(&doc, &report::bench::csv(&doc.results));
+                return global.show(&doc, &report::bench::csv(&doc));
             }
             global.print(&doc, || report::bench::text(&doc))
         }

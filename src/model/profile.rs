@@ -6,7 +6,7 @@
 //! reader never sees half a profile.
 //!
 //! The profile is the cost model's input, so it lives here; like every document it carries the
-//! common [`Header`], and its schema is published with theirs ([`crate::document::schemas`]).
+//! common [`Header`], and its schema is published with theirs ([`crate::report::schemas`]).
 
 use super::{Cost, Hop, IssueCosts};
 use crate::document::{self, impl_document, Document, Header};

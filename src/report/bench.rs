@@ -209,7 +209,7 @@ pub fn text(doc: &BenchDocument) -> String {
 
 /// The bench report as one table: a row per measured or skipped cell and per sweep point (what
 /// `--csv` prints and `--export-csv` writes).
-pub fn figures(report: &BenchReport) -> Records {
+fn figures(report: &BenchReport) -> Records {
     let mut table = Records::new(
         "figures",
         &[
@@ -301,12 +301,12 @@ pub fn figures(report: &BenchReport) -> Records {
 }
 
 /// The bench report as CSV, [`figures`] with its header line.
-pub fn csv(report: &BenchReport) -> String {
-    figures(report).csv()
+pub fn csv(doc: &BenchDocument) -> String {
+    figures(&doc.results).csv()
 }
 
 /// An explanation's tables: the setup, the steady-state parts, the fixes and the link's sweep.
-pub fn explain_tables(e: &Explanation) -> Vec<Records> {
+fn explain_tables(e: &Explanation) -> Vec<Records> {
     vec![
         Records::of("setup", &e.setup),
         Records::of("parts", &e.parts),
