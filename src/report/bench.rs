@@ -300,7 +300,7 @@ fn figures(report: &BenchReport) -> Records {
     table
 }
 
-/// The bench report as CSV, [`figures`] with its header line.
+/// The bench document as CSV: its one table (the exported `figures`) with its header line.
 pub fn csv(doc: &BenchDocument) -> String {
     figures(&doc.results).csv()
 }
