@@ -15,8 +15,10 @@
 //!   finds the first wrong byte; [`files`]: bounded reads of the input files users name.
 //! - [`units`]: byte sizes as users type them. [`interrupt`]: stopping a long run, keeping what
 //!   it measured.
-//! - [`document`]: every JSON document, typed, with the header they all carry and their schemas.
-//! - [`report`]: text tables, CSV and the exports of the CLI's verbs; `html` (feature `html`, on
+//! - [`document`]: the JSON document core — the header every document carries, schema names,
+//!   reading and writing; each verb's document types live beside the verb.
+//! - [`report`]: text tables, CSV, the exports and the published schema list, each renderer from
+//!   its verb's document; `html` (feature `html`, on
 //!   with the command line): `peerlink report`'s HTML page and its SVG charts.
 //! - [`launch`]: one process per GPU — who this process is (torchrun, Slurm, Open MPI or
 //!   `peerlink launch`), the rendezvous and the small messages the processes exchange.

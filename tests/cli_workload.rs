@@ -6,7 +6,8 @@ mod common;
 
 use common::{json_of, peerlink};
 use peerlink::backend::collective::PACKET_MAX_BYTES;
-use peerlink::document::schemas::{file_name, published};
+use peerlink::document::schemas::file_name;
+use peerlink::report::schemas::published;
 use predicates::prelude::*;
 use serde_json::Value;
 

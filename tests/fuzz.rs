@@ -623,19 +623,20 @@ proptest! {
         let Some(text) = as_text(&bytes) else {
             return Ok(()); // refused before parsing (the reader wants UTF-8): the catalog covers it
         };
-        let base = document::compare::bench_input(PCIE2_BENCH_MORE, "base.json").unwrap();
-        match document::compare::bench_input(text, "fuzzed.json") {
+        let base = peerlink::bench::compare::bench_input(PCIE2_BENCH_MORE, "base.json").unwrap();
+        match peerlink::bench::compare::bench_input(text, "fuzzed.json") {
             Err(e) => prop_assert_eq!(e.exit_code(), 2, "{}", e),
             Ok(fuzzed) => {
                 let (a, b) = if base_first { (&base, &fuzzed) } else { (&fuzzed, &base) };
-                let comparison = document::compare::compare(a, b, "a.json", "b.json");
+                let comparison = peerlink::bench::compare::compare(a, b, "a.json", "b.json");
                 if let Err(e) = comparison.check_paired("a.json", "b.json") {
                     prop_assert_eq!(e.exit_code(), 2, "{}", e);
                     return Ok(());
                 }
                 let threshold = Some(5.0);
-                let _ = peerlink::report::compare::text(&comparison, "a.json", "b.json", threshold);
-                let _ = document::to_json(&document::compare::CompareDocument::new(&comparison, threshold));
+                let doc = peerlink::bench::compare::CompareDocument::new(&comparison, threshold);
+                let _ = peerlink::report::compare::text(&doc);
+                let _ = document::to_json(&doc);
             }
         }
     }

@@ -4,7 +4,8 @@
 //! When a document type changes, regenerate the files with
 //! `PEERLINK_BLESS=1 cargo test --release --test schemas` and commit them with the change.
 
-use peerlink::document::schemas::{file_name, published, PRESET_FILE};
+use peerlink::document::schemas::{file_name, PRESET_FILE};
+use peerlink::report::schemas::published;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

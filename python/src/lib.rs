@@ -9,9 +9,9 @@ mod fabric;
 
 use errors::IntoPy;
 use peerlink::backend::{self, Backend, Choice};
+use peerlink::bench::document::{BenchDocument, ExplainDocument};
 use peerlink::bench::{self, explain, progress};
 use peerlink::document;
-use peerlink::document::bench::{BenchDocument, ExplainDocument};
 use peerlink::document::topo::TopoDocument;
 use peerlink::units::{parse_size, parse_sizes};
 use pyo3::prelude::*;

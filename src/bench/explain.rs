@@ -65,7 +65,7 @@ pub struct Fix {
 }
 
 /// Where one transfer's time goes (the body of the `peerlink.explain/1` document,
-/// [`crate::document::bench::ExplainDocument`]).
+/// [`crate::bench::document::ExplainDocument`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Explanation {
     pub src: usize,

@@ -21,6 +21,8 @@
 
 pub mod budget;
 pub mod cases;
+pub mod compare;
+pub mod document;
 pub mod explain;
 pub mod fit;
 pub mod footprint;

@@ -1,5 +1,5 @@
 //! What `peerlink bench` found (the body of the `peerlink.bench/1` document,
-//! [`crate::document::bench::BenchDocument`]).
+//! [`crate::bench::document::BenchDocument`]).
 
 use super::fit::Fit;
 use super::stats::Stats;

@@ -14,15 +14,16 @@
 //! Host-clock latencies are left out ([`LEFT_OUT`]): in a VM they move far more than any tolerance
 //! from one process to the next, so comparing them would raise false alarms.
 
+pub mod document;
 pub mod reference;
 #[cfg(test)]
 mod tests;
 
 use crate::backend::Backend;
+use crate::bench::document::BenchDocument;
 use crate::bench::progress::Progress;
 use crate::bench::result::{Place, Shape, TestResult, Unit};
 use crate::bench::{self, budget};
-use crate::document::bench::BenchDocument;
 use crate::topology::{Source, Topology};
 use crate::units::format_bytes;
 use crate::{Error, Result};
@@ -557,7 +558,7 @@ impl CheckedFigure {
 }
 
 /// What a check found (the body of the `peerlink.check/1` document,
-/// [`crate::document::check::CheckDocument`]).
+/// [`crate::check::document::CheckDocument`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CheckReport {
     pub against: Against,

@@ -3,9 +3,9 @@
 
 use super::args::{CheckArgs, Global};
 use anyhow::{bail, Result};
+use peerlink::bench::compare::read_bench;
+use peerlink::check::document::CheckDocument;
 use peerlink::check::{self, Plan, DEFAULT_TOLERANCE_PCT};
-use peerlink::document::check::CheckDocument;
-use peerlink::document::compare::read_bench;
 use peerlink::files;
 use peerlink::report;
 use peerlink::units::parse_percent;

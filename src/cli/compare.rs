@@ -2,9 +2,8 @@
 
 use super::args::{CompareArgs, Global};
 use anyhow::{bail, Result};
-use peerlink::document;
-use peerlink::document::bench::BenchDocument;
-use peerlink::document::compare::CompareDocument;
+use peerlink::bench::compare::CompareDocument;
+use peerlink::bench::document::BenchDocument;
 use peerlink::files;
 use peerlink::report;
 use peerlink::units::parse_percent;
@@ -21,16 +20,15 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
         args.base.display().to_string(),
         args.other.display().to_string(),
     );
-    let comparison = document::compare::compare(
+    let comparison = peerlink::bench::compare::compare(
         &read(&args.base)?,
         &read(&args.other)?,
         &base_name,
         &other_name,
     );
     comparison.check_paired(&base_name, &other_name)?;
-    global.print(&CompareDocument::new(&comparison, threshold), || {
-        report::compare::text(&comparison, &base_name, &other_name, threshold)
-    })?;
+    let doc = CompareDocument::new(&comparison, threshold);
+    global.print(&doc, || report::compare::text(&doc))?;
     let Some(pct) = threshold else {
         return Ok(());
     };
@@ -48,7 +46,7 @@ pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {
 
 fn read(path: &Path) -> Result<BenchDocument> {
     let text = files::read_input(path)?;
-    Ok(document::compare::bench_input(
+    Ok(peerlink::bench::compare::bench_input(
         &text,
         &path.display().to_string(),
     )?)

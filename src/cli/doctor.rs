@@ -2,8 +2,8 @@
 
 use super::args::{DoctorArgs, Global};
 use anyhow::{anyhow, Result};
+use peerlink::doctor::document::DoctorDocument;
 use peerlink::doctor::{self, Options};
-use peerlink::document::doctor::DoctorDocument;
 use peerlink::report;
 
 pub fn run(global: &Global, args: &DoctorArgs) -> Result<()> {

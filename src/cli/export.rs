@@ -4,9 +4,10 @@
 
 use super::args::Exports;
 use anyhow::Result;
-use peerlink::document::{self, Document};
+use peerlink::document;
 use peerlink::model::profile::{check_destination, write_atomically};
 use peerlink::report::export;
+use peerlink::report::export::Tables;
 use std::path::Path;
 
 impl Exports {
@@ -44,7 +45,7 @@ impl Exports {
 
     /// Writes `doc` to every destination asked for; `shown` is what the verb prints, which the
     /// Markdown of a document without tables shows.
-    pub fn write<D: Document>(&self, doc: &D, shown: &str) -> Result<()> {
+    pub fn write<D: Tables>(&self, doc: &D, shown: &str) -> Result<()> {
         if let Some(path) = &self.export_json {
             write_atomically(path, &document::to_json(doc))?;
         }

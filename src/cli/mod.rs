@@ -19,10 +19,11 @@ mod workload;
 use anyhow::Result;
 use args::{Cli, Global, Verb};
 use peerlink::backend::{self, Choice, Opened};
+use peerlink::bench::document::{BenchDocument, ExplainDocument};
 use peerlink::bench::{self, explain, progress};
-use peerlink::document::bench::{BenchDocument, ExplainDocument};
-use peerlink::document::{self, Document};
+use peerlink::document;
 use peerlink::report;
+use peerlink::report::export::Tables;
 use peerlink::units::{parse_size, parse_sizes};
 
 /// Runs one command line.
@@ -68,7 +69,7 @@ pub fn run(cli: Cli) -> Result<()> {
             };
             let doc = BenchDocument::new(opened.backend.topology(), found);
             if args.csv {
-                return global.show(&doc, &report::bench::csv(&doc.results));
+                return global.show(&doc, &report::bench::csv(&doc));
             }
             global.print(&doc, || report::bench::text(&doc))
         }
@@ -197,7 +198,7 @@ impl Global {
 
     /// The one emitter of every verb: prints `doc` as JSON with `--json`, else the text `text`
     /// makes (made only then), and writes the exports asked for.
-    fn print(&self, doc: &impl Document, text: impl FnOnce() -> String) -> Result<()> {
+    fn print(&self, doc: &impl Tables, text: impl FnOnce() -> String) -> Result<()> {
         if self.json {
             self.show(doc, &format!("{}\n", document::to_json(doc)))
         } else {
@@ -206,7 +207,7 @@ impl Global {
     }
 
     /// Writes the exports of `doc`, then `shown` on stdout.
-    fn show(&self, doc: &impl Document, shown: &str) -> Result<()> {
+    fn show(&self, doc: &impl Tables, shown: &str) -> Result<()> {
         self.exports.write(doc, shown)?;
         emit(shown)
     }

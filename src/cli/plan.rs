@@ -7,11 +7,11 @@ use anyhow::Result;
 use peerlink::backend::resident::DEFAULT_COPY_BLOCKS;
 use peerlink::backend::Backend;
 use peerlink::bench::proof::concurrent::{self, Traffic};
-use peerlink::bench::proof::{self, batch, sweep};
-use peerlink::document::plan::{
+use peerlink::bench::proof::document::{
     BatchView, ConcurrentView, PlanBatchDocument, PlanConcurrentDocument, PlanDocument,
     PlanSweepDocument, PlanView, SweepView,
 };
+use peerlink::bench::proof::{self, batch, sweep};
 use peerlink::engine::Fabric;
 use peerlink::model::{CostModel, Profile};
 use peerlink::report::plan as text;
@@ -132,9 +132,8 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
                 traffic: args.concurrent.as_deref().unwrap_or_default(),
                 report: &report,
             };
-            global.print(&PlanConcurrentDocument::new(host, &view), || {
-                text::concurrent_text(&view)
-            })
+            let doc = PlanConcurrentDocument::new(host, &view);
+            global.print(&doc, || text::concurrent_text(&doc))
         }
         Mode::Sweep { src, dst, sizes } => {
             let report = sweep::run(&fabric, src, dst, &sizes, runs, &*global.progress())?;
@@ -142,9 +141,8 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
                 model,
                 report: &report,
             };
-            global.print(&PlanSweepDocument::new(host, &view), || {
-                text::sweep_text(&view)
-            })
+            let doc = PlanSweepDocument::new(host, &view);
+            global.print(&doc, || text::sweep_text(&doc))
         }
         Mode::Batch {
             src,
@@ -158,16 +156,14 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
                 .transpose()?;
             let plan = planner.plan_batch(src, dst, &vec![message as u64; count], 1)?;
             let view = BatchView {
-                source: backend.source(),
                 model,
                 count,
                 size: message as u64,
                 plan: &plan,
                 proof: proof.as_ref(),
             };
-            global.print(&PlanBatchDocument::new(host, &view), || {
-                text::batch_text(&view)
-            })
+            let doc = PlanBatchDocument::new(host, &view);
+            global.print(&doc, || text::batch_text(&doc))
         }
         Mode::Single {
             src,
@@ -181,7 +177,6 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
                 .then(|| sweep::run(&fabric, src, dst, &[size], runs, &*global.progress()))
                 .transpose()?;
             let view = PlanView {
-                source: backend.source(),
                 model,
                 plan: &plan,
                 unusable: &unusable,
@@ -190,7 +185,8 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
                 host_pricing: planner.host_beside_direct(&plan),
                 direct_pricing: planner.direct_beside_host(&plan),
             };
-            global.print(&PlanDocument::new(host, &view), || text::text(&view))
+            let doc = PlanDocument::new(host, &view);
+            global.print(&doc, || text::text(&doc))
         }
     }
 }

@@ -36,11 +36,5 @@ pub fn run(global: &Global, args: &TopoArgs) -> Result<()> {
     };
     let mut doc = TopoDocument::new(topo, &selected);
     doc.nccl = nccl;
-    global.print(&doc, || {
-        let mut text = report::topo::text(topo, &selected);
-        if let Some(view) = &doc.nccl {
-            text.push_str(&report::topo::nccl_text(view));
-        }
-        text
-    })
+    global.print(&doc, || report::topo::text(&doc))
 }

@@ -12,6 +12,7 @@
 //! machine and what it costs, the IOMMU, PCIe ACS and the CUDA device order (`host_checks.rs`).
 
 pub mod burst;
+pub mod document;
 mod facts;
 mod gpus;
 pub mod host;

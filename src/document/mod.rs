@@ -1,30 +1,25 @@
-//! Every JSON document peerlink writes or reads, as typed structs: one home for their shapes.
+//! The JSON document core: the header every document opens with, the schema names, and reading
+//! and writing documents — no rendering.
 //!
 //! A document opens with the same [`Header`] — `schema` (`peerlink.<verb>/<n>`), `source` (`cuda`
 //! or `sim:<preset>`), `simulated`, and who wrote it, when, where and on what GPUs — flattened into
 //! its top level beside its own fields, so scripts find `schema` and `source` where they always
-//! were. Each document type converts from the in-memory results of its verb; reading one back
-//! ([`read`]) checks its `schema` first. The JSON Schemas published under `docs/schemas/` are
-//! generated from these types ([`schemas`]), and a test keeps the committed files in step.
+//! were. Each verb's document types live beside the verb and convert from its in-memory results;
+//! reading one back ([`read`]) checks its `schema` first. The JSON Schemas published under
+//! `docs/schemas/` are generated from these types ([`schemas`]), and a test keeps the committed
+//! files in step.
 //!
-//! The documents: [`topo::TopoDocument`], [`bench::BenchDocument`] (sweeps included),
-//! [`bench::ExplainDocument`], [`plan::PlanDocument`], [`plan::PlanSweepDocument`],
-//! [`plan::PlanBatchDocument`], [`plan::PlanConcurrentDocument`],
-//! [`crate::model::Profile`] (from `tune`, read by `plan --profile`),
-//! [`compare::CompareDocument`], [`workload::WorkloadDocument`] and
-//! [`doctor::DoctorDocument`], [`check::CheckDocument`]. A simulator preset
+//! The documents: [`topo::TopoDocument`] (here, as the topology is below this layer),
+//! `bench::document::{BenchDocument, ExplainDocument}`, `bench::proof::document`'s four plan
+//! documents, `model::Profile` (from `tune`, read by `plan --profile`),
+//! `bench::compare::CompareDocument`, `workload::document::WorkloadDocument`,
+//! `doctor::document::DoctorDocument` and `check::document::CheckDocument`. A simulator preset
 //! ([`crate::backend::sim::Preset`]) is an input users write, with no header, but its schema is
-//! published beside theirs.
+//! published beside theirs. Their tables (for the exports) and text are the report's.
 
-pub mod bench;
-pub mod check;
-pub mod compare;
-pub mod doctor;
 mod header;
-pub mod plan;
 pub mod schemas;
 pub mod topo;
-pub mod workload;
 
 pub use header::{rfc3339, utc_date, Header, HostGpu, COMMIT, PEERLINK_VERSION};
 
@@ -41,21 +36,11 @@ pub trait Document: Serialize + DeserializeOwned + JsonSchema {
     fn header(&self) -> &Header;
 
     fn header_mut(&mut self) -> &mut Header;
-
-    /// The document's tables, for `--export-csv` and `--export-markdown`
-    /// ([`crate::report::export`]); none by default.
-    fn tables(&self) -> Vec<crate::report::export::Records> {
-        Vec::new()
-    }
 }
 
-/// Implements [`Document`] for a type whose header is its `header` field, its tables (for the
-/// exports) those `$tables(&doc)` returns where given.
+/// Implements [`Document`] for a type whose header is its `header` field.
 macro_rules! impl_document {
     ($type:ty, $schema:literal) => {
-        $crate::document::impl_document!($type, $schema, |_| Vec::new());
-    };
-    ($type:ty, $schema:literal, $tables:expr) => {
         impl $crate::document::Document for $type {
             const SCHEMA: &'static str = $schema;
 
@@ -65,11 +50,6 @@ macro_rules! impl_document {
 
             fn header_mut(&mut self) -> &mut $crate::document::Header {
                 &mut self.header
-            }
-
-            fn tables(&self) -> Vec<$crate::report::export::Records> {
-                let tables: fn(&Self) -> Vec<$crate::report::export::Records> = $tables;
-                tables(self)
             }
         }
     };

@@ -29,16 +29,14 @@ pub struct TopoDocument {
     pub nccl: Option<NcclView>,
 }
 
-impl_document!(TopoDocument, "peerlink.topo/1", |doc| {
-    use crate::report::export::Records;
-    vec![
-        Records::of("devices", &doc.devices),
-        Records::of("pairs", &doc.pairs),
-        Records::of("warnings", &doc.warnings),
-    ]
-});
+impl_document!(TopoDocument, "peerlink.topo/1");
 
 impl TopoDocument {
+    /// The entry for an ordered pair of distinct devices among these.
+    pub fn pair(&self, src: usize, dst: usize) -> Option<&Pair> {
+        crate::topology::pair_in(&self.pairs, src, dst)
+    }
+
     /// The document for the devices in `selected` (indices into `host.devices`).
     pub fn new(host: &Topology, selected: &[usize]) -> TopoDocument {
         let topo = host.restricted_to(selected);

@@ -8,8 +8,8 @@ use super::plot::{
     Point, Scale, Series, Step,
 };
 use super::Section;
+use crate::bench::document::{BenchDocument, ExplainDocument};
 use crate::bench::result::{Place, Sweep, TestResult, Unit};
-use crate::document::bench::{BenchDocument, ExplainDocument};
 use crate::units::format_bytes;
 use crate::Result;
 use plotters::style::RGBColor;

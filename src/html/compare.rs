@@ -3,8 +3,8 @@
 
 use super::plot::{bars, figure, Axis, Bar, Bars, Scale};
 use super::Section;
+use crate::bench::compare::CompareDocument;
 use crate::bench::result::Unit;
-use crate::document::compare::CompareDocument;
 use crate::Result;
 
 pub fn charts(section: &mut Section, doc: &CompareDocument) -> Result<()> {
@@ -14,7 +14,7 @@ pub fn charts(section: &mut Section, doc: &CompareDocument) -> Result<()> {
         if pairs.is_empty() {
             continue;
         }
-        let bar = |value: f64, run: &str, p: &crate::document::compare::Pair| {
+        let bar = |value: f64, run: &str, p: &crate::bench::compare::Pair| {
             Some(Bar {
                 value,
                 tip: format!(

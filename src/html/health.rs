@@ -5,8 +5,8 @@
 use super::plot::{bars, figure, Axis, Bar, Bars, Scale};
 use super::Section;
 use crate::bench::result::Unit;
-use crate::document::check::CheckDocument;
-use crate::document::doctor::DoctorDocument;
+use crate::check::document::CheckDocument;
+use crate::doctor::document::DoctorDocument;
 use crate::Result;
 
 pub fn doctor_notes(section: &mut Section, doc: &DoctorDocument) {

@@ -23,17 +23,18 @@ mod workload;
 
 pub use chart::Chart;
 
-use crate::document::bench::{BenchDocument, ExplainDocument};
-use crate::document::check::CheckDocument;
-use crate::document::compare::CompareDocument;
-use crate::document::doctor::DoctorDocument;
-use crate::document::plan::{
+use crate::bench::compare::CompareDocument;
+use crate::bench::document::{BenchDocument, ExplainDocument};
+use crate::bench::proof::document::{
     PlanBatchDocument, PlanConcurrentDocument, PlanDocument, PlanSweepDocument,
 };
+use crate::check::document::CheckDocument;
+use crate::doctor::document::DoctorDocument;
 use crate::document::topo::TopoDocument;
-use crate::document::workload::WorkloadDocument;
 use crate::document::{self, Document, Header};
 use crate::model::Profile;
+use crate::report::export::Tables;
+use crate::workload::document::WorkloadDocument;
 use crate::{Error, Result};
 
 /// A document the report can show.

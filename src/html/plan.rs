@@ -5,7 +5,7 @@
 use super::chart::series_colour;
 use super::plot::{bars, curves, figure, Axis, Bar, Bars, Curves, Point, Scale, Series};
 use super::Section;
-use crate::document::plan::{
+use crate::bench::proof::document::{
     MeasuredStrategy, PlanBatchDocument, PlanConcurrentDocument, PlanDocument, PlanSweepDocument,
     SweepPoint,
 };

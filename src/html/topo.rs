@@ -52,10 +52,6 @@ fn describe(p: &Pair) -> String {
     )
 }
 
-fn find(doc: &TopoDocument, src: usize, dst: usize) -> Option<&Pair> {
-    doc.pairs.iter().find(|p| p.src == src && p.dst == dst)
-}
-
 pub fn charts(section: &mut Section, doc: &TopoDocument) -> Result<()> {
     let mut classes: Vec<Link> = doc.pairs.iter().map(|p| p.link).collect();
     classes.sort();
@@ -78,7 +74,7 @@ pub fn charts(section: &mut Section, doc: &TopoDocument) -> Result<()> {
         .map(|s| {
             doc.devices
                 .iter()
-                .map(|d| match find(doc, s.index, d.index) {
+                .map(|d| match doc.pair(s.index, d.index) {
                     Some(p) => Cell {
                         fill: link_colour(p.link),
                         text: format!("{}{}", p.link, if p.p2p { "" } else { " ✗" }),
@@ -154,7 +150,7 @@ fn graph(
         heading(area, title)?;
         for (i, s) in doc.devices.iter().enumerate() {
             for (j, d) in doc.devices.iter().enumerate().skip(i + 1) {
-                let (there, back) = (find(doc, s.index, d.index), find(doc, d.index, s.index));
+                let (there, back) = (doc.pair(s.index, d.index), doc.pair(d.index, s.index));
                 let Some(pair) = there.or(back) else { continue };
                 let colour = link_colour(pair.link);
                 let thickness = match pair.link {

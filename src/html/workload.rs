@@ -4,8 +4,8 @@
 use super::chart::{series_colour, INK};
 use super::plot::{curves, figure, Axis, Curves, Point, Scale, Series};
 use super::Section;
-use crate::document::workload::WorkloadDocument;
 use crate::units::format_bytes;
+use crate::workload::document::WorkloadDocument;
 use crate::workload::{Contender, Row};
 use crate::Result;
 

@@ -6,7 +6,7 @@
 //! reader never sees half a profile.
 //!
 //! The profile is the cost model's input, so it lives here; like every document it carries the
-//! common [`Header`], and its schema is published with theirs ([`crate::document::schemas`]).
+//! common [`Header`], and its schema is published with theirs ([`crate::report::schemas`]).
 
 use super::{Cost, Hop, IssueCosts};
 use crate::document::{self, impl_document, Document, Header};
@@ -141,15 +141,7 @@ pub struct Profile {
     pub notes: Vec<String>,
 }
 
-impl_document!(Profile, "peerlink.profile/1", |profile| {
-    use crate::report::export::Records;
-    vec![
-        Records::of("hops", &profile.hops),
-        Records::of("lone", &profile.lone),
-        Records::of("beside_direct", &profile.beside_direct),
-        Records::of("issue", &Vec::from_iter(&profile.issue)),
-    ]
-});
+impl_document!(Profile, "peerlink.profile/1");
 
 impl Profile {
     /// An empty profile for the host `topology` describes.

@@ -1,14 +1,26 @@
 //! `peerlink bench` and `peerlink explain` as text tables and CSV (their JSON documents are
 //! [`BenchDocument`] and [`ExplainDocument`]).
 
-use super::export::Records;
+use super::export::{Records, Tables};
 use super::table::{matrix, plain};
+use crate::bench::document::{BenchDocument, ExplainDocument};
 use crate::bench::explain::Explanation;
 use crate::bench::result::{BenchReport, NotMeasured, Place, Sweep, TestResult, Unit};
-use crate::document::bench::{BenchDocument, ExplainDocument};
 use crate::units::format_bytes;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
+
+impl Tables for BenchDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![figures(&self.results)]
+    }
+}
+
+impl Tables for ExplainDocument {
+    fn tables(&self) -> Vec<Records> {
+        explain_tables(&self.explanation)
+    }
+}
 
 pub(super) fn figure(unit: Unit, value: f64) -> String {
     match unit {
@@ -197,7 +209,7 @@ pub fn text(doc: &BenchDocument) -> String {
 
 /// The bench report as one table: a row per measured or skipped cell and per sweep point (what
 /// `--csv` prints and `--export-csv` writes).
-pub fn figures(report: &BenchReport) -> Records {
+fn figures(report: &BenchReport) -> Records {
     let mut table = Records::new(
         "figures",
         &[
@@ -288,13 +300,13 @@ pub fn figures(report: &BenchReport) -> Records {
     table
 }
 
-/// The bench report as CSV, [`figures`] with its header line.
-pub fn csv(report: &BenchReport) -> String {
-    figures(report).csv()
+/// The bench document as CSV: its one table (the exported `figures`) with its header line.
+pub fn csv(doc: &BenchDocument) -> String {
+    figures(&doc.results).csv()
 }
 
 /// An explanation's tables: the setup, the steady-state parts, the fixes and the link's sweep.
-pub fn explain_tables(e: &Explanation) -> Vec<Records> {
+fn explain_tables(e: &Explanation) -> Vec<Records> {
     vec![
         Records::of("setup", &e.setup),
         Records::of("parts", &e.parts),

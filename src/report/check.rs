@@ -2,11 +2,18 @@
 //! time the tests took (and would take on a full host), then the verdict.
 
 use super::bench::figure;
+use super::export::{Records, Tables};
 use super::table::plain;
+use crate::check::document::CheckDocument;
 use crate::check::{Against, CheckReport, CheckedFigure};
-use crate::document::check::CheckDocument;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
+
+impl Tables for CheckDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![Records::of("figures", &self.report.figures)]
+    }
+}
 
 /// The whole report, opening with the simulated-host banner where the host is simulated.
 pub fn text(doc: &CheckDocument) -> String {

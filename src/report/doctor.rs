@@ -1,10 +1,17 @@
 //! `peerlink doctor`'s text: each check's verdict and finding, its evidence and its fix, then the
 //! tally.
 
+use super::export::{Records, Tables};
+use crate::doctor::document::DoctorDocument;
 use crate::doctor::Verdict;
-use crate::document::doctor::DoctorDocument;
 use crate::units::{format_bytes, format_seconds};
 use std::fmt::Write;
+
+impl Tables for DoctorDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![Records::of("checks", &self.checks)]
+    }
+}
 
 pub fn text(doc: &DoctorDocument) -> String {
     let mut out = super::opening(&doc.header.source);

@@ -2,14 +2,20 @@
 //! document as a file beside what a verb prints, its header (source, simulated, version) carried
 //! along — JSON as the document itself, CSV as leading `#` comment lines, Markdown as a list.
 //!
-//! A document hands its tables over as [`Records`] ([`crate::document::Document::tables`]); the
-//! writers here know nothing of any verb, so a new verb gets its exports by naming its tables.
+//! A document hands its tables over as [`Records`] ([`Tables`], implemented in the report's file
+//! of each verb); the writers here know nothing of any verb, so a new verb gets its exports by
+//! naming its tables.
 
-use crate::document::Header;
+use crate::document::{Document, Header};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt::Write;
+
+/// A document's tables, for `--export-csv` and `--export-markdown`: every document has some.
+pub trait Tables: Document {
+    fn tables(&self) -> Vec<Records>;
+}
 
 /// One table of a document: named columns, and rows of cells as text.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,4 +1,6 @@
-//! Text tables and CSV for the CLI's verbs (their JSON documents are [`crate::document`]).
+//! Text tables and CSV for the CLI's verbs, from their documents (the document core is
+//! [`crate::document`]; each verb's documents live beside it), and each document's tables for the
+//! exports ([`export::Tables`]).
 //!
 //! Text output from the simulator opens with [`simulated_banner`] (see [`opening`]), as its JSON
 //! says `"simulated": true`.
@@ -9,6 +11,7 @@ pub mod compare;
 pub mod doctor;
 pub mod export;
 pub mod plan;
+pub mod schemas;
 pub mod table;
 pub mod topo;
 pub mod tune;

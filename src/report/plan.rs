@@ -1,16 +1,15 @@
 //! `peerlink plan` as text: the planner's pick for one transfer, its prediction and every
 //! alternative's, and (with `--prove`) the times measured for each on the backend.
 
-use super::export::Records;
+use super::export::{Records, Tables};
 use super::table::plain;
-use crate::backend::CopyMethod;
 use crate::bench::proof::batch::BatchTiming;
 use crate::bench::proof::concurrent;
-use crate::bench::proof::sweep::{Point, StrategyTiming, BALANCE_TOLERANCE};
-use crate::document::plan::{
-    BatchView, ConcurrentView, PlanBatchDocument, PlanDocument, PlanSweepDocument, PlanView,
-    Predicted, SweepView,
+use crate::bench::proof::document::{
+    BatchProof, MeasuredStrategy, PlanBatchDocument, PlanConcurrentDocument, PlanDocument,
+    PlanSweepDocument, Predicted, Proof, RouteName,
 };
+use crate::bench::proof::sweep::BALANCE_TOLERANCE;
 use crate::engine::{Route, Strategy};
 use crate::topology::Source;
 use crate::units::{format_bytes, gbps};
@@ -18,8 +17,35 @@ use comfy_table::CellAlignment;
 use serde_json::{json, Value};
 use std::fmt::Write;
 
+impl Tables for PlanDocument {
+    fn tables(&self) -> Vec<Records> {
+        tables(self)
+    }
+}
+
+impl Tables for PlanSweepDocument {
+    fn tables(&self) -> Vec<Records> {
+        sweep_tables(self)
+    }
+}
+
+impl Tables for PlanBatchDocument {
+    fn tables(&self) -> Vec<Records> {
+        batch_tables(self)
+    }
+}
+
+impl Tables for PlanConcurrentDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![
+            Records::of("flows", &self.flows),
+            Records::of("ways", &self.ways),
+        ]
+    }
+}
+
 /// The closing lines of a proof: regret, and the engine against a plain copy.
-fn proof_lines(out: &mut String, source: &Source, point: &Point) {
+fn proof_lines(out: &mut String, source: &Source, proof: &Proof) {
     let what = if source.is_simulated() {
         "simulated GPU time"
     } else {
@@ -28,28 +54,33 @@ fn proof_lines(out: &mut String, source: &Source, point: &Point) {
     let _ = writeln!(
         out,
         "\nmeasured ({what}, median, every byte verified): fastest {}, the pick's regret {:.1}%",
-        point.best,
-        point.regret * 100.0
+        proof.best,
+        proof.regret * 100.0
     );
     let _ = writeln!(
         out,
         "plain copy-engine copy (no engine): {:.1} µs GPU, {:.1} µs call to completion; the \
          engine's pick, planned and submitted: {:.1} µs call to completion ({:+.1}%)",
-        point.raw.gpu_us,
-        point.raw.wall_us,
-        point.engine_wall_us,
-        point.overhead() * 100.0
+        proof.plain_copy.gpu_us,
+        proof.plain_copy.wall_us,
+        proof.engine_wall_us,
+        proof.engine_overhead * 100.0
     );
 }
 
+/// What a proof measured of `strategy`, if it ran.
+fn measured(proof: &Proof, strategy: Strategy) -> Option<&MeasuredStrategy> {
+    proof.measured.iter().find(|m| m.strategy == strategy)
+}
+
 /// The engine benchmark's table: one row per size.
-pub fn sweep_text(view: &SweepView<'_>) -> String {
-    let r = view.report;
-    let mut out = super::opening(&r.source);
+pub fn sweep_text(doc: &PlanSweepDocument) -> String {
+    let source = &doc.header.source;
+    let mut out = super::opening(source);
     let _ = writeln!(
         out,
-        "engine benchmark, GPU {} → GPU {} ({}); costs: {}",
-        r.src, r.dst, r.source, view.model
+        "engine benchmark, GPU {} → GPU {} ({source}); costs: {}",
+        doc.src, doc.dst, doc.model
     );
     let _ = writeln!(
         out,
@@ -58,10 +89,17 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
          call-to-completion time against the plain copy's, in %; split's routes apart = (latest \
          − earliest) / latest of its routes' measured ends\n"
     );
-    let mut strategies: Vec<Strategy> = r
+    let _ = writeln!(out, "{}", sweep_table(doc));
+    let _ = writeln!(out, "\nworst regret: {:.1}%", doc.worst_regret * 100.0);
+    out
+}
+
+/// A row per size: the pick, each strategy's time, the plain copy's, and how the pick fared.
+fn sweep_table(doc: &PlanSweepDocument) -> comfy_table::Table {
+    let mut strategies: Vec<Strategy> = doc
         .points
         .iter()
-        .flat_map(|p| p.timings.iter().map(|t| t.strategy))
+        .flat_map(|p| p.proof.measured.iter().map(|m| m.strategy))
         .collect();
     strategies.dedup();
     strategies.sort_by_key(|s| Strategy::ALL.iter().position(|a| a == s));
@@ -78,20 +116,20 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
         .map(String::from),
     );
     let mut table = plain(header);
-    for p in &r.points {
+    for p in &doc.points {
         let mut row = vec![format_bytes(p.bytes), p.pick.to_string()];
         for s in &strategies {
             row.push(
-                p.timing(*s)
-                    .map_or_else(|| "—".to_string(), |t| format!("{:.1}", t.measured_us)),
+                measured(&p.proof, *s)
+                    .map_or_else(|| "—".to_string(), |m| format!("{:.1}", m.measured_us)),
             );
         }
-        row.push(format!("{:.1}", p.raw.gpu_us));
-        row.push(format!("{:.1}%", p.regret * 100.0));
-        row.push(format!("{:+.1}%", p.overhead() * 100.0));
+        row.push(format!("{:.1}", p.proof.plain_copy.gpu_us));
+        row.push(format!("{:.1}%", p.proof.regret * 100.0));
+        row.push(format!("{:+.1}%", p.proof.engine_overhead * 100.0));
         row.push(
-            p.timing(Strategy::Split)
-                .and_then(StrategyTiming::route_spread)
+            measured(&p.proof, Strategy::Split)
+                .and_then(|m| m.route_spread)
                 .map_or_else(|| "—".to_string(), |s| format!("{:.1}%", s * 100.0)),
         );
         table.add_row(row);
@@ -99,9 +137,7 @@ pub fn sweep_text(view: &SweepView<'_>) -> String {
     for column in table.column_iter_mut().skip(2) {
         column.set_cell_alignment(CellAlignment::Right);
     }
-    let _ = writeln!(out, "{table}");
-    let _ = writeln!(out, "\nworst regret: {:.1}%", r.worst_regret() * 100.0);
-    out
+    table
 }
 
 /// A way's name: the planner's picks, or one strategy for every flow.
@@ -111,17 +147,16 @@ fn way_name(way: &concurrent::Way) -> String {
 }
 
 /// Concurrent traffic as a human reads it: each flow alone and together, then each way.
-pub fn concurrent_text(view: &ConcurrentView<'_>) -> String {
-    let r = view.report;
-    let mut out = super::opening(&r.source);
+pub fn concurrent_text(doc: &PlanConcurrentDocument) -> String {
+    let source = &doc.header.source;
+    let mut out = super::opening(source);
     let _ = writeln!(
         out,
-        "concurrent traffic `{}`: {} flows of {} at once ({}); costs: {}",
-        view.traffic,
-        r.flows.len(),
-        format_bytes(r.bytes),
-        r.source,
-        view.model
+        "concurrent traffic `{}`: {} flows of {} at once ({source}); costs: {}",
+        doc.traffic,
+        doc.flows.len(),
+        format_bytes(doc.bytes),
+        doc.model
     );
     let _ = writeln!(
         out,
@@ -129,13 +164,39 @@ pub fn concurrent_text(view: &ConcurrentView<'_>) -> String {
          goes the opposite way through the host), its GPU time alone and while every flow runs \
          (median, every byte verified)\n"
     );
-    let mut flows = plain(
+    let _ = writeln!(out, "{}", flows_table(&doc.flows));
+    let _ = writeln!(
+        out,
+        "\naggregate, each flow's bytes over its GPU time, summed: {:.1} GB/s alone, {:.1} GB/s \
+         together ({:+.1}%)\n",
+        doc.alone_gbps,
+        doc.together_gbps,
+        (doc.together_gbps / doc.alone_gbps - 1.0) * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "every flow at once, host clock from the first submission until all are seen done \
+         (median):\n{}",
+        ways_table(&doc.ways)
+    );
+    let _ = writeln!(
+        out,
+        "\nfastest: {}; the picks' regret {:.1}%",
+        way_name(doc.fastest()),
+        doc.regret * 100.0
+    );
+    out
+}
+
+/// A row per flow: its pick, its time alone and together.
+fn flows_table(flows: &[concurrent::Flow]) -> comfy_table::Table {
+    let mut table = plain(
         ["flow", "pick", "alone µs", "together µs", "slowdown"]
             .map(String::from)
             .to_vec(),
     );
-    for f in &r.flows {
-        flows.add_row(vec![
+    for f in flows {
+        table.add_row(vec![
             format!("GPU {} → GPU {}", f.src, f.dst),
             f.pick.to_string(),
             format!("{:.1}", f.alone_us),
@@ -143,170 +204,180 @@ pub fn concurrent_text(view: &ConcurrentView<'_>) -> String {
             format!("{:+.1}%", (f.together_us / f.alone_us - 1.0) * 100.0),
         ]);
     }
-    for column in flows.column_iter_mut().skip(2) {
+    for column in table.column_iter_mut().skip(2) {
         column.set_cell_alignment(CellAlignment::Right);
     }
-    let _ = writeln!(out, "{flows}");
-    let _ = writeln!(
-        out,
-        "\naggregate, each flow's bytes over its GPU time, summed: {:.1} GB/s alone, {:.1} GB/s \
-         together ({:+.1}%)\n",
-        r.alone_gbps,
-        r.together_gbps,
-        (r.together_gbps / r.alone_gbps - 1.0) * 100.0
-    );
-    let mut ways = plain(
+    table
+}
+
+/// A row per way of running every flow at once.
+fn ways_table(ways: &[concurrent::Way]) -> comfy_table::Table {
+    let mut table = plain(
         ["way", "makespan µs", "GB/s end to end"]
             .map(String::from)
             .to_vec(),
     );
-    for w in &r.ways {
-        ways.add_row(vec![
+    for w in ways {
+        table.add_row(vec![
             way_name(w),
             format!("{:.1}", w.makespan_us),
             format!("{:.1}", w.gbps),
         ]);
     }
-    for column in ways.column_iter_mut().skip(1) {
+    for column in table.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }
-    let _ = writeln!(
-        out,
-        "every flow at once, host clock from the first submission until all are seen done \
-         (median):\n{ways}"
-    );
-    let _ = writeln!(
-        out,
-        "\nfastest: {}; the picks' regret {:.1}%",
-        way_name(r.best()),
-        r.regret * 100.0
-    );
-    out
+    table
 }
 
 /// The human-readable batch plan.
-pub fn batch_text(view: &BatchView<'_>) -> String {
-    let plan = view.plan;
-    let mut out = super::opening(view.source);
+pub fn batch_text(doc: &PlanBatchDocument) -> String {
+    let source = &doc.header.source;
+    let mut out = super::opening(source);
     let _ = writeln!(
         out,
-        "GPU {} → GPU {}, {} messages of {} ({})\ncosts: {}\n",
-        plan.src,
-        plan.dst,
-        view.count,
-        format_bytes(view.size),
-        view.source,
-        view.model
+        "GPU {} → GPU {}, {} messages of {} ({source})\ncosts: {}\n",
+        doc.src,
+        doc.dst,
+        doc.messages,
+        format_bytes(doc.message_bytes),
+        doc.model
     );
     let mut table = plain(vec!["batch strategy".into(), "predicted µs".into()]);
     table.add_row(vec![
-        format!("{} (pick)", plan.strategy.name()),
-        format!("{:.1}", plan.predicted_us),
+        format!("{} (pick)", doc.strategy.name()),
+        format!("{:.1}", doc.predicted_us),
     ]);
-    for (s, us) in &plan.alternatives {
-        table.add_row(vec![s.name().to_string(), format!("{us:.1}")]);
+    for p in &doc.alternatives {
+        table.add_row(vec![
+            p.strategy.name().to_string(),
+            format!("{:.1}", p.predicted_us),
+        ]);
     }
     let _ = writeln!(out, "{table}");
-    if let Some(r) = view.proof {
-        let _ = writeln!(
-            out,
-            "\nmeasured: host clock per message, call to completion seen, median; every byte \
-             verified"
-        );
-        let mut table = plain(vec![
-            "way".into(),
-            "µs per message".into(),
-            "prepared once, µs".into(),
-        ]);
-        for t in std::iter::once(&r.plain)
-            .chain(std::iter::once(&r.one_call))
-            .chain(&r.prepared)
-        {
-            table.add_row(vec![
-                t.name.clone(),
-                format!("{:.4}", t.per_message_us),
-                format!("{:.1}", t.prepare_us),
-            ]);
-        }
-        let _ = writeln!(out, "{table}");
-        let _ = writeln!(
-            out,
-            "the engine in one call ({}) is {:.0}× faster per message than plain copies",
-            r.pick.name(),
-            r.speedup()
-        );
+    if let Some(proof) = &doc.proof {
+        batch_proof_lines(&mut out, proof);
     }
     out
 }
 
-/// The human-readable report.
-pub fn text(view: &PlanView<'_>) -> String {
-    let plan = view.plan;
-    let mut out = super::opening(view.source);
+/// Every way of moving the batch, measured, and the engine against plain copies.
+fn batch_proof_lines(out: &mut String, proof: &BatchProof) {
     let _ = writeln!(
         out,
-        "GPU {} → GPU {}, {} ({})",
-        plan.src,
-        plan.dst,
-        format_bytes(plan.bytes),
-        view.source
+        "\nmeasured: host clock per message, call to completion seen, median; every byte \
+         verified"
     );
-    let _ = writeln!(out, "costs: {}", view.model);
-    if let Some(network) = &view.network {
+    let mut table = plain(vec![
+        "way".into(),
+        "µs per message".into(),
+        "prepared once, µs".into(),
+    ]);
+    for t in [&proof.plain_copies, &proof.engine_one_call]
+        .into_iter()
+        .chain(&proof.prepared)
+    {
+        table.add_row(vec![
+            t.name.clone(),
+            format!("{:.4}", t.per_message_us),
+            format!("{:.1}", t.prepare_us),
+        ]);
+    }
+    let _ = writeln!(out, "{table}");
+    let _ = writeln!(
+        out,
+        "the engine in one call ({}) is {:.0}× faster per message than plain copies",
+        proof.pick.name(),
+        proof.speedup_over_plain
+    );
+}
+
+/// The human-readable report.
+pub fn text(doc: &PlanDocument) -> String {
+    let source = &doc.header.source;
+    let mut out = super::opening(source);
+    let _ = writeln!(
+        out,
+        "GPU {} → GPU {}, {} ({source})",
+        doc.src,
+        doc.dst,
+        format_bytes(doc.bytes)
+    );
+    let _ = writeln!(out, "costs: {}", doc.model);
+    if let Some(network) = &doc.network {
         let _ = writeln!(out, "network: {network}");
     }
     out.push('\n');
-    let chunks = if plan.chunk_bytes < plan.bytes {
-        format!(", in chunks of {}", format_bytes(plan.chunk_bytes))
+    out.push_str(&pick_lines(doc));
+    let _ = writeln!(out, "\n{}", strategies_table(doc));
+    for u in &doc.unusable {
+        let _ = writeln!(out, "not usable: {} — {}", u.strategy, u.reason);
+    }
+    if let Some(proof) = &doc.proof {
+        if let Some(split) = measured(proof, Strategy::Split) {
+            route_lines(&mut out, split);
+        }
+        proof_lines(&mut out, source, proof);
+    }
+    out
+}
+
+/// The pick, its prediction, the routes it takes, and how they are priced beside each other.
+fn pick_lines(doc: &PlanDocument) -> String {
+    let chunks = if doc.chunk_bytes < doc.bytes {
+        format!(", in chunks of {}", format_bytes(doc.chunk_bytes))
     } else {
         String::new()
     };
-    let _ = writeln!(
-        out,
-        "pick: {} — predicted {:.1} µs ({:.1} GB/s){chunks}",
-        plan.strategy,
-        plan.predicted_us,
-        gbps(plan.bytes, plan.predicted_us)
+    let mut out = format!(
+        "pick: {} — predicted {:.1} µs ({:.1} GB/s){chunks}\n",
+        doc.strategy, doc.predicted_us, doc.predicted_gbps
     );
-    for p in &plan.paths {
+    for p in &doc.paths {
         let _ = writeln!(
             out,
             "  {:<26} {:>12}  {:>10.1} µs",
-            p.route.to_string(),
+            Route::from(p.route).to_string(),
             format_bytes(p.bytes),
             p.predicted_us
         );
     }
-    if let Some(pricing) = view.pricing() {
+    if let Some(pricing) = &doc.host_route_beside_direct {
         let _ = writeln!(out, "  the host route beside the direct copy: {pricing}");
     }
-    let point = view.proof.and_then(|r| r.points.first());
+    out
+}
+
+/// Every strategy's prediction, the pick first, and after `--prove` what each measured.
+fn strategies_table(doc: &PlanDocument) -> comfy_table::Table {
     let mut header = vec![
         "strategy".to_string(),
         "predicted µs".to_string(),
         "GB/s".to_string(),
     ];
-    if point.is_some() {
+    if doc.proof.is_some() {
         header.push("measured µs".to_string());
     }
     let mut table = plain(header);
-    let rows = std::iter::once((plan.strategy, plan.predicted_us)).chain(plan.alternatives.clone());
-    for (strategy, us) in rows {
-        let mark = if strategy == plan.strategy {
+    let pick = Predicted {
+        strategy: doc.strategy,
+        predicted_us: doc.predicted_us,
+    };
+    for p in std::iter::once(&pick).chain(&doc.alternatives) {
+        let mark = if p.strategy == doc.strategy {
             " (pick)"
         } else {
             ""
         };
         let mut row = vec![
-            format!("{strategy}{mark}"),
-            format!("{us:.1}"),
-            format!("{:.1}", gbps(plan.bytes, us)),
+            format!("{}{mark}", p.strategy),
+            format!("{:.1}", p.predicted_us),
+            format!("{:.1}", gbps(doc.bytes, p.predicted_us)),
         ];
-        if let Some(point) = point {
+        if let Some(proof) = &doc.proof {
             row.push(
-                point
-                    .timing(strategy)
-                    .map_or_else(|| "—".to_string(), |t| format!("{:.1}", t.measured_us)),
+                measured(proof, p.strategy)
+                    .map_or_else(|| "—".to_string(), |m| format!("{:.1}", m.measured_us)),
             );
         }
         table.add_row(row);
@@ -314,23 +385,13 @@ pub fn text(view: &PlanView<'_>) -> String {
     for column in table.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }
-    let _ = writeln!(out, "\n{table}");
-    for (strategy, why) in view.unusable {
-        let _ = writeln!(out, "not usable: {strategy} — {why}");
-    }
-    if let Some(split) = point.and_then(|p| p.timing(Strategy::Split)) {
-        route_lines(&mut out, split);
-    }
-    if let Some(point) = point {
-        proof_lines(&mut out, view.source, point);
-    }
-    out
+    table
 }
 
 /// When each route of the measured split ended against its prediction, and whether they ended
 /// together.
-fn route_lines(out: &mut String, split: &StrategyTiming) {
-    let Some(spread) = split.route_spread() else {
+fn route_lines(out: &mut String, split: &MeasuredStrategy) {
+    let Some(spread) = split.route_spread else {
         return;
     };
     let _ = writeln!(
@@ -341,15 +402,15 @@ fn route_lines(out: &mut String, split: &StrategyTiming) {
         let _ = writeln!(
             out,
             "  {:<26} {:>12}  predicted {:>10.1} µs  ended {:>10.1} µs",
-            r.route.to_string(),
+            Route::from(r.route).to_string(),
             format_bytes(r.bytes),
             r.predicted_us,
-            r.measured_us
+            r.measured_end_us
         );
     }
     let has = |route| split.routes.iter().any(|r| r.route == route);
     let verdict = if spread > BALANCE_TOLERANCE {
-        let tune = if has(Route::Host) && has(Route::Direct(CopyMethod::CopyEngine)) {
+        let tune = if has(RouteName::Host) && has(RouteName::DirectCe) {
             "; `peerlink tune` measures how the host route runs beside the direct copy, and a \
              profile from it divides the bytes by that"
         } else {
@@ -367,7 +428,7 @@ fn route_lines(out: &mut String, split: &StrategyTiming) {
 
 /// A plan's tables: every strategy's prediction (the pick first) with, after `--prove`, its
 /// measured time; the routes of the pick; the strategies the pair cannot use.
-pub fn tables(doc: &PlanDocument) -> Vec<Records> {
+fn tables(doc: &PlanDocument) -> Vec<Records> {
     let pick = Predicted {
         strategy: doc.strategy,
         predicted_us: doc.predicted_us,
@@ -399,7 +460,7 @@ pub fn tables(doc: &PlanDocument) -> Vec<Records> {
 }
 
 /// The engine benchmark as one long table: a row per size and strategy.
-pub fn sweep_tables(doc: &PlanSweepDocument) -> Vec<Records> {
+fn sweep_tables(doc: &PlanSweepDocument) -> Vec<Records> {
     let rows: Vec<Value> = doc
         .points
         .iter()
@@ -426,7 +487,7 @@ pub fn sweep_tables(doc: &PlanSweepDocument) -> Vec<Records> {
 
 /// A batch plan's tables: every batch strategy's prediction, and after `--prove` every way
 /// measured.
-pub fn batch_tables(doc: &PlanBatchDocument) -> Vec<Records> {
+fn batch_tables(doc: &PlanBatchDocument) -> Vec<Records> {
     let pick = Predicted {
         strategy: doc.strategy,
         predicted_us: doc.predicted_us,
@@ -455,22 +516,27 @@ pub fn batch_tables(doc: &PlanBatchDocument) -> Vec<Records> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::document::plan::tests::split_plan;
+    use crate::bench::proof::document::tests::{host, split_plan};
+    use crate::bench::proof::document::PlanView;
+    use crate::engine::Strategy;
 
     #[test]
     fn text_says_simulated_and_lists_every_strategy() {
         let p = split_plan();
         let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
-        let text = text(&PlanView {
-            source: &Source::Sim("dgx1-v100".into()),
-            model: "defaults",
-            plan: &p,
-            unusable: &unusable,
-            proof: None,
-            network: None,
-            host_pricing: None,
-            direct_pricing: None,
-        });
+        let doc = PlanDocument::new(
+            &host(),
+            &PlanView {
+                model: "defaults",
+                plan: &p,
+                unusable: &unusable,
+                proof: None,
+                network: None,
+                host_pricing: None,
+                direct_pricing: None,
+            },
+        );
+        let text = text(&doc);
         assert!(text.starts_with("*** SIMULATED"), "{text}");
         assert!(text.contains("pick: split"), "{text}");
         assert!(text.contains("via GPU 1"), "{text}");

@@ -1,61 +1,81 @@
 //! `peerlink topo`: the topology as `nvidia-smi topo -m`-style matrices.
 
+use super::export::{Records, Tables};
 use super::table::{matrix, plain};
+use crate::document::topo::TopoDocument;
 use crate::topology::nccl_view::NcclView;
 use crate::topology::network::{FabricKind, Network};
-use crate::topology::{runs_text, warnings, Link, Topology};
+use crate::topology::{runs_text, Device, Link, Pair, Warning};
 use comfy_table::CellAlignment;
 use std::fmt::Write;
 
-/// The human-readable report.
-pub fn text(topo: &Topology, selected: &[usize]) -> String {
-    let topo = topo.restricted_to(selected);
-    let mut out = super::opening(&topo.source);
+impl Tables for TopoDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![
+            Records::of("devices", &self.devices),
+            Records::of("pairs", &self.pairs),
+            Records::of("warnings", &self.warnings),
+        ]
+    }
+}
+
+/// The human-readable report, NCCL's view beside it where the document holds one.
+pub fn text(doc: &TopoDocument) -> String {
+    let mut out = super::opening(&doc.header.source);
     let _ = writeln!(
         out,
         "{} GPU{} ({}{})\n",
-        topo.devices.len(),
-        if topo.devices.len() == 1 { "" } else { "s" },
-        topo.source,
-        topo.driver_version
+        doc.devices.len(),
+        if doc.devices.len() == 1 { "" } else { "s" },
+        doc.header.source,
+        doc.header
+            .driver_version
             .as_deref()
             .map(|v| format!(", driver {v}"))
             .unwrap_or_default()
     );
-    let _ = writeln!(out, "{}\n", devices_table(&topo));
+    let _ = writeln!(out, "{}\n", devices_table(&doc.devices));
+    out.push_str(&matrices(doc));
+    if let Some(net) = &doc.network {
+        out.push_str(&network_text(net));
+    }
+    let _ = writeln!(out, "{}", legend(&doc.pairs));
+    out.push_str(&warnings_text(&doc.warnings));
+    if let Some(view) = &doc.nccl {
+        out.push_str(&nccl_text(view));
+    }
+    out
+}
 
-    let indices: Vec<usize> = topo.devices.iter().map(|d| d.index).collect();
+/// The link and P2P matrices, row → column.
+fn matrices(doc: &TopoDocument) -> String {
+    let indices: Vec<usize> = doc.devices.iter().map(|d| d.index).collect();
     let links = matrix(&indices, false, |s, d| {
-        topo.pair(s, d)
+        doc.pair(s, d)
             .map_or_else(|| "?".to_string(), |p| p.link.to_string())
     });
-    let _ = writeln!(out, "Links\n{links}\n");
-
-    let p2p = matrix(&indices, false, |s, d| match topo.pair(s, d) {
+    let p2p = matrix(&indices, false, |s, d| match doc.pair(s, d) {
         Some(p) if p.p2p => format!("OK/{}{}", p.perf_rank, if p.atomics { "/A" } else { "" }),
         Some(p) if p.link.crosses_hosts() => "-".to_string(),
         Some(_) => "NS".to_string(),
         None => "?".to_string(),
     });
-    let _ = writeln!(out, "P2P access (row → column)\n{p2p}\n");
-    if let Some(net) = &topo.network {
-        out.push_str(&network_text(net));
-    }
-    let _ = writeln!(out, "{}", legend(&topo));
+    format!("Links\n{links}\n\nP2P access (row → column)\n{p2p}\n\n")
+}
 
-    let found = warnings(&topo);
+/// What is wrong, or that nothing is.
+fn warnings_text(found: &[Warning]) -> String {
     if found.is_empty() {
-        let _ = writeln!(out, "No problems found.");
-    } else {
-        let _ = writeln!(out, "Warnings:");
-        for w in found {
-            let _ = writeln!(out, "  [{}] {}", w.code, w.message);
-        }
+        return "No problems found.\n".to_string();
+    }
+    let mut out = String::from("Warnings:\n");
+    for w in found {
+        let _ = writeln!(out, "  [{}] {}", w.code, w.message);
     }
     out
 }
 
-fn devices_table(topo: &Topology) -> comfy_table::Table {
+fn devices_table(devices: &[Device]) -> comfy_table::Table {
     let header = [
         "GPU",
         "Name",
@@ -69,7 +89,7 @@ fn devices_table(topo: &Topology) -> comfy_table::Table {
         "UUID",
     ];
     let mut table = plain(header.iter().map(|h| h.to_string()).collect());
-    for d in &topo.devices {
+    for d in devices {
         let numa = match d.numa_node {
             Some(n) => format!("{n} ({})", d.numa_source),
             None => "N/A".to_string(),
@@ -94,19 +114,7 @@ fn devices_table(topo: &Topology) -> comfy_table::Table {
 fn network_text(net: &Network) -> String {
     let mut out = String::new();
     if net.hosts.len() > 1 {
-        let hosts: Vec<String> = net
-            .hosts
-            .iter()
-            .map(|h| {
-                format!(
-                    "{} (GPUs {}, NICs {})",
-                    h.name,
-                    list(&h.gpus),
-                    list(&h.nics)
-                )
-            })
-            .collect();
-        let _ = writeln!(out, "Hosts: {}\n", hosts.join("; "));
+        let _ = writeln!(out, "Hosts: {}\n", hosts_line(net));
     }
     if net.nics.is_empty() {
         let _ = writeln!(
@@ -116,6 +124,37 @@ fn network_text(net: &Network) -> String {
         );
         return out;
     }
+    let _ = writeln!(out, "RDMA NICs ({})\n{}\n", net.source, nics_table(net));
+    let _ = writeln!(
+        out,
+        "GPU ↔ NIC (- : another host's NIC)\n{}\n",
+        gpu_nic_table(net)
+    );
+    let _ = writeln!(out, "{}\n", nearest_table(net));
+    out.push_str(&gpudirect_lines(net));
+    out.push('\n');
+    out
+}
+
+/// Each host with its GPUs and NICs.
+fn hosts_line(net: &Network) -> String {
+    let hosts: Vec<String> = net
+        .hosts
+        .iter()
+        .map(|h| {
+            format!(
+                "{} (GPUs {}, NICs {})",
+                h.name,
+                list(&h.gpus),
+                list(&h.nics)
+            )
+        })
+        .collect();
+    hosts.join("; ")
+}
+
+/// A row per RDMA NIC: where it sits and what its port says.
+fn nics_table(net: &Network) -> comfy_table::Table {
     let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let mut nics = plain(
         [
@@ -153,8 +192,11 @@ fn network_text(net: &Network) -> String {
             shown(&nic.rail.map(|r| r.to_string())),
         ]);
     }
-    let _ = writeln!(out, "RDMA NICs ({})\n{nics}\n", net.source);
+    nics
+}
 
+/// The path class from every GPU to every NIC.
+fn gpu_nic_table(net: &Network) -> comfy_table::Table {
     let gpus: Vec<usize> = net.hosts.iter().flat_map(|h| h.gpus.clone()).collect();
     let mut header = vec![String::new()];
     header.extend(net.nics.iter().map(|n| format!("NIC{}", n.index)));
@@ -172,8 +214,11 @@ fn network_text(net: &Network) -> String {
     for column in paths.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }
-    let _ = writeln!(out, "GPU ↔ NIC (- : another host's NIC)\n{paths}\n");
+    paths
+}
 
+/// Each GPU's nearest NICs, and whether GPUDirect RDMA through them pays.
+fn nearest_table(net: &Network) -> comfy_table::Table {
     let mut nearest = plain(
         ["GPU", "Nearest NIC", "Path", "GPUDirect RDMA worth it"]
             .map(String::from)
@@ -197,13 +242,17 @@ fn network_text(net: &Network) -> String {
             },
         ]);
     }
-    let _ = writeln!(out, "{nearest}\n");
+    nearest
+}
+
+/// Whether GPUDirect RDMA is available, and the network's shape where known.
+fn gpudirect_lines(net: &Network) -> String {
     let available = match net.gpudirect.available {
         Some(true) => "available",
         Some(false) => "unavailable",
         None => "unknown",
     };
-    let _ = writeln!(out, "GPUDirect RDMA: {available} ({})", net.gpudirect.how);
+    let mut out = format!("GPUDirect RDMA: {available} ({})\n", net.gpudirect.how);
     if let Some(f) = &net.fabric {
         let shape = match f.kind {
             FabricKind::Rail => format!(
@@ -215,12 +264,11 @@ fn network_text(net: &Network) -> String {
         };
         let _ = writeln!(out, "Network: {shape}");
     }
-    out.push('\n');
     out
 }
 
 /// NCCL's view of the GPU ↔ NIC paths beside peerlink's, and where they differ.
-pub fn nccl_text(view: &NcclView) -> String {
+fn nccl_text(view: &NcclView) -> String {
     let mut out = format!("\nNCCL's view ({})\n", view.source);
     let mut header = vec![String::new()];
     header.extend(view.nics.iter().map(|n| n.name.clone()));
@@ -271,8 +319,8 @@ fn list(indices: &[usize]) -> String {
 }
 
 /// Explains the link classes that appear, and the P2P cell format.
-fn legend(topo: &Topology) -> String {
-    let mut seen: Vec<Link> = topo.pairs.iter().map(|p| p.link).collect();
+fn legend(pairs: &[Pair]) -> String {
+    let mut seen: Vec<Link> = pairs.iter().map(|p| p.link).collect();
     seen.sort();
     seen.dedup();
     let mut out = String::from("Legend:\n  X    = self\n");
@@ -300,10 +348,11 @@ mod tests {
     use super::*;
     use crate::topology::nics::test_support::FakeSysfs;
     use crate::topology::test_support::three_gpus;
+    use crate::topology::Topology;
 
     #[test]
     fn text_shows_matrix_legend_banner_and_warnings() {
-        let text = text(&three_gpus(), &[0, 1, 2]);
+        let text = text(&TopoDocument::new(&three_gpus(), &[0, 1, 2]));
         assert!(text.starts_with("*** SIMULATED host `test`"), "{text}");
         let links_row = text
             .lines()
@@ -353,7 +402,7 @@ mod tests {
 
     #[test]
     fn a_host_without_rdma_nics_says_so_plainly() {
-        let text = text(&on_fake_host(&[]), &[0, 1, 2]);
+        let text = text(&TopoDocument::new(&on_fake_host(&[]), &[0, 1, 2]));
         assert!(text.contains("no RDMA NIC found"), "{text}");
         assert!(!text.contains("Hosts:"), "one host needs no list: {text}");
         let doc = serde_json::to_value(crate::document::topo::TopoDocument::new(
@@ -372,7 +421,7 @@ mod tests {
             "pci0000:00/0000:00:01.0/0000:17:00.0/0000:18:02.0/0000:1b:00.0",
             0,
         )]);
-        let text = text(&topo, &[0, 1, 2]);
+        let text = text(&TopoDocument::new(&topo, &[0, 1, 2]));
         assert!(text.contains("RDMA NICs (sysfs)"), "{text}");
         assert!(
             text.contains("mlx5_0") && text.contains("200 Gb/s"),
@@ -406,6 +455,6 @@ mod tests {
     fn real_host_has_no_banner() {
         let mut t = three_gpus();
         t.source = crate::topology::Source::Cuda;
-        assert!(!text(&t, &[0, 1, 2]).contains("SIMULATED"));
+        assert!(!text(&TopoDocument::new(&t, &[0, 1, 2])).contains("SIMULATED"));
     }
 }

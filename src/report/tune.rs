@@ -1,16 +1,28 @@
 //! `peerlink tune` as text: the fitted cost of every hop, the issue costs, and what was not
 //! measured.
 
+use super::export::{Records, Tables};
 use super::table::{matrix, plain};
+use crate::bench::proof::document::RouteName;
 use crate::bench::tune::beside::{
     BothWaysFit, Fit, Fitted, SplitFit, SplitRun, FIXED_CHUNK_US, REFIT_TOLERANCE,
 };
-use crate::bench::tune::{HopSweep, Measurements, SMALL_BYTES};
-use crate::document::plan::RouteName;
-use crate::model::{DirectPace, Hop};
+use crate::bench::tune::{HopSweep, Latencies, Measurements, SMALL_BYTES};
+use crate::model::{DirectPace, Hop, Profile};
 use crate::units::format_bytes;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
+
+impl Tables for Profile {
+    fn tables(&self) -> Vec<Records> {
+        vec![
+            Records::of("hops", &self.hops),
+            Records::of("lone", &self.lone),
+            Records::of("beside_direct", &self.beside_direct),
+            Records::of("issue", &Vec::from_iter(&self.issue)),
+        ]
+    }
+}
 
 /// `β (α)` of a hop: GB/s and µs; `-` where the hop was not swept, `no fit` where it could not be
 /// fitted.
@@ -36,27 +48,59 @@ pub fn text(m: &Measurements) -> String {
             .join(", "),
         m.measured_on
     );
-    let peer = |h: Hop| matches!(h, Hop::PeerCe { .. } | Hop::PeerSm { .. });
-    if m.hops.iter().any(|h| peer(h.hop)) {
-        for (title, hop) in [
-            (
-                "Copy engine write, row → column",
-                (|src, dst| Hop::PeerCe { src, dst }) as fn(usize, usize) -> Hop,
-            ),
-            ("SM kernel write, row → column", |src, dst| Hop::PeerSm {
-                src,
-                dst,
-            }),
-            (
-                "Resident worker write (host clock, back-to-back submissions), row → column",
-                |src, dst| Hop::Resident { src, dst },
-            ),
-        ] {
-            let table = matrix(&m.devices, false, |src, dst| cell(m, hop(src, dst)));
-            let _ = writeln!(out, "{title}\n{table}\n");
-        }
+    out.push_str(&peer_matrices(m));
+    let _ = writeln!(
+        out,
+        "Within each GPU and to or from pinned host memory\n{}\n",
+        local_and_host_table(m)
+    );
+    out.push_str(&issue_lines(m));
+    out.push_str(&lone_matrices(m));
+    if let Some(l) = &m.latencies {
+        out.push_str(&latency_lines(l));
     }
+    for fit in &m.splits {
+        split_lines(&mut out, fit);
+    }
+    if let Some(fit) = &m.both_ways {
+        both_ways_lines(&mut out, fit);
+    }
+    let _ = writeln!(out, "\nNotes:");
+    for note in &m.notes {
+        let _ = writeln!(out, "  - {note}");
+    }
+    out
+}
 
+/// A matrix per kind of peer write, where any peer hop was swept.
+fn peer_matrices(m: &Measurements) -> String {
+    let mut out = String::new();
+    let peer = |h: Hop| matches!(h, Hop::PeerCe { .. } | Hop::PeerSm { .. });
+    if !m.hops.iter().any(|h| peer(h.hop)) {
+        return out;
+    }
+    for (title, hop) in [
+        (
+            "Copy engine write, row → column",
+            (|src, dst| Hop::PeerCe { src, dst }) as fn(usize, usize) -> Hop,
+        ),
+        ("SM kernel write, row → column", |src, dst| Hop::PeerSm {
+            src,
+            dst,
+        }),
+        (
+            "Resident worker write (host clock, back-to-back submissions), row → column",
+            |src, dst| Hop::Resident { src, dst },
+        ),
+    ] {
+        let table = matrix(&m.devices, false, |src, dst| cell(m, hop(src, dst)));
+        let _ = writeln!(out, "{title}\n{table}\n");
+    }
+    out
+}
+
+/// A row per GPU: its local copy, and to and from each NUMA node's pinned host memory.
+fn local_and_host_table(m: &Measurements) -> comfy_table::Table {
     let mut nodes: Vec<Option<i32>> = m
         .hops
         .iter()
@@ -85,87 +129,82 @@ pub fn text(m: &Measurements) -> String {
     for column in table.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }
-    let _ = writeln!(
-        out,
-        "Within each GPU and to or from pinned host memory\n{table}\n"
-    );
+    table
+}
 
+/// The CPU's cost of queuing work, and the GPU's per graph node and per batched message.
+fn issue_lines(m: &Measurements) -> String {
     let i = &m.issue;
-    let _ = writeln!(
-        out,
+    format!(
         "CPU time to queue (host clock): copy {:.2} µs, kernel {:.2} µs, event {:.2} µs, graph \
-         launch {:.2} µs",
-        i.copy_us, i.kernel_us, i.event_us, i.graph_us
-    );
+         launch {:.2} µs\nGPU time: {:.3} µs per node of a replayed graph, {:.4} µs per message \
+         of a batched copy kernel\n",
+        i.copy_us, i.kernel_us, i.event_us, i.graph_us, m.graph_node_us, m.batch_message_us
+    )
+}
+
+/// Lone small transfers, row → column: by copy engine and SM kernel, then by resident worker.
+fn lone_matrices(m: &Measurements) -> String {
+    let mut out = String::new();
+    if m.lone.is_empty() {
+        return out;
+    }
+    let lone = |hop: Hop| {
+        m.lone
+            .iter()
+            .find(|l| l.hop == hop)
+            .map_or("-".into(), |l| format!("{:.2}", l.lone_us))
+    };
+    let table = matrix(&m.devices, true, |src, dst| {
+        format!(
+            "{} / {}",
+            lone(Hop::PeerCe { src, dst }),
+            lone(Hop::PeerSm { src, dst })
+        )
+    });
     let _ = writeln!(
         out,
-        "GPU time: {:.3} µs per node of a replayed graph, {:.4} µs per message of a batched copy \
-         kernel",
-        m.graph_node_us, m.batch_message_us
+        "One lone {SMALL_BYTES} B copy, row → column, from before it is queued to its end: copy \
+         engine / SM kernel, GPU µs\n{table}\n"
     );
-    if !m.lone.is_empty() {
-        let lone = |hop: Hop| {
-            m.lone
-                .iter()
-                .find(|l| l.hop == hop)
-                .map_or("-".into(), |l| format!("{:.2}", l.lone_us))
-        };
-        let table = matrix(&m.devices, true, |src, dst| {
-            format!(
-                "{} / {}",
-                lone(Hop::PeerCe { src, dst }),
-                lone(Hop::PeerSm { src, dst })
-            )
-        });
-        let _ = writeln!(
-            out,
-            "One lone {SMALL_BYTES} B copy, row → column, from before it is queued to its end: copy \
-             engine / SM kernel, GPU µs\n{table}\n"
-        );
-        let table = matrix(&m.devices, true, |src, dst| {
-            lone(Hop::Resident { src, dst })
-        });
-        let _ = writeln!(
-            out,
-            "One lone {SMALL_BYTES} B transfer through a resident worker, row → column, from the \
-             call until the host sees it complete, host µs\n{table}\n"
-        );
-    }
-    if let Some(l) = &m.latencies {
-        for (what, pair) in [
-            ("GPU", Some(l.local)),
-            ("NVLink", l.nvlink),
-            ("PCIe", l.pcie),
-        ] {
-            if let Some(p) = pair {
-                let _ = writeln!(
-                    out,
-                    "{what} latency (GPU {} → GPU {}): dependent load {:.0} ns (caches flushed), \
-                     {:.0} ns (chain resident), one-way signal {:.2} µs, a back-to-back \
-                     {SMALL_BYTES} B copy {:.2} µs",
-                    p.src, p.dst, p.load_ns, p.resident_load_ns, p.signal_us, p.copy_us
-                );
-            }
+    let table = matrix(&m.devices, true, |src, dst| {
+        lone(Hop::Resident { src, dst })
+    });
+    let _ = writeln!(
+        out,
+        "One lone {SMALL_BYTES} B transfer through a resident worker, row → column, from the \
+         call until the host sees it complete, host µs\n{table}\n"
+    );
+    out
+}
+
+/// The latencies measured for a simulator preset: within a GPU, over NVLink and over PCIe, and
+/// a local copy's plateau.
+fn latency_lines(l: &Latencies) -> String {
+    let mut out = String::new();
+    for (what, pair) in [
+        ("GPU", Some(l.local)),
+        ("NVLink", l.nvlink),
+        ("PCIe", l.pcie),
+    ] {
+        if let Some(p) = pair {
+            let _ = writeln!(
+                out,
+                "{what} latency (GPU {} → GPU {}): dependent load {:.0} ns (caches flushed), \
+                 {:.0} ns (chain resident), one-way signal {:.2} µs, a back-to-back \
+                 {SMALL_BYTES} B copy {:.2} µs",
+                p.src, p.dst, p.load_ns, p.resident_load_ns, p.signal_us, p.copy_us
+            );
         }
-        let p = l.local_plateau;
-        let _ = writeln!(
-            out,
-            "Local copies of {} on GPU {}: {:.0} GB/s",
-            crate::units::format_bytes(p.bytes),
-            p.device,
-            crate::units::gbps(p.bytes, p.median_us)
-        );
     }
-    for fit in &m.splits {
-        split_lines(&mut out, fit);
-    }
-    if let Some(fit) = &m.both_ways {
-        both_ways_lines(&mut out, fit);
-    }
-    let _ = writeln!(out, "\nNotes:");
-    for note in &m.notes {
-        let _ = writeln!(out, "  - {note}");
-    }
+    let p = l.local_plateau;
+    let _ = writeln!(
+        out,
+        "Local copies of {} on GPU {}: {:.0} GB/s",
+        format_bytes(p.bytes),
+        p.device,
+        crate::units::gbps(p.bytes, p.median_us)
+    );
     out
 }
 

@@ -1,12 +1,19 @@
 //! `peerlink workload` as text: one table per variant (send-recv's directions, halo's
 //! decompositions), a row per size and contender. The notices go to stderr (the CLI prints them).
 
+use super::export::{Records, Tables};
 use super::table::plain;
-use crate::document::workload::WorkloadDocument;
 use crate::units::format_bytes;
+use crate::workload::document::WorkloadDocument;
 use crate::workload::{Row, Workload};
 use comfy_table::CellAlignment;
 use std::fmt::Write;
+
+impl Tables for WorkloadDocument {
+    fn tables(&self) -> Vec<Records> {
+        vec![Records::of("rows", &self.rows)]
+    }
+}
 
 /// An optional figure, or a dash.
 fn or_dash(value: Option<f64>, show: impl Fn(f64) -> String) -> String {

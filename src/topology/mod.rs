@@ -128,21 +128,23 @@ pub fn not_in_use(gpu: usize, in_use: &[usize]) -> crate::Error {
     ))
 }
 
+/// The entry of `pairs` for an ordered pair of distinct devices.
+pub fn pair_in(pairs: &[Pair], src: usize, dst: usize) -> Option<&Pair> {
+    if src == dst {
+        return None;
+    }
+    // Pairs are kept sorted, so a lookup is a binary search (a 1000-GPU host has a million
+    // pairs, and its table looks each up); a list built out of order is still searched whole.
+    match pairs.binary_search_by(|p| (p.src, p.dst).cmp(&(src, dst))) {
+        Ok(at) => Some(&pairs[at]),
+        Err(_) => pairs.iter().find(|p| p.src == src && p.dst == dst),
+    }
+}
+
 impl Topology {
     /// The entry for an ordered pair of distinct devices.
     pub fn pair(&self, src: usize, dst: usize) -> Option<&Pair> {
-        if src == dst {
-            return None;
-        }
-        // Pairs are kept sorted, so a lookup is a binary search (a 1000-GPU host has a million
-        // pairs, and its table looks each up); a list built out of order is still searched whole.
-        match self
-            .pairs
-            .binary_search_by(|p| (p.src, p.dst).cmp(&(src, dst)))
-        {
-            Ok(at) => Some(&self.pairs[at]),
-            Err(_) => self.pairs.iter().find(|p| p.src == src && p.dst == dst),
-        }
+        pair_in(&self.pairs, src, dst)
     }
 
     /// The host GPU `gpu` sits on (0 on a topology of one host).

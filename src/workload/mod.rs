@@ -19,6 +19,7 @@
 //! - [`halo`]: 1-D and 2-D domain decompositions exchanging boundary faces with every neighbour.
 
 pub mod all_reduce;
+pub mod document;
 pub mod halo;
 pub mod pipeline;
 pub mod processes;

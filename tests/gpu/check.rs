@@ -3,10 +3,10 @@
 
 use super::common::made_faster;
 use peerlink::backend::Backend;
+use peerlink::bench::document::BenchDocument;
 use peerlink::bench::result::Unit;
 use peerlink::bench::{self, progress::Silent};
 use peerlink::check::{self, Plan, CHECKED, DEFAULT_TOLERANCE_PCT};
-use peerlink::document::bench::BenchDocument;
 
 #[test]
 #[ignore = "needs a GPU"]

@@ -5,9 +5,9 @@
 
 use peerlink::backend::health::Counter;
 use peerlink::backend::Backend;
+use peerlink::doctor::document::DoctorDocument;
 use peerlink::doctor::{run, Options, Verdict, GPU_CHECKS};
-use peerlink::document::doctor::DoctorDocument;
-use peerlink::document::schemas::published;
+use peerlink::report::schemas::published;
 
 #[test]
 #[ignore = "needs a GPU"]

@@ -4,9 +4,9 @@
 //! for BENCHMARKS.md.
 
 use peerlink::backend::Backend;
+use peerlink::bench::document::{BenchDocument, ExplainDocument};
 use peerlink::bench::result::{BenchReport, Place};
 use peerlink::bench::{explain, progress, Options, Size};
-use peerlink::document::bench::{BenchDocument, ExplainDocument};
 use peerlink::report;
 
 const BANDWIDTH: [&str; 4] = [

@@ -3,6 +3,7 @@
 
 use super::open;
 use peerlink::backend::Backend;
+use peerlink::document::topo::TopoDocument;
 use peerlink::launch::nccl_topology;
 use peerlink::topology::nccl_view::NcclView;
 use peerlink::topology::pci::PciAddress;
@@ -25,7 +26,8 @@ fn the_hosts_nics_come_from_its_sysfs() {
         "{}",
         net.gpudirect.how
     );
-    let text = peerlink::report::topo::text(t, &(0..t.devices.len()).collect::<Vec<_>>());
+    let all: Vec<usize> = (0..t.devices.len()).collect();
+    let text = peerlink::report::topo::text(&TopoDocument::new(t, &all));
     if net.nics.is_empty() {
         // The lent H200s are VMs without RDMA NICs.
         assert!(text.contains("no RDMA NIC found"), "{text}");
@@ -93,7 +95,9 @@ fn nccl_topology_dump_names_every_gpu() {
     let (xml, file) = nccl_topology::run_nccl(&b, &devices).unwrap();
     assert!(xml.contains("<system"), "{xml}");
     let view = NcclView::compare(&xml, &file.display().to_string(), b.topology()).unwrap();
-    println!("{}", peerlink::report::topo::nccl_text(&view));
+    let mut doc = TopoDocument::new(b.topology(), &devices);
+    doc.nccl = Some(view.clone());
+    println!("{}", peerlink::report::topo::text(&doc));
     let mut seen: Vec<usize> = view.gpus.iter().filter_map(|g| g.index).collect();
     seen.sort_unstable();
     assert_eq!(

@@ -103,16 +103,6 @@ pub struct Report {
     pub regret: f64,
 }
 
-impl Report {
-    /// The fastest way (the picks where none beat them).
-    pub fn best(&self) -> &Way {
-        self.ways
-            .iter()
-            .min_by(|a, b| a.makespan_us.total_cmp(&b.makespan_us))
-            .expect("the picks are always a way")
-    }
-}
-
 /// Runs `pairs` at once, `bytes` each: alone, with the planner's picks, and with each strategy that
 /// every pair can use; every byte verified after each way. `progress` hears of every run.
 pub fn run(

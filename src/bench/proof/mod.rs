@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod concurrent;
+pub mod document;
 pub mod sweep;
 
 use super::footprint::Footprint;

@@ -21,9 +21,9 @@
 
 use crate::backend::{Backend, CopyMethod};
 use crate::bench::progress::Progress;
+use crate::bench::proof::document::RouteName;
 use crate::bench::proof::sweep::{median_route_ends, route_spread};
 use crate::bench::timing::{interleaved, Runs, Turn};
-use crate::document::plan::RouteName;
 use crate::engine::{Fabric, Plan, Planner, Route, RouteEnd, Strategy, Ways};
 use crate::model::profile::{HostRouteEnd, MAX_CHUNK_US, MAX_RATE_FRACTION};
 use crate::model::{defaults, CostModel, DirectPace, HostPace};

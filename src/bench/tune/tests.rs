@@ -2,10 +2,10 @@
 
 use super::*;
 use crate::backend::sim::{Preset, SimBackend};
+use crate::bench::compare::compare;
+use crate::bench::document::BenchDocument;
 use crate::bench::progress::Silent;
-use crate::document::bench::BenchDocument;
-use crate::document::compare::compare;
-use crate::document::plan::RouteName;
+use crate::bench::proof::document::RouteName;
 use crate::model::CostModel;
 use crate::topology::Link;
 use std::sync::Arc;

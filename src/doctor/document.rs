@@ -1,7 +1,7 @@
 //! `peerlink doctor --json`: the `peerlink.doctor/1` document.
 
-use super::{impl_document, Document, Header};
-use crate::doctor::{Burst, Check, Report, Verdict};
+use super::{Burst, Check, Report, Verdict};
+use crate::document::{impl_document, Document, Header};
 use crate::topology::Topology;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -37,9 +37,7 @@ pub struct Summary {
     pub ok: usize,
 }
 
-impl_document!(DoctorDocument, "peerlink.doctor/1", |doc| vec![
-    crate::report::export::Records::of("checks", &doc.checks)
-]);
+impl_document!(DoctorDocument, "peerlink.doctor/1");
 
 impl DoctorDocument {
     pub fn new(host: &Topology, report: Report) -> DoctorDocument {

@@ -1,9 +1,9 @@
 //! `peerlink bench --json` and `peerlink explain --json`: the `peerlink.bench/1` and
 //! `peerlink.explain/1` documents, the header beside what the bench found.
 
-use super::{impl_document, Document, Header};
-use crate::bench::explain::Explanation;
-use crate::bench::result::BenchReport;
+use super::explain::Explanation;
+use super::result::BenchReport;
+use crate::document::{impl_document, Document, Header};
 use crate::topology::Topology;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -17,9 +17,7 @@ pub struct BenchDocument {
     pub results: BenchReport,
 }
 
-impl_document!(BenchDocument, "peerlink.bench/1", |doc| vec![
-    crate::report::bench::figures(&doc.results)
-]);
+impl_document!(BenchDocument, "peerlink.bench/1");
 
 impl BenchDocument {
     pub fn new(host: &Topology, results: BenchReport) -> BenchDocument {
@@ -39,9 +37,7 @@ pub struct ExplainDocument {
     pub explanation: Explanation,
 }
 
-impl_document!(ExplainDocument, "peerlink.explain/1", |doc| {
-    crate::report::bench::explain_tables(&doc.explanation)
-});
+impl_document!(ExplainDocument, "peerlink.explain/1");
 
 impl ExplainDocument {
     pub fn new(host: &Topology, explanation: Explanation) -> ExplainDocument {

@@ -1,8 +1,8 @@
 //! `peerlink workload --json`: the `peerlink.workload/1` document.
 
-use super::{impl_document, Document, Header};
+use super::{Report, Row, Workload};
+use crate::document::{impl_document, Document, Header};
 use crate::topology::Topology;
-use crate::workload::{Report, Row, Workload};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -29,9 +29,7 @@ pub struct WorkloadDocument {
     pub rows: Vec<Row>,
 }
 
-impl_document!(WorkloadDocument, "peerlink.workload/1", |doc| vec![
-    crate::report::export::Records::of("rows", &doc.rows)
-]);
+impl_document!(WorkloadDocument, "peerlink.workload/1");
 
 impl WorkloadDocument {
     pub fn new(host: &Topology, report: &Report) -> WorkloadDocument {
@@ -98,7 +96,8 @@ mod tests {
         assert_eq!(row["issue"], "graphs");
         assert_eq!(row["simulated"], true);
         assert!(row.get("variant").is_none() && row.get("exposed_us").is_none());
-        let back: WorkloadDocument = super::super::read(&super::super::to_json(&doc)).unwrap();
+        let back: WorkloadDocument =
+            crate::document::read(&crate::document::to_json(&doc)).unwrap();
         assert_eq!(back, doc);
     }
 }

@@ -1,8 +1,8 @@
 //! `peerlink check --json`: the `peerlink.check/1` document, the header beside what the check
 //! found.
 
-use super::{impl_document, Document, Header};
-use crate::check::CheckReport;
+use super::CheckReport;
+use crate::document::{impl_document, Document, Header};
 use crate::topology::Topology;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -17,9 +17,7 @@ pub struct CheckDocument {
     pub report: CheckReport,
 }
 
-impl_document!(CheckDocument, "peerlink.check/1", |doc| vec![
-    crate::report::export::Records::of("figures", &doc.report.figures)
-]);
+impl_document!(CheckDocument, "peerlink.check/1");
 
 impl CheckDocument {
     pub fn new(host: &Topology, report: CheckReport) -> CheckDocument {

@@ -2,23 +2,23 @@
 //! over sizes (`peerlink.plan-sweep/1`), a batch of messages (`peerlink.plan-batch/1`) and every
 //! GPU's transfer at once (`peerlink.plan-concurrent/1`).
 //!
-//! Each `*View` gathers the in-memory results a mode reports; the text report reads the same view.
+//! Each `*View` gathers the in-memory results a mode reports, which its document is made from; the
+//! text report reads the document.
 
-use super::{impl_document, Document, Header};
+use super::batch::{BatchReport, BatchTiming};
+use super::concurrent;
+use super::sweep::{Point, Report};
 use crate::backend::CopyMethod;
-use crate::bench::proof::batch::{BatchReport, BatchTiming};
-use crate::bench::proof::concurrent;
-use crate::bench::proof::sweep::{Point, Report};
+use crate::document::{impl_document, Document, Header};
 use crate::engine::{BatchPlan, BatchStrategy, PathShare, Plan, Route, Strategy};
 use crate::model::{BesideDirect, DirectPace};
-use crate::topology::{Source, Topology};
+use crate::topology::Topology;
 use crate::units::gbps;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Everything `plan` reports for one transfer.
 pub struct PlanView<'a> {
-    pub source: &'a Source,
     /// Where the costs came from, in words.
     pub model: &'a str,
     pub plan: &'a Plan,
@@ -53,7 +53,6 @@ pub struct SweepView<'a> {
 
 /// A batch plan and, with `--prove`, its measurements.
 pub struct BatchView<'a> {
-    pub source: &'a Source,
     pub model: &'a str,
     pub count: usize,
     pub size: u64,
@@ -99,9 +98,14 @@ pub struct PlanDocument {
     /// it, how the direct copy is priced beside the host route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_route_beside_direct: Option<String>,
+    /// Between hosts: the way through the NICs, in words. The text shows it; the JSON has never
+    /// held it (its paths say the route), so it is not read back.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub network: Option<String>,
 }
 
-impl_document!(PlanDocument, "peerlink.plan/1", crate::report::plan::tables);
+impl_document!(PlanDocument, "peerlink.plan/1");
 
 /// One route of a plan and the bytes it carries.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -143,6 +147,20 @@ impl From<Route> for RouteName {
             Route::GpudirectRdma => RouteName::GpudirectRdma,
             Route::NetStaged => RouteName::NetStaged,
             Route::Resident => RouteName::Resident,
+        }
+    }
+}
+
+impl From<RouteName> for Route {
+    fn from(name: RouteName) -> Self {
+        match name {
+            RouteName::DirectCe => Route::Direct(CopyMethod::CopyEngine),
+            RouteName::DirectSm => Route::Direct(CopyMethod::SmKernel),
+            RouteName::Host => Route::Host,
+            RouteName::Relay { via } => Route::Relay(via),
+            RouteName::GpudirectRdma => Route::GpudirectRdma,
+            RouteName::NetStaged => Route::NetStaged,
+            RouteName::Resident => Route::Resident,
         }
     }
 }
@@ -297,6 +315,7 @@ impl PlanDocument {
                 .and_then(|r| r.points.first())
                 .map(|point| Proof::new(point, false)),
             host_route_beside_direct: view.pricing(),
+            network: view.network.clone(),
         }
     }
 }
@@ -324,11 +343,7 @@ pub struct PlanSweepDocument {
     pub points: Vec<SweepPoint>,
 }
 
-impl_document!(
-    PlanSweepDocument,
-    "peerlink.plan-sweep/1",
-    crate::report::plan::sweep_tables
-);
+impl_document!(PlanSweepDocument, "peerlink.plan-sweep/1");
 
 /// One size of the engine benchmark.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -381,11 +396,7 @@ pub struct PlanBatchDocument {
     pub proof: Option<BatchProof>,
 }
 
-impl_document!(
-    PlanBatchDocument,
-    "peerlink.plan-batch/1",
-    crate::report::plan::batch_tables
-);
+impl_document!(PlanBatchDocument, "peerlink.plan-batch/1");
 
 /// Every way of moving the batch, measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -451,19 +462,17 @@ pub struct PlanConcurrentDocument {
     pub regret: f64,
 }
 
-impl_document!(
-    PlanConcurrentDocument,
-    "peerlink.plan-concurrent/1",
-    |doc| {
-        use crate::report::export::Records;
-        vec![
-            Records::of("flows", &doc.flows),
-            Records::of("ways", &doc.ways),
-        ]
-    }
-);
+impl_document!(PlanConcurrentDocument, "peerlink.plan-concurrent/1");
 
 impl PlanConcurrentDocument {
+    /// The fastest way (the picks where none beat them).
+    pub fn fastest(&self) -> &concurrent::Way {
+        self.ways
+            .iter()
+            .min_by(|a, b| a.makespan_us.total_cmp(&b.makespan_us))
+            .expect("the picks are always a way")
+    }
+
     pub fn new(host: &Topology, view: &ConcurrentView<'_>) -> PlanConcurrentDocument {
         let r = view.report;
         PlanConcurrentDocument {
@@ -484,6 +493,7 @@ impl PlanConcurrentDocument {
 pub(crate) mod tests {
     use super::*;
     use crate::topology::test_support::device;
+    use crate::topology::Source;
 
     /// GPU 0 → GPU 5, 1 MiB split over a relay and host memory, with two alternatives.
     pub(crate) fn split_plan() -> Plan {
@@ -512,7 +522,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn host() -> Topology {
+    pub(crate) fn host() -> Topology {
         Topology {
             source: Source::Sim("dgx1-v100".into()),
             driver_version: None,
@@ -527,9 +537,7 @@ pub(crate) mod tests {
     #[test]
     fn a_splits_pricing_names_the_direct_copys_pace_only_where_measured() {
         let p = split_plan();
-        let source = Source::Sim("h200-pair".into());
         let view = |direct_pricing| PlanView {
-            source: &source,
             model: "profile",
             plan: &p,
             unusable: &[],
@@ -559,7 +567,6 @@ pub(crate) mod tests {
         let doc = PlanDocument::new(
             &host(),
             &PlanView {
-                source: &host().source,
                 model: "defaults",
                 plan: &p,
                 unusable: &unusable,
@@ -581,7 +588,7 @@ pub(crate) mod tests {
         assert_eq!(json["alternatives"][1]["predicted_us"], 90.0);
         assert_eq!(json["unusable"][0]["strategy"], "direct-ce");
         assert!(json.get("proof").is_none());
-        let back: PlanDocument = super::super::read(&super::super::to_json(&doc)).unwrap();
+        let back: PlanDocument = crate::document::read(&crate::document::to_json(&doc)).unwrap();
         assert_eq!(back, doc);
     }
 }

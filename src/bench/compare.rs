@@ -7,10 +7,10 @@
 //! (source, destination), a per-GPU value by its GPU, a sweep point by its test, pair and size —
 //! and reported as the second over the first.
 
-use super::bench::BenchDocument;
-use super::{impl_document, Header};
-use crate::bench::result::Unit;
-use crate::bench::stats::median;
+use super::document::BenchDocument;
+use super::result::Unit;
+use super::stats::median;
+use crate::document::{impl_document, Header};
 use crate::topology::Source;
 use crate::units::{format_bytes, LARGEST_FIGURE};
 use schemars::JsonSchema;
@@ -57,6 +57,8 @@ impl Pair {
 /// Everything paired, in the first document's order, and what only one of them has.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Comparison {
+    /// The two files as the user named them: the base, then the compared one.
+    pub files: (String, String),
     pub base_source: Source,
     /// The compared document's header: the comparison's is made from it.
     pub other: Header,
@@ -109,22 +111,20 @@ pub struct CompareDocument {
     /// With `--threshold` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<Threshold>,
+    /// The two files as the user named them (the base, then the compared one): the text says
+    /// them; the JSON has never held them, so they are not read back.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub files: (String, String),
 }
 
-impl_document!(CompareDocument, "peerlink.compare/1", |doc| {
-    use crate::report::export::Records;
-    vec![
-        Records::of("tests", &doc.tests),
-        Records::of("pairs", &doc.pairs),
-        Records::of("unmatched", &doc.unmatched),
-    ]
-});
+impl_document!(CompareDocument, "peerlink.compare/1");
 
 impl CompareDocument {
     /// The document of comparison `c`, with the figures beyond `threshold_pct` where one is given.
     pub fn new(c: &Comparison, threshold_pct: Option<f64>) -> CompareDocument {
         CompareDocument {
-            header: Header::after(<Self as super::Document>::SCHEMA, &c.other),
+            header: Header::after(<Self as crate::document::Document>::SCHEMA, &c.other),
             base_source: c.base_source.clone(),
             tests: c.summaries(),
             pairs: c.pairs.clone(),
@@ -133,6 +133,7 @@ impl CompareDocument {
                 pct,
                 beyond: c.beyond(pct).into_iter().cloned().collect(),
             }),
+            files: c.files.clone(),
         }
     }
 }
@@ -176,6 +177,7 @@ pub fn compare(
         )
         .collect();
     Comparison {
+        files: (name_base.to_string(), name_other.to_string()),
         base_source: base.header.source.clone(),
         other: other.header.clone(),
         pairs,
@@ -191,7 +193,7 @@ pub fn bench_input(text: &str, name: &str) -> crate::Result<BenchDocument> {
 
 /// The bench document in `text`, as [`bench_input`] reads it; the usage error says to give `wanted`.
 pub fn read_bench(text: &str, name: &str, wanted: &str) -> crate::Result<BenchDocument> {
-    let doc: BenchDocument = super::read(text)
+    let doc: BenchDocument = crate::document::read(text)
         .map_err(|why| crate::Error::usage(format!("{name} is {why}; give {wanted}")))?;
     check_figures(&doc).map_err(|why| {
         crate::Error::usage(format!(
