@@ -113,7 +113,7 @@ impl Size {
         if text == "plateau" {
             return Ok(Size::Plateau);
         }
-        crate::units::parse_size(text)
+        crate::units::parse::parse_size(text)
             .map(Size::Bytes)
             .map_err(|e| {
                 Error::usage(format!(
@@ -128,7 +128,7 @@ pub fn parse_rotation(text: &str) -> Result<u64> {
     if text.trim() == "0" {
         return Ok(0);
     }
-    crate::units::parse_size(text)
+    crate::units::parse::parse_size(text)
 }
 
 /// The user's choices; `None` means the default for the backend.

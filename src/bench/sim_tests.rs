@@ -74,7 +74,7 @@ fn a_sweep_rises_monotonically_toward_beta_and_the_fit_recovers_the_link() {
         &h100,
         Options {
             devices: Some(vec![0, 1]),
-            sizes: Some(crate::units::parse_sizes("4B..64MiB").unwrap()),
+            sizes: Some(crate::units::parse::parse_sizes("4B..64MiB").unwrap()),
             ..Options::default()
         },
     );

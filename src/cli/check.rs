@@ -8,7 +8,7 @@ use peerlink::check::document::CheckDocument;
 use peerlink::check::{self, Plan, DEFAULT_TOLERANCE_PCT};
 use peerlink::files;
 use peerlink::report;
-use peerlink::units::parse_percent;
+use peerlink::units::parse::parse_percent;
 
 pub fn run(global: &Global, args: &CheckArgs) -> Result<()> {
     let tolerance = match args.tolerance.as_deref() {

@@ -6,7 +6,7 @@ use peerlink::bench::compare::CompareDocument;
 use peerlink::bench::document::BenchDocument;
 use peerlink::files;
 use peerlink::report;
-use peerlink::units::parse_percent;
+use peerlink::units::parse::parse_percent;
 use std::path::Path;
 
 pub fn run(global: &Global, args: &CompareArgs) -> Result<()> {

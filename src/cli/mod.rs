@@ -24,7 +24,7 @@ use peerlink::bench::{self, explain, progress};
 use peerlink::document;
 use peerlink::report;
 use peerlink::report::export::Tables;
-use peerlink::units::{parse_size, parse_sizes};
+use peerlink::units::parse::{parse_size, parse_sizes};
 
 /// Runs one command line.
 pub fn run(cli: Cli) -> Result<()> {

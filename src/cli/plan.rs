@@ -15,7 +15,7 @@ use peerlink::bench::proof::{self, batch, sweep};
 use peerlink::engine::Fabric;
 use peerlink::model::{CostModel, Profile};
 use peerlink::report::plan as text;
-use peerlink::units::{parse_size, parse_sizes};
+use peerlink::units::parse::{parse_size, parse_sizes};
 use std::sync::Arc;
 
 /// What `plan` was asked to do.

@@ -7,7 +7,7 @@ use peerlink::backend::collective::DataType;
 use peerlink::backend::Backend;
 use peerlink::launch::Group;
 use peerlink::report;
-use peerlink::units::{parse_size, parse_sizes};
+use peerlink::units::parse::{parse_size, parse_sizes};
 use peerlink::workload::document::WorkloadDocument;
 use peerlink::workload::{self, IssueChoice, Options, Variant, Workload};
 use peerlink::Error;

@@ -1,8 +1,8 @@
-//! Byte sizes as users type them and as reports print them.
+//! Sizes and percentages as users type them.
 //!
 //! Suffixes: `B` (or none) for bytes; `K`, `M`, `G`, `T` and `KiB`, `MiB`, `GiB`, `TiB` for powers of
 //! 1024 (nccl-tests and nvbandwidth read `64M` that way); `KB`, `MB`, `GB`, `TB` for powers of 1000.
-//! Case is ignored, except that a lone `b` is still bytes. Rates are always GB/s = 1e9 bytes/s.
+//! Case is ignored, except that a lone `b` is still bytes.
 
 use crate::{Error, Result};
 
@@ -93,37 +93,6 @@ pub fn parse_sizes(text: &str) -> Result<Vec<u64>> {
     Ok(sizes)
 }
 
-/// A size for people: `4 B`, `64 KiB`, `1.5 MiB`, `1 GiB`.
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 {
-        format!("{value} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
-/// A span of time as a person reads it: `1.02 s`, `3.4 ms`, `87.0 µs`.
-pub fn format_seconds(seconds: f64) -> String {
-    if seconds >= 1.0 {
-        format!("{seconds:.2} s")
-    } else if seconds >= 1e-3 {
-        format!("{:.1} ms", seconds * 1e3)
-    } else {
-        format!("{:.1} µs", seconds * 1e6)
-    }
-}
-
-/// The largest figure a measurement can give, in GB/s or µs: no bandwidth reaches 10¹² GB/s and no
-/// time 10¹² µs (eleven days). A document or profile holding more was not written by a measurement.
-pub const LARGEST_FIGURE: f64 = 1e12;
-
 /// A percentage as users type it after `flag` (`5`, `5%`, `2.5`): finite, not negative; else a
 /// usage error that says what `flag` takes.
 pub fn parse_percent(text: &str, flag: &str) -> Result<f64> {
@@ -136,21 +105,9 @@ pub fn parse_percent(text: &str, flag: &str) -> Result<f64> {
     }
 }
 
-/// GB/s (1e9 bytes per second) for `bytes` moved in `micros` microseconds.
-pub fn gbps(bytes: u64, micros: f64) -> f64 {
-    bytes as f64 / micros / 1e3
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spans_of_time_read_in_seconds_milliseconds_or_microseconds() {
-        assert_eq!(format_seconds(1.024), "1.02 s");
-        assert_eq!(format_seconds(0.0034), "3.4 ms");
-        assert_eq!(format_seconds(87e-6), "87.0 µs");
-    }
 
     #[test]
     fn parses_binary_and_decimal_units() {
@@ -220,15 +177,5 @@ mod tests {
             assert_eq!(err.exit_code(), 2, "{bad}: {err}");
             assert!(err.to_string().starts_with("bad --tolerance"), "{err}");
         }
-    }
-
-    #[test]
-    fn formats_sizes_and_rates() {
-        assert_eq!(format_bytes(4), "4 B");
-        assert_eq!(format_bytes(64 << 20), "64 MiB");
-        assert_eq!(format_bytes(1536), "1.5 KiB");
-        assert_eq!(format_bytes(1 << 30), "1 GiB");
-        // 1 GB in 1 ms is 1000 GB/s.
-        assert!((gbps(1_000_000_000, 1_000.0) - 1_000.0).abs() < 1e-9);
     }
 }
