@@ -31,7 +31,7 @@ pub(super) const SOURCE: &str = concat!(
 /// short enough that a forgotten release costs seconds, not a hung GPU.
 pub(super) const SPIN_TIMEOUT_NS: u64 = 5_000_000_000;
 
-/// The program's entry points besides the all-reduce's ([`entry_point`]): the `extern "C"`
+/// The program's entry points besides the all-reduce's (`entry_point`): the `extern "C"`
 /// names `Kernels` loads.
 pub(super) mod entry {
     pub const COPY: &str = "copy_bytes";
