@@ -16,22 +16,24 @@
 //! operation is the slowest rank's window; rank 0 gathers them and reports. After timing, each
 //! owner poisons its destinations, the senders run once more, and each owner checks every byte in
 //! its own memory. A rank that fails says why to the others through the group (see
-//! [`crate::bench::processes`]).
+//! [`crate::launch::agree`]).
 
 use super::send_recv::{flows, EngineFlows, Flow};
 use super::{
-    all_reduce, compare, format_bytes, length, measure, row, Communicator, Contender, Counts,
-    IssueMode, Measured, Operation, Options, Report, Row, Settings, Variant, Workload,
+    all_reduce, compare, length, measure, row, Communicator, Contender, Counts, IssueMode,
+    Measured, Operation, Options, Report, Row, Settings, Variant, Workload,
 };
 use crate::backend::collective::{
     AllReduceKernel, BufferRange, CommRank, DataType, PeerOp, Rank as CollectiveRank, UniqueId,
 };
 use crate::backend::{Backend, BufferId, Owned, ShareDescriptor, SharedBuffer, StreamId};
 use crate::bench::pattern;
-use crate::bench::processes::{agreed, exchange, one_gpu_each};
 use crate::bench::progress::Progress;
+use crate::engine::all_reduce::price::{pick, Placement};
 use crate::engine::{Buffer, Fabric, GroupAllReduce};
+use crate::launch::agree::{agreed, exchange, one_gpu_each};
 use crate::launch::Group;
+use crate::units::format_bytes;
 use crate::{Error, Result};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -377,20 +379,8 @@ impl Rank<'_> {
             rows.push(measured(Contender::Peerlink, kernel.name(), &mut op)?);
         }
         let model = self.fabric.planner().model();
-        if let Some((kernel, predicted_us)) =
-            all_reduce::pick_across_processes(model, self.gpus, bytes, true)
-        {
-            let fastest = rows.iter().map(|r| r.time_us).fold(f64::INFINITY, f64::min);
-            let mut picked = rows
-                .iter()
-                .find(|r| r.algorithm == kernel.name())
-                .expect("the pick is among the kernels measured")
-                .clone();
-            picked.contender = Contender::PeerlinkPick;
-            picked.predicted_us = Some(predicted_us);
-            picked.regret = Some(picked.time_us / fastest - 1.0);
-            rows.push(picked);
-        }
+        let picked = pick(model, self.gpus, bytes, Placement::Symmetric);
+        rows.extend(all_reduce::pick_row(&rows, picked));
         if let Some(comm) = self.comm {
             let rank = [CollectiveRank {
                 stream,
