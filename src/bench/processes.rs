@@ -21,7 +21,7 @@ use super::timing::{check_ranges, measure, Given, HopSpec, Lane, Sampling};
 use super::{find_test, sampling, Defaults, Options, Size, DEFAULT_TESTS};
 use crate::backend::collective::BufferRange;
 use crate::backend::{Backend, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer};
-use crate::launch::agree::{exchange, one_gpu_each};
+use crate::launch::agree::{exchange, layout_text, one_gpu_each};
 use crate::launch::Group;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -163,12 +163,7 @@ pub fn run(
         "measured across {world} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): the rank \
          that issues the copies opens a buffer the other process exported ({}); every byte of the \
          destination checked, a write's again by its owner in its own memory",
-        run.gpus
-            .iter()
-            .enumerate()
-            .map(|(rank, gpu)| format!("rank {rank} → GPU {gpu}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        layout_text(&run.gpus),
         if backend.topology().is_simulated() {
             "on the simulator, a shared file"
         } else {

@@ -108,6 +108,15 @@ pub fn one_gpu_each(backend: &dyn Backend, group: &Group, verb: &str) -> Result<
     Ok(gpus)
 }
 
+/// Which GPU each rank runs on, as a document's note says it: "rank 0 → GPU 0, rank 1 → GPU 1".
+pub fn layout_text(gpus: &[usize]) -> String {
+    gpus.iter()
+        .enumerate()
+        .map(|(rank, gpu)| format!("rank {rank} → GPU {gpu}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

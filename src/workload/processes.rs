@@ -31,7 +31,7 @@ use crate::bench::pattern;
 use crate::bench::progress::Progress;
 use crate::engine::all_reduce::price::{pick, Placement};
 use crate::engine::{Buffer, Fabric, GroupAllReduce};
-use crate::launch::agree::{agreed, exchange, one_gpu_each};
+use crate::launch::agree::{agreed, exchange, layout_text, one_gpu_each};
 use crate::launch::Group;
 use crate::units::format_bytes;
 use crate::{Error, Result};
@@ -194,11 +194,7 @@ fn across_note(backend: &dyn Backend, workload: Workload, gpus: &[usize], nccl: 
     format!(
         "across {} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): {how}{}",
         gpus.len(),
-        gpus.iter()
-            .enumerate()
-            .map(|(rank, gpu)| format!("rank {rank} → GPU {gpu}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        layout_text(gpus),
         if nccl {
             "; NCCL through one communicator across the processes (ncclCommInitRank, the unique \
              id broadcast from rank 0)"

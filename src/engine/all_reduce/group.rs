@@ -245,7 +245,35 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
             };
             backend.copy(stream, CopyMethod::CopyEngine, &copy_in)?;
         }
-        let ranks: Vec<RankBuffers> = (0..self.gpus.len())
+        let ranks = self.rank_buffers(kernel, range, symmetric);
+        backend
+            .collectives()
+            .rank_all_reduce(kernel, dtype, me, stream, &ranks, len)?;
+        if copies > 1 {
+            let copy_out = BufferCopy {
+                src: mine,
+                src_offset: 0,
+                dst: range.buffer,
+                dst_offset: range.offset,
+                len,
+            };
+            backend.copy(stream, CopyMethod::CopyEngine, &copy_out)?;
+        }
+        Ok(())
+    }
+
+    /// Every rank's buffers for one call of `kernel` over `range` (this rank's, in symmetric
+    /// allocation `symmetric` or other memory): this rank's own range where the kernel reads or
+    /// writes it there, each rank's symmetric range for two-shot in symmetric memory, the shared
+    /// buffers otherwise.
+    fn rank_buffers(
+        &self,
+        kernel: AllReduceKernel,
+        range: BufferRange,
+        symmetric: Option<usize>,
+    ) -> Vec<RankBuffers> {
+        let me = self.rank();
+        (0..self.gpus.len())
             .map(|r| {
                 let whole = |buffer| (buffer, 0);
                 let at_offset = |buffer| (buffer, range.offset);
@@ -269,21 +297,7 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
                     flags: self.flags[r],
                 }
             })
-            .collect();
-        backend
-            .collectives()
-            .rank_all_reduce(kernel, dtype, me, stream, &ranks, len)?;
-        if copies > 1 {
-            let copy_out = BufferCopy {
-                src: mine,
-                src_offset: 0,
-                dst: range.buffer,
-                dst_offset: range.offset,
-                len,
-            };
-            backend.copy(stream, CopyMethod::CopyEngine, &copy_out)?;
-        }
-        Ok(())
+            .collect()
     }
 
     /// Which of the symmetric allocations `buffer` (this rank's) is.
