@@ -90,46 +90,15 @@ pub fn run(
         comm: comm.as_ref(),
         settings: &settings,
     };
-    let show = |step: &dyn Fn()| {
-        if me.rank == 0 {
-            step();
-        }
-    };
-    let mut rows = Vec::new();
-    if workload == Workload::AllReduce {
-        let dtype = options.dtype.unwrap_or(DataType::F32);
-        all_reduce::check_sizes(&settings.sizes, dtype)?;
-        show(&|| progress.start("all-reduce", settings.sizes.len() as u64));
-        let model = fabric.planner().model().clone();
-        let mut reduce = GroupAllReduce::join(fabric.backend().clone(), group, model)?;
-        // The engine's memory for the purpose, as a job keeps its gradients in it: no copies.
-        let buffer = reduce.alloc_symmetric(length(settings.largest())?)?;
-        for bytes in settings.sizes.iter().copied() {
-            if rank.stop_requested()? {
-                break;
-            }
-            rows.extend(rank.all_reduce_size(&mut reduce, buffer, dtype, bytes)?);
-            show(&|| progress.step());
-        }
+    let mut rows = if workload == Workload::AllReduce {
+        rank.all_reduce_sweep(options.dtype.unwrap_or(DataType::F32), progress)?
     } else {
         let variants = options
             .directions
             .as_deref()
             .unwrap_or(&[Variant::OneWay, Variant::BothWays]);
-        show(&|| progress.start("send-recv", (variants.len() * settings.sizes.len()) as u64));
-        for &variant in variants {
-            let ends = rank.open_ends(variant)?;
-            for bytes in settings.sizes.iter().copied() {
-                if rank.stop_requested()? {
-                    break;
-                }
-                rows.extend(rank.size(&ends, variant, bytes)?);
-                show(&|| progress.step());
-            }
-            ends.close(group)?;
-        }
-    }
-    show(&|| progress.finish());
+        rank.send_recv_sweep(variants, progress)?
+    };
     if me.rank != 0 {
         return Ok(None);
     }
@@ -300,6 +269,54 @@ impl Ends {
 impl Rank<'_> {
     fn me(&self) -> usize {
         self.group.identity().rank
+    }
+
+    /// Shows `step` of the progress on rank 0 alone.
+    fn show(&self, step: impl FnOnce()) {
+        if self.me() == 0 {
+            step();
+        }
+    }
+
+    /// The all-reduce's rows at every size, in symmetric memory.
+    fn all_reduce_sweep(&self, dtype: DataType, progress: &dyn Progress) -> Result<Vec<Row>> {
+        let sizes = &self.settings.sizes;
+        all_reduce::check_sizes(sizes, dtype)?;
+        self.show(|| progress.start("all-reduce", sizes.len() as u64));
+        let model = self.fabric.planner().model().clone();
+        let mut reduce = GroupAllReduce::join(self.fabric.backend().clone(), self.group, model)?;
+        // The engine's memory for the purpose, as a job keeps its gradients in it: no copies.
+        let buffer = reduce.alloc_symmetric(length(self.settings.largest())?)?;
+        let mut rows = Vec::new();
+        for bytes in sizes.iter().copied() {
+            if self.stop_requested()? {
+                break;
+            }
+            rows.extend(self.all_reduce_size(&mut reduce, buffer, dtype, bytes)?);
+            self.show(|| progress.step());
+        }
+        self.show(|| progress.finish());
+        Ok(rows)
+    }
+
+    /// send-recv's rows for every variant at every size.
+    fn send_recv_sweep(&self, variants: &[Variant], progress: &dyn Progress) -> Result<Vec<Row>> {
+        let sizes = &self.settings.sizes;
+        self.show(|| progress.start("send-recv", (variants.len() * sizes.len()) as u64));
+        let mut rows = Vec::new();
+        for &variant in variants {
+            let ends = self.open_ends(variant)?;
+            for bytes in sizes.iter().copied() {
+                if self.stop_requested()? {
+                    break;
+                }
+                rows.extend(self.size(&ends, variant, bytes)?);
+                self.show(|| progress.step());
+            }
+            ends.close(self.group)?;
+        }
+        self.show(|| progress.finish());
+        Ok(rows)
     }
 
     /// Whether any rank was asked to stop: every rank then stops at the same size (a stop request

@@ -73,7 +73,7 @@ pub struct Report {
     pub devices: Vec<usize>,
     /// Untimed operations before each window.
     pub warmup: u32,
-    /// How every row was timed, in words ([`TIMING`], or the way across processes).
+    /// How every row was timed, in words ([`super::TIMING`], or the way across processes).
     pub timing: &'static str,
     pub rows: Vec<Row>,
     /// What was left out and why (NCCL missing, pairs without P2P, graphs not available), and the

@@ -22,7 +22,8 @@ pub struct Options {
     pub dtype: Option<DataType>,
     /// send-recv: the directions (default both variants).
     pub directions: Option<Vec<Variant>>,
-    /// pipeline: the stand-in compute per step, µs (default [`super::pipeline::DEFAULT_COMPUTE_US`]).
+    /// pipeline: the stand-in compute per step, µs (default
+    /// [`super::pipeline::DEFAULT_COMPUTE_US`]).
     pub compute_us: Option<f64>,
     /// halo: the decompositions (default both).
     pub dims: Option<Vec<Variant>>,
