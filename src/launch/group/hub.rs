@@ -2,7 +2,7 @@
 //! process turned away, the welcome), then the hub its own collectives go through, beside the
 //! judge's thread.
 
-use super::judge::Judge;
+use super::judge::{Event, Judge};
 use super::{heartbeat_interval, ranks_text, secs, Failure, HELLO_WAIT, POLL};
 use crate::launch::wire::{self, Message, Op};
 use crate::launch::{Identity, Member, Rendezvous};
@@ -19,23 +19,6 @@ pub(super) struct Hub {
     thread: Option<JoinHandle<()>>,
     /// The connections, to shut them down on leaving (which ends the reader threads).
     streams: Vec<TcpStream>,
-}
-
-pub(super) enum Event {
-    /// A message from `rank`, or why its connection ended.
-    Peer {
-        rank: usize,
-        message: std::result::Result<Message, String>,
-    },
-    /// Rank 0's own part of a collective, and where to answer.
-    Local {
-        seq: u64,
-        op: Op,
-        bytes: Vec<u8>,
-        answer: Sender<std::result::Result<Vec<Vec<u8>>, String>>,
-    },
-    /// The group is dropped.
-    Leave,
 }
 
 /// A rank that connected and said hello: its connection, who it is, its Unix socket's name.

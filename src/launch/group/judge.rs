@@ -3,12 +3,29 @@
 //! silent for the timeout, a collective some ranks did not reach in time), sending the verdict to
 //! every rank.
 
-use super::hub::Event;
 use super::{closed_sentence, heartbeat_interval, ranks_text, secs, silent_sentence, Failure};
 use crate::launch::wire::{self, Message, Op};
 use std::net::TcpStream;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
+
+/// What the judge's thread hears.
+pub(super) enum Event {
+    /// A message from `rank`, or why its connection ended.
+    Peer {
+        rank: usize,
+        message: std::result::Result<Message, String>,
+    },
+    /// Rank 0's own part of a collective, and where to answer.
+    Local {
+        seq: u64,
+        op: Op,
+        bytes: Vec<u8>,
+        answer: Sender<std::result::Result<Vec<Vec<u8>>, String>>,
+    },
+    /// The group is dropped.
+    Leave,
+}
 
 /// A collective some ranks have contributed to.
 pub(super) struct Pending {
