@@ -1,6 +1,6 @@
 //! The all-reduce's cost model: each kernel's time at a size from the links' costs
-//! ([`predict`]), the kernel picked where the sum goes ([`pick`]), and the picks kept
-//! ([`Picks`]).
+//! ([`predict`]), the kernel picked where the sum goes ([`pick`]), and the picks kept (`Picks`,
+//! for the engine's calls).
 
 use crate::backend::collective::AllReduceKernel;
 use crate::model::{CostModel, Hop, Resource};
