@@ -6,20 +6,17 @@ use crate::describe::{Described, Describer, Role, TensorTypes};
 use crate::device_buffer::SymmetricBuffer;
 use crate::errors;
 use crate::{detached, Host, KeptOnDrop};
-use peerlink::backend::collective::{AllReduceKernel, BufferRange, DataType, Rank, FLAG_BYTES};
-use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
+use peerlink::backend::collective::{BufferRange, DataType};
+use peerlink::backend::{Backend, Memory, Owned, StreamId};
+use peerlink::engine::all_reduce::{LocalAllReduce, LocalRank};
 use peerlink::engine::{self, GroupAllReduce};
 use peerlink::launch;
-use peerlink::workload::all_reduce;
 use peerlink::{Error, Result};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-
-/// Kernel picks kept per list of GPUs.
-const PICKS_KEPT: usize = 4096;
 
 /// Another library's device memory, as the Python layer found it: its address, GPU and the CUDA
 /// stream its owner orders work on.
@@ -33,6 +30,8 @@ pub struct Fabric {
     fabric: KeptOnDrop<engine::Fabric>,
     state: Mutex<State>,
     tensor_types: TensorTypes,
+    /// The all-reduce over this fabric's GPUs.
+    reduce: Mutex<LocalAllReduce>,
     /// With one rank per process: this process's rank of the all-reduce across the group.
     group: Option<Mutex<GroupAllReduce>>,
 }
@@ -46,18 +45,6 @@ struct State {
     borrowed_streams: HashMap<(usize, u64), StreamId>,
     /// Streams of this fabric's own, one per GPU, for the all-reduce of host buffers.
     own_streams: HashMap<usize, StreamId>,
-    /// Flag blocks of the all-reduce kernels, by the ranks' GPUs in order.
-    flags: HashMap<Vec<usize>, Vec<BufferId>>,
-    /// The kernel the cost model picked, by the ranks' GPUs in order, the bytes and whether the
-    /// sum goes into the inputs: pricing the kernels is microseconds of CPU that every call of a
-    /// size would pay again.
-    picked: HashMap<Vec<usize>, HashMap<(usize, bool), AllReduceKernel>>,
-    /// Per GPU, the copy of a rank's input the one-shot kernel reads (it cannot reduce in place),
-    /// and its length.
-    scratch: HashMap<usize, (BufferId, usize)>,
-    /// Per GPU, the stream of the last all-reduce queued there: the next, on another stream,
-    /// waits for it (the kernels' flags and the scratch input are used one call after another).
-    last_reduce: HashMap<usize, StreamId>,
     /// The owners' streams copies and all-reduces were queued on since the last `synchronize`:
     /// they order that work, and nothing else of it is kept.
     queued_on: Vec<StreamId>,
@@ -125,65 +112,6 @@ impl Fabric {
         Ok(())
     }
 
-    /// The flag blocks of the all-reduce over `devices` (made and zeroed at first use), with peer
-    /// access enabled between every two of them.
-    fn flags(&self, devices: &[usize]) -> Result<Vec<BufferId>> {
-        if let Some(flags) = self.lock().flags.get(devices) {
-            return Ok(flags.clone());
-        }
-        let backend = self.backend();
-        for &a in devices {
-            for &b in devices {
-                backend.enable_peer_access(a, b)?;
-            }
-        }
-        let zeros = vec![0; FLAG_BYTES];
-        let flags = devices
-            .iter()
-            .map(|&d| {
-                let flag = backend.alloc(Memory::Device(d), FLAG_BYTES)?;
-                backend.write(flag, 0, &zeros)?;
-                Ok(flag)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.lock().flags.insert(devices.to_vec(), flags.clone());
-        Ok(flags)
-    }
-
-    /// The kernel the cost model picks for `bytes` over `devices`, summed into the inputs
-    /// themselves (`in_place`: a kernel that cannot first copies them aside, priced too) or into
-    /// other buffers (picked once per all three).
-    fn kernel(&self, devices: &[usize], bytes: usize, in_place: bool) -> Result<AllReduceKernel> {
-        let known = self
-            .lock()
-            .picked
-            .get(devices)
-            .and_then(|sizes| sizes.get(&(bytes, in_place)).copied());
-        if let Some(kernel) = known {
-            return Ok(kernel);
-        }
-        let model = self.fabric.planner().model();
-        let pick = if in_place {
-            all_reduce::pick_in_place
-        } else {
-            all_reduce::pick
-        };
-        let (kernel, _) = pick(model, devices, bytes as u64).ok_or_else(|| {
-            Error::usage(format!(
-                "peerlink's all-reduce needs P2P between every two of GPUs {devices:?}, and a \
-                 pair of them has none; reduce over GPUs that all reach each other"
-            ))
-        })?;
-        let mut state = self.lock();
-        let sizes = state.picked.entry(devices.to_vec()).or_default();
-        // Sizes without end would grow it without end: it starts over, as the engine's plans do.
-        if sizes.len() >= PICKS_KEPT {
-            sizes.clear();
-        }
-        sizes.insert((bytes, in_place), kernel);
-        Ok(kernel)
-    }
-
     /// A stream of this fabric's own on `device`.
     fn own_stream(&self, device: usize) -> Result<StreamId> {
         if let Some(&stream) = self.lock().own_streams.get(&device) {
@@ -194,70 +122,8 @@ impl Fabric {
         Ok(stream)
     }
 
-    /// Orders `stream` after the all-reduce last queued on `device`, where that ran on another
-    /// stream.
-    fn follow_last_reduce(&self, device: usize, stream: StreamId) -> Result<()> {
-        let backend = self.backend();
-        let last = self.lock().last_reduce.insert(device, stream);
-        match last {
-            Some(last) if last != stream => {
-                let mark = Owned::new(backend, backend.mark(last)?);
-                backend.wait(stream, *mark)
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Rank `device`'s scratch input of at least `bytes`, for an all-reduce on `stream`, which
-    /// follows the last one on that GPU (see `follow_last_reduce`).
-    fn scratch(&self, device: usize, bytes: usize, stream: StreamId) -> Result<BufferId> {
-        let backend = self.backend();
-        let last = self.lock().scratch.get(&device).copied();
-        let buffer = match last {
-            Some((buffer, size)) if size >= bytes => return Ok(buffer),
-            Some((buffer, _)) => {
-                // The stream follows the last user, so the old buffer is idle once this stream's
-                // earlier work is: free it after that.
-                backend.synchronize(stream)?;
-                backend.free(buffer)?;
-                backend.alloc(Memory::Device(device), bytes)?
-            }
-            None => backend.alloc(Memory::Device(device), bytes)?,
-        };
-        self.lock().scratch.insert(device, (buffer, bytes));
-        Ok(buffer)
-    }
-
-    /// Checks the ranks of an all-reduce: 2 or more, on distinct GPUs of this fabric, `bytes` a
-    /// whole number of `dtype` elements.
-    fn check_ranks(&self, devices: &[usize], bytes: usize, dtype: DataType) -> Result<()> {
-        if devices.len() < 2 {
-            return Err(Error::usage(format!(
-                "an all-reduce takes one tensor per GPU on at least 2 GPUs; {} given",
-                devices.len()
-            )));
-        }
-        for (i, d) in devices.iter().enumerate() {
-            if devices[..i].contains(d) {
-                return Err(Error::usage(format!(
-                    "two tensors of the all-reduce are on GPU {d}; give one tensor per GPU"
-                )));
-            }
-            if !self.fabric.devices().contains(d) {
-                return Err(Error::usage(format!(
-                    "GPU {d} is not part of this fabric (GPUs {:?})",
-                    self.fabric.devices()
-                )));
-            }
-        }
-        if bytes == 0 || !bytes.is_multiple_of(dtype.size()) {
-            return Err(Error::usage(format!(
-                "an all-reduce of {dtype} takes a whole number of {}-byte elements, at least one; \
-                 the tensors hold {bytes} bytes",
-                dtype.size()
-            )));
-        }
-        Ok(())
+    fn lock_reduce(&self) -> MutexGuard<'_, LocalAllReduce> {
+        self.reduce.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sums host buffers' bytes as `dtype` through the all-reduce on their GPUs; returns each
@@ -266,25 +132,22 @@ impl Fabric {
         let backend = self.backend();
         let devices: Vec<usize> = inputs.iter().map(|(_, d)| *d).collect();
         let bytes = inputs[0].0.len();
-        self.check_ranks(&devices, bytes, dtype)?;
-        let kernel = self.kernel(&devices, bytes, false)?;
-        let flags = self.flags(&devices)?;
+        self.lock_reduce().check(&devices, bytes, dtype)?;
         let mut held = Vec::new();
         let mut ranks = Vec::new();
         for (data, device) in inputs {
             let input = Owned::new(backend, backend.alloc(Memory::Device(*device), bytes)?);
             let output = Owned::new(backend, backend.alloc(Memory::Device(*device), bytes)?);
             backend.write(*input, 0, data)?;
-            ranks.push(Rank {
+            ranks.push(LocalRank {
+                device: *device,
                 stream: self.own_stream(*device)?,
                 input: *input,
                 output: *output,
             });
             held.push((input, output));
         }
-        backend
-            .collectives()
-            .all_reduce(kernel, dtype, &ranks, &flags, bytes)?;
+        self.lock_reduce().all_reduce(&ranks, bytes, dtype)?;
         ranks
             .iter()
             .map(|rank| {
@@ -296,40 +159,26 @@ impl Fabric {
             .collect()
     }
 
-    /// Queues the in-place all-reduce of borrowed memory on its owners' streams: reduced in the
-    /// tensors' own memory by the two-shot and packet kernels; for one-shot, each rank's bytes
-    /// copied into its scratch input first.
+    /// Queues the in-place all-reduce of borrowed memory on its owners' streams.
     fn reduce_device(&self, ranks: &[DeviceRef], bytes: usize, dtype: DataType) -> Result<()> {
         let backend = self.backend();
         let devices: Vec<usize> = ranks.iter().map(|r| r.1).collect();
-        self.check_ranks(&devices, bytes, dtype)?;
-        let kernel = self.kernel(&devices, bytes, true)?;
-        let flags = self.flags(&devices)?;
+        self.lock_reduce().check(&devices, bytes, dtype)?;
         let mut borrowed = Vec::with_capacity(ranks.len());
         let mut queued = Vec::with_capacity(ranks.len());
         for &(address, device, handle) in ranks {
             let stream = self.stream(device, handle)?;
-            self.follow_last_reduce(device, stream)?;
             let tensor = Owned::new(backend, backend.borrow_memory(device, address, bytes)?);
-            let input = if kernel.in_place() {
-                *tensor
-            } else {
-                let input = self.scratch(device, bytes, stream)?;
-                let copy = BufferCopy::from_start(*tensor, input, bytes);
-                backend.copy(stream, CopyMethod::CopyEngine, &copy)?;
-                input
-            };
-            queued.push(Rank {
+            queued.push(LocalRank {
+                device,
                 stream,
-                input,
+                input: *tensor,
                 output: *tensor,
             });
             borrowed.push(tensor);
         }
         // Releasing the borrowed handles leaves the memory to its owners; the queued work runs.
-        backend
-            .collectives()
-            .all_reduce(kernel, dtype, &queued, &flags, bytes)?;
+        self.lock_reduce().all_reduce(&queued, bytes, dtype)?;
         let streams: Vec<StreamId> = queued.iter().map(|rank| rank.stream).collect();
         self.queued_on(&streams);
         Ok(())
@@ -583,10 +432,16 @@ impl Fabric {
         } else {
             None
         };
+        let reduce = LocalAllReduce::new(
+            host.backend.clone(),
+            fabric.planner().model().clone(),
+            fabric.devices(),
+        );
         Ok(Fabric {
             fabric: KeptOnDrop::new(fabric),
             state: Mutex::default(),
             tensor_types: TensorTypes::default(),
+            reduce: Mutex::new(reduce),
             group,
         })
     }
@@ -941,21 +796,16 @@ impl Drop for Fabric {
         let _kept = backend.keep_thread_context();
         drop(self.group.take());
         let _ = self.wait_all();
+        // The all-reduce waits for its calls on the streams destroyed below.
+        self.lock_reduce().release();
         let state = std::mem::take(&mut *self.lock());
         for stream in state.own_streams.values() {
             let _ = backend.synchronize(*stream);
             let _ = backend.destroy_stream(*stream);
         }
-        // The owners' streams may still run all-reduces on the scratch buffers and flags below.
         for stream in state.borrowed_streams.values() {
             let _ = backend.synchronize(*stream);
             let _ = backend.destroy_stream(*stream);
-        }
-        for (buffer, _) in state.scratch.values() {
-            let _ = backend.free(*buffer);
-        }
-        for buffer in state.flags.values().flatten() {
-            let _ = backend.free(*buffer);
         }
     }
 }

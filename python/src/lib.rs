@@ -13,7 +13,7 @@ use peerlink::bench::document::{BenchDocument, ExplainDocument};
 use peerlink::bench::{self, explain, progress};
 use peerlink::document;
 use peerlink::document::topo::TopoDocument;
-use peerlink::units::{parse_size, parse_sizes};
+use peerlink::units::parse::{parse_size, parse_sizes};
 use pyo3::prelude::*;
 use std::sync::Arc;
 

@@ -21,9 +21,9 @@ use super::timing::{check_ranges, measure, Given, HopSpec, Lane, Sampling};
 use super::{find_test, sampling, Defaults, Options, Size, DEFAULT_TESTS};
 use crate::backend::collective::BufferRange;
 use crate::backend::{Backend, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer};
+use crate::launch::agree::{exchange, layout_text, one_gpu_each};
 use crate::launch::Group;
 use crate::{Error, Result};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -58,57 +58,6 @@ pub const CROSS_PROCESS_TESTS: &[(&str, Transport, Initiator)] = &[
 
 /// A cross-process test as [`CROSS_PROCESS_TESTS`] lists it.
 type CrossTest = (&'static str, Transport, Initiator);
-
-/// What a rank hands the others at each step: its part, or why it failed.
-#[derive(Serialize, Deserialize)]
-enum Part<T> {
-    Done(T),
-    Failed(String),
-}
-
-/// Every rank's part of one step, in rank order. Where some rank failed, every rank stops: this
-/// rank with its own error, the others with one naming the rank that failed.
-pub(crate) fn exchange<T: Serialize + DeserializeOwned>(
-    group: &Group,
-    mine: Result<T>,
-) -> Result<Vec<T>> {
-    let part = match &mine {
-        Ok(value) => Part::Done(value),
-        Err(e) => Part::Failed(e.to_string()),
-    };
-    let encoded = serde_json::to_vec(&part).expect("parts serialise");
-    let parts = group.all_gather(&encoded)?;
-    mine?;
-    let mut out = Vec::with_capacity(parts.len());
-    for (rank, bytes) in parts.iter().enumerate() {
-        let part: Part<T> = serde_json::from_slice(bytes).map_err(|e| {
-            Error::Group(format!(
-                "rank {rank} sent a part this rank cannot read ({e}): run one peerlink version \
-                 on every rank"
-            ))
-        })?;
-        match part {
-            Part::Done(value) => out.push(value),
-            Part::Failed(why) => {
-                return Err(Error::Group(format!(
-                    "rank {rank} failed, so this rank stops too: {why}"
-                )))
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// `mine`, once every rank has succeeded too; where some rank failed, every rank stops (see
-/// [`exchange`]).
-pub(crate) fn agreed<T>(group: &Group, mine: Result<T>) -> Result<T> {
-    let (value, outcome) = match mine {
-        Ok(value) => (Some(value), Ok(())),
-        Err(e) => (None, Err(e)),
-    };
-    exchange(group, outcome)?;
-    Ok(value.expect("exchange returns this rank's own error"))
-}
 
 /// What the issuer of a pair found.
 #[derive(Serialize, Deserialize)]
@@ -214,12 +163,7 @@ pub fn run(
         "measured across {world} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): the rank \
          that issues the copies opens a buffer the other process exported ({}); every byte of the \
          destination checked, a write's again by its owner in its own memory",
-        run.gpus
-            .iter()
-            .enumerate()
-            .map(|(rank, gpu)| format!("rank {rank} → GPU {gpu}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        layout_text(&run.gpus),
         if backend.topology().is_simulated() {
             "on the simulator, a shared file"
         } else {
@@ -253,57 +197,6 @@ fn check_choices(backend: &dyn Backend, group: &Group, options: &Options) -> Res
         ));
     }
     one_gpu_each(backend, group, "bench")
-}
-
-/// Each rank's GPU (its `LOCAL_RANK`), in rank order, where the group can run `verb` across
-/// processes: two ranks or more, all of this host, one per GPU of it; else a usage error, the same
-/// on every rank.
-pub(crate) fn one_gpu_each(backend: &dyn Backend, group: &Group, verb: &str) -> Result<Vec<usize>> {
-    let gpus: Vec<usize> = group
-        .members()
-        .iter()
-        .map(|m| m.identity.local_rank)
-        .collect();
-    let world = gpus.len();
-    if world < 2 {
-        return Err(Error::usage(format!(
-            "{verb} across processes needs at least 2 ranks: launch it with -n 2 or more"
-        )));
-    }
-    if let Some(far) = (0..world).find(|&r| !group.same_host(r)) {
-        return Err(Error::usage(format!(
-            "rank {far} runs on another host: {verb} across processes pairs processes of one \
-             host (CUDA IPC); run it on one host"
-        )));
-    }
-    let topology = backend.topology();
-    let count = topology.devices.len();
-    if let Some(rank) = (0..world).find(|&r| gpus[r] >= count) {
-        let local = gpus[rank];
-        return Err(Error::usage(match &topology.visible_devices {
-            // A launcher that gives each rank its own GPU alone (Slurm's --gpus-per-task, say):
-            // a rank must see its peers' GPUs to reach them.
-            Some(visible) => format!(
-                "rank {rank} has LOCAL_RANK {local} but this process sees {count} GPU(s) \
-                 (CUDA_VISIBLE_DEVICES={visible}): {verb} across processes reaches the peers' \
-                 GPUs, so every rank must see every GPU of the job, each taking the one of its \
-                 LOCAL_RANK; launch the ranks without a CUDA_VISIBLE_DEVICES of their own (under \
-                 Slurm, --gpu-bind=none)"
-            ),
-            None => format!(
-                "rank {rank} has LOCAL_RANK {local} but this host has {count} GPUs: launch at \
-                 most one process per GPU"
-            ),
-        }));
-    }
-    if let Some(rank) = (1..world).find(|&r| gpus[..r].contains(&gpus[r])) {
-        return Err(Error::usage(format!(
-            "rank {rank} shares GPU {} with another rank: {verb} across processes takes one \
-             process per GPU",
-            gpus[rank]
-        )));
-    }
-    Ok(gpus)
 }
 
 /// The cross-process test named `name`, or a usage error naming those there are.
@@ -510,65 +403,11 @@ mod tests {
     use super::*;
     use crate::backend::sim::SimBackend;
     use crate::bench::progress::Silent;
-    use crate::launch::{Identity, Rendezvous};
-    use std::net::TcpListener;
-    use std::time::Duration;
-
-    /// Runs `body` on every rank of a group of `world` threads on 127.0.0.1; what each returned.
-    fn on_ranks<T: Send + 'static>(
-        world: usize,
-        body: impl Fn(Group) -> T + Send + Sync + Clone + 'static,
-    ) -> Vec<T> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let rendezvous = Rendezvous {
-            addr: ([127, 0, 0, 1], port).into(),
-            timeout: Duration::from_secs(20),
-        };
-        let threads: Vec<_> = (0..world)
-            .map(|rank| {
-                let (rendezvous, body) = (rendezvous.clone(), body.clone());
-                std::thread::spawn(move || {
-                    let identity = Identity {
-                        rank,
-                        world,
-                        local_rank: rank,
-                        local_world: world,
-                    };
-                    body(Group::join(identity, &rendezvous).unwrap())
-                })
-            })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
-    }
-
-    #[test]
-    fn a_failing_rank_stops_every_rank_and_the_others_name_it() {
-        let results = on_ranks(3, |group| {
-            let mine = match group.identity().rank {
-                1 => Err(Error::usage("rank one's own trouble")),
-                rank => Ok(rank),
-            };
-            exchange(&group, mine).map_err(|e| (e.exit_code(), e.to_string()))
-        });
-        let (code, own) = results[1].clone().unwrap_err();
-        assert_eq!((code, own.as_str()), (2, "rank one's own trouble"));
-        for rank in [0, 2] {
-            let (code, said) = results[rank].clone().unwrap_err();
-            assert_eq!(code, crate::error::GROUP_FAILED, "{said}");
-            assert!(
-                said.contains("rank 1") && said.contains("own trouble"),
-                "{said}"
-            );
-        }
-    }
+    use crate::launch::tests::{on_ranks, rendezvous};
 
     #[test]
     fn ranks_as_threads_measure_every_pair_and_only_rank_0_reports() {
-        let reports = on_ranks(2, |group| {
+        let reports = on_ranks(2, &rendezvous(20_000), |group| {
             let backend = SimBackend::open("pcie-2gpu-switch").unwrap();
             let options = Options {
                 tests: Some(vec!["ce-write".into(), "sm-read".into(), "staged".into()]),

@@ -6,6 +6,8 @@
 //!   ([`plan`] holds what it decides).
 //! - The executor queues a plan on the backend's streams, ordered by events; [`batch`] does the
 //!   same for many small messages, and [`PreparedBatch`] replays a batch prepared once.
+//! - [`all_reduce`]: peerlink's all-reduce, priced, picked and queued, in one process and across
+//!   processes.
 //!
 //! Whether its picks are right is measured outside it, with the rest of the measuring code:
 //! [`crate::bench::proof`] times every strategy against the pick.
@@ -30,17 +32,17 @@
 //! # Ok::<(), peerlink::Error>(())
 //! ```
 
+pub mod all_reduce;
 pub mod batch;
 mod executor;
 pub mod fabric;
-mod group;
 pub mod plan;
 pub mod planner;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use all_reduce::{GroupAllReduce, INITIAL_SHARED_BYTES};
 pub use batch::PreparedBatch;
 pub use fabric::{Buffer, Fabric, FabricBuilder, Planned, Span, Transfer, TransferBuilder};
-pub use group::{GroupAllReduce, INITIAL_SHARED_BYTES};
 pub use plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, RouteEnd, Strategy, Ways};
 pub use planner::Planner;

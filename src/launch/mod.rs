@@ -28,6 +28,7 @@
 //! # Ok::<(), peerlink::Error>(())
 //! ```
 
+pub mod agree;
 pub mod check;
 mod env;
 mod fds;
@@ -126,4 +127,4 @@ pub fn join_from_env() -> crate::Result<Option<(Launcher, Group)>> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

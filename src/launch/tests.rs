@@ -19,7 +19,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn rendezvous(timeout_ms: u64) -> Rendezvous {
+pub(crate) fn rendezvous(timeout_ms: u64) -> Rendezvous {
     Rendezvous {
         addr: ([127, 0, 0, 1], free_port()).into(),
         timeout: Duration::from_millis(timeout_ms),
@@ -36,7 +36,7 @@ fn identity(rank: usize, world: usize) -> Identity {
 }
 
 /// Runs `body` on every rank of a group of `world` threads; what each returned, by rank.
-fn on_ranks<T: Send + 'static>(
+pub(crate) fn on_ranks<T: Send + 'static>(
     world: usize,
     rendezvous: &Rendezvous,
     body: impl Fn(Group) -> T + Send + Sync + Clone + 'static,

@@ -16,22 +16,24 @@
 //! operation is the slowest rank's window; rank 0 gathers them and reports. After timing, each
 //! owner poisons its destinations, the senders run once more, and each owner checks every byte in
 //! its own memory. A rank that fails says why to the others through the group (see
-//! [`crate::bench::processes`]).
+//! [`crate::launch::agree`]).
 
 use super::send_recv::{flows, EngineFlows, Flow};
 use super::{
-    all_reduce, compare, format_bytes, length, measure, row, Communicator, Contender, Counts,
-    IssueMode, Measured, Operation, Options, Report, Row, Settings, Variant, Workload,
+    all_reduce, compare, length, measure, row, Communicator, Contender, Counts, IssueMode,
+    Measured, Operation, Options, Report, Row, Settings, Variant, Workload,
 };
 use crate::backend::collective::{
     AllReduceKernel, BufferRange, CommRank, DataType, PeerOp, Rank as CollectiveRank, UniqueId,
 };
 use crate::backend::{Backend, BufferId, Owned, ShareDescriptor, SharedBuffer, StreamId};
-use crate::bench::processes::{agreed, exchange, one_gpu_each};
 use crate::bench::progress::Progress;
+use crate::engine::all_reduce::price::{pick, Placement};
 use crate::engine::{Buffer, Fabric, GroupAllReduce};
+use crate::launch::agree::{agreed, exchange, layout_text, one_gpu_each};
 use crate::launch::Group;
 use crate::pattern;
+use crate::units::format_bytes;
 use crate::{Error, Result};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -88,46 +90,15 @@ pub fn run(
         comm: comm.as_ref(),
         settings: &settings,
     };
-    let show = |step: &dyn Fn()| {
-        if me.rank == 0 {
-            step();
-        }
-    };
-    let mut rows = Vec::new();
-    if workload == Workload::AllReduce {
-        let dtype = options.dtype.unwrap_or(DataType::F32);
-        all_reduce::check_sizes(&settings.sizes, dtype)?;
-        show(&|| progress.start("all-reduce", settings.sizes.len() as u64));
-        let model = fabric.planner().model().clone();
-        let mut reduce = GroupAllReduce::join(fabric.backend().clone(), group, model)?;
-        // The engine's memory for the purpose, as a job keeps its gradients in it: no copies.
-        let buffer = reduce.alloc_symmetric(length(settings.largest())?)?;
-        for bytes in settings.sizes.iter().copied() {
-            if rank.stop_requested()? {
-                break;
-            }
-            rows.extend(rank.all_reduce_size(&mut reduce, buffer, dtype, bytes)?);
-            show(&|| progress.step());
-        }
+    let mut rows = if workload == Workload::AllReduce {
+        rank.all_reduce_sweep(options.dtype.unwrap_or(DataType::F32), progress)?
     } else {
         let variants = options
             .directions
             .as_deref()
             .unwrap_or(&[Variant::OneWay, Variant::BothWays]);
-        show(&|| progress.start("send-recv", (variants.len() * settings.sizes.len()) as u64));
-        for &variant in variants {
-            let ends = rank.open_ends(variant)?;
-            for bytes in settings.sizes.iter().copied() {
-                if rank.stop_requested()? {
-                    break;
-                }
-                rows.extend(rank.size(&ends, variant, bytes)?);
-                show(&|| progress.step());
-            }
-            ends.close(group)?;
-        }
-    }
-    show(&|| progress.finish());
+        rank.send_recv_sweep(variants, progress)?
+    };
     if me.rank != 0 {
         return Ok(None);
     }
@@ -192,11 +163,7 @@ fn across_note(backend: &dyn Backend, workload: Workload, gpus: &[usize], nccl: 
     format!(
         "across {} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): {how}{}",
         gpus.len(),
-        gpus.iter()
-            .enumerate()
-            .map(|(rank, gpu)| format!("rank {rank} → GPU {gpu}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        layout_text(gpus),
         if nccl {
             "; NCCL through one communicator across the processes (ncclCommInitRank, the unique \
              id broadcast from rank 0)"
@@ -304,6 +271,54 @@ impl Rank<'_> {
         self.group.identity().rank
     }
 
+    /// Shows `step` of the progress on rank 0 alone.
+    fn show(&self, step: impl FnOnce()) {
+        if self.me() == 0 {
+            step();
+        }
+    }
+
+    /// The all-reduce's rows at every size, in symmetric memory.
+    fn all_reduce_sweep(&self, dtype: DataType, progress: &dyn Progress) -> Result<Vec<Row>> {
+        let sizes = &self.settings.sizes;
+        all_reduce::check_sizes(sizes, dtype)?;
+        self.show(|| progress.start("all-reduce", sizes.len() as u64));
+        let model = self.fabric.planner().model().clone();
+        let mut reduce = GroupAllReduce::join(self.fabric.backend().clone(), self.group, model)?;
+        // The engine's memory for the purpose, as a job keeps its gradients in it: no copies.
+        let buffer = reduce.alloc_symmetric(length(self.settings.largest())?)?;
+        let mut rows = Vec::new();
+        for bytes in sizes.iter().copied() {
+            if self.stop_requested()? {
+                break;
+            }
+            rows.extend(self.all_reduce_size(&mut reduce, buffer, dtype, bytes)?);
+            self.show(|| progress.step());
+        }
+        self.show(|| progress.finish());
+        Ok(rows)
+    }
+
+    /// send-recv's rows for every variant at every size.
+    fn send_recv_sweep(&self, variants: &[Variant], progress: &dyn Progress) -> Result<Vec<Row>> {
+        let sizes = &self.settings.sizes;
+        self.show(|| progress.start("send-recv", (variants.len() * sizes.len()) as u64));
+        let mut rows = Vec::new();
+        for &variant in variants {
+            let ends = self.open_ends(variant)?;
+            for bytes in sizes.iter().copied() {
+                if self.stop_requested()? {
+                    break;
+                }
+                rows.extend(self.size(&ends, variant, bytes)?);
+                self.show(|| progress.step());
+            }
+            ends.close(self.group)?;
+        }
+        self.show(|| progress.finish());
+        Ok(rows)
+    }
+
     /// Whether any rank was asked to stop: every rank then stops at the same size (a stop request
     /// reaches the ranks at different moments).
     fn stop_requested(&self) -> Result<bool> {
@@ -377,20 +392,8 @@ impl Rank<'_> {
             rows.push(measured(Contender::Peerlink, kernel.name(), &mut op)?);
         }
         let model = self.fabric.planner().model();
-        if let Some((kernel, predicted_us)) =
-            all_reduce::pick_across_processes(model, self.gpus, bytes, true)
-        {
-            let fastest = rows.iter().map(|r| r.time_us).fold(f64::INFINITY, f64::min);
-            let mut picked = rows
-                .iter()
-                .find(|r| r.algorithm == kernel.name())
-                .expect("the pick is among the kernels measured")
-                .clone();
-            picked.contender = Contender::PeerlinkPick;
-            picked.predicted_us = Some(predicted_us);
-            picked.regret = Some(picked.time_us / fastest - 1.0);
-            rows.push(picked);
-        }
+        let picked = pick(model, self.gpus, bytes, Placement::Symmetric);
+        rows.extend(all_reduce::pick_row(&rows, picked));
         if let Some(comm) = self.comm {
             let rank = [CollectiveRank {
                 stream,

@@ -1,6 +1,8 @@
 //! The framework's pure parts: sizes, counts, bandwidths, the comparison with NCCL.
 
 use super::*;
+use crate::backend::StreamId;
+use crate::Error;
 
 #[test]
 fn default_sizes_run_from_4_bytes_to_1_gib_in_steps_of_4() {

@@ -12,33 +12,31 @@
 //! Memory the ranks allocate together for the purpose ([`GroupAllReduce::alloc_symmetric`], as
 //! PyTorch's SymmetricMemory tensors) spares those copies: every rank's kernel reaches every
 //! rank's range of it, so two-shot sums in place there and only one-shot copies its input aside.
-//! The cost model prices the copies with the kernels ([`all_reduce::pick_across_processes`]).
+//! The cost model prices the copies with the kernels ([`Placement::AcrossProcesses`],
+//! [`Placement::Symmetric`]).
 //! Nothing crosses the group's sockets per call.
 //!
 //! Tested across real processes, every kernel at each size with every element checked by its
 //! rank: tests/processes/group_reduce.rs, on the simulator in CI and on two GPUs.
 
+use super::buffers::{zeroed, CallOrder};
+use super::price::{pick, Picks, Placement};
 use crate::backend::collective::{AllReduceKernel, BufferRange, DataType, RankBuffers, FLAG_BYTES};
 use crate::backend::{
     Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer,
     StreamId,
 };
-use crate::bench::processes::{agreed, exchange, one_gpu_each};
+use crate::launch::agree::{agreed, exchange, one_gpu_each};
 use crate::launch::Group;
 use crate::model::CostModel;
-use crate::workload::all_reduce;
 use crate::{Error, Result};
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// The shared buffer's length at the start, and the least it grows to: calls up to it never
 /// grow it.
 pub const INITIAL_SHARED_BYTES: usize = 1 << 20;
-
-/// Kernel picks kept per size before they start over.
-const PICKS_KEPT: usize = 4096;
 
 /// This process's rank of peerlink's all-reduce across the processes of a [`Group`], one GPU each
 /// (see the module's introduction).
@@ -63,11 +61,11 @@ pub struct GroupAllReduce<G: Borrow<Group> = Group> {
     /// Memory the ranks allocated together ([`GroupAllReduce::alloc_symmetric`]), in the order
     /// allocated.
     symmetric: Vec<Symmetric>,
-    /// The cost model's pick per length, element type and whether the memory is symmetric.
-    picked: HashMap<(usize, DataType, bool), AllReduceKernel>,
+    /// The cost model's picks per length and kind of memory.
+    picks: Picks,
     /// The stream of the last call: the next, on another stream, waits for it (the flags and the
     /// shared buffer serve one call after another).
-    last_stream: Option<StreamId>,
+    order: CallOrder,
 }
 
 impl<G: Borrow<Group>> GroupAllReduce<G> {
@@ -79,17 +77,13 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         let gpus = one_gpu_each(backend.as_ref(), group.borrow(), "an all-reduce")?;
         // The same answer on every rank (one host, one topology): refused before anything is made.
         let element = DataType::F32.size() as u64;
-        if all_reduce::pick_across_processes(&model, &gpus, element, false).is_none() {
+        if pick(&model, &gpus, element, Placement::AcrossProcesses).is_none() {
             return Err(no_p2p(&gpus));
         }
         let me = group.borrow().identity().rank;
         let gpu = gpus[me];
         let made = (|| {
-            let flags = Owned::new(
-                backend.as_ref(),
-                backend.alloc(Memory::Device(gpu), FLAG_BYTES)?,
-            );
-            backend.write(*flags, 0, &vec![0; FLAG_BYTES])?;
+            let flags = zeroed(backend.as_ref(), gpu, FLAG_BYTES)?;
             let shared = Owned::new(
                 backend.as_ref(),
                 backend.alloc(Memory::Device(gpu), INITIAL_SHARED_BYTES)?,
@@ -110,8 +104,8 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
             shared: every.iter().map(|b| b[1]).collect(),
             shared_len: INITIAL_SHARED_BYTES,
             symmetric: Vec::new(),
-            picked: HashMap::new(),
-            last_stream: None,
+            picks: Picks::default(),
+            order: CallOrder::default(),
         })
     }
 
@@ -150,8 +144,7 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         let backend = self.backend.as_ref();
         let gpu = self.gpu();
         let made = (|| {
-            let mine = Owned::new(backend, backend.alloc(Memory::Device(gpu), len)?);
-            backend.write(*mine, 0, &vec![0; len])?;
+            let mine = zeroed(backend, gpu, len)?;
             let address = backend.sharing().device_address(*mine)?;
             Ok((mine, address))
         })();
@@ -194,7 +187,7 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         dtype: DataType,
     ) -> Result<AllReduceKernel> {
         let symmetric = self.symmetric_of(range.buffer);
-        let kernel = self.kernel(range.len, dtype, symmetric.is_some())?;
+        let kernel = self.kernel(range.len, placement(symmetric))?;
         self.reduce(kernel, range, symmetric, stream, dtype)?;
         Ok(kernel)
     }
@@ -233,8 +226,9 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
                 kernel.max_len()
             )));
         }
-        let copies = all_reduce::copies_across_processes(kernel, symmetric.is_some());
-        self.follow_last(stream)?;
+        let copies = placement(symmetric).copies(kernel);
+        let gpu = self.gpu();
+        self.order.follow(self.backend.as_ref(), gpu, stream)?;
         if copies > 0 && len > self.shared_len {
             self.grow(len, stream)?;
         }
@@ -251,7 +245,35 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
             };
             backend.copy(stream, CopyMethod::CopyEngine, &copy_in)?;
         }
-        let ranks: Vec<RankBuffers> = (0..self.gpus.len())
+        let ranks = self.rank_buffers(kernel, range, symmetric);
+        backend
+            .collectives()
+            .rank_all_reduce(kernel, dtype, me, stream, &ranks, len)?;
+        if copies > 1 {
+            let copy_out = BufferCopy {
+                src: mine,
+                src_offset: 0,
+                dst: range.buffer,
+                dst_offset: range.offset,
+                len,
+            };
+            backend.copy(stream, CopyMethod::CopyEngine, &copy_out)?;
+        }
+        Ok(())
+    }
+
+    /// Every rank's buffers for one call of `kernel` over `range` (this rank's, in symmetric
+    /// allocation `symmetric` or other memory): this rank's own range where the kernel reads or
+    /// writes it there, each rank's symmetric range for two-shot in symmetric memory, the shared
+    /// buffers otherwise.
+    fn rank_buffers(
+        &self,
+        kernel: AllReduceKernel,
+        range: BufferRange,
+        symmetric: Option<usize>,
+    ) -> Vec<RankBuffers> {
+        let me = self.rank();
+        (0..self.gpus.len())
             .map(|r| {
                 let whole = |buffer| (buffer, 0);
                 let at_offset = |buffer| (buffer, range.offset);
@@ -275,21 +297,7 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
                     flags: self.flags[r],
                 }
             })
-            .collect();
-        backend
-            .collectives()
-            .rank_all_reduce(kernel, dtype, me, stream, &ranks, len)?;
-        if copies > 1 {
-            let copy_out = BufferCopy {
-                src: mine,
-                src_offset: 0,
-                dst: range.buffer,
-                dst_offset: range.offset,
-                len,
-            };
-            backend.copy(stream, CopyMethod::CopyEngine, &copy_out)?;
-        }
-        Ok(())
+            .collect()
     }
 
     /// Which of the symmetric allocations `buffer` (this rank's) is.
@@ -298,33 +306,12 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         self.symmetric.iter().position(|s| s.every[me] == buffer)
     }
 
-    /// The kernel the cost model picks for `len` bytes across processes, in `symmetric` memory or
-    /// not, kept per size, element type and kind of memory.
-    fn kernel(&mut self, len: usize, dtype: DataType, symmetric: bool) -> Result<AllReduceKernel> {
-        let key = (len, dtype, symmetric);
-        if let Some(&kernel) = self.picked.get(&key) {
-            return Ok(kernel);
-        }
-        let (kernel, _) =
-            all_reduce::pick_across_processes(&self.model, &self.gpus, len as u64, symmetric)
-                .ok_or_else(|| no_p2p(&self.gpus))?;
-        if self.picked.len() >= PICKS_KEPT {
-            self.picked.clear();
-        }
-        self.picked.insert(key, kernel);
-        Ok(kernel)
-    }
-
-    /// Orders `stream` after the last call, where that ran on another stream.
-    fn follow_last(&mut self, stream: StreamId) -> Result<()> {
-        let backend = self.backend.as_ref();
-        match self.last_stream.replace(stream) {
-            Some(last) if last != stream => {
-                let mark = Owned::new(backend, backend.mark(last)?);
-                backend.wait(stream, *mark)
-            }
-            _ => Ok(()),
-        }
+    /// The kernel the cost model picks for `len` bytes across processes `placed` so (in symmetric
+    /// memory or not), kept per size and kind of memory.
+    fn kernel(&mut self, len: usize, placed: Placement) -> Result<AllReduceKernel> {
+        self.picks
+            .get(&self.model, &self.gpus, len, placed)
+            .ok_or_else(|| no_p2p(&self.gpus))
     }
 
     /// Grows every rank's shared buffer to hold `len` bytes (each rank at the same call): each
@@ -361,9 +348,7 @@ impl<G: Borrow<Group>> Drop for GroupAllReduce<G> {
         // own calls, then for the others' (their kernels touch this rank's flags and buffer)
         // before its own memory goes.
         let backend = self.backend.as_ref();
-        if let Some(stream) = self.last_stream {
-            let _ = backend.synchronize(stream);
-        }
+        self.order.wait_all(backend);
         let me = self.rank();
         let every_kind = || {
             [&self.flags, &self.shared]
@@ -388,6 +373,14 @@ struct Symmetric {
     every: Vec<BufferId>,
     address: u64,
     len: usize,
+}
+
+/// Where the sum of a call in `symmetric` allocation (or in other memory) goes.
+fn placement(symmetric: Option<usize>) -> Placement {
+    match symmetric {
+        Some(_) => Placement::Symmetric,
+        None => Placement::AcrossProcesses,
+    }
 }
 
 fn no_p2p(gpus: &[usize]) -> Error {

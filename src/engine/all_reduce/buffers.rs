@@ -1,0 +1,89 @@
+//! The memory and ordering every all-reduce call works through: zeroed flag blocks, a scratch
+//! buffer per GPU for the inputs a kernel cannot reduce in place, and the order of calls that
+//! share them.
+
+use crate::backend::{Backend, BufferId, Memory, Owned, StreamId};
+use crate::Result;
+use std::collections::HashMap;
+
+/// `len` zeroed bytes of `device`'s memory: a flag block (the kernels start from zeros), or
+/// symmetric memory.
+pub(super) fn zeroed(
+    backend: &dyn Backend,
+    device: usize,
+    len: usize,
+) -> Result<Owned<'_, BufferId>> {
+    let buffer = Owned::new(backend, backend.alloc(Memory::Device(device), len)?);
+    backend.write(*buffer, 0, &vec![0; len])?;
+    Ok(buffer)
+}
+
+/// Per GPU, the stream of the last call queued there: the flag blocks and scratch buffers serve
+/// one call after another, so a call on another stream waits for it.
+#[derive(Debug, Default)]
+pub(super) struct CallOrder(HashMap<usize, StreamId>);
+
+impl CallOrder {
+    /// Orders `stream` (of `device`) after the last call there, where that ran on another stream.
+    pub(super) fn follow(
+        &mut self,
+        backend: &dyn Backend,
+        device: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        match self.0.insert(device, stream) {
+            Some(last) if last != stream => {
+                let mark = Owned::new(backend, backend.mark(last)?);
+                backend.wait(stream, *mark)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits for the last call on every GPU (each followed the ones before); nothing can report a
+    /// failure here (it serves the releases of drop), so each wait is tried.
+    pub(super) fn wait_all(&self, backend: &dyn Backend) {
+        for &stream in self.0.values() {
+            let _ = backend.synchronize(stream);
+        }
+    }
+}
+
+/// Per GPU, a buffer for a rank's input copied aside, as large as the largest call so far.
+#[derive(Debug, Default)]
+pub(super) struct Scratch(HashMap<usize, (BufferId, usize)>);
+
+impl Scratch {
+    /// `device`'s scratch buffer of at least `len` bytes, for a call on `stream`, which follows
+    /// the last call on that GPU ([`CallOrder::follow`]).
+    pub(super) fn get(
+        &mut self,
+        backend: &dyn Backend,
+        device: usize,
+        len: usize,
+        stream: StreamId,
+    ) -> Result<BufferId> {
+        let buffer = match self.0.get(&device).copied() {
+            Some((buffer, size)) if size >= len => return Ok(buffer),
+            Some((buffer, _)) => {
+                // The stream follows the last user, so the old buffer is idle once this stream's
+                // earlier work is: free it after that.
+                backend.synchronize(stream)?;
+                backend.free(buffer)?;
+                self.0.remove(&device);
+                backend.alloc(Memory::Device(device), len)?
+            }
+            None => backend.alloc(Memory::Device(device), len)?,
+        };
+        self.0.insert(device, (buffer, len));
+        Ok(buffer)
+    }
+
+    /// Frees every scratch buffer (each release tried: it serves drop), once the calls that used
+    /// them are done.
+    pub(super) fn free_all(&mut self, backend: &dyn Backend) {
+        for (_, (buffer, _)) in self.0.drain() {
+            let _ = backend.free(buffer);
+        }
+    }
+}
