@@ -181,8 +181,8 @@ mod tests {
             counters.summary(),
             [
                 "calls at exit: 1 served by peerlink, 3 forwarded to NCCL",
-                "  ncclAllReduce              ≤ 4 B: 0 served, 3 forwarded",
-                "  ncclSend                 ≤ 4 KiB: 1 served, 0 forwarded",
+                "  ncclAllReduce             ≤ 4 B: 0 served, 3 forwarded",
+                "  ncclSend                ≤ 4 KiB: 1 served, 0 forwarded",
             ]
         );
     }
