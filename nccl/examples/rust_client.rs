@@ -4,8 +4,15 @@
 
 use std::ffi::{c_int, c_void};
 
-type AllReduce =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+type AllReduce = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
 type Version = unsafe extern "C" fn(*mut c_int) -> c_int;
 type Group = unsafe extern "C" fn() -> c_int;
 
@@ -23,7 +30,15 @@ fn main() -> Result<(), libloading::Error> {
         println!("ncclGroupStart {}", start());
         let all_reduce: libloading::Symbol<AllReduce> = library.get(b"ncclAllReduce")?;
         let (send, recv) = (0x5e00 as *const c_void, 0x4e00 as *mut c_void);
-        let result = all_reduce(send, recv, 123_456_789, 9, 1, 0xc0 as *mut c_void, 0x57 as *mut c_void);
+        let result = all_reduce(
+            send,
+            recv,
+            123_456_789,
+            9,
+            1,
+            0xc0 as *mut c_void,
+            0x57 as *mut c_void,
+        );
         println!("ncclAllReduce {result}");
         let end: libloading::Symbol<Group> = library.get(b"ncclGroupEnd")?;
         println!("ncclGroupEnd {}", end());

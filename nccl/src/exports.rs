@@ -149,7 +149,10 @@ mod tests {
         assert_eq!(sorted.len(), COUNT);
         assert_eq!(Export::ncclAllReduce.name(), "ncclAllReduce");
         assert_eq!(Export::pncclTeamWorld.name(), "pncclTeamWorld");
-        assert!(ALL.iter().enumerate().all(|(index, export)| *export as usize == index));
+        assert!(ALL
+            .iter()
+            .enumerate()
+            .all(|(index, export)| *export as usize == index));
     }
 
     #[test]

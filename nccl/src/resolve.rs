@@ -57,7 +57,10 @@ pub fn find<L: Loader>(
             how: format!("named by {LIBRARY_VARIABLE}"),
         });
     }
-    if let Some(handle) = loader.loaded(SONAME).filter(|&handle| !loader.is_ours(handle)) {
+    if let Some(handle) = loader
+        .loaded(SONAME)
+        .filter(|&handle| !loader.is_ours(handle))
+    {
         return Ok(Found {
             handle,
             how: format!("the {SONAME} this process had loaded"),
@@ -74,7 +77,10 @@ pub fn find<L: Loader>(
                 })
             }
             Err(why) if why.contains("cannot open shared object file") => {}
-            Err(why) => refusals.push(format!("{} could not be loaded ({why})", candidate.display())),
+            Err(why) => refusals.push(format!(
+                "{} could not be loaded ({why})",
+                candidate.display()
+            )),
         }
     }
     let mut sentence = format!(
@@ -109,21 +115,30 @@ mod tests {
             match self.libraries.iter().find(|(name, _)| *name == path) {
                 Some((name, _)) => Ok(name),
                 None if path.ends_with("broken.so") => Err(format!("{path}: invalid ELF header")),
-                None => Err(format!("{path}: cannot open shared object file: No such file")),
+                None => Err(format!(
+                    "{path}: cannot open shared object file: No such file"
+                )),
             }
         }
         fn loaded(&self, _: &str) -> Option<&'static str> {
             self.loaded
         }
         fn is_ours(&self, handle: &'static str) -> bool {
-            self.libraries.iter().any(|(name, ours)| *name == handle && *ours)
+            self.libraries
+                .iter()
+                .any(|(name, ours)| *name == handle && *ours)
         }
     }
 
     fn search_order() -> Vec<PathBuf> {
-        ["libnccl.so.2", "libnccl.so", "/broken.so", "/wheel/libnccl.so.2"]
-            .map(PathBuf::from)
-            .to_vec()
+        [
+            "libnccl.so.2",
+            "libnccl.so",
+            "/broken.so",
+            "/wheel/libnccl.so.2",
+        ]
+        .map(PathBuf::from)
+        .to_vec()
     }
 
     #[test]
@@ -135,7 +150,10 @@ mod tests {
         let found = find(&fake, Some("/opt/libnccl.so.2".into()), search_order).unwrap();
         assert_eq!(found.handle, "/opt/libnccl.so.2");
         let missing = find(&fake, Some("/nowhere.so".into()), search_order).unwrap_err();
-        assert!(missing.starts_with("PEERLINK_NCCL_LIB=/nowhere.so cannot be loaded"), "{missing}");
+        assert!(
+            missing.starts_with("PEERLINK_NCCL_LIB=/nowhere.so cannot be loaded"),
+            "{missing}"
+        );
     }
 
     #[test]
@@ -145,7 +163,10 @@ mod tests {
             loaded: None,
         };
         let why = find(&fake, Some("/ours.so".into()), search_order).unwrap_err();
-        assert!(why.contains("is peerlink's NCCL-API library, not NCCL"), "{why}");
+        assert!(
+            why.contains("is peerlink's NCCL-API library, not NCCL"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -154,7 +175,10 @@ mod tests {
             libraries: vec![("libnccl.so.2", false), ("/torch/libnccl.so.2", false)],
             loaded: Some("/torch/libnccl.so.2"),
         };
-        assert_eq!(find(&fake, None, search_order).unwrap().handle, "/torch/libnccl.so.2");
+        assert_eq!(
+            find(&fake, None, search_order).unwrap().handle,
+            "/torch/libnccl.so.2"
+        );
     }
 
     #[test]
@@ -178,6 +202,9 @@ mod tests {
         assert!(why.starts_with("no NCCL to forward to"), "{why}");
         assert!(why.contains("/broken.so could not be loaded (/broken.so: invalid ELF header)"));
         assert!(!why.contains("libnccl.so could not"), "{why}");
-        assert!(why.ends_with("set PEERLINK_NCCL_LIB=/path/to/libnccl.so.2"), "{why}");
+        assert!(
+            why.ends_with("set PEERLINK_NCCL_LIB=/path/to/libnccl.so.2"),
+            "{why}"
+        );
     }
 }

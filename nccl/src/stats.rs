@@ -92,11 +92,17 @@ fn class_label(class: usize) -> String {
         UNKNOWN_SIZE => "unknown size".to_string(),
         _ => {
             let exponent = class - 1;
-            let (unit, shift) = [("EiB", 60), ("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20)]
-                .into_iter()
-                .chain([("KiB", 10), ("B", 0)])
-                .find(|(_, shift)| exponent >= *shift)
-                .unwrap_or(("B", 0));
+            let (unit, shift) = [
+                ("EiB", 60),
+                ("PiB", 50),
+                ("TiB", 40),
+                ("GiB", 30),
+                ("MiB", 20),
+            ]
+            .into_iter()
+            .chain([("KiB", 10), ("B", 0)])
+            .find(|(_, shift)| exponent >= *shift)
+            .unwrap_or(("B", 0));
             format!("≤ {} {unit}", 1u64 << (exponent - shift))
         }
     }
@@ -135,7 +141,10 @@ impl Counters {
         let (mut served, mut forwarded) = (0, 0);
         for call in CALLS {
             for class in 0..CLASSES {
-                let (s, f) = (read(call, class, Route::Served), read(call, class, Route::Forwarded));
+                let (s, f) = (
+                    read(call, class, Route::Served),
+                    read(call, class, Route::Forwarded),
+                );
                 if s + f > 0 {
                     lines.push(format!(
                         "  {:<18} {:>12}: {s} served, {f} forwarded",

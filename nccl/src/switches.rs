@@ -134,7 +134,11 @@ mod tests {
 
     #[test]
     fn every_value_is_read_in_any_case() {
-        for (value, serve) in [("none", Serve::None), ("AUTO", Serve::Auto), (" all ", Serve::All)] {
+        for (value, serve) in [
+            ("none", Serve::None),
+            ("AUTO", Serve::Auto),
+            (" all ", Serve::All),
+        ] {
             assert_eq!(read(&[(SERVE_VARIABLE, value)]).serve, serve);
         }
         assert_eq!(read(&[(DEBUG_VARIABLE, "info")]).debug, Debug::Info);
@@ -146,13 +150,18 @@ mod tests {
         let switches = read(&[(SERVE_VARIABLE, "yes"), (DEBUG_VARIABLE, "loud")]);
         assert_eq!((switches.serve, switches.debug), (Serve::None, Debug::Warn));
         assert_eq!(switches.refused.len(), 2);
-        assert!(switches.refused[0].contains("PEERLINK_NCCL_SERVE=\"yes\" is not none, auto or all"));
+        assert!(
+            switches.refused[0].contains("PEERLINK_NCCL_SERVE=\"yes\" is not none, auto or all")
+        );
         assert!(switches.refused[1].contains("PEERLINK_NCCL_DEBUG=\"loud\""));
     }
 
     #[test]
     fn the_log_says_why_calls_are_forwarded() {
-        assert_eq!(read(&[(SERVE_VARIABLE, "none")]).why_forwarded(), "PEERLINK_NCCL_SERVE=none");
+        assert_eq!(
+            read(&[(SERVE_VARIABLE, "none")]).why_forwarded(),
+            "PEERLINK_NCCL_SERVE=none"
+        );
         assert!(read(&[]).why_forwarded().starts_with("forwarding only"));
     }
 }

@@ -37,7 +37,8 @@ pub const NCCL_IN_PROGRESS: c_int = 7;
 #[unsafe(no_mangle)]
 #[used]
 #[allow(non_upper_case_globals)]
-pub static peerlink_nccl_forwarder: [u8; 48] = *b"peerlink's NCCL-API library: forwards to NCCL\0\0\0";
+pub static peerlink_nccl_forwarder: [u8; 48] =
+    *b"peerlink's NCCL-API library: forwards to NCCL\0\0\0";
 
 /// A slot's value before its first call.
 const UNRESOLVED: usize = 0;
@@ -123,12 +124,17 @@ fn real_nccl() -> Result<usize, &'static CStr> {
                 Ok(found.handle)
             }
             Err(sentence) => {
-                log::write(&[format!("{sentence}; every NCCL call returns ncclSystemError")]);
+                log::write(&[format!(
+                    "{sentence}; every NCCL call returns ncclSystemError"
+                )]);
                 Err(CString::new(sentence).unwrap_or_default())
             }
         }
     });
-    found.as_ref().map(|&handle| handle).map_err(|why| why.as_c_str())
+    found
+        .as_ref()
+        .map(|&handle| handle)
+        .map_err(|why| why.as_c_str())
 }
 
 /// Why there is no real NCCL, where there is none (what `ncclGetLastError` then says).
@@ -192,7 +198,8 @@ impl Dl {
             let file = file_of_address(peerlink_nccl_forwarder.as_ptr().cast())?;
             let file = CString::new(file.to_bytes()).ok()?;
             // SAFETY: `file` names a library loaded already; RTLD_NOLOAD loads nothing.
-            let handle = unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+            let handle =
+                unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
             (!handle.is_null()).then_some(handle as usize)
         })
     }
@@ -218,7 +225,9 @@ fn dl_error() -> String {
         return "unknown reason".to_string();
     }
     // SAFETY: non-null, as above.
-    unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 impl Loader for Dl {
@@ -238,8 +247,7 @@ impl Loader for Dl {
     fn loaded(&self, name: &str) -> Option<usize> {
         let name = CString::new(name).ok()?;
         // SAFETY: RTLD_NOLOAD only looks up a library loaded already.
-        let handle =
-            unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
         (!handle.is_null()).then_some(handle as usize)
     }
 

@@ -140,7 +140,11 @@ pub unsafe extern "C" fn ncclGroupEnd() -> ncclResult_t {
     let depth = GROUP_DEPTH.get().saturating_sub(1);
     GROUP_DEPTH.set(depth);
     if depth == 0 {
-        for communicator in PENDING.take() {
+        // try_with: a call while this thread's locals are being torn down logs nothing.
+        for communicator in PENDING
+            .try_with(|pending| pending.take())
+            .unwrap_or_default()
+        {
             log_communicator(communicator, true);
         }
     }
@@ -150,8 +154,16 @@ const _: sig::ncclGroupEnd = ncclGroupEnd;
 
 /// Notes a communicator just made (under `PEERLINK_NCCL_DEBUG=INFO`): logged now, or at the end of
 /// the group it was made in. `said` is the rank and size the creating call named.
-fn made(result: ncclResult_t, comm: *mut ncclComm_t, created_by: &'static str, said: (Option<i32>, Option<i32>)) {
-    if switches().debug < Debug::Info || comm.is_null() || !(result == NCCL_SUCCESS || result == NCCL_IN_PROGRESS) {
+fn made(
+    result: ncclResult_t,
+    comm: *mut ncclComm_t,
+    created_by: &'static str,
+    said: (Option<i32>, Option<i32>),
+) {
+    if switches().debug < Debug::Info
+        || comm.is_null()
+        || !(result == NCCL_SUCCESS || result == NCCL_IN_PROGRESS)
+    {
         return;
     }
     // SAFETY: NCCL wrote the new communicator there (the call succeeded or is in progress).
@@ -164,7 +176,7 @@ fn made(result: ncclResult_t, comm: *mut ncclComm_t, created_by: &'static str, s
         gpu: None,
     };
     if GROUP_DEPTH.get() > 0 {
-        PENDING.with_borrow_mut(|pending| pending.push(communicator));
+        let _ = PENDING.try_with(|pending| pending.borrow_mut().push(communicator));
     } else {
         log_communicator(communicator, result == NCCL_SUCCESS);
     }
@@ -180,15 +192,32 @@ fn log_communicator(mut communicator: Communicator, ready: bool) {
             }
         };
         let (mut rank, mut ranks, mut gpu) = (0, 0, 0);
-        ask(&mut communicator.rank, forward!(ncclCommUserRank(comm, &mut rank)), rank);
-        ask(&mut communicator.ranks, forward!(ncclCommCount(comm, &mut ranks)), ranks);
-        ask(&mut communicator.gpu, forward!(ncclCommCuDevice(comm, &mut gpu)), gpu);
+        ask(
+            &mut communicator.rank,
+            forward!(ncclCommUserRank(comm, &mut rank)),
+            rank,
+        );
+        ask(
+            &mut communicator.ranks,
+            forward!(ncclCommCount(comm, &mut ranks)),
+            ranks,
+        );
+        ask(
+            &mut communicator.gpu,
+            forward!(ncclCommCuDevice(comm, &mut gpu)),
+            gpu,
+        );
     }
     log::write(&[communicator.line(&switches().why_forwarded())]);
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommInitRank(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+) -> ncclResult_t {
     let result = forward!(ncclCommInitRank(comm, nranks, commId, rank));
     made(result, comm, "ncclCommInitRank", (Some(rank), Some(nranks)));
     result
@@ -196,34 +225,74 @@ pub unsafe extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, 
 const _: sig::ncclCommInitRank = ncclCommInitRank;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     let result = forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config));
-    made(result, comm, "ncclCommInitRankConfig", (Some(rank), Some(nranks)));
+    made(
+        result,
+        comm,
+        "ncclCommInitRankConfig",
+        (Some(rank), Some(nranks)),
+    );
     result
 }
 const _: sig::ncclCommInitRankConfig = ncclCommInitRankConfig;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommInitRankScalable(newcomm: *mut ncclComm_t, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut ncclUniqueId, config: *mut ncclConfig_t) -> ncclResult_t {
-    let result = forward!(ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config));
-    made(result, newcomm, "ncclCommInitRankScalable", (Some(myrank), Some(nranks)));
+pub unsafe extern "C" fn ncclCommInitRankScalable(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    let result = forward!(ncclCommInitRankScalable(
+        newcomm, nranks, myrank, nId, commIds, config
+    ));
+    made(
+        result,
+        newcomm,
+        "ncclCommInitRankScalable",
+        (Some(myrank), Some(nranks)),
+    );
     result
 }
 const _: sig::ncclCommInitRankScalable = ncclCommInitRankScalable;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommInitAll(
+    comm: *mut ncclComm_t,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> ncclResult_t {
     let result = forward!(ncclCommInitAll(comm, ndev, devlist));
     for index in 0..ndev.max(0) {
         // SAFETY: NCCL's contract: `comm` has room for `ndev` communicators.
-        made(result, unsafe { comm.add(index as usize) }, "ncclCommInitAll", (Some(index), Some(ndev)));
+        made(
+            result,
+            unsafe { comm.add(index as usize) },
+            "ncclCommInitAll",
+            (Some(index), Some(ndev)),
+        );
     }
     result
 }
 const _: sig::ncclCommInitAll = ncclCommInitAll;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommSplit(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     let result = forward!(ncclCommSplit(comm, color, key, newcomm, config));
     // A rank that passes NCCL_SPLIT_NOCOLOR gets no communicator (NULL).
     // SAFETY: NCCL wrote `*newcomm` where the call succeeded.
@@ -236,8 +305,22 @@ pub unsafe extern "C" fn ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_in
 const _: sig::ncclCommSplit = ncclCommSplit;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommShrink(comm: ncclComm_t, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t, shrinkFlags: c_int) -> ncclResult_t {
-    let result = forward!(ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
+pub unsafe extern "C" fn ncclCommShrink(
+    comm: ncclComm_t,
+    excludeRanksList: *mut c_int,
+    excludeRanksCount: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+    shrinkFlags: c_int,
+) -> ncclResult_t {
+    let result = forward!(ncclCommShrink(
+        comm,
+        excludeRanksList,
+        excludeRanksCount,
+        newcomm,
+        config,
+        shrinkFlags
+    ));
     made(result, newcomm, "ncclCommShrink", (None, None));
     result
 }

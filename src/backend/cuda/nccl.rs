@@ -297,9 +297,11 @@ impl Library {
         })?;
         // SAFETY: only the symbol's presence is read, never its value.
         if unsafe { library.get::<*const c_void>(FORWARDER_MARKER) }.is_ok() {
-            return Err("it is peerlink's NCCL-API library, which forwards to NCCL rather than \
+            return Err(
+                "it is peerlink's NCCL-API library, which forwards to NCCL rather than \
                         being it"
-                .to_string());
+                    .to_string(),
+            );
         }
         let api = Api::resolve(&library)
             .map_err(|missing| format!("it has no {missing}, so it is not NCCL 2.7 or newer"))?;
@@ -712,6 +714,28 @@ mod tests {
             );
         }
         assert!(!sentence.contains("libnccl.so could not"), "{sentence}");
+    }
+
+    #[test]
+    fn peerlinks_nccl_api_library_is_never_taken_for_nccl() {
+        let dir = tempfile::tempdir().unwrap();
+        let (source, library) = (dir.path().join("marker.c"), dir.path().join("libnccl.so.2"));
+        fs::write(&source, format!("char {FORWARDER_MARKER}[1];\n")).unwrap();
+        let built = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .args([&library, &source])
+            .status();
+        if !matches!(built, Ok(status) if status.success()) {
+            eprintln!("skipped: no C compiler (cc) to build a library with the marker");
+            return;
+        }
+        let Err(why) = Library::load(&library) else {
+            panic!("a library with {FORWARDER_MARKER} was taken for NCCL");
+        };
+        assert_eq!(
+            why,
+            "it is peerlink's NCCL-API library, which forwards to NCCL rather than being it"
+        );
     }
 
     #[test]
