@@ -390,7 +390,7 @@ fn launch_nccl_preloads_the_nccl_api_library_in_every_rank() {
     assert_eq!(
         errors(&out.stderr),
         [format!(
-            "error: --nccl: {} is not there: build it with `cargo build --release -p \
+            "peerlink: error: --nccl: {} is not there: build it with `cargo build --release -p \
              peerlink-nccl`, which puts it beside the peerlink executable",
             library.display()
         )]

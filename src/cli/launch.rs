@@ -146,9 +146,10 @@ pub fn run(global: &Global, args: &LaunchArgs) -> Result<()> {
         };
 
     let exe = std::env::current_exe()?;
-    let preload = match args.nccl {
-        true => Some(nccl_preload(&exe, std::env::var_os("LD_PRELOAD"))?),
-        false => None,
+    let preload = if args.nccl {
+        Some(nccl_preload(&exe, std::env::var_os("LD_PRELOAD"))?)
+    } else {
+        None
     };
     let mut ranks = Vec::with_capacity(processes);
     let mut forwarders = Vec::new();

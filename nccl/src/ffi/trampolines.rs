@@ -7,6 +7,9 @@
 //! re-declaring each from headers (some only in the device API's C++ headers) would be a second
 //! copy of NCCL's API to keep right for no gain, since this library reads none of these calls.
 
+// Their safety contract is NCCL's documentation of each function, which the caller keeps.
+#![allow(clippy::missing_safety_doc)]
+
 use super::{resolve_for_trampoline, SLOTS};
 use crate::exports::Export;
 
