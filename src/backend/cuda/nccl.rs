@@ -255,7 +255,7 @@ fn candidates(lib_dirs: &[PathBuf]) -> Vec<PathBuf> {
 fn search(candidates: &[PathBuf]) -> std::result::Result<Library, String> {
     let mut refusals = Vec::new();
     for candidate in candidates {
-        match Library::load(&candidate) {
+        match Library::load(candidate) {
             Ok(library) => return Ok(library),
             Err(why) if absent(candidate, &why) => {}
             Err(why) => refusals.push(format!("{} could not be used ({why})", candidate.display())),
