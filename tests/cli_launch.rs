@@ -361,3 +361,52 @@ fn ctrl_c_reaches_every_rank_once_and_the_launcher_exits_130() {
         start.elapsed()
     );
 }
+
+#[test]
+fn launch_nccl_preloads_the_nccl_api_library_in_every_rank() {
+    // A copy of peerlink alone in a directory: --nccl looks for the library beside it.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("peerlink");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("peerlink"), &exe).unwrap();
+    let launch = |preload: &str| {
+        Command::new(&exe)
+            .args([
+                "launch",
+                "-n",
+                "2",
+                "--timeout",
+                "20",
+                "--nccl",
+                "--",
+                "ranks",
+            ])
+            .env("LD_PRELOAD", preload)
+            .output()
+            .unwrap()
+    };
+    let library = dir.path().join("libpeerlink_nccl.so");
+    let out = launch("");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        errors(&out.stderr),
+        [format!(
+            "peerlink: error: --nccl: {} is not there: build it with `cargo build --release -p \
+             peerlink-nccl`, which puts it beside the peerlink executable",
+            library.display()
+        )]
+    );
+    // Not a library: the dynamic loader of each rank says it cannot preload it, and so shows
+    // that LD_PRELOAD names it there, ahead of what it held.
+    std::fs::write(&library, b"").unwrap();
+    let out = launch("libnot-there.so");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for rank in 0..2 {
+        let line = format!(
+            "[rank {rank}] ERROR: ld.so: object '{}' from LD_PRELOAD",
+            library.display()
+        );
+        assert!(stderr.contains(&line), "{line:?} missing: {stderr}");
+        let line = format!("[rank {rank}] ERROR: ld.so: object 'libnot-there.so' from LD_PRELOAD");
+        assert!(stderr.contains(&line), "{line:?} missing: {stderr}");
+    }
+}

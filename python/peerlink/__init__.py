@@ -4,6 +4,8 @@
   ``bench`` and ``explain`` print with ``--json``, as dicts (the same fields, the same ``schema``).
 - :class:`Fabric` moves tensors between the GPUs of this host by the fastest way peerlink's cost
   model predicts: :meth:`Fabric.copy_`, :meth:`Fabric.copy_many_` and :meth:`Fabric.all_reduce_`.
+- :func:`nccl_library` gives the path of ``libpeerlink_nccl.so``, the library with NCCL's C API that
+  stands in front of the real NCCL (``LD_PRELOAD`` it under torchrun; docs/nccl-library.md).
 
 Without a usable NVIDIA GPU, peerlink opens its simulated host (the ``dgx-h100`` preset) as the
 command line does, and says so with a :class:`SimulatedHostWarning`; every figure it then reports is
@@ -28,6 +30,7 @@ import weakref
 from typing import Any, NamedTuple, Sequence
 
 from . import _native
+from ._nccl import nccl_library
 from ._errors import (
     CudaError,
     Error,
@@ -57,6 +60,7 @@ __all__ = [
     "VerificationError",
     "bench",
     "explain",
+    "nccl_library",
     "on",
     "topology",
 ]

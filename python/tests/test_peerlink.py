@@ -635,3 +635,21 @@ def test_empty_needs_pytorch_imported(fabric: peerlink.Fabric, monkeypatch: pyte
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     with pytest.raises(peerlink.UsageError, match="import torch first"):
         fabric.empty(4, 1024)
+
+
+def test_nccl_library_is_found_beside_the_package_or_the_peerlink_command(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    packaged = pathlib.Path(peerlink.__file__).parent / "libpeerlink_nccl.so"
+    if packaged.is_file():
+        assert peerlink.nccl_library() == str(packaged)
+        return
+    command = tmp_path / "peerlink"
+    command.write_text("#!/bin/sh\n")
+    command.chmod(0o755)
+    (tmp_path / "libpeerlink_nccl.so").write_bytes(b"")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert peerlink.nccl_library() == str(tmp_path / "libpeerlink_nccl.so")
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(peerlink.FileError, match="cargo build --release -p peerlink-nccl"):
+        peerlink.nccl_library()

@@ -117,6 +117,11 @@ pub struct LaunchArgs {
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
 
+    /// Preload libpeerlink_nccl.so (NCCL's C API in front of the real NCCL; found beside this
+    /// peerlink executable) in every rank, so that their NCCL calls go through it
+    #[arg(long)]
+    pub nccl: bool,
+
     /// The peerlink command line every rank runs, after `--`: `-- ranks`, `-- --sim h200-pair topo`
     #[arg(last = true, required = true, value_name = "VERB")]
     pub command: Vec<String>,

@@ -11,8 +11,10 @@ use peerlink::error::GROUP_FAILED;
 use peerlink::launch::{self, check, Group, Identity, Launcher};
 use peerlink::Error;
 use rustix::process::{Pid, Signal};
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -145,6 +147,11 @@ pub fn run(global: &Global, args: &LaunchArgs) -> Result<()> {
         };
 
     let exe = std::env::current_exe()?;
+    let preload = if args.nccl {
+        Some(nccl_preload(&exe, std::env::var_os("LD_PRELOAD"))?)
+    } else {
+        None
+    };
     let mut ranks = Vec::with_capacity(processes);
     let mut forwarders = Vec::new();
     for rank in 0..processes {
@@ -163,6 +170,7 @@ pub fn run(global: &Global, args: &LaunchArgs) -> Result<()> {
                 (LAUNCHER_PID, std::process::id().to_string()),
             ])
             .env_remove("PEERLINK_ALONE")
+            .envs(preload.iter().map(|value| ("LD_PRELOAD", value)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -205,6 +213,28 @@ pub fn run(global: &Global, args: &LaunchArgs) -> Result<()> {
         Some(failure) => Err(failure.into()),
         None => Ok(()),
     }
+}
+
+/// The NCCL-API library's file name (the `peerlink-nccl` crate's cdylib).
+const NCCL_LIBRARY: &str = "libpeerlink_nccl.so";
+
+/// `--nccl`'s LD_PRELOAD: the NCCL-API library beside `exe` (cargo builds both into one directory),
+/// ahead of what LD_PRELOAD held already.
+fn nccl_preload(exe: &Path, existing: Option<OsString>) -> peerlink::Result<OsString> {
+    let library = exe.with_file_name(NCCL_LIBRARY);
+    if !library.is_file() {
+        return Err(Error::usage(format!(
+            "--nccl: {} is not there: build it with `cargo build --release -p peerlink-nccl`, \
+             which puts it beside the peerlink executable",
+            library.display()
+        )));
+    }
+    let mut preload = library.into_os_string();
+    if let Some(existing) = existing.filter(|value| !value.is_empty()) {
+        preload.push(" ");
+        preload.push(existing);
+    }
+    Ok(preload)
 }
 
 struct Rank {

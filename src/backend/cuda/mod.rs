@@ -54,7 +54,10 @@ pub fn driver_library_present() -> bool {
     driver::driver_library_present()
 }
 
-pub use nccl::LIBRARY_VARIABLE as NCCL_LIBRARY_VARIABLE;
+pub use nccl::{
+    search_candidates as nccl_search_candidates, FORWARDER_MARKER as NCCL_FORWARDER_MARKER,
+    LIBRARY_VARIABLE as NCCL_LIBRARY_VARIABLE,
+};
 
 /// Makes NCCL load from `path` alone, in place of its search, for this process (what `--nccl-lib`
 /// does; it takes effect if no backend has opened NCCL yet). Without it, the environment variable

@@ -34,6 +34,10 @@ const LOADER_NAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 /// Where pip's NCCL wheel puts the library, under a `site-packages` or `dist-packages` directory.
 const WHEEL_LIBRARY: &str = "nvidia/nccl/lib/libnccl.so.2";
 
+/// The symbol peerlink's NCCL-API library (`libpeerlink_nccl.so`, which forwards to NCCL) exports
+/// so that no loader takes it for NCCL itself, also where it stands as `libnccl.so.2`.
+pub const FORWARDER_MARKER: &str = "peerlink_nccl_forwarder";
+
 /// The library `--nccl-lib` named, for this process.
 static PREFERRED: Mutex<Option<PathBuf>> = Mutex::new(None);
 
@@ -163,7 +167,7 @@ pub(super) fn open() -> std::result::Result<&'static Library, String> {
                 path.display()
             )
         })?,
-        None => search(&python_lib_dirs(|name| std::env::var_os(name)))?,
+        None => search(&search_candidates())?,
     };
     let library: &'static Library = Box::leak(Box::new(library));
     *loaded = Some(library);
@@ -230,6 +234,13 @@ fn wheel_libraries(lib_dirs: &[PathBuf]) -> Vec<PathBuf> {
     found
 }
 
+/// Every library the search tries when none is named, in order: the dynamic loader's names, then
+/// the wheels found in this process's Python installs. NCCL-API libraries (peerlink's own) use it
+/// to find the NCCL they stand in front of.
+pub fn search_candidates() -> Vec<PathBuf> {
+    candidates(&python_lib_dirs(|name| std::env::var_os(name)))
+}
+
 /// Every place the search tries, in order: the loader's names, then the wheels found.
 fn candidates(lib_dirs: &[PathBuf]) -> Vec<PathBuf> {
     LOADER_NAMES
@@ -241,12 +252,12 @@ fn candidates(lib_dirs: &[PathBuf]) -> Vec<PathBuf> {
 
 /// The first candidate that loads as NCCL, or a sentence naming where the search looked and what
 /// to do (and why a library that was there could not be used).
-fn search(lib_dirs: &[PathBuf]) -> std::result::Result<Library, String> {
+fn search(candidates: &[PathBuf]) -> std::result::Result<Library, String> {
     let mut refusals = Vec::new();
-    for candidate in candidates(lib_dirs) {
-        match Library::load(&candidate) {
+    for candidate in candidates {
+        match Library::load(candidate) {
             Ok(library) => return Ok(library),
-            Err(why) if absent(&candidate, &why) => {}
+            Err(why) if absent(candidate, &why) => {}
             Err(why) => refusals.push(format!("{} could not be used ({why})", candidate.display())),
         }
     }
@@ -284,6 +295,14 @@ impl Library {
                 .source()
                 .map_or_else(|| error.to_string(), |source| source.to_string())
         })?;
+        // SAFETY: only the symbol's presence is read, never its value.
+        if unsafe { library.get::<*const c_void>(FORWARDER_MARKER) }.is_ok() {
+            return Err(
+                "it is peerlink's NCCL-API library, which forwards to NCCL rather than \
+                        being it"
+                    .to_string(),
+            );
+        }
         let api = Api::resolve(&library)
             .map_err(|missing| format!("it has no {missing}, so it is not NCCL 2.7 or newer"))?;
         let mut code = 0;
@@ -678,7 +697,7 @@ mod tests {
         fs::write(&wheel, b"not a library").unwrap();
         // No NCCL on this machine (CI, a laptop): every loader name is absent and the fake wheel
         // is there but is no library. Where NCCL is installed, the search finds it instead.
-        let Err(sentence) = search(&[root.path().join("lib")]) else {
+        let Err(sentence) = search(&candidates(&[root.path().join("lib")])) else {
             eprintln!("skipped: this machine has NCCL");
             return;
         };
@@ -695,6 +714,28 @@ mod tests {
             );
         }
         assert!(!sentence.contains("libnccl.so could not"), "{sentence}");
+    }
+
+    #[test]
+    fn peerlinks_nccl_api_library_is_never_taken_for_nccl() {
+        let dir = tempfile::tempdir().unwrap();
+        let (source, library) = (dir.path().join("marker.c"), dir.path().join("libnccl.so.2"));
+        fs::write(&source, format!("char {FORWARDER_MARKER}[1];\n")).unwrap();
+        let built = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .args([&library, &source])
+            .status();
+        if !matches!(built, Ok(status) if status.success()) {
+            eprintln!("skipped: no C compiler (cc) to build a library with the marker");
+            return;
+        }
+        let Err(why) = Library::load(&library) else {
+            panic!("a library with {FORWARDER_MARKER} was taken for NCCL");
+        };
+        assert_eq!(
+            why,
+            "it is peerlink's NCCL-API library, which forwards to NCCL rather than being it"
+        );
     }
 
     #[test]

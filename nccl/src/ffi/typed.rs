@@ -1,0 +1,370 @@
+//! The exports this library reads, declared from NCCL's documentation: the collectives and
+//! point-to-point calls (counted per kind and size class), groups, the calls that make
+//! communicators (logged under `PEERLINK_NCCL_DEBUG=INFO`), and the two calls that return strings
+//! (which must answer with a string even where there is no NCCL).
+//!
+//! Their safety contract is NCCL's documentation of each function, which the caller keeps.
+#![allow(non_camel_case_types, non_snake_case, clippy::missing_safety_doc)]
+#![allow(clippy::too_many_arguments)]
+
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use super::{no_nccl, real, switches, COUNTERS, NCCL_IN_PROGRESS, NCCL_SUCCESS};
+use crate::exports::Export;
+use crate::log::{self, Communicator};
+use crate::stats::{size_class, Call, Route};
+use crate::switches::Debug;
+
+/// NCCL's C types, by their C names (so that [`SIGNATURES`] reads as nccl.h does).
+pub type ncclResult_t = c_int;
+pub type ncclDataType_t = c_int;
+pub type ncclRedOp_t = c_int;
+pub type ncclComm_t = *mut c_void;
+pub type cudaStream_t = *mut c_void;
+pub type size_t = usize;
+/// `ncclConfig_t` is only passed on, by pointer.
+pub type ncclConfig_t = c_void;
+
+/// `ncclUniqueId`: 128 opaque bytes, passed by value to ncclCommInitRank.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ncclUniqueId {
+    pub internal: [c_char; 128],
+}
+
+/// Declares each function's type in [`sig`] and lists its C signature in [`SIGNATURES`] (which
+/// the tests compare with an installed nccl.h).
+macro_rules! signatures {
+    ($($name:ident = fn($($ty:ty),*) -> $ret:ty;)*) => {
+        /// The function types, by the functions' names.
+        pub mod sig {
+            use super::*;
+            $(pub type $name = unsafe extern "C" fn($($ty),*) -> $ret;)*
+        }
+        /// Each declared function: its name, its parameters' types and its result's type, as
+        /// written in Rust.
+        pub const SIGNATURES: &[(&str, &[&str], &str)] =
+            &[$((stringify!($name), &[$(stringify!($ty)),*], stringify!($ret))),*];
+    };
+}
+
+signatures! {
+    ncclAllReduce = fn(*const c_void, *mut c_void, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclBroadcast = fn(*const c_void, *mut c_void, size_t, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclBcast = fn(*mut c_void, size_t, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclReduce = fn(*const c_void, *mut c_void, size_t, ncclDataType_t, ncclRedOp_t, c_int, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclAllGather = fn(*const c_void, *mut c_void, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclReduceScatter = fn(*const c_void, *mut c_void, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclAlltoAll = fn(*const c_void, *mut c_void, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclGather = fn(*const c_void, *mut c_void, size_t, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclScatter = fn(*const c_void, *mut c_void, size_t, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclSend = fn(*const c_void, size_t, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclRecv = fn(*mut c_void, size_t, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> ncclResult_t;
+    ncclGroupStart = fn() -> ncclResult_t;
+    ncclGroupEnd = fn() -> ncclResult_t;
+    ncclCommInitRank = fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int) -> ncclResult_t;
+    ncclCommInitRankConfig = fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int, *mut ncclConfig_t) -> ncclResult_t;
+    ncclCommInitAll = fn(*mut ncclComm_t, c_int, *const c_int) -> ncclResult_t;
+    ncclCommInitRankScalable = fn(*mut ncclComm_t, c_int, c_int, c_int, *mut ncclUniqueId, *mut ncclConfig_t) -> ncclResult_t;
+    ncclCommSplit = fn(ncclComm_t, c_int, c_int, *mut ncclComm_t, *mut ncclConfig_t) -> ncclResult_t;
+    ncclCommShrink = fn(ncclComm_t, *mut c_int, c_int, *mut ncclComm_t, *mut ncclConfig_t, c_int) -> ncclResult_t;
+    ncclGetErrorString = fn(ncclResult_t) -> *const c_char;
+    ncclGetLastError = fn(ncclComm_t) -> *const c_char;
+    ncclCommCount = fn(ncclComm_t, *mut c_int) -> ncclResult_t;
+    ncclCommCuDevice = fn(ncclComm_t, *mut c_int) -> ncclResult_t;
+    ncclCommUserRank = fn(ncclComm_t, *mut c_int) -> ncclResult_t;
+}
+
+/// A collective or point-to-point call: counted by kind and by the size it names, then forwarded.
+macro_rules! counted {
+    ($($name:ident as $call:ident ($($arg:ident: $ty:ty),*) counting $count:ident of $dtype:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> ncclResult_t {
+            COUNTERS.count(Call::$call, size_class($count, $dtype), Route::Forwarded);
+            // SAFETY: the type is the one NCCL gives the function.
+            match unsafe { real::<sig::$name>(Export::$name) } {
+                // SAFETY: the caller's arguments, passed on as NCCL's contract has them.
+                Ok(function) => unsafe { function($($arg),*) },
+                Err(code) => code,
+            }
+        }
+        const _: sig::$name = $name;
+    )*};
+}
+
+counted! {
+    ncclAllReduce as AllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclBroadcast as Broadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclBcast as Bcast(buff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclReduce as Reduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclAllGather as AllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) counting sendcount of datatype;
+    ncclReduceScatter as ReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) counting recvcount of datatype;
+    ncclAlltoAll as AlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclGather as Gather(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclScatter as Scatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclSend as Send(sendbuff: *const c_void, count: size_t, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclRecv as Recv(recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+}
+
+thread_local! {
+    /// How deep this thread is in ncclGroupStart/ncclGroupEnd pairs.
+    static GROUP_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Communicators made inside this thread's group, logged once the group ends (NCCL sets them
+    /// up at ncclGroupEnd, so before then they cannot answer what they are).
+    static PENDING: RefCell<Vec<Communicator>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Forwards a call whose signature is `sig::$name`, with its arguments.
+macro_rules! forward {
+    ($name:ident($($arg:expr),*)) => {
+        // SAFETY: the type is the one NCCL gives the function.
+        match unsafe { real::<sig::$name>(Export::$name) } {
+            // SAFETY: the caller's arguments, passed on as NCCL's contract has them.
+            Ok(function) => unsafe { function($($arg),*) },
+            Err(code) => code,
+        }
+    };
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGroupStart() -> ncclResult_t {
+    let result = forward!(ncclGroupStart());
+    if result == NCCL_SUCCESS {
+        GROUP_DEPTH.set(GROUP_DEPTH.get() + 1);
+    }
+    result
+}
+const _: sig::ncclGroupStart = ncclGroupStart;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGroupEnd() -> ncclResult_t {
+    let result = forward!(ncclGroupEnd());
+    let depth = GROUP_DEPTH.get().saturating_sub(1);
+    GROUP_DEPTH.set(depth);
+    if depth == 0 {
+        // try_with: a call while this thread's locals are being torn down logs nothing.
+        for communicator in PENDING
+            .try_with(|pending| pending.take())
+            .unwrap_or_default()
+        {
+            log_communicator(communicator, true);
+        }
+    }
+    result
+}
+const _: sig::ncclGroupEnd = ncclGroupEnd;
+
+/// Notes a communicator just made (under `PEERLINK_NCCL_DEBUG=INFO`): logged now, or at the end of
+/// the group it was made in. `said` is the rank and size the creating call named.
+fn made(
+    result: ncclResult_t,
+    comm: *mut ncclComm_t,
+    created_by: &'static str,
+    said: (Option<i32>, Option<i32>),
+) {
+    if switches().debug < Debug::Info
+        || comm.is_null()
+        || !(result == NCCL_SUCCESS || result == NCCL_IN_PROGRESS)
+    {
+        return;
+    }
+    // SAFETY: NCCL wrote the new communicator there (the call succeeded or is in progress).
+    let address = unsafe { *comm } as usize;
+    let communicator = Communicator {
+        address,
+        created_by,
+        rank: said.0,
+        ranks: said.1,
+        gpu: None,
+    };
+    if GROUP_DEPTH.get() > 0 {
+        let _ = PENDING.try_with(|pending| pending.borrow_mut().push(communicator));
+    } else {
+        log_communicator(communicator, result == NCCL_SUCCESS);
+    }
+}
+
+/// Logs a communicator, completed from what NCCL answers where it is ready.
+fn log_communicator(mut communicator: Communicator, ready: bool) {
+    if ready {
+        let comm = communicator.address as ncclComm_t;
+        let ask = |answer: &mut Option<i32>, code: ncclResult_t, value: c_int| {
+            if code == NCCL_SUCCESS {
+                *answer = Some(value);
+            }
+        };
+        let (mut rank, mut ranks, mut gpu) = (0, 0, 0);
+        ask(
+            &mut communicator.rank,
+            forward!(ncclCommUserRank(comm, &mut rank)),
+            rank,
+        );
+        ask(
+            &mut communicator.ranks,
+            forward!(ncclCommCount(comm, &mut ranks)),
+            ranks,
+        );
+        ask(
+            &mut communicator.gpu,
+            forward!(ncclCommCuDevice(comm, &mut gpu)),
+            gpu,
+        );
+    }
+    log::write(&[communicator.line(&switches().why_forwarded())]);
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitRank(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+) -> ncclResult_t {
+    let result = forward!(ncclCommInitRank(comm, nranks, commId, rank));
+    made(result, comm, "ncclCommInitRank", (Some(rank), Some(nranks)));
+    result
+}
+const _: sig::ncclCommInitRank = ncclCommInitRank;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    let result = forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config));
+    made(
+        result,
+        comm,
+        "ncclCommInitRankConfig",
+        (Some(rank), Some(nranks)),
+    );
+    result
+}
+const _: sig::ncclCommInitRankConfig = ncclCommInitRankConfig;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitRankScalable(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    let result = forward!(ncclCommInitRankScalable(
+        newcomm, nranks, myrank, nId, commIds, config
+    ));
+    made(
+        result,
+        newcomm,
+        "ncclCommInitRankScalable",
+        (Some(myrank), Some(nranks)),
+    );
+    result
+}
+const _: sig::ncclCommInitRankScalable = ncclCommInitRankScalable;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitAll(
+    comm: *mut ncclComm_t,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> ncclResult_t {
+    let result = forward!(ncclCommInitAll(comm, ndev, devlist));
+    for index in 0..ndev.max(0) {
+        // SAFETY: NCCL's contract: `comm` has room for `ndev` communicators.
+        made(
+            result,
+            unsafe { comm.add(index as usize) },
+            "ncclCommInitAll",
+            (Some(index), Some(ndev)),
+        );
+    }
+    result
+}
+const _: sig::ncclCommInitAll = ncclCommInitAll;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommSplit(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    let result = forward!(ncclCommSplit(comm, color, key, newcomm, config));
+    // A rank that passes NCCL_SPLIT_NOCOLOR gets no communicator (NULL).
+    // SAFETY: NCCL wrote `*newcomm` where the call succeeded.
+    if newcomm.is_null() || unsafe { *newcomm }.is_null() {
+        return result;
+    }
+    made(result, newcomm, "ncclCommSplit", (None, None));
+    result
+}
+const _: sig::ncclCommSplit = ncclCommSplit;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommShrink(
+    comm: ncclComm_t,
+    excludeRanksList: *mut c_int,
+    excludeRanksCount: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+    shrinkFlags: c_int,
+) -> ncclResult_t {
+    let result = forward!(ncclCommShrink(
+        comm,
+        excludeRanksList,
+        excludeRanksCount,
+        newcomm,
+        config,
+        shrinkFlags
+    ));
+    made(result, newcomm, "ncclCommShrink", (None, None));
+    result
+}
+const _: sig::ncclCommShrink = ncclCommShrink;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
+    // SAFETY: the type is the one NCCL gives the function.
+    match unsafe { real::<sig::ncclGetErrorString>(Export::ncclGetErrorString) } {
+        // SAFETY: any code may be asked about.
+        Ok(function) => unsafe { function(result) },
+        Err(_) => error_string(result).as_ptr(),
+    }
+}
+const _: sig::ncclGetErrorString = ncclGetErrorString;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
+    if let Some(why) = no_nccl() {
+        return why.as_ptr();
+    }
+    // SAFETY: the type is the one NCCL gives the function.
+    match unsafe { real::<sig::ncclGetLastError>(Export::ncclGetLastError) } {
+        // SAFETY: the caller's communicator, passed on.
+        Ok(function) => unsafe { function(comm) },
+        Err(_) => c"this NCCL has no ncclGetLastError".as_ptr(),
+    }
+}
+const _: sig::ncclGetLastError = ncclGetLastError;
+
+/// NCCL's own words for its result codes, for when there is no NCCL to ask.
+fn error_string(result: ncclResult_t) -> &'static CStr {
+    match result {
+        0 => c"no error",
+        1 => c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+        2 => c"unhandled system error (run with NCCL_DEBUG=INFO for details)",
+        3 => c"internal error - please report this issue to the NCCL developers",
+        4 => c"invalid argument (run with NCCL_DEBUG=WARN for details)",
+        5 => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
+        6 => c"remote process exited or there was a network error",
+        7 => c"NCCL operation in progress",
+        _ => c"unknown result code",
+    }
+}
