@@ -315,13 +315,7 @@ impl<'a> Messages<'a> {
 
 impl SendRecv<'_> {
     fn row(&self, m: Measured) -> Row {
-        row(
-            Workload::SendRecv,
-            self.streams.len(),
-            self.simulated,
-            None,
-            m,
-        )
+        row(Workload::SendRecv, self.ranks, self.simulated, None, m)
     }
 
     /// The engine's row, issued from the host, where the engine's transfers can run.
