@@ -198,27 +198,36 @@ impl<'r, 'b> Reads<'r, 'b> {
         pattern::seed(&[self.first_seed, self.sample])
     }
 
+    /// Runs `timed` on the reader prepared for a first touch, run after run on fresh data, each
+    /// run verified: its two figures, as two lists.
+    fn first_touches(
+        &mut self,
+        mut timed: impl FnMut(&ManagedReader<'b>) -> Result<(f64, f64)>,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        let (reader, runs) = (self.reader, self.runs);
+        let figures = runs.collect(|| {
+            let seed = self.fresh();
+            reader.prepare(seed, Policy::FirstTouch)?;
+            let figures = timed(reader)?;
+            reader.verify(seed)?;
+            Ok(figures)
+        })?;
+        Ok(figures.into_iter().unzip())
+    }
+
     /// End to end on the host clock: the kernel's call until the host saw it finish, every page
     /// faulting on the way; and the call's own time (the launch overhead).
     fn end_to_end(&mut self, backend: &dyn Backend) -> Result<(Stats, f64)> {
-        let reader = self.reader;
-        let runs = self.runs;
-        let (totals, calls): (Vec<f64>, Vec<f64>) = runs
-            .collect(|| {
-                let seed = self.fresh();
-                reader.prepare(seed, Policy::FirstTouch)?;
-                let ((call_us, done), total_us) = host_us(backend, || {
-                    let ((), call_us) = host_us(backend, || reader.queue_read(Policy::FirstTouch))?;
-                    let done = backend.record(reader.reader())?;
-                    backend.event_synchronize(done)?;
-                    Ok((call_us, done))
-                })?;
-                backend.destroy_event(done)?;
-                reader.verify(seed)?;
-                Ok((total_us, call_us))
-            })?
-            .into_iter()
-            .unzip();
+        let (totals, calls) = self.first_touches(|reader| {
+            let ((call_us, done), total_us) = host_us(backend, || {
+                let ((), call_us) = host_us(backend, || reader.queue_read(Policy::FirstTouch))?;
+                let done = backend.record(reader.reader())?;
+                backend.event_synchronize(done)?;
+                Ok((call_us, done))
+            })?;
+            backend.destroy_event(done)?;
+            Ok((total_us, call_us))
+        })?;
         Ok((Stats::of_times(&totals)?, Stats::of_times(&calls)?.median))
     }
 
@@ -249,19 +258,11 @@ impl<'r, 'b> Reads<'r, 'b> {
         } else {
             None
         };
-        let reader = self.reader;
-        let runs = self.runs;
-        let (moves, reads): (Vec<f64>, Vec<f64>) = runs
-            .collect(|| {
-                let seed = self.fresh();
-                reader.prepare(seed, Policy::FirstTouch)?;
-                let move_us = reader.timed(|| reader.queue_prefetch())?;
-                let read_us = reader.timed(|| reader.queue_read(Policy::FirstTouch))?;
-                reader.verify(seed)?;
-                Ok((move_us, read_us))
-            })?
-            .into_iter()
-            .unzip();
+        let (moves, reads) = self.first_touches(|reader| {
+            let move_us = reader.timed(|| reader.queue_prefetch())?;
+            let read_us = reader.timed(|| reader.queue_read(Policy::FirstTouch))?;
+            Ok((move_us, read_us))
+        })?;
         Ok(GpuParts {
             first_us,
             prefetched_us,

@@ -202,6 +202,16 @@ struct Latency {
     signal_us: f64,
 }
 
+impl Latency {
+    fn of(load_ns: f64, resident_load_ns: Option<f64>, signal_us: f64) -> Latency {
+        Latency {
+            load_ns,
+            resident_load_ns,
+            signal_us,
+        }
+    }
+}
+
 impl<'a> Calibration<'a> {
     /// The fallback preset loaded and the first source, which names the run.
     fn new(m: &'a Measurements, topology: &'a Topology) -> Result<Self> {
@@ -351,22 +361,14 @@ impl<'a> Calibration<'a> {
     }
 
     fn gpu_latency(&mut self) -> Latency {
-        let gpu = &self.fallback.gpu;
-        let fallback = Latency {
-            load_ns: gpu.load_latency_ns,
-            resident_load_ns: gpu.resident_load_latency_ns,
-            signal_us: gpu.signal_us,
-        };
+        let f = &self.fallback.gpu;
+        let fallback = Latency::of(f.load_latency_ns, f.resident_load_latency_ns, f.signal_us);
         self.latency("gpu", self.m.latencies.map(|l| l.local), fallback)
     }
 
     fn pcie_latency(&mut self) -> Latency {
-        let pcie = &self.fallback.pcie;
-        let fallback = Latency {
-            load_ns: pcie.load_latency_ns,
-            resident_load_ns: pcie.resident_load_latency_ns,
-            signal_us: pcie.signal_us,
-        };
+        let f = &self.fallback.pcie;
+        let fallback = Latency::of(f.load_latency_ns, f.resident_load_latency_ns, f.signal_us);
         self.latency("pcie", self.m.latencies.and_then(|l| l.pcie), fallback)
     }
 
@@ -388,11 +390,7 @@ impl<'a> Calibration<'a> {
                      pointer-chase-resident and half a ping-pong from GPU {} to GPU {}",
                     l.load_ns, l.resident_load_ns, l.signal_us, l.src, l.dst
                 ));
-                Latency {
-                    load_ns: l.load_ns,
-                    resident_load_ns: Some(l.resident_load_ns),
-                    signal_us: l.signal_us,
-                }
+                Latency::of(l.load_ns, Some(l.resident_load_ns), l.signal_us)
             }
             None => {
                 self.borrowed.push(fields);
@@ -420,11 +418,11 @@ impl<'a> Calibration<'a> {
         let per_link = finite_median(measured.iter().map(|(n, c)| c.beta_gbps / f64::from(*n)));
         let small = small_nvlink_copy_us(m, topology, per_link);
         let alpha = small.or(finite_median(measured.iter().map(|(_, c)| c.alpha_us)));
-        let fallback = Latency {
-            load_ns: nv_fallback.load_latency_ns,
-            resident_load_ns: nv_fallback.resident_load_latency_ns,
-            signal_us: nv_fallback.signal_us,
-        };
+        let fallback = Latency::of(
+            nv_fallback.load_latency_ns,
+            nv_fallback.resident_load_latency_ns,
+            nv_fallback.signal_us,
+        );
         let latency = self.latency("nvlink", m.latencies.and_then(|l| l.nvlink), fallback);
         let spec = NvLinkSpec {
             link_gbps: per_link.unwrap_or(nv_fallback.link_gbps * nv_fallback.efficiency),

@@ -53,36 +53,7 @@ impl Planner {
     /// route's hops are priced at the fraction of their rate they keep while each GPU's PCIe link
     /// carries copies the other way too.
     pub(super) fn hops(&self, route: Route, src: usize, dst: usize, ways: Ways) -> Option<Hops> {
-        let hops = match route {
-            Route::Direct(CopyMethod::CopyEngine) => vec![Hop::PeerCe { src, dst }],
-            Route::Direct(CopyMethod::SmKernel) => vec![Hop::PeerSm { src, dst }],
-            Route::Host => {
-                // The bounce buffer sits on the source's NUMA node.
-                let node = self.model.numa_node(src);
-                vec![
-                    Hop::DeviceToHost { device: src, node },
-                    Hop::HostToDevice { device: dst, node },
-                ]
-            }
-            Route::Relay(r) => vec![Hop::PeerCe { src, dst: r }, Hop::PeerCe { src: r, dst }],
-            Route::Resident => vec![Hop::Resident { src, dst }],
-            Route::GpudirectRdma => vec![Hop::NetRdma { src, dst }],
-            Route::NetStaged => {
-                // Each end's bounce buffer sits on its NIC's NUMA node.
-                let (out, into) = (self.model.nic_numa_node(src), self.model.nic_numa_node(dst));
-                vec![
-                    Hop::DeviceToHost {
-                        device: src,
-                        node: out,
-                    },
-                    Hop::NetHost { src, dst },
-                    Hop::HostToDevice {
-                        device: dst,
-                        node: into,
-                    },
-                ]
-            }
-        };
+        let hops = self.route_hops(route, src, dst);
         let mut costs = hops
             .iter()
             .map(|&h| self.model.cost(h))
@@ -111,24 +82,7 @@ impl Planner {
                 c.alpha_us += across;
             }
         }
-        let issue = self.model.issue();
-        // What the executor queues: a direct route is one operation; a pipeline first waits for
-        // the start and for the lane's last use, then each chunk is two copies, each recording an
-        // event, and two waits (the drain for the fill, the fill for a reused slot).
-        // A network operation is priced as a copy is: one call that queues it.
-        let (setup_us, first_op_us, issue_us) = match route {
-            Route::Direct(CopyMethod::SmKernel) => (0.0, issue.kernel_us, issue.kernel_us),
-            Route::Direct(CopyMethod::CopyEngine) | Route::GpudirectRdma => {
-                (0.0, issue.copy_us, issue.copy_us)
-            }
-            // A doorbell and a stream wait: two stream memory operations, priced as events.
-            Route::Resident => (0.0, 2.0 * issue.event_us, 2.0 * issue.event_us),
-            Route::Host | Route::Relay(_) | Route::NetStaged => (
-                2.0 * issue.event_us,
-                issue.copy_us,
-                hops.len() as f64 * (issue.copy_us + 2.0 * issue.event_us),
-            ),
-        };
+        let (setup_us, first_op_us, issue_us) = self.issue_costs(route, hops.len());
         let first_issue_us = setup_us + first_op_us;
         let start_us = self
             .model
@@ -148,6 +102,63 @@ impl Planner {
             start_us,
             finish_us,
         })
+    }
+
+    /// The hops of `route` from `src` to `dst`, in order.
+    fn route_hops(&self, route: Route, src: usize, dst: usize) -> Vec<Hop> {
+        match route {
+            Route::Direct(CopyMethod::CopyEngine) => vec![Hop::PeerCe { src, dst }],
+            Route::Direct(CopyMethod::SmKernel) => vec![Hop::PeerSm { src, dst }],
+            Route::Host => {
+                // The bounce buffer sits on the source's NUMA node.
+                let node = self.model.numa_node(src);
+                vec![
+                    Hop::DeviceToHost { device: src, node },
+                    Hop::HostToDevice { device: dst, node },
+                ]
+            }
+            Route::Relay(r) => vec![Hop::PeerCe { src, dst: r }, Hop::PeerCe { src: r, dst }],
+            Route::Resident => vec![Hop::Resident { src, dst }],
+            Route::GpudirectRdma => vec![Hop::NetRdma { src, dst }],
+            Route::NetStaged => {
+                // Each end's bounce buffer sits on its NIC's NUMA node.
+                let (out, into) = (self.model.nic_numa_node(src), self.model.nic_numa_node(dst));
+                vec![
+                    Hop::DeviceToHost {
+                        device: src,
+                        node: out,
+                    },
+                    Hop::NetHost { src, dst },
+                    Hop::HostToDevice {
+                        device: dst,
+                        node: into,
+                    },
+                ]
+            }
+        }
+    }
+
+    /// What the executor queues for `route` (of `hops` hops), CPU µs: before its first chunk, its
+    /// first operation, and each chunk.
+    fn issue_costs(&self, route: Route, hops: usize) -> (f64, f64, f64) {
+        let issue = self.model.issue();
+        // What the executor queues: a direct route is one operation; a pipeline first waits for
+        // the start and for the lane's last use, then each chunk is two copies, each recording an
+        // event, and two waits (the drain for the fill, the fill for a reused slot).
+        // A network operation is priced as a copy is: one call that queues it.
+        match route {
+            Route::Direct(CopyMethod::SmKernel) => (0.0, issue.kernel_us, issue.kernel_us),
+            Route::Direct(CopyMethod::CopyEngine) | Route::GpudirectRdma => {
+                (0.0, issue.copy_us, issue.copy_us)
+            }
+            // A doorbell and a stream wait: two stream memory operations, priced as events.
+            Route::Resident => (0.0, 2.0 * issue.event_us, 2.0 * issue.event_us),
+            Route::Host | Route::Relay(_) | Route::NetStaged => (
+                2.0 * issue.event_us,
+                issue.copy_us,
+                hops as f64 * (issue.copy_us + 2.0 * issue.event_us),
+            ),
+        }
     }
 
     /// A direct route's time: a lone operation holds the issue and the start-up, then the bytes.

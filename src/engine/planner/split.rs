@@ -135,78 +135,90 @@ impl Planner {
         ways: Ways,
     ) -> Option<Plan> {
         let lanes = self.share_bandwidth(routes, src, dst, target, ways);
-        let mut shares = vec![0u64; lanes.len()];
-        let mut queue = Queue::of(&lanes, &shares);
-        let mut ends = vec![0.0; lanes.len()];
-        // Whole chunks go out a block at a time while plenty are left (so that planning stays
-        // cheap), then one at a time, then the remainder.
-        let block = (bytes / COARSE_STEPS / target).max(1) * target;
-        let coarse = bytes.saturating_sub(block * lanes.len() as u64) / block;
-        let fine = (bytes - coarse * block) / target;
-        let pieces = std::iter::repeat_n(block, coarse as usize)
-            .chain(std::iter::repeat_n(target, fine as usize))
-            .chain(Some(bytes % target).filter(|&r| r > 0));
-        for piece in pieces {
-            // The makespan if lane `i` takes the piece. A lane already in use changes only its
-            // own end; a new one changes every lane's start or CPU pace, so all are recomputed.
-            let (top, top_end, second_end) = top_two(&ends);
-            let makespan = |i: usize, shares: &mut Vec<u64>| {
-                if shares[i] > 0 {
-                    let own = queue.end(&lanes[i], i, shares[i] + piece, target);
-                    own.max(if i == top { second_end } else { top_end })
-                } else {
-                    shares[i] += piece;
-                    let all = Queue::of(&lanes, shares).ends(&lanes, shares, target);
-                    shares[i] -= piece;
-                    all.into_iter().fold(0.0, f64::max)
-                }
-            };
-            let mut best = (0, f64::INFINITY);
-            for i in 0..lanes.len() {
-                let end = makespan(i, &mut shares);
-                if end < best.1 {
-                    best = (i, end);
-                }
-            }
-            let i = best.0;
-            let newly_used = shares[i] == 0;
-            shares[i] += piece;
-            if newly_used {
-                queue = Queue::of(&lanes, &shares);
-                ends = queue.ends(&lanes, &shares, target);
-            } else {
-                ends[i] = queue.end(&lanes[i], i, shares[i], target);
-            }
-        }
+        let (mut shares, queue, mut ends) = hand_out(&lanes, bytes, target);
         if shares.iter().filter(|&&b| b > 0).count() < 2 {
             return None;
         }
         balance(&lanes, &queue, &mut shares, &mut ends, target);
-        let mut paths = Vec::new();
-        let mut offset = 0;
-        for ((lane, &share), &end) in lanes.iter().zip(&shares).zip(&ends) {
-            if share == 0 {
-                continue;
-            }
-            paths.push(PathShare {
-                route: lane.route,
-                offset,
-                bytes: share,
-                predicted_us: end,
-            });
-            offset += share;
-        }
         Some(Plan {
             src,
             dst,
             bytes,
             strategy: Strategy::Split,
             chunk_bytes: target,
-            paths,
+            paths: paths(&lanes, &shares, &ends),
             predicted_us: ends.into_iter().fold(0.0, f64::max),
             alternatives: Vec::new(),
         })
     }
+}
+
+/// Hands `bytes` out to `lanes` piece by piece, each piece to the lane where the split would end
+/// soonest: each lane's share, the CPU's queue of the lanes used, and when each lane ends.
+fn hand_out(lanes: &[Lane<'_>], bytes: u64, target: u64) -> (Vec<u64>, Queue, Vec<f64>) {
+    let mut shares = vec![0u64; lanes.len()];
+    let mut queue = Queue::of(lanes, &shares);
+    let mut ends = vec![0.0; lanes.len()];
+    // Whole chunks go out a block at a time while plenty are left (so that planning stays
+    // cheap), then one at a time, then the remainder.
+    let block = (bytes / COARSE_STEPS / target).max(1) * target;
+    let coarse = bytes.saturating_sub(block * lanes.len() as u64) / block;
+    let fine = (bytes - coarse * block) / target;
+    let pieces = std::iter::repeat_n(block, coarse as usize)
+        .chain(std::iter::repeat_n(target, fine as usize))
+        .chain(Some(bytes % target).filter(|&r| r > 0));
+    for piece in pieces {
+        // The makespan if lane `i` takes the piece. A lane already in use changes only its
+        // own end; a new one changes every lane's start or CPU pace, so all are recomputed.
+        let (top, top_end, second_end) = top_two(&ends);
+        let makespan = |i: usize, shares: &mut Vec<u64>| {
+            if shares[i] > 0 {
+                let own = queue.end(&lanes[i], i, shares[i] + piece, target);
+                own.max(if i == top { second_end } else { top_end })
+            } else {
+                shares[i] += piece;
+                let all = Queue::of(lanes, shares).ends(lanes, shares, target);
+                shares[i] -= piece;
+                all.into_iter().fold(0.0, f64::max)
+            }
+        };
+        let mut best = (0, f64::INFINITY);
+        for i in 0..lanes.len() {
+            let end = makespan(i, &mut shares);
+            if end < best.1 {
+                best = (i, end);
+            }
+        }
+        let i = best.0;
+        let newly_used = shares[i] == 0;
+        shares[i] += piece;
+        if newly_used {
+            queue = Queue::of(lanes, &shares);
+            ends = queue.ends(lanes, &shares, target);
+        } else {
+            ends[i] = queue.end(&lanes[i], i, shares[i], target);
+        }
+    }
+    (shares, queue, ends)
+}
+
+/// The routes that carry bytes, each with its share (laid out one after another) and its end.
+fn paths(lanes: &[Lane<'_>], shares: &[u64], ends: &[f64]) -> Vec<PathShare> {
+    let mut paths = Vec::new();
+    let mut offset = 0;
+    for ((lane, &share), &end) in lanes.iter().zip(shares).zip(ends) {
+        if share == 0 {
+            continue;
+        }
+        paths.push(PathShare {
+            route: lane.route,
+            offset,
+            bytes: share,
+            predicted_us: end,
+        });
+        offset += share;
+    }
+    paths
 }
 
 /// Moves bytes from the route of a split that ends last to the one that ends first, in [`ALIGN`]
