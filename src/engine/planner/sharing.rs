@@ -15,6 +15,8 @@ use std::collections::{HashMap, HashSet};
 /// nothing with them, as the host-staged route beside NVLink (an NVLink copy ran at 390.9 GB/s on the
 /// H200 pair while a device→host and a host→device copy ran at 53.8 and 53.3 GB/s beside it), is
 /// held to [`MODEL_MARGIN`] alone: it joins where it shortens the split enough.
+///
+/// [`MODEL_MARGIN`]: super::MODEL_MARGIN
 const SPLIT_MIN_FRACTION: f64 = 0.25;
 
 impl Planner {
@@ -25,6 +27,9 @@ impl Planner {
     /// copy, the host route's first hop (on the source's copy engines too) is priced at its pace
     /// measured there ([`defaults::BESIDE_DIRECT_RATE_FRACTION`]), and one way the direct copy at
     /// its pace measured beside the host route ([`CostModel::direct_beside_host`]).
+    ///
+    /// [`defaults::BESIDE_DIRECT_RATE_FRACTION`]: crate::model::defaults::BESIDE_DIRECT_RATE_FRACTION
+    /// [`CostModel::direct_beside_host`]: crate::model::CostModel::direct_beside_host
     pub(super) fn share_bandwidth<'h>(
         &self,
         routes: &'h [(Route, Hops)],
