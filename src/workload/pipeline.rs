@@ -369,7 +369,7 @@ impl Pipeline<'_> {
                 )
             })
         };
-        let mut streams = [&stages.compute[..], &stages.send[..n - 1]].concat();
+        let mut streams = [stages.compute, &stages.send[..n - 1]].concat();
         if matches!(hand_over, HandOver::Nccl(_)) {
             streams.extend_from_slice(&stages.recv[1..]);
         }
