@@ -121,44 +121,219 @@ pub fn run(
     size: u64,
     progress: &dyn Progress,
 ) -> Result<Explanation> {
+    let Opening {
+        defaults,
+        mut ctx,
+        mut notes,
+    } = open(backend, src, dst)?;
+    let direct = src == dst || backend.topology().pair(src, dst).is_some_and(|p| p.p2p);
+    let test = copy_test(direct);
+    check_peak(&ctx, &test, (src, dst), size)?;
+    progress.start("explain", 6);
+    let (mut setup, mut lane, first_us) = first_use(&mut ctx, &test, (src, dst), size, direct)?;
+    progress.step();
+    let steady = end_to_end(&mut ctx, &mut lane)?;
+    setup.push(part(
+        "first transfer",
+        first_us - steady.measured.median,
+        "host clock of the first transfer (first launch, module load, mappings) minus the \
+         steady-state median",
+    ));
+    progress.step();
+    let seed = ctx.next_seed();
+    let m = measure(std::slice::from_mut(&mut lane), &defaults.sampling, seed)?;
+    let issue = m.issue_us.median;
+    progress.step();
+    let windowed_us = m.lane_us[0].median;
+    let link = LoneLink::measure(
+        backend,
+        &test,
+        (src, dst),
+        size,
+        &defaults,
+        &lane,
+        windowed_us,
+    )?;
+    progress.step();
+    let completion = completion_costs(backend, lane.final_stream())?;
+    progress.step();
+    let parts = vec![
+        launch_part(steady.launch_us, issue - m.start_us.median, direct),
+        link.part(size),
+        receiver_part(&completion),
+    ];
+
+    let mut fixes = vec![setup_fix(&setup)];
+    if direct {
+        fixes.push(graph_fix(&mut lane, &mut ctx, issue)?);
+    }
+    progress.step();
+    if let Some(f) = link.fit {
+        fixes.push(batch_fix(f, issue));
+        fixes.push(bigger_messages(f, size));
+    }
+    fixes.push(staged_versus_direct(
+        &mut ctx, src, dst, size, link.us, direct,
+    )?);
+    if direct {
+        let resident = resident_path(backend, src, dst, size, defaults.sampling.samples)?;
+        fixes.push(resident.fix(steady.measured.median));
+        notes.push(resident.note());
+    }
+    fixes.extend(receiver_fixes(&completion, link.fit));
+    progress.finish();
+    let findings = Findings {
+        route: route_sentence(src, dst, direct),
+        setup,
+        parts,
+        measured: steady.measured,
+        fit: link.fit,
+        sweep: link.sweep,
+        fixes,
+        notes,
+    };
+    Ok(findings.explain(src, dst, size))
+}
+
+/// What every explanation opens with: both GPUs checked, the backend's defaults, a context on the
+/// two GPUs and the notes (that the host is simulated, and how the defaults differ there).
+struct Opening<'a> {
+    defaults: Defaults,
+    ctx: Context<'a>,
+    notes: Vec<String>,
+}
+
+fn open(backend: &dyn Backend, src: usize, dst: usize) -> Result<Opening<'_>> {
     let topo = backend.topology();
-    let (defaults, mut notes) = opening(backend, src, dst)?;
-    let sampling = defaults.sampling;
-    let direct = src == dst || topo.pair(src, dst).is_some_and(|p| p.p2p);
-    let mut ctx = Context::new(
+    let n = topo.devices.len();
+    for (flag, gpu) in [("--src", src), ("--dst", dst)] {
+        if let Some(missing) = crate::topology::missing_gpu(gpu, n) {
+            return Err(Error::usage(format!("{flag}: {missing}")));
+        }
+    }
+    if let Some(why) = super::cases::other_host(topo, src, dst) {
+        return Err(Error::usage(format!("GPU {src} and GPU {dst} are {why}")));
+    }
+    let defaults = Defaults::for_backend(backend);
+    let mut notes: Vec<String> = defaults.note.iter().cloned().collect();
+    if topo.is_simulated() {
+        notes.insert(
+            0,
+            format!(
+                "SIMULATED host ({}): times come from the preset's model on a virtual clock",
+                backend.source()
+            ),
+        );
+    }
+    let ctx = Context::new(
         backend,
         vec![src, dst],
-        sampling,
+        defaults.sampling,
         defaults.chase_region_bytes,
     );
+    Ok(Opening {
+        defaults,
+        ctx,
+        notes,
+    })
+}
+
+/// What an explanation found, before its parts are added up beside the time measured end to end.
+struct Findings {
+    route: String,
+    setup: Vec<Part>,
+    parts: Vec<Part>,
+    measured: Stats,
+    fit: Option<Fit>,
+    sweep: Sweep,
+    fixes: Vec<Fix>,
+    notes: Vec<String>,
+}
+
+impl Findings {
+    fn explain(self, src: usize, dst: usize, size: u64) -> Explanation {
+        let sum_us: f64 = self.parts.iter().map(|p| p.us).sum();
+        let gap_us = self.measured.median - sum_us;
+        let gap_percent = (gap_us / self.measured.median).abs() * 100.0;
+        Explanation {
+            src,
+            dst,
+            size_bytes: size,
+            route: self.route,
+            setup: self.setup,
+            parts: self.parts,
+            sum_us,
+            measured_us: self.measured.median,
+            measured: self.measured,
+            gap_us,
+            gap_percent,
+            adds_up_within_10_percent: gap_percent <= 10.0,
+            fit: self.fit,
+            sweep: self.sweep,
+            fixes: self.fixes,
+            notes: self.notes,
+        }
+    }
+}
+
+/// The copy explained: a direct copy-engine write, or staged through host memory without P2P.
+fn copy_test(direct: bool) -> PeerCopy {
     let route = if direct {
         Transport::Direct(CopyMethod::CopyEngine)
     } else {
         Transport::Staged
     };
-    let test = PeerCopy::new(
+    PeerCopy::new(
         if direct { "ce" } else { "staged" },
         route,
         Initiator::Source,
         false,
-    );
-    // At its peak: the lane timed end to end, the lone copies' lane at the sweep's largest size, and
-    // the host's copy of a message to fill and check them.
+    )
+}
+
+fn route_sentence(src: usize, dst: usize, direct: bool) -> String {
+    if direct {
+        format!(
+            "direct peer copy: copy-engine write (push) issued on GPU {src}'s stream; link \
+             transfer in GPU time"
+        )
+    } else {
+        format!(
+            "no P2P between GPU {src} and GPU {dst}: staged through pinned host memory \
+             (device→host on GPU {src}'s stream, host→device on GPU {dst}'s)"
+        )
+    }
+}
+
+/// Refuses a size whose memory at its peak does not fit: the lane timed end to end, the lone
+/// copies' lane at the sweep's largest size, and the host's copy of a message to fill and check
+/// them.
+fn check_peak(ctx: &Context<'_>, test: &PeerCopy, pair: (usize, usize), size: u64) -> Result<()> {
+    let sampling = ctx.sampling;
     let largest = sweep_sizes(size).into_iter().max().unwrap_or(size);
-    let mut footprint = test.lanes_footprint(&ctx, &[(src, dst)], size as usize, &sampling)?;
-    footprint.add_all(&test.lanes_footprint(&ctx, &[(src, dst)], largest as usize, &sampling)?);
+    let mut footprint = test.lanes_footprint(ctx, &[pair], size as usize, &sampling)?;
+    footprint.add_all(&test.lanes_footprint(ctx, &[pair], largest as usize, &sampling)?);
     footprint.add_host(largest);
     footprint.check(
-        backend,
+        ctx.backend,
         &format!("explaining {}", format_bytes(size)),
         "choose a smaller --size",
-    )?;
-    progress.start("explain", 6);
+    )
+}
 
-    // Setup: first-time costs, each on the host clock.
+/// First-time costs, each on the host clock: peer access, the allocations, then the lane's first
+/// transfer (its µs returned with the lane, to be set beside the steady state).
+fn first_use<'a>(
+    ctx: &mut Context<'a>,
+    test: &PeerCopy,
+    (src, dst): (usize, usize),
+    size: u64,
+    direct: bool,
+) -> Result<(Vec<Part>, Lane<'a>, f64)> {
+    let backend = ctx.backend;
     let mut setup = Vec::new();
     if direct && src != dst {
-        let (enabled, us) = host_us(backend, || Ok(enable(&ctx, src, dst)))?;
+        let (enabled, us) = host_us(backend, || Ok(enable(ctx, src, dst)))?;
         if let Some(reason) = enabled {
             return Err(Error::PeerAccess {
                 src,
@@ -172,6 +347,25 @@ pub fn run(
             "host clock around the first enable_peer_access",
         ));
     }
+    setup.extend(allocations(backend, (src, dst), size, direct)?);
+    let sampling = ctx.sampling;
+    let mut lane = test
+        .lanes(ctx, &[(src, dst)], size as usize, &sampling)?
+        .remove(0);
+    let seed = ctx.next_seed();
+    lane.fill(seed)?;
+    let first_us = EndToEnd::one_transfer(&mut lane, 0)?.total_us;
+    Ok((setup, lane, first_us))
+}
+
+/// The host clock around allocating the transfer's buffers on both GPUs, and its pinned host
+/// memory.
+fn allocations(
+    backend: &dyn Backend,
+    (src, dst): (usize, usize),
+    size: u64,
+    direct: bool,
+) -> Result<[Part; 2]> {
     let message = size as usize;
     let ((), alloc_us) = host_us(backend, || {
         let a = backend.alloc(Memory::Device(src), message)?;
@@ -179,117 +373,119 @@ pub fn run(
         backend.free(a)?;
         backend.free(b)
     })?;
-    setup.push(part(
-        "device allocation",
-        alloc_us,
-        format!(
-            "host clock around allocating {} on each GPU",
-            format_bytes(size)
-        ),
-    ));
-    let numa_node = topo.devices[dst].numa_node;
+    let numa_node = backend.topology().devices[dst].numa_node;
     let ((), pin_us) = host_us(backend, || {
         let p = backend.alloc(Memory::PinnedHost { numa_node }, message)?;
         backend.free(p)
     })?;
-    setup.push(part(
-        "pinned host allocation",
-        pin_us,
-        format!(
-            "host clock around allocating {} of page-locked host memory{}",
-            format_bytes(size),
-            if direct {
-                " (the direct route needs none; a staged one does)"
-            } else {
-                ""
-            }
+    Ok([
+        part(
+            "device allocation",
+            alloc_us,
+            format!(
+                "host clock around allocating {} on each GPU",
+                format_bytes(size)
+            ),
         ),
-    ));
-    let mut lane = test
-        .lanes(&mut ctx, &[(src, dst)], message, &sampling)?
-        .remove(0);
-    let seed = ctx.next_seed();
-    lane.fill(seed)?;
-    let first_us = EndToEnd::one_transfer(&mut lane, 0)?.total_us;
-    progress.step();
+        part(
+            "pinned host allocation",
+            pin_us,
+            format!(
+                "host clock around allocating {} of page-locked host memory{}",
+                format_bytes(size),
+                if direct {
+                    " (the direct route needs none; a staged one does)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    ])
+}
 
-    // Steady state end to end, then each part.
+/// The steady state end to end on the host clock, and the issue cost inside the very transfers
+/// timed (an idle stream, as a lone transfer has it).
+struct Steady {
+    measured: Stats,
+    launch_us: f64,
+}
+
+fn end_to_end(ctx: &mut Context<'_>, lane: &mut Lane<'_>) -> Result<Steady> {
     let (mut times, mut calls) = (Vec::new(), Vec::new());
-    for _ in 0..sampling.samples {
+    for _ in 0..ctx.sampling.samples {
         let seed = ctx.next_seed();
-        for t in EndToEnd::host_times(&mut lane, TRANSFERS, seed)? {
+        for t in EndToEnd::host_times(lane, TRANSFERS, seed)? {
             times.push(t.total_us);
             calls.push(t.call_us);
         }
     }
-    let measured = Stats::of_times(&times)?;
-    // The issue cost inside the very transfers timed end to end (an idle stream, as a lone transfer
-    // has it).
-    let launch = Stats::of_times(&calls)?.median;
-    setup.push(part(
-        "first transfer",
-        first_us - measured.median,
-        "host clock of the first transfer (first launch, module load, mappings) minus the \
-         steady-state median",
-    ));
-    progress.step();
+    Ok(Steady {
+        measured: Stats::of_times(&times)?,
+        launch_us: Stats::of_times(&calls)?.median,
+    })
+}
 
-    let seed = ctx.next_seed();
-    let m = measure(std::slice::from_mut(&mut lane), &sampling, seed)?;
-    let issue = m.issue_us.median;
-    progress.step();
+/// The link part: the GPU time of ONE copy on its own, as a lone transfer has it, from a fit over
+/// windows of one copy each. Back-to-back copies (the bench's sweeps) overlap one copy's start
+/// with the previous one's end and would understate a lone copy's latency.
+struct LoneLink {
+    sweep: Sweep,
+    /// The sweep's fit, its α less the two events' own time.
+    fit: Option<Fit>,
+    /// GPU time between two events with nothing between.
+    events_us: f64,
+    /// The link part at the size explained.
+    us: f64,
+}
 
-    // The link part is the GPU time of ONE copy on its own, as a lone transfer has it: a fit over
-    // windows of one copy each. Back-to-back copies (the bench's sweeps) overlap one copy's start
-    // with the previous one's end and would understate a lone copy's latency.
-    let lone = Sampling {
-        iterations: 1,
-        samples: sampling.samples.max(LONE_SAMPLES),
-        ..sampling
-    };
-    let mut lone_ctx = Context::new(backend, vec![src, dst], lone, defaults.chase_region_bytes);
-    let sizes = sweep_sizes(size);
-    let sweep = sweep_pair(
-        &mut lone_ctx,
-        &test,
-        Place::Pair { src, dst },
-        &sizes,
-        &super::progress::Silent,
-    )?;
-    // The events around a lone copy take GPU time of their own, which the receiver side's marker
-    // (itself an event) counts again: measure two events with nothing between and take it out of
-    // the fit's α, so that the link part and every saving computed from α are the copy's alone.
-    let events_us = empty_window_us(backend, lane.stream(), &lone)?;
-    let fit = sweep
-        .fit
-        .map(|f| Fit::new((f.alpha_us - events_us).max(0.0), f.beta_gbps));
-    let link_us = fit.map_or(m.lane_us[0].median - events_us, |f| f.time_us(size as f64));
-    progress.step();
+impl LoneLink {
+    /// Sweeps lone copies of `test`; `windowed_us` (a copy's GPU time back to back) stands in
+    /// where no fit can be made.
+    fn measure(
+        backend: &dyn Backend,
+        test: &PeerCopy,
+        (src, dst): (usize, usize),
+        size: u64,
+        defaults: &Defaults,
+        lane: &Lane<'_>,
+        windowed_us: f64,
+    ) -> Result<LoneLink> {
+        let lone = Sampling {
+            iterations: 1,
+            samples: defaults.sampling.samples.max(LONE_SAMPLES),
+            ..defaults.sampling
+        };
+        let mut lone_ctx = Context::new(backend, vec![src, dst], lone, defaults.chase_region_bytes);
+        let sweep = sweep_pair(
+            &mut lone_ctx,
+            test,
+            Place::Pair { src, dst },
+            &sweep_sizes(size),
+            &super::progress::Silent,
+        )?;
+        // The events around a lone copy take GPU time of their own, which the receiver side's
+        // marker (itself an event) counts again: measure two events with nothing between and take
+        // it out of the fit's α, so that the link part and every saving computed from α are the
+        // copy's alone.
+        let events_us = empty_window_us(backend, lane.stream(), &lone)?;
+        let fit = sweep
+            .fit
+            .map(|f| Fit::new((f.alpha_us - events_us).max(0.0), f.beta_gbps));
+        let us = fit.map_or(windowed_us - events_us, |f| f.time_us(size as f64));
+        Ok(LoneLink {
+            sweep,
+            fit,
+            events_us,
+            us,
+        })
+    }
 
-    let completion = completion_costs(backend, lane.final_stream())?;
-    progress.step();
-
-    let parts = vec![
-        part(
-            "launch overhead",
-            launch,
-            if direct {
-                "CPU issue cost: host clock in the call that queues the copy, in the transfers \
-                 timed end to end"
-                    .to_string()
-            } else {
-                format!(
-                    "CPU issue cost of the call that starts the transfer (host clock, in the \
-                     transfers timed end to end); the route's later calls ({:.2} µs, behind a held \
-                     stream) overlap the transfer",
-                    issue - m.start_us.median
-                )
-            },
-        ),
+    fn part(&self, size: u64) -> Part {
+        let events_us = self.events_us;
         part(
             "link transfer",
-            link_us,
-            match fit {
+            self.us,
+            match self.fit {
                 Some(f) => format!(
                     "GPU time of a lone copy from the α–β fit at {}: α = {:.2} µs + bytes / β = \
                      {:.1} GB/s, where α leaves out the {events_us:.2} µs of the two events timing \
@@ -303,66 +499,79 @@ pub fn run(
                      events' own {events_us:.2} µs"
                 ),
             },
-        ),
-        receiver_part(&completion),
-    ];
-    let sum_us: f64 = parts.iter().map(|p| p.us).sum();
-    let gap_us = measured.median - sum_us;
-    let gap_percent = (gap_us / measured.median).abs() * 100.0;
+        )
+    }
+}
 
-    let mut fixes = vec![Fix {
+/// The launch overhead: the call that queues the copy, in the transfers timed end to end; a
+/// staged route's later calls (`later_calls_us`) overlap the transfer.
+fn launch_part(launch_us: f64, later_calls_us: f64, direct: bool) -> Part {
+    part(
+        "launch overhead",
+        launch_us,
+        if direct {
+            "CPU issue cost: host clock in the call that queues the copy, in the transfers timed \
+             end to end"
+                .to_string()
+        } else {
+            format!(
+                "CPU issue cost of the call that starts the transfer (host clock, in the \
+                 transfers timed end to end); the route's later calls ({later_calls_us:.2} µs, \
+                 behind a held stream) overlap the transfer"
+            )
+        },
+    )
+}
+
+fn setup_fix(setup: &[Part]) -> Fix {
+    Fix {
         part: "setup".into(),
         fix: "allocate, pin, enable peer access and run one warm-up transfer at startup, then \
               reuse the buffers"
             .into(),
         saves_us: setup.iter().map(|p| p.us.max(0.0)).sum(),
         computed_from: "the sum of the setup parts, saved once on the first transfer".into(),
-    }];
-    if direct {
-        let graph_us = graph_issue_us(&mut lane, &mut ctx)?;
-        fixes.push(Fix {
-            part: "launch overhead".into(),
-            fix: "capture the copies once in a CUDA graph and replay it".into(),
-            saves_us: issue - graph_us,
-            computed_from: format!(
-                "plain issue {issue:.2} µs per copy − graph replay {graph_us:.2} µs per copy \
-                 (host clock of one replay of {GRAPH_COPIES} captured copies / {GRAPH_COPIES})"
-            ),
-        });
     }
-    progress.step();
-    if let Some(f) = fit {
-        let k = f64::from(BATCH);
-        fixes.push(Fix {
-            part: "launch overhead".into(),
-            fix: format!("batch: coalesce {BATCH} messages into one copy"),
-            saves_us: (1.0 - 1.0 / k) * (issue + f.alpha_us),
-            computed_from: format!(
-                "(1 − 1/{BATCH}) × (issue {issue:.2} µs + α {:.2} µs) per message",
-                f.alpha_us
-            ),
-        });
-        fixes.push(bigger_messages(f, size));
+}
+
+/// A CUDA graph's replay against the plain issue cost `issue` (measured here).
+fn graph_fix(lane: &mut Lane<'_>, ctx: &mut Context<'_>, issue: f64) -> Result<Fix> {
+    let graph_us = graph_issue_us(lane, ctx)?;
+    Ok(Fix {
+        part: "launch overhead".into(),
+        fix: "capture the copies once in a CUDA graph and replay it".into(),
+        saves_us: issue - graph_us,
+        computed_from: format!(
+            "plain issue {issue:.2} µs per copy − graph replay {graph_us:.2} µs per copy (host \
+             clock of one replay of {GRAPH_COPIES} captured copies / {GRAPH_COPIES})"
+        ),
+    })
+}
+
+fn batch_fix(f: Fit, issue: f64) -> Fix {
+    let k = f64::from(BATCH);
+    Fix {
+        part: "launch overhead".into(),
+        fix: format!("batch: coalesce {BATCH} messages into one copy"),
+        saves_us: (1.0 - 1.0 / k) * (issue + f.alpha_us),
+        computed_from: format!(
+            "(1 − 1/{BATCH}) × (issue {issue:.2} µs + α {:.2} µs) per message",
+            f.alpha_us
+        ),
     }
-    fixes.push(staged_versus_direct(
-        &mut ctx, src, dst, size, link_us, direct,
-    )?);
-    if direct {
-        let resident = resident_path(backend, src, dst, size, sampling.samples)?;
-        fixes.push(resident.fix(measured.median));
-        notes.push(resident.note());
-    }
-    let Completion {
-        sync_us, poll_us, ..
-    } = completion;
-    fixes.push(Fix {
+}
+
+/// Polling instead of a blocking synchronisation, and (with a fit) one wait for many transfers.
+fn receiver_fixes(completion: &Completion, fit: Option<Fit>) -> Vec<Fix> {
+    let (sync_us, poll_us) = (completion.sync_us, completion.poll_us);
+    let mut fixes = vec![Fix {
         part: "receiver side".into(),
         fix: "poll the event (non-blocking query) instead of a blocking synchronisation".into(),
         saves_us: sync_us - poll_us,
         computed_from: format!(
             "synchronise {sync_us:.2} µs − one query {poll_us:.2} µs (host clock, completed event)"
         ),
-    });
+    }];
     if let Some(f) = fit {
         let k = f64::from(BATCH);
         fixes.push(Fix {
@@ -379,36 +588,7 @@ pub fn run(
             ),
         });
     }
-    progress.finish();
-
-    Ok(Explanation {
-        src,
-        dst,
-        size_bytes: size,
-        route: if direct {
-            format!(
-                "direct peer copy: copy-engine write (push) issued on GPU {src}'s stream; link \
-                 transfer in GPU time"
-            )
-        } else {
-            format!(
-                "no P2P between GPU {src} and GPU {dst}: staged through pinned host memory \
-                 (device→host on GPU {src}'s stream, host→device on GPU {dst}'s)"
-            )
-        },
-        setup,
-        parts,
-        sum_us,
-        measured_us: measured.median,
-        measured,
-        gap_us,
-        gap_percent,
-        adds_up_within_10_percent: gap_percent <= 10.0,
-        fit,
-        sweep,
-        fixes,
-        notes,
-    })
+    fixes
 }
 
 /// The same transfer through a resident worker, part by part (host clock, medians).
@@ -503,33 +683,6 @@ fn resident_path(
         ring_us: ring.median,
         total_us: total.median,
     })
-}
-
-/// Checks that both GPUs exist; returns the backend's defaults and the notes every explanation
-/// opens with (that the host is simulated, and how the defaults differ there).
-fn opening(backend: &dyn Backend, src: usize, dst: usize) -> Result<(Defaults, Vec<String>)> {
-    let topo = backend.topology();
-    let n = topo.devices.len();
-    for (flag, gpu) in [("--src", src), ("--dst", dst)] {
-        if let Some(missing) = crate::topology::missing_gpu(gpu, n) {
-            return Err(Error::usage(format!("{flag}: {missing}")));
-        }
-    }
-    if let Some(why) = super::cases::other_host(topo, src, dst) {
-        return Err(Error::usage(format!("GPU {src} and GPU {dst} are {why}")));
-    }
-    let defaults = Defaults::for_backend(backend);
-    let mut notes: Vec<String> = defaults.note.iter().cloned().collect();
-    if topo.is_simulated() {
-        notes.insert(
-            0,
-            format!(
-                "SIMULATED host ({}): times come from the preset's model on a virtual clock",
-                backend.source()
-            ),
-        );
-    }
-    Ok((defaults, notes))
 }
 
 /// The receiver side: what it costs the host to learn that the GPU's work finished.

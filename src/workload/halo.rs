@@ -17,8 +17,8 @@
 //! time is the slowest GPU's, and a face's bandwidth is its bytes over the step.
 
 use super::{
-    enable_peers, ids, length, measure, nccl, row, streams_on, Communicator, Contender, Measured,
-    Operation, Settings, Variant, Workload,
+    enable_peers, ids, length, measure, nccl, row, streams_on, Communicator, Contender, Counts,
+    IssueMode, Measured, Operation, Settings, Variant, Workload,
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
@@ -394,12 +394,15 @@ pub fn run(
     let comm = nccl(backend, &mut settings.notices)
         .map(|nccl| Communicator::new(nccl, &devices))
         .transpose()?;
-    // A 2-D domain grows with the square of its face. The simulator copies on the CPU: there it
-    // may use what the 1-D domain of the sweep's largest face uses, and no more.
-    let domain_limit = if settings.simulated {
-        Layout::new(Variant::OneD, n, length(settings.largest())? / CELL).domain_bytes()
-    } else {
-        MAX_DOMAIN_BYTES
+    let domain_limit = domain_limit(settings)?;
+    let issue = settings.issue.clone();
+    let halo = Halo {
+        backend,
+        devices: &devices,
+        streams: &stream_ids,
+        comm: comm.as_ref(),
+        issue: &issue,
+        simulated: settings.simulated,
     };
     let mut rows = Vec::new();
     progress.start("halo", (variants.len() * settings.sizes.len()) as u64);
@@ -409,86 +412,8 @@ pub fn run(
             let layout = Layout::new(variant, n, length(bytes)? / CELL);
             if variant == Variant::TwoD && layout.domain_bytes() > domain_limit {
                 left_out.push(bytes);
-                progress.step();
-                continue;
-            }
-            let counts = settings.counts(bytes);
-            let domain_bytes = layout.domain_bytes();
-            let domains = owned_on(backend, &devices, |_| domain_bytes)?;
-            let staged = owned_on(backend, &devices, |r| staging_bytes(&layout, r).max(1))?;
-            let (domain_ids, staging_ids) = (ids(&domains), ids(&staged));
-            // What each domain holds after a step; what it held before is not kept (at 1 GiB faces
-            // a 1-D domain is 4 GiB).
-            let after: Vec<Vec<u8>> = {
-                let before: Vec<Vec<u8>> = (0..n)
-                    .map(|r| pattern::bytes(pattern::seed(&[bytes, r as u64]), domain_bytes))
-                    .collect();
-                (0..n).map(|r| layout.after_step(r, &before)).collect()
-            };
-            let poison = || {
-                (0..n).try_for_each(|r| {
-                    backend.write(domain_ids[r], 0, &layout.poisoned(r, &after[r]))
-                })
-            };
-            let check = |what: &str| {
-                let mut found = vec![0; domain_bytes];
-                (0..n).try_for_each(|r| {
-                    backend.read(domain_ids[r], 0, &mut found)?;
-                    let senders = layout.faces.iter().filter(|f| f.to == r);
-                    let from = senders
-                        .map(|f| devices[f.from])
-                        .next()
-                        .unwrap_or(devices[r]);
-                    Error::check_bytes(
-                        format!("halo {variant} {what} {}", format_bytes(bytes)),
-                        from,
-                        devices[r],
-                        &after[r],
-                        &found,
-                    )
-                })
-            };
-            let measured = |contender, algorithm: &str, issue, time_us| Measured {
-                variant: Some(variant),
-                bytes,
-                contender,
-                algorithm: algorithm.to_string(),
-                issue,
-                iters: counts.iters,
-                time_us,
-            };
-            for &issue in &settings.issue {
-                let mut op = peerlink_step(backend, &stream_ids, &devices, &layout, &domain_ids);
-                let algorithm = op.describe();
-                let algorithm = algorithm.as_str();
-                let time_us =
-                    measure(backend, &stream_ids, issue, counts, &mut op, poison, || {
-                        check(algorithm)
-                    })?;
-                let m = measured(Contender::Peerlink, algorithm, issue, time_us);
-                rows.push(row(Workload::Halo, n, settings.simulated, None, m));
-            }
-            if let Some(comm) = &comm {
-                let algorithm = match variant {
-                    Variant::TwoD => "columns packed by a copy kernel; grouped ncclSend/ncclRecv",
-                    _ => "grouped ncclSend/ncclRecv",
-                };
-                for &issue in &settings.issue {
-                    let mut op = nccl_step(
-                        backend,
-                        &stream_ids,
-                        comm,
-                        &layout,
-                        &domain_ids,
-                        &staging_ids,
-                    );
-                    let time_us =
-                        measure(backend, &stream_ids, issue, counts, &mut op, poison, || {
-                            check(algorithm)
-                        })?;
-                    let m = measured(Contender::Nccl, algorithm, issue, time_us);
-                    rows.push(row(Workload::Halo, n, settings.simulated, None, m));
-                }
+            } else {
+                rows.extend(halo.size(variant, bytes, &layout, settings.counts(bytes))?);
             }
             progress.step();
         }
@@ -503,6 +428,150 @@ pub fn run(
     }
     progress.finish();
     Ok(rows)
+}
+
+/// The largest domain a face may need. A 2-D domain grows with the square of its face. The
+/// simulator copies on the CPU: there it may use what the 1-D domain of the sweep's largest face
+/// uses, and no more.
+fn domain_limit(settings: &Settings) -> Result<usize> {
+    Ok(if settings.simulated {
+        let n = settings.devices.len();
+        Layout::new(Variant::OneD, n, length(settings.largest())? / CELL).domain_bytes()
+    } else {
+        MAX_DOMAIN_BYTES
+    })
+}
+
+/// The GPUs, their streams and NCCL's communicator, ready to time one face size after another.
+struct Halo<'a> {
+    backend: &'a dyn Backend,
+    devices: &'a [usize],
+    streams: &'a [StreamId],
+    comm: Option<&'a Communicator<'a>>,
+    issue: &'a [IssueMode],
+    simulated: bool,
+}
+
+/// One face size of one variant: the domains, and what each holds after a step.
+struct Domains<'a> {
+    variant: Variant,
+    bytes: u64,
+    layout: &'a Layout,
+    counts: Counts,
+    ids: &'a [BufferId],
+    after: &'a [Vec<u8>],
+}
+
+impl Halo<'_> {
+    /// One face size: a row per issue mode for peerlink, and for NCCL where it is there.
+    fn size(
+        &self,
+        variant: Variant,
+        bytes: u64,
+        layout: &Layout,
+        counts: Counts,
+    ) -> Result<Vec<Row>> {
+        let (backend, devices) = (self.backend, self.devices);
+        let domain_bytes = layout.domain_bytes();
+        let domains = owned_on(backend, devices, |_| domain_bytes)?;
+        let staged = owned_on(backend, devices, |r| staging_bytes(layout, r).max(1))?;
+        let (domain_ids, staging_ids) = (ids(&domains), ids(&staged));
+        // What each domain holds after a step; what it held before is not kept (at 1 GiB faces a
+        // 1-D domain is 4 GiB).
+        let after: Vec<Vec<u8>> = {
+            let before: Vec<Vec<u8>> = (0..devices.len())
+                .map(|r| pattern::bytes(pattern::seed(&[bytes, r as u64]), domain_bytes))
+                .collect();
+            (0..devices.len())
+                .map(|r| layout.after_step(r, &before))
+                .collect()
+        };
+        let at = Domains {
+            variant,
+            bytes,
+            layout,
+            counts,
+            ids: &domain_ids,
+            after: &after,
+        };
+        let mut rows = Vec::new();
+        for &issue in self.issue {
+            let mut op = peerlink_step(backend, self.streams, devices, layout, &domain_ids);
+            let algorithm = op.describe();
+            rows.push(self.row(&at, Contender::Peerlink, &algorithm, issue, &mut op)?);
+        }
+        if let Some(comm) = self.comm {
+            let algorithm = match variant {
+                Variant::TwoD => "columns packed by a copy kernel; grouped ncclSend/ncclRecv",
+                _ => "grouped ncclSend/ncclRecv",
+            };
+            for &issue in self.issue {
+                let mut op = nccl_step(
+                    backend,
+                    self.streams,
+                    comm,
+                    layout,
+                    &domain_ids,
+                    &staging_ids,
+                );
+                rows.push(self.row(&at, Contender::Nccl, algorithm, issue, &mut op)?);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// The step time of `op`, every domain poisoned before one more step and checked after it.
+    fn row(
+        &self,
+        at: &Domains<'_>,
+        contender: Contender,
+        algorithm: &str,
+        issue: IssueMode,
+        op: &mut Exchange<'_>,
+    ) -> Result<Row> {
+        let (backend, devices) = (self.backend, self.devices);
+        let Domains {
+            variant,
+            bytes,
+            layout,
+            ids,
+            after,
+            ..
+        } = *at;
+        let poison = || {
+            (0..devices.len())
+                .try_for_each(|r| backend.write(ids[r], 0, &layout.poisoned(r, &after[r])))
+        };
+        let check = || {
+            let mut found = vec![0; layout.domain_bytes()];
+            (0..devices.len()).try_for_each(|r| {
+                backend.read(ids[r], 0, &mut found)?;
+                let senders = layout.faces.iter().filter(|f| f.to == r);
+                let from = senders
+                    .map(|f| devices[f.from])
+                    .next()
+                    .unwrap_or(devices[r]);
+                Error::check_bytes(
+                    format!("halo {variant} {algorithm} {}", format_bytes(bytes)),
+                    from,
+                    devices[r],
+                    &after[r],
+                    &found,
+                )
+            })
+        };
+        let time_us = measure(backend, self.streams, issue, at.counts, op, poison, check)?;
+        let m = Measured {
+            variant: Some(variant),
+            bytes,
+            contender,
+            algorithm: algorithm.to_string(),
+            issue,
+            iters: at.counts.iters,
+            time_us,
+        };
+        Ok(row(Workload::Halo, devices.len(), self.simulated, None, m))
+    }
 }
 
 /// A buffer on each GPU of `devices`, `bytes(rank)` long.

@@ -227,99 +227,171 @@ pub fn run(
         out: &pair(0, 1),
         input: &pair(2, 3),
     };
-    let pairs = nccl(backend, &mut settings.notices)
+    let pairs = stage_pair_communicators(backend, &devices, &mut settings.notices)?;
+    let pipeline = Pipeline {
+        backend,
+        devices: &devices,
+        stages: &stages,
+        pairs: pairs.as_deref(),
+        compute_us,
+        simulated: settings.simulated,
+    };
+    let mut rows = Vec::new();
+    progress.start("pipeline", settings.sizes.len() as u64);
+    for bytes in settings.sizes_to_run() {
+        rows.extend(pipeline.size(bytes, settings.counts(bytes))?);
+        progress.step();
+    }
+    progress.finish();
+    Ok(rows)
+}
+
+/// Where NCCL is there, a communicator per pair of consecutive stages.
+fn stage_pair_communicators<'b>(
+    backend: &'b dyn Backend,
+    devices: &[usize],
+    notices: &mut Vec<String>,
+) -> Result<Option<Vec<Communicator<'b>>>> {
+    nccl(backend, notices)
         .map(|nccl| {
             devices
                 .windows(2)
                 .map(|pair| Communicator::new(nccl, pair))
                 .collect::<Result<Vec<_>>>()
         })
-        .transpose()?;
-    let mut rows = Vec::new();
-    progress.start("pipeline", settings.sizes.len() as u64);
-    for bytes in settings.sizes_to_run() {
-        let len = length(bytes)?;
-        let counts = settings.counts(bytes);
-        let alone = compute_alone(backend, compute[0], compute_us, counts)?;
-        let data: Vec<[Vec<u8>; 2]> = (0..n)
-            .map(|i| [0, 1].map(|b| pattern::bytes(pattern::seed(&[bytes, i as u64, b]), len)))
-            .collect();
-        for (i, data) in data.iter().enumerate() {
-            for (&buffer, data) in stages.out[i].iter().zip(data) {
-                backend.write(buffer, 0, data)?;
-            }
-        }
-        // The check runs after one more step, numbered past the timed ones: its buffer.
-        let checked = ((counts.warmup + counts.iters) % 2) as usize;
-        let poison = || {
-            (1..n).try_for_each(|i| {
-                let inverted: Vec<u8> = data[i - 1][checked].iter().map(|b| !b).collect();
-                backend.write(stages.input[i][checked], 0, &inverted)
-            })
-        };
-        let check = |what: &str| {
-            let mut found = vec![0; len];
-            (1..n).try_for_each(|i| {
-                backend.read(stages.input[i][checked], 0, &mut found)?;
-                Error::check_bytes(
-                    format!("pipeline {what}"),
-                    devices[i - 1],
-                    devices[i],
-                    &data[i - 1][checked],
-                    &found,
-                )
-            })
-        };
+        .transpose()
+}
+
+/// The pipeline's stages, ready to be timed at one size after another.
+struct Pipeline<'a> {
+    backend: &'a dyn Backend,
+    devices: &'a [usize],
+    stages: &'a Stages<'a>,
+    /// NCCL's communicators of consecutive stages, where NCCL is there.
+    pairs: Option<&'a [Communicator<'a>]>,
+    compute_us: f64,
+    simulated: bool,
+}
+
+/// Every stage's activations at one size, and the buffer a check reads: the check runs after one
+/// more step, numbered past the timed ones.
+struct Activations {
+    data: Vec<[Vec<u8>; 2]>,
+    checked: usize,
+}
+
+impl Pipeline<'_> {
+    /// One size: the compute alone, then a row for each contender's hand-over.
+    fn size(&self, bytes: u64, counts: Counts) -> Result<Vec<Row>> {
+        let alone = compute_alone(
+            self.backend,
+            self.stages.compute[0],
+            self.compute_us,
+            counts,
+        )?;
+        let activations = self.activations(bytes, counts)?;
         let mut contenders: Vec<(Contender, &str, HandOver<'_>)> =
             vec![(Contender::Peerlink, "copy-engine copy", HandOver::Copy)];
-        if let Some(pairs) = &pairs {
+        if let Some(pairs) = self.pairs {
             contenders.push((
                 Contender::Nccl,
                 "ncclSend/ncclRecv, a communicator per stage pair",
                 HandOver::Nccl(pairs),
             ));
         }
-        for (contender, algorithm, hand_over) in contenders {
-            let mut streams = [&compute[..], &send[..n - 1]].concat();
-            if matches!(hand_over, HandOver::Nccl(_)) {
-                streams.extend_from_slice(&recv[1..]);
-            }
-            let mut steps = Steps {
-                backend,
-                stages: &stages,
-                hand_over,
-                compute_us,
-                len,
-                computed: HashMap::new(),
-                arrived: HashMap::new(),
-            };
-            let step_us = measure(
-                backend,
-                &streams,
-                IssueMode::Stream,
-                counts,
-                &mut steps,
-                poison,
-                || check(algorithm),
-            )?;
-            let m = Measured {
-                variant: None,
-                bytes,
-                contender,
-                algorithm: algorithm.to_string(),
-                issue: IssueMode::Stream,
-                iters: counts.iters,
-                time_us: step_us,
-            };
-            let mut r = row(Workload::Pipeline, n, settings.simulated, None, m);
-            r.compute_us = Some(alone);
-            r.exposed_us = Some(exposed_us(step_us, alone));
-            rows.push(r);
-        }
-        progress.step();
+        contenders
+            .into_iter()
+            .map(|(contender, algorithm, hand_over)| {
+                let step_us = self.time(bytes, counts, &activations, algorithm, hand_over)?;
+                let m = Measured {
+                    variant: None,
+                    bytes,
+                    contender,
+                    algorithm: algorithm.to_string(),
+                    issue: IssueMode::Stream,
+                    iters: counts.iters,
+                    time_us: step_us,
+                };
+                let n = self.devices.len();
+                let mut r = row(Workload::Pipeline, n, self.simulated, None, m);
+                r.compute_us = Some(alone);
+                r.exposed_us = Some(exposed_us(step_us, alone));
+                Ok(r)
+            })
+            .collect()
     }
-    progress.finish();
-    Ok(rows)
+
+    /// Each stage's activations of `bytes`, written into its outgoing buffers.
+    fn activations(&self, bytes: u64, counts: Counts) -> Result<Activations> {
+        let len = length(bytes)?;
+        let data: Vec<[Vec<u8>; 2]> = (0..self.devices.len())
+            .map(|i| [0, 1].map(|b| pattern::bytes(pattern::seed(&[bytes, i as u64, b]), len)))
+            .collect();
+        for (i, data) in data.iter().enumerate() {
+            for (&buffer, data) in self.stages.out[i].iter().zip(data) {
+                self.backend.write(buffer, 0, data)?;
+            }
+        }
+        let checked = ((counts.warmup + counts.iters) % 2) as usize;
+        Ok(Activations { data, checked })
+    }
+
+    /// The step time with `hand_over`, the checked buffer poisoned before one more step and its
+    /// bytes checked after it.
+    fn time(
+        &self,
+        bytes: u64,
+        counts: Counts,
+        activations: &Activations,
+        algorithm: &str,
+        hand_over: HandOver<'_>,
+    ) -> Result<f64> {
+        let (backend, stages, devices) = (self.backend, self.stages, self.devices);
+        let n = devices.len();
+        let len = length(bytes)?;
+        let Activations { data, checked } = activations;
+        let poison = || {
+            (1..n).try_for_each(|i| {
+                let inverted: Vec<u8> = data[i - 1][*checked].iter().map(|b| !b).collect();
+                backend.write(stages.input[i][*checked], 0, &inverted)
+            })
+        };
+        let check = || {
+            let mut found = vec![0; len];
+            (1..n).try_for_each(|i| {
+                backend.read(stages.input[i][*checked], 0, &mut found)?;
+                Error::check_bytes(
+                    format!("pipeline {algorithm}"),
+                    devices[i - 1],
+                    devices[i],
+                    &data[i - 1][*checked],
+                    &found,
+                )
+            })
+        };
+        let mut streams = [stages.compute, &stages.send[..n - 1]].concat();
+        if matches!(hand_over, HandOver::Nccl(_)) {
+            streams.extend_from_slice(&stages.recv[1..]);
+        }
+        let mut steps = Steps {
+            backend,
+            stages,
+            hand_over,
+            compute_us: self.compute_us,
+            len,
+            computed: HashMap::new(),
+            arrived: HashMap::new(),
+        };
+        measure(
+            backend,
+            &streams,
+            IssueMode::Stream,
+            counts,
+            &mut steps,
+            poison,
+            check,
+        )
+    }
 }
 
 /// The compute kernel's GPU time alone per step, µs, timed as the steps are.

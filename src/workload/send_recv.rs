@@ -8,7 +8,7 @@
 //! work (it runs on the engine's streams), so its rows are issued from the host in every mode.
 
 use super::{
-    ids, length, measure, nccl, row, streams_on, within_one_host, Communicator, Contender,
+    ids, length, measure, nccl, row, streams_on, within_one_host, Communicator, Contender, Counts,
     IssueMode, Measured, Operation, Settings, Variant, Workload,
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
@@ -166,7 +166,6 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<Vec<Row>> {
     let devices = settings.devices.clone();
-    let n = devices.len();
     let fabric = Fabric::builder(backend.clone()).devices(&devices).open()?;
     let backend = backend.as_ref();
     let streams = streams_on(backend, &devices)?;
@@ -181,111 +180,218 @@ pub fn run(
     if engine_rows && settings.issue.contains(&IssueMode::Graphs) {
         settings.notices.push(GRAPHS_NOTICE.into());
     }
+    let sweep = SendRecv {
+        backend,
+        fabric: &fabric,
+        ranks: devices.len(),
+        streams: &stream_ids,
+        comm: comm.as_ref(),
+        engine_rows,
+        issue: &settings.issue,
+        simulated: settings.simulated,
+    };
     let mut rows = Vec::new();
     progress.start("send-recv", (variants.len() * settings.sizes.len()) as u64);
     for &variant in variants {
-        let flows = flows(variant, n)
-            .into_iter()
-            .map(|(from, to)| {
-                Ok(Flow {
-                    from,
-                    to,
-                    src: fabric.alloc(devices[from], largest)?,
-                    dst: fabric.alloc(devices[to], largest)?,
-                })
-            })
-            .collect::<Result<Vec<Flow>>>()?;
+        let flows = open_flows(&fabric, &devices, variant, largest)?;
         for bytes in settings.sizes_to_run() {
-            let len = length(bytes)?;
-            let data: Vec<Vec<u8>> = (0..flows.len())
-                .map(|i| pattern::bytes(pattern::seed(&[bytes, i as u64]), len))
-                .collect();
-            for (flow, data) in flows.iter().zip(&data) {
-                flow.src.write(0, data)?;
-            }
-            let poison = || {
-                flows.iter().zip(&data).try_for_each(|(flow, data)| {
-                    flow.dst
-                        .write(0, &data.iter().map(|b| !b).collect::<Vec<u8>>())
-                })
-            };
-            let check = |what: &str| {
-                let mut found = vec![0; len];
-                flows.iter().zip(&data).try_for_each(|(flow, data)| {
-                    flow.dst.read(0, &mut found)?;
-                    Error::check_bytes(
-                        format!("send-recv {variant} {what}"),
-                        flow.src.device(),
-                        flow.dst.device(),
-                        data,
-                        &found,
-                    )
-                })
-            };
-            let counts = settings.counts(bytes);
-            let measured = |contender, algorithm: String, issue, time_us| Measured {
-                variant: Some(variant),
-                bytes,
-                contender,
-                algorithm,
-                issue,
-                iters: counts.iters,
-                time_us,
-            };
-            if engine_rows {
-                let algorithm = engine_strategies(&fabric, &flows, bytes)?;
-                let mut engine = EngineFlows::new(backend, &fabric, &flows, &stream_ids, len);
-                let time_us = measure(
-                    backend,
-                    &stream_ids,
-                    IssueMode::Stream,
-                    counts,
-                    &mut engine,
-                    poison,
-                    || check(&algorithm),
-                )?;
-                drop(engine);
-                let m = measured(Contender::Peerlink, algorithm, IssueMode::Stream, time_us);
-                rows.push(row(Workload::SendRecv, n, settings.simulated, None, m));
-            }
-            if let Some(comm) = &comm {
-                let transfers = flows
-                    .iter()
-                    .map(|f| PeerTransfer {
-                        from: f.from,
-                        to: f.to,
-                        src: BufferRange {
-                            buffer: f.src.backend_id(),
-                            offset: 0,
-                            len,
-                        },
-                        dst: BufferRange {
-                            buffer: f.dst.backend_id(),
-                            offset: 0,
-                            len,
-                        },
-                    })
-                    .collect();
-                let mut op = NcclFlows {
-                    comm,
-                    streams: &stream_ids,
-                    transfers,
-                };
-                for &issue in &settings.issue {
-                    let algorithm = "ncclSend/ncclRecv".to_string();
-                    let time_us =
-                        measure(backend, &stream_ids, issue, counts, &mut op, poison, || {
-                            check(&algorithm)
-                        })?;
-                    let m = measured(Contender::Nccl, algorithm, issue, time_us);
-                    rows.push(row(Workload::SendRecv, n, settings.simulated, None, m));
-                }
-            }
+            let messages = Messages::write(&flows, variant, bytes, settings.counts(bytes))?;
+            rows.extend(sweep.engine_row(&messages)?);
+            rows.extend(sweep.nccl_rows(&messages)?);
             progress.step();
         }
     }
     progress.finish();
     Ok(rows)
+}
+
+/// Every flow of `variant` between the GPUs, its buffers `largest` bytes long.
+fn open_flows(
+    fabric: &Fabric,
+    devices: &[usize],
+    variant: Variant,
+    largest: usize,
+) -> Result<Vec<Flow>> {
+    flows(variant, devices.len())
+        .into_iter()
+        .map(|(from, to)| {
+            Ok(Flow {
+                from,
+                to,
+                src: fabric.alloc(devices[from], largest)?,
+                dst: fabric.alloc(devices[to], largest)?,
+            })
+        })
+        .collect()
+}
+
+/// The GPUs' fabric, streams and NCCL's communicator, ready to time one size after another.
+struct SendRecv<'a> {
+    backend: &'a dyn Backend,
+    fabric: &'a Fabric,
+    ranks: usize,
+    streams: &'a [StreamId],
+    comm: Option<&'a Communicator<'a>>,
+    /// Whether the engine's transfers can run here (all on one host).
+    engine_rows: bool,
+    issue: &'a [IssueMode],
+    simulated: bool,
+}
+
+/// One size of one variant: every flow's message written into its source.
+struct Messages<'a> {
+    flows: &'a [Flow],
+    variant: Variant,
+    bytes: u64,
+    len: usize,
+    counts: Counts,
+    data: Vec<Vec<u8>>,
+}
+
+impl<'a> Messages<'a> {
+    fn write(flows: &'a [Flow], variant: Variant, bytes: u64, counts: Counts) -> Result<Self> {
+        let len = length(bytes)?;
+        let data: Vec<Vec<u8>> = (0..flows.len())
+            .map(|i| pattern::bytes(pattern::seed(&[bytes, i as u64]), len))
+            .collect();
+        for (flow, data) in flows.iter().zip(&data) {
+            flow.src.write(0, data)?;
+        }
+        Ok(Messages {
+            flows,
+            variant,
+            bytes,
+            len,
+            counts,
+            data,
+        })
+    }
+
+    fn poison(&self) -> Result<()> {
+        self.flows
+            .iter()
+            .zip(&self.data)
+            .try_for_each(|(flow, data)| {
+                flow.dst
+                    .write(0, &data.iter().map(|b| !b).collect::<Vec<u8>>())
+            })
+    }
+
+    fn check(&self, what: &str) -> Result<()> {
+        let mut found = vec![0; self.len];
+        self.flows
+            .iter()
+            .zip(&self.data)
+            .try_for_each(|(flow, data)| {
+                flow.dst.read(0, &mut found)?;
+                Error::check_bytes(
+                    format!("send-recv {} {what}", self.variant),
+                    flow.src.device(),
+                    flow.dst.device(),
+                    data,
+                    &found,
+                )
+            })
+    }
+
+    fn measured(
+        &self,
+        contender: Contender,
+        algorithm: String,
+        issue: IssueMode,
+        time_us: f64,
+    ) -> Measured {
+        Measured {
+            variant: Some(self.variant),
+            bytes: self.bytes,
+            contender,
+            algorithm,
+            issue,
+            iters: self.counts.iters,
+            time_us,
+        }
+    }
+}
+
+impl SendRecv<'_> {
+    fn row(&self, m: Measured) -> Row {
+        row(Workload::SendRecv, self.ranks, self.simulated, None, m)
+    }
+
+    /// The engine's row, issued from the host, where the engine's transfers can run.
+    fn engine_row(&self, messages: &Messages<'_>) -> Result<Option<Row>> {
+        if !self.engine_rows {
+            return Ok(None);
+        }
+        let backend = self.backend;
+        let algorithm = engine_strategies(self.fabric, messages.flows, messages.bytes)?;
+        let mut engine = EngineFlows::new(
+            backend,
+            self.fabric,
+            messages.flows,
+            self.streams,
+            messages.len,
+        );
+        let time_us = measure(
+            backend,
+            self.streams,
+            IssueMode::Stream,
+            messages.counts,
+            &mut engine,
+            || messages.poison(),
+            || messages.check(&algorithm),
+        )?;
+        drop(engine);
+        let m = messages.measured(Contender::Peerlink, algorithm, IssueMode::Stream, time_us);
+        Ok(Some(self.row(m)))
+    }
+
+    /// NCCL's rows, one per issue mode, where NCCL is there.
+    fn nccl_rows(&self, messages: &Messages<'_>) -> Result<Vec<Row>> {
+        let Some(comm) = self.comm else {
+            return Ok(Vec::new());
+        };
+        let len = messages.len;
+        let transfers = messages
+            .flows
+            .iter()
+            .map(|f| PeerTransfer {
+                from: f.from,
+                to: f.to,
+                src: BufferRange {
+                    buffer: f.src.backend_id(),
+                    offset: 0,
+                    len,
+                },
+                dst: BufferRange {
+                    buffer: f.dst.backend_id(),
+                    offset: 0,
+                    len,
+                },
+            })
+            .collect();
+        let mut op = NcclFlows {
+            comm,
+            streams: self.streams,
+            transfers,
+        };
+        let mut rows = Vec::new();
+        for &issue in self.issue {
+            let algorithm = "ncclSend/ncclRecv".to_string();
+            let time_us = measure(
+                self.backend,
+                self.streams,
+                issue,
+                messages.counts,
+                &mut op,
+                || messages.poison(),
+                || messages.check(&algorithm),
+            )?;
+            let m = messages.measured(Contender::Nccl, algorithm, issue, time_us);
+            rows.push(self.row(m));
+        }
+        Ok(rows)
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,10 @@
 //! read in place are each measured on their own (a prefetch alone, then the kernel alone); the
 //! faults are what the first touch costs beyond them.
 
-use super::{completion_costs, opening, part, receiver_part, sweep_sizes, Explanation, Fix};
+use super::{
+    completion_costs, open, part, receiver_part, sweep_sizes, Completion, Explanation, Findings,
+    Fix, Opening, Part,
+};
 use crate::backend::{Advice, Backend, Memory};
 use crate::bench::cases::{enable, Buffers, Context, ManagedRead, ManagedReader, Policy, TestCase};
 use crate::bench::progress::{Progress, Silent};
@@ -27,75 +30,18 @@ pub fn run(
     size: u64,
     progress: &dyn Progress,
 ) -> Result<Explanation> {
-    let topo = backend.topology();
-    let (defaults, mut notes) = opening(backend, src, dst)?;
+    let Opening {
+        defaults,
+        mut ctx,
+        mut notes,
+    } = open(backend, src, dst)?;
     let place = Place::Pair { src, dst };
     let test = ManagedRead::new(Policy::FirstTouch);
     let sizes = sweep_sizes(size);
-    let largest = sizes.iter().copied().max().unwrap_or(size);
-    let mut ctx = Context::new(
-        backend,
-        vec![src, dst],
-        defaults.sampling,
-        defaults.chase_region_bytes,
-    );
-    // At its peak: the read explained, and the sweep's largest.
-    let mut footprint = test.footprint(&ctx, place, size)?;
-    footprint.add_all(&test.footprint(&ctx, place, largest)?);
-    footprint.check(
-        backend,
-        &format!("explaining {} of managed memory", format_bytes(size)),
-        "choose a smaller --size",
-    )?;
+    check_peak(&ctx, &test, place, size)?;
     progress.start("explain", 5);
-
-    let (route, mapping) = if src == dst {
-        (
-            format!(
-                "managed memory: a copy kernel on GPU {dst} reads a managed buffer whose pages \
-                 live in host memory (the CPU wrote them last), no advice: each page faults and \
-                 moves over PCIe"
-            ),
-            Ok(()),
-        )
-    } else {
-        let link = topo.pair(src, dst).map_or_else(
-            || "the host's path".to_string(),
-            |p| match p.p2p {
-                true => format!("{} ({})", p.link, p.link.meaning()),
-                false => "host memory (no P2P between them)".to_string(),
-            },
-        );
-        (
-            format!(
-                "managed memory: a copy kernel on GPU {dst} reads a managed buffer whose pages \
-                 live on GPU {src} (which touched them last), no advice: each page faults and \
-                 moves over {link}"
-            ),
-            // A mapping across GPUs needs P2P; without it the driver keeps the pages in host
-            // memory instead.
-            match enable(&ctx, dst, src) {
-                None => Ok(()),
-                Some(reason) => Err(reason),
-            },
-        )
-    };
-
-    let mut setup = Vec::new();
-    let ((), alloc_us) = host_us(backend, || {
-        let buffer = backend.alloc(Memory::Managed(src), size as usize)?;
-        backend.free(buffer)
-    })?;
-    setup.push(part(
-        "managed allocation",
-        alloc_us,
-        format!(
-            "host clock around allocating {} of managed memory for GPU {src}, its pages placed \
-             there, and freeing it",
-            format_bytes(size)
-        ),
-    ));
-
+    let (route, mapping) = route_and_mapping(&ctx, src, dst);
+    let (allocation, alloc_us) = allocation(backend, src, size)?;
     let mut buffers = Buffers::new(backend);
     let reader = ManagedReader::open(
         &mut ctx,
@@ -108,165 +54,21 @@ pub fn run(
         warmup: 1,
         runs: defaults.sampling.samples.max(3) as usize,
     };
-    let first_seed = ctx.next_seed();
-    let mut sample = 0u64;
-    let mut fresh = || {
-        sample += 1;
-        pattern::seed(&[first_seed, sample])
-    };
-    // End to end on the host clock: the kernel's call until the host saw it finish, every page
-    // faulting on the way.
-    let (totals, calls): (Vec<f64>, Vec<f64>) = runs
-        .collect(|| {
-            let seed = fresh();
-            reader.prepare(seed, Policy::FirstTouch)?;
-            let ((call_us, done), total_us) = host_us(backend, || {
-                let ((), call_us) = host_us(backend, || reader.queue_read(Policy::FirstTouch))?;
-                let done = backend.record(reader.reader())?;
-                backend.event_synchronize(done)?;
-                Ok((call_us, done))
-            })?;
-            backend.destroy_event(done)?;
-            reader.verify(seed)?;
-            Ok((total_us, call_us))
-        })?
-        .into_iter()
-        .unzip();
-    let measured = Stats::of_times(&totals)?;
-    let launch = Stats::of_times(&calls)?.median;
+    let mut reads = Reads::new(&reader, runs, ctx.next_seed());
+    let (measured, launch) = reads.end_to_end(backend)?;
     progress.step();
-
-    // The GPU's part, whole and in pieces, each behind a held stream.
-    let mut gpu_us = |policy: Policy| {
-        runs.stats(|| {
-            let seed = fresh();
-            reader.prepare(seed, policy)?;
-            let us = reader.timed(|| reader.queue_read(policy))?;
-            reader.verify(seed)?;
-            Ok(us)
-        })
-        .map(|s| s.median)
-    };
-    let first_us = gpu_us(Policy::FirstTouch)?;
-    let prefetched_us = gpu_us(Policy::Prefetch)?;
-    let accessed_us = match &mapping {
-        Ok(()) => {
-            reader.advise(Advice::SetAccessedBy(dst))?;
-            let us = gpu_us(Policy::AccessedBy);
-            reader.advise(Advice::UnsetAccessedBy(dst))?;
-            Some(us?)
-        }
-        Err(_) => None,
-    };
-    let (moves, reads): (Vec<f64>, Vec<f64>) = runs
-        .collect(|| {
-            let seed = fresh();
-            reader.prepare(seed, Policy::FirstTouch)?;
-            let move_us = reader.timed(|| reader.queue_prefetch())?;
-            let read_us = reader.timed(|| reader.queue_read(Policy::FirstTouch))?;
-            reader.verify(seed)?;
-            Ok((move_us, read_us))
-        })?
-        .into_iter()
-        .unzip();
-    let (move_us, read_us) = (
-        Stats::of_times(&moves)?.median,
-        Stats::of_times(&reads)?.median,
-    );
+    let gpu = reads.gpu_parts(dst, mapping.is_ok())?;
     progress.step();
-
     let completion = completion_costs(backend, reader.reader())?;
     progress.step();
-
     let origin = if src == dst {
         "host memory".to_string()
     } else {
         format!("GPU {src}")
     };
-    let parts = vec![
-        part(
-            "launch overhead",
-            launch,
-            "CPU issue cost: host clock in the call that queues the copy kernel, in the reads \
-             timed end to end",
-        ),
-        part(
-            "page faults",
-            first_us - move_us - read_us,
-            format!(
-                "GPU time of the first touch ({first_us:.2} µs, every page on {origin}) less the \
-                 pages' move ({move_us:.2}) and the kernel's read of them in place \
-                 ({read_us:.2}): what servicing the faults adds, inferred from the three \
-                 measurements"
-            ),
-        ),
-        part(
-            "page migration",
-            move_us,
-            format!(
-                "GPU time of cuMemPrefetchAsync moving every page from {origin} to GPU {dst}, \
-                 alone: the bytes any move of the pages carries, at the link's rate"
-            ),
-        ),
-        part(
-            "kernel read",
-            read_us,
-            format!(
-                "GPU time of the copy kernel reading the buffer once its pages are on GPU {dst} \
-                 (after the prefetch)"
-            ),
-        ),
-        receiver_part(&completion),
-    ];
-    let sum_us: f64 = parts.iter().map(|p| p.us).sum();
-    let gap_us = measured.median - sum_us;
-    let gap_percent = (gap_us / measured.median).abs() * 100.0;
-
-    let mut fixes = vec![
-        Fix {
-            part: "setup".into(),
-            fix: "allocate the managed buffer once at startup and reuse it".into(),
-            saves_us: alloc_us,
-            computed_from: "the managed allocation, saved once".into(),
-        },
-        Fix {
-            part: "page faults".into(),
-            fix: format!(
-                "prefetch the buffer to GPU {dst} on its stream before the kernel \
-                 (cuMemPrefetchAsync): the pages move at the link's rate, without faults"
-            ),
-            saves_us: first_us - prefetched_us,
-            computed_from: format!(
-                "first touch {first_us:.2} µs − prefetch then read {prefetched_us:.2} µs (GPU \
-                 time, both measured)"
-            ),
-        },
-    ];
-    fixes.push(match (accessed_us, &mapping) {
-        (Some(accessed_us), _) => Fix {
-            part: "page faults".into(),
-            fix: format!(
-                "cuMemAdvise(SetAccessedBy, {dst}): the pages stay on {origin}, mapped for GPU \
-                 {dst}, whose kernel reads them across the link"
-            ),
-            saves_us: first_us - accessed_us,
-            computed_from: format!(
-                "first touch {first_us:.2} µs − read through the mapping {accessed_us:.2} µs (GPU \
-                 time, both measured); every later read crosses the link again \
-                 ({accessed_us:.2} µs each), where a prefetched buffer's later reads stay local \
-                 ({read_us:.2} µs)"
-            ),
-        },
-        (None, Err(reason)) => Fix {
-            part: "page faults".into(),
-            fix: format!("cuMemAdvise(SetAccessedBy, {dst}) cannot map the pages here: {reason}"),
-            saves_us: 0.0,
-            computed_from: "nothing to compare: no mapping across these GPUs".into(),
-        },
-        (None, Ok(())) => unreachable!("a mapping that worked was measured"),
-    });
+    let parts = gpu.parts(launch, &origin, dst, &completion);
+    let fixes = gpu.fixes(alloc_us, &origin, dst, &mapping);
     progress.step();
-
     // The first touch's α–β over sizes: α its fixed costs, β the rate pages move on demand.
     let sweep = sweep_pair(&mut ctx, &test, place, &sizes, &Silent)?;
     progress.finish();
@@ -277,27 +79,308 @@ pub fn run(
             "{:.1} GB/s",
             f.beta_gbps
         )),
-        crate::units::gbps(size, move_us)
+        crate::units::gbps(size, gpu.move_us)
     ));
-
-    Ok(Explanation {
-        src,
-        dst,
-        size_bytes: size,
+    let findings = Findings {
         route,
-        setup,
+        setup: vec![allocation],
         parts,
-        sum_us,
-        measured_us: measured.median,
         measured,
-        gap_us,
-        gap_percent,
-        adds_up_within_10_percent: gap_percent <= 10.0,
         fit: sweep.fit,
         sweep,
         fixes,
         notes,
-    })
+    };
+    Ok(findings.explain(src, dst, size))
+}
+
+/// Refuses a size whose memory at its peak does not fit: the read explained, and the sweep's
+/// largest.
+fn check_peak(ctx: &Context<'_>, test: &ManagedRead, place: Place, size: u64) -> Result<()> {
+    let largest = sweep_sizes(size).into_iter().max().unwrap_or(size);
+    let mut footprint = test.footprint(ctx, place, size)?;
+    footprint.add_all(&test.footprint(ctx, place, largest)?);
+    footprint.check(
+        ctx.backend,
+        &format!("explaining {} of managed memory", format_bytes(size)),
+        "choose a smaller --size",
+    )
+}
+
+/// The route's sentence, and whether GPU `dst` can map the pages where they live (a mapping across
+/// GPUs needs P2P; without it the driver keeps the pages in host memory instead).
+fn route_and_mapping(
+    ctx: &Context<'_>,
+    src: usize,
+    dst: usize,
+) -> (String, std::result::Result<(), String>) {
+    if src == dst {
+        return (
+            format!(
+                "managed memory: a copy kernel on GPU {dst} reads a managed buffer whose pages \
+                 live in host memory (the CPU wrote them last), no advice: each page faults and \
+                 moves over PCIe"
+            ),
+            Ok(()),
+        );
+    }
+    let link = ctx.topology().pair(src, dst).map_or_else(
+        || "the host's path".to_string(),
+        |p| match p.p2p {
+            true => format!("{} ({})", p.link, p.link.meaning()),
+            false => "host memory (no P2P between them)".to_string(),
+        },
+    );
+    (
+        format!(
+            "managed memory: a copy kernel on GPU {dst} reads a managed buffer whose pages \
+             live on GPU {src} (which touched them last), no advice: each page faults and \
+             moves over {link}"
+        ),
+        match enable(ctx, dst, src) {
+            None => Ok(()),
+            Some(reason) => Err(reason),
+        },
+    )
+}
+
+/// The host clock around allocating the managed buffer (its pages placed on `src`) and freeing it.
+fn allocation(backend: &dyn Backend, src: usize, size: u64) -> Result<(Part, f64)> {
+    let ((), alloc_us) = host_us(backend, || {
+        let buffer = backend.alloc(Memory::Managed(src), size as usize)?;
+        backend.free(buffer)
+    })?;
+    let setup = part(
+        "managed allocation",
+        alloc_us,
+        format!(
+            "host clock around allocating {} of managed memory for GPU {src}, its pages placed \
+             there, and freeing it",
+            format_bytes(size)
+        ),
+    );
+    Ok((setup, alloc_us))
+}
+
+/// The read, run again and again on fresh data, each run verified.
+struct Reads<'r, 'b> {
+    reader: &'r ManagedReader<'b>,
+    runs: Runs,
+    first_seed: u64,
+    sample: u64,
+}
+
+/// The GPU's part of the read, whole and in pieces (GPU µs, medians).
+struct GpuParts {
+    /// Every page faulting on the way.
+    first_us: f64,
+    /// After a prefetch to the reader.
+    prefetched_us: f64,
+    /// Through a SetAccessedBy mapping, where one can be made.
+    accessed_us: Option<f64>,
+    /// The pages' move alone (a prefetch), and the read of them in place after it.
+    move_us: f64,
+    read_us: f64,
+}
+
+impl<'r, 'b> Reads<'r, 'b> {
+    fn new(reader: &'r ManagedReader<'b>, runs: Runs, first_seed: u64) -> Self {
+        Reads {
+            reader,
+            runs,
+            first_seed,
+            sample: 0,
+        }
+    }
+
+    fn fresh(&mut self) -> u64 {
+        self.sample += 1;
+        pattern::seed(&[self.first_seed, self.sample])
+    }
+
+    /// Runs `timed` on the reader prepared for a first touch, run after run on fresh data, each
+    /// run verified: its two figures, as two lists.
+    fn first_touches(
+        &mut self,
+        mut timed: impl FnMut(&ManagedReader<'b>) -> Result<(f64, f64)>,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        let (reader, runs) = (self.reader, self.runs);
+        let figures = runs.collect(|| {
+            let seed = self.fresh();
+            reader.prepare(seed, Policy::FirstTouch)?;
+            let figures = timed(reader)?;
+            reader.verify(seed)?;
+            Ok(figures)
+        })?;
+        Ok(figures.into_iter().unzip())
+    }
+
+    /// End to end on the host clock: the kernel's call until the host saw it finish, every page
+    /// faulting on the way; and the call's own time (the launch overhead).
+    fn end_to_end(&mut self, backend: &dyn Backend) -> Result<(Stats, f64)> {
+        let (totals, calls) = self.first_touches(|reader| {
+            let ((call_us, done), total_us) = host_us(backend, || {
+                let ((), call_us) = host_us(backend, || reader.queue_read(Policy::FirstTouch))?;
+                let done = backend.record(reader.reader())?;
+                backend.event_synchronize(done)?;
+                Ok((call_us, done))
+            })?;
+            backend.destroy_event(done)?;
+            Ok((total_us, call_us))
+        })?;
+        Ok((Stats::of_times(&totals)?, Stats::of_times(&calls)?.median))
+    }
+
+    /// The GPU time of a read under `policy`, behind a held stream.
+    fn gpu_us(&mut self, policy: Policy) -> Result<f64> {
+        let reader = self.reader;
+        let runs = self.runs;
+        runs.stats(|| {
+            let seed = self.fresh();
+            reader.prepare(seed, policy)?;
+            let us = reader.timed(|| reader.queue_read(policy))?;
+            reader.verify(seed)?;
+            Ok(us)
+        })
+        .map(|s| s.median)
+    }
+
+    /// The GPU's part whole under each policy, then the pages' move and the read in place, each
+    /// behind a held stream; through a mapping for `dst` only where `mapped`.
+    fn gpu_parts(&mut self, dst: usize, mapped: bool) -> Result<GpuParts> {
+        let first_us = self.gpu_us(Policy::FirstTouch)?;
+        let prefetched_us = self.gpu_us(Policy::Prefetch)?;
+        let accessed_us = if mapped {
+            self.reader.advise(Advice::SetAccessedBy(dst))?;
+            let us = self.gpu_us(Policy::AccessedBy);
+            self.reader.advise(Advice::UnsetAccessedBy(dst))?;
+            Some(us?)
+        } else {
+            None
+        };
+        let (moves, reads) = self.first_touches(|reader| {
+            let move_us = reader.timed(|| reader.queue_prefetch())?;
+            let read_us = reader.timed(|| reader.queue_read(Policy::FirstTouch))?;
+            Ok((move_us, read_us))
+        })?;
+        Ok(GpuParts {
+            first_us,
+            prefetched_us,
+            accessed_us,
+            move_us: Stats::of_times(&moves)?.median,
+            read_us: Stats::of_times(&reads)?.median,
+        })
+    }
+}
+
+impl GpuParts {
+    /// The parts of the read: the launch, the faults (what the first touch costs beyond the
+    /// pages' move and the read in place), the move, the read, the receiver.
+    fn parts(&self, launch: f64, origin: &str, dst: usize, completion: &Completion) -> Vec<Part> {
+        let GpuParts {
+            first_us,
+            move_us,
+            read_us,
+            ..
+        } = *self;
+        vec![
+            part(
+                "launch overhead",
+                launch,
+                "CPU issue cost: host clock in the call that queues the copy kernel, in the reads \
+                 timed end to end",
+            ),
+            part(
+                "page faults",
+                first_us - move_us - read_us,
+                format!(
+                    "GPU time of the first touch ({first_us:.2} µs, every page on {origin}) less \
+                     the pages' move ({move_us:.2}) and the kernel's read of them in place \
+                     ({read_us:.2}): what servicing the faults adds, inferred from the three \
+                     measurements"
+                ),
+            ),
+            part(
+                "page migration",
+                move_us,
+                format!(
+                    "GPU time of cuMemPrefetchAsync moving every page from {origin} to GPU {dst}, \
+                     alone: the bytes any move of the pages carries, at the link's rate"
+                ),
+            ),
+            part(
+                "kernel read",
+                read_us,
+                format!(
+                    "GPU time of the copy kernel reading the buffer once its pages are on GPU \
+                     {dst} (after the prefetch)"
+                ),
+            ),
+            receiver_part(completion),
+        ]
+    }
+
+    /// Allocating once, a prefetch, and SetAccessedBy (or why it cannot map the pages here).
+    fn fixes(
+        &self,
+        alloc_us: f64,
+        origin: &str,
+        dst: usize,
+        mapping: &std::result::Result<(), String>,
+    ) -> Vec<Fix> {
+        let GpuParts {
+            first_us,
+            prefetched_us,
+            read_us,
+            ..
+        } = *self;
+        let accessed_by = match (self.accessed_us, mapping) {
+            (Some(accessed_us), _) => Fix {
+                part: "page faults".into(),
+                fix: format!(
+                    "cuMemAdvise(SetAccessedBy, {dst}): the pages stay on {origin}, mapped for GPU \
+                     {dst}, whose kernel reads them across the link"
+                ),
+                saves_us: first_us - accessed_us,
+                computed_from: format!(
+                    "first touch {first_us:.2} µs − read through the mapping {accessed_us:.2} µs \
+                     (GPU time, both measured); every later read crosses the link again \
+                     ({accessed_us:.2} µs each), where a prefetched buffer's later reads stay \
+                     local ({read_us:.2} µs)"
+                ),
+            },
+            (None, Err(reason)) => Fix {
+                part: "page faults".into(),
+                fix: format!(
+                    "cuMemAdvise(SetAccessedBy, {dst}) cannot map the pages here: {reason}"
+                ),
+                saves_us: 0.0,
+                computed_from: "nothing to compare: no mapping across these GPUs".into(),
+            },
+            (None, Ok(())) => unreachable!("a mapping that worked was measured"),
+        };
+        vec![
+            Fix {
+                part: "setup".into(),
+                fix: "allocate the managed buffer once at startup and reuse it".into(),
+                saves_us: alloc_us,
+                computed_from: "the managed allocation, saved once".into(),
+            },
+            Fix {
+                part: "page faults".into(),
+                fix: format!(
+                    "prefetch the buffer to GPU {dst} on its stream before the kernel \
+                     (cuMemPrefetchAsync): the pages move at the link's rate, without faults"
+                ),
+                saves_us: first_us - prefetched_us,
+                computed_from: format!(
+                    "first touch {first_us:.2} µs − prefetch then read {prefetched_us:.2} µs (GPU \
+                     time, both measured)"
+                ),
+            },
+            accessed_by,
+        ]
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use crate::backend::{BufferCopy, CopyMethod, Owned};
 use crate::bench::progress::Progress;
 use crate::bench::timing::{host_us, Runs};
-use crate::engine::{BatchStrategy, Fabric, Planned};
+use crate::engine::{BatchStrategy, Buffer, Fabric, Planned, Span};
 use crate::pattern;
 use crate::topology::Source;
 use crate::units::format_bytes;
@@ -66,116 +66,21 @@ pub fn run(
         ));
     }
     super::within_one_host(fabric, &[(src, dst)])?;
-    let total = count
-        .checked_mul(size)
-        .ok_or_else(|| Error::usage("the batch is larger than this host's address space"))?;
-    // Besides the source and destination: the batch's gathering buffers on both GPUs (the packing
-    // strategies'), and the host's pattern, poison, expected bytes and read-back.
-    let mut footprint = super::footprint(fabric, src, dst, total as u64, 4);
-    for gpu in [src, dst] {
-        footprint.add(crate::backend::Memory::Device(gpu), 1, total as u64);
+    if count.checked_mul(size).is_none() {
+        return Err(Error::usage(
+            "the batch is larger than this host's address space",
+        ));
     }
-    footprint.check(
-        &**fabric.backend(),
-        &format!(
-            "a batch of {count} messages of {}",
-            format_bytes(size as u64)
-        ),
-        "send fewer or smaller messages",
-    )?;
-    let from = fabric.alloc(src, total)?;
-    let to = fabric.alloc(dst, total)?;
-    let data = pattern::bytes(pattern::seed(&[count as u64, size as u64]), total);
-    let poison: Vec<u8> = data.iter().map(|b| !b).collect();
-    from.write(0, &data)?;
-    // Message i lands in slot count−1−i: a scatter, not one contiguous copy in disguise.
-    let at = |i: usize| (i * size, (count - 1 - i) * size);
-    let messages: Vec<_> = (0..count)
-        .map(|i| {
-            let (s, d) = at(i);
-            (from.range(s..s + size), to.range(d..d + size))
-        })
-        .collect();
-    let mut expected = vec![0u8; total];
-    for i in 0..count {
-        let (s, d) = at(i);
-        expected[d..d + size].copy_from_slice(&data[s..s + size]);
-    }
-    let backend = fabric.backend();
+    check_footprint(fabric, (src, dst), count, size)?;
+    let batch = Batch::open(fabric, (src, dst), count, size, runs)?;
     // Plain copies, the engine in one call, then each batch strategy.
     progress.start("batch proof", 2 + BatchStrategy::ALL.len() as u64);
-    // One way after another, each run from the call until the completion is seen.
-    let time = |name: &str, prepare_us: f64, run: &mut dyn FnMut() -> Result<()>| {
-        progress.step();
-        to.write(0, &poison)?;
-        let wall = runs.stats(|| Ok(host_us(&**backend, &mut *run)?.1))?;
-        Error::check_bytes(
-            format!("engine batch, {name}"),
-            src,
-            dst,
-            &expected,
-            &to.to_vec()?,
-        )?;
-        Ok(BatchTiming {
-            name: name.to_string(),
-            prepare_us,
-            per_message_us: wall.median / count as f64,
-        })
-    };
-
-    // Plain copies get what any careful user sets up first: peer access, where the pair has it.
-    if fabric.planner().model().has_p2p(src, dst) {
-        fabric.enable_peer_access(src, dst)?;
-    }
-    let stream = Owned::new(&**backend, backend.create_stream(src)?);
-    let copies: Vec<BufferCopy> = (0..count)
-        .map(|i| {
-            let (s, d) = at(i);
-            BufferCopy {
-                dst: to.backend_id(),
-                dst_offset: d,
-                src: from.backend_id(),
-                src_offset: s,
-                len: size,
-            }
-        })
-        .collect();
-    let plain = time("plain copies", 0.0, &mut || {
-        for copy in &copies {
-            backend.copy(*stream, CopyMethod::CopyEngine, copy)?;
-        }
-        let done = backend.record(*stream)?;
-        backend.event_synchronize(done)?;
-        backend.destroy_event(done)
-    })?;
-
-    let mut pick = None;
-    let one_call = time("engine, one call", 0.0, &mut || {
-        let t = fabric.copy_batch(&messages)?;
-        t.wait()?;
-        if let Planned::Batch(plan) = t.planned() {
-            pick = Some(plan.strategy);
-        }
-        Ok(())
-    })?;
-
-    let mut prepared = Vec::new();
-    let repeats = u32::try_from(runs.warmup + runs.runs).unwrap_or(u32::MAX);
-    for strategy in BatchStrategy::ALL {
-        // A strategy this pair cannot use is not a contender.
-        let Ok((batch, prepare_us)) = host_us(&**backend, || {
-            fabric.prepare_batch_with(&messages, repeats, strategy)
-        }) else {
-            progress.step();
-            continue;
-        };
-        prepared.push(time(strategy.name(), prepare_us, &mut || {
-            batch.run(&[])?.wait()
-        })?);
-    }
+    let plain = batch.plain_copies(progress)?;
+    let (one_call, pick) = batch.one_call(progress)?;
+    let prepared = batch.prepared(progress)?;
     progress.finish();
     Ok(BatchReport {
-        source: backend.source().clone(),
+        source: fabric.backend().source().clone(),
         src,
         dst,
         count,
@@ -186,4 +91,188 @@ pub fn run(
         one_call,
         prepared,
     })
+}
+
+/// Besides the source and destination: the batch's gathering buffers on both GPUs (the packing
+/// strategies'), and the host's pattern, poison, expected bytes and read-back.
+fn check_footprint(
+    fabric: &Fabric,
+    (src, dst): (usize, usize),
+    count: usize,
+    size: usize,
+) -> Result<()> {
+    let total = (count * size) as u64;
+    let mut footprint = super::footprint(fabric, src, dst, total, 4);
+    for gpu in [src, dst] {
+        footprint.add(crate::backend::Memory::Device(gpu), 1, total);
+    }
+    footprint.check(
+        &**fabric.backend(),
+        &format!(
+            "a batch of {count} messages of {}",
+            format_bytes(size as u64)
+        ),
+        "send fewer or smaller messages",
+    )
+}
+
+/// The batch moved every way: the source filled with a pattern, and the bytes the destination
+/// must then hold. Message i lands in slot count−1−i: a scatter, not one contiguous copy in
+/// disguise.
+struct Batch<'f> {
+    fabric: &'f Fabric,
+    src: usize,
+    dst: usize,
+    count: usize,
+    size: usize,
+    runs: Runs,
+    from: Buffer,
+    to: Buffer,
+    poison: Vec<u8>,
+    expected: Vec<u8>,
+}
+
+impl<'f> Batch<'f> {
+    fn open(
+        fabric: &'f Fabric,
+        (src, dst): (usize, usize),
+        count: usize,
+        size: usize,
+        runs: Runs,
+    ) -> Result<Self> {
+        let total = count * size;
+        let from = fabric.alloc(src, total)?;
+        let to = fabric.alloc(dst, total)?;
+        let data = pattern::bytes(pattern::seed(&[count as u64, size as u64]), total);
+        let poison: Vec<u8> = data.iter().map(|b| !b).collect();
+        from.write(0, &data)?;
+        let mut batch = Batch {
+            fabric,
+            src,
+            dst,
+            count,
+            size,
+            runs,
+            from,
+            to,
+            poison,
+            expected: vec![0u8; total],
+        };
+        for i in 0..count {
+            let (s, d) = batch.at(i);
+            batch.expected[d..d + size].copy_from_slice(&data[s..s + size]);
+        }
+        Ok(batch)
+    }
+
+    /// Where message `i` starts in the source and in the destination.
+    fn at(&self, i: usize) -> (usize, usize) {
+        (i * self.size, (self.count - 1 - i) * self.size)
+    }
+
+    fn messages(&self) -> Vec<(Span<'_>, Span<'_>)> {
+        (0..self.count)
+            .map(|i| {
+                let (s, d) = self.at(i);
+                (
+                    self.from.range(s..s + self.size),
+                    self.to.range(d..d + self.size),
+                )
+            })
+            .collect()
+    }
+
+    /// Times one way, each run from the call until the completion is seen, then checks every
+    /// byte.
+    fn time(
+        &self,
+        name: &str,
+        prepare_us: f64,
+        progress: &dyn Progress,
+        run: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<BatchTiming> {
+        progress.step();
+        self.to.write(0, &self.poison)?;
+        let backend = self.fabric.backend();
+        let wall = self.runs.stats(|| Ok(host_us(&**backend, &mut *run)?.1))?;
+        Error::check_bytes(
+            format!("engine batch, {name}"),
+            self.src,
+            self.dst,
+            &self.expected,
+            &self.to.to_vec()?,
+        )?;
+        Ok(BatchTiming {
+            name: name.to_string(),
+            prepare_us,
+            per_message_us: wall.median / self.count as f64,
+        })
+    }
+
+    /// Copy-engine copies queued one by one straight on the backend, then one synchronisation.
+    /// They get what any careful user sets up first: peer access, where the pair has it.
+    fn plain_copies(&self, progress: &dyn Progress) -> Result<BatchTiming> {
+        let (fabric, src, dst) = (self.fabric, self.src, self.dst);
+        if fabric.planner().model().has_p2p(src, dst) {
+            fabric.enable_peer_access(src, dst)?;
+        }
+        let backend = fabric.backend();
+        let stream = Owned::new(&**backend, backend.create_stream(src)?);
+        let copies: Vec<BufferCopy> = (0..self.count)
+            .map(|i| {
+                let (s, d) = self.at(i);
+                BufferCopy {
+                    dst: self.to.backend_id(),
+                    dst_offset: d,
+                    src: self.from.backend_id(),
+                    src_offset: s,
+                    len: self.size,
+                }
+            })
+            .collect();
+        self.time("plain copies", 0.0, progress, &mut || {
+            for copy in &copies {
+                backend.copy(*stream, CopyMethod::CopyEngine, copy)?;
+            }
+            let done = backend.record(*stream)?;
+            backend.event_synchronize(done)?;
+            backend.destroy_event(done)
+        })
+    }
+
+    /// The engine in one call (`copy_batch` then `wait`), and what it picked.
+    fn one_call(&self, progress: &dyn Progress) -> Result<(BatchTiming, Option<BatchStrategy>)> {
+        let messages = self.messages();
+        let mut pick = None;
+        let timing = self.time("engine, one call", 0.0, progress, &mut || {
+            let t = self.fabric.copy_batch(&messages)?;
+            t.wait()?;
+            if let Planned::Batch(plan) = t.planned() {
+                pick = Some(plan.strategy);
+            }
+            Ok(())
+        })?;
+        Ok((timing, pick))
+    }
+
+    /// Each batch strategy this pair can use, prepared once and run again and again.
+    fn prepared(&self, progress: &dyn Progress) -> Result<Vec<BatchTiming>> {
+        let messages = self.messages();
+        let backend = self.fabric.backend();
+        let mut prepared = Vec::new();
+        let repeats = u32::try_from(self.runs.warmup + self.runs.runs).unwrap_or(u32::MAX);
+        for strategy in BatchStrategy::ALL {
+            // A strategy this pair cannot use is not a contender.
+            let Ok((batch, prepare_us)) = host_us(&**backend, || {
+                self.fabric.prepare_batch_with(&messages, repeats, strategy)
+            }) else {
+                progress.step();
+                continue;
+            };
+            prepared.push(self.time(strategy.name(), prepare_us, progress, &mut || {
+                batch.run(&[])?.wait()
+            })?);
+        }
+        Ok(prepared)
+    }
 }

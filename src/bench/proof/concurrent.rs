@@ -11,7 +11,7 @@ use crate::bench::progress::Progress;
 use crate::bench::stats::Stats;
 use crate::bench::timing::{host_us, interleaved, interleaved_calls, Runs, Turn};
 use crate::engine::planner::{ways_together, Together};
-use crate::engine::{Fabric, Strategy, Transfer};
+use crate::engine::{Buffer, Fabric, Strategy, Transfer, TransferBuilder};
 use crate::pattern;
 use crate::topology::Source;
 use crate::{Error, Result};
@@ -120,9 +120,27 @@ pub fn run(
     super::within_one_host(fabric, pairs)?;
     let len = usize::try_from(bytes)
         .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
+    let picks = picks(fabric, pairs, bytes)?;
+    check_footprint(fabric, pairs, bytes)?;
+    let flows = Flows::open(fabric, pairs, len, picks)?;
+    let ways = ways(fabric, pairs, bytes);
+    progress.start(
+        "concurrent",
+        pairs.len() as u64 * interleaved_calls(runs, 1, Turn::SecondOfTwo)
+            + interleaved_calls(runs, ways.len(), Turn::SecondOfTwo)
+            + ways.len() as u64,
+    );
+    let alone = flows.alone(runs, progress)?;
+    let together = flows.together(&ways, runs, progress)?;
+    flows.verify(&ways, progress)?;
+    progress.finish();
+    report(&flows, ways, alone, together)
+}
+
+/// Each pick as the flow runs: both ways where another flow goes the opposite way through the
+/// host, as the fabric plans transfers submitted together.
+fn picks(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64) -> Result<Vec<Strategy>> {
     let planner = fabric.planner();
-    // Each pick as the flow runs: both ways where another flow goes the opposite way through the
-    // host, as the fabric plans transfers submitted together.
     let ends: Vec<Together> = pairs
         .iter()
         .map(|&(src, dst)| (src, dst, bytes, None))
@@ -130,13 +148,16 @@ pub fn run(
     let ways = ways_together(&ends, |src, dst, bytes, _, ways| {
         planner.plan_ways(src, dst, bytes, ways)
     });
-    let picks = pairs
+    pairs
         .iter()
         .zip(&ways)
         .map(|(&(src, dst), &ways)| planner.plan_ways(src, dst, bytes, ways).map(|p| p.strategy))
-        .collect::<Result<Vec<_>>>()?;
-    // Every transfer's buffers and staging at once; on the host, the checks' read-backs of one
-    // transfer (its source and destination) and a poisoned destination.
+        .collect()
+}
+
+/// Every transfer's buffers and staging at once; on the host, the checks' read-backs of one
+/// transfer (its source and destination) and a poisoned destination.
+fn check_footprint(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64) -> Result<()> {
     let mut footprint = super::Footprint::default();
     for &(src, dst) in pairs {
         footprint.add_all(&super::footprint(fabric, src, dst, bytes, 0));
@@ -150,57 +171,91 @@ pub fn run(
             crate::units::format_bytes(bytes)
         ),
         "choose a smaller --size",
-    )?;
-    let mut buffers = Vec::with_capacity(pairs.len());
-    for (i, &(src, dst)) in pairs.iter().enumerate() {
-        let (from, to) = (fabric.alloc(src, len)?, fabric.alloc(dst, len)?);
-        from.write(0, &pattern::bytes(pattern::seed(&[bytes, i as u64]), len))?;
-        buffers.push((from, to));
-    }
-    let transfer = |i: usize, strategy: Strategy| {
-        let (from, to) = &buffers[i];
-        fabric
-            .transfer(from.all(), to.all())
-            .strategy(strategy)
-            .timed()
-    };
-    let submit =
-        |i: usize, strategy: Strategy| -> Result<Transfer> { transfer(i, strategy).submit() };
+    )
+}
 
-    // Together: the picks, then each strategy every pair can use.
+/// The ways run together: the picks (`None`), then each strategy every pair can use.
+fn ways(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64) -> Vec<Option<Strategy>> {
+    let planner = fabric.planner();
     let uniform = Strategy::ALL.into_iter().filter(|&s| {
         pairs
             .iter()
             .all(|&(src, dst)| planner.plan_with(s, src, dst, bytes).is_ok())
     });
-    let ways: Vec<Option<Strategy>> = std::iter::once(None).chain(uniform.map(Some)).collect();
-    progress.start(
-        "concurrent",
-        pairs.len() as u64 * interleaved_calls(runs, 1, Turn::SecondOfTwo)
-            + interleaved_calls(runs, ways.len(), Turn::SecondOfTwo)
-            + ways.len() as u64,
-    );
+    std::iter::once(None).chain(uniform.map(Some)).collect()
+}
 
-    // Alone: each flow's pick with nothing else running, one flow after another, each timed on
-    // the second of two runs as the ways below are.
-    let alone = (0..pairs.len())
-        .map(|i| {
-            let times = interleaved(runs, 1, Turn::SecondOfTwo, |_, _| {
-                let us = submit(i, picks[i])?.elapsed_us();
-                progress.step();
-                us
-            })?;
-            Ok(Stats::of_times(&times[0])?.median)
+/// The transfers of the traffic: their pairs, picks and buffers (each source filled with its own
+/// pattern).
+struct Flows<'f> {
+    fabric: &'f Fabric,
+    pairs: &'f [(usize, usize)],
+    len: usize,
+    picks: Vec<Strategy>,
+    buffers: Vec<(Buffer, Buffer)>,
+}
+
+/// Per way, the makespans of its timed runs; per flow, its GPU times in the picks' timed runs.
+struct Timed {
+    makespans: Vec<Vec<f64>>,
+    flow_us: Vec<Vec<f64>>,
+}
+
+impl<'f> Flows<'f> {
+    fn open(
+        fabric: &'f Fabric,
+        pairs: &'f [(usize, usize)],
+        len: usize,
+        picks: Vec<Strategy>,
+    ) -> Result<Self> {
+        let mut buffers = Vec::with_capacity(pairs.len());
+        for (i, &(src, dst)) in pairs.iter().enumerate() {
+            let (from, to) = (fabric.alloc(src, len)?, fabric.alloc(dst, len)?);
+            from.write(
+                0,
+                &pattern::bytes(pattern::seed(&[len as u64, i as u64]), len),
+            )?;
+            buffers.push((from, to));
+        }
+        Ok(Flows {
+            fabric,
+            pairs,
+            len,
+            picks,
+            buffers,
         })
-        .collect::<Result<Vec<f64>>>()?;
-    let backend = fabric.backend();
-    // Every flow submitted together (their chunks interleaved, so that none waits for the CPU to
-    // queue another), then every one waited for: the makespan and the finished transfers.
-    let all_at_once = |way: Option<Strategy>| -> Result<(Vec<Transfer>, f64)> {
-        host_us(&**backend, || {
-            let transfers = fabric.submit_together(
-                (0..pairs.len())
-                    .map(|i| transfer(i, way.unwrap_or(picks[i])))
+    }
+
+    fn transfer(&self, i: usize, strategy: Strategy) -> TransferBuilder<'_> {
+        let (from, to) = &self.buffers[i];
+        self.fabric
+            .transfer(from.all(), to.all())
+            .strategy(strategy)
+            .timed()
+    }
+
+    /// Each flow's pick with nothing else running, one flow after another, each timed on the
+    /// second of two runs as the ways are: its median GPU time.
+    fn alone(&self, runs: Runs, progress: &dyn Progress) -> Result<Vec<f64>> {
+        (0..self.pairs.len())
+            .map(|i| {
+                let times = interleaved(runs, 1, Turn::SecondOfTwo, |_, _| {
+                    let us = self.transfer(i, self.picks[i]).submit()?.elapsed_us();
+                    progress.step();
+                    us
+                })?;
+                Ok(Stats::of_times(&times[0])?.median)
+            })
+            .collect()
+    }
+
+    /// Every flow submitted together (their chunks interleaved, so that none waits for the CPU to
+    /// queue another), then every one waited for: the finished transfers and the makespan.
+    fn all_at_once(&self, way: Option<Strategy>) -> Result<(Vec<Transfer>, f64)> {
+        host_us(&**self.fabric.backend(), || {
+            let transfers = self.fabric.submit_together(
+                (0..self.pairs.len())
+                    .map(|i| self.transfer(i, way.unwrap_or(self.picks[i])))
                     .collect(),
             )?;
             for t in &transfers {
@@ -208,51 +263,71 @@ pub fn run(
             }
             Ok(transfers)
         })
-    };
-    // Ways take turns round by round in a rotating order, each timed on the second of two runs,
-    // as the single-pair sweep does (drift and the previous way's wake fall on all). The flows'
-    // GPU times are read where they are reported: the picks' timed runs.
-    let timed_runs = interleaved(runs, ways.len(), Turn::SecondOfTwo, |at, timed| {
-        let (transfers, makespan) = all_at_once(ways[at])?;
-        progress.step();
-        let flow_us = match ways[at] {
-            None if timed => transfers
-                .iter()
-                .map(Transfer::elapsed_us)
-                .collect::<Result<Vec<f64>>>()?,
-            _ => Vec::new(),
-        };
-        Ok((makespan, flow_us))
-    })?;
-    let makespans = timed_runs.iter().map(|way| {
-        way.iter()
-            .map(|(makespan, _)| *makespan)
-            .collect::<Vec<f64>>()
-    });
-    // Way 0 is the planner's picks.
-    let together: Vec<Vec<f64>> = (0..pairs.len())
-        .map(|flow| timed_runs[0].iter().map(|(_, us)| us[flow]).collect())
-        .collect();
-    // Every way once more into poisoned destinations, every byte checked.
-    for &way in &ways {
-        for (i, (_, to)) in buffers.iter().enumerate() {
-            to.write(0, &vec![!(i as u8); len])?;
-        }
-        all_at_once(way)?;
-        progress.step();
-        for (i, (from, to)) in buffers.iter().enumerate() {
-            let strategy = way.unwrap_or(picks[i]);
-            let (src, dst) = pairs[i];
-            let test = format!("engine {strategy}");
-            Error::check_bytes(test, src, dst, &from.to_vec()?, &to.to_vec()?)?;
-        }
     }
 
-    progress.finish();
-    let total_bytes = bytes as f64 * pairs.len() as f64;
+    /// Ways take turns round by round in a rotating order, each timed on the second of two runs,
+    /// as the single-pair sweep does (drift and the previous way's wake fall on all). The flows'
+    /// GPU times are read where they are reported: the picks' timed runs.
+    fn together(
+        &self,
+        ways: &[Option<Strategy>],
+        runs: Runs,
+        progress: &dyn Progress,
+    ) -> Result<Timed> {
+        let timed_runs = interleaved(runs, ways.len(), Turn::SecondOfTwo, |at, timed| {
+            let (transfers, makespan) = self.all_at_once(ways[at])?;
+            progress.step();
+            let flow_us = match ways[at] {
+                None if timed => transfers
+                    .iter()
+                    .map(Transfer::elapsed_us)
+                    .collect::<Result<Vec<f64>>>()?,
+                _ => Vec::new(),
+            };
+            Ok((makespan, flow_us))
+        })?;
+        let makespans = timed_runs
+            .iter()
+            .map(|way| way.iter().map(|(makespan, _)| *makespan).collect())
+            .collect();
+        // Way 0 is the planner's picks.
+        let flow_us = (0..self.pairs.len())
+            .map(|flow| timed_runs[0].iter().map(|(_, us)| us[flow]).collect())
+            .collect();
+        Ok(Timed { makespans, flow_us })
+    }
+
+    /// Every way once more into poisoned destinations, every byte checked.
+    fn verify(&self, ways: &[Option<Strategy>], progress: &dyn Progress) -> Result<()> {
+        for &way in ways {
+            for (i, (_, to)) in self.buffers.iter().enumerate() {
+                to.write(0, &vec![!(i as u8); self.len])?;
+            }
+            self.all_at_once(way)?;
+            progress.step();
+            for (i, (from, to)) in self.buffers.iter().enumerate() {
+                let strategy = way.unwrap_or(self.picks[i]);
+                let (src, dst) = self.pairs[i];
+                let test = format!("engine {strategy}");
+                Error::check_bytes(test, src, dst, &from.to_vec()?, &to.to_vec()?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The report: each way's makespan and rate, each flow alone and together, and the picks' regret.
+fn report(
+    flows: &Flows<'_>,
+    ways: Vec<Option<Strategy>>,
+    alone: Vec<f64>,
+    together: Timed,
+) -> Result<Report> {
+    let bytes = flows.len as u64;
+    let total_bytes = bytes as f64 * flows.pairs.len() as f64;
     let ways: Vec<Way> = ways
         .into_iter()
-        .zip(makespans)
+        .zip(together.makespans)
         .map(|(strategy, times)| {
             let makespan_us = Stats::of_times(&times)?.median;
             Ok(Way {
@@ -262,10 +337,11 @@ pub fn run(
             })
         })
         .collect::<Result<_>>()?;
-    let flows: Vec<Flow> = pairs
+    let flows_out: Vec<Flow> = flows
+        .pairs
         .iter()
-        .zip(&picks)
-        .zip(alone.iter().zip(together))
+        .zip(&flows.picks)
+        .zip(alone.iter().zip(together.flow_us))
         .map(|((&(src, dst), &pick), (&alone_us, times))| {
             Ok(Flow {
                 src,
@@ -277,17 +353,17 @@ pub fn run(
         })
         .collect::<Result<_>>()?;
     let rate = |us: f64| bytes as f64 / (us * 1e3);
-    let alone_gbps = flows.iter().map(|f| rate(f.alone_us)).sum();
-    let together_gbps = flows.iter().map(|f| rate(f.together_us)).sum();
+    let alone_gbps = flows_out.iter().map(|f| rate(f.alone_us)).sum();
+    let together_gbps = flows_out.iter().map(|f| rate(f.together_us)).sum();
     let best = ways
         .iter()
         .map(|w| w.makespan_us)
         .fold(f64::INFINITY, f64::min);
     let regret = ways[0].makespan_us / best - 1.0;
     Ok(Report {
-        source: backend.source().clone(),
+        source: flows.fabric.backend().source().clone(),
         bytes,
-        flows,
+        flows: flows_out,
         ways,
         alone_gbps,
         together_gbps,

@@ -200,6 +200,8 @@ fn overhead_runs(runs: Runs) -> Runs {
     }
 }
 
+/// One size of the sweep: every usable strategy timed and checked, the pick's regret, and the
+/// pick through the whole engine against a plain copy.
 fn point(
     fabric: &Fabric,
     src: usize,
@@ -208,45 +210,149 @@ fn point(
     runs: Runs,
     progress: &dyn Progress,
 ) -> Result<Point> {
-    let pick = fabric.planner().plan(src, dst, bytes)?;
-    let len = usize::try_from(bytes)
-        .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
-    let from = fabric.alloc(src, len)?;
-    let to = fabric.alloc(dst, len)?;
-    let data = pattern::bytes(bytes, len);
-    let poison: Vec<u8> = data.iter().map(|b| !b).collect();
-    from.write(0, &data)?;
+    let pick = fabric.planner().plan(src, dst, bytes)?.strategy;
+    let pair = Pair::open(fabric, src, dst, bytes)?;
     let plans = usable(fabric, src, dst, bytes);
-    // Strategies take turns round by round, in a rotating order, each timed on the second of two
-    // runs: a transfer right after another kind can run slower, whichever it follows.
-    let times = interleaved(runs, plans.len(), Turn::SecondOfTwo, |at, _| {
-        let transfer = fabric
-            .transfer(from.all(), to.all())
-            .strategy(plans[at].strategy)
-            .timed()
-            .submit()?;
-        let us = transfer.elapsed_us()?;
-        progress.step();
-        Ok((us, transfer.route_ends()?))
-    })?;
-    // Each strategy once more into a poisoned destination: stale bytes from another strategy
-    // cannot pass.
-    for plan in &plans {
-        to.write(0, &poison)?;
-        fabric
-            .transfer(from.all(), to.all())
-            .strategy(plan.strategy)
-            .submit()?
-            .wait()?;
-        Error::check_bytes(
-            format!("engine {}", plan.strategy),
+    let times = pair.time_strategies(&plans, runs, progress)?;
+    pair.check_strategies(&plans)?;
+    let timings = strategy_timings(&plans, times)?;
+    let (best, regret) = best_and_regret(&timings, pick);
+    let (raw, engine_wall_us) = pair.engine_against_plain(pick, runs, progress)?;
+    Ok(Point {
+        bytes,
+        pick,
+        best,
+        regret,
+        timings,
+        raw,
+        engine_wall_us,
+    })
+}
+
+/// Each strategy's timed runs: its GPU time and its routes' ends.
+type StrategyRuns = Vec<Vec<(f64, Vec<RouteEnd>)>>;
+
+/// The two buffers of one size: the source filled with its pattern, and the poison that a
+/// destination holds before a checked run.
+struct Pair<'f> {
+    fabric: &'f Fabric,
+    src: usize,
+    dst: usize,
+    from: Buffer,
+    to: Buffer,
+    data: Vec<u8>,
+    poison: Vec<u8>,
+}
+
+impl<'f> Pair<'f> {
+    fn open(fabric: &'f Fabric, src: usize, dst: usize, bytes: u64) -> Result<Self> {
+        let len = usize::try_from(bytes)
+            .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
+        let from = fabric.alloc(src, len)?;
+        let to = fabric.alloc(dst, len)?;
+        let data = pattern::bytes(bytes, len);
+        let poison: Vec<u8> = data.iter().map(|b| !b).collect();
+        from.write(0, &data)?;
+        Ok(Pair {
+            fabric,
             src,
             dst,
-            &data,
-            &to.to_vec()?,
-        )?;
+            from,
+            to,
+            data,
+            poison,
+        })
     }
-    let timings: Vec<StrategyTiming> = plans
+
+    /// Strategies take turns round by round, in a rotating order, each timed on the second of two
+    /// runs: a transfer right after another kind can run slower, whichever it follows.
+    fn time_strategies(
+        &self,
+        plans: &[Plan],
+        runs: Runs,
+        progress: &dyn Progress,
+    ) -> Result<StrategyRuns> {
+        interleaved(runs, plans.len(), Turn::SecondOfTwo, |at, _| {
+            let transfer = self
+                .fabric
+                .transfer(self.from.all(), self.to.all())
+                .strategy(plans[at].strategy)
+                .timed()
+                .submit()?;
+            let us = transfer.elapsed_us()?;
+            progress.step();
+            Ok((us, transfer.route_ends()?))
+        })
+    }
+
+    /// Each strategy once more into a poisoned destination: stale bytes from another strategy
+    /// cannot pass.
+    fn check_strategies(&self, plans: &[Plan]) -> Result<()> {
+        for plan in plans {
+            self.to.write(0, &self.poison)?;
+            self.fabric
+                .transfer(self.from.all(), self.to.all())
+                .strategy(plan.strategy)
+                .submit()?
+                .wait()?;
+            self.check(plan.strategy)?;
+        }
+        Ok(())
+    }
+
+    fn check(&self, strategy: Strategy) -> Result<()> {
+        Error::check_bytes(
+            format!("engine {strategy}"),
+            self.src,
+            self.dst,
+            &self.data,
+            &self.to.to_vec()?,
+        )
+    }
+
+    /// The engine's pick and a plain copy take turns, each going first every other round, so that
+    /// drift and whatever the first of two back-to-back copies pays (or leaves behind) fall on
+    /// both alike: the plain copy's times, and the engine's host time.
+    fn engine_against_plain(
+        &self,
+        pick: Strategy,
+        runs: Runs,
+        progress: &dyn Progress,
+    ) -> Result<(Baseline, f64)> {
+        let (fabric, from, to) = (self.fabric, &self.from, &self.to);
+        let backend = fabric.backend();
+        let plain = PlainCopy::new(fabric, from, to)?;
+        let overhead_runs = overhead_runs(runs);
+        let mut plain_gpu = Vec::with_capacity(overhead_runs.runs);
+        let walls = interleaved(overhead_runs, 2, Turn::Once, |contender, timed| {
+            progress.step();
+            if contender == ENGINE {
+                let ((), wall) = host_us(&**backend, || fabric.copy(from.all(), to.all())?.wait())?;
+                return Ok(wall);
+            }
+            let (gpu, wall) = plain.run()?;
+            if timed {
+                plain_gpu.push(gpu);
+            }
+            Ok(wall)
+        })?;
+        // Poisoning inside the loop would put a host write of the whole buffer right before each
+        // engine run (seen on the H200: +25–50% from 2 MiB up, against none before plain runs);
+        // the engine's own bytes are checked once more after it.
+        to.write(0, &self.poison)?;
+        fabric.copy(from.all(), to.all())?.wait()?;
+        self.check(pick)?;
+        let raw = Baseline {
+            gpu_us: Stats::of_times(&plain_gpu)?.median,
+            wall_us: Stats::of_times(&walls[PLAIN])?.median,
+        };
+        Ok((raw, Stats::of_times(&walls[ENGINE])?.median))
+    }
+}
+
+/// Each strategy's median time beside its prediction, and a split's routes' ends beside theirs.
+fn strategy_timings(plans: &[Plan], times: StrategyRuns) -> Result<Vec<StrategyTiming>> {
+    plans
         .iter()
         .zip(times)
         .map(|(plan, runs)| {
@@ -274,63 +380,21 @@ fn point(
                 routes,
             })
         })
-        .collect::<Result<_>>()?;
-    let measured = |s: Strategy| {
-        timings
-            .iter()
-            .find(|t| t.strategy == s)
-            .map(|t| t.measured_us)
-    };
+        .collect()
+}
+
+/// The fastest strategy measured, and the pick's regret against it.
+fn best_and_regret(timings: &[StrategyTiming], pick: Strategy) -> (Strategy, f64) {
     let best = timings
         .iter()
         .min_by(|a, b| a.measured_us.total_cmp(&b.measured_us))
         .expect("the planner's pick is always usable");
-    let pick_us = measured(pick.strategy).expect("the pick was measured");
-    let (best, regret) = (best.strategy, pick_us / best.measured_us - 1.0);
-
-    // The engine's pick and a plain copy take turns, each going first every other round, so that
-    // drift and whatever the first of two back-to-back copies pays (or leaves behind) fall on
-    // both alike.
-    let backend = fabric.backend();
-    let plain = PlainCopy::new(fabric, &from, &to)?;
-    let overhead_runs = overhead_runs(runs);
-    let mut plain_gpu = Vec::with_capacity(overhead_runs.runs);
-    let walls = interleaved(overhead_runs, 2, Turn::Once, |contender, timed| {
-        progress.step();
-        if contender == ENGINE {
-            let ((), wall) = host_us(&**backend, || fabric.copy(from.all(), to.all())?.wait())?;
-            return Ok(wall);
-        }
-        let (gpu, wall) = plain.run()?;
-        if timed {
-            plain_gpu.push(gpu);
-        }
-        Ok(wall)
-    })?;
-    // Poisoning inside the loop would put a host write of the whole buffer right before each
-    // engine run (seen on the H200: +25–50% from 2 MiB up, against none before plain runs); the
-    // engine's own bytes are checked once more after it.
-    to.write(0, &poison)?;
-    fabric.copy(from.all(), to.all())?.wait()?;
-    Error::check_bytes(
-        format!("engine {}", pick.strategy),
-        src,
-        dst,
-        &data,
-        &to.to_vec()?,
-    )?;
-    Ok(Point {
-        bytes,
-        pick: pick.strategy,
-        best,
-        regret,
-        timings,
-        raw: Baseline {
-            gpu_us: Stats::of_times(&plain_gpu)?.median,
-            wall_us: Stats::of_times(&walls[PLAIN])?.median,
-        },
-        engine_wall_us: Stats::of_times(&walls[ENGINE])?.median,
-    })
+    let pick_us = timings
+        .iter()
+        .find(|t| t.strategy == pick)
+        .map(|t| t.measured_us)
+        .expect("the pick was measured");
+    (best.strategy, pick_us / best.measured_us - 1.0)
 }
 
 /// How many times more runs the engine-versus-plain comparison takes than each strategy.

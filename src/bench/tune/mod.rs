@@ -311,6 +311,56 @@ pub fn run(
 ) -> Result<Measurements> {
     let backend = &**shared;
     let topo = backend.topology();
+    let devices = one_host_devices(topo, options)?;
+    let plan = plan(topo.is_simulated(), options.quick);
+    let sizes = plan.sizes.clone();
+    check_fits(backend, &devices, sizes.iter().copied().max().unwrap_or(0))?;
+    let chase_region = Defaults::for_backend(backend).chase_region_bytes;
+    let mut ctx = Context::new(backend, devices.clone(), plan.sampling, chase_region);
+    ctx.latency_samples = plan.latency_samples;
+    let mut notes = opening_notes(backend, &plan);
+    let hops = hop_sweeps(&mut ctx, &sizes, progress, &mut notes)?;
+    let sm_local = sm_local_sweep(&mut ctx, devices[0], &sizes, progress)?;
+    let lone = lone_operations(backend, &mut ctx, progress)?;
+    notes.push(lone_note());
+    let fixed = fixed_costs(&mut ctx, &hops, progress, &mut notes)?;
+    let latencies = if options.latencies {
+        Some(latencies(
+            &mut ctx,
+            &devices,
+            plan.local_plateau_bytes,
+            progress,
+        )?)
+    } else {
+        None
+    };
+    let mut measured = Measurements {
+        source: backend.source().clone(),
+        measured_on: crate::document::utc_date(std::time::SystemTime::now()),
+        devices,
+        sizes,
+        timing: plan.sampling,
+        hops,
+        lone,
+        sm_local,
+        issue: fixed.issue,
+        sync_us: fixed.sync_us,
+        receiver_us: fixed.receiver_us,
+        graph_node_us: fixed.graph_node_us,
+        batch_message_us: fixed.batch_message_us,
+        latencies,
+        splits: Vec::new(),
+        both_ways: None,
+        notes,
+    };
+    if measured.devices.len() > 1 {
+        measure_beside(shared, &mut measured, progress)?;
+    }
+    Ok(measured)
+}
+
+/// The GPUs `options` selects, refused unless they are all on one host.
+fn one_host_devices(topo: &Topology, options: &Options) -> Result<Vec<usize>> {
     let devices = topo.select(options.devices.as_deref())?;
     if let Some(&other) = devices.iter().find(|&&d| topo.crosses_hosts(devices[0], d)) {
         return Err(Error::usage(format!(
@@ -319,17 +369,17 @@ pub fn run(
             devices[0]
         )));
     }
-    let plan = plan(topo.is_simulated(), options.quick);
-    let (sizes, sampling) = (plan.sizes.clone(), plan.sampling);
-    check_fits(backend, &devices, sizes.iter().copied().max().unwrap_or(0))?;
-    let chase_region = Defaults::for_backend(backend).chase_region_bytes;
-    let mut ctx = Context::new(backend, devices.clone(), sampling, chase_region);
-    ctx.latency_samples = plan.latency_samples;
+    Ok(devices)
+}
+
+/// The notes that say how every hop is measured, and on a simulator that it is one.
+fn opening_notes(backend: &dyn Backend, plan: &Plan) -> Vec<String> {
+    let sampling = plan.sampling;
     let mut notes = vec![format!(
         "each hop: time = α + bytes/β fitted (relative residuals, Huber weights) to GPU times of \
          back-to-back copies queued behind a held stream at {} ({} warm-up, {} timed, {} sample{} \
          each); every byte verified",
-        sizes
+        plan.sizes
             .iter()
             .map(|&s| format_bytes(s))
             .collect::<Vec<_>>()
@@ -339,16 +389,26 @@ pub fn run(
         sampling.samples,
         if sampling.samples == 1 { "" } else { "s" }
     )];
-    if topo.is_simulated() {
+    if backend.topology().is_simulated() {
         notes.push(format!(
             "SIMULATED host ({}): the figures come from the preset's link model on a virtual \
              clock, not from hardware",
             backend.source()
         ));
     }
+    notes
+}
 
-    let mut hops = peer_sweeps(&mut ctx, &sizes, progress, &mut notes)?;
-    hops.extend(gpu_sweeps(&mut ctx, &sizes, progress)?);
+/// Every hop's sweep: the peer pairs, then each GPU's host and local copies; a note for each hop
+/// left without a fit.
+fn hop_sweeps(
+    ctx: &mut Context<'_>,
+    sizes: &[u64],
+    progress: &dyn Progress,
+    notes: &mut Vec<String>,
+) -> Result<Vec<HopSweep>> {
+    let mut hops = peer_sweeps(ctx, sizes, progress, notes)?;
+    hops.extend(gpu_sweeps(ctx, sizes, progress)?);
     for h in hops.iter().filter(|h| h.sweep.fit.is_none()) {
         notes.push(format!(
             "{}: no α–β fit ({}); the model keeps its default for this hop",
@@ -359,8 +419,16 @@ pub fn run(
                 .unwrap_or("the times did not grow with the size")
         ));
     }
+    Ok(hops)
+}
 
-    let first = devices[0];
+/// An SM copy kernel within GPU `first`, swept over `sizes`.
+fn sm_local_sweep(
+    ctx: &mut Context<'_>,
+    first: usize,
+    sizes: &[u64],
+    progress: &dyn Progress,
+) -> Result<Sweep> {
     progress.start("sm-local sweep", sizes.len() as u64);
     let sm = PeerCopy::new(
         "sm",
@@ -368,46 +436,63 @@ pub fn run(
         Initiator::Source,
         false,
     );
-    let sm_local = sweep_pair(
-        &mut ctx,
-        &sm,
-        Place::Pair {
-            src: first,
-            dst: first,
-        },
-        &sizes,
-        progress,
-    )?;
+    let place = Place::Pair {
+        src: first,
+        dst: first,
+    };
+    let sweep = sweep_pair(ctx, &sm, place, sizes, progress)?;
     progress.finish();
+    Ok(sweep)
+}
 
-    let lone = lone_operations(backend, &mut ctx, progress)?;
-    notes.push(format!(
+fn lone_note() -> String {
+    format!(
         "lone operations: GPU time of one {SMALL_BYTES} B copy (copy engine, copy kernel) on an \
          idle stream from an event recorded before it is queued to one after it, the two \
          methods taking turns, median of {} after {} untimed, on every measured pair and each \
          GPU to itself; a GPU's direct copies to itself are priced by its local copy (copy \
          engine) and its SM-kernel sweep",
         LONE.runs, LONE.warmup
-    ));
+    )
+}
 
+/// What the model needs besides hops, measured once.
+struct FixedCosts {
+    issue: IssueCosts,
+    sync_us: f64,
+    receiver_us: f64,
+    graph_node_us: f64,
+    batch_message_us: f64,
+}
+
+/// The CPU's cost to queue a copy, a kernel, an event and a graph, the completion costs, and the
+/// GPU time per graph node and per batched message; a note says how.
+fn fixed_costs(
+    ctx: &mut Context<'_>,
+    hops: &[HopSweep],
+    progress: &dyn Progress,
+    notes: &mut Vec<String>,
+) -> Result<FixedCosts> {
+    let backend = ctx.backend;
+    let first = ctx.devices[0];
     progress.start("issue costs", 5);
     let stream = ctx.streams(&[first])?[0];
     // The copies transfers issue go to a peer: priced where the host has one, as bench's
     // issue-cost measures it (taken from a GPU's copies to itself, the exported simulator's
     // issue-cost came out 2.2 times the bench's on the H200 pair).
-    let (a, b) = first_peer_pair(&ctx).unwrap_or((first, first));
+    let (a, b) = first_peer_pair(ctx).unwrap_or((first, first));
     // Host-clock costs, each on the CPU where it ran fastest, as bench's issue-cost and
     // e2e-latency take theirs (the exported simulator is compared with them).
     let pin = !ctx.topology().is_simulated();
-    let copy_us = queue_cost_us(&mut ctx, a, b, CopyMethod::CopyEngine)?;
+    let copy_us = queue_cost_us(ctx, a, b, CopyMethod::CopyEngine)?;
     progress.step();
-    let kernel_us = queue_cost_us(&mut ctx, a, b, CopyMethod::SmKernel)?;
+    let kernel_us = queue_cost_us(ctx, a, b, CopyMethod::SmKernel)?;
     progress.step();
     let event_us = on_fastest_cpu(pin, || event_us(backend, stream))?;
     let sync_us = on_fastest_cpu(pin, || Ok(completion_costs(backend, stream)?.sync_us))?;
     let marker_us = on_fastest_cpu(pin, || Ok(completion_costs(backend, stream)?.marker_us))?;
     progress.step();
-    let graph = graph_costs(&mut ctx, first)?;
+    let graph = graph_costs(ctx, first)?;
     progress.step();
     let local_beta = hops
         .iter()
@@ -417,7 +502,23 @@ pub fn run(
     let batch_message_us = batch_message_us(backend, stream, first, local_beta)?;
     progress.step();
     progress.finish();
-    notes.push(format!(
+    notes.push(fixed_costs_note(a, b, first, pin));
+    Ok(FixedCosts {
+        issue: IssueCosts {
+            copy_us,
+            kernel_us,
+            event_us,
+            graph_us: graph.launch_us,
+        },
+        sync_us,
+        receiver_us: marker_us,
+        graph_node_us: graph.node_us,
+        batch_message_us,
+    })
+}
+
+fn fixed_costs_note(a: usize, b: usize, first: usize, pin: bool) -> String {
+    format!(
         "CPU cost to queue one {SMALL_BYTES} B copy and one copy kernel from GPU {a} to GPU {b} \
          (host clock, {ISSUE_OPERATIONS} in a row per sample, as bench's issue-cost: {}); on GPU \
          {first} (its own peer): to record an event and to learn of a completion (median of {}, \
@@ -438,56 +539,26 @@ pub fn run(
         },
         PROBES.runs,
         WINDOWS.runs
-    ));
+    )
+}
 
-    let latencies = if options.latencies {
-        Some(latencies(
-            &mut ctx,
-            &devices,
-            plan.local_plateau_bytes,
-            progress,
-        )?)
-    } else {
-        None
-    };
-
-    let mut measured = Measurements {
-        source: backend.source().clone(),
-        measured_on: crate::document::utc_date(std::time::SystemTime::now()),
-        devices,
-        sizes,
-        timing: sampling,
-        hops,
-        lone,
-        sm_local,
-        issue: IssueCosts {
-            copy_us,
-            kernel_us,
-            event_us,
-            graph_us: graph.launch_us,
-        },
-        sync_us,
-        receiver_us: marker_us,
-        graph_node_us: graph.node_us,
-        batch_message_us,
-        latencies,
-        splits: Vec::new(),
-        both_ways: None,
-        notes,
-    };
-    // The split is planned with every cost measured so far, as a profile would price it.
-    if measured.devices.len() > 1 {
-        let model = CostModel::from_profile(topo, &measured.profile(topo))?;
-        let devices = &measured.devices;
-        let (fits, notes) = beside::measure(shared, &model, devices, progress)?;
-        measured.notes.extend(notes);
-        let (both_ways, notes) =
-            beside::measure_both_ways(shared, &model, devices, &fits, progress)?;
-        measured.splits = fits;
-        measured.both_ways = both_ways;
-        measured.notes.extend(notes);
-    }
-    Ok(measured)
+/// The host route beside a direct copy, and both ways: the split is planned with every cost
+/// measured so far, as a profile would price it.
+fn measure_beside(
+    shared: &Arc<dyn Backend>,
+    measured: &mut Measurements,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let topo = shared.topology();
+    let model = CostModel::from_profile(topo, &measured.profile(topo))?;
+    let devices = &measured.devices;
+    let (fits, notes) = beside::measure(shared, &model, devices, progress)?;
+    measured.notes.extend(notes);
+    let (both_ways, notes) = beside::measure_both_ways(shared, &model, devices, &fits, progress)?;
+    measured.splits = fits;
+    measured.both_ways = both_ways;
+    measured.notes.extend(notes);
+    Ok(())
 }
 
 /// A test of every ordered pair with P2P, and the hop it prices.
