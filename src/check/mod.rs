@@ -21,7 +21,7 @@ mod tests;
 use crate::backend::Backend;
 use crate::bench::progress::Progress;
 use crate::bench::result::{Place, Shape, TestResult, Unit};
-use crate::bench::{self, budget};
+use crate::bench::{self, budget, Kept};
 use crate::document::bench::BenchDocument;
 use crate::topology::{Source, Topology};
 use crate::units::format_bytes;
@@ -589,13 +589,14 @@ pub struct CheckReport {
 }
 
 /// Runs the check `plan` on `backend`: its tests (the bench's own measuring, at the plan's sizes),
-/// then every figure judged against `tolerance_pct`.
+/// then every figure judged against `tolerance_pct`. A failure while measuring keeps the verdict
+/// on what was measured before it.
 pub fn run(
     backend: &dyn Backend,
     plan: &Plan,
     tolerance_pct: f64,
     progress: &dyn Progress,
-) -> Result<CheckReport> {
+) -> Result<Kept<CheckReport>> {
     let mut measured = Vec::new();
     // bench takes one message size for all its tests: one run per size.
     let mut sizes: Vec<u64> = Vec::new();
@@ -620,9 +621,16 @@ pub fn run(
             size: Some(bench::Size::Bytes(size)),
             ..bench::Options::default()
         };
-        measured.extend(bench::run(backend, &options, progress)?.tests);
+        let kept = bench::run_keeping(backend, &options, progress)?;
+        measured.extend(kept.found.tests);
+        if kept.failure.is_some() {
+            return Ok(Kept {
+                found: judge(plan, &measured, tolerance_pct),
+                failure: kept.failure,
+            });
+        }
     }
-    Ok(judge(plan, &measured, tolerance_pct))
+    Ok(Kept::whole(judge(plan, &measured, tolerance_pct)))
 }
 
 /// Every expected figure of `plan` against what was `measured`.

@@ -88,7 +88,9 @@ fn a_baseline_of_the_same_host_is_checked_at_its_sizes_and_passes_itself() {
         .all(|f| f.slower_pct == 0.0 && f.ratio == 1.0));
     assert_eq!(report.figures[8].tolerance_pct, 10.0, "copy-latency: twice");
     // The whole run, for real: the simulator repeats its own figures exactly.
-    let run = run(&backend, &plan, DEFAULT_TOLERANCE_PCT, &Silent).unwrap();
+    let run = run(&backend, &plan, DEFAULT_TOLERANCE_PCT, &Silent)
+        .and_then(|kept| kept.into_result())
+        .unwrap();
     assert!(run.healthy, "{:?}", run.regressions());
     assert_eq!(run.figures.len(), 10);
     assert!(run.wall_s > 0.0);

@@ -39,14 +39,16 @@ pub fn run(global: &Global, args: &CheckArgs) -> Result<()> {
         Some((doc, name)) => Plan::against_baseline(host, &devices, doc, name)?,
         None => Plan::against_references(host, &devices)?,
     };
-    let found = check::run(
+    let kept = check::run(
         opened.backend.as_ref(),
         &plan,
         tolerance,
         &*global.progress(),
     )?;
-    let doc = CheckDocument::new(host, found);
+    let mut doc = CheckDocument::new(host, kept.found);
+    doc.header.partial |= kept.failure.is_some();
     global.print(&doc, || report::check::text(&doc))?;
+    super::failed(kept.failure)?;
     let checked = &doc.report;
     if !checked.healthy {
         bail!(
