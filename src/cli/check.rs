@@ -49,14 +49,8 @@ pub fn run(global: &Global, args: &CheckArgs) -> Result<()> {
     doc.header.partial |= kept.failure.is_some();
     global.print(&doc, || report::check::text(&doc))?;
     super::failed(kept.failure)?;
-    let checked = &doc.report;
-    if !checked.healthy {
-        bail!(
-            "check failed: {} of {} figures slower than their tolerance allows: {}",
-            checked.regressed.len(),
-            checked.figures.len(),
-            report::first_few(&checked.regressions())
-        );
+    if let Some(what) = doc.report.what_failed(report::first_few) {
+        bail!("check failed: {what}");
     }
     Ok(())
 }
