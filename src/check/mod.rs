@@ -7,7 +7,7 @@
 //! figures shipped for known GPUs ([`reference`](mod@reference)). A figure slower than expected by more than its
 //! tolerance has regressed, and the verdict names its test and place.
 //!
-//! The host itself is checked first ([`topology`](mod@topology)): a pair joined by another link
+//! The host itself is checked first (`check/topology.rs`): a pair joined by another link
 //! than it should be, without P2P, or a GPU missing is wrong in itself, and a figure expected and
 //! not measured because of it fails the check too — a fault never removes itself from the
 //! comparison. The verdict comes from what was measured and what the host reports.
@@ -204,7 +204,7 @@ pub struct Plan {
     not_checked: Vec<NotChecked>,
     /// Places the tests will measure with nothing to compare with, and why.
     not_compared: Vec<String>,
-    /// How the host's topology differs from what it should be ([`topology`](mod@topology)).
+    /// How the host's topology differs from what it should be (`check/topology.rs`).
     faults: Vec<String>,
     notes: Vec<String>,
 }
