@@ -243,3 +243,86 @@ fn hosts_and_files_check_cannot_use_are_refused_in_one_sentence() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
     }
 }
+
+/// The fault fixtures of peerlink doctor's tests (tests/fixtures/doctor/) that slow or remove a
+/// figure check measures, each with what check must say is wrong.
+const FAULTY: &[(&str, &str)] = &[
+    (
+        "nvlink-down",
+        "GPU 0 and GPU 1 are joined by NV17, where two NVIDIA H200 (SXM)",
+    ),
+    ("p2p-off", "no P2P between GPU 0 and GPU 1"),
+    ("pcie-p2p-off", "no P2P between GPU 0 and GPU 1"),
+    ("mig-on", "no P2P between GPU 0 and GPU 1"),
+    ("pcie-downgraded", "h2d 64 MiB GPU 1"),
+];
+
+/// The fixtures whose faults move none of check's figures (error counters, persistence, clock
+/// event reasons: doctor's to find), and the healthy one.
+const UNMOVED: &[&str] = &["healthy-nvlink", "rising-counters", "slow-clocks"];
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/tests/fixtures/doctor/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// Check's tests at 1 MiB on a fixture: every figure and what was not measured, as JSON.
+fn checked_figures(preset: &str) -> Value {
+    let tests = "ce-write,h2d,d2h,local,copy-latency";
+    let args = [
+        "--sim", preset, "bench", "--tests", tests, "--size", "1MiB", "--json",
+    ];
+    json_of(&args)["tests"].clone()
+}
+
+#[test]
+fn every_fault_fixture_that_moves_a_checked_figure_fails_the_check_naming_what_is_wrong() {
+    // Every fixture is classified: a new one must say whether check should catch it.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/doctor");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "json") {
+            let known = FAULTY.iter().any(|(f, _)| *f == name) || UNMOVED.contains(&name);
+            assert!(known, "{name}: add it to FAULTY or UNMOVED");
+        }
+    }
+    // The unmoved ones give the healthy fixture's figures exactly: nothing for check to catch.
+    let healthy = checked_figures(&fixture("healthy-nvlink"));
+    for name in UNMOVED {
+        assert_eq!(checked_figures(&fixture(name)), healthy, "{name}");
+    }
+    // All 18 NVLinks of GPU 0 down, made from nvlink-down.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut all_down: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("nvlink-down")).unwrap()).unwrap();
+    all_down["name"] = "nvlinks-all-down".into();
+    all_down["faults"]["nvlinks_down"][0]["links"] = (0..18).collect::<Vec<u32>>().into();
+    let all_down_path = tmp.path().join("all-down.json");
+    std::fs::write(&all_down_path, all_down.to_string()).unwrap();
+    let all_down_path = all_down_path.to_str().unwrap().to_string();
+
+    let cases = FAULTY
+        .iter()
+        .map(|&(name, says)| (fixture(name), says))
+        .chain([(all_down_path, "no P2P between GPU 0 and GPU 1")]);
+    for (preset, says) in cases {
+        let out = peerlink()
+            .args(["--sim", &preset, "check"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{preset}: {stdout}{stderr}");
+        assert!(stdout.contains(says), "{preset}: no `{says}` in {stdout}");
+        assert!(
+            stderr.starts_with("peerlink: error: check failed: ") && stderr.contains(says),
+            "{preset}: {stderr}"
+        );
+        assert!(!stdout.contains("HEALTHY"), "{preset}: {stdout}");
+    }
+}

@@ -240,12 +240,52 @@ pub fn find_test(name: &str) -> Option<Box<dyn TestCase>> {
     registry().into_iter().find(|t| t.name() == name)
 }
 
+/// What a run measured, and the failure that stopped it part-way if one did: like a stop request
+/// ([`crate::interrupt`]), a failure while measuring keeps every figure measured before it.
+#[derive(Debug)]
+pub struct Kept<T> {
+    pub found: T,
+    pub failure: Option<Error>,
+}
+
+impl<T> Kept<T> {
+    /// What was measured, with nothing failed.
+    pub fn whole(found: T) -> Kept<T> {
+        Kept {
+            found,
+            failure: None,
+        }
+    }
+
+    /// What was measured, or the failure that stopped the run.
+    pub fn into_result(self) -> Result<T> {
+        match self.failure {
+            Some(failure) => Err(failure),
+            None => Ok(self.found),
+        }
+    }
+}
+
+/// Why a place was not measured after a failure stopped the run.
+pub const STOPPED_BY_FAILURE: &str =
+    "not measured: the run stopped at the failure named beside an earlier figure";
+
 /// Runs `peerlink bench`: the named (or default) tests, or size sweeps when `options.sizes` is set.
 pub fn run(
     backend: &dyn Backend,
     options: &Options,
     progress: &dyn Progress,
 ) -> Result<BenchReport> {
+    run_keeping(backend, options, progress)?.into_result()
+}
+
+/// [`run`], keeping what was measured before a failure while measuring; a usage error, found before
+/// anything is measured, is the `Err`.
+pub fn run_keeping(
+    backend: &dyn Backend,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<Kept<BenchReport>> {
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
     let defaults = Defaults::for_backend(backend);
@@ -318,20 +358,31 @@ pub fn run(
         let largest = sizes.iter().copied().max().unwrap_or(0);
         check_footprints(&ctx, &tests, |_| largest)?;
         for test in tests.iter().take_while(|_| !crate::interrupt::requested()) {
-            report
-                .sweeps
-                .extend(sweep(&mut ctx, test.as_ref(), &sizes, progress)?);
+            let swept = sweep(&mut ctx, test.as_ref(), &sizes, progress);
+            report.sweeps.extend(swept.found);
+            if swept.failure.is_some() {
+                return Ok(Kept {
+                    found: report,
+                    failure: swept.failure,
+                });
+            }
         }
     } else {
         check_footprints(&ctx, &tests, size_of)?;
         for test in tests.iter().take_while(|_| !crate::interrupt::requested()) {
             let started = backend.host_time_us();
-            let mut result = run_test(&mut ctx, test.as_ref(), size_of(test.as_ref()), progress)?;
-            result.wall_s = (backend.host_time_us() - started) / 1e6;
-            report.tests.push(result);
+            let mut kept = run_test(&mut ctx, test.as_ref(), size_of(test.as_ref()), progress);
+            kept.found.wall_s = (backend.host_time_us() - started) / 1e6;
+            report.tests.push(kept.found);
+            if kept.failure.is_some() {
+                return Ok(Kept {
+                    found: report,
+                    failure: kept.failure,
+                });
+            }
         }
     }
-    Ok(report)
+    Ok(Kept::whole(report))
 }
 
 /// The sampling the user's options ask for, each count checked, the backend's defaults for the
@@ -469,27 +520,42 @@ pub(crate) fn places(shape: Shape, devices: &[usize]) -> (Vec<Place>, Vec<NotMea
     }
 }
 
-/// Runs one test over every place at `bytes` per message.
+/// Runs one test over every place at `bytes` per message; a failure at a place ends the test
+/// there, keeping the places measured before it.
 pub fn run_test(
     ctx: &mut Context<'_>,
     test: &dyn TestCase,
     bytes: u64,
     progress: &dyn Progress,
-) -> Result<TestResult> {
+) -> Kept<TestResult> {
     let (todo, mut not_measured) = places(test.shape(), &ctx.devices);
     let bytes = test.message_bytes(bytes);
     let mut cells = Vec::new();
     let mut notes = Vec::new();
+    let mut failure: Option<Error> = None;
     progress.start(test.name(), todo.len() as u64);
     for place in todo {
-        if crate::interrupt::requested() {
+        let stopped = match &failure {
+            Some(_) => Some(STOPPED_BY_FAILURE),
+            None => crate::interrupt::requested().then_some(INTERRUPTED),
+        };
+        if let Some(reason) = stopped {
             not_measured.push(NotMeasured {
                 place,
-                reason: INTERRUPTED.to_string(),
+                reason: reason.to_string(),
             });
             continue;
         }
-        match test.measure(ctx, place, bytes)? {
+        let outcome = match test.measure(ctx, place, bytes) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                let reason = format!("failed: {e}");
+                not_measured.push(NotMeasured { place, reason });
+                failure = Some(e);
+                continue;
+            }
+        };
+        match outcome {
             Outcome::Measured {
                 value,
                 total,
@@ -512,18 +578,22 @@ pub fn run_test(
     let devices = ctx.topology().devices.len();
     let mut result = TestResult::new(test.info(bytes), devices, cells, not_measured);
     result.notes = notes;
-    Ok(result)
+    Kept {
+        found: result,
+        failure,
+    }
 }
 
-/// Sweeps one test over `sizes` on every pair, fitting α and β per pair.
+/// Sweeps one test over `sizes` on every pair, fitting α and β per pair; a failure ends the
+/// sweeps there, keeping the pairs swept before it.
 pub fn sweep(
     ctx: &mut Context<'_>,
     test: &dyn TestCase,
     sizes: &[u64],
     progress: &dyn Progress,
-) -> Result<Vec<Sweep>> {
+) -> Kept<Vec<Sweep>> {
     let (pairs, _) = places(Shape::Matrix, &ctx.devices);
-    let mut sweeps = Vec::with_capacity(pairs.len());
+    let mut kept = Kept::whole(Vec::with_capacity(pairs.len()));
     progress.start(
         &format!("{} sweep", test.name()),
         (pairs.len() * sizes.len()) as u64,
@@ -532,10 +602,16 @@ pub fn sweep(
         if crate::interrupt::requested() {
             break;
         }
-        sweeps.push(sweep_pair(ctx, test, place, sizes, progress)?);
+        match sweep_pair(ctx, test, place, sizes, progress) {
+            Ok(swept) => kept.found.push(swept),
+            Err(e) => {
+                kept.failure = Some(e);
+                break;
+            }
+        }
     }
     progress.finish();
-    Ok(sweeps)
+    kept
 }
 
 /// Sweeps one test over `sizes` on one pair and fits α and β; stops at the first size that cannot be

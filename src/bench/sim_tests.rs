@@ -499,3 +499,64 @@ fn explain_rejects_gpus_out_of_range() {
     assert_eq!(err.exit_code(), 2);
     assert!(err.to_string().contains("--dst"), "{err}");
 }
+
+/// `ce-write` that fails from its second place on, as a transfer that fails verification would.
+struct FailsAfterOne {
+    inner: Box<dyn TestCase>,
+    measured: std::sync::atomic::AtomicUsize,
+}
+
+impl TestCase for FailsAfterOne {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn unit(&self) -> result::Unit {
+        self.inner.unit()
+    }
+    fn shape(&self) -> Shape {
+        self.inner.shape()
+    }
+    fn measures(&self) -> String {
+        self.inner.measures()
+    }
+    fn measure(&self, ctx: &mut Context<'_>, place: Place, bytes: u64) -> Result<Outcome> {
+        use std::sync::atomic::Ordering;
+        if self.measured.fetch_add(1, Ordering::SeqCst) > 0 {
+            return Err(Error::Cuda {
+                call: "cuMemcpyAsync (made up)".into(),
+                message: "the test's failure".into(),
+            });
+        }
+        self.inner.measure(ctx, place, bytes)
+    }
+}
+
+#[test]
+fn a_failure_part_way_keeps_the_places_measured_before_it() {
+    let h100 = sim("dgx-h100");
+    let sampling = Defaults::for_backend(&h100).sampling;
+    let mut ctx = Context::new(&h100, vec![0, 1, 2], sampling, 1 << 20);
+    let test = FailsAfterOne {
+        inner: find_test("ce-write").unwrap(),
+        measured: Default::default(),
+    };
+    let kept = run_test(&mut ctx, &test, 1 << 20, &progress::Silent);
+    let failure = kept.failure.expect("the second place failed").to_string();
+    assert!(failure.contains("the test's failure"), "{failure}");
+    let result = kept.found;
+    assert_eq!(result.cells.len(), 1, "the first pair is kept");
+    assert_eq!(
+        result.cell(Place::Pair { src: 0, dst: 1 }).unwrap().place,
+        Place::Pair { src: 0, dst: 1 }
+    );
+    let failed = result.reason(Place::Pair { src: 0, dst: 2 }).unwrap();
+    assert!(
+        failed.starts_with("failed: ") && failed.contains("the test's failure"),
+        "{failed}"
+    );
+    // Every later pair says why it was not measured.
+    assert_eq!(
+        result.reason(Place::Pair { src: 2, dst: 1 }),
+        Some(STOPPED_BY_FAILURE)
+    );
+}

@@ -7,6 +7,11 @@
 //! figures shipped for known GPUs ([`reference`](mod@reference)). A figure slower than expected by more than its
 //! tolerance has regressed, and the verdict names its test and place.
 //!
+//! The host itself is checked first (`check/topology.rs`): a pair joined by another link
+//! than it should be, without P2P, or a GPU missing is wrong in itself, and a figure expected and
+//! not measured because of it fails the check too — a fault never removes itself from the
+//! comparison. The verdict comes from what was measured and what the host reports.
+//!
 //! Like is compared with like: each test runs at the baseline's message size (a baseline made at
 //! other sizes than the default bench's is measured at those, and a note says so), or at the
 //! reference figure's. The measuring is the bench's own ([`bench::run`]), with its defaults.
@@ -18,12 +23,13 @@ pub mod document;
 pub mod reference;
 #[cfg(test)]
 mod tests;
+mod topology;
 
 use crate::backend::Backend;
 use crate::bench::document::BenchDocument;
 use crate::bench::progress::Progress;
 use crate::bench::result::{Place, Shape, TestResult, Unit};
-use crate::bench::{self, budget};
+use crate::bench::{self, budget, Kept};
 use crate::topology::{Source, Topology};
 use crate::units::format_bytes;
 use crate::{Error, Result};
@@ -157,6 +163,15 @@ pub struct NotChecked {
     pub why: String,
 }
 
+/// A figure a check expected and the host could not give.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Missing {
+    /// `ce-write 512 MiB 0→1`.
+    pub figure: String,
+    /// Why it was not measured, as the bench says.
+    pub why: String,
+}
+
 /// What one figure should be.
 #[derive(Clone, Debug, PartialEq)]
 struct Expected {
@@ -190,6 +205,8 @@ pub struct Plan {
     not_checked: Vec<NotChecked>,
     /// Places the tests will measure with nothing to compare with, and why.
     not_compared: Vec<String>,
+    /// How the host's topology differs from what it should be (`check/topology.rs`).
+    faults: Vec<String>,
     notes: Vec<String>,
 }
 
@@ -213,6 +230,7 @@ impl Plan {
             },
             devices,
         );
+        plan.faults = topology::against_baseline(host, devices, baseline, name);
         let tests = &baseline.results.tests;
         for test in tests {
             if !CHECKED.iter().any(|c| c.test == test.name) {
@@ -317,6 +335,7 @@ impl Plan {
             },
             devices,
         );
+        plan.faults = topology::against_references(host, devices, reference_of);
         for checked in CHECKED {
             let test = checked.test;
             let Some(size_bytes) = used
@@ -344,16 +363,15 @@ impl Plan {
                         }
                     };
                 }
-                let link = host.pair(src, dst).map(|p| (p.link, p.p2p));
-                match (reference_of(dst), link) {
-                    (Some(other), Some((link, true)))
-                        if other == reference.0 && link == reference.0.link =>
-                    {
-                        Ok(reference.1)
-                    }
+                // Whatever joins two GPUs of one kind, their figures are the reference's: a
+                // link or P2P unlike the reference's is a fault (`plan.faults`), not a reason
+                // to leave the figure out.
+                match reference_of(dst) {
+                    Some(other) if other == reference.0 => Ok(reference.1),
                     _ => Err(format!(
-                        "the reference figures of {} hold for two of them joined by {} with P2P",
-                        reference.0.gpu, reference.0.link
+                        "GPU {dst} is another kind of GPU than GPU {src} ({}): the reference                          figures of {} hold for two of them",
+                        name_of(dst),
+                        reference.0.gpu
                     )),
                 }
             };
@@ -403,6 +421,7 @@ impl Plan {
             expected: Vec::new(),
             not_checked: Vec::new(),
             not_compared: Vec::new(),
+            faults: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -573,12 +592,22 @@ pub struct CheckReport {
     pub figures: Vec<CheckedFigure>,
     /// The figures that regressed, named (`ce-write 512 MiB 0→1`).
     pub regressed: Vec<String>,
-    /// No figure regressed.
+    /// No figure regressed and nothing is wrong (`faults`).
     pub healthy: bool,
     /// Tests not compared, and why.
     pub not_checked: Vec<NotChecked>,
-    /// Places measured with nothing to compare with, or expected and not measured, and why.
+    /// Places measured with nothing to compare with, or expected and not measured because the
+    /// run stopped, and why.
     pub not_compared: Vec<String>,
+    /// How the host's topology differs from what it should be, each in a sentence: a GPU
+    /// missing, P2P off, a pair joined by another link (fewer NVLinks). Written where there is
+    /// any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
+    /// Figures expected and not measured because the host could not give them (P2P or a link
+    /// missing), and why. Written where there is any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<Missing>,
     pub notes: Vec<String>,
     /// Seconds the tests took on the backend's host clock (virtual on the simulator).
     pub wall_s: f64,
@@ -590,13 +619,14 @@ pub struct CheckReport {
 }
 
 /// Runs the check `plan` on `backend`: its tests (the bench's own measuring, at the plan's sizes),
-/// then every figure judged against `tolerance_pct`.
+/// then every figure judged against `tolerance_pct`. A failure while measuring keeps the verdict
+/// on what was measured before it.
 pub fn run(
     backend: &dyn Backend,
     plan: &Plan,
     tolerance_pct: f64,
     progress: &dyn Progress,
-) -> Result<CheckReport> {
+) -> Result<Kept<CheckReport>> {
     let mut measured = Vec::new();
     // bench takes one message size for all its tests: one run per size.
     let mut sizes: Vec<u64> = Vec::new();
@@ -621,30 +651,44 @@ pub fn run(
             size: Some(bench::Size::Bytes(size)),
             ..bench::Options::default()
         };
-        measured.extend(bench::run(backend, &options, progress)?.tests);
+        let kept = bench::run_keeping(backend, &options, progress)?;
+        measured.extend(kept.found.tests);
+        if kept.failure.is_some() {
+            return Ok(Kept {
+                found: judge(plan, &measured, tolerance_pct),
+                failure: kept.failure,
+            });
+        }
     }
-    Ok(judge(plan, &measured, tolerance_pct))
+    Ok(Kept::whole(judge(plan, &measured, tolerance_pct)))
 }
 
 /// Every expected figure of `plan` against what was `measured`.
 pub fn judge(plan: &Plan, measured: &[TestResult], tolerance_pct: f64) -> CheckReport {
     let mut figures = Vec::new();
     let mut not_compared = plan.not_compared.clone();
+    let mut missing = Vec::new();
     for checked in CHECKED {
         let result = measured.iter().find(|t| t.name == checked.test);
         let tolerance = tolerance_pct * checked.tolerance_scale;
         for expected in plan.expected.iter().filter(|e| e.test == checked.test) {
-            match result.and_then(|r| r.cell(expected.place).map(|c| (r.unit, c.value))) {
-                Some((unit, value)) => {
-                    figures.push(CheckedFigure::new(expected, unit, value, tolerance))
-                }
-                None => not_compared.push(format!(
-                    "{}: not measured ({})",
-                    expected.name(),
-                    result
-                        .and_then(|r| r.reason(expected.place))
-                        .unwrap_or(bench::INTERRUPTED)
-                )),
+            if let Some((unit, value)) =
+                result.and_then(|r| r.cell(expected.place).map(|c| (r.unit, c.value)))
+            {
+                figures.push(CheckedFigure::new(expected, unit, value, tolerance));
+                continue;
+            }
+            let why = result
+                .and_then(|r| r.reason(expected.place))
+                .unwrap_or(bench::INTERRUPTED);
+            // A stopped run leaves a figure out; a host that cannot give it is at fault.
+            if [bench::INTERRUPTED, bench::STOPPED_BY_FAILURE].contains(&why) {
+                not_compared.push(format!("{}: not measured ({why})", expected.name()));
+            } else {
+                missing.push(Missing {
+                    figure: expected.name(),
+                    why: why.to_string(),
+                });
             }
         }
     }
@@ -673,11 +717,13 @@ pub fn judge(plan: &Plan, measured: &[TestResult], tolerance_pct: f64) -> CheckR
         devices: plan.devices.clone(),
         tolerance_pct,
         checked,
-        healthy: regressed.is_empty(),
+        healthy: regressed.is_empty() && plan.faults.is_empty() && missing.is_empty(),
         regressed,
         figures,
         not_checked: plan.not_checked.clone(),
         not_compared,
+        faults: plan.faults.clone(),
+        missing,
         notes: plan.notes.clone(),
         wall_s,
         fleet_wall_s,
@@ -693,5 +739,41 @@ impl CheckReport {
             .filter(|f| f.regressed)
             .map(CheckedFigure::named_with_change)
             .collect()
+    }
+
+    /// What failed the check, in a sentence (`list` joins names): what is wrong with the host
+    /// (`faults`), the figures it could not give (`missing`), then the figures slower than their
+    /// tolerance allows; `None` where the host is healthy.
+    pub fn what_failed(&self, list: impl Fn(&[String]) -> String) -> Option<String> {
+        if self.healthy {
+            return None;
+        }
+        let mut parts = self.faults.clone();
+        if !self.missing.is_empty() {
+            let names: Vec<String> = self.missing.iter().map(|m| m.figure.clone()).collect();
+            parts.push(format!(
+                "{} figure{} not measured: {}",
+                names.len(),
+                if names.len() == 1 { "" } else { "s" },
+                list(&names)
+            ));
+        }
+        if !self.regressed.is_empty() || parts.is_empty() {
+            let slow = format!(
+                "{} of {} figures slower than their tolerance allows",
+                self.regressed.len(),
+                self.figures.len()
+            );
+            parts.push(match self.regressed.is_empty() {
+                true => slow,
+                false => format!("{slow}: {}", list(&self.regressions())),
+            });
+        }
+        Some(parts.join("; "))
+    }
+
+    /// Whether something besides a slow figure is wrong.
+    pub fn is_faulty(&self) -> bool {
+        !(self.faults.is_empty() && self.missing.is_empty())
     }
 }

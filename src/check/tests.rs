@@ -88,7 +88,9 @@ fn a_baseline_of_the_same_host_is_checked_at_its_sizes_and_passes_itself() {
         .all(|f| f.slower_pct == 0.0 && f.ratio == 1.0));
     assert_eq!(report.figures[8].tolerance_pct, 10.0, "copy-latency: twice");
     // The whole run, for real: the simulator repeats its own figures exactly.
-    let run = run(&backend, &plan, DEFAULT_TOLERANCE_PCT, &Silent).unwrap();
+    let run = run(&backend, &plan, DEFAULT_TOLERANCE_PCT, &Silent)
+        .and_then(|kept| kept.into_result())
+        .unwrap();
     assert!(run.healthy, "{:?}", run.regressions());
     assert_eq!(run.figures.len(), 10);
     assert!(run.wall_s > 0.0);
@@ -250,27 +252,126 @@ fn known_gpus_are_checked_against_their_references_at_the_plateau() {
 }
 
 #[test]
-fn reference_pair_figures_hold_only_for_their_link() {
+fn a_pair_unlike_the_references_link_is_a_fault_and_its_figures_are_still_compared() {
     let mut host = SimBackend::open("h200-pair").unwrap().topology().clone();
     for pair in &mut host.pairs {
         pair.link = Link::NvLink(4);
     }
     let plan = Plan::against_references(&host, &[0, 1]).unwrap();
-    assert!(plan
-        .expected
-        .iter()
-        .all(|e| matches!(e.place, Place::Device { .. })));
-    assert!(plan.runs().iter().all(|(t, _)| t != "ce-write"));
-    assert!(
-        plan.not_compared.is_empty(),
-        "no test of pairs runs: {:?}",
-        plan.not_compared
+    assert_eq!(
+        plan.expected.len(),
+        10,
+        "the pairs' figures are expected still"
     );
-    assert_eq!(plan.expected.len(), 6, "h2d, d2h and local on each GPU");
+    assert!(plan.not_compared.is_empty(), "{:?}", plan.not_compared);
+    assert_eq!(
+        plan.faults,
+        [
+            "GPU 0 and GPU 1 are joined by NV4, where two NVIDIA H200 (SXM) are joined by NV18 \
+          (the link their reference figures hold for)"
+        ]
+    );
+    // Every figure as the reference has it: the topology alone fails the check.
+    let report = judge(&plan, &reference_figures(&plan), 5.0);
+    assert!(report.regressed.is_empty());
+    assert!(!report.healthy);
+    assert_eq!(report.faults, plan.faults);
+    // P2P off, one way: a fault of its own.
+    let mut host = SimBackend::open("h200-pair").unwrap().topology().clone();
+    host.pairs[1].p2p = false;
+    let plan = Plan::against_references(&host, &[0, 1]).unwrap();
+    assert_eq!(
+        plan.faults,
+        ["no P2P between GPU 0 and GPU 1, which two NVIDIA H200 (SXM) joined by NV18 have"]
+    );
     // One GPU: the pair tests have no reference (a GPU with itself), the per-GPU ones do.
     let host = SimBackend::open("h200-pair").unwrap().topology().clone();
     let plan = Plan::against_references(&host, &[1]).unwrap();
     assert_eq!(plan.expected.len(), 3);
+    assert!(plan.faults.is_empty());
+}
+
+/// Every figure `plan` expects, measured exactly as expected.
+fn reference_figures(plan: &Plan) -> Vec<TestResult> {
+    let (_, doc) = host_and_bench("h200-pair", ALL_CHECKED, &[0, 1], 1 << 20);
+    let mut tests = doc.results.tests;
+    for t in &mut tests {
+        let size = plan
+            .runs
+            .iter()
+            .find(|(name, _)| *name == t.name)
+            .unwrap()
+            .1;
+        t.size_bytes = size;
+        for cell in &mut t.cells {
+            let expected = plan
+                .expected
+                .iter()
+                .find(|e| e.test == t.name && e.place == cell.place);
+            cell.value = expected.unwrap().value;
+        }
+    }
+    tests
+}
+
+#[test]
+fn a_figure_the_host_cannot_give_fails_the_check_and_a_stopped_one_does_not() {
+    let (backend, baseline) = host_and_bench("h200-pair", ALL_CHECKED, &[0, 1], 1 << 20);
+    let plan = Plan::against_baseline(backend.topology(), &[0, 1], &baseline, "b.json").unwrap();
+    assert!(plan.faults.is_empty(), "{:?}", plan.faults);
+    let mut measured = baseline.results.tests.clone();
+    let no_p2p = Place::Pair { src: 1, dst: 0 };
+    measured[0].cells.retain(|c| c.place != no_p2p);
+    measured[0]
+        .not_measured
+        .push(crate::bench::result::NotMeasured {
+            place: no_p2p,
+            reason: "no P2P from GPU 1 to GPU 0".into(),
+        });
+    let report = judge(&plan, &measured, 5.0);
+    assert!(!report.healthy);
+    assert!(report.regressed.is_empty());
+    assert_eq!(
+        report.missing,
+        [Missing {
+            figure: "ce-write 1 MiB 1→0".into(),
+            why: "no P2P from GPU 1 to GPU 0".into()
+        }]
+    );
+    let what = report.what_failed(|l| l.join(", ")).unwrap();
+    assert_eq!(what, "1 figure not measured: ce-write 1 MiB 1→0");
+    // Stopped by a failure elsewhere: left out, said why, and no fault of the host's.
+    measured[0].not_measured.last_mut().unwrap().reason = bench::STOPPED_BY_FAILURE.into();
+    let report = judge(&plan, &measured, 5.0);
+    assert!(report.healthy && !report.is_faulty());
+    assert_eq!(report.not_compared.len(), 1);
+}
+
+#[test]
+fn a_host_unlike_the_baselines_is_at_fault() {
+    let (backend, baseline) = host_and_bench("h200-pair", ALL_CHECKED, &[0, 1], 1 << 20);
+    let mut host = backend.topology().clone();
+    for pair in &mut host.pairs {
+        pair.p2p = false;
+    }
+    let plan = Plan::against_baseline(&host, &[0, 1], &baseline, "b.json").unwrap();
+    assert_eq!(plan.faults.len(), 2, "{:?}", plan.faults);
+    assert!(
+        plan.faults[0].starts_with("no P2P from GPU 0 to GPU 1, where b.json measured ce-write at"),
+        "{:?}",
+        plan.faults
+    );
+    // A GPU fallen off the bus.
+    let mut host = backend.topology().clone();
+    host.devices.pop();
+    let plan = Plan::against_baseline(&host, &[0], &baseline, "b.json").unwrap();
+    assert_eq!(
+        plan.faults,
+        [
+            "this host has 1 GPUs, where the host of b.json had 2 (a GPU fallen off the bus, or \
+          hidden from CUDA)"
+        ]
+    );
 }
 
 #[test]

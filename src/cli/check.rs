@@ -40,22 +40,18 @@ pub fn run(global: &Global, args: &CheckArgs) -> Result<()> {
         Some((doc, name)) => Plan::against_baseline(host, &devices, doc, name)?,
         None => Plan::against_references(host, &devices)?,
     };
-    let found = check::run(
+    let kept = check::run(
         opened.backend.as_ref(),
         &plan,
         tolerance,
         &*global.progress(),
     )?;
-    let doc = CheckDocument::new(host, found);
+    let mut doc = CheckDocument::new(host, kept.found);
+    doc.header.partial |= kept.failure.is_some();
     global.print(&doc, || report::check::text(&doc))?;
-    let checked = &doc.report;
-    if !checked.healthy {
-        bail!(
-            "check failed: {} of {} figures slower than their tolerance allows: {}",
-            checked.regressed.len(),
-            checked.figures.len(),
-            report::first_few(&checked.regressions())
-        );
+    super::failed(kept.failure)?;
+    if let Some(what) = doc.report.what_failed(report::first_few) {
+        bail!("check failed: {what}");
     }
     Ok(())
 }

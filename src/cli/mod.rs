@@ -57,21 +57,24 @@ pub fn run(cli: Cli) -> Result<()> {
                 sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
             };
             let backend = opened.backend.as_ref();
-            let found = match &group {
+            let kept = match &group {
                 // One process of several: rank 0 prints what every rank measured.
                 Some((_, group)) if group.identity().world > 1 => {
                     match bench::processes::run(backend, group, &options, &*global.progress())? {
-                        Some(found) => found,
+                        Some(found) => bench::Kept::whole(found),
                         None => return Ok(()),
                     }
                 }
-                _ => bench::run(backend, &options, &*global.progress())?,
+                _ => bench::run_keeping(backend, &options, &*global.progress())?,
             };
-            let doc = BenchDocument::new(opened.backend.topology(), found);
+            let mut doc = BenchDocument::new(opened.backend.topology(), kept.found);
+            doc.header.partial |= kept.failure.is_some();
             if args.csv {
-                return global.show(&doc, &report::bench::csv(&doc));
+                global.show(&doc, &report::bench::csv(&doc))?;
+            } else {
+                global.print(&doc, || report::bench::text(&doc))?;
             }
-            global.print(&doc, || report::bench::text(&doc))
+            failed(kept.failure)
         }
         Verb::Explain(args) => {
             let opened = global.open()?;
@@ -108,6 +111,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Verb::Launch(args) => launch::run(global, &args),
         Verb::Ranks(args) => launch::ranks(global, &args, group),
     }
+}
+
+/// The failure that stopped a run part-way, once what it measured before is printed.
+fn failed(failure: Option<peerlink::Error>) -> Result<()> {
+    failure.map_or(Ok(()), |e| Err(e.into()))
 }
 
 /// The first Ctrl-C (or SIGTERM) asks the measuring loops to stop after their current measurement,

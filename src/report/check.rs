@@ -50,6 +50,12 @@ pub fn text(doc: &CheckDocument) -> String {
     for place in &r.not_compared {
         let _ = writeln!(out, "not compared: {place}");
     }
+    for fault in &r.faults {
+        let _ = writeln!(out, "WRONG: {fault}");
+    }
+    for m in &r.missing {
+        let _ = writeln!(out, "NOT MEASURED: {}: {}", m.figure, m.why);
+    }
     for note in &r.notes {
         let _ = writeln!(out, "note: {note}");
     }
@@ -124,19 +130,15 @@ fn table(figures: &[CheckedFigure]) -> String {
     table.to_string()
 }
 
-/// The last line: healthy, or the figures that regressed.
+/// The last line: healthy, or what is wrong and the figures that regressed.
 fn verdict(r: &CheckReport) -> String {
-    if r.healthy {
-        format!(
+    let what_failed = r.what_failed(|list| list.join(", "));
+    match what_failed {
+        None => format!(
             "HEALTHY: all {} figures within their tolerance",
             r.figures.len()
-        )
-    } else {
-        format!(
-            "REGRESSED: {} of {} figures slower than their tolerance allows: {}",
-            r.regressed.len(),
-            r.figures.len(),
-            r.regressions().join(", ")
-        )
+        ),
+        Some(what) if !r.is_faulty() => format!("REGRESSED: {what}"),
+        Some(what) => format!("FAULTY: {what}"),
     }
 }

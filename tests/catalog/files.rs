@@ -227,6 +227,16 @@ impl Files {
                 &serde_json::to_vec(&self.tuned_pcie2().0).unwrap(),
             ]
             .concat(),
+            // peerlink doctor's fault presets, as they are, and all 18 NVLinks of a GPU down.
+            fixture if fixture.starts_with("fixture-") => {
+                std::fs::read(doctor_fixture(&fixture["fixture-".len()..])).unwrap()
+            }
+            "nvlinks-all-down.json" => {
+                let base = std::fs::read_to_string(doctor_fixture("nvlink-down.json")).unwrap();
+                text(&edited(serde_json::from_str(&base).unwrap(), &|p| {
+                    p["faults"]["nvlinks_down"][0]["links"] = json!((0..18).collect::<Vec<_>>())
+                }))?
+            }
             other => panic!("the catalog names F/{other}, a file nobody makes: add it to files.rs"),
         })
     }
@@ -354,6 +364,13 @@ impl Files {
 }
 
 /// A host of `n` GPUs on two NUMA nodes, no explicit links.
+/// A fault preset of peerlink doctor's tests.
+fn doctor_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/doctor")
+        .join(name)
+}
+
 fn gpus(n: usize) -> Value {
     (0..n).map(|i| json!({ "numa_node": i % 2 })).collect()
 }

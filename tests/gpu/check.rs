@@ -22,7 +22,9 @@ fn a_fresh_baseline_passes_and_one_made_10_percent_faster_fails() {
     let baseline = BenchDocument::new(b.topology(), bench::run(&b, &options, &Silent).unwrap());
     let plan = Plan::against_baseline(b.topology(), &devices, &baseline, "fresh.json").unwrap();
     for run in 1..=2 {
-        let found = check::run(&b, &plan, DEFAULT_TOLERANCE_PCT, &Silent).unwrap();
+        let found = check::run(&b, &plan, DEFAULT_TOLERANCE_PCT, &Silent)
+            .and_then(|kept| kept.into_result())
+            .unwrap();
         eprintln!(
             "run {run}: {} figures, tests {:.2} s on {} GPUs, {:.0} s on {} by the formula",
             found.figures.len(),
@@ -46,7 +48,9 @@ fn a_fresh_baseline_passes_and_one_made_10_percent_faster_fails() {
     made_faster(&mut doc, 10.0);
     let faster: BenchDocument = serde_json::from_value(doc).unwrap();
     let plan = Plan::against_baseline(b.topology(), &devices, &faster, "faster.json").unwrap();
-    let found = check::run(&b, &plan, DEFAULT_TOLERANCE_PCT, &Silent).unwrap();
+    let found = check::run(&b, &plan, DEFAULT_TOLERANCE_PCT, &Silent)
+        .and_then(|kept| kept.into_result())
+        .unwrap();
     eprintln!("against 10% faster: {:?}", found.regressions());
     assert!(!found.healthy);
     // 9.1% short of every bandwidth the baseline holds: each is named.

@@ -191,6 +191,11 @@ impl Store {
         }
     }
 
+    /// Bytes of this process's buffers the store holds.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
     /// A buffer of `bytes` zeroed bytes, refused where the host cannot back it ([`Store::host_free`]).
     pub fn insert(&mut self, memory: Memory, bytes: usize) -> Result<Key> {
         if let Some(free) = self.host_free().filter(|&free| bytes as u64 > free) {
@@ -208,15 +213,16 @@ impl Store {
                 free,
             });
         }
-        self.next_id += 1;
-        self.held += bytes as u64;
         Ok(self.file(memory, Bytes::Local(vec![0; bytes]), false))
     }
 
-    /// Files a buffer and returns its key.
+    /// Files a buffer and returns its key; the one place a buffer's bytes are counted as held
+    /// (another process's, imported, are that process's to count).
     fn file(&mut self, memory: Memory, data: Bytes, imported: bool) -> Key {
         self.next_id += 1;
-        self.held += data.len() as u64;
+        if !imported {
+            self.held += data.len() as u64;
+        }
         let buffer = Buffer {
             memory,
             data,
@@ -342,7 +348,9 @@ impl Store {
             ));
         }
         let buffer = self.buffers.remove(&key.0).expect("checked above");
-        self.held -= buffer.len() as u64;
+        if !buffer.imported {
+            self.held -= buffer.len() as u64;
+        }
         Ok(buffer)
     }
 
@@ -463,6 +471,31 @@ mod tests {
             src_offset,
             len,
         }
+    }
+
+    #[test]
+    fn each_buffer_is_held_once_from_its_allocation_to_its_free() {
+        let mut s = Store::new();
+        let a = s.insert(Memory::Device(0), 1000).unwrap();
+        assert_eq!(s.held(), 1000);
+        let b = s
+            .insert(Memory::PinnedHost { numa_node: None }, 24)
+            .unwrap();
+        assert_eq!(s.held(), 1024);
+        s.remove(a).unwrap();
+        assert_eq!(s.held(), 24);
+        s.remove(b).unwrap();
+        assert_eq!(s.held(), 0);
+    }
+
+    #[test]
+    fn another_process_buffer_is_not_held_here() {
+        let mut s = Store::new();
+        let file = crate::backend::shared_file::create(4096).unwrap();
+        let key = s.import(Memory::Device(1), file, 4096);
+        assert_eq!(s.held(), 0);
+        s.remove(key).unwrap();
+        assert_eq!(s.held(), 0);
     }
 
     #[test]

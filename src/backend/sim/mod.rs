@@ -71,6 +71,12 @@ impl SimBackend {
     pub fn preset(&self) -> &Preset {
         self.raw().links.preset()
     }
+
+    /// Bytes of host memory the simulator's buffers hold now: zero once every buffer a run
+    /// allocated is freed.
+    pub fn held_host_bytes(&self) -> u64 {
+        self.raw().lock().store.held()
+    }
 }
 
 /// A simulated host's work, below the checks.
