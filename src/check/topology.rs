@@ -10,8 +10,8 @@
 //! simulated host was made.
 
 use super::reference::Reference;
+use crate::bench::document::BenchDocument;
 use crate::bench::result::Place;
-use crate::document::bench::BenchDocument;
 use crate::topology::Topology;
 
 /// The test whose figures between two GPUs say that the baseline's host had P2P there.
