@@ -23,16 +23,22 @@ if [[ -z "$tests_binary" || ! -x "$tests_binary" ]]; then
     exit 1
 fi
 
+# The NCCL-API library: carried beside peerlink (`peerlink launch --nccl` finds it there) and shipped
+# in the wheel (peerlink.nccl_library() finds it beside the package), as .ci/run ships it.
+cargo build --release -p peerlink-nccl
+
 mkdir -p gpu-carry
 cp target/release/peerlink gpu-carry/peerlink
 cp "$tests_binary" gpu-carry/gpu-tests
+cp target/release/libpeerlink_nccl.so gpu-carry/libpeerlink_nccl.so
+cp target/release/libpeerlink_nccl.so python/peerlink/
 
 # The wheel: tagged `linux` (not manylinux), for hosts with this machine's glibc or newer, as the
 # binaries above are.
 python_bin=$(scripts/python-env.sh)
 rm -f gpu-carry/peerlink-*.whl
 "$python_bin/maturin" build --release --quiet --out gpu-carry >&2
-echo "gpu-build: built gpu-carry/peerlink, gpu-carry/gpu-tests and $(ls gpu-carry/peerlink-*.whl) in $repo" >&2
+echo "gpu-build: built gpu-carry/peerlink, gpu-carry/gpu-tests, gpu-carry/libpeerlink_nccl.so and $(ls gpu-carry/peerlink-*.whl) in $repo" >&2
 echo "On the GPU host, from the repository root:"
 echo "  gpu-carry/gpu-tests --ignored --test-threads=1 --nocapture"
 echo "  gpu-carry/peerlink --gpu topo"

@@ -72,7 +72,7 @@ impl FdLinks {
                  own error says why"
             ))
         };
-        let mut links = super::group::lock(&self.to);
+        let mut links = super::lock(&self.to);
         let stream = match links.entry(to) {
             Entry::Occupied(link) => link.into_mut(),
             Entry::Vacant(link) => {
@@ -126,7 +126,7 @@ impl FdLinks {
                  its own error says why"
             ))
         };
-        let mut links = super::group::lock(&self.from);
+        let mut links = super::lock(&self.from);
         while !links.contains_key(&from) {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {

@@ -128,3 +128,11 @@ pub fn join_from_env() -> crate::Result<Option<(Launcher, Group)>> {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// Locks `mutex`, also where a thread panicked holding it (what it guards stays consistent). Here,
+/// above the group and the descriptor links, so that both may use it without importing each other.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

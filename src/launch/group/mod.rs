@@ -14,13 +14,13 @@ mod spoke;
 
 use super::fds::FdLinks;
 use super::wire::{Message, Op, MAX_MESSAGE};
-use super::{Identity, Member, Rendezvous};
+use super::{lock, Identity, Member, Rendezvous};
 use crate::topology::sysfs::Sysfs;
 use crate::{Error, Result};
 use hub::Hub;
 use spoke::Spoke;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often a rank says it is alive: a tenth of the timeout, so that a rank is declared hung only
@@ -316,13 +316,6 @@ impl Failure {
     fn get(&self) -> Option<String> {
         lock(&self.0).clone()
     }
-}
-
-/// Locks `mutex`, also where a thread panicked holding it (what it guards stays consistent).
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn secs(duration: Duration) -> String {
