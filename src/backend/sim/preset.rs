@@ -416,6 +416,21 @@ impl Preset {
         if self.devices.is_empty() {
             return Err("`devices` is empty: a host needs at least one GPU".into());
         }
+        self.validate_gpu()?;
+        self.validate_devices()?;
+        self.validate_nvlink()?;
+        self.validate_nvswitch()?;
+        self.validate_links()?;
+        self.check_nvlinks_per_gpu()?;
+        self.validate_pcie()?;
+        self.validate_host_and_costs()?;
+        self.validate_managed()?;
+        self.faults.validate(&self.wiring())?;
+        self.validate_hosts()
+    }
+
+    /// The GPU model's figures.
+    fn validate_gpu(&self) -> std::result::Result<(), String> {
         let g = &self.gpu;
         positive("gpu.memory_mib", g.memory_mib as f64)?;
         positive("gpu.local_copy_gbps", g.local_copy_gbps)?;
@@ -428,6 +443,11 @@ impl Preset {
             fraction("gpu.host_copy_beside_peer", share)?;
         }
         positive("gpu.signal_us", g.signal_us)?;
+        Ok(())
+    }
+
+    /// Each device's NUMA node and memory.
+    fn validate_devices(&self) -> std::result::Result<(), String> {
         for (i, d) in self.devices.iter().enumerate() {
             if d.numa_node < 0 {
                 return Err(format!("devices[{i}].numa_node is negative"));
@@ -436,6 +456,11 @@ impl Preset {
                 positive(&format!("devices[{i}].memory_mib"), m as f64)?;
             }
         }
+        Ok(())
+    }
+
+    /// The NVLink section's figures, where there is one.
+    fn validate_nvlink(&self) -> std::result::Result<(), String> {
         if let Some(nv) = &self.nvlink {
             positive("nvlink.link_gbps", nv.link_gbps)?;
             fraction("nvlink.efficiency", nv.efficiency)?;
@@ -446,6 +471,11 @@ impl Preset {
             }
             positive("nvlink.signal_us", nv.signal_us)?;
         }
+        Ok(())
+    }
+
+    /// The NVSwitch section: links per GPU, and what it cannot be combined with.
+    fn validate_nvswitch(&self) -> std::result::Result<(), String> {
         if let Some(sw) = &self.nvswitch {
             if sw.links_per_gpu == 0 {
                 return Err("nvswitch.links_per_gpu must be at least 1".into());
@@ -461,6 +491,11 @@ impl Preset {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// `links`: pairs of existing, distinct GPUs, each once, within the host, NVLink only with its figures.
+    fn validate_links(&self) -> std::result::Result<(), String> {
         let n = self.devices.len();
         let mut seen = BTreeMap::new();
         for (i, l) in self.links.iter().enumerate() {
@@ -493,7 +528,11 @@ impl Preset {
                 ));
             }
         }
-        self.check_nvlinks_per_gpu()?;
+        Ok(())
+    }
+
+    /// The PCIe section's figures, classes, generation and lanes.
+    fn validate_pcie(&self) -> std::result::Result<(), String> {
         let p = &self.pcie;
         positive("pcie.host_gbps", p.host_gbps)?;
         if let Some(up) = p.switch_uplink_gbps {
@@ -527,6 +566,11 @@ impl Preset {
         if let Some(lanes) = p.lanes.filter(|l| !(1..=32).contains(l)) {
             return Err(format!("pcie.lanes must be 1 to 32, not {lanes}"));
         }
+        Ok(())
+    }
+
+    /// The host's socket and staging figures, and the issue and setup costs.
+    fn validate_host_and_costs(&self) -> std::result::Result<(), String> {
         let h = &self.host;
         positive("host.inter_socket_gbps", h.inter_socket_gbps)?;
         positive("host.staged_gbps", h.staged_gbps)?;
@@ -544,6 +588,11 @@ impl Preset {
         ] {
             not_negative(&format!("costs.{field}"), v)?;
         }
+        Ok(())
+    }
+
+    /// Managed memory's page size and fault cost.
+    fn validate_managed(&self) -> std::result::Result<(), String> {
         let m = &self.managed;
         if !(4..=2048).contains(&m.page_kib) {
             return Err(format!(
@@ -552,8 +601,7 @@ impl Preset {
             ));
         }
         not_negative("managed.fault_us", m.fault_us)?;
-        self.faults.validate(&self.wiring())?;
-        self.validate_hosts()
+        Ok(())
     }
 
     /// Checks `hosts`, `nics`, `nic_links` and `network`.
