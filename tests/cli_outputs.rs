@@ -172,7 +172,7 @@ fn a_closed_stdout_is_an_error_and_dev_null_is_not() {
         std::process::Command::new("sh")
             .arg("-c")
             .arg(format!("\"$0\" --sim h200-pair topo {redirect}"))
-            .arg(&bin)
+            .arg(bin)
             .output()
             .unwrap()
     };
