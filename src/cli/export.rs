@@ -1,11 +1,12 @@
 //! `--export-json`, `--export-csv` and `--export-markdown`: every verb's document written to files
-//! beside what it prints. The destinations are checked before anything is measured; the files are
+//! beside what it prints. The destinations are checked before anything is measured (in
+//! `outputs`); the files are
 //! written (atomically) from the document, whatever the verb.
 
 use super::args::Exports;
 use anyhow::Result;
 use peerlink::document;
-use peerlink::model::profile::{check_destination, write_atomically};
+use peerlink::model::profile::write_atomically;
 use peerlink::report::export;
 use peerlink::report::export::Tables;
 use std::path::Path;
@@ -26,21 +27,6 @@ impl Exports {
     /// Whether any export was asked for.
     pub fn given_any(&self) -> bool {
         !self.given().is_empty()
-    }
-
-    /// Refuses, before a run, destinations that cannot be written and two exports to one file.
-    pub fn check(&self) -> peerlink::Result<()> {
-        let given = self.given();
-        for (i, (flag, path)) in given.iter().enumerate() {
-            if let Some((other, _)) = given[..i].iter().find(|(_, p)| p == path) {
-                return Err(peerlink::Error::usage(format!(
-                    "{other} and {flag} both name {}: give each export its own file",
-                    path.display()
-                )));
-            }
-            check_destination(path, flag)?;
-        }
-        Ok(())
     }
 
     /// Writes `doc` to every destination asked for; `shown` is what the verb prints, which the

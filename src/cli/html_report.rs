@@ -5,7 +5,7 @@ use super::args::{Global, ReportArgs};
 use anyhow::Result;
 use peerlink::files;
 use peerlink::html;
-use peerlink::model::profile::{check_destination, write_atomically};
+use peerlink::model::profile::write_atomically;
 use peerlink::Error;
 
 pub fn run(global: &Global, args: &ReportArgs) -> Result<()> {
@@ -16,18 +16,6 @@ pub fn run(global: &Global, args: &ReportArgs) -> Result<()> {
              --export-* out",
         )
         .into());
-    }
-    if let Some(out) = &args.out {
-        check_destination(out, "--out")?;
-    }
-    if let Some(dir) = &args.svg {
-        if dir.exists() && !dir.is_dir() {
-            return Err(Error::usage(format!(
-                "--svg {}: not a directory; name a directory to write the charts into",
-                dir.display()
-            ))
-            .into());
-        }
     }
     let inputs = args
         .files

@@ -11,6 +11,7 @@ mod doctor;
 mod export;
 mod html_report;
 mod launch;
+mod outputs;
 mod plan;
 mod topo;
 mod tune;
@@ -28,8 +29,9 @@ use peerlink::units::parse::{parse_size, parse_sizes};
 
 /// Runs one command line.
 pub fn run(cli: Cli) -> Result<()> {
+    outputs::check_stdout()?;
+    outputs::check(&cli)?;
     let global = &cli.global;
-    global.exports.check()?;
     // Under a launcher every rank meets the others first (`peerlink launch` itself is none).
     let group = match &cli.verb {
         Verb::Launch(_) => None,

@@ -5,26 +5,16 @@ use anyhow::Result;
 use peerlink::backend::sim::Preset;
 use peerlink::backend::Backend;
 use peerlink::bench::tune;
-use peerlink::model::profile::{check_destination, write_atomically};
+use peerlink::model::profile::write_atomically;
 use peerlink::report;
 use std::path::Path;
 use std::sync::Arc;
 
 pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
-    // Check where the results go before measuring for half a minute; the preset's name is the
+    // Where the results go was checked before anything ran (`outputs`); the preset's name is the
     // file's stem.
-    check_destination(&args.out, "--out")?;
     let export = match &args.export_sim {
-        Some(path) if path == &args.out => {
-            return Err(peerlink::Error::usage(format!(
-                "--out and --export-sim both name {}: the preset would overwrite the profile; \
-                 give them two paths",
-                path.display()
-            ))
-            .into())
-        }
         Some(path) => {
-            check_destination(path, "--export-sim")?;
             let name = path
                 .file_stem()
                 .map(|s| s.to_string_lossy().to_string())

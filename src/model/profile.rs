@@ -339,6 +339,11 @@ pub const MAX_CHUNK_US: f64 = 1000.0;
 /// measurement does not end in a write that cannot happen; refused with a usage error (exit 2).
 pub fn check_destination(path: &Path, flag: &str) -> Result<()> {
     let refuse = |why: String| Err(Error::usage(format!("{flag} {}: {why}", path.display())));
+    // `out/` (or `out/.`) names a directory, though a Path's file name drops the ending.
+    let spelled = path.as_os_str().as_encoded_bytes();
+    if !path.is_dir() && (spelled.ends_with(b"/") || spelled.ends_with(b"/.")) {
+        return refuse("ends in `/`, so it names a directory: name a file".into());
+    }
     if path.is_dir() {
         return Err(Error::usage(format!(
             "{flag} {} is a directory: name a file (in it, say)",
