@@ -195,3 +195,34 @@ fn bad_input_is_refused_with_exit_2() {
             "faults.p2p_off[0]: GPU 9 does not exist",
         ));
 }
+
+#[test]
+fn all_nvlinks_down_fails_as_one_link_down_does() {
+    // Issue 34, class 7: all 18 NVLinks of a GPU down is at least as bad as one down.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut all_down: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("nvlink-down.json")).unwrap())
+            .unwrap();
+    all_down["faults"]["nvlinks_down"][0]["links"] = (0..18).collect::<Vec<u32>>().into();
+    let preset = tmp.path().join("all-down.json");
+    std::fs::write(&preset, all_down.to_string()).unwrap();
+    let preset = preset.to_str().unwrap();
+    let doc = doctor_json(preset, &[], 1);
+    let nvlink: Vec<&Value> = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"] == "nvlink")
+        .collect();
+    assert_eq!(nvlink.len(), 2, "{doc}");
+    for check in nvlink {
+        assert_eq!(check["verdict"], "fail", "{check}");
+        assert!(check["finding"]
+            .as_str()
+            .unwrap()
+            .starts_with("none of its 18 NVLinks is up"));
+    }
+    // One GPU selected: its links are down all the same, as with one link down.
+    let doc = doctor_json(preset, &["--devices", "1"], 1);
+    assert_eq!(failed_checks(&doc), [("nvlink".into(), "GPU 1".into())]);
+}

@@ -251,3 +251,116 @@ fn bad_input_exits_2_with_one_sentence() {
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
     }
 }
+
+/// Runs `peerlink --sim <preset> workload <args>` and returns its exit code and stderr.
+fn workload_outcome(preset: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = peerlink()
+        .args([&["--sim", preset, "workload"], args].concat())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), stderr)
+}
+
+#[test]
+fn sizes_that_do_not_fit_are_refused_up_front_saying_what_is_needed_and_free() {
+    // Issue 34, class 7: refused before anything is allocated, with bench's sentence (exit 2).
+    // Each needs more than one simulated H100's 80 GiB on GPU 0.
+    for args in [
+        &["all-reduce", "--size", "200GiB"][..],
+        &["all-reduce", "--sizes", "1MiB,200GiB"],
+        &["send-recv", "--size", "100GiB"],
+        &["pipeline", "--size", "40GiB"],
+        &["halo", "--size", "64GiB"],
+        &["halo", "--size", "64GiB", "--dims", "2"],
+    ] {
+        let started = std::time::Instant::now();
+        let (code, stderr) = workload_outcome("dgx-h100", args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("peerlink: error: workload {} at ", args[0]))
+                && stderr.contains(" needs ")
+                && stderr.contains(" on GPU 0, which has ")
+                && stderr.contains(" free: choose a smaller --size"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(started.elapsed().as_secs() < 30, "{args:?}: refused late");
+    }
+}
+
+#[test]
+fn the_simulator_refuses_what_its_host_cannot_hold_and_runs_what_fits() {
+    // The simulator keeps every GPU's memory in host memory: a 4 GiB halo face on eight GPUs is
+    // a 16 GiB domain on each, 128 GiB of host memory.
+    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m
+            .lines()
+            .find(|l| l.starts_with("MemAvailable:"))?
+            .to_string();
+        line.split_whitespace().nth(1)?.parse::<u64>().ok()
+    });
+    if available.is_some_and(|kib| kib < 100 << 20) {
+        let (code, stderr) = workload_outcome("dgx-h100", &["halo", "--size", "4GiB"]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(
+            stderr.contains("workload halo at 4 GiB needs ")
+                && stderr.contains("of host memory (")
+                && stderr.contains("the simulated GPUs' memory"),
+            "{stderr}"
+        );
+    }
+    // What fits runs, every byte verified.
+    for workload in ["all-reduce", "send-recv", "pipeline", "halo"] {
+        let doc = workload_json("pcie-2gpu-switch", &[workload, "--size", "1MiB"]);
+        valid_rows(&doc, workload);
+    }
+}
+
+#[test]
+fn absurd_compute_times_are_refused_with_the_range() {
+    for value in ["1e308", "1000001", "inf", "NaN"] {
+        let (code, stderr) = workload_outcome(
+            "pcie-2gpu-switch",
+            &["pipeline", "--size", "4KiB", "--compute-us", value],
+        );
+        assert_eq!(code, Some(2), "{value}: {stderr}");
+        assert!(
+            stderr.contains("--compute-us must be a positive number of microseconds up to 1000000"),
+            "{value}: {stderr}"
+        );
+    }
+    // The top of the range runs.
+    let doc = workload_json(
+        "pcie-2gpu-switch",
+        &["pipeline", "--size", "4KiB", "--compute-us", "1000000"],
+    );
+    valid_rows(&doc, "pipeline");
+}
+
+#[test]
+fn nccl_lib_on_the_simulator_says_it_is_not_used() {
+    let out = peerlink()
+        .args([
+            "--sim",
+            "pcie-2gpu-switch",
+            "workload",
+            "send-recv",
+            "--size",
+            "4KiB",
+            "--nccl-lib",
+            "/nonexistent/libnccl.so.2",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("peerlink: note: --nccl-lib is not used on the simulator"),
+        "{stderr}"
+    );
+    // Without it, no such note.
+    let (code, stderr) = workload_outcome("pcie-2gpu-switch", &["send-recv", "--size", "4KiB"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("--nccl-lib"), "{stderr}");
+}

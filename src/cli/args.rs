@@ -388,7 +388,8 @@ pub struct WorkloadArgs {
     #[arg(long, value_name = "WHICH")]
     pub direction: Option<String>,
 
-    /// pipeline: microseconds of stand-in compute per stage and step [default: 200]
+    /// pipeline: microseconds of stand-in compute per stage and step, above 0 and at most
+    /// 1000000 [default: 200]
     #[arg(long, value_name = "US")]
     pub compute_us: Option<f64>,
 

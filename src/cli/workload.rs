@@ -21,6 +21,14 @@ pub fn run(global: &Global, args: &WorkloadArgs, group: Option<&Group>) -> Resul
         peerlink::backend::cuda::prefer_nccl_library(path);
     }
     let backend: Arc<dyn Backend> = Arc::from(global.open()?.backend);
+    if args.nccl_lib.is_some() && backend.topology().is_simulated() {
+        // The same command line runs on a real host and on the simulator; there it has no
+        // library to load, so it says that it leaves the option out rather than refusing.
+        eprintln!(
+            "peerlink: note: --nccl-lib is not used on the simulator: its NCCL rows come from \
+             the simulator's model of NCCL, not from a library"
+        );
+    }
     let progress = global.progress();
     let found = match group {
         Some(group) if group.identity().world > 1 => {

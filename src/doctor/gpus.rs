@@ -45,9 +45,7 @@ pub fn run(
             outcome.during.is_some(),
         )
     }));
-    checks.extend(each(&|i, d| {
-        nvlink(d, &outcome.after[i], devices.len(), source)
-    }));
+    checks.extend(each(&|i, d| nvlink(d, &outcome.after[i], source)));
     checks.extend(each(&|i, d| {
         counters(d, &outcome.before[i], &outcome.after[i], outcome, source)
     }));
@@ -155,7 +153,7 @@ const NVLINK_FIX: &str = "check `nvidia-smi nvlink -s` and `nvidia-smi nvlink -e
      NVLink bridge, or have the board serviced. A GPU reset (`nvidia-smi -r`, nothing running) \
      retrains the links";
 
-fn nvlink(gpu: usize, health: &GpuHealth, gpus: usize, source: &str) -> Check {
+fn nvlink(gpu: usize, health: &GpuHealth, source: &str) -> Check {
     let subject = Subject::Gpu(gpu);
     let ports = match &health.nvlinks {
         Ok(ports) => ports,
@@ -188,6 +186,8 @@ fn nvlink(gpu: usize, health: &GpuHealth, gpus: usize, source: &str) -> Check {
             format!("; inactive: {}", down.join(", "))
         }
     );
+    // Every link down is at least as bad as one down: a GPU whose fitted links all failed has lost
+    // them all, whatever number of GPUs this run selected.
     let (verdict, finding) = if down.is_empty() {
         (Verdict::Ok, format!("all {} NVLinks are up", ports.len()))
     } else if up > 0 {
@@ -200,23 +200,17 @@ fn nvlink(gpu: usize, health: &GpuHealth, gpus: usize, source: &str) -> Check {
                 ports.len()
             ),
         )
-    } else if gpus > 1 {
+    } else {
         (
-            Verdict::Warn,
+            Verdict::Fail,
             format!(
-                "none of its {} NVLinks is up: its P2P goes over PCIe (expected only where no \
-                 NVLink bridge or switch is fitted)",
+                "none of its {} NVLinks is up: its P2P goes over PCIe, or not at all",
                 ports.len()
             ),
         )
-    } else {
-        (
-            Verdict::Info,
-            format!("none of its {} NVLinks is up (one GPU in use)", ports.len()),
-        )
     };
     let check = Check::new("nvlink", subject, verdict, finding).evidence(evidence);
-    if verdict == Verdict::Ok || verdict == Verdict::Info {
+    if verdict == Verdict::Ok {
         check
     } else {
         check.fix(NVLINK_FIX)

@@ -12,8 +12,9 @@
 //! every rank's output is compared with it.
 
 use super::{
-    buffers_on, enable_peers, ids, length, measure, nccl, row, streams_on, within_one_host,
-    Communicator, Contender, Counts, IssueMode, Measured, Operation, Row, Settings, Workload,
+    buffers_on, check_memory, enable_peers, footprint, ids, length, measure, nccl, row, streams_on,
+    within_one_host, Communicator, Contender, Counts, IssueMode, Measured, Operation, Row,
+    Settings, Workload,
 };
 use crate::backend::collective::{AllReduceKernel, DataType, Rank, MAX_RANKS};
 use crate::backend::{Backend, BufferId, Owned, StreamId};
@@ -172,6 +173,13 @@ pub fn run(
     let dtype = dtype.unwrap_or(DataType::F32);
     check_sizes(&settings.sizes, dtype)?;
     let b = backend.as_ref();
+    let largest = settings.largest();
+    let held = footprint(
+        &settings.devices,
+        |_| largest.saturating_mul(2),
+        largest.saturating_mul(3),
+    );
+    check_memory(b, Workload::AllReduce, settings, &held)?;
     let ranks = Ranks::open(b, settings, dtype)?;
     let model = CostModel::from_topology(b.topology());
     let mut peerlink = peerlink_runs(b, &settings.devices, &mut settings.notices)?

@@ -17,11 +17,12 @@
 //! time is the slowest GPU's, and a face's bandwidth is its bytes over the step.
 
 use super::{
-    enable_peers, ids, length, measure, nccl, row, streams_on, Communicator, Contender, Counts,
-    IssueMode, Measured, Operation, Settings, Variant, Workload,
+    check_memory, enable_peers, footprint, ids, length, measure, nccl, row, streams_on,
+    Communicator, Contender, Counts, IssueMode, Measured, Operation, Settings, Variant, Workload,
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
+use crate::bench::footprint::Footprint;
 use crate::bench::progress::Progress;
 use crate::pattern;
 use crate::units::format_bytes;
@@ -143,7 +144,8 @@ impl Layout {
 
     /// Bytes of one domain.
     pub fn domain_bytes(&self) -> usize {
-        self.cols * self.rows * CELL
+        // Saturates: a 2-D domain of a huge face is only compared with a limit, and left out.
+        self.cols.saturating_mul(self.rows).saturating_mul(CELL)
     }
 
     /// What domain `rank` holds after a step, from what every domain held before (`domains`).
@@ -388,13 +390,23 @@ pub fn run(
     }
     let devices = settings.devices.clone();
     let n = devices.len();
+    let domain_limit = domain_limit(settings)?;
+    for &variant in variants {
+        let largest = length(settings.largest())?;
+        let held = domains_footprint(
+            &devices,
+            variant,
+            &Layout::new(variant, n, largest / CELL),
+            domain_limit,
+        );
+        check_memory(backend, Workload::Halo, settings, &held)?;
+    }
     enable_peers(backend, &devices)?;
     let streams = streams_on(backend, &devices)?;
     let stream_ids = ids(&streams);
     let comm = nccl(backend, &mut settings.notices)
         .map(|nccl| Communicator::new(nccl, &devices))
         .transpose()?;
-    let domain_limit = domain_limit(settings)?;
     let issue = settings.issue.clone();
     let halo = Halo {
         backend,
@@ -428,6 +440,28 @@ pub fn run(
     }
     progress.finish();
     Ok(rows)
+}
+
+/// What one face size of `variant` holds at `layout` (a 2-D domain past `domain_limit` is left
+/// out, so never more): a domain and its staging on each GPU; on the host every domain before a
+/// step and after it.
+fn domains_footprint(
+    devices: &[usize],
+    variant: Variant,
+    layout: &Layout,
+    domain_limit: usize,
+) -> Footprint {
+    let mut domain = layout.domain_bytes();
+    if variant == Variant::TwoD {
+        domain = domain.min(domain_limit);
+    }
+    let domain = domain as u64;
+    let staging = |rank: usize| staging_bytes(layout, rank) as u64;
+    footprint(
+        devices,
+        |rank| domain.saturating_add(staging(rank)),
+        domain.saturating_mul(2 * devices.len() as u64),
+    )
 }
 
 /// The largest domain a face may need. A 2-D domain grows with the square of its face. The

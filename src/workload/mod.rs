@@ -39,7 +39,8 @@ pub use settings::{
 pub use timing::TIMING;
 
 pub(crate) use resources::{
-    buffers_on, enable_peers, ids, length, nccl, streams_on, within_one_host, Communicator,
+    buffers_on, check_memory, enable_peers, footprint, ids, length, nccl, streams_on,
+    within_one_host, Communicator,
 };
 pub(crate) use rows::{compare, row};
 pub(crate) use settings::across_hosts;

@@ -14,8 +14,9 @@
 //! steps are issued from the host in every mode.
 
 use super::{
-    buffers_on, enable_peers, ids, length, measure, nccl, prime, row, streams_on, Communicator,
-    Contender, Counts, IssueMode, Loop, Measured, Operation, Settings, Workload,
+    buffers_on, check_memory, enable_peers, footprint, ids, length, measure, nccl, prime, row,
+    streams_on, Communicator, Contender, Counts, IssueMode, Loop, Measured, Operation, Settings,
+    Workload,
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, StreamId};
@@ -27,6 +28,10 @@ use std::collections::HashMap;
 
 /// The stand-in compute per step when `--compute-us` is not given, µs.
 pub const DEFAULT_COMPUTE_US: f64 = 200.0;
+
+/// The most stand-in compute a step may ask for, µs: one second. More only makes a sweep last
+/// for hours, and far more (1e308) overflows the simulator's clock into a false deadlock.
+pub const MAX_COMPUTE_US: f64 = 1e6;
 
 /// Step time − compute alone: the communication the overlap did not hide.
 pub fn exposed_us(step_us: f64, compute_us: f64) -> f64 {
@@ -187,9 +192,10 @@ pub fn run(
     compute_us: f64,
     progress: &dyn Progress,
 ) -> Result<Vec<Row>> {
-    if !(compute_us.is_finite() && compute_us > 0.0) {
+    if !(compute_us > 0.0 && compute_us <= MAX_COMPUTE_US) {
         return Err(Error::usage(format!(
-            "--compute-us must be a positive number of microseconds, not {compute_us}"
+            "--compute-us must be a positive number of microseconds up to {MAX_COMPUTE_US} (one \
+             second), not {compute_us:?}"
         )));
     }
     if settings.issue.contains(&IssueMode::Graphs) {
@@ -200,6 +206,13 @@ pub fn run(
         );
     }
     let devices = settings.devices.clone();
+    let largest = settings.largest();
+    let held = footprint(
+        &devices,
+        |_| largest.saturating_mul(4),
+        largest.saturating_mul(2),
+    );
+    check_memory(backend, Workload::Pipeline, settings, &held)?;
     let n = devices.len();
     enable_peers(backend, &devices)?;
     let owned = [

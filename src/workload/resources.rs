@@ -1,11 +1,39 @@
 //! What a workload in one process runs on: a stream and buffers per GPU, peer access, NCCL's
 //! communicator, and the notices for what cannot run.
 
-use super::across_hosts;
+use super::{across_hosts, Settings, Workload};
 use crate::backend::collective::CommId;
 use crate::backend::{Backend, BufferId, Handle, Memory, Nccl, Owned, StreamId};
+use crate::bench::footprint::Footprint;
 use crate::topology::Topology;
+use crate::units::format_bytes;
 use crate::{Error, Result};
+
+/// What a workload holds at once at the sweep's largest size: `per_gpu(rank)` bytes on each GPU
+/// of `devices`, and `host` bytes of the host's own copies (what it fills from and checks).
+pub(crate) fn footprint(devices: &[usize], per_gpu: impl Fn(usize) -> u64, host: u64) -> Footprint {
+    let mut footprint = Footprint::default();
+    for (rank, &d) in devices.iter().enumerate() {
+        footprint.add(Memory::Device(d), 1, per_gpu(rank));
+    }
+    footprint.add_host(host);
+    footprint
+}
+
+/// Refuses, before anything is allocated, a sweep whose largest size would not fit in memory:
+/// the check bench makes ([`Footprint::check`]), a usage error saying what is needed and free.
+pub(crate) fn check_memory(
+    backend: &dyn Backend,
+    workload: Workload,
+    settings: &Settings,
+    footprint: &Footprint,
+) -> Result<()> {
+    let what = format!(
+        "workload {workload} at {}",
+        format_bytes(settings.largest())
+    );
+    footprint.check(backend, &what, "choose a smaller --size or --max-size")
+}
 
 /// One stream per GPU of `devices`, in that order, destroyed when dropped.
 pub(crate) fn streams_on<'b>(

@@ -8,11 +8,12 @@
 //! work (it runs on the engine's streams), so its rows are issued from the host in every mode.
 
 use super::{
-    ids, length, measure, nccl, row, streams_on, within_one_host, Communicator, Contender, Counts,
-    IssueMode, Measured, Operation, Settings, Variant, Workload,
+    check_memory, footprint, ids, length, measure, nccl, row, streams_on, within_one_host,
+    Communicator, Contender, Counts, IssueMode, Measured, Operation, Settings, Variant, Workload,
 };
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, EventId, StreamId};
+use crate::bench::footprint::Footprint;
 use crate::bench::progress::Progress;
 use crate::engine::{Buffer, Fabric, Planned, Transfer};
 use crate::pattern;
@@ -166,6 +167,14 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<Vec<Row>> {
     let devices = settings.devices.clone();
+    for &variant in variants {
+        check_memory(
+            backend.as_ref(),
+            Workload::SendRecv,
+            settings,
+            &flows_footprint(&devices, variant, settings.largest()),
+        )?;
+    }
     let fabric = Fabric::builder(backend.clone()).devices(&devices).open()?;
     let backend = backend.as_ref();
     let streams = streams_on(backend, &devices)?;
@@ -203,6 +212,18 @@ pub fn run(
     }
     progress.finish();
     Ok(rows)
+}
+
+/// What the flows of `variant` hold at `largest`: a source and a destination buffer per flow, on
+/// its two GPUs, and the host's pattern and read-back.
+fn flows_footprint(devices: &[usize], variant: Variant, largest: u64) -> Footprint {
+    let flows = flows(variant, devices.len());
+    let ends = |rank: usize| {
+        let ends = flows.iter().filter(|&&(from, _)| from == rank).count()
+            + flows.iter().filter(|&&(_, to)| to == rank).count();
+        largest.saturating_mul(ends as u64)
+    };
+    footprint(devices, ends, largest.saturating_mul(2))
 }
 
 /// Every flow of `variant` between the GPUs, its buffers `largest` bytes long.
