@@ -3,18 +3,7 @@
 # (every op of the non-fp8 types with -o all; the fp8 types op by op), and the fp8 ops that NCCL
 # refuses run once directly, without the library, to show the refusal is NCCL's own.
 #   run-h200-reductions.sh CARRY OUT
-set -uo pipefail
-carry=$(realpath "$1") out=$2
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-library=$carry/libpeerlink_nccl.so
-nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
-home=/tmp/ncclhome && mkdir -p $home/lib && ln -sf "$nccl/include" $home/include
-ln -sf "$nccl/lib/libnccl.so.2" $home/lib/libnccl.so.2 && ln -sf "$nccl/lib/libnccl.so.2" $home/lib/libnccl.so
-logs=/tmp/logs && mkdir -p $logs
-cp -r "$carry/nccl-tests" /tmp/nccl-tests
-(cd /tmp/nccl-tests && make -j16 CUDA_HOME=/usr/local/cuda NCCL_HOME=$home \
-    NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90") >$logs/build.log 2>&1 || tail -30 $logs/build.log
-export LD_LIBRARY_PATH=$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source "$(dirname "$0")/common.sh" "$@"
 # run LOG PRELOAD TEST ARGS...: one run appended to LOG, its command first and its exit status last.
 run() {
     local log=$1 preload=$2 test=$3; shift 3
