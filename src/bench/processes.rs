@@ -107,9 +107,9 @@ pub fn run(
         sampling,
     };
     let progress = run.ranks.progress(progress);
+    let size = options.size.unwrap_or(defaults.size);
     let mut results = Vec::with_capacity(tests.len());
     for cross in tests {
-        let size = options.size.unwrap_or(defaults.size);
         results.push(run.test(&mut ctx, cross, size, &progress)?);
     }
     let Some(mut notes) = run.ranks.on_rank_zero(Vec::new) else {
