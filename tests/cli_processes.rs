@@ -357,7 +357,10 @@ fn all_reduce_across(world: usize, preset: &str, sizes: &[u64]) {
         notices.contains(&format!("across {world} processes, one per GPU")),
         "{notices}"
     );
-    assert!(notices.contains("engine::GroupAllReduce"), "{notices}");
+    assert!(
+        notices.contains("engine::all_reduce::GroupAllReduce"),
+        "{notices}"
+    );
     assert!(
         notices.contains("NCCL across processes is not simulated"),
         "{notices}"

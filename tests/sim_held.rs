@@ -7,7 +7,8 @@ use peerlink::backend::Backend;
 use peerlink::bench::progress::Silent;
 use peerlink::bench::{self, explain};
 use peerlink::check::{self, Plan};
-use peerlink::workload::{self, Workload};
+use peerlink::workload;
+use peerlink::workload::kinds::Workload;
 use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
@@ -44,9 +45,9 @@ fn verbs_run_back_to_back_leave_no_simulated_buffer_held() {
 
     let shared: Arc<dyn Backend> = sim.clone();
     for load in Workload::ALL {
-        let options = workload::Options {
+        let options = workload::settings::Options {
             sizes: Some(vec![MIB, 8 * MIB]),
-            ..workload::Options::default()
+            ..workload::settings::Options::default()
         };
         workload::run(&shared, load, &options, &Silent).unwrap();
         assert_eq!(held(), 0, "after workload {load:?}");

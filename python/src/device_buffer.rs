@@ -68,7 +68,8 @@ impl DeviceBuffer {
 }
 
 /// `peerlink._native.SymmetricBuffer`: this rank's part of memory every rank of a group allocated
-/// together (`engine::GroupAllReduce::alloc_symmetric`), lent through `__cuda_array_interface__`.
+/// together (`engine::all_reduce::GroupAllReduce::alloc_symmetric`), lent through
+/// `__cuda_array_interface__`.
 /// The group frees it when the fabric closes, not when this object goes (the Python fabric keeps a
 /// weak reference to each, to warn at its close about those still referenced).
 #[pyclass(frozen, weakref, module = "peerlink._native")]

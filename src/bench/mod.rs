@@ -26,6 +26,7 @@ pub mod document;
 pub mod explain;
 pub mod fit;
 pub mod footprint;
+pub mod layout;
 pub mod processes;
 pub mod progress;
 pub mod proof;
@@ -38,6 +39,7 @@ use crate::backend::Backend;
 use crate::units::format_bytes;
 use crate::{Error, Result};
 use cases::{registry, Context, Outcome, TestCase};
+use layout::Layout;
 use progress::Progress;
 use result::{BenchReport, Cell, NotMeasured, Place, Shape, Sweep, SweepPoint, TestResult};
 use timing::Sampling;
@@ -277,6 +279,23 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<BenchReport> {
     run_keeping(backend, options, progress)?.into_result()
+}
+
+/// Runs `peerlink bench` laid out as `layout` says: in this process ([`run_keeping`]), or as this
+/// rank of a group, one GPU each ([`processes::run`]), where rank 0 returns what every rank
+/// measured and the others `None`.
+pub fn run_laid_out(
+    layout: Layout<'_>,
+    backend: &dyn Backend,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<Option<Kept<BenchReport>>> {
+    match layout {
+        Layout::OneProcess => run_keeping(backend, options, progress).map(Some),
+        Layout::RankPerProcess(group) => {
+            Ok(processes::run(backend, group, options, progress)?.map(Kept::whole))
+        }
+    }
 }
 
 /// [`run`], keeping what was measured before a failure while measuring; a usage error, found before

@@ -15,17 +15,17 @@
 //! is the group's to detect (see [`crate::launch`]).
 
 use super::cases::{enable, no_p2p, Context, Initiator, Transport};
+use super::layout::{sharing_words, Ranks};
 use super::progress::Progress;
 use super::result::{BenchReport, Cell, NotMeasured, Place, TestResult};
 use super::timing::{check_ranges, measure, Given, HopSpec, Lane, Sampling};
 use super::{find_test, sampling, Defaults, Options, Size, DEFAULT_TESTS};
 use crate::backend::collective::BufferRange;
-use crate::backend::{Backend, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer};
-use crate::launch::agree::{exchange, layout_text, one_gpu_each};
+use crate::backend::{Backend, BufferId, CopyMethod, Memory, Owned, SharedBuffer};
+use crate::launch::agree::exchange;
 use crate::launch::Group;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::os::fd::{AsFd, OwnedFd};
 
 /// The tests that run across processes, and how each moves its bytes between the two ranks' GPUs:
 /// one copy issued by the source's rank into the destination's memory (a write) or by the
@@ -74,9 +74,7 @@ enum Found {
 /// The run's fixed choices, the same on every rank.
 struct Run<'a> {
     backend: &'a dyn Backend,
-    group: &'a Group,
-    /// Each rank's GPU, in rank order.
-    gpus: Vec<usize>,
+    ranks: Ranks<'a>,
     sampling: Sampling,
     /// The smallest buffer budget of any rank: every rank sizes the same buffers.
     budget: u64,
@@ -89,9 +87,7 @@ pub fn run(
     options: &Options,
     progress: &dyn Progress,
 ) -> Result<Option<BenchReport>> {
-    let me = group.identity();
-    let world = me.world;
-    let gpus = check_choices(backend, group, options)?;
+    let ranks = join(backend, group, options)?;
     let names: Vec<String> = match &options.tests {
         Some(names) => names.clone(),
         None => vec![DEFAULT_TESTS[0].to_string()],
@@ -102,55 +98,23 @@ pub fn run(
         .collect::<Result<Vec<_>>>()?;
     let defaults = Defaults::for_backend(backend);
     let sampling = sampling(options, &defaults)?;
-    let mut ctx = Context::new(backend, vec![gpus[me.rank]], sampling, 0);
-    let budgets = exchange(group, ctx.buffer_budget(gpus[me.rank]))?;
+    let mut ctx = Context::new(backend, vec![ranks.gpu()], sampling, 0);
+    let budgets = exchange(group, ctx.buffer_budget(ranks.gpu()))?;
     let run = Run {
         backend,
-        group,
         budget: budgets.into_iter().min().expect("a group has ranks"),
-        gpus,
+        ranks,
         sampling,
     };
+    let progress = run.ranks.progress(progress);
+    let size = options.size.unwrap_or(defaults.size);
     let mut results = Vec::with_capacity(tests.len());
     for cross in tests {
-        let name = cross.0;
-        let test = find_test(name).expect("cross-process tests are registered");
-        let message = match options.size.unwrap_or(defaults.size) {
-            Size::Bytes(bytes) => bytes,
-            Size::Plateau => test.plateau_bytes(),
-        };
-        if me.rank == 0 {
-            progress.start(name, (world * (world - 1)) as u64);
-        }
-        let started = backend.host_time_us();
-        let (mut cells, mut not_measured) = (Vec::new(), Vec::new());
-        for src in 0..world {
-            for dst in (0..world).filter(|&d| d != src) {
-                let place = Place::Pair {
-                    src: run.gpus[src],
-                    dst: run.gpus[dst],
-                };
-                match run.pair(&mut ctx, cross, (src, dst), message as usize)? {
-                    Found::Measured { cell, .. } => cells.push(cell),
-                    Found::Skipped(reason) => not_measured.push(NotMeasured { place, reason }),
-                }
-                if me.rank == 0 {
-                    progress.step();
-                }
-            }
-        }
-        if me.rank == 0 {
-            progress.finish();
-        }
-        let devices = backend.topology().devices.len();
-        let mut result = TestResult::new(test.info(message), devices, cells, not_measured);
-        result.wall_s = (backend.host_time_us() - started) / 1e6;
-        results.push(result);
+        results.push(run.test(&mut ctx, cross, size, &progress)?);
     }
-    if me.rank != 0 {
+    let Some(mut notes) = run.ranks.on_rank_zero(Vec::new) else {
         return Ok(None);
-    }
-    let mut notes = Vec::new();
+    };
     if backend.topology().is_simulated() {
         notes.push(format!(
             "SIMULATED host ({}): every figure comes from the preset's link model on each \
@@ -160,18 +124,14 @@ pub fn run(
         ));
     }
     notes.push(format!(
-        "measured across {world} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): the rank \
-         that issues the copies opens a buffer the other process exported ({}); every byte of the \
-         destination checked, a write's again by its owner in its own memory",
-        layout_text(&run.gpus),
-        if backend.topology().is_simulated() {
-            "on the simulator, a shared file"
-        } else {
-            "a CUDA IPC handle"
-        }
+        "measured {}: the rank that issues the copies opens a buffer the other process exported \
+         ({}); every byte of the destination checked, a write's again by its owner in its own \
+         memory",
+        run.ranks.note(),
+        sharing_words(backend)
     ));
     notes.extend(defaults.note);
-    let mut devices = run.gpus.clone();
+    let mut devices = run.ranks.gpus.clone();
     devices.sort_unstable();
     Ok(Some(BenchReport {
         devices,
@@ -182,21 +142,17 @@ pub fn run(
     }))
 }
 
-/// Refuses, on every rank alike, what a run across processes cannot do; each rank's GPU.
-fn check_choices(backend: &dyn Backend, group: &Group, options: &Options) -> Result<Vec<usize>> {
+/// This rank of `group`, where a run across processes can do what `options` ask; else a usage
+/// error, the same on every rank.
+fn join<'g>(backend: &dyn Backend, group: &'g Group, options: &Options) -> Result<Ranks<'g>> {
     if options.sizes.is_some() {
         return Err(Error::usage(
             "--sizes: size sweeps run in one process; across processes bench measures one size \
              (--size)",
         ));
     }
-    if options.devices.is_some() {
-        return Err(Error::usage(
-            "--devices: across processes each rank uses the GPU of its LOCAL_RANK; leave \
-             --devices out (or run bench in one process)",
-        ));
-    }
-    one_gpu_each(backend, group, "bench")
+    let alone = "run bench in one process";
+    Ranks::join(backend, group, "bench", options.devices.is_some(), alone)
 }
 
 /// The cross-process test named `name`, or a usage error naming those there are.
@@ -216,6 +172,43 @@ fn cross_process_test(name: &str) -> Result<CrossTest> {
 }
 
 impl Run<'_> {
+    /// One test over every ordered pair of ranks.
+    fn test(
+        &self,
+        ctx: &mut Context<'_>,
+        cross: CrossTest,
+        size: Size,
+        progress: &dyn Progress,
+    ) -> Result<TestResult> {
+        let (name, world) = (cross.0, self.ranks.gpus.len());
+        let test = find_test(name).expect("cross-process tests are registered");
+        let message = match size {
+            Size::Bytes(bytes) => bytes,
+            Size::Plateau => test.plateau_bytes(),
+        };
+        progress.start(name, (world * (world - 1)) as u64);
+        let started = self.backend.host_time_us();
+        let (mut cells, mut not_measured) = (Vec::new(), Vec::new());
+        for src in 0..world {
+            for dst in (0..world).filter(|&d| d != src) {
+                let place = Place::Pair {
+                    src: self.ranks.gpus[src],
+                    dst: self.ranks.gpus[dst],
+                };
+                match self.pair(ctx, cross, (src, dst), message as usize)? {
+                    Found::Measured { cell, .. } => cells.push(cell),
+                    Found::Skipped(reason) => not_measured.push(NotMeasured { place, reason }),
+                }
+                progress.step();
+            }
+        }
+        progress.finish();
+        let devices = self.backend.topology().devices.len();
+        let mut result = TestResult::new(test.info(message), devices, cells, not_measured);
+        result.wall_s = (self.backend.host_time_us() - started) / 1e6;
+        Ok(result)
+    }
+
     /// One ordered pair of ranks, `src` → `dst`: the exporter offers its buffer, the issuer
     /// measures through its import, the exporter checks what landed in its memory. Every rank takes
     /// each step.
@@ -230,47 +223,26 @@ impl Run<'_> {
             Initiator::Source => (src, dst),
             Initiator::Destination => (dst, src),
         };
-        let rank = self.group.identity().rank;
+        let (group, rank) = (self.ranks.group, self.ranks.me());
         let bytes = Lane::buffer_bytes(message, &self.sampling, self.budget);
         // The exporter's buffer lives until the issuer has closed its import and the exporter
         // has checked it.
         let mut owned: Option<Owned<'_, BufferId>> = None;
-        let mut file: Option<OwnedFd> = None;
-        let offer = if rank == exporter {
-            let memory = Memory::Device(self.gpus[exporter]);
+        let export = if rank == exporter {
+            let memory = Memory::Device(self.ranks.gpus[exporter]);
             self.backend.alloc(memory, bytes).and_then(|id| {
                 let id = owned.insert(Owned::new(self.backend, id));
-                let shared = self.backend.sharing().export(**id)?;
-                file = shared.fd;
-                Ok(Some(shared.descriptor))
+                Ok(vec![(0, self.backend.sharing().export(**id)?)])
             })
         } else {
-            Ok(None)
+            Ok(Vec::new())
         };
-        let offers = exchange(self.group, offer)?;
-        let descriptor: ShareDescriptor = offers
-            .into_iter()
-            .nth(exporter)
-            .flatten()
-            .expect("the exporter offers its buffer");
-        if descriptor.has_fd {
-            if rank == exporter {
-                let fd = file.as_ref().expect("the export has its file");
-                self.group.send_fds(issuer, &[fd.as_fd()])?;
-            } else if rank == issuer {
-                file = self.group.recv_fds(exporter, 1)?.pop();
-            }
-        }
-        let found = if rank == issuer {
-            let shared = SharedBuffer {
-                descriptor,
-                fd: file.take(),
-            };
-            self.issue(ctx, test, (src, dst), message, shared).map(Some)
-        } else {
-            Ok(None)
+        let given = self.ranks.hand_over(&[(exporter, issuer)], export)?;
+        let found = match given.into_iter().next() {
+            Some((_, shared)) => self.issue(ctx, test, (src, dst), message, shared).map(Some),
+            None => Ok(None),
         };
-        let found = exchange(self.group, found)?
+        let found = exchange(group, found)?
             .swap_remove(issuer)
             .expect("the issuer reports");
         let verdict = match (&found, &owned) {
@@ -279,7 +251,7 @@ impl Run<'_> {
             }
             _ => Ok(()),
         };
-        exchange(self.group, verdict)?;
+        exchange(group, verdict)?;
         if let Some(id) = owned {
             id.release()?;
         }
@@ -296,7 +268,7 @@ impl Run<'_> {
         message: usize,
         shared: SharedBuffer,
     ) -> Result<Found> {
-        let (from, to) = (self.gpus[src], self.gpus[dst]);
+        let (from, to) = (self.ranks.gpus[src], self.ranks.gpus[dst]);
         // The import is mapped for the GPU whose hop touches it: the issuing GPU of a direct
         // copy; the memory's own GPU for a staged one (its host-to-device or device-to-host hop).
         let owner = match initiator {
@@ -390,7 +362,7 @@ impl Run<'_> {
                 )
             })
             .collect();
-        let (src, dst) = (self.gpus[src], self.gpus[dst]);
+        let (src, dst) = (self.ranks.gpus[src], self.ranks.gpus[dst]);
         match check_ranges(self.backend, Memory::Device(dst), &ranges)? {
             Some(m) => Err(m.into_error(format!("{test} (seen by the owner)"), src, dst)),
             None => Ok(()),

@@ -21,6 +21,7 @@ use anyhow::Result;
 use args::{Cli, Global, Verb};
 use peerlink::backend::{self, Choice, Opened};
 use peerlink::bench::document::{BenchDocument, ExplainDocument};
+use peerlink::bench::layout::Layout;
 use peerlink::bench::{self, explain, progress};
 use peerlink::document;
 use peerlink::report;
@@ -59,15 +60,11 @@ pub fn run(cli: Cli) -> Result<()> {
                 sizes: args.sizes.as_deref().map(parse_sizes).transpose()?,
             };
             let backend = opened.backend.as_ref();
-            let kept = match &group {
-                // One process of several: rank 0 prints what every rank measured.
-                Some((_, group)) if group.identity().world > 1 => {
-                    match bench::processes::run(backend, group, &options, &*global.progress())? {
-                        Some(found) => bench::Kept::whole(found),
-                        None => return Ok(()),
-                    }
-                }
-                _ => bench::run_keeping(backend, &options, &*global.progress())?,
+            let layout = Layout::of(group.as_ref().map(|(_, g)| g));
+            // Across processes rank 0 prints what every rank measured; the others print nothing.
+            let Some(kept) = bench::run_laid_out(layout, backend, &options, &*global.progress())?
+            else {
+                return Ok(());
             };
             let mut doc = BenchDocument::new(opened.backend.topology(), kept.found);
             doc.header.partial |= kept.failure.is_some();

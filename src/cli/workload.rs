@@ -5,11 +5,14 @@ use super::args::{Global, WorkloadArgs};
 use anyhow::Result;
 use peerlink::backend::collective::DataType;
 use peerlink::backend::Backend;
+use peerlink::bench::layout::Layout;
 use peerlink::launch::Group;
 use peerlink::report;
 use peerlink::units::parse::{parse_size, parse_sizes};
+use peerlink::workload;
 use peerlink::workload::document::WorkloadDocument;
-use peerlink::workload::{self, IssueChoice, Options, Variant, Workload};
+use peerlink::workload::kinds::{IssueChoice, Variant, Workload};
+use peerlink::workload::settings::Options;
 use peerlink::Error;
 use std::sync::Arc;
 
@@ -30,14 +33,11 @@ pub fn run(global: &Global, args: &WorkloadArgs, group: Option<&Group>) -> Resul
         );
     }
     let progress = global.progress();
-    let found = match group {
-        Some(group) if group.identity().world > 1 => {
-            match workload::processes::run(&backend, group, workload, &options, &*progress)? {
-                Some(found) => found,
-                None => return Ok(()),
-            }
-        }
-        _ => workload::run(&backend, workload, &options, &*progress)?,
+    // Across processes rank 0 prints what every rank measured; the others print nothing.
+    let layout = Layout::of(group);
+    let Some(found) = workload::run_laid_out(layout, &backend, workload, &options, &*progress)?
+    else {
+        return Ok(());
     };
     for notice in &found.notices {
         eprintln!("peerlink: note: {notice}");

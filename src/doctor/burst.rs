@@ -5,7 +5,7 @@
 //!
 //! The burst moves data; it does not measure or verify it (`peerlink bench` does both).
 
-use super::GpuHealth;
+use crate::backend::health::GpuHealth;
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
 use crate::bench::footprint::Footprint;
 use crate::{Error, Result};

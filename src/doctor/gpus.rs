@@ -4,7 +4,8 @@
 
 use super::burst::Outcome;
 use super::facts::HostFacts;
-use super::{Check, GpuHealth, Subject, Verdict};
+use super::{Check, Subject, Verdict};
+use crate::backend::health::GpuHealth;
 use crate::backend::health::{Counter, PcieLink, Reading};
 use crate::topology::Topology;
 use crate::units::format_bytes;

@@ -19,7 +19,6 @@ pub mod host;
 mod host_checks;
 mod pairs;
 
-pub use crate::backend::health::GpuHealth;
 pub use burst::Burst;
 pub use facts::HostFacts;
 

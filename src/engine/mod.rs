@@ -41,7 +41,6 @@ pub mod planner;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use all_reduce::{GroupAllReduce, INITIAL_SHARED_BYTES};
 pub use batch::PreparedBatch;
 pub use fabric::{Buffer, Fabric, FabricBuilder, Planned, Span, Transfer, TransferBuilder};
 pub use plan::{BatchPlan, BatchStrategy, PathShare, Plan, Route, RouteEnd, Strategy, Ways};

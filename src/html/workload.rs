@@ -6,7 +6,8 @@ use super::plot::{curves, figure, Axis, Curves, Point, Scale, Series};
 use super::Section;
 use crate::units::format_bytes;
 use crate::workload::document::WorkloadDocument;
-use crate::workload::{Contender, Row};
+use crate::workload::kinds::Contender;
+use crate::workload::rows::Row;
 use crate::Result;
 
 /// A row in words: every figure it holds.

@@ -516,27 +516,11 @@ fn batch_tables(doc: &PlanBatchDocument) -> Vec<Records> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::proof::document::tests::{host, split_plan};
-    use crate::bench::proof::document::PlanView;
-    use crate::engine::Strategy;
+    use crate::bench::proof::document::tests::split_plan_document;
 
     #[test]
     fn text_says_simulated_and_lists_every_strategy() {
-        let p = split_plan();
-        let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
-        let doc = PlanDocument::new(
-            &host(),
-            &PlanView {
-                model: "defaults",
-                plan: &p,
-                unusable: &unusable,
-                proof: None,
-                network: None,
-                host_pricing: None,
-                direct_pricing: None,
-            },
-        );
-        let text = text(&doc);
+        let text = text(&split_plan_document());
         assert!(text.starts_with("*** SIMULATED"), "{text}");
         assert!(text.contains("pick: split"), "{text}");
         assert!(text.contains("via GPU 1"), "{text}");

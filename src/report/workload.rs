@@ -5,7 +5,8 @@ use super::export::{Records, Tables};
 use super::table::plain;
 use crate::units::format_bytes;
 use crate::workload::document::WorkloadDocument;
-use crate::workload::{Row, Workload};
+use crate::workload::kinds::Workload;
+use crate::workload::rows::Row;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
 

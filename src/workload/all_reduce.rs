@@ -11,11 +11,14 @@
 //! bf16 whatever the order of the additions: the host's expectation is exact, and every byte of
 //! every rank's output is compared with it.
 
-use super::{
-    buffers_on, check_memory, enable_peers, footprint, ids, length, measure, nccl, row, streams_on,
-    within_one_host, Communicator, Contender, Counts, IssueMode, Measured, Operation, Row,
-    Settings, Workload,
+use super::kinds::{Contender, IssueMode, Workload};
+use super::resources::{
+    buffers_on, check_memory, enable_peers, footprint, ids, length, nccl, streams_on,
+    within_one_host, Communicator,
 };
+use super::rows::{row, Measured, Row};
+use super::settings::{Counts, Settings};
+use super::timing::{measure, Operation};
 use crate::backend::collective::{AllReduceKernel, DataType, Rank, MAX_RANKS};
 use crate::backend::{Backend, BufferId, Owned, StreamId};
 use crate::bench::progress::Progress;

@@ -1,6 +1,7 @@
 //! `peerlink workload --json`: the `peerlink.workload/1` document.
 
-use super::{Report, Row, Workload};
+use super::kinds::Workload;
+use super::rows::{Report, Row};
 use crate::document::{impl_document, Document, Header};
 use crate::topology::Topology;
 use schemars::JsonSchema;
@@ -51,7 +52,7 @@ impl WorkloadDocument {
 mod tests {
     use super::*;
     use crate::topology::test_support::three_gpus;
-    use crate::workload::{Contender, IssueMode};
+    use crate::workload::kinds::{Contender, IssueMode};
 
     #[test]
     fn json_names_the_workload_and_every_row_is_labelled() {
@@ -80,7 +81,7 @@ mod tests {
             workload: Workload::AllReduce,
             devices: vec![0, 1],
             warmup: 5,
-            timing: crate::workload::TIMING,
+            timing: crate::workload::timing::TIMING,
             rows: vec![row],
             notices: vec!["NCCL's rows are left out: none".into()],
         };

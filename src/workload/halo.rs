@@ -16,17 +16,20 @@
 //! receives every face in one group, and unpacks. The sweep's size is one face's bytes; a step's
 //! time is the slowest GPU's, and a face's bandwidth is its bytes over the step.
 
-use super::{
-    check_memory, enable_peers, footprint, ids, length, measure, nccl, row, streams_on,
-    Communicator, Contender, Counts, IssueMode, Measured, Operation, Settings, Variant, Workload,
+use super::kinds::{Contender, IssueMode, Variant, Workload};
+use super::resources::{
+    check_memory, enable_peers, footprint, ids, length, nccl, streams_on, Communicator,
 };
+use super::rows::{row, Measured};
+use super::settings::{Counts, Settings};
+use super::timing::{measure, Operation};
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
 use crate::bench::footprint::Footprint;
 use crate::bench::progress::Progress;
 use crate::pattern;
 use crate::units::format_bytes;
-use crate::workload::Row;
+use crate::workload::rows::Row;
 use crate::{Error, Result};
 
 /// Bytes of one cell (f32).

@@ -21,35 +21,42 @@
 pub mod all_reduce;
 pub mod document;
 pub mod halo;
-mod kinds;
+pub mod kinds;
 pub mod pipeline;
 pub mod processes;
 mod resources;
-mod rows;
+pub mod rows;
 pub mod send_recv;
-mod settings;
-mod timing;
-
-pub use kinds::{Contender, IssueChoice, IssueMode, Variant, Workload};
-pub use rows::{busbw, Measured, Report, Row};
-pub use settings::{
-    default_iters, default_sizes, prime_ops, Counts, Options, Settings, PRIME_OPS, SIM_MAX_SIZE,
-    WARMUP,
-};
-pub use timing::TIMING;
-
-pub(crate) use resources::{
-    buffers_on, check_memory, enable_peers, footprint, ids, length, nccl, streams_on,
-    within_one_host, Communicator,
-};
-pub(crate) use rows::{compare, row};
-pub(crate) use settings::across_hosts;
-pub(crate) use timing::{measure, prime, Loop, Operation};
+pub mod settings;
+pub mod timing;
 
 use crate::backend::Backend;
+use crate::bench::layout::Layout;
 use crate::bench::progress::Progress;
 use crate::Result;
+use kinds::{Variant, Workload};
+use rows::{compare, Report};
+use settings::{Options, Settings};
 use std::sync::Arc;
+use timing::TIMING;
+
+/// Runs `workload` laid out as `layout` says: in this process ([`run`]), or as this rank of a
+/// group, one GPU each ([`processes::run`]), where rank 0 returns what every rank measured and the
+/// others `None`.
+pub fn run_laid_out(
+    layout: Layout<'_>,
+    backend: &Arc<dyn Backend>,
+    workload: Workload,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<Option<Report>> {
+    match layout {
+        Layout::OneProcess => run(backend, workload, options, progress).map(Some),
+        Layout::RankPerProcess(group) => {
+            processes::run(backend, group, workload, options, progress)
+        }
+    }
+}
 
 /// Runs `workload` on `backend` with `options`.
 pub fn run(

@@ -13,16 +13,18 @@
 //! communication the overlap left exposed. Graphs cannot capture the stages' event waits, so the
 //! steps are issued from the host in every mode.
 
-use super::{
-    buffers_on, check_memory, enable_peers, footprint, ids, length, measure, nccl, prime, row,
-    streams_on, Communicator, Contender, Counts, IssueMode, Loop, Measured, Operation, Settings,
-    Workload,
+use super::kinds::{Contender, IssueMode, Workload};
+use super::resources::{
+    buffers_on, check_memory, enable_peers, footprint, ids, length, nccl, streams_on, Communicator,
 };
+use super::rows::{row, Measured};
+use super::settings::{Counts, Settings};
+use super::timing::{measure, prime, Loop, Operation};
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, EventId, StreamId};
 use crate::bench::progress::Progress;
 use crate::pattern;
-use crate::workload::Row;
+use crate::workload::rows::Row;
 use crate::{Error, Result};
 use std::collections::HashMap;
 
@@ -316,15 +318,7 @@ impl Pipeline<'_> {
             .into_iter()
             .map(|(contender, algorithm, hand_over)| {
                 let step_us = self.time(bytes, counts, &activations, algorithm, hand_over)?;
-                let m = Measured {
-                    variant: None,
-                    bytes,
-                    contender,
-                    algorithm: algorithm.to_string(),
-                    issue: IssueMode::Stream,
-                    iters: counts.iters,
-                    time_us: step_us,
-                };
+                let m = Measured::on_stream(bytes, contender, algorithm, counts.iters, step_us);
                 let n = self.devices.len();
                 let mut r = row(Workload::Pipeline, n, self.simulated, None, m);
                 r.compute_us = Some(alone);

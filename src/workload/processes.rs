@@ -18,24 +18,27 @@
 //! its own memory. A rank that fails says why to the others through the group (see
 //! [`crate::launch::agree`]).
 
+use super::all_reduce;
+use super::kinds::{Contender, IssueMode, Variant, Workload};
+use super::resources::{length, Communicator};
+use super::rows::{compare, row, Measured, Report, Row};
 use super::send_recv::{flows, EngineFlows, Flow};
-use super::{
-    all_reduce, compare, length, measure, row, Communicator, Contender, Counts, IssueMode,
-    Measured, Operation, Options, Report, Row, Settings, Variant, Workload,
-};
+use super::settings::{Counts, Options, Settings};
+use super::timing::{measure, Operation};
 use crate::backend::collective::{
     AllReduceKernel, BufferRange, CommRank, DataType, PeerOp, Rank as CollectiveRank, UniqueId,
 };
-use crate::backend::{Backend, BufferId, Owned, ShareDescriptor, SharedBuffer, StreamId};
+use crate::backend::{Backend, BufferId, Owned, SharedBuffer, StreamId};
+use crate::bench::layout::{sharing_words, Ranks};
 use crate::bench::progress::Progress;
 use crate::engine::all_reduce::price::{pick, Placement};
-use crate::engine::{Buffer, Fabric, GroupAllReduce};
-use crate::launch::agree::{agreed, exchange, layout_text, one_gpu_each};
+use crate::engine::all_reduce::GroupAllReduce;
+use crate::engine::{Buffer, Fabric};
+use crate::launch::agree::{agreed, exchange};
 use crate::launch::Group;
 use crate::pattern;
 use crate::units::format_bytes;
 use crate::{Error, Result};
-use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 /// The workloads that run across processes.
@@ -56,14 +59,10 @@ pub fn run(
             CROSS_PROCESS_WORKLOADS.map(Workload::name).join(", ")
         )));
     }
-    if options.devices.is_some() {
-        return Err(Error::usage(
-            "--devices: across processes each rank uses the GPU of its LOCAL_RANK; leave \
-             --devices out (or run the workload in one process)",
-        ));
-    }
-    let gpus = one_gpu_each(backend.as_ref(), group, "workload")?;
-    let me = group.identity();
+    let alone = "run the workload in one process";
+    let given = options.devices.is_some();
+    let ranks = Ranks::join(backend.as_ref(), group, "workload", given, alone)?;
+    let gpus = ranks.gpus.clone();
     let per_rank = Options {
         devices: Some(gpus.clone()),
         ..options.clone()
@@ -71,8 +70,8 @@ pub fn run(
     let mut settings = Settings::resolve(backend.as_ref(), workload, &per_rank)?;
     let fabric = Fabric::builder(backend.clone()).devices(&gpus).open()?;
     let backend = backend.as_ref();
-    let stream = Owned::new(backend, backend.create_stream(gpus[me.rank])?);
-    let comm = join_nccl(backend, group, gpus[me.rank], &mut settings.notices)?;
+    let stream = Owned::new(backend, backend.create_stream(ranks.gpu())?);
+    let comm = join_nccl(backend, group, ranks.gpu(), &mut settings.notices)?;
     if settings.issue.contains(&IssueMode::Graphs) {
         let notice = if workload == Workload::AllReduce {
             ACROSS_GRAPHS_NOTICE
@@ -84,28 +83,27 @@ pub fn run(
     let rank = Rank {
         backend,
         fabric: &fabric,
-        group,
-        gpus: &gpus,
+        ranks: &ranks,
         stream: *stream,
         comm: comm.as_ref(),
         settings: &settings,
     };
-    let mut rows = if workload == Workload::AllReduce {
-        rank.all_reduce_sweep(options.dtype.unwrap_or(DataType::F32), progress)?
+    let progress = ranks.progress(progress);
+    let rows = if workload == Workload::AllReduce {
+        rank.all_reduce_sweep(options.dtype.unwrap_or(DataType::F32), &progress)?
     } else {
         let variants = options
             .directions
             .as_deref()
             .unwrap_or(&[Variant::OneWay, Variant::BothWays]);
-        rank.send_recv_sweep(variants, progress)?
+        rank.send_recv_sweep(variants, &progress)?
     };
-    if me.rank != 0 {
+    let Some(mut rows) = ranks.on_rank_zero(|| rows) else {
         return Ok(None);
-    }
+    };
     compare(&mut rows);
-    settings
-        .notices
-        .push(across_note(backend, workload, &gpus, comm.is_some()));
+    let note = across_note(backend, workload, &ranks, comm.is_some());
+    settings.notices.push(note);
     Ok(Some(Report {
         source: backend.source().clone(),
         workload,
@@ -114,7 +112,7 @@ pub fn run(
         timing: if workload == Workload::AllReduce {
             ACROSS_ALL_REDUCE_TIMING
         } else {
-            super::TIMING
+            super::timing::TIMING
         },
         rows,
         notices: settings.notices,
@@ -135,22 +133,22 @@ const ACROSS_GRAPHS_NOTICE: &str = "the all-reduce across processes is issued fr
      replayed";
 
 /// The document's note on how the run spanned processes.
-fn across_note(backend: &dyn Backend, workload: Workload, gpus: &[usize], nccl: bool) -> String {
-    let sharing = if backend.topology().is_simulated() {
-        "on the simulator, a shared file; each process keeps its own virtual clock"
+fn across_note(backend: &dyn Backend, workload: Workload, ranks: &Ranks, nccl: bool) -> String {
+    let clocks = if backend.topology().is_simulated() {
+        "; each process keeps its own virtual clock"
     } else {
-        "a CUDA IPC handle"
+        ""
     };
+    let sharing = format!("{}{clocks}", sharing_words(backend));
     let how = if workload == Workload::AllReduce {
         format!(
             "the ranks share a flag block and a buffer each once ({sharing}) and each queues its \
              own kernel over every rank's; the buffer reduced is symmetric memory, which every \
-             rank's kernel reaches (engine::GroupAllReduce::alloc_symmetric: packets read it \
-             directly, two-shot sums in place, one-shot copies its input aside; NCCL reduces the \
-             same buffer); every element checked by each \
-             rank in its own memory; each rank times its own GPU (events around back-to-back \
-             operations, which meet at every call), and the time per operation is the slowest \
-             rank's"
+             rank's kernel reaches (engine::all_reduce::GroupAllReduce::alloc_symmetric: packets \
+             read it directly, two-shot sums in place, one-shot copies its input aside; NCCL \
+             reduces the same buffer); every element checked by each rank in its own memory; each \
+             rank times its own GPU (events around back-to-back operations, which meet at every \
+             call), and the time per operation is the slowest rank's"
         )
     } else {
         format!(
@@ -161,9 +159,8 @@ fn across_note(backend: &dyn Backend, workload: Workload, gpus: &[usize], nccl: 
         )
     };
     format!(
-        "across {} processes, one per GPU (rank r on GPU LOCAL_RANK: {}): {how}{}",
-        gpus.len(),
-        layout_text(gpus),
+        "{}: {how}{}",
+        ranks.note(),
         if nccl {
             "; NCCL through one communicator across the processes (ncclCommInitRank, the unique \
              id broadcast from rank 0)"
@@ -233,9 +230,7 @@ fn join_nccl<'b>(
 struct Rank<'a> {
     backend: &'a dyn Backend,
     fabric: &'a Fabric,
-    group: &'a Group,
-    /// Each rank's GPU, in rank order.
-    gpus: &'a [usize],
+    ranks: &'a Ranks<'a>,
     /// This rank's held stream, on its GPU.
     stream: StreamId,
     comm: Option<&'a Communicator<'a>>,
@@ -268,62 +263,57 @@ impl Ends {
 
 impl Rank<'_> {
     fn me(&self) -> usize {
-        self.group.identity().rank
+        self.ranks.me()
     }
 
-    /// Shows `step` of the progress on rank 0 alone.
-    fn show(&self, step: impl FnOnce()) {
-        if self.me() == 0 {
-            step();
-        }
+    fn group(&self) -> &Group {
+        self.ranks.group
+    }
+
+    /// Each rank's GPU, in rank order.
+    fn gpus(&self) -> &[usize] {
+        &self.ranks.gpus
     }
 
     /// The all-reduce's rows at every size, in symmetric memory.
     fn all_reduce_sweep(&self, dtype: DataType, progress: &dyn Progress) -> Result<Vec<Row>> {
         let sizes = &self.settings.sizes;
         all_reduce::check_sizes(sizes, dtype)?;
-        self.show(|| progress.start("all-reduce", sizes.len() as u64));
+        progress.start("all-reduce", sizes.len() as u64);
         let model = self.fabric.planner().model().clone();
-        let mut reduce = GroupAllReduce::join(self.fabric.backend().clone(), self.group, model)?;
+        let mut reduce = GroupAllReduce::join(self.fabric.backend().clone(), self.group(), model)?;
         // The engine's memory for the purpose, as a job keeps its gradients in it: no copies.
         let buffer = reduce.alloc_symmetric(length(self.settings.largest())?)?;
         let mut rows = Vec::new();
         for bytes in sizes.iter().copied() {
-            if self.stop_requested()? {
+            if self.ranks.stop_requested()? {
                 break;
             }
             rows.extend(self.all_reduce_size(&mut reduce, buffer, dtype, bytes)?);
-            self.show(|| progress.step());
+            progress.step();
         }
-        self.show(|| progress.finish());
+        progress.finish();
         Ok(rows)
     }
 
     /// send-recv's rows for every variant at every size.
     fn send_recv_sweep(&self, variants: &[Variant], progress: &dyn Progress) -> Result<Vec<Row>> {
         let sizes = &self.settings.sizes;
-        self.show(|| progress.start("send-recv", (variants.len() * sizes.len()) as u64));
+        progress.start("send-recv", (variants.len() * sizes.len()) as u64);
         let mut rows = Vec::new();
         for &variant in variants {
             let ends = self.open_ends(variant)?;
             for bytes in sizes.iter().copied() {
-                if self.stop_requested()? {
+                if self.ranks.stop_requested()? {
                     break;
                 }
                 rows.extend(self.size(&ends, variant, bytes)?);
-                self.show(|| progress.step());
+                progress.step();
             }
-            ends.close(self.group)?;
+            ends.close(self.group())?;
         }
-        self.show(|| progress.finish());
+        progress.finish();
         Ok(rows)
-    }
-
-    /// Whether any rank was asked to stop: every rank then stops at the same size (a stop request
-    /// reaches the ranks at different moments).
-    fn stop_requested(&self) -> Result<bool> {
-        let stop = exchange(self.group, Ok(crate::interrupt::requested()))?;
-        Ok(stop.contains(&true))
     }
 
     /// The all-reduce of `bytes` from the start of `buffer` (this rank's symmetric memory):
@@ -336,7 +326,7 @@ impl Rank<'_> {
         dtype: DataType,
         bytes: u64,
     ) -> Result<Vec<Row>> {
-        let (b, me, n) = (self.backend, self.me(), self.gpus.len());
+        let (b, me, n) = (self.backend, self.me(), self.gpus().len());
         let len = length(bytes)?;
         let elements = len / dtype.size();
         let range = BufferRange {
@@ -361,20 +351,12 @@ impl Rank<'_> {
             let mut found = vec![0; len];
             b.read(buffer, 0, &mut found)?;
             let what = format!("all-reduce {algorithm} {dtype} {}", format_bytes(bytes));
-            let gpu = self.gpus[me];
+            let gpu = self.gpus()[me];
             agreed(
-                self.group,
+                self.group(),
                 Error::check_bytes(&what, gpu, gpu, &want, &found),
             )?;
-            let m = Measured {
-                variant: None,
-                bytes,
-                contender,
-                algorithm: algorithm.to_string(),
-                issue: IssueMode::Stream,
-                iters: counts.iters,
-                time_us,
-            };
+            let m = Measured::on_stream(bytes, contender, algorithm, counts.iters, time_us);
             Ok::<_, Error>(row(
                 Workload::AllReduce,
                 n,
@@ -392,7 +374,7 @@ impl Rank<'_> {
             rows.push(measured(Contender::Peerlink, kernel.name(), &mut op)?);
         }
         let model = self.fabric.planner().model();
-        let picked = pick(model, self.gpus, bytes, Placement::Symmetric);
+        let picked = pick(model, self.gpus(), bytes, Placement::Symmetric);
         rows.extend(all_reduce::pick_row(&rows, picked));
         if let Some(comm) = self.comm {
             let rank = [CollectiveRank {
@@ -419,7 +401,7 @@ impl Rank<'_> {
         let end = Owned::new(b, b.record(self.stream)?);
         b.synchronize(self.stream)?;
         let us = b.elapsed_us(*start, *end)? / f64::from(counts.iters);
-        let every = exchange(self.group, Ok(us))?;
+        let every = exchange(self.group(), Ok(us))?;
         Ok(every.into_iter().fold(0.0, f64::max))
     }
 
@@ -428,50 +410,25 @@ impl Rank<'_> {
     fn open_ends(&self, variant: Variant) -> Result<Ends> {
         let me = self.me();
         let largest = length(self.settings.largest())?;
-        let flows = flows(variant, self.gpus.len());
+        let flows = flows(variant, self.gpus().len());
         let mut receives = Vec::new();
-        let mut files: Vec<(usize, OwnedFd)> = Vec::new();
-        let offers = (|| {
-            let mut offers = Vec::new();
+        let exports = (|| {
+            let mut exports = Vec::new();
             for (i, _) in flows.iter().enumerate().filter(|(_, f)| f.1 == me) {
-                let buffer = self.fabric.alloc(self.gpus[me], largest)?;
-                let shared = self.fabric.export(&buffer)?;
-                offers.push((i, shared.descriptor));
-                files.extend(shared.fd.map(|fd| (i, fd)));
+                let buffer = self.fabric.alloc(self.gpus()[me], largest)?;
+                exports.push((i, self.fabric.export(&buffer)?));
                 receives.push((i, buffer));
             }
-            Ok(offers)
+            Ok(exports)
         })();
-        let offers: Vec<Vec<(usize, ShareDescriptor)>> = exchange(self.group, offers)?;
-        let (mut sends, mut sending) = (Vec::new(), Vec::new());
-        let mut imported = Ok(());
-        for (i, &(from, to)) in flows.iter().enumerate() {
-            let descriptor = offers[to]
-                .iter()
-                .find(|(flow, _)| *flow == i)
-                .map(|(_, d)| d.clone())
-                .expect("every receiver offers each of its destinations");
-            let mut fd = None;
-            if descriptor.has_fd {
-                if me == to {
-                    let (_, file) = files.iter().find(|(flow, _)| *flow == i).expect("exported");
-                    self.group.send_fds(from, &[file.as_fd()])?;
-                } else if me == from {
-                    fd = self.group.recv_fds(to, 1)?.pop();
-                }
-            }
-            if me == from && imported.is_ok() {
-                let shared = SharedBuffer { descriptor, fd };
-                match self.send_end(shared, self.gpus[to], largest) {
-                    Ok(flow) => {
-                        sends.push(flow);
-                        sending.push(i);
-                    }
-                    Err(e) => imported = Err(e),
-                }
-            }
-        }
-        agreed(self.group, imported)?;
+        // Each receiver exports its destination; the sender imports it.
+        let routes: Vec<(usize, usize)> = flows.iter().map(|&(from, to)| (to, from)).collect();
+        let given = self.ranks.hand_over(&routes, exports)?;
+        let imported = given
+            .into_iter()
+            .map(|(i, shared)| Ok((self.send_end(shared, self.gpus()[flows[i].1], largest)?, i)))
+            .collect::<Result<Vec<_>>>();
+        let (sends, sending) = agreed(self.group(), imported)?.into_iter().unzip();
         Ok(Ends {
             flows,
             sends,
@@ -483,7 +440,7 @@ impl Rank<'_> {
     /// A flow this rank sends: a source on its GPU, the receiver's destination imported for the
     /// GPU whose work reaches it.
     fn send_end(&self, shared: SharedBuffer, to_gpu: usize, largest: usize) -> Result<Flow> {
-        let gpu = self.gpus[self.me()];
+        let gpu = self.gpus()[self.me()];
         let p2p = self
             .backend
             .topology()
@@ -509,29 +466,29 @@ impl Rank<'_> {
             .iter()
             .zip(&ends.sending)
             .try_for_each(|(flow, &i)| flow.src.write(0, &data(i)));
-        agreed(self.group, written)?;
+        agreed(self.group(), written)?;
         let poison = || {
             let mine = ends.receives.iter().try_for_each(|(i, dst)| {
                 dst.write(0, &data(*i).iter().map(|b| !b).collect::<Vec<u8>>())
             });
-            agreed(self.group, mine)
+            agreed(self.group(), mine)
         };
         let check = |what: &str| {
             // Every sender has waited for its last operation once every rank is here.
-            self.group.barrier()?;
+            self.group().barrier()?;
             let mut found = vec![0; len];
             let mine = ends.receives.iter().try_for_each(|(i, dst)| {
                 dst.read(0, &mut found)?;
                 let (from, _) = ends.flows[*i];
                 Error::check_bytes(
                     format!("send-recv {variant} {what} (checked by the receiver)"),
-                    self.gpus[from],
+                    self.gpus()[from],
                     dst.device(),
                     &data(*i),
                     &found,
                 )
             });
-            agreed(self.group, mine)
+            agreed(self.group(), mine)
         };
         let counts = self.settings.counts(bytes);
         let streams = [self.stream];
@@ -546,14 +503,14 @@ impl Rank<'_> {
                 iters: counts.iters,
                 time_us: windows.into_iter().fold(0.0, f64::max),
             };
-            let (world, simulated) = (self.gpus.len(), self.settings.simulated);
+            let (world, simulated) = (self.gpus().len(), self.settings.simulated);
             rows.push(row(Workload::SendRecv, world, simulated, None, m));
         };
 
         let mut engine = EngineFlows::new(self.backend, self.fabric, &ends.sends, &streams, len);
         let mut together = Together {
             op: &mut engine,
-            group: self.group,
+            group: self.group(),
         };
         let us = measure(
             self.backend,
@@ -564,7 +521,7 @@ impl Rank<'_> {
             poison,
             || check("engine"),
         )?;
-        let found = exchange(self.group, Ok((us, engine.strategies())))?;
+        let found = exchange(self.group(), Ok((us, engine.strategies())))?;
         let mut names: Vec<String> = Vec::new();
         for name in found.iter().flat_map(|(_, names)| names) {
             if !names.contains(name) {
@@ -583,7 +540,7 @@ impl Rank<'_> {
             };
             let mut together = Together {
                 op: &mut op,
-                group: self.group,
+                group: self.group(),
             };
             for &issue in &self.settings.issue {
                 let algorithm = "ncclSend/ncclRecv".to_string();
@@ -600,7 +557,7 @@ impl Rank<'_> {
                     Contender::Nccl,
                     algorithm,
                     issue,
-                    exchange(self.group, Ok(us))?,
+                    exchange(self.group(), Ok(us))?,
                 );
             }
         }

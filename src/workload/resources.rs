@@ -1,7 +1,8 @@
 //! What a workload in one process runs on: a stream and buffers per GPU, peer access, NCCL's
 //! communicator, and the notices for what cannot run.
 
-use super::{across_hosts, Settings, Workload};
+use super::kinds::Workload;
+use super::settings::{across_hosts, Settings};
 use crate::backend::collective::CommId;
 use crate::backend::{Backend, BufferId, Handle, Memory, Nccl, Owned, StreamId};
 use crate::bench::footprint::Footprint;

@@ -1,7 +1,7 @@
 //! What a run finds: a row per contender and size, its bandwidths, NCCL's comparison, and the
 //! report of the whole run.
 
-use super::{Contender, IssueMode, Variant, Workload};
+use super::kinds::{Contender, IssueMode, Variant, Workload};
 use crate::backend::collective::DataType;
 use crate::topology::Source;
 use schemars::JsonSchema;
@@ -65,6 +65,28 @@ pub struct Measured {
     pub time_us: f64,
 }
 
+impl Measured {
+    /// `time_us` per operation of `iters` issued from the host on the rank's stream, for a
+    /// workload without variants.
+    pub fn on_stream(
+        bytes: u64,
+        contender: Contender,
+        algorithm: &str,
+        iters: u32,
+        time_us: f64,
+    ) -> Measured {
+        Measured {
+            variant: None,
+            bytes,
+            contender,
+            algorithm: algorithm.to_string(),
+            issue: IssueMode::Stream,
+            iters,
+            time_us,
+        }
+    }
+}
+
 /// Everything one `peerlink workload` run found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
@@ -73,7 +95,7 @@ pub struct Report {
     pub devices: Vec<usize>,
     /// Untimed operations before each window.
     pub warmup: u32,
-    /// How every row was timed, in words ([`super::TIMING`], or the way across processes).
+    /// How every row was timed, in words ([`super::timing::TIMING`], or the way across processes).
     pub timing: &'static str,
     pub rows: Vec<Row>,
     /// What was left out and why (NCCL missing, pairs without P2P, graphs not available), and the

@@ -7,17 +7,20 @@
 //! window covers the engine's GPU time and none of the host's. A graph cannot capture the engine's
 //! work (it runs on the engine's streams), so its rows are issued from the host in every mode.
 
-use super::{
-    check_memory, footprint, ids, length, measure, nccl, row, streams_on, within_one_host,
-    Communicator, Contender, Counts, IssueMode, Measured, Operation, Settings, Variant, Workload,
+use super::kinds::{Contender, IssueMode, Variant, Workload};
+use super::resources::{
+    check_memory, footprint, ids, length, nccl, streams_on, within_one_host, Communicator,
 };
+use super::rows::{row, Measured};
+use super::settings::{Counts, Settings};
+use super::timing::{measure, Operation};
 use crate::backend::collective::{BufferRange, PeerTransfer};
 use crate::backend::{Backend, EventId, StreamId};
 use crate::bench::footprint::Footprint;
 use crate::bench::progress::Progress;
 use crate::engine::{Buffer, Fabric, Planned, Transfer};
 use crate::pattern;
-use crate::workload::Row;
+use crate::workload::rows::Row;
 use crate::{Error, Result};
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! The user's choices and the run's settings resolved from them and the backend: GPUs, sizes,
 //! counts of operations.
 
-use super::{IssueChoice, IssueMode, Variant, Workload};
+use super::kinds::{IssueChoice, IssueMode, Variant, Workload};
 use crate::backend::collective::DataType;
 use crate::backend::Backend;
 use crate::bench::{counted, MAX_ITERATIONS};

@@ -1,5 +1,10 @@
 //! The framework's pure parts: sizes, counts, bandwidths, the comparison with NCCL.
 
+use super::kinds::{Contender, IssueChoice, IssueMode};
+use super::resources::{ids, streams_on};
+use super::rows::{busbw, row, Measured, Row};
+use super::settings::{default_iters, default_sizes, prime_ops, Counts, PRIME_OPS};
+use super::timing::{measure, Operation};
 use super::*;
 use crate::backend::StreamId;
 use crate::Error;

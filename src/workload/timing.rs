@@ -1,7 +1,8 @@
 //! How a workload's operation is timed in one process: primed, then a held window of warm-ups and
 //! timed operations, issued from the host or replayed as graphs, then checked.
 
-use super::{Counts, IssueMode};
+use super::kinds::IssueMode;
+use super::settings::Counts;
 use crate::backend::{Backend, GraphId, Owned, StreamId};
 use crate::bench::timing::{held_group_us, Phase};
 use crate::Result;

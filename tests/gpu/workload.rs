@@ -6,7 +6,9 @@
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::Backend;
 use peerlink::bench::progress::Silent;
-use peerlink::workload::{self, Contender, IssueChoice, Options, Workload};
+use peerlink::workload;
+use peerlink::workload::kinds::{Contender, IssueChoice, Workload};
+use peerlink::workload::settings::Options;
 use std::sync::Arc;
 
 /// The GPUs; `None`, said on stderr, where the host has fewer than the two the workloads need.

@@ -1,5 +1,5 @@
-//! peerlink's all-reduce with one rank per process (`engine::GroupAllReduce`): this test binary runs
-//! one of its own tests again as each rank, with torchrun's variables, and each rank sums small
+//! peerlink's all-reduce with one rank per process (`engine::all_reduce::GroupAllReduce`): this
+//! test binary runs one of its own tests again as each rank, with torchrun's variables, and each rank sums small
 //! whole numbers by the cost model's pick and by every kernel that takes the size, in memory of its
 //! own and in symmetric memory (allocated by every rank together), each at an offset into its
 //! allocation; checks every element of its result, and that the bytes around it are untouched, in
@@ -7,7 +7,8 @@
 
 use peerlink::backend::collective::{AllReduceKernel, BufferRange, DataType};
 use peerlink::backend::{self, Backend, BufferId, Choice, Memory};
-use peerlink::engine::{Fabric, GroupAllReduce};
+use peerlink::engine::all_reduce::GroupAllReduce;
+use peerlink::engine::Fabric;
 use std::net::TcpListener;
 use std::process::Command;
 use std::sync::Arc;

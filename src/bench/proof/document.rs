@@ -560,22 +560,26 @@ pub(crate) mod tests {
         );
     }
 
-    #[test]
-    fn json_names_the_pick_paths_and_every_alternative() {
-        let p = split_plan();
+    /// [`split_plan`]'s document on [`host`], priced by the defaults, with direct-ce unusable.
+    pub(crate) fn split_plan_document() -> PlanDocument {
         let unusable = vec![(Strategy::DirectCe, "needs P2P".to_string())];
-        let doc = PlanDocument::new(
+        PlanDocument::new(
             &host(),
             &PlanView {
                 model: "defaults",
-                plan: &p,
+                plan: &split_plan(),
                 unusable: &unusable,
                 proof: None,
                 network: None,
                 host_pricing: None,
                 direct_pricing: None,
             },
-        );
+        )
+    }
+
+    #[test]
+    fn json_names_the_pick_paths_and_every_alternative() {
+        let doc = split_plan_document();
         let json = serde_json::to_value(&doc).unwrap();
         assert_eq!(json["schema"], PlanDocument::SCHEMA);
         assert_eq!(json["strategy"], "split");

@@ -24,7 +24,7 @@ pub enum Placement {
     /// slower than the two-shot, which a pick ignoring it preferred).
     InPlace,
     /// Into each process's own buffer when the ranks are processes
-    /// ([`crate::engine::GroupAllReduce`]): the peers reach only memory shared with them, so a
+    /// ([`crate::engine::all_reduce::GroupAllReduce`]): the peers reach only memory shared with them, so a
     /// kernel that reads the peers' inputs (one-shot, two-shot) first copies the rank's buffer
     /// into its shared one, and two-shot, which also writes the peers' outputs, copies the sum
     /// back; the packet kernel reads only its own buffer and copies nothing.

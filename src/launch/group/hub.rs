@@ -3,8 +3,8 @@
 //! judge's thread.
 
 use super::judge::{Event, Judge};
-use super::{heartbeat_interval, ranks_text, secs, Failure, HELLO_WAIT, POLL};
-use crate::launch::wire::{self, Message, Op};
+use super::{heartbeat_interval, ranks_text, secs, Call, Failure, Parts, HELLO_WAIT, POLL};
+use crate::launch::wire::{self, Message};
 use crate::launch::{Identity, Member, Rendezvous};
 use crate::{Error, Result};
 use std::io::ErrorKind;
@@ -86,18 +86,13 @@ impl Hub {
         })
     }
 
-    pub(super) fn collective(
-        &self,
-        seq: u64,
-        op: Op,
-        mine: &[u8],
-        timeout: Duration,
-    ) -> std::result::Result<Vec<Vec<u8>>, String> {
+    pub(super) fn collective(&self, call: Call<'_>) -> Parts {
         let (answer, answered) = mpsc::channel();
+        let op = call.op;
         let local = Event::Local {
-            seq,
+            seq: call.seq,
             op,
-            bytes: mine.to_vec(),
+            bytes: call.mine.to_vec(),
             answer,
         };
         if self.events.send(local).is_err() {
@@ -106,14 +101,13 @@ impl Hub {
                 .get()
                 .unwrap_or_else(|| "rank 0's hub stopped".into()));
         }
-        // The hub answers within the timeout of the first rank's arrival; the margin is for the
-        // hub's own tick.
-        match answered.recv_timeout(timeout * 2 + Duration::from_secs(1)) {
+        // The hub answers within the timeout of the first rank's arrival.
+        match answered.recv_timeout(call.backstop()) {
             Ok(answer) => answer,
             Err(_) => Err(self.failure.set(format!(
                 "rank 0 gave itself no answer to {op} within {}: this is a bug in peerlink's \
                  rendezvous; report it",
-                secs(timeout * 2)
+                secs(call.timeout * 2)
             ))),
         }
     }

@@ -227,14 +227,42 @@ impl Group {
         if let Some(sentence) = failed {
             return Err(Error::Group(sentence));
         }
+        let call = Call {
+            seq,
+            op,
+            mine,
+            timeout: self.timeout,
+        };
         match &self.link {
             Link::Alone => Ok(vec![mine.to_vec()]),
-            Link::Hub(hub) => hub.collective(seq, op, mine, self.timeout),
-            Link::Spoke(spoke) => spoke.collective(seq, op, mine, self.timeout),
+            Link::Hub(hub) => hub.collective(call),
+            Link::Spoke(spoke) => spoke.collective(call),
         }
         .map_err(Error::Group)
     }
 }
+
+/// One collective as this rank makes it: its number, what it is, this rank's part, and the group's
+/// timeout.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    seq: u64,
+    op: Op,
+    mine: &'a [u8],
+    timeout: Duration,
+}
+
+impl Call<'_> {
+    /// How long a rank waits for rank 0's answer: rank 0 judges within the timeout of the first
+    /// arrival, and says so; waiting twice as long is a backstop that does not come into play
+    /// while rank 0 speaks (the margin is for the hub's own tick).
+    fn backstop(&self) -> Duration {
+        self.timeout * 2 + Duration::from_secs(1)
+    }
+}
+
+/// Every rank's part of a collective, or the sentence saying why it failed.
+type Parts = std::result::Result<Vec<Vec<u8>>, String>;
 
 impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1,8 +1,10 @@
 //! A rank other than 0: it connects to rank 0's rendezvous, waits for the welcome, then sends its
 //! parts of each collective and its heartbeats, and watches that rank 0 still speaks.
 
-use super::{closed_sentence, heartbeat_interval, lock, secs, silent_sentence, Failure, POLL};
-use crate::launch::wire::{self, Message, Op};
+use super::{
+    closed_sentence, heartbeat_interval, lock, secs, silent_sentence, Call, Failure, Parts, POLL,
+};
+use crate::launch::wire::{self, Message};
 use crate::launch::{Member, Rendezvous};
 use crate::{Error, Result};
 use std::io::ErrorKind;
@@ -80,18 +82,13 @@ impl Spoke {
         })
     }
 
-    pub(super) fn collective(
-        &self,
-        seq: u64,
-        op: Op,
-        mine: &[u8],
-        timeout: Duration,
-    ) -> std::result::Result<Vec<Vec<u8>>, String> {
+    pub(super) fn collective(&self, call: Call<'_>) -> Parts {
         let inbox = lock(&self.inbox);
+        let (seq, op) = (call.seq, call.op);
         let message = Message::Contribute {
             seq,
             op,
-            bytes: mine.to_vec(),
+            bytes: call.mine.to_vec(),
         };
         if let Err(e) = wire::send(&*lock(&self.writer), &message) {
             return Err(self.failure.set(format!(
@@ -99,9 +96,7 @@ impl Spoke {
                 closed_sentence(0, &format!("before {op}"))
             )));
         }
-        // Rank 0 judges within the timeout of the first arrival, and says so; waiting twice as
-        // long is a backstop that does not come into play while rank 0 speaks.
-        let backstop = timeout * 2 + Duration::from_secs(1);
+        let backstop = call.backstop();
         match inbox.recv_timeout(backstop) {
             Ok(SpokeEvent::Gathered { seq: theirs, parts }) if theirs == seq => Ok(parts),
             Ok(SpokeEvent::Gathered { seq: theirs, .. }) => Err(self.failure.set(format!(
