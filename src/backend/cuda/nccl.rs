@@ -151,7 +151,8 @@ const NCCL_WIN_COLL_SYMMETRIC: c_int = 0x01;
 struct WindowApi {
     mem_alloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> NcclResult,
     mem_free: unsafe extern "C" fn(*mut c_void) -> NcclResult,
-    register: unsafe extern "C" fn(RawComm, *mut c_void, usize, *mut RawWindow, c_int) -> NcclResult,
+    register:
+        unsafe extern "C" fn(RawComm, *mut c_void, usize, *mut RawWindow, c_int) -> NcclResult,
     deregister: unsafe extern "C" fn(RawComm, RawWindow) -> NcclResult,
 }
 
@@ -374,8 +375,8 @@ impl Library {
         let file = loaded_from(api.get_version as *const c_void)
             .unwrap_or_else(|| path.display().to_string());
         let version = version_text(code);
-        let windows = WindowApi::resolve(&library)
-            .map_err(|missing| windows_missing(&version, missing));
+        let windows =
+            WindowApi::resolve(&library).map_err(|missing| windows_missing(&version, missing));
         Ok(Library {
             api,
             windows,
@@ -941,6 +942,94 @@ mod tests {
             why,
             "it is peerlink's NCCL-API library, which forwards to NCCL rather than being it"
         );
+    }
+
+    /// A library of `source` (C), built with `cc` into `dir` as `libnccl.so.2`; `None` without a
+    /// C compiler.
+    fn built(dir: &Path, source: &str) -> Option<PathBuf> {
+        let (file, library) = (dir.join("fake.c"), dir.join("libnccl.so.2"));
+        fs::write(&file, source).unwrap();
+        let built = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .args([&library, &file])
+            .status();
+        matches!(built, Ok(status) if status.success()).then_some(library)
+    }
+
+    /// A stand-in for NCCL `version` with the functions every NCCL since 2.7 has, and `more`.
+    fn fake_nccl(version: u32, more: &[&str]) -> String {
+        let mut source = format!("int ncclGetVersion(int* v) {{ *v = {version}; return 0; }}\n");
+        let functions = [
+            "ncclGetErrorString",
+            "ncclCommInitAll",
+            "ncclGetUniqueId",
+            "ncclCommInitRank",
+            "ncclCommDestroy",
+            "ncclAllReduce",
+            "ncclSend",
+            "ncclRecv",
+            "ncclGroupStart",
+            "ncclGroupEnd",
+        ];
+        for name in functions.iter().chain(more) {
+            source += &format!("int {name}(void) {{ return 1; }}\n");
+        }
+        source
+    }
+
+    #[test]
+    fn an_nccl_without_window_functions_says_so_and_one_with_them_has_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(old) = built(dir.path(), &fake_nccl(22603, &["ncclMemAlloc"])) else {
+            eprintln!("skipped: no C compiler (cc) to build stand-ins for NCCL");
+            return;
+        };
+        let library = Library::load(&old).unwrap();
+        assert_eq!(
+            library.windows.as_ref().err().map(String::as_str),
+            Some(
+                "NCCL 2.26.3 has no ncclMemFree: symmetric windows (ncclCommWindowRegister) came \
+                 with NCCL 2.27; name a newer NCCL with --nccl-lib or PEERLINK_NCCL_LIB"
+            )
+        );
+        let newer = tempfile::tempdir().unwrap();
+        let all = [
+            "ncclMemAlloc",
+            "ncclMemFree",
+            "ncclCommWindowRegister",
+            "ncclCommWindowDeregister",
+        ];
+        let new = built(newer.path(), &fake_nccl(22803, &all)).unwrap();
+        let library = Library::load(&new).unwrap();
+        assert!(library.windows.is_ok(), "{:?}", library.windows.err());
+        // Its sentence, where the environment turns windows off, is the environment's.
+        if windows_turned_off(|name| std::env::var_os(name)).is_none() {
+            assert_eq!(library.symmetric(), Ok(()));
+        }
+    }
+
+    #[test]
+    fn the_environment_can_turn_nccls_windows_off_and_says_which_variable() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        };
+        assert_eq!(windows_turned_off(with(&[])), None);
+        assert_eq!(
+            windows_turned_off(with(&[("NCCL_CUMEM_ENABLE", "1")])),
+            None
+        );
+        let cumem = windows_turned_off(with(&[("NCCL_CUMEM_ENABLE", "0")])).unwrap();
+        assert!(
+            cumem.starts_with("NCCL_CUMEM_ENABLE=0 in the environment"),
+            "{cumem}"
+        );
+        let windows = windows_turned_off(with(&[("NCCL_WIN_ENABLE", "0")])).unwrap();
+        assert!(windows.starts_with("NCCL_WIN_ENABLE=0"), "{windows}");
     }
 
     #[test]
