@@ -39,7 +39,7 @@ use super::{
 };
 use crate::topology::{Source, Topology};
 use crate::{Error, Result};
-use collective::CommEntry;
+use collective::{CommEntry, WindowEntry};
 use resident::{Parked, WorkerEntry};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -53,6 +53,8 @@ pub struct Checked<I: RawCollectives> {
     /// NCCL's description, or why there is none: asked of the implementation once, when a caller
     /// first wants NCCL.
     nccl: OnceLock<std::result::Result<String, String>>,
+    /// Whether NCCL has symmetric windows, or why not: asked of the implementation once.
+    symmetric: OnceLock<std::result::Result<(), String>>,
 }
 
 struct BufferEntry<B> {
@@ -90,6 +92,7 @@ struct State<I: RawCollectives> {
     gates: Table<I::Gate>,
     graphs: Table<GraphEntry<I::Graph>>,
     comms: Table<CommEntry<I::Comm>>,
+    windows: Table<WindowEntry<I>>,
     workers: Table<WorkerEntry<I::Worker>>,
     /// What was let go while a resident worker ran, released when the last one stops.
     parked: Parked<I>,
@@ -117,6 +120,7 @@ impl<I: RawCollectives> Checked<I> {
             gates: Table::new("gate", tag),
             graphs: Table::new("graph", tag),
             comms: Table::new("communicator", tag),
+            windows: Table::new("window", tag),
             workers: Table::new("worker", tag),
             parked: Parked::default(),
             peers: (0..devices * devices)
@@ -129,6 +133,7 @@ impl<I: RawCollectives> Checked<I> {
             enabling: Mutex::new(()),
             devices,
             nccl: OnceLock::new(),
+            symmetric: OnceLock::new(),
         }
     }
 
@@ -919,6 +924,12 @@ impl<I: RawCollectives> Drop for Checked<I> {
         }
         for event in st.events.drain() {
             let _ = self.raw.destroy_event(event.raw);
+        }
+        // Windows before their communicators, which NCCL needs alive to deregister them.
+        for window in st.windows.drain() {
+            if let Ok(comm) = st.comms.get(window.comm.0) {
+                let _ = self.raw.nccl_deregister_window(&comm.raw, window.raw);
+            }
         }
         for comm in st.comms.drain() {
             if let Some(raw) = Arc::into_inner(comm.raw) {

@@ -18,8 +18,9 @@ use std::fmt;
 pub const MAX_RANKS: usize = 8;
 
 /// The largest all-reduce [`AllReduceKernel::OneShotPackets`] takes, bytes. On the H200 pair the
-/// packets beat NCCL 1.75× at 64 KiB, while one-shot only tied it at 256 KiB (8.53 against 8.57
-/// µs): the packets reach that far, for a receive area of 8 MiB per rank.
+/// packets beat plain NCCL (ordinary buffers, no symmetric windows) 1.75× at 64 KiB, while one-shot
+/// only tied it at 256 KiB (8.53 against 8.57 µs): the packets reach that far, for a receive area
+/// of 8 MiB per rank.
 pub const PACKET_MAX_BYTES: usize = 256 * 1024;
 
 /// Bytes at the start of a flag block that hold the kernels' counters and flags.
@@ -265,6 +266,18 @@ impl fmt::Display for CommId {
     }
 }
 
+/// A symmetric window of an NCCL communicator ([`Nccl::register_window`]): one buffer of each of
+/// this process's ranks, registered together with `ncclCommWindowRegister(…,
+/// NCCL_WIN_COLL_SYMMETRIC)`, so that NCCL may run its symmetric-memory kernels on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WindowId(pub u64);
+
+impl fmt::Display for WindowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "window {}", super::handles::handle_index(self.0))
+    }
+}
+
 /// Collectives over several GPUs, and the compute they overlap with.
 pub trait Collectives {
     /// Queues peerlink's all-reduce (sum) of `len` bytes over `ranks` (2 to [`MAX_RANKS`], on
@@ -362,6 +375,44 @@ pub trait Nccl {
     /// are memory of the rank's GPU; receive destinations do not overlap. A side of 0 bytes moves
     /// nothing.
     fn rank_send_recv(&self, comm: CommId, stream: StreamId, ops: &[PeerOp]) -> Result<()>;
+
+    /// Whether this NCCL has symmetric windows (`ncclMemAlloc`, `ncclCommWindowRegister`,
+    /// `ncclCommWindowDeregister`: NCCL 2.27 and newer), on which its all-reduce may run its
+    /// symmetric-memory kernels — kernels that need no NVLink multicast, which stays off — or one
+    /// sentence saying why not (an older NCCL, an environment that turns them off, a simulator
+    /// without a model of those kernels).
+    fn symmetric_windows(&self) -> std::result::Result<(), String>;
+
+    /// `bytes` (> 0) of GPU `device` from `ncclMemAlloc`: cuMem memory at the granularity NCCL's
+    /// windows need, device memory for every other call too, released with `ncclMemFree` once the
+    /// buffer is freed and no window holds it. Fails where [`Nccl::symmetric_windows`] does.
+    fn alloc_window_memory(&self, device: usize, bytes: usize) -> Result<BufferId>;
+
+    /// Registers one symmetric window of `comm`: `buffers[i]` is this process's rank `i`'s, in the
+    /// communicator's order (every rank of a communicator made here, in one NCCL group, as the
+    /// registration is collective; the one rank of a joined communicator, whose every process
+    /// registers its own). Each buffer comes from [`Nccl::alloc_window_memory`] on its rank's GPU,
+    /// all of one length, none in another window. Not while a stream captures a graph: the
+    /// registration maps memory. Register once and reuse: each registration takes NCCL address
+    /// space of its own.
+    fn register_window(&self, comm: CommId, buffers: &[BufferId]) -> Result<WindowId>;
+
+    /// Deregisters a window (`ncclCommWindowDeregister` of every rank, in one group) once the work
+    /// queued on its buffers has finished (the caller waits for it first); the buffers stay
+    /// allocated until freed.
+    fn deregister_window(&self, window: WindowId) -> Result<()>;
+
+    /// `ncclAllReduce` (sum) as [`Nccl::all_reduce`], on buffers of symmetric windows: every
+    /// rank's input is its buffer of one window of `comm`, and its output its buffer of one window
+    /// (the same one, in place), so that every rank's bytes sit at the same offset of the same
+    /// registration, as NCCL's symmetric kernels need.
+    fn window_all_reduce(
+        &self,
+        comm: CommId,
+        dtype: DataType,
+        ranks: &[Rank],
+        len: usize,
+    ) -> Result<()>;
 }
 
 impl<B> PeerTransfer<B> {

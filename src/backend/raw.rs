@@ -217,6 +217,8 @@ pub struct RawRankBuffers<'a, I: RawBackend + ?Sized> {
 pub trait RawCollectives: RawBackend {
     /// An NCCL communicator (taken out of the table by its release).
     type Comm: Send + Sync;
+    /// A symmetric window of a communicator (taken out of the table by its deregistration).
+    type Window: Send + Sync;
 
     /// 2 to `MAX_RANKS` ranks on distinct GPUs with peer access between every two of them, in
     /// rank order; each input and output holds at least `len` bytes of its rank's GPU and no
@@ -294,6 +296,25 @@ pub trait RawCollectives: RawBackend {
         stream: &Self::Stream,
         ops: &[PeerOp<&Self::Buffer>],
     ) -> Result<()>;
+
+    /// Whether NCCL has symmetric windows, or one sentence why not (see `Nccl::symmetric_windows`).
+    /// NCCL was opened. Called once, when a caller first asks; the answer is kept.
+    fn nccl_symmetric(&self) -> std::result::Result<(), String>;
+
+    /// NCCL has symmetric windows; the GPU exists; `bytes` > 0.
+    fn nccl_alloc(&self, device: usize, bytes: usize) -> Result<Self::Buffer>;
+
+    /// One buffer per rank of `comm` made or joined in this process, in rank order, each from
+    /// `nccl_alloc` on its rank's GPU and `bytes` long, none in another window; no stream captures.
+    fn nccl_register_window(
+        &self,
+        comm: &Self::Comm,
+        buffers: &[&Self::Buffer],
+        bytes: usize,
+    ) -> Result<Self::Window>;
+
+    /// `window` was registered on `comm`.
+    fn nccl_deregister_window(&self, comm: &Self::Comm, window: Self::Window) -> Result<()>;
 }
 
 /// A batch's copies with the implementation's buffer objects, checked: every range inside its

@@ -26,6 +26,12 @@ fn tip(r: &Row) -> String {
     if let Some(v) = r.vs_nccl {
         tip.push_str(&format!("; {}× NCCL's speed", figure(v)));
     }
+    if let Some(v) = r.vs_nccl_symmetric {
+        tip.push_str(&format!(
+            "; {}× the speed of NCCL with symmetric windows",
+            figure(v)
+        ));
+    }
     if let Some(exposed) = r.exposed_us {
         tip.push_str(&format!("; {} µs exposed", figure(exposed)));
     }
@@ -52,19 +58,23 @@ pub fn charts(section: &mut Section, doc: &WorkloadDocument) -> Result<()> {
             .iter()
             .map(|r| (r.contender, r.algorithm.as_str()))
             .collect();
-        contenders.sort_by_key(|&(c, a)| (c == Contender::Nccl, c == Contender::PeerlinkPick, a));
+        contenders.sort_by_key(|&(c, a)| {
+            let symmetric = c == Contender::NcclSymmetric;
+            (!c.is_peerlink(), symmetric, c == Contender::PeerlinkPick, a)
+        });
         contenders.dedup();
         let series = contenders
             .iter()
             .enumerate()
             .map(|(i, &(contender, algorithm))| Series {
                 name: format!("{contender} {algorithm}"),
-                colour: if contender == Contender::Nccl {
-                    INK
-                } else {
+                // NCCL in black: plain drawn solid, with symmetric windows dashed.
+                colour: if contender.is_peerlink() {
                     series_colour(i)
+                } else {
+                    INK
                 },
-                dashed: false,
+                dashed: contender == Contender::NcclSymmetric,
                 dots: true,
                 points: rows
                     .iter()

@@ -41,6 +41,11 @@ fn table(workload: Workload, rows: &[&Row]) -> String {
         Workload::Pipeline => &["compute µs", "exposed µs"],
         Workload::SendRecv | Workload::Halo => &[],
     };
+    // Only where NCCL with symmetric windows ran beside plain NCCL.
+    let symmetric = rows.iter().any(|r| r.vs_nccl_symmetric.is_some());
+    if symmetric {
+        header.insert(9, "vs NCCL symm.".into());
+    }
     header.extend(extra.iter().map(|s| s.to_string()));
     if workload == Workload::Pipeline {
         header[4] = "µs/step".into();
@@ -58,6 +63,9 @@ fn table(workload: Workload, rows: &[&Row]) -> String {
             if r.verified { "yes" } else { "NO" }.to_string(),
             or_dash(r.vs_nccl, |v| format!("{v:.2}×")),
         ];
+        if symmetric {
+            cells.push(or_dash(r.vs_nccl_symmetric, |v| format!("{v:.2}×")));
+        }
         match workload {
             Workload::AllReduce => {
                 cells.push(or_dash(r.predicted_us, |v| format!("{v:.2}")));
@@ -108,6 +116,13 @@ pub fn text(doc: &WorkloadDocument) -> String {
          peerlink is faster)",
         doc.busbw_rule
     );
+    if doc.rows.iter().any(|r| r.vs_nccl_symmetric.is_some()) {
+        let _ = writeln!(
+            out,
+            "(vs NCCL: plain NCCL, ordinary buffers; vs NCCL symm.: NCCL with symmetric windows, \
+             ncclMemAlloc memory registered with ncclCommWindowRegister)"
+        );
+    }
     let mut variants: Vec<_> = doc.rows.iter().map(|r| r.variant).collect();
     variants.dedup();
     if variants.is_empty() {

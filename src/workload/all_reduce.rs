@@ -1,5 +1,10 @@
 //! The all-reduce (sum): peerlink's one-shot, two-shot and one-shot-packets kernels, and the kernel
-//! its cost model picks at each size, against `ncclAllReduce`.
+//! its cost model picks at each size, against `ncclAllReduce` twice: plain NCCL on ordinary
+//! buffers, and NCCL with symmetric windows — every rank's input and output from `ncclMemAlloc`,
+//! registered once as two windows of the communicator (`ncclCommWindowRegister(…,
+//! NCCL_WIN_COLL_SYMMETRIC)`, as nccl-tests `-R 2` does), where NCCL ≥ 2.27 runs its
+//! symmetric-memory kernels. Where the loaded NCCL has no windows, or on the simulator (which has no
+//! model of those kernels), one notice says why and that contender's rows are left out.
 //!
 //! Every kernel is measured at every size it takes (the packet kernel up to `PACKET_MAX_BYTES`, 256 KiB), so that the
 //! pick can be checked: its row repeats the picked kernel's time, with the prediction and its
@@ -19,8 +24,8 @@ use super::resources::{
 use super::rows::{row, Measured, Row};
 use super::settings::{Counts, Settings};
 use super::timing::{measure, Operation};
-use crate::backend::collective::{AllReduceKernel, DataType, Rank, MAX_RANKS};
-use crate::backend::{Backend, BufferId, Owned, StreamId};
+use crate::backend::collective::{AllReduceKernel, CommId, DataType, Rank, WindowId, MAX_RANKS};
+use crate::backend::{Backend, BufferId, Nccl, Owned, StreamId};
 use crate::bench::progress::Progress;
 use crate::engine::all_reduce::price::{pick, takes, Placement};
 use crate::engine::all_reduce::{LocalAllReduce, LocalRank};
@@ -90,18 +95,90 @@ impl Operation for PeerlinkAllReduce<'_> {
     }
 }
 
+/// `ncclAllReduce` on ordinary buffers, or on buffers of symmetric windows.
 struct NcclAllReduce<'a> {
     comm: &'a Communicator<'a>,
     dtype: DataType,
     ranks: &'a [Rank],
     len: usize,
+    in_windows: bool,
 }
 
 impl Operation for NcclAllReduce<'_> {
     fn queue(&mut self, _step: u64) -> Result<()> {
-        self.comm
-            .nccl
-            .all_reduce(self.comm.id, self.dtype, self.ranks, self.len)
+        let (nccl, id) = (self.comm.nccl, self.comm.id);
+        if self.in_windows {
+            nccl.window_all_reduce(id, self.dtype, self.ranks, self.len)
+        } else {
+            nccl.all_reduce(id, self.dtype, self.ranks, self.len)
+        }
+    }
+}
+
+/// The notice for NCCL's rows with symmetric windows left out: `why` says why.
+pub(crate) fn windows_left_out(why: &str) -> String {
+    format!("{}'s rows are left out: {why}", Contender::NcclSymmetric)
+}
+
+/// Whether `nccl` has symmetric windows; where not, the notice saying why (NCCL's own absence
+/// has its notice already).
+fn symmetric_runs(nccl: Option<&dyn Nccl>, notices: &mut Vec<String>) -> bool {
+    match nccl.map(|nccl| nccl.symmetric_windows()) {
+        Some(Ok(())) => true,
+        Some(Err(why)) => {
+            notices.push(windows_left_out(&why));
+            false
+        }
+        None => false,
+    }
+}
+
+/// Every rank's input and output for NCCL with symmetric windows: `ncclMemAlloc` memory of the
+/// sweep's largest size, registered once as two windows of the communicator (the inputs', the
+/// outputs'), deregistered when dropped (before the buffers are freed and the communicator is
+/// destroyed, which outlives this).
+struct WindowBuffers<'b> {
+    nccl: &'b dyn Nccl,
+    windows: Vec<WindowId>,
+    inputs: Vec<Owned<'b, BufferId>>,
+    outputs: Vec<Owned<'b, BufferId>>,
+}
+
+impl<'b> WindowBuffers<'b> {
+    fn open(
+        backend: &'b dyn Backend,
+        nccl: &'b dyn Nccl,
+        comm: CommId,
+        devices: &[usize],
+        bytes: usize,
+    ) -> Result<WindowBuffers<'b>> {
+        let alloc = || -> Result<Vec<Owned<'b, BufferId>>> {
+            devices
+                .iter()
+                .map(|&d| Ok(Owned::new(backend, nccl.alloc_window_memory(d, bytes)?)))
+                .collect()
+        };
+        let mut buffers = WindowBuffers {
+            nccl,
+            windows: Vec::new(),
+            inputs: alloc()?,
+            outputs: alloc()?,
+        };
+        for side in [ids(&buffers.inputs), ids(&buffers.outputs)] {
+            let window = nccl.register_window(comm, &side)?;
+            buffers.windows.push(window);
+        }
+        Ok(buffers)
+    }
+}
+
+impl Drop for WindowBuffers<'_> {
+    fn drop(&mut self) {
+        // Nothing can report a failure from drop; the work queued on the windows has been waited
+        // for (every measurement ends synchronized).
+        for &window in &self.windows {
+            let _ = self.nccl.deregister_window(window);
+        }
     }
 }
 
@@ -177,19 +254,33 @@ pub fn run(
     check_sizes(&settings.sizes, dtype)?;
     let b = backend.as_ref();
     let largest = settings.largest();
-    let held = footprint(
-        &settings.devices,
-        |_| largest.saturating_mul(2),
-        largest.saturating_mul(3),
-    );
+    // Inputs and outputs, and as many again in NCCL's windows where they run.
+    let with_windows = b
+        .collectives()
+        .nccl()
+        .is_ok_and(|nccl| nccl.symmetric_windows().is_ok());
+    let per_gpu = largest.saturating_mul(if with_windows { 4 } else { 2 });
+    let held = footprint(&settings.devices, |_| per_gpu, largest.saturating_mul(3));
     check_memory(b, Workload::AllReduce, settings, &held)?;
-    let ranks = Ranks::open(b, settings, dtype)?;
+    let mut ranks = Ranks::open(b, settings, dtype)?;
     let model = CostModel::from_topology(b.topology());
     let mut peerlink = peerlink_runs(b, &settings.devices, &mut settings.notices)?
         .then(|| LocalAllReduce::new(backend.clone(), model.clone(), &settings.devices));
-    let comm = nccl(b, &mut settings.notices)
+    let nccl = nccl(b, &mut settings.notices);
+    let comm = nccl
         .map(|nccl| Communicator::new(nccl, &settings.devices))
         .transpose()?;
+    let windows = match (&comm, symmetric_runs(nccl, &mut settings.notices)) {
+        (Some(comm), true) => Some(WindowBuffers::open(
+            b,
+            comm.nccl,
+            comm.id,
+            &settings.devices,
+            length(largest)?,
+        )?),
+        _ => None,
+    };
+    ranks.windows = windows.as_ref();
     let mut rows = Vec::new();
     progress.start("all-reduce", settings.sizes.len() as u64);
     for bytes in settings.sizes_to_run() {
@@ -202,7 +293,10 @@ pub fn run(
                 rows.extend(kernels.into_iter().chain(picked));
             }
             if let Some(comm) = &comm {
-                rows.push(ranks.nccl_row(comm, &at, issue)?);
+                rows.push(ranks.nccl_row(comm, &at, issue, false)?);
+                if ranks.windows.is_some() {
+                    rows.push(ranks.nccl_row(comm, &at, issue, true)?);
+                }
             }
         }
         progress.step();
@@ -211,9 +305,9 @@ pub fn run(
     Ok(rows)
 }
 
-/// Every rank's stream, input and output (the sweep's largest size), and what each row of the
-/// sweep is measured with.
-struct Ranks<'b> {
+/// Every rank's stream, input and output (the sweep's largest size), NCCL's windows where they
+/// run, and what each row of the sweep is measured with.
+struct Ranks<'b, 'w> {
     backend: &'b dyn Backend,
     devices: Vec<usize>,
     dtype: DataType,
@@ -221,6 +315,7 @@ struct Ranks<'b> {
     streams: Vec<Owned<'b, StreamId>>,
     inputs: Vec<Owned<'b, BufferId>>,
     outputs: Vec<Owned<'b, BufferId>>,
+    windows: Option<&'w WindowBuffers<'b>>,
 }
 
 /// One size of the sweep: its bytes, the counts of a window, and what every output must hold.
@@ -231,8 +326,12 @@ struct AtSize {
     want: Vec<u8>,
 }
 
-impl<'b> Ranks<'b> {
-    fn open(backend: &'b dyn Backend, settings: &Settings, dtype: DataType) -> Result<Ranks<'b>> {
+impl<'b, 'w> Ranks<'b, 'w> {
+    fn open(
+        backend: &'b dyn Backend,
+        settings: &Settings,
+        dtype: DataType,
+    ) -> Result<Ranks<'b, 'w>> {
         let devices = settings.devices.clone();
         let largest = length(settings.largest())?;
         Ok(Ranks {
@@ -242,15 +341,17 @@ impl<'b> Ranks<'b> {
             streams: streams_on(backend, &devices)?,
             inputs: buffers_on(backend, &devices, largest)?,
             outputs: buffers_on(backend, &devices, largest)?,
+            windows: None,
             devices,
         })
     }
 
-    /// Writes every rank's input at `bytes`.
+    /// Writes every rank's input at `bytes` (in NCCL's windows too, where they run).
     fn fill(&self, settings: &Settings, bytes: u64) -> Result<AtSize> {
         let len = length(bytes)?;
         let elements = len / self.dtype.size();
         let mut scratch = Vec::new();
+        let windowed = self.windows.map(|w| ids(&w.inputs));
         for (r, input) in self.inputs.iter().enumerate() {
             encode(
                 self.dtype,
@@ -258,6 +359,9 @@ impl<'b> Ranks<'b> {
                 &mut scratch,
             );
             self.backend.write(**input, 0, &scratch)?;
+            if let Some(inputs) = &windowed {
+                self.backend.write(inputs[r], 0, &scratch)?;
+            }
         }
         Ok(AtSize {
             bytes,
@@ -295,22 +399,33 @@ impl<'b> Ranks<'b> {
                 };
                 self.measured(
                     at,
-                    Contender::Peerlink,
-                    kernel.name().into(),
+                    (Contender::Peerlink, kernel.name().into()),
                     issue,
+                    &ids(&self.outputs),
                     &mut op,
                 )
             })
             .collect()
     }
 
-    /// NCCL's row.
-    fn nccl_row(&self, comm: &Communicator<'_>, at: &AtSize, issue: IssueMode) -> Result<Row> {
+    /// NCCL's row: plain, or on the buffers of its symmetric windows (`in_windows`, which
+    /// [`Ranks::windows`] holds then).
+    fn nccl_row(
+        &self,
+        comm: &Communicator<'_>,
+        at: &AtSize,
+        issue: IssueMode,
+        in_windows: bool,
+    ) -> Result<Row> {
+        let (inputs, outputs, contender) = match self.windows.filter(|_| in_windows) {
+            Some(w) => (ids(&w.inputs), ids(&w.outputs), Contender::NcclSymmetric),
+            None => (ids(&self.inputs), ids(&self.outputs), Contender::Nccl),
+        };
         let ranks: Vec<Rank> = (0..self.devices.len())
             .map(|r| Rank {
                 stream: *self.streams[r],
-                input: *self.inputs[r],
-                output: *self.outputs[r],
+                input: inputs[r],
+                output: outputs[r],
             })
             .collect();
         let mut op = NcclAllReduce {
@@ -318,27 +433,34 @@ impl<'b> Ranks<'b> {
             dtype: self.dtype,
             ranks: &ranks,
             len: at.len,
+            in_windows: contender == Contender::NcclSymmetric,
         };
-        self.measured(at, Contender::Nccl, "ncclAllReduce".into(), issue, &mut op)
+        let named = (contender, "ncclAllReduce".into());
+        self.measured(at, named, issue, &outputs, &mut op)
     }
 
-    /// `op` timed, then run once more into poisoned outputs, every byte checked: its row.
+    /// `op` (the contender and its algorithm: `named`) timed, then run once more into poisoned
+    /// `outputs`, every byte checked: its row.
     fn measured(
         &self,
         at: &AtSize,
-        contender: Contender,
-        algorithm: String,
+        named: (Contender, String),
         issue: IssueMode,
+        outputs: &[BufferId],
         op: &mut dyn Operation,
     ) -> Result<Row> {
         let (b, dtype) = (self.backend, self.dtype);
-        let outputs = ids(&self.outputs);
+        let (contender, algorithm) = named;
         let poison = || {
             let nan = vec![0xff; at.len];
             outputs.iter().try_for_each(|&o| b.write(o, 0, &nan))
         };
-        let what = format!("all-reduce {algorithm} {dtype} {}", format_bytes(at.bytes));
-        let check = || check_outputs(b, &what, &self.devices, &outputs, &at.want);
+        let by = match contender {
+            Contender::NcclSymmetric => format!("{algorithm} in symmetric windows"),
+            _ => algorithm.clone(),
+        };
+        let what = format!("all-reduce {by} {dtype} {}", format_bytes(at.bytes));
+        let check = || check_outputs(b, &what, &self.devices, outputs, &at.want);
         let time_us = measure(b, &ids(&self.streams), issue, at.counts, op, poison, check)?;
         let m = Measured {
             variant: None,
@@ -357,6 +479,56 @@ impl<'b> Ranks<'b> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::sim::SimBackend;
+    use crate::bench::progress::Silent;
+    use crate::workload::Options;
+
+    #[test]
+    fn the_simulator_leaves_nccl_with_symmetric_windows_out_with_one_note() {
+        let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("pcie-2gpu-switch").unwrap());
+        let options = Options {
+            sizes: Some(vec![4, 4096]),
+            ..Options::default()
+        };
+        let mut settings =
+            Settings::resolve(backend.as_ref(), Workload::AllReduce, &options).unwrap();
+        let rows = run(&backend, &mut settings, None, &Silent).unwrap();
+        assert!(rows.iter().any(|r| r.contender == Contender::Nccl));
+        assert!(!rows.iter().any(|r| r.contender == Contender::NcclSymmetric));
+        let notes: Vec<&String> = settings
+            .notices
+            .iter()
+            .filter(|n| n.contains("symmetric"))
+            .collect();
+        assert_eq!(
+            notes,
+            [
+                "NCCL (symmetric windows)'s rows are left out: the simulator has no model of \
+                 NCCL's symmetric kernels (NCCL ≥ 2.27 with windows from ncclCommWindowRegister, \
+                 nccl-tests -R 2): no run of them between two GPUs has been measured to calibrate \
+                 one, and the simulator invents no figures"
+            ]
+        );
+    }
+
+    #[test]
+    fn symmetric_windows_run_only_where_nccl_has_them_and_a_missing_nccl_says_nothing_more() {
+        let backend = SimBackend::open("pcie-2gpu-switch").unwrap();
+        let mut notices = Vec::new();
+        assert!(!symmetric_runs(None, &mut notices));
+        assert!(notices.is_empty(), "{notices:?}");
+        let nccl = backend.collectives().nccl().unwrap();
+        assert!(!symmetric_runs(Some(nccl), &mut notices));
+        assert_eq!(notices.len(), 1);
+        // And the backend refuses its memory, saying why.
+        let refused = nccl.alloc_window_memory(0, 4096).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("no model of NCCL's symmetric kernels"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn sums_of_the_pattern_are_exact_in_both_types() {

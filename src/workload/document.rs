@@ -71,6 +71,7 @@ mod tests {
             verified: true,
             simulated: true,
             vs_nccl: Some(1.5),
+            vs_nccl_symmetric: None,
             predicted_us: Some(3.5),
             regret: Some(0.0),
             compute_us: None,

@@ -127,13 +127,18 @@ pub enum Contender {
     /// peerlink's all-reduce as its cost model picks the kernel at each size (the row repeats the
     /// picked kernel's measurement).
     PeerlinkPick,
-    /// NCCL (or, on the simulator, its model).
+    /// NCCL (or, on the simulator, its model) on ordinary buffers: plain NCCL.
     Nccl,
+    /// NCCL on buffers of symmetric windows (`ncclMemAlloc` memory registered with
+    /// `ncclCommWindowRegister(…, NCCL_WIN_COLL_SYMMETRIC)`, as nccl-tests `-R 2` runs it), where
+    /// NCCL ≥ 2.27 may run its symmetric-memory kernels (no multicast: NVLS stays off). Real GPUs
+    /// only: the simulator has no model of those kernels.
+    NcclSymmetric,
 }
 
 impl Contender {
     pub fn is_peerlink(self) -> bool {
-        self != Contender::Nccl
+        matches!(self, Contender::Peerlink | Contender::PeerlinkPick)
     }
 }
 
@@ -143,6 +148,7 @@ impl fmt::Display for Contender {
             Contender::Peerlink => "peerlink",
             Contender::PeerlinkPick => "peerlink (pick)",
             Contender::Nccl => "NCCL",
+            Contender::NcclSymmetric => "NCCL (symmetric windows)",
         })
     }
 }

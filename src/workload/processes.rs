@@ -72,6 +72,11 @@ pub fn run(
     let backend = backend.as_ref();
     let stream = Owned::new(backend, backend.create_stream(ranks.gpu())?);
     let comm = join_nccl(backend, group, ranks.gpu(), &mut settings.notices)?;
+    if workload == Workload::AllReduce && comm.is_some() {
+        settings
+            .notices
+            .push(all_reduce::windows_left_out(ACROSS_WINDOWS_LEFT_OUT));
+    }
     if settings.issue.contains(&IssueMode::Graphs) {
         let notice = if workload == Workload::AllReduce {
             ACROSS_GRAPHS_NOTICE
@@ -126,6 +131,10 @@ const ACROSS_ALL_REDUCE_TIMING: &str = "on each rank's own GPU: primed operation
     (queued as the host goes: the operations meet the other ranks' at every call, so the ranks run \
     in step); time per operation = the slowest rank's window / iters. After timing, each \
     contender ran once more on fresh inputs and every rank checked every element in its own memory";
+
+/// Why NCCL with symmetric windows has no rows across processes (it has in one process).
+const ACROSS_WINDOWS_LEFT_OUT: &str = "across processes the workload runs plain NCCL only for now \
+     (run it in one process for NCCL with symmetric windows beside it)";
 
 /// Why graphs mode times the all-reduce across processes from the host too.
 const ACROSS_GRAPHS_NOTICE: &str = "the all-reduce across processes is issued from the host in \

@@ -35,10 +35,14 @@ pub struct Row {
     pub verified: bool,
     /// The figures come from the simulator, not from hardware.
     pub simulated: bool,
-    /// The fastest NCCL row's time at this size (and variant) over this row's: above 1 where
-    /// peerlink is faster. Peerlink's rows only, where NCCL ran.
+    /// Plain NCCL's fastest row's time at this size (and variant) over this row's (contender
+    /// `nccl`, ordinary buffers): above 1 where peerlink is faster. Peerlink's rows only, where
+    /// NCCL ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vs_nccl: Option<f64>,
+    /// The same against NCCL with symmetric windows (contender `nccl-symmetric`), where it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_nccl_symmetric: Option<f64>,
     /// The cost model's prediction for the picked kernel, µs (the pick's row).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_us: Option<f64>,
@@ -143,6 +147,7 @@ pub(crate) fn row(
         verified: true,
         simulated,
         vs_nccl: None,
+        vs_nccl_symmetric: None,
         predicted_us: None,
         regret: None,
         compute_us: None,
@@ -150,23 +155,28 @@ pub(crate) fn row(
     }
 }
 
-/// Sets each peerlink row's `vs_nccl`: the fastest NCCL row of its size and variant over it.
+/// Sets each peerlink row's `vs_nccl` and `vs_nccl_symmetric`: the fastest row of plain NCCL, and
+/// of NCCL with symmetric windows, of its size and variant over it.
 pub(crate) fn compare(rows: &mut [Row]) {
-    let best_nccl = |rows: &[Row], bytes: u64, variant: Option<Variant>| {
+    let best = |rows: &[Row], nccl: Contender, of: &Row| {
         rows.iter()
-            .filter(|r| r.contender == Contender::Nccl && r.bytes == bytes && r.variant == variant)
+            .filter(|r| r.contender == nccl && r.bytes == of.bytes && r.variant == of.variant)
             .map(|r| r.time_us)
             .reduce(f64::min)
+            .map(|time_us| time_us / of.time_us)
     };
-    let ratios: Vec<Option<f64>> = rows
+    let ratios: Vec<(Option<f64>, Option<f64>)> = rows
         .iter()
-        .map(|r| {
-            (r.contender.is_peerlink())
-                .then(|| best_nccl(rows, r.bytes, r.variant).map(|nccl| nccl / r.time_us))
-                .flatten()
+        .map(|r| match r.contender.is_peerlink() {
+            true => (
+                best(rows, Contender::Nccl, r),
+                best(rows, Contender::NcclSymmetric, r),
+            ),
+            false => (None, None),
         })
         .collect();
-    for (row, ratio) in rows.iter_mut().zip(ratios) {
-        row.vs_nccl = ratio;
+    for (row, (plain, symmetric)) in rows.iter_mut().zip(ratios) {
+        row.vs_nccl = plain;
+        row.vs_nccl_symmetric = symmetric;
     }
 }

@@ -93,6 +93,36 @@ fn peerlink_rows_are_compared_with_the_fastest_nccl_row_of_their_size() {
     assert!((rows[0].algbw_gbps - 4.0 / 5.0 / 1e3).abs() < 1e-12);
 }
 
+#[test]
+fn peerlink_rows_name_which_nccl_they_are_compared_with() {
+    let mut rows = vec![
+        measured(Contender::Peerlink, 4, 5.0),
+        measured(Contender::Nccl, 4, 20.0),
+        measured(Contender::NcclSymmetric, 4, 7.5),
+        measured(Contender::Peerlink, 64, 8.0),
+        measured(Contender::Nccl, 64, 16.0),
+    ];
+    compare(&mut rows);
+    assert_eq!(rows[0].vs_nccl, Some(4.0));
+    assert_eq!(rows[0].vs_nccl_symmetric, Some(1.5));
+    // NCCL's own rows are compared with nothing.
+    assert_eq!((rows[2].vs_nccl, rows[2].vs_nccl_symmetric), (None, None));
+    // No symmetric row at 64 bytes: the plain comparison alone.
+    assert_eq!(
+        (rows[3].vs_nccl, rows[3].vs_nccl_symmetric),
+        (Some(2.0), None)
+    );
+    assert!(!Contender::NcclSymmetric.is_peerlink());
+    assert_eq!(
+        Contender::NcclSymmetric.to_string(),
+        "NCCL (symmetric windows)"
+    );
+    assert_eq!(
+        serde_json::to_value(Contender::NcclSymmetric).unwrap(),
+        "nccl-symmetric"
+    );
+}
+
 /// A copy of `len` bytes from GPU 0's buffer to GPU 1's on rank 0's stream, or, broken, nothing.
 struct Copy {
     backend: std::sync::Arc<dyn Backend>,

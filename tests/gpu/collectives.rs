@@ -586,3 +586,256 @@ fn busy_kernel_runs_for_the_time_asked() {
         "busy for {asked} µs took {took:.1} µs"
     );
 }
+
+/// NCCL with symmetric windows on this host, or `None` after saying why the test is skipped. An
+/// NCCL of 2.27 or newer must have them (its version is the second word of `describe`).
+fn symmetric_or_skip(nccl: &dyn Nccl) -> Option<()> {
+    let description = nccl.describe();
+    eprintln!("{description}");
+    match nccl.symmetric_windows() {
+        Ok(()) => Some(()),
+        Err(why) => {
+            let version: Vec<u32> = description
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("")
+                .split('.')
+                .filter_map(|part| part.parse().ok())
+                .collect();
+            let turned_off = why.contains("in the environment");
+            assert!(
+                turned_off || version.as_slice() < [2, 27].as_slice(),
+                "{description} should have symmetric windows: {why}"
+            );
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
+/// One window buffer (ncclMemAlloc) of `bytes` on each of GPUs 0..count.
+fn window_memory(nccl: &dyn Nccl, count: usize, bytes: usize) -> Vec<BufferId> {
+    (0..count)
+        .map(|gpu| nccl.alloc_window_memory(gpu, bytes).unwrap())
+        .collect()
+}
+
+/// Every rank's all-reduce over `inputs` into `outputs` on `streams`.
+fn window_ranks(streams: &[StreamId], inputs: &[BufferId], outputs: &[BufferId]) -> Vec<Rank> {
+    (0..streams.len())
+        .map(|r| Rank {
+            stream: streams[r],
+            input: inputs[r],
+            output: outputs[r],
+        })
+        .collect()
+}
+
+/// What the lead runs on one GPU: NCCL's window functions load, a one-rank communicator registers
+/// two windows (collectively, in one group) and reduces through them — out of place, in place and
+/// replayed from a captured graph — and the checked layer refuses what NCCL's symmetric kernels
+/// cannot take. One rank says nothing of speed between GPUs: the two-GPU test below does the sums.
+#[test]
+#[ignore = "needs a GPU"]
+fn nccl_symmetric_windows_register_and_reduce_on_one_gpu() {
+    let b = CudaBackend::open().unwrap_or_else(|e| panic!("this test needs a GPU: {e}"));
+    let Some(nccl) = nccl_or_skip(&b) else {
+        return;
+    };
+    if symmetric_or_skip(nccl).is_none() {
+        return;
+    }
+    let comm = nccl.communicator(&[0]).unwrap();
+    let capacity = (1 << 20) + 64;
+    let (inputs, outputs) = (
+        window_memory(nccl, 1, capacity),
+        window_memory(nccl, 1, capacity),
+    );
+    let plain = b.alloc(Memory::Device(0), capacity).unwrap();
+    let refused = nccl.register_window(comm, &[plain]).unwrap_err();
+    assert!(refused.to_string().contains("ncclMemAlloc"), "{refused}");
+    let in_window = nccl.register_window(comm, &inputs).unwrap();
+    let out_window = nccl.register_window(comm, &outputs).unwrap();
+    let again = nccl.register_window(comm, &inputs).unwrap_err();
+    assert!(again.to_string().contains("in a window already"), "{again}");
+    let stream = b.create_stream(0).unwrap();
+    let streams = [stream];
+    let not_in_window = window_ranks(&streams, &[plain], &outputs);
+    let refused = nccl
+        .window_all_reduce(comm, DataType::F32, &not_in_window, 4)
+        .unwrap_err();
+    assert!(refused.to_string().contains("window"), "{refused}");
+    for (round, dtype) in DTYPES.into_iter().enumerate() {
+        let elements = (1 << 20) / dtype.size() - 3;
+        let want = sums(dtype, round as u64, 1, elements);
+        b.write(inputs[0], 0, &input(dtype, round as u64, 0, elements))
+            .unwrap();
+        b.write(outputs[0], 0, &vec![SENTINEL; capacity]).unwrap();
+        let ranks = window_ranks(&streams, &inputs, &outputs);
+        nccl.window_all_reduce(comm, dtype, &ranks, want.len())
+            .unwrap();
+        b.synchronize(stream).unwrap();
+        check_output(
+            &b,
+            outputs[0],
+            &want,
+            &format!("{dtype} in windows, 1 rank"),
+        );
+    }
+    // In place, and replayed from a graph into a poisoned output.
+    let elements = 4099;
+    let want = sums(DataType::F32, 9, 1, elements);
+    b.write(inputs[0], 0, &input(DataType::F32, 9, 0, elements))
+        .unwrap();
+    let in_place = window_ranks(&streams, &inputs, &inputs);
+    nccl.window_all_reduce(comm, DataType::F32, &in_place, want.len())
+        .unwrap();
+    b.synchronize(stream).unwrap();
+    let mut got = vec![0; want.len()];
+    b.read(inputs[0], 0, &mut got).unwrap();
+    assert!(got == want, "in-place all-reduce in a window, 1 rank");
+    b.begin_capture(stream).unwrap();
+    let ranks = window_ranks(&streams, &inputs, &outputs);
+    nccl.window_all_reduce(comm, DataType::F32, &ranks, want.len())
+        .unwrap();
+    let graph = b.end_capture(stream).unwrap();
+    b.write(outputs[0], 0, &vec![SENTINEL; capacity]).unwrap();
+    b.replay(graph, stream).unwrap();
+    b.synchronize(stream).unwrap();
+    check_output(
+        &b,
+        outputs[0],
+        &want,
+        "all-reduce in windows replayed, 1 rank",
+    );
+    b.destroy_graph(graph).unwrap();
+    let busy = nccl.destroy_communicator(comm).unwrap_err();
+    assert!(busy.to_string().contains("windows"), "{busy}");
+    nccl.deregister_window(in_window).unwrap();
+    nccl.deregister_window(out_window).unwrap();
+    nccl.destroy_communicator(comm).unwrap();
+    for buffer in inputs.into_iter().chain(outputs).chain([plain]) {
+        b.free(buffer).unwrap();
+    }
+}
+
+/// NCCL with symmetric windows on 2 to all GPUs (every rank's buffers registered in one group):
+/// every byte of every rank's output is the host's sum, out of place and in place, on streams and
+/// replayed from graphs.
+#[test]
+#[ignore = "needs a GPU"]
+fn nccl_symmetric_window_all_reduce_sums_every_byte() {
+    let Some((b, gpus)) = several_gpus() else {
+        return;
+    };
+    let Some(nccl) = nccl_or_skip(&b) else {
+        return;
+    };
+    if symmetric_or_skip(nccl).is_none() {
+        return;
+    }
+    for count in 2..=gpus {
+        let devices: Vec<usize> = (0..count).collect();
+        let comm = nccl.communicator(&devices).unwrap();
+        let capacity = (1 << 20) + 64;
+        let (inputs, outputs) = (
+            window_memory(nccl, count, capacity),
+            window_memory(nccl, count, capacity),
+        );
+        let windows = [
+            nccl.register_window(comm, &inputs).unwrap(),
+            nccl.register_window(comm, &outputs).unwrap(),
+        ];
+        let streams: Vec<StreamId> = devices
+            .iter()
+            .map(|&gpu| b.create_stream(gpu).unwrap())
+            .collect();
+        let write_inputs = |dtype: DataType, round: u64, elements: usize| {
+            for (r, &buffer) in inputs.iter().enumerate() {
+                b.write(buffer, 0, &input(dtype, round, r, elements))
+                    .unwrap();
+            }
+        };
+        let poison = |buffers: &[BufferId]| {
+            for &buffer in buffers {
+                b.write(buffer, 0, &vec![SENTINEL; capacity]).unwrap();
+            }
+        };
+        let wait = || {
+            for &stream in &streams {
+                b.synchronize(stream)
+                    .unwrap_or_else(|e| panic!("an all-reduce in windows failed: {e}"));
+            }
+        };
+        let mut round = 200;
+        for dtype in DTYPES {
+            for elements in [1, 7, 4097, (1 << 20) / dtype.size() - 3] {
+                round += 1;
+                let want = sums(dtype, round, count, elements);
+                write_inputs(dtype, round, elements);
+                poison(&outputs);
+                let ranks = window_ranks(&streams, &inputs, &outputs);
+                nccl.window_all_reduce(comm, dtype, &ranks, want.len())
+                    .unwrap();
+                wait();
+                for (r, &output) in outputs.iter().enumerate() {
+                    let what = format!(
+                        "ncclAllReduce in windows, {dtype} on {count} GPUs, {elements} \
+                         elements, rank {r}"
+                    );
+                    check_output(&b, output, &want, &what);
+                }
+            }
+        }
+        // Captured once on every rank's stream, replayed three times into poisoned outputs.
+        let elements = 65_537;
+        let want = sums(DataType::Bf16, 7, count, elements);
+        write_inputs(DataType::Bf16, 7, elements);
+        for &stream in &streams {
+            b.begin_capture(stream).unwrap();
+        }
+        let ranks = window_ranks(&streams, &inputs, &outputs);
+        nccl.window_all_reduce(comm, DataType::Bf16, &ranks, want.len())
+            .unwrap();
+        let graphs: Vec<_> = streams
+            .iter()
+            .map(|&stream| b.end_capture(stream).unwrap())
+            .collect();
+        for replay in 0..3 {
+            poison(&outputs);
+            for (&graph, &stream) in graphs.iter().zip(&streams) {
+                b.replay(graph, stream).unwrap();
+            }
+            wait();
+            for (r, &output) in outputs.iter().enumerate() {
+                let what = format!("replay {replay} in windows on {count} GPUs, rank {r}");
+                check_output(&b, output, &want, &what);
+            }
+        }
+        // In place: each rank's input window is its output too.
+        write_inputs(DataType::F32, 8, 4099);
+        let in_place = window_ranks(&streams, &inputs, &inputs);
+        nccl.window_all_reduce(comm, DataType::F32, &in_place, 4099 * 4)
+            .unwrap();
+        wait();
+        let want = sums(DataType::F32, 8, count, 4099);
+        for (r, &buffer) in inputs.iter().enumerate() {
+            let mut got = vec![0; want.len()];
+            b.read(buffer, 0, &mut got).unwrap();
+            assert!(got == want, "in place in windows on {count} GPUs, rank {r}");
+        }
+        for graph in graphs {
+            b.destroy_graph(graph).unwrap();
+        }
+        for window in windows {
+            nccl.deregister_window(window).unwrap();
+        }
+        nccl.destroy_communicator(comm).unwrap();
+        for buffer in inputs.iter().chain(&outputs) {
+            b.free(*buffer).unwrap();
+        }
+        for stream in streams {
+            b.destroy_stream(stream).unwrap();
+        }
+    }
+}

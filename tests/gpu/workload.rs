@@ -38,7 +38,7 @@ fn run(workload: Workload, sizes: &[u64]) {
     }
     for r in &report.rows {
         eprintln!(
-            "{workload} {:>5} {:>10} {:<16} {:<40} {:<7} {:>10.2} µs {:>8.2} GB/s busbw {:>8.2} vs NCCL {}",
+            "{workload} {:>5} {:>10} {:<24} {:<40} {:<7} {:>10.2} µs {:>8.2} GB/s busbw {:>8.2} vs NCCL {} vs NCCL symm. {}",
             r.variant.map_or("", |v| v.name()),
             r.bytes,
             r.contender.to_string(),
@@ -47,7 +47,9 @@ fn run(workload: Workload, sizes: &[u64]) {
             r.time_us,
             r.algbw_gbps,
             r.busbw_gbps,
-            r.vs_nccl.map_or("—".into(), |v| format!("{v:.2}×"))
+            r.vs_nccl.map_or("—".into(), |v| format!("{v:.2}×")),
+            r.vs_nccl_symmetric
+                .map_or("—".into(), |v| format!("{v:.2}×"))
         );
         assert!(r.verified && !r.simulated, "{r:?}");
         assert!(r.time_us > 0.0 && r.time_us.is_finite(), "{r:?}");
@@ -58,8 +60,14 @@ fn run(workload: Workload, sizes: &[u64]) {
         "no peerlink rows: {:?}",
         report.notices
     );
-    if backend.collectives().nccl().is_ok() {
+    if let Ok(nccl) = backend.collectives().nccl() {
         assert!(has(Contender::Nccl), "NCCL was found but has no rows");
+        if workload == Workload::AllReduce && nccl.symmetric_windows().is_ok() {
+            assert!(
+                has(Contender::NcclSymmetric),
+                "NCCL has symmetric windows but NCCL (symmetric windows) has no rows"
+            );
+        }
     }
 }
 

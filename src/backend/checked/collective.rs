@@ -9,7 +9,7 @@
 use super::{check_range, BufferEntry, Checked, State, Toucher};
 use crate::backend::collective::{
     AllReduceKernel, BufferRange, CommId, CommRank, DataType, PeerOp, PeerTransfer, Rank,
-    RankBuffers, UniqueId, FLAG_BYTES, MAX_RANKS,
+    RankBuffers, UniqueId, WindowId, FLAG_BYTES, MAX_RANKS,
 };
 use crate::backend::raw::{RawBackend, RawCollectives, RawProbes, RawRank, RawRankBuffers};
 use crate::backend::{first_overlap, BufferId, Collectives, Memory, Nccl, StreamId};
@@ -25,6 +25,17 @@ pub(super) struct CommEntry<C> {
     /// For a communicator across processes ([`Nccl::join_communicator`]): this process's rank.
     joined: Option<CommRank>,
     pub(super) raw: Arc<C>,
+}
+
+/// A symmetric window: its communicator, each rank's buffer, and the implementation's object.
+pub(super) struct WindowEntry<I: RawCollectives> {
+    pub(super) comm: CommId,
+    /// Rank `i`'s buffer at `i`.
+    buffers: Vec<BufferId>,
+    /// The buffers' memory, held until the window is deregistered: NCCL maps it meanwhile, so a
+    /// buffer freed first keeps its memory until then.
+    _memory: Vec<I::Buffer>,
+    pub(super) raw: I::Window,
 }
 
 /// One rank of a collective, checked: its GPU and the implementation's objects.
@@ -361,6 +372,56 @@ impl<I: RawCollectives> Checked<I> {
         }
     }
 
+    /// Whether NCCL has symmetric windows, asked of the implementation the first time (after NCCL
+    /// itself).
+    fn symmetric_answer(&self) -> std::result::Result<(), String> {
+        if let Err(why) = self.nccl_answer() {
+            return Err(why.clone());
+        }
+        self.symmetric
+            .get_or_init(|| self.raw.nccl_symmetric())
+            .clone()
+    }
+
+    /// Fails unless NCCL has symmetric windows, saying why not.
+    fn symmetric_opened(&self) -> Result<()> {
+        self.symmetric_answer().map_err(|why| {
+            Error::usage(format!(
+                "NCCL's symmetric windows are not available here ({why}): ask \
+                 Nccl::symmetric_windows first and leave them out where it answers Err"
+            ))
+        })
+    }
+
+    /// Fails unless every rank's `buffers` entry (their inputs, or outputs: `what`) is that rank's
+    /// buffer of one window of `comm`: one registration, so one offset on every rank.
+    fn check_in_window(
+        st: &State<I>,
+        comm: CommId,
+        what: &str,
+        buffers: impl Iterator<Item = BufferId>,
+    ) -> Result<()> {
+        let mut window: Option<&WindowEntry<I>> = None;
+        for (i, buffer) in buffers.enumerate() {
+            let found = match window {
+                Some(entry) => (entry.buffers.get(i) == Some(&buffer)).then_some(entry),
+                None => st
+                    .windows
+                    .iter()
+                    .find(|w| w.comm == comm && w.buffers.first() == Some(&buffer)),
+            };
+            let Some(entry) = found else {
+                return Err(Error::usage(format!(
+                    "NCCL all-reduce in windows: rank {i}'s {what} ({buffer}) is not its buffer \
+                     of a window of {comm} that holds every rank's {what}: register one buffer \
+                     per rank in one window (Nccl::register_window) and pass them in rank order"
+                )));
+            };
+            window = Some(entry);
+        }
+        Ok(())
+    }
+
     /// A live communicator's GPUs and object.
     fn comm(st: &State<I>, comm: CommId) -> Result<(Vec<usize>, Arc<I::Comm>)> {
         let entry = st.comms.get(comm.0)?;
@@ -569,6 +630,12 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
         let raw = {
             let mut st = self.lock();
             // Calls clone the object only under this lock, so a count of one stays one.
+            if st.windows.iter().any(|w| w.comm == comm) {
+                return Err(Error::usage(format!(
+                    "{comm} still has symmetric windows: deregister them first \
+                     (Nccl::deregister_window), which NCCL does through the communicator"
+                )));
+            }
             if Arc::strong_count(&st.comms.get(comm.0)?.raw) > 1 {
                 return Err(Error::usage(format!(
                     "{comm} is in use by a call on another thread: NCCL communicators take one \
@@ -738,6 +805,112 @@ impl<I: RawProbes + RawCollectives> Nccl for Checked<I> {
         self.check_device(device)?;
         let raw = self.raw.nccl_join(id, rank)?;
         self.adopt_comm(vec![device], Some(rank), raw)
+    }
+
+    fn symmetric_windows(&self) -> std::result::Result<(), String> {
+        self.symmetric_answer()
+    }
+
+    fn alloc_window_memory(&self, device: usize, bytes: usize) -> Result<BufferId> {
+        self.symmetric_opened()?;
+        self.check_device(device)?;
+        if bytes == 0 {
+            return Err(Error::usage("cannot allocate a buffer of 0 bytes"));
+        }
+        let raw = self.raw.nccl_alloc(device, bytes)?;
+        let memory = Memory::Device(device);
+        self.insert_buffer(raw, memory, bytes, super::sharing::Origin::Nccl)
+    }
+
+    fn register_window(&self, comm: CommId, buffers: &[BufferId]) -> Result<WindowId> {
+        self.symmetric_opened()?;
+        let call = "NCCL window registration";
+        let st = self.lock();
+        let (devices, raw_comm) = Self::comm(&st, comm)?;
+        if buffers.len() != devices.len() {
+            return Err(Error::usage(format!(
+                "{call}: {comm} has {} rank(s) in this process (GPUs {devices:?}), but {} \
+                 buffers were passed: pass one per rank, in the communicator's order",
+                devices.len(),
+                buffers.len()
+            )));
+        }
+        if let Some(stream) = st.streams.iter().find(|s| s.capture.is_some()) {
+            return Err(Error::usage(format!(
+                "{call}: a stream of GPU {} captures a graph, and registering maps memory, \
+                 which no capture allows: register the windows before capturing",
+                stream.device
+            )));
+        }
+        let mut memory = Vec::with_capacity(buffers.len());
+        for (i, (&buffer, &device)) in buffers.iter().zip(&devices).enumerate() {
+            let entry = st.buffers.get(buffer.0)?;
+            if entry.origin != super::sharing::Origin::Nccl {
+                return Err(Error::usage(format!(
+                    "{call}: rank {i}'s {buffer} is not NCCL's memory: NCCL's symmetric windows \
+                     need memory from ncclMemAlloc; allocate it with Nccl::alloc_window_memory"
+                )));
+            }
+            on_gpu(
+                call,
+                format_args!("rank {i}'s buffer"),
+                buffer,
+                entry.memory,
+                device,
+                format_args!("rank {i} runs"),
+            )?;
+            if entry.len != st.buffers.get(buffers[0].0)?.len {
+                return Err(Error::usage(format!(
+                    "{call}: rank {i}'s {buffer} holds {} bytes, rank 0's {}: a window has one \
+                     length on every rank",
+                    entry.len,
+                    st.buffers.get(buffers[0].0)?.len
+                )));
+            }
+            if st.windows.iter().any(|w| w.buffers.contains(&buffer)) {
+                return Err(Error::usage(format!(
+                    "{call}: {buffer} is in a window already: register a buffer once and reuse \
+                     the window (each registration takes NCCL address space of its own)"
+                )));
+            }
+            memory.push(entry.raw.clone());
+        }
+        let bytes = st.buffers.get(buffers[0].0)?.len;
+        drop(st);
+        let refs: Vec<&I::Buffer> = memory.iter().collect();
+        let raw = self.raw.nccl_register_window(&raw_comm, &refs, bytes)?;
+        let entry = WindowEntry {
+            comm,
+            buffers: buffers.to_vec(),
+            _memory: memory,
+            raw,
+        };
+        self.lock().windows.insert(entry).map(WindowId)
+    }
+
+    fn deregister_window(&self, window: WindowId) -> Result<()> {
+        let (entry, raw_comm) = {
+            let mut st = self.lock();
+            let comm = st.windows.get(window.0)?.comm;
+            let (_, raw_comm) = Self::comm(&st, comm)?;
+            (st.windows.remove(window.0)?, raw_comm)
+        };
+        self.raw.nccl_deregister_window(&raw_comm, entry.raw)
+    }
+
+    fn window_all_reduce(
+        &self,
+        comm: CommId,
+        dtype: DataType,
+        ranks: &[Rank],
+        len: usize,
+    ) -> Result<()> {
+        {
+            let st = self.lock();
+            Self::check_in_window(&st, comm, "input", ranks.iter().map(|r| r.input))?;
+            Self::check_in_window(&st, comm, "output", ranks.iter().map(|r| r.output))?;
+        }
+        Nccl::all_reduce(self, comm, dtype, ranks, len)
     }
 
     fn rank_send_recv(&self, comm: CommId, stream: StreamId, ops: &[PeerOp]) -> Result<()> {

@@ -20,6 +20,8 @@ pub(super) enum Origin {
     Imported { gpu: usize },
     /// Another library's memory in this process ([`crate::backend::Backend::borrow_memory`]).
     Borrowed,
+    /// NCCL's memory for symmetric windows ([`crate::backend::Nccl::alloc_window_memory`]).
+    Nccl,
 }
 
 impl<I: RawCollectives + RawSharing> Sharing for Checked<I> {
@@ -48,6 +50,11 @@ impl<I: RawCollectives + RawSharing> Sharing for Checked<I> {
                 (Origin::Borrowed, _) => Some(
                     "is another library's memory, borrowed: export it with that library's own \
                      sharing (e.g. PyTorch's)"
+                        .to_string(),
+                ),
+                (Origin::Nccl, _) => Some(
+                    "is NCCL's memory (ncclMemAlloc), which CUDA IPC cannot share: share it \
+                     through an NCCL window registered by every rank"
                         .to_string(),
                 ),
                 (_, Memory::Managed(_)) => Some(

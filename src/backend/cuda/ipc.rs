@@ -48,6 +48,7 @@ impl RawSharing for Gpus {
             }
             Storage::Managed(_) => unreachable!("the checked layer refuses managed memory"),
             Storage::Borrowed { .. } => unreachable!("the checked layer refuses borrowed memory"),
+            Storage::Nccl(_) => unreachable!("the checked layer refuses NCCL's memory"),
         }
     }
 

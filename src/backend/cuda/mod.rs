@@ -134,6 +134,8 @@ enum Storage {
     Device(DeviceMemory),
     Pinned(PinnedMemory),
     Managed(ManagedMemory),
+    /// NCCL's memory for symmetric windows (`ncclMemAlloc`), freed by `ncclMemFree`.
+    Nccl(nccl::WindowMemory),
     /// Another library's memory of this GPU (see `Backend::borrow_memory`): never freed here.
     Borrowed {
         address: u64,
@@ -148,6 +150,7 @@ impl Buffer {
             Storage::Device(memory) => memory.address(),
             Storage::Pinned(memory) => memory.address(),
             Storage::Managed(memory) => memory.address(),
+            Storage::Nccl(memory) => memory.address(),
             Storage::Borrowed { address, .. } => *address,
         }
     }
@@ -158,6 +161,7 @@ impl Buffer {
             Storage::Device(memory) => memory.device(),
             Storage::Pinned(memory) => memory.device(),
             Storage::Managed(memory) => memory.device(),
+            Storage::Nccl(memory) => memory.device(),
             Storage::Borrowed { device, .. } => *device,
         }
     }
@@ -166,7 +170,10 @@ impl Buffer {
     fn managed(&self) -> &ManagedMemory {
         match &self.0 {
             Storage::Managed(memory) => memory,
-            Storage::Device(_) | Storage::Pinned(_) | Storage::Borrowed { .. } => {
+            Storage::Device(_)
+            | Storage::Pinned(_)
+            | Storage::Nccl(_)
+            | Storage::Borrowed { .. } => {
                 unreachable!("the checked layer passes only managed buffers here")
             }
         }
@@ -789,6 +796,7 @@ impl Drop for Gpus {
 
 impl RawCollectives for Gpus {
     type Comm = nccl::Comm;
+    type Window = nccl::Window;
 
     fn all_reduce(
         &self,
@@ -865,6 +873,37 @@ impl RawCollectives for Gpus {
         ops: &[PeerOp<&Arc<Buffer>>],
     ) -> Result<()> {
         comm.rank_send_recv(stream, ops)
+    }
+
+    fn nccl_symmetric(&self) -> std::result::Result<(), String> {
+        nccl::opened()
+            .map_err(|error| error.to_string())?
+            .symmetric()
+    }
+
+    fn nccl_alloc(&self, device: usize, bytes: usize) -> Result<Arc<Buffer>> {
+        // ncclMemAlloc allocates on the current device: this thread's context.
+        driver::bind(self.context(device)?)?;
+        let memory = nccl::opened()?.alloc(device, bytes)?;
+        Ok(Arc::new(Buffer(Storage::Nccl(memory))))
+    }
+
+    fn nccl_register_window(
+        &self,
+        comm: &nccl::Comm,
+        buffers: &[&Arc<Buffer>],
+        bytes: usize,
+    ) -> Result<nccl::Window> {
+        let contexts = buffers
+            .iter()
+            .map(|buffer| self.context(buffer.device()).cloned())
+            .collect::<Result<Vec<_>>>()?;
+        let addresses: Vec<u64> = buffers.iter().map(|buffer| buffer.address()).collect();
+        comm.register_window(contexts, &addresses, bytes)
+    }
+
+    fn nccl_deregister_window(&self, comm: &nccl::Comm, window: nccl::Window) -> Result<()> {
+        comm.deregister_window(window)
     }
 }
 

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUstream;
+use cudarc::driver::CudaContext;
 
 use super::{lock, Buffer, Gpus, Stream};
 use crate::backend::collective::{
@@ -103,22 +104,24 @@ struct Api {
     group_end: unsafe extern "C" fn() -> NcclResult,
 }
 
+/// A copy of the symbol's function pointer (valid while the library stays loaded), or the name
+/// of the symbol the library lacks.
+///
+/// # Safety
+/// `T` must be the symbol's true function type.
+unsafe fn function<T: Copy>(
+    library: &libloading::Library,
+    name: &'static str,
+) -> std::result::Result<T, &'static str> {
+    // SAFETY: the caller names the type NCCL's header gives the symbol.
+    unsafe { library.get::<T>(name) }
+        .map(|symbol| *symbol)
+        .map_err(|_| name)
+}
+
 impl Api {
     /// Every function, or the name of the first one the library lacks.
     fn resolve(library: &libloading::Library) -> std::result::Result<Api, &'static str> {
-        /// A copy of the symbol's function pointer (valid while the library stays loaded).
-        ///
-        /// # Safety
-        /// `T` must be the symbol's true function type.
-        unsafe fn function<T: Copy>(
-            library: &libloading::Library,
-            name: &'static str,
-        ) -> std::result::Result<T, &'static str> {
-            // SAFETY: the caller names the type NCCL's header gives the symbol.
-            unsafe { library.get::<T>(name) }
-                .map(|symbol| *symbol)
-                .map_err(|_| name)
-        }
         // SAFETY: each type above is the one nccl.h declares for the name (NCCL 2.7 and newer).
         unsafe {
             Ok(Api {
@@ -138,9 +141,65 @@ impl Api {
     }
 }
 
+/// `ncclWindow_t`.
+type RawWindow = *mut c_void;
+
+/// `NCCL_WIN_COLL_SYMMETRIC`: a window every rank registers at once, for the symmetric kernels.
+const NCCL_WIN_COLL_SYMMETRIC: c_int = 0x01;
+
+/// The functions of NCCL's symmetric windows (NCCL 2.27 and newer), as nccl.h declares them.
+struct WindowApi {
+    mem_alloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> NcclResult,
+    mem_free: unsafe extern "C" fn(*mut c_void) -> NcclResult,
+    register:
+        unsafe extern "C" fn(RawComm, *mut c_void, usize, *mut RawWindow, c_int) -> NcclResult,
+    deregister: unsafe extern "C" fn(RawComm, RawWindow) -> NcclResult,
+}
+
+impl WindowApi {
+    /// Every function, or the name of the first one the library lacks (an NCCL before 2.27).
+    fn resolve(library: &libloading::Library) -> std::result::Result<WindowApi, &'static str> {
+        // SAFETY: each type is the one nccl.h declares for the name (NCCL 2.27 and newer).
+        unsafe {
+            Ok(WindowApi {
+                mem_alloc: function(library, "ncclMemAlloc")?,
+                mem_free: function(library, "ncclMemFree")?,
+                register: function(library, "ncclCommWindowRegister")?,
+                deregister: function(library, "ncclCommWindowDeregister")?,
+            })
+        }
+    }
+}
+
+/// The sentence for an NCCL without symmetric windows: `missing` is the first function it lacks.
+fn windows_missing(version: &str, missing: &str) -> String {
+    format!(
+        "NCCL {version} has no {missing}: symmetric windows (ncclCommWindowRegister) came with \
+         NCCL 2.27; name a newer NCCL with --nccl-lib or PEERLINK_NCCL_LIB"
+    )
+}
+
+/// Why the environment keeps NCCL from registering symmetric windows, if it does: they need cuMem
+/// memory (`NCCL_CUMEM_ENABLE`) and NCCL's windows on (`NCCL_WIN_ENABLE`), both on by default.
+fn windows_turned_off(variable: impl Fn(&str) -> Option<OsString>) -> Option<String> {
+    let off = |name: &str| variable(name).is_some_and(|value| value.to_str() == Some("0"));
+    if off("NCCL_CUMEM_ENABLE") {
+        return Some(
+            "NCCL_CUMEM_ENABLE=0 in the environment turns off the cuMem memory NCCL's symmetric \
+             windows need; unset it for them"
+                .into(),
+        );
+    }
+    off("NCCL_WIN_ENABLE").then(|| {
+        "NCCL_WIN_ENABLE=0 in the environment turns NCCL's windows off; unset it for them".into()
+    })
+}
+
 /// A loaded NCCL: its functions, its version and the file they came from.
 pub(super) struct Library {
     api: Api,
+    /// The symmetric windows' functions, or why this NCCL has none.
+    windows: std::result::Result<WindowApi, String>,
     version: String,
     file: String,
     /// Keeps the functions loaded (the library is leaked, so for the whole process).
@@ -315,9 +374,13 @@ impl Library {
         }
         let file = loaded_from(api.get_version as *const c_void)
             .unwrap_or_else(|| path.display().to_string());
+        let version = version_text(code);
+        let windows =
+            WindowApi::resolve(&library).map_err(|missing| windows_missing(&version, missing));
         Ok(Library {
             api,
-            version: version_text(code),
+            windows,
+            version,
             file,
             _library: library,
         })
@@ -379,6 +442,36 @@ impl Library {
         })
     }
 
+    /// Whether this NCCL has symmetric windows and the environment leaves them on, or why not.
+    pub(super) fn symmetric(&self) -> std::result::Result<(), String> {
+        self.windows.as_ref().map_err(Clone::clone)?;
+        match windows_turned_off(|name| std::env::var_os(name)) {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+
+    /// The symmetric windows' functions ([`Library::symmetric`] said they are there).
+    fn windows(&self) -> Result<&WindowApi> {
+        self.windows
+            .as_ref()
+            .map_err(|why| Error::usage(why.clone()))
+    }
+
+    /// `bytes` from `ncclMemAlloc` on GPU `device`, whose context is current on this thread.
+    pub(super) fn alloc(&'static self, device: usize, bytes: usize) -> Result<WindowMemory> {
+        let windows = self.windows()?;
+        let mut pointer: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `pointer` is a valid out-pointer; NCCL allocates on the current device.
+        let made = unsafe { (windows.mem_alloc)(&mut pointer, bytes) };
+        self.check("ncclMemAlloc", made)?;
+        Ok(WindowMemory {
+            address: pointer as u64,
+            device,
+            free: windows.mem_free,
+        })
+    }
+
     /// A failed call as the library's error, in NCCL's words.
     fn check(&self, call: &str, result: NcclResult) -> Result<()> {
         if result == NCCL_SUCCESS {
@@ -436,6 +529,47 @@ fn version_text(code: c_int) -> String {
         (code / 1000, code / 100 % 10, code % 100)
     };
     format!("{major}.{minor}.{patch}")
+}
+
+/// Memory from `ncclMemAlloc`, released with `ncclMemFree` when dropped.
+pub struct WindowMemory {
+    address: u64,
+    device: usize,
+    free: unsafe extern "C" fn(*mut c_void) -> NcclResult,
+}
+
+impl WindowMemory {
+    pub(super) fn address(&self) -> u64 {
+        self.address
+    }
+
+    pub(super) fn device(&self) -> usize {
+        self.device
+    }
+}
+
+impl Drop for WindowMemory {
+    fn drop(&mut self) {
+        // SAFETY: the address came from ncclMemAlloc and is freed once, here, after every window
+        // that held it was deregistered (windows keep their buffers alive); NCCL finds its GPU
+        // from the address. A failure cannot be reported from drop.
+        let _ = unsafe { (self.free)(self.address as *mut c_void) };
+    }
+}
+
+/// One rank's handle of a symmetric window.
+struct RankWindow(RawWindow);
+
+// SAFETY: a window handle names NCCL's heap state, not bound to a thread; it is used only through
+// its communicator, under the communicator's lock.
+unsafe impl Send for RankWindow {}
+// SAFETY: as above; a shared window is only read (its handle passed to NCCL under that lock).
+unsafe impl Sync for RankWindow {}
+
+/// A symmetric window: each rank's handle, and the GPU context each was registered in.
+pub struct Window {
+    ranks: Vec<RankWindow>,
+    contexts: Vec<Arc<CudaContext>>,
 }
 
 /// One rank's NCCL communicator.
@@ -572,6 +706,78 @@ impl Comm {
                     }),
                 };
                 library.check(call, queued)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Registers `addresses[i]` (ncclMemAlloc's memory, `bytes` long, on `contexts[i]`'s GPU) as
+    /// rank `i`'s part of one symmetric window, every rank in one group: the registration is
+    /// collective. NCCL answers success with no window where its symmetric memory is off on this
+    /// communicator: that is an error here.
+    pub(super) fn register_window(
+        &self,
+        contexts: Vec<Arc<CudaContext>>,
+        addresses: &[u64],
+        bytes: usize,
+    ) -> Result<Window> {
+        let comms = lock(&self.ranks);
+        let library = self.library;
+        let windows = library.windows()?;
+        // Filled in by ncclGroupEnd: NCCL writes each handle when the group completes.
+        let mut handles: Vec<RawWindow> = vec![std::ptr::null_mut(); comms.len()];
+        let out = handles.as_mut_ptr();
+        library.group(|| {
+            for (i, (comm, &address)) in comms.iter().zip(addresses).enumerate() {
+                super::driver::bind(&contexts[i])?;
+                // SAFETY: the checked layer checked the memory came from ncclMemAlloc on this
+                // rank's GPU (bound above) and holds `bytes`; `out.add(i)` lies in `handles`,
+                // which stays in place until the group has ended; the communicator is live.
+                let registered = unsafe {
+                    (windows.register)(
+                        comm.0,
+                        address as *mut c_void,
+                        bytes,
+                        out.add(i),
+                        NCCL_WIN_COLL_SYMMETRIC,
+                    )
+                };
+                library.check("ncclCommWindowRegister", registered)?;
+            }
+            Ok(())
+        })?;
+        let window = Window {
+            ranks: handles.into_iter().map(RankWindow).collect(),
+            contexts,
+        };
+        if window.ranks.iter().any(|w| w.0.is_null()) {
+            drop(comms);
+            let _ = self.deregister_window(window);
+            return Err(Error::Cuda {
+                call: "ncclCommWindowRegister".into(),
+                message: "NCCL registered no symmetric window on this communicator (its \
+                          symmetric memory is off: cuMem unavailable, or GPUs without P2P \
+                          between them); NCCL_DEBUG=INFO says why"
+                    .into(),
+            });
+        }
+        Ok(window)
+    }
+
+    /// Deregisters every rank's part of `window`, in one group; the first failure is the answer.
+    pub(super) fn deregister_window(&self, window: Window) -> Result<()> {
+        let comms = lock(&self.ranks);
+        let library = self.library;
+        let windows = library.windows()?;
+        library.group(|| {
+            let ranks = comms.iter().zip(&window.ranks).zip(&window.contexts);
+            for ((comm, handle), context) in ranks.filter(|((_, h), _)| !h.0.is_null()) {
+                super::driver::bind(context)?;
+                // SAFETY: the handle came from ncclCommWindowRegister on this communicator (the
+                // checked layer keeps a window with its communicator) and is deregistered once:
+                // the window is consumed here.
+                let done = unsafe { (windows.deregister)(comm.0, handle.0) };
+                library.check("ncclCommWindowDeregister", done)?;
             }
             Ok(())
         })
@@ -736,6 +942,94 @@ mod tests {
             why,
             "it is peerlink's NCCL-API library, which forwards to NCCL rather than being it"
         );
+    }
+
+    /// A library of `source` (C), built with `cc` into `dir` as `libnccl.so.2`; `None` without a
+    /// C compiler.
+    fn built(dir: &Path, source: &str) -> Option<PathBuf> {
+        let (file, library) = (dir.join("fake.c"), dir.join("libnccl.so.2"));
+        fs::write(&file, source).unwrap();
+        let built = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .args([&library, &file])
+            .status();
+        matches!(built, Ok(status) if status.success()).then_some(library)
+    }
+
+    /// A stand-in for NCCL `version` with the functions every NCCL since 2.7 has, and `more`.
+    fn fake_nccl(version: u32, more: &[&str]) -> String {
+        let mut source = format!("int ncclGetVersion(int* v) {{ *v = {version}; return 0; }}\n");
+        let functions = [
+            "ncclGetErrorString",
+            "ncclCommInitAll",
+            "ncclGetUniqueId",
+            "ncclCommInitRank",
+            "ncclCommDestroy",
+            "ncclAllReduce",
+            "ncclSend",
+            "ncclRecv",
+            "ncclGroupStart",
+            "ncclGroupEnd",
+        ];
+        for name in functions.iter().chain(more) {
+            source += &format!("int {name}(void) {{ return 1; }}\n");
+        }
+        source
+    }
+
+    #[test]
+    fn an_nccl_without_window_functions_says_so_and_one_with_them_has_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(old) = built(dir.path(), &fake_nccl(22603, &["ncclMemAlloc"])) else {
+            eprintln!("skipped: no C compiler (cc) to build stand-ins for NCCL");
+            return;
+        };
+        let library = Library::load(&old).unwrap();
+        assert_eq!(
+            library.windows.as_ref().err().map(String::as_str),
+            Some(
+                "NCCL 2.26.3 has no ncclMemFree: symmetric windows (ncclCommWindowRegister) came \
+                 with NCCL 2.27; name a newer NCCL with --nccl-lib or PEERLINK_NCCL_LIB"
+            )
+        );
+        let newer = tempfile::tempdir().unwrap();
+        let all = [
+            "ncclMemAlloc",
+            "ncclMemFree",
+            "ncclCommWindowRegister",
+            "ncclCommWindowDeregister",
+        ];
+        let new = built(newer.path(), &fake_nccl(22803, &all)).unwrap();
+        let library = Library::load(&new).unwrap();
+        assert!(library.windows.is_ok(), "{:?}", library.windows.err());
+        // Its sentence, where the environment turns windows off, is the environment's.
+        if windows_turned_off(|name| std::env::var_os(name)).is_none() {
+            assert_eq!(library.symmetric(), Ok(()));
+        }
+    }
+
+    #[test]
+    fn the_environment_can_turn_nccls_windows_off_and_says_which_variable() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        };
+        assert_eq!(windows_turned_off(with(&[])), None);
+        assert_eq!(
+            windows_turned_off(with(&[("NCCL_CUMEM_ENABLE", "1")])),
+            None
+        );
+        let cumem = windows_turned_off(with(&[("NCCL_CUMEM_ENABLE", "0")])).unwrap();
+        assert!(
+            cumem.starts_with("NCCL_CUMEM_ENABLE=0 in the environment"),
+            "{cumem}"
+        );
+        let windows = windows_turned_off(with(&[("NCCL_WIN_ENABLE", "0")])).unwrap();
+        assert!(windows.starts_with("NCCL_WIN_ENABLE=0"), "{windows}");
     }
 
     #[test]

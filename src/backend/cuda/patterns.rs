@@ -27,6 +27,7 @@ impl MismatchSlots {
 fn on_gpu(range: &BufferRange<&Arc<Buffer>>) -> Result<(usize, u64)> {
     match &range.buffer.0 {
         Storage::Device(memory) => Ok((memory.device(), memory.address() + range.offset as u64)),
+        Storage::Nccl(memory) => Ok((memory.device(), memory.address() + range.offset as u64)),
         Storage::Borrowed { address, device } => Ok((*device, address + range.offset as u64)),
         Storage::Pinned(_) | Storage::Managed(_) => Err(Error::usage(
             "the pattern calls take device memory; fill and check other memory on the host",

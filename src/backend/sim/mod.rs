@@ -881,6 +881,8 @@ impl RawPatterns for Simulator {
 
 impl RawCollectives for Simulator {
     type Comm = Comm;
+    /// No window is ever registered: the simulator has no model of NCCL's symmetric kernels.
+    type Window = std::convert::Infallible;
 
     fn all_reduce(
         &self,
@@ -980,6 +982,27 @@ impl RawCollectives for Simulator {
         _ops: &[PeerOp<&Key>],
     ) -> Result<()> {
         Err(nccl::not_across_processes())
+    }
+
+    fn nccl_symmetric(&self) -> std::result::Result<(), String> {
+        Err(nccl::NO_SYMMETRIC_MODEL.into())
+    }
+
+    fn nccl_alloc(&self, _device: usize, _bytes: usize) -> Result<Key> {
+        Err(Error::usage(nccl::NO_SYMMETRIC_MODEL))
+    }
+
+    fn nccl_register_window(
+        &self,
+        _comm: &Comm,
+        _buffers: &[&Key],
+        _bytes: usize,
+    ) -> Result<Self::Window> {
+        Err(Error::usage(nccl::NO_SYMMETRIC_MODEL))
+    }
+
+    fn nccl_deregister_window(&self, _comm: &Comm, window: Self::Window) -> Result<()> {
+        match window {}
     }
 }
 

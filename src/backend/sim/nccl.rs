@@ -23,6 +23,11 @@ use crate::backend::BufferCopy;
 pub(super) const DESCRIPTION: &str =
     "simulated NCCL: ring cost model after NCCL's tuner (LL, LL128, Simple), not measured";
 
+/// Why the simulator has no NCCL with symmetric windows: nothing measured to model it on.
+pub(super) const NO_SYMMETRIC_MODEL: &str = "the simulator has no model of NCCL's symmetric \
+    kernels (NCCL ≥ 2.27 with windows from ncclCommWindowRegister, nccl-tests -R 2): no run of \
+    them between two GPUs has been measured to calibrate one, and the simulator invents no figures";
+
 /// Why the model refuses a communicator across processes: it runs within one process.
 pub(super) fn not_across_processes() -> crate::Error {
     crate::Error::usage(
