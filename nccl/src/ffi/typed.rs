@@ -28,6 +28,8 @@ pub type cudaStream_t = *mut c_void;
 pub type size_t = usize;
 /// `ncclConfig_t` is only passed on, by pointer.
 pub type ncclConfig_t = c_void;
+/// `ncclSimInfo_t` is only passed on, by pointer.
+pub type ncclSimInfo_t = c_void;
 /// `ncclWindow_t` is only passed on.
 pub type ncclWindow_t = *mut c_void;
 
@@ -86,6 +88,7 @@ signatures! {
     ncclCommDeregister = fn(ncclComm_t, *mut c_void) -> ncclResult_t;
     ncclCommWindowRegister = fn(ncclComm_t, *mut c_void, size_t, *mut ncclWindow_t, c_int) -> ncclResult_t;
     ncclCommWindowDeregister = fn(ncclComm_t, ncclWindow_t) -> ncclResult_t;
+    ncclGroupSimulateEnd = fn(*mut ncclSimInfo_t) -> ncclResult_t;
 }
 
 /// Forwards a call whose signature is `sig::$name`, with its arguments.
@@ -201,6 +204,12 @@ pub unsafe extern "C" fn ncclGroupStart() -> ncclResult_t {
     serve::group_start(&RealNccl)
 }
 const _: sig::ncclGroupStart = ncclGroupStart;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t {
+    serve::group_simulate_end(|| forward!(ncclGroupSimulateEnd(simInfo)))
+}
+const _: sig::ncclGroupSimulateEnd = ncclGroupSimulateEnd;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGroupEnd() -> ncclResult_t {

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::comm::{Clique, Comm, State};
-use super::{run_clique, run_lone, server, AllReduce, Real, Server, SUCCESS};
+use super::{capturing, run_clique, run_lone, server, AllReduce, Real, Server, SUCCESS};
 use crate::stats::Route;
 
 /// An all-reduce held in a group, with the call that forwards it to NCCL.
@@ -67,6 +67,28 @@ pub fn other_call(forward: impl FnOnce() -> i32) -> i32 {
                 return SUCCESS;
             }
             flush(&mut group)
+        })
+        .unwrap_or(SUCCESS);
+    let code = forward();
+    if flushed != SUCCESS {
+        flushed
+    } else {
+        code
+    }
+}
+
+/// `ncclGroupSimulateEnd`: NCCL simulates the group as NCCL holds it, so what this group held
+/// goes to NCCL first; the group ends there.
+pub fn group_simulate_end(forward: impl FnOnce() -> i32) -> i32 {
+    let flushed = GROUP
+        .try_with(|g| {
+            let mut group = g.borrow_mut();
+            let code = if group.held.is_empty() { SUCCESS } else { flush(&mut group) };
+            group.depth = group.depth.saturating_sub(1);
+            if group.depth == 0 {
+                group.forwarded = false;
+            }
+            code
         })
         .unwrap_or(SUCCESS);
     let code = forward();
@@ -163,6 +185,9 @@ impl Server {
             calls.iter().map(|c| self.comm(real, c.comm)).collect::<Option<_>>()?;
         let mut guards: Vec<MutexGuard<'_, Comm>> =
             entries.iter().map(|e| e.lock().ok()).collect::<Option<_>>()?;
+        if (0..guards.len()).any(|i| capturing(backend, &mut guards[i], calls[i].stream)) {
+            return None;
+        }
         let pending: Vec<usize> = (0..guards.len())
             .filter(|&i| matches!(guards[i].state, State::Pending))
             .collect();

@@ -40,7 +40,7 @@ use comm::{Clique, Comm, State};
 use records::{decide, Decision, Record, RECORD_BYTES};
 use table::Table;
 
-pub use group::{all_reduce, group_end, group_start, in_group, other_call};
+pub use group::{all_reduce, group_end, group_simulate_end, group_start, in_group, other_call};
 
 /// `ncclResult_t` values this module answers with.
 const SUCCESS: i32 = 0;
@@ -223,6 +223,9 @@ impl Server {
         let backend = self.backend()?;
         let comm = self.comm(real, call.comm)?;
         let mut comm = comm.lock().ok()?;
+        if capturing(backend, &mut comm, call.stream) {
+            return None;
+        }
         if matches!(comm.state, State::Pending) {
             self.set_up(backend, real, &mut [&mut comm], &[call.stream]);
         }
@@ -337,6 +340,17 @@ impl Server {
             )]);
         }
     }
+}
+
+/// Whether the call's stream is capturing a graph for a communicator of several ranks (or cannot
+/// be told): such calls are forwarded, as their set-up and their flags' epochs across replays are
+/// not done yet. One rank's call (a copy, or nothing) is captured as it is.
+fn capturing(backend: &Arc<dyn Backend>, comm: &mut Comm, stream: u64) -> bool {
+    comm.ranks > 1
+        && comm
+            .stream(backend, stream)
+            .and_then(|stream| backend.is_capturing(stream))
+            .unwrap_or(true)
 }
 
 /// One rank's all-gather of the set-up records: its own record in `send`, every rank's into

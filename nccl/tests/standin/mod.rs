@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once};
 use std::thread::ThreadId;
 
+pub mod ranks;
+
 use peerlink::backend::{Backend, Memory};
 use peerlink_nccl::exports::Export;
 use peerlink_nccl::ffi::typed::{ncclComm_t, ncclUniqueId};
