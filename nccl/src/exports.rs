@@ -170,6 +170,19 @@ mod tests {
     }
 
     #[test]
+    fn every_typed_export_is_declared_and_every_other_jumped_through() {
+        let declared: Vec<&str> = crate::ffi::typed::SIGNATURES
+            .iter()
+            .map(|(name, _, _)| *name)
+            .collect();
+        for export in TYPED {
+            assert!(declared.contains(&export.name()), "{export:?}");
+        }
+        assert_eq!(TYPED.len(), 29);
+        assert!(!TYPED.contains(&Export::ncclCommCount));
+    }
+
+    #[test]
     fn each_nccl_function_has_its_pnccl_alias() {
         for name in NAMES.iter().filter(|name| name.starts_with("nccl")) {
             // NCCL's one internal export, the target of ncclResetDebugInit, has no alias.

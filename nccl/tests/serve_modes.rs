@@ -24,7 +24,11 @@ fn table() -> tempfile::NamedTempFile {
     ]
     .join(",");
     let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), format!(r#"{{"schema":"peerlink.workload/1","rows":[{rows}]}}"#)).unwrap();
+    std::fs::write(
+        file.path(),
+        format!(r#"{{"schema":"peerlink.workload/1","rows":[{rows}]}}"#),
+    )
+    .unwrap();
     file
 }
 
@@ -36,7 +40,12 @@ fn auto_serves_where_the_measurement_saw_peerlink_win_and_forwards_the_rest() {
         // 1023 f32 (≤ 4 KiB): served; 100 000 f32 (≤ 1 MiB): NCCL with symmetric windows won.
         for (count, served) in [(1023, true), (100_000, false)] {
             let before = standin::count_of_this_thread("ncclAllReduce");
-            let reduce = Reduce { dtype: F32, op: SUM, count, in_place: false };
+            let reduce = Reduce {
+                dtype: F32,
+                op: SUM,
+                count,
+                in_place: false,
+            };
             let buffers = reduce.buffers(rank, rank);
             assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
             reduce.check(buffers.1, rank, stream_of(rank), &[0, 1]);

@@ -10,7 +10,12 @@ fn none_forwards_every_all_reduce_and_sets_nothing_up() {
     standin::install("none", None);
     on_ranks(2, |rank, comm| {
         for dtype in [F32, BF16] {
-            let reduce = Reduce { dtype, op: SUM, count: 1023, in_place: true };
+            let reduce = Reduce {
+                dtype,
+                op: SUM,
+                count: 1023,
+                in_place: true,
+            };
             let buffers = reduce.buffers(rank, rank);
             assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
             reduce.check(buffers.1, rank, stream_of(rank), &[0, 1]);

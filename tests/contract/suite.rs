@@ -1041,7 +1041,10 @@ pub fn a_captured_graph_replays_its_work_and_the_capture_runs_none(b: &dyn Backe
     };
     assert!(!b.is_capturing(stream).unwrap());
     b.begin_capture(stream).unwrap();
-    assert!(b.is_capturing(stream).unwrap(), "a capture begun here is seen");
+    assert!(
+        b.is_capturing(stream).unwrap(),
+        "a capture begun here is seen"
+    );
     b.copy(stream, CopyMethod::CopyEngine, &first).unwrap();
     b.copy(stream, CopyMethod::SmKernel, &second).unwrap();
     b.copy_batch(stream, &[third]).unwrap();

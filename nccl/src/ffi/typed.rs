@@ -13,9 +13,9 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use super::{
     no_nccl, real, switches, COUNTERS, NCCL_INVALID_USAGE, NCCL_IN_PROGRESS, NCCL_SUCCESS,
 };
-use crate::serve;
 use crate::exports::Export;
 use crate::log::{self, Communicator};
+use crate::serve;
 use crate::stats::{size_class, Call, Route};
 use crate::switches::Debug;
 
@@ -155,7 +155,11 @@ pub unsafe extern "C" fn ncclAllReduce(
         stream: stream as u64,
     };
     // Held in a group, it may be forwarded later: the closure keeps the arguments.
-    let forward = Box::new(move || forward!(ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)));
+    let forward = Box::new(move || {
+        forward!(ncclAllReduce(
+            sendbuff, recvbuff, count, datatype, op, comm, stream
+        ))
+    });
     serve::all_reduce(&RealNccl, call, forward)
 }
 const _: sig::ncclAllReduce = ncclAllReduce;
@@ -307,7 +311,8 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     rank: c_int,
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
-    let result = serve::other_call(|| forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config)));
+    let result =
+        serve::other_call(|| forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config)));
     made(
         result,
         comm,

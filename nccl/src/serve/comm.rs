@@ -64,7 +64,11 @@ impl Comm {
     }
 
     /// The caller's stream `handle` of this rank's GPU, borrowed once.
-    pub fn stream(&mut self, backend: &Arc<dyn Backend>, handle: u64) -> peerlink::Result<StreamId> {
+    pub fn stream(
+        &mut self,
+        backend: &Arc<dyn Backend>,
+        handle: u64,
+    ) -> peerlink::Result<StreamId> {
         self.backend.get_or_insert_with(|| backend.clone());
         if let Some(&stream) = self.streams.get(&handle) {
             return Ok(stream);

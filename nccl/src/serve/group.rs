@@ -83,7 +83,11 @@ pub fn group_simulate_end(forward: impl FnOnce() -> i32) -> i32 {
     let flushed = GROUP
         .try_with(|g| {
             let mut group = g.borrow_mut();
-            let code = if group.held.is_empty() { SUCCESS } else { flush(&mut group) };
+            let code = if group.held.is_empty() {
+                SUCCESS
+            } else {
+                flush(&mut group)
+            };
             group.depth = group.depth.saturating_sub(1);
             if group.depth == 0 {
                 group.forwarded = false;
@@ -181,10 +185,14 @@ impl Server {
         if (1..calls.len()).any(|i| calls[..i].iter().any(|c| c.comm == calls[i].comm)) {
             return None;
         }
-        let entries: Vec<Arc<Mutex<Comm>>> =
-            calls.iter().map(|c| self.comm(real, c.comm)).collect::<Option<_>>()?;
-        let mut guards: Vec<MutexGuard<'_, Comm>> =
-            entries.iter().map(|e| e.lock().ok()).collect::<Option<_>>()?;
+        let entries: Vec<Arc<Mutex<Comm>>> = calls
+            .iter()
+            .map(|c| self.comm(real, c.comm))
+            .collect::<Option<_>>()?;
+        let mut guards: Vec<MutexGuard<'_, Comm>> = entries
+            .iter()
+            .map(|e| e.lock().ok())
+            .collect::<Option<_>>()?;
         if (0..guards.len()).any(|i| capturing(backend, &mut guards[i], calls[i].stream)) {
             return None;
         }

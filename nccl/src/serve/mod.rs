@@ -83,11 +83,16 @@ impl AllReduce {
     }
 
     fn bytes(&self) -> usize {
-        self.dtype().map_or(0, |d| d.size().saturating_mul(self.count))
+        self.dtype()
+            .map_or(0, |d| d.size().saturating_mul(self.count))
     }
 
     fn count_as(&self, route: Route) {
-        crate::ffi::COUNTERS.count(Call::AllReduce, size_class(self.count, self.datatype), route);
+        crate::ffi::COUNTERS.count(
+            Call::AllReduce,
+            size_class(self.count, self.datatype),
+            route,
+        );
     }
 }
 
@@ -168,7 +173,9 @@ impl Server {
         taken
             && match (self.serve, &self.table) {
                 (Serve::All, _) => true,
-                (Serve::Auto, Ok(table)) => table.peerlink_faster(dtype.name(), call.bytes() as u64),
+                (Serve::Auto, Ok(table)) => {
+                    table.peerlink_faster(dtype.name(), call.bytes() as u64)
+                }
                 _ => false,
             }
     }
@@ -183,7 +190,7 @@ impl Server {
                 .map(|opened| Arc::<dyn Backend>::from(opened.backend))
                 .map_err(|e| format!("peerlink's backend could not be opened ({e}): every call is forwarded"));
             match (&opened, &self.sim) {
-                (Err(why), _) => log::write(&[why.clone()]),
+                (Err(why), _) => log::write(std::slice::from_ref(why)),
                 (Ok(_), Some(preset)) => log::write(&[format!(
                     "serving on the SIMULATED `{preset}` host ({SIM_VARIABLE}, for tests and for \
                      trying the library without a GPU): the kernels' sums are real bytes, no GPU runs"
@@ -211,7 +218,11 @@ impl Server {
     /// Forgets a communicator (ncclCommDestroy, ncclCommAbort): its all-reduce waits for its
     /// calls and meets the other ranks' ends.
     pub fn forget(&self, comm: usize) {
-        let gone = self.comms.lock().ok().and_then(|mut comms| comms.remove(&comm));
+        let gone = self
+            .comms
+            .lock()
+            .ok()
+            .and_then(|mut comms| comms.remove(&comm));
         drop(gone);
     }
 
@@ -284,7 +295,13 @@ impl Server {
         let mut code = if grouped { real.group_start() } else { SUCCESS };
         for (gather, comm) in &gathers {
             if code == SUCCESS {
-                code = real.all_gather(gather.send, gather.recv, RECORD_BYTES, comm.address, gather.stream);
+                code = real.all_gather(
+                    gather.send,
+                    gather.recv,
+                    RECORD_BYTES,
+                    comm.address,
+                    gather.stream,
+                );
             }
         }
         if grouped {
@@ -299,7 +316,10 @@ impl Server {
             };
             let line = match &comm.state {
                 State::Forwarded(why) => format!("forwarded to NCCL: {why}"),
-                _ => format!("served by peerlink ({} ranks, threads of this process)", comm.ranks),
+                _ => format!(
+                    "served by peerlink ({} ranks, threads of this process)",
+                    comm.ranks
+                ),
             };
             self.log_decision(comm, &line);
         }
@@ -408,7 +428,10 @@ impl Gather {
         };
         let _ = backend.free(self.send_buffer);
         let _ = backend.free(self.recv_buffer);
-        Ok(bytes?.chunks(RECORD_BYTES).map(Record::from_bytes).collect())
+        Ok(bytes?
+            .chunks(RECORD_BYTES)
+            .map(Record::from_bytes)
+            .collect())
     }
 }
 
@@ -428,7 +451,11 @@ fn run_lone(
     let recv = comm.buffer(backend, call.recv, len)?;
     if call.send != call.recv {
         let send = comm.buffer(backend, call.send, len)?;
-        backend.copy(stream, CopyMethod::CopyEngine, &BufferCopy::from_start(send, recv, len))?;
+        backend.copy(
+            stream,
+            CopyMethod::CopyEngine,
+            &BufferCopy::from_start(send, recv, len),
+        )?;
     }
     let Some(clique) = clique else {
         return Ok(());
@@ -439,7 +466,11 @@ fn run_lone(
         comm.reduce = Some(GroupAllReduce::join(backend.clone(), ranks, model)?);
     }
     let reduce = comm.reduce.as_mut().expect("joined above");
-    let range = BufferRange { buffer: recv, offset: 0, len };
+    let range = BufferRange {
+        buffer: recv,
+        offset: 0,
+        len,
+    };
     reduce.all_reduce(range, stream, dtype).map(|_| ())
 }
 
@@ -471,4 +502,68 @@ fn run_clique(
         .lock()
         .map_err(|_| peerlink::Error::Group("a thread panicked in an all-reduce".into()))?;
     local.all_reduce(&ranks, len, dtype).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(serve: Serve, table: Option<&str>) -> Server {
+        Server::new(&Switches {
+            serve,
+            debug: Debug::Warn,
+            refused: Vec::new(),
+            sim: None,
+            table: table.map(std::path::PathBuf::from),
+        })
+    }
+
+    fn call(datatype: i32, op: i32, count: usize) -> AllReduce {
+        AllReduce {
+            send: 0x1000,
+            recv: 0x2000,
+            count,
+            datatype,
+            op,
+            comm: 0xc0,
+            stream: 0,
+        }
+    }
+
+    #[test]
+    fn auto_without_a_measurement_forwards_everything_and_says_why() {
+        let auto = server(Serve::Auto, None);
+        assert!(!auto.candidate(&call(NCCL_FLOAT32, NCCL_SUM, 1024)));
+        let why = auto.why_none().unwrap();
+        assert!(why.contains("no PEERLINK_NCCL_TABLE names"), "{why}");
+        let unreadable = server(Serve::Auto, Some("/nowhere/table.json"));
+        assert!(unreadable
+            .why_none()
+            .unwrap()
+            .starts_with("PEERLINK_NCCL_TABLE: /nowhere"));
+        assert_eq!(
+            server(Serve::None, None).why_none().unwrap(),
+            "PEERLINK_NCCL_SERVE=none"
+        );
+        assert_eq!(server(Serve::All, None).why_none(), None);
+    }
+
+    #[test]
+    fn candidates_are_sums_or_averages_of_f32_or_bf16_of_at_least_one_element() {
+        let all = server(Serve::All, None);
+        for (datatype, op, count, served) in [
+            (NCCL_FLOAT32, NCCL_SUM, 1, true),
+            (NCCL_BFLOAT16, NCCL_AVG, 3, true),
+            (NCCL_FLOAT32, NCCL_SUM, 0, false),
+            (6, NCCL_SUM, 8, false),
+            (NCCL_FLOAT32, 2, 8, false),
+        ] {
+            assert_eq!(
+                all.candidate(&call(datatype, op, count)),
+                served,
+                "{datatype} {op} {count}"
+            );
+        }
+        assert!(!server(Serve::None, None).candidate(&call(NCCL_FLOAT32, NCCL_SUM, 1)));
+    }
 }

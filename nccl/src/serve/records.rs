@@ -74,11 +74,7 @@ pub enum Decision {
 
 /// The decision every rank reaches from `records` (in rank order): `p2p` says whether GPUs have
 /// P2P between every two, `gpu_count` how many GPUs this process sees.
-pub fn decide(
-    records: &[Record],
-    gpu_count: usize,
-    p2p: impl Fn(&[usize]) -> bool,
-) -> Decision {
+pub fn decide(records: &[Record], gpu_count: usize, p2p: impl Fn(&[usize]) -> bool) -> Decision {
     let first = records[0];
     if records.iter().enumerate().any(|(i, r)| r.rank != i as u64) {
         return Decision::Forward("the ranks' set-up records came back out of order".into());
@@ -153,11 +149,15 @@ mod tests {
                 token: 100
             }
         );
-        assert!(matches!(decide(&records(&[(1, 7, 0)]), 8, all), Decision::ThisProcess { .. }));
-        let forwarded = |specs: &[(u64, u64, u64)], p2p: bool| match decide(&records(specs), 8, |_| p2p) {
-            Decision::Forward(why) => why,
-            other => panic!("{other:?}"),
-        };
+        assert!(matches!(
+            decide(&records(&[(1, 7, 0)]), 8, all),
+            Decision::ThisProcess { .. }
+        ));
+        let forwarded =
+            |specs: &[(u64, u64, u64)], p2p: bool| match decide(&records(specs), 8, |_| p2p) {
+                Decision::Forward(why) => why,
+                other => panic!("{other:?}"),
+            };
         assert!(forwarded(&[(1, 7, 0), (2, 7, 1)], true).contains("span hosts"));
         assert!(forwarded(&[(1, 7, 0), (1, 8, 1)], true).contains("processes of this host"));
         assert!(forwarded(&[(1, 7, 0), (1, 7, 0)], true).contains("share a GPU"));

@@ -32,8 +32,8 @@ impl Table {
 
     /// The table in a workload document's text.
     pub fn parse(text: &str) -> Result<Table, String> {
-        let document: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| format!("is not a JSON document ({e})"))?;
+        let document: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("is not a JSON document ({e})"))?;
         let rows = document
             .get("rows")
             .and_then(|rows| rows.as_array())
@@ -66,7 +66,9 @@ impl Table {
             .sizes
             .retain(|_, t| t.peerlink_us.is_some() && t.nccl_us.is_some());
         if table.sizes.is_empty() {
-            return Err("holds no all-reduce size with both peerlink's pick and NCCL measured".into());
+            return Err(
+                "holds no all-reduce size with both peerlink's pick and NCCL measured".into(),
+            );
         }
         Ok(table)
     }
@@ -129,8 +131,12 @@ mod tests {
     #[test]
     fn a_document_without_both_sides_is_refused_in_a_sentence() {
         let only = format!(r#"{{"rows":[{}]}}"#, row("nccl", 4, 1.0));
-        assert!(Table::parse(&only).unwrap_err().contains("holds no all-reduce size"));
+        assert!(Table::parse(&only)
+            .unwrap_err()
+            .contains("holds no all-reduce size"));
         assert!(Table::parse("[]").unwrap_err().contains("has no rows"));
-        assert!(Table::parse("{").unwrap_err().contains("not a JSON document"));
+        assert!(Table::parse("{")
+            .unwrap_err()
+            .contains("not a JSON document"));
     }
 }

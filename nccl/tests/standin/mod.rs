@@ -32,8 +32,9 @@ pub struct Comm {
 /// Every call that reached the stand-in: the thread, the call's name and its communicator.
 static LOG: Mutex<Vec<(ThreadId, &'static str, usize)>> = Mutex::new(Vec::new());
 
-/// What the ranks of one collective left: each rank's bytes, by (family, call number).
-static MEETINGS: Mutex<Option<HashMap<(u64, u64), Vec<Option<Vec<u8>>>>>> = Mutex::new(None);
+/// Each rank's bytes of one collective, by (family, call number): what the ranks left so far.
+type Meetings = HashMap<(u64, u64), Vec<Option<Vec<u8>>>>;
+static MEETINGS: Mutex<Option<Meetings>> = Mutex::new(None);
 static MET: Condvar = Condvar::new();
 static FAMILIES: AtomicU64 = AtomicU64::new(1);
 
@@ -61,7 +62,10 @@ pub fn calls_of_this_thread() -> Vec<(&'static str, usize)> {
 
 /// The names of this thread's calls of `name` (for counting).
 pub fn count_of_this_thread(name: &str) -> usize {
-    calls_of_this_thread().iter().filter(|(n, _)| *n == name).count()
+    calls_of_this_thread()
+        .iter()
+        .filter(|(n, _)| *n == name)
+        .count()
 }
 
 /// The library's backend: the simulator the stand-in and the library share.
@@ -129,13 +133,23 @@ pub fn comm<'a>(comm: ncclComm_t) -> &'a Comm {
     unsafe { &*(comm as *const Comm) }
 }
 
-unsafe extern "C" fn init_rank(out: *mut ncclComm_t, nranks: c_int, id: ncclUniqueId, rank: c_int) -> c_int {
+unsafe extern "C" fn init_rank(
+    out: *mut ncclComm_t,
+    nranks: c_int,
+    id: ncclUniqueId,
+    rank: c_int,
+) -> c_int {
     let mut family = [0u8; 8];
     for (i, byte) in family.iter_mut().enumerate() {
         *byte = id.internal[i] as u8;
     }
     let first = id.internal[8] as u8 as usize;
-    let made = make(u64::from_le_bytes(family), rank as usize, nranks as usize, first + rank as usize);
+    let made = make(
+        u64::from_le_bytes(family),
+        rank as usize,
+        nranks as usize,
+        first + rank as usize,
+    );
     record("ncclCommInitRank", made);
     // SAFETY: NCCL's contract: `out` is a valid out-pointer.
     unsafe { *out = made };
@@ -146,7 +160,11 @@ unsafe extern "C" fn init_all(out: *mut ncclComm_t, ndev: c_int, devlist: *const
     let family = FAMILIES.fetch_add(1, Ordering::Relaxed);
     for rank in 0..ndev as usize {
         // SAFETY: NCCL's contract: `devlist` (when given) and `out` hold `ndev` entries.
-        let gpu = if devlist.is_null() { rank } else { (unsafe { *devlist.add(rank) }) as usize };
+        let gpu = if devlist.is_null() {
+            rank
+        } else {
+            (unsafe { *devlist.add(rank) }) as usize
+        };
         let made = make(family, rank, ndev as usize, gpu);
         record("ncclCommInitAll", made);
         unsafe { *out.add(rank) = made };
@@ -238,8 +256,10 @@ fn collective(
                         m.as_ref().unwrap()[&key].iter().any(Option::is_none)
                     })
                     .unwrap();
-                let parts: Vec<Vec<u8>> =
-                    meetings.as_ref().unwrap()[&key].iter().map(|p| p.clone().unwrap()).collect();
+                let parts: Vec<Vec<u8>> = meetings.as_ref().unwrap()[&key]
+                    .iter()
+                    .map(|p| p.clone().unwrap())
+                    .collect();
                 drop(meetings);
                 finish(parts);
             }))
@@ -267,7 +287,9 @@ fn read(gpu: usize, address: u64, len: usize) -> Vec<u8> {
 
 fn write(gpu: usize, address: u64, bytes: &[u8]) {
     let backend = backend();
-    let buffer = backend.borrow_memory(gpu, address, bytes.len().max(1)).unwrap();
+    let buffer = backend
+        .borrow_memory(gpu, address, bytes.len().max(1))
+        .unwrap();
     backend.write(buffer, 0, bytes).unwrap();
     backend.free(buffer).unwrap();
 }
@@ -281,67 +303,129 @@ fn element_bytes(datatype: c_int) -> usize {
     }
 }
 
-unsafe extern "C" fn all_gather(send: *const c_void, recv: *mut c_void, n: usize, datatype: c_int, c: ncclComm_t, stream: *mut c_void) -> c_int {
+unsafe extern "C" fn all_gather(
+    send: *const c_void,
+    recv: *mut c_void,
+    n: usize,
+    datatype: c_int,
+    c: ncclComm_t,
+    stream: *mut c_void,
+) -> c_int {
     record("ncclAllGather", c);
     let gpu = comm(c).gpu;
     let len = n * element_bytes(datatype);
     let (send, recv) = (send as u64, recv as u64);
-    collective(c, stream as u64, move || read(gpu, send, len), move |parts| write(gpu, recv, &parts.concat()));
+    collective(
+        c,
+        stream as u64,
+        move || read(gpu, send, len),
+        move |parts| write(gpu, recv, &parts.concat()),
+    );
     0
 }
 
-unsafe extern "C" fn broadcast(send: *const c_void, recv: *mut c_void, n: usize, datatype: c_int, root: c_int, c: ncclComm_t, stream: *mut c_void) -> c_int {
+unsafe extern "C" fn broadcast(
+    send: *const c_void,
+    recv: *mut c_void,
+    n: usize,
+    datatype: c_int,
+    root: c_int,
+    c: ncclComm_t,
+    stream: *mut c_void,
+) -> c_int {
     record("ncclBroadcast", c);
     let gpu = comm(c).gpu;
     let len = n * element_bytes(datatype);
     let (send, recv) = (send as u64, recv as u64);
-    collective(c, stream as u64, move || read(gpu, send, len), move |parts| write(gpu, recv, &parts[root as usize]));
+    collective(
+        c,
+        stream as u64,
+        move || read(gpu, send, len),
+        move |parts| write(gpu, recv, &parts[root as usize]),
+    );
     0
 }
 
-unsafe extern "C" fn all_reduce(send: *const c_void, recv: *mut c_void, n: usize, datatype: c_int, op: c_int, c: ncclComm_t, stream: *mut c_void) -> c_int {
+unsafe extern "C" fn all_reduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    n: usize,
+    datatype: c_int,
+    op: c_int,
+    c: ncclComm_t,
+    stream: *mut c_void,
+) -> c_int {
     record("ncclAllReduce", c);
     let gpu = comm(c).gpu;
     let len = n * element_bytes(datatype);
     let (send, recv) = (send as u64, recv as u64);
-    collective(c, stream as u64, move || read(gpu, send, len), move |parts| {
-        let values: Vec<Vec<f32>> = parts.iter().map(|p| decode(datatype, p)).collect();
-        let mut sum: Vec<f32> = (0..n).map(|i| values.iter().map(|v| v[i]).sum()).collect();
-        if op == 4 {
-            sum.iter_mut().for_each(|s| *s /= values.len() as f32);
-        }
-        write(gpu, recv, &encode(datatype, &sum));
-    });
+    collective(
+        c,
+        stream as u64,
+        move || read(gpu, send, len),
+        move |parts| {
+            let values: Vec<Vec<f32>> = parts.iter().map(|p| decode(datatype, p)).collect();
+            let mut sum: Vec<f32> = (0..n).map(|i| values.iter().map(|v| v[i]).sum()).collect();
+            if op == 4 {
+                sum.iter_mut().for_each(|s| *s /= values.len() as f32);
+            }
+            write(gpu, recv, &encode(datatype, &sum));
+        },
+    );
     0
 }
 
-unsafe extern "C" fn split(c: ncclComm_t, color: c_int, key: c_int, out: *mut ncclComm_t, _config: *mut c_void) -> c_int {
+unsafe extern "C" fn split(
+    c: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    out: *mut ncclComm_t,
+    _config: *mut c_void,
+) -> c_int {
     record("ncclCommSplit", c);
     let parent = comm(c);
     let (family, rank, gpu) = (parent.family, parent.rank, parent.gpu);
     let index = parent.calls.load(Ordering::Relaxed);
     let out = out as usize;
-    let mine = [color, key, rank as c_int].map(|v| v.to_le_bytes()).concat();
-    collective(c, 0, move || mine, move |parts| {
-        let words = |p: &Vec<u8>| [0, 1, 2].map(|i| c_int::from_le_bytes(p[i * 4..i * 4 + 4].try_into().unwrap()));
-        let mut same: Vec<[c_int; 3]> = parts.iter().map(words).filter(|w| w[0] == color).collect();
-        same.sort_by_key(|w| (w[1], w[2]));
-        let new_rank = same.iter().position(|w| w[2] == rank as c_int).unwrap();
-        let made = if color < 0 {
-            std::ptr::null_mut()
-        } else {
-            make(family * 1000 + index * 10 + color as u64, new_rank, same.len(), gpu)
-        };
-        // SAFETY: NCCL's contract: `out` is a valid out-pointer.
-        unsafe { *(out as *mut ncclComm_t) = made };
-    });
+    let mine = [color, key, rank as c_int]
+        .map(|v| v.to_le_bytes())
+        .concat();
+    collective(
+        c,
+        0,
+        move || mine,
+        move |parts| {
+            let words = |p: &Vec<u8>| {
+                [0, 1, 2].map(|i| c_int::from_le_bytes(p[i * 4..i * 4 + 4].try_into().unwrap()))
+            };
+            let mut same: Vec<[c_int; 3]> =
+                parts.iter().map(words).filter(|w| w[0] == color).collect();
+            same.sort_by_key(|w| (w[1], w[2]));
+            let new_rank = same.iter().position(|w| w[2] == rank as c_int).unwrap();
+            let made = if color < 0 {
+                std::ptr::null_mut()
+            } else {
+                make(
+                    family * 1000 + index * 10 + color as u64,
+                    new_rank,
+                    same.len(),
+                    gpu,
+                )
+            };
+            // SAFETY: NCCL's contract: `out` is a valid out-pointer.
+            unsafe { *(out as *mut ncclComm_t) = made };
+        },
+    );
     0
 }
 
 /// f32 or bf16 bytes as values.
 pub fn decode(datatype: c_int, bytes: &[u8]) -> Vec<f32> {
     match datatype {
-        7 => bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+        7 => bytes
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
         9 => bytes
             .chunks(2)
             .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))

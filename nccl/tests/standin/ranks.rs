@@ -29,7 +29,11 @@ pub struct Reduce {
 
 impl Reduce {
     fn element(&self) -> usize {
-        if self.dtype == F32 { 4 } else { 2 }
+        if self.dtype == F32 {
+            4
+        } else {
+            2
+        }
     }
 
     /// Fills a fresh input (and output) of `gpu` for rank `rank`: the addresses to call with.
@@ -38,15 +42,29 @@ impl Reduce {
         let backend = super::backend();
         let (send_buffer, send) = super::device_buffer(gpu, bytes);
         let values: Vec<f32> = (0..self.count).map(|i| value(rank, i)).collect();
-        backend.write(send_buffer, 0, &super::encode(self.dtype, &values)).unwrap();
-        let recv = if self.in_place { send } else { super::device_buffer(gpu, bytes).1 };
+        backend
+            .write(send_buffer, 0, &super::encode(self.dtype, &values))
+            .unwrap();
+        let recv = if self.in_place {
+            send
+        } else {
+            super::device_buffer(gpu, bytes).1
+        };
         (send, recv)
     }
 
     pub fn call(&self, (send, recv): (u64, u64), comm: ncclComm_t, stream: u64) -> c_int {
         // SAFETY: the addresses are the simulator's buffers of this rank's GPU, the comm live.
         unsafe {
-            ncclAllReduce(send as *const c_void, recv as *mut c_void, self.count, self.dtype, self.op, comm, stream as *mut c_void)
+            ncclAllReduce(
+                send as *const c_void,
+                recv as *mut c_void,
+                self.count,
+                self.dtype,
+                self.op,
+                comm,
+                stream as *mut c_void,
+            )
         }
     }
 
@@ -56,7 +74,9 @@ impl Reduce {
         let backend = super::backend();
         let s = backend.borrow_stream(gpu, stream).unwrap();
         backend.synchronize(s).unwrap();
-        let buffer = backend.borrow_memory(gpu, recv, self.count * self.element()).unwrap();
+        let buffer = backend
+            .borrow_memory(gpu, recv, self.count * self.element())
+            .unwrap();
         let mut bytes = vec![0; self.count * self.element()];
         backend.read(buffer, 0, &mut bytes).unwrap();
         backend.free(buffer).unwrap();
@@ -67,7 +87,13 @@ impl Reduce {
                 want /= ranks.len() as f32;
             }
             let want = super::decode(self.dtype, &super::encode(self.dtype, &[want]))[0];
-            assert_eq!(*got, want, "element {i} of {} ({:?})", self.count, (self.dtype, self.op, self.in_place));
+            assert_eq!(
+                *got,
+                want,
+                "element {i} of {} ({:?})",
+                self.count,
+                (self.dtype, self.op, self.in_place)
+            );
         }
     }
 }
@@ -81,7 +107,10 @@ pub fn on_ranks(ranks: usize, body: impl Fn(usize, ncclComm_t) + Sync) {
             scope.spawn(move || {
                 let mut comm: ncclComm_t = std::ptr::null_mut();
                 // SAFETY: a valid out-pointer; the id is the stand-in's.
-                assert_eq!(unsafe { ncclCommInitRank(&mut comm, ranks as c_int, id, rank as c_int) }, 0);
+                assert_eq!(
+                    unsafe { ncclCommInitRank(&mut comm, ranks as c_int, id, rank as c_int) },
+                    0
+                );
                 body(rank, comm);
                 // SAFETY: the communicator made above.
                 assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
@@ -98,7 +127,9 @@ pub fn stream_of(rank: usize) -> u64 {
 pub fn init_all(gpus: &[c_int]) -> Vec<ncclComm_t> {
     let mut comms = vec![std::ptr::null_mut(); gpus.len()];
     // SAFETY: room for every communicator; the device list as long.
-    assert_eq!(unsafe { ncclCommInitAll(comms.as_mut_ptr(), gpus.len() as c_int, gpus.as_ptr()) }, 0);
+    assert_eq!(
+        unsafe { ncclCommInitAll(comms.as_mut_ptr(), gpus.len() as c_int, gpus.as_ptr()) },
+        0
+    );
     comms
 }
-

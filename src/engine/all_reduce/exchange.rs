@@ -168,7 +168,11 @@ impl ThreadRanks {
         board.parts[self.rank] = Some(mine);
         board.arrived += 1;
         if board.arrived == board.parts.len() {
-            board.last = board.parts.iter_mut().map(|p| p.take().unwrap_or(Left::Arrived)).collect();
+            board.last = board
+                .parts
+                .iter_mut()
+                .map(|p| p.take().unwrap_or(Left::Arrived))
+                .collect();
             board.arrived = 0;
             board.step += 1;
             self.meeting.changed.notify_all();
