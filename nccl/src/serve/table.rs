@@ -26,7 +26,8 @@ impl Table {
     /// Reads the document at `path`; one sentence where it cannot be read or holds no size with
     /// both peerlink's pick and NCCL measured.
     pub fn read(path: &Path) -> Result<Table, String> {
-        let text = peerlink::files::read_text(path)?;
+        let text =
+            peerlink::files::read_text(path).map_err(|why| format!("{}: {why}", path.display()))?;
         Table::parse(&text).map_err(|why| format!("{} {why}", path.display()))
     }
 
