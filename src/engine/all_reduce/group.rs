@@ -23,15 +23,10 @@ use super::buffers::{zeroed, CallOrder};
 use super::exchange::{agreed_by, RankExchange};
 use super::price::{pick, Picks, Placement};
 use crate::backend::collective::{AllReduceKernel, BufferRange, DataType, RankBuffers, FLAG_BYTES};
-use crate::backend::{
-    Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer,
-    StreamId,
-};
-use crate::launch::agree::{agreed, exchange};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
 use crate::launch::Group;
 use crate::model::CostModel;
 use crate::{Error, Result};
-use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// The shared buffer's length at the start, and the least it grows to: calls up to it never
@@ -389,72 +384,4 @@ fn no_p2p(gpus: &[usize]) -> Error {
         "peerlink's all-reduce needs P2P between every two of the ranks' GPUs {gpus:?}, and a pair \
          of them has none; run the ranks on GPUs that all reach each other"
     ))
-}
-
-/// Shares `mine` (this rank's buffers, memory of `gpu`) with every rank of `group`: returns each
-/// rank's, in rank order, this rank's own and the others' imported for `gpu`. Every rank calls it
-/// with as many buffers; where one fails, all do.
-pub(super) fn share(
-    backend: &dyn Backend,
-    group: &Group,
-    gpu: usize,
-    mine: &[BufferId],
-) -> Result<Vec<Vec<BufferId>>> {
-    let me = group.identity().rank;
-    let exported = mine
-        .iter()
-        .map(|&b| backend.sharing().export(b))
-        .collect::<Result<Vec<SharedBuffer>>>();
-    let (descriptors, files) = match exported {
-        Ok(shared) => {
-            let (descriptors, files): (Vec<ShareDescriptor>, Vec<_>) =
-                shared.into_iter().map(|s| (s.descriptor, s.fd)).unzip();
-            (Ok(descriptors), files)
-        }
-        Err(e) => (Err(e), Vec::new()),
-    };
-    let every: Vec<Vec<ShareDescriptor>> = exchange(group, descriptors)?;
-    let mut imported: Vec<Vec<BufferId>> = Vec::with_capacity(every.len());
-    let mut failed = Ok(());
-    for (owner, theirs) in every.into_iter().enumerate() {
-        if owner == me {
-            let fds: Vec<_> = files.iter().flatten().map(|f| f.as_fd()).collect();
-            if !fds.is_empty() {
-                for peer in (0..group.members().len()).filter(|&p| p != me) {
-                    group.send_fds(peer, &fds)?;
-                }
-            }
-            imported.push(mine.to_vec());
-            continue;
-        }
-        let count = theirs.iter().filter(|d| d.has_fd).count();
-        let mut fds = if count > 0 {
-            group.recv_fds(owner, count)?.into_iter()
-        } else {
-            Vec::new().into_iter()
-        };
-        let mut buffers = Vec::with_capacity(theirs.len());
-        for descriptor in theirs {
-            let fd = if descriptor.has_fd { fds.next() } else { None };
-            if failed.is_ok() {
-                match backend
-                    .sharing()
-                    .import(SharedBuffer { descriptor, fd }, gpu)
-                {
-                    Ok(buffer) => buffers.push(buffer),
-                    Err(e) => failed = Err(e),
-                }
-            }
-        }
-        imported.push(buffers);
-    }
-    if let Err(e) = agreed(group, failed) {
-        for (_, buffers) in imported.iter().enumerate().filter(|&(o, _)| o != me) {
-            for &b in buffers {
-                let _ = backend.free(b);
-            }
-        }
-        return Err(e);
-    }
-    Ok(imported)
 }
