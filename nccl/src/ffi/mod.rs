@@ -1,5 +1,5 @@
 //! The C layer, and the only unsafe code of the crate: the exported functions, `dlopen`, `dlsym`
-//! and `dladdr`. Every exported symbol has a slot in [`SLOTS`] holding the real NCCL's function,
+//! and `dladdr`. Every exported symbol has a slot in `SLOTS` holding the real NCCL's function,
 //! looked up at its first call.
 //!
 //! Two kinds of export:
@@ -7,7 +7,7 @@
 //!   calls that make communicators, the two that return strings), declared in Rust from NCCL's
 //!   documentation. They count, log, hold calls of a group, and hand `ncclAllReduce` to
 //!   [`crate::serve`], which decides whether peerlink serves it.
-//! - [`trampolines`]: every other export, a tail jump through its slot. It preserves any
+//! - `trampolines`: every other export, a tail jump through its slot. It preserves any
 //!   signature (the device API's host functions return structures by value, which nccl.h gives
 //!   only in C++ headers) and costs one indirect jump, so a symbol nobody reads is never
 //!   re-declared — and never declared wrongly.
