@@ -14,6 +14,15 @@ pub struct Held {
     pub forward: Box<dyn FnOnce() -> i32>,
 }
 
+/// The first of two result codes that is a failure, else success.
+fn first_failure(first: i32, then: i32) -> i32 {
+    if first != SUCCESS {
+        first
+    } else {
+        then
+    }
+}
+
 /// This thread's group: how deep, what is held, and whether some call of it reached NCCL
 /// already (then the rest goes there as it comes).
 #[derive(Default)]
@@ -45,13 +54,15 @@ pub fn group_start(real: &dyn Real) -> i32 {
 /// code, else success.
 fn flush(group: &mut Group) -> i32 {
     group.forwarded = true;
+    forward_all(std::mem::take(&mut group.held))
+}
+
+/// Forwards `held`, in order: the first failure's code, else success.
+fn forward_all(held: Vec<Held>) -> i32 {
     let mut code = SUCCESS;
-    for held in group.held.drain(..) {
+    for held in held {
         held.call.count_as(Route::Forwarded);
-        let result = (held.forward)();
-        if code == SUCCESS {
-            code = result;
-        }
+        code = first_failure(code, (held.forward)());
     }
     code
 }
@@ -70,11 +81,7 @@ pub fn other_call(forward: impl FnOnce() -> i32) -> i32 {
         })
         .unwrap_or(SUCCESS);
     let code = forward();
-    if flushed != SUCCESS {
-        flushed
-    } else {
-        code
-    }
+    first_failure(flushed, code)
 }
 
 /// `ncclGroupSimulateEnd`: NCCL simulates the group as NCCL holds it, so what this group held
@@ -96,11 +103,7 @@ pub fn group_simulate_end(forward: impl FnOnce() -> i32) -> i32 {
         })
         .unwrap_or(SUCCESS);
     let code = forward();
-    if flushed != SUCCESS {
-        flushed
-    } else {
-        code
-    }
+    first_failure(flushed, code)
 }
 
 /// `ncclAllReduce`: served, held (inside a group), or forwarded.
@@ -125,7 +128,7 @@ pub fn all_reduce(real: &dyn Real, call: AllReduce, forward: Box<dyn FnOnce() ->
         (Ok(Some(Some(flushed))), Some(forward)) => {
             call.count_as(Route::Forwarded);
             let code = forward();
-            return if flushed != SUCCESS { flushed } else { code };
+            return first_failure(flushed, code);
         }
         // Outside any group (or while this thread's locals are torn down).
         (_, Some(forward)) => forward,
@@ -160,20 +163,9 @@ pub fn group_end(real: &dyn Real) -> i32 {
     if let Some(code) = server().serve_group(real, &held) {
         return code;
     }
-    let mut code = real.group_start();
-    for held in held {
-        held.call.count_as(Route::Forwarded);
-        let result = (held.forward)();
-        if code == SUCCESS {
-            code = result;
-        }
-    }
-    let ended = real.group_end();
-    if code == SUCCESS {
-        ended
-    } else {
-        code
-    }
+    let started = real.group_start();
+    let code = first_failure(started, forward_all(held));
+    first_failure(code, real.group_end())
 }
 
 impl Server {

@@ -303,6 +303,24 @@ fn element_bytes(datatype: c_int) -> usize {
     }
 }
 
+/// A collective that moves bytes only: each rank's `len` bytes at `send` left for all, and
+/// `output` of every rank's written at `recv`.
+fn moved(
+    c: ncclComm_t,
+    stream: *mut c_void,
+    (send, recv, len): (*const c_void, *mut c_void, usize),
+    output: impl FnOnce(Vec<Vec<u8>>) -> Vec<u8> + 'static,
+) {
+    let gpu = comm(c).gpu;
+    let (send, recv) = (send as u64, recv as u64);
+    collective(
+        c,
+        stream as u64,
+        move || read(gpu, send, len),
+        move |parts| write(gpu, recv, &output(parts)),
+    );
+}
+
 unsafe extern "C" fn all_gather(
     send: *const c_void,
     recv: *mut c_void,
@@ -312,15 +330,8 @@ unsafe extern "C" fn all_gather(
     stream: *mut c_void,
 ) -> c_int {
     record("ncclAllGather", c);
-    let gpu = comm(c).gpu;
     let len = n * element_bytes(datatype);
-    let (send, recv) = (send as u64, recv as u64);
-    collective(
-        c,
-        stream as u64,
-        move || read(gpu, send, len),
-        move |parts| write(gpu, recv, &parts.concat()),
-    );
+    moved(c, stream, (send, recv, len), |parts| parts.concat());
     0
 }
 
@@ -334,15 +345,10 @@ unsafe extern "C" fn broadcast(
     stream: *mut c_void,
 ) -> c_int {
     record("ncclBroadcast", c);
-    let gpu = comm(c).gpu;
     let len = n * element_bytes(datatype);
-    let (send, recv) = (send as u64, recv as u64);
-    collective(
-        c,
-        stream as u64,
-        move || read(gpu, send, len),
-        move |parts| write(gpu, recv, &parts[root as usize]),
-    );
+    moved(c, stream, (send, recv, len), move |mut parts| {
+        parts.swap_remove(root as usize)
+    });
     0
 }
 
