@@ -2,130 +2,144 @@
 //! real NCCL's functions (the `pnccl*` names are NCCL's own aliases of the same functions, as
 //! MPI's `PMPI_*` are: tools in front of NCCL call them to reach NCCL itself).
 
+/// Every symbol exported, in one list, by how it is exported: `typed`, a Rust function of
+/// [`crate::ffi::typed`] (the calls this library reads, holds or serves); `jumped`, a tail jump of
+/// [`crate::ffi::trampolines`] (every other). Invokes `$then!` with both lists, so that the table
+/// ([`Export`]) and the trampolines come from this one list.
+macro_rules! export_list {
+    ($then:ident) => {
+        $then! {
+            typed: ncclAllGather,
+                ncclAllReduce,
+                ncclAlltoAll,
+                ncclBcast,
+                ncclBroadcast,
+                ncclCommAbort,
+                ncclCommDeregister,
+                ncclCommDestroy,
+                ncclCommFinalize,
+                ncclCommInitAll,
+                ncclCommInitRank,
+                ncclCommInitRankConfig,
+                ncclCommInitRankScalable,
+                ncclCommRegister,
+                ncclCommShrink,
+                ncclCommSplit,
+                ncclCommWindowDeregister,
+                ncclCommWindowRegister,
+                ncclGather,
+                ncclGetErrorString,
+                ncclGetLastError,
+                ncclGroupEnd,
+                ncclGroupSimulateEnd,
+                ncclGroupStart,
+                ncclRecv,
+                ncclReduce,
+                ncclReduceScatter,
+                ncclScatter,
+                ncclSend;
+            jumped: ncclCommCount,
+                ncclCommCuDevice,
+                ncclCommGetAsyncError,
+                ncclCommRevoke,
+                ncclCommUserRank,
+                ncclDevCommCreate,
+                ncclDevCommDestroy,
+                ncclGetUniqueId,
+                ncclGetVersion,
+                ncclGinBarrierCreateRequirement,
+                ncclLLA2ACalcSlots,
+                ncclLLA2ACreateRequirement,
+                ncclLsaBarrierCreateRequirement,
+                ncclMemAlloc,
+                ncclMemFree,
+                ncclRedOpCreatePreMulSum,
+                ncclRedOpDestroy,
+                ncclResetDebugInit,
+                ncclResetDebugInitInternal,
+                ncclTeamLsa,
+                ncclTeamRail,
+                ncclTeamRankToLsa,
+                ncclTeamRankToWorld,
+                ncclTeamWorld,
+                pncclAllGather,
+                pncclAllReduce,
+                pncclAlltoAll,
+                pncclBcast,
+                pncclBroadcast,
+                pncclCommAbort,
+                pncclCommCount,
+                pncclCommCuDevice,
+                pncclCommDeregister,
+                pncclCommDestroy,
+                pncclCommFinalize,
+                pncclCommGetAsyncError,
+                pncclCommInitAll,
+                pncclCommInitRank,
+                pncclCommInitRankConfig,
+                pncclCommInitRankScalable,
+                pncclCommRegister,
+                pncclCommRevoke,
+                pncclCommShrink,
+                pncclCommSplit,
+                pncclCommUserRank,
+                pncclCommWindowDeregister,
+                pncclCommWindowRegister,
+                pncclDevCommCreate,
+                pncclDevCommDestroy,
+                pncclGather,
+                pncclGetErrorString,
+                pncclGetLastError,
+                pncclGetUniqueId,
+                pncclGetVersion,
+                pncclGinBarrierCreateRequirement,
+                pncclGroupEnd,
+                pncclGroupSimulateEnd,
+                pncclGroupStart,
+                pncclLLA2ACalcSlots,
+                pncclLLA2ACreateRequirement,
+                pncclLsaBarrierCreateRequirement,
+                pncclMemAlloc,
+                pncclMemFree,
+                pncclRecv,
+                pncclRedOpCreatePreMulSum,
+                pncclRedOpDestroy,
+                pncclReduce,
+                pncclReduceScatter,
+                pncclResetDebugInit,
+                pncclScatter,
+                pncclSend,
+                pncclTeamLsa,
+                pncclTeamRail,
+                pncclTeamRankToLsa,
+                pncclTeamRankToWorld,
+                pncclTeamWorld;
+        }
+    };
+}
+pub(crate) use export_list;
+
 /// Declares [`Export`] (one variant per exported name, in the table's order) and [`NAMES`].
 macro_rules! exports {
-    ($($name:ident),* $(,)?) => {
+    (typed: $($typed:ident),*; jumped: $($jumped:ident),*;) => {
         /// One exported symbol, by its C name; `as usize` is its place in the table.
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         #[repr(usize)]
-        pub enum Export { $($name),* }
+        pub enum Export { $($typed,)* $($jumped),* }
 
         /// Every exported name, in [`Export`]'s order.
-        pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+        pub const NAMES: &[&str] = &[$(stringify!($typed),)* $(stringify!($jumped)),*];
 
         /// Every export, in its order: `ALL[export as usize] == export`.
-        pub const ALL: &[Export] = &[$(Export::$name),*];
+        pub const ALL: &[Export] = &[$(Export::$typed,)* $(Export::$jumped),*];
+
+        /// The exports written out in Rust ([`crate::ffi::typed`]); the others are jumped through.
+        pub const TYPED: &[Export] = &[$(Export::$typed),*];
     };
 }
 
-exports! {
-    ncclAllGather,
-    ncclAllReduce,
-    ncclAlltoAll,
-    ncclBcast,
-    ncclBroadcast,
-    ncclCommAbort,
-    ncclCommCount,
-    ncclCommCuDevice,
-    ncclCommDeregister,
-    ncclCommDestroy,
-    ncclCommFinalize,
-    ncclCommGetAsyncError,
-    ncclCommInitAll,
-    ncclCommInitRank,
-    ncclCommInitRankConfig,
-    ncclCommInitRankScalable,
-    ncclCommRegister,
-    ncclCommRevoke,
-    ncclCommShrink,
-    ncclCommSplit,
-    ncclCommUserRank,
-    ncclCommWindowDeregister,
-    ncclCommWindowRegister,
-    ncclDevCommCreate,
-    ncclDevCommDestroy,
-    ncclGather,
-    ncclGetErrorString,
-    ncclGetLastError,
-    ncclGetUniqueId,
-    ncclGetVersion,
-    ncclGinBarrierCreateRequirement,
-    ncclGroupEnd,
-    ncclGroupSimulateEnd,
-    ncclGroupStart,
-    ncclLLA2ACalcSlots,
-    ncclLLA2ACreateRequirement,
-    ncclLsaBarrierCreateRequirement,
-    ncclMemAlloc,
-    ncclMemFree,
-    ncclRecv,
-    ncclRedOpCreatePreMulSum,
-    ncclRedOpDestroy,
-    ncclReduce,
-    ncclReduceScatter,
-    ncclResetDebugInit,
-    ncclResetDebugInitInternal,
-    ncclScatter,
-    ncclSend,
-    ncclTeamLsa,
-    ncclTeamRail,
-    ncclTeamRankToLsa,
-    ncclTeamRankToWorld,
-    ncclTeamWorld,
-    pncclAllGather,
-    pncclAllReduce,
-    pncclAlltoAll,
-    pncclBcast,
-    pncclBroadcast,
-    pncclCommAbort,
-    pncclCommCount,
-    pncclCommCuDevice,
-    pncclCommDeregister,
-    pncclCommDestroy,
-    pncclCommFinalize,
-    pncclCommGetAsyncError,
-    pncclCommInitAll,
-    pncclCommInitRank,
-    pncclCommInitRankConfig,
-    pncclCommInitRankScalable,
-    pncclCommRegister,
-    pncclCommRevoke,
-    pncclCommShrink,
-    pncclCommSplit,
-    pncclCommUserRank,
-    pncclCommWindowDeregister,
-    pncclCommWindowRegister,
-    pncclDevCommCreate,
-    pncclDevCommDestroy,
-    pncclGather,
-    pncclGetErrorString,
-    pncclGetLastError,
-    pncclGetUniqueId,
-    pncclGetVersion,
-    pncclGinBarrierCreateRequirement,
-    pncclGroupEnd,
-    pncclGroupSimulateEnd,
-    pncclGroupStart,
-    pncclLLA2ACalcSlots,
-    pncclLLA2ACreateRequirement,
-    pncclLsaBarrierCreateRequirement,
-    pncclMemAlloc,
-    pncclMemFree,
-    pncclRecv,
-    pncclRedOpCreatePreMulSum,
-    pncclRedOpDestroy,
-    pncclReduce,
-    pncclReduceScatter,
-    pncclResetDebugInit,
-    pncclScatter,
-    pncclSend,
-    pncclTeamLsa,
-    pncclTeamRail,
-    pncclTeamRankToLsa,
-    pncclTeamRankToWorld,
-    pncclTeamWorld,
-}
+export_list!(exports);
 
 /// How many symbols are exported (and so the size of the table of the real NCCL's functions).
 pub const COUNT: usize = NAMES.len();
@@ -153,6 +167,19 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(index, export)| *export as usize == index));
+    }
+
+    #[test]
+    fn every_typed_export_is_declared_and_every_other_jumped_through() {
+        let declared: Vec<&str> = crate::ffi::typed::SIGNATURES
+            .iter()
+            .map(|(name, _, _)| *name)
+            .collect();
+        for export in TYPED {
+            assert!(declared.contains(&export.name()), "{export:?}");
+        }
+        assert_eq!(TYPED.len(), 29);
+        assert!(!TYPED.contains(&Export::ncclCommCount));
     }
 
     #[test]

@@ -7,9 +7,10 @@ pub const LIBRARY_VARIABLE: &str = "PEERLINK_NCCL_LIB";
 pub const SERVE_VARIABLE: &str = "PEERLINK_NCCL_SERVE";
 /// How much the library logs on stderr.
 pub const DEBUG_VARIABLE: &str = "PEERLINK_NCCL_DEBUG";
+/// Runs the served calls on the simulator preset it names (for tests, and trying without a GPU).
+pub const SIM_VARIABLE: &str = "PEERLINK_NCCL_SIM";
 
-/// `PEERLINK_NCCL_SERVE`: whether calls are served by peerlink or forwarded to NCCL. This version
-/// serves none: every value forwards every call; the value is still checked and logged.
+/// `PEERLINK_NCCL_SERVE`: whether calls are served by peerlink or forwarded to NCCL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Serve {
     /// Forward every call (`none`).
@@ -37,6 +38,10 @@ pub struct Switches {
     pub debug: Debug,
     /// One sentence per refused value (each then taken as its default or as `none`).
     pub refused: Vec<String>,
+    /// `PEERLINK_NCCL_SIM`: the simulator preset served calls run on, instead of the GPUs.
+    pub sim: Option<String>,
+    /// `PEERLINK_NCCL_TABLE`: the measurement `auto` decides by.
+    pub table: Option<std::path::PathBuf>,
 }
 
 impl Switches {
@@ -63,22 +68,13 @@ impl Switches {
                 Debug::Warn
             }),
         };
+        let named = |name: &str| variable(name).filter(|value| !value.trim().is_empty());
         Switches {
             serve,
             debug,
             refused,
-        }
-    }
-
-    /// Why a communicator's calls are all forwarded, for the log.
-    pub fn why_forwarded(&self) -> String {
-        match self.serve {
-            Serve::None => format!("{SERVE_VARIABLE}=none"),
-            Serve::Auto | Serve::All => format!(
-                "forwarding only: this version of the library serves no calls \
-                 ({SERVE_VARIABLE}={})",
-                self.serve.name()
-            ),
+            sim: named(SIM_VARIABLE).map(|preset| preset.trim().to_string()),
+            table: named(crate::serve::table::TABLE_VARIABLE).map(std::path::PathBuf::from),
         }
     }
 }
@@ -157,11 +153,10 @@ mod tests {
     }
 
     #[test]
-    fn the_log_says_why_calls_are_forwarded() {
-        assert_eq!(
-            read(&[(SERVE_VARIABLE, "none")]).why_forwarded(),
-            "PEERLINK_NCCL_SERVE=none"
-        );
-        assert!(read(&[]).why_forwarded().starts_with("forwarding only"));
+    fn the_simulator_and_the_table_are_named_or_absent() {
+        let switches = read(&[(SIM_VARIABLE, " dgx-h100 "), ("PEERLINK_NCCL_TABLE", "")]);
+        assert_eq!(switches.sim.as_deref(), Some("dgx-h100"));
+        assert_eq!(switches.table, None);
+        assert_eq!(read(&[]).sim, None);
     }
 }

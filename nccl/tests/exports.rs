@@ -4,6 +4,9 @@
 //! `lib/libnccl.so.2`, as pip's nvidia-nccl-cu13 wheel lays them out under `nvidia/nccl`), or the
 //! wheel in this machine's Python installs. Where none is found, one line says so.
 
+mod common;
+
+use common::library;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,18 +16,6 @@ use peerlink_nccl::ffi::typed::SIGNATURES;
 
 const REFERENCE_VARIABLE: &str = "PEERLINK_NCCL_REFERENCE";
 const VERSION_CODE: &str = "22809";
-
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libpeerlink_nccl.so"),
-        deps.parent().unwrap().join("libpeerlink_nccl.so"),
-    ]
-    .into_iter()
-    .find(|path| path.is_file())
-    .expect("libpeerlink_nccl.so is built with the tests")
-}
 
 /// The dynamic symbols a library defines, by `nm -D --defined-only`; `None` without nm.
 fn defined_symbols(library: &Path) -> Option<BTreeSet<String>> {

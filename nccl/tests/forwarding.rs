@@ -4,22 +4,12 @@
 //! and every result code come back; with no NCCL but this library, every call fails with a clear
 //! sentence, never a crash or a hang.
 
+mod common;
+
+use common::library;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-
-/// This crate's cdylib, built beside the test binary.
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libpeerlink_nccl.so"),
-        deps.parent().unwrap().join("libpeerlink_nccl.so"),
-    ]
-    .into_iter()
-    .find(|path| path.is_file())
-    .expect("libpeerlink_nccl.so is built with the tests")
-}
 
 /// The stand-in, the clients and a copy of the library named libnccl.so.2, in a fresh directory.
 struct Fixture {

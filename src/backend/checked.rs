@@ -795,6 +795,18 @@ impl<
         )
     }
 
+    fn is_capturing(&self, stream: StreamId) -> Result<bool> {
+        let raw_stream = {
+            let st = self.lock();
+            let entry = st.streams.get(stream.0)?;
+            if entry.capture.is_some() {
+                return Ok(true);
+            }
+            entry.raw.clone()
+        };
+        self.raw.is_capturing(&raw_stream)
+    }
+
     fn borrow_stream(&self, device: usize, handle: u64) -> Result<StreamId> {
         self.check_device(device)?;
         let raw = self.raw.borrow_stream(device, handle)?;

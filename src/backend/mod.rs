@@ -373,6 +373,11 @@ pub trait Backend: Send + Sync {
     /// while the handle lives. The simulator, which has no CUDA streams, makes one simulated
     /// stream per GPU and handle at its first borrow, so that one handle's work stays in order.
     fn borrow_stream(&self, device: usize, handle: u64) -> Result<StreamId>;
+
+    /// Whether `stream` is capturing a graph: begun here ([`Backend::begin_capture`]), or, for a
+    /// borrowed stream, by its owner (`cuStreamIsCapturing`): work queued now runs only when the
+    /// graph is replayed.
+    fn is_capturing(&self, stream: StreamId) -> Result<bool>;
 }
 
 /// Kernels that only the latency tests use: one dependent load at a time, one flag at a time.

@@ -637,6 +637,9 @@ impl Backend for Counting {
     fn borrow_stream(&self, device: usize, handle: u64) -> crate::Result<StreamId> {
         self.sim.borrow_stream(device, handle)
     }
+    fn is_capturing(&self, stream: StreamId) -> crate::Result<bool> {
+        self.sim.is_capturing(stream)
+    }
 }
 
 #[test]

@@ -1039,11 +1039,17 @@ pub fn a_captured_graph_replays_its_work_and_the_capture_runs_none(b: &dyn Backe
         len: 1,
         ..first
     };
+    assert!(!b.is_capturing(stream).unwrap());
     b.begin_capture(stream).unwrap();
+    assert!(
+        b.is_capturing(stream).unwrap(),
+        "a capture begun here is seen"
+    );
     b.copy(stream, CopyMethod::CopyEngine, &first).unwrap();
     b.copy(stream, CopyMethod::SmKernel, &second).unwrap();
     b.copy_batch(stream, &[third]).unwrap();
     let graph = b.end_capture(stream).unwrap();
+    assert!(!b.is_capturing(stream).unwrap(), "the capture ended");
     b.synchronize(stream).unwrap();
     assert!(contents(b, dst) == vec![FILL; size], "the capture ran work");
     for seed in [1, 2] {

@@ -1,12 +1,13 @@
 //! The C layer, and the only unsafe code of the crate: the exported functions, `dlopen`, `dlsym`
-//! and `dladdr`. Every exported symbol has a slot in [`SLOTS`] holding the real NCCL's function,
+//! and `dladdr`. Every exported symbol has a slot in `SLOTS` holding the real NCCL's function,
 //! looked up at its first call.
 //!
 //! Two kinds of export:
 //! - [`typed`]: the calls this library reads (collectives and point-to-point calls, groups, the
 //!   calls that make communicators, the two that return strings), declared in Rust from NCCL's
-//!   documentation. They count, log, and (in the next version) decide whether to serve.
-//! - [`trampolines`]: every other export, a tail jump through its slot. It preserves any
+//!   documentation. They count, log, hold calls of a group, and hand `ncclAllReduce` to
+//!   [`crate::serve`], which decides whether peerlink serves it.
+//! - `trampolines`: every other export, a tail jump through its slot. It preserves any
 //!   signature (the device API's host functions return structures by value, which nccl.h gives
 //!   only in C++ headers) and costs one indirect jump, so a symbol nobody reads is never
 //!   re-declared — and never declared wrongly.
@@ -17,7 +18,7 @@ pub mod typed;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::exports::{Export, ALL, COUNT};
@@ -82,9 +83,30 @@ pub unsafe fn real<F: Copy>(export: Export) -> Result<F, c_int> {
     Ok(unsafe { std::mem::transmute_copy::<usize, F>(&address) })
 }
 
+/// Whether a test installed a stand-in for the real NCCL ([`install_stand_in`]).
+static STAND_IN: AtomicBool = AtomicBool::new(false);
+
+/// For tests (and only them): makes `functions` — each export's stand-in, a function of the type
+/// NCCL gives that symbol — the "real NCCL" every call forwards to, in place of the search. A
+/// symbol without one returns ncclInvalidUsage. Call it before any NCCL call.
+///
+/// # Safety
+/// Each address must be a function of the type NCCL's documentation gives its export, that stays
+/// valid for the life of the process.
+pub unsafe fn install_stand_in(functions: &[(Export, usize)]) {
+    STAND_IN.store(true, Ordering::Release);
+    for &(export, address) in functions {
+        SLOTS[export as usize].store(address, Ordering::Release);
+    }
+    let _ = REAL.set(Ok(0));
+}
+
 /// Looks `export` up in the real NCCL and fills its slot: its address, or the code to answer
 /// with (ncclSystemError without NCCL, ncclInvalidUsage for a symbol this NCCL lacks).
 fn resolve_slot(export: Export) -> Result<usize, c_int> {
+    if STAND_IN.load(Ordering::Acquire) {
+        return Err(NCCL_INVALID_USAGE);
+    }
     let handle = match real_nccl() {
         Ok(handle) => handle,
         Err(_) => return Err(NCCL_SYSTEM_ERROR),
@@ -119,7 +141,7 @@ fn real_nccl() -> Result<usize, &'static CStr> {
         match resolve::find(&Dl, named, peerlink::backend::cuda::nccl_search_candidates) {
             Ok(found) => {
                 if switches.debug >= Debug::Info {
-                    announce(found.handle, &found.how, switches);
+                    announce(found.handle, &found.how);
                 }
                 Ok(found.handle)
             }
@@ -143,7 +165,7 @@ fn no_nccl() -> Option<&'static CStr> {
 }
 
 /// Says which NCCL the calls go to, and prints the summary at exit.
-fn announce(handle: usize, how: &str, switches: &Switches) {
+fn announce(handle: usize, how: &str) {
     let mut version = 0;
     // SAFETY: ncclGetVersion's type, `ncclResult_t (int*)`; `version` is a valid out-pointer.
     let answered = Dl.symbol(handle, "ncclGetVersion").map(|address| unsafe {
@@ -163,7 +185,7 @@ fn announce(handle: usize, how: &str, switches: &Switches) {
     log::write(&[format!(
         "forwarding to NCCL {version} ({}), {how}; {}",
         Dl.file_of(handle).unwrap_or_default(),
-        switches.why_forwarded()
+        crate::serve::server().why_forwarded()
     )]);
     extern "C" fn print_summary() {
         log::write(&COUNTERS.summary());

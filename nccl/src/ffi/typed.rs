@@ -7,12 +7,15 @@
 #![allow(non_camel_case_types, non_snake_case, clippy::missing_safety_doc)]
 #![allow(clippy::too_many_arguments)]
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use super::{no_nccl, real, switches, COUNTERS, NCCL_IN_PROGRESS, NCCL_SUCCESS};
+use super::{
+    no_nccl, real, switches, COUNTERS, NCCL_INVALID_USAGE, NCCL_IN_PROGRESS, NCCL_SUCCESS,
+};
 use crate::exports::Export;
 use crate::log::{self, Communicator};
+use crate::serve;
 use crate::stats::{size_class, Call, Route};
 use crate::switches::Debug;
 
@@ -25,6 +28,10 @@ pub type cudaStream_t = *mut c_void;
 pub type size_t = usize;
 /// `ncclConfig_t` is only passed on, by pointer.
 pub type ncclConfig_t = c_void;
+/// `ncclSimInfo_t` is only passed on, by pointer.
+pub type ncclSimInfo_t = c_void;
+/// `ncclWindow_t` is only passed on.
+pub type ncclWindow_t = *mut c_void;
 
 /// `ncclUniqueId`: 128 opaque bytes, passed by value to ncclCommInitRank.
 #[repr(C)]
@@ -74,45 +81,14 @@ signatures! {
     ncclCommCount = fn(ncclComm_t, *mut c_int) -> ncclResult_t;
     ncclCommCuDevice = fn(ncclComm_t, *mut c_int) -> ncclResult_t;
     ncclCommUserRank = fn(ncclComm_t, *mut c_int) -> ncclResult_t;
-}
-
-/// A collective or point-to-point call: counted by kind and by the size it names, then forwarded.
-macro_rules! counted {
-    ($($name:ident as $call:ident ($($arg:ident: $ty:ty),*) counting $count:ident of $dtype:ident;)*) => {$(
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> ncclResult_t {
-            COUNTERS.count(Call::$call, size_class($count, $dtype), Route::Forwarded);
-            // SAFETY: the type is the one NCCL gives the function.
-            match unsafe { real::<sig::$name>(Export::$name) } {
-                // SAFETY: the caller's arguments, passed on as NCCL's contract has them.
-                Ok(function) => unsafe { function($($arg),*) },
-                Err(code) => code,
-            }
-        }
-        const _: sig::$name = $name;
-    )*};
-}
-
-counted! {
-    ncclAllReduce as AllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
-    ncclBroadcast as Broadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
-    ncclBcast as Bcast(buff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
-    ncclReduce as Reduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
-    ncclAllGather as AllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) counting sendcount of datatype;
-    ncclReduceScatter as ReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) counting recvcount of datatype;
-    ncclAlltoAll as AlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
-    ncclGather as Gather(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
-    ncclScatter as Scatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
-    ncclSend as Send(sendbuff: *const c_void, count: size_t, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
-    ncclRecv as Recv(recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
-}
-
-thread_local! {
-    /// How deep this thread is in ncclGroupStart/ncclGroupEnd pairs.
-    static GROUP_DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// Communicators made inside this thread's group, logged once the group ends (NCCL sets them
-    /// up at ncclGroupEnd, so before then they cannot answer what they are).
-    static PENDING: RefCell<Vec<Communicator>> = const { RefCell::new(Vec::new()) };
+    ncclCommDestroy = fn(ncclComm_t) -> ncclResult_t;
+    ncclCommAbort = fn(ncclComm_t) -> ncclResult_t;
+    ncclCommFinalize = fn(ncclComm_t) -> ncclResult_t;
+    ncclCommRegister = fn(ncclComm_t, *mut c_void, size_t, *mut *mut c_void) -> ncclResult_t;
+    ncclCommDeregister = fn(ncclComm_t, *mut c_void) -> ncclResult_t;
+    ncclCommWindowRegister = fn(ncclComm_t, *mut c_void, size_t, *mut ncclWindow_t, c_int) -> ncclResult_t;
+    ncclCommWindowDeregister = fn(ncclComm_t, ncclWindow_t) -> ncclResult_t;
+    ncclGroupSimulateEnd = fn(*mut ncclSimInfo_t) -> ncclResult_t;
 }
 
 /// Forwards a call whose signature is `sig::$name`, with its arguments.
@@ -127,22 +103,122 @@ macro_rules! forward {
     };
 }
 
+/// A collective or point-to-point call other than all-reduce: counted by kind and by the size it
+/// names, then forwarded (after what a group held, [`serve::other_call`]).
+macro_rules! counted {
+    ($($name:ident as $call:ident ($($arg:ident: $ty:ty),*) counting $count:ident of $dtype:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> ncclResult_t {
+            COUNTERS.count(Call::$call, size_class($count, $dtype), Route::Forwarded);
+            serve::other_call(|| forward!($name($($arg),*)))
+        }
+        const _: sig::$name = $name;
+    )*};
+}
+
+counted! {
+    ncclBroadcast as Broadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclBcast as Bcast(buff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclReduce as Reduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclAllGather as AllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) counting sendcount of datatype;
+    ncclReduceScatter as ReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: size_t, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) counting recvcount of datatype;
+    ncclAlltoAll as AlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclGather as Gather(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclScatter as Scatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclSend as Send(sendbuff: *const c_void, count: size_t, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+    ncclRecv as Recv(recvbuff: *mut c_void, count: size_t, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) counting count of datatype;
+}
+
+thread_local! {
+    /// Communicators made inside this thread's group, logged once the group ends (NCCL sets them
+    /// up at ncclGroupEnd, so before then they cannot answer what they are).
+    static PENDING: RefCell<Vec<Communicator>> = const { RefCell::new(Vec::new()) };
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: size_t,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    let call = serve::AllReduce {
+        send: sendbuff as u64,
+        recv: recvbuff as u64,
+        count,
+        datatype,
+        op,
+        comm: comm as usize,
+        stream: stream as u64,
+    };
+    // Held in a group, it may be forwarded later: the closure keeps the arguments.
+    let forward = Box::new(move || {
+        forward!(ncclAllReduce(
+            sendbuff, recvbuff, count, datatype, op, comm, stream
+        ))
+    });
+    serve::all_reduce(&RealNccl, call, forward)
+}
+const _: sig::ncclAllReduce = ncclAllReduce;
+
+/// The real NCCL as the serving side needs it (its set-up's all-gather, groups, a
+/// communicator's rank, size and GPU).
+struct RealNccl;
+
+impl serve::Real for RealNccl {
+    fn all_gather(&self, send: u64, recv: u64, bytes: usize, comm: usize, stream: u64) -> i32 {
+        let (send, recv) = (send as *const c_void, recv as *mut c_void);
+        let (comm, stream) = (comm as ncclComm_t, stream as cudaStream_t);
+        forward!(ncclAllGather(send, recv, bytes, NCCL_UINT8, comm, stream))
+    }
+
+    fn group_start(&self) -> i32 {
+        forward!(ncclGroupStart())
+    }
+
+    fn group_end(&self) -> i32 {
+        forward!(ncclGroupEnd())
+    }
+
+    fn describe(&self, comm: usize) -> Result<(usize, usize, usize), i32> {
+        let comm = comm as ncclComm_t;
+        let (mut rank, mut ranks, mut gpu) = (0, 0, 0);
+        for code in [
+            forward!(ncclCommUserRank(comm, &mut rank)),
+            forward!(ncclCommCount(comm, &mut ranks)),
+            forward!(ncclCommCuDevice(comm, &mut gpu)),
+        ] {
+            if code != NCCL_SUCCESS {
+                return Err(code);
+            }
+        }
+        let unsigned = |value: c_int| usize::try_from(value).map_err(|_| NCCL_INVALID_USAGE);
+        Ok((unsigned(rank)?, unsigned(ranks)?, unsigned(gpu)?))
+    }
+}
+
+/// `ncclUint8`, the type of the set-up's all-gather.
+const NCCL_UINT8: ncclDataType_t = 1;
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGroupStart() -> ncclResult_t {
-    let result = forward!(ncclGroupStart());
-    if result == NCCL_SUCCESS {
-        GROUP_DEPTH.set(GROUP_DEPTH.get() + 1);
-    }
-    result
+    serve::group_start(&RealNccl)
 }
 const _: sig::ncclGroupStart = ncclGroupStart;
 
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t {
+    serve::group_simulate_end(|| forward!(ncclGroupSimulateEnd(simInfo)))
+}
+const _: sig::ncclGroupSimulateEnd = ncclGroupSimulateEnd;
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGroupEnd() -> ncclResult_t {
-    let result = forward!(ncclGroupEnd());
-    let depth = GROUP_DEPTH.get().saturating_sub(1);
-    GROUP_DEPTH.set(depth);
-    if depth == 0 {
+    let result = serve::group_end(&RealNccl);
+    if !serve::in_group() {
         // try_with: a call while this thread's locals are being torn down logs nothing.
         for communicator in PENDING
             .try_with(|pending| pending.take())
@@ -178,7 +254,7 @@ fn made(
         ranks: said.1,
         gpu: None,
     };
-    if GROUP_DEPTH.get() > 0 {
+    if serve::in_group() {
         let _ = PENDING.try_with(|pending| pending.borrow_mut().push(communicator));
     } else {
         log_communicator(communicator, result == NCCL_SUCCESS);
@@ -211,7 +287,7 @@ fn log_communicator(mut communicator: Communicator, ready: bool) {
             gpu,
         );
     }
-    log::write(&[communicator.line(&switches().why_forwarded())]);
+    log::write(&[communicator.line(&serve::server().why_forwarded())]);
 }
 
 #[unsafe(no_mangle)]
@@ -221,7 +297,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
     commId: ncclUniqueId,
     rank: c_int,
 ) -> ncclResult_t {
-    let result = forward!(ncclCommInitRank(comm, nranks, commId, rank));
+    let result = serve::other_call(|| forward!(ncclCommInitRank(comm, nranks, commId, rank)));
     made(result, comm, "ncclCommInitRank", (Some(rank), Some(nranks)));
     result
 }
@@ -235,7 +311,8 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     rank: c_int,
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
-    let result = forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config));
+    let result =
+        serve::other_call(|| forward!(ncclCommInitRankConfig(comm, nranks, commId, rank, config)));
     made(
         result,
         comm,
@@ -255,9 +332,11 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     commIds: *mut ncclUniqueId,
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
-    let result = forward!(ncclCommInitRankScalable(
-        newcomm, nranks, myrank, nId, commIds, config
-    ));
+    let result = serve::other_call(|| {
+        forward!(ncclCommInitRankScalable(
+            newcomm, nranks, myrank, nId, commIds, config
+        ))
+    });
     made(
         result,
         newcomm,
@@ -274,7 +353,7 @@ pub unsafe extern "C" fn ncclCommInitAll(
     ndev: c_int,
     devlist: *const c_int,
 ) -> ncclResult_t {
-    let result = forward!(ncclCommInitAll(comm, ndev, devlist));
+    let result = serve::other_call(|| forward!(ncclCommInitAll(comm, ndev, devlist)));
     for index in 0..ndev.max(0) {
         // SAFETY: NCCL's contract: `comm` has room for `ndev` communicators.
         made(
@@ -296,7 +375,7 @@ pub unsafe extern "C" fn ncclCommSplit(
     newcomm: *mut ncclComm_t,
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
-    let result = forward!(ncclCommSplit(comm, color, key, newcomm, config));
+    let result = serve::other_call(|| forward!(ncclCommSplit(comm, color, key, newcomm, config)));
     // A rank that passes NCCL_SPLIT_NOCOLOR gets no communicator (NULL).
     // SAFETY: NCCL wrote `*newcomm` where the call succeeded.
     if newcomm.is_null() || unsafe { *newcomm }.is_null() {
@@ -316,18 +395,43 @@ pub unsafe extern "C" fn ncclCommShrink(
     config: *mut ncclConfig_t,
     shrinkFlags: c_int,
 ) -> ncclResult_t {
-    let result = forward!(ncclCommShrink(
-        comm,
-        excludeRanksList,
-        excludeRanksCount,
-        newcomm,
-        config,
-        shrinkFlags
-    ));
+    let result = serve::other_call(|| {
+        forward!(ncclCommShrink(
+            comm,
+            excludeRanksList,
+            excludeRanksCount,
+            newcomm,
+            config,
+            shrinkFlags
+        ))
+    });
     made(result, newcomm, "ncclCommShrink", (None, None));
     result
 }
 const _: sig::ncclCommShrink = ncclCommShrink;
+
+/// Calls a group may hold that this library only passes on, after what the group held
+/// ([`serve::other_call`]); ending a communicator also forgets peerlink's state of it.
+macro_rules! passed_on {
+    ($($name:ident($($arg:ident: $ty:ty),*) $(forgetting $comm:ident)?;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> ncclResult_t {
+            $(serve::server().forget($comm as usize);)?
+            serve::other_call(|| forward!($name($($arg),*)))
+        }
+        const _: sig::$name = $name;
+    )*};
+}
+
+passed_on! {
+    ncclCommDestroy(comm: ncclComm_t) forgetting comm;
+    ncclCommAbort(comm: ncclComm_t) forgetting comm;
+    ncclCommFinalize(comm: ncclComm_t);
+    ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: size_t, handle: *mut *mut c_void);
+    ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void);
+    ncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: size_t, win: *mut ncclWindow_t, winFlags: c_int);
+    ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t);
+}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {

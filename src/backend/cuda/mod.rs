@@ -728,6 +728,10 @@ impl RawBackend for Gpus {
         Ok(Arc::new(Buffer(Storage::Borrowed { address, device })))
     }
 
+    fn is_capturing(&self, stream: &Arc<Stream>) -> Result<bool> {
+        driver::is_capturing(&stream.stream)
+    }
+
     fn borrow_stream(&self, device: usize, handle: u64) -> Result<Arc<Stream>> {
         Ok(Arc::new(Stream {
             device,

@@ -20,18 +20,13 @@
 //! rank: tests/processes/group_reduce.rs, on the simulator in CI and on two GPUs.
 
 use super::buffers::{zeroed, CallOrder};
+use super::exchange::{agreed_by, RankExchange};
 use super::price::{pick, Picks, Placement};
 use crate::backend::collective::{AllReduceKernel, BufferRange, DataType, RankBuffers, FLAG_BYTES};
-use crate::backend::{
-    Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, ShareDescriptor, SharedBuffer,
-    StreamId,
-};
-use crate::launch::agree::{agreed, exchange, one_gpu_each};
+use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
 use crate::launch::Group;
 use crate::model::CostModel;
 use crate::{Error, Result};
-use std::borrow::Borrow;
-use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// The shared buffer's length at the start, and the least it grows to: calls up to it never
@@ -46,8 +41,9 @@ pub const INITIAL_SHARED_BYTES: usize = 1 << 20;
 /// are called): a rank that calls with another length, or not at all, leaves the others' kernels
 /// waiting until they fail.
 ///
-/// It owns its [`Group`], or borrows one (`G` = `&Group`) that serves other work too.
-pub struct GroupAllReduce<G: Borrow<Group> = Group> {
+/// The ranks meet through `G`: a [`Group`] of processes, owned or borrowed (`&Group`) where it
+/// serves other work too, or another [`RankExchange`] (threads of one process).
+pub struct GroupAllReduce<G: RankExchange = Group> {
     backend: Arc<dyn Backend>,
     group: G,
     model: CostModel,
@@ -68,19 +64,19 @@ pub struct GroupAllReduce<G: Borrow<Group> = Group> {
     order: CallOrder,
 }
 
-impl<G: Borrow<Group>> GroupAllReduce<G> {
+impl<G: RankExchange> GroupAllReduce<G> {
     /// Joins the all-reduce of `group`'s ranks: rank `r` on the GPU of its `LOCAL_RANK`, all of
     /// one host and with P2P between every two. Every rank calls it; it returns once all have
     /// shared their flag blocks and buffers. `model` prices the kernels (the engine's, from
     /// [`crate::engine::Fabric::planner`], or a measured profile's).
     pub fn join(backend: Arc<dyn Backend>, group: G, model: CostModel) -> Result<Self> {
-        let gpus = one_gpu_each(backend.as_ref(), group.borrow(), "an all-reduce")?;
+        let gpus = group.gpus(backend.as_ref())?;
         // The same answer on every rank (one host, one topology): refused before anything is made.
         let element = DataType::F32.size() as u64;
         if pick(&model, &gpus, element, Placement::AcrossProcesses).is_none() {
             return Err(no_p2p(&gpus));
         }
-        let me = group.borrow().identity().rank;
+        let me = group.rank();
         let gpu = gpus[me];
         let made = (|| {
             let flags = zeroed(backend.as_ref(), gpu, FLAG_BYTES)?;
@@ -90,8 +86,8 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
             );
             Ok((flags, shared))
         })();
-        let (flags, shared) = agreed(group.borrow(), made)?;
-        let every = share(backend.as_ref(), group.borrow(), gpu, &[*flags, *shared])?;
+        let (flags, shared) = agreed_by(&group, made)?;
+        let every = group.share(backend.as_ref(), gpu, &[*flags, *shared])?;
         // From here the struct's drop frees them.
         flags.keep();
         shared.keep();
@@ -111,7 +107,7 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
 
     /// This process's rank.
     pub fn rank(&self) -> usize {
-        self.group().identity().rank
+        self.group.rank()
     }
 
     /// This rank's GPU (its `LOCAL_RANK`).
@@ -124,9 +120,9 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         &self.gpus
     }
 
-    /// The group the ranks meet in.
-    pub fn group(&self) -> &Group {
-        self.group.borrow()
+    /// What the ranks meet through.
+    pub fn group(&self) -> &G {
+        &self.group
     }
 
     /// Allocates `len` (> 0) zeroed bytes of this rank's GPU that every rank's kernels reach, with
@@ -148,8 +144,8 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
             let address = backend.sharing().device_address(*mine)?;
             Ok((mine, address))
         })();
-        let (mine, address) = agreed(self.group(), made)?;
-        let every = share(backend, self.group(), gpu, &[*mine])?;
+        let (mine, address) = agreed_by(&self.group, made)?;
+        let every = self.group.share(backend, gpu, &[*mine])?;
         let own = mine.keep();
         self.symmetric.push(Symmetric {
             every: every.iter().map(|b| b[0]).collect(),
@@ -327,8 +323,8 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
                 backend.alloc(Memory::Device(gpu), new_len)?,
             ))
         });
-        let made = agreed(self.group(), made)?;
-        let every = share(backend, self.group(), gpu, &[*made])?;
+        let made = agreed_by(&self.group, made)?;
+        let every = self.group.share(backend, gpu, &[*made])?;
         made.keep();
         let old = std::mem::replace(&mut self.shared, every.iter().map(|b| b[0]).collect());
         self.shared_len = new_len;
@@ -337,12 +333,12 @@ impl<G: Borrow<Group>> GroupAllReduce<G> {
         for (_, buffer) in old.iter().enumerate().filter(|&(r, _)| r != me) {
             backend.free(*buffer)?;
         }
-        self.group().barrier()?;
+        self.group.barrier()?;
         backend.free(old[me])
     }
 }
 
-impl<G: Borrow<Group>> Drop for GroupAllReduce<G> {
+impl<G: RankExchange> Drop for GroupAllReduce<G> {
     fn drop(&mut self) {
         // Nothing can report a failure from drop: each release is tried. Every rank waits for its
         // own calls, then for the others' (their kernels touch this rank's flags and buffer)
@@ -360,7 +356,7 @@ impl<G: Borrow<Group>> Drop for GroupAllReduce<G> {
                 let _ = backend.free(buffer);
             }
         }
-        let _ = self.group().barrier();
+        let _ = self.group.barrier();
         for buffers in every_kind() {
             let _ = backend.free(buffers[me]);
         }
@@ -388,72 +384,4 @@ fn no_p2p(gpus: &[usize]) -> Error {
         "peerlink's all-reduce needs P2P between every two of the ranks' GPUs {gpus:?}, and a pair \
          of them has none; run the ranks on GPUs that all reach each other"
     ))
-}
-
-/// Shares `mine` (this rank's buffers, memory of `gpu`) with every rank of `group`: returns each
-/// rank's, in rank order, this rank's own and the others' imported for `gpu`. Every rank calls it
-/// with as many buffers; where one fails, all do.
-fn share(
-    backend: &dyn Backend,
-    group: &Group,
-    gpu: usize,
-    mine: &[BufferId],
-) -> Result<Vec<Vec<BufferId>>> {
-    let me = group.identity().rank;
-    let exported = mine
-        .iter()
-        .map(|&b| backend.sharing().export(b))
-        .collect::<Result<Vec<SharedBuffer>>>();
-    let (descriptors, files) = match exported {
-        Ok(shared) => {
-            let (descriptors, files): (Vec<ShareDescriptor>, Vec<_>) =
-                shared.into_iter().map(|s| (s.descriptor, s.fd)).unzip();
-            (Ok(descriptors), files)
-        }
-        Err(e) => (Err(e), Vec::new()),
-    };
-    let every: Vec<Vec<ShareDescriptor>> = exchange(group, descriptors)?;
-    let mut imported: Vec<Vec<BufferId>> = Vec::with_capacity(every.len());
-    let mut failed = Ok(());
-    for (owner, theirs) in every.into_iter().enumerate() {
-        if owner == me {
-            let fds: Vec<_> = files.iter().flatten().map(|f| f.as_fd()).collect();
-            if !fds.is_empty() {
-                for peer in (0..group.members().len()).filter(|&p| p != me) {
-                    group.send_fds(peer, &fds)?;
-                }
-            }
-            imported.push(mine.to_vec());
-            continue;
-        }
-        let count = theirs.iter().filter(|d| d.has_fd).count();
-        let mut fds = if count > 0 {
-            group.recv_fds(owner, count)?.into_iter()
-        } else {
-            Vec::new().into_iter()
-        };
-        let mut buffers = Vec::with_capacity(theirs.len());
-        for descriptor in theirs {
-            let fd = if descriptor.has_fd { fds.next() } else { None };
-            if failed.is_ok() {
-                match backend
-                    .sharing()
-                    .import(SharedBuffer { descriptor, fd }, gpu)
-                {
-                    Ok(buffer) => buffers.push(buffer),
-                    Err(e) => failed = Err(e),
-                }
-            }
-        }
-        imported.push(buffers);
-    }
-    if let Err(e) = agreed(group, failed) {
-        for (_, buffers) in imported.iter().enumerate().filter(|&(o, _)| o != me) {
-            for &b in buffers {
-                let _ = backend.free(b);
-            }
-        }
-        return Err(e);
-    }
-    Ok(imported)
 }

@@ -10,10 +10,12 @@
 //! decides which, and prepares what it reads.
 
 mod buffers;
+mod exchange;
 mod group;
 mod local;
 pub mod price;
 
+pub use exchange::{RankExchange, ThreadMeeting, ThreadRanks};
 pub use group::{GroupAllReduce, INITIAL_SHARED_BYTES};
 pub use local::{LocalAllReduce, LocalRank};
 pub use price::Placement;

@@ -1,0 +1,123 @@
+//! peerlink's state of one communicator it may serve, kept beside NCCL's own (keyed by the
+//! `ncclComm_t`'s address): its rank, size and GPU as NCCL answers them, what its set-up decided,
+//! the all-reduce its lone calls go through, and the caller's streams and buffers borrowed so far.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use peerlink::backend::{Backend, BufferId, StreamId};
+use peerlink::engine::all_reduce::{LocalAllReduce, ThreadMeeting, ThreadRanks};
+use peerlink::engine::GroupAllReduce;
+
+/// Borrowed streams or buffers kept per communicator before they start over: a job that
+/// all-reduces ever new buffers would grow the table without end.
+const BORROWS_KEPT: usize = 64;
+
+/// The ranks of one communicator that are threads of this process: their GPUs, where they
+/// meet, and the all-reduce one thread driving all of them goes through (a group holding one
+/// all-reduce per rank).
+pub struct Clique {
+    pub gpus: Vec<usize>,
+    pub meeting: Arc<ThreadMeeting>,
+    pub local: Mutex<LocalAllReduce>,
+}
+
+/// What a communicator's set-up decided.
+pub enum State {
+    /// Not set up yet: at its first call that peerlink would serve.
+    Pending,
+    /// Every call forwarded, for the reason given (logged once).
+    Forwarded(String),
+    /// Served: alone (one rank, `None`) or with the other ranks of its clique.
+    Served(Option<Arc<Clique>>),
+}
+
+pub struct Comm {
+    pub address: usize,
+    pub rank: usize,
+    pub ranks: usize,
+    pub gpu: usize,
+    /// This process's name for the communicator, told the other ranks at set-up.
+    pub token: u64,
+    pub state: State,
+    /// The lone calls' all-reduce with the other ranks, joined at the first one.
+    pub reduce: Option<GroupAllReduce<ThreadRanks>>,
+    backend: Option<Arc<dyn Backend>>,
+    streams: HashMap<u64, StreamId>,
+    buffers: HashMap<(u64, usize), BufferId>,
+}
+
+impl Comm {
+    pub fn new(address: usize, (rank, ranks, gpu): (usize, usize, usize), token: u64) -> Comm {
+        Comm {
+            address,
+            rank,
+            ranks,
+            gpu,
+            token,
+            state: State::Pending,
+            reduce: None,
+            backend: None,
+            streams: HashMap::new(),
+            buffers: HashMap::new(),
+        }
+    }
+
+    /// The caller's stream `handle` of this rank's GPU, borrowed once.
+    pub fn stream(
+        &mut self,
+        backend: &Arc<dyn Backend>,
+        handle: u64,
+    ) -> peerlink::Result<StreamId> {
+        self.backend.get_or_insert_with(|| backend.clone());
+        if let Some(&stream) = self.streams.get(&handle) {
+            return Ok(stream);
+        }
+        if self.streams.len() >= BORROWS_KEPT {
+            for (_, stream) in self.streams.drain() {
+                let _ = backend.destroy_stream(stream);
+            }
+        }
+        let stream = backend.borrow_stream(self.gpu, handle)?;
+        self.streams.insert(handle, stream);
+        Ok(stream)
+    }
+
+    /// The caller's `len` bytes at `address` of this rank's GPU, borrowed once (the same
+    /// address and length give the same buffer: a sum in place names one).
+    pub fn buffer(
+        &mut self,
+        backend: &Arc<dyn Backend>,
+        address: u64,
+        len: usize,
+    ) -> peerlink::Result<BufferId> {
+        self.backend.get_or_insert_with(|| backend.clone());
+        if let Some(&buffer) = self.buffers.get(&(address, len)) {
+            return Ok(buffer);
+        }
+        if self.buffers.len() >= BORROWS_KEPT {
+            // Forgetting a borrowed buffer leaves the work queued on it to run.
+            for (_, buffer) in self.buffers.drain() {
+                let _ = backend.free(buffer);
+            }
+        }
+        let buffer = backend.borrow_memory(self.gpu, address, len)?;
+        self.buffers.insert((address, len), buffer);
+        Ok(buffer)
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        // The all-reduce first: it waits for its calls on the borrowed streams.
+        self.reduce = None;
+        if let Some(backend) = self.backend.take() {
+            for (_, buffer) in self.buffers.drain() {
+                let _ = backend.free(buffer);
+            }
+            for (_, stream) in self.streams.drain() {
+                let _ = backend.destroy_stream(stream);
+            }
+        }
+    }
+}

@@ -1,0 +1,569 @@
+//! Serving `ncclAllReduce` with peerlink's kernels, where asked: the decision per call (a lookup)
+//! and the dispatch, in safe Rust over the backend seam; the C layer ([`crate::ffi`]) calls in
+//! and gives the real NCCL as a [`Real`].
+//!
+//! - **What is served**: all-reduce, sum (and avg on one rank), of f32 and bf16, any count, in
+//!   place or not, on communicators whose ranks are all threads of this process on distinct GPUs
+//!   with P2P between every two, or of one rank. Everything else is forwarded.
+//! - **Set-up**, once per communicator at its first call peerlink would serve (a collective
+//!   moment): every rank's host, process and GPU are all-gathered through the real communicator
+//!   ([`records`]) and every rank decides alike; a communicator peerlink cannot serve is
+//!   forwarded for good.
+//! - **A lone call** runs this rank's kernel on the caller's stream and returns at once
+//!   ([`GroupAllReduce`] over thread ranks). **A group** (`ncclGroupStart` … `ncclGroupEnd`) is
+//!   held from its first all-reduce; a call of another kind first forwards what was held, in
+//!   order, and the rest of the group goes to NCCL as it comes. At the group's end, one
+//!   all-reduce, or one per rank of one communicator (one thread driving every GPU, as
+//!   nccl-tests `-g N`: [`LocalAllReduce`], all ranks at once), is served; any other group is
+//!   forwarded whole, in order, inside a group of the real NCCL.
+
+mod comm;
+mod group;
+pub mod records;
+pub mod table;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use peerlink::backend::collective::{BufferRange, DataType};
+use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
+use peerlink::engine::all_reduce::price::{pick, Placement};
+use peerlink::engine::all_reduce::{LocalAllReduce, LocalRank, ThreadMeeting, ThreadRanks};
+use peerlink::engine::GroupAllReduce;
+use peerlink::model::CostModel;
+
+use crate::log;
+use crate::stats::{size_class, Call, Route};
+use crate::switches::{Debug, Serve, Switches, SIM_VARIABLE};
+use comm::{Clique, Comm, State};
+use records::{decide, Decision, Record, RECORD_BYTES};
+use table::Table;
+
+pub use group::{all_reduce, group_end, group_simulate_end, group_start, in_group, other_call};
+
+/// `ncclResult_t` values this module answers with.
+const SUCCESS: i32 = 0;
+const INTERNAL_ERROR: i32 = 3;
+/// `ncclDataType_t` and `ncclRedOp_t` values it reads.
+const NCCL_FLOAT32: i32 = 7;
+const NCCL_BFLOAT16: i32 = 9;
+const NCCL_SUM: i32 = 0;
+const NCCL_AVG: i32 = 4;
+
+/// What the set-up and a forwarded group need of the real NCCL (the C layer's, or a test's).
+pub trait Real {
+    /// `ncclAllGather` of `bytes` bytes (as ncclUint8) from `send` into `recv` on `stream`.
+    fn all_gather(&self, send: u64, recv: u64, bytes: usize, comm: usize, stream: u64) -> i32;
+    fn group_start(&self) -> i32;
+    fn group_end(&self) -> i32;
+    /// The communicator's rank, size and CUDA device, as NCCL answers them.
+    fn describe(&self, comm: usize) -> Result<(usize, usize, usize), i32>;
+}
+
+/// One `ncclAllReduce`, its pointers and handles as integers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllReduce {
+    pub send: u64,
+    pub recv: u64,
+    pub count: usize,
+    pub datatype: i32,
+    pub op: i32,
+    pub comm: usize,
+    pub stream: u64,
+}
+
+impl AllReduce {
+    fn dtype(&self) -> Option<DataType> {
+        match self.datatype {
+            NCCL_FLOAT32 => Some(DataType::F32),
+            NCCL_BFLOAT16 => Some(DataType::Bf16),
+            _ => None,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.dtype()
+            .map_or(0, |d| d.size().saturating_mul(self.count))
+    }
+
+    fn count_as(&self, route: Route) {
+        crate::ffi::COUNTERS.count(
+            Call::AllReduce,
+            size_class(self.count, self.datatype),
+            route,
+        );
+    }
+}
+
+/// The serving side of the library: the switches' decision, the backend, and every
+/// communicator's and clique's state.
+pub struct Server {
+    serve: Serve,
+    debug: Debug,
+    sim: Option<String>,
+    /// Where `auto` decides by, or why it forwards everything.
+    table: Result<Table, String>,
+    backend: OnceLock<Result<Arc<dyn Backend>, String>>,
+    comms: Mutex<HashMap<usize, Arc<Mutex<Comm>>>>,
+    cliques: Mutex<HashMap<u64, Weak<Clique>>>,
+    tokens: AtomicU64,
+}
+
+static SERVER: OnceLock<Server> = OnceLock::new();
+
+/// The server, made with the switches at first use.
+pub fn server() -> &'static Server {
+    SERVER.get_or_init(|| Server::new(crate::ffi::switches()))
+}
+
+impl Server {
+    fn new(switches: &Switches) -> Server {
+        let table = match (&switches.table, switches.serve) {
+            (_, Serve::None | Serve::All) => Err(String::new()),
+            (None, Serve::Auto) => Err(format!(
+                "PEERLINK_NCCL_SERVE=auto and no {} names a `peerlink workload all-reduce --json` \
+                 measurement of this host to compare NCCL against, so every call is forwarded",
+                table::TABLE_VARIABLE
+            )),
+            (Some(path), Serve::Auto) => Table::read(path).map_err(|why| {
+                format!("{}: {why}; every call is forwarded", table::TABLE_VARIABLE)
+            }),
+        };
+        Server {
+            serve: switches.serve,
+            debug: switches.debug,
+            sim: switches.sim.clone(),
+            table,
+            backend: OnceLock::new(),
+            comms: Mutex::new(HashMap::new()),
+            cliques: Mutex::new(HashMap::new()),
+            tokens: AtomicU64::new(1),
+        }
+    }
+
+    /// Why no communicator's calls can be served at all (the switch, `auto` without a table),
+    /// or `None` where calls are decided at each communicator's first all-reduce.
+    pub fn why_none(&self) -> Option<String> {
+        match (self.serve, &self.table) {
+            (Serve::None, _) => Some("PEERLINK_NCCL_SERVE=none".into()),
+            (Serve::Auto, Err(why)) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    /// What a communicator's line says before its set-up.
+    pub fn why_forwarded(&self) -> String {
+        self.why_none().unwrap_or_else(|| {
+            format!(
+                "PEERLINK_NCCL_SERVE={}: decided at its first all-reduce peerlink would serve",
+                self.serve.name()
+            )
+        })
+    }
+
+    /// Whether peerlink would serve `call` by its arguments alone (the communicator's set-up
+    /// decides the rest): sum or avg of f32 or bf16, at least one element, and under `auto` a
+    /// size where the measurement saw peerlink win.
+    fn candidate(&self, call: &AllReduce) -> bool {
+        let Some(dtype) = call.dtype() else {
+            return false;
+        };
+        let taken = call.count > 0 && (call.op == NCCL_SUM || call.op == NCCL_AVG);
+        taken
+            && match (self.serve, &self.table) {
+                (Serve::All, _) => true,
+                (Serve::Auto, Ok(table)) => {
+                    table.peerlink_faster(dtype.name(), call.bytes() as u64)
+                }
+                _ => false,
+            }
+    }
+
+    /// The backend the kernels run on, opened at the first call peerlink would serve (or a
+    /// test's first look at the simulator's memory): the GPUs, or the simulator
+    /// `PEERLINK_NCCL_SIM` names (said once on stderr).
+    pub fn backend(&self) -> Option<&Arc<dyn Backend>> {
+        let opened = self.backend.get_or_init(|| {
+            let choice = self.sim.clone().map_or(Choice::Gpu, Choice::Sim);
+            let opened = peerlink::backend::open(&choice)
+                .map(|opened| Arc::<dyn Backend>::from(opened.backend))
+                .map_err(|e| format!("peerlink's backend could not be opened ({e}): every call is forwarded"));
+            match (&opened, &self.sim) {
+                (Err(why), _) => log::write(std::slice::from_ref(why)),
+                (Ok(_), Some(preset)) => log::write(&[format!(
+                    "serving on the SIMULATED `{preset}` host ({SIM_VARIABLE}, for tests and for \
+                     trying the library without a GPU): the kernels' sums are real bytes, no GPU runs"
+                )]),
+                (Ok(_), None) => {}
+            }
+            opened
+        });
+        opened.as_ref().ok()
+    }
+
+    /// Peerlink's state of `comm`, made at its first use from what NCCL answers of it.
+    fn comm(&self, real: &dyn Real, comm: usize) -> Option<Arc<Mutex<Comm>>> {
+        let mut comms = self.comms.lock().ok()?;
+        if let Some(found) = comms.get(&comm) {
+            return Some(found.clone());
+        }
+        let described = real.describe(comm).ok()?;
+        let token = self.tokens.fetch_add(1, Ordering::Relaxed);
+        let made = Arc::new(Mutex::new(Comm::new(comm, described, token)));
+        comms.insert(comm, made.clone());
+        Some(made)
+    }
+
+    /// Forgets a communicator (ncclCommDestroy, ncclCommAbort): its all-reduce waits for its
+    /// calls and meets the other ranks' ends.
+    pub fn forget(&self, comm: usize) {
+        let gone = self
+            .comms
+            .lock()
+            .ok()
+            .and_then(|mut comms| comms.remove(&comm));
+        drop(gone);
+    }
+
+    /// A lone `ncclAllReduce`: served (its result code) or `None` to forward.
+    fn serve_lone(&self, real: &dyn Real, call: &AllReduce) -> Option<i32> {
+        if !self.candidate(call) {
+            return None;
+        }
+        let backend = self.backend()?;
+        let comm = self.comm(real, call.comm)?;
+        let mut comm = comm.lock().ok()?;
+        if capturing(backend, &mut comm, call.stream) {
+            return None;
+        }
+        if matches!(comm.state, State::Pending) {
+            self.set_up(backend, real, &mut [&mut comm], &[call.stream]);
+        }
+        let clique = self.served_clique(&comm, call)?;
+        Some(self.result(call, run_lone(backend, &mut comm, clique, call)))
+    }
+
+    /// Where `comm` is served for `call`, its clique (`Some(None)`: one rank); `None` to forward.
+    fn served_clique(&self, comm: &Comm, call: &AllReduce) -> Option<Option<Arc<Clique>>> {
+        match &comm.state {
+            // peerlink's kernels sum: an average over several ranks goes to NCCL.
+            State::Served(_) if call.op == NCCL_AVG && comm.ranks > 1 => None,
+            State::Served(clique) => Some(clique.clone()),
+            State::Pending | State::Forwarded(_) => None,
+        }
+    }
+
+    /// The result code of a served call, its failure said on stderr.
+    fn result(&self, call: &AllReduce, outcome: peerlink::Result<()>) -> i32 {
+        call.count_as(Route::Served);
+        match outcome {
+            Ok(()) => SUCCESS,
+            Err(e) => {
+                log::write(&[format!(
+                    "peerlink's all-reduce of communicator {:#x} failed: {e}",
+                    call.comm
+                )]);
+                INTERNAL_ERROR
+            }
+        }
+    }
+
+    /// Sets up `comms` (each pending, `streams[i]` the stream of its first call): one all-gather
+    /// of every rank's [`Record`] each, through the real NCCL (in one group where several), then
+    /// each decides from the records. Where anything fails, the communicator is forwarded.
+    fn set_up(
+        &self,
+        backend: &Arc<dyn Backend>,
+        real: &dyn Real,
+        comms: &mut [&mut Comm],
+        streams: &[u64],
+    ) {
+        let mut gathers = Vec::new();
+        for (comm, &stream) in comms.iter_mut().zip(streams) {
+            if comm.ranks == 1 {
+                comm.state = State::Served(None);
+                self.log_decision(comm, "served by peerlink (one rank)");
+                continue;
+            }
+            match Gather::start(backend, comm, stream) {
+                Ok(gather) => gathers.push((gather, &mut **comm)),
+                Err(e) => comm.state = State::Forwarded(format!("its set-up failed ({e})")),
+            }
+        }
+        let grouped = gathers.len() > 1;
+        let mut code = if grouped { real.group_start() } else { SUCCESS };
+        for (gather, comm) in &gathers {
+            if code == SUCCESS {
+                code = real.all_gather(
+                    gather.send,
+                    gather.recv,
+                    RECORD_BYTES,
+                    comm.address,
+                    gather.stream,
+                );
+            }
+        }
+        if grouped {
+            let ended = real.group_end();
+            code = if code == SUCCESS { ended } else { code };
+        }
+        for (gather, comm) in gathers {
+            let records = gather.finish(backend, code);
+            comm.state = match records {
+                Ok(records) => self.decided(backend, &records),
+                Err(why) => State::Forwarded(why),
+            };
+            let line = match &comm.state {
+                State::Forwarded(why) => format!("forwarded to NCCL: {why}"),
+                _ => format!(
+                    "served by peerlink ({} ranks, threads of this process)",
+                    comm.ranks
+                ),
+            };
+            self.log_decision(comm, &line);
+        }
+    }
+
+    /// The state the records decide for `comm`: its clique, found or made, where served.
+    fn decided(&self, backend: &Arc<dyn Backend>, records: &[Record]) -> State {
+        let model = CostModel::from_topology(backend.topology());
+        let p2p = |gpus: &[usize]| pick(&model, gpus, 4, Placement::Beside).is_some();
+        match decide(records, backend.topology().devices.len(), p2p) {
+            Decision::Forward(why) => State::Forwarded(why),
+            Decision::ThisProcess { gpus, token } => {
+                let Ok(mut cliques) = self.cliques.lock() else {
+                    return State::Forwarded("a thread panicked during a set-up".into());
+                };
+                cliques.retain(|_, clique| clique.strong_count() > 0);
+                let found = cliques.get(&token).and_then(Weak::upgrade);
+                let clique = found.unwrap_or_else(|| {
+                    let devices: Vec<usize> = (0..backend.topology().devices.len()).collect();
+                    let made = Arc::new(Clique {
+                        meeting: ThreadMeeting::new(&gpus),
+                        local: Mutex::new(LocalAllReduce::new(backend.clone(), model, &devices)),
+                        gpus,
+                    });
+                    cliques.insert(token, Arc::downgrade(&made));
+                    made
+                });
+                State::Served(Some(clique))
+            }
+        }
+    }
+
+    fn log_decision(&self, comm: &Comm, what: &str) {
+        if self.debug >= Debug::Info {
+            log::write(&[format!(
+                "communicator {:#x}: rank {} of {}, GPU {}; {what}",
+                comm.address, comm.rank, comm.ranks, comm.gpu
+            )]);
+        }
+    }
+}
+
+/// Whether the call's stream is capturing a graph for a communicator of several ranks (or cannot
+/// be told): such calls are forwarded, as their set-up and their flags' epochs across replays are
+/// not done yet. One rank's call (a copy, or nothing) is captured as it is.
+fn capturing(backend: &Arc<dyn Backend>, comm: &mut Comm, stream: u64) -> bool {
+    comm.ranks > 1
+        && comm
+            .stream(backend, stream)
+            .and_then(|stream| backend.is_capturing(stream))
+            .unwrap_or(true)
+}
+
+/// One rank's all-gather of the set-up records: its own record in `send`, every rank's into
+/// `recv`, both device memory of its GPU.
+struct Gather {
+    send_buffer: peerlink::backend::BufferId,
+    recv_buffer: peerlink::backend::BufferId,
+    send: u64,
+    recv: u64,
+    stream: u64,
+    gpu: usize,
+    ranks: usize,
+}
+
+impl Gather {
+    fn start(backend: &Arc<dyn Backend>, comm: &Comm, stream: u64) -> peerlink::Result<Gather> {
+        use peerlink::backend::Memory;
+        let record = Record::mine(comm.rank, comm.gpu, comm.token);
+        let send_buffer = backend.alloc(Memory::Device(comm.gpu), RECORD_BYTES)?;
+        let recv_buffer = match backend.alloc(Memory::Device(comm.gpu), RECORD_BYTES * comm.ranks) {
+            Ok(buffer) => buffer,
+            Err(e) => {
+                let _ = backend.free(send_buffer);
+                return Err(e);
+            }
+        };
+        let gather = Gather {
+            send_buffer,
+            recv_buffer,
+            send: backend.sharing().device_address(send_buffer)?,
+            recv: backend.sharing().device_address(recv_buffer)?,
+            stream,
+            gpu: comm.gpu,
+            ranks: comm.ranks,
+        };
+        backend.write(send_buffer, 0, &record.to_bytes())?;
+        Ok(gather)
+    }
+
+    /// Every rank's record, once the all-gather (result `code`) is done on the stream.
+    fn finish(self, backend: &Arc<dyn Backend>, code: i32) -> Result<Vec<Record>, String> {
+        let read = || -> peerlink::Result<Vec<u8>> {
+            let stream = backend.borrow_stream(self.gpu, self.stream)?;
+            let synchronized = backend.synchronize(stream);
+            let _ = backend.destroy_stream(stream);
+            synchronized?;
+            let mut bytes = vec![0; RECORD_BYTES * self.ranks];
+            backend.read(self.recv_buffer, 0, &mut bytes)?;
+            Ok(bytes)
+        };
+        let bytes = if code == SUCCESS {
+            read().map_err(|e| format!("its set-up could not read the ranks' records ({e})"))
+        } else {
+            Err(format!("its set-up's ncclAllGather returned {code}"))
+        };
+        let _ = backend.free(self.send_buffer);
+        let _ = backend.free(self.recv_buffer);
+        Ok(bytes?
+            .chunks(RECORD_BYTES)
+            .map(Record::from_bytes)
+            .collect())
+    }
+}
+
+/// A lone call (or a group's one) on a served communicator: the input copied to the output
+/// where they differ, then summed in place there with the other ranks (one rank: the copy is
+/// the whole of it).
+fn run_lone(
+    backend: &Arc<dyn Backend>,
+    comm: &mut Comm,
+    clique: Option<Arc<Clique>>,
+    call: &AllReduce,
+) -> peerlink::Result<()> {
+    let _kept = backend.keep_thread_context()?;
+    let len = call.bytes();
+    let dtype = call.dtype().expect("a candidate's type is peerlink's");
+    let stream = comm.stream(backend, call.stream)?;
+    let recv = comm.buffer(backend, call.recv, len)?;
+    if call.send != call.recv {
+        let send = comm.buffer(backend, call.send, len)?;
+        backend.copy(
+            stream,
+            CopyMethod::CopyEngine,
+            &BufferCopy::from_start(send, recv, len),
+        )?;
+    }
+    let Some(clique) = clique else {
+        return Ok(());
+    };
+    if comm.reduce.is_none() {
+        let model = CostModel::from_topology(backend.topology());
+        let ranks = ThreadRanks::new(clique.meeting.clone(), comm.rank);
+        comm.reduce = Some(GroupAllReduce::join(backend.clone(), ranks, model)?);
+    }
+    let reduce = comm.reduce.as_mut().expect("joined above");
+    let range = BufferRange {
+        buffer: recv,
+        offset: 0,
+        len,
+    };
+    reduce.all_reduce(range, stream, dtype).map(|_| ())
+}
+
+/// One all-reduce per rank of `clique`, all from this thread (`calls[i]` on `comms[i]`): every
+/// rank's kernel queued at once on its stream.
+fn run_clique(
+    backend: &Arc<dyn Backend>,
+    clique: &Clique,
+    comms: &mut [&mut Comm],
+    calls: &[AllReduce],
+) -> peerlink::Result<()> {
+    let _kept = backend.keep_thread_context()?;
+    let len = calls[0].bytes();
+    let dtype = calls[0].dtype().expect("a candidate's type is peerlink's");
+    let mut ranks = Vec::with_capacity(calls.len());
+    for (comm, call) in comms.iter_mut().zip(calls) {
+        let rank = LocalRank {
+            device: comm.gpu,
+            stream: comm.stream(backend, call.stream)?,
+            input: comm.buffer(backend, call.send, len)?,
+            output: comm.buffer(backend, call.recv, len)?,
+        };
+        ranks.push((comm.rank, rank));
+    }
+    ranks.sort_by_key(|(rank, _)| *rank);
+    let ranks: Vec<LocalRank> = ranks.into_iter().map(|(_, rank)| rank).collect();
+    let mut local = clique
+        .local
+        .lock()
+        .map_err(|_| peerlink::Error::Group("a thread panicked in an all-reduce".into()))?;
+    local.all_reduce(&ranks, len, dtype).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(serve: Serve, table: Option<&str>) -> Server {
+        Server::new(&Switches {
+            serve,
+            debug: Debug::Warn,
+            refused: Vec::new(),
+            sim: None,
+            table: table.map(std::path::PathBuf::from),
+        })
+    }
+
+    fn call(datatype: i32, op: i32, count: usize) -> AllReduce {
+        AllReduce {
+            send: 0x1000,
+            recv: 0x2000,
+            count,
+            datatype,
+            op,
+            comm: 0xc0,
+            stream: 0,
+        }
+    }
+
+    #[test]
+    fn auto_without_a_measurement_forwards_everything_and_says_why() {
+        let auto = server(Serve::Auto, None);
+        assert!(!auto.candidate(&call(NCCL_FLOAT32, NCCL_SUM, 1024)));
+        let why = auto.why_none().unwrap();
+        assert!(why.contains("no PEERLINK_NCCL_TABLE names"), "{why}");
+        let unreadable = server(Serve::Auto, Some("/nowhere/table.json"));
+        let why = unreadable.why_none().unwrap();
+        assert!(why.starts_with("PEERLINK_NCCL_TABLE: "), "{why}");
+        assert!(why.contains("/nowhere/table.json"), "{why}");
+        assert!(why.ends_with("every call is forwarded"), "{why}");
+        assert_eq!(
+            server(Serve::None, None).why_none().unwrap(),
+            "PEERLINK_NCCL_SERVE=none"
+        );
+        assert_eq!(server(Serve::All, None).why_none(), None);
+    }
+
+    #[test]
+    fn candidates_are_sums_or_averages_of_f32_or_bf16_of_at_least_one_element() {
+        let all = server(Serve::All, None);
+        for (datatype, op, count, served) in [
+            (NCCL_FLOAT32, NCCL_SUM, 1, true),
+            (NCCL_BFLOAT16, NCCL_AVG, 3, true),
+            (NCCL_FLOAT32, NCCL_SUM, 0, false),
+            (6, NCCL_SUM, 8, false),
+            (NCCL_FLOAT32, 2, 8, false),
+        ] {
+            assert_eq!(
+                all.candidate(&call(datatype, op, count)),
+                served,
+                "{datatype} {op} {count}"
+            );
+        }
+        assert!(!server(Serve::None, None).candidate(&call(NCCL_FLOAT32, NCCL_SUM, 1)));
+    }
+}

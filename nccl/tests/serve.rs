@@ -1,0 +1,249 @@
+//! The library serving ncclAllReduce on the simulator (PEERLINK_NCCL_SIM), driven through its C
+//! API from test threads, one thread per rank (or one thread for all, as nccl-tests -g N), with
+//! a stand-in "real NCCL" (tests/standin) that records what reaches it: served calls never reach
+//! it, and every element is checked either way.
+// A rank's index picks its buffers, communicator and stream from several lists at once.
+#![allow(clippy::needless_range_loop)]
+
+mod standin;
+
+use std::ffi::{c_int, c_void};
+
+use peerlink_nccl::ffi::typed::{
+    ncclBroadcast, ncclCommDestroy, ncclCommSplit, ncclComm_t, ncclGroupEnd, ncclGroupStart,
+};
+use standin::ranks::{init_all, on_ranks, stream_of, Reduce, AVG, BF16, F32, SUM};
+
+fn setup() {
+    standin::install("all", None);
+}
+
+#[test]
+fn lone_calls_on_2_4_and_8_ranks_are_served_in_place_or_not_at_any_count() {
+    setup();
+    for ranks in [2, 4, 8] {
+        on_ranks(ranks, |rank, comm| {
+            let everyone: Vec<usize> = (0..ranks).collect();
+            for dtype in [F32, BF16] {
+                for count in [1, 3, 1023, 70_001, 300_000] {
+                    for in_place in [false, true] {
+                        let reduce = Reduce {
+                            dtype,
+                            op: SUM,
+                            count,
+                            in_place,
+                        };
+                        let buffers = reduce.buffers(rank, rank);
+                        assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
+                        reduce.check(buffers.1, rank, stream_of(rank), &everyone);
+                    }
+                }
+            }
+            // Served: no all-reduce reached NCCL; the set-up's one all-gather did.
+            assert_eq!(
+                standin::count_of_this_thread("ncclAllReduce"),
+                0,
+                "{ranks} ranks"
+            );
+            assert_eq!(
+                standin::count_of_this_thread("ncclAllGather"),
+                1,
+                "{ranks} ranks"
+            );
+        });
+    }
+}
+
+#[test]
+fn an_average_over_several_ranks_is_forwarded_and_over_one_rank_served() {
+    setup();
+    on_ranks(2, |rank, comm| {
+        let reduce = Reduce {
+            dtype: F32,
+            op: AVG,
+            count: 37,
+            in_place: false,
+        };
+        let buffers = reduce.buffers(rank, rank);
+        assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
+        reduce.check(buffers.1, rank, stream_of(rank), &[0, 1]);
+        assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 1);
+    });
+    on_ranks(1, |rank, comm| {
+        for (op, in_place) in [(AVG, false), (SUM, true), (SUM, false)] {
+            let reduce = Reduce {
+                dtype: BF16,
+                op,
+                count: 1023,
+                in_place,
+            };
+            let buffers = reduce.buffers(rank, rank);
+            assert_eq!(reduce.call(buffers, comm, stream_of(9)), 0);
+            reduce.check(buffers.1, rank, stream_of(9), &[0]);
+        }
+        // One rank: no set-up to gather, nothing forwarded.
+        assert_eq!(
+            standin::calls_of_this_thread()
+                .iter()
+                .filter(|(n, _)| *n != "ncclCommInitRank")
+                .count(),
+            0
+        );
+    });
+}
+
+#[test]
+fn one_thread_driving_every_rank_in_a_group_is_served_all_ranks_at_once() {
+    setup();
+    for ranks in [2, 4, 8] {
+        let gpus: Vec<c_int> = (0..ranks as c_int).collect();
+        let comms = init_all(&gpus);
+        for (count, in_place, dtype) in [
+            (1, false, F32),
+            (1023, true, BF16),
+            (70_001, false, F32),
+            (300_000, true, F32),
+        ] {
+            let reduce = Reduce {
+                dtype,
+                op: SUM,
+                count,
+                in_place,
+            };
+            let buffers: Vec<(u64, u64)> = (0..ranks).map(|r| reduce.buffers(r, r)).collect();
+            // SAFETY: a group around the calls, as nccl-tests -g N makes it.
+            assert_eq!(unsafe { ncclGroupStart() }, 0);
+            for (rank, comm) in comms.iter().enumerate() {
+                assert_eq!(reduce.call(buffers[rank], *comm, stream_of(rank)), 0);
+            }
+            assert_eq!(unsafe { ncclGroupEnd() }, 0);
+            let everyone: Vec<usize> = (0..ranks).collect();
+            for rank in 0..ranks {
+                reduce.check(buffers[rank].1, rank, stream_of(rank), &everyone);
+            }
+        }
+        let calls = standin::calls_of_this_thread();
+        assert!(
+            !calls
+                .iter()
+                .any(|(name, comm)| *name == "ncclAllReduce"
+                    && comms.contains(&(*comm as ncclComm_t)))
+        );
+        for comm in comms {
+            // SAFETY: made above.
+            assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
+        }
+    }
+}
+
+#[test]
+fn a_mixed_group_is_forwarded_whole_in_the_callers_order() {
+    setup();
+    let comms = init_all(&[0, 1]);
+    let reduce = Reduce {
+        dtype: F32,
+        op: SUM,
+        count: 100,
+        in_place: false,
+    };
+    let buffers: Vec<(u64, u64)> = (0..2).map(|r| reduce.buffers(r, r)).collect();
+    let targets: Vec<u64> = (0..2).map(|r| standin::device_buffer(r, 400).1).collect();
+    let before = standin::calls_of_this_thread().len();
+    // SAFETY: the buffers are the simulator's, of each rank's GPU.
+    unsafe {
+        assert_eq!(ncclGroupStart(), 0);
+        for rank in 0..2 {
+            assert_eq!(reduce.call(buffers[rank], comms[rank], stream_of(rank)), 0);
+        }
+        for rank in 0..2 {
+            let (send, recv) = (
+                buffers[rank].0 as *const c_void,
+                targets[rank] as *mut c_void,
+            );
+            assert_eq!(
+                ncclBroadcast(
+                    send,
+                    recv,
+                    100,
+                    F32,
+                    0,
+                    comms[rank],
+                    stream_of(rank) as *mut c_void
+                ),
+                0
+            );
+        }
+        assert_eq!(ncclGroupEnd(), 0);
+    }
+    let calls: Vec<(&str, usize)> = standin::calls_of_this_thread()[before..].to_vec();
+    let c = |rank: usize| comms[rank] as usize;
+    assert_eq!(
+        calls,
+        [
+            ("ncclGroupStart", 0),
+            ("ncclAllReduce", c(0)),
+            ("ncclAllReduce", c(1)),
+            ("ncclBroadcast", c(0)),
+            ("ncclBroadcast", c(1)),
+            ("ncclGroupEnd", 0)
+        ]
+    );
+    for rank in 0..2 {
+        reduce.check(buffers[rank].1, rank, stream_of(rank), &[0, 1]);
+    }
+    // Two all-reduces on one communicator in a group: forwarded whole, as a group.
+    let before = standin::calls_of_this_thread().len();
+    unsafe {
+        assert_eq!(ncclGroupStart(), 0);
+        for _ in 0..2 {
+            for rank in 0..2 {
+                assert_eq!(reduce.call(buffers[rank], comms[rank], stream_of(rank)), 0);
+            }
+        }
+        assert_eq!(ncclGroupEnd(), 0);
+    }
+    let names: Vec<&str> = standin::calls_of_this_thread()[before..]
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "ncclAllReduce").count(),
+        4,
+        "{names:?}"
+    );
+    assert_eq!(names.last(), Some(&"ncclGroupEnd"));
+}
+
+#[test]
+fn communicators_split_from_one_are_served_each_over_its_own_ranks() {
+    setup();
+    on_ranks(4, |rank, comm| {
+        let mut half: ncclComm_t = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; every rank splits.
+        assert_eq!(
+            unsafe {
+                ncclCommSplit(
+                    comm,
+                    (rank % 2) as c_int,
+                    rank as c_int,
+                    &mut half,
+                    std::ptr::null_mut(),
+                )
+            },
+            0
+        );
+        let reduce = Reduce {
+            dtype: BF16,
+            op: SUM,
+            count: 1023,
+            in_place: true,
+        };
+        let buffers = reduce.buffers(rank, rank);
+        assert_eq!(reduce.call(buffers, half, stream_of(rank)), 0);
+        let mine: Vec<usize> = (0..4).filter(|r| r % 2 == rank % 2).collect();
+        reduce.check(buffers.1, rank, stream_of(rank), &mine);
+        assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0);
+        // SAFETY: made above.
+        assert_eq!(unsafe { ncclCommDestroy(half) }, 0);
+    });
+}

@@ -1,0 +1,135 @@
+//! What the serving tests do on each rank: fill an input, call ncclAllReduce through the
+//! library, check every element of the output; ranks as threads, or one thread for all.
+
+use std::ffi::{c_int, c_void};
+
+use peerlink_nccl::ffi::typed::{
+    ncclAllReduce, ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclComm_t,
+};
+
+pub const F32: c_int = 7;
+pub const BF16: c_int = 9;
+pub const SUM: c_int = 0;
+pub const AVG: c_int = 4;
+
+/// Rank `rank`'s value at element `i`: small integers, so every sum is exact in bf16 too.
+pub fn value(rank: usize, i: usize) -> f32 {
+    ((rank + 1) * (i % 5 + 1)) as f32
+}
+
+/// One all-reduce of `count` elements through the library on `comm` (rank `rank` of `ranks` on
+/// `gpu`), its input filled with [`value`]s, in place or not; returns what the output holds
+/// once the stream is done. `call` makes the call (so groups can wrap it).
+pub struct Reduce {
+    pub dtype: c_int,
+    pub op: c_int,
+    pub count: usize,
+    pub in_place: bool,
+}
+
+impl Reduce {
+    fn element(&self) -> usize {
+        if self.dtype == F32 {
+            4
+        } else {
+            2
+        }
+    }
+
+    /// Fills a fresh input (and output) of `gpu` for rank `rank`: the addresses to call with.
+    pub fn buffers(&self, rank: usize, gpu: usize) -> (u64, u64) {
+        let bytes = self.count * self.element();
+        let backend = super::backend();
+        let (send_buffer, send) = super::device_buffer(gpu, bytes);
+        let values: Vec<f32> = (0..self.count).map(|i| value(rank, i)).collect();
+        backend
+            .write(send_buffer, 0, &super::encode(self.dtype, &values))
+            .unwrap();
+        let recv = if self.in_place {
+            send
+        } else {
+            super::device_buffer(gpu, bytes).1
+        };
+        (send, recv)
+    }
+
+    pub fn call(&self, (send, recv): (u64, u64), comm: ncclComm_t, stream: u64) -> c_int {
+        // SAFETY: the addresses are the simulator's buffers of this rank's GPU, the comm live.
+        unsafe {
+            ncclAllReduce(
+                send as *const c_void,
+                recv as *mut c_void,
+                self.count,
+                self.dtype,
+                self.op,
+                comm,
+                stream as *mut c_void,
+            )
+        }
+    }
+
+    /// Checks every element of `recv` (GPU `gpu`, after `stream`) against the sum (or average)
+    /// over `ranks` ranks.
+    pub fn check(&self, recv: u64, gpu: usize, stream: u64, ranks: &[usize]) {
+        let backend = super::backend();
+        let s = backend.borrow_stream(gpu, stream).unwrap();
+        backend.synchronize(s).unwrap();
+        let buffer = backend
+            .borrow_memory(gpu, recv, self.count * self.element())
+            .unwrap();
+        let mut bytes = vec![0; self.count * self.element()];
+        backend.read(buffer, 0, &mut bytes).unwrap();
+        backend.free(buffer).unwrap();
+        let got = super::decode(self.dtype, &bytes);
+        for (i, got) in got.iter().enumerate() {
+            let mut want: f32 = ranks.iter().map(|&r| value(r, i)).sum();
+            if self.op == AVG {
+                want /= ranks.len() as f32;
+            }
+            let want = super::decode(self.dtype, &super::encode(self.dtype, &[want]))[0];
+            assert_eq!(
+                *got,
+                want,
+                "element {i} of {} ({:?})",
+                self.count,
+                (self.dtype, self.op, self.in_place)
+            );
+        }
+    }
+}
+
+/// Runs `body(rank, comm)` on `ranks` threads, each rank of one communicator (rank r on GPU r).
+pub fn on_ranks(ranks: usize, body: impl Fn(usize, ncclComm_t) + Sync) {
+    let id = super::unique_id(0);
+    std::thread::scope(|scope| {
+        for rank in 0..ranks {
+            let body = &body;
+            scope.spawn(move || {
+                let mut comm: ncclComm_t = std::ptr::null_mut();
+                // SAFETY: a valid out-pointer; the id is the stand-in's.
+                assert_eq!(
+                    unsafe { ncclCommInitRank(&mut comm, ranks as c_int, id, rank as c_int) },
+                    0
+                );
+                body(rank, comm);
+                // SAFETY: the communicator made above.
+                assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
+            });
+        }
+    });
+}
+
+pub fn stream_of(rank: usize) -> u64 {
+    0x5000 + rank as u64
+}
+
+/// Communicators of every GPU in `gpus`, made by this thread (ncclCommInitAll).
+pub fn init_all(gpus: &[c_int]) -> Vec<ncclComm_t> {
+    let mut comms = vec![std::ptr::null_mut(); gpus.len()];
+    // SAFETY: room for every communicator; the device list as long.
+    assert_eq!(
+        unsafe { ncclCommInitAll(comms.as_mut_ptr(), gpus.len() as c_int, gpus.as_ptr()) },
+        0
+    );
+    comms
+}
