@@ -247,3 +247,25 @@ fn communicators_split_from_one_are_served_each_over_its_own_ranks() {
         assert_eq!(unsafe { ncclCommDestroy(half) }, 0);
     });
 }
+
+#[test]
+fn a_call_on_new_buffers_after_many_keeps_both_its_buffers() {
+    // More buffers than a communicator keeps borrowed (64): the table starts over between calls,
+    // never between a call's input and its output (a GPU run once lost the output that way).
+    setup();
+    on_ranks(2, |rank, comm| {
+        // One call in place (one buffer) first, so that the table fills up between a call's two.
+        for count in 1..=40 {
+            let reduce = Reduce {
+                dtype: F32,
+                op: SUM,
+                count,
+                in_place: count == 1,
+            };
+            let buffers = reduce.buffers(rank, rank);
+            assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0, "call {count}");
+            reduce.check(buffers.1, rank, stream_of(rank), &[0, 1]);
+        }
+        assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0);
+    });
+}

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use peerlink::backend::{Backend, BufferId, StreamId};
 use peerlink::engine::all_reduce::{LocalAllReduce, ThreadMeeting, ThreadRanks};
-use peerlink::engine::GroupAllReduce;
+use peerlink::engine::all_reduce::GroupAllReduce;
 
 /// Borrowed streams or buffers kept per communicator before they start over: a job that
 /// all-reduces ever new buffers would grow the table without end.
@@ -83,27 +83,32 @@ impl Comm {
         Ok(stream)
     }
 
-    /// The caller's `len` bytes at `address` of this rank's GPU, borrowed once (the same
-    /// address and length give the same buffer: a sum in place names one).
-    pub fn buffer(
+    /// The caller's `len` bytes at `send` and at `recv` of this rank's GPU, each borrowed once
+    /// (the same address and length give the same buffer: a sum in place names one). The table
+    /// starts over before either is borrowed, never between: a call's two buffers stay live.
+    pub fn buffers(
         &mut self,
         backend: &Arc<dyn Backend>,
-        address: u64,
+        send: u64,
+        recv: u64,
         len: usize,
-    ) -> peerlink::Result<BufferId> {
+    ) -> peerlink::Result<(BufferId, BufferId)> {
         self.backend.get_or_insert_with(|| backend.clone());
-        if let Some(&buffer) = self.buffers.get(&(address, len)) {
-            return Ok(buffer);
-        }
-        if self.buffers.len() >= BORROWS_KEPT {
+        if self.buffers.len() + 2 > BORROWS_KEPT {
             // Forgetting a borrowed buffer leaves the work queued on it to run.
             for (_, buffer) in self.buffers.drain() {
                 let _ = backend.free(buffer);
             }
         }
-        let buffer = backend.borrow_memory(self.gpu, address, len)?;
-        self.buffers.insert((address, len), buffer);
-        Ok(buffer)
+        let mut borrow = |address: u64| -> peerlink::Result<BufferId> {
+            if let Some(&buffer) = self.buffers.get(&(address, len)) {
+                return Ok(buffer);
+            }
+            let buffer = backend.borrow_memory(self.gpu, address, len)?;
+            self.buffers.insert((address, len), buffer);
+            Ok(buffer)
+        };
+        Ok((borrow(send)?, borrow(recv)?))
     }
 }
 

@@ -30,7 +30,7 @@ use peerlink::backend::collective::{BufferRange, DataType};
 use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
 use peerlink::engine::all_reduce::price::{pick, Placement};
 use peerlink::engine::all_reduce::{LocalAllReduce, LocalRank, ThreadMeeting, ThreadRanks};
-use peerlink::engine::GroupAllReduce;
+use peerlink::engine::all_reduce::GroupAllReduce;
 use peerlink::model::CostModel;
 
 use crate::log;
@@ -448,9 +448,8 @@ fn run_lone(
     let len = call.bytes();
     let dtype = call.dtype().expect("a candidate's type is peerlink's");
     let stream = comm.stream(backend, call.stream)?;
-    let recv = comm.buffer(backend, call.recv, len)?;
-    if call.send != call.recv {
-        let send = comm.buffer(backend, call.send, len)?;
+    let (send, recv) = comm.buffers(backend, call.send, call.recv, len)?;
+    if send != recv {
         backend.copy(
             stream,
             CopyMethod::CopyEngine,
@@ -487,11 +486,12 @@ fn run_clique(
     let dtype = calls[0].dtype().expect("a candidate's type is peerlink's");
     let mut ranks = Vec::with_capacity(calls.len());
     for (comm, call) in comms.iter_mut().zip(calls) {
+        let (input, output) = comm.buffers(backend, call.send, call.recv, len)?;
         let rank = LocalRank {
             device: comm.gpu,
             stream: comm.stream(backend, call.stream)?,
-            input: comm.buffer(backend, call.send, len)?,
-            output: comm.buffer(backend, call.recv, len)?,
+            input,
+            output,
         };
         ranks.push((comm.rank, rank));
     }
