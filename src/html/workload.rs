@@ -23,7 +23,8 @@ fn tip(r: &Row) -> String {
         if r.verified { "yes" } else { "NO" }
     );
     if let Some(v) = r.vs_nccl {
-        tip.push_str(&format!("; {}× NCCL's speed", figure(v)));
+        let nccl = if r.simulated { "the NCCL model's" } else { "NCCL's" };
+        tip.push_str(&format!("; {}× {nccl} speed", figure(v)));
     }
     if let Some(exposed) = r.exposed_us {
         tip.push_str(&format!("; {} µs exposed", figure(exposed)));
@@ -57,7 +58,10 @@ pub fn charts(section: &mut Section, doc: &WorkloadDocument) -> Result<()> {
             .iter()
             .enumerate()
             .map(|(i, &(contender, algorithm))| Series {
-                name: format!("{contender} {algorithm}"),
+                name: match contender == Contender::Nccl && doc.header.simulated {
+                    true => format!("{contender} model {algorithm}"),
+                    false => format!("{contender} {algorithm}"),
+                },
                 colour: if contender == Contender::Nccl {
                     INK
                 } else {
@@ -95,6 +99,9 @@ pub fn charts(section: &mut Section, doc: &WorkloadDocument) -> Result<()> {
     section
         .notes
         .push(format!("{}; timed {}", doc.busbw_rule, doc.timing));
+    section
+        .notes
+        .extend(crate::report::workload::nccl_model_note(doc));
     section.notes.extend(doc.notices.iter().cloned());
     Ok(())
 }
