@@ -55,7 +55,9 @@ mod tests {
         assert_eq!(printable("\u{1b}[2J\u{1b}[Hpwned"), "[2J[Hpwned");
         assert_eq!(printable("a\u{7f}b\u{9b}c\u{85}d"), "abcd");
         assert_eq!(printable("abc\u{202E}fed\u{202C}"), "abcfed");
-        for c in ['\u{200E}', '\u{200F}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}'] {
+        for c in [
+            '\u{200E}', '\u{200F}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+        ] {
             assert_eq!(printable(&format!("x{c}y")), "xy", "{c:?}");
         }
         assert_eq!(printable("over\rwritten\u{0}"), "overwritten");
@@ -65,7 +67,10 @@ mod tests {
     fn lines_and_columns_stay_in_an_output_and_go_in_a_field() {
         assert_eq!(printable("a\tb\nc"), "a\tb\nc");
         assert_eq!(one_line("a\tb\nc\u{1b}"), "a b c");
-        assert!(matches!(one_line("NVIDIA H100 80GB HBM3"), Cow::Borrowed(_)));
+        assert!(matches!(
+            one_line("NVIDIA H100 80GB HBM3"),
+            Cow::Borrowed(_)
+        ));
         assert!(matches!(printable("Zürich ✓ 東京"), Cow::Borrowed(_)));
     }
 }

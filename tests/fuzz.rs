@@ -557,7 +557,11 @@ fn mutate(text: &str, m: &Mutation) -> Vec<u8> {
         Mutation::Grow(at, copies) => {
             let arrays: Vec<&String> = nodes
                 .iter()
-                .filter(|p| value.pointer(p).is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty())))
+                .filter(|p| {
+                    value
+                        .pointer(p)
+                        .is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+                })
                 .collect();
             if arrays.is_empty() {
                 return text.as_bytes().to_vec();

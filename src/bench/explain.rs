@@ -888,7 +888,9 @@ mod tests {
         let noise = resolved("first transfer", -0.5, "first minus median", 0.2);
         assert_eq!(noise.us, 0.0);
         assert!(noise.below_resolution(), "{noise:?}");
-        assert!(noise.measured_by.contains("-0.500 µs measured, under the 0.200 µs"));
+        assert!(noise
+            .measured_by
+            .contains("-0.500 µs measured, under the 0.200 µs"));
         let tiny = part("peer access enable", 8.9e-16, "host clock");
         assert!(tiny.below_resolution() && tiny.us == 0.0, "{tiny:?}");
         let seen = part("device allocation", 12.5, "host clock");

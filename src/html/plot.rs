@@ -363,7 +363,11 @@ pub fn bars(id: &str, title: &str, b: &Bars) -> Result<Chart> {
     let per_group = (24 * b.series.len()).max(7 * label + 12).max(60) as u32;
     // Room for the legend's longest name too (a name past LEGEND_CHARS is cut), so that it stays
     // inside the chart's box.
-    let names: Vec<String> = b.series.iter().map(|name| shortened(name, LEGEND_CHARS)).collect();
+    let names: Vec<String> = b
+        .series
+        .iter()
+        .map(|name| shortened(name, LEGEND_CHARS))
+        .collect();
     let legend = names.iter().map(|n| n.chars().count()).max().unwrap_or(0) as u32;
     let legend_width = match b.series.len() > 1 {
         true => 7 * legend + 140,
@@ -426,7 +430,10 @@ pub fn bars(id: &str, title: &str, b: &Bars) -> Result<Chart> {
                 let half = 4 * line.chars().count() as i32;
                 area.draw(&Text::new(
                     line.clone(),
-                    (px.clamp(half, (right - half).max(half)), py + 8 + 13 * i as i32),
+                    (
+                        px.clamp(half, (right - half).max(half)),
+                        py + 8 + 13 * i as i32,
+                    ),
                     font(11, INK).pos(Pos::new(HPos::Center, VPos::Top)),
                 ))?;
             }
@@ -675,7 +682,10 @@ mod tests {
             tag[at..].split('"').next()?.parse().ok()
         };
         let root = &svg[svg.find("<svg").unwrap()..];
-        let (width, height) = (number(root, "width").unwrap(), number(root, "height").unwrap());
+        let (width, height) = (
+            number(root, "width").unwrap(),
+            number(root, "height").unwrap(),
+        );
         for piece in svg.split('<').skip(1) {
             let (tag, text) = piece.split_once('>').unwrap_or((piece, ""));
             if tag.starts_with("text") && !tag.contains("rotate") {
@@ -687,14 +697,22 @@ mod tests {
                     _ => x,
                 };
                 if left < 0.0 || left + extent > width {
-                    return Err(format!("text {text:?} spans {left}..{} of {width}", left + extent));
+                    return Err(format!(
+                        "text {text:?} spans {left}..{} of {width}",
+                        left + extent
+                    ));
                 }
             }
             if tag.starts_with("rect") {
                 let (x, y) = (number(tag, "x").unwrap(), number(tag, "y").unwrap());
-                let (w, h) = (number(tag, "width").unwrap(), number(tag, "height").unwrap());
+                let (w, h) = (
+                    number(tag, "width").unwrap(),
+                    number(tag, "height").unwrap(),
+                );
                 if x < 0.0 || y < 0.0 || x + w > width || y + h > height {
-                    return Err(format!("a rectangle at {x},{y} of {w}×{h} is outside {width}×{height}"));
+                    return Err(format!(
+                        "a rectangle at {x},{y} of {w}×{h} is outside {width}×{height}"
+                    ));
                 }
             }
         }
@@ -707,8 +725,22 @@ mod tests {
             y: Axis::new("µs, once", Scale::Linear),
             series: vec!["setup".into()],
             groups: vec![
-                ("first transfer".into(), vec![Some(Bar { value: 8.9e-16, tip: "t".into(), mark: None })]),
-                ("peer access enable".into(), vec![Some(Bar { value: 0.0, tip: "p".into(), mark: Some("below resolution".into()) })]),
+                (
+                    "first transfer".into(),
+                    vec![Some(Bar {
+                        value: 8.9e-16,
+                        tip: "t".into(),
+                        mark: None,
+                    })],
+                ),
+                (
+                    "peer access enable".into(),
+                    vec![Some(Bar {
+                        value: 0.0,
+                        tip: "p".into(),
+                        mark: Some("below resolution".into()),
+                    })],
+                ),
             ],
         };
         let svg = bars("setup", "Setup", &b).unwrap().svg;
@@ -726,13 +758,25 @@ mod tests {
     #[test]
     fn a_compare_chart_of_many_long_figures_fits_its_box() {
         let group = |i: usize| {
-            let bar = |v: f64| Some(Bar { value: v, tip: "tip".into(), mark: None });
-            (format!("pointer-chase-resident 512 MiB {i}→{}", i + 1), vec![bar(1e-3 * (i + 1) as f64), bar(3e5)])
+            let bar = |v: f64| {
+                Some(Bar {
+                    value: v,
+                    tip: "tip".into(),
+                    mark: None,
+                })
+            };
+            (
+                format!("pointer-chase-resident 512 MiB {i}→{}", i + 1),
+                vec![bar(1e-3 * (i + 1) as f64), bar(3e5)],
+            )
         };
         for groups in [1, 3, 20, 112] {
             let b = Bars {
                 y: Axis::new("GB/s", Scale::Log),
-                series: vec![format!("base: sim:{}", "p".repeat(64)), format!("other: sim:{}", "q".repeat(64))],
+                series: vec![
+                    format!("base: sim:{}", "p".repeat(64)),
+                    format!("other: sim:{}", "q".repeat(64)),
+                ],
                 groups: (0..groups).map(group).collect(),
             };
             let svg = bars("compare-gb-s", "q against p, GB/s", &b).unwrap().svg;

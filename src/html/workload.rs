@@ -23,7 +23,11 @@ fn tip(r: &Row) -> String {
         if r.verified { "yes" } else { "NO" }
     );
     if let Some(v) = r.vs_nccl {
-        let nccl = if r.simulated { "the NCCL model's" } else { "NCCL's" };
+        let nccl = if r.simulated {
+            "the NCCL model's"
+        } else {
+            "NCCL's"
+        };
         tip.push_str(&format!("; {}× {nccl} speed", figure(v)));
     }
     if let Some(exposed) = r.exposed_us {

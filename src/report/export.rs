@@ -224,9 +224,9 @@ pub fn csv_field(text: &str) -> String {
 /// `1.7763568394002505e-15`: a float as JSON writes it) as the text output shows figures: two
 /// decimals, or three significant digits below 0.1; any other cell as it is.
 pub fn rounded_figure(cell: &str) -> std::borrow::Cow<'_, str> {
-    let digits_after_point = cell
-        .split_once('.')
-        .map_or(0, |(_, after)| after.bytes().take_while(u8::is_ascii_digit).count());
+    let digits_after_point = cell.split_once('.').map_or(0, |(_, after)| {
+        after.bytes().take_while(u8::is_ascii_digit).count()
+    });
     let long = digits_after_point > 4 || (cell.contains('e') && cell.contains('.'));
     match cell.parse::<f64>() {
         Ok(v) if long && v.is_finite() => std::borrow::Cow::Owned(match v.abs() {
@@ -381,7 +381,11 @@ mod tests {
             assert_eq!(rounded_figure(kept), kept);
         }
         let table = Records::of("parts", &[json!({"us": 5.520615384615388, "cc": "9.0"})]);
-        assert!(table.markdown().contains("| 9.0 | 5.52 |"), "{}", table.markdown());
+        assert!(
+            table.markdown().contains("| 9.0 | 5.52 |"),
+            "{}",
+            table.markdown()
+        );
         assert!(table.csv().contains("5.520615384615388"));
     }
 

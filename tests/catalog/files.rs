@@ -93,20 +93,29 @@ impl Files {
             "gpus10000.json" => preset(&|p| p["devices"] = gpus(10_000))?,
             "name-1mb.json" => preset(&|p| p["name"] = json!("x".repeat(1 << 20)))?,
             "name-c1.json" => preset(&|p| p["name"] = json!("sim\u{9b}2J"))?,
-            "switch-bidi.json" => preset(&|p| p["devices"][0]["pcie_switch"] = json!("sw\u{2066}0"))?,
+            "switch-bidi.json" => {
+                preset(&|p| p["devices"][0]["pcie_switch"] = json!("sw\u{2066}0"))?
+            }
             "nic-name-escape.json" => text(&edited(h100(), &|p| {
                 p["nics"] = json!([{ "numa_node": 0, "name": "mlx5_\u{1b}[31m" }])
             }))?,
-            "bus-id-bad-device.json" => preset(&|p| p["devices"][0]["pci_bus_id"] = json!("0000:17:20.0"))?,
+            "bus-id-bad-device.json" => {
+                preset(&|p| p["devices"][0]["pci_bus_id"] = json!("0000:17:20.0"))?
+            }
             "bus-id-default-twice.json" => preset(&|p| {
-                p["devices"][0].as_object_mut().unwrap().remove("pci_bus_id");
+                p["devices"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("pci_bus_id");
                 p["devices"][1]["pci_bus_id"] = json!("0000:01:00.0");
             })?,
             "cc-bad.json" => preset(&|p| p["gpu"]["compute_capability"] = json!("sm_90"))?,
             "cpus-bad.json" => preset(&|p| p["devices"][0]["cpu_affinity"] = json!("0-3;rm -rf"))?,
             "numa-huge.json" => preset(&|p| p["devices"][0]["numa_node"] = json!(100_000))?,
             "rate-fast.json" => preset(&|p| p["pcie"]["p2p_gbps"]["PIX"] = json!(1e7))?,
-            "nvswitch-links-1000.json" => text(&edited(h100(), &|p| p["nvswitch"]["links_per_gpu"] = json!(1000)))?,
+            "nvswitch-links-1000.json" => text(&edited(h100(), &|p| {
+                p["nvswitch"]["links_per_gpu"] = json!(1000)
+            }))?,
             hostile if hostile.starts_with("hostile-") => {
                 std::fs::read(hostile_fixture(&hostile["hostile-".len()..])).unwrap()
             }

@@ -472,7 +472,11 @@ impl Preset {
         }
         for (i, nic) in self.nics.iter().enumerate() {
             optional_text(&format!("nics[{i}].name"), &nic.name, NAME_CHARS)?;
-            optional_text(&format!("nics[{i}].pcie_switch"), &nic.pcie_switch, NAME_CHARS)?;
+            optional_text(
+                &format!("nics[{i}].pcie_switch"),
+                &nic.pcie_switch,
+                NAME_CHARS,
+            )?;
         }
         Ok(())
     }
@@ -1085,7 +1089,10 @@ fn text(field: &str, value: &str, chars: usize) -> std::result::Result<(), Strin
             "{field} is {length} characters long; it may have {chars} at most"
         ));
     }
-    match value.chars().position(|c| c.is_control() || crate::echo::is_unsafe(c)) {
+    match value
+        .chars()
+        .position(|c| c.is_control() || crate::echo::is_unsafe(c))
+    {
         None => Ok(()),
         Some(at) => Err(format!(
             "{field} holds a control character or a bidirectional override (U+{:04X}, character \
@@ -1096,7 +1103,11 @@ fn text(field: &str, value: &str, chars: usize) -> std::result::Result<(), Strin
     }
 }
 
-fn optional_text(field: &str, value: &Option<String>, chars: usize) -> std::result::Result<(), String> {
+fn optional_text(
+    field: &str,
+    value: &Option<String>,
+    chars: usize,
+) -> std::result::Result<(), String> {
     value.as_deref().map_or(Ok(()), |v| text(field, v, chars))
 }
 
@@ -1243,7 +1254,10 @@ mod tests {
         let m = message(edited(|v| v["devices"] = gpus(MAX_GPUS + 1)));
         assert!(m.contains("more than 1024 GPUs"), "{m}");
         let m = message(edited(|v| v["hosts"] = 129.into()));
-        assert!(m.contains("1032 GPUs; a preset describes at most 1024"), "{m}");
+        assert!(
+            m.contains("1032 GPUs; a preset describes at most 1024"),
+            "{m}"
+        );
         let most = edited(|v| v["devices"] = gpus(MAX_GPUS)).unwrap();
         let topology = most.topology();
         assert_eq!(topology.devices.len(), MAX_GPUS);
@@ -1255,20 +1269,62 @@ mod tests {
     #[test]
     fn every_field_has_its_form_and_range() {
         let refused = [
-            (json_edit(|v| v["gpu"]["copy_engines"] = 1_000_000_000.into()), "gpu.copy_engines is 1000000000"),
-            (json_edit(|v| v["devices"][0]["pci_bus_id"] = "zzzz".into()), "devices[0].pci_bus_id is not a PCI bus id"),
-            (json_edit(|v| v["devices"][0]["pci_bus_id"] = "0000:18:20.0".into()), "device up to 1F"),
-            (json_edit(|v| v["devices"][1]["pci_bus_id"] = "0000:1b:00.0".into()), "the address of devices[0] as well"),
-            (json_edit(|v| v["name"] = "x".repeat(1 << 20).into()), "name is 1048576 characters long"),
-            (json_edit(|v| v["name"] = "\u{1b}[2Jx".into()), "name holds a control character"),
-            (json_edit(|v| v["gpu"]["name"] = "H100\u{202e}".into()), "U+202E"),
-            (json_edit(|v| v["devices"][2]["name"] = "a\nb".into()), "devices[2].name holds"),
-            (json_edit(|v| v["gpu"]["compute_capability"] = "nine".into()), "major.minor"),
-            (json_edit(|v| v["devices"][0]["cpu_affinity"] = "all".into()), "not a list of CPUs"),
-            (json_edit(|v| v["devices"][0]["numa_node"] = 5000.into()), "NUMA nodes 0 to 1023"),
-            (json_edit(|v| v["nvlink"]["link_gbps"] = 1e-300.into()), "1 kB/s to 1 PB/s"),
-            (json_edit(|v| v["pcie"]["host_gbps"] = 1e9.into()), "pcie.host_gbps must be a rate"),
-            (json_edit(|v| v["gpu"]["memory_mib"] = (1u64 << 40).into()), "16 TiB"),
+            (
+                json_edit(|v| v["gpu"]["copy_engines"] = 1_000_000_000.into()),
+                "gpu.copy_engines is 1000000000",
+            ),
+            (
+                json_edit(|v| v["devices"][0]["pci_bus_id"] = "zzzz".into()),
+                "devices[0].pci_bus_id is not a PCI bus id",
+            ),
+            (
+                json_edit(|v| v["devices"][0]["pci_bus_id"] = "0000:18:20.0".into()),
+                "device up to 1F",
+            ),
+            (
+                json_edit(|v| v["devices"][1]["pci_bus_id"] = "0000:1b:00.0".into()),
+                "the address of devices[0] as well",
+            ),
+            (
+                json_edit(|v| v["name"] = "x".repeat(1 << 20).into()),
+                "name is 1048576 characters long",
+            ),
+            (
+                json_edit(|v| v["name"] = "\u{1b}[2Jx".into()),
+                "name holds a control character",
+            ),
+            (
+                json_edit(|v| v["gpu"]["name"] = "H100\u{202e}".into()),
+                "U+202E",
+            ),
+            (
+                json_edit(|v| v["devices"][2]["name"] = "a\nb".into()),
+                "devices[2].name holds",
+            ),
+            (
+                json_edit(|v| v["gpu"]["compute_capability"] = "nine".into()),
+                "major.minor",
+            ),
+            (
+                json_edit(|v| v["devices"][0]["cpu_affinity"] = "all".into()),
+                "not a list of CPUs",
+            ),
+            (
+                json_edit(|v| v["devices"][0]["numa_node"] = 5000.into()),
+                "NUMA nodes 0 to 1023",
+            ),
+            (
+                json_edit(|v| v["nvlink"]["link_gbps"] = 1e-300.into()),
+                "1 kB/s to 1 PB/s",
+            ),
+            (
+                json_edit(|v| v["pcie"]["host_gbps"] = 1e9.into()),
+                "pcie.host_gbps must be a rate",
+            ),
+            (
+                json_edit(|v| v["gpu"]["memory_mib"] = (1u64 << 40).into()),
+                "16 TiB",
+            ),
         ];
         for (edit, says) in refused {
             let m = message(edited(edit));
@@ -1585,7 +1641,9 @@ mod tests {
         assert!(m.contains("pcie.host_gbps must be a rate"), "{m}");
         let m = message(edited(|v| v["nvlink"]["link_gbps"] = (-25.0).into()));
         assert!(
-            m.contains("nvlink.link_gbps must be a rate from 1e-6 to 1e6 GB/s (1 kB/s to 1 PB/s), not -25"),
+            m.contains(
+                "nvlink.link_gbps must be a rate from 1e-6 to 1e6 GB/s (1 kB/s to 1 PB/s), not -25"
+            ),
             "{m}"
         );
         let m = message(edited(|v| v["gpu"]["load_latency_ns"] = 0.0.into()));
