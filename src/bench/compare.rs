@@ -524,10 +524,11 @@ mod tests {
     #[test]
     fn figures_no_measurement_gives_are_named() {
         assert_eq!(check_figures(&doc("sim:a", [300.0; 4], 50.0, 10.0)), Ok(()));
-        for bad in [0.0, -1.0, 1e308, f64::INFINITY] {
+        for bad in [0.0, -1.0, 1e308, f64::INFINITY, 1e-300, 2e9] {
             let why =
                 check_figures(&doc("sim:a", [300.0, bad, 300.0, 300.0], 50.0, 10.0)).unwrap_err();
-            assert!(why.contains(&bad.to_string()), "{why}");
+            assert!(why.contains(&shown_figure(bad)), "{why}");
+            assert!(why.contains("from 1e-9 to below 1e9"), "{why}");
         }
         assert!(check_figures(&doc("sim:a", [300.0; 4], 50.0, -3.0)).is_err());
     }
