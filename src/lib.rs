@@ -13,7 +13,8 @@
 //!   baseline or with reference figures for known GPUs.
 //! - [`pattern`]: the one data pattern every measurement and test moves, and the check that
 //!   finds the first wrong byte; [`files`]: bounded reads of the input files users name.
-//! - [`units`]: byte sizes as users type them. [`interrupt`]: stopping a long run, keeping what
+//! - [`units`]: byte sizes as users type them. [`echo`]: text made safe to print (no control
+//!   characters, no bidirectional overrides). [`interrupt`]: stopping a long run, keeping what
 //!   it measured.
 //! - [`document`]: the JSON document core — the header every document carries, schema names,
 //!   reading and writing; each verb's document types live beside the verb.
@@ -55,6 +56,7 @@ pub mod bench;
 pub mod check;
 pub mod doctor;
 pub mod document;
+pub mod echo;
 pub mod engine;
 pub mod error;
 pub mod files;

@@ -21,7 +21,12 @@ fn main() -> ExitCode {
         }
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("peerlink: error: {err}");
+            // Paths, names and values the user or a file supplied are in it: one line, nothing a
+            // terminal would obey.
+            eprintln!(
+                "peerlink: error: {}",
+                peerlink::echo::one_line(&err.to_string())
+            );
             let code = err
                 .downcast_ref::<peerlink::Error>()
                 .map_or(1, peerlink::Error::exit_code);

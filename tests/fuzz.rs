@@ -80,11 +80,17 @@ fn peerlink(args: &[String], dir: &Path) -> Ran {
     Ran { code, stderr }
 }
 
-/// Fails unless the run ended with one of `allowed`, without a panic.
+/// Fails unless the run ended with one of `allowed`, without a panic, and said nothing a terminal
+/// would obey (no control character or bidirectional override: `peerlink::echo`).
 fn check(ran: &Ran, args: &[String], allowed: &[i32]) -> Result<(), TestCaseError> {
     prop_assert!(
         !ran.stderr.contains("panicked"),
         "{args:?} panicked: {}",
+        ran.stderr
+    );
+    prop_assert!(
+        !ran.stderr.chars().any(peerlink::echo::is_unsafe),
+        "{args:?} echoed a control character: {:?}",
         ran.stderr
     );
     prop_assert!(
@@ -420,6 +426,17 @@ fn replacement() -> impl Strategy<Value = Value> {
         json!({}),
         json!([[[[[[[[1]]]]]]]]),
         json!("x".repeat(10_000)),
+        // Absurd values for presets' fields (issue 34, class 6): copy engines, bus ids, NUMA
+        // nodes, rates, and text a terminal would obey.
+        json!(1_000_000_000u64),
+        json!(100_000),
+        json!(1e7),
+        json!("zzzz"),
+        json!("0000:17:00.0"),
+        json!("\u{1b}[2J\u{1b}[Hpwned"),
+        json!("GPU\u{202e}\u{2066}x"),
+        json!("\u{9b}31m\u{85}\u{7f}"),
+        json!("a\r\nb\u{0}"),
     ])
 }
 
@@ -440,6 +457,9 @@ enum Mutation {
     Duplicate(usize, Value),
     /// Replace a number with a literal JSON has no word for.
     Literal(usize, &'static str),
+    /// Make an array node hold this many copies of its first element (a preset of thousands of
+    /// GPUs).
+    Grow(usize, usize),
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
@@ -452,6 +472,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         1 => (any::<usize>(), replacement()).prop_map(|(i, v)| Mutation::Duplicate(i, v)),
         1 => (any::<usize>(), select(vec!["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "01", "1.", ".5", "+1"]))
             .prop_map(|(i, l)| Mutation::Literal(i, l)),
+        1 => (any::<usize>(), select(vec![2usize, 1024, 1025, 5000])).prop_map(|(i, n)| Mutation::Grow(i, n)),
     ]
 }
 
@@ -532,6 +553,23 @@ fn mutate(text: &str, m: &Mutation) -> Vec<u8> {
             let object = serde_json::to_string(map).unwrap();
             let doubled = format!("{{{}:{},{}", json!(key), first, &object[1..]);
             whole.replacen(&object, &doubled, 1)
+        }
+        Mutation::Grow(at, copies) => {
+            let arrays: Vec<&String> = nodes
+                .iter()
+                .filter(|p| {
+                    value
+                        .pointer(p)
+                        .is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+                })
+                .collect();
+            if arrays.is_empty() {
+                return text.as_bytes().to_vec();
+            }
+            let items = value.pointer_mut(arrays[at % arrays.len()]).unwrap();
+            let first = items[0].clone();
+            *items = Value::Array(vec![first; *copies]);
+            render(&value)
         }
         Mutation::Literal(at, literal) => {
             let numbers: Vec<&String> = nodes
@@ -655,4 +693,6 @@ fn mutations_change_what_they_say() {
     assert!(said(Mutation::Replace(5, json!(1e308))).contains("1e+308"));
     assert!(said(Mutation::Unknown(3)).contains("colour"));
     assert_eq!(said(Mutation::Truncate(3)), r#"{"a"#);
+    let grown: Value = serde_json::from_str(&said(Mutation::Grow(0, 1025))).unwrap();
+    assert_eq!(grown["a"].as_array().unwrap().len(), 1025);
 }

@@ -24,7 +24,7 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "ground",
-        &["error", "units", "interrupt", "files", "pattern"],
+        &["error", "units", "interrupt", "files", "pattern", "echo"],
     ),
     ("topology", &["topology"]),
     ("backend", &["backend"]),

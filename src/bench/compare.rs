@@ -11,8 +11,8 @@ use super::document::BenchDocument;
 use super::result::Unit;
 use super::stats::median;
 use crate::document::{impl_document, Header};
-use crate::topology::Source;
-use crate::units::{format_bytes, LARGEST_FIGURE};
+use crate::topology::{Source, MAX_GPUS};
+use crate::units::{format_bytes, shown_figure, LARGEST_FIGURE};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -203,10 +203,16 @@ pub fn read_bench(text: &str, name: &str, wanted: &str) -> crate::Result<BenchDo
     Ok(doc)
 }
 
-/// Ok where every figure of `doc` could have been measured (positive, finite, below
-/// [`LARGEST_FIGURE`], between GPUs the document lists); else which one could not, as a sentence's
-/// end.
+/// Ok where every figure of `doc` could have been measured (within [`plausible`] for its unit,
+/// between GPUs the document lists, of at most [`MAX_GPUS`] GPUs); else which one could not, as
+/// a sentence's end.
 pub fn check_figures(doc: &BenchDocument) -> Result<(), String> {
+    if doc.results.devices.len() > MAX_GPUS {
+        return Err(format!(
+            "lists {} GPUs, and a host has at most {MAX_GPUS}",
+            doc.results.devices.len()
+        ));
+    }
     let listed: HashSet<usize> = doc.results.devices.iter().copied().collect();
     let places = doc
         .results
@@ -227,15 +233,35 @@ pub fn check_figures(doc: &BenchDocument) -> Result<(), String> {
             ));
         }
     }
-    match figures(doc)
-        .into_iter()
-        .find(|f| !(f.value > 0.0 && f.value < LARGEST_FIGURE))
-    {
+    let implausible = |f: &Figure| {
+        let (least, most) = plausible(f.unit);
+        !(f.value >= least && f.value < most)
+    };
+    match figures(doc).into_iter().find(implausible) {
         None => Ok(()),
-        Some(f) => Err(format!(
-            "holds {} = {} at {}, which no measurement gives (figures are positive and below 1e12)",
-            f.test, f.value, f.place
-        )),
+        Some(f) => {
+            let (least, most) = plausible(f.unit);
+            Err(format!(
+                "holds {} = {} {} at {}, which no measurement gives (a figure in {} is from \
+                 {least:e} to below {most:e})",
+                f.test,
+                shown_figure(f.value),
+                f.unit.name(),
+                f.place,
+                f.unit.name()
+            ))
+        }
+    }
+}
+
+/// The figures a measurement can give in `unit`, from the first up to the second: rates from
+/// 1 B/s (1e-9 GB/s) to 1 EB/s (1e9 GB/s: a thousand simulated GPUs at the fastest rate a preset
+/// may give, both ways), times from a picosecond to [`LARGEST_FIGURE`] µs (eleven days).
+pub fn plausible(unit: Unit) -> (f64, f64) {
+    match unit {
+        Unit::Gbps => (1e-9, 1e9),
+        Unit::Micros => (1e-6, LARGEST_FIGURE),
+        Unit::Nanos => (1e-3, LARGEST_FIGURE * 1e3),
     }
 }
 
@@ -498,10 +524,11 @@ mod tests {
     #[test]
     fn figures_no_measurement_gives_are_named() {
         assert_eq!(check_figures(&doc("sim:a", [300.0; 4], 50.0, 10.0)), Ok(()));
-        for bad in [0.0, -1.0, 1e308, f64::INFINITY] {
+        for bad in [0.0, -1.0, 1e308, f64::INFINITY, 1e-300, 2e9] {
             let why =
                 check_figures(&doc("sim:a", [300.0, bad, 300.0, 300.0], 50.0, 10.0)).unwrap_err();
-            assert!(why.contains(&bad.to_string()), "{why}");
+            assert!(why.contains(&shown_figure(bad)), "{why}");
+            assert!(why.contains("from 1e-9 to below 1e9"), "{why}");
         }
         assert!(check_figures(&doc("sim:a", [300.0; 4], 50.0, -3.0)).is_err());
     }

@@ -92,11 +92,43 @@ pub struct Explanation {
     pub notes: Vec<String>,
 }
 
+/// The host clock's resolution, µs: it counts nanoseconds, so a part smaller than one was not seen.
+pub const HOST_CLOCK_RESOLUTION_US: f64 = 1e-3;
+
+/// What a part's `measured_by` says where the part was smaller than its measurement resolves.
+pub const BELOW_RESOLUTION: &str = "below resolution";
+
+impl Part {
+    /// Whether the part was too small to measure (its `us` is then 0, never a negative cost).
+    pub fn below_resolution(&self) -> bool {
+        self.us == 0.0 && self.measured_by.contains(BELOW_RESOLUTION)
+    }
+}
+
+/// A part measured on the host clock (see [`resolved`]).
 fn part(name: &str, us: f64, measured_by: impl Into<String>) -> Part {
+    resolved(name, us, measured_by, HOST_CLOCK_RESOLUTION_US)
+}
+
+/// A part of `us` where that is at least `resolution_us`; else 0 µs, said to be below
+/// resolution with the figure measured (a difference of two clock readings can come out
+/// negative or as rounding noise, and neither is a cost).
+fn resolved(name: &str, us: f64, measured_by: impl Into<String>, resolution_us: f64) -> Part {
+    let measured_by = measured_by.into();
+    let (us, measured_by) = match us >= resolution_us {
+        true => (us, measured_by),
+        false => (
+            0.0,
+            format!(
+                "{measured_by}; {BELOW_RESOLUTION}: {us:.3} µs measured, under the {resolution_us:.3} µs \
+                 this measurement resolves"
+            ),
+        ),
+    };
     Part {
         name: name.to_string(),
         us,
-        measured_by: measured_by.into(),
+        measured_by,
     }
 }
 
@@ -133,11 +165,15 @@ pub fn run(
     let (mut setup, mut lane, first_us) = first_use(&mut ctx, &test, (src, dst), size, direct)?;
     progress.step();
     let steady = end_to_end(&mut ctx, &mut lane)?;
-    setup.push(part(
+    // One transfer against the steady state's median resolves no better than the steady state's
+    // own spread.
+    let spread = steady.measured.p99 - steady.measured.median;
+    setup.push(resolved(
         "first transfer",
         first_us - steady.measured.median,
         "host clock of the first transfer (first launch, module load, mappings) minus the \
          steady-state median",
+        spread.max(HOST_CLOCK_RESOLUTION_US),
     ));
     progress.step();
     let seed = ctx.next_seed();
@@ -846,6 +882,21 @@ fn staged_versus_direct(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_part_is_a_negative_cost_or_rounding_noise() {
+        let noise = resolved("first transfer", -0.5, "first minus median", 0.2);
+        assert_eq!(noise.us, 0.0);
+        assert!(noise.below_resolution(), "{noise:?}");
+        assert!(noise
+            .measured_by
+            .contains("-0.500 µs measured, under the 0.200 µs"));
+        let tiny = part("peer access enable", 8.9e-16, "host clock");
+        assert!(tiny.below_resolution() && tiny.us == 0.0, "{tiny:?}");
+        let seen = part("device allocation", 12.5, "host clock");
+        assert_eq!((seen.us, seen.measured_by.as_str()), (12.5, "host clock"));
+        assert!(!seen.below_resolution());
+    }
 
     #[test]
     fn sweep_sizes_reach_beyond_the_size_and_include_it() {

@@ -66,7 +66,8 @@ fn stop_when_the_group_fails(group: &Group) {
         if let Some(sentence) = watch.failed() {
             std::thread::sleep(grace);
             eprintln!(
-                "peerlink: error: {sentence} (this rank stopped with its GPU work unfinished)"
+                "peerlink: error: {} (this rank stopped with its GPU work unfinished)",
+                peerlink::echo::one_line(&sentence)
             );
             std::process::exit(GROUP_FAILED);
         }

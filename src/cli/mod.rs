@@ -24,6 +24,7 @@ use peerlink::bench::document::{BenchDocument, ExplainDocument};
 use peerlink::bench::layout::Layout;
 use peerlink::bench::{self, explain, progress};
 use peerlink::document;
+use peerlink::echo::one_line;
 use peerlink::report;
 use peerlink::report::export::Tables;
 use peerlink::units::parse::{parse_size, parse_sizes};
@@ -135,10 +136,13 @@ pub fn stop_on_signals() {
     }
 }
 
-/// Writes `text` to stdout. A reader that went away (`peerlink … | head -1`) ends the output
-/// quietly, as Unix tools do: what it did not read was not wanted.
+/// Writes `text` to stdout without control characters or bidirectional overrides (names and paths
+/// from presets, documents and the host are in it: [`peerlink::echo`]). A reader that went away
+/// (`peerlink … | head -1`) ends the output quietly, as Unix tools do: what it did not read was not
+/// wanted.
 pub(crate) fn emit(text: &str) -> Result<()> {
     use std::io::Write;
+    let text = peerlink::echo::printable(text);
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -159,10 +163,10 @@ impl Global {
     fn open(&self) -> peerlink::Result<Opened> {
         let opened = backend::open(&self.choice())?;
         if let Some(notice) = &opened.notice {
-            eprintln!("peerlink: {notice}");
+            eprintln!("peerlink: {}", one_line(notice));
         }
         for notice in opened.backend.notices() {
-            eprintln!("peerlink: note: {notice}");
+            eprintln!("peerlink: note: {}", one_line(&notice));
         }
         Ok(opened)
     }

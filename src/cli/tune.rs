@@ -57,7 +57,7 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
         ))
     );
     if global.json {
-        eprintln!("peerlink: {said}");
+        eprintln!("peerlink: {}", peerlink::echo::printable(&said));
     } else {
         super::emit(&format!("\n{said}\n"))?;
     }

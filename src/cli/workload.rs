@@ -40,7 +40,7 @@ pub fn run(global: &Global, args: &WorkloadArgs, group: Option<&Group>) -> Resul
         return Ok(());
     };
     for notice in &found.notices {
-        eprintln!("peerlink: note: {notice}");
+        eprintln!("peerlink: note: {}", peerlink::echo::one_line(notice));
     }
     let doc = WorkloadDocument::new(backend.topology(), &found);
     global.print(&doc, || report::workload::text(&doc))

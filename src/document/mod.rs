@@ -94,7 +94,8 @@ impl fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
-/// Reads a `D` document from JSON text, its `schema` checked before its fields.
+/// Reads a `D` document from JSON text, its `schema` checked before its fields; its strings are
+/// read as [`crate::echo::printable`] leaves them (a document's names are echoed).
 pub fn read<D: Document>(text: &str) -> Result<D, ReadError> {
     let value = parse_refusing_duplicate_keys(text).map_err(ReadError::NotJson)?;
     let found = value.get("schema").and_then(|s| s.as_str());
@@ -154,12 +155,18 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
         Ok(v.into())
     }
 
+    // A document's text is echoed (report, compare, check): it is read without the control
+    // characters and bidirectional overrides a hand-edited file may hold (`crate::echo`).
     fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(v.into())
+        Ok(crate::echo::printable(v).into())
     }
 
     fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-        Ok(v.into())
+        Ok(match crate::echo::printable(&v) {
+            std::borrow::Cow::Borrowed(_) => v,
+            std::borrow::Cow::Owned(clean) => clean,
+        }
+        .into())
     }
 
     fn visit_unit<E>(self) -> Result<Self::Value, E> {

@@ -9,6 +9,7 @@ use super::plot::{
 };
 use super::Section;
 use crate::bench::document::{BenchDocument, ExplainDocument};
+use crate::bench::explain::BELOW_RESOLUTION;
 use crate::bench::result::{Place, Sweep, TestResult, Unit};
 use crate::units::format_bytes;
 use crate::Result;
@@ -244,11 +245,11 @@ pub fn explain_charts(section: &mut Section, doc: &ExplainDocument) -> Result<()
         end: e.measured_us,
         colour: INK,
         tip: format!(
-            "measured end to end: {} µs (median of {}, p99 {} µs); gap {:+.2} µs ({:.1}%)",
+            "measured end to end: {} µs (median of {}, p99 {} µs); gap {} µs ({:.1}%)",
             figure(e.measured_us),
             e.measured.samples,
             figure(e.measured.p99),
-            e.gap_us,
+            crate::report::bench::signed_hundredths(e.gap_us),
             e.gap_percent
         ),
     });
@@ -271,7 +272,8 @@ pub fn explain_charts(section: &mut Section, doc: &ExplainDocument) -> Result<()
                 let bar = Bar {
                     value: p.us,
                     tip: format!("{}: {} µs; {}", p.name, figure(p.us), p.measured_by),
-                    mark: None,
+                    // No bar is drawn for it: say why at its place.
+                    mark: p.below_resolution().then(|| BELOW_RESOLUTION.to_string()),
                 };
                 (p.name.clone(), vec![Some(bar)])
             })

@@ -123,10 +123,18 @@ impl Axis {
     }
 }
 
-/// A number in three significant figures, without trailing zeros: `0.000587`, `12.3`, `4010`.
+/// A number in three significant figures, without trailing zeros: `0.000587`, `12.3`, `4010`;
+/// one too small for nine decimals in scientific notation (`8.9e-16`), so that no tick of a tiny
+/// axis reads `0`.
 pub fn figure(v: f64) -> String {
     if v == 0.0 || !v.is_finite() {
         return format!("{v}");
+    }
+    if v.abs() < 1e-6 {
+        let text = format!("{v:.2e}");
+        let (digits, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        let digits = digits.trim_end_matches('0').trim_end_matches('.');
+        return format!("{digits}e{exponent}");
     }
     let decimals = (2 - v.abs().log10().floor() as i32).clamp(0, 9) as usize;
     let text = format!("{v:.decimals$}");
@@ -353,7 +361,21 @@ pub fn bars(id: &str, title: &str, b: &Bars) -> Result<Chart> {
         .max()
         .unwrap_or(0);
     let per_group = (24 * b.series.len()).max(7 * label + 12).max(60) as u32;
-    let width = (120 + n as u32 * per_group).clamp(WIDTH / 2 + 60, 1500);
+    // Room for the legend's longest name too (a name past LEGEND_CHARS is cut), so that it stays
+    // inside the chart's box.
+    let names: Vec<String> = b
+        .series
+        .iter()
+        .map(|name| shortened(name, LEGEND_CHARS))
+        .collect();
+    let legend = names.iter().map(|n| n.chars().count()).max().unwrap_or(0) as u32;
+    let legend_width = match b.series.len() > 1 {
+        true => 7 * legend + 140,
+        false => 0,
+    };
+    let width = (120 + n as u32 * per_group)
+        .max(legend_width)
+        .clamp(WIDTH / 2 + 60, 1500);
     let values = b
         .groups
         .iter()
@@ -364,7 +386,7 @@ pub fn bars(id: &str, title: &str, b: &Bars) -> Result<Chart> {
     draw(id, title, (width, HEIGHT), |area, tips| {
         let mut chart = plane(area, title, (&x, xs), (&b.y, ys), false)?;
         let width = 0.8 / b.series.len().max(1) as f64;
-        for (s, name) in b.series.iter().enumerate() {
+        for (s, name) in names.iter().enumerate() {
             let colour = series_colour(s);
             let mut rects = Vec::new();
             for (g, (_, bars)) in b.groups.iter().enumerate() {
@@ -399,12 +421,19 @@ pub fn bars(id: &str, title: &str, b: &Bars) -> Result<Chart> {
                 });
             }
         }
+        let right = area.dim_in_pixel().0 as i32;
         for (g, (label, _)) in b.groups.iter().enumerate() {
             let (px, py) = chart.backend_coord(&(g as f64, ys.0));
             for (i, line) in wrap(label, 16).iter().enumerate() {
+                // A dense chart's outermost labels are moved in to stay inside its box (half a
+                // label of 11 px characters, with a margin).
+                let half = 4 * line.chars().count() as i32;
                 area.draw(&Text::new(
                     line.clone(),
-                    (px, py + 8 + 13 * i as i32),
+                    (
+                        px.clamp(half, (right - half).max(half)),
+                        py + 8 + 13 * i as i32,
+                    ),
                     font(11, INK).pos(Pos::new(HPos::Center, VPos::Top)),
                 ))?;
             }
@@ -420,6 +449,17 @@ pub fn bars(id: &str, title: &str, b: &Bars) -> Result<Chart> {
         }
         Ok(())
     })
+}
+
+/// The most characters of a series' name a legend shows.
+const LEGEND_CHARS: usize = 96;
+
+/// `text` cut to `chars` characters, an ellipsis saying it was.
+fn shortened(text: &str, chars: usize) -> String {
+    match text.chars().count() > chars {
+        true => format!("{}…", text.chars().take(chars - 1).collect::<String>()),
+        false => text.to_string(),
+    }
 }
 
 /// `text` in lines of about `width` characters, at most three.
@@ -630,6 +670,118 @@ mod tests {
         assert_eq!(figure(4010.0), "4010");
         assert_eq!(figure(2.0), "2");
         assert_eq!(figure(0.0), "0");
+        assert_eq!(figure(8.9e-16), "8.9e-16");
+        assert_eq!(figure(-2.5e-7), "-2.5e-7");
+    }
+
+    /// Every text and shape of `svg` inside its width and height (a text's extent estimated from
+    /// its characters and font size).
+    fn within_bounds(svg: &str) -> Result<(), String> {
+        let number = |tag: &str, name: &str| -> Option<f64> {
+            let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+            tag[at..].split('"').next()?.parse().ok()
+        };
+        let root = &svg[svg.find("<svg").unwrap()..];
+        let (width, height) = (
+            number(root, "width").unwrap(),
+            number(root, "height").unwrap(),
+        );
+        for piece in svg.split('<').skip(1) {
+            let (tag, text) = piece.split_once('>').unwrap_or((piece, ""));
+            if tag.starts_with("text") && !tag.contains("rotate") {
+                let (x, size) = (number(tag, "x").unwrap(), number(tag, "font-size").unwrap());
+                let extent = text.chars().count() as f64 * size * 0.55;
+                let left = match () {
+                    _ if tag.contains("text-anchor=\"middle\"") => x - extent / 2.0,
+                    _ if tag.contains("text-anchor=\"end\"") => x - extent,
+                    _ => x,
+                };
+                if left < 0.0 || left + extent > width {
+                    return Err(format!(
+                        "text {text:?} spans {left}..{} of {width}",
+                        left + extent
+                    ));
+                }
+            }
+            if tag.starts_with("rect") {
+                let (x, y) = (number(tag, "x").unwrap(), number(tag, "y").unwrap());
+                let (w, h) = (
+                    number(tag, "width").unwrap(),
+                    number(tag, "height").unwrap(),
+                );
+                if x < 0.0 || y < 0.0 || x + w > width || y + h > height {
+                    return Err(format!(
+                        "a rectangle at {x},{y} of {w}×{h} is outside {width}×{height}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_tiny_axis_labels_its_ticks_and_a_part_below_resolution_is_said() {
+        let b = Bars {
+            y: Axis::new("µs, once", Scale::Linear),
+            series: vec!["setup".into()],
+            groups: vec![
+                (
+                    "first transfer".into(),
+                    vec![Some(Bar {
+                        value: 8.9e-16,
+                        tip: "t".into(),
+                        mark: None,
+                    })],
+                ),
+                (
+                    "peer access enable".into(),
+                    vec![Some(Bar {
+                        value: 0.0,
+                        tip: "p".into(),
+                        mark: Some("below resolution".into()),
+                    })],
+                ),
+            ],
+        };
+        let svg = bars("setup", "Setup", &b).unwrap().svg;
+        let ticks: Vec<&str> = svg
+            .split("</text>")
+            .filter_map(|t| t.rsplit('>').next())
+            .filter(|t| t.contains("e-1"))
+            .collect();
+        assert!(ticks.len() >= 2, "{ticks:?}");
+        assert!(ticks.windows(2).all(|w| w[0] != w[1]), "{ticks:?}");
+        assert!(svg.contains("below resolution"));
+        within_bounds(&svg).unwrap();
+    }
+
+    #[test]
+    fn a_compare_chart_of_many_long_figures_fits_its_box() {
+        let group = |i: usize| {
+            let bar = |v: f64| {
+                Some(Bar {
+                    value: v,
+                    tip: "tip".into(),
+                    mark: None,
+                })
+            };
+            (
+                format!("pointer-chase-resident 512 MiB {i}→{}", i + 1),
+                vec![bar(1e-3 * (i + 1) as f64), bar(3e5)],
+            )
+        };
+        for groups in [1, 3, 20, 112] {
+            let b = Bars {
+                y: Axis::new("GB/s", Scale::Log),
+                series: vec![
+                    format!("base: sim:{}", "p".repeat(64)),
+                    format!("other: sim:{}", "q".repeat(64)),
+                ],
+                groups: (0..groups).map(group).collect(),
+            };
+            let svg = bars("compare-gb-s", "q against p, GB/s", &b).unwrap().svg;
+            within_bounds(&svg).unwrap_or_else(|why| panic!("{groups} groups: {why}"));
+        }
     }
 
     #[test]

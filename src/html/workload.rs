@@ -24,7 +24,12 @@ fn tip(r: &Row) -> String {
         if r.verified { "yes" } else { "NO" }
     );
     if let Some(v) = r.vs_nccl {
-        tip.push_str(&format!("; {}× NCCL's speed", figure(v)));
+        let nccl = if r.simulated {
+            "the NCCL model's"
+        } else {
+            "NCCL's"
+        };
+        tip.push_str(&format!("; {}× {nccl} speed", figure(v)));
     }
     if let Some(v) = r.vs_nccl_symmetric {
         tip.push_str(&format!(
@@ -67,7 +72,10 @@ pub fn charts(section: &mut Section, doc: &WorkloadDocument) -> Result<()> {
             .iter()
             .enumerate()
             .map(|(i, &(contender, algorithm))| Series {
-                name: format!("{contender} {algorithm}"),
+                name: match contender == Contender::Nccl && doc.header.simulated {
+                    true => format!("{contender} model {algorithm}"),
+                    false => format!("{contender} {algorithm}"),
+                },
                 // NCCL in black: plain drawn solid, with symmetric windows dashed.
                 colour: if contender.is_peerlink() {
                     series_colour(i)
@@ -106,6 +114,9 @@ pub fn charts(section: &mut Section, doc: &WorkloadDocument) -> Result<()> {
     section
         .notes
         .push(format!("{}; timed {}", doc.busbw_rule, doc.timing));
+    section
+        .notes
+        .extend(crate::report::workload::nccl_model_note(doc));
     section.notes.extend(doc.notices.iter().cloned());
     Ok(())
 }

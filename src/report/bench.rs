@@ -315,6 +315,15 @@ fn explain_tables(e: &Explanation) -> Vec<Records> {
     ]
 }
 
+/// `v` with its sign, to two decimals: a difference that rounds to nothing is `+0.00`, never
+/// `-0.00` (rounding noise of two equal figures has no direction).
+pub fn signed_hundredths(v: f64) -> String {
+    match v.abs() < 0.005 {
+        true => "+0.00".to_string(),
+        false => format!("{v:+.2}"),
+    }
+}
+
 /// The human-readable latency breakdown.
 pub fn explain_text(doc: &ExplainDocument) -> String {
     let (source, e) = (&doc.header.source, &doc.explanation);
@@ -378,8 +387,8 @@ pub fn explain_text(doc: &ExplainDocument) -> String {
     let _ = writeln!(out, "{parts}");
     let _ = writeln!(
         out,
-        "gap: {:+.2} µs ({:.1}% of the measured time): {}",
-        e.gap_us,
+        "gap: {} µs ({:.1}% of the measured time): {}",
+        signed_hundredths(e.gap_us),
         e.gap_percent,
         if e.adds_up_within_10_percent {
             "the parts add up within 10%"

@@ -83,13 +83,17 @@ impl Records {
         out
     }
 
-    /// The table as a GitHub-flavoured Markdown table, or a line saying it has no rows.
+    /// The table as a GitHub-flavoured Markdown table, or a line saying it has no rows. A figure
+    /// is shown as the text output shows it ([`rounded_figure`]); the CSV keeps every digit.
     pub fn markdown(&self) -> String {
         if self.columns.is_empty() {
             return "(none)\n".to_string();
         }
         let line = |cells: &[String]| {
-            let cells: Vec<String> = cells.iter().map(|c| markdown_cell(c)).collect();
+            let cells: Vec<String> = cells
+                .iter()
+                .map(|c| markdown_cell(&rounded_figure(c)))
+                .collect();
             format!("| {} |\n", cells.join(" | "))
         };
         let mut out = line(&self.columns);
@@ -213,6 +217,28 @@ pub fn csv_field(text: &str) -> String {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
         text.to_string()
+    }
+}
+
+/// A cell holding a figure with more digits than were measured (`5.520615384615388`,
+/// `1.7763568394002505e-15`: a float as JSON writes it) as the text output shows figures: two
+/// decimals, or three significant digits below 0.1; any other cell as it is.
+pub fn rounded_figure(cell: &str) -> std::borrow::Cow<'_, str> {
+    let digits_after_point = cell.split_once('.').map_or(0, |(_, after)| {
+        after.bytes().take_while(u8::is_ascii_digit).count()
+    });
+    let long = digits_after_point > 4 || (cell.contains('e') && cell.contains('.'));
+    match cell.parse::<f64>() {
+        Ok(v) if long && v.is_finite() => std::borrow::Cow::Owned(match v.abs() {
+            a if a >= 0.1 => format!("{v:.2}"),
+            a if a >= 1e-4 => {
+                let decimals = (2 - a.log10().floor() as i32) as usize;
+                let text = format!("{v:.decimals$}");
+                text.trim_end_matches('0').trim_end_matches('.').to_string()
+            }
+            _ => format!("{v:.2e}"),
+        }),
+        _ => std::borrow::Cow::Borrowed(cell),
     }
 }
 
@@ -343,6 +369,24 @@ mod tests {
         assert!(md.contains("- simulated: false\n- peerlink_version: 0.1.0\n"));
         assert!(md.contains("## pairs\n\n| src | dst |\n| --- | --- |\n| 0 | a\\|b |\n"));
         assert!(!md.contains("SIMULATED") && !md.contains("unused"), "{md}");
+    }
+
+    #[test]
+    fn markdown_shows_figures_as_measured_and_csv_keeps_every_digit() {
+        assert_eq!(rounded_figure("5.520615384615388"), "5.52");
+        assert_eq!(rounded_figure("1.7763568394002505e-15"), "1.78e-15");
+        assert_eq!(rounded_figure("0.0012345678"), "0.00123");
+        assert_eq!(rounded_figure("0.00020000001"), "0.0002");
+        for kept in ["9.0", "26.5", "64", "0→1", "ce-write", "1.2.3.4.5"] {
+            assert_eq!(rounded_figure(kept), kept);
+        }
+        let table = Records::of("parts", &[json!({"us": 5.520615384615388, "cc": "9.0"})]);
+        assert!(
+            table.markdown().contains("| 9.0 | 5.52 |"),
+            "{}",
+            table.markdown()
+        );
+        assert!(table.csv().contains("5.520615384615388"));
     }
 
     #[test]

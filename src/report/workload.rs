@@ -5,7 +5,7 @@ use super::export::{Records, Tables};
 use super::table::plain;
 use crate::units::format_bytes;
 use crate::workload::document::WorkloadDocument;
-use crate::workload::kinds::Workload;
+use crate::workload::kinds::{Contender, Workload};
 use crate::workload::rows::Row;
 use comfy_table::CellAlignment;
 use std::fmt::Write;
@@ -52,16 +52,20 @@ fn table(workload: Workload, rows: &[&Row]) -> String {
     }
     let mut t = plain(header);
     for r in rows {
+        let model = if r.simulated { " model" } else { "" };
         let mut cells = vec![
             format_bytes(r.bytes),
-            r.contender.to_string(),
+            match r.contender {
+                Contender::Nccl => format!("{}{model}", r.contender),
+                _ => r.contender.to_string(),
+            },
             r.algorithm.clone(),
             r.issue.name().to_string(),
             format!("{:.2}", r.time_us),
             format!("{:.2}", r.algbw_gbps),
             format!("{:.2}", r.busbw_gbps),
             if r.verified { "yes" } else { "NO" }.to_string(),
-            or_dash(r.vs_nccl, |v| format!("{v:.2}×")),
+            or_dash(r.vs_nccl, |v| format!("{v:.2}×{model}")),
         ];
         if symmetric {
             cells.push(or_dash(r.vs_nccl_symmetric, |v| format!("{v:.2}×")));
@@ -85,6 +89,26 @@ fn table(workload: Workload, rows: &[&Row]) -> String {
         }
     }
     t.to_string()
+}
+
+/// What the NCCL rows of a simulated run are, where it has any: the simulator's model of NCCL,
+/// with what it was calibrated on (the model's own account, `backend::sim`'s NCCL module), which
+/// is not the host it is applied to.
+pub fn nccl_model_note(doc: &WorkloadDocument) -> Option<String> {
+    let modelled = doc
+        .rows
+        .iter()
+        .any(|r| r.simulated && r.contender == Contender::Nccl);
+    modelled.then(|| {
+        format!(
+            "NCCL model = the simulator's model of NCCL, not NCCL: NCCL's tuner's ring cost model \
+             (LL, LL128, Simple), its LL and Simple latencies and bus efficiency calibrated on \
+             NCCL 2.28.3 measured on two H200s over NVLink, applied unchanged to these {} GPUs \
+             over {}'s links",
+            doc.devices.len(),
+            doc.header.source
+        )
+    })
 }
 
 /// The whole report.
@@ -122,6 +146,9 @@ pub fn text(doc: &WorkloadDocument) -> String {
             "(vs NCCL: plain NCCL, ordinary buffers; vs NCCL symm.: NCCL with symmetric windows, \
              ncclMemAlloc memory registered with ncclCommWindowRegister)"
         );
+    }
+    if let Some(note) = nccl_model_note(doc) {
+        let _ = writeln!(out, "{note}");
     }
     let mut variants: Vec<_> = doc.rows.iter().map(|r| r.variant).collect();
     variants.dedup();

@@ -22,6 +22,13 @@ pub use warnings::{warnings, NoP2p, Warning};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The most GPUs one topology holds, all hosts of a simulator preset together (documented in
+/// `docs/sim-format.md`). A topology lists every ordered pair, so what `topo` prints grows with the
+/// square of the GPUs: 1024 keeps that near a million pairs (well under a GiB), and covers the
+/// largest NVLink domains built (72 GPUs) and planning presets of 128 eight-GPU hosts. A preset
+/// with more is refused while it is read, before anything is made from it.
+pub const MAX_GPUS: usize = 1024;
+
 /// One GPU as the host presents it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Device {

@@ -37,6 +37,16 @@ pub fn format_seconds(seconds: f64) -> String {
 /// time 10¹² µs (eleven days). A document or profile holding more was not written by a measurement.
 pub const LARGEST_FIGURE: f64 = 1e12;
 
+/// A figure as a message shows it: in full, or in scientific notation where it has more digits
+/// than a reader can count (`1e-300`, `1e308`).
+pub fn shown_figure(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 /// GB/s (1e9 bytes per second) for `bytes` moved in `micros` microseconds.
 pub fn gbps(bytes: u64, micros: f64) -> f64 {
     bytes as f64 / micros / 1e3
@@ -51,6 +61,15 @@ mod tests {
         assert_eq!(format_seconds(1.024), "1.02 s");
         assert_eq!(format_seconds(0.0034), "3.4 ms");
         assert_eq!(format_seconds(87e-6), "87.0 µs");
+    }
+
+    #[test]
+    fn figures_in_messages_are_counted_easily() {
+        assert_eq!(shown_figure(1e-300), "1e-300");
+        assert_eq!(shown_figure(-1e308), "-1e308");
+        assert_eq!(shown_figure(26.5), "26.5");
+        assert_eq!(shown_figure(0.0), "0");
+        assert_eq!(shown_figure(f64::NAN), "NaN");
     }
 
     #[test]

@@ -88,6 +88,37 @@ impl Files {
             "zero-gpus.json" => preset(&|p| p["devices"] = json!([]))?,
             "gpus64.json" => preset(&|p| p["devices"] = gpus(64))?,
             "gpus1000.json" => preset(&|p| p["devices"] = gpus(1000))?,
+            "gpus1024.json" => preset(&|p| p["devices"] = gpus(1024))?,
+            "gpus1025.json" => preset(&|p| p["devices"] = gpus(1025))?,
+            "gpus10000.json" => preset(&|p| p["devices"] = gpus(10_000))?,
+            "name-1mb.json" => preset(&|p| p["name"] = json!("x".repeat(1 << 20)))?,
+            "name-c1.json" => preset(&|p| p["name"] = json!("sim\u{9b}2J"))?,
+            "switch-bidi.json" => {
+                preset(&|p| p["devices"][0]["pcie_switch"] = json!("sw\u{2066}0"))?
+            }
+            "nic-name-escape.json" => text(&edited(h100(), &|p| {
+                p["nics"] = json!([{ "numa_node": 0, "name": "mlx5_\u{1b}[31m" }])
+            }))?,
+            "bus-id-bad-device.json" => {
+                preset(&|p| p["devices"][0]["pci_bus_id"] = json!("0000:17:20.0"))?
+            }
+            "bus-id-default-twice.json" => preset(&|p| {
+                p["devices"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("pci_bus_id");
+                p["devices"][1]["pci_bus_id"] = json!("0000:01:00.0");
+            })?,
+            "cc-bad.json" => preset(&|p| p["gpu"]["compute_capability"] = json!("sm_90"))?,
+            "cpus-bad.json" => preset(&|p| p["devices"][0]["cpu_affinity"] = json!("0-3;rm -rf"))?,
+            "numa-huge.json" => preset(&|p| p["devices"][0]["numa_node"] = json!(100_000))?,
+            "rate-fast.json" => preset(&|p| p["pcie"]["p2p_gbps"]["PIX"] = json!(1e7))?,
+            "nvswitch-links-1000.json" => text(&edited(h100(), &|p| {
+                p["nvswitch"]["links_per_gpu"] = json!(1000)
+            }))?,
+            hostile if hostile.starts_with("hostile-") => {
+                std::fs::read(hostile_fixture(&hostile["hostile-".len()..])).unwrap()
+            }
             "gpus1000-nvswitch.json" => text(&edited(h100(), &|p| p["devices"] = gpus(1000)))?,
             "link-missing-gpu.json" => {
                 preset(&|p| p["links"] = json!([{ "gpus": [0, 5], "link": "PIX" }]))?
@@ -192,6 +223,18 @@ impl Files {
                 full[..full.len() / 2].to_vec()
             }
             "bench-1000.json" => text(&self.bench_of_1000_gpus())?,
+            "bench-1e-300.json" => text(&self.bench_value(json!(1e-300)))?,
+            "bench-1e10.json" => text(&self.bench_value(json!(1e10)))?,
+            "bench-sweep-1e-300.json" => text(&edited(self.bench_sweep().clone(), &|d| {
+                d["sweeps"][0]["points"][0]["median_us"] = json!(1e-300)
+            }))?,
+            "bench-gpus-2000.json" => text(&edited(self.bench_h100().clone(), &|d| {
+                d["devices"] = json!((0..2000).collect::<Vec<_>>())
+            }))?,
+            "bench-name-escapes.json" => text(&edited(self.bench_h100().clone(), &|d| {
+                d["host"] = json!("\u{1b}]0;owned\u{7}\u{1b}[2J");
+                d["host_gpus"][0]["name"] = json!("H100\u{202e}\u{9b}31m");
+            }))?,
             "prof-pcie2.json" => text(&self.tuned_pcie2().0)?,
             "exp-pcie2.json" => text(&self.tuned_pcie2().1)?,
             "prof-h100.json" => text(&self.tuned_h100().0)?,
@@ -364,6 +407,13 @@ impl Files {
 }
 
 /// A host of `n` GPUs on two NUMA nodes, no explicit links.
+/// A hostile preset of issue 34's class 6 (tests/fixtures/hostile/).
+fn hostile_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hostile")
+        .join(name)
+}
+
 /// A fault preset of peerlink doctor's tests.
 fn doctor_fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

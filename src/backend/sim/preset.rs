@@ -8,8 +8,8 @@
 
 use super::faults::{self, Faults, Wiring};
 use crate::topology::network::{Fabric, FabricKind, GpuDirect, GpuNic, Host, Network, Nic};
-use crate::topology::{Device, Link, Pair, Source, Topology};
-use crate::units::LARGEST_FIGURE;
+use crate::topology::{Device, Link, Pair, PciAddress, Source, Topology, MAX_GPUS};
+use crate::units::{shown_figure, LARGEST_FIGURE};
 use crate::{Error, Result};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -65,6 +65,9 @@ pub struct Preset {
     pub sources: Vec<String>,
     /// Defaults for every GPU; a device entry may override its name and memory.
     pub gpu: GpuSpec,
+    /// One host's GPUs: with `hosts`, at most [`MAX_GPUS`] in all.
+    #[serde(deserialize_with = "at_most_gpus")]
+    #[schemars(length(min = 1, max = MAX_GPUS))]
     pub devices: Vec<DeviceSpec>,
     /// NVLink figures; required when any pair is linked by NVLink.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -416,8 +419,17 @@ impl Preset {
         if self.devices.is_empty() {
             return Err("`devices` is empty: a host needs at least one GPU".into());
         }
+        let gpus = self.hosts.saturating_mul(self.devices.len());
+        if gpus > MAX_GPUS {
+            return Err(format!(
+                "`hosts` × `devices` is {gpus} GPUs; a preset describes at most {MAX_GPUS} GPUs \
+                 in all"
+            ));
+        }
+        self.validate_texts()?;
         self.validate_gpu()?;
         self.validate_devices()?;
+        self.validate_bus_ids()?;
         self.validate_nvlink()?;
         self.validate_nvswitch()?;
         self.validate_links()?;
@@ -429,11 +441,93 @@ impl Preset {
         self.validate_hosts()
     }
 
+    /// Every text a preset gives: no longer than its bound, without a control character or a
+    /// bidirectional override (each is printed; see [`crate::echo`]), and in its form where it
+    /// has one (a compute capability, a CPU list).
+    fn validate_texts(&self) -> std::result::Result<(), String> {
+        text("name", &self.name, NAME_CHARS)?;
+        text("description", &self.description, NOTE_CHARS)?;
+        for (i, source) in self.sources.iter().enumerate() {
+            text(&format!("sources[{i}]"), source, NOTE_CHARS)?;
+        }
+        text("gpu.name", &self.gpu.name, GPU_NAME_CHARS)?;
+        if !is_compute_capability(&self.gpu.compute_capability) {
+            return Err(
+                "gpu.compute_capability is not `major.minor` (two numbers, as `9.0`)".into(),
+            );
+        }
+        for (i, d) in self.devices.iter().enumerate() {
+            let field = |name: &str| format!("devices[{i}].{name}");
+            optional_text(&field("name"), &d.name, GPU_NAME_CHARS)?;
+            optional_text(&field("pcie_switch"), &d.pcie_switch, NAME_CHARS)?;
+            if let Some(cpus) = &d.cpu_affinity {
+                if !is_cpu_list(cpus) {
+                    return Err(format!(
+                        "{} is not a list of CPUs (as `0-47,96-143`, at most {NOTE_CHARS} \
+                         characters)",
+                        field("cpu_affinity")
+                    ));
+                }
+            }
+        }
+        for (i, nic) in self.nics.iter().enumerate() {
+            optional_text(&format!("nics[{i}].name"), &nic.name, NAME_CHARS)?;
+            optional_text(
+                &format!("nics[{i}].pcie_switch"),
+                &nic.pcie_switch,
+                NAME_CHARS,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Every PCI bus id in the form `DDDD:BB:DD.F` (or NVML's eight-digit domain), and no two
+    /// devices of a host (GPUs, with their default ids, and NICs) at one address.
+    fn validate_bus_ids(&self) -> std::result::Result<(), String> {
+        let gpus = (0..self.devices.len()).map(|i| (format!("devices[{i}]"), self.bus_id(i)));
+        let nics = self.nics.iter().enumerate().filter_map(|(i, nic)| {
+            let id = nic.pci_bus_id.clone()?;
+            Some((format!("nics[{i}]"), id))
+        });
+        let mut seen = BTreeMap::new();
+        for (what, id) in gpus.chain(nics) {
+            let Some(address) = strict_bus_id(&id) else {
+                return Err(format!(
+                    "{what}.pci_bus_id is not a PCI bus id of the form DDDD:BB:DD.F (hex \
+                     domain, bus, device up to 1F, function 0 to 7), as `0000:18:00.0`"
+                ));
+            };
+            if let Some(first) = seen.insert(address, what.clone()) {
+                return Err(format!(
+                    "{what}.pci_bus_id is {id}, the address of {first} as well: two devices of a \
+                     host never share one"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The PCI bus id of the host's GPU `local`: the preset's, else `0000:<local+1>:00.0` (the
+    /// next domain past bus FF).
+    fn bus_id(&self, local: usize) -> String {
+        match &self.devices[local].pci_bus_id {
+            Some(id) => id.clone(),
+            None => format!("{:04X}:{:02X}:00.0", (local + 1) >> 8, (local + 1) & 0xFF),
+        }
+    }
+
     /// The GPU model's figures.
     fn validate_gpu(&self) -> std::result::Result<(), String> {
         let g = &self.gpu;
-        positive("gpu.memory_mib", g.memory_mib as f64)?;
-        positive("gpu.local_copy_gbps", g.local_copy_gbps)?;
+        memory("gpu.memory_mib", g.memory_mib)?;
+        if g.copy_engines > MOST_COPY_ENGINES {
+            return Err(format!(
+                "gpu.copy_engines is {}; a GPU has at most {MOST_COPY_ENGINES} (H100 reports 3 \
+                 asynchronous engines)",
+                g.copy_engines
+            ));
+        }
+        rate("gpu.local_copy_gbps", g.local_copy_gbps)?;
         fraction("gpu.sm_copy_efficiency", g.sm_copy_efficiency)?;
         positive("gpu.load_latency_ns", g.load_latency_ns)?;
         if let Some(ns) = g.resident_load_latency_ns {
@@ -449,11 +543,9 @@ impl Preset {
     /// Each device's NUMA node and memory.
     fn validate_devices(&self) -> std::result::Result<(), String> {
         for (i, d) in self.devices.iter().enumerate() {
-            if d.numa_node < 0 {
-                return Err(format!("devices[{i}].numa_node is negative"));
-            }
+            numa_node(&format!("devices[{i}].numa_node"), d.numa_node)?;
             if let Some(m) = d.memory_mib {
-                positive(&format!("devices[{i}].memory_mib"), m as f64)?;
+                memory(&format!("devices[{i}].memory_mib"), m)?;
             }
         }
         Ok(())
@@ -462,7 +554,7 @@ impl Preset {
     /// The NVLink section's figures, where there is one.
     fn validate_nvlink(&self) -> std::result::Result<(), String> {
         if let Some(nv) = &self.nvlink {
-            positive("nvlink.link_gbps", nv.link_gbps)?;
+            rate("nvlink.link_gbps", nv.link_gbps)?;
             fraction("nvlink.efficiency", nv.efficiency)?;
             not_negative("nvlink.latency_us", nv.latency_us)?;
             positive("nvlink.load_latency_ns", nv.load_latency_ns)?;
@@ -534,9 +626,9 @@ impl Preset {
     /// The PCIe section's figures, classes, generation and lanes.
     fn validate_pcie(&self) -> std::result::Result<(), String> {
         let p = &self.pcie;
-        positive("pcie.host_gbps", p.host_gbps)?;
+        rate("pcie.host_gbps", p.host_gbps)?;
         if let Some(up) = p.switch_uplink_gbps {
-            positive("pcie.switch_uplink_gbps", up)?;
+            rate("pcie.switch_uplink_gbps", up)?;
         }
         not_negative("pcie.latency_us", p.latency_us)?;
         positive("pcie.load_latency_ns", p.load_latency_ns)?;
@@ -558,7 +650,7 @@ impl Preset {
                     "pcie.p2p_gbps has `{class}`, {kind}; use PIX, PXB, PHB, NODE or SYS"
                 ));
             }
-            positive(&format!("pcie.p2p_gbps.{class}"), *gbps)?;
+            rate(&format!("pcie.p2p_gbps.{class}"), *gbps)?;
         }
         if let Some(generation) = p.generation.filter(|g| !(1..=6).contains(g)) {
             return Err(format!("pcie.generation must be 1 to 6, not {generation}"));
@@ -572,8 +664,8 @@ impl Preset {
     /// The host's socket and staging figures, and the issue and setup costs.
     fn validate_host_and_costs(&self) -> std::result::Result<(), String> {
         let h = &self.host;
-        positive("host.inter_socket_gbps", h.inter_socket_gbps)?;
-        positive("host.staged_gbps", h.staged_gbps)?;
+        rate("host.inter_socket_gbps", h.inter_socket_gbps)?;
+        rate("host.staged_gbps", h.staged_gbps)?;
         not_negative("host.staged_latency_us", h.staged_latency_us)?;
         let c = &self.costs;
         for (field, v) in [
@@ -623,9 +715,7 @@ impl Preset {
             return Err("`network` needs `nics`: the RDMA NICs of each host".into());
         }
         for (i, nic) in self.nics.iter().enumerate() {
-            if nic.numa_node < 0 {
-                return Err(format!("nics[{i}].numa_node is negative"));
-            }
+            numa_node(&format!("nics[{i}].numa_node"), nic.numa_node)?;
         }
         let (gpus, nics) = (self.devices.len(), self.nics.len());
         let mut seen = BTreeMap::new();
@@ -658,7 +748,7 @@ impl Preset {
             }
         }
         if let Some(net) = &self.network {
-            positive("network.nic_gbps", net.nic_gbps)?;
+            rate("network.nic_gbps", net.nic_gbps)?;
             fraction("network.efficiency", net.efficiency)?;
             not_negative("network.latency_us", net.latency_us)?;
             not_negative("network.spine_latency_us", net.spine_latency_us)?;
@@ -824,10 +914,7 @@ impl Preset {
                     name: d.name.clone().unwrap_or_else(|| self.gpu.name.clone()),
                     uuid: format!("GPU-sim-{}-{index}", self.name),
                     // Every host has its GPUs at the same addresses.
-                    pci_bus_id: d
-                        .pci_bus_id
-                        .clone()
-                        .unwrap_or_else(|| format!("0000:{:02X}:00.0", index % per_host + 1)),
+                    pci_bus_id: self.bus_id(index % per_host),
                     numa_node: Some(d.numa_node),
                     numa_source: "preset".into(),
                     cpu_affinity: d.cpu_affinity.clone(),
@@ -936,6 +1023,162 @@ impl Preset {
 /// room for later generations, and a bound on the ports a simulated GPU lists.
 pub const MOST_NVLINKS_PER_GPU: u64 = 64;
 
+/// The most copy engines a simulated GPU may have: GPUs report a handful (H100 and H200: 3
+/// asynchronous engines; the most physical ones on any NVIDIA GPU are under twenty).
+pub const MOST_COPY_ENGINES: u32 = 64;
+
+/// The longest preset name (shown as `sim:<name>` and in every simulated GPU's UUID), PCIe switch
+/// name and NIC name, in characters.
+pub const NAME_CHARS: usize = 64;
+
+/// The longest GPU name, in characters: NVML's buffer for one holds 96 bytes
+/// (NVML_DEVICE_NAME_V2_BUFFER_SIZE).
+pub const GPU_NAME_CHARS: usize = 96;
+
+/// The longest description, source line or CPU list, in characters.
+pub const NOTE_CHARS: usize = 4096;
+
+/// The most NUMA nodes a host has: Linux allows 1024 at most (CONFIG_NODES_SHIFT 10).
+pub const NUMA_NODES: i32 = 1024;
+
+/// The slowest and the fastest rate a preset may give, GB/s: 1 kB/s (anything slower moves no
+/// message in a run's lifetime) to 1 PB/s (some five hundred times NVLink 5's 1.8 TB/s per GPU).
+pub const RATES_GBPS: (f64, f64) = (1e-6, 1e6);
+
+/// The most memory one GPU may have, MiB: 16 TiB (the largest GPUs have under 300 GB).
+pub const MOST_MEMORY_MIB: u64 = 16 << 20;
+
+/// Reads `devices`, refusing more than [`MAX_GPUS`] entries before they are made: a preset of a
+/// million GPUs is refused without holding a million of anything.
+fn at_most_gpus<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<DeviceSpec>, D::Error> {
+    struct AtMost;
+    impl<'de> serde::de::Visitor<'de> for AtMost {
+        type Value = Vec<DeviceSpec>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "a list of at most {MAX_GPUS} GPUs")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            let mut devices = Vec::new();
+            while let Some(device) = seq.next_element()? {
+                if devices.len() == MAX_GPUS {
+                    return Err(serde::de::Error::custom(format!(
+                        "`devices` lists more than {MAX_GPUS} GPUs, the most a preset describes"
+                    )));
+                }
+                devices.push(device);
+            }
+            Ok(devices)
+        }
+    }
+    d.deserialize_seq(AtMost)
+}
+
+/// A text field: at most `chars` characters, none of them a control character or a bidirectional
+/// override. The message says where, never what (the text would be printed raw).
+fn text(field: &str, value: &str, chars: usize) -> std::result::Result<(), String> {
+    let length = value.chars().count();
+    if length > chars {
+        return Err(format!(
+            "{field} is {length} characters long; it may have {chars} at most"
+        ));
+    }
+    match value
+        .chars()
+        .position(|c| c.is_control() || crate::echo::is_unsafe(c))
+    {
+        None => Ok(()),
+        Some(at) => Err(format!(
+            "{field} holds a control character or a bidirectional override (U+{:04X}, character \
+             {}), which a terminal would obey: take it out",
+            value.chars().nth(at).map_or(0, u32::from),
+            at + 1
+        )),
+    }
+}
+
+fn optional_text(
+    field: &str,
+    value: &Option<String>,
+    chars: usize,
+) -> std::result::Result<(), String> {
+    value.as_deref().map_or(Ok(()), |v| text(field, v, chars))
+}
+
+/// `major.minor`, each one or two digits.
+fn is_compute_capability(text: &str) -> bool {
+    let digits = |s: &str| (1..=2).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
+    text.split_once('.')
+        .is_some_and(|(major, minor)| digits(major) && digits(minor))
+}
+
+/// A Linux CPU list (`0-47,96-143`): ranges and single CPUs, comma-separated.
+fn is_cpu_list(text: &str) -> bool {
+    let number = |s: &str| (1..=5).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
+    text.len() <= NOTE_CHARS
+        && text.split(',').all(|part| match part.split_once('-') {
+            Some((first, last)) => number(first) && number(last),
+            None => number(part),
+        })
+}
+
+/// A PCI address written `DDDD:BB:DD.F` (a four- or eight-digit hex domain, as the driver and
+/// NVML write it), device 00 to 1F, function 0 to 7.
+fn strict_bus_id(text: &str) -> Option<PciAddress> {
+    let hex = |s: &str, lengths: &[usize]| {
+        lengths.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    let mut parts = text.split(':');
+    let (domain, bus, rest) = (parts.next()?, parts.next()?, parts.next()?);
+    let (device, function) = rest.split_once('.')?;
+    let formed = parts.next().is_none()
+        && hex(domain, &[4, 8])
+        && hex(bus, &[2])
+        && hex(device, &[2])
+        && u8::from_str_radix(device, 16).is_ok_and(|d| d <= 0x1F)
+        && matches!(function, "0" | "1" | "2" | "3" | "4" | "5" | "6" | "7");
+    formed.then(|| PciAddress::parse(text)).flatten()
+}
+
+fn numa_node(field: &str, node: i32) -> std::result::Result<(), String> {
+    match node {
+        n if n < 0 => Err(format!("{field} is negative")),
+        n if n >= NUMA_NODES => Err(format!(
+            "{field} is {n}; Linux numbers NUMA nodes 0 to {}",
+            NUMA_NODES - 1
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A GPU's memory: 1 MiB to [`MOST_MEMORY_MIB`].
+fn memory(field: &str, mib: u64) -> std::result::Result<(), String> {
+    match (1..=MOST_MEMORY_MIB).contains(&mib) {
+        true => Ok(()),
+        false => Err(format!(
+            "{field} must be 1 to {MOST_MEMORY_MIB} MiB (16 TiB), not {mib}"
+        )),
+    }
+}
+
+/// A rate in GB/s: finite, within [`RATES_GBPS`].
+fn rate(field: &str, gbps: f64) -> std::result::Result<(), String> {
+    let (slowest, fastest) = RATES_GBPS;
+    match gbps.is_finite() && (slowest..=fastest).contains(&gbps) {
+        true => Ok(()),
+        false => Err(format!(
+            "{field} must be a rate from {slowest:e} to {fastest:e} GB/s (1 kB/s to 1 PB/s), not {}",
+            shown_figure(gbps)
+        )),
+    }
+}
+
 /// Lower is better, as CUDA's performance rank: NVLink first, then PCIe by distance.
 fn perf_rank(link: Link) -> i32 {
     match link {
@@ -959,18 +1202,8 @@ fn positive(field: &str, v: f64) -> std::result::Result<(), String> {
     } else {
         Err(format!(
             "{field} must be a positive number from {smallest:e} to below {LARGEST_FIGURE:e}, not {}",
-            shown(v)
+            shown_figure(v)
         ))
-    }
-}
-
-/// A figure as a message shows it: in full, or in scientific notation where it has more digits than
-/// a reader can count.
-fn shown(v: f64) -> String {
-    if v.abs() >= 1e15 {
-        format!("{v:e}")
-    } else {
-        format!("{v}")
     }
 }
 
@@ -980,7 +1213,7 @@ fn not_negative(field: &str, v: f64) -> std::result::Result<(), String> {
     } else {
         Err(format!(
             "{field} must be zero or more, and below {LARGEST_FIGURE:e}, not {}",
-            shown(v)
+            shown_figure(v)
         ))
     }
 }
@@ -1013,6 +1246,101 @@ mod tests {
         assert_eq!(err.exit_code(), 2, "{err}");
         assert!(matches!(err, Error::Preset { .. }), "{err:?}");
         err.to_string()
+    }
+
+    #[test]
+    fn gpu_count_is_capped_while_reading_and_across_hosts() {
+        let gpus = |n: usize| serde_json::json!(vec![serde_json::json!({"numa_node": 0}); n]);
+        let m = message(edited(|v| v["devices"] = gpus(MAX_GPUS + 1)));
+        assert!(m.contains("more than 1024 GPUs"), "{m}");
+        let m = message(edited(|v| v["hosts"] = 129.into()));
+        assert!(
+            m.contains("1032 GPUs; a preset describes at most 1024"),
+            "{m}"
+        );
+        let most = edited(|v| v["devices"] = gpus(MAX_GPUS)).unwrap();
+        let topology = most.topology();
+        assert_eq!(topology.devices.len(), MAX_GPUS);
+        // Past bus FF the default ids go on in the next domain, each once.
+        assert_eq!(topology.devices[255].pci_bus_id, "0001:00:00.0");
+        assert_eq!(topology.devices[1023].pci_bus_id, "0004:00:00.0");
+    }
+
+    #[test]
+    fn every_field_has_its_form_and_range() {
+        let refused = [
+            (
+                json_edit(|v| v["gpu"]["copy_engines"] = 1_000_000_000.into()),
+                "gpu.copy_engines is 1000000000",
+            ),
+            (
+                json_edit(|v| v["devices"][0]["pci_bus_id"] = "zzzz".into()),
+                "devices[0].pci_bus_id is not a PCI bus id",
+            ),
+            (
+                json_edit(|v| v["devices"][0]["pci_bus_id"] = "0000:18:20.0".into()),
+                "device up to 1F",
+            ),
+            (
+                json_edit(|v| v["devices"][1]["pci_bus_id"] = "0000:1b:00.0".into()),
+                "the address of devices[0] as well",
+            ),
+            (
+                json_edit(|v| v["name"] = "x".repeat(1 << 20).into()),
+                "name is 1048576 characters long",
+            ),
+            (
+                json_edit(|v| v["name"] = "\u{1b}[2Jx".into()),
+                "name holds a control character",
+            ),
+            (
+                json_edit(|v| v["gpu"]["name"] = "H100\u{202e}".into()),
+                "U+202E",
+            ),
+            (
+                json_edit(|v| v["devices"][2]["name"] = "a\nb".into()),
+                "devices[2].name holds",
+            ),
+            (
+                json_edit(|v| v["gpu"]["compute_capability"] = "nine".into()),
+                "major.minor",
+            ),
+            (
+                json_edit(|v| v["devices"][0]["cpu_affinity"] = "all".into()),
+                "not a list of CPUs",
+            ),
+            (
+                json_edit(|v| v["devices"][0]["numa_node"] = 5000.into()),
+                "NUMA nodes 0 to 1023",
+            ),
+            (
+                json_edit(|v| v["nvlink"]["link_gbps"] = 1e-300.into()),
+                "1 kB/s to 1 PB/s",
+            ),
+            (
+                json_edit(|v| v["pcie"]["host_gbps"] = 1e9.into()),
+                "pcie.host_gbps must be a rate",
+            ),
+            (
+                json_edit(|v| v["gpu"]["memory_mib"] = (1u64 << 40).into()),
+                "16 TiB",
+            ),
+        ];
+        for (edit, says) in refused {
+            let m = message(edited(edit));
+            assert!(m.contains(says), "{says}: {m}");
+            assert!(!m.contains('\u{1b}') && !m.contains('\u{202e}'), "{m:?}");
+        }
+        let fine = edited(|v| {
+            v["devices"][0]["pci_bus_id"] = "00000000:1B:00.0".into();
+            v["devices"][0]["cpu_affinity"] = "0-55,112-167".into();
+            v["gpu"]["name"] = "NVIDIA H100 80GB HBM3 — Zürich".into();
+        });
+        assert!(fine.is_ok(), "{fine:?}");
+    }
+
+    fn json_edit(edit: fn(&mut serde_json::Value)) -> fn(&mut serde_json::Value) {
+        edit
     }
 
     /// A small mesh preset: `links` entries as (a, b, "NV1") over 4 GPUs without a switch.
@@ -1310,15 +1638,17 @@ mod tests {
     #[test]
     fn zero_negative_and_out_of_range_figures_are_refused() {
         let m = message(edited(|v| v["pcie"]["host_gbps"] = 0.0.into()));
-        assert!(
-            m.contains("pcie.host_gbps must be a positive number"),
-            "{m}"
-        );
+        assert!(m.contains("pcie.host_gbps must be a rate"), "{m}");
         let m = message(edited(|v| v["nvlink"]["link_gbps"] = (-25.0).into()));
         assert!(
             m.contains(
-                "nvlink.link_gbps must be a positive number from 1e-12 to below 1e12, not -25"
+                "nvlink.link_gbps must be a rate from 1e-6 to 1e6 GB/s (1 kB/s to 1 PB/s), not -25"
             ),
+            "{m}"
+        );
+        let m = message(edited(|v| v["gpu"]["load_latency_ns"] = 0.0.into()));
+        assert!(
+            m.contains("gpu.load_latency_ns must be a positive number from 1e-12 to below 1e12"),
             "{m}"
         );
         let m = message(edited(|v| v["nvlink"]["efficiency"] = 1.5.into()));
@@ -1333,10 +1663,7 @@ mod tests {
         let m = message(edited(|v| {
             v["pcie"]["p2p_gbps"] = serde_json::json!({"PIX": 0})
         }));
-        assert!(
-            m.contains("pcie.p2p_gbps.PIX must be a positive number"),
-            "{m}"
-        );
+        assert!(m.contains("pcie.p2p_gbps.PIX must be a rate"), "{m}");
         let m = message(edited(|v| {
             v["pcie"]["p2p_gbps"] = serde_json::json!({"NV2": 5})
         }));
