@@ -174,6 +174,18 @@ impl Profile {
         Ok(profile)
     }
 
+    /// One sentence for the reader of a profile whose `tune` was interrupted (`"partial": true`):
+    /// what it did not measure keeps the model's defaults.
+    pub fn partial_note(&self, path: &Path) -> Option<String> {
+        self.header.partial.then(|| {
+            format!(
+                "profile {} is partial: the `peerlink tune` that wrote it was interrupted, so the \
+                 costs it did not measure keep the model's defaults",
+                path.display()
+            )
+        })
+    }
+
     /// Writes the profile atomically: a temporary file next to `path`, synced, then renamed over it.
     pub fn save(&self, path: &Path) -> Result<()> {
         write_atomically(path, &document::to_json(self))
