@@ -871,7 +871,7 @@ fn until_done_or_stopped(mut done: impl FnMut() -> Result<bool>) -> Result<()> {
     while !done()? {
         crate::interrupt::check()?;
         polls = polls.wrapping_add(1);
-        if polls % SPINS_PER_YIELD == 0 {
+        if polls.is_multiple_of(SPINS_PER_YIELD) {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
