@@ -426,6 +426,19 @@ pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_partial_profile_is_noted_and_a_whole_one_is_not() {
+        let topology = crate::backend::sim::Preset::load("pcie-2gpu-switch")
+            .unwrap()
+            .topology();
+        let mut profile = Profile::for_host(&topology);
+        let path = Path::new("p.json");
+        assert_eq!(profile.partial_note(path), None);
+        profile.header.partial = true;
+        let note = profile.partial_note(path).unwrap();
+        assert!(note.contains("p.json is partial"), "{note}");
+    }
+
     use super::super::test_support::dgx1;
     use super::*;
 
