@@ -12,6 +12,9 @@ use std::path::PathBuf;
 /// never arrived), so that a launcher can tell the rank at fault from the ranks it stopped.
 pub const GROUP_FAILED: i32 = 3;
 
+/// The exit status of a run stopped by Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
+pub const INTERRUPTED: i32 = 130;
+
 /// Result alias used throughout the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -95,6 +98,10 @@ pub enum Error {
     /// own exit status (128 + the signal where a signal killed it).
     #[error("{message}")]
     RankFailed { message: String, status: u8 },
+
+    /// A stop was requested ([`crate::interrupt`]) while this was being measured: it was dropped.
+    #[error("interrupted: the run was stopped during this measurement")]
+    Interrupted,
 }
 
 impl Error {
@@ -114,6 +121,7 @@ impl Error {
             | Error::Draw(_) => 1,
             Error::Group(_) => GROUP_FAILED,
             Error::RankFailed { status, .. } => i32::from(*status),
+            Error::Interrupted => INTERRUPTED,
         }
     }
 

@@ -8,7 +8,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 /// The exit status of a run stopped by Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
-const INTERRUPTED: u8 = 130;
+const INTERRUPTED: u8 = peerlink::error::INTERRUPTED as u8;
 
 fn main() -> ExitCode {
     cli::stop_on_signals();
@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) if interrupted => {
             eprintln!("peerlink: interrupted: what is shown is what was measured before the stop");
+            abandoned();
             ExitCode::from(INTERRUPTED)
         }
         Ok(()) => ExitCode::SUCCESS,
@@ -30,7 +31,21 @@ fn main() -> ExitCode {
             let code = err
                 .downcast_ref::<peerlink::Error>()
                 .map_or(1, peerlink::Error::exit_code);
+            if interrupted {
+                abandoned();
+            }
             ExitCode::from(if interrupted { INTERRUPTED } else { code as u8 })
         }
+    }
+}
+
+/// Says so where the stop cut a wait for the GPUs short: the work already queued there was left
+/// unfinished (the process's end takes it away).
+fn abandoned() {
+    if peerlink::interrupt::abandoned() {
+        eprintln!(
+            "peerlink: the work already queued on the GPUs when the stop came was abandoned \
+             unfinished; no figure comes from it"
+        );
     }
 }

@@ -23,6 +23,9 @@
 //! - `ci`: in every `cargo test` (under half a minute in `--release`, a few minutes in debug);
 //! - `no-gpu`: likewise, on hosts without an NVIDIA GPU (where it expects exit 1); skipped, saying so,
 //!   on a host with one;
+//! - `interrupt`: long runs that Ctrl-C must end within a second (exit 130), run by
+//!   `tests/interrupts.rs`; their `says` is `partial` (stdout holds the document, marked partial)
+//!   or `none` (nothing finished to show; stderr says interrupted);
 //! - `long`: rows that are slow by nature (a 1000-GPU bench, 200 MB files, GiB buffers), run by
 //!   `cargo test --release --test catalog -- --ignored long`;
 //! - `known: <why>`: rows that fail today for a reason outside the command line (the simulator backs
@@ -55,6 +58,8 @@ enum Run {
     Ci,
     NoGpu,
     Long,
+    /// Run by `tests/interrupts.rs`: Ctrl-C at a random moment must end the run within a second.
+    Interrupt,
     Known(String),
 }
 
@@ -81,6 +86,7 @@ fn rows() -> Vec<Row> {
                 "ci" => Run::Ci,
                 "no-gpu" => Run::NoGpu,
                 "long" => Run::Long,
+                "interrupt" => Run::Interrupt,
                 known => Run::Known(
                     known
                         .strip_prefix("known: ")
@@ -383,6 +389,7 @@ fn ci_rows() {
                 "skipped {} (long): run it with -- --ignored long",
                 row.id
             )),
+            Run::Interrupt => {}
             Run::Known(why) => say(&format!(
                 "skipped {} (known to fail: {why}): run it with -- --ignored known",
                 row.id
@@ -418,8 +425,9 @@ fn the_catalog_is_well_formed() {
     ids.dedup();
     assert_eq!(ids.len(), before, "every row's id is its own");
     for row in &rows {
+        let interrupted = row.run == Run::Interrupt && row.exit == 130;
         assert!(
-            [0, 1, 2].contains(&row.exit),
+            [0, 1, 2].contains(&row.exit) || interrupted,
             "{}: exit {}",
             row.id,
             row.exit

@@ -352,7 +352,7 @@ fn ctrl_c_reaches_every_rank_once_and_the_launcher_exits_130() {
     );
     // Each rank was asked once (a second request would have quit it at once, without a word).
     for rank in 0..2 {
-        let asked = format!("[rank {rank}] peerlink: stopping after the current measurement");
+        let asked = format!("[rank {rank}] peerlink: stopping now, keeping what was measured");
         assert_eq!(stderr.matches(&asked).count(), 1, "{stderr}");
     }
     assert!(

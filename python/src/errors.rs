@@ -17,7 +17,8 @@ fn class_name(error: &peerlink::Error) -> &'static str {
         Error::OutOfMemory { .. } => "OutOfMemoryError",
         Error::InvalidHandle(_) => "InvalidHandleError",
         Error::Io { .. } => "FileError",
-        Error::Draw(_) => "Error",
+        // Only a program that calls `peerlink::interrupt::request` sees `Interrupted`.
+        Error::Draw(_) | Error::Interrupted => "Error",
         Error::Group(_) | Error::RankFailed { .. } => "GroupError",
     }
 }

@@ -147,6 +147,16 @@ impl<I: RawCollectives> Checked<I> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A wait's outcome; one cut short by a stop request leaves the work queued unfinished, so the
+    /// memory it uses is left to the process's end (releasing it would wait for that work).
+    fn waited(&self, outcome: Result<()>) -> Result<()> {
+        if let Err(Error::Interrupted) = outcome {
+            self.lock().parked.stuck = true;
+            crate::interrupt::abandon();
+        }
+        outcome
+    }
+
     fn check_device(&self, device: usize) -> Result<()> {
         match crate::topology::missing_gpu(device, self.devices) {
             None => Ok(()),
@@ -659,7 +669,7 @@ impl<
 
     fn event_synchronize(&self, event: EventId) -> Result<()> {
         let raw = self.lock().events.get(event.0)?.raw.clone();
-        self.raw.event_synchronize(&raw)
+        self.waited(self.raw.event_synchronize(&raw))
     }
 
     fn elapsed_us(&self, start: EventId, end: EventId) -> Result<f64> {
@@ -697,7 +707,7 @@ impl<
 
     fn synchronize(&self, stream: StreamId) -> Result<()> {
         let (_, raw_stream) = self.idle_stream(&self.lock(), stream, "synchronizing")?;
-        self.raw.synchronize(&raw_stream)
+        self.waited(self.raw.synchronize(&raw_stream))
     }
 
     fn host_time_us(&self) -> f64 {

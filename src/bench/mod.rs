@@ -567,6 +567,12 @@ pub fn run_test(
         }
         let outcome = match test.measure(ctx, place, bytes) {
             Ok(outcome) => outcome,
+            // Stopped part-way: this place is dropped, the ones before it kept.
+            Err(Error::Interrupted) => {
+                let reason = INTERRUPTED.to_string();
+                not_measured.push(NotMeasured { place, reason });
+                continue;
+            }
             Err(e) => {
                 let reason = format!("failed: {e}");
                 not_measured.push(NotMeasured { place, reason });
@@ -650,7 +656,11 @@ pub fn sweep_pair(
             not_measured = Some(INTERRUPTED.to_string());
             break;
         }
-        match test.measure(ctx, place, bytes)? {
+        let outcome = match test.measure(ctx, place, bytes) {
+            Err(Error::Interrupted) => Outcome::Skipped(INTERRUPTED.to_string()),
+            other => other?,
+        };
+        match outcome {
             Outcome::Measured { time_us, .. } => points.push(SweepPoint {
                 bytes,
                 median_us: time_us.median,

@@ -118,8 +118,9 @@ fn failed(failure: Option<peerlink::Error>) -> Result<()> {
     failure.map_or(Ok(()), |e| Err(e.into()))
 }
 
-/// The first Ctrl-C (or SIGTERM) asks the measuring loops to stop after their current measurement,
-/// so that what was measured is still printed (marked partial); a second one quits at once.
+/// The first Ctrl-C (or SIGTERM) asks the measuring loops to stop now, dropping the measurement in
+/// progress, so that what was measured before is still printed (marked partial); a second one
+/// quits at once.
 pub fn stop_on_signals() {
     let installed = ctrlc::set_handler(|| {
         if peerlink::interrupt::requested() {
@@ -127,8 +128,8 @@ pub fn stop_on_signals() {
         }
         peerlink::interrupt::request();
         eprintln!(
-            "\npeerlink: stopping after the current measurement, keeping what was measured \
-             (Ctrl-C again to quit at once)"
+            "\npeerlink: stopping now, keeping what was measured before (Ctrl-C again to quit \
+             at once)"
         );
     });
     if let Err(e) = installed {

@@ -106,6 +106,9 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
     }
     if let Some(path) = &args.profile {
         let profile = Profile::load(path)?;
+        if let Some(note) = profile.partial_note(path) {
+            eprintln!("peerlink: note: {note}");
+        }
         fabric = fabric.model(CostModel::from_profile(backend.topology(), &profile)?);
     }
     if args.resident {

@@ -38,7 +38,16 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
         quick: args.quick,
         latencies: export.is_some(),
     };
-    let measured = tune::run(&backend, &options, &*global.progress())?;
+    let measured = tune::run(&backend, &options, &*global.progress()).inspect_err(|e| {
+        if let peerlink::Error::Interrupted = e {
+            // Stopped before the costs every profile holds were measured: nothing is written.
+            eprintln!(
+                "peerlink: no profile was written ({} is as it was): tune was stopped before it \
+                 measured the costs every profile holds",
+                shown(&args.out)
+            );
+        }
+    })?;
     let profile = measured.profile(backend.topology());
     profile.save(&args.out)?;
     if let Some((path, name)) = &export {

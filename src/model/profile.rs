@@ -174,6 +174,18 @@ impl Profile {
         Ok(profile)
     }
 
+    /// One sentence for the reader of a profile whose `tune` was interrupted (`"partial": true`):
+    /// what it did not measure keeps the model's defaults.
+    pub fn partial_note(&self, path: &Path) -> Option<String> {
+        self.header.partial.then(|| {
+            format!(
+                "profile {} is partial: the `peerlink tune` that wrote it was interrupted, so the \
+                 costs it did not measure keep the model's defaults",
+                path.display()
+            )
+        })
+    }
+
     /// Writes the profile atomically: a temporary file next to `path`, synced, then renamed over it.
     pub fn save(&self, path: &Path) -> Result<()> {
         write_atomically(path, &document::to_json(self))
@@ -414,6 +426,19 @@ pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_partial_profile_is_noted_and_a_whole_one_is_not() {
+        let topology = crate::backend::sim::Preset::load("pcie-2gpu-switch")
+            .unwrap()
+            .topology();
+        let mut profile = Profile::for_host(&topology);
+        let path = Path::new("p.json");
+        assert_eq!(profile.partial_note(path), None);
+        profile.header.partial = true;
+        let note = profile.partial_note(path).unwrap();
+        assert!(note.contains("p.json is partial"), "{note}");
+    }
+
     use super::super::test_support::dgx1;
     use super::*;
 

@@ -284,20 +284,29 @@ pub fn run(
     let mut rows = Vec::new();
     progress.start("all-reduce", settings.sizes.len() as u64);
     for bytes in settings.sizes_to_run() {
-        let at = ranks.fill(settings, bytes)?;
-        for &issue in &settings.issue {
-            if let Some(reduce) = &mut peerlink {
-                let kernels = ranks.peerlink_rows(reduce, &at, issue)?;
-                let picked = pick(&model, &settings.devices, bytes, Placement::Beside);
-                let picked = pick_row(&kernels, picked);
-                rows.extend(kernels.into_iter().chain(picked));
-            }
-            if let Some(comm) = &comm {
-                rows.push(ranks.nccl_row(comm, &at, issue, false)?);
-                if ranks.windows.is_some() {
-                    rows.push(ranks.nccl_row(comm, &at, issue, true)?);
+        let mut size = || -> Result<Vec<Row>> {
+            let at = ranks.fill(settings, bytes)?;
+            let mut found = Vec::new();
+            for &issue in &settings.issue {
+                if let Some(reduce) = &mut peerlink {
+                    let kernels = ranks.peerlink_rows(reduce, &at, issue)?;
+                    let picked = pick(&model, &settings.devices, bytes, Placement::Beside);
+                    let picked = pick_row(&kernels, picked);
+                    found.extend(kernels.into_iter().chain(picked));
+                }
+                if let Some(comm) = &comm {
+                    found.push(ranks.nccl_row(comm, &at, issue, false)?);
+                    if ranks.windows.is_some() {
+                        found.push(ranks.nccl_row(comm, &at, issue, true)?);
+                    }
                 }
             }
+            Ok(found)
+        };
+        // A stop part-way through a size drops that size, keeping the sizes before it.
+        match crate::interrupt::unless_stopped(size())? {
+            Some(found) => rows.extend(found),
+            None => break,
         }
         progress.step();
     }

@@ -428,7 +428,11 @@ pub fn run(
             if variant == Variant::TwoD && layout.domain_bytes() > domain_limit {
                 left_out.push(bytes);
             } else {
-                rows.extend(halo.size(variant, bytes, &layout, settings.counts(bytes))?);
+                let measured = halo.size(variant, bytes, &layout, settings.counts(bytes));
+                match crate::interrupt::unless_stopped(measured)? {
+                    Some(measured) => rows.extend(measured),
+                    None => break,
+                }
             }
             progress.step();
         }

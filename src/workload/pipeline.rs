@@ -254,7 +254,10 @@ pub fn run(
     let mut rows = Vec::new();
     progress.start("pipeline", settings.sizes.len() as u64);
     for bytes in settings.sizes_to_run() {
-        rows.extend(pipeline.size(bytes, settings.counts(bytes))?);
+        match crate::interrupt::unless_stopped(pipeline.size(bytes, settings.counts(bytes)))? {
+            Some(measured) => rows.extend(measured),
+            None => break,
+        }
         progress.step();
     }
     progress.finish();

@@ -204,12 +204,22 @@ pub fn run(
     };
     let mut rows = Vec::new();
     progress.start("send-recv", (variants.len() * settings.sizes.len()) as u64);
-    for &variant in variants {
+    for &variant in variants
+        .iter()
+        .take_while(|_| !crate::interrupt::requested())
+    {
         let flows = open_flows(&fabric, &devices, variant, largest)?;
         for bytes in settings.sizes_to_run() {
-            let messages = Messages::write(&flows, variant, bytes, settings.counts(bytes))?;
-            rows.extend(sweep.engine_row(&messages)?);
-            rows.extend(sweep.nccl_rows(&messages)?);
+            let size = || -> Result<Vec<_>> {
+                let messages = Messages::write(&flows, variant, bytes, settings.counts(bytes))?;
+                let mut found: Vec<_> = sweep.engine_row(&messages)?.into_iter().collect();
+                found.extend(sweep.nccl_rows(&messages)?);
+                Ok(found)
+            };
+            match crate::interrupt::unless_stopped(size())? {
+                Some(found) => rows.extend(found),
+                None => break,
+            }
             progress.step();
         }
     }

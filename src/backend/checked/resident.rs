@@ -30,7 +30,8 @@ type ResolvedCopy<I> = (
 pub(super) struct Parked<I: RawCollectives> {
     pub(super) buffers: Vec<I::Buffer>,
     pub(super) workers: Vec<Arc<I::Worker>>,
-    /// A worker failed to stop: its kernel may run until the process ends.
+    /// A worker failed to stop, or a wait was cut short by a stop request
+    /// ([`crate::interrupt::abandon`]): work may run until the process ends.
     pub(super) stuck: bool,
 }
 

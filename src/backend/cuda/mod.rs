@@ -604,10 +604,7 @@ impl RawBackend for Gpus {
     }
 
     fn event_synchronize(&self, event: &Arc<Event>) -> Result<()> {
-        event
-            .event
-            .synchronize()
-            .map_err(failed("cuEventSynchronize"))
+        until_done_or_stopped(|| self.event_done(event))
     }
 
     fn elapsed_us(&self, start: &Arc<Event>, end: &Arc<Event>) -> Result<Option<f64>> {
@@ -630,10 +627,7 @@ impl RawBackend for Gpus {
     }
 
     fn synchronize(&self, stream: &Arc<Stream>) -> Result<()> {
-        stream
-            .stream
-            .synchronize()
-            .map_err(failed("cuStreamSynchronize"))
+        until_done_or_stopped(|| driver::stream_finished(&stream.stream))
     }
 
     fn host_time_us(&self) -> f64 {
@@ -909,6 +903,24 @@ impl RawCollectives for Gpus {
     fn nccl_deregister_window(&self, comm: &nccl::Comm, window: nccl::Window) -> Result<()> {
         comm.deregister_window(window)
     }
+}
+
+/// Polls `done` until it says the work waited for is over, as the driver's spinning wait does, or
+/// until a stop is requested ([`crate::interrupt`]): a window of many large copies runs for
+/// minutes, and a blocking wait could not be cut short. Yields the CPU every few polls.
+fn until_done_or_stopped(mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+    const SPINS_PER_YIELD: u32 = 64;
+    let mut polls = 0u32;
+    while !done()? {
+        crate::interrupt::check()?;
+        polls = polls.wrapping_add(1);
+        if polls.is_multiple_of(SPINS_PER_YIELD) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    Ok(())
 }
 
 use crate::backend::collective::{

@@ -456,6 +456,21 @@ impl RawBackend for Simulator {
         self.stop_resident(worker)
     }
 
+    fn notices(&self) -> Vec<String> {
+        let preset = self.links.preset();
+        preset
+            .partial
+            .then(|| {
+                format!(
+                    "simulator preset `{}` is partial: the `peerlink tune` that wrote it was \
+                     interrupted, so the figures it did not measure are estimates",
+                    preset.name
+                )
+            })
+            .into_iter()
+            .collect()
+    }
+
     fn topology(&self) -> &Topology {
         &self.topology
     }

@@ -101,6 +101,10 @@ pub struct Preset {
     /// Faults the host carries, for `peerlink doctor` to find (none by default).
     #[serde(default, skip_serializing_if = "Faults::is_empty")]
     pub faults: Faults,
+    /// Written by a `peerlink tune` that was interrupted: the figures it did not reach are the
+    /// calibration's estimates. The simulator says so when it opens the preset.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
 }
 
 fn one_host() -> usize {

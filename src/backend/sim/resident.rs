@@ -135,7 +135,11 @@ impl Simulator {
             } = &mut *st;
             let done = scheduler
                 .run_until_event(front.event, store)
-                .map_err(|_| abandoned(ticket))?;
+                .map_err(|e| match e {
+                    // A stop request cut the wait short: the run ends, keeping what it measured.
+                    Error::Interrupted => e,
+                    _ => abandoned(ticket),
+                })?;
             st.host_us = st.host_us.max(done + front.seen_after_us);
             Self::retire_front(st, progress);
         }

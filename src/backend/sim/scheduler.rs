@@ -470,8 +470,9 @@ impl Scheduler {
     }
 
     /// Simulates everything that happens up to time `t` (inclusive).
+    /// After a stop request it stops at once: the work still queued is abandoned.
     pub fn advance_to(&mut self, t: f64, store: &mut Store) {
-        while self.step(t, store) {}
+        while !crate::interrupt::requested() && self.step(t, store) {}
     }
 
     /// Simulates until `stream` has nothing left to do; returns when it became idle.
@@ -496,6 +497,9 @@ impl Scheduler {
             if done(self) {
                 return Ok(());
             }
+            // A stop ends the wait at once: virtual time costs real time (a copy moves its
+            // bytes), and a long queue takes seconds. What is queued stays there, abandoned.
+            crate::interrupt::check()?;
             if !self.step(f64::INFINITY, store) {
                 return Err(Error::InvalidHandle(
                     "the simulated streams wait on each other forever (a ping-pong or collective \

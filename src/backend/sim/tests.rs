@@ -1137,3 +1137,16 @@ fn the_simulator_lends_its_own_device_buffers_and_a_stream_per_handle() {
     assert!(refused(sim.borrow_stream(9, 0).unwrap_err()).contains("GPU 9"));
     assert!(refused(sim.borrow_memory(0, 0x1000, 0).unwrap_err()).contains("0 bytes"));
 }
+
+/// A preset an interrupted `tune` wrote says partial, and the simulator opening it says so.
+#[test]
+fn a_partial_preset_is_noted_when_opened() {
+    let mut preset = Preset::load("pcie-2gpu-switch").unwrap();
+    assert!(SimBackend::from_preset(&preset).notices().is_empty());
+    preset.partial = true;
+    let notices = SimBackend::from_preset(&preset).notices();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(notices[0].contains("partial"), "{notices:?}");
+    let text = serde_json::to_string(&preset).unwrap();
+    assert!(Preset::parse(&text, "test").unwrap().partial);
+}

@@ -232,6 +232,7 @@ impl<'f> Batch<'f> {
             .collect();
         self.time("plain copies", 0.0, progress, &mut || {
             for copy in &copies {
+                crate::interrupt::check()?;
                 backend.copy(*stream, CopyMethod::CopyEngine, copy)?;
             }
             let done = backend.record(*stream)?;

@@ -171,9 +171,16 @@ pub fn run(
     let mut points = Vec::new();
     // A stop request ends the sweep at the sizes measured so far (the document says partial).
     for &bytes in sizes.iter().take_while(|_| !crate::interrupt::requested()) {
-        points.push(point(fabric, src, dst, bytes, runs, progress)?);
+        match crate::interrupt::unless_stopped(point(fabric, src, dst, bytes, runs, progress))? {
+            Some(measured) => points.push(measured),
+            None => break,
+        }
     }
     progress.finish();
+    if points.is_empty() {
+        // Stopped before the first size: nothing to show.
+        crate::interrupt::check()?;
+    }
     Ok(Report {
         source: fabric.backend().source().clone(),
         src,

@@ -471,6 +471,7 @@ pub fn measure(lanes: &mut [Lane<'_>], sampling: &Sampling, seed: u64) -> Result
     fill_lanes(lanes, seed)?;
     let mut samples = Vec::with_capacity(sampling.samples as usize);
     for _ in 0..sampling.samples {
+        crate::interrupt::check()?;
         samples.push(run_sample(lanes, sampling)?);
     }
     verify_lanes(lanes)?;
@@ -577,7 +578,10 @@ struct Window {
 fn queue_window(lanes: &mut [Lane<'_>], sampling: &Sampling) -> Result<Window> {
     let backend = lanes[0].backend;
     let anchor = lanes[0].stream();
+    // A stop ends the queuing at once (an atomic load per operation): the stream stays held
+    // until the window is whole, so what is queued has not started yet.
     for op in 0..u64::from(sampling.warmup) {
+        crate::interrupt::check()?;
         for lane in lanes.iter_mut() {
             lane.enqueue(op)?;
         }
@@ -591,6 +595,7 @@ fn queue_window(lanes: &mut [Lane<'_>], sampling: &Sampling) -> Result<Window> {
     }
     let (mut issue_us, mut start_us) = (0.0, 0.0);
     for op in u64::from(sampling.warmup)..sampling.operations() {
+        crate::interrupt::check()?;
         for lane in lanes.iter_mut() {
             let before = backend.host_time_us();
             start_us += lane.enqueue(op)?;

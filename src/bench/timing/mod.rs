@@ -90,6 +90,7 @@ pub fn interleaved<T>(
     for round in 0..runs.warmup + runs.runs {
         let timed = round >= runs.warmup;
         for place in 0..contenders {
+            crate::interrupt::check()?;
             let contender = (round + place) % contenders;
             if turn == Turn::SecondOfTwo {
                 run(contender, false)?;

@@ -96,6 +96,7 @@ pub fn preset(m: &Measurements, topology: &Topology, name: &str) -> Result<Prese
         // tune does not measure managed memory's faults: the simulator's estimates stand.
         managed: ManagedSpec::default(),
         faults: Default::default(),
+        partial: crate::interrupt::requested(),
     };
     checked(preset, name)
 }

@@ -354,7 +354,9 @@ pub fn run(
         notes,
     };
     if measured.devices.len() > 1 {
-        measure_beside(shared, &mut measured, progress)?;
+        // Stopped here, the profile keeps everything but the host route's pace beside a direct
+        // copy, and says partial.
+        crate::interrupt::unless_stopped(measure_beside(shared, &mut measured, progress))?;
     }
     Ok(measured)
 }
