@@ -6,19 +6,8 @@
 #                              gpu-carry/nccl/nccl-tests — and nccl_forwarding_torch.py)
 # Look for: "#wrong 0" / "Out of bounds values : 0 OK" in every log, and in the summary at exit
 # "ncclAllReduce … N served" for the float and bfloat16 sizes.
-set -uo pipefail
-carry=$(realpath "$1") out=$2
-# The opening shared with run-h200.sh: NCCL from the PyTorch install, nccl-tests built against it.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-library=$carry/libpeerlink_nccl.so
-nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
-home=/tmp/ncclhome && mkdir -p $home/lib && ln -sf "$nccl/include" $home/include
-ln -sf "$nccl/lib/libnccl.so.2" $home/lib/libnccl.so.2 && ln -sf "$nccl/lib/libnccl.so.2" $home/lib/libnccl.so
-logs=$out/serve && mkdir -p $logs
-cp -r "$carry/nccl-tests" /tmp/nccl-tests
-(cd /tmp/nccl-tests && make -j16 CUDA_HOME=/usr/local/cuda NCCL_HOME=$home \
-    NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90") >$logs/build.log 2>&1 || tail -30 $logs/build.log
-export LD_LIBRARY_PATH=$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source "$(dirname "$0")/common.sh" "$@"
+logs=$out/serve && mkdir -p $logs && cp /tmp/logs/* $logs/
 export PEERLINK_NCCL_SERVE=all PEERLINK_NCCL_DEBUG=INFO
 # -d all stops where NCCL itself refuses avg on the fp8 types (BENCHMARKS.md, fifth session): the
 # served types are also run alone, so their every row is seen.
@@ -31,6 +20,15 @@ for types in all float bfloat16; do
         echo "exit status $?" >>$logs/$name.log
         echo "$name: $(grep 'Out of bounds' $logs/$name.log); $(grep 'calls at exit' $logs/$name.log)"
     done
+done
+# The same float runs forwarded (PEERLINK_NCCL_SERVE=none): NCCL's own one-rank times beside the
+# served ones.
+for extra in "" "-G 10"; do
+    name=all_reduce_float_forwarded${extra:+_G10}
+    echo "\$ PEERLINK_NCCL_SERVE=none LD_PRELOAD=$library all_reduce_perf -b 8 -e 256M -f 4 -g 1 -d float -o sum -c 1 $extra" >$logs/$name.log
+    PEERLINK_NCCL_SERVE=none LD_PRELOAD=$library /tmp/nccl-tests/build/all_reduce_perf \
+        -b 8 -e 256M -f 4 -g 1 -d float -o sum -c 1 $extra >>$logs/$name.log 2>&1
+    echo "exit status $?" >>$logs/$name.log
 done
 echo "\$ LD_PRELOAD=$library python3 nccl_forwarding_torch.py" >$logs/torch.log
 LD_PRELOAD=$library PYTHONUNBUFFERED=1 python3 "$carry/nccl_forwarding_torch.py" >>$logs/torch.log 2>&1

@@ -263,7 +263,11 @@ fn a_call_on_new_buffers_after_many_keeps_both_its_buffers() {
                 in_place: count == 1,
             };
             let buffers = reduce.buffers(rank, rank);
-            assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0, "call {count}");
+            assert_eq!(
+                reduce.call(buffers, comm, stream_of(rank)),
+                0,
+                "call {count}"
+            );
             reduce.check(buffers.1, rank, stream_of(rank), &[0, 1]);
         }
         assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0);

@@ -6,8 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use peerlink::backend::{Backend, BufferId, StreamId};
-use peerlink::engine::all_reduce::{LocalAllReduce, ThreadMeeting, ThreadRanks};
-use peerlink::engine::all_reduce::GroupAllReduce;
+use peerlink::engine::all_reduce::{GroupAllReduce, LocalAllReduce, ThreadMeeting, ThreadRanks};
 
 /// Borrowed streams or buffers kept per communicator before they start over: a job that
 /// all-reduces ever new buffers would grow the table without end.

@@ -29,8 +29,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use peerlink::backend::collective::{BufferRange, DataType};
 use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
 use peerlink::engine::all_reduce::price::{pick, Placement};
-use peerlink::engine::all_reduce::{LocalAllReduce, LocalRank, ThreadMeeting, ThreadRanks};
-use peerlink::engine::all_reduce::GroupAllReduce;
+use peerlink::engine::all_reduce::{
+    GroupAllReduce, LocalAllReduce, LocalRank, ThreadMeeting, ThreadRanks,
+};
 use peerlink::model::CostModel;
 
 use crate::log;
