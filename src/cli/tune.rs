@@ -5,6 +5,7 @@ use anyhow::Result;
 use peerlink::backend::sim::Preset;
 use peerlink::backend::Backend;
 use peerlink::bench::tune;
+use peerlink::bench::tune::document::TuneDocument;
 use peerlink::model::profile::write_atomically;
 use peerlink::report;
 use std::path::Path;
@@ -48,13 +49,13 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
             );
         }
     })?;
-    let profile = measured.profile(backend.topology());
-    profile.save(&args.out)?;
+    let document = TuneDocument::of(&measured, backend.topology());
+    document.profile.save(&args.out)?;
     if let Some((path, name)) = &export {
         let preset: Preset = tune::export::preset(&measured, backend.topology(), name)?;
         write_atomically(path, &serde_json::to_string_pretty(&preset)?)?;
     }
-    global.print(&profile, || report::tune::text(&measured))?;
+    global.print(&document.profile, || report::tune::text(&document))?;
     // Where the files went goes to stderr with --json (stdout holds the document), else stdout.
     let said = format!(
         "profile written to {}{}",

@@ -3,11 +3,12 @@
 
 use super::export::{Records, Tables};
 use super::table::{matrix, plain};
-use crate::bench::proof::document::RouteName;
-use crate::bench::tune::beside::{
-    BothWaysFit, Fit, Fitted, SplitFit, SplitRun, FIXED_CHUNK_US, REFIT_TOLERANCE,
+use crate::bench::tune::beside::{Fit, Fitted, FIXED_CHUNK_US, REFIT_TOLERANCE};
+use crate::bench::tune::document::{
+    BothWaysReport, SplitReport, SplitRow, TuneDocument, TuneReport,
 };
-use crate::bench::tune::{HopSweep, Latencies, Measurements, SMALL_BYTES};
+use crate::bench::tune::{Latencies, SMALL_BYTES};
+use crate::model::profile::Lone;
 use crate::model::{DirectPace, Hop, Profile};
 use crate::units::format_bytes;
 use comfy_table::CellAlignment;
@@ -26,16 +27,17 @@ impl Tables for Profile {
 
 /// `β (α)` of a hop: GB/s and µs; `-` where the hop was not swept, `no fit` where it could not be
 /// fitted.
-fn cell(m: &Measurements, hop: Hop) -> String {
-    match m.hops.iter().find(|h| h.hop == hop).map(HopSweep::cost) {
+fn cell(m: &TuneReport, hop: Hop) -> String {
+    match m.swept.iter().find(|h| h.hop == hop).map(|h| h.cost) {
         None => "-".into(),
         Some(None) => "no fit".into(),
         Some(Some(c)) => format!("{:.1} ({:.2})", c.beta_gbps, c.alpha_us),
     }
 }
 
-/// The measurements as a human reads them.
-pub fn text(m: &Measurements) -> String {
+/// The document as a human reads it.
+pub fn text(document: &TuneDocument) -> String {
+    let m = &document.report;
     let mut out = super::opening(&m.source);
     let _ = writeln!(
         out,
@@ -55,7 +57,7 @@ pub fn text(m: &Measurements) -> String {
         local_and_host_table(m)
     );
     out.push_str(&issue_lines(m));
-    out.push_str(&lone_matrices(m));
+    out.push_str(&lone_matrices(m, &document.profile.lone));
     if let Some(l) = &m.latencies {
         out.push_str(&latency_lines(l));
     }
@@ -66,17 +68,17 @@ pub fn text(m: &Measurements) -> String {
         both_ways_lines(&mut out, fit);
     }
     let _ = writeln!(out, "\nNotes:");
-    for note in &m.notes {
+    for note in &document.profile.notes {
         let _ = writeln!(out, "  - {note}");
     }
     out
 }
 
 /// A matrix per kind of peer write, where any peer hop was swept.
-fn peer_matrices(m: &Measurements) -> String {
+fn peer_matrices(m: &TuneReport) -> String {
     let mut out = String::new();
     let peer = |h: Hop| matches!(h, Hop::PeerCe { .. } | Hop::PeerSm { .. });
-    if !m.hops.iter().any(|h| peer(h.hop)) {
+    if !m.swept.iter().any(|h| peer(h.hop)) {
         return out;
     }
     for (title, hop) in [
@@ -100,9 +102,9 @@ fn peer_matrices(m: &Measurements) -> String {
 }
 
 /// A row per GPU: its local copy, and to and from each NUMA node's pinned host memory.
-fn local_and_host_table(m: &Measurements) -> comfy_table::Table {
+fn local_and_host_table(m: &TuneReport) -> comfy_table::Table {
     let mut nodes: Vec<Option<i32>> = m
-        .hops
+        .swept
         .iter()
         .filter_map(|h| match h.hop {
             Hop::HostToDevice { node, .. } => Some(node),
@@ -133,7 +135,7 @@ fn local_and_host_table(m: &Measurements) -> comfy_table::Table {
 }
 
 /// The CPU's cost of queuing work, and the GPU's per graph node and per batched message.
-fn issue_lines(m: &Measurements) -> String {
+fn issue_lines(m: &TuneReport) -> String {
     let i = &m.issue;
     format!(
         "CPU time to queue (host clock): copy {:.2} µs, kernel {:.2} µs, event {:.2} µs, graph \
@@ -144,14 +146,13 @@ fn issue_lines(m: &Measurements) -> String {
 }
 
 /// Lone small transfers, row → column: by copy engine and SM kernel, then by resident worker.
-fn lone_matrices(m: &Measurements) -> String {
+fn lone_matrices(m: &TuneReport, lone: &[Lone]) -> String {
     let mut out = String::new();
-    if m.lone.is_empty() {
+    if lone.is_empty() {
         return out;
     }
     let lone = |hop: Hop| {
-        m.lone
-            .iter()
+        lone.iter()
             .find(|l| l.hop == hop)
             .map_or("-".into(), |l| format!("{:.2}", l.lone_us))
     };
@@ -209,23 +210,14 @@ fn latency_lines(l: &Latencies) -> String {
 }
 
 /// The splits run to price the host route beside a direct copy, and the figures fitted to them.
-fn split_lines(out: &mut String, fit: &SplitFit) {
+fn split_lines(out: &mut String, fit: &SplitReport) {
     let _ = writeln!(
         out,
         "\nThe host route beside a direct copy, GPU {} → GPU {} (splits; ends in GPU µs from the \
          split's start, median):",
         fit.src, fit.dst
     );
-    let rows = fit
-        .first
-        .iter()
-        .map(|run| ("planned with the estimate".to_string(), run))
-        .chain(
-            fit.check
-                .iter()
-                .map(|run| ("planned with the fit".to_string(), run)),
-        );
-    let _ = writeln!(out, "{}", runs_table(rows));
+    let _ = writeln!(out, "{}", runs_table(&fit.rows));
     fitted_lines(out, "fitted", &fit.fitted);
     if let Some(again) = &fit.refitted {
         let _ = writeln!(
@@ -236,31 +228,22 @@ fn split_lines(out: &mut String, fit: &SplitFit) {
         );
         fitted_lines(out, "refitted", again);
     }
-    let kept = fit.kept().map_or_else(
+    let kept = fit.kept.map_or_else(
         || "none (no fit was physically possible): the planner keeps its estimate".to_string(),
-        |kept| format!("{}; {}", figures(kept), direct_figures(fit.kept_direct())),
+        |(kept, direct)| format!("{}; {}", figures(kept), direct_figures(direct)),
     );
     let _ = writeln!(out, "kept: {kept}");
 }
 
 /// Both directions' splits run together to price the host route both ways, and the fraction.
-fn both_ways_lines(out: &mut String, fit: &BothWaysFit) {
+fn both_ways_lines(out: &mut String, fit: &BothWaysReport) {
     let (a, b) = fit.pair;
     let _ = writeln!(
         out,
         "\nThe host route both ways, GPU {a} ⇄ GPU {b} (both directions' splits at once; ends in \
          GPU µs from each split's start, median):"
     );
-    let label = |when: &str, run: &SplitRun| {
-        let (src, dst) = run.pair();
-        format!("{src} → {dst}, planned with the {when}")
-    };
-    let rows = fit
-        .first
-        .iter()
-        .map(|run| (label("estimate", run), run))
-        .chain(fit.check.iter().map(|run| (label("fit", run), run)));
-    let _ = writeln!(out, "{}", runs_table(rows));
+    let _ = writeln!(out, "{}", runs_table(&fit.rows));
     for refused in &fit.refused {
         let _ = writeln!(
             out,
@@ -277,7 +260,7 @@ fn both_ways_lines(out: &mut String, fit: &BothWaysFit) {
 
 /// A row for each labelled split: its host share, and when each route was predicted to end and
 /// ended.
-fn runs_table<'r>(rows: impl Iterator<Item = (String, &'r SplitRun)>) -> comfy_table::Table {
+fn runs_table(rows: &[SplitRow]) -> comfy_table::Table {
     let mut table = plain(
         [
             "",
@@ -293,22 +276,17 @@ fn runs_table<'r>(rows: impl Iterator<Item = (String, &'r SplitRun)>) -> comfy_t
         .map(String::from)
         .to_vec(),
     );
-    for (when, run) in rows {
-        let route = |name: RouteName| run.routes.iter().find(|r| r.route == name);
-        let (Some(direct), Some(host)) = (route(RouteName::DirectCe), route(RouteName::Host))
-        else {
-            continue;
-        };
+    for row in rows {
         table.add_row(vec![
-            when,
-            format_bytes(run.bytes),
-            format_bytes(host.bytes),
-            format_bytes(run.chunk_bytes),
-            format!("{:.1}", direct.predicted_us),
-            format!("{:.1}", direct.measured_us),
-            format!("{:.1}", host.predicted_us),
-            format!("{:.1}", host.measured_us),
-            format!("{:.1}%", run.spread * 100.0),
+            row.label.clone(),
+            format_bytes(row.bytes),
+            format_bytes(row.host_bytes),
+            format_bytes(row.chunk_bytes),
+            format!("{:.1}", row.direct_predicted_us),
+            format!("{:.1}", row.direct_measured_us),
+            format!("{:.1}", row.host_predicted_us),
+            format!("{:.1}", row.host_measured_us),
+            format!("{:.1}%", row.spread * 100.0),
         ]);
     }
     for column in table.column_iter_mut().skip(1) {

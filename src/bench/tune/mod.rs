@@ -13,6 +13,7 @@
 //! simulator preset calibrated from them.
 
 pub mod beside;
+pub mod document;
 pub mod export;
 #[cfg(test)]
 mod tests;
