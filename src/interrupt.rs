@@ -46,7 +46,7 @@ const ITEMS_PER_CHECK: usize = 4096;
 /// [`check`] once every few thousand items: what a loop over item `i` of a very long list (a
 /// batch's million messages) asks, cheaply.
 pub fn check_every(i: usize) -> crate::Result<()> {
-    if i % ITEMS_PER_CHECK == 0 {
+    if i.is_multiple_of(ITEMS_PER_CHECK) {
         check()
     } else {
         Ok(())
