@@ -39,6 +39,20 @@ pub fn check() -> crate::Result<()> {
     }
 }
 
+/// How many items a loop over a million small ones handles between two looks at the flag: a
+/// look per item would cost more than some items do, and this many take well under a millisecond.
+const ITEMS_PER_CHECK: usize = 4096;
+
+/// [`check`] once every few thousand items: what a loop over item `i` of a very long list (a
+/// batch's million messages) asks, cheaply.
+pub fn check_every(i: usize) -> crate::Result<()> {
+    if i.is_multiple_of(ITEMS_PER_CHECK) {
+        check()
+    } else {
+        Ok(())
+    }
+}
+
 /// `outcome`, with a stop ([`crate::Error::Interrupted`]) turned into `None`: what a loop that
 /// keeps the measurements it finished ends on.
 pub fn unless_stopped<T>(outcome: crate::Result<T>) -> crate::Result<Option<T>> {

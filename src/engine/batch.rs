@@ -81,6 +81,7 @@ impl Fabric {
         let mut copies = Vec::with_capacity(messages.len());
         let mut touched: Vec<(Arc<BufferState>, bool)> = Vec::new();
         for (i, (src, dst)) in messages.iter().enumerate() {
+            crate::interrupt::check_every(i)?;
             let len = self
                 .check_pair(src, dst)
                 .map_err(|e| Error::usage(format!("message {i} of the batch: {e}")))?;

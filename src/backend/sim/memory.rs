@@ -51,7 +51,6 @@ impl Key {
 
 /// A copy in flight that still needs a source range as it was when the copy started.
 struct Reader {
-    op: u64,
     offset: usize,
     len: usize,
     saved: Option<Vec<u8>>,
@@ -128,7 +127,8 @@ pub(super) struct Buffer {
     pub imported: bool,
     /// Operations queued or running that touch this buffer.
     queued: usize,
-    readers: Vec<Reader>,
+    /// By operation: a batch's million copies each find theirs at once, not by a scan of all.
+    readers: BTreeMap<u64, Reader>,
 }
 
 impl Buffer {
@@ -139,9 +139,9 @@ impl Buffer {
     /// Saves the bytes of every reader (but `except`) that overlaps `[offset, offset + len)`.
     fn protect(&mut self, offset: usize, len: usize, except: Option<u64>) {
         let data = &self.data;
-        for r in &mut self.readers {
+        for (&op, r) in &mut self.readers {
             let overlaps = r.offset < offset + len && offset < r.offset + r.len;
-            if overlaps && r.saved.is_none() && Some(r.op) != except {
+            if overlaps && r.saved.is_none() && Some(op) != except {
                 r.saved = Some(data.slice(r.offset, r.len).into_owned());
             }
         }
@@ -228,7 +228,7 @@ impl Store {
             data,
             imported,
             queued: 0,
-            readers: Vec::new(),
+            readers: BTreeMap::new(),
         };
         self.buffers.insert(self.next_id, buffer);
         Key(self.next_id)
@@ -410,23 +410,24 @@ impl Store {
 
     /// A copy `op` starts reading `[offset, offset + len)` of `src`.
     pub fn begin_read(&mut self, op: u64, src: Key, offset: usize, len: usize) {
-        self.get_mut(src).readers.push(Reader {
+        self.get_mut(src).readers.insert(
             op,
-            offset,
-            len,
-            saved: None,
-        });
+            Reader {
+                offset,
+                len,
+                saved: None,
+            },
+        );
     }
 
     /// Copy `op` ends: its destination receives the source bytes as they were when it started.
     pub fn finish_copy(&mut self, op: u64, copy: &BufferCopy<Key>) {
         let src = self.get_mut(copy.src);
-        let at = src
+        let saved = src
             .readers
-            .iter()
-            .position(|r| r.op == op)
-            .expect("a copy registers as a reader when it starts");
-        let saved = src.readers.swap_remove(at).saved;
+            .remove(&op)
+            .expect("a copy registers as a reader when it starts")
+            .saved;
         let (dst_at, len) = (copy.dst_offset, copy.len);
         self.get_mut(copy.dst).protect(dst_at, len, None);
         match saved {

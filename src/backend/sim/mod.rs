@@ -303,11 +303,18 @@ impl Simulator {
     /// moves its managed memory needs first, then each message's path as an SM copy; messages that
     /// take different paths are modelled as one flow over all of them (pessimistic where they
     /// would not contend).
-    fn plan_batch(&self, st: &mut State, gpu: usize, batch: &Batch<'_, Key>) -> (Vec<Work>, Work) {
+    /// A stop is heard every few thousand messages (a million take seconds to plan).
+    fn plan_batch(
+        &self,
+        st: &mut State,
+        gpu: usize,
+        batch: &Batch<'_, Key>,
+    ) -> Result<(Vec<Work>, Work)> {
         let mut copies = Vec::with_capacity(batch.len());
         let mut moves = Vec::new();
         let mut joined: Option<(links::Path, f64)> = None;
-        for copy in batch.iter() {
+        for (i, copy) in batch.iter().enumerate() {
+            crate::interrupt::check_every(i)?;
             let copy = copy.map(|k| *k);
             let (copy_moves, planned) = self.plan_copy(st, gpu, CopyMethod::SmKernel, copy);
             let Work::Copy { path, setup_us, .. } = planned else {
@@ -327,7 +334,7 @@ impl Simulator {
             path,
             setup_us,
         };
-        (moves, work)
+        Ok((moves, work))
     }
 
     /// The work of one copy issued on a stream of `gpu`: the page moves its managed memory needs
@@ -619,10 +626,11 @@ impl RawBackend for Simulator {
 
     fn copy_batch(&self, stream: &Stream, batch: Batch<'_, Key>) -> Result<()> {
         let mut st = self.lock();
-        for copy in batch.iter() {
+        for (i, copy) in batch.iter().enumerate() {
+            crate::interrupt::check_every(i)?;
             self.within_host(&st, stream.device, &copy)?;
         }
-        let (moves, work) = self.plan_batch(&mut st, stream.device, &batch);
+        let (moves, work) = self.plan_batch(&mut st, stream.device, &batch)?;
         let issue = self.costs().kernel_issue_us;
         Self::submit_all(&mut st, stream, issue, moves.into_iter().chain([work]));
         Ok(())
@@ -631,13 +639,15 @@ impl RawBackend for Simulator {
     fn memcpy_batch(&self, stream: &Stream, batch: Batch<'_, Key>) -> Result<()> {
         let mut st = self.lock();
         // Every copy checked before any is queued: a refused one queues none.
-        for copy in batch.iter() {
+        for (i, copy) in batch.iter().enumerate() {
+            crate::interrupt::check_every(i)?;
             self.within_host(&st, stream.device, &copy)?;
         }
         // One driver call on real GPUs, but the lent H200 measured it no cheaper per copy than
         // separate copies (5.02 vs 5.15 µs per message), so each copy is priced as one.
         let issue = self.costs().copy_issue_us;
-        for copy in batch.iter() {
+        for (i, copy) in batch.iter().enumerate() {
+            crate::interrupt::check_every(i)?;
             let copy = copy.map(|k| *k);
             let (moves, work) =
                 self.plan_copy(&mut st, stream.device, CopyMethod::CopyEngine, copy);

@@ -217,17 +217,19 @@ impl Simulator {
         st: &mut State,
         worker: &Worker,
         batch: &Batch<'_, Key>,
-    ) -> (Option<Work>, f64) {
+    ) -> Result<(Option<Work>, f64)> {
         let seen = batch
             .iter()
             .map(|c| self.completion_seen_us(st, worker.device, *c.dst))
             .fold(self.links.preset().pcie.load_latency_ns / 2e3, f64::max);
-        let work = (!batch.is_empty()).then(|| {
-            let (moves, work) = self.plan_batch(st, worker.device, batch);
+        let work = if batch.is_empty() {
+            None
+        } else {
+            let (moves, work) = self.plan_batch(st, worker.device, batch)?;
             debug_assert!(moves.is_empty(), "workers never see managed memory");
-            work
-        });
-        (work, seen)
+            Some(work)
+        };
+        Ok((work, seen))
     }
 
     /// Takes a ticket for `work` behind a doorbell that `stream` rings once its earlier work is
@@ -307,7 +309,7 @@ impl RawResident for Simulator {
 
     fn submit_batch(&self, worker: &Worker, batch: Batch<'_, Key>) -> Result<u64> {
         let mut st = self.lock();
-        let (work, seen) = self.plan_many(&mut st, worker, &batch);
+        let (work, seen) = self.plan_many(&mut st, worker, &batch)?;
         self.enqueue_ticket(&mut st, worker, Vec::new(), work, seen)
     }
 
@@ -329,7 +331,7 @@ impl RawResident for Simulator {
         batch: Batch<'_, Key>,
     ) -> Result<u64> {
         let mut st = self.lock();
-        let (work, seen) = self.plan_many(&mut st, worker, &batch);
+        let (work, seen) = self.plan_many(&mut st, worker, &batch)?;
         self.enqueue_behind_doorbell(&mut st, worker, stream, work, seen)
     }
 

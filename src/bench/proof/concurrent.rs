@@ -209,12 +209,14 @@ impl<'f> Flows<'f> {
         picks: Vec<Strategy>,
     ) -> Result<Self> {
         let mut buffers = Vec::with_capacity(pairs.len());
+        // Each pair's set-up takes a fraction of a second at 256 MiB: a stop is heard between
+        // its steps.
         for (i, &(src, dst)) in pairs.iter().enumerate() {
+            crate::interrupt::check()?;
             let (from, to) = (fabric.alloc(src, len)?, fabric.alloc(dst, len)?);
-            from.write(
-                0,
-                &pattern::bytes(pattern::seed(&[len as u64, i as u64]), len),
-            )?;
+            let data = pattern::bytes(pattern::seed(&[len as u64, i as u64]), len);
+            crate::interrupt::check()?;
+            from.write(0, &data)?;
             buffers.push((from, to));
         }
         Ok(Flows {
@@ -301,11 +303,13 @@ impl<'f> Flows<'f> {
     fn verify(&self, ways: &[Option<Strategy>], progress: &dyn Progress) -> Result<()> {
         for &way in ways {
             for (i, (_, to)) in self.buffers.iter().enumerate() {
+                crate::interrupt::check()?;
                 to.write(0, &vec![!(i as u8); self.len])?;
             }
             self.all_at_once(way)?;
             progress.step();
             for (i, (from, to)) in self.buffers.iter().enumerate() {
+                crate::interrupt::check()?;
                 let strategy = way.unwrap_or(self.picks[i]);
                 let (src, dst) = self.pairs[i];
                 let test = format!("engine {strategy}");
