@@ -159,9 +159,17 @@ pub struct Defaults {
     /// Samples of copy-latency, issue-cost, e2e-latency and ping-pong (see [`LATENCY_SAMPLES`]).
     pub latency_samples: u32,
     pub chase_region_bytes: u64,
+    /// The most bytes `--rotation` may span per buffer (`None`: only the GPU's memory bounds it).
+    pub rotation_cap: Option<u64>,
     /// What differs from the real-GPU defaults, and why.
     pub note: Option<String>,
 }
+
+/// The simulator's bound on `--rotation`: it models no caches, so rotating measures nothing more
+/// there, and every slot is host memory it fills on the CPU (a 1 TiB rotation asked of an 8-GPU
+/// preset held 4 GB and ran for 200 s). 16 MiB still gives the default 8 MiB message two slots,
+/// so the rotation itself stays exercised and verified.
+pub const SIM_ROTATION_CAP: u64 = 16 << 20;
 
 impl Defaults {
     /// On real GPUs each test at its plateau size ([`PLATEAU`]) and nvbandwidth's counts (4
@@ -181,6 +189,7 @@ impl Defaults {
                 },
                 latency_samples: 1,
                 chase_region_bytes: 1 << 20,
+                rotation_cap: Some(SIM_ROTATION_CAP),
                 note: Some(
                     "simulator defaults: 8 MiB messages (not each test's plateau size, 64 MiB \
                      to 1 GiB), 1 warm-up and 2 timed operations (not 4 and 16), 1 sample (its \
@@ -203,6 +212,7 @@ impl Defaults {
                 },
                 latency_samples: LATENCY_SAMPLES,
                 chase_region_bytes: 256 << 20,
+                rotation_cap: None,
                 note: None,
             }
         }
@@ -308,7 +318,7 @@ pub fn run_keeping(
     let topo = backend.topology();
     let devices = topo.select(options.devices.as_deref())?;
     let defaults = Defaults::for_backend(backend);
-    let sampling = sampling(options, &defaults)?;
+    let (sampling, rotation_note) = sampling(options, &defaults)?;
     let sweeping = options.sizes.is_some();
     let names: Vec<String> = match &options.tests {
         Some(names) => names.clone(),
@@ -335,6 +345,7 @@ pub fn run_keeping(
         ));
     }
     notes.extend(defaults.note.clone());
+    notes.extend(rotation_note);
     if let [only] = devices[..] {
         notes.push(format!(
             "one GPU selected: GPU {only} is its own peer, so its pair tests measure ({only},{only}) \
@@ -405,17 +416,31 @@ pub fn run_keeping(
 }
 
 /// The sampling the user's options ask for, each count checked, the backend's defaults for the
-/// rest.
-fn sampling(options: &Options, defaults: &Defaults) -> Result<Sampling> {
-    Ok(Sampling {
+/// rest; and a note when the rotation asked for was bounded ([`Defaults::rotation_cap`]).
+fn sampling(options: &Options, defaults: &Defaults) -> Result<(Sampling, Option<String>)> {
+    let asked = options.rotation.unwrap_or(defaults.sampling.rotation_bytes);
+    let (rotation_bytes, note) = match defaults.rotation_cap {
+        Some(cap) if asked > cap => (
+            cap,
+            Some(format!(
+                "--rotation {} bounded to {} per buffer on the simulator: it models no caches, \
+                 and each slot is host memory it fills on the CPU",
+                crate::units::format_bytes(asked),
+                crate::units::format_bytes(cap)
+            )),
+        ),
+        _ => (asked, None),
+    };
+    let sampling = Sampling {
         iterations: counted(options.iterations, "--iterations", 1, MAX_ITERATIONS)?
             .unwrap_or(defaults.sampling.iterations),
         samples: counted(options.samples, "--samples", 1, MAX_SAMPLES)?
             .unwrap_or(defaults.sampling.samples),
         warmup: counted(options.warmup, "--warmup", 0, MAX_ITERATIONS)?
             .unwrap_or(defaults.sampling.warmup),
-        rotation_bytes: options.rotation.unwrap_or(defaults.sampling.rotation_bytes),
-    })
+        rotation_bytes,
+    };
+    Ok((sampling, note))
 }
 
 /// Pays the run's first-use costs on every selected GPU before the first test's clock starts: a

@@ -97,7 +97,7 @@ pub fn run(
         .map(|name| cross_process_test(name))
         .collect::<Result<Vec<_>>>()?;
     let defaults = Defaults::for_backend(backend);
-    let sampling = sampling(options, &defaults)?;
+    let (sampling, rotation_note) = sampling(options, &defaults)?;
     let mut ctx = Context::new(backend, vec![ranks.gpu()], sampling, 0);
     let budgets = exchange(group, ctx.buffer_budget(ranks.gpu()))?;
     let run = Run {
@@ -131,6 +131,7 @@ pub fn run(
         sharing_words(backend)
     ));
     notes.extend(defaults.note);
+    notes.extend(rotation_note);
     let mut devices = run.ranks.gpus.clone();
     devices.sort_unstable();
     Ok(Some(BenchReport {

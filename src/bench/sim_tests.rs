@@ -431,6 +431,41 @@ fn staged_lanes_deliver_every_byte_across_chunks_and_rotation() {
 }
 
 #[test]
+fn a_rotation_past_the_simulators_cap_is_bounded_and_said() {
+    let h100 = sim("dgx-h100");
+    let report = bench(
+        &h100,
+        Options {
+            tests: names(&["ce-write"]),
+            devices: Some(vec![0, 1]),
+            rotation: Some(1 << 40),
+            iterations: Some(1001),
+            ..Options::default()
+        },
+    );
+    assert_eq!(report.timing.rotation_bytes, SIM_ROTATION_CAP);
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("--rotation 1 TiB bounded to 16 MiB")),
+        "{:?}",
+        report.notes
+    );
+    let within_cap = bench(
+        &h100,
+        Options {
+            tests: names(&["ce-write"]),
+            devices: Some(vec![0, 1]),
+            rotation: Some(SIM_ROTATION_CAP),
+            ..Options::default()
+        },
+    );
+    assert_eq!(within_cap.timing.rotation_bytes, SIM_ROTATION_CAP);
+    assert!(!within_cap.notes.iter().any(|n| n.contains("bounded")));
+}
+
+#[test]
 fn bad_input_is_a_usage_error() {
     let h100 = sim("dgx-h100");
     let usage = |options: Options| {
