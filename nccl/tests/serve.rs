@@ -273,3 +273,25 @@ fn a_call_on_new_buffers_after_many_keeps_both_its_buffers() {
         assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0);
     });
 }
+
+#[test]
+fn calls_on_more_streams_than_a_communicator_keeps_borrowed_stay_in_order() {
+    // A new stream per call, past the 64 a communicator keeps borrowed: the table starts over,
+    // yet the all-reduce still orders each call after the last one's stream.
+    setup();
+    on_ranks(2, |rank, comm| {
+        for call in 0..70u64 {
+            let reduce = Reduce {
+                dtype: F32,
+                op: SUM,
+                count: 257,
+                in_place: call % 2 == 0,
+            };
+            let stream = 0x9000 + 0x100 * call + rank as u64;
+            let buffers = reduce.buffers(rank, rank);
+            assert_eq!(reduce.call(buffers, comm, stream), 0, "call {call}");
+            reduce.check(buffers.1, rank, stream, &[0, 1]);
+        }
+        assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0);
+    });
+}

@@ -397,3 +397,28 @@ fn too_much_for_the_rendezvous_is_refused() {
     assert!(matches!(group.broadcast(1, None), Err(Error::Usage(_))));
     assert!(matches!(group.broadcast(0, None), Err(Error::Usage(_))));
 }
+
+#[test]
+fn rank_0_may_hold_the_rendezvous_at_a_port_it_bound_itself() {
+    // The kernel's pick of port, told the others out of band (as the NCCL-API library does).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let timeout = Duration::from_secs(5);
+    let others: Vec<_> = (1..3)
+        .map(|rank| {
+            thread::spawn(move || {
+                let group = Group::join(identity(rank, 3), &Rendezvous { addr, timeout }).unwrap();
+                group.all_gather(&[rank as u8]).unwrap()
+            })
+        })
+        .collect();
+    let zero = Group::join_listening(identity(0, 3), listener, timeout).unwrap();
+    let gathered = zero.all_gather(&[0]).unwrap();
+    assert_eq!(gathered, vec![vec![0], vec![1], vec![2]]);
+    for other in others {
+        assert_eq!(other.join().unwrap(), gathered);
+    }
+    let spare = TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused = group_error(Group::join_listening(identity(1, 2), spare, timeout));
+    assert!(refused.contains("rank 0 holds"), "{refused}");
+}

@@ -5,8 +5,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use peerlink::backend::collective::{BufferRange, DataType};
 use peerlink::backend::{Backend, BufferId, StreamId};
-use peerlink::engine::all_reduce::{GroupAllReduce, LocalAllReduce, ThreadMeeting, ThreadRanks};
+use peerlink::engine::all_reduce::{
+    GroupAllReduce, LocalAllReduce, ProcessRanks, ThreadMeeting, ThreadRanks,
+};
 
 /// Borrowed streams or buffers kept per communicator before they start over: a job that
 /// all-reduces ever new buffers would grow the table without end.
@@ -21,14 +24,46 @@ pub struct Clique {
     pub local: Mutex<LocalAllReduce>,
 }
 
+/// Who a served communicator's rank sums with.
+#[derive(Clone)]
+pub enum Peers {
+    /// Nobody: one rank.
+    Alone,
+    /// The other ranks of its clique, threads of this process.
+    Threads(Arc<Clique>),
+    /// Ranks that are each a process of this host, met at the set-up ([`Reduce::Processes`]).
+    Processes,
+}
+
 /// What a communicator's set-up decided.
 pub enum State {
     /// Not set up yet: at its first call that peerlink would serve.
     Pending,
     /// Every call forwarded, for the reason given (logged once).
     Forwarded(String),
-    /// Served: alone (one rank, `None`) or with the other ranks of its clique.
-    Served(Option<Arc<Clique>>),
+    /// Served, with these peers.
+    Served(Peers),
+}
+
+/// The all-reduce a communicator's lone calls go through, with the other ranks.
+pub enum Reduce {
+    Threads(GroupAllReduce<ThreadRanks>),
+    Processes(GroupAllReduce<ProcessRanks>),
+}
+
+impl Reduce {
+    /// Sums `range` with every rank's, queued on `stream`.
+    pub fn all_reduce(
+        &mut self,
+        range: BufferRange,
+        stream: StreamId,
+        dtype: DataType,
+    ) -> peerlink::Result<()> {
+        match self {
+            Reduce::Threads(reduce) => reduce.all_reduce(range, stream, dtype).map(|_| ()),
+            Reduce::Processes(reduce) => reduce.all_reduce(range, stream, dtype).map(|_| ()),
+        }
+    }
 }
 
 pub struct Comm {
@@ -39,10 +74,14 @@ pub struct Comm {
     /// This process's name for the communicator, told the other ranks at set-up.
     pub token: u64,
     pub state: State,
-    /// The lone calls' all-reduce with the other ranks, joined at the first one.
-    pub reduce: Option<GroupAllReduce<ThreadRanks>>,
+    /// The lone calls' all-reduce with the other ranks: with threads, joined at the first
+    /// one; with processes, at the set-up.
+    pub reduce: Option<Reduce>,
     backend: Option<Arc<dyn Backend>>,
     streams: HashMap<u64, StreamId>,
+    /// The stream handle of the last call: its all-reduce orders the next call after it, so it
+    /// outlives a new start of the table.
+    last_stream: Option<u64>,
     buffers: HashMap<(u64, usize), BufferId>,
 }
 
@@ -58,24 +97,29 @@ impl Comm {
             reduce: None,
             backend: None,
             streams: HashMap::new(),
+            last_stream: None,
             buffers: HashMap::new(),
         }
     }
 
-    /// The caller's stream `handle` of this rank's GPU, borrowed once.
+    /// The caller's stream `handle` of this rank's GPU, borrowed once; where the table starts
+    /// over, the stream of the call before is kept.
     pub fn stream(
         &mut self,
         backend: &Arc<dyn Backend>,
         handle: u64,
     ) -> peerlink::Result<StreamId> {
         self.backend.get_or_insert_with(|| backend.clone());
+        let last = self.last_stream.replace(handle);
         if let Some(&stream) = self.streams.get(&handle) {
             return Ok(stream);
         }
         if self.streams.len() >= BORROWS_KEPT {
+            let kept = last.and_then(|h| self.streams.remove_entry(&h));
             for (_, stream) in self.streams.drain() {
                 let _ = backend.destroy_stream(stream);
             }
+            self.streams.extend(kept);
         }
         let stream = backend.borrow_stream(self.gpu, handle)?;
         self.streams.insert(handle, stream);

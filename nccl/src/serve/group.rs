@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::comm::{Clique, Comm, State};
+use super::comm::{Clique, Comm, Peers, State};
 use super::{capturing, run_clique, run_lone, server, AllReduce, Real, Server, SUCCESS};
 use crate::stats::Route;
 
@@ -201,16 +201,16 @@ impl Server {
                 .collect();
             self.set_up(backend, real, &mut comms, &streams);
         }
-        let cliques: Vec<Option<Arc<Clique>>> = guards
+        let peers: Vec<Peers> = guards
             .iter()
             .zip(&calls)
-            .map(|(comm, call)| self.served_clique(comm, call))
+            .map(|(comm, call)| self.served_peers(comm, call))
             .collect::<Option<_>>()?;
-        if let ([clique], [call]) = (&cliques[..], &calls[..]) {
-            let outcome = run_lone(backend, &mut guards[0], clique.clone(), call);
+        if let ([peers], [call]) = (&peers[..], &calls[..]) {
+            let outcome = run_lone(backend, &mut guards[0], peers.clone(), call);
             return Some(self.result(call, outcome));
         }
-        let clique = one_clique(&cliques, &calls)?;
+        let clique = one_clique(&peers, &calls)?;
         let mut comms: Vec<&mut Comm> = guards.iter_mut().map(|g| &mut **g).collect();
         let outcome = run_clique(backend, &clique, &mut comms, &calls);
         for call in &calls[1..] {
@@ -222,11 +222,15 @@ impl Server {
 
 /// The clique every call's communicator belongs to, where the calls are one per rank of it and
 /// alike (count, type, operation); `None` otherwise.
-fn one_clique(cliques: &[Option<Arc<Clique>>], calls: &[AllReduce]) -> Option<Arc<Clique>> {
-    let first = cliques.first()?.clone()?;
-    let same = cliques
+fn one_clique(peers: &[Peers], calls: &[AllReduce]) -> Option<Arc<Clique>> {
+    let clique_of = |peers: &Peers| match peers {
+        Peers::Threads(clique) => Some(clique.clone()),
+        Peers::Alone | Peers::Processes => None,
+    };
+    let first = clique_of(peers.first()?)?;
+    let same = peers
         .iter()
-        .all(|c| c.as_ref().is_some_and(|c| Arc::ptr_eq(c, &first)));
+        .all(|p| clique_of(p).is_some_and(|c| Arc::ptr_eq(&c, &first)));
     let alike = calls
         .iter()
         .all(|c| (c.count, c.datatype, c.op) == (calls[0].count, calls[0].datatype, calls[0].op));

@@ -3,12 +3,14 @@
 //! and gives the real NCCL as a [`Real`].
 //!
 //! - **What is served**: all-reduce, sum (and avg on one rank), of f32 and bf16, any count, in
-//!   place or not, on communicators whose ranks are all threads of this process on distinct GPUs
-//!   with P2P between every two, or of one rank. Everything else is forwarded.
+//!   place or not, on communicators whose ranks are on distinct GPUs of this host with P2P
+//!   between every two — all threads of this process (nccl-tests `-g N`), or each a process of
+//!   its own (torchrun) — or of one rank. Everything else is forwarded.
 //! - **Set-up**, once per communicator at its first call peerlink would serve (a collective
 //!   moment): every rank's host, process and GPU are all-gathered through the real communicator
 //!   ([`records`]) and every rank decides alike; a communicator peerlink cannot serve is
-//!   forwarded for good.
+//!   forwarded for good. Ranks in several processes then meet at rank 0's loopback port, told
+//!   in its record, as a [`peerlink::launch::Group`], and share their buffers by CUDA IPC.
 //! - **A lone call** runs this rank's kernel on the caller's stream and returns at once
 //!   ([`GroupAllReduce`] over thread ranks). **A group** (`ncclGroupStart` … `ncclGroupEnd`) is
 //!   held from its first all-reduce; a call of another kind first forwards what was held, in
@@ -23,6 +25,7 @@ pub mod records;
 pub mod table;
 
 use std::collections::HashMap;
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -30,15 +33,16 @@ use peerlink::backend::collective::{BufferRange, DataType};
 use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
 use peerlink::engine::all_reduce::price::{pick, Placement};
 use peerlink::engine::all_reduce::{
-    GroupAllReduce, LocalAllReduce, LocalRank, ThreadMeeting, ThreadRanks,
+    GroupAllReduce, LocalAllReduce, LocalRank, ProcessRanks, ThreadMeeting, ThreadRanks,
 };
+use peerlink::launch::{Group, Identity, Rendezvous, DEFAULT_TIMEOUT};
 use peerlink::model::CostModel;
 
 use crate::log;
 use crate::stats::{size_class, Call, Route};
 use crate::switches::{Debug, Serve, Switches, SIM_VARIABLE};
-use comm::{Clique, Comm, State};
-use records::{decide, Decision, Record, RECORD_BYTES};
+use comm::{Clique, Comm, Peers, Reduce, State};
+use records::{decide, Decision, Record, Seen, RECORD_BYTES};
 use table::Table;
 
 pub use group::{all_reduce, group_end, group_simulate_end, group_start, in_group, other_call};
@@ -241,16 +245,16 @@ impl Server {
         if matches!(comm.state, State::Pending) {
             self.set_up(backend, real, &mut [&mut comm], &[call.stream]);
         }
-        let clique = self.served_clique(&comm, call)?;
-        Some(self.result(call, run_lone(backend, &mut comm, clique, call)))
+        let peers = self.served_peers(&comm, call)?;
+        Some(self.result(call, run_lone(backend, &mut comm, peers, call)))
     }
 
-    /// Where `comm` is served for `call`, its clique (`Some(None)`: one rank); `None` to forward.
-    fn served_clique(&self, comm: &Comm, call: &AllReduce) -> Option<Option<Arc<Clique>>> {
+    /// Where `comm` is served for `call`, who it sums with; `None` to forward.
+    fn served_peers(&self, comm: &Comm, call: &AllReduce) -> Option<Peers> {
         match &comm.state {
             // peerlink's kernels sum: an average over several ranks goes to NCCL.
             State::Served(_) if call.op == NCCL_AVG && comm.ranks > 1 => None,
-            State::Served(clique) => Some(clique.clone()),
+            State::Served(peers) => Some(peers.clone()),
             State::Pending | State::Forwarded(_) => None,
         }
     }
@@ -283,7 +287,7 @@ impl Server {
         let mut gathers = Vec::new();
         for (comm, &stream) in comms.iter_mut().zip(streams) {
             if comm.ranks == 1 {
-                comm.state = State::Served(None);
+                comm.state = State::Served(Peers::Alone);
                 self.log_decision(comm, "served by peerlink (one rank)");
                 continue;
             }
@@ -309,14 +313,18 @@ impl Server {
             let ended = real.group_end();
             code = if code == SUCCESS { ended } else { code };
         }
-        for (gather, comm) in gathers {
-            let records = gather.finish(backend, code);
-            comm.state = match records {
-                Ok(records) => self.decided(backend, &records),
+        for (mut gather, comm) in gathers {
+            let listener = gather.listener.take();
+            comm.state = match gather.finish(backend, code) {
+                Ok(records) => self.decided(backend, comm, &records, listener),
                 Err(why) => State::Forwarded(why),
             };
             let line = match &comm.state {
                 State::Forwarded(why) => format!("forwarded to NCCL: {why}"),
+                State::Served(Peers::Processes) => format!(
+                    "served by peerlink ({} ranks, a process each on this host)",
+                    comm.ranks
+                ),
                 _ => format!(
                     "served by peerlink ({} ranks, threads of this process)",
                     comm.ranks
@@ -326,12 +334,44 @@ impl Server {
         }
     }
 
-    /// The state the records decide for `comm`: its clique, found or made, where served.
-    fn decided(&self, backend: &Arc<dyn Backend>, records: &[Record]) -> State {
+    /// The state the records decide for `comm`: its clique, found or made, or its processes
+    /// met (rank 0 at `listener`), where served.
+    fn decided(
+        &self,
+        backend: &Arc<dyn Backend>,
+        comm: &mut Comm,
+        records: &[Record],
+        listener: Option<TcpListener>,
+    ) -> State {
         let model = CostModel::from_topology(backend.topology());
-        let p2p = |gpus: &[usize]| pick(&model, gpus, 4, Placement::Beside).is_some();
-        match decide(records, backend.topology().devices.len(), p2p) {
+        let p2p = |gpus: &[usize], one_process: bool| {
+            let placement = if one_process {
+                Placement::Beside
+            } else {
+                Placement::AcrossProcesses
+            };
+            pick(&model, gpus, 4, placement).is_some()
+        };
+        let seen = Seen {
+            buses: backend
+                .topology()
+                .devices
+                .iter()
+                .map(|d| records::hash(&d.pci_bus_id))
+                .collect(),
+            p2p: &p2p,
+        };
+        match decide(records, &seen) {
             Decision::Forward(why) => State::Forwarded(why),
+            Decision::ThisHost { gpus, port } => {
+                match meet_processes(backend, comm, gpus, (port, listener)) {
+                    Ok(reduce) => {
+                        comm.reduce = Some(Reduce::Processes(reduce));
+                        State::Served(Peers::Processes)
+                    }
+                    Err(e) => State::Forwarded(format!("its ranks could not meet ({e})")),
+                }
+            }
             Decision::ThisProcess { gpus, token } => {
                 let Ok(mut cliques) = self.cliques.lock() else {
                     return State::Forwarded("a thread panicked during a set-up".into());
@@ -348,7 +388,7 @@ impl Server {
                     cliques.insert(token, Arc::downgrade(&made));
                     made
                 });
-                State::Served(Some(clique))
+                State::Served(Peers::Threads(clique))
             }
         }
     }
@@ -375,8 +415,10 @@ fn capturing(backend: &Arc<dyn Backend>, comm: &mut Comm, stream: u64) -> bool {
 }
 
 /// One rank's all-gather of the set-up records: its own record in `send`, every rank's into
-/// `recv`, both device memory of its GPU.
+/// `recv`, both device memory of its GPU; rank 0's rendezvous listener, bound before (its port
+/// is in its record) and used only where the ranks turn out to be processes.
 struct Gather {
+    listener: Option<TcpListener>,
     send_buffer: peerlink::backend::BufferId,
     recv_buffer: peerlink::backend::BufferId,
     send: u64,
@@ -389,7 +431,19 @@ struct Gather {
 impl Gather {
     fn start(backend: &Arc<dyn Backend>, comm: &Comm, stream: u64) -> peerlink::Result<Gather> {
         use peerlink::backend::Memory;
-        let record = Record::mine(comm.rank, comm.gpu, comm.token);
+        let listener = if comm.rank == 0 {
+            // Loopback: the ranks it serves are all of this host.
+            TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).ok()
+        } else {
+            None
+        };
+        let port = listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map_or(0, |a| a.port());
+        let devices = &backend.topology().devices;
+        let bus = devices.get(comm.gpu).map_or("", |d| d.pci_bus_id.as_str());
+        let record = Record::mine(comm.rank, (comm.gpu, bus), comm.token, port);
         let send_buffer = backend.alloc(Memory::Device(comm.gpu), RECORD_BYTES)?;
         let recv_buffer = match backend.alloc(Memory::Device(comm.gpu), RECORD_BYTES * comm.ranks) {
             Ok(buffer) => buffer,
@@ -399,6 +453,7 @@ impl Gather {
             }
         };
         let gather = Gather {
+            listener,
             send_buffer,
             recv_buffer,
             send: backend.sharing().device_address(send_buffer)?,
@@ -442,7 +497,7 @@ impl Gather {
 fn run_lone(
     backend: &Arc<dyn Backend>,
     comm: &mut Comm,
-    clique: Option<Arc<Clique>>,
+    peers: Peers,
     call: &AllReduce,
 ) -> peerlink::Result<()> {
     let _kept = backend.keep_thread_context()?;
@@ -457,21 +512,56 @@ fn run_lone(
             &BufferCopy::from_start(send, recv, len),
         )?;
     }
-    let Some(clique) = clique else {
-        return Ok(());
-    };
-    if comm.reduce.is_none() {
-        let model = CostModel::from_topology(backend.topology());
-        let ranks = ThreadRanks::new(clique.meeting.clone(), comm.rank);
-        comm.reduce = Some(GroupAllReduce::join(backend.clone(), ranks, model)?);
+    match (&comm.reduce, peers) {
+        (_, Peers::Alone) => return Ok(()),
+        (None, Peers::Threads(clique)) => {
+            let model = CostModel::from_topology(backend.topology());
+            let ranks = ThreadRanks::new(clique.meeting.clone(), comm.rank);
+            let joined = GroupAllReduce::join(backend.clone(), ranks, model)?;
+            comm.reduce = Some(Reduce::Threads(joined));
+        }
+        _ => {}
     }
-    let reduce = comm.reduce.as_mut().expect("joined above");
+    let reduce = comm.reduce.as_mut().ok_or_else(|| {
+        peerlink::Error::Group("a served communicator of processes lost its all-reduce".into())
+    })?;
     let range = BufferRange {
         buffer: recv,
         offset: 0,
         len,
     };
-    reduce.all_reduce(range, stream, dtype).map(|_| ())
+    reduce.all_reduce(range, stream, dtype)
+}
+
+/// Rank `comm.rank` of ranks that are each a process of this host meets the others (rank 0 at
+/// its `listener`, the others at its `port` on loopback) and joins their all-reduce: every rank
+/// calls it at the set-up, and where one fails, all do.
+fn meet_processes(
+    backend: &Arc<dyn Backend>,
+    comm: &Comm,
+    gpus: Vec<usize>,
+    (port, listener): (u16, Option<TcpListener>),
+) -> peerlink::Result<GroupAllReduce<ProcessRanks>> {
+    let _kept = backend.keep_thread_context()?;
+    let identity = Identity {
+        rank: comm.rank,
+        world: comm.ranks,
+        local_rank: comm.rank,
+        local_world: comm.ranks,
+    };
+    let group = match listener {
+        Some(listener) => Group::join_listening(identity, listener, DEFAULT_TIMEOUT)?,
+        None => {
+            let addr = (std::net::Ipv4Addr::LOCALHOST, port).into();
+            let rendezvous = Rendezvous {
+                addr,
+                timeout: DEFAULT_TIMEOUT,
+            };
+            Group::join(identity, &rendezvous)?
+        }
+    };
+    let model = CostModel::from_topology(backend.topology());
+    GroupAllReduce::join(backend.clone(), ProcessRanks::new(group, gpus)?, model)
 }
 
 /// One all-reduce per rank of `clique`, all from this thread (`calls[i]` on `comms[i]`): every

@@ -224,6 +224,58 @@ thread_local! {
     static FINISH: RefCell<Vec<Box<dyn FnOnce()>>> = RefCell::new(Vec::new());
 }
 
+/// Where the ranks of one test's communicators meet when they are processes: a directory
+/// (the parent test's), named by this variable; unset, they are threads and meet in memory.
+pub const MEETING_DIR: &str = "STANDIN_MEETING_DIR";
+
+/// Leaves rank `rank`'s `bytes` of collective `key` for the others.
+fn leave(key: (u64, u64), rank: usize, ranks: usize, bytes: Vec<u8>) {
+    if let Some(dir) = std::env::var_os(MEETING_DIR) {
+        let path = std::path::Path::new(&dir).join(format!("{}-{}-{rank}", key.0, key.1));
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, bytes).unwrap();
+        // Whole or absent: a reader never sees half a part.
+        std::fs::rename(partial, path).unwrap();
+        return;
+    }
+    let mut meetings = MEETINGS.lock().unwrap();
+    let parts = meetings
+        .get_or_insert_with(HashMap::new)
+        .entry(key)
+        .or_insert_with(|| vec![None; ranks]);
+    parts[rank] = Some(bytes);
+    MET.notify_all();
+}
+
+/// Every rank's part of collective `key`, in rank order, once all have left theirs.
+fn gathered(key: (u64, u64), ranks: usize) -> Vec<Vec<u8>> {
+    if let Some(dir) = std::env::var_os(MEETING_DIR) {
+        let path =
+            |rank: usize| std::path::Path::new(&dir).join(format!("{}-{}-{rank}", key.0, key.1));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while (0..ranks).any(|r| !path(r).is_file()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a rank never came to {key:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        return (0..ranks)
+            .map(|r| std::fs::read(path(r)).unwrap())
+            .collect();
+    }
+    let meetings = MEETINGS.lock().unwrap();
+    let meetings = MET
+        .wait_while(meetings, |m| {
+            m.as_ref().unwrap()[&key].iter().any(Option::is_none)
+        })
+        .unwrap();
+    meetings.as_ref().unwrap()[&key]
+        .iter()
+        .map(|p| p.clone().unwrap())
+        .collect()
+}
+
 /// Runs a collective of this rank: `part` is what it leaves (read now, once the stream's earlier
 /// work is done), `finish` gets every rank's part, in rank order. In a group, both wait for its
 /// outermost end.
@@ -240,29 +292,10 @@ fn collective(
         let backend = backend();
         let s = backend.borrow_stream(gpu, stream).unwrap();
         backend.synchronize(s).unwrap();
-        let bytes = part();
-        let mut meetings = MEETINGS.lock().unwrap();
-        let parts = meetings
-            .get_or_insert_with(HashMap::new)
-            .entry(key)
-            .or_insert_with(|| vec![None; ranks]);
-        parts[rank] = Some(bytes);
-        MET.notify_all();
+        leave(key, rank, ranks, part());
         FINISH.with(|f| {
-            f.borrow_mut().push(Box::new(move || {
-                let meetings = MEETINGS.lock().unwrap();
-                let meetings = MET
-                    .wait_while(meetings, |m| {
-                        m.as_ref().unwrap()[&key].iter().any(Option::is_none)
-                    })
-                    .unwrap();
-                let parts: Vec<Vec<u8>> = meetings.as_ref().unwrap()[&key]
-                    .iter()
-                    .map(|p| p.clone().unwrap())
-                    .collect();
-                drop(meetings);
-                finish(parts);
-            }))
+            f.borrow_mut()
+                .push(Box::new(move || finish(gathered(key, ranks))))
         });
     };
     if DEPTH.with(|d| *d.borrow()) > 0 {

@@ -76,6 +76,61 @@ impl RankExchange for Group {
     }
 }
 
+/// The processes of a [`Group`] on GPUs agreed another way than by `LOCAL_RANK`: an NCCL
+/// communicator's, whose ranks each name their CUDA device (an NCCL-API library serving a job
+/// of one process per GPU, as torchrun starts them).
+pub struct ProcessRanks {
+    group: Group,
+    gpus: Vec<usize>,
+}
+
+impl ProcessRanks {
+    /// `group`'s ranks on `gpus` (rank `r` on `gpus[r]`, one per rank, the same list on every
+    /// rank); a usage error where the lengths differ.
+    pub fn new(group: Group, gpus: Vec<usize>) -> Result<ProcessRanks> {
+        if gpus.len() != group.members().len() {
+            return Err(Error::usage(format!(
+                "{} GPUs named for a group of {} processes: name one per rank",
+                gpus.len(),
+                group.members().len()
+            )));
+        }
+        Ok(ProcessRanks { group, gpus })
+    }
+
+    /// The group, to watch for a rank that failed.
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+}
+
+impl RankExchange for ProcessRanks {
+    fn rank(&self) -> usize {
+        self.group.identity().rank
+    }
+
+    fn gpus(&self, _: &dyn Backend) -> Result<Vec<usize>> {
+        Ok(self.gpus.clone())
+    }
+
+    fn agree(&self, mine: Result<()>) -> Result<()> {
+        self.group.agree(mine)
+    }
+
+    fn share(
+        &self,
+        backend: &dyn Backend,
+        gpu: usize,
+        mine: &[BufferId],
+    ) -> Result<Vec<Vec<BufferId>>> {
+        self.group.share(backend, gpu, mine)
+    }
+
+    fn barrier(&self) -> Result<()> {
+        Group::barrier(&self.group)
+    }
+}
+
 /// Shares `mine` (this rank's buffers, memory of `gpu`) with every rank of `group`: returns each
 /// rank's, in rank order, this rank's own and the others' imported for `gpu`. Every rank calls it
 /// with as many buffers; where one fails, all do.

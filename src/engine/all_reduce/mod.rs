@@ -15,7 +15,7 @@ mod group;
 mod local;
 pub mod price;
 
-pub use exchange::{RankExchange, ThreadMeeting, ThreadRanks};
+pub use exchange::{ProcessRanks, RankExchange, ThreadMeeting, ThreadRanks};
 pub use group::{GroupAllReduce, INITIAL_SHARED_BYTES};
 pub use local::{LocalAllReduce, LocalRank};
 pub use price::Placement;

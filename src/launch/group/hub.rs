@@ -27,13 +27,20 @@ type Joined = (TcpStream, Member, String);
 impl Hub {
     /// Holds the rendezvous for rank `me` (0): accepts every other rank, welcomes them all, and
     /// starts the judge. Returns the hub, every member and every rank's Unix socket, by rank.
+    /// `listener` is one bound already (at a port the others were told another way), else the
+    /// rendezvous address is listened at.
     pub(super) fn open(
         me: Member,
         my_fd_socket: String,
         rendezvous: &Rendezvous,
+        listener: Option<TcpListener>,
     ) -> Result<(Hub, Vec<Member>, Vec<String>)> {
         let timeout = rendezvous.timeout;
-        let joined = accept_ranks(me.identity.world, rendezvous)?;
+        let listener = match listener {
+            Some(bound) => bound,
+            None => listen(rendezvous.addr)?,
+        };
+        let joined = accept_ranks(me.identity.world, listener, rendezvous)?;
         let mut members = vec![me];
         let mut fd_sockets = vec![my_fd_socket];
         let mut streams = vec![];
@@ -126,9 +133,15 @@ impl Hub {
 /// Accepts ranks 1 to `world - 1` at the rendezvous, each once, heartbeating to those waiting
 /// meanwhile; a process that says another world or a taken rank is turned away. Fails every
 /// rank joined so far where some rank is missing at the timeout.
-fn accept_ranks(world: usize, rendezvous: &Rendezvous) -> Result<Vec<Joined>> {
+fn accept_ranks(
+    world: usize,
+    listener: TcpListener,
+    rendezvous: &Rendezvous,
+) -> Result<Vec<Joined>> {
     let timeout = rendezvous.timeout;
-    let listener = listen(rendezvous.addr)?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::Group(format!("rank 0 cannot listen at {}: {e}", rendezvous.addr)))?;
     let deadline = Instant::now() + timeout;
     let mut joined: Vec<Option<Joined>> = (0..world).map(|_| None).collect();
     let mut turned_away = Vec::new();
@@ -270,7 +283,7 @@ fn listen(addr: SocketAddr) -> Result<TcpListener> {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, addr.port()).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, addr.port()).into(),
     };
-    let listener = match TcpListener::bind(addr) {
+    match TcpListener::bind(addr) {
         Err(e) if e.kind() == ErrorKind::AddrNotAvailable => TcpListener::bind(any),
         other => other,
     }
@@ -279,11 +292,7 @@ fn listen(addr: SocketAddr) -> Result<TcpListener> {
             "rank 0 cannot listen at {addr} for the rendezvous ({e}): set MASTER_PORT (or \
              PEERLINK_PORT) to a free port, and MASTER_ADDR to this host"
         ))
-    })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| Error::Group(format!("rank 0 cannot listen at {addr}: {e}")))?;
-    Ok(listener)
+    })
 }
 
 /// The hello a new connection sends, where it is a peer's; `None` for anything else.

@@ -19,6 +19,7 @@ use crate::topology::sysfs::Sysfs;
 use crate::{Error, Result};
 use hub::Hub;
 use spoke::Spoke;
+use std::net::TcpListener;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -63,6 +64,33 @@ impl Group {
     /// (retrying until rank 0 listens). Returns once all `identity.world` ranks are there; a rank
     /// that does not arrive within the timeout fails every rank, naming it.
     pub fn join(identity: Identity, rendezvous: &Rendezvous) -> Result<Group> {
+        Group::join_with(identity, rendezvous, None)
+    }
+
+    /// Rank 0's [`Group::join`] at a listener it bound itself, where the others learn its port
+    /// another way (an NCCL-API library tells them through the job's own communicator).
+    pub fn join_listening(
+        identity: Identity,
+        listener: TcpListener,
+        timeout: Duration,
+    ) -> Result<Group> {
+        if identity.rank != 0 {
+            return Err(Error::Group(format!(
+                "rank {} offered a listener for the rendezvous, which rank 0 holds",
+                identity.rank
+            )));
+        }
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::Group(format!("rank 0's rendezvous socket: {e}")))?;
+        Group::join_with(identity, &Rendezvous { addr, timeout }, Some(listener))
+    }
+
+    fn join_with(
+        identity: Identity,
+        rendezvous: &Rendezvous,
+        listener: Option<TcpListener>,
+    ) -> Result<Group> {
         check_identity(identity)?;
         let timeout = rendezvous.timeout;
         let me = this_process(identity);
@@ -79,7 +107,7 @@ impl Group {
         let fds = FdLinks::bind(identity.rank)?;
         let fd_socket = fds.name().to_string();
         let (link, members, fd_sockets) = if identity.rank == 0 {
-            let (hub, members, sockets) = Hub::open(me.clone(), fd_socket, rendezvous)?;
+            let (hub, members, sockets) = Hub::open(me.clone(), fd_socket, rendezvous, listener)?;
             (Link::Hub(hub), members, sockets)
         } else {
             let hello = Message::Hello {
