@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The runs of the multi-GPU issues (two H200s: #35; four or eight: #36) on every GPU of the host, in
+# parts that each fit one device call; on one H200 they rehearse the same commands with one rank.
+#   fabric-runs.sh CARRY OUT PART...
+# CARRY holds peerlink, libpeerlink_nccl.so and nccl-tests/ (gpu-carry/nccl/nccl-tests);
+# OUT/<part>/ gets one log per run (its command first, its stdout and stderr, its exit status).
+# Parts:
+#   check     all_reduce_perf -d all -o all -c 1, 4 B–1 GiB: through the library (SERVE=all) and
+#             on NCCL alone, each in NCCL's default mode and with -R 2 (symmetric windows)
+#   speed     -d float and -d bfloat16, 4 B–1 GiB, -c 1: NCCL alone and the library (SERVE=all) in
+#             each of NCCL's modes (default, -R 2, -G 100, -R 2 -G 100): like with like
+#   train     python/benchmarks/train_job.py under torchrun, DDP and FSDP, without and with the
+#             library, and the losses compared
+#   workload  peerlink workload all-reduce f32 and bf16, streams and graphs (--issue both), in one
+#             process and under peerlink launch -n N
+# Look for "#wrong 0" and "Out of bounds values : 0 OK" in every nccl-tests log, and the library's
+# summary ("calls at exit") for what it served.
+source "$(dirname "$0")/common.sh" "$1" "$2"
+shift 2
+repo=$(pwd)
+gpus=$(nvidia-smi -L | wc -l)
+echo "$gpus GPU(s)" >>$logs/machine.txt
+
+# run LOG COMMAND...: the command, then its output and exit status, into LOG.
+run() {
+    local log=$1
+    shift
+    echo "\$ $*" >"$log"
+    "$@" >>"$log" 2>&1
+    echo "exit status $?" >>"$log"
+}
+
+# perf NAME LIBRARY? ARGS...: all_reduce_perf on every GPU in one process, through the library
+# where the second word is "lib" (SERVE=all), else on NCCL alone.
+perf() {
+    local name=$1 through=$2
+    shift 2
+    local preload=()
+    [[ $through == lib ]] && preload=(env LD_PRELOAD=$library PEERLINK_NCCL_SERVE=all PEERLINK_NCCL_DEBUG=INFO)
+    run "$dir/$name.log" "${preload[@]}" /tmp/nccl-tests/build/all_reduce_perf -g $gpus "$@"
+    echo "$name: $(grep -h 'Out of bounds' "$dir/$name.log") $(grep -h 'calls at exit' "$dir/$name.log")"
+}
+
+for part in "$@"; do
+    dir=$out/$part && mkdir -p "$dir" && cp $logs/machine.txt "$dir/"
+    case $part in
+    check)
+        for through in nccl lib; do
+            for mode in "" "-R 2"; do
+                perf "check_${through}${mode:+_R2}" $through -b 4 -e 1G -f 4 -d all -o all -c 1 $mode
+            done
+        done
+        ;;
+    speed)
+        for type in float bfloat16; do
+            for mode in "" "-R 2" "-G 100" "-R 2 -G 100"; do
+                tag=$(echo "$mode" | tr -d ' -')
+                for through in nccl lib; do
+                    perf "speed_${type}_${through}${tag:+_$tag}" $through -b 4 -e 1G -f 2 -d $type -o sum -c 1 -w 5 -n 20 $mode
+                done
+            done
+        done
+        ;;
+    train)
+        for mode in ddp fsdp; do
+            run "$dir/${mode}_nccl.log" torchrun --nproc-per-node $gpus "$repo/python/benchmarks/train_job.py" \
+                --mode $mode --out "$dir/${mode}_nccl.json"
+            run "$dir/${mode}_lib.log" env LD_PRELOAD=$library PEERLINK_NCCL_SERVE=all PEERLINK_NCCL_DEBUG=INFO \
+                torchrun --nproc-per-node $gpus "$repo/python/benchmarks/train_job.py" --mode $mode --out "$dir/${mode}_lib.json"
+            python3 "$repo/python/benchmarks/train_job.py" --compare "$dir/${mode}_nccl.json" "$dir/${mode}_lib.json" \
+                >"$dir/${mode}_compare.txt" 2>&1
+            echo "$mode: $(cat "$dir/${mode}_compare.txt")"
+        done
+        ;;
+    workload)
+        for dtype in f32 bf16; do
+            run "$dir/one_${dtype}.log" "$carry/peerlink" --gpu workload all-reduce --dtype $dtype \
+                --issue both --export-json "$dir/one_${dtype}.json"
+            [[ $gpus -gt 1 ]] && run "$dir/launch_${dtype}.log" "$carry/peerlink" launch -n $gpus \
+                --timeout 120 -- --gpu workload all-reduce --dtype $dtype --issue both \
+                --export-json "$dir/launch_${dtype}.json"
+        done
+        tail -n 3 "$dir"/*.log
+        ;;
+    *) echo "fabric-runs: no part $part (check, speed, train, workload)" >&2 ;;
+    esac
+done
