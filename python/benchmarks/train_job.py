@@ -75,6 +75,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument(
+        "--nondeterministic",
+        dest="deterministic",
+        action="store_false",
+        help="let PyTorch pick nondeterministic kernels (faster; then two runs differ anyway)",
+    )
     p.add_argument("--out", help="where rank 0 writes its JSON document")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two documents' losses")
     return p.parse_args()
@@ -102,6 +108,11 @@ def batches(args: argparse.Namespace, rank: int, device: torch.device):
 
 def train(args: argparse.Namespace) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.deterministic:
+        # Run to run, the same bits but for the collectives: cuBLAS's workspace fixed, no atomics
+        # in the backward passes (embedding, attention).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     local = int(os.environ.get("LOCAL_RANK", rank))
     device = torch.device("cuda", local)
     torch.cuda.set_device(device)
