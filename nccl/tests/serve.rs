@@ -12,7 +12,7 @@ use std::ffi::{c_int, c_void};
 use peerlink_nccl::ffi::typed::{
     ncclBroadcast, ncclCommDestroy, ncclCommSplit, ncclComm_t, ncclGroupEnd, ncclGroupStart,
 };
-use standin::ranks::{init_all, on_ranks, stream_of, Reduce, AVG, BF16, F32, SUM};
+use standin::ranks::{init_all, on_ranks, stream_of, sum_at_counts, Reduce, AVG, BF16, F32, SUM};
 
 fn setup() {
     standin::install("all", None);
@@ -23,22 +23,7 @@ fn lone_calls_on_2_4_and_8_ranks_are_served_in_place_or_not_at_any_count() {
     setup();
     for ranks in [2, 4, 8] {
         on_ranks(ranks, |rank, comm| {
-            let everyone: Vec<usize> = (0..ranks).collect();
-            for dtype in [F32, BF16] {
-                for count in [1, 3, 1023, 70_001, 300_000] {
-                    for in_place in [false, true] {
-                        let reduce = Reduce {
-                            dtype,
-                            op: SUM,
-                            count,
-                            in_place,
-                        };
-                        let buffers = reduce.buffers(rank, rank);
-                        assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
-                        reduce.check(buffers.1, rank, stream_of(rank), &everyone);
-                    }
-                }
-            }
+            sum_at_counts(rank, ranks, comm, &[1, 3, 1023, 70_001, 300_000]);
             // Served: no all-reduce reached NCCL; the set-up's one all-gather did.
             assert_eq!(
                 standin::count_of_this_thread("ncclAllReduce"),

@@ -98,6 +98,27 @@ impl Reduce {
     }
 }
 
+/// Sums of f32 and bf16 at each of `counts`, in place and not, through the library on `comm`
+/// (rank `rank` of `ranks`, on GPU `rank`), every element checked.
+pub fn sum_at_counts(rank: usize, ranks: usize, comm: ncclComm_t, counts: &[usize]) {
+    let everyone: Vec<usize> = (0..ranks).collect();
+    for dtype in [F32, BF16] {
+        for &count in counts {
+            for in_place in [false, true] {
+                let reduce = Reduce {
+                    dtype,
+                    op: SUM,
+                    count,
+                    in_place,
+                };
+                let buffers = reduce.buffers(rank, rank);
+                assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
+                reduce.check(buffers.1, rank, stream_of(rank), &everyone);
+            }
+        }
+    }
+}
+
 /// Runs `body(rank, comm)` on `ranks` threads, each rank of one communicator (rank r on GPU r).
 pub fn on_ranks(ranks: usize, body: impl Fn(usize, ncclComm_t) + Sync) {
     let id = super::unique_id(0);
