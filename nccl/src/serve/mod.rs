@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use peerlink::backend::collective::{BufferRange, DataType};
+use peerlink::backend::collective::{BufferRange, DataType, Reduction};
 use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
 use peerlink::engine::all_reduce::price::{pick, Placement};
 use peerlink::engine::all_reduce::{
@@ -471,7 +471,9 @@ fn run_lone(
         offset: 0,
         len,
     };
-    reduce.all_reduce(range, stream, dtype).map(|_| ())
+    reduce
+        .all_reduce(range, stream, dtype, Reduction::Sum)
+        .map(|_| ())
 }
 
 /// One all-reduce per rank of `clique`, all from this thread (`calls[i]` on `comms[i]`): every
@@ -502,7 +504,9 @@ fn run_clique(
         .local
         .lock()
         .map_err(|_| peerlink::Error::Group("a thread panicked in an all-reduce".into()))?;
-    local.all_reduce(&ranks, len, dtype).map(|_| ())
+    local
+        .all_reduce(&ranks, len, dtype, Reduction::Sum)
+        .map(|_| ())
 }
 
 #[cfg(test)]
