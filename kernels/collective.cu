@@ -1,5 +1,6 @@
-// peerlink's all-reduce (sum) over 2 to MAX_RANKS GPUs, f32 and bf16, and the busy kernel that
-// stands in for a model's compute. Relies on global_timer_ns() from spin.cu (one program).
+// peerlink's all-reduce (sum or average) over 2 to MAX_RANKS GPUs, f32 and bf16, and the busy
+// kernel that stands in for a model's compute. Relies on global_timer_ns() from spin.cu (one
+// program).
 //
 // Every rank launches the same grid on its own GPU with the same arguments but its own `rank`. In
 // the one-shot and two-shot kernels, each block of one rank meets the block of the same index on
@@ -36,7 +37,10 @@ constexpr unsigned int START_PHASE = 0;
 constexpr unsigned int END_PHASE = 1;
 
 // The kernels' arguments, passed by value; laid out as the host's AllReduceArgs (little-endian u64
-// addresses, then u64 counts, then u32s, no padding).
+// addresses, then u64 counts, then u32s and the f32 scale, no padding).
+//
+// `scale` multiplies every f32 sum once, just before its rounding to the element type: 1 for a sum
+// (exact, so sums keep their bits), the f32 nearest 1/ranks for an average (NCCL's ncclAvg).
 struct AllReduceArgs {
     unsigned long long inputs[MAX_RANKS];
     unsigned long long outputs[MAX_RANKS];
@@ -45,6 +49,8 @@ struct AllReduceArgs {
     unsigned long long timeout_ns;
     unsigned int rank;
     unsigned int ranks;
+    float scale;
+    unsigned int padding;
 };
 
 __device__ __forceinline__ unsigned int *flag_slot(unsigned long long flags, unsigned int phase,
@@ -171,9 +177,20 @@ struct Bf16 {
     }
 };
 
-// The sum of `in[0..ranks)` added in rank order: every rank, and every kernel, get the same bits.
+// Multiplies each lane of a sum by the call's scale, once, before the rounding.
+template <unsigned int LANES>
+__device__ __forceinline__ void apply_scale(float *sum, float scale) {
+#pragma unroll
+    for (unsigned int lane = 0; lane < LANES; ++lane) {
+        sum[lane] *= scale;
+    }
+}
+
+// The sum of `in[0..ranks)` added in rank order, times `scale`: every rank, and every kernel, get
+// the same bits.
 template <typename Element, typename Item>
-__device__ __forceinline__ Item add_in_rank_order(const Item *in, unsigned int ranks) {
+__device__ __forceinline__ Item add_in_rank_order(const Item *in, unsigned int ranks,
+                                                  float scale) {
     constexpr unsigned int LANES = sizeof(Item) / sizeof(typename Element::Bits);
     float sum[LANES];
     Element::unpack(in[0], sum);
@@ -188,6 +205,7 @@ __device__ __forceinline__ Item add_in_rank_order(const Item *in, unsigned int r
             }
         }
     }
+    apply_scale<LANES>(sum, scale);
     Item out;
     Element::pack(sum, &out);
     return out;
@@ -203,7 +221,7 @@ __device__ __forceinline__ Item sum_item(const AllReduceArgs &args, unsigned lon
             in[r] = ((const Item *)args.inputs[r])[index];
         }
     }
-    return add_in_rank_order<Element, Item>(in, args.ranks);
+    return add_in_rank_order<Element, Item>(in, args.ranks, args.scale);
 }
 
 // Stores item `index`'s sum into this rank's output (one-shot) or into every rank's output,
@@ -258,7 +276,8 @@ __device__ __forceinline__ void reduce_vectors(const AllReduceArgs &args, unsign
 #pragma unroll
         for (unsigned int b = 0; b < BATCH; ++b) {
             store_sum<uint4, TWO_SHOT>(args, i + b * threads,
-                                       add_in_rank_order<Element, uint4>(in[b], RANKS));
+                                       add_in_rank_order<Element, uint4>(in[b], RANKS,
+                                                                         args.scale));
         }
     }
     for (; i < end; i += threads) {
@@ -374,8 +393,9 @@ extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOC
 //
 // Then every rank, for each word, spins until every peer's packet for that word in its OWN receive
 // area carries the current epoch, and sums the peers' data words with its own input word (read
-// locally) in rank order, as the other kernels do (f32 accumulation, bf16 rounded once; a word
-// holds one f32 or two bf16; an odd bf16 count ends with a half word, loaded and stored as 16 bits).
+// locally) in rank order, as the other kernels do (f32 accumulation, times the scale, bf16 rounded
+// once; a word holds one f32 or two bf16; an odd bf16 count ends with a half word, loaded and
+// stored as 16 bits).
 //
 // Nobody reads a peer's input and nobody writes a peer's output, so no barrier is needed at either
 // end: the caller may change its input or read its output as soon as its own kernel is done.
@@ -475,6 +495,7 @@ __device__ __forceinline__ void all_reduce_packets(const AllReduceArgs &args) {
                 }
             }
         }
+        apply_scale<Element::PER_WORD>(sum, args.scale);
         const unsigned int out = Element::pack_word(sum);
         if (whole) {
             ((unsigned int *)args.outputs[args.rank])[word] = out;

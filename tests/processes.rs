@@ -32,7 +32,7 @@ fn child_imports() {
 mod group_reduce;
 
 #[test]
-fn ranks_in_processes_of_their_own_sum_every_element_by_every_kernel() {
+fn ranks_in_processes_of_their_own_sum_and_average_every_element_by_every_kernel() {
     // 4 KiB and 256 KiB: every kernel; 4 MiB: one-shot and two-shot, the shared buffers grown.
     for world in [2, 3] {
         group_reduce::launch(

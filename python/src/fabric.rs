@@ -6,7 +6,7 @@ use crate::describe::{Described, Describer, Role, TensorTypes};
 use crate::device_buffer::SymmetricBuffer;
 use crate::errors;
 use crate::{detached, Host, KeptOnDrop};
-use peerlink::backend::collective::{BufferRange, DataType};
+use peerlink::backend::collective::{BufferRange, DataType, Reduction};
 use peerlink::backend::{Backend, Memory, Owned, StreamId};
 use peerlink::engine;
 use peerlink::engine::all_reduce::GroupAllReduce;
@@ -148,7 +148,8 @@ impl Fabric {
             });
             held.push((input, output));
         }
-        self.lock_reduce().all_reduce(&ranks, bytes, dtype)?;
+        self.lock_reduce()
+            .all_reduce(&ranks, bytes, dtype, Reduction::Sum)?;
         ranks
             .iter()
             .map(|rank| {
@@ -179,7 +180,8 @@ impl Fabric {
             borrowed.push(tensor);
         }
         // Releasing the borrowed handles leaves the memory to its owners; the queued work runs.
-        self.lock_reduce().all_reduce(&queued, bytes, dtype)?;
+        self.lock_reduce()
+            .all_reduce(&queued, bytes, dtype, Reduction::Sum)?;
         let streams: Vec<StreamId> = queued.iter().map(|rank| rank.stream).collect();
         self.queued_on(&streams);
         Ok(())
@@ -231,7 +233,7 @@ impl Fabric {
                 }
             }
         };
-        group.all_reduce(range, stream, dtype)?;
+        group.all_reduce(range, stream, dtype, Reduction::Sum)?;
         drop(group);
         self.queued_on(&[stream]);
         Ok(())
@@ -253,7 +255,7 @@ impl Fabric {
             offset: 0,
             len: data.len(),
         };
-        group.all_reduce(range, stream, dtype)?;
+        group.all_reduce(range, stream, dtype, Reduction::Sum)?;
         drop(group);
         backend.synchronize(stream)?;
         let mut out = vec![0; data.len()];

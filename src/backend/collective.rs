@@ -69,6 +69,42 @@ impl fmt::Display for DataType {
     }
 }
 
+/// How an all-reduce combines the ranks' elements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Reduction {
+    /// The sum, added in rank order.
+    #[default]
+    Sum,
+    /// The mean, as NCCL's `ncclAvg` of floats: the sum times 1/ranks.
+    Average,
+}
+
+impl Reduction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reduction::Sum => "sum",
+            Reduction::Average => "avg",
+        }
+    }
+
+    /// The factor each f32 sum is multiplied by before its one rounding to the element type, over
+    /// `ranks` ranks: exactly 1 for a sum (so sums keep their bits), the f32 nearest 1/ranks for
+    /// an average. The kernels and the simulator both multiply by this one value.
+    pub fn scale(self, ranks: usize) -> f32 {
+        match self {
+            Reduction::Sum => 1.0,
+            Reduction::Average => 1.0 / ranks as f32,
+        }
+    }
+}
+
+impl fmt::Display for Reduction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Which of peerlink's all-reduce kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -280,9 +316,9 @@ impl fmt::Display for WindowId {
 
 /// Collectives over several GPUs, and the compute they overlap with.
 pub trait Collectives {
-    /// Queues peerlink's all-reduce (sum) of `len` bytes over `ranks` (2 to [`MAX_RANKS`], on
+    /// Queues peerlink's all-reduce (`op`) of `len` bytes over `ranks` (2 to [`MAX_RANKS`], on
     /// distinct GPUs that all have peer access to each other): afterwards every rank's output holds
-    /// the element-wise sum of every rank's input. `flags[i]` is rank `i`'s flag block
+    /// the element-wise sum (or average) of every rank's input. `flags[i]` is rank `i`'s flag block
     /// ([`FLAG_BYTES`], memory of its GPU, zeroed once after allocation); the same ranks must use
     /// the same flags, in the same order, call after call, and the calls on one set of flags must
     /// run one after another on each GPU (queued on the same streams, or ordered by events). Inputs
@@ -293,6 +329,7 @@ pub trait Collectives {
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         ranks: &[Rank],
         flags: &[BufferId],
         len: usize,
@@ -300,7 +337,7 @@ pub trait Collectives {
 
     /// Queues this process's rank of peerlink's all-reduce across processes, one GPU each: the
     /// kernel of rank `rank` on `stream` (its GPU), which meets the other ranks' kernels, each queued
-    /// by its own process with the same `kernel`, `dtype` and `len`, through their flag blocks.
+    /// by its own process with the same `kernel`, `dtype`, `op` and `len`, through their flag blocks.
     /// `ranks[i]` are rank `i`'s buffers: this rank's of its own GPU, every other's memory of that
     /// rank's GPU imported for this one. The kernel reads every rank's input (one-shot and
     /// two-shot) and writes this rank's output (two-shot: every rank's), or pushes packets into
@@ -310,10 +347,12 @@ pub trait Collectives {
     /// Graph capture is refused: a rank's kernel in a graph would meet the others only when
     /// replayed. On the simulator the call returns once every rank's process has queued its part
     /// (the processes meet through their shared flag files; each keeps its own virtual clock).
+    #[allow(clippy::too_many_arguments)] // one rank's part: what it reduces, how, and where
     fn rank_all_reduce(
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         rank: usize,
         stream: StreamId,
         ranks: &[RankBuffers],

@@ -7,7 +7,9 @@
 //! what has been checked before it is called; an implementation checks only what it alone can know
 //! (memory left on a device, a preset's NUMA nodes, a driver's refusal).
 
-use super::collective::{AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, UniqueId};
+use super::collective::{
+    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, Reduction, UniqueId,
+};
 use super::resident::{StopReport, WorkerConfig};
 use super::{Advice, BufferCopy, BufferId, CopyMethod, Location, Memory};
 use crate::topology::Topology;
@@ -235,6 +237,7 @@ pub trait RawCollectives: RawBackend {
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         ranks: &[RawRank<'_, Self>],
         flags: &[&Self::Buffer],
         len: usize,
@@ -244,10 +247,12 @@ pub trait RawCollectives: RawBackend {
     /// `rank`'s GPU and captures no graph; every rank's input and output hold `len` bytes from
     /// their offsets, memory of its GPU (the others imported for the stream's GPU), its flags `FLAG_BYTES`, as
     /// `all_reduce` asks.
+    #[allow(clippy::too_many_arguments)] // as `Collectives::rank_all_reduce`
     fn rank_all_reduce(
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         rank: usize,
         stream: &Self::Stream,
         ranks: &[RawRankBuffers<'_, Self>],

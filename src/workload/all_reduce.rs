@@ -24,7 +24,9 @@ use super::resources::{
 use super::rows::{row, Measured, Row};
 use super::settings::{Counts, Settings};
 use super::timing::{measure, Operation};
-use crate::backend::collective::{AllReduceKernel, CommId, DataType, Rank, WindowId, MAX_RANKS};
+use crate::backend::collective::{
+    AllReduceKernel, CommId, DataType, Rank, Reduction, WindowId, MAX_RANKS,
+};
 use crate::backend::{Backend, BufferId, Nccl, Owned, StreamId};
 use crate::bench::progress::Progress;
 use crate::engine::all_reduce::price::{pick, takes, Placement};
@@ -90,8 +92,13 @@ struct PeerlinkAllReduce<'a> {
 
 impl Operation for PeerlinkAllReduce<'_> {
     fn queue(&mut self, _step: u64) -> Result<()> {
-        self.reduce
-            .all_reduce_by(self.kernel, self.ranks, self.len, self.dtype)
+        self.reduce.all_reduce_by(
+            self.kernel,
+            self.ranks,
+            self.len,
+            self.dtype,
+            Reduction::Sum,
+        )
     }
 }
 

@@ -26,7 +26,8 @@ use super::send_recv::{flows, EngineFlows, Flow};
 use super::settings::{Counts, Options, Settings};
 use super::timing::{measure, Operation};
 use crate::backend::collective::{
-    AllReduceKernel, BufferRange, CommRank, DataType, PeerOp, Rank as CollectiveRank, UniqueId,
+    AllReduceKernel, BufferRange, CommRank, DataType, PeerOp, Rank as CollectiveRank, Reduction,
+    UniqueId,
 };
 use crate::backend::{Backend, BufferId, Owned, SharedBuffer, StreamId};
 use crate::bench::layout::{sharing_words, Ranks};
@@ -379,7 +380,7 @@ impl Rank<'_> {
             .into_iter()
             .filter(|k| len <= k.max_len())
         {
-            let mut op = || reduce.all_reduce_by(kernel, range, stream, dtype);
+            let mut op = || reduce.all_reduce_by(kernel, range, stream, dtype, Reduction::Sum);
             rows.push(measured(Contender::Peerlink, kernel.name(), &mut op)?);
         }
         let model = self.fabric.planner().model();

@@ -1,11 +1,12 @@
 //! The contract of work over several GPUs: peerlink's all-reduce kernels, the stand-in compute
-//! kernel, and NCCL where the host has it. Every sum is checked byte for byte against the host's;
-//! the inputs are small integers, so every order of additions gives the same bytes in f32 and bf16.
+//! kernel, and NCCL where the host has it. Every sum and average is checked byte for byte against
+//! the host's; the inputs are small integers, so every order of additions gives the same bytes in
+//! f32 and bf16, and an average's one rounding is the host's too.
 
 use super::{gpus, not_here, says, usage, FILL};
 use peerlink::backend::collective::{
     AllReduceKernel, BufferRange, CommRank, DataType, Nccl, PeerOp, PeerTransfer, Rank,
-    RankBuffers, UniqueId, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    RankBuffers, Reduction, UniqueId, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
 };
 use peerlink::backend::{Backend, BufferId, Memory, StreamId};
 use peerlink::Error;
@@ -18,14 +19,18 @@ fn value(r: usize, e: usize) -> f32 {
     ((e * 7 + r * 13) % 33) as f32 - 16.0
 }
 
-/// Little-endian elements; the values must be exact in `dtype` (bf16 keeps an f32's upper half).
+/// Little-endian elements, each value rounded to `dtype` (to nearest, ties to even).
 fn encode(dtype: DataType, values: impl Iterator<Item = f32>) -> Vec<u8> {
     match dtype {
         DataType::F32 => values.flat_map(f32::to_le_bytes).collect(),
-        DataType::Bf16 => values
-            .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
-            .collect(),
+        DataType::Bf16 => values.flat_map(|v| bf16_bits(v).to_le_bytes()).collect(),
     }
+}
+
+/// The bf16 nearest `v` (not a NaN), ties to even: an f32's upper half, rounded.
+fn bf16_bits(v: f32) -> u16 {
+    let bits = v.to_bits();
+    ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
 }
 
 /// GPU 0 and every later GPU with P2P to all those already taken, at most [`MAX_RANKS`].
@@ -103,10 +108,15 @@ impl Ranks {
             .collect()
     }
 
-    fn all_reduce(&self, b: &dyn Backend, kernel: AllReduceKernel) -> peerlink::Result<()> {
+    fn all_reduce(
+        &self,
+        b: &dyn Backend,
+        kernel: AllReduceKernel,
+        op: Reduction,
+    ) -> peerlink::Result<()> {
         let ranks = self.ranks();
         b.collectives()
-            .all_reduce(kernel, self.dtype, &ranks, &self.flags, self.len)
+            .all_reduce(kernel, self.dtype, op, &ranks, &self.flags, self.len)
     }
 
     fn synchronize(&self, b: &dyn Backend) {
@@ -115,13 +125,18 @@ impl Ranks {
         }
     }
 
-    /// The element-wise sum of the inputs as written, added on the host.
-    fn sum(&self) -> Vec<u8> {
+    /// The element-wise `op` of the inputs as written, computed on the host as NCCL defines it:
+    /// the sum in f32, for an average times the f32 1/ranks, then one rounding to the element type.
+    fn want(&self, op: Reduction) -> Vec<u8> {
         let elements = self.len / self.dtype.size();
         let n = self.devices.len();
+        let scale = match op {
+            Reduction::Sum => 1.0,
+            Reduction::Average => 1.0 / n as f32,
+        };
         encode(
             self.dtype,
-            (0..elements).map(|e| (0..n).map(|r| value(r, e)).sum::<f32>()),
+            (0..elements).map(|e| (0..n).map(|r| value(r, e)).sum::<f32>() * scale),
         )
     }
 
@@ -145,13 +160,24 @@ impl Ranks {
 // peerlink's all-reduce
 
 pub fn all_reduce_sums_every_input_into_every_output(b: &dyn Backend) {
+    every_output_holds(b, Reduction::Sum);
+}
+
+pub fn all_reduce_averages_every_input_into_every_output(b: &dyn Backend) {
+    every_output_holds(b, Reduction::Average);
+}
+
+/// Every kernel and element type, over 2 ranks, 3 (an average's 1/3 is inexact) and every rank of
+/// the clique: every element of every output is `op` of the inputs, as the host computes it.
+fn every_output_holds(b: &dyn Backend, op: Reduction) {
     let clique = p2p_clique(b);
     if clique.len() < 2 {
         return not_here("an all-reduce", "no two GPUs with P2P");
     }
     enable_peer_access(b, &clique);
-    let sets = [&clique[..2], &clique[..]];
-    for devices in sets.iter().take(if clique.len() > 2 { 2 } else { 1 }) {
+    let mut counts = vec![2, 3.min(clique.len()), clique.len()];
+    counts.dedup();
+    for devices in counts.into_iter().map(|n| &clique[..n]) {
         for dtype in DTYPES {
             for kernel in KERNELS {
                 // One element; a size that splits unevenly into slices; a larger one (for the
@@ -159,10 +185,10 @@ pub fn all_reduce_sums_every_input_into_every_output(b: &dyn Backend) {
                 let larger = ((1 << 20) / dtype.size() + 3).min(kernel.max_len() / dtype.size());
                 for elements in [1, 1001, larger] {
                     let r = Ranks::new(b, devices, dtype, elements);
-                    r.all_reduce(b, kernel).unwrap();
+                    r.all_reduce(b, kernel, op).unwrap();
                     r.synchronize(b);
-                    let what = format!("{} all-reduce", kernel.name());
-                    r.check(b, &what, &r.outputs, &r.sum());
+                    let what = format!("{} all-reduce ({op})", kernel.name());
+                    r.check(b, &what, &r.outputs, &r.want(op));
                     let first = encode(dtype, (0..elements).map(|e| value(0, e)));
                     r.check(b, "the inputs stay", &r.inputs[..1], &first);
                 }
@@ -196,11 +222,18 @@ pub fn two_shot_and_packet_all_reduces_sum_in_place(b: &dyn Backend) {
             for elements in [1, 1001, larger] {
                 let r = Ranks::new(b, &clique, dtype, elements);
                 b.collectives()
-                    .all_reduce(kernel, dtype, &in_place(&r), &r.flags, r.len)
+                    .all_reduce(
+                        kernel,
+                        dtype,
+                        Reduction::Sum,
+                        &in_place(&r),
+                        &r.flags,
+                        r.len,
+                    )
                     .unwrap();
                 r.synchronize(b);
                 let what = format!("{} all-reduce in place", kernel.name());
-                r.check(b, &what, &r.inputs, &r.sum());
+                r.check(b, &what, &r.inputs, &r.want(Reduction::Sum));
             }
         }
     }
@@ -208,6 +241,7 @@ pub fn two_shot_and_packet_all_reduces_sum_in_place(b: &dyn Backend) {
     let refused = b.collectives().all_reduce(
         AllReduceKernel::OneShot,
         DataType::F32,
+        Reduction::Sum,
         &in_place(&r),
         &r.flags,
         r.len,
@@ -243,7 +277,7 @@ pub fn fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs(b:
                 })
                 .collect();
             b.collectives()
-                .all_reduce(order(call), dtype, &ranks, &r.flags, r.len)
+                .all_reduce(order(call), dtype, Reduction::Sum, &ranks, &r.flags, r.len)
                 .unwrap();
             std::mem::swap(&mut from, &mut to);
         }
@@ -295,6 +329,7 @@ pub fn packet_all_reduces_of_changing_sizes_read_only_their_own_packets(b: &dyn 
             .all_reduce(
                 AllReduceKernel::OneShotPackets,
                 DataType::F32,
+                Reduction::Sum,
                 &ranks,
                 &r.flags,
                 4 * words,
@@ -326,7 +361,7 @@ pub fn a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none(b: 
         for &s in &r.streams {
             b.begin_capture(s).unwrap();
         }
-        r.all_reduce(b, kernel).unwrap();
+        r.all_reduce(b, kernel, Reduction::Sum).unwrap();
         let graphs: Vec<_> = r
             .streams
             .iter()
@@ -368,7 +403,7 @@ pub fn all_reduce_refuses_what_its_kernels_cannot_take(b: &dyn Backend) {
     let clique = p2p_clique(b);
     let one = Ranks::new(b, &[0], DataType::F32, 16);
     says(
-        &usage(one.all_reduce(b, AllReduceKernel::OneShot)),
+        &usage(one.all_reduce(b, AllReduceKernel::OneShot, Reduction::Sum)),
         "2 to 8 ranks",
     );
     if clique.len() < 2 {
@@ -378,7 +413,8 @@ pub fn all_reduce_refuses_what_its_kernels_cannot_take(b: &dyn Backend) {
     let r = Ranks::new(b, pair, DataType::F32, 16);
     let kernel = AllReduceKernel::OneShot;
     let call = |ranks: &[Rank], flags: &[BufferId], dtype: DataType, len: usize| {
-        b.collectives().all_reduce(kernel, dtype, ranks, flags, len)
+        b.collectives()
+            .all_reduce(kernel, dtype, Reduction::Sum, ranks, flags, len)
     };
     let (ranks, flags, len) = (r.ranks(), r.flags.clone(), r.len);
     // Peer access first, before anything else is wrong.
@@ -404,7 +440,7 @@ pub fn all_reduce_refuses_what_its_kernels_cannot_take(b: &dyn Backend) {
         "one per rank",
     );
     let big = Ranks::new(b, pair, DataType::F32, PACKET_MAX_BYTES / 4 + 1);
-    let too_big = usage(big.all_reduce(b, AllReduceKernel::OneShotPackets));
+    let too_big = usage(big.all_reduce(b, AllReduceKernel::OneShotPackets, Reduction::Sum));
     says(
         &too_big,
         &format!("at most {PACKET_MAX_BYTES} bytes (PACKET_MAX_BYTES)"),
@@ -459,9 +495,9 @@ pub fn all_reduce_refuses_what_its_kernels_cannot_take(b: &dyn Backend) {
     r.synchronize(b);
     r.check(b, "after refused calls", &r.outputs, &vec![FILL; len]);
     // And the arguments were right otherwise.
-    r.all_reduce(b, kernel).unwrap();
+    r.all_reduce(b, kernel, Reduction::Sum).unwrap();
     r.synchronize(b);
-    r.check(b, "after the refusals", &r.outputs, &r.sum());
+    r.check(b, "after the refusals", &r.outputs, &r.want(Reduction::Sum));
 }
 
 /// One rank's kernel of the all-reduce across processes checks what it can in this process before
@@ -489,8 +525,15 @@ pub fn rank_all_reduce_refuses_what_it_cannot_take(b: &dyn Backend) {
         .collect();
     let call =
         |kernel: AllReduceKernel, rank: usize, stream: StreamId, ranks: &[RankBuffers], len| {
-            b.collectives()
-                .rank_all_reduce(kernel, DataType::F32, rank, stream, ranks, len)
+            b.collectives().rank_all_reduce(
+                kernel,
+                DataType::F32,
+                Reduction::Sum,
+                rank,
+                stream,
+                ranks,
+                len,
+            )
         };
     let (one_shot, len) = (AllReduceKernel::OneShot, r.len);
     says(
@@ -639,7 +682,7 @@ pub fn nccl_all_reduce_sums_in_place_and_out_of_place(b: &dyn Backend) {
                 let r = Ranks::new(b, &devices, dtype, elements);
                 nccl.all_reduce(comm, dtype, &r.ranks(), r.len).unwrap();
                 r.synchronize(b);
-                let sum = r.sum();
+                let sum = r.want(Reduction::Sum);
                 r.check(b, "NCCL all-reduce", &r.outputs, &sum);
                 let in_place: Vec<Rank> = r
                     .ranks()
@@ -858,7 +901,12 @@ pub fn nccl_one_rank_of_a_communicator_across_processes(b: &dyn Backend) {
     nccl.all_reduce(comm, DataType::F32, &r.ranks(), r.len)
         .unwrap();
     r.synchronize(b);
-    r.check(b, "a rank of one's all-reduce", &r.outputs, &r.sum());
+    r.check(
+        b,
+        "a rank of one's all-reduce",
+        &r.outputs,
+        &r.want(Reduction::Sum),
+    );
     let range = BufferRange {
         buffer: r.inputs[0],
         offset: 0,

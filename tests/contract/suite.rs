@@ -94,6 +94,7 @@ macro_rules! contract_tests {
             a_ping_pong_leaves_both_flags_at_the_round_count,
             a_ping_pong_refuses_one_stream_and_misplaced_flags,
             all_reduce_sums_every_input_into_every_output,
+            all_reduce_averages_every_input_into_every_output,
             fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs,
             packet_all_reduces_of_changing_sizes_read_only_their_own_packets,
             a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none,

@@ -1,10 +1,11 @@
 //! Collectives on real GPUs (part of the `gpu` test binary): peerlink's all-reduce kernels on 2 to
 //! all GPUs, their flags over many calls and in captured graphs, NCCL's all-reduce and send/recv,
-//! and the busy kernel's clock. Every output byte is checked against sums made on the host; the
-//! inputs are small integers, so every sum is exact in bf16 as in f32.
+//! and the busy kernel's clock. Every output byte is checked against sums (and averages) made on
+//! the host; the inputs are small integers, so every sum is exact in bf16 as in f32, and an average
+//! is the host's f32 arithmetic, rounded as the kernels round.
 
 use peerlink::backend::collective::{
-    AllReduceKernel, BufferRange, DataType, PeerTransfer, Rank, FLAG_BYTES, MAX_RANKS,
+    AllReduceKernel, BufferRange, DataType, PeerTransfer, Rank, Reduction, FLAG_BYTES, MAX_RANKS,
     PACKET_MAX_BYTES,
 };
 use peerlink::backend::cuda::CudaBackend;
@@ -55,15 +56,15 @@ fn value(round: u64, rank: usize, index: usize) -> f32 {
     ((mixed.wrapping_mul(0x94d0_49bb_1331_11eb) >> 58) as i32 - 32) as f32
 }
 
-/// Values as the GPU holds them; bf16 is the upper half of the f32, exact for these integers.
+/// Values as the GPU holds them; bf16 is the upper half of the f32, rounded to nearest, ties to
+/// even (exact for the integers and sums).
 fn encode(dtype: DataType, values: impl Iterator<Item = f32>) -> Vec<u8> {
     match dtype {
         DataType::F32 => values.flat_map(f32::to_le_bytes).collect(),
         DataType::Bf16 => values
             .flat_map(|v| {
                 let bits = v.to_bits();
-                assert_eq!(bits & 0xffff, 0, "{v} is not exact in bf16");
-                ((bits >> 16) as u16).to_le_bytes()
+                (((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16).to_le_bytes()
             })
             .collect(),
     }
@@ -73,11 +74,16 @@ fn input(dtype: DataType, round: u64, rank: usize, elements: usize) -> Vec<u8> {
     encode(dtype, (0..elements).map(|j| value(round, rank, j)))
 }
 
-/// What every rank's output must hold after an all-reduce of `ranks` ranks' inputs of `round`.
-fn sums(dtype: DataType, round: u64, ranks: usize, elements: usize) -> Vec<u8> {
+/// What every rank's output must hold after an all-reduce (`op`) of `ranks` ranks' inputs of
+/// `round`, as NCCL defines it: the f32 sum, for an average times the f32 1/ranks, rounded once.
+fn reduced(dtype: DataType, op: Reduction, round: u64, ranks: usize, elements: usize) -> Vec<u8> {
+    let scale = match op {
+        Reduction::Sum => 1.0,
+        Reduction::Average => 1.0 / ranks as f32,
+    };
     encode(
         dtype,
-        (0..elements).map(|j| (0..ranks).map(|r| value(round, r, j)).sum()),
+        (0..elements).map(|j| (0..ranks).map(|r| value(round, r, j)).sum::<f32>() * scale),
     )
 }
 
@@ -186,7 +192,7 @@ fn element_counts(kernel: AllReduceKernel, dtype: DataType) -> Vec<usize> {
 
 #[test]
 #[ignore = "needs a GPU"]
-fn all_reduce_kernels_sum_every_byte_on_2_to_all_gpus() {
+fn all_reduce_kernels_sum_and_average_every_byte_on_2_to_all_gpus() {
     let Some((b, gpus)) = several_gpus() else {
         return;
     };
@@ -195,7 +201,8 @@ fn all_reduce_kernels_sum_every_byte_on_2_to_all_gpus() {
     for count in 2..=gpus {
         let set = Ranks::new(&b, count, capacity);
         let mut round = 0;
-        for kernel in KERNELS {
+        let ops = [Reduction::Sum, Reduction::Average];
+        for (kernel, op) in KERNELS.into_iter().flat_map(|k| ops.map(|op| (k, op))) {
             for dtype in DTYPES {
                 for elements in element_counts(kernel, dtype) {
                     round += 1;
@@ -203,19 +210,19 @@ fn all_reduce_kernels_sum_every_byte_on_2_to_all_gpus() {
                     set.write_inputs(&b, dtype, round, elements);
                     set.fill_outputs(&b, &set.outputs);
                     b.collectives()
-                        .all_reduce(kernel, dtype, &set.ranks(), &set.flags, len)
+                        .all_reduce(kernel, dtype, op, &set.ranks(), &set.flags, len)
                         .unwrap();
                     set.synchronize(&b);
-                    let want = sums(dtype, round, count, elements);
+                    let want = reduced(dtype, op, round, count, elements);
                     for (r, &output) in set.outputs.iter().enumerate() {
                         let what = format!(
-                            "{} {dtype} on {count} GPUs, {elements} elements, rank {r}",
+                            "{} ({op}) {dtype} on {count} GPUs, {elements} elements, rank {r}",
                             kernel.name()
                         );
                         check_output(&b, output, &want, &what);
                     }
                     eprintln!(
-                        "{} {dtype} on {count} GPUs: {elements} elements summed",
+                        "{} ({op}) {dtype} on {count} GPUs: {elements} elements checked",
                         kernel.name()
                     );
                 }
@@ -302,6 +309,7 @@ fn serve_200_calls_without_reset(kernels: &[AllReduceKernel]) {
             .all_reduce(
                 kernel,
                 dtype,
+                Reduction::Sum,
                 &set.with_outputs(call_outputs),
                 &set.flags,
                 len,
@@ -312,7 +320,7 @@ fn serve_200_calls_without_reset(kernels: &[AllReduceKernel]) {
     set.synchronize(&b);
     for (call, call_outputs) in outputs.iter().enumerate() {
         let (kernel, dtype, round, elements) = plan(call);
-        let want = sums(dtype, round, count, elements);
+        let want = reduced(dtype, Reduction::Sum, round, count, elements);
         for (r, &output) in call_outputs.iter().enumerate() {
             let what = format!(
                 "call {call} ({} {dtype}, {elements} elements) on {count} GPUs, rank {r}",
@@ -359,6 +367,7 @@ fn all_reduce_replays_from_captured_graphs() {
     c.all_reduce(
         AllReduceKernel::OneShot,
         dtype,
+        Reduction::Sum,
         &set.ranks(),
         &set.flags,
         len,
@@ -367,6 +376,7 @@ fn all_reduce_replays_from_captured_graphs() {
     c.all_reduce(
         AllReduceKernel::TwoShot,
         dtype,
+        Reduction::Sum,
         &set.with_outputs(&second),
         &set.flags,
         len,
@@ -375,6 +385,7 @@ fn all_reduce_replays_from_captured_graphs() {
     c.all_reduce(
         AllReduceKernel::OneShotPackets,
         dtype,
+        Reduction::Sum,
         &set.with_outputs(&third),
         &set.flags,
         packet_elements * dtype.size(),
@@ -394,7 +405,7 @@ fn all_reduce_replays_from_captured_graphs() {
             b.replay(graph, stream).unwrap();
         }
         set.synchronize(&b);
-        let want = sums(dtype, round, count, elements);
+        let want = reduced(dtype, Reduction::Sum, round, count, elements);
         for (r, (&one_shot, &two_shot)) in set.outputs.iter().zip(&second).enumerate() {
             let what = format!("replay {round} on {count} GPUs, rank {r}");
             check_output(&b, one_shot, &want, &format!("{what}, one-shot"));
@@ -408,10 +419,10 @@ fn all_reduce_replays_from_captured_graphs() {
         set.write_inputs(&b, dtype, round, elements);
         set.fill_outputs(&b, &set.outputs);
         let len = elements * dtype.size();
-        c.all_reduce(kernel, dtype, &set.ranks(), &set.flags, len)
+        c.all_reduce(kernel, dtype, Reduction::Sum, &set.ranks(), &set.flags, len)
             .unwrap();
         set.synchronize(&b);
-        let want = sums(dtype, round, count, elements);
+        let want = reduced(dtype, Reduction::Sum, round, count, elements);
         for (r, &output) in set.outputs.iter().enumerate() {
             let what = format!("direct {} call after replays, rank {r}", kernel.name());
             check_output(&b, output, &want, &what);
@@ -445,7 +456,7 @@ fn nccl_all_reduce_sums_every_byte() {
                 set.fill_outputs(&b, &set.outputs);
                 nccl.all_reduce(comm, dtype, &set.ranks(), len).unwrap();
                 set.synchronize(&b);
-                let want = sums(dtype, round, count, elements);
+                let want = reduced(dtype, Reduction::Sum, round, count, elements);
                 for (r, &output) in set.outputs.iter().enumerate() {
                     let what = format!(
                         "ncclAllReduce {dtype} on {count} GPUs, {elements} elements, rank {r}"
@@ -465,7 +476,7 @@ fn nccl_all_reduce_sums_every_byte() {
         )
         .unwrap();
         set.synchronize(&b);
-        let want = sums(DataType::F32, 7, count, elements);
+        let want = reduced(DataType::F32, Reduction::Sum, 7, count, elements);
         for (r, &buffer) in set.inputs.iter().enumerate() {
             let mut got = vec![0; want.len()];
             b.read(buffer, 0, &mut got).unwrap();
@@ -667,7 +678,7 @@ fn nccl_symmetric_windows_register_and_reduce_on_one_gpu() {
     assert!(refused.to_string().contains("window"), "{refused}");
     for (round, dtype) in DTYPES.into_iter().enumerate() {
         let elements = (1 << 20) / dtype.size() - 3;
-        let want = sums(dtype, round as u64, 1, elements);
+        let want = reduced(dtype, Reduction::Sum, round as u64, 1, elements);
         b.write(inputs[0], 0, &input(dtype, round as u64, 0, elements))
             .unwrap();
         b.write(outputs[0], 0, &vec![SENTINEL; capacity]).unwrap();
@@ -684,7 +695,7 @@ fn nccl_symmetric_windows_register_and_reduce_on_one_gpu() {
     }
     // In place, and replayed from a graph into a poisoned output.
     let elements = 4099;
-    let want = sums(DataType::F32, 9, 1, elements);
+    let want = reduced(DataType::F32, Reduction::Sum, 9, 1, elements);
     b.write(inputs[0], 0, &input(DataType::F32, 9, 0, elements))
         .unwrap();
     let in_place = window_ranks(&streams, &inputs, &inputs);
@@ -771,7 +782,7 @@ fn nccl_symmetric_window_all_reduce_sums_every_byte() {
         for dtype in DTYPES {
             for elements in [1, 7, 4097, (1 << 20) / dtype.size() - 3] {
                 round += 1;
-                let want = sums(dtype, round, count, elements);
+                let want = reduced(dtype, Reduction::Sum, round, count, elements);
                 write_inputs(dtype, round, elements);
                 poison(&outputs);
                 let ranks = window_ranks(&streams, &inputs, &outputs);
@@ -789,7 +800,7 @@ fn nccl_symmetric_window_all_reduce_sums_every_byte() {
         }
         // Captured once on every rank's stream, replayed three times into poisoned outputs.
         let elements = 65_537;
-        let want = sums(DataType::Bf16, 7, count, elements);
+        let want = reduced(DataType::Bf16, Reduction::Sum, 7, count, elements);
         write_inputs(DataType::Bf16, 7, elements);
         for &stream in &streams {
             b.begin_capture(stream).unwrap();
@@ -818,7 +829,7 @@ fn nccl_symmetric_window_all_reduce_sums_every_byte() {
         nccl.window_all_reduce(comm, DataType::F32, &in_place, 4099 * 4)
             .unwrap();
         wait();
-        let want = sums(DataType::F32, 8, count, 4099);
+        let want = reduced(DataType::F32, Reduction::Sum, 8, count, 4099);
         for (r, &buffer) in inputs.iter().enumerate() {
             let mut got = vec![0; want.len()];
             b.read(buffer, 0, &mut got).unwrap();

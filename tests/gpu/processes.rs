@@ -33,7 +33,7 @@ fn child_imports() {
 
 #[test]
 #[ignore = "needs a GPU"]
-fn group_all_reduce_sums_every_element_across_two_gpu_processes() {
+fn group_all_reduce_sums_and_averages_every_element_across_two_gpu_processes() {
     if gpu_count() < 2 {
         eprintln!("one GPU: the all-reduce across processes needs two");
         return;

@@ -1,11 +1,12 @@
 //! peerlink's all-reduce with one rank per process (`engine::all_reduce::GroupAllReduce`): this
 //! test binary runs one of its own tests again as each rank, with torchrun's variables, and each rank sums small
-//! whole numbers by the cost model's pick and by every kernel that takes the size, in memory of its
+//! whole numbers (every other call averages them) by the cost model's pick and by every kernel that
+//! takes the size, in memory of its
 //! own and in symmetric memory (allocated by every rank together), each at an offset into its
 //! allocation; checks every element of its result, and that the bytes around it are untouched, in
 //! its own memory; and times a loop of each from Rust (GPU events on its stream). The simulator runs it in CI (tests/processes.rs), real GPUs in tests/gpu/processes.rs.
 
-use peerlink::backend::collective::{AllReduceKernel, BufferRange, DataType};
+use peerlink::backend::collective::{AllReduceKernel, BufferRange, DataType, Reduction};
 use peerlink::backend::{self, Backend, BufferId, Choice, Memory};
 use peerlink::engine::all_reduce::GroupAllReduce;
 use peerlink::engine::Fabric;
@@ -180,10 +181,15 @@ pub fn rank() {
                 .filter(|k| len <= k.max_len());
             for kernel in std::iter::once(None).chain(takers.map(Some)) {
                 call += 1;
+                // Every other call averages: the sum times the f32 1/world, rounded once.
+                let (op, scale) = match call % 2 {
+                    0 => (Reduction::Average, 1.0 / world as f32),
+                    _ => (Reduction::Sum, 1.0),
+                };
                 let run = |reduce: &mut GroupAllReduce| match kernel {
-                    None => reduce.all_reduce(range, stream, DataType::F32),
+                    None => reduce.all_reduce(range, stream, DataType::F32, op),
                     Some(k) => reduce
-                        .all_reduce_by(k, range, stream, DataType::F32)
+                        .all_reduce_by(k, range, stream, DataType::F32, op)
                         .map(|()| k),
                 };
                 // Timed first, on whatever the buffer holds; then checked on known inputs.
@@ -207,12 +213,12 @@ pub fn rank() {
                 let (before, rest) = out.split_at(OFFSET);
                 let (out, after) = rest.split_at(len);
                 let every: Vec<Vec<f32>> = (0..world).map(|r| values(r, call, elements)).collect();
-                let sum: Vec<f32> = (0..elements)
-                    .map(|i| every.iter().map(|v| v[i]).sum())
+                let want: Vec<f32> = (0..elements)
+                    .map(|i| every.iter().map(|v| v[i]).sum::<f32>() * scale)
                     .collect();
                 assert!(
-                    out == bytes_of(&sum),
-                    "rank {me}: {len} B in {memory} memory by {ran:?} is not the sum"
+                    out == bytes_of(&want),
+                    "rank {me}: {len} B in {memory} memory by {ran:?} is not the {op}"
                 );
                 assert!(
                     (before, after) == (&around.0[..], &around.1[..]),
@@ -223,7 +229,7 @@ pub fn rank() {
                 }
                 let how = if kernel.is_none() { "pick" } else { "by" };
                 println!(
-                    "CHECKED rank {me} {len} B {memory} memory {how} {} {us:.2} us/op",
+                    "CHECKED rank {me} {len} B {memory} memory {how} {} ({op}) {us:.2} us/op",
                     ran.name()
                 );
             }

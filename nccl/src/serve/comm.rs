@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use peerlink::backend::collective::{BufferRange, DataType};
+use peerlink::backend::collective::{BufferRange, DataType, Reduction};
 use peerlink::backend::{Backend, BufferId, StreamId};
 use peerlink::engine::all_reduce::{
     GroupAllReduce, LocalAllReduce, ProcessRanks, ThreadMeeting, ThreadRanks,
@@ -45,23 +45,25 @@ pub enum State {
     Served(Peers),
 }
 
-/// The all-reduce a communicator's lone calls go through, with the other ranks.
+/// The all-reduce a communicator's lone calls go through, with the other ranks (boxed: each is
+/// about a kilobyte, and a communicator holds one at most).
 pub enum Reduce {
-    Threads(GroupAllReduce<ThreadRanks>),
-    Processes(GroupAllReduce<ProcessRanks>),
+    Threads(Box<GroupAllReduce<ThreadRanks>>),
+    Processes(Box<GroupAllReduce<ProcessRanks>>),
 }
 
 impl Reduce {
-    /// Sums `range` with every rank's, queued on `stream`.
+    /// Reduces `range` with every rank's (`op`), queued on `stream`.
     pub fn all_reduce(
         &mut self,
         range: BufferRange,
         stream: StreamId,
         dtype: DataType,
+        op: Reduction,
     ) -> peerlink::Result<()> {
         match self {
-            Reduce::Threads(reduce) => reduce.all_reduce(range, stream, dtype).map(|_| ()),
-            Reduce::Processes(reduce) => reduce.all_reduce(range, stream, dtype).map(|_| ()),
+            Reduce::Threads(reduce) => reduce.all_reduce(range, stream, dtype, op).map(|_| ()),
+            Reduce::Processes(reduce) => reduce.all_reduce(range, stream, dtype, op).map(|_| ()),
         }
     }
 }
@@ -99,6 +101,14 @@ impl Comm {
             streams: HashMap::new(),
             last_stream: None,
             buffers: HashMap::new(),
+        }
+    }
+
+    /// Who this rank reduces with, where it is served; `None` to forward.
+    pub fn served_peers(&self) -> Option<Peers> {
+        match &self.state {
+            State::Served(peers) => Some(peers.clone()),
+            State::Pending | State::Forwarded(_) => None,
         }
     }
 

@@ -203,8 +203,7 @@ impl Server {
         }
         let peers: Vec<Peers> = guards
             .iter()
-            .zip(&calls)
-            .map(|(comm, call)| self.served_peers(comm, call))
+            .map(|comm| comm.served_peers())
             .collect::<Option<_>>()?;
         if let ([peers], [call]) = (&peers[..], &calls[..]) {
             let outcome = run_lone(backend, &mut guards[0], peers.clone(), call);

@@ -2,7 +2,7 @@
 //! and the dispatch, in safe Rust over the backend seam; the C layer ([`crate::ffi`]) calls in
 //! and gives the real NCCL as a [`Real`].
 //!
-//! - **What is served**: all-reduce, sum (and avg on one rank), of f32 and bf16, any count, in
+//! - **What is served**: all-reduce, sum and avg, of f32 and bf16, any count, in
 //!   place or not, on communicators whose ranks are on distinct GPUs of this host with P2P
 //!   between every two — all threads of this process (nccl-tests `-g N`), or each a process of
 //!   its own (torchrun) — or of one rank. Everything else is forwarded.
@@ -29,7 +29,7 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use peerlink::backend::collective::{BufferRange, DataType};
+use peerlink::backend::collective::{BufferRange, DataType, Reduction};
 use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
 use peerlink::engine::all_reduce::price::{pick, Placement};
 use peerlink::engine::all_reduce::{
@@ -84,6 +84,15 @@ impl AllReduce {
             NCCL_FLOAT32 => Some(DataType::F32),
             NCCL_BFLOAT16 => Some(DataType::Bf16),
             _ => None,
+        }
+    }
+
+    /// The reduction of a candidate (sum or average).
+    fn reduction(&self) -> Reduction {
+        if self.op == NCCL_AVG {
+            Reduction::Average
+        } else {
+            Reduction::Sum
         }
     }
 
@@ -245,18 +254,8 @@ impl Server {
         if matches!(comm.state, State::Pending) {
             self.set_up(backend, real, &mut [&mut comm], &[call.stream]);
         }
-        let peers = self.served_peers(&comm, call)?;
+        let peers = comm.served_peers()?;
         Some(self.result(call, run_lone(backend, &mut comm, peers, call)))
-    }
-
-    /// Where `comm` is served for `call`, who it sums with; `None` to forward.
-    fn served_peers(&self, comm: &Comm, call: &AllReduce) -> Option<Peers> {
-        match &comm.state {
-            // peerlink's kernels sum: an average over several ranks goes to NCCL.
-            State::Served(_) if call.op == NCCL_AVG && comm.ranks > 1 => None,
-            State::Served(peers) => Some(peers.clone()),
-            State::Pending | State::Forwarded(_) => None,
-        }
     }
 
     /// The result code of a served call, its failure said on stderr.
@@ -366,7 +365,7 @@ impl Server {
             Decision::ThisHost { gpus, port } => {
                 match meet_processes(backend, comm, gpus, (port, listener)) {
                     Ok(reduce) => {
-                        comm.reduce = Some(Reduce::Processes(reduce));
+                        comm.reduce = Some(Reduce::Processes(Box::new(reduce)));
                         State::Served(Peers::Processes)
                     }
                     Err(e) => State::Forwarded(format!("its ranks could not meet ({e})")),
@@ -518,7 +517,7 @@ fn run_lone(
             let model = CostModel::from_topology(backend.topology());
             let ranks = ThreadRanks::new(clique.meeting.clone(), comm.rank);
             let joined = GroupAllReduce::join(backend.clone(), ranks, model)?;
-            comm.reduce = Some(Reduce::Threads(joined));
+            comm.reduce = Some(Reduce::Threads(Box::new(joined)));
         }
         _ => {}
     }
@@ -530,7 +529,7 @@ fn run_lone(
         offset: 0,
         len,
     };
-    reduce.all_reduce(range, stream, dtype)
+    reduce.all_reduce(range, stream, dtype, call.reduction())
 }
 
 /// Rank `comm.rank` of ranks that are each a process of this host meets the others (rank 0 at
@@ -592,7 +591,9 @@ fn run_clique(
         .local
         .lock()
         .map_err(|_| peerlink::Error::Group("a thread panicked in an all-reduce".into()))?;
-    local.all_reduce(&ranks, len, dtype).map(|_| ())
+    local
+        .all_reduce(&ranks, len, dtype, calls[0].reduction())
+        .map(|_| ())
 }
 
 #[cfg(test)]

@@ -98,16 +98,16 @@ impl Reduce {
     }
 }
 
-/// Sums of f32 and bf16 at each of `counts`, in place and not, through the library on `comm`
-/// (rank `rank` of `ranks`, on GPU `rank`), every element checked.
-pub fn sum_at_counts(rank: usize, ranks: usize, comm: ncclComm_t, counts: &[usize]) {
+/// All-reduces (`op`: sum or average) of f32 and bf16 at each of `counts`, in place and not,
+/// through the library on `comm` (rank `rank` of `ranks`, on GPU `rank`), every element checked.
+pub fn reduce_at_counts(rank: usize, ranks: usize, comm: ncclComm_t, op: c_int, counts: &[usize]) {
     let everyone: Vec<usize> = (0..ranks).collect();
     for dtype in [F32, BF16] {
         for &count in counts {
             for in_place in [false, true] {
                 let reduce = Reduce {
                     dtype,
-                    op: SUM,
+                    op,
                     count,
                     in_place,
                 };

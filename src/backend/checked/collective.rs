@@ -9,7 +9,7 @@
 use super::{check_range, BufferEntry, Checked, State, Toucher};
 use crate::backend::collective::{
     AllReduceKernel, BufferRange, CommId, CommRank, DataType, PeerOp, PeerTransfer, Rank,
-    RankBuffers, UniqueId, WindowId, FLAG_BYTES, MAX_RANKS,
+    RankBuffers, Reduction, UniqueId, WindowId, FLAG_BYTES, MAX_RANKS,
 };
 use crate::backend::raw::{RawBackend, RawCollectives, RawProbes, RawRank, RawRankBuffers};
 use crate::backend::{first_overlap, BufferId, Collectives, Memory, Nccl, StreamId};
@@ -449,6 +449,7 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         ranks: &[Rank],
         flags: &[BufferId],
         len: usize,
@@ -532,13 +533,14 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
         let raw_ranks: Vec<RawRank<'_, I>> = resolved.iter().map(Resolved::raw).collect();
         let raw_flags: Vec<&I::Buffer> = raw_flags.iter().collect();
         self.raw
-            .all_reduce(kernel, dtype, &raw_ranks, &raw_flags, len)
+            .all_reduce(kernel, dtype, op, &raw_ranks, &raw_flags, len)
     }
 
     fn rank_all_reduce(
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         rank: usize,
         stream: StreamId,
         ranks: &[RankBuffers],
@@ -577,7 +579,7 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             )
             .collect();
         self.raw
-            .rank_all_reduce(kernel, dtype, rank, &raw_stream, &raw_ranks, len)
+            .rank_all_reduce(kernel, dtype, op, rank, &raw_stream, &raw_ranks, len)
     }
 
     fn busy(&self, stream: StreamId, duration_us: f64) -> Result<()> {

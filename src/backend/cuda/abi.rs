@@ -8,7 +8,7 @@
 use cudarc::driver::DeviceRepr;
 
 use crate::backend::collective::{
-    AllReduceKernel, DataType, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    AllReduceKernel, DataType, Reduction, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
 };
 
 /// All kernels, compiled as one program (latency.cu, collective.cu and resident.cu use spin.cu's
@@ -136,7 +136,7 @@ pub(super) fn entry_point(kernel: AllReduceKernel, dtype: DataType) -> &'static 
 /// One rank's kernel arguments, laid out as collective.cu's `AllReduceArgs` (passed by value).
 /// Unused rank slots are zero.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct AllReduceArgs {
     inputs: [u64; MAX_RANKS],
     outputs: [u64; MAX_RANKS],
@@ -145,10 +145,16 @@ pub(super) struct AllReduceArgs {
     timeout_ns: u64,
     rank: u32,
     ranks: u32,
+    /// What each f32 sum is multiplied by before its rounding (`Reduction::scale`).
+    scale: f32,
+    /// Zero: spells out the tail padding to the struct's 8-byte alignment, so every byte the
+    /// kernel receives is defined.
+    padding: u32,
 }
 
-/// Bytes of collective.cu's `AllReduceArgs`: three address arrays, two u64, two u32, no padding.
-pub(super) const ARGS_BYTES: usize = 3 * 8 * MAX_RANKS + 2 * 8 + 2 * 4;
+/// Bytes of collective.cu's `AllReduceArgs`: three address arrays, two u64, two u32, an f32 and
+/// a u32, no padding.
+pub(super) const ARGS_BYTES: usize = 3 * 8 * MAX_RANKS + 2 * 8 + 4 * 4;
 const _: () = assert!(std::mem::size_of::<AllReduceArgs>() == ARGS_BYTES);
 
 // SAFETY: plain `repr(C)` data with no padding, laid out as the kernels' argument (checked above
@@ -157,8 +163,14 @@ unsafe impl DeviceRepr for AllReduceArgs {}
 
 impl AllReduceArgs {
     /// The arguments shared by every rank (`rank` 0): the unified addresses of each rank's input,
-    /// output and flag block, in rank order, and the element count.
-    pub(super) fn shared(inputs: &[u64], outputs: &[u64], flags: &[u64], elements: u64) -> Self {
+    /// output and flag block, in rank order, the element count, and `op`'s scale over these ranks.
+    pub(super) fn shared(
+        inputs: &[u64],
+        outputs: &[u64],
+        flags: &[u64],
+        elements: u64,
+        op: Reduction,
+    ) -> Self {
         let table = |addresses: &[u64]| {
             let mut table = [0; MAX_RANKS];
             table[..addresses.len()].copy_from_slice(addresses);
@@ -172,6 +184,8 @@ impl AllReduceArgs {
             timeout_ns: PEER_TIMEOUT_NS,
             rank: 0,
             ranks: inputs.len() as u32,
+            scale: op.scale(inputs.len()),
+            padding: 0,
         }
     }
 
@@ -318,16 +332,26 @@ mod tests {
         assert_eq!(std::mem::offset_of!(AllReduceArgs, timeout_ns), 200);
         assert_eq!(std::mem::offset_of!(AllReduceArgs, rank), 208);
         assert_eq!(std::mem::offset_of!(AllReduceArgs, ranks), 212);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, scale), 216);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, padding), 220);
+        assert_eq!(std::mem::size_of::<AllReduceArgs>(), 224);
         assert!(SOURCE.contains(
             "    unsigned long long inputs[MAX_RANKS];\n    unsigned long long outputs[MAX_RANKS];\n    \
              unsigned long long flags[MAX_RANKS];\n    unsigned long long elements;\n    unsigned \
-             long long timeout_ns;\n    unsigned int rank;\n    unsigned int ranks;\n"
+             long long timeout_ns;\n    unsigned int rank;\n    unsigned int ranks;\n    float \
+             scale;\n    unsigned int padding;\n};"
         ));
     }
 
     #[test]
     fn every_rank_gets_the_same_tables_and_its_own_index() {
-        let shared = AllReduceArgs::shared(&[10, 20, 30], &[11, 21, 31], &[12, 22, 32], 7);
+        let shared = AllReduceArgs::shared(
+            &[10, 20, 30],
+            &[11, 21, 31],
+            &[12, 22, 32],
+            7,
+            Reduction::Average,
+        );
         let third = shared.for_rank(2);
         assert_eq!(third.rank, 2);
         assert_eq!(third.ranks, 3);
@@ -336,6 +360,16 @@ mod tests {
         assert_eq!(third.flags[..3], [12, 22, 32]);
         assert_eq!(third.elements, 7);
         assert_eq!(third.timeout_ns, 10_000_000_000);
+        assert_eq!(third.scale, 1.0 / 3.0);
+        assert_eq!(third.padding, 0);
+        let sum = AllReduceArgs::shared(
+            &[10, 20, 30],
+            &[11, 21, 31],
+            &[12, 22, 32],
+            7,
+            Reduction::Sum,
+        );
+        assert_eq!(sum.scale, 1.0, "a sum's factor is exactly one");
         assert_eq!(AllReduceArgs { rank: 0, ..third }, shared);
     }
 

@@ -9,7 +9,7 @@ use super::abi::{
     PEER_TIMEOUT_NS,
 };
 use super::{Buffer, Gpus, Stream};
-use crate::backend::collective::{AllReduceKernel, DataType, PACKET_MAX_BYTES};
+use crate::backend::collective::{AllReduceKernel, DataType, Reduction, PACKET_MAX_BYTES};
 use crate::backend::{RawRank, RawRankBuffers};
 use crate::{Error, Result};
 
@@ -47,6 +47,7 @@ pub(super) fn all_reduce(
     gpus: &Gpus,
     kernel: AllReduceKernel,
     dtype: DataType,
+    op: Reduction,
     ranks: &[RawRank<'_, Gpus>],
     flags: &[&Arc<Buffer>],
     len: usize,
@@ -60,7 +61,8 @@ pub(super) fn all_reduce(
     let inputs: Vec<u64> = ranks.iter().map(|rank| rank.input.address()).collect();
     let outputs: Vec<u64> = ranks.iter().map(|rank| rank.output.address()).collect();
     let flags: Vec<u64> = flags.iter().map(|flag| flag.address()).collect();
-    let shared = AllReduceArgs::shared(&inputs, &outputs, &flags, (len / dtype.size()) as u64);
+    let elements = (len / dtype.size()) as u64;
+    let shared = AllReduceArgs::shared(&inputs, &outputs, &flags, elements, op);
     for (index, (rank, kernels)) in ranks.iter().zip(&kernels).enumerate() {
         let args = shared.for_rank(index);
         gpus.count(|c| &c.launches);
@@ -74,10 +76,12 @@ pub(super) fn all_reduce(
 /// Queues rank `rank`'s kernel on `stream`, over every rank's buffers (arguments as
 /// `RawCollectives::rank_all_reduce` promises): the other ranks' processes queue theirs, each
 /// sizing the grid as this one does, by the smallest of the ranks' GPUs.
+#[allow(clippy::too_many_arguments)] // as `RawCollectives::rank_all_reduce`
 pub(super) fn rank_all_reduce(
     gpus: &Gpus,
     kernel: AllReduceKernel,
     dtype: DataType,
+    op: Reduction,
     rank: usize,
     stream: &Stream,
     ranks: &[RawRankBuffers<'_, Gpus>],
@@ -92,8 +96,8 @@ pub(super) fn rank_all_reduce(
         .map(|r| at(r.output, r.output_offset))
         .collect();
     let flags: Vec<u64> = ranks.iter().map(|r| r.flags.address()).collect();
-    let args = AllReduceArgs::shared(&inputs, &outputs, &flags, (len / dtype.size()) as u64)
-        .for_rank(rank);
+    let elements = (len / dtype.size()) as u64;
+    let args = AllReduceArgs::shared(&inputs, &outputs, &flags, elements, op).for_rank(rank);
     gpus.count(|c| &c.launches);
     kernels.all_reduce(&stream.stream, kernel, dtype, &args, blocks)
 }

@@ -800,23 +800,25 @@ impl RawCollectives for Gpus {
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         ranks: &[RawRank<'_, Self>],
         flags: &[&Arc<Buffer>],
         len: usize,
     ) -> Result<()> {
-        collective::all_reduce(self, kernel, dtype, ranks, flags, len)
+        collective::all_reduce(self, kernel, dtype, op, ranks, flags, len)
     }
 
     fn rank_all_reduce(
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         rank: usize,
         stream: &Arc<Stream>,
         ranks: &[RawRankBuffers<'_, Self>],
         len: usize,
     ) -> Result<()> {
-        collective::rank_all_reduce(self, kernel, dtype, rank, stream, ranks, len)
+        collective::rank_all_reduce(self, kernel, dtype, op, rank, stream, ranks, len)
     }
 
     fn busy(&self, stream: &Arc<Stream>, duration_us: f64) -> Result<()> {
@@ -924,6 +926,6 @@ fn until_done_or_stopped(mut done: impl FnMut() -> Result<bool>) -> Result<()> {
 }
 
 use crate::backend::collective::{
-    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, UniqueId,
+    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, Reduction, UniqueId,
 };
 use crate::backend::{RawCollectives, RawRank, RawRankBuffers};

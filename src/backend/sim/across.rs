@@ -20,7 +20,7 @@ use super::scheduler::{Collective, Work};
 use super::sharing::{max_min_rates, Demand};
 use super::{reduce, Simulator, Stream};
 use crate::backend::collective::{
-    AllReduceKernel, DataType, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    AllReduceKernel, DataType, Reduction, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
 };
 use crate::backend::{RawBackend, RawRankBuffers};
 use crate::{Error, Result};
@@ -41,10 +41,12 @@ const _: () = assert!(PACKETS_AT + MAX_RANKS * PACKET_MAX_BYTES <= FLAG_BYTES);
 
 impl Simulator {
     /// `RawCollectives::rank_all_reduce` on the simulator (see the module's introduction).
+    #[allow(clippy::too_many_arguments)] // as `RawCollectives::rank_all_reduce`
     pub(super) fn part_across_processes(
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         rank: usize,
         stream: &Stream,
         ranks: &[RawRankBuffers<'_, Self>],
@@ -83,7 +85,7 @@ impl Simulator {
         };
         self.meet(&flags, rank, READ_AT, call, "read the inputs of")?;
         let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-        let sum = reduce::sum(dtype, &views);
+        let sum = reduce::reduce(dtype, op, &views);
         let plans: Vec<RankPlan> = ranks
             .iter()
             .map(|r| RankPlan {
@@ -92,7 +94,7 @@ impl Simulator {
                 output: *r.output,
             })
             .collect();
-        let part = collective::all_reduce(&self.links, kernel, dtype, &plans, &flags, len);
+        let part = collective::all_reduce(&self.links, kernel, dtype, op, &plans, &flags, len);
         let work = Work::Busy {
             setup_us: self.costs().kernel_setup_us,
             duration_us: part_alone_us(&self.links, &part, rank),

@@ -9,7 +9,7 @@
 use super::links::{Chain, LinkModel, Place};
 use super::memory::Key;
 use super::scheduler::{Collective, PlannedFlow, Results, Venue};
-use crate::backend::collective::{AllReduceKernel, DataType};
+use crate::backend::collective::{AllReduceKernel, DataType, Reduction};
 
 /// One rank of a collective, as the simulator plans it: its GPU and buffers.
 pub(super) struct RankPlan {
@@ -18,7 +18,7 @@ pub(super) struct RankPlan {
     pub output: Key,
 }
 
-/// peerlink's all-reduce of `len` bytes over `ranks` (at least two, distinct GPUs with P2P).
+/// peerlink's all-reduce (`op`) of `len` bytes over `ranks` (at least two, distinct GPUs with P2P).
 ///
 /// The fixed costs: a flag exchange before the data moves and one after (the slowest pair's
 /// one-way signal each), one remote load's round trip before the first bytes arrive, and for
@@ -34,6 +34,7 @@ pub(super) fn all_reduce(
     links: &LinkModel,
     kernel: AllReduceKernel,
     dtype: DataType,
+    op: Reduction,
     ranks: &[RankPlan],
     flags: &[Key],
     len: usize,
@@ -93,8 +94,9 @@ pub(super) fn all_reduce(
         ranks: n,
         flows,
         tail_us,
-        results: Results::Sum {
+        results: Results::Reduced {
             dtype,
+            op,
             inputs: ranks.iter().map(|r| r.input).collect(),
             outputs: ranks.iter().map(|r| r.output).collect(),
             len,

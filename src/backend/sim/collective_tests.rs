@@ -2,7 +2,7 @@
 //! cost model's shape.
 
 use super::*;
-use crate::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
+use crate::backend::collective::{AllReduceKernel, DataType, Rank, Reduction, FLAG_BYTES};
 use crate::backend::{Backend, BufferId, StreamId};
 
 const MIB: usize = 1 << 20;
@@ -84,9 +84,9 @@ impl Setup {
             .collect()
     }
 
-    fn all_reduce(&self, sim: &SimBackend, kernel: AllReduceKernel) {
+    fn all_reduce(&self, sim: &SimBackend, kernel: AllReduceKernel, op: Reduction) {
         sim.collectives()
-            .all_reduce(kernel, self.dtype, &self.ranks(), &self.flags, self.len)
+            .all_reduce(kernel, self.dtype, op, &self.ranks(), &self.flags, self.len)
             .unwrap();
     }
 
@@ -96,21 +96,25 @@ impl Setup {
         }
     }
 
-    /// The sum every output must hold, added on the host.
-    fn want(&self) -> Vec<u8> {
+    /// What every output must hold, computed on the host: the sum, or the exact mean (the tests
+    /// average over a power of two of ranks, so sum / ranks is exact in f32 and bf16).
+    fn want(&self, op: Reduction) -> Vec<u8> {
         let n = self.devices.len();
         let elements = self.len / self.dtype.size();
         let sums = (0..elements).map(|e| (0..n).map(|r| value(r, e)).sum::<f32>());
-        encode(self.dtype, sums)
+        match op {
+            Reduction::Sum => encode(self.dtype, sums),
+            Reduction::Average => encode(self.dtype, sums.map(|s| s / n as f32)),
+        }
     }
 
-    fn check_outputs(&self, sim: &SimBackend) {
-        let want = self.want();
+    fn check_outputs(&self, sim: &SimBackend, op: Reduction) {
+        let want = self.want(op);
         for (r, &output) in self.outputs.iter().enumerate() {
             let mut got = vec![0; self.len];
             sim.read(output, 0, &mut got).unwrap();
             if let Some(at) = (0..self.len).find(|&i| got[i] != want[i]) {
-                panic!("rank {r}'s output differs from the host's sum first at byte {at}");
+                panic!("rank {r}'s output differs from the host's {op} first at byte {at}");
             }
         }
     }
@@ -120,7 +124,7 @@ impl Setup {
         let first = self.streams[0];
         let gate = sim.hold(first).unwrap();
         let start = sim.record(first).unwrap();
-        self.all_reduce(sim, kernel);
+        self.all_reduce(sim, kernel, Reduction::Sum);
         let end = sim.record(first).unwrap();
         sim.release(gate).unwrap();
         self.synchronize(sim);
@@ -138,13 +142,31 @@ fn all_reduce_writes_the_exact_sum_into_every_output() {
             for devices in [&[0, 1][..], &[3, 0, 5], &[0, 1, 2, 3, 4, 5, 6, 7]] {
                 // Odd element counts leave the two-shot slices uneven.
                 let setup = Setup::new(&sim, devices, dtype, 1001 * dtype.size());
-                setup.all_reduce(&sim, kernel);
+                setup.all_reduce(&sim, kernel, Reduction::Sum);
                 setup.synchronize(&sim);
-                setup.check_outputs(&sim);
+                setup.check_outputs(&sim, Reduction::Sum);
                 let mut input = vec![0; setup.len];
                 sim.read(setup.inputs[0], 0, &mut input).unwrap();
                 let first = encode(dtype, (0..1001).map(|e| value(0, e)));
                 assert_eq!(input, first, "the inputs are left as they were");
+            }
+        }
+    }
+}
+
+#[test]
+fn all_reduce_writes_the_exact_mean_into_every_output_over_2_4_and_8_ranks() {
+    let sim = SimBackend::open("dgx-h100").unwrap();
+    for dtype in [DataType::F32, DataType::Bf16] {
+        for kernel in KERNELS {
+            for devices in [&[0, 1][..], &[3, 0, 5, 6], &[0, 1, 2, 3, 4, 5, 6, 7]] {
+                // Odd counts: one element, uneven two-shot slices, a bf16 half word at the end.
+                for elements in [1, 7, 1001] {
+                    let setup = Setup::new(&sim, devices, dtype, elements * dtype.size());
+                    setup.all_reduce(&sim, kernel, Reduction::Average);
+                    setup.synchronize(&sim);
+                    setup.check_outputs(&sim, Reduction::Average);
+                }
             }
         }
     }
@@ -216,17 +238,17 @@ fn fifty_calls_on_the_same_flags_each_meet_their_own_partners() {
     let setup = Setup::new(&sim, &[0, 1, 2, 3], DataType::Bf16, 4096);
     // Ranks issue from different host times; each call still meets its own counterparts.
     for i in 0..50 {
-        setup.all_reduce(&sim, KERNELS[i % KERNELS.len()]);
+        setup.all_reduce(&sim, KERNELS[i % KERNELS.len()], Reduction::Sum);
     }
     setup.synchronize(&sim);
-    setup.check_outputs(&sim);
+    setup.check_outputs(&sim, Reduction::Sum);
     let single = Setup::new(&sim, &[0, 1, 2, 3], DataType::Bf16, 4096);
     let one_call = single.timed(&sim, AllReduceKernel::OneShot);
     let first = setup.streams[0];
     let gate = sim.hold(first).unwrap();
     let start = sim.record(first).unwrap();
     for _ in 0..50 {
-        setup.all_reduce(&sim, AllReduceKernel::OneShot);
+        setup.all_reduce(&sim, AllReduceKernel::OneShot, Reduction::Sum);
     }
     let end = sim.record(first).unwrap();
     sim.release(gate).unwrap();
@@ -249,7 +271,7 @@ fn a_captured_all_reduce_replays_with_a_graph_nodes_overhead() {
     for &s in &setup.streams {
         sim.begin_capture(s).unwrap();
     }
-    setup.all_reduce(&sim, AllReduceKernel::OneShot);
+    setup.all_reduce(&sim, AllReduceKernel::OneShot, Reduction::Sum);
     let graphs: Vec<_> = setup
         .streams
         .iter()
@@ -269,7 +291,7 @@ fn a_captured_all_reduce_replays_with_a_graph_nodes_overhead() {
     let end = sim.record(first).unwrap();
     sim.release(gate).unwrap();
     setup.synchronize(&sim);
-    setup.check_outputs(&sim);
+    setup.check_outputs(&sim, Reduction::Sum);
     let replayed = sim.elapsed_us(start, end).unwrap();
     let costs = &sim.preset().costs;
     let saved = costs.kernel_setup_us - costs.graph_node_us;
@@ -285,7 +307,7 @@ fn a_rank_whose_partners_never_come_hangs_as_a_gpu_would() {
     let setup = Setup::new(&sim, &[0, 1], DataType::F32, 64);
     sim.begin_capture(setup.streams[0]).unwrap();
     sim.begin_capture(setup.streams[1]).unwrap();
-    setup.all_reduce(&sim, AllReduceKernel::OneShot);
+    setup.all_reduce(&sim, AllReduceKernel::OneShot, Reduction::Sum);
     let graph = sim.end_capture(setup.streams[0]).unwrap();
     sim.end_capture(setup.streams[1]).unwrap();
     // Only rank 0's graph is replayed: its kernel waits for rank 1's forever.
@@ -361,8 +383,8 @@ fn nccl_all_reduce_writes_the_exact_sum_in_place_and_out_of_place() {
         for dtype in [DataType::F32, DataType::Bf16] {
             let setup = Setup::new(&sim, devices, dtype, 4099 * dtype.size());
             setup.nccl_all_reduce(&sim, false);
-            setup.check_outputs(&sim);
-            let want = setup.want();
+            setup.check_outputs(&sim, Reduction::Sum);
+            let want = setup.want(Reduction::Sum);
             setup.nccl_all_reduce(&sim, true);
             for (r, &input) in setup.inputs.iter().enumerate() {
                 let mut got = vec![0; setup.len];
@@ -501,7 +523,7 @@ fn nccl_across_hosts_sums_every_byte_and_pays_the_network_steps() {
         let devices: Vec<usize> = (0..ranks).collect();
         let setup = Setup::new(&sim, &devices, DataType::F32, 4099 * 4);
         setup.nccl_all_reduce(&sim, false);
-        setup.check_outputs(&sim);
+        setup.check_outputs(&sim, Reduction::Sum);
     }
     // 8 bytes over two hosts of eight: LL's base, 28 steps over NVLink and 2 through the network,
     // each NET's 2.7 µs and the network's 1.5 µs (every crossing stays on its rail).

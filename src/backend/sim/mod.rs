@@ -913,6 +913,7 @@ impl RawCollectives for Simulator {
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         ranks: &[RawRank<'_, Self>],
         flags: &[&Key],
         len: usize,
@@ -926,7 +927,7 @@ impl RawCollectives for Simulator {
             })
             .collect();
         let flags: Vec<Key> = flags.iter().map(|&&k| k).collect();
-        let work = collective::all_reduce(&self.links, kernel, dtype, &plans, &flags, len);
+        let work = collective::all_reduce(&self.links, kernel, dtype, op, &plans, &flags, len);
         let streams: Vec<&Stream> = ranks.iter().map(|r| r.stream).collect();
         self.submit_parts(&streams, work);
         Ok(())
@@ -936,12 +937,13 @@ impl RawCollectives for Simulator {
         &self,
         kernel: AllReduceKernel,
         dtype: DataType,
+        op: Reduction,
         rank: usize,
         stream: &Stream,
         ranks: &[RawRankBuffers<'_, Self>],
         len: usize,
     ) -> Result<()> {
-        self.part_across_processes(kernel, dtype, rank, stream, ranks, len)
+        self.part_across_processes(kernel, dtype, op, rank, stream, ranks, len)
     }
 
     fn busy(&self, stream: &Stream, duration_us: f64) -> Result<()> {
@@ -1040,6 +1042,6 @@ fn at(location: Location) -> Place {
 }
 
 use crate::backend::collective::{
-    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, UniqueId,
+    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, Reduction, UniqueId,
 };
 use crate::backend::{RawCollectives, RawRank, RawRankBuffers};

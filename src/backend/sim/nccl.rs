@@ -16,7 +16,7 @@
 use super::links::{LinkModel, Path};
 use super::memory::Key;
 use super::scheduler::{Collective, PlannedFlow, Results, Venue};
-use crate::backend::collective::{DataType, PeerTransfer};
+use crate::backend::collective::{DataType, PeerTransfer, Reduction};
 use crate::backend::BufferCopy;
 
 /// What `Nccl::describe` says of the model.
@@ -386,8 +386,9 @@ pub(super) fn all_reduce(
         ranks: n,
         flows,
         tail_us: 0.0,
-        results: Results::Sum {
+        results: Results::Reduced {
             dtype,
+            op: Reduction::Sum,
             inputs: ranks.iter().map(|r| r.0).collect(),
             outputs: ranks.iter().map(|r| r.1).collect(),
             len,

@@ -13,7 +13,7 @@ use super::links::Path;
 use super::memory::{Key, Store};
 use super::reduce;
 use super::sharing::{max_min_rates, Demand};
-use crate::backend::collective::DataType;
+use crate::backend::collective::{DataType, Reduction};
 use crate::backend::BufferCopy;
 use crate::{Error, Result};
 use std::collections::{BTreeMap, VecDeque};
@@ -128,10 +128,11 @@ pub(super) struct PlannedFlow {
 /// What a collective writes.
 #[derive(Debug)]
 pub(super) enum Results {
-    /// Every rank's output receives the element-wise sum of every rank's input (`len` bytes of
-    /// each, as they were when the ranks met).
-    Sum {
+    /// Every rank's output receives the element-wise reduction (`op`) of every rank's input
+    /// (`len` bytes of each, as they were when the ranks met).
+    Reduced {
         dtype: DataType,
+        op: Reduction,
         inputs: Vec<Key>,
         outputs: Vec<Key>,
         len: usize,
@@ -145,7 +146,7 @@ impl Collective {
     fn buffers(&self) -> Vec<Key> {
         let mut buffers = self.scratch.clone();
         match &self.results {
-            Results::Sum {
+            Results::Reduced {
                 inputs, outputs, ..
             } => buffers.extend(inputs.iter().chain(outputs)),
             Results::Copies(copies) => {
@@ -721,15 +722,16 @@ impl Scheduler {
                 .push(Flow::new(f.path.clone(), f.bytes, starts_at, holds));
         }
         match &c.results {
-            Results::Sum {
+            Results::Reduced {
                 dtype,
+                op,
                 inputs,
                 outputs,
                 len,
             } => {
                 let inputs: Vec<_> = inputs.iter().map(|&k| store.bytes(k, 0, *len)).collect();
                 let inputs: Vec<&[u8]> = inputs.iter().map(|bytes| &bytes[..]).collect();
-                let sum = Arc::new(reduce::sum(*dtype, &inputs));
+                let sum = Arc::new(reduce::reduce(*dtype, *op, &inputs));
                 for (&s, &output) in members.iter().zip(outputs) {
                     let bytes = Arc::clone(&sum);
                     self.running(s).writes.push(Write::Bytes {

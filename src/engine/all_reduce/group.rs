@@ -22,7 +22,9 @@
 use super::buffers::{zeroed, CallOrder};
 use super::exchange::{agreed_by, RankExchange};
 use super::price::{pick, Picks, Placement};
-use crate::backend::collective::{AllReduceKernel, BufferRange, DataType, RankBuffers, FLAG_BYTES};
+use crate::backend::collective::{
+    AllReduceKernel, BufferRange, DataType, RankBuffers, Reduction, FLAG_BYTES,
+};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
 use crate::launch::Group;
 use crate::model::CostModel;
@@ -170,10 +172,10 @@ impl<G: RankExchange> GroupAllReduce<G> {
         })
     }
 
-    /// Sums every rank's `range` (`len` bytes of `dtype` from its offset, device memory of this
-    /// rank's GPU: allocated, symmetric, or another library's, borrowed) element-wise into each of
-    /// them, queued on `stream` (this rank's GPU) after the work queued there so far; later work
-    /// there sees the sum. Returns the kernel the cost model picked. Where one rank's range is
+    /// Reduces every rank's `range` (`len` bytes of `dtype` from its offset, device memory of this
+    /// rank's GPU: allocated, symmetric, or another library's, borrowed) element-wise by `op` into
+    /// each of them, queued on `stream` (this rank's GPU) after the work queued there so far; later
+    /// work there sees the result. Returns the kernel the cost model picked. Where one rank's range is
     /// symmetric memory, every rank's must be, at the same offset. The host does not wait, except
     /// when the shared buffers grow (every rank at the same call, a group exchange).
     pub fn all_reduce(
@@ -181,10 +183,11 @@ impl<G: RankExchange> GroupAllReduce<G> {
         range: BufferRange,
         stream: StreamId,
         dtype: DataType,
+        op: Reduction,
     ) -> Result<AllReduceKernel> {
         let symmetric = self.symmetric_of(range.buffer);
         let kernel = self.kernel(range.len, placement(symmetric))?;
-        self.reduce(kernel, range, symmetric, stream, dtype)?;
+        self.reduce(kernel, range, symmetric, stream, (dtype, op))?;
         Ok(kernel)
     }
 
@@ -196,9 +199,10 @@ impl<G: RankExchange> GroupAllReduce<G> {
         range: BufferRange,
         stream: StreamId,
         dtype: DataType,
+        op: Reduction,
     ) -> Result<()> {
         let symmetric = self.symmetric_of(range.buffer);
-        self.reduce(kernel, range, symmetric, stream, dtype)
+        self.reduce(kernel, range, symmetric, stream, (dtype, op))
     }
 
     /// The call of `kernel` over `range`, which is this rank's part of symmetric allocation
@@ -209,7 +213,7 @@ impl<G: RankExchange> GroupAllReduce<G> {
         range: BufferRange,
         symmetric: Option<usize>,
         stream: StreamId,
-        dtype: DataType,
+        (dtype, op): (DataType, Reduction),
     ) -> Result<()> {
         let len = range.len;
         // Checked before the shared buffers grow for it (the kernel's own checks come after).
@@ -244,7 +248,7 @@ impl<G: RankExchange> GroupAllReduce<G> {
         let ranks = self.rank_buffers(kernel, range, symmetric);
         backend
             .collectives()
-            .rank_all_reduce(kernel, dtype, me, stream, &ranks, len)?;
+            .rank_all_reduce(kernel, dtype, op, me, stream, &ranks, len)?;
         if copies > 1 {
             let copy_out = BufferCopy {
                 src: mine,

@@ -2,7 +2,7 @@
 
 use super::buffers::{zeroed, CallOrder, Scratch};
 use super::price::{Picks, Placement};
-use crate::backend::collective::{AllReduceKernel, DataType, Rank, FLAG_BYTES};
+use crate::backend::collective::{AllReduceKernel, DataType, Rank, Reduction, FLAG_BYTES};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Owned, StreamId};
 use crate::model::CostModel;
 use crate::{Error, Result};
@@ -20,7 +20,7 @@ pub struct LocalRank {
     pub output: BufferId,
 }
 
-/// peerlink's all-reduce (sum) over GPUs of one process: what every call works through — each
+/// peerlink's all-reduce (sum or average) over GPUs of one process: what every call works through — each
 /// list of GPUs' flag blocks, the cost model's picks, a scratch buffer per GPU for inputs a
 /// kernel cannot reduce in place, and the order of calls that share them — kept from call to
 /// call.
@@ -51,9 +51,9 @@ impl LocalAllReduce {
         }
     }
 
-    /// Sums every rank's input (`len` bytes of `dtype`) element-wise into every rank's output,
-    /// queued on each rank's stream after the work queued there so far; later work there sees
-    /// the sum. Returns the kernel the cost model picked: for a sum in place (a rank's input is
+    /// Reduces every rank's input (`len` bytes of `dtype`) element-wise by `op` into every rank's
+    /// output, queued on each rank's stream after the work queued there so far; later work there
+    /// sees the result. Returns the kernel the cost model picked: for a sum in place (a rank's input is
     /// its output) a kernel that cannot reduce in place first copies the input aside, and the
     /// pick prices that copy. The host does not wait.
     pub fn all_reduce(
@@ -61,6 +61,7 @@ impl LocalAllReduce {
         ranks: &[LocalRank],
         len: usize,
         dtype: DataType,
+        op: Reduction,
     ) -> Result<AllReduceKernel> {
         let devices = devices_of(ranks);
         let placed = if ranks.iter().any(|r| r.input == r.output) {
@@ -69,7 +70,7 @@ impl LocalAllReduce {
             Placement::Beside
         };
         let kernel = self.kernel(&devices, len, dtype, placed)?;
-        self.queue(kernel, ranks, &devices, len, dtype)?;
+        self.queue(kernel, ranks, &devices, len, (dtype, op))?;
         Ok(kernel)
     }
 
@@ -81,10 +82,11 @@ impl LocalAllReduce {
         ranks: &[LocalRank],
         len: usize,
         dtype: DataType,
+        op: Reduction,
     ) -> Result<()> {
         let devices = devices_of(ranks);
         self.check(&devices, len, dtype)?;
-        self.queue(kernel, ranks, &devices, len, dtype)
+        self.queue(kernel, ranks, &devices, len, (dtype, op))
     }
 
     /// Waits for the calls queued, then frees the flag blocks and scratch buffers (a later call
@@ -168,7 +170,7 @@ impl LocalAllReduce {
         ranks: &[LocalRank],
         devices: &[usize],
         len: usize,
-        dtype: DataType,
+        (dtype, op): (DataType, Reduction),
     ) -> Result<()> {
         let flags = self.flags(devices)?;
         let backend = self.backend.as_ref();
@@ -191,7 +193,7 @@ impl LocalAllReduce {
         }
         backend
             .collectives()
-            .all_reduce(kernel, dtype, &queued, &flags, len)
+            .all_reduce(kernel, dtype, op, &queued, &flags, len)
     }
 
     /// The flag blocks of the all-reduce over `devices` (made and zeroed at first use), with peer

@@ -1,13 +1,14 @@
-//! peerlink's all-reduce (sum), the one home every caller uses (the `workload` verb, the Python
-//! extension, an NCCL-API library): its cost model and the pick among its kernels ([`price`]),
-//! and the calls — within one process over several GPUs ([`LocalAllReduce`]), and with one rank
-//! per process ([`GroupAllReduce`]) — with what they work through: flag blocks, the picks kept,
-//! scratch or shared buffers, the in-place rules and the order of calls.
+//! peerlink's all-reduce (sum or average), the one home every caller uses (the `workload` verb,
+//! the Python extension, an NCCL-API library): its cost model and the pick among its kernels
+//! ([`price`]), and the calls — within one process over several GPUs ([`LocalAllReduce`]), and
+//! with one rank per process ([`GroupAllReduce`]) — with what they work through: flag blocks, the
+//! picks kept, scratch or shared buffers, the in-place rules and the order of calls.
 //!
 //! A caller gives each rank's memory (buffers, or a range of them across processes), the element
-//! type and the stream to order on, and gets the sum queued there and the kernel picked; the
-//! kernels sum, the one operation they do. `backend::collective` queues a kernel; this module
-//! decides which, and prepares what it reads.
+//! type, the [`Reduction`](crate::backend::collective::Reduction) and the stream to order on, and
+//! gets the result queued there and the kernel picked; the kernels sum, and scale each sum once
+//! for an average. `backend::collective` queues a kernel; this module decides which, and prepares
+//! what it reads.
 
 mod buffers;
 mod exchange;
