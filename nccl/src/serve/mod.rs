@@ -140,7 +140,7 @@ impl Server {
                  measurement of this host to compare NCCL against, so every call is forwarded",
                 table::TABLE_VARIABLE
             )),
-            (Some(path), Serve::Auto) => Table::read(path).map_err(|why| {
+            (Some(path), Serve::Auto) => Table::read(path, switches.sim.is_some()).map_err(|why| {
                 format!("{}: {why}; every call is forwarded", table::TABLE_VARIABLE)
             }),
         };

@@ -23,18 +23,27 @@ struct Times {
 }
 
 impl Table {
-    /// Reads the document at `path`; one sentence where it cannot be read or holds no size with
-    /// both peerlink's pick and NCCL measured.
-    pub fn read(path: &Path) -> Result<Table, String> {
+    /// Reads the document at `path`; one sentence where it cannot be read, holds no size with
+    /// both peerlink's pick and NCCL measured, or is the simulator's where the library serves on
+    /// GPUs (`on_simulator` false).
+    pub fn read(path: &Path, on_simulator: bool) -> Result<Table, String> {
         let text =
             peerlink::files::read_text(path).map_err(|why| format!("{}: {why}", path.display()))?;
-        Table::parse(&text).map_err(|why| format!("{} {why}", path.display()))
+        Table::parse(&text, on_simulator).map_err(|why| format!("{} {why}", path.display()))
     }
 
     /// The table in a workload document's text.
-    pub fn parse(text: &str) -> Result<Table, String> {
+    pub fn parse(text: &str, on_simulator: bool) -> Result<Table, String> {
         let document: serde_json::Value =
             serde_json::from_str(text).map_err(|e| format!("is not a JSON document ({e})"))?;
+        let simulated = document.get("simulated").and_then(|s| s.as_bool()) == Some(true);
+        if simulated && !on_simulator {
+            return Err(
+                "is the simulator's (\"simulated\": true), not a measurement of this host's \
+                 GPUs: name one `peerlink --gpu workload all-reduce --json` wrote here"
+                    .into(),
+            );
+        }
         let rows = document
             .get("rows")
             .and_then(|rows| rows.as_array())
@@ -119,7 +128,7 @@ mod tests {
             row("peerlink", 1 << 20, 1.0),
         ]
         .join(",");
-        let table = Table::parse(&format!(r#"{{"rows":[{rows}]}}"#)).unwrap();
+        let table = Table::parse(&format!(r#"{{"rows":[{rows}]}}"#), false).unwrap();
         assert_eq!(table.len(), 2);
         // The symmetric contender won at 1 KiB: NCCL's best is what counts.
         assert!(!table.peerlink_faster("f32", 1024));
@@ -132,12 +141,25 @@ mod tests {
     #[test]
     fn a_document_without_both_sides_is_refused_in_a_sentence() {
         let only = format!(r#"{{"rows":[{}]}}"#, row("nccl", 4, 1.0));
-        assert!(Table::parse(&only)
+        assert!(Table::parse(&only, false)
             .unwrap_err()
             .contains("holds no all-reduce size"));
-        assert!(Table::parse("[]").unwrap_err().contains("has no rows"));
-        assert!(Table::parse("{")
+        assert!(Table::parse("[]", false)
+            .unwrap_err()
+            .contains("has no rows"));
+        assert!(Table::parse("{", false)
             .unwrap_err()
             .contains("not a JSON document"));
+    }
+
+    #[test]
+    fn the_simulators_document_decides_only_on_the_simulator() {
+        let rows = [row("peerlink-pick", 4, 1.0), row("nccl", 4, 2.0)].join(",");
+        let simulated = format!(r#"{{"simulated":true,"rows":[{rows}]}}"#);
+        let why = Table::parse(&simulated, false).unwrap_err();
+        assert!(why.contains("is the simulator's"), "{why}");
+        assert!(Table::parse(&simulated, true)
+            .unwrap()
+            .peerlink_faster("f32", 4));
     }
 }
