@@ -1,4 +1,4 @@
-// peerlink's all-reduce (sum or average) over 2 to MAX_RANKS GPUs, f32 and bf16, and the busy
+// peerlink's all-reduce (sum or average) over 2 to MAX_RANKS GPUs, f32, bf16 and f16, and the busy
 // kernel that stands in for a model's compute. Relies on global_timer_ns() from spin.cu (one
 // program).
 //
@@ -138,24 +138,18 @@ struct F32 {
     }
 };
 
-// bf16 elements: the upper half of an f32. Sums are kept in f32 and rounded once, to nearest even.
-struct Bf16 {
+// 16-bit elements, two to a 32-bit word (the first in its low half: little-endian memory order),
+// each widened to f32 and rounded back by `Half`. Sums are kept in f32 and rounded once.
+template <typename Half>
+struct Halves {
     typedef unsigned short Bits;
-    static __device__ __forceinline__ unsigned int round(float value) {
-        const unsigned int bits = __float_as_uint(value);
-        if ((bits & 0x7fffffffu) > 0x7f800000u) {
-            return (bits >> 16) | 0x0040u; // a NaN stays a (quiet) NaN
-        }
-        return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    }
-    // Two elements of one 32-bit word, the first in its low half (little-endian memory order).
     static constexpr unsigned int PER_WORD = 2;
     static __device__ __forceinline__ void unpack_word(unsigned int word, float *values) {
-        values[0] = __uint_as_float(word << 16);
-        values[1] = __uint_as_float(word & 0xffff0000u);
+        values[0] = Half::widen(word & 0xffffu);
+        values[1] = Half::widen(word >> 16);
     }
     static __device__ __forceinline__ unsigned int pack_word(const float *values) {
-        return round(values[0]) | (round(values[1]) << 16);
+        return Half::round(values[0]) | (Half::round(values[1]) << 16);
     }
     static __device__ __forceinline__ void unpack(uint4 item, float *values) {
         unpack_word(item.x, values);
@@ -164,7 +158,7 @@ struct Bf16 {
         unpack_word(item.w, values + 6);
     }
     static __device__ __forceinline__ void unpack(Bits item, float *values) {
-        values[0] = __uint_as_float((unsigned int)item << 16);
+        values[0] = Half::widen(item);
     }
     static __device__ __forceinline__ void pack(const float *values, uint4 *item) {
         item->x = pack_word(values);
@@ -173,9 +167,69 @@ struct Bf16 {
         item->w = pack_word(values + 6);
     }
     static __device__ __forceinline__ void pack(const float *values, Bits *item) {
-        *item = (Bits)round(values[0]);
+        *item = (Bits)Half::round(values[0]);
     }
 };
+
+// bf16: the upper half of an f32, rounded to nearest even.
+struct Bf16Half {
+    static __device__ __forceinline__ float widen(unsigned int half) {
+        return __uint_as_float(half << 16);
+    }
+    static __device__ __forceinline__ unsigned int round(float value) {
+        const unsigned int bits = __float_as_uint(value);
+        if ((bits & 0x7fffffffu) > 0x7f800000u) {
+            return (bits >> 16) | 0x0040u; // a NaN stays a (quiet) NaN
+        }
+        return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    }
+};
+
+// f16 (IEEE binary16), by hand as bf16 is (no cuda_fp16.h to include under NVRTC): rounded to
+// nearest even, subnormals kept, a magnitude of 65520 or more to infinity, a NaN stays a NaN.
+struct F16Half {
+    static __device__ __forceinline__ float widen(unsigned int half) {
+        const unsigned int sign = (half & 0x8000u) << 16;
+        const unsigned int exponent = (half >> 10) & 0x1fu;
+        const unsigned int mantissa = half & 0x3ffu;
+        if (exponent == 0x1fu) {
+            return __uint_as_float(sign | 0x7f800000u | (mantissa << 13)); // infinity, NaN
+        }
+        if (exponent == 0) {
+            // Zero or subnormal: mantissa × 2^-24, exact in f32.
+            const float magnitude = (float)mantissa * 5.9604644775390625e-8f;
+            return __uint_as_float(sign | __float_as_uint(magnitude));
+        }
+        return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+    }
+    static __device__ __forceinline__ unsigned int round(float value) {
+        const unsigned int bits = __float_as_uint(value);
+        const unsigned int sign = (bits >> 16) & 0x8000u;
+        const unsigned int magnitude = bits & 0x7fffffffu;
+        if (magnitude > 0x7f800000u) {
+            return sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu); // a NaN stays a (quiet) NaN
+        }
+        if (magnitude >= 0x477ff000u) {
+            return sign | 0x7c00u; // 65520 and up (ties to the even infinity), infinity
+        }
+        if (magnitude >= 0x38800000u) {
+            // Normal (2^-14 and up): rebias the exponent, round the 13 dropped bits to even.
+            return sign | ((magnitude - 0x38000000u + 0xfffu + ((magnitude >> 13) & 1u)) >> 13);
+        }
+        const unsigned int exponent = magnitude >> 23;
+        if (exponent < 102u) {
+            return sign; // below 2^-25, half the smallest subnormal: zero
+        }
+        // Subnormal: the 24-bit significand in units of 2^-24, rounded to even.
+        const unsigned int significand = (magnitude & 0x7fffffu) | 0x800000u;
+        const unsigned int shift = 126u - exponent; // 14 to 24
+        return sign | ((significand + (1u << (shift - 1)) - 1u + ((significand >> shift) & 1u)) >>
+                       shift);
+    }
+};
+
+typedef Halves<Bf16Half> Bf16;
+typedef Halves<F16Half> F16;
 
 // Multiplies each lane of a sum by the call's scale, once, before the rounding.
 template <unsigned int LANES>
@@ -371,6 +425,11 @@ extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOC
 }
 
 extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
+    all_reduce_one_shot_f16(const __grid_constant__ AllReduceArgs args) {
+    all_reduce<F16, false>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
     all_reduce_two_shot_f32(const __grid_constant__ AllReduceArgs args) {
     all_reduce<F32, true>(args);
 }
@@ -378,6 +437,11 @@ extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOC
 extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
     all_reduce_two_shot_bf16(const __grid_constant__ AllReduceArgs args) {
     all_reduce<Bf16, true>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
+    all_reduce_two_shot_f16(const __grid_constant__ AllReduceArgs args) {
+    all_reduce<F16, true>(args);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -393,9 +457,9 @@ extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOC
 //
 // Then every rank, for each word, spins until every peer's packet for that word in its OWN receive
 // area carries the current epoch, and sums the peers' data words with its own input word (read
-// locally) in rank order, as the other kernels do (f32 accumulation, times the scale, bf16 rounded
-// once; a word holds one f32 or two bf16; an odd bf16 count ends with a half word, loaded and
-// stored as 16 bits).
+// locally) in rank order, as the other kernels do (f32 accumulation, times the scale, 16-bit types
+// rounded once; a word holds one f32 or two 16-bit elements; an odd 16-bit count ends with a half
+// word, loaded and stored as 16 bits).
 //
 // Nobody reads a peer's input and nobody writes a peer's output, so no barrier is needed at either
 // end: the caller may change its input or read its output as soon as its own kernel is done.
@@ -458,7 +522,8 @@ __device__ __forceinline__ void all_reduce_packets(const AllReduceArgs &args) {
     const unsigned long long bytes = args.elements * sizeof(typename Element::Bits);
     const unsigned int word = blockIdx.x * ALL_REDUCE_THREADS + threadIdx.x;
     if ((unsigned long long)word * 4 < bytes) {
-        // The last word of an odd bf16 count holds one element: its upper half is not the buffer's.
+        // The last word of an odd 16-bit count holds one element: its upper half is not the
+        // buffer's.
         const bool whole = (unsigned long long)word * 4 + 4 <= bytes;
         const unsigned int mine =
             whole ? ((const unsigned int *)args.inputs[args.rank])[word]
@@ -517,6 +582,11 @@ extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOC
 extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
     all_reduce_one_shot_packets_bf16(const __grid_constant__ AllReduceArgs args) {
     all_reduce_packets<Bf16>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(ALL_REDUCE_THREADS, ALL_REDUCE_BLOCKS_PER_SM)
+    all_reduce_one_shot_packets_f16(const __grid_constant__ AllReduceArgs args) {
+    all_reduce_packets<F16>(args);
 }
 
 // Keeps its SM's warp scheduler busy for `duration_ns` of GPU time. Launched as one block of one

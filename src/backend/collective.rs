@@ -44,6 +44,8 @@ pub const FLAG_BYTES: usize = FLAG_AREA_BYTES + PACKET_AREA_BYTES;
 pub enum DataType {
     F32,
     Bf16,
+    // IEEE binary16, NCCL's ncclFloat16 (a plain comment keeps the schema one enum).
+    F16,
 }
 
 impl DataType {
@@ -51,7 +53,26 @@ impl DataType {
     pub fn size(self) -> usize {
         match self {
             DataType::F32 => 4,
-            DataType::Bf16 => 2,
+            DataType::Bf16 | DataType::F16 => 2,
+        }
+    }
+
+    /// One little-endian element (`self.size()` bytes) as f32, exactly.
+    pub fn to_f32(self, element: &[u8]) -> f32 {
+        match self {
+            DataType::F32 => f32_at(element),
+            DataType::Bf16 => f32::from_bits(u32::from(u16_at(element)) << 16),
+            DataType::F16 => f16_to_f32(u16_at(element)),
+        }
+    }
+
+    /// Appends `x` rounded to one little-endian element, to nearest, ties to even, as the
+    /// kernels round (kernels/collective.cu's `Bf16Half::round` and `F16Half::round`).
+    pub fn push_rounded(self, x: f32, out: &mut Vec<u8>) {
+        match self {
+            DataType::F32 => out.extend_from_slice(&x.to_le_bytes()),
+            DataType::Bf16 => out.extend_from_slice(&bf16_from_f32(x).to_le_bytes()),
+            DataType::F16 => out.extend_from_slice(&f16_from_f32(x).to_le_bytes()),
         }
     }
 
@@ -59,6 +80,7 @@ impl DataType {
         match self {
             DataType::F32 => "f32",
             DataType::Bf16 => "bf16",
+            DataType::F16 => "f16",
         }
     }
 }
@@ -70,8 +92,7 @@ impl fmt::Display for DataType {
 }
 
 /// How an all-reduce combines the ranks' elements.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Reduction {
     /// The sum, added in rank order.
     #[default]
@@ -103,6 +124,63 @@ impl fmt::Display for Reduction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+fn f32_at(bytes: &[u8]) -> f32 {
+    f32::from_le_bytes(bytes.try_into().expect("4 bytes"))
+}
+
+fn u16_at(bytes: &[u8]) -> u16 {
+    u16::from_le_bytes(bytes.try_into().expect("2 bytes"))
+}
+
+/// The bf16 nearest to `x`, ties to even; a NaN stays a (quiet) NaN.
+fn bf16_from_f32(x: f32) -> u16 {
+    let bits = x.to_bits();
+    if x.is_nan() {
+        return (bits >> 16) as u16 | 0x0040;
+    }
+    let round = 0x7fff + ((bits >> 16) & 1);
+    // No overflow: the largest non-NaN pattern, 0xff80_0000 (−∞), plus 0x8000 fits.
+    ((bits + round) >> 16) as u16
+}
+
+/// The f16 (IEEE binary16) `half` as f32, exactly (kernels/collective.cu's `F16Half::widen`).
+fn f16_to_f32(half: u16) -> f32 {
+    let half = u32::from(half);
+    let sign = (half & 0x8000) << 16;
+    let exponent = (half >> 10) & 0x1f;
+    let mantissa = half & 0x3ff;
+    match exponent {
+        0x1f => f32::from_bits(sign | 0x7f80_0000 | (mantissa << 13)),
+        // Zero or subnormal: mantissa × 2^-24.
+        0 => f32::from_bits(sign | (mantissa as f32 * f32::from_bits(0x3380_0000)).to_bits()),
+        _ => f32::from_bits(sign | ((exponent + 112) << 23) | (mantissa << 13)),
+    }
+}
+
+/// The f16 nearest to `x`, ties to even: subnormals kept, a magnitude of 65520 or more to
+/// infinity, a NaN stays a (quiet) NaN (kernels/collective.cu's `F16Half::round`, line for line).
+fn f16_from_f32(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = (bits >> 16) & 0x8000;
+    let magnitude = bits & 0x7fff_ffff;
+    let half = if magnitude > 0x7f80_0000 {
+        0x7e00 | ((magnitude >> 13) & 0x3ff)
+    } else if magnitude >= 0x477f_f000 {
+        0x7c00
+    } else if magnitude >= 0x3880_0000 {
+        // Normal: rebias the exponent, round the 13 dropped bits to even.
+        (magnitude - 0x3800_0000 + 0xfff + ((magnitude >> 13) & 1)) >> 13
+    } else if magnitude >> 23 < 102 {
+        0
+    } else {
+        // Subnormal: the 24-bit significand in units of 2^-24, rounded to even.
+        let significand = (magnitude & 0x7f_ffff) | 0x80_0000;
+        let shift = 126 - (magnitude >> 23);
+        (significand + (1 << (shift - 1)) - 1 + ((significand >> shift) & 1)) >> shift
+    };
+    (sign | half) as u16
 }
 
 /// Which of peerlink's all-reduce kernels.
@@ -473,6 +551,94 @@ impl<B> BufferRange<B> {
             buffer: f(self.buffer),
             offset: self.offset,
             len: self.len,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_to_bf16_is_to_nearest_ties_to_even() {
+        assert_eq!(bf16_from_f32(1.0), 0x3f80);
+        // Halfway between 1 and its successor 1 + 2^-7: to the even 1.
+        assert_eq!(bf16_from_f32(1.0 + 1.0 / 256.0), 0x3f80);
+        // Halfway between 1 + 2^-7 (odd) and 1 + 2^-6: up to the even one.
+        assert_eq!(bf16_from_f32(1.0 + 3.0 / 256.0), 0x3f82);
+        // Just above halfway rounds up.
+        assert_eq!(bf16_from_f32(1.0 + 1.0 / 256.0 + 1.0 / 4096.0), 0x3f81);
+        assert_eq!(bf16_from_f32(-2.0), 0xc000);
+        assert_eq!(bf16_from_f32(f32::INFINITY), 0x7f80);
+        assert_eq!(bf16_from_f32(f32::MAX), 0x7f80, "overflows to infinity");
+        assert!(f32::from_bits(u32::from(bf16_from_f32(f32::NAN)) << 16).is_nan());
+    }
+
+    #[test]
+    fn rounding_to_f16_is_to_nearest_ties_to_even_with_subnormals_and_infinity() {
+        assert_eq!(f16_from_f32(1.0), 0x3c00);
+        assert_eq!(f16_from_f32(-2.0), 0xc000);
+        assert_eq!(f16_from_f32(0.0), 0x0000);
+        assert_eq!(f16_from_f32(-0.0), 0x8000);
+        // Halfway between 1 and 1 + 2^-10: to the even 1; between 1 + 2^-10 and 1 + 2^-9: up.
+        assert_eq!(f16_from_f32(1.0 + 1.0 / 2048.0), 0x3c00);
+        assert_eq!(f16_from_f32(1.0 + 3.0 / 2048.0), 0x3c02);
+        assert_eq!(f16_from_f32(1.0 + 1.0 / 2048.0 + 1.0 / 65536.0), 0x3c01);
+        assert_eq!(f16_from_f32(65504.0), 0x7bff, "the largest finite f16");
+        assert_eq!(f16_from_f32(65519.0), 0x7bff);
+        assert_eq!(f16_from_f32(65520.0), 0x7c00, "a tie to the even infinity");
+        assert_eq!(f16_from_f32(f32::INFINITY), 0x7c00);
+        assert_eq!(f16_from_f32(f32::NEG_INFINITY), 0xfc00);
+        assert_eq!(f16_from_f32(2f32.powi(-14)), 0x0400, "the smallest normal");
+        assert_eq!(
+            f16_from_f32(2f32.powi(-24)),
+            0x0001,
+            "the smallest subnormal"
+        );
+        assert_eq!(
+            f16_from_f32(2f32.powi(-25)),
+            0x0000,
+            "half of it: a tie to the even zero"
+        );
+        assert_eq!(f16_from_f32(1.5 * 2f32.powi(-25)), 0x0001);
+        assert_eq!(
+            f16_from_f32(1.5 * 2f32.powi(-24)),
+            0x0002,
+            "1.5 subnormals: to even 2"
+        );
+        assert_eq!(
+            f16_from_f32(2f32.powi(-14) - 2f32.powi(-25)),
+            0x0400,
+            "up to normal"
+        );
+        assert_eq!(f16_from_f32(1e-10), 0x0000);
+        assert!(f16_to_f32(f16_from_f32(f32::NAN)).is_nan());
+    }
+
+    #[test]
+    fn every_f16_widens_exactly_and_rounds_back_to_itself() {
+        for half in 0..=u16::MAX {
+            let x = f16_to_f32(half);
+            if x.is_nan() {
+                assert_eq!(half & 0x7c00, 0x7c00, "{half:#06x}");
+                assert!(f16_to_f32(f16_from_f32(x)).is_nan());
+                continue;
+            }
+            assert_eq!(f16_from_f32(x), half, "{half:#06x} = {x}");
+        }
+        assert_eq!(f16_to_f32(0x3555), 0.333_251_95);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert_eq!(f16_to_f32(0x7bff), 65504.0);
+        assert_eq!(f16_to_f32(0xfc00), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn elements_read_and_round_through_f32() {
+        for dtype in [DataType::F32, DataType::Bf16, DataType::F16] {
+            let mut out = Vec::new();
+            dtype.push_rounded(-3.5, &mut out);
+            assert_eq!(out.len(), dtype.size());
+            assert_eq!(dtype.to_f32(&out), -3.5, "{dtype}");
         }
     }
 }

@@ -379,7 +379,7 @@ pub struct WorkloadArgs {
     #[arg(long, conflicts_with = "issue")]
     pub graphs: bool,
 
-    /// all-reduce: the element type, f32 or bf16
+    /// all-reduce: the element type, f32, bf16 or f16
     #[arg(long, value_name = "TYPE")]
     pub dtype: Option<String>,
 

@@ -96,8 +96,9 @@ fn dtype(text: &str) -> peerlink::Result<DataType> {
     match text {
         "f32" => Ok(DataType::F32),
         "bf16" => Ok(DataType::Bf16),
+        "f16" => Ok(DataType::F16),
         other => Err(Error::usage(format!(
-            "unknown --dtype `{other}`; expected f32 or bf16"
+            "unknown --dtype `{other}`; expected f32, bf16 or f16"
         ))),
     }
 }

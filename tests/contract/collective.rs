@@ -12,9 +12,10 @@ use peerlink::backend::{Backend, BufferId, Memory, StreamId};
 use peerlink::Error;
 
 const KERNELS: [AllReduceKernel; 3] = AllReduceKernel::ALL;
-const DTYPES: [DataType; 2] = [DataType::F32, DataType::Bf16];
+const DTYPES: [DataType; 3] = [DataType::F32, DataType::Bf16, DataType::F16];
 
-/// Element `e` of rank `r`'s input: an integer in −16..=16, so sums of up to 8 are exact in bf16.
+/// Element `e` of rank `r`'s input: an integer in −16..=16, so sums of up to 8 are exact in bf16
+/// and f16.
 fn value(r: usize, e: usize) -> f32 {
     ((e * 7 + r * 13) % 33) as f32 - 16.0
 }
@@ -24,6 +25,12 @@ fn encode(dtype: DataType, values: impl Iterator<Item = f32>) -> Vec<u8> {
     match dtype {
         DataType::F32 => values.flat_map(f32::to_le_bytes).collect(),
         DataType::Bf16 => values.flat_map(|v| bf16_bits(v).to_le_bytes()).collect(),
+        // The library's rounding, checked against every f16 in its own tests.
+        DataType::F16 => {
+            let mut out = Vec::new();
+            values.for_each(|v| DataType::F16.push_rounded(v, &mut out));
+            out
+        }
     }
 }
 

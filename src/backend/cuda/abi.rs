@@ -112,13 +112,16 @@ const _: () = assert!(
 pub(super) const PEER_TIMEOUT_NS: u64 = 2 * SPIN_TIMEOUT_NS;
 
 /// The entry points, as (kernel, element type); `Kernels` loads them in this order.
-pub(super) const ALL_REDUCE_VARIANTS: [(AllReduceKernel, DataType); 6] = [
+pub(super) const ALL_REDUCE_VARIANTS: [(AllReduceKernel, DataType); 9] = [
     (AllReduceKernel::OneShot, DataType::F32),
     (AllReduceKernel::OneShot, DataType::Bf16),
+    (AllReduceKernel::OneShot, DataType::F16),
     (AllReduceKernel::TwoShot, DataType::F32),
     (AllReduceKernel::TwoShot, DataType::Bf16),
+    (AllReduceKernel::TwoShot, DataType::F16),
     (AllReduceKernel::OneShotPackets, DataType::F32),
     (AllReduceKernel::OneShotPackets, DataType::Bf16),
+    (AllReduceKernel::OneShotPackets, DataType::F16),
 ];
 
 /// The kernel function for one variant in collective.cu.
@@ -130,6 +133,9 @@ pub(super) fn entry_point(kernel: AllReduceKernel, dtype: DataType) -> &'static 
         (AllReduceKernel::TwoShot, DataType::Bf16) => "all_reduce_two_shot_bf16",
         (AllReduceKernel::OneShotPackets, DataType::F32) => "all_reduce_one_shot_packets_f32",
         (AllReduceKernel::OneShotPackets, DataType::Bf16) => "all_reduce_one_shot_packets_bf16",
+        (AllReduceKernel::OneShot, DataType::F16) => "all_reduce_one_shot_f16",
+        (AllReduceKernel::TwoShot, DataType::F16) => "all_reduce_two_shot_f16",
+        (AllReduceKernel::OneShotPackets, DataType::F16) => "all_reduce_one_shot_packets_f16",
     }
 }
 

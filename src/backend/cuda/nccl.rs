@@ -69,6 +69,7 @@ struct RawUniqueId {
 
 /// `ncclDataType_t` values (stable in NCCL's ABI; bfloat16 since NCCL 2.10).
 const NCCL_UINT8: c_int = 1;
+const NCCL_FLOAT16: c_int = 6;
 const NCCL_FLOAT32: c_int = 7;
 const NCCL_BFLOAT16: c_int = 9;
 /// `ncclRedOp_t`'s ncclSum.
@@ -78,6 +79,7 @@ fn nccl_type(dtype: DataType) -> c_int {
     match dtype {
         DataType::F32 => NCCL_FLOAT32,
         DataType::Bf16 => NCCL_BFLOAT16,
+        DataType::F16 => NCCL_FLOAT16,
     }
 }
 
@@ -1057,5 +1059,6 @@ mod tests {
     fn element_types_are_nccls() {
         assert_eq!(nccl_type(DataType::F32), 7);
         assert_eq!(nccl_type(DataType::Bf16), 9);
+        assert_eq!(nccl_type(DataType::F16), 6);
     }
 }

@@ -13,14 +13,11 @@ fn value(r: usize, e: usize) -> f32 {
     ((e * 7 + r * 13) % 33) as f32 - 16.0
 }
 
+/// Little-endian elements (small integers and their means here, exact in every type).
 fn encode(dtype: DataType, values: impl Iterator<Item = f32>) -> Vec<u8> {
-    match dtype {
-        DataType::F32 => values.flat_map(f32::to_le_bytes).collect(),
-        // Small integers are exact in bf16: its bits are the f32's upper half.
-        DataType::Bf16 => values
-            .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
-            .collect(),
-    }
+    let mut out = Vec::new();
+    values.for_each(|v| dtype.push_rounded(v, &mut out));
+    out
 }
 
 /// Every rank's buffers and stream, peer access enabled between all of them.
@@ -137,7 +134,7 @@ const KERNELS: [AllReduceKernel; 3] = AllReduceKernel::ALL;
 #[test]
 fn all_reduce_writes_the_exact_sum_into_every_output() {
     let sim = SimBackend::open("dgx-h100").unwrap();
-    for dtype in [DataType::F32, DataType::Bf16] {
+    for dtype in [DataType::F32, DataType::Bf16, DataType::F16] {
         for kernel in KERNELS {
             for devices in [&[0, 1][..], &[3, 0, 5], &[0, 1, 2, 3, 4, 5, 6, 7]] {
                 // Odd element counts leave the two-shot slices uneven.
@@ -157,7 +154,7 @@ fn all_reduce_writes_the_exact_sum_into_every_output() {
 #[test]
 fn all_reduce_writes_the_exact_mean_into_every_output_over_2_4_and_8_ranks() {
     let sim = SimBackend::open("dgx-h100").unwrap();
-    for dtype in [DataType::F32, DataType::Bf16] {
+    for dtype in [DataType::F32, DataType::Bf16, DataType::F16] {
         for kernel in KERNELS {
             for devices in [&[0, 1][..], &[3, 0, 5, 6], &[0, 1, 2, 3, 4, 5, 6, 7]] {
                 // Odd counts: one element, uneven two-shot slices, a bf16 half word at the end.

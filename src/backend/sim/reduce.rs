@@ -4,59 +4,24 @@
 use crate::backend::collective::{DataType, Reduction};
 
 /// The element-wise reduction of `inputs` (little-endian `dtype` elements, all of one length), as
-/// the kernels compute it: each element's sum added in rank order in f32 (bf16 widened), multiplied
-/// by `op.scale(ranks)` (1 for a sum) and rounded once to `dtype`, to nearest, ties to even.
+/// the kernels compute it: each element's sum added in rank order in f32 (16-bit types widened),
+/// multiplied by `op.scale(ranks)` (1 for a sum) and rounded once to `dtype`, to nearest, ties to
+/// even.
 pub(super) fn reduce(dtype: DataType, op: Reduction, inputs: &[&[u8]]) -> Vec<u8> {
     let (first, rest) = inputs.split_first().expect("a reduction has inputs");
     let size = dtype.size();
-    let mut acc: Vec<f32> = first.chunks_exact(size).map(|e| widen(dtype, e)).collect();
+    let mut acc: Vec<f32> = first.chunks_exact(size).map(|e| dtype.to_f32(e)).collect();
     for input in rest {
         for (a, e) in acc.iter_mut().zip(input.chunks_exact(size)) {
-            *a += widen(dtype, e);
+            *a += dtype.to_f32(e);
         }
     }
     let scale = op.scale(inputs.len());
     let mut out = Vec::with_capacity(first.len());
     for a in acc {
-        narrow(dtype, a * scale, &mut out);
+        dtype.push_rounded(a * scale, &mut out);
     }
     out
-}
-
-/// One element as f32 (exact for every type).
-fn widen(dtype: DataType, bytes: &[u8]) -> f32 {
-    match dtype {
-        DataType::F32 => f32_at(bytes),
-        DataType::Bf16 => bf16_at(bytes),
-    }
-}
-
-/// Appends `x` rounded to one element of `dtype`.
-fn narrow(dtype: DataType, x: f32, out: &mut Vec<u8>) {
-    match dtype {
-        DataType::F32 => out.extend_from_slice(&x.to_le_bytes()),
-        DataType::Bf16 => out.extend_from_slice(&bf16_from_f32(x).to_le_bytes()),
-    }
-}
-
-fn f32_at(bytes: &[u8]) -> f32 {
-    f32::from_le_bytes(bytes.try_into().expect("4 bytes"))
-}
-
-fn bf16_at(bytes: &[u8]) -> f32 {
-    let bits = u16::from_le_bytes(bytes.try_into().expect("2 bytes"));
-    f32::from_bits(u32::from(bits) << 16)
-}
-
-/// The bf16 nearest to `x`, ties to even; a NaN stays a (quiet) NaN.
-pub(super) fn bf16_from_f32(x: f32) -> u16 {
-    let bits = x.to_bits();
-    if x.is_nan() {
-        return (bits >> 16) as u16 | 0x0040;
-    }
-    let round = 0x7fff + ((bits >> 16) & 1);
-    // No overflow: the largest non-NaN pattern, 0xff80_0000 (−∞), plus 0x8000 fits.
-    ((bits + round) >> 16) as u16
 }
 
 #[cfg(test)]
@@ -67,11 +32,20 @@ mod tests {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
+    fn rounded(dtype: DataType, values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &v in values {
+            dtype.push_rounded(v, &mut out);
+        }
+        out
+    }
+
     fn bf16s(values: &[f32]) -> Vec<u8> {
-        values
-            .iter()
-            .flat_map(|&v| bf16_from_f32(v).to_le_bytes())
-            .collect()
+        rounded(DataType::Bf16, values)
+    }
+
+    fn f16s(values: &[f32]) -> Vec<u8> {
+        rounded(DataType::F16, values)
     }
 
     #[test]
@@ -103,13 +77,14 @@ mod tests {
     #[test]
     fn averages_over_2_4_and_8_ranks_are_the_exact_means_of_small_integers() {
         for ranks in [2, 4, 8] {
-            // Odd counts: 1, 3 and 5 elements, in both types.
+            // Odd counts: 1, 3 and 5 elements, in every type.
             for elements in [1, 3, 5] {
                 let value = |r: usize, e: usize| ((e * 7 + r * 13) % 33) as f32 - 16.0;
                 let mean = |e| (0..ranks).map(|r| value(r, e)).sum::<f32>() / ranks as f32;
                 for (dtype, encode) in [
                     (DataType::F32, f32s as fn(&[f32]) -> Vec<u8>),
                     (DataType::Bf16, bf16s),
+                    (DataType::F16, f16s),
                 ] {
                     let inputs: Vec<Vec<u8>> = (0..ranks)
                         .map(|r| encode(&(0..elements).map(|e| value(r, e)).collect::<Vec<_>>()))
@@ -139,22 +114,16 @@ mod tests {
         assert_eq!(reduce(DataType::F32, Reduction::Sum, &views), f32s(&[7.0]));
         let bf16_inputs = [bf16s(&[1.0]), bf16s(&[2.0]), bf16s(&[4.0])];
         let views: Vec<&[u8]> = bf16_inputs.iter().map(Vec::as_slice).collect();
-        let want = bf16_from_f32(product).to_le_bytes();
-        assert_eq!(reduce(DataType::Bf16, Reduction::Average, &views), want);
-    }
-
-    #[test]
-    fn rounding_to_bf16_is_to_nearest_ties_to_even() {
-        assert_eq!(bf16_from_f32(1.0), 0x3f80);
-        // Halfway between 1 and its successor 1 + 2^-7: to the even 1.
-        assert_eq!(bf16_from_f32(1.0 + 1.0 / 256.0), 0x3f80);
-        // Halfway between 1 + 2^-7 (odd) and 1 + 2^-6: up to the even one.
-        assert_eq!(bf16_from_f32(1.0 + 3.0 / 256.0), 0x3f82);
-        // Just above halfway rounds up.
-        assert_eq!(bf16_from_f32(1.0 + 1.0 / 256.0 + 1.0 / 4096.0), 0x3f81);
-        assert_eq!(bf16_from_f32(-2.0), 0xc000);
-        assert_eq!(bf16_from_f32(f32::INFINITY), 0x7f80);
-        assert_eq!(bf16_from_f32(f32::MAX), 0x7f80, "overflows to infinity");
-        assert!(f32::from_bits(u32::from(bf16_from_f32(f32::NAN)) << 16).is_nan());
+        assert_eq!(
+            reduce(DataType::Bf16, Reduction::Average, &views),
+            bf16s(&[product])
+        );
+        let f16_inputs = [f16s(&[1.0]), f16s(&[2.0]), f16s(&[4.0])];
+        let views: Vec<&[u8]> = f16_inputs.iter().map(Vec::as_slice).collect();
+        // 2.333… is 0x40aa or 0x40ab in f16: the product rounds to the nearer, 0x40ab.
+        assert_eq!(
+            reduce(DataType::F16, Reduction::Average, &views),
+            0x40abu16.to_le_bytes()
+        );
     }
 }
