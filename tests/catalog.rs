@@ -7,7 +7,9 @@
 //! - its exit code is the row's: 0 where the input is legitimate, 2 for bad input, 1 for a failure
 //!   while running (no GPU where `--gpu` asks for one);
 //! - a refusal (exit 1 or 2) is one sentence on stderr, and the row's phrase is in it. "One sentence"
-//!   means one line `peerlink: error: …` and nothing else on stderr; or, for what clap refuses before
+//!   means one line `peerlink: error: …` and nothing else on stderr (under `peerlink launch`: that
+//!   line from every rank alike, each prefixed `[rank R] `, then the launcher's line naming the rank
+//!   that failed); or, for what clap refuses before
 //!   peerlink runs, one line `error: …` followed only by clap's fixed trailer (indented lines that
 //!   list what is missing or give a tip, `Usage: peerlink …`, `For more information, try
 //!   '--help'.`, blank lines). A phrase `<help>` stands for clap's help text (peerlink run bare);
@@ -203,7 +205,9 @@ fn one_sentence(stderr: &str) -> Result<(), String> {
     let mut lines = stderr.lines();
     let first = lines.next().unwrap_or_default();
     let rest: Vec<&str> = lines.collect();
-    let extra = if first.starts_with("peerlink: error: ") {
+    let extra = if first.starts_with("[rank ") {
+        return every_rank_one_sentence(stderr);
+    } else if first.starts_with("peerlink: error: ") {
         rest.iter().find(|l| !l.trim().is_empty())
     } else if first.starts_with("error: ") {
         rest.iter().find(|l| !is_clap_trailer(l))
@@ -216,6 +220,31 @@ fn one_sentence(stderr: &str) -> Result<(), String> {
         None => Ok(()),
         Some(line) => Err(format!(
             "more than one sentence on stderr: {first} / {line}"
+        )),
+    }
+}
+
+/// Under `peerlink launch`: each rank's one sentence, prefixed `[rank R] `, the same on every rank,
+/// then the launcher's one line naming the rank that failed.
+fn every_rank_one_sentence(stderr: &str) -> Result<(), String> {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let Some((last, ranks)) = lines.split_last() else {
+        return Err("nothing on stderr".into());
+    };
+    let sentences: Vec<&str> = ranks
+        .iter()
+        .map(|l| l.split_once("] peerlink: error: ").map_or(*l, |(_, s)| s))
+        .collect();
+    if ranks.iter().any(|l| !l.starts_with("[rank ")) || sentences.windows(2).any(|w| w[0] != w[1])
+    {
+        return Err(format!(
+            "the ranks do not say one sentence alike: {ranks:?}"
+        ));
+    }
+    match last.starts_with("peerlink: error: rank ") && last.contains(" failed") {
+        true => Ok(()),
+        false => Err(format!(
+            "the launcher's last line does not name the rank: {last}"
         )),
     }
 }

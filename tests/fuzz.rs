@@ -4,13 +4,20 @@
 //! - mutations of valid inputs — a `--sim` preset, a `--profile` file, a `compare` document —
 //!   truncated, bytes overwritten, a value swapped for another type or an extreme number, a key
 //!   dropped or doubled: parsed by the library's own readers (fast), and where the result is still
-//!   accepted, used by the binary: exit 0 or 2, never a panic.
+//!   accepted, used by the binary: exit 0 or 2, never a panic;
+//! - long simulator runs drawn from the verbs that measure for seconds, sent SIGINT at a random
+//!   moment: each must end within a second (the 3 s limit of `tests/common/interrupt.rs`, for a
+//!   loaded CI machine), exit 130, with a whole document marked partial or, where nothing of it is
+//!   whole, none.
 //!
 //! CI runs a few dozen cases of each (seconds). A longer run:
 //! `PEERLINK_FUZZ_CASES=100000 cargo test --release --test fuzz -- --nocapture` (each fuzzer runs
 //! that many cases). A failing case is shrunk and its seed kept in `proptest-regressions/fuzz.txt`,
 //! replayed first by every later run: commit it with the fix.
 
+mod common;
+
+use common::interrupt::{interrupt, wrong};
 use peerlink::backend::sim::Preset;
 use peerlink::document;
 use peerlink::model::Profile;
@@ -399,6 +406,82 @@ proptest! {
         let args = with_tests(args, tests);
         let ran = peerlink(&args, dir.path());
         check(&ran, &args, &[0, 1, 2])?;
+    }
+}
+
+// ---- Interrupt timing ----
+
+/// A long simulator run (seconds to minutes uninterrupted) and what its output must be once
+/// stopped: `partial` (a document marked partial) or `none` (nothing of it is whole).
+fn long_run() -> impl Strategy<Value = (Vec<String>, &'static str)> {
+    let preset = one_of(&["dgx-h100", "dgx1-v100", "pcie-4gpu-2socket"]);
+    let run = prop_oneof![
+        one_of(&["ce-write", "sm-read", "ce-write,sm-write"]).prop_map(|tests| (
+            args(&[
+                "bench",
+                "--tests",
+                &tests,
+                "--size",
+                "64MiB",
+                "--samples",
+                "1000"
+            ]),
+            "partial"
+        )),
+        one_of(&["4B..256MiB", "1MiB..512MiB"]).prop_map(|sizes| (
+            args(&["bench", "--tests", "ce-write", "--sizes", &sizes]),
+            "partial"
+        )),
+        one_of(&["shift", "shift:2", "shift:3"]).prop_map(|traffic| (
+            args(&["plan", "--concurrent", &traffic, "--size", "256MiB"]),
+            "partial"
+        )),
+        one_of(&["500000", "1000000"]).prop_map(|messages| (
+            args(&[
+                "plan",
+                "--src",
+                "0",
+                "--dst",
+                "1",
+                "--size",
+                "4B",
+                "--messages",
+                &messages,
+                "--prove"
+            ]),
+            "none"
+        )),
+        one_of(&["all-reduce", "send-recv"]).prop_map(|workload| (
+            args(&["workload", &workload, "--sizes", "64MiB..1GiB"]),
+            "partial"
+        )),
+    ];
+    (preset, run).prop_map(|(preset, (verb, says))| {
+        let mut all = args(&["--sim", &preset]);
+        all.extend(verb);
+        all.push("--json".into());
+        (all, says)
+    })
+}
+
+proptest! {
+    // Each case runs for seconds: a dozen keep CI's share under a minute.
+    #![proptest_config(config(12))]
+
+    /// Issue 34: the first Ctrl-C, at any moment, ends a long run within a second (the limit
+    /// allows for CI's loaded two cores), exit 130, with a whole partial document or none.
+    #[test]
+    fn a_ctrl_c_at_any_moment_ends_a_long_run_within_a_second(
+        (args, says) in long_run(),
+        delay_ms in 200u64..2500,
+    ) {
+        let stopped = interrupt(&args, Duration::from_millis(delay_ms));
+        let stopped = stopped.ok_or_else(|| TestCaseError::fail(format!(
+            "{args:?} ended within {delay_ms} ms, before the signal: the generator's runs are long"
+        )))?;
+        println!("{args:?}: SIGINT at {delay_ms} ms, exit {:?} {:.3} s later", stopped.code, stopped.took.as_secs_f64());
+        let wrong = wrong(says, &stopped);
+        prop_assert!(wrong.is_empty(), "{args:?}, SIGINT at {delay_ms} ms: {}", wrong.join("; "));
     }
 }
 

@@ -248,7 +248,11 @@ pub fn batch_charts(section: &mut Section, doc: &PlanBatchDocument) -> Result<()
 pub fn concurrent_charts(section: &mut Section, doc: &PlanConcurrentDocument) -> Result<()> {
     let flows = Bars {
         y: Axis::new("µs (GPU time, median)", Scale::Linear),
-        series: vec!["alone".into(), "together".into()],
+        series: if doc.regret.is_some() {
+            vec!["alone".into(), "together".into()]
+        } else {
+            vec!["alone".into()]
+        },
         groups: doc
             .flows
             .iter()
@@ -256,10 +260,8 @@ pub fn concurrent_charts(section: &mut Section, doc: &PlanConcurrentDocument) ->
                 let name = format!("GPU{} → GPU{}", f.src, f.dst);
                 let tip =
                     |when: &str, us: f64| format!("{name} ({}) {when}: {} µs", f.pick, figure(us));
-                let bars = vec![
-                    bar(f.alone_us, tip("alone", f.alone_us), false),
-                    bar(f.together_us, tip("together", f.together_us), false),
-                ];
+                let mut bars = vec![bar(f.alone_us, tip("alone", f.alone_us), false)];
+                bars.extend(f.together_us.map(|us| bar(us, tip("together", us), false)));
                 (name, bars)
             })
             .collect(),
@@ -294,17 +296,26 @@ pub fn concurrent_charts(section: &mut Section, doc: &PlanConcurrentDocument) ->
             })
             .collect(),
     };
-    section.add(
-        "concurrent-ways",
-        &format!("{what}: every way at once"),
-        |id, title| bars(id, title, &ways),
-    )?;
-    section.notes.push(format!(
-        "aggregate {} GB/s alone, {} GB/s together; the picks' regret {:.1}%",
-        figure(doc.alone_gbps),
-        figure(doc.together_gbps),
-        doc.regret * 100.0
-    ));
+    // A partial document has no way timed.
+    if !ways.groups.is_empty() {
+        section.add(
+            "concurrent-ways",
+            &format!("{what}: every way at once"),
+            |id, title| bars(id, title, &ways),
+        )?;
+    }
+    section.notes.push(match (doc.together_gbps, doc.regret) {
+        (Some(together), Some(regret)) => format!(
+            "aggregate {} GB/s alone, {} GB/s together; the picks' regret {:.1}%",
+            figure(doc.alone_gbps),
+            figure(together),
+            regret * 100.0
+        ),
+        _ => format!(
+            "partial: stopped before every flow ran together; aggregate {} GB/s alone",
+            figure(doc.alone_gbps)
+        ),
+    });
     Ok(())
 }
 

@@ -150,11 +150,15 @@ fn way_name(way: &concurrent::Way) -> String {
 pub fn concurrent_text(doc: &PlanConcurrentDocument) -> String {
     let source = &doc.header.source;
     let mut out = super::opening(source);
+    // A partial document holds the flows measured before the stop, not every flow of the traffic.
+    let flows = match doc.regret {
+        Some(_) => format!("{} flows", doc.flows.len()),
+        None => format!("the {} flows measured before the stop", doc.flows.len()),
+    };
     let _ = writeln!(
         out,
-        "concurrent traffic `{}`: {} flows of {} at once ({source}); costs: {}",
+        "concurrent traffic `{}`: {flows} of {} at once ({source}); costs: {}",
         doc.traffic,
-        doc.flows.len(),
         format_bytes(doc.bytes),
         doc.model
     );
@@ -165,13 +169,24 @@ pub fn concurrent_text(doc: &PlanConcurrentDocument) -> String {
          (median, every byte verified)\n"
     );
     let _ = writeln!(out, "{}", flows_table(&doc.flows));
+    let (Some(together), Some(regret), Some(fastest)) =
+        (doc.together_gbps, doc.regret, doc.fastest())
+    else {
+        let _ = writeln!(
+            out,
+            "\nstopped before every flow ran together: the flows above were measured alone \
+             (aggregate {:.1} GB/s), no way of running them at once was",
+            doc.alone_gbps
+        );
+        return out;
+    };
     let _ = writeln!(
         out,
         "\naggregate, each flow's bytes over its GPU time, summed: {:.1} GB/s alone, {:.1} GB/s \
          together ({:+.1}%)\n",
         doc.alone_gbps,
-        doc.together_gbps,
-        (doc.together_gbps / doc.alone_gbps - 1.0) * 100.0
+        together,
+        (together / doc.alone_gbps - 1.0) * 100.0
     );
     let _ = writeln!(
         out,
@@ -182,8 +197,8 @@ pub fn concurrent_text(doc: &PlanConcurrentDocument) -> String {
     let _ = writeln!(
         out,
         "\nfastest: {}; the picks' regret {:.1}%",
-        way_name(doc.fastest()),
-        doc.regret * 100.0
+        way_name(fastest),
+        regret * 100.0
     );
     out
 }
@@ -196,12 +211,18 @@ fn flows_table(flows: &[concurrent::Flow]) -> comfy_table::Table {
             .to_vec(),
     );
     for f in flows {
+        let (together, slowdown) = f.together_us.map_or(("—".into(), "—".into()), |us| {
+            (
+                format!("{us:.1}"),
+                format!("{:+.1}%", (us / f.alone_us - 1.0) * 100.0),
+            )
+        });
         table.add_row(vec![
             format!("GPU {} → GPU {}", f.src, f.dst),
             f.pick.to_string(),
             format!("{:.1}", f.alone_us),
-            format!("{:.1}", f.together_us),
-            format!("{:+.1}%", (f.together_us / f.alone_us - 1.0) * 100.0),
+            together,
+            slowdown,
         ]);
     }
     for column in table.column_iter_mut().skip(2) {

@@ -69,6 +69,11 @@ pub fn run(
         ..options.clone()
     };
     let mut settings = Settings::resolve(backend.as_ref(), workload, &per_rank)?;
+    let variants = options
+        .directions
+        .as_deref()
+        .unwrap_or(&[Variant::OneWay, Variant::BothWays]);
+    check_memory(backend.as_ref(), &ranks, workload, &settings, variants)?;
     let fabric = Fabric::builder(backend.clone()).devices(&gpus).open()?;
     let backend = backend.as_ref();
     let stream = Owned::new(backend, backend.create_stream(ranks.gpu())?);
@@ -98,10 +103,6 @@ pub fn run(
     let rows = if workload == Workload::AllReduce {
         rank.all_reduce_sweep(options.dtype.unwrap_or(DataType::F32), &progress)?
     } else {
-        let variants = options
-            .directions
-            .as_deref()
-            .unwrap_or(&[Variant::OneWay, Variant::BothWays]);
         rank.send_recv_sweep(variants, &progress)?
     };
     let Some(mut rows) = ranks.on_rank_zero(|| rows) else {
@@ -123,6 +124,62 @@ pub fn run(
         rows,
         notices: settings.notices,
     }))
+}
+
+/// Refuses, before anything is allocated and on every rank alike, a sweep whose largest size does
+/// not fit: each rank checks its own GPU and the host's memory for the whole group (the ranks'
+/// host copies share one host, and on the simulator so do all their GPUs' memory), then every
+/// rank returns the lowest rank's refusal, a usage error (exit 2) saying what is needed and free.
+fn check_memory(
+    backend: &dyn Backend,
+    ranks: &Ranks,
+    workload: Workload,
+    settings: &Settings,
+    variants: &[Variant],
+) -> Result<()> {
+    let world = ranks.gpus.len();
+    let largest = settings.largest();
+    // Rank r's buffers on its GPU: all-reduce's symmetric buffer; send-recv's sources and
+    // destinations of the variant with the most there.
+    let buffers = |rank: usize| {
+        let ends = variants
+            .iter()
+            .map(|&v| super::send_recv::ends_on(v, world, rank));
+        let count = match workload {
+            Workload::AllReduce => 1,
+            _ => ends.max().unwrap_or(0),
+        };
+        largest.saturating_mul(count)
+    };
+    // Per rank on the host: all-reduce's input, expected sum and read-back; send-recv's pattern
+    // and read-back.
+    let copies = if workload == Workload::AllReduce {
+        3
+    } else {
+        2
+    };
+    let host = largest.saturating_mul(copies * world as u64);
+    // A rank looks at its own GPU only (a look at another's would make a context there); on the
+    // simulator it counts every rank's GPU, all of it host memory.
+    let held = if backend.topology().is_simulated() {
+        super::resources::footprint(&ranks.gpus, buffers, host)
+    } else {
+        super::resources::footprint(&[ranks.gpu()], |_| buffers(ranks.me()), host)
+    };
+    let what = format!(
+        "workload {workload} at {} across {world} processes",
+        format_bytes(largest)
+    );
+    let refused = match held.check(backend, &what, "choose a smaller --size or --max-size") {
+        Ok(()) => Ok(None),
+        Err(Error::Usage(why)) => Ok(Some(why)),
+        Err(e) => Err(e),
+    };
+    let every = exchange(ranks.group, refused)?;
+    match every.into_iter().flatten().next() {
+        Some(why) => Err(Error::Usage(why)),
+        None => Ok(()),
+    }
 }
 
 /// How the all-reduce across processes is timed, in words: no gate holds a rank's stream (the
@@ -296,14 +353,26 @@ impl Rank<'_> {
         let buffer = reduce.alloc_symmetric(length(self.settings.largest())?)?;
         let mut rows = Vec::new();
         for bytes in sizes.iter().copied() {
-            if self.ranks.stop_requested()? {
+            if self.stopping()? {
                 break;
             }
-            rows.extend(self.all_reduce_size(&mut reduce, buffer, dtype, bytes)?);
+            match dropped_on_a_stop(self.all_reduce_size(&mut reduce, buffer, dtype, bytes))? {
+                Some(found) => rows.extend(found),
+                None => break,
+            }
             progress.step();
         }
         progress.finish();
         Ok(rows)
+    }
+
+    /// Whether any rank was asked to stop (every rank then stops at this step); a peer already
+    /// gone after a stop counts as one.
+    fn stopping(&self) -> Result<bool> {
+        match self.ranks.stop_requested() {
+            Err(Error::Group(_)) if crate::interrupt::requested() => Ok(true),
+            other => other,
+        }
     }
 
     /// send-recv's rows for every variant at every size.
@@ -311,13 +380,21 @@ impl Rank<'_> {
         let sizes = &self.settings.sizes;
         progress.start("send-recv", (variants.len() * sizes.len()) as u64);
         let mut rows = Vec::new();
-        for &variant in variants {
+        'variants: for &variant in variants {
+            if self.stopping()? {
+                break;
+            }
             let ends = self.open_ends(variant)?;
             for bytes in sizes.iter().copied() {
-                if self.ranks.stop_requested()? {
+                if self.stopping()? {
                     break;
                 }
-                rows.extend(self.size(&ends, variant, bytes)?);
+                match dropped_on_a_stop(self.size(&ends, variant, bytes))? {
+                    Some(found) => rows.extend(found),
+                    // The ranks stopped at different steps: no barrier closes the ends (the
+                    // backend keeps memory that abandoned work may touch to the process's end).
+                    None => break 'variants,
+                }
                 progress.step();
             }
             ends.close(self.group())?;
@@ -609,6 +686,16 @@ impl Rank<'_> {
             }
         }
         ops
+    }
+}
+
+/// A size's rows, or `None` where a stop cut it short, as in one process: that size is dropped and
+/// the sizes before it are kept. The ranks hear a stop at different moments, so after one a rank
+/// may find a peer gone mid-size (the group fails): that ends the sweep here too.
+fn dropped_on_a_stop(outcome: Result<Vec<Row>>) -> Result<Option<Vec<Row>>> {
+    match outcome {
+        Err(Error::Group(_)) if crate::interrupt::requested() => Ok(None),
+        other => crate::interrupt::unless_stopped(other),
     }
 }
 

@@ -230,13 +230,17 @@ pub fn run(
 /// What the flows of `variant` hold at `largest`: a source and a destination buffer per flow, on
 /// its two GPUs, and the host's pattern and read-back.
 fn flows_footprint(devices: &[usize], variant: Variant, largest: u64) -> Footprint {
-    let flows = flows(variant, devices.len());
-    let ends = |rank: usize| {
-        let ends = flows.iter().filter(|&&(from, _)| from == rank).count()
-            + flows.iter().filter(|&&(_, to)| to == rank).count();
-        largest.saturating_mul(ends as u64)
-    };
+    let ends = |rank: usize| largest.saturating_mul(ends_on(variant, devices.len(), rank));
     footprint(devices, ends, largest.saturating_mul(2))
+}
+
+/// How many buffers the flows of `variant` over `ranks` GPUs hold on `rank`'s: a source for each
+/// flow it sends, a destination for each it receives.
+pub(super) fn ends_on(variant: Variant, ranks: usize, rank: usize) -> u64 {
+    let flows = flows(variant, ranks);
+    let ends = flows.iter().filter(|&&(from, _)| from == rank).count()
+        + flows.iter().filter(|&&(_, to)| to == rank).count();
+    ends as u64
 }
 
 /// Every flow of `variant` between the GPUs, its buffers `largest` bytes long.

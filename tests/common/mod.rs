@@ -3,6 +3,8 @@
 // Each test binary compiles this module and uses only its own part of it.
 #![allow(dead_code)]
 
+pub mod interrupt;
+
 use assert_cmd::Command;
 use serde_json::Value;
 use std::path::Path;

@@ -72,8 +72,9 @@ pub struct Flow {
     pub pick: Strategy,
     /// Median GPU time of the pick with nothing else running.
     pub alone_us: f64,
-    /// Median GPU time of the pick while every transfer runs.
-    pub together_us: f64,
+    /// Median GPU time of the pick while every transfer runs; absent where a stop came first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub together_us: Option<f64>,
 }
 
 /// One way of running all the transfers at once: the planner's picks, or one strategy for all.
@@ -88,23 +89,26 @@ pub struct Way {
     pub gbps: f64,
 }
 
+/// What was measured; after a stop, only what was whole before it: the flows measured alone (each
+/// verified), and the ways and together times only where every way was timed and verified.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
     pub source: Source,
     pub bytes: u64,
     pub flows: Vec<Flow>,
-    /// The picks first, then each strategy every flow can use.
+    /// The picks first, then each strategy every flow can use; none after a stop.
     pub ways: Vec<Way>,
     /// Each flow's bytes over its GPU time alone, summed: what the links give without contention.
     pub alone_gbps: f64,
     /// Each flow's bytes over its GPU time while all run (the picks), summed.
-    pub together_gbps: f64,
+    pub together_gbps: Option<f64>,
     /// picks' makespan / fastest way's makespan − 1.
-    pub regret: f64,
+    pub regret: Option<f64>,
 }
 
 /// Runs `pairs` at once, `bytes` each: alone, with the planner's picks, and with each strategy that
-/// every pair can use; every byte verified after each way. `progress` hears of every run.
+/// every pair can use; every byte verified after each flow alone and after each way. `progress`
+/// hears of every run. A stop keeps what was whole before it (see [`Report`]).
 pub fn run(
     fabric: &Fabric,
     pairs: &[(usize, usize)],
@@ -122,19 +126,43 @@ pub fn run(
         .map_err(|_| Error::usage(format!("{bytes} bytes do not fit in this host's memory")))?;
     let picks = picks(fabric, pairs, bytes)?;
     check_footprint(fabric, pairs, bytes)?;
-    let flows = Flows::open(fabric, pairs, len, picks)?;
+    let Some(flows) = crate::interrupt::unless_stopped(Flows::open(fabric, pairs, len, picks))?
+    else {
+        return Ok(Report::nothing(fabric, bytes));
+    };
     let ways = ways(fabric, pairs, bytes);
     progress.start(
         "concurrent",
-        pairs.len() as u64 * interleaved_calls(runs, 1, Turn::SecondOfTwo)
+        pairs.len() as u64 * (interleaved_calls(runs, 1, Turn::SecondOfTwo) + 1)
             + interleaved_calls(runs, ways.len(), Turn::SecondOfTwo)
             + ways.len() as u64,
     );
     let alone = flows.alone(runs, progress)?;
-    let together = flows.together(&ways, runs, progress)?;
-    flows.verify(&ways, progress)?;
+    let together = if alone.len() == pairs.len() {
+        crate::interrupt::unless_stopped(flows.together(&ways, runs, progress).and_then(|t| {
+            flows.verify(&ways, progress)?;
+            Ok(t)
+        }))?
+    } else {
+        None
+    };
     progress.finish();
     report(&flows, ways, alone, together)
+}
+
+impl Report {
+    /// A run stopped before any flow was measured.
+    fn nothing(fabric: &Fabric, bytes: u64) -> Report {
+        Report {
+            source: fabric.backend().source().clone(),
+            bytes,
+            flows: Vec::new(),
+            ways: Vec::new(),
+            alone_gbps: 0.0,
+            together_gbps: None,
+            regret: None,
+        }
+    }
 }
 
 /// Each pick as the flow runs: both ways where another flow goes the opposite way through the
@@ -184,6 +212,10 @@ fn ways(fabric: &Fabric, pairs: &[(usize, usize)], bytes: u64) -> Vec<Option<Str
     });
     std::iter::once(None).chain(uniform.map(Some)).collect()
 }
+
+/// Bytes poisoned or checked between two looks at the stop flag: a 256 MiB destination read back
+/// and compared whole held a stop for a few tenths of a second (more on a loaded machine).
+const CHECK_CHUNK: usize = 16 << 20;
 
 /// The transfers of the traffic: their pairs, picks and buffers (each source filled with its own
 /// pattern).
@@ -237,18 +269,81 @@ impl<'f> Flows<'f> {
     }
 
     /// Each flow's pick with nothing else running, one flow after another, each timed on the
-    /// second of two runs as the ways are: its median GPU time.
+    /// second of two runs as the ways are, then verified: its median GPU time. A stop keeps the
+    /// flows finished before it.
     fn alone(&self, runs: Runs, progress: &dyn Progress) -> Result<Vec<f64>> {
-        (0..self.pairs.len())
-            .map(|i| {
+        let mut medians = Vec::with_capacity(self.pairs.len());
+        for i in 0..self.pairs.len() {
+            let measured = (|| {
                 let times = interleaved(runs, 1, Turn::SecondOfTwo, |_, _| {
                     let us = self.transfer(i, self.picks[i]).submit()?.elapsed_us();
                     progress.step();
                     us
                 })?;
+                self.poison(i)?;
+                self.transfer(i, self.picks[i]).submit()?.wait()?;
+                progress.step();
+                self.check(i, self.picks[i])?;
                 Ok(Stats::of_times(&times[0])?.median)
-            })
-            .collect()
+            })();
+            match crate::interrupt::unless_stopped(measured)? {
+                Some(median) => medians.push(median),
+                None => break,
+            }
+        }
+        Ok(medians)
+    }
+
+    /// Flow `i`'s destination filled with what no source holds.
+    fn poison(&self, i: usize) -> Result<()> {
+        let poison = vec![!(i as u8); CHECK_CHUNK.min(self.len)];
+        self.chunks().try_for_each(|(at, len)| {
+            crate::interrupt::check()?;
+            self.buffers[i].1.write(at, &poison[..len])
+        })
+    }
+
+    /// Every byte of flow `i`'s destination, moved with `strategy`, against its source.
+    fn check(&self, i: usize, strategy: Strategy) -> Result<()> {
+        let (from, to) = &self.buffers[i];
+        let (src, dst) = self.pairs[i];
+        let mut expected = vec![0; CHECK_CHUNK.min(self.len)];
+        let mut found = expected.clone();
+        self.chunks().try_for_each(|(at, len)| {
+            crate::interrupt::check()?;
+            from.read(at, &mut expected[..len])?;
+            to.read(at, &mut found[..len])?;
+            match Error::check_bytes(
+                format!("engine {strategy}"),
+                src,
+                dst,
+                &expected[..len],
+                &found[..len],
+            ) {
+                Err(Error::Verification {
+                    test,
+                    offset,
+                    expected,
+                    found,
+                    ..
+                }) => Err(Error::Verification {
+                    test,
+                    src,
+                    dst,
+                    offset: at + offset,
+                    expected,
+                    found,
+                }),
+                other => other,
+            }
+        })
+    }
+
+    /// The (offset, length) pieces a buffer is poisoned and checked in.
+    fn chunks(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.len)
+            .step_by(CHECK_CHUNK)
+            .map(|at| (at, CHECK_CHUNK.min(self.len - at)))
     }
 
     /// Every flow submitted together (their chunks interleaved, so that none waits for the CPU to
@@ -302,36 +397,32 @@ impl<'f> Flows<'f> {
     /// Every way once more into poisoned destinations, every byte checked.
     fn verify(&self, ways: &[Option<Strategy>], progress: &dyn Progress) -> Result<()> {
         for &way in ways {
-            for (i, (_, to)) in self.buffers.iter().enumerate() {
-                crate::interrupt::check()?;
-                to.write(0, &vec![!(i as u8); self.len])?;
-            }
+            (0..self.pairs.len()).try_for_each(|i| self.poison(i))?;
             self.all_at_once(way)?;
             progress.step();
-            for (i, (from, to)) in self.buffers.iter().enumerate() {
-                crate::interrupt::check()?;
-                let strategy = way.unwrap_or(self.picks[i]);
-                let (src, dst) = self.pairs[i];
-                let test = format!("engine {strategy}");
-                Error::check_bytes(test, src, dst, &from.to_vec()?, &to.to_vec()?)?;
-            }
+            (0..self.pairs.len()).try_for_each(|i| self.check(i, way.unwrap_or(self.picks[i])))?;
         }
         Ok(())
     }
 }
 
-/// The report: each way's makespan and rate, each flow alone and together, and the picks' regret.
+/// The report: each way's makespan and rate, each flow alone and together, and the picks' regret;
+/// after a stop, the flows measured alone (`alone` may be shorter than the flows) and no `together`.
 fn report(
     flows: &Flows<'_>,
     ways: Vec<Option<Strategy>>,
     alone: Vec<f64>,
-    together: Timed,
+    together: Option<Timed>,
 ) -> Result<Report> {
     let bytes = flows.len as u64;
     let total_bytes = bytes as f64 * flows.pairs.len() as f64;
+    let (makespans, flow_us) = match together {
+        Some(t) => (t.makespans, t.flow_us.into_iter().map(Some).collect()),
+        None => (Vec::new(), vec![None; alone.len()]),
+    };
     let ways: Vec<Way> = ways
         .into_iter()
-        .zip(together.makespans)
+        .zip(makespans)
         .map(|(strategy, times)| {
             let makespan_us = Stats::of_times(&times)?.median;
             Ok(Way {
@@ -345,25 +436,31 @@ fn report(
         .pairs
         .iter()
         .zip(&flows.picks)
-        .zip(alone.iter().zip(together.flow_us))
+        .zip(alone.iter().zip(flow_us))
         .map(|((&(src, dst), &pick), (&alone_us, times))| {
             Ok(Flow {
                 src,
                 dst,
                 pick,
                 alone_us,
-                together_us: Stats::of_times(&times)?.median,
+                together_us: times
+                    .map(|t: Vec<f64>| Stats::of_times(&t).map(|s| s.median))
+                    .transpose()?,
             })
         })
         .collect::<Result<_>>()?;
     let rate = |us: f64| bytes as f64 / (us * 1e3);
     let alone_gbps = flows_out.iter().map(|f| rate(f.alone_us)).sum();
-    let together_gbps = flows_out.iter().map(|f| rate(f.together_us)).sum();
+    let together_gbps = flows_out
+        .iter()
+        .map(|f| f.together_us.map(rate))
+        .sum::<Option<f64>>()
+        .filter(|_| !ways.is_empty());
     let best = ways
         .iter()
         .map(|w| w.makespan_us)
         .fold(f64::INFINITY, f64::min);
-    let regret = ways[0].makespan_us / best - 1.0;
+    let regret = ways.first().map(|picks| picks.makespan_us / best - 1.0);
     Ok(Report {
         source: flows.fabric.backend().source().clone(),
         bytes,
@@ -400,10 +497,10 @@ mod tests {
                 matches!(f.pick, Strategy::DirectCe | Strategy::DirectSm),
                 "{f:?}"
             );
-            assert!(f.together_us < 1.05 * f.alone_us, "{f:?}");
+            assert!(f.together_us.unwrap() < 1.05 * f.alone_us, "{f:?}");
         }
-        assert!(r.together_gbps > 0.95 * r.alone_gbps, "{r:#?}");
-        assert!(r.regret <= 0.05, "{r:#?}");
+        assert!(r.together_gbps.unwrap() > 0.95 * r.alone_gbps, "{r:#?}");
+        assert!(r.regret.unwrap() <= 0.05, "{r:#?}");
         // The picks, then every strategy all eight pairs can use.
         let strategies: Vec<_> = r.ways.iter().map(|w| w.strategy).collect();
         assert_eq!(strategies[0], None);
@@ -431,16 +528,18 @@ mod tests {
             "{strategies:?}"
         );
         assert!(strategies.contains(&Some(Strategy::Staged)));
-        assert!(r.regret >= 0.0 && r.regret.is_finite());
+        assert!(r.regret.is_some_and(|r| r >= 0.0 && r.is_finite()));
         // Relays cross links that other flows use: some flows slow down, none speeds up.
         for f in &r.flows {
-            assert!(f.together_us >= 0.99 * f.alone_us, "{f:?}");
+            assert!(f.together_us.unwrap() >= 0.99 * f.alone_us, "{f:?}");
         }
         assert!(
-            r.flows.iter().any(|f| f.together_us > 1.2 * f.alone_us),
+            r.flows
+                .iter()
+                .any(|f| f.together_us.unwrap() > 1.2 * f.alone_us),
             "{r:#?}"
         );
-        assert!(r.together_gbps < r.alone_gbps, "{r:#?}");
+        assert!(r.together_gbps.unwrap() < r.alone_gbps, "{r:#?}");
         let staged = r
             .ways
             .iter()

@@ -452,25 +452,28 @@ pub struct PlanConcurrentDocument {
     /// Bytes of each transfer.
     pub bytes: u64,
     pub flows: Vec<concurrent::Flow>,
-    /// The planner's picks first (`strategy` null), then each strategy every flow can use.
+    /// The planner's picks first (`strategy` null), then each strategy every flow can use; none
+    /// in a partial document (a stop came before every way was timed and verified).
     pub ways: Vec<concurrent::Way>,
     /// Each flow's bytes over its GPU time alone, summed, GB/s.
     pub alone_gbps: f64,
-    /// Each flow's bytes over its GPU time while all run (the picks), summed, GB/s.
-    pub together_gbps: f64,
-    /// The picks' makespan over the fastest way's − 1.
-    pub regret: f64,
+    /// Each flow's bytes over its GPU time while all run (the picks), summed, GB/s; absent with
+    /// the ways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub together_gbps: Option<f64>,
+    /// The picks' makespan over the fastest way's − 1; absent with the ways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regret: Option<f64>,
 }
 
 impl_document!(PlanConcurrentDocument, "peerlink.plan-concurrent/1");
 
 impl PlanConcurrentDocument {
-    /// The fastest way (the picks where none beat them).
-    pub fn fastest(&self) -> &concurrent::Way {
+    /// The fastest way (the picks where none beat them); none in a partial document.
+    pub fn fastest(&self) -> Option<&concurrent::Way> {
         self.ways
             .iter()
             .min_by(|a, b| a.makespan_us.total_cmp(&b.makespan_us))
-            .expect("the picks are always a way")
     }
 
     pub fn new(host: &Topology, view: &ConcurrentView<'_>) -> PlanConcurrentDocument {
