@@ -2,7 +2,7 @@
 //! and the dispatch, in safe Rust over the backend seam; the C layer ([`crate::ffi`]) calls in
 //! and gives the real NCCL as a [`Real`].
 //!
-//! - **What is served**: all-reduce, sum and avg, of f32 and bf16, any count, in
+//! - **What is served**: all-reduce, sum and avg, of f32, bf16 and f16, any count, in
 //!   place or not, on communicators whose ranks are on distinct GPUs of this host with P2P
 //!   between every two — all threads of this process (nccl-tests `-g N`), or each a process of
 //!   its own (torchrun) — or of one rank. Everything else is forwarded.
@@ -51,6 +51,7 @@ pub use group::{all_reduce, group_end, group_simulate_end, group_start, in_group
 const SUCCESS: i32 = 0;
 const INTERNAL_ERROR: i32 = 3;
 /// `ncclDataType_t` and `ncclRedOp_t` values it reads.
+const NCCL_FLOAT16: i32 = 6;
 const NCCL_FLOAT32: i32 = 7;
 const NCCL_BFLOAT16: i32 = 9;
 const NCCL_SUM: i32 = 0;
@@ -81,6 +82,7 @@ pub struct AllReduce {
 impl AllReduce {
     fn dtype(&self) -> Option<DataType> {
         match self.datatype {
+            NCCL_FLOAT16 => Some(DataType::F16),
             NCCL_FLOAT32 => Some(DataType::F32),
             NCCL_BFLOAT16 => Some(DataType::Bf16),
             _ => None,
@@ -177,7 +179,7 @@ impl Server {
     }
 
     /// Whether peerlink would serve `call` by its arguments alone (the communicator's set-up
-    /// decides the rest): sum or avg of f32 or bf16, at least one element, and under `auto` a
+    /// decides the rest): sum or avg of f32, bf16 or f16, at least one element, and under `auto` a
     /// size where the measurement saw peerlink win.
     fn candidate(&self, call: &AllReduce) -> bool {
         let Some(dtype) = call.dtype() else {
@@ -641,13 +643,14 @@ mod tests {
     }
 
     #[test]
-    fn candidates_are_sums_or_averages_of_f32_or_bf16_of_at_least_one_element() {
+    fn candidates_are_sums_or_averages_of_f32_bf16_or_f16_of_at_least_one_element() {
         let all = server(Serve::All, None);
         for (datatype, op, count, served) in [
             (NCCL_FLOAT32, NCCL_SUM, 1, true),
             (NCCL_BFLOAT16, NCCL_AVG, 3, true),
             (NCCL_FLOAT32, NCCL_SUM, 0, false),
-            (6, NCCL_SUM, 8, false),
+            (NCCL_FLOAT16, NCCL_SUM, 8, true),
+            (8, NCCL_SUM, 8, false),
             (NCCL_FLOAT32, 2, 8, false),
         ] {
             assert_eq!(

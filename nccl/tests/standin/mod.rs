@@ -458,35 +458,34 @@ unsafe extern "C" fn split(
     0
 }
 
-/// f32 or bf16 bytes as values.
-pub fn decode(datatype: c_int, bytes: &[u8]) -> Vec<f32> {
+/// peerlink's element type for an NCCL type the stand-in reduces.
+fn element_type(datatype: c_int) -> peerlink::backend::collective::DataType {
+    use peerlink::backend::collective::DataType;
     match datatype {
-        7 => bytes
-            .chunks(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect(),
-        9 => bytes
-            .chunks(2)
-            .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
-            .collect(),
+        6 => DataType::F16,
+        7 => DataType::F32,
+        9 => DataType::Bf16,
         other => panic!("the stand-in does not reduce type {other}"),
     }
 }
 
-/// Values as f32 or bf16 bytes (bf16 rounded to nearest even).
+/// f32, bf16 or f16 bytes as values.
+pub fn decode(datatype: c_int, bytes: &[u8]) -> Vec<f32> {
+    let dtype = element_type(datatype);
+    bytes
+        .chunks(dtype.size())
+        .map(|e| dtype.to_f32(e))
+        .collect()
+}
+
+/// Values as f32, bf16 or f16 bytes (rounded to nearest even).
 pub fn encode(datatype: c_int, values: &[f32]) -> Vec<u8> {
-    match datatype {
-        7 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        9 => values
-            .iter()
-            .flat_map(|v| {
-                let bits = v.to_bits();
-                let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
-                (rounded as u16).to_le_bytes()
-            })
-            .collect(),
-        other => panic!("the stand-in does not reduce type {other}"),
+    let dtype = element_type(datatype);
+    let mut bytes = Vec::with_capacity(values.len() * dtype.size());
+    for &v in values {
+        dtype.push_rounded(v, &mut bytes);
     }
+    bytes
 }
 
 /// A device buffer of `bytes` on `gpu`, and its simulated address.

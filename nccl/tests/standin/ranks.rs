@@ -7,6 +7,7 @@ use peerlink_nccl::ffi::typed::{
     ncclAllReduce, ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclComm_t,
 };
 
+pub const F16: c_int = 6;
 pub const F32: c_int = 7;
 pub const BF16: c_int = 9;
 pub const SUM: c_int = 0;
@@ -98,11 +99,11 @@ impl Reduce {
     }
 }
 
-/// All-reduces (`op`: sum or average) of f32 and bf16 at each of `counts`, in place and not,
+/// All-reduces (`op`: sum or average) of f32, bf16 and f16 at each of `counts`, in place and not,
 /// through the library on `comm` (rank `rank` of `ranks`, on GPU `rank`), every element checked.
 pub fn reduce_at_counts(rank: usize, ranks: usize, comm: ncclComm_t, op: c_int, counts: &[usize]) {
     let everyone: Vec<usize> = (0..ranks).collect();
-    for dtype in [F32, BF16] {
+    for dtype in [F32, BF16, F16] {
         for &count in counts {
             for in_place in [false, true] {
                 let reduce = Reduce {
