@@ -5,7 +5,7 @@
 # CARRY holds peerlink, libpeerlink_nccl.so and nccl-tests/ (gpu-carry/nccl/nccl-tests);
 # OUT/<part>/ gets one log per run (its command first, its stdout and stderr, its exit status).
 # Parts:
-#   check     all_reduce_perf -d all/float/bfloat16 -o all -c 1, 4 B–1 GiB: through the library (SERVE=all) and
+#   check     all_reduce_perf -d all/float/bfloat16/half -o all -c 1, 4 B–1 GiB: through the library (SERVE=all) and
 #             on NCCL alone, each in NCCL's default mode and with -R 2 (symmetric windows)
 #   speed     -d float and -d bfloat16, 4 B–1 GiB, -c 1: NCCL alone and the library (SERVE=all) in
 #             each of NCCL's modes (default, -R 2, -G 100, -R 2 -G 100): like with like
@@ -52,7 +52,7 @@ for part in "$@"; do
         # NCCL alone too): the served types run alone as well, every operation.
         for through in nccl lib; do
             for mode in "" "-R 2"; do
-                for type in all float bfloat16; do
+                for type in all float bfloat16 half; do
                     perf "check_${type}_${through}${mode:+_R2}" $through -b 4 -e 1G -f 4 -d $type -o all -c 1 $mode
                 done
             done
