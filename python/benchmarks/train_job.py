@@ -110,11 +110,12 @@ def train(args: argparse.Namespace) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if args.deterministic:
         # Run to run, the same bits but for the collectives: cuBLAS's workspace fixed, no atomics
-        # in the backward passes (embedding; attention: cuDNN's and the memory-efficient kernels
-        # accumulate with atomics, so only flash attention is left on).
+        # in the backward passes (embedding; attention: cuDNN's, flash and the memory-efficient
+        # kernels all accumulate with atomics there, so attention runs as plain matrix products).
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.backends.cuda.enable_flash_sdp(False)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
     local = int(os.environ.get("LOCAL_RANK", rank))
     device = torch.device("cuda", local)
@@ -148,6 +149,8 @@ def train(args: argparse.Namespace) -> None:
     if rank == 0:
         times.sort()
         document = {
+            # A schema and no "source": a document of this script, not of peerlink's CLI.
+            "schema": "peerlink.train-job/1",
             "mode": args.mode,
             "world": world,
             "parameters": parameters,
