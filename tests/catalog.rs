@@ -27,7 +27,8 @@
 //!   on a host with one;
 //! - `interrupt`: long runs that Ctrl-C must end within a second (exit 130), run by
 //!   `tests/interrupts.rs`; their `says` is `partial` (stdout holds the document, marked partial)
-//!   or `none` (nothing finished to show; stderr says interrupted);
+//!   or `none` (nothing finished to show; stderr says interrupted), or `either` (a run whose
+//!   output is whole or nothing: which depends on the moment);
 //! - `long`: rows that are slow by nature (a 1000-GPU bench, 200 MB files, GiB buffers), run by
 //!   `cargo test --release --test catalog -- --ignored long`;
 //! - `known: <why>`: rows that fail today for a reason outside the command line (the simulator backs

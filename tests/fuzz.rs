@@ -449,10 +449,12 @@ fn long_run() -> impl Strategy<Value = (Vec<String>, &'static str)> {
                 &messages,
                 "--prove"
             ]),
-            "none"
+            "either"
         )),
+        // Up to 256 MiB: past that, send-recv on dgx-h100 needs more host memory than CI's
+        // machine has (30 GiB at 1 GiB) and is refused up front, ending before any signal.
         one_of(&["all-reduce", "send-recv"]).prop_map(|workload| (
-            args(&["workload", &workload, "--sizes", "64MiB..1GiB"]),
+            args(&["workload", &workload, "--sizes", "64MiB..256MiB"]),
             "partial"
         )),
     ];

@@ -5,7 +5,8 @@
 //!
 //! A row passes where it exits 130 within [`BUDGET`] plus a margin for a loaded two-core CI
 //! machine ([`LIMIT`]), and its output is what its `says` column asks: `partial`, a JSON document on
-//! stdout marked `"partial": true`; `none`, nothing on stdout and stderr saying it was interrupted.
+//! stdout marked `"partial": true`; `none`, nothing on stdout and stderr saying it was interrupted;
+//! `either`, one or the other (a run whose output is whole or nothing).
 
 mod common;
 
