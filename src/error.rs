@@ -151,11 +151,52 @@ impl Error {
             }),
         }
     }
+
+    /// The same failure `at` bytes further on: a check of one piece of a buffer, reported for
+    /// the whole buffer.
+    pub(crate) fn shifted(self, at: usize) -> Self {
+        match self {
+            Error::Verification {
+                test,
+                src,
+                dst,
+                offset,
+                expected,
+                found,
+            } => Error::Verification {
+                test,
+                src,
+                dst,
+                offset: at + offset,
+                expected,
+                found,
+            },
+            other => other,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_piece_checked_alone_is_reported_at_its_offset_in_the_whole() {
+        let piece = Error::check_bytes("t", 0, 1, &[1, 2, 3], &[1, 9, 3]).unwrap_err();
+        match piece.shifted(16 << 20) {
+            Error::Verification {
+                offset,
+                expected,
+                found,
+                ..
+            } => assert_eq!((offset, expected, found), ((16 << 20) + 1, 2, 9)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            Error::usage("x").shifted(5),
+            Error::Usage(why) if why == "x"
+        ));
+    }
 
     #[test]
     fn bad_input_exits_2_and_runtime_failures_exit_1() {

@@ -313,29 +313,9 @@ impl<'f> Flows<'f> {
             crate::interrupt::check()?;
             from.read(at, &mut expected[..len])?;
             to.read(at, &mut found[..len])?;
-            match Error::check_bytes(
-                format!("engine {strategy}"),
-                src,
-                dst,
-                &expected[..len],
-                &found[..len],
-            ) {
-                Err(Error::Verification {
-                    test,
-                    offset,
-                    expected,
-                    found,
-                    ..
-                }) => Err(Error::Verification {
-                    test,
-                    src,
-                    dst,
-                    offset: at + offset,
-                    expected,
-                    found,
-                }),
-                other => other,
-            }
+            let test = format!("engine {strategy}");
+            Error::check_bytes(test, src, dst, &expected[..len], &found[..len])
+                .map_err(|e| e.shifted(at))
         })
     }
 

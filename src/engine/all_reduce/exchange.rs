@@ -97,11 +97,6 @@ impl ProcessRanks {
         }
         Ok(ProcessRanks { group, gpus })
     }
-
-    /// The group, to watch for a rank that failed.
-    pub fn group(&self) -> &Group {
-        &self.group
-    }
 }
 
 impl RankExchange for ProcessRanks {
