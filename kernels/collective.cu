@@ -27,6 +27,12 @@
 // more than the epoch ahead in one slot (it cannot leave END before I arrive, nor finish a packet
 // call before I send my packets, which I do only after my call before), so waiting for equality is
 // exact, even after the counter wraps.
+//
+// Waiting for peers: with a release word (args.release, pinned host memory), for as long as they
+// take, as NCCL waits (a rank may be minutes late with a checkpoint); every RELEASE_POLL_SPINS
+// spins the word is read, and once the host raised it (a peer died, the communicator was aborted)
+// every wait ends as if answered: the kernel finishes, its results undefined. Without one, a wait
+// longer than args.timeout_ns traps.
 
 constexpr unsigned int MAX_RANKS = 8;
 constexpr unsigned int ALL_REDUCE_THREADS = 512;
@@ -45,6 +51,7 @@ struct AllReduceArgs {
     unsigned long long inputs[MAX_RANKS];
     unsigned long long outputs[MAX_RANKS];
     unsigned long long flags[MAX_RANKS];
+    unsigned long long release;
     unsigned long long elements;
     unsigned long long timeout_ns;
     unsigned int rank;
@@ -71,25 +78,34 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int *slot) {
     return value;
 }
 
-// Spins until `ready()` answers true. A peer that never arrives (its launch failed, its stream is
-// held for longer than timeout_ns) traps: the context reports an error instead of the GPU hanging.
+// How often a wait reads the release word: each read crosses PCIe (about a microsecond), so a
+// wait answered within a few thousand spins never pays for one.
+constexpr unsigned int RELEASE_POLL_SPINS = 1024;
+
+// Spins until `ready()` answers true, or until the host raises the release word, or traps after
+// args.timeout_ns where there is none (the context then reports an error instead of the GPU
+// hanging on a peer that never arrives: its launch failed, or its stream is held too long).
 template <typename Ready>
-__device__ __forceinline__ void spin_until(Ready ready, unsigned long long timeout_ns) {
+__device__ __forceinline__ void spin_until(Ready ready, const AllReduceArgs &args) {
     if (ready()) {
         return;
     }
+    const volatile unsigned int *release = (const volatile unsigned int *)args.release;
     const unsigned long long start = global_timer_ns();
-    while (!ready()) {
-        if (global_timer_ns() - start > timeout_ns) {
+    for (unsigned int spins = 1; !ready(); ++spins) {
+        if (release != nullptr) {
+            if (spins % RELEASE_POLL_SPINS == 0 && *release != 0) {
+                return;
+            }
+        } else if (global_timer_ns() - start > args.timeout_ns) {
             __trap();
         }
     }
 }
 
 // Spins until `slot` holds `epoch`.
-__device__ void wait_for(const unsigned int *slot, unsigned int epoch,
-                         unsigned long long timeout_ns) {
-    spin_until([&] { return load_acquire(slot) == epoch; }, timeout_ns);
+__device__ void wait_for(const unsigned int *slot, unsigned int epoch, const AllReduceArgs &args) {
+    spin_until([&] { return load_acquire(slot) == epoch; }, args);
 }
 
 // Tells this block's counterpart on every peer that this rank reached `epoch` in `phase`, and waits
@@ -99,8 +115,7 @@ __device__ __forceinline__ void meet_peers(const AllReduceArgs &args, unsigned i
     const unsigned int peer = threadIdx.x;
     if (peer < args.ranks && peer != args.rank) {
         store_release(flag_slot(args.flags[peer], phase, blockIdx.x, args.rank), epoch);
-        wait_for(flag_slot(args.flags[args.rank], phase, blockIdx.x, peer), epoch,
-                 args.timeout_ns);
+        wait_for(flag_slot(args.flags[args.rank], phase, blockIdx.x, peer), epoch, args);
     }
 }
 
@@ -503,14 +518,14 @@ __device__ __forceinline__ unsigned long long load_packet(const unsigned long lo
 // Spins until `slot` holds a packet of `epoch`; answers its data word.
 __device__ __forceinline__ unsigned int wait_for_packet(const unsigned long long *slot,
                                                         unsigned int epoch,
-                                                        unsigned long long timeout_ns) {
+                                                        const AllReduceArgs &args) {
     unsigned long long packet = 0;
     spin_until(
         [&] {
             packet = load_packet(slot);
             return (unsigned int)(packet >> 32) == epoch;
         },
-        timeout_ns);
+        args);
     return (unsigned int)packet;
 }
 
@@ -544,7 +559,7 @@ __device__ __forceinline__ void all_reduce_packets(const AllReduceArgs &args) {
                 words[r] = r == args.rank ? mine
                                           : wait_for_packet(packet_slot(args.flags[args.rank],
                                                                         parity, r, word),
-                                                            epoch, args.timeout_ns);
+                                                            epoch, args);
             }
         }
         float sum[Element::PER_WORD];

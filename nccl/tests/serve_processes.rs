@@ -2,22 +2,33 @@
 //! starts them: this test starts 2, 4 and 8 processes (this binary again, running the ignored
 //! `one_rank_of_a_job` alone), each one rank on its own simulated GPU, with the stand-in NCCL
 //! meeting through a directory; every element is checked in every process, and each says on
-//! stderr how its communicator was served.
+//! stderr how its communicator was served. Then NCCL's waiting contract: a rank 30 s late (in
+//! simulated time) is waited for, a rank that dies is reported by `ncclCommGetAsyncError` and its
+//! peer's waiting call released, and `ncclCommAbort` releases a call waiting for a peer that never
+//! comes.
 
 mod standin;
 
 use std::ffi::c_int;
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
-use peerlink_nccl::ffi::typed::{ncclCommDestroy, ncclCommInitRank, ncclComm_t};
-use standin::ranks::{reduce_at_counts, AVG, SUM};
+use peerlink_nccl::ffi::typed::{
+    ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRank, ncclComm_t,
+};
+use standin::ranks::{reduce_at_counts, stream_of, Reduce, AVG, F32, SUM};
 
-/// Which rank of how many this process is, set by the parent test for its children.
+/// Which rank of how many this process is, and what the job does, set by the parent test for
+/// its children.
 const RANK: &str = "SERVE_PROCESSES_RANK";
 const RANKS: &str = "SERVE_PROCESSES_RANKS";
+const SCENARIO: &str = "SERVE_PROCESSES_SCENARIO";
 
-/// Starts `ranks` processes of one job and waits for them all.
-fn job(ranks: usize) -> Vec<Output> {
+/// ncclRemoteError.
+const REMOTE_ERROR: c_int = 6;
+
+/// Starts `ranks` processes of one job doing `scenario` and waits for them all.
+fn job(ranks: usize, scenario: &str) -> Vec<Output> {
     let meeting = tempfile::tempdir().unwrap();
     let children: Vec<_> = (0..ranks)
         .map(|rank| {
@@ -25,6 +36,7 @@ fn job(ranks: usize) -> Vec<Output> {
                 .args(["--ignored", "--exact", "one_rank_of_a_job", "--nocapture"])
                 .env(RANK, rank.to_string())
                 .env(RANKS, ranks.to_string())
+                .env(SCENARIO, scenario)
                 .env(standin::MEETING_DIR, meeting.path())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -38,25 +50,155 @@ fn job(ranks: usize) -> Vec<Output> {
         .collect()
 }
 
+/// Fails unless rank `rank`'s process of a job of `ranks` passed its part (the harness runs no
+/// test where the filter misses: "1 passed" shows the rank ran); returns its stderr.
+fn passed(rank: usize, ranks: usize, output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "rank {rank} of {ranks} failed:\n{stdout}\n{stderr}"
+    );
+    stderr.into_owned()
+}
+
 #[test]
 fn ranks_that_are_each_a_process_of_this_host_are_served() {
     for ranks in [2, 4, 8] {
-        for (rank, output) in job(ranks).into_iter().enumerate() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(
-                output.status.success(),
-                "rank {rank} of {ranks} failed:\n{stdout}\n{stderr}"
-            );
-            // The harness runs no test where the filter misses: make sure the rank ran.
-            assert!(
-                stdout.contains("1 passed"),
-                "rank {rank} of {ranks}:\n{stdout}"
-            );
+        for (rank, output) in job(ranks, "sums").iter().enumerate() {
+            let stderr = passed(rank, ranks, output);
             let said = format!("rank {rank} of {ranks}, GPU {rank}; served by peerlink ({ranks} ranks, a process each on this host)");
             assert!(stderr.contains(&said), "rank {rank} of {ranks}:\n{stderr}");
         }
     }
+}
+
+#[test]
+fn a_rank_30_s_late_in_simulated_time_is_waited_for_and_summed() {
+    for (rank, output) in job(2, "late").iter().enumerate() {
+        passed(rank, 2, output);
+    }
+}
+
+#[test]
+fn a_rank_that_dies_is_reported_by_get_async_error_and_its_peers_call_released() {
+    let outputs = job(2, "dies");
+    let stderr = passed(0, 2, &outputs[0]);
+    assert!(stderr.contains("a peer is lost"), "{stderr}");
+}
+
+#[test]
+fn an_abort_releases_a_call_waiting_for_a_peer_that_never_comes() {
+    for (rank, output) in job(2, "abort").iter().enumerate() {
+        passed(rank, 2, output);
+    }
+}
+
+/// A communicator handle that a watching thread may hold (NCCL's calls on it are thread-safe
+/// where the tests use them).
+#[derive(Clone, Copy)]
+struct Handle(usize);
+
+impl Handle {
+    fn get(self) -> ncclComm_t {
+        self.0 as ncclComm_t
+    }
+}
+
+/// One all-reduce of 1001 f32 elements through the library on rank `rank`'s GPU and stream;
+/// its result code, and the reduce and output to check.
+fn call_1001(rank: usize, comm: ncclComm_t) -> (c_int, Reduce, u64) {
+    let reduce = Reduce {
+        dtype: F32,
+        op: SUM,
+        count: 1001,
+        in_place: false,
+    };
+    let buffers = reduce.buffers(rank, rank);
+    let code = reduce.call(buffers, comm, stream_of(rank));
+    (code, reduce, buffers.1)
+}
+
+/// Both ranks meet once (the set-up); rank 1's stream is then busy for 30 s of simulated time
+/// before its next call: rank 0's kernel waits that long, beyond a bounded wait's 10 s, and sums.
+fn late(rank: usize, comm: ncclComm_t) {
+    let (code, reduce, recv) = call_1001(rank, comm);
+    assert_eq!(code, 0);
+    reduce.check(recv, rank, stream_of(rank), &[0, 1]);
+    let backend = standin::backend();
+    let stream = backend.borrow_stream(rank, stream_of(rank)).unwrap();
+    if rank == 1 {
+        backend.collectives().busy(stream, 30e6).unwrap();
+    }
+    let start = backend.record(stream).unwrap();
+    let (code, reduce, recv) = call_1001(rank, comm);
+    assert_eq!(code, 0);
+    let end = backend.record(stream).unwrap();
+    reduce.check(recv, rank, stream_of(rank), &[0, 1]);
+    let waited_us = backend.elapsed_us(start, end).unwrap();
+    if rank == 0 {
+        assert!(waited_us >= 30e6, "rank 0's call took {waited_us} µs");
+    }
+}
+
+/// After the set-up, rank 1 exits without a word; rank 0's next call waits for it until a
+/// watchdog thread (as PyTorch's) asks ncclCommGetAsyncError, which says ncclRemoteError and
+/// releases the wait; later calls fail so, and the communicator aborts.
+fn dies(rank: usize, comm: ncclComm_t) {
+    let (code, reduce, recv) = call_1001(rank, comm);
+    assert_eq!(code, 0);
+    reduce.check(recv, rank, stream_of(rank), &[0, 1]);
+    if rank == 1 {
+        std::thread::sleep(Duration::from_secs(1));
+        std::process::exit(0);
+    }
+    let handle = Handle(comm as usize);
+    let watchdog = std::thread::spawn(move || {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            let mut error: c_int = 0;
+            // SAFETY: the live communicator and an out-pointer.
+            assert_eq!(
+                unsafe { ncclCommGetAsyncError(handle.get(), &mut error) },
+                0
+            );
+            if error != 0 {
+                return error;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        0
+    });
+    assert_eq!(call_1001(rank, comm).0, 0, "the waiting call was queued");
+    assert_eq!(watchdog.join().unwrap(), REMOTE_ERROR);
+    assert_eq!(call_1001(rank, comm).0, REMOTE_ERROR, "a later call");
+    // SAFETY: the communicator made by the caller, not used after.
+    assert_eq!(unsafe { ncclCommAbort(comm) }, 0);
+}
+
+/// After the set-up, rank 1 makes no further call; rank 0's next call waits for it until another
+/// thread aborts the communicator, well before rank 1 destroys its own.
+fn abort(rank: usize, comm: ncclComm_t) {
+    let (code, reduce, recv) = call_1001(rank, comm);
+    assert_eq!(code, 0);
+    reduce.check(recv, rank, stream_of(rank), &[0, 1]);
+    if rank == 1 {
+        std::thread::sleep(Duration::from_secs(3));
+        // SAFETY: the communicator made by the caller.
+        assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
+        return;
+    }
+    let handle = Handle(comm as usize);
+    let started = Instant::now();
+    let aborter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: the live communicator; the waiting call does not use it after it returns.
+        unsafe { ncclCommAbort(handle.get()) }
+    });
+    assert_eq!(call_1001(rank, comm).0, 0, "the waiting call was queued");
+    assert_eq!(aborter.join().unwrap(), 0);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "released after {took:?}");
 }
 
 /// One rank of [`ranks_that_are_each_a_process_of_this_host_are_served`]'s job.
@@ -74,6 +216,12 @@ fn one_rank_of_a_job() {
         unsafe { ncclCommInitRank(&mut comm, ranks as c_int, id, rank as c_int) },
         0
     );
+    match std::env::var(SCENARIO).unwrap().as_str() {
+        "late" => return late(rank, comm),
+        "dies" => return dies(rank, comm),
+        "abort" => return abort(rank, comm),
+        _ => {}
+    }
     for op in [SUM, AVG] {
         reduce_at_counts(rank, ranks, comm, op, &[1, 3, 1023, 70_001]);
     }

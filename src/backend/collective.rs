@@ -38,6 +38,46 @@ const PACKET_AREA_BYTES: usize = 2 * MAX_RANKS * PACKET_MAX_BYTES * 2;
 /// stream would run the calls.
 pub const FLAG_BYTES: usize = FLAG_AREA_BYTES + PACKET_AREA_BYTES;
 
+/// How long a rank's all-reduce kernel waits for its peers with [`Waiting::Bounded`] before it
+/// traps: 10 s, twice the longest hold of a gate (`Backend::hold`), so that one rank held back by a
+/// gate while the others run is not mistaken for a lost peer.
+pub const PEER_TIMEOUT_NS: u64 = 10_000_000_000;
+
+/// How a rank's kernel of peerlink's all-reduce waits for its peers' kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting<B = BufferId> {
+    /// At most [`PEER_TIMEOUT_NS`]; a peer later than that traps the kernel, and the GPU's context
+    /// reports an error to every later call. peerlink's own verbs wait so: a lost peer is reported,
+    /// never hung on.
+    Bounded,
+    /// For as long as its peers take (NCCL's contract: a rank busy for minutes with a checkpoint
+    /// is normal), until the host raises the release word: the first 4 bytes of this buffer,
+    /// pinned host memory, zero while the wait may go on. The host that watches the peers raises
+    /// it for a peer that died or a communicator aborted; a released kernel ends without an error
+    /// and what it wrote is undefined.
+    Released(B),
+}
+
+impl<B> Waiting<B> {
+    /// The same waiting, with the release word's buffer replaced by `f`'s answer for it.
+    pub fn map<C>(self, f: impl FnOnce(B) -> C) -> Waiting<C> {
+        match self {
+            Waiting::Bounded => Waiting::Bounded,
+            Waiting::Released(word) => Waiting::Released(f(word)),
+        }
+    }
+
+    pub fn as_ref(&self) -> Waiting<&B> {
+        match self {
+            Waiting::Bounded => Waiting::Bounded,
+            Waiting::Released(word) => Waiting::Released(word),
+        }
+    }
+}
+
+/// Bytes of a release word ([`Waiting::Released`]): one u32.
+pub const RELEASE_WORD_BYTES: usize = 4;
+
 /// The element type of a reduction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -402,7 +442,8 @@ pub trait Collectives {
     /// run one after another on each GPU (queued on the same streams, or ordered by events). Inputs
     /// are not changed, but where [`AllReduceKernel::in_place`] allows a rank's output to be its own
     /// input (the same handle), in place. `len` is a whole number of elements, at
-    /// most `kernel.max_len()`.
+    /// most `kernel.max_len()`. Every rank's kernel waits for the others as `waiting` says.
+    #[allow(clippy::too_many_arguments)] // what it reduces, how, where the ranks meet and how long
     fn all_reduce(
         &self,
         kernel: AllReduceKernel,
@@ -410,6 +451,7 @@ pub trait Collectives {
         op: Reduction,
         ranks: &[Rank],
         flags: &[BufferId],
+        waiting: Waiting,
         len: usize,
     ) -> Result<()>;
 
@@ -425,6 +467,7 @@ pub trait Collectives {
     /// Graph capture is refused: a rank's kernel in a graph would meet the others only when
     /// replayed. On the simulator the call returns once every rank's process has queued its part
     /// (the processes meet through their shared flag files; each keeps its own virtual clock).
+    /// The kernel waits for the others as `waiting` says (its release word is this process's).
     #[allow(clippy::too_many_arguments)] // one rank's part: what it reduces, how, and where
     fn rank_all_reduce(
         &self,
@@ -434,6 +477,7 @@ pub trait Collectives {
         rank: usize,
         stream: StreamId,
         ranks: &[RankBuffers],
+        waiting: Waiting,
         len: usize,
     ) -> Result<()>;
 

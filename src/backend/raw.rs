@@ -8,7 +8,7 @@
 //! (memory left on a device, a preset's NUMA nodes, a driver's refusal).
 
 use super::collective::{
-    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, Reduction, UniqueId,
+    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, Reduction, UniqueId, Waiting,
 };
 use super::resident::{StopReport, WorkerConfig};
 use super::{Advice, BufferCopy, BufferId, CopyMethod, Location, Memory};
@@ -232,7 +232,9 @@ pub trait RawCollectives: RawBackend {
     /// rank order; each input and output holds at least `len` bytes of its rank's GPU and no
     /// output is an input; `flags[i]` holds `FLAG_BYTES` of rank `i`'s GPU; `len` > 0 is a whole
     /// number of `dtype` elements, at most `kernel.max_len()`. The streams may capture (all of
-    /// them or none): each rank's kernel is recorded into its stream's graph.
+    /// them or none): each rank's kernel is recorded into its stream's graph. A release word is
+    /// pinned host memory of at least `RELEASE_WORD_BYTES`.
+    #[allow(clippy::too_many_arguments)] // as `Collectives::all_reduce`
     fn all_reduce(
         &self,
         kernel: AllReduceKernel,
@@ -240,6 +242,7 @@ pub trait RawCollectives: RawBackend {
         op: Reduction,
         ranks: &[RawRank<'_, Self>],
         flags: &[&Self::Buffer],
+        waiting: Waiting<&Self::Buffer>,
         len: usize,
     ) -> Result<()>;
 
@@ -256,6 +259,7 @@ pub trait RawCollectives: RawBackend {
         rank: usize,
         stream: &Self::Stream,
         ranks: &[RawRankBuffers<'_, Self>],
+        waiting: Waiting<&Self::Buffer>,
         len: usize,
     ) -> Result<()>;
 

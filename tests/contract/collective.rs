@@ -6,7 +6,8 @@
 use super::{gpus, not_here, says, usage, FILL};
 use peerlink::backend::collective::{
     AllReduceKernel, BufferRange, CommRank, DataType, Nccl, PeerOp, PeerTransfer, Rank,
-    RankBuffers, Reduction, UniqueId, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    RankBuffers, Reduction, UniqueId, Waiting, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    PEER_TIMEOUT_NS, RELEASE_WORD_BYTES,
 };
 use peerlink::backend::{Backend, BufferId, Memory, StreamId};
 use peerlink::Error;
@@ -122,8 +123,15 @@ impl Ranks {
         op: Reduction,
     ) -> peerlink::Result<()> {
         let ranks = self.ranks();
-        b.collectives()
-            .all_reduce(kernel, self.dtype, op, &ranks, &self.flags, self.len)
+        b.collectives().all_reduce(
+            kernel,
+            self.dtype,
+            op,
+            &ranks,
+            &self.flags,
+            Waiting::Bounded,
+            self.len,
+        )
     }
 
     fn synchronize(&self, b: &dyn Backend) {
@@ -204,6 +212,54 @@ fn every_output_holds(b: &dyn Backend, op: Reduction) {
     }
 }
 
+/// A rank later than a bounded wait's limit ([`PEER_TIMEOUT_NS`]: its stream busy for a second
+/// longer) is waited for where the kernels have a release word, and the sum is whole; a release
+/// word that is not pinned host memory is refused. (On a GPU this takes 11 s.)
+pub fn a_rank_later_than_a_bounded_wait_is_waited_for_with_a_release_word(b: &dyn Backend) {
+    let clique = p2p_clique(b);
+    if clique.len() < 2 {
+        return not_here("a late rank's all-reduce", "no two GPUs with P2P");
+    }
+    enable_peer_access(b, &clique[..2]);
+    let r = Ranks::new(b, &clique[..2], DataType::F32, 1001);
+    let device_word = b.alloc(Memory::Device(clique[0]), 4).unwrap();
+    let refused = usage(b.collectives().all_reduce(
+        AllReduceKernel::OneShot,
+        DataType::F32,
+        Reduction::Sum,
+        &r.ranks(),
+        &r.flags,
+        Waiting::Released(device_word),
+        r.len,
+    ));
+    says(&refused, "pinned host memory");
+    let word = b
+        .alloc(Memory::PinnedHost { numa_node: None }, RELEASE_WORD_BYTES)
+        .unwrap();
+    b.write(word, 0, &[0; RELEASE_WORD_BYTES]).unwrap();
+    let late_us = PEER_TIMEOUT_NS as f64 / 1e3 + 1e6;
+    b.collectives().busy(r.streams[1], late_us).unwrap();
+    let start = b.record(r.streams[0]).unwrap();
+    for kernel in [AllReduceKernel::OneShot, AllReduceKernel::OneShotPackets] {
+        b.collectives()
+            .all_reduce(
+                kernel,
+                DataType::F32,
+                Reduction::Sum,
+                &r.ranks(),
+                &r.flags,
+                Waiting::Released(word),
+                r.len,
+            )
+            .unwrap();
+    }
+    let end = b.record(r.streams[0]).unwrap();
+    r.synchronize(b);
+    r.check(b, "a late rank's all-reduce", &r.outputs, &r.want(Reduction::Sum));
+    let waited = b.elapsed_us(start, end).unwrap();
+    assert!(waited >= late_us, "rank 0 waited {waited} µs for a rank {late_us} µs late");
+}
+
 /// The ranks of `r` with each output its own input.
 fn in_place(r: &Ranks) -> Vec<Rank> {
     r.ranks()
@@ -235,6 +291,7 @@ pub fn two_shot_and_packet_all_reduces_sum_in_place(b: &dyn Backend) {
                         Reduction::Sum,
                         &in_place(&r),
                         &r.flags,
+                        Waiting::Bounded,
                         r.len,
                     )
                     .unwrap();
@@ -251,6 +308,7 @@ pub fn two_shot_and_packet_all_reduces_sum_in_place(b: &dyn Backend) {
         Reduction::Sum,
         &in_place(&r),
         &r.flags,
+        Waiting::Bounded,
         r.len,
     );
     says(
@@ -284,7 +342,15 @@ pub fn fifty_all_reduces_in_a_row_on_the_same_flags_each_sum_their_own_inputs(b:
                 })
                 .collect();
             b.collectives()
-                .all_reduce(order(call), dtype, Reduction::Sum, &ranks, &r.flags, r.len)
+                .all_reduce(
+                    order(call),
+                    dtype,
+                    Reduction::Sum,
+                    &ranks,
+                    &r.flags,
+                    Waiting::Bounded,
+                    r.len,
+                )
                 .unwrap();
             std::mem::swap(&mut from, &mut to);
         }
@@ -339,6 +405,7 @@ pub fn packet_all_reduces_of_changing_sizes_read_only_their_own_packets(b: &dyn 
                 Reduction::Sum,
                 &ranks,
                 &r.flags,
+                Waiting::Bounded,
                 4 * words,
             )
             .unwrap();
@@ -420,8 +487,15 @@ pub fn all_reduce_refuses_what_its_kernels_cannot_take(b: &dyn Backend) {
     let r = Ranks::new(b, pair, DataType::F32, 16);
     let kernel = AllReduceKernel::OneShot;
     let call = |ranks: &[Rank], flags: &[BufferId], dtype: DataType, len: usize| {
-        b.collectives()
-            .all_reduce(kernel, dtype, Reduction::Sum, ranks, flags, len)
+        b.collectives().all_reduce(
+            kernel,
+            dtype,
+            Reduction::Sum,
+            ranks,
+            flags,
+            Waiting::Bounded,
+            len,
+        )
     };
     let (ranks, flags, len) = (r.ranks(), r.flags.clone(), r.len);
     // Peer access first, before anything else is wrong.
@@ -539,6 +613,7 @@ pub fn rank_all_reduce_refuses_what_it_cannot_take(b: &dyn Backend) {
                 rank,
                 stream,
                 ranks,
+                Waiting::Bounded,
                 len,
             )
         };

@@ -101,6 +101,7 @@ macro_rules! contract_tests {
             all_reduce_refuses_what_its_kernels_cannot_take,
             rank_all_reduce_refuses_what_it_cannot_take,
             two_shot_and_packet_all_reduces_sum_in_place,
+            a_rank_later_than_a_bounded_wait_is_waited_for_with_a_release_word,
             busy_keeps_its_stream_for_at_least_its_duration,
             nccl_all_reduce_sums_in_place_and_out_of_place,
             nccl_send_recv_moves_every_byte_one_way_both_ways_and_round_a_ring,

@@ -5,8 +5,8 @@
 //! is the host's f32 arithmetic, rounded as the kernels round.
 
 use peerlink::backend::collective::{
-    AllReduceKernel, BufferRange, DataType, PeerTransfer, Rank, Reduction, FLAG_BYTES, MAX_RANKS,
-    PACKET_MAX_BYTES,
+    AllReduceKernel, BufferRange, DataType, PeerTransfer, Rank, Reduction, Waiting, FLAG_BYTES,
+    MAX_RANKS, PACKET_MAX_BYTES,
 };
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Nccl, StreamId};
@@ -216,7 +216,15 @@ fn all_reduce_kernels_sum_and_average_every_byte_on_2_to_all_gpus() {
                     set.write_inputs(&b, dtype, round, elements);
                     set.fill_outputs(&b, &set.outputs);
                     b.collectives()
-                        .all_reduce(kernel, dtype, op, &set.ranks(), &set.flags, len)
+                        .all_reduce(
+                            kernel,
+                            dtype,
+                            op,
+                            &set.ranks(),
+                            &set.flags,
+                            Waiting::Bounded,
+                            len,
+                        )
                         .unwrap();
                     set.synchronize(&b);
                     let want = reduced(dtype, op, round, count, elements);
@@ -318,6 +326,7 @@ fn serve_200_calls_without_reset(kernels: &[AllReduceKernel]) {
                 Reduction::Sum,
                 &set.with_outputs(call_outputs),
                 &set.flags,
+                Waiting::Bounded,
                 len,
             )
             .unwrap();
@@ -376,6 +385,7 @@ fn all_reduce_replays_from_captured_graphs() {
         Reduction::Sum,
         &set.ranks(),
         &set.flags,
+        Waiting::Bounded,
         len,
     )
     .unwrap();
@@ -385,6 +395,7 @@ fn all_reduce_replays_from_captured_graphs() {
         Reduction::Sum,
         &set.with_outputs(&second),
         &set.flags,
+        Waiting::Bounded,
         len,
     )
     .unwrap();
@@ -394,6 +405,7 @@ fn all_reduce_replays_from_captured_graphs() {
         Reduction::Sum,
         &set.with_outputs(&third),
         &set.flags,
+        Waiting::Bounded,
         packet_elements * dtype.size(),
     )
     .unwrap();
@@ -425,8 +437,16 @@ fn all_reduce_replays_from_captured_graphs() {
         set.write_inputs(&b, dtype, round, elements);
         set.fill_outputs(&b, &set.outputs);
         let len = elements * dtype.size();
-        c.all_reduce(kernel, dtype, Reduction::Sum, &set.ranks(), &set.flags, len)
-            .unwrap();
+        c.all_reduce(
+            kernel,
+            dtype,
+            Reduction::Sum,
+            &set.ranks(),
+            &set.flags,
+            Waiting::Bounded,
+            len,
+        )
+        .unwrap();
         set.synchronize(&b);
         let want = reduced(dtype, Reduction::Sum, round, count, elements);
         for (r, &output) in set.outputs.iter().enumerate() {

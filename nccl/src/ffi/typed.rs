@@ -83,6 +83,7 @@ signatures! {
     ncclCommUserRank = fn(ncclComm_t, *mut c_int) -> ncclResult_t;
     ncclCommDestroy = fn(ncclComm_t) -> ncclResult_t;
     ncclCommAbort = fn(ncclComm_t) -> ncclResult_t;
+    ncclCommGetAsyncError = fn(ncclComm_t, *mut ncclResult_t) -> ncclResult_t;
     ncclCommFinalize = fn(ncclComm_t) -> ncclResult_t;
     ncclCommRegister = fn(ncclComm_t, *mut c_void, size_t, *mut *mut c_void) -> ncclResult_t;
     ncclCommDeregister = fn(ncclComm_t, *mut c_void) -> ncclResult_t;
@@ -425,13 +426,39 @@ macro_rules! passed_on {
 
 passed_on! {
     ncclCommDestroy(comm: ncclComm_t) forgetting comm;
-    ncclCommAbort(comm: ncclComm_t) forgetting comm;
     ncclCommFinalize(comm: ncclComm_t);
     ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: size_t, handle: *mut *mut c_void);
     ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void);
     ncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: size_t, win: *mut ncclWindow_t, winFlags: c_int);
     ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t);
 }
+
+/// Releases the communicator's served kernels that wait for peers, forgets it, and passes the
+/// abort on.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
+    serve::server().abort(comm as usize);
+    serve::other_call(|| forward!(ncclCommAbort(comm)))
+}
+const _: sig::ncclCommAbort = ncclCommAbort;
+
+/// ncclRemoteError where a peer of a served communicator is lost (what NCCL, whose kernels did
+/// not run those calls, cannot know); otherwise NCCL's answer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommGetAsyncError(
+    comm: ncclComm_t,
+    asyncError: *mut ncclResult_t,
+) -> ncclResult_t {
+    match serve::server().async_error(comm as usize) {
+        Some(code) if !asyncError.is_null() => {
+            // SAFETY: the caller's out-pointer, checked for null; NCCL writes it the same way.
+            unsafe { asyncError.write(code) };
+            0
+        }
+        _ => forward!(ncclCommGetAsyncError(comm, asyncError)),
+    }
+}
+const _: sig::ncclCommGetAsyncError = ncclCommGetAsyncError;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {

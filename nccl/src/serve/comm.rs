@@ -11,6 +11,8 @@ use peerlink::engine::all_reduce::{
     GroupAllReduce, LocalAllReduce, ProcessRanks, ThreadMeeting, ThreadRanks,
 };
 
+use super::lifeline::Lifeline;
+
 /// Borrowed streams or buffers kept per communicator before they start over: a job that
 /// all-reduces ever new buffers would grow the table without end.
 const BORROWS_KEPT: usize = 64;
@@ -22,6 +24,9 @@ pub struct Clique {
     pub gpus: Vec<usize>,
     pub meeting: Arc<ThreadMeeting>,
     pub local: Mutex<LocalAllReduce>,
+    /// One release word for every rank: an abort of any rank's communicator ends every rank's
+    /// wait.
+    pub lifeline: Arc<Lifeline>,
 }
 
 /// Who a served communicator's rank sums with.
@@ -79,6 +84,8 @@ pub struct Comm {
     /// The lone calls' all-reduce with the other ranks: with threads, joined at the first
     /// one; with processes, at the set-up.
     pub reduce: Option<Reduce>,
+    /// What its kernels wait on, where it is served with other ranks (dropped after `reduce`).
+    pub lifeline: Option<Arc<Lifeline>>,
     backend: Option<Arc<dyn Backend>>,
     streams: HashMap<u64, StreamId>,
     /// The stream handle of the last call: its all-reduce orders the next call after it, so it
@@ -97,11 +104,21 @@ impl Comm {
             token,
             state: State::Pending,
             reduce: None,
+            lifeline: None,
             backend: None,
             streams: HashMap::new(),
             last_stream: None,
             buffers: HashMap::new(),
         }
+    }
+
+    /// Why its calls can no longer be served, where they cannot: it was aborted, or a peer is
+    /// lost (the release word is raised then).
+    pub fn lost(&self) -> Option<String> {
+        let lifeline = self.lifeline.as_ref()?;
+        lifeline
+            .lost_peer()
+            .or_else(|| lifeline.is_released().then(|| "it was aborted".to_string()))
     }
 
     /// Who this rank reduces with, where it is served; `None` to forward.
@@ -167,6 +184,14 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
+        // An aborted communicator's ranks leave without meeting each other.
+        if self.lifeline.as_ref().is_some_and(|l| l.is_released()) {
+            match &mut self.reduce {
+                Some(Reduce::Threads(reduce)) => reduce.abandon(),
+                Some(Reduce::Processes(reduce)) => reduce.abandon(),
+                None => {}
+            }
+        }
         // The all-reduce first: it waits for its calls on the borrowed streams.
         self.reduce = None;
         if let Some(backend) = self.backend.take() {

@@ -21,6 +21,7 @@
 
 mod comm;
 mod group;
+mod lifeline;
 pub mod records;
 pub mod table;
 
@@ -42,6 +43,7 @@ use crate::log;
 use crate::stats::{size_class, Call, Route};
 use crate::switches::{Debug, Serve, Switches, SIM_VARIABLE};
 use comm::{Clique, Comm, Peers, Reduce, State};
+use lifeline::Lifeline;
 use records::{decide, Decision, Record, Seen, RECORD_BYTES};
 use table::Table;
 
@@ -50,6 +52,8 @@ pub use group::{all_reduce, group_end, group_simulate_end, group_start, in_group
 /// `ncclResult_t` values this module answers with.
 const SUCCESS: i32 = 0;
 const INTERNAL_ERROR: i32 = 3;
+/// ncclRemoteError: a peer is lost.
+pub const REMOTE_ERROR: i32 = 6;
 /// `ncclDataType_t` and `ncclRedOp_t` values it reads.
 const NCCL_FLOAT16: i32 = 6;
 const NCCL_FLOAT32: i32 = 7;
@@ -122,6 +126,8 @@ pub struct Server {
     table: Result<Table, String>,
     backend: OnceLock<Result<Arc<dyn Backend>, String>>,
     comms: Mutex<HashMap<usize, Arc<Mutex<Comm>>>>,
+    /// The served communicators' lifelines, reachable while a call holds a communicator's lock.
+    lifelines: Mutex<HashMap<usize, Arc<Lifeline>>>,
     cliques: Mutex<HashMap<u64, Weak<Clique>>>,
     tokens: AtomicU64,
 }
@@ -153,6 +159,7 @@ impl Server {
             table,
             backend: OnceLock::new(),
             comms: Mutex::new(HashMap::new()),
+            lifelines: Mutex::new(HashMap::new()),
             cliques: Mutex::new(HashMap::new()),
             tokens: AtomicU64::new(1),
         }
@@ -231,15 +238,53 @@ impl Server {
         Some(made)
     }
 
-    /// Forgets a communicator (ncclCommDestroy, ncclCommAbort): its all-reduce waits for its
-    /// calls and meets the other ranks' ends.
+    /// Forgets a communicator (ncclCommDestroy): its all-reduce waits for its calls and meets
+    /// the other ranks' ends, unless a peer is lost (its kernels are released then).
     pub fn forget(&self, comm: usize) {
+        let lifeline = self
+            .lifelines
+            .lock()
+            .ok()
+            .and_then(|mut lifelines| lifelines.remove(&comm));
+        if let Some(lifeline) = &lifeline {
+            lifeline.lost_peer();
+        }
         let gone = self
             .comms
             .lock()
             .ok()
             .and_then(|mut comms| comms.remove(&comm));
         drop(gone);
+    }
+
+    /// Aborts a communicator (ncclCommAbort): its kernels waiting for peers are released, then
+    /// it is forgotten.
+    pub fn abort(&self, comm: usize) {
+        let lifeline = self
+            .lifelines
+            .lock()
+            .ok()
+            .and_then(|lifelines| lifelines.get(&comm).cloned());
+        if let Some(lifeline) = lifeline {
+            lifeline.release();
+        }
+        self.forget(comm);
+    }
+
+    /// ncclCommGetAsyncError's answer where peerlink knows better than NCCL: `REMOTE_ERROR`
+    /// once a peer of a served communicator is lost (its waiting kernels released), said once on
+    /// stderr; `None` to ask NCCL.
+    pub fn async_error(&self, comm: usize) -> Option<i32> {
+        let lifeline = self.lifelines.lock().ok()?.get(&comm).cloned()?;
+        let first = !lifeline.is_released();
+        let why = lifeline.lost_peer()?;
+        if first {
+            log::write(&[format!(
+                "communicator {comm:#x}: a peer is lost ({why}); its served calls are released \
+                 and fail with ncclRemoteError"
+            )]);
+        }
+        Some(REMOTE_ERROR)
     }
 
     /// A lone `ncclAllReduce`: served (its result code) or `None` to forward.
@@ -260,7 +305,8 @@ impl Server {
         Some(self.result(call, run_lone(backend, &mut comm, peers, call)))
     }
 
-    /// The result code of a served call, its failure said on stderr.
+    /// The result code of a served call, its failure said on stderr: ncclRemoteError where its
+    /// peers are lost (the launch group failed), ncclInternalError otherwise.
     fn result(&self, call: &AllReduce, outcome: peerlink::Result<()>) -> i32 {
         call.count_as(Route::Served);
         match outcome {
@@ -270,7 +316,10 @@ impl Server {
                     "peerlink's all-reduce of communicator {:#x} failed: {e}",
                     call.comm
                 )]);
-                INTERNAL_ERROR
+                match e {
+                    peerlink::Error::Group(_) => REMOTE_ERROR,
+                    _ => INTERNAL_ERROR,
+                }
             }
         }
     }
@@ -320,6 +369,9 @@ impl Server {
                 Ok(records) => self.decided(backend, comm, &records, listener),
                 Err(why) => State::Forwarded(why),
             };
+            if let (Some(lifeline), Ok(mut lifelines)) = (&comm.lifeline, self.lifelines.lock()) {
+                lifelines.insert(comm.address, lifeline.clone());
+            }
             let line = match &comm.state {
                 State::Forwarded(why) => format!("forwarded to NCCL: {why}"),
                 State::Served(Peers::Processes) => format!(
@@ -365,9 +417,16 @@ impl Server {
         match decide(records, &seen) {
             Decision::Forward(why) => State::Forwarded(why),
             Decision::ThisHost { gpus, port } => {
-                match meet_processes(backend, comm, gpus, (port, listener)) {
-                    Ok(reduce) => {
+                let met =
+                    meet_processes(backend, comm, gpus, (port, listener)).and_then(|mut reduce| {
+                        let lifeline = Lifeline::new(backend, Some(reduce.group().watch()))?;
+                        reduce.set_waiting(lifeline.waiting());
+                        Ok((reduce, lifeline))
+                    });
+                match met {
+                    Ok((reduce, lifeline)) => {
                         comm.reduce = Some(Reduce::Processes(Box::new(reduce)));
+                        comm.lifeline = Some(lifeline);
                         State::Served(Peers::Processes)
                     }
                     Err(e) => State::Forwarded(format!("its ranks could not meet ({e})")),
@@ -379,16 +438,27 @@ impl Server {
                 };
                 cliques.retain(|_, clique| clique.strong_count() > 0);
                 let found = cliques.get(&token).and_then(Weak::upgrade);
-                let clique = found.unwrap_or_else(|| {
-                    let devices: Vec<usize> = (0..backend.topology().devices.len()).collect();
-                    let made = Arc::new(Clique {
-                        meeting: ThreadMeeting::new(&gpus),
-                        local: Mutex::new(LocalAllReduce::new(backend.clone(), model, &devices)),
-                        gpus,
-                    });
-                    cliques.insert(token, Arc::downgrade(&made));
-                    made
-                });
+                let clique = match found {
+                    Some(clique) => clique,
+                    None => match Lifeline::new(backend, None) {
+                        Ok(lifeline) => {
+                            let devices: Vec<usize> =
+                                (0..backend.topology().devices.len()).collect();
+                            let mut local = LocalAllReduce::new(backend.clone(), model, &devices);
+                            local.set_waiting(lifeline.waiting());
+                            let made = Arc::new(Clique {
+                                meeting: ThreadMeeting::new(&gpus),
+                                local: Mutex::new(local),
+                                gpus,
+                                lifeline,
+                            });
+                            cliques.insert(token, Arc::downgrade(&made));
+                            made
+                        }
+                        Err(e) => return State::Forwarded(format!("its set-up failed ({e})")),
+                    },
+                };
+                comm.lifeline = Some(clique.lifeline.clone());
                 State::Served(Peers::Threads(clique))
             }
         }
@@ -502,6 +572,11 @@ fn run_lone(
     call: &AllReduce,
 ) -> peerlink::Result<()> {
     let _kept = backend.keep_thread_context()?;
+    if let Some(why) = comm.lost() {
+        return Err(peerlink::Error::Group(format!(
+            "not queued: its peers' waits were released, {why}"
+        )));
+    }
     let len = call.bytes();
     let dtype = call.dtype().expect("a candidate's type is peerlink's");
     let stream = comm.stream(backend, call.stream)?;
@@ -518,7 +593,8 @@ fn run_lone(
         (None, Peers::Threads(clique)) => {
             let model = CostModel::from_topology(backend.topology());
             let ranks = ThreadRanks::new(clique.meeting.clone(), comm.rank);
-            let joined = GroupAllReduce::join(backend.clone(), ranks, model)?;
+            let mut joined = GroupAllReduce::join(backend.clone(), ranks, model)?;
+            joined.set_waiting(clique.lifeline.waiting());
             comm.reduce = Some(Reduce::Threads(Box::new(joined)));
         }
         _ => {}
@@ -574,6 +650,11 @@ fn run_clique(
     calls: &[AllReduce],
 ) -> peerlink::Result<()> {
     let _kept = backend.keep_thread_context()?;
+    if clique.lifeline.is_released() {
+        return Err(peerlink::Error::Group(
+            "not queued: its ranks' waits were released, it was aborted".into(),
+        ));
+    }
     let len = calls[0].bytes();
     let dtype = calls[0].dtype().expect("a candidate's type is peerlink's");
     let mut ranks = Vec::with_capacity(calls.len());

@@ -87,7 +87,7 @@ pub fn install(serve: &str, table: Option<&str>) {
         if let Some(table) = table {
             std::env::set_var("PEERLINK_NCCL_TABLE", table);
         }
-        let functions: [(Export, usize); 12] = [
+        let functions: [(Export, usize); 14] = [
             (Export::ncclCommInitRank, init_rank as *const () as usize),
             (Export::ncclCommInitAll, init_all as *const () as usize),
             (Export::ncclCommSplit, split as *const () as usize),
@@ -100,6 +100,11 @@ pub fn install(serve: &str, table: Option<&str>) {
             (Export::ncclGroupStart, group_start as *const () as usize),
             (Export::ncclGroupEnd, group_end as *const () as usize),
             (Export::ncclCommDestroy, destroy as *const () as usize),
+            (Export::ncclCommAbort, abort as *const () as usize),
+            (
+                Export::ncclCommGetAsyncError,
+                async_error as *const () as usize,
+            ),
         ];
         // SAFETY: each function has the type NCCL gives its export, and lives as long as the test.
         unsafe { peerlink_nccl::ffi::install_stand_in(&functions) };
@@ -189,6 +194,18 @@ unsafe extern "C" fn cu_device(c: ncclComm_t, out: *mut c_int) -> c_int {
 
 unsafe extern "C" fn destroy(c: ncclComm_t) -> c_int {
     record("ncclCommDestroy", c);
+    0
+}
+
+unsafe extern "C" fn abort(c: ncclComm_t) -> c_int {
+    record("ncclCommAbort", c);
+    0
+}
+
+/// The stand-in's own communicators never fail.
+unsafe extern "C" fn async_error(c: ncclComm_t, out: *mut c_int) -> c_int {
+    record("ncclCommGetAsyncError", c);
+    unsafe { *out = 0 };
     0
 }
 

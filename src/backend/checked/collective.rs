@@ -9,7 +9,7 @@
 use super::{check_range, BufferEntry, Checked, State, Toucher};
 use crate::backend::collective::{
     AllReduceKernel, BufferRange, CommId, CommRank, DataType, PeerOp, PeerTransfer, Rank,
-    RankBuffers, Reduction, UniqueId, WindowId, FLAG_BYTES, MAX_RANKS,
+    RankBuffers, Reduction, UniqueId, Waiting, WindowId, FLAG_BYTES, MAX_RANKS, RELEASE_WORD_BYTES,
 };
 use crate::backend::raw::{RawBackend, RawCollectives, RawProbes, RawRank, RawRankBuffers};
 use crate::backend::{first_overlap, BufferId, Collectives, Memory, Nccl, StreamId};
@@ -74,6 +74,28 @@ fn on_gpu(
         "{call}: {what} ({buffer}) is {memory}, but {whose} on GPU {device}: use memory of GPU \
          {device}"
     )))
+}
+
+/// A wait's release word, checked: pinned host memory of at least [`RELEASE_WORD_BYTES`], which
+/// the host writes while the kernels read it.
+fn check_waiting<I: RawCollectives>(
+    st: &State<I>,
+    call: &str,
+    waiting: Waiting,
+) -> Result<Waiting<I::Buffer>> {
+    let Waiting::Released(word) = waiting else {
+        return Ok(Waiting::Bounded);
+    };
+    let entry = st.buffers.get(word.0)?;
+    if !matches!(entry.memory, Memory::PinnedHost { .. }) || entry.len < RELEASE_WORD_BYTES {
+        return Err(Error::usage(format!(
+            "{call}: the release word ({word}) is {} bytes of {}: it must be at least \
+             {RELEASE_WORD_BYTES} bytes of pinned host memory, which the host raises while the \
+             kernels wait",
+            entry.len, entry.memory
+        )));
+    }
+    Ok(Waiting::Released(entry.raw.clone()))
 }
 
 /// One range a send or receive names: memory of the GPU that runs it (`whose` says who), inside
@@ -452,6 +474,7 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
         op: Reduction,
         ranks: &[Rank],
         flags: &[BufferId],
+        waiting: Waiting,
         len: usize,
     ) -> Result<()> {
         let call = format!("all-reduce ({})", kernel.name());
@@ -528,12 +551,20 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             .flat_map(|r| [r.input, r.output])
             .chain(flags.iter().copied())
             .collect();
+        let word = check_waiting(&st, &call, waiting)?;
         Self::note_collective(&mut st, &streams, &buffers);
         drop(st);
         let raw_ranks: Vec<RawRank<'_, I>> = resolved.iter().map(Resolved::raw).collect();
         let raw_flags: Vec<&I::Buffer> = raw_flags.iter().collect();
-        self.raw
-            .all_reduce(kernel, dtype, op, &raw_ranks, &raw_flags, len)
+        self.raw.all_reduce(
+            kernel,
+            dtype,
+            op,
+            &raw_ranks,
+            &raw_flags,
+            word.as_ref(),
+            len,
+        )
     }
 
     fn rank_all_reduce(
@@ -544,6 +575,7 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
         rank: usize,
         stream: StreamId,
         ranks: &[RankBuffers],
+        waiting: Waiting,
         len: usize,
     ) -> Result<()> {
         let call = format!("all-reduce across processes ({})", kernel.name());
@@ -563,6 +595,7 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             let gpus: Vec<usize> = raw.iter().map(|(gpu, _)| *gpu).collect();
             raw.push(self.resolve_rank_buffers(&st, &this, i, buffers, &gpus)?);
         }
+        let word = check_waiting(&st, &call, waiting)?;
         drop(st);
         let raw_ranks: Vec<RawRankBuffers<'_, I>> = raw
             .iter()
@@ -578,8 +611,16 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
                 },
             )
             .collect();
-        self.raw
-            .rank_all_reduce(kernel, dtype, op, rank, &raw_stream, &raw_ranks, len)
+        self.raw.rank_all_reduce(
+            kernel,
+            dtype,
+            op,
+            rank,
+            &raw_stream,
+            &raw_ranks,
+            word.as_ref(),
+            len,
+        )
     }
 
     fn busy(&self, stream: StreamId, duration_us: f64) -> Result<()> {

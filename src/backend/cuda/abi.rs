@@ -8,7 +8,8 @@
 use cudarc::driver::DeviceRepr;
 
 use crate::backend::collective::{
-    AllReduceKernel, DataType, Reduction, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    AllReduceKernel, DataType, Reduction, Waiting, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    PEER_TIMEOUT_NS,
 };
 
 /// All kernels, compiled as one program (latency.cu, collective.cu and resident.cu use spin.cu's
@@ -106,10 +107,8 @@ const _: () = assert!(
     "the flag layout outgrows FLAG_BYTES"
 );
 
-/// How long a rank's kernel waits for its peers before it traps (the GPU's context then reports an
-/// error to every later call, rather than hanging): twice a gate's longest hold, so that one rank
-/// held back by a gate while the others run is not mistaken for a lost peer.
-pub(super) const PEER_TIMEOUT_NS: u64 = 2 * SPIN_TIMEOUT_NS;
+// A bounded wait for peers outlasts a gate's longest hold (see `PEER_TIMEOUT_NS`).
+const _: () = assert!(PEER_TIMEOUT_NS == 2 * SPIN_TIMEOUT_NS);
 
 /// The entry points, as (kernel, element type); `Kernels` loads them in this order.
 pub(super) const ALL_REDUCE_VARIANTS: [(AllReduceKernel, DataType); 9] = [
@@ -147,7 +146,11 @@ pub(super) struct AllReduceArgs {
     inputs: [u64; MAX_RANKS],
     outputs: [u64; MAX_RANKS],
     flags: [u64; MAX_RANKS],
+    /// The release word's address (pinned host memory mapped for the GPU), 0 for none.
+    release: u64,
     elements: u64,
+    /// How long a wait for peers may last before the kernel traps; 0 for as long as it takes
+    /// (until the release word is raised).
     timeout_ns: u64,
     rank: u32,
     ranks: u32,
@@ -158,9 +161,9 @@ pub(super) struct AllReduceArgs {
     padding: u32,
 }
 
-/// Bytes of collective.cu's `AllReduceArgs`: three address arrays, two u64, two u32, an f32 and
+/// Bytes of collective.cu's `AllReduceArgs`: three address arrays, three u64, two u32, an f32 and
 /// a u32, no padding.
-pub(super) const ARGS_BYTES: usize = 3 * 8 * MAX_RANKS + 2 * 8 + 4 * 4;
+pub(super) const ARGS_BYTES: usize = 3 * 8 * MAX_RANKS + 3 * 8 + 4 * 4;
 const _: () = assert!(std::mem::size_of::<AllReduceArgs>() == ARGS_BYTES);
 
 // SAFETY: plain `repr(C)` data with no padding, laid out as the kernels' argument (checked above
@@ -169,14 +172,20 @@ unsafe impl DeviceRepr for AllReduceArgs {}
 
 impl AllReduceArgs {
     /// The arguments shared by every rank (`rank` 0): the unified addresses of each rank's input,
-    /// output and flag block, in rank order, the element count, and `op`'s scale over these ranks.
+    /// output and flag block, in rank order, the element count, `op`'s scale over these ranks,
+    /// and how the kernels wait for each other (a release word by its address).
     pub(super) fn shared(
         inputs: &[u64],
         outputs: &[u64],
         flags: &[u64],
         elements: u64,
         op: Reduction,
+        waiting: Waiting<u64>,
     ) -> Self {
+        let (release, timeout_ns) = match waiting {
+            Waiting::Bounded => (0, PEER_TIMEOUT_NS),
+            Waiting::Released(address) => (address, 0),
+        };
         let table = |addresses: &[u64]| {
             let mut table = [0; MAX_RANKS];
             table[..addresses.len()].copy_from_slice(addresses);
@@ -186,8 +195,9 @@ impl AllReduceArgs {
             inputs: table(inputs),
             outputs: table(outputs),
             flags: table(flags),
+            release,
             elements,
-            timeout_ns: PEER_TIMEOUT_NS,
+            timeout_ns,
             rank: 0,
             ranks: inputs.len() as u32,
             scale: op.scale(inputs.len()),
@@ -334,17 +344,18 @@ mod tests {
         assert_eq!(std::mem::offset_of!(AllReduceArgs, inputs), 0);
         assert_eq!(std::mem::offset_of!(AllReduceArgs, outputs), 64);
         assert_eq!(std::mem::offset_of!(AllReduceArgs, flags), 128);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, elements), 192);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, timeout_ns), 200);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, rank), 208);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, ranks), 212);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, scale), 216);
-        assert_eq!(std::mem::offset_of!(AllReduceArgs, padding), 220);
-        assert_eq!(std::mem::size_of::<AllReduceArgs>(), 224);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, release), 192);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, elements), 200);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, timeout_ns), 208);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, rank), 216);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, ranks), 220);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, scale), 224);
+        assert_eq!(std::mem::offset_of!(AllReduceArgs, padding), 228);
+        assert_eq!(std::mem::size_of::<AllReduceArgs>(), 232);
         assert!(SOURCE.contains(
             "    unsigned long long inputs[MAX_RANKS];\n    unsigned long long outputs[MAX_RANKS];\n    \
-             unsigned long long flags[MAX_RANKS];\n    unsigned long long elements;\n    unsigned \
-             long long timeout_ns;\n    unsigned int rank;\n    unsigned int ranks;\n    float \
+             unsigned long long flags[MAX_RANKS];\n    unsigned long long release;\n    unsigned \
+             long long elements;\n    unsigned long long timeout_ns;\n    unsigned int rank;\n    unsigned int ranks;\n    float \
              scale;\n    unsigned int padding;\n};"
         ));
     }
@@ -357,6 +368,7 @@ mod tests {
             &[12, 22, 32],
             7,
             Reduction::Average,
+            Waiting::Bounded,
         );
         let third = shared.for_rank(2);
         assert_eq!(third.rank, 2);
@@ -365,7 +377,7 @@ mod tests {
         assert_eq!(third.outputs[..3], [11, 21, 31]);
         assert_eq!(third.flags[..3], [12, 22, 32]);
         assert_eq!(third.elements, 7);
-        assert_eq!(third.timeout_ns, 10_000_000_000);
+        assert_eq!((third.release, third.timeout_ns), (0, 10_000_000_000));
         assert_eq!(third.scale, 1.0 / 3.0);
         assert_eq!(third.padding, 0);
         let sum = AllReduceArgs::shared(
@@ -374,8 +386,14 @@ mod tests {
             &[12, 22, 32],
             7,
             Reduction::Sum,
+            Waiting::Released(0x7f00_1234_5000),
         );
         assert_eq!(sum.scale, 1.0, "a sum's factor is exactly one");
+        assert_eq!(
+            (sum.release, sum.timeout_ns),
+            (0x7f00_1234_5000, 0),
+            "a released wait has no deadline"
+        );
         assert_eq!(AllReduceArgs { rank: 0, ..third }, shared);
     }
 

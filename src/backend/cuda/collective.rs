@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use super::abi::{
     AllReduceArgs, ALL_REDUCE_BLOCKS_PER_SM, ALL_REDUCE_MAX_BLOCKS, ALL_REDUCE_THREADS,
-    PEER_TIMEOUT_NS,
 };
 use super::{Buffer, Gpus, Stream};
-use crate::backend::collective::{AllReduceKernel, DataType, Reduction, PACKET_MAX_BYTES};
+use crate::backend::collective::{
+    AllReduceKernel, DataType, Reduction, Waiting, PACKET_MAX_BYTES, PEER_TIMEOUT_NS,
+};
 use crate::backend::{RawRank, RawRankBuffers};
 use crate::{Error, Result};
 
@@ -43,6 +44,7 @@ pub(super) fn all_reduce_blocks(
 
 /// Queues `kernel` on every rank's stream (arguments as `RawCollectives::all_reduce` promises).
 /// Every GPU's kernels are loaded before the first launch, so a setup failure queues nothing.
+#[allow(clippy::too_many_arguments)] // as `RawCollectives::all_reduce`
 pub(super) fn all_reduce(
     gpus: &Gpus,
     kernel: AllReduceKernel,
@@ -50,6 +52,7 @@ pub(super) fn all_reduce(
     op: Reduction,
     ranks: &[RawRank<'_, Gpus>],
     flags: &[&Arc<Buffer>],
+    waiting: Waiting<&Arc<Buffer>>,
     len: usize,
 ) -> Result<()> {
     let kernels = ranks
@@ -62,13 +65,14 @@ pub(super) fn all_reduce(
     let outputs: Vec<u64> = ranks.iter().map(|rank| rank.output.address()).collect();
     let flags: Vec<u64> = flags.iter().map(|flag| flag.address()).collect();
     let elements = (len / dtype.size()) as u64;
-    let shared = AllReduceArgs::shared(&inputs, &outputs, &flags, elements, op);
+    let waiting = waiting.map(|word| word.address());
+    let shared = AllReduceArgs::shared(&inputs, &outputs, &flags, elements, op, waiting);
     for (index, (rank, kernels)) in ranks.iter().zip(&kernels).enumerate() {
         let args = shared.for_rank(index);
         gpus.count(|c| &c.launches);
         kernels
             .all_reduce(&rank.stream.stream, kernel, dtype, &args, blocks)
-            .map_err(|error| lost_rank(error, index))?;
+            .map_err(|error| lost_rank(error, index, waiting))?;
     }
     Ok(())
 }
@@ -85,6 +89,7 @@ pub(super) fn rank_all_reduce(
     rank: usize,
     stream: &Stream,
     ranks: &[RawRankBuffers<'_, Gpus>],
+    waiting: Waiting<&Arc<Buffer>>,
     len: usize,
 ) -> Result<()> {
     let kernels = gpus.kernels(stream.device)?;
@@ -97,7 +102,9 @@ pub(super) fn rank_all_reduce(
         .collect();
     let flags: Vec<u64> = ranks.iter().map(|r| r.flags.address()).collect();
     let elements = (len / dtype.size()) as u64;
-    let args = AllReduceArgs::shared(&inputs, &outputs, &flags, elements, op).for_rank(rank);
+    let waiting = waiting.map(|word| word.address());
+    let args =
+        AllReduceArgs::shared(&inputs, &outputs, &flags, elements, op, waiting).for_rank(rank);
     gpus.count(|c| &c.launches);
     kernels.all_reduce(&stream.stream, kernel, dtype, &args, blocks)
 }
@@ -126,16 +133,22 @@ fn launch_blocks(
     Ok(blocks)
 }
 
-/// A launch that failed after earlier ranks were queued: they will wait for this one in vain.
-fn lost_rank(error: Error, rank: usize) -> Error {
+/// A launch that failed after earlier ranks were queued: they will wait for this one in vain,
+/// as `waiting` lets them.
+fn lost_rank(error: Error, rank: usize, waiting: Waiting<u64>) -> Error {
+    let until = match waiting {
+        Waiting::Released(_) => "until their release word is raised".to_string(),
+        Waiting::Bounded => format!(
+            "and stop their GPUs with an error after {} s",
+            PEER_TIMEOUT_NS / 1_000_000_000
+        ),
+    };
     match error {
         Error::Cuda { call, message } if rank > 0 => Error::Cuda {
             call,
             message: format!(
-                "{message} (rank {rank}; ranks 0 to {} are queued and will stop their GPUs with an \
-                 error after {} s of waiting for it)",
+                "{message} (rank {rank}; ranks 0 to {} are queued and will wait for it {until})",
                 rank - 1,
-                PEER_TIMEOUT_NS / 1_000_000_000
             ),
         },
         other => other,
@@ -226,10 +239,15 @@ mod tests {
             call: "cuLaunchKernel".into(),
             message: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES".into(),
         };
-        let first = lost_rank(failed(), 0).to_string();
+        let first = lost_rank(failed(), 0, Waiting::Bounded).to_string();
         assert!(!first.contains("queued"), "{first}");
-        let third = lost_rank(failed(), 2).to_string();
+        let third = lost_rank(failed(), 2, Waiting::Bounded).to_string();
         assert!(third.contains("rank 2; ranks 0 to 1 are queued"), "{third}");
         assert!(third.contains("after 10 s"), "{third}");
+        let released = lost_rank(failed(), 1, Waiting::Released(0x1000)).to_string();
+        assert!(
+            released.contains("until their release word is raised"),
+            "{released}"
+        );
     }
 }

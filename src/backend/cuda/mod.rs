@@ -803,9 +803,10 @@ impl RawCollectives for Gpus {
         op: Reduction,
         ranks: &[RawRank<'_, Self>],
         flags: &[&Arc<Buffer>],
+        waiting: Waiting<&Arc<Buffer>>,
         len: usize,
     ) -> Result<()> {
-        collective::all_reduce(self, kernel, dtype, op, ranks, flags, len)
+        collective::all_reduce(self, kernel, dtype, op, ranks, flags, waiting, len)
     }
 
     fn rank_all_reduce(
@@ -816,9 +817,10 @@ impl RawCollectives for Gpus {
         rank: usize,
         stream: &Arc<Stream>,
         ranks: &[RawRankBuffers<'_, Self>],
+        waiting: Waiting<&Arc<Buffer>>,
         len: usize,
     ) -> Result<()> {
-        collective::rank_all_reduce(self, kernel, dtype, op, rank, stream, ranks, len)
+        collective::rank_all_reduce(self, kernel, dtype, op, rank, stream, ranks, waiting, len)
     }
 
     fn busy(&self, stream: &Arc<Stream>, duration_us: f64) -> Result<()> {
@@ -926,6 +928,6 @@ fn until_done_or_stopped(mut done: impl FnMut() -> Result<bool>) -> Result<()> {
 }
 
 use crate::backend::collective::{
-    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, Reduction, UniqueId,
+    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, Reduction, UniqueId, Waiting,
 };
 use crate::backend::{RawCollectives, RawRank, RawRankBuffers};

@@ -11,7 +11,11 @@
 //! and what its peers wrote into its flag block), raises its counter of inputs read and waits for
 //! the peers' (so nothing is overwritten while another still reads it), and writes the sum into
 //! its own output. Its stream is then held for the part's simulated time, with the links to
-//! itself. Every figure is simulated; the sums are real.
+//! itself, from the latest rank's arrival on: each rank writes its virtual arrival time beside
+//! its counter (each process counts virtual time from its own start), and a bounded wait longer
+//! than [`PEER_TIMEOUT_NS`] traps, as a GPU's kernel would. A wait with a release word has no
+//! limit, in real time or virtual; once the word is raised, the part ends, its output unwritten.
+//! Every figure is simulated; the sums are real.
 
 use super::collective::{self, RankPlan};
 use super::links::LinkModel;
@@ -20,20 +24,32 @@ use super::scheduler::{Collective, Work};
 use super::sharing::{max_min_rates, Demand};
 use super::{reduce, Simulator, Stream};
 use crate::backend::collective::{
-    AllReduceKernel, DataType, Reduction, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    AllReduceKernel, DataType, Reduction, Waiting, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
+    PEER_TIMEOUT_NS,
 };
 use crate::backend::{RawBackend, RawRankBuffers};
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
 
-/// How long a rank waits in real time for the other processes' parts before it fails, as a GPU's
-/// kernel traps when a peer never comes.
+/// How long a bounded wait lasts in real time for the other processes' parts before it fails, as a
+/// GPU's kernel traps when a peer never comes.
 const MEETING_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where a flag block keeps the simulator's two counters (u64, little-endian): the calls a rank
-/// has arrived at, and the calls whose inputs it has read.
+/// has arrived at, and the calls whose inputs it has read; then the virtual time (µs, f64) of the
+/// rank's latest arrival.
 const ARRIVED_AT: usize = 0;
 const READ_AT: usize = 8;
+const ARRIVAL_US_AT: usize = 16;
+
+/// How a meeting of the ranks ended.
+#[derive(PartialEq)]
+enum Met {
+    /// Every peer came.
+    All,
+    /// The host raised the release word first.
+    Released,
+}
 /// Where the packet kernel's data from sender `r` lands in a flag block: `PACKETS_AT + r ×
 /// PACKET_MAX_BYTES` (the kernels' receive area, after their 64 KiB of counters).
 const PACKETS_AT: usize = 64 * 1024;
@@ -50,10 +66,12 @@ impl Simulator {
         rank: usize,
         stream: &Stream,
         ranks: &[RawRankBuffers<'_, Self>],
+        waiting: Waiting<&Key>,
         len: usize,
     ) -> Result<()> {
         self.synchronize(stream)?;
         let flags: Vec<Key> = ranks.iter().map(|r| *r.flags).collect();
+        let release = waiting.map(|&word| word);
         let packets = kernel == AllReduceKernel::OneShotPackets;
         let slot = |sender: usize| PACKETS_AT + sender * PACKET_MAX_BYTES;
         if packets {
@@ -68,7 +86,18 @@ impl Simulator {
             }
         }
         let call = self.counter(flags[rank], ARRIVED_AT) + 1;
-        self.meet(&flags, rank, ARRIVED_AT, call, "arrive at")?;
+        let arrived_us = self.lock().host_us;
+        self.lock()
+            .store
+            .write(flags[rank], ARRIVAL_US_AT, &arrived_us.to_le_bytes());
+        if self.meet(&flags, rank, ARRIVED_AT, call, release, "arrive at")? == Met::Released {
+            return Ok(());
+        }
+        let waited_us = self.latest_arrival_us(&flags) - arrived_us;
+        if release == Waiting::Bounded {
+            let limit_us = PEER_TIMEOUT_NS as f64 / 1e3;
+            self.lock().scheduler.trap_if_late(waited_us, limit_us);
+        }
         let inputs: Vec<Vec<u8>> = {
             let mut st = self.lock();
             Self::catch_up(&mut st);
@@ -83,7 +112,9 @@ impl Simulator {
                 })
                 .collect()
         };
-        self.meet(&flags, rank, READ_AT, call, "read the inputs of")?;
+        if self.meet(&flags, rank, READ_AT, call, release, "read the inputs of")? == Met::Released {
+            return Ok(());
+        }
         let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
         let sum = reduce::reduce(dtype, op, &views);
         let plans: Vec<RankPlan> = ranks
@@ -94,10 +125,12 @@ impl Simulator {
                 output: *r.output,
             })
             .collect();
-        let part = collective::all_reduce(&self.links, kernel, dtype, op, &plans, &flags, len);
+        let bounded = release == Waiting::Bounded;
+        let part =
+            collective::all_reduce(&self.links, kernel, dtype, op, &plans, &flags, bounded, len);
         let work = Work::Busy {
             setup_us: self.costs().kernel_setup_us,
-            duration_us: part_alone_us(&self.links, &part, rank),
+            duration_us: waited_us.max(0.0) + part_alone_us(&self.links, &part, rank),
         };
         let mut st = self.lock();
         st.store
@@ -113,29 +146,62 @@ impl Simulator {
         u64::from_le_bytes(word)
     }
 
-    /// Raises this rank's counter at `at` to `call`, then waits until every peer's has reached it.
-    fn meet(&self, flags: &[Key], rank: usize, at: usize, call: u64, what: &str) -> Result<()> {
+    /// The latest virtual arrival time any rank wrote into its flag block.
+    fn latest_arrival_us(&self, flags: &[Key]) -> f64 {
+        let st = self.lock();
+        flags
+            .iter()
+            .map(|&block| {
+                let mut word = [0; 8];
+                st.store.read(block, ARRIVAL_US_AT, &mut word);
+                f64::from_le_bytes(word)
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// Raises this rank's counter at `at` to `call`, then waits until every peer's has reached
+    /// it: with a release word (`release`), until the host raises it, however long that takes;
+    /// without, at most [`MEETING_TIMEOUT`].
+    fn meet(
+        &self,
+        flags: &[Key],
+        rank: usize,
+        at: usize,
+        call: u64,
+        release: Waiting<Key>,
+        what: &str,
+    ) -> Result<Met> {
         self.lock()
             .store
             .write(flags[rank], at, &call.to_le_bytes());
         let started = Instant::now();
         for (peer, &theirs) in flags.iter().enumerate().filter(|&(peer, _)| peer != rank) {
             while self.counter(theirs, at) < call {
-                if started.elapsed() > MEETING_TIMEOUT {
-                    return Err(Error::Cuda {
-                        call: "all-reduce across processes (simulated)".into(),
-                        message: format!(
-                            "rank {rank} waited {} s for rank {peer} to {what} call {call} and it \
-                             never did: every rank's process must queue the same all-reduces, in \
-                             the same order",
-                            MEETING_TIMEOUT.as_secs()
-                        ),
-                    });
+                match release {
+                    Waiting::Released(word) if self.raised(word) => return Ok(Met::Released),
+                    Waiting::Bounded if started.elapsed() > MEETING_TIMEOUT => {
+                        return Err(Error::Cuda {
+                            call: "all-reduce across processes (simulated)".into(),
+                            message: format!(
+                                "rank {rank} waited {} s for rank {peer} to {what} call {call} \
+                                 and it never did: every rank's process must queue the same \
+                                 all-reduces, in the same order",
+                                MEETING_TIMEOUT.as_secs()
+                            ),
+                        });
+                    }
+                    _ => std::thread::sleep(Duration::from_micros(50)),
                 }
-                std::thread::sleep(Duration::from_micros(50));
             }
         }
-        Ok(())
+        Ok(Met::All)
+    }
+
+    /// Whether the host raised the release word in `word`'s first four bytes.
+    fn raised(&self, word: Key) -> bool {
+        let mut bytes = [0; 4];
+        self.lock().store.read(word, 0, &mut bytes);
+        u32::from_le_bytes(bytes) != 0
     }
 }
 

@@ -9,7 +9,7 @@
 use super::links::{Chain, LinkModel, Place};
 use super::memory::Key;
 use super::scheduler::{Collective, PlannedFlow, Results, Venue};
-use crate::backend::collective::{AllReduceKernel, DataType, Reduction};
+use crate::backend::collective::{AllReduceKernel, DataType, Reduction, PEER_TIMEOUT_NS};
 
 /// One rank of a collective, as the simulator plans it: its GPU and buffers.
 pub(super) struct RankPlan {
@@ -30,6 +30,8 @@ pub(super) struct RankPlan {
 /// input's bytes (packets are half data) to every peer, the first bytes landing one one-way signal
 /// after the launch, and each rank waits only for the packets pushed to it. (The ranks still start
 /// together here, as the others do: a rank's packets cannot all arrive before its peers run.)
+/// A `bounded` wait traps where a rank waits for the last one longer than [`PEER_TIMEOUT_NS`].
+#[allow(clippy::too_many_arguments)] // as `RawCollectives::all_reduce`
 pub(super) fn all_reduce(
     links: &LinkModel,
     kernel: AllReduceKernel,
@@ -37,6 +39,7 @@ pub(super) fn all_reduce(
     op: Reduction,
     ranks: &[RankPlan],
     flags: &[Key],
+    bounded: bool,
     len: usize,
 ) -> Collective {
     let n = ranks.len();
@@ -102,6 +105,7 @@ pub(super) fn all_reduce(
             len,
         },
         scratch: flags.to_vec(),
+        wait_limit_us: bounded.then_some(PEER_TIMEOUT_NS as f64 / 1e3),
     }
 }
 

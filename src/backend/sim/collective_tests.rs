@@ -2,7 +2,7 @@
 //! cost model's shape.
 
 use super::*;
-use crate::backend::collective::{AllReduceKernel, DataType, Rank, Reduction, FLAG_BYTES};
+use crate::backend::collective::{AllReduceKernel, DataType, Rank, Reduction, Waiting, FLAG_BYTES};
 use crate::backend::{Backend, BufferId, StreamId};
 
 const MIB: usize = 1 << 20;
@@ -83,7 +83,15 @@ impl Setup {
 
     fn all_reduce(&self, sim: &SimBackend, kernel: AllReduceKernel, op: Reduction) {
         sim.collectives()
-            .all_reduce(kernel, self.dtype, op, &self.ranks(), &self.flags, self.len)
+            .all_reduce(
+                kernel,
+                self.dtype,
+                op,
+                &self.ranks(),
+                &self.flags,
+                Waiting::Bounded,
+                self.len,
+            )
             .unwrap();
     }
 

@@ -916,6 +916,7 @@ impl RawCollectives for Simulator {
         op: Reduction,
         ranks: &[RawRank<'_, Self>],
         flags: &[&Key],
+        waiting: Waiting<&Key>,
         len: usize,
     ) -> Result<()> {
         let plans: Vec<RankPlan> = ranks
@@ -927,7 +928,12 @@ impl RawCollectives for Simulator {
             })
             .collect();
         let flags: Vec<Key> = flags.iter().map(|&&k| k).collect();
-        let work = collective::all_reduce(&self.links, kernel, dtype, op, &plans, &flags, len);
+        // Every rank is queued here at once, so a rank is late only by the work before it on its
+        // stream, which the simulation runs in virtual time: a release word (raised in real time)
+        // is not read, and only a bounded wait has a limit.
+        let bounded = waiting == Waiting::Bounded;
+        let work =
+            collective::all_reduce(&self.links, kernel, dtype, op, &plans, &flags, bounded, len);
         let streams: Vec<&Stream> = ranks.iter().map(|r| r.stream).collect();
         self.submit_parts(&streams, work);
         Ok(())
@@ -941,9 +947,10 @@ impl RawCollectives for Simulator {
         rank: usize,
         stream: &Stream,
         ranks: &[RawRankBuffers<'_, Self>],
+        waiting: Waiting<&Key>,
         len: usize,
     ) -> Result<()> {
-        self.part_across_processes(kernel, dtype, op, rank, stream, ranks, len)
+        self.part_across_processes(kernel, dtype, op, rank, stream, ranks, waiting, len)
     }
 
     fn busy(&self, stream: &Stream, duration_us: f64) -> Result<()> {
@@ -1042,6 +1049,6 @@ fn at(location: Location) -> Place {
 }
 
 use crate::backend::collective::{
-    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, Reduction, UniqueId,
+    AllReduceKernel, CommRank, DataType, PeerOp, PeerTransfer, Reduction, UniqueId, Waiting,
 };
 use crate::backend::{RawCollectives, RawRank, RawRankBuffers};

@@ -393,6 +393,7 @@ pub(super) fn all_reduce(
             outputs: ranks.iter().map(|r| r.1).collect(),
             len,
         },
+        wait_limit_us: None,
         scratch: Vec::new(),
     }
 }
@@ -448,6 +449,7 @@ pub(super) fn send_recv(
         tail_us: 0.0,
         results: Results::Copies(copies),
         scratch: Vec::new(),
+        wait_limit_us: None,
     }
 }
 

@@ -112,6 +112,9 @@ pub(super) struct Collective {
     pub results: Results,
     /// Buffers the work uses besides its results' (peerlink's flag blocks).
     pub scratch: Vec<Key>,
+    /// How long a part may wait at the meeting for the last rank before its kernel traps (a
+    /// sticky fault, as on a GPU); `None`: as long as it takes.
+    pub wait_limit_us: Option<f64>,
 }
 
 /// A flow of a collective.
@@ -388,8 +391,9 @@ impl<T> Default for Slots<T> {
 struct VenueState {
     /// Parts of each rank that have arrived so far.
     arrived: Vec<u64>,
-    /// Gatherings still waiting for some rank, by number: the stream of each rank present.
-    open: BTreeMap<u64, Vec<Option<usize>>>,
+    /// Gatherings still waiting for some rank, by number: the stream of each rank present and
+    /// when it arrived.
+    open: BTreeMap<u64, Vec<Option<(usize, f64)>>>,
 }
 
 #[derive(Default)]
@@ -683,17 +687,18 @@ impl Scheduler {
         if present.len() < slots {
             present.resize(slots, None);
         }
-        present[meeting.rank] = Some(s);
+        present[meeting.rank] = Some((s, self.now));
         if present.iter().filter(|p| p.is_some()).count() < meeting.ranks {
             return;
         }
-        let members: Vec<usize> = venue
+        let arrivals: Vec<(usize, f64)> = venue
             .open
             .remove(&gathering)
             .expect("found above")
             .into_iter()
             .flatten()
             .collect();
+        let members: Vec<usize> = arrivals.iter().map(|&(s, _)| s).collect();
         // With no gathering open, every rank has arrived equally often: counting afresh pairs the
         // next arrivals the same way, and a long run keeps no state per venue it has used.
         if venue.open.is_empty() {
@@ -701,10 +706,41 @@ impl Scheduler {
         }
         if let Work::Part { collective, .. } = &self.running(members[0]).work {
             let collective = Arc::clone(collective);
+            self.trap_late_meeting(&collective, &arrivals);
             self.start_collective(&collective, &members, store);
         }
         for m in members {
             self.enter_next_step(m, store);
+        }
+    }
+
+    /// Faults the GPUs, as a kernel's trap does, where a rank of `c` waited at its meeting for
+    /// longer than the collective's wait limit (`arrivals`: each rank's stream and arrival time).
+    fn trap_late_meeting(&mut self, c: &Collective, arrivals: &[(usize, f64)]) {
+        let Some(limit_us) = c.wait_limit_us else {
+            return;
+        };
+        let first = arrivals
+            .iter()
+            .map(|&(_, at)| at)
+            .fold(f64::INFINITY, f64::min);
+        self.trap_if_late(self.now - first, limit_us);
+    }
+
+    /// Faults the GPUs, as an all-reduce kernel's trap does, where it waited `waited_us` for a
+    /// peer, longer than `limit_us`.
+    pub fn trap_if_late(&mut self, waited_us: f64, limit_us: f64) {
+        if waited_us > limit_us {
+            self.fault.get_or_insert_with(|| {
+                format!(
+                    "an all-reduce kernel waited {:.1} s for a peer's kernel, longer than its \
+                     {:.0} s limit, and trapped (simulated; a GPU's context reports this error \
+                     to every later call): wait without a limit, with a release word the host \
+                     raises where a peer is lost",
+                    waited_us / 1e6,
+                    limit_us / 1e6
+                )
+            });
         }
     }
 

@@ -5,7 +5,7 @@
 
 use crate::backend::{Backend, BufferId, ShareDescriptor, SharedBuffer};
 use crate::launch::agree::{agreed, exchange, one_gpu_each};
-use crate::launch::Group;
+use crate::launch::{FailureWatch, Group};
 use crate::{Error, Result};
 use std::os::fd::AsFd;
 use std::sync::{Arc, Condvar, Mutex};
@@ -96,6 +96,11 @@ impl ProcessRanks {
             )));
         }
         Ok(ProcessRanks { group, gpus })
+    }
+
+    /// What judges the group's ranks: a failure once one died or fell silent.
+    pub fn watch(&self) -> FailureWatch {
+        self.group.watch()
     }
 }
 

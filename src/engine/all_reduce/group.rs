@@ -23,7 +23,7 @@ use super::buffers::{zeroed, CallOrder};
 use super::exchange::{agreed_by, RankExchange};
 use super::price::{pick, Picks, Placement};
 use crate::backend::collective::{
-    AllReduceKernel, BufferRange, DataType, RankBuffers, Reduction, FLAG_BYTES,
+    AllReduceKernel, BufferRange, DataType, RankBuffers, Reduction, Waiting, FLAG_BYTES,
 };
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Owned, StreamId};
 use crate::launch::Group;
@@ -64,6 +64,10 @@ pub struct GroupAllReduce<G: RankExchange = Group> {
     /// The stream of the last call: the next, on another stream, waits for it (the flags and the
     /// shared buffer serve one call after another).
     order: CallOrder,
+    /// How this rank's kernels wait for the others'.
+    waiting: Waiting,
+    /// Whether the other ranks are given up on: its drop meets none of them.
+    abandoned: bool,
 }
 
 impl<G: RankExchange> GroupAllReduce<G> {
@@ -104,7 +108,21 @@ impl<G: RankExchange> GroupAllReduce<G> {
             symmetric: Vec::new(),
             picks: Picks::default(),
             order: CallOrder::default(),
+            waiting: Waiting::Bounded,
+            abandoned: false,
         })
+    }
+
+    /// How this rank's kernels of later calls wait for the other ranks' (bounded at first).
+    pub fn set_waiting(&mut self, waiting: Waiting) {
+        self.waiting = waiting;
+    }
+
+    /// Gives up on the other ranks (an abort, or a rank lost, once the kernels' release word is
+    /// raised): the drop then waits for this rank's own calls alone, not for every rank to
+    /// leave. (Memory the peers imported stays theirs until they let it go.)
+    pub fn abandon(&mut self) {
+        self.abandoned = true;
     }
 
     /// This process's rank.
@@ -246,9 +264,16 @@ impl<G: RankExchange> GroupAllReduce<G> {
             backend.copy(stream, CopyMethod::CopyEngine, &copy_in)?;
         }
         let ranks = self.rank_buffers(kernel, range, symmetric);
-        backend
-            .collectives()
-            .rank_all_reduce(kernel, dtype, op, me, stream, &ranks, len)?;
+        backend.collectives().rank_all_reduce(
+            kernel,
+            dtype,
+            op,
+            me,
+            stream,
+            &ranks,
+            self.waiting,
+            len,
+        )?;
         if copies > 1 {
             let copy_out = BufferCopy {
                 src: mine,
@@ -360,7 +385,9 @@ impl<G: RankExchange> Drop for GroupAllReduce<G> {
                 let _ = backend.free(buffer);
             }
         }
-        let _ = self.group.barrier();
+        if !self.abandoned {
+            let _ = self.group.barrier();
+        }
         for buffers in every_kind() {
             let _ = backend.free(buffers[me]);
         }

@@ -2,7 +2,7 @@
 
 use super::buffers::{zeroed, CallOrder, Scratch};
 use super::price::{Picks, Placement};
-use crate::backend::collective::{AllReduceKernel, DataType, Rank, Reduction, FLAG_BYTES};
+use crate::backend::collective::{AllReduceKernel, DataType, Rank, Reduction, Waiting, FLAG_BYTES};
 use crate::backend::{Backend, BufferCopy, BufferId, CopyMethod, Owned, StreamId};
 use crate::model::CostModel;
 use crate::{Error, Result};
@@ -34,6 +34,7 @@ pub struct LocalAllReduce {
     picks: Picks,
     scratch: Scratch,
     order: CallOrder,
+    waiting: Waiting,
 }
 
 impl LocalAllReduce {
@@ -48,7 +49,13 @@ impl LocalAllReduce {
             picks: Picks::default(),
             scratch: Scratch::default(),
             order: CallOrder::default(),
+            waiting: Waiting::Bounded,
         }
+    }
+
+    /// How the ranks' kernels of later calls wait for each other (bounded at first).
+    pub fn set_waiting(&mut self, waiting: Waiting) {
+        self.waiting = waiting;
     }
 
     /// Reduces every rank's input (`len` bytes of `dtype`) element-wise by `op` into every rank's
@@ -193,7 +200,7 @@ impl LocalAllReduce {
         }
         backend
             .collectives()
-            .all_reduce(kernel, dtype, op, &queued, &flags, len)
+            .all_reduce(kernel, dtype, op, &queued, &flags, self.waiting, len)
     }
 
     /// The flag blocks of the all-reduce over `devices` (made and zeroed at first use), with peer
