@@ -10,7 +10,8 @@ mod standin;
 use std::ffi::{c_int, c_void};
 
 use peerlink_nccl::ffi::typed::{
-    ncclBroadcast, ncclCommDestroy, ncclCommSplit, ncclComm_t, ncclGroupEnd, ncclGroupStart,
+    ncclBroadcast, ncclCommAbort, ncclCommDestroy, ncclCommInitRank, ncclCommSplit, ncclComm_t,
+    ncclGroupEnd, ncclGroupStart,
 };
 use standin::ranks::{
     init_all, on_ranks, reduce_at_counts, stream_of, Reduce, AVG, BF16, F32, SUM,
@@ -276,4 +277,134 @@ fn calls_on_more_streams_than_a_communicator_keeps_borrowed_stay_in_order() {
         }
         assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0);
     });
+}
+
+/// One all-reduce of 1001 f32 elements on rank `rank`'s GPU and stream: the reduce and its
+/// buffers, once called (the call's code asserted).
+fn call_1001(rank: usize, comm: ncclComm_t) -> (Reduce, (u64, u64)) {
+    let reduce = Reduce {
+        dtype: F32,
+        op: SUM,
+        count: 1001,
+        in_place: false,
+    };
+    let buffers = reduce.buffers(rank, rank);
+    assert_eq!(
+        reduce.call(buffers, comm, stream_of(rank)),
+        0,
+        "rank {rank}"
+    );
+    (reduce, buffers)
+}
+
+/// Keeps rank `rank`'s stream busy for 30 s of simulated time: three times a bounded wait's limit.
+fn make_late(rank: usize) {
+    let backend = standin::backend();
+    let stream = backend.borrow_stream(rank, stream_of(rank)).unwrap();
+    backend.collectives().busy(stream, 30e6).unwrap();
+}
+
+/// Simulated µs from `start` (an event of rank 0's stream) to the end of its work so far.
+fn rank_0_took_us(start: peerlink::backend::EventId) -> f64 {
+    let backend = standin::backend();
+    let stream = backend.borrow_stream(0, stream_of(0)).unwrap();
+    let end = backend.record(stream).unwrap();
+    backend.synchronize(stream).unwrap();
+    backend.elapsed_us(start, end).unwrap()
+}
+
+fn rank_0_mark() -> peerlink::backend::EventId {
+    let backend = standin::backend();
+    let stream = backend.borrow_stream(0, stream_of(0)).unwrap();
+    backend.record(stream).unwrap()
+}
+
+#[test]
+fn a_rank_30_s_late_is_waited_for_on_2_4_and_8_thread_ranks_and_in_one_threads_group() {
+    setup();
+    for ranks in [2, 4, 8] {
+        let everyone: Vec<usize> = (0..ranks).collect();
+        on_ranks(ranks, |rank, comm| {
+            let (reduce, buffers) = call_1001(rank, comm);
+            reduce.check(buffers.1, rank, stream_of(rank), &everyone);
+            if rank == ranks - 1 {
+                make_late(rank);
+            }
+            let start = (rank == 0).then(rank_0_mark);
+            let (reduce, buffers) = call_1001(rank, comm);
+            reduce.check(buffers.1, rank, stream_of(rank), &everyone);
+            if let Some(start) = start {
+                let took = rank_0_took_us(start);
+                assert!(took >= 30e6, "{ranks} ranks: rank 0 took {took} µs");
+            }
+        });
+        // One thread driving every rank: all ranks' kernels queued at once, the last one late.
+        let gpus: Vec<c_int> = (0..ranks as c_int).collect();
+        let comms = init_all(&gpus);
+        make_late(ranks - 1);
+        let start = rank_0_mark();
+        let reduce = Reduce {
+            dtype: F32,
+            op: SUM,
+            count: 1001,
+            in_place: true,
+        };
+        let buffers: Vec<(u64, u64)> = (0..ranks).map(|r| reduce.buffers(r, r)).collect();
+        // SAFETY: a group around one call per rank, as nccl-tests -g N makes it.
+        assert_eq!(unsafe { ncclGroupStart() }, 0);
+        for (rank, comm) in comms.iter().enumerate() {
+            assert_eq!(reduce.call(buffers[rank], *comm, stream_of(rank)), 0);
+        }
+        assert_eq!(unsafe { ncclGroupEnd() }, 0);
+        for rank in 0..ranks {
+            reduce.check(buffers[rank].1, rank, stream_of(rank), &everyone);
+        }
+        let took = rank_0_took_us(start);
+        assert!(
+            took >= 30e6,
+            "{ranks} ranks in a group: rank 0 took {took} µs"
+        );
+        for comm in comms {
+            // SAFETY: made above.
+            assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
+        }
+    }
+}
+
+#[test]
+fn an_abort_releases_thread_ranks_waiting_for_one_that_never_comes_on_2_4_and_8_ranks() {
+    setup();
+    for ranks in [2, 4, 8] {
+        let id = standin::unique_id(0);
+        let started = std::time::Instant::now();
+        std::thread::scope(|scope| {
+            for rank in 0..ranks {
+                scope.spawn(move || {
+                    let mut comm: ncclComm_t = std::ptr::null_mut();
+                    // SAFETY: a valid out-pointer; the id is the stand-in's.
+                    let made =
+                        unsafe { ncclCommInitRank(&mut comm, ranks as c_int, id, rank as c_int) };
+                    assert_eq!(made, 0);
+                    let everyone: Vec<usize> = (0..ranks).collect();
+                    let (reduce, buffers) = call_1001(rank, comm);
+                    reduce.check(buffers.1, rank, stream_of(rank), &everyone);
+                    if rank == ranks - 1 {
+                        // The last rank never makes the second call: it aborts instead.
+                        std::thread::sleep(std::time::Duration::from_millis(300));
+                        // SAFETY: the communicator made above, not used after.
+                        assert_eq!(unsafe { ncclCommAbort(comm) }, 0);
+                        return;
+                    }
+                    call_1001(rank, comm);
+                    // SAFETY: the communicator made above.
+                    assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
+                });
+            }
+        });
+        let took = started.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{ranks} ranks: released after {took:?}"
+        );
+    }
 }
