@@ -255,9 +255,17 @@ pub fn a_rank_later_than_a_bounded_wait_is_waited_for_with_a_release_word(b: &dy
     }
     let end = b.record(r.streams[0]).unwrap();
     r.synchronize(b);
-    r.check(b, "a late rank's all-reduce", &r.outputs, &r.want(Reduction::Sum));
+    r.check(
+        b,
+        "a late rank's all-reduce",
+        &r.outputs,
+        &r.want(Reduction::Sum),
+    );
     let waited = b.elapsed_us(start, end).unwrap();
-    assert!(waited >= late_us, "rank 0 waited {waited} µs for a rank {late_us} µs late");
+    assert!(
+        waited >= late_us,
+        "rank 0 waited {waited} µs for a rank {late_us} µs late"
+    );
 }
 
 /// The ranks of `r` with each output its own input.

@@ -6,7 +6,7 @@
 
 use peerlink::backend::collective::{
     AllReduceKernel, BufferRange, DataType, PeerTransfer, Rank, Reduction, Waiting, FLAG_BYTES,
-    MAX_RANKS, PACKET_MAX_BYTES,
+    MAX_RANKS, PACKET_MAX_BYTES, RELEASE_WORD_BYTES,
 };
 use peerlink::backend::cuda::CudaBackend;
 use peerlink::backend::{Backend, BufferCopy, BufferId, CopyMethod, Memory, Nccl, StreamId};
@@ -874,5 +874,67 @@ fn nccl_symmetric_window_all_reduce_sums_every_byte() {
         for stream in streams {
             b.destroy_stream(stream).unwrap();
         }
+    }
+}
+
+/// A wait with a release word ends when the host raises it: rank 1's stream is busy for 12 s (past
+/// a bounded wait's 10 s), rank 0's kernel waits for it until the host raises the word after 1 s,
+/// then ends without a trap; rank 1's kernel, when it runs, ends at once; the context is healthy
+/// afterwards (an all-reduce on the same GPUs sums again, on fresh flags).
+#[test]
+#[ignore = "needs a GPU"]
+fn a_released_wait_ends_when_the_host_raises_its_word_and_leaves_the_gpus_healthy() {
+    let Some((b, _)) = several_gpus() else {
+        return;
+    };
+    let elements = 1001;
+    let len = elements * DataType::F32.size();
+    let word = b
+        .alloc(Memory::PinnedHost { numa_node: None }, RELEASE_WORD_BYTES)
+        .unwrap();
+    b.write(word, 0, &[0; RELEASE_WORD_BYTES]).unwrap();
+    let set = Ranks::new(&b, 2, len);
+    set.write_inputs(&b, DataType::F32, 1, elements);
+    b.collectives().busy(set.streams[1], 12e6).unwrap();
+    let started = std::time::Instant::now();
+    b.collectives()
+        .all_reduce(
+            AllReduceKernel::OneShot,
+            DataType::F32,
+            Reduction::Sum,
+            &set.ranks(),
+            &set.flags,
+            Waiting::Released(word),
+            len,
+        )
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    b.write(word, 0, &1u32.to_le_bytes()).unwrap();
+    b.synchronize(set.streams[0])
+        .unwrap_or_else(|e| panic!("rank 0's released kernel failed: {e}"));
+    let released_after = started.elapsed();
+    eprintln!("rank 0's wait ended {released_after:?} after its launch (released at 1 s)");
+    assert!(
+        released_after < std::time::Duration::from_secs(5),
+        "{released_after:?}"
+    );
+    set.synchronize(&b);
+    let fresh = Ranks::new(&b, 2, len);
+    fresh.write_inputs(&b, DataType::F32, 2, elements);
+    b.collectives()
+        .all_reduce(
+            AllReduceKernel::OneShot,
+            DataType::F32,
+            Reduction::Sum,
+            &fresh.ranks(),
+            &fresh.flags,
+            Waiting::Bounded,
+            len,
+        )
+        .unwrap();
+    fresh.synchronize(&b);
+    let want = reduced(DataType::F32, Reduction::Sum, 2, 2, elements);
+    for (r, &output) in fresh.outputs.iter().enumerate() {
+        check_output(&b, output, &want, &format!("rank {r} after a release"));
     }
 }
