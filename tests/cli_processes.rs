@@ -279,6 +279,7 @@ fn send_recv_over_two_processes_moves_every_byte_as_one_process_does() {
     let doc = json_of(&launched);
     assert_eq!(doc["schema"], "peerlink.workload/1");
     assert_eq!(doc["simulated"], true);
+    assert_eq!(doc["process_layout"], "rank-per-process");
     let notices = doc["notices"].to_string();
     assert!(
         notices.contains("across 2 processes, one per GPU"),
@@ -296,7 +297,9 @@ fn send_recv_over_two_processes_moves_every_byte_as_one_process_does() {
         .all(|r| r["contender"] != "nccl"));
     let mut single = vec!["--sim", "h200-pair"];
     single.extend(args);
-    same_engine_rows(&doc, &json_of(&single));
+    let alone = json_of(&single);
+    assert_eq!(alone["process_layout"], "one-process");
+    same_engine_rows(&doc, &alone);
 }
 
 #[test]

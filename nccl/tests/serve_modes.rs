@@ -1,14 +1,15 @@
 //! PEERLINK_NCCL_SERVE=auto with a measurement (PEERLINK_NCCL_TABLE): calls at sizes where the
 //! measurement saw peerlink beat NCCL's best are served, the others forwarded; on the simulator,
-//! through the C API, every element checked either way. (`all` is tests/serve.rs; `none` is
+//! through the C API, every element checked either way. A communicator whose ranks the
+//! measurement did not measure (another count, or processes where it measured one) is forwarded. (`all` is tests/serve.rs; `none` is
 //! tests/serve_none.rs: the switches are read once per process.)
 
 mod standin;
 
 use standin::ranks::{on_ranks, stream_of, Reduce, F32, SUM};
 
-/// A workload document where peerlink's pick won at 4 KiB and lost at 1 MiB to NCCL with
-/// symmetric windows (plain NCCL slower at both).
+/// A workload document of 2 GPUs in one process where peerlink's pick won at 4 KiB and lost at
+/// 1 MiB to NCCL with symmetric windows (plain NCCL slower at both).
 fn table() -> tempfile::NamedTempFile {
     let row = |contender: &str, bytes: u64, us: f64| {
         format!(
@@ -26,7 +27,7 @@ fn table() -> tempfile::NamedTempFile {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
         file.path(),
-        format!(r#"{{"schema":"peerlink.workload/1","rows":[{rows}]}}"#),
+        format!(r#"{{"schema":"peerlink.workload/1","devices":[0,1],"process_layout":"one-process","rows":[{rows}]}}"#),
     )
     .unwrap();
     file
@@ -52,5 +53,22 @@ fn auto_serves_where_the_measurement_saw_peerlink_win_and_forwards_the_rest() {
             let forwarded = standin::count_of_this_thread("ncclAllReduce") - before;
             assert_eq!(forwarded, usize::from(!served), "{count} elements");
         }
+    });
+    // Four ranks: the measurement of two says nothing of them, even at a size it saw won.
+    on_ranks(4, |rank, comm| {
+        let reduce = Reduce {
+            dtype: F32,
+            op: SUM,
+            count: 1023,
+            in_place: false,
+        };
+        let buffers = reduce.buffers(rank, rank);
+        assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
+        reduce.check(buffers.1, rank, stream_of(rank), &[0, 1, 2, 3]);
+        assert_eq!(
+            standin::count_of_this_thread("ncclAllReduce"),
+            1,
+            "forwarded"
+        );
     });
 }

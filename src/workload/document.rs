@@ -1,6 +1,6 @@
 //! `peerlink workload --json`: the `peerlink.workload/1` document.
 
-use super::kinds::Workload;
+use super::kinds::{ProcessLayout, Workload};
 use super::rows::{Report, Row};
 use crate::document::{impl_document, Document, Header};
 use crate::topology::Topology;
@@ -15,6 +15,9 @@ pub struct WorkloadDocument {
     pub workload: Workload,
     /// The GPUs, rank `i` on `devices[i]`.
     pub devices: Vec<usize>,
+    /// Whether the ranks were threads of one process or a process each.
+    #[serde(default)]
+    pub process_layout: ProcessLayout,
     /// How every row was timed.
     pub timing: String,
     /// Untimed operations before each window.
@@ -38,6 +41,7 @@ impl WorkloadDocument {
             header: Header::new(Self::SCHEMA, host),
             workload: report.workload,
             devices: report.devices.clone(),
+            process_layout: report.process_layout,
             timing: report.timing.to_string(),
             warmup: report.warmup,
             busbw_rule: report.workload.busbw_rule().to_string(),
@@ -81,6 +85,7 @@ mod tests {
             source: three_gpus().source,
             workload: Workload::AllReduce,
             devices: vec![0, 1],
+            process_layout: ProcessLayout::RankPerProcess,
             warmup: 5,
             timing: crate::workload::timing::TIMING,
             rows: vec![row],
@@ -89,6 +94,7 @@ mod tests {
         let doc = WorkloadDocument::new(&three_gpus(), &report);
         let json = serde_json::to_value(&doc).unwrap();
         assert_eq!(json["schema"], "peerlink.workload/1");
+        assert_eq!(json["process_layout"], "rank-per-process");
         assert_eq!(json["simulated"], true);
         assert_eq!(json["workload"], "all-reduce");
         assert_eq!(json["worst_regret"], 0.0);

@@ -69,6 +69,21 @@ impl fmt::Display for Workload {
     }
 }
 
+/// How a workload's ranks ran, as its document records it (`bench::layout::Layout` is the running
+/// form, with the group): one process driving every GPU, or a process each (`peerlink launch`,
+/// torchrun). The NCCL-API library's `auto` tells a measurement's layout from a communicator's
+/// by it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProcessLayout {
+    /// One process driving every rank's GPU (documents written before the field say nothing,
+    /// and read as this).
+    #[default]
+    OneProcess,
+    /// One process per rank.
+    RankPerProcess,
+}
+
 /// How a timed loop reaches the GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]

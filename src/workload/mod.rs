@@ -34,7 +34,7 @@ use crate::backend::Backend;
 use crate::bench::layout::Layout;
 use crate::bench::progress::Progress;
 use crate::Result;
-use kinds::{Variant, Workload};
+use kinds::{ProcessLayout, Variant, Workload};
 use rows::{compare, Report};
 use settings::{Options, Settings};
 use std::sync::Arc;
@@ -98,6 +98,7 @@ pub fn run(
         source: backend.source().clone(),
         workload,
         devices: settings.devices.clone(),
+        process_layout: ProcessLayout::OneProcess,
         warmup: settings.warmup,
         timing: TIMING,
         rows,

@@ -19,7 +19,7 @@
 //! [`crate::launch::agree`]).
 
 use super::all_reduce;
-use super::kinds::{Contender, IssueMode, Variant, Workload};
+use super::kinds::{Contender, IssueMode, ProcessLayout, Variant, Workload};
 use super::resources::{length, Communicator};
 use super::rows::{compare, row, Measured, Report, Row};
 use super::send_recv::{flows, EngineFlows, Flow};
@@ -115,6 +115,7 @@ pub fn run(
         source: backend.source().clone(),
         workload,
         devices: gpus,
+        process_layout: ProcessLayout::RankPerProcess,
         warmup: settings.warmup,
         timing: if workload == Workload::AllReduce {
             ACROSS_ALL_REDUCE_TIMING

@@ -1,7 +1,7 @@
 //! What a run finds: a row per contender and size, its bandwidths, NCCL's comparison, and the
 //! report of the whole run.
 
-use super::kinds::{Contender, IssueMode, Variant, Workload};
+use super::kinds::{Contender, IssueMode, ProcessLayout, Variant, Workload};
 use crate::backend::collective::DataType;
 use crate::topology::Source;
 use schemars::JsonSchema;
@@ -97,6 +97,7 @@ pub struct Report {
     pub source: Source,
     pub workload: Workload,
     pub devices: Vec<usize>,
+    pub process_layout: ProcessLayout,
     /// Untimed operations before each window.
     pub warmup: u32,
     /// How every row was timed, in words ([`super::timing::TIMING`], or the way across processes).

@@ -414,7 +414,11 @@ impl Server {
                 .collect(),
             p2p: &p2p,
         };
-        match decide(records, &seen) {
+        let decision = decide(records, &seen);
+        if let Some(why) = self.unmeasured(&decision, comm.ranks) {
+            return State::Forwarded(why);
+        }
+        match decision {
             Decision::Forward(why) => State::Forwarded(why),
             Decision::ThisHost { gpus, port } => {
                 let met =
@@ -461,6 +465,19 @@ impl Server {
                 comm.lifeline = Some(clique.lifeline.clone());
                 State::Served(Peers::Threads(clique))
             }
+        }
+    }
+
+    /// Under `auto`, why the measurement cannot decide a communicator of `ranks` ranks laid out
+    /// as `decision` found them (another count, or threads where it measured processes or back).
+    fn unmeasured(&self, decision: &Decision, ranks: usize) -> Option<String> {
+        let (Serve::Auto, Ok(table)) = (self.serve, &self.table) else {
+            return None;
+        };
+        match decision {
+            Decision::Forward(_) => None,
+            Decision::ThisHost { .. } => table.differs_from(ranks, true),
+            Decision::ThisProcess { .. } => table.differs_from(ranks, false),
         }
     }
 

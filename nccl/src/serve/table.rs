@@ -2,7 +2,11 @@
 //! document of this host (named by `PEERLINK_NCCL_TABLE`), which measured peerlink's pick and
 //! NCCL at each size. A call is served where peerlink's pick was faster than the best NCCL row
 //! of every NCCL contender the document holds (plain NCCL, NCCL with symmetric windows, …) at
-//! the nearest measured size at or above the call's (the largest measured, past the end).
+//! the nearest measured size at or above the call's (the largest measured, past the end). Like is
+//! compared with like: only the rows of calls on streams count (served calls are queued on the
+//! caller's stream; captured ones are forwarded), and a communicator is decided by the document
+//! only where its ranks number and are laid out (one process, or a process each) as the
+//! measurement's were.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,10 +14,13 @@ use std::path::Path;
 /// Names the workload document `auto` decides by.
 pub const TABLE_VARIABLE: &str = "PEERLINK_NCCL_TABLE";
 
-/// Per element type and size, peerlink's pick's time and NCCL's best, µs.
+/// Per element type and size, peerlink's pick's time and NCCL's best, µs; and the ranks it
+/// measured: how many, and whether each was a process.
 #[derive(Debug, Default, PartialEq)]
 pub struct Table {
     sizes: BTreeMap<(String, u64), Times>,
+    ranks: usize,
+    rank_per_process: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -48,11 +55,21 @@ impl Table {
             .get("rows")
             .and_then(|rows| rows.as_array())
             .ok_or("has no rows: name a `peerlink workload all-reduce --json` document")?;
-        let mut table = Table::default();
+        let mut table = Table {
+            ranks: document
+                .get("devices")
+                .and_then(|d| d.as_array())
+                .map_or(0, Vec::len),
+            // Documents written before the field were of one process.
+            rank_per_process: document.get("process_layout").and_then(|l| l.as_str())
+                == Some("rank-per-process"),
+            ..Table::default()
+        };
         for row in rows {
             let field = |name: &str| row.get(name);
             if field("workload").and_then(|w| w.as_str()) != Some("all-reduce")
                 || field("verified").and_then(|v| v.as_bool()) == Some(false)
+                || field("issue").and_then(|i| i.as_str()).unwrap_or("stream") != "stream"
             {
                 continue;
             }
@@ -97,6 +114,32 @@ impl Table {
         nearest.is_some_and(|(_, t)| t.peerlink_us < t.nccl_us)
     }
 
+    /// Why the measurement cannot decide for a communicator of `ranks` ranks (each a process
+    /// where `rank_per_process`, else threads of one), or `None` where it measured that layout.
+    pub fn differs_from(&self, ranks: usize, rank_per_process: bool) -> Option<String> {
+        let layout = |per_process: bool| {
+            if per_process {
+                "a process each"
+            } else {
+                "in one process"
+            }
+        };
+        (self.ranks != ranks || self.rank_per_process != rank_per_process).then(|| {
+            format!(
+                "{TABLE_VARIABLE}'s measurement is of {} GPUs, {}, and this communicator has {ranks} \
+                 ranks, {}: measure its layout (`peerlink workload all-reduce --json`{})",
+                self.ranks,
+                layout(self.rank_per_process),
+                layout(rank_per_process),
+                if rank_per_process {
+                    " under `peerlink launch`"
+                } else {
+                    ""
+                }
+            )
+        })
+    }
+
     /// How many sizes it holds, for the log.
     pub fn len(&self) -> usize {
         self.sizes.len()
@@ -136,6 +179,36 @@ mod tests {
         assert!(table.peerlink_faster("f32", 2048));
         assert!(table.peerlink_faster("f32", 1 << 30));
         assert!(!table.peerlink_faster("bf16", 2048));
+    }
+
+    #[test]
+    fn only_calls_on_streams_count_and_only_for_the_layout_measured() {
+        let graph_row = |contender: &str, us: f64| {
+            row(contender, 1024, us).replace(r#""verified""#, r#""issue":"graphs","verified""#)
+        };
+        let rows = [
+            row("peerlink-pick", 1024, 9.0),
+            row("nccl", 1024, 5.0),
+            graph_row("peerlink-pick", 1.0),
+            graph_row("nccl", 4.0),
+        ]
+        .join(",");
+        let one = format!(r#"{{"devices":[0,1],"rows":[{rows}]}}"#);
+        let table = Table::parse(&one, false).unwrap();
+        assert!(
+            !table.peerlink_faster("f32", 1024),
+            "peerlink won only in graphs, which are forwarded"
+        );
+        assert_eq!(table.differs_from(2, false), None);
+        let why = table.differs_from(2, true).unwrap();
+        assert!(why.contains("2 GPUs, in one process"), "{why}");
+        assert!(why.contains("2 ranks, a process each"), "{why}");
+        assert!(table.differs_from(8, false).unwrap().contains("8 ranks"));
+        let across =
+            format!(r#"{{"devices":[0,1],"process_layout":"rank-per-process","rows":[{rows}]}}"#);
+        let table = Table::parse(&across, false).unwrap();
+        assert_eq!(table.differs_from(2, true), None);
+        assert!(table.differs_from(2, false).is_some());
     }
 
     #[test]
