@@ -14,7 +14,7 @@ use peerlink_nccl::ffi::typed::{
     ncclGroupEnd, ncclGroupStart,
 };
 use standin::ranks::{
-    init_all, on_ranks, reduce_at_counts, stream_of, Reduce, AVG, BF16, F32, SUM,
+    init_all, on_ranks, reduce_at_counts, stream_of, sum_f32, Reduce, AVG, BF16, F32, SUM,
 };
 
 fn setup() {
@@ -279,21 +279,11 @@ fn calls_on_more_streams_than_a_communicator_keeps_borrowed_stay_in_order() {
     });
 }
 
-/// One all-reduce of 1001 f32 elements on rank `rank`'s GPU and stream: the reduce and its
-/// buffers, once called (the call's code asserted).
+/// One all-reduce of 1001 f32 elements on rank `rank`'s GPU and stream, its code asserted: the
+/// reduce and its buffers.
 fn call_1001(rank: usize, comm: ncclComm_t) -> (Reduce, (u64, u64)) {
-    let reduce = Reduce {
-        dtype: F32,
-        op: SUM,
-        count: 1001,
-        in_place: false,
-    };
-    let buffers = reduce.buffers(rank, rank);
-    assert_eq!(
-        reduce.call(buffers, comm, stream_of(rank)),
-        0,
-        "rank {rank}"
-    );
+    let (code, reduce, buffers) = sum_f32(rank, comm, 1001);
+    assert_eq!(code, 0, "rank {rank}");
     (reduce, buffers)
 }
 
@@ -324,13 +314,21 @@ fn a_rank_30_s_late_is_waited_for_on_2_4_and_8_thread_ranks_and_in_one_threads_g
     setup();
     for ranks in [2, 4, 8] {
         let everyone: Vec<usize> = (0..ranks).collect();
+        // The thread ranks share one simulator and its host clock: rank 0 marks its start before
+        // the last rank's busy stream moves that clock on, and the last rank waits a moment so
+        // that the others are waiting in their calls when it arrives 30 s late (were they to
+        // arrive after it, on the clock it moved, they would not wait; the sums and rank 0's
+        // time are the same either way).
+        let marked = std::sync::Barrier::new(ranks);
         on_ranks(ranks, |rank, comm| {
             let (reduce, buffers) = call_1001(rank, comm);
             reduce.check(buffers.1, rank, stream_of(rank), &everyone);
+            let start = (rank == 0).then(rank_0_mark);
+            marked.wait();
             if rank == ranks - 1 {
+                std::thread::sleep(std::time::Duration::from_millis(100));
                 make_late(rank);
             }
-            let start = (rank == 0).then(rank_0_mark);
             let (reduce, buffers) = call_1001(rank, comm);
             reduce.check(buffers.1, rank, stream_of(rank), &everyone);
             if let Some(start) = start {

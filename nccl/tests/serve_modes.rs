@@ -6,7 +6,7 @@
 
 mod standin;
 
-use standin::ranks::{on_ranks, stream_of, Reduce, F32, SUM};
+use standin::ranks::{on_ranks, stream_of, sum_f32};
 
 /// A workload document of 2 GPUs in one process where peerlink's pick won at 4 KiB and lost at
 /// 1 MiB to NCCL with symmetric windows (plain NCCL slower at both).
@@ -41,14 +41,8 @@ fn auto_serves_where_the_measurement_saw_peerlink_win_and_forwards_the_rest() {
         // 1023 f32 (≤ 4 KiB): served; 100 000 f32 (≤ 1 MiB): NCCL with symmetric windows won.
         for (count, served) in [(1023, true), (100_000, false)] {
             let before = standin::count_of_this_thread("ncclAllReduce");
-            let reduce = Reduce {
-                dtype: F32,
-                op: SUM,
-                count,
-                in_place: false,
-            };
-            let buffers = reduce.buffers(rank, rank);
-            assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
+            let (code, reduce, buffers) = sum_f32(rank, comm, count);
+            assert_eq!(code, 0);
             reduce.check(buffers.1, rank, stream_of(rank), &[0, 1]);
             let forwarded = standin::count_of_this_thread("ncclAllReduce") - before;
             assert_eq!(forwarded, usize::from(!served), "{count} elements");
@@ -56,14 +50,8 @@ fn auto_serves_where_the_measurement_saw_peerlink_win_and_forwards_the_rest() {
     });
     // Four ranks: the measurement of two says nothing of them, even at a size it saw won.
     on_ranks(4, |rank, comm| {
-        let reduce = Reduce {
-            dtype: F32,
-            op: SUM,
-            count: 1023,
-            in_place: false,
-        };
-        let buffers = reduce.buffers(rank, rank);
-        assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
+        let (code, reduce, buffers) = sum_f32(rank, comm, 1023);
+        assert_eq!(code, 0);
         reduce.check(buffers.1, rank, stream_of(rank), &[0, 1, 2, 3]);
         assert_eq!(
             standin::count_of_this_thread("ncclAllReduce"),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use peerlink_nccl::ffi::typed::{
     ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRank, ncclComm_t,
 };
-use standin::ranks::{reduce_at_counts, stream_of, Reduce, AVG, F32, SUM};
+use standin::ranks::{reduce_at_counts, stream_of, sum_f32, Reduce, AVG, SUM};
 
 /// Which rank of how many this process is, and what the job does, set by the parent test for
 /// its children.
@@ -105,17 +105,10 @@ impl Handle {
     }
 }
 
-/// One all-reduce of 1001 f32 elements through the library on rank `rank`'s GPU and stream;
-/// its result code, and the reduce and output to check.
+/// One all-reduce of 1001 f32 elements on rank `rank`'s GPU and stream: its result code, and the
+/// reduce and output to check.
 fn call_1001(rank: usize, comm: ncclComm_t) -> (c_int, Reduce, u64) {
-    let reduce = Reduce {
-        dtype: F32,
-        op: SUM,
-        count: 1001,
-        in_place: false,
-    };
-    let buffers = reduce.buffers(rank, rank);
-    let code = reduce.call(buffers, comm, stream_of(rank));
+    let (code, reduce, buffers) = sum_f32(rank, comm, 1001);
     (code, reduce, buffers.1)
 }
 

@@ -99,6 +99,20 @@ impl Reduce {
     }
 }
 
+/// One out-of-place f32 sum of `count` elements through the library on `comm`, from rank
+/// `rank`'s GPU and stream: the call's result code, and the reduce and its buffers (to check).
+pub fn sum_f32(rank: usize, comm: ncclComm_t, count: usize) -> (c_int, Reduce, (u64, u64)) {
+    let reduce = Reduce {
+        dtype: F32,
+        op: SUM,
+        count,
+        in_place: false,
+    };
+    let buffers = reduce.buffers(rank, rank);
+    let code = reduce.call(buffers, comm, stream_of(rank));
+    (code, reduce, buffers)
+}
+
 /// All-reduces (`op`: sum or average) of f32, bf16 and f16 at each of `counts`, in place and not,
 /// through the library on `comm` (rank `rank` of `ranks`, on GPU `rank`), every element checked.
 pub fn reduce_at_counts(rank: usize, ranks: usize, comm: ncclComm_t, op: c_int, counts: &[usize]) {
