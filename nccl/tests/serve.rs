@@ -406,3 +406,94 @@ fn an_abort_releases_thread_ranks_waiting_for_one_that_never_comes_on_2_4_and_8_
         );
     }
 }
+
+#[test]
+fn one_thread_driving_every_rank_is_served_into_cuda_graphs_once_set_up_and_replays_sum() {
+    setup();
+    let backend = standin::backend();
+    for ranks in [2, 4, 8] {
+        let gpus: Vec<c_int> = (0..ranks as c_int).collect();
+        let comms = init_all(&gpus);
+        let everyone: Vec<usize> = (0..ranks).collect();
+        for in_place in [false, true] {
+            let reduce = Reduce {
+                dtype: F32,
+                op: SUM,
+                count: 1001,
+                in_place,
+            };
+            let buffers: Vec<(u64, u64)> = (0..ranks).map(|r| reduce.buffers(r, r)).collect();
+            let group = || {
+                // SAFETY: a group around one call per rank, as nccl-tests -g N makes it.
+                assert_eq!(unsafe { ncclGroupStart() }, 0);
+                for (rank, comm) in comms.iter().enumerate() {
+                    assert_eq!(reduce.call(buffers[rank], *comm, stream_of(rank)), 0);
+                }
+                assert_eq!(unsafe { ncclGroupEnd() }, 0);
+            };
+            // Eager first (the set-up, the flags, the scratch), as nccl-tests' warm-up runs.
+            if !in_place {
+                group();
+                for rank in 0..ranks {
+                    reduce.check(buffers[rank].1, rank, stream_of(rank), &everyone);
+                }
+            }
+            let streams: Vec<_> = (0..ranks)
+                .map(|r| backend.borrow_stream(r, stream_of(r)).unwrap())
+                .collect();
+            if in_place {
+                // In place, a warm-up call would sum the inputs away: warm up on other buffers
+                // of the same size and place.
+                let spare: Vec<(u64, u64)> = (0..ranks).map(|r| reduce.buffers(r, r)).collect();
+                assert_eq!(unsafe { ncclGroupStart() }, 0);
+                for (rank, comm) in comms.iter().enumerate() {
+                    assert_eq!(reduce.call(spare[rank], *comm, stream_of(rank)), 0);
+                }
+                assert_eq!(unsafe { ncclGroupEnd() }, 0);
+                for &s in &streams {
+                    backend.synchronize(s).unwrap();
+                }
+            }
+            let before = standin::count_of_this_thread("ncclAllReduce");
+            for &s in &streams {
+                backend.begin_capture(s).unwrap();
+            }
+            group();
+            let graphs: Vec<_> = streams
+                .iter()
+                .map(|&s| backend.end_capture(s).unwrap())
+                .collect();
+            assert_eq!(
+                standin::count_of_this_thread("ncclAllReduce"),
+                before,
+                "{ranks} ranks, in place {in_place}: the captured calls were served"
+            );
+            // In place, each replay sums the last one's sums: ranks^k times the inputs.
+            let replays = if in_place { 1 } else { 3 };
+            for _ in 0..replays {
+                if !in_place {
+                    // Outputs zeroed, so that only the replay can have summed into them.
+                    for (rank, &(_, recv)) in buffers.iter().enumerate() {
+                        let bytes = reduce.count * 4;
+                        let out = backend.borrow_memory(rank, recv, bytes).unwrap();
+                        backend.write(out, 0, &vec![0; bytes]).unwrap();
+                        backend.free(out).unwrap();
+                    }
+                }
+                for (&graph, &s) in graphs.iter().zip(&streams) {
+                    backend.replay(graph, s).unwrap();
+                }
+                for rank in 0..ranks {
+                    reduce.check(buffers[rank].1, rank, stream_of(rank), &everyone);
+                }
+            }
+            for graph in graphs {
+                backend.destroy_graph(graph).unwrap();
+            }
+        }
+        for comm in comms {
+            // SAFETY: made above.
+            assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
+        }
+    }
+}

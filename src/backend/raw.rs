@@ -112,12 +112,10 @@ pub trait RawBackend: Send + Sync {
     fn borrow_memory(&self, device: usize, address: u64, bytes: usize) -> Result<Self::Buffer>;
     /// The GPU exists. The stream's release must leave the stream to its owner.
     fn borrow_stream(&self, device: usize, handle: u64) -> Result<Self::Stream>;
-    /// Whether another library is capturing the stream into a graph (a borrowed stream's owner
-    /// may have begun it); the checked layer adds its own captures. Nothing else can capture
-    /// the simulator's streams.
-    fn is_capturing(&self, _stream: &Self::Stream) -> Result<bool> {
-        Ok(false)
-    }
+    /// Whether the stream is capturing a graph, whoever began it (a borrowed stream's owner may
+    /// have, through another handle of the same stream); the checked layer adds the captures of
+    /// its own handles.
+    fn is_capturing(&self, stream: &Self::Stream) -> Result<bool>;
 }
 
 /// The latency probes, below the checks.

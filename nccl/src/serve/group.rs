@@ -185,12 +185,15 @@ impl Server {
             .iter()
             .map(|e| e.lock().ok())
             .collect::<Option<_>>()?;
-        if (0..guards.len()).any(|i| capturing(backend, &mut guards[i], calls[i].stream)) {
-            return None;
-        }
+        let captured =
+            (0..guards.len()).any(|i| capturing(backend, &mut guards[i], calls[i].stream));
         let pending: Vec<usize> = (0..guards.len())
             .filter(|&i| matches!(guards[i].state, State::Pending))
             .collect();
+        // A set-up waits for its all-gather on the host, which no capture allows.
+        if captured && !pending.is_empty() {
+            return None;
+        }
         if !pending.is_empty() {
             let streams: Vec<u64> = pending.iter().map(|&i| calls[i].stream).collect();
             let mut comms: Vec<&mut Comm> = guards
@@ -206,12 +209,15 @@ impl Server {
             .map(|comm| comm.served_peers())
             .collect::<Option<_>>()?;
         if let ([peers], [call]) = (&peers[..], &calls[..]) {
+            if captured {
+                return None;
+            }
             let outcome = run_lone(backend, &mut guards[0], peers.clone(), call);
             return Some(self.result(call, outcome));
         }
         let clique = one_clique(&peers, &calls)?;
         let mut comms: Vec<&mut Comm> = guards.iter_mut().map(|g| &mut **g).collect();
-        let outcome = run_clique(backend, &clique, &mut comms, &calls);
+        let outcome = run_clique(backend, &clique, &mut comms, &calls, captured)?;
         for call in &calls[1..] {
             call.count_as(Route::Served);
         }

@@ -492,8 +492,9 @@ impl Server {
 }
 
 /// Whether the call's stream is capturing a graph for a communicator of several ranks (or cannot
-/// be told): such calls are forwarded, as their set-up and their flags' epochs across replays are
-/// not done yet. One rank's call (a copy, or nothing) is captured as it is.
+/// be told): such a call is served only in a group of one thread driving every rank, set up and
+/// ready (`run_clique`); a lone call is forwarded (each rank's kernel would need the host at its
+/// call). One rank's call (a copy, or nothing) is captured as it is.
 fn capturing(backend: &Arc<dyn Backend>, comm: &mut Comm, stream: u64) -> bool {
     comm.ranks > 1
         && comm
@@ -659,21 +660,54 @@ fn meet_processes(
 }
 
 /// One all-reduce per rank of `clique`, all from this thread (`calls[i]` on `comms[i]`): every
-/// rank's kernel queued at once on its stream.
+/// rank's kernel queued at once on its stream. Into a CUDA graph (`captured`) only where that
+/// queues work alone (`LocalAllReduce::queues_only`: made and ordered by earlier calls, as
+/// nccl-tests' warm-up makes them); `None` to forward the calls.
 fn run_clique(
     backend: &Arc<dyn Backend>,
     clique: &Clique,
     comms: &mut [&mut Comm],
     calls: &[AllReduce],
-) -> peerlink::Result<()> {
-    let _kept = backend.keep_thread_context()?;
+    captured: bool,
+) -> Option<peerlink::Result<()>> {
+    let _kept = match backend.keep_thread_context() {
+        Ok(kept) => kept,
+        Err(e) => return Some(Err(e)),
+    };
     if clique.lifeline.is_released() {
-        return Err(peerlink::Error::Group(
+        return Some(Err(peerlink::Error::Group(
             "not queued: its ranks' waits were released, it was aborted".into(),
-        ));
+        )));
     }
     let len = calls[0].bytes();
     let dtype = calls[0].dtype().expect("a candidate's type is peerlink's");
+    let ranks = match clique_ranks(backend, comms, calls, len) {
+        Ok(ranks) => ranks,
+        Err(e) => return Some(Err(e)),
+    };
+    let Ok(mut local) = clique.local.lock() else {
+        return Some(Err(peerlink::Error::Group(
+            "a thread panicked in an all-reduce".into(),
+        )));
+    };
+    if captured && !local.queues_only(&ranks, len, dtype) {
+        return None;
+    }
+    Some(
+        local
+            .all_reduce(&ranks, len, dtype, calls[0].reduction())
+            .map(|_| ()),
+    )
+}
+
+/// The ranks of one call each on `comms` (`calls[i]` on `comms[i]`), their buffers and streams
+/// borrowed, in rank order.
+fn clique_ranks(
+    backend: &Arc<dyn Backend>,
+    comms: &mut [&mut Comm],
+    calls: &[AllReduce],
+    len: usize,
+) -> peerlink::Result<Vec<LocalRank>> {
     let mut ranks = Vec::with_capacity(calls.len());
     for (comm, call) in comms.iter_mut().zip(calls) {
         let (input, output) = comm.buffers(backend, call.send, call.recv, len)?;
@@ -686,14 +720,7 @@ fn run_clique(
         ranks.push((comm.rank, rank));
     }
     ranks.sort_by_key(|(rank, _)| *rank);
-    let ranks: Vec<LocalRank> = ranks.into_iter().map(|(_, rank)| rank).collect();
-    let mut local = clique
-        .local
-        .lock()
-        .map_err(|_| peerlink::Error::Group("a thread panicked in an all-reduce".into()))?;
-    local
-        .all_reduce(&ranks, len, dtype, calls[0].reduction())
-        .map(|_| ())
+    Ok(ranks.into_iter().map(|(_, rank)| rank).collect())
 }
 
 #[cfg(test)]

@@ -753,6 +753,12 @@ impl RawBackend for Simulator {
         Ok(())
     }
 
+    fn is_capturing(&self, stream: &Stream) -> Result<bool> {
+        // A borrowed stream is one simulated stream per handle: a capture begun through one
+        // handle captures the work queued through every other.
+        Ok(self.lock().captures.contains_key(&stream.index))
+    }
+
     fn end_capture(&self, stream: &Stream) -> Result<Graph> {
         let captured = self.lock().captures.remove(&stream.index);
         let work = captured.expect("the checked layer ends only captures it began");

@@ -40,6 +40,12 @@ impl CallOrder {
         }
     }
 
+    /// Whether a call on `stream` of `device` would follow the last one there without waiting for
+    /// another stream (it ran on this one, or none ran).
+    pub(super) fn follows_on(&self, device: usize, stream: StreamId) -> bool {
+        self.0.get(&device).is_none_or(|&last| last == stream)
+    }
+
     /// Waits for the last call on every GPU (each followed the ones before); nothing can report a
     /// failure here (it serves the releases of drop), so each wait is tried.
     pub(super) fn wait_all(&self, backend: &dyn Backend) {
@@ -77,6 +83,11 @@ impl Scratch {
         };
         self.0.insert(device, (buffer, len));
         Ok(buffer)
+    }
+
+    /// Whether `device`'s scratch buffer holds `len` bytes already.
+    pub(super) fn holds(&self, device: usize, len: usize) -> bool {
+        self.0.get(&device).is_some_and(|&(_, size)| size >= len)
     }
 
     /// Frees every scratch buffer (each release tried: it serves drop), once the calls that used

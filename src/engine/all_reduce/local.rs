@@ -9,6 +9,15 @@ use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// In place where some rank's output is its input (the pick prices the copy aside), else beside.
+fn placement_of(ranks: &[LocalRank]) -> Placement {
+    if ranks.iter().any(|r| r.input == r.output) {
+        Placement::InPlace
+    } else {
+        Placement::Beside
+    }
+}
+
 /// One rank of an all-reduce within one process: its GPU, the stream that orders its part (of
 /// that GPU), and its input and output, `len` bytes from the start of each, memory of that GPU.
 /// The same buffer as input and output sums in place.
@@ -71,14 +80,28 @@ impl LocalAllReduce {
         op: Reduction,
     ) -> Result<AllReduceKernel> {
         let devices = devices_of(ranks);
-        let placed = if ranks.iter().any(|r| r.input == r.output) {
-            Placement::InPlace
-        } else {
-            Placement::Beside
-        };
-        let kernel = self.kernel(&devices, len, dtype, placed)?;
+        let kernel = self.kernel(&devices, len, dtype, placement_of(ranks))?;
         self.queue(kernel, ranks, &devices, len, (dtype, op))?;
         Ok(kernel)
+    }
+
+    /// Whether [`LocalAllReduce::all_reduce`] of these ranks would only queue work on their
+    /// streams, making nothing and waiting for no other stream: the ranks' flag blocks made by an
+    /// earlier call, each stream the one its GPU's last call ran on, and a scratch buffer large
+    /// enough where an input is copied aside. A call captured into a CUDA graph must be so: an
+    /// allocation, a synchronous write or a wait for a stream outside the capture would break it.
+    pub fn queues_only(&mut self, ranks: &[LocalRank], len: usize, dtype: DataType) -> bool {
+        let devices = devices_of(ranks);
+        let Ok(kernel) = self.kernel(&devices, len, dtype, placement_of(ranks)) else {
+            return false;
+        };
+        self.flags.contains_key(&devices)
+            && ranks.iter().all(|r| {
+                self.order.follows_on(r.device, r.stream)
+                    && (r.input != r.output
+                        || kernel.in_place()
+                        || self.scratch.holds(r.device, len))
+            })
     }
 
     /// [`LocalAllReduce::all_reduce`] by `kernel` rather than the cost model's pick: to measure
