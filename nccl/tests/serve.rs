@@ -14,7 +14,8 @@ use peerlink_nccl::ffi::typed::{
     ncclGroupEnd, ncclGroupStart,
 };
 use standin::ranks::{
-    init_all, on_ranks, reduce_at_counts, stream_of, sum_f32, Reduce, AVG, BF16, F32, SUM,
+    captured_sum_replays, init_all, on_ranks, reduce_at_counts, stream_of, sum_f32, Reduce, AVG,
+    BF16, F32, SUM,
 };
 
 fn setup() {
@@ -404,6 +405,20 @@ fn an_abort_releases_thread_ranks_waiting_for_one_that_never_comes_on_2_4_and_8_
             took < std::time::Duration::from_secs(5),
             "{ranks} ranks: released after {took:?}"
         );
+    }
+}
+
+#[test]
+fn lone_calls_captured_into_graphs_on_2_4_and_8_thread_ranks_are_served_and_replays_sum() {
+    setup();
+    for ranks in [2, 4, 8] {
+        let everyone: Vec<usize> = (0..ranks).collect();
+        on_ranks(ranks, |rank, comm| {
+            let (reduce, buffers) = call_1001(rank, comm);
+            reduce.check(buffers.1, rank, stream_of(rank), &everyone);
+            assert_eq!(captured_sum_replays(rank, comm, 1001, 2, &everyone), 0);
+            assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
+        });
     }
 }
 

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use peerlink_nccl::ffi::typed::{
     ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRank, ncclComm_t,
 };
-use standin::ranks::{reduce_at_counts, stream_of, sum_f32, Reduce, AVG, SUM};
+use standin::ranks::{
+    captured_sum_replays, reduce_at_counts, stream_of, sum_f32, Reduce, AVG, SUM,
+};
 
 /// Which rank of how many this process is, and what the job does, set by the parent test for
 /// its children.
@@ -88,6 +90,15 @@ fn a_rank_that_dies_is_reported_by_get_async_error_and_its_peers_call_released()
 }
 
 #[test]
+fn a_lone_call_captured_into_a_graph_is_served_and_every_replay_sums_across_processes() {
+    for ranks in [2, 4] {
+        for (rank, output) in job(ranks, "graphs").iter().enumerate() {
+            passed(rank, ranks, output);
+        }
+    }
+}
+
+#[test]
 fn an_abort_releases_a_call_waiting_for_a_peer_that_never_comes() {
     for (rank, output) in job(2, "abort").iter().enumerate() {
         passed(rank, 2, output);
@@ -110,6 +121,20 @@ impl Handle {
 fn call_1001(rank: usize, comm: ncclComm_t) -> (c_int, Reduce, u64) {
     let (code, reduce, buffers) = sum_f32(rank, comm, 1001);
     (code, reduce, buffers.1)
+}
+
+/// Every rank's first call sets the communicator up (and sizes the shared buffers); the next,
+/// captured into a graph, is served into it (nothing reaches NCCL), and each of 3 replays meets
+/// the other processes' replays and sums anew.
+fn graphs(rank: usize, ranks: usize, comm: ncclComm_t) {
+    let everyone: Vec<usize> = (0..ranks).collect();
+    let (code, reduce, recv) = call_1001(rank, comm);
+    assert_eq!(code, 0);
+    reduce.check(recv, rank, stream_of(rank), &everyone);
+    assert_eq!(captured_sum_replays(rank, comm, 1001, 3, &everyone), 0);
+    assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
+    // SAFETY: the communicator made by the caller.
+    assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
 }
 
 /// Both ranks meet once (the set-up); rank 1's stream is then busy for 30 s of simulated time
@@ -210,6 +235,7 @@ fn one_rank_of_a_job() {
         0
     );
     match std::env::var(SCENARIO).unwrap().as_str() {
+        "graphs" => return graphs(rank, ranks, comm),
         "late" => return late(rank, comm),
         "dies" => return dies(rank, comm),
         "abort" => return abort(rank, comm),

@@ -464,9 +464,11 @@ pub trait Collectives {
     /// the peers' flag blocks (packets); so every rank's input, output and flags must be the
     /// buffers its own process passes for itself, call after call on the same flags, in order.
     /// Each rank's bytes are `len` from its offsets in its input and its output. As for [`Collectives::all_reduce`], an output may be its own input where the kernel allows.
-    /// Graph capture is refused: a rank's kernel in a graph would meet the others only when
-    /// replayed. On the simulator the call returns once every rank's process has queued its part
-    /// (the processes meet through their shared flag files; each keeps its own virtual clock).
+    /// On a stream that captures a graph, the part is recorded: each replay's kernel meets the
+    /// other ranks' kernels then, so every rank replays its graph as many times, in the order of
+    /// its other calls on the same flags. On the simulator the call (or a replay) returns once every
+    /// rank's process has queued its part (the processes meet through their shared flag files;
+    /// each keeps its own virtual clock).
     /// The kernel waits for the others as `waiting` says (its release word is this process's).
     #[allow(clippy::too_many_arguments)] // one rank's part: what it reduces, how, and where
     fn rank_all_reduce(

@@ -245,7 +245,7 @@ pub trait RawCollectives: RawBackend {
     ) -> Result<()>;
 
     /// `rank` < `ranks.len()`, 2 to `MAX_RANKS` ranks on distinct GPUs; the stream is on rank
-    /// `rank`'s GPU and captures no graph; every rank's input and output hold `len` bytes from
+    /// `rank`'s GPU (it may capture a graph: the part is recorded for its replays); every rank's input and output hold `len` bytes from
     /// their offsets, memory of its GPU (the others imported for the stream's GPU), its flags `FLAG_BYTES`, as
     /// `all_reduce` asks.
     #[allow(clippy::too_many_arguments)] // as `Collectives::rank_all_reduce`

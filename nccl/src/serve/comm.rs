@@ -58,6 +58,15 @@ pub enum Reduce {
 }
 
 impl Reduce {
+    /// Whether reducing `range` on `stream` would only queue work there
+    /// (`GroupAllReduce::queues_only`), as a call captured into a graph must.
+    pub fn queues_only(&mut self, range: BufferRange, stream: StreamId) -> bool {
+        match self {
+            Reduce::Threads(reduce) => reduce.queues_only(range, stream),
+            Reduce::Processes(reduce) => reduce.queues_only(range, stream),
+        }
+    }
+
     /// Reduces `range` with every rank's (`op`), queued on `stream`.
     pub fn all_reduce(
         &mut self,

@@ -5,7 +5,9 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::comm::{Clique, Comm, Peers, State};
-use super::{capturing, run_clique, run_lone, server, AllReduce, Real, Server, SUCCESS};
+use super::{
+    capturable, capturing, run_clique, run_lone, server, AllReduce, Real, Server, SUCCESS,
+};
 use crate::stats::Route;
 
 /// An all-reduce held in a group, with the call that forwards it to NCCL.
@@ -209,7 +211,7 @@ impl Server {
             .map(|comm| comm.served_peers())
             .collect::<Option<_>>()?;
         if let ([peers], [call]) = (&peers[..], &calls[..]) {
-            if captured {
+            if captured && !capturable(backend, &mut guards[0], call) {
                 return None;
             }
             let outcome = run_lone(backend, &mut guards[0], peers.clone(), call);

@@ -295,13 +295,18 @@ impl Server {
         let backend = self.backend()?;
         let comm = self.comm(real, call.comm)?;
         let mut comm = comm.lock().ok()?;
-        if capturing(backend, &mut comm, call.stream) {
-            return None;
-        }
+        let captured = capturing(backend, &mut comm, call.stream);
         if matches!(comm.state, State::Pending) {
+            // A set-up waits for its all-gather on the host, which no capture allows.
+            if captured {
+                return None;
+            }
             self.set_up(backend, real, &mut [&mut comm], &[call.stream]);
         }
         let peers = comm.served_peers()?;
+        if captured && !capturable(backend, &mut comm, call) {
+            return None;
+        }
         Some(self.result(call, run_lone(backend, &mut comm, peers, call)))
     }
 
@@ -501,6 +506,30 @@ fn capturing(backend: &Arc<dyn Backend>, comm: &mut Comm, stream: u64) -> bool {
             .stream(backend, stream)
             .and_then(|stream| backend.is_capturing(stream))
             .unwrap_or(true)
+}
+
+/// Whether a lone call on a capturing stream may be served into the graph: its communicator's
+/// all-reduce joined by an earlier call, no peer lost, and the call one that only queues work
+/// (`GroupAllReduce::queues_only`: shared buffers large enough, the same stream as the last
+/// call), so that each replay meets the other ranks' replays through the flags alone.
+fn capturable(backend: &Arc<dyn Backend>, comm: &mut Comm, call: &AllReduce) -> bool {
+    let len = call.bytes();
+    let Ok(stream) = comm.stream(backend, call.stream) else {
+        return false;
+    };
+    let Ok((_, recv)) = comm.buffers(backend, call.send, call.recv, len) else {
+        return false;
+    };
+    let range = BufferRange {
+        buffer: recv,
+        offset: 0,
+        len,
+    };
+    comm.lost().is_none()
+        && comm
+            .reduce
+            .as_mut()
+            .is_some_and(|reduce| reduce.queues_only(range, stream))
 }
 
 /// One rank's all-gather of the set-up records: its own record in `send`, every rank's into

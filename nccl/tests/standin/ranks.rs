@@ -113,6 +113,33 @@ pub fn sum_f32(rank: usize, comm: ncclComm_t, count: usize) -> (c_int, Reduce, (
     (code, reduce, buffers)
 }
 
+/// Captures one f32 sum of `count` elements through the library on rank `rank`'s stream into a
+/// CUDA graph (on the simulator), then replays it `replays` times, the output zeroed before each
+/// (so that only the replay can have summed into it) and every element checked after each
+/// against the sum over `everyone`. Returns the capture's result code.
+pub fn captured_sum_replays(
+    rank: usize,
+    comm: ncclComm_t,
+    count: usize,
+    replays: usize,
+    everyone: &[usize],
+) -> c_int {
+    let backend = super::backend();
+    let stream = backend.borrow_stream(rank, stream_of(rank)).unwrap();
+    backend.begin_capture(stream).unwrap();
+    let (code, reduce, (_, recv)) = sum_f32(rank, comm, count);
+    let graph = backend.end_capture(stream).unwrap();
+    for _ in 0..replays {
+        let out = backend.borrow_memory(rank, recv, count * 4).unwrap();
+        backend.write(out, 0, &vec![0; count * 4]).unwrap();
+        backend.free(out).unwrap();
+        backend.replay(graph, stream).unwrap();
+        reduce.check(recv, rank, stream_of(rank), everyone);
+    }
+    backend.destroy_graph(graph).unwrap();
+    code
+}
+
 /// All-reduces (`op`: sum or average) of f32, bf16 and f16 at each of `counts`, in place and not,
 /// through the library on `comm` (rank `rank` of `ranks`, on GPU `rank`), every element checked.
 pub fn reduce_at_counts(rank: usize, ranks: usize, comm: ncclComm_t, op: c_int, counts: &[usize]) {

@@ -98,6 +98,14 @@ fn check_waiting<I: RawCollectives>(
     Ok(Waiting::Released(entry.raw.clone()))
 }
 
+/// The release word's buffer, where there is one.
+fn waiting_word(waiting: Waiting) -> Option<BufferId> {
+    match waiting {
+        Waiting::Released(word) => Some(word),
+        Waiting::Bounded => None,
+    }
+}
+
 /// One range a send or receive names: memory of the GPU that runs it (`whose` says who), inside
 /// its buffer; its buffer noted once in `found` with the implementation's object. The sentences
 /// are formatted only for an error, as [`on_gpu`]'s are: these checks run at every NCCL send/recv.
@@ -186,24 +194,6 @@ fn check_rank_call(
 }
 
 impl<I: RawProbes + RawCollectives> Checked<I> {
-    /// The GPU and object of the stream this process's rank queues on, which must not capture.
-    fn uncaptured_stream(
-        &self,
-        st: &State<I>,
-        call: &str,
-        stream: StreamId,
-    ) -> Result<(usize, I::Stream)> {
-        let (device, raw_stream) = self.stream(st, stream)?;
-        if st.streams.get(stream.0)?.capture.is_some() {
-            return Err(Error::usage(format!(
-                "{call}: {stream} captures a graph: a rank's kernel recorded into a graph would \
-                 meet the other processes' only when replayed; queue it on a stream that does \
-                 not capture"
-            )));
-        }
-        Ok((device, raw_stream))
-    }
-
     /// Checks rank `i`'s buffers — device memory of one GPU that no earlier rank (`gpus`) has,
     /// this process's on its stream's GPU, flags apart from the data, each range inside its
     /// buffer, the other ranks' reachable by this process's kernel — and resolves them (input,
@@ -580,8 +570,8 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
     ) -> Result<()> {
         let call = format!("all-reduce across processes ({})", kernel.name());
         check_rank_call(&call, kernel, dtype, rank, ranks.len(), len)?;
-        let st = self.lock();
-        let (device, raw_stream) = self.uncaptured_stream(&st, &call, stream)?;
+        let mut st = self.lock();
+        let (device, raw_stream) = self.stream(&st, stream)?;
         let mut raw: Vec<(usize, [I::Buffer; 3])> = Vec::with_capacity(ranks.len());
         for (i, buffers) in ranks.iter().enumerate() {
             let this = RankCall {
@@ -596,6 +586,9 @@ impl<I: RawProbes + RawCollectives> Collectives for Checked<I> {
             raw.push(self.resolve_rank_buffers(&st, &this, i, buffers, &gpus)?);
         }
         let word = check_waiting(&st, &call, waiting)?;
+        // A capture's replays use every buffer: the graph keeps them from being freed first.
+        let used = ranks.iter().flat_map(|r| [r.input, r.output, r.flags]);
+        Self::note_capture(&mut st, stream, used.chain(waiting_word(waiting)));
         drop(st);
         let raw_ranks: Vec<RawRankBuffers<'_, I>> = raw
             .iter()

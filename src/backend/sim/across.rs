@@ -22,13 +22,14 @@ use super::links::LinkModel;
 use super::memory::Key;
 use super::scheduler::{Collective, Work};
 use super::sharing::{max_min_rates, Demand};
-use super::{reduce, Simulator, Stream};
+use super::{reduce, Node, Simulator, Stream};
 use crate::backend::collective::{
     AllReduceKernel, DataType, Reduction, Waiting, FLAG_BYTES, MAX_RANKS, PACKET_MAX_BYTES,
     PEER_TIMEOUT_NS,
 };
 use crate::backend::{RawBackend, RawRankBuffers};
 use crate::{Error, Result};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a bounded wait lasts in real time for the other processes' parts before it fails, as a
@@ -55,8 +56,32 @@ enum Met {
 const PACKETS_AT: usize = 64 * 1024;
 const _: () = assert!(PACKETS_AT + MAX_RANKS * PACKET_MAX_BYTES <= FLAG_BYTES);
 
+/// One rank's part of an all-reduce across processes, every buffer by its key: queued at once,
+/// or captured into a graph, whose every replay runs it as a call would (the host meets the
+/// other processes then).
+pub(super) struct AcrossPart {
+    kernel: AllReduceKernel,
+    dtype: DataType,
+    op: Reduction,
+    rank: usize,
+    ranks: Vec<PartBuffers>,
+    release: Waiting<Key>,
+    len: usize,
+}
+
+/// One rank's buffers of an [`AcrossPart`] (as `RawRankBuffers`).
+struct PartBuffers {
+    device: usize,
+    input: Key,
+    output: Key,
+    input_offset: usize,
+    output_offset: usize,
+    flags: Key,
+}
+
 impl Simulator {
-    /// `RawCollectives::rank_all_reduce` on the simulator (see the module's introduction).
+    /// `RawCollectives::rank_all_reduce` on the simulator (see the module's introduction): run
+    /// now, or captured where the stream captures a graph.
     #[allow(clippy::too_many_arguments)] // as `RawCollectives::rank_all_reduce`
     pub(super) fn part_across_processes(
         &self,
@@ -69,9 +94,45 @@ impl Simulator {
         waiting: Waiting<&Key>,
         len: usize,
     ) -> Result<()> {
+        let part = AcrossPart {
+            kernel,
+            dtype,
+            op,
+            rank,
+            ranks: ranks
+                .iter()
+                .map(|r| PartBuffers {
+                    device: r.device,
+                    input: *r.input,
+                    output: *r.output,
+                    input_offset: r.input_offset,
+                    output_offset: r.output_offset,
+                    flags: *r.flags,
+                })
+                .collect(),
+            release: waiting.map(|&word| word),
+            len,
+        };
+        if let Some(graph) = self.lock().captures.get_mut(&stream.index) {
+            graph.push(Node::Across(Arc::new(part)));
+            return Ok(());
+        }
+        self.run_part(&part, stream)
+    }
+
+    /// Runs `part` on `stream`: its earlier work first, then the meeting with the other ranks.
+    pub(super) fn run_part(&self, part: &AcrossPart, stream: &Stream) -> Result<()> {
+        let AcrossPart {
+            kernel,
+            dtype,
+            op,
+            rank,
+            ref ranks,
+            release,
+            len,
+        } = *part;
         self.synchronize(stream)?;
-        let flags: Vec<Key> = ranks.iter().map(|r| *r.flags).collect();
-        let release = waiting.map(|&word| word);
+        let flags: Vec<Key> = ranks.iter().map(|r| r.flags).collect();
         let packets = kernel == AllReduceKernel::OneShotPackets;
         let slot = |sender: usize| PACKETS_AT + sender * PACKET_MAX_BYTES;
         if packets {
@@ -79,7 +140,7 @@ impl Simulator {
             Self::catch_up(&mut st);
             let mine = st
                 .store
-                .bytes(*ranks[rank].input, ranks[rank].input_offset, len)
+                .bytes(ranks[rank].input, ranks[rank].input_offset, len)
                 .into_owned();
             for (_, &theirs) in flags.iter().enumerate().filter(|&(peer, _)| peer != rank) {
                 st.store.write(theirs, slot(rank), &mine);
@@ -106,7 +167,7 @@ impl Simulator {
                     let (buffer, at) = if packets && r != rank {
                         (flags[rank], slot(r))
                     } else {
-                        (*ranks[r].input, ranks[r].input_offset)
+                        (ranks[r].input, ranks[r].input_offset)
                     };
                     st.store.bytes(buffer, at, len).into_owned()
                 })
@@ -121,8 +182,8 @@ impl Simulator {
             .iter()
             .map(|r| RankPlan {
                 device: r.device,
-                input: *r.input,
-                output: *r.output,
+                input: r.input,
+                output: r.output,
             })
             .collect();
         let bounded = release == Waiting::Bounded;
@@ -134,7 +195,7 @@ impl Simulator {
         };
         let mut st = self.lock();
         st.store
-            .write(*ranks[rank].output, ranks[rank].output_offset, &sum);
+            .write(ranks[rank].output, ranks[rank].output_offset, &sum);
         Self::submit(&mut st, stream, self.costs().kernel_issue_us, work);
         Ok(())
     }

@@ -95,7 +95,16 @@ pub struct Stream {
 
 /// A captured graph: the work its replays queue.
 #[derive(Clone)]
-pub struct Graph(Arc<Vec<Work>>);
+pub struct Graph(Arc<Vec<Node>>);
+
+/// One node of a captured graph.
+enum Node {
+    /// Work a replay queues.
+    Work(Work),
+    /// A rank's part of an all-reduce across processes, which a replay runs as a call does: the
+    /// host meets the other ranks' processes ([`across`]).
+    Across(Arc<across::AcrossPart>),
+}
 
 struct State {
     host_us: f64,
@@ -104,7 +113,7 @@ struct State {
     /// The pointer-chase chains the caches hold.
     caches: Caches,
     /// Work recorded instead of run, by the index of each stream that captures a graph.
-    captures: BTreeMap<usize, Vec<Work>>,
+    captures: BTreeMap<usize, Vec<Node>>,
     /// The last number given to a ping-pong's or a communicator's venue.
     venues: u64,
     /// Pairs whose peer access is enabled: copy engines between other pairs stage through host
@@ -386,7 +395,7 @@ impl Simulator {
     fn submit(st: &mut State, stream: &Stream, issue_us: f64, work: Work) {
         st.host_us += issue_us;
         if let Some(graph) = st.captures.get_mut(&stream.index) {
-            graph.push(work);
+            graph.push(Node::Work(work));
             return;
         }
         st.store.retain(&work.buffers());
@@ -767,15 +776,25 @@ impl RawBackend for Simulator {
 
     fn replay(&self, graph: &Graph, stream: &Stream) -> Result<()> {
         let mut guard = self.lock();
-        let st = &mut *guard;
-        st.host_us += self.costs().graph_issue_us;
+        guard.host_us += self.costs().graph_issue_us;
         let node_us = self.costs().graph_node_us;
-        let ready = st.host_us;
-        for work in graph.0.iter() {
-            let work = work.clone().with_setup(node_us);
-            st.store.retain(&work.buffers());
-            st.caches.queued(&work, &st.store);
-            st.scheduler.enqueue(stream.index, ready, work);
+        for node in graph.0.iter() {
+            match node {
+                Node::Work(work) => {
+                    let st = &mut *guard;
+                    let work = work.clone().with_setup(node_us);
+                    st.store.retain(&work.buffers());
+                    st.caches.queued(&work, &st.store);
+                    let ready = st.host_us;
+                    st.scheduler.enqueue(stream.index, ready, work);
+                }
+                Node::Across(part) => {
+                    // The host meets the other processes, as at a call: not under the lock.
+                    drop(guard);
+                    self.run_part(part, stream)?;
+                    guard = self.lock();
+                }
+            }
         }
         Ok(())
     }

@@ -209,6 +209,19 @@ impl<G: RankExchange> GroupAllReduce<G> {
         Ok(kernel)
     }
 
+    /// Whether [`GroupAllReduce::all_reduce`] of `range` on `stream` would only queue work there,
+    /// making nothing and meeting no rank on the host: the shared buffers large enough (a larger
+    /// call grows them, every rank together) and `stream` the one the last call ran on (or the
+    /// first). A call captured into a CUDA graph must be so.
+    pub fn queues_only(&mut self, range: BufferRange, stream: StreamId) -> bool {
+        let symmetric = self.symmetric_of(range.buffer);
+        let Ok(kernel) = self.kernel(range.len, placement(symmetric)) else {
+            return false;
+        };
+        let copies = placement(symmetric).copies(kernel);
+        self.order.follows_on(self.gpu(), stream) && (copies == 0 || range.len <= self.shared_len)
+    }
+
     /// [`GroupAllReduce::all_reduce`] by `kernel` rather than the cost model's pick (every rank
     /// names the same one): to measure the kernels against each other.
     pub fn all_reduce_by(
