@@ -84,3 +84,61 @@ fn the_first_ctrl_c_ends_every_long_run_within_a_second() {
     }
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
+
+/// What a stopped `plan --concurrent` keeps is what a whole run measures: every flow and every way
+/// of its partial document is the whole run's, figure for figure (the simulator is deterministic),
+/// and a flow measured alone but not yet together says so by leaving `together_us` out.
+#[test]
+fn a_stopped_concurrent_plan_keeps_only_what_it_measured_whole() {
+    let args: Vec<String> = [
+        "--sim",
+        "dgx-h100",
+        "plan",
+        "--concurrent",
+        "shift",
+        "--size",
+        "64MiB",
+        "--json",
+    ]
+    .map(String::from)
+    .to_vec();
+    let whole = std::process::Command::new(env!("CARGO_BIN_EXE_peerlink"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(whole.status.success());
+    let whole: serde_json::Value = serde_json::from_slice(&whole.stdout).unwrap();
+    let flows_of = |doc: &serde_json::Value| doc["flows"].as_array().cloned().unwrap_or_default();
+    let ways_of = |doc: &serde_json::Value| doc["ways"].as_array().cloned().unwrap_or_default();
+    let mut stopped_any = false;
+    for delay_ms in [1200, 4000] {
+        let Some(stopped) = interrupt(&args, Duration::from_millis(delay_ms)) else {
+            continue;
+        };
+        stopped_any = true;
+        let problems = wrong("partial", &stopped);
+        assert!(
+            problems.is_empty(),
+            "stopped at {delay_ms} ms: {problems:?}"
+        );
+        let partial: serde_json::Value = serde_json::from_slice(&stopped.stdout).unwrap();
+        for flow in flows_of(&partial) {
+            let same = flows_of(&whole)
+                .into_iter()
+                .find(|f| f["src"] == flow["src"] && f["dst"] == flow["dst"])
+                .unwrap_or_else(|| panic!("a flow the whole run has not: {flow}"));
+            assert_eq!(flow["alone_us"], same["alone_us"], "{flow}");
+            if !flow["together_us"].is_null() {
+                assert_eq!(flow["together_us"], same["together_us"], "{flow}");
+            }
+        }
+        for way in ways_of(&partial) {
+            assert!(
+                ways_of(&whole).contains(&way),
+                "a way the whole run has not: {way}"
+            );
+        }
+        assert!(ways_of(&partial).len() < ways_of(&whole).len() || flows_of(&partial).len() < 8);
+    }
+    assert!(stopped_any, "every run ended before its signal");
+}
