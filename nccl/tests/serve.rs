@@ -14,8 +14,8 @@ use peerlink_nccl::ffi::typed::{
     ncclGroupEnd, ncclGroupStart,
 };
 use standin::ranks::{
-    captured_sum_replays, init_all, on_ranks, reduce_at_counts, stream_of, sum_f32, Reduce, AVG,
-    BF16, F32, SUM,
+    capture_stream_of, captured_sum_replays, init_all, on_ranks, reduce_at_counts, stream_of,
+    sum_f32, Reduce, AVG, BF16, F32, SUM,
 };
 
 fn setup() {
@@ -283,7 +283,7 @@ fn calls_on_more_streams_than_a_communicator_keeps_borrowed_stay_in_order() {
 /// One all-reduce of 1001 f32 elements on rank `rank`'s GPU and stream, its code asserted: the
 /// reduce and its buffers.
 fn call_1001(rank: usize, comm: ncclComm_t) -> (Reduce, (u64, u64)) {
-    let (code, reduce, buffers) = sum_f32(rank, comm, 1001);
+    let (code, reduce, buffers) = sum_f32(rank, comm, 1001, stream_of(rank));
     assert_eq!(code, 0, "rank {rank}");
     (reduce, buffers)
 }
@@ -414,12 +414,19 @@ fn lone_calls_captured_into_graphs_on_2_4_and_8_thread_ranks_are_served_and_repl
     for ranks in [2, 4, 8] {
         let everyone: Vec<usize> = (0..ranks).collect();
         on_ranks(ranks, |rank, comm| {
-            let (reduce, buffers) = call_1001(rank, comm);
-            reduce.check(buffers.1, rank, stream_of(rank), &everyone);
+            let (code, reduce, (_, recv)) = sum_f32(rank, comm, 1001, capture_stream_of(rank));
+            assert_eq!(code, 0);
+            reduce.check(recv, rank, capture_stream_of(rank), &everyone);
             assert_eq!(captured_sum_replays(rank, comm, 1001, 2, &everyone), 0);
             assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
         });
     }
+}
+
+/// A stream handle of rank `rank` for the captured groups alone (the captured lone calls have
+/// theirs, `capture_stream_of`: tests run at once, and a capture records all its stream runs).
+fn group_capture_stream(rank: usize) -> u64 {
+    0x7100 + rank as u64
 }
 
 #[test]
@@ -442,7 +449,10 @@ fn one_thread_driving_every_rank_is_served_into_cuda_graphs_once_set_up_and_repl
                 // SAFETY: a group around one call per rank, as nccl-tests -g N makes it.
                 assert_eq!(unsafe { ncclGroupStart() }, 0);
                 for (rank, comm) in comms.iter().enumerate() {
-                    assert_eq!(reduce.call(buffers[rank], *comm, stream_of(rank)), 0);
+                    assert_eq!(
+                        reduce.call(buffers[rank], *comm, group_capture_stream(rank)),
+                        0
+                    );
                 }
                 assert_eq!(unsafe { ncclGroupEnd() }, 0);
             };
@@ -450,11 +460,11 @@ fn one_thread_driving_every_rank_is_served_into_cuda_graphs_once_set_up_and_repl
             if !in_place {
                 group();
                 for rank in 0..ranks {
-                    reduce.check(buffers[rank].1, rank, stream_of(rank), &everyone);
+                    reduce.check(buffers[rank].1, rank, group_capture_stream(rank), &everyone);
                 }
             }
             let streams: Vec<_> = (0..ranks)
-                .map(|r| backend.borrow_stream(r, stream_of(r)).unwrap())
+                .map(|r| backend.borrow_stream(r, group_capture_stream(r)).unwrap())
                 .collect();
             if in_place {
                 // In place, a warm-up call would sum the inputs away: warm up on other buffers
@@ -462,7 +472,10 @@ fn one_thread_driving_every_rank_is_served_into_cuda_graphs_once_set_up_and_repl
                 let spare: Vec<(u64, u64)> = (0..ranks).map(|r| reduce.buffers(r, r)).collect();
                 assert_eq!(unsafe { ncclGroupStart() }, 0);
                 for (rank, comm) in comms.iter().enumerate() {
-                    assert_eq!(reduce.call(spare[rank], *comm, stream_of(rank)), 0);
+                    assert_eq!(
+                        reduce.call(spare[rank], *comm, group_capture_stream(rank)),
+                        0
+                    );
                 }
                 assert_eq!(unsafe { ncclGroupEnd() }, 0);
                 for &s in &streams {
@@ -499,7 +512,7 @@ fn one_thread_driving_every_rank_is_served_into_cuda_graphs_once_set_up_and_repl
                     backend.replay(graph, s).unwrap();
                 }
                 for rank in 0..ranks {
-                    reduce.check(buffers[rank].1, rank, stream_of(rank), &everyone);
+                    reduce.check(buffers[rank].1, rank, group_capture_stream(rank), &everyone);
                 }
             }
             for graph in graphs {

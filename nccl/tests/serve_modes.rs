@@ -41,7 +41,7 @@ fn auto_serves_where_the_measurement_saw_peerlink_win_and_forwards_the_rest() {
         // 1023 f32 (≤ 4 KiB): served; 100 000 f32 (≤ 1 MiB): NCCL with symmetric windows won.
         for (count, served) in [(1023, true), (100_000, false)] {
             let before = standin::count_of_this_thread("ncclAllReduce");
-            let (code, reduce, buffers) = sum_f32(rank, comm, count);
+            let (code, reduce, buffers) = sum_f32(rank, comm, count, stream_of(rank));
             assert_eq!(code, 0);
             reduce.check(buffers.1, rank, stream_of(rank), &[0, 1]);
             let forwarded = standin::count_of_this_thread("ncclAllReduce") - before;
@@ -50,7 +50,7 @@ fn auto_serves_where_the_measurement_saw_peerlink_win_and_forwards_the_rest() {
     });
     // Four ranks: the measurement of two says nothing of them, even at a size it saw won.
     on_ranks(4, |rank, comm| {
-        let (code, reduce, buffers) = sum_f32(rank, comm, 1023);
+        let (code, reduce, buffers) = sum_f32(rank, comm, 1023, stream_of(rank));
         assert_eq!(code, 0);
         reduce.check(buffers.1, rank, stream_of(rank), &[0, 1, 2, 3]);
         assert_eq!(

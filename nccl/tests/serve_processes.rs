@@ -17,7 +17,7 @@ use peerlink_nccl::ffi::typed::{
     ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRank, ncclComm_t,
 };
 use standin::ranks::{
-    captured_sum_replays, reduce_at_counts, stream_of, sum_f32, Reduce, AVG, SUM,
+    capture_stream_of, captured_sum_replays, reduce_at_counts, stream_of, sum_f32, Reduce, AVG, SUM,
 };
 
 /// Which rank of how many this process is, and what the job does, set by the parent test for
@@ -119,7 +119,7 @@ impl Handle {
 /// One all-reduce of 1001 f32 elements on rank `rank`'s GPU and stream: its result code, and the
 /// reduce and output to check.
 fn call_1001(rank: usize, comm: ncclComm_t) -> (c_int, Reduce, u64) {
-    let (code, reduce, buffers) = sum_f32(rank, comm, 1001);
+    let (code, reduce, buffers) = sum_f32(rank, comm, 1001, stream_of(rank));
     (code, reduce, buffers.1)
 }
 
@@ -128,9 +128,9 @@ fn call_1001(rank: usize, comm: ncclComm_t) -> (c_int, Reduce, u64) {
 /// the other processes' replays and sums anew.
 fn graphs(rank: usize, ranks: usize, comm: ncclComm_t) {
     let everyone: Vec<usize> = (0..ranks).collect();
-    let (code, reduce, recv) = call_1001(rank, comm);
+    let (code, reduce, (_, recv)) = sum_f32(rank, comm, 1001, capture_stream_of(rank));
     assert_eq!(code, 0);
-    reduce.check(recv, rank, stream_of(rank), &everyone);
+    reduce.check(recv, rank, capture_stream_of(rank), &everyone);
     assert_eq!(captured_sum_replays(rank, comm, 1001, 3, &everyone), 0);
     assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
     // SAFETY: the communicator made by the caller.

@@ -441,36 +441,47 @@ impl Server {
                     Err(e) => State::Forwarded(format!("its ranks could not meet ({e})")),
                 }
             }
-            Decision::ThisProcess { gpus, token } => {
-                let Ok(mut cliques) = self.cliques.lock() else {
-                    return State::Forwarded("a thread panicked during a set-up".into());
-                };
-                cliques.retain(|_, clique| clique.strong_count() > 0);
-                let found = cliques.get(&token).and_then(Weak::upgrade);
-                let clique = match found {
-                    Some(clique) => clique,
-                    None => match Lifeline::new(backend, None) {
-                        Ok(lifeline) => {
-                            let devices: Vec<usize> =
-                                (0..backend.topology().devices.len()).collect();
-                            let mut local = LocalAllReduce::new(backend.clone(), model, &devices);
-                            local.set_waiting(lifeline.waiting());
-                            let made = Arc::new(Clique {
-                                meeting: ThreadMeeting::new(&gpus),
-                                local: Mutex::new(local),
-                                gpus,
-                                lifeline,
-                            });
-                            cliques.insert(token, Arc::downgrade(&made));
-                            made
-                        }
-                        Err(e) => return State::Forwarded(format!("its set-up failed ({e})")),
-                    },
-                };
-                comm.lifeline = Some(clique.lifeline.clone());
-                State::Served(Peers::Threads(clique))
-            }
+            Decision::ThisProcess { gpus, token } => match self.clique(backend, model, gpus, token)
+            {
+                Ok(clique) => {
+                    comm.lifeline = Some(clique.lifeline.clone());
+                    State::Served(Peers::Threads(clique))
+                }
+                Err(why) => State::Forwarded(why),
+            },
         }
+    }
+
+    /// The clique of this process's threads named `token` (its ranks on `gpus`), found or made
+    /// with its release word; why not, where it cannot be.
+    fn clique(
+        &self,
+        backend: &Arc<dyn Backend>,
+        model: CostModel,
+        gpus: Vec<usize>,
+        token: u64,
+    ) -> Result<Arc<Clique>, String> {
+        let mut cliques = self
+            .cliques
+            .lock()
+            .map_err(|_| "a thread panicked during a set-up".to_string())?;
+        cliques.retain(|_, clique| clique.strong_count() > 0);
+        if let Some(found) = cliques.get(&token).and_then(Weak::upgrade) {
+            return Ok(found);
+        }
+        let lifeline =
+            Lifeline::new(backend, None).map_err(|e| format!("its set-up failed ({e})"))?;
+        let devices: Vec<usize> = (0..backend.topology().devices.len()).collect();
+        let mut local = LocalAllReduce::new(backend.clone(), model, &devices);
+        local.set_waiting(lifeline.waiting());
+        let made = Arc::new(Clique {
+            meeting: ThreadMeeting::new(&gpus),
+            local: Mutex::new(local),
+            gpus,
+            lifeline,
+        });
+        cliques.insert(token, Arc::downgrade(&made));
+        Ok(made)
     }
 
     /// Under `auto`, why the measurement cannot decide a communicator of `ranks` ranks laid out

@@ -100,8 +100,13 @@ impl Reduce {
 }
 
 /// One out-of-place f32 sum of `count` elements through the library on `comm`, from rank
-/// `rank`'s GPU and stream: the call's result code, and the reduce and its buffers (to check).
-pub fn sum_f32(rank: usize, comm: ncclComm_t, count: usize) -> (c_int, Reduce, (u64, u64)) {
+/// `rank`'s GPU, on `stream`: the call's result code, and the reduce and its buffers (to check).
+pub fn sum_f32(
+    rank: usize,
+    comm: ncclComm_t,
+    count: usize,
+    stream: u64,
+) -> (c_int, Reduce, (u64, u64)) {
     let reduce = Reduce {
         dtype: F32,
         op: SUM,
@@ -109,14 +114,20 @@ pub fn sum_f32(rank: usize, comm: ncclComm_t, count: usize) -> (c_int, Reduce, (
         in_place: false,
     };
     let buffers = reduce.buffers(rank, rank);
-    let code = reduce.call(buffers, comm, stream_of(rank));
+    let code = reduce.call(buffers, comm, stream);
     (code, reduce, buffers)
 }
 
-/// Captures one f32 sum of `count` elements through the library on rank `rank`'s stream into a
-/// CUDA graph (on the simulator), then replays it `replays` times, the output zeroed before each
-/// (so that only the replay can have summed into it) and every element checked after each
-/// against the sum over `everyone`. Returns the capture's result code.
+/// A stream handle of rank `rank` that only the capturing tests use: a capture records whatever
+/// is queued on its stream, so another test's calls must not share it.
+pub fn capture_stream_of(rank: usize) -> u64 {
+    0x7000 + rank as u64
+}
+
+/// Captures one f32 sum of `count` elements through the library on rank `rank`'s
+/// [`capture_stream_of`] into a CUDA graph (on the simulator), then replays it `replays` times,
+/// the output zeroed before each (so that only the replay can have summed into it) and every
+/// element checked after each against the sum over `everyone`. Returns the capture's result code.
 pub fn captured_sum_replays(
     rank: usize,
     comm: ncclComm_t,
@@ -125,16 +136,17 @@ pub fn captured_sum_replays(
     everyone: &[usize],
 ) -> c_int {
     let backend = super::backend();
-    let stream = backend.borrow_stream(rank, stream_of(rank)).unwrap();
+    let handle = capture_stream_of(rank);
+    let stream = backend.borrow_stream(rank, handle).unwrap();
     backend.begin_capture(stream).unwrap();
-    let (code, reduce, (_, recv)) = sum_f32(rank, comm, count);
+    let (code, reduce, (_, recv)) = sum_f32(rank, comm, count, handle);
     let graph = backend.end_capture(stream).unwrap();
     for _ in 0..replays {
         let out = backend.borrow_memory(rank, recv, count * 4).unwrap();
         backend.write(out, 0, &vec![0; count * 4]).unwrap();
         backend.free(out).unwrap();
         backend.replay(graph, stream).unwrap();
-        reduce.check(recv, rank, stream_of(rank), everyone);
+        reduce.check(recv, rank, handle, everyone);
     }
     backend.destroy_graph(graph).unwrap();
     code
