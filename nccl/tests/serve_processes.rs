@@ -123,6 +123,13 @@ fn call_1001(rank: usize, comm: ncclComm_t) -> (c_int, Reduce, u64) {
     (code, reduce, buffers.1)
 }
 
+/// Both ranks' first call: the set-up, and a sum checked.
+fn meet_once(rank: usize, comm: ncclComm_t) {
+    let (code, reduce, recv) = call_1001(rank, comm);
+    assert_eq!(code, 0);
+    reduce.check(recv, rank, stream_of(rank), &[0, 1]);
+}
+
 /// Every rank's first call sets the communicator up (and sizes the shared buffers); the next,
 /// captured into a graph, is served into it (nothing reaches NCCL), and each of 3 replays meets
 /// the other processes' replays and sums anew.
@@ -140,9 +147,7 @@ fn graphs(rank: usize, ranks: usize, comm: ncclComm_t) {
 /// Both ranks meet once (the set-up); rank 1's stream is then busy for 30 s of simulated time
 /// before its next call: rank 0's kernel waits that long, beyond a bounded wait's 10 s, and sums.
 fn late(rank: usize, comm: ncclComm_t) {
-    let (code, reduce, recv) = call_1001(rank, comm);
-    assert_eq!(code, 0);
-    reduce.check(recv, rank, stream_of(rank), &[0, 1]);
+    meet_once(rank, comm);
     let backend = standin::backend();
     let stream = backend.borrow_stream(rank, stream_of(rank)).unwrap();
     if rank == 1 {
@@ -163,9 +168,7 @@ fn late(rank: usize, comm: ncclComm_t) {
 /// watchdog thread (as PyTorch's) asks ncclCommGetAsyncError, which says ncclRemoteError and
 /// releases the wait; later calls fail so, and the communicator aborts.
 fn dies(rank: usize, comm: ncclComm_t) {
-    let (code, reduce, recv) = call_1001(rank, comm);
-    assert_eq!(code, 0);
-    reduce.check(recv, rank, stream_of(rank), &[0, 1]);
+    meet_once(rank, comm);
     if rank == 1 {
         std::thread::sleep(Duration::from_secs(1));
         std::process::exit(0);
@@ -197,9 +200,7 @@ fn dies(rank: usize, comm: ncclComm_t) {
 /// After the set-up, rank 1 makes no further call; rank 0's next call waits for it until another
 /// thread aborts the communicator, well before rank 1 destroys its own.
 fn abort(rank: usize, comm: ncclComm_t) {
-    let (code, reduce, recv) = call_1001(rank, comm);
-    assert_eq!(code, 0);
-    reduce.check(recv, rank, stream_of(rank), &[0, 1]);
+    meet_once(rank, comm);
     if rank == 1 {
         std::thread::sleep(Duration::from_secs(3));
         // SAFETY: the communicator made by the caller.
