@@ -23,7 +23,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The most GPUs one topology holds, all hosts of a simulator preset together (documented in
-/// `docs/sim-format.md`). A topology lists every ordered pair, so what `topo` prints grows with the
+/// `docs/sim-format.md`). `topo` lists every ordered pair, so what it prints grows with the
 /// square of the GPUs: 1024 keeps that near a million pairs (well under a GiB), and covers the
 /// largest NVLink domains built (72 GPUs) and planning presets of 128 eight-GPU hosts. A preset
 /// with more is refused while it is read, before anything is made from it.
