@@ -241,3 +241,34 @@ fn explain_text_and_bad_input() {
             "GPU 0 is not one of the GPUs in use (2, 3)",
         ));
 }
+
+/// A preset file of 1024 GPUs in `dir`: `2x-dgx-h100`'s host 128 times.
+fn preset_of_1024_gpus(dir: &std::path::Path) -> String {
+    let text = std::fs::read_to_string("src/topology/presets/2x-dgx-h100.json").unwrap();
+    let mut preset: serde_json::Value = serde_json::from_str(&text).unwrap();
+    preset["hosts"] = 128.into();
+    let path = dir.join("128x-dgx-h100.json");
+    std::fs::write(&path, preset.to_string()).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn two_of_1024_gpus_are_measured_and_explained_as_quickly_as_on_one_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let preset = preset_of_1024_gpus(dir.path());
+    let started = std::time::Instant::now();
+    let out = common::succeeds(
+        peerlink()
+            .args(["--sim", &preset])
+            .args("--devices 0,1 bench --tests ce-write --size 1MiB".split_whitespace()),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("GPUs 0,1;"), "{text}");
+    let doc = json_of(&[
+        "--sim", &preset, "explain", "--src", "0", "--dst", "1", "--size", "1MiB", "--json",
+    ]);
+    assert_eq!(doc["host_gpus"].as_array().unwrap().len(), 1024);
+    // The simulator holds the pairs of the GPUs in use, not a million: each run is quick.
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+}

@@ -41,6 +41,7 @@ use crate::topology::{Source, Topology};
 use crate::{Error, Result};
 use collective::{CommEntry, WindowEntry};
 use resident::{Parked, WorkerEntry};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// A backend: an implementation below, every check above it.
@@ -96,8 +97,9 @@ struct State<I: RawCollectives> {
     workers: Table<WorkerEntry<I::Worker>>,
     /// What was let go while a resident worker ran, released when the last one stops.
     parked: Parked<I>,
-    /// `peers[device * devices + peer]`: work issued on `device` may touch `peer`'s memory.
-    peers: Vec<bool>,
+    /// (device, peer) where work issued on `device` may touch `peer`'s memory (another GPU's:
+    /// its own it always may); a set, as a host of 1024 GPUs has a million pairs.
+    peers: BTreeSet<(usize, usize)>,
 }
 
 /// Who touches memory, which decides whether another GPU's memory needs peer access.
@@ -123,9 +125,7 @@ impl<I: RawCollectives> Checked<I> {
             windows: Table::new("window", tag),
             workers: Table::new("worker", tag),
             parked: Parked::default(),
-            peers: (0..devices * devices)
-                .map(|i| i / devices == i % devices)
-                .collect(),
+            peers: BTreeSet::new(),
         };
         Checked {
             raw,
@@ -190,7 +190,7 @@ impl<I: RawCollectives> Checked<I> {
                  there, or import the buffer for GPU {device}"
             )));
         }
-        if st.peers[device * self.devices + owner] {
+        if device == owner || st.peers.contains(&(device, owner)) {
             return Ok(());
         }
         let p2p = || {
@@ -495,16 +495,17 @@ impl<
     fn enable_peer_access(&self, device: usize, peer: usize) -> Result<()> {
         self.check_device(device)?;
         self.check_device(peer)?;
-        let pair = device * self.devices + peer;
-        if self.lock().peers[pair] {
+        let pair = (device, peer);
+        let enabled = || device == peer || self.lock().peers.contains(&pair);
+        if enabled() {
             return Ok(());
         }
         let _one_at_a_time = self.enabling.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.lock().peers[pair] {
+        if enabled() {
             return Ok(());
         }
         self.raw.enable_peer_access(device, peer)?;
-        self.lock().peers[pair] = true;
+        self.lock().peers.insert(pair);
         Ok(())
     }
 

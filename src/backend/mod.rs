@@ -532,9 +532,16 @@ pub struct Opened {
 
 /// Opens the backend the user asked for.
 pub fn open(choice: &Choice) -> Result<Opened> {
+    open_among(choice, None)
+}
+
+/// [`open`] for a run over the GPUs `in_use` alone (every GPU where `None`): a simulated host's
+/// topology then lists the pairs among them only, so that a run over two GPUs of a 1024-GPU preset
+/// holds two GPUs' pairs, not a million. Real GPUs are read whole (a host has a few dozen at most).
+pub fn open_among(choice: &Choice, in_use: Option<&[usize]>) -> Result<Opened> {
     match choice {
         Choice::Sim(preset) => Ok(Opened {
-            backend: Box::new(sim::SimBackend::open(preset)?),
+            backend: Box::new(sim::SimBackend::open_among(preset, in_use)?),
             notice: None,
         }),
         Choice::Gpu => Ok(Opened {
@@ -547,7 +554,7 @@ pub fn open(choice: &Choice) -> Result<Opened> {
                 notice: None,
             }),
             Err(crate::Error::NoGpu(why)) => Ok(Opened {
-                backend: Box::new(sim::SimBackend::open(DEFAULT_PRESET)?),
+                backend: Box::new(sim::SimBackend::open_among(DEFAULT_PRESET, in_use)?),
                 notice: Some(format!(
                     "no usable NVIDIA GPU ({why}): using the SIMULATED `{DEFAULT_PRESET}` host; \
                      every figure below is simulated (pass --gpu to require real GPUs)"

@@ -125,6 +125,21 @@ pub struct TestResult {
     pub wall_s: f64,
 }
 
+/// `figure` of each pair's cell, in an N×N matrix over `devices` host GPUs (row = source).
+fn laid_out(
+    devices: usize,
+    cells: &[Cell],
+    figure: impl Fn(&Cell) -> Option<f64>,
+) -> Vec<Vec<Option<f64>>> {
+    let mut m = vec![vec![None; devices]; devices];
+    for cell in cells {
+        if let Place::Pair { src, dst } = cell.place {
+            m[src][dst] = figure(cell);
+        }
+    }
+    m
+}
+
 /// What a test is, independent of what it found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TestInfo {
@@ -146,18 +161,11 @@ impl TestResult {
         let (mut matrix, mut total_matrix, mut values) = (None, None, None);
         match info.shape {
             Shape::Matrix => {
-                let mut m = vec![vec![None; devices]; devices];
-                let mut t = m.clone();
-                for cell in &cells {
-                    if let Place::Pair { src, dst } = cell.place {
-                        m[src][dst] = Some(cell.value);
-                        t[src][dst] = cell.total;
-                    }
-                }
+                matrix = Some(laid_out(devices, &cells, |c| Some(c.value)));
+                // Only bidirectional tests have totals: a second N×N matrix is made for them alone.
                 if cells.iter().any(|c| c.total.is_some()) {
-                    total_matrix = Some(t);
+                    total_matrix = Some(laid_out(devices, &cells, |c| c.total));
                 }
-                matrix = Some(m);
             }
             Shape::PerDevice => {
                 let mut v = vec![None; devices];

@@ -77,7 +77,7 @@ pub fn run(cli: Cli) -> Result<()> {
             failed(kept.failure)
         }
         Verb::Explain(args) => {
-            let opened = global.open()?;
+            let opened = global.open_for(&[args.src, args.dst])?;
             global.check_in_use(opened.backend.topology(), &[args.src, args.dst])?;
             let size = parse_size(&args.size)?;
             let explain = match args.memory.as_str() {
@@ -160,9 +160,22 @@ impl Global {
         }
     }
 
-    /// Opens the backend, printing the simulator fallback notice on stderr.
+    /// Opens the backend for the GPUs of `--devices` (all where not given), printing the
+    /// simulator fallback notice on stderr.
     fn open(&self) -> peerlink::Result<Opened> {
-        let opened = backend::open(&self.choice())?;
+        self.open_among(self.devices.as_deref())
+    }
+
+    /// Opens the backend for a verb that touches `gpus` alone (`--src`, `--dst`), or those of
+    /// `--devices` where given.
+    fn open_for(&self, gpus: &[usize]) -> peerlink::Result<Opened> {
+        self.open_among(Some(self.devices.as_deref().unwrap_or(gpus)))
+    }
+
+    /// Opens the backend for the GPUs `in_use` (all where `None`): a simulated host then holds
+    /// their pairs alone.
+    fn open_among(&self, in_use: Option<&[usize]>) -> peerlink::Result<Opened> {
+        let opened = backend::open_among(&self.choice(), in_use)?;
         if let Some(notice) = &opened.notice {
             eprintln!("peerlink: {}", one_line(notice));
         }

@@ -14,14 +14,15 @@ pub fn run(global: &Global, args: &TopoArgs) -> Result<()> {
     let opened = global.open()?;
     let topo = opened.backend.topology();
     let selected = topo.select(global.devices.as_deref())?;
-    let shown = topo.restricted_to(&selected);
+    // Made only for NCCL's view: a copy of the pairs, which grow with the square of the GPUs.
+    let shown = || topo.restricted_to(&selected);
     let nccl = match (&args.nccl_xml, args.nccl) {
         (Some(file), _) => {
             let text = nccl_view::read_dump(file)?;
             Some(NcclView::compare(
                 &text,
                 &file.display().to_string(),
-                &shown,
+                &shown(),
             )?)
         }
         (None, true) => {
@@ -30,7 +31,7 @@ pub fn run(global: &Global, args: &TopoArgs) -> Result<()> {
                 "NCCL run by peerlink (NCCL_TOPO_DUMP_FILE={})",
                 file.display()
             );
-            Some(NcclView::compare(&text, &source, &shown)?)
+            Some(NcclView::compare(&text, &source, &shown())?)
         }
         (None, false) => None,
     };

@@ -30,7 +30,12 @@ pub fn run(global: &Global, args: &TuneArgs) -> Result<()> {
         }
         None => None,
     };
-    let backend: Arc<dyn Backend> = Arc::from(global.open()?.backend);
+    // A preset written from the host describes every pair, whatever GPUs the run measures.
+    let opened = match export {
+        Some(_) => global.open_among(None)?,
+        None => global.open()?,
+    };
+    let backend: Arc<dyn Backend> = Arc::from(opened.backend);
     if export.is_some() {
         tune::export::one_host(backend.topology())?;
     }

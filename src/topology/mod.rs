@@ -23,7 +23,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The most GPUs one topology holds, all hosts of a simulator preset together (documented in
-/// `docs/sim-format.md`). A topology lists every ordered pair, so what `topo` prints grows with the
+/// `docs/sim-format.md`). `topo` lists every ordered pair, so what it prints grows with the
 /// square of the GPUs: 1024 keeps that near a million pairs (well under a GiB), and covers the
 /// largest NVLink domains built (72 GPUs) and planning presets of 128 eight-GPU hosts. A preset
 /// with more is refused while it is read, before anything is made from it.
@@ -83,7 +83,9 @@ pub struct Topology {
     /// The value of CUDA_VISIBLE_DEVICES when the topology was read, if set.
     pub visible_devices: Option<String>,
     pub devices: Vec<Device>,
-    /// One entry per ordered pair `src != dst`, sorted by (src, dst).
+    /// One entry per ordered pair `src != dst` of the GPUs in use, sorted by (src, dst): of
+    /// every GPU, unless the host was opened for a run over a few (a simulator opened for
+    /// `--devices` lists their pairs alone, its pairs growing with the square of the GPUs).
     pub pairs: Vec<Pair>,
     /// The hosts, their RDMA NICs and how the GPUs reach them; absent where nothing was read
     /// (a simulator preset without NICs).
@@ -195,7 +197,11 @@ impl Topology {
                 .cloned()
                 .collect(),
             network: self.network.as_ref().map(|n| n.restricted_to(|g| keep(&g))),
-            ..self.clone()
+            // Field by field: a clone of the whole would copy every pair first.
+            source: self.source.clone(),
+            driver_version: self.driver_version.clone(),
+            cuda_version: self.cuda_version.clone(),
+            visible_devices: self.visible_devices.clone(),
         }
     }
 

@@ -105,6 +105,25 @@ enum NvLinks {
     Bundles(BTreeMap<(usize, usize), ResourceId>),
 }
 
+/// Every ordered pair of GPUs an NVLink bundle joins, with its links that are up: only pairs
+/// `links` names have one (without a switch), so these are found from its entries on each host, not
+/// from every pair of GPUs (a million on 1024).
+fn bundled_pairs(preset: &Preset) -> BTreeMap<(usize, usize), u32> {
+    let per_host = preset.devices.len();
+    let mut bundles = BTreeMap::new();
+    for first in (0..preset.hosts).map(|host| host * per_host) {
+        for entry in &preset.links {
+            let [a, b] = entry.gpus.map(|local| first + local);
+            for (src, dst) in [(a, b), (b, a)] {
+                if let Link::NvLink(count) = preset.link(src, dst) {
+                    bundles.insert((src, dst), count);
+                }
+            }
+        }
+    }
+    bundles
+}
+
 pub(super) struct LinkModel {
     capacity: Vec<f64>,
     memory: Vec<ResourceId>,
@@ -164,15 +183,11 @@ impl LinkModel {
                 NvLinks::Switch((0..n).map(|g| (add(port(g)), add(port(g)))).collect())
             }
             (Some(nv), None) => {
-                let mut bundles = BTreeMap::new();
-                for a in 0..n {
-                    for b in (0..n).filter(|&b| b != a) {
-                        if let Link::NvLink(count) = preset.link(a, b) {
-                            let rate = count as f64 * nv.link_gbps * nv.efficiency;
-                            bundles.insert((a, b), add(rate));
-                        }
-                    }
-                }
+                // Made in the order of the pairs, as every resource is numbered so.
+                let bundles = bundled_pairs(preset)
+                    .into_iter()
+                    .map(|(pair, count)| (pair, add(count as f64 * nv.link_gbps * nv.efficiency)))
+                    .collect();
                 NvLinks::Bundles(bundles)
             }
             _ => NvLinks::None,

@@ -59,12 +59,23 @@ impl SimBackend {
     /// Opens the simulator on an embedded preset name, or on a preset JSON file when `preset`
     /// names an existing file or ends in `.json`.
     pub fn open(preset: &str) -> Result<Self> {
-        Ok(Self::from_preset(&Preset::load(preset)?))
+        Self::open_among(preset, None)
+    }
+
+    /// [`SimBackend::open`] for a run over the GPUs `in_use` alone (every GPU where `None`): its
+    /// topology lists every GPU, and the pairs among those in use only.
+    pub fn open_among(preset: &str, in_use: Option<&[usize]>) -> Result<Self> {
+        Ok(Self::from_preset_among(&Preset::load(preset)?, in_use))
     }
 
     /// Opens the simulator on an already parsed preset.
     pub fn from_preset(preset: &Preset) -> Self {
-        Checked::new(Simulator::new(preset))
+        Self::from_preset_among(preset, None)
+    }
+
+    /// [`SimBackend::from_preset`] for a run over the GPUs `in_use` alone (every GPU where `None`).
+    pub fn from_preset_among(preset: &Preset, in_use: Option<&[usize]>) -> Self {
+        Checked::new(Simulator::new(preset, in_use))
     }
 
     /// The preset the simulator runs.
@@ -135,9 +146,9 @@ impl State {
 }
 
 impl Simulator {
-    fn new(preset: &Preset) -> Self {
+    fn new(preset: &Preset, in_use: Option<&[usize]>) -> Self {
         let links = LinkModel::new(preset);
-        let topology = preset.topology();
+        let topology = preset.topology_among(in_use);
         let state = State {
             host_us: 0.0,
             scheduler: Scheduler::new(links.capacity().to_vec()),

@@ -907,43 +907,21 @@ impl Preset {
             << 20
     }
 
-    /// The topology this preset describes, as `topology()` returns it.
+    /// The topology this preset describes, every pair of its GPUs listed.
     pub fn topology(&self) -> Topology {
-        let per_host = self.devices.len();
-        let devices = (0..self.gpu_count())
-            .map(|index| {
-                let d = self.device(index);
-                Device {
-                    index,
-                    name: d.name.clone().unwrap_or_else(|| self.gpu.name.clone()),
-                    uuid: format!("GPU-sim-{}-{index}", self.name),
-                    // Every host has its GPUs at the same addresses.
-                    pci_bus_id: self.bus_id(index % per_host),
-                    numa_node: Some(d.numa_node),
-                    numa_source: "preset".into(),
-                    cpu_affinity: d.cpu_affinity.clone(),
-                    memory_bytes: self.device_memory_bytes(index),
-                    compute_capability: self.gpu.compute_capability.clone(),
-                    copy_engines: self.gpu.copy_engines,
-                    mig_enabled: d.mig_enabled,
-                }
-            })
-            .collect();
-        let n = self.gpu_count();
-        let mut pairs = Vec::with_capacity(n * n.saturating_sub(1));
-        for src in 0..n {
-            for dst in (0..n).filter(|&d| d != src) {
-                let link = self.link(src, dst);
-                let p2p = self.p2p(src, dst);
-                pairs.push(Pair {
-                    src,
-                    dst,
-                    link,
-                    p2p,
-                    perf_rank: if p2p { perf_rank(link) } else { 0 },
-                    atomics: p2p && link.is_nvlink(),
-                    array_access: p2p,
-                });
+        self.topology_among(None)
+    }
+
+    /// The topology this preset describes, listing every GPU and the pairs among those `in_use`
+    /// (every pair where `None`): the pairs grow with the square of the GPUs, so a run over a few
+    /// GPUs of a large preset holds only theirs. A GPU in `in_use` that the preset lacks is left
+    /// out (choosing GPUs refuses it later, with its sentence).
+    pub fn topology_among(&self, in_use: Option<&[usize]>) -> Topology {
+        let gpus = self.gpus_among(in_use);
+        let mut pairs = Vec::with_capacity(gpus.len() * gpus.len().saturating_sub(1));
+        for &src in &gpus {
+            for &dst in gpus.iter().filter(|&&d| d != src) {
+                pairs.push(self.pair(src, dst));
             }
         }
         Topology {
@@ -951,9 +929,57 @@ impl Preset {
             driver_version: None,
             cuda_version: None,
             visible_devices: None,
-            devices,
+            devices: (0..self.gpu_count())
+                .map(|i| self.device_entry(i))
+                .collect(),
             pairs,
             network: self.network(),
+        }
+    }
+
+    /// The GPUs of `in_use` this preset has, in order, once each; all of them where `None`.
+    fn gpus_among(&self, in_use: Option<&[usize]>) -> Vec<usize> {
+        let n = self.gpu_count();
+        let mut gpus: Vec<usize> = match in_use {
+            None => (0..n).collect(),
+            Some(list) => list.iter().copied().filter(|&g| g < n).collect(),
+        };
+        gpus.sort_unstable();
+        gpus.dedup();
+        gpus
+    }
+
+    /// GPU `index` as the topology lists it.
+    fn device_entry(&self, index: usize) -> Device {
+        let d = self.device(index);
+        Device {
+            index,
+            name: d.name.clone().unwrap_or_else(|| self.gpu.name.clone()),
+            uuid: format!("GPU-sim-{}-{index}", self.name),
+            // Every host has its GPUs at the same addresses.
+            pci_bus_id: self.bus_id(self.local(index)),
+            numa_node: Some(d.numa_node),
+            numa_source: "preset".into(),
+            cpu_affinity: d.cpu_affinity.clone(),
+            memory_bytes: self.device_memory_bytes(index),
+            compute_capability: self.gpu.compute_capability.clone(),
+            copy_engines: self.gpu.copy_engines,
+            mig_enabled: d.mig_enabled,
+        }
+    }
+
+    /// What the driver would say of the ordered pair `src`, `dst` (distinct).
+    fn pair(&self, src: usize, dst: usize) -> Pair {
+        let link = self.link(src, dst);
+        let p2p = self.p2p(src, dst);
+        Pair {
+            src,
+            dst,
+            link,
+            p2p,
+            perf_rank: if p2p { perf_rank(link) } else { 0 },
+            atomics: p2p && link.is_nvlink(),
+            array_access: p2p,
         }
     }
 
@@ -1475,6 +1501,18 @@ mod tests {
         assert_eq!(p.link(2, 3), Link::Node);
         assert_eq!(p.link(0, 2), Link::Sys);
         assert!(!p.p2p(2, 3), "dgx-h100 lists no PCIe P2P class");
+    }
+
+    #[test]
+    fn a_topology_among_some_gpus_lists_every_gpu_and_their_pairs_alone() {
+        let p = Preset::load("2x-dgx-h100").unwrap();
+        let whole = p.topology();
+        // In any order, repeated, or past the host's GPUs: the pairs of those it has.
+        let some = p.topology_among(Some(&[9, 2, 9, 99]));
+        assert_eq!(some.devices, whole.devices);
+        assert_eq!(some.network, whole.network);
+        assert_eq!(some.pairs, whole.restricted_to(&[2, 9]).pairs);
+        assert_eq!(p.topology_among(None), whole);
     }
 
     #[test]

@@ -46,6 +46,58 @@ fn source_names_the_preset_and_topology_is_simulated() {
     assert_eq!(sim.topology().devices.len(), 8);
 }
 
+/// `preset` repeated over `hosts` hosts (the network's checks are not the point here).
+fn hosts_of(preset: &str, hosts: usize) -> Preset {
+    let mut p = Preset::load(preset).unwrap();
+    p.hosts = hosts;
+    p
+}
+
+#[test]
+fn a_simulator_for_a_few_of_1024_gpus_holds_their_pairs_alone() {
+    let preset = hosts_of("2x-dgx-h100", 128);
+    let sim = SimBackend::from_preset_among(&preset, Some(&[5, 1000, 3, 5]));
+    let t = sim.topology();
+    assert_eq!(t.devices.len(), 1024, "every GPU is listed");
+    let pairs: Vec<(usize, usize)> = t.pairs.iter().map(|p| (p.src, p.dst)).collect();
+    assert_eq!(
+        pairs,
+        [(3, 5), (3, 1000), (5, 3), (5, 1000), (1000, 3), (1000, 5)]
+    );
+    for p in &t.pairs {
+        assert_eq!(
+            (p.link, p.p2p),
+            (preset.link(p.src, p.dst), preset.p2p(p.src, p.dst))
+        );
+    }
+    // A copy between two of them moves its bytes.
+    sim.enable_peer_access(3, 5).unwrap();
+    let (src, dst) = (
+        device_buffer(&sim, 3, MIB, 7),
+        device_buffer(&sim, 5, MIB, 8),
+    );
+    let s = sim.create_stream(3).unwrap();
+    sim.copy(
+        s,
+        CopyMethod::CopyEngine,
+        &BufferCopy::from_start(src, dst, MIB),
+    )
+    .unwrap();
+    sim.synchronize(s).unwrap();
+    assert_eq!(contents(&sim, dst), contents(&sim, src));
+}
+
+#[test]
+fn the_link_model_grows_with_the_hosts_not_with_the_pairs() {
+    // Switched hosts and hosts of NVLink bundles (`links`) alike: 128 hosts hold 128 hosts'
+    // resources, one host's times 128.
+    for name in ["dgx-h100", "dgx1-v100"] {
+        let one = LinkModel::new(&hosts_of(name, 1)).capacity().len();
+        let many = LinkModel::new(&hosts_of(name, 128)).capacity().len();
+        assert_eq!(many, 128 * one, "{name}");
+    }
+}
+
 #[test]
 fn a_256_mib_copy_on_a_dgx_h100_pair_takes_latency_plus_bytes_over_rate() {
     let sim = h100();
