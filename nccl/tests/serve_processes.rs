@@ -5,7 +5,8 @@
 //! stderr how its communicator was served. Then NCCL's waiting contract: a rank 30 s late (in
 //! simulated time) is waited for, a rank that dies is reported by `ncclCommGetAsyncError` and its
 //! peer's waiting call released, and `ncclCommAbort` releases a call waiting for a peer that never
-//! comes.
+//! comes; a group setting up two communicators, held in crossed orders by the two processes,
+//! meets at once.
 
 mod standin;
 
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use peerlink_nccl::ffi::typed::{
     ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRank, ncclComm_t,
+    ncclGroupEnd, ncclGroupStart,
 };
 use standin::ranks::{
     capture_stream_of, captured_sum_replays, reduce_at_counts, stream_of, sum_f32, Reduce, AVG, SUM,
@@ -96,6 +98,17 @@ fn a_lone_call_captured_into_a_graph_is_served_and_every_replay_sums_across_proc
             passed(rank, ranks, output);
         }
     }
+}
+
+#[test]
+fn a_group_setting_up_two_communicators_in_crossed_orders_meets_at_once_and_serves_both() {
+    let started = Instant::now();
+    for (rank, output) in job(2, "crossed").iter().enumerate() {
+        passed(rank, 2, output);
+    }
+    // A crossed meeting would wait out the 60 s rendezvous, then forward both.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(30), "the job took {took:?}");
 }
 
 #[test]
@@ -220,6 +233,58 @@ fn abort(rank: usize, comm: ncclComm_t) {
     assert!(took < Duration::from_secs(2), "released after {took:?}");
 }
 
+/// Two communicators of the same two processes, first called in one group each, rank 0 holding
+/// `first` then `second` and rank 1 the other way round (the group is forwarded whole, but sets
+/// both up); then a lone call on each is served.
+fn crossed(rank: usize, first: ncclComm_t) {
+    let mut second: ncclComm_t = std::ptr::null_mut();
+    let id = standin::unique_id(0);
+    // SAFETY: a valid out-pointer; the id is the stand-in's, the same in both processes.
+    assert_eq!(
+        unsafe { ncclCommInitRank(&mut second, 2, id, rank as c_int) },
+        0
+    );
+    let order = if rank == 0 {
+        [first, second]
+    } else {
+        [second, first]
+    };
+    // SAFETY: group calls around calls on live communicators.
+    assert_eq!(unsafe { ncclGroupStart() }, 0);
+    let held: Vec<_> = order
+        .iter()
+        .map(|&comm| {
+            let reduce = Reduce {
+                dtype: standin::ranks::F32,
+                op: SUM,
+                count: 1001,
+                in_place: false,
+            };
+            let buffers = reduce.buffers(rank, rank);
+            assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
+            (reduce, buffers.1)
+        })
+        .collect();
+    // SAFETY: closes the group opened above.
+    assert_eq!(unsafe { ncclGroupEnd() }, 0);
+    for (reduce, recv) in held {
+        reduce.check(recv, rank, stream_of(rank), &[0, 1]);
+    }
+    assert_eq!(
+        standin::count_of_this_thread("ncclAllReduce"),
+        2,
+        "the group"
+    );
+    for comm in [first, second] {
+        meet_once(rank, comm);
+    }
+    assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 2, "served");
+    for comm in [first, second] {
+        // SAFETY: the communicators made by this rank, not used after.
+        assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
+    }
+}
+
 /// One rank of [`ranks_that_are_each_a_process_of_this_host_are_served`]'s job.
 #[test]
 #[ignore = "one rank of a job that ranks_that_are_each_a_process_of_this_host_are_served starts"]
@@ -240,6 +305,7 @@ fn one_rank_of_a_job() {
         "late" => return late(rank, comm),
         "dies" => return dies(rank, comm),
         "abort" => return abort(rank, comm),
+        "crossed" => return crossed(rank, comm),
         _ => {}
     }
     for op in [SUM, AVG] {

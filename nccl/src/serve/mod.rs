@@ -368,9 +368,22 @@ impl Server {
             let ended = real.group_end();
             code = if code == SUCCESS { ended } else { code };
         }
-        for (mut gather, comm) in gathers {
-            let listener = gather.listener.take();
-            comm.state = match gather.finish(backend, code) {
+        let mut finished: Vec<_> = gathers
+            .into_iter()
+            .map(|(mut gather, comm)| {
+                let listener = gather.listener.take();
+                (gather.finish(backend, code), listener, comm)
+            })
+            .collect();
+        // Ranks that are processes meet at set-up, each communicator's in turn: every process
+        // takes its communicators in one order, by their rank 0's process and name (the same
+        // in every rank's records), so that no two wait for each other crosswise.
+        finished.sort_by_key(|(records, _, _)| {
+            let first = records.as_ref().ok().and_then(|r| r.first());
+            first.map(|r| (r.process, r.token))
+        });
+        for (records, listener, comm) in finished {
+            comm.state = match records {
                 Ok(records) => self.decided(backend, comm, &records, listener),
                 Err(why) => State::Forwarded(why),
             };
