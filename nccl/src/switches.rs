@@ -9,6 +9,8 @@ pub const SERVE_VARIABLE: &str = "PEERLINK_NCCL_SERVE";
 pub const DEBUG_VARIABLE: &str = "PEERLINK_NCCL_DEBUG";
 /// Runs the served calls on the simulator preset it names (for tests, and trying without a GPU).
 pub const SIM_VARIABLE: &str = "PEERLINK_NCCL_SIM";
+/// Names the `peerlink tune` profile of this host the kernels are picked by.
+pub const PROFILE_VARIABLE: &str = "PEERLINK_NCCL_PROFILE";
 
 /// `PEERLINK_NCCL_SERVE`: whether calls are served by peerlink or forwarded to NCCL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +44,8 @@ pub struct Switches {
     pub sim: Option<String>,
     /// `PEERLINK_NCCL_TABLE`: the measurement `auto` decides by.
     pub table: Option<std::path::PathBuf>,
+    /// `PEERLINK_NCCL_PROFILE`: the measured costs the kernels are picked by.
+    pub profile: Option<std::path::PathBuf>,
 }
 
 impl Switches {
@@ -75,6 +79,7 @@ impl Switches {
             refused,
             sim: named(SIM_VARIABLE).map(|preset| preset.trim().to_string()),
             table: named(crate::serve::table::TABLE_VARIABLE).map(std::path::PathBuf::from),
+            profile: named(PROFILE_VARIABLE).map(std::path::PathBuf::from),
         }
     }
 }
@@ -153,10 +158,17 @@ mod tests {
     }
 
     #[test]
-    fn the_simulator_and_the_table_are_named_or_absent() {
-        let switches = read(&[(SIM_VARIABLE, " dgx-h100 "), ("PEERLINK_NCCL_TABLE", "")]);
+    fn the_simulator_the_table_and_the_profile_are_named_or_absent() {
+        let switches = read(&[
+            (SIM_VARIABLE, " dgx-h100 "),
+            ("PEERLINK_NCCL_TABLE", ""),
+            (PROFILE_VARIABLE, "/etc/peerlink/h200.json"),
+        ]);
         assert_eq!(switches.sim.as_deref(), Some("dgx-h100"));
         assert_eq!(switches.table, None);
+        let profile = switches.profile.as_deref().and_then(|p| p.to_str());
+        assert_eq!(profile, Some("/etc/peerlink/h200.json"));
+        assert_eq!(read(&[]).profile, None);
         assert_eq!(read(&[]).sim, None);
     }
 }

@@ -214,7 +214,13 @@ impl Server {
             if captured && !capturable(backend, &mut guards[0], call) {
                 return None;
             }
-            let outcome = run_lone(backend, &mut guards[0], peers.clone(), call);
+            let outcome = run_lone(
+                backend,
+                self.model(backend),
+                &mut guards[0],
+                peers.clone(),
+                call,
+            );
             return Some(self.result(call, outcome));
         }
         let clique = one_clique(&peers, &calls)?;

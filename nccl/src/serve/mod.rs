@@ -37,11 +37,11 @@ use peerlink::engine::all_reduce::{
     GroupAllReduce, LocalAllReduce, LocalRank, ProcessRanks, ThreadMeeting, ThreadRanks,
 };
 use peerlink::launch::{Group, Identity, Rendezvous, DEFAULT_TIMEOUT};
-use peerlink::model::CostModel;
+use peerlink::model::{CostModel, Profile};
 
 use crate::log;
 use crate::stats::{size_class, Call, Route};
-use crate::switches::{Debug, Serve, Switches, SIM_VARIABLE};
+use crate::switches::{Debug, Serve, Switches, PROFILE_VARIABLE, SIM_VARIABLE};
 use comm::{Clique, Comm, Peers, Reduce, State};
 use lifeline::Lifeline;
 use records::{decide, Decision, Record, Seen, RECORD_BYTES};
@@ -125,6 +125,9 @@ pub struct Server {
     /// Where `auto` decides by, or why it forwards everything.
     table: Result<Table, String>,
     backend: OnceLock<Result<Arc<dyn Backend>, String>>,
+    /// The `tune` profile the kernels are picked by, where one is named, and the model made.
+    profile: Option<std::path::PathBuf>,
+    model: OnceLock<CostModel>,
     comms: Mutex<HashMap<usize, Arc<Mutex<Comm>>>>,
     /// The served communicators' lifelines, reachable while a call holds a communicator's lock.
     lifelines: Mutex<HashMap<usize, Arc<Lifeline>>>,
@@ -158,6 +161,8 @@ impl Server {
             sim: switches.sim.clone(),
             table,
             backend: OnceLock::new(),
+            profile: switches.profile.clone(),
+            model: OnceLock::new(),
             comms: Mutex::new(HashMap::new()),
             lifelines: Mutex::new(HashMap::new()),
             cliques: Mutex::new(HashMap::new()),
@@ -223,6 +228,39 @@ impl Server {
             opened
         });
         opened.as_ref().ok()
+    }
+
+    /// The cost model the kernels are picked by, once the backend is open (see [`Server::model`]).
+    pub fn cost_model(&self) -> Option<&CostModel> {
+        self.backend().map(|backend| self.model(backend))
+    }
+
+    /// The cost model of `backend`'s host the kernels are picked by: from the `peerlink tune`
+    /// profile `PEERLINK_NCCL_PROFILE` names, else (or where it is refused: said once on stderr)
+    /// the topology's defaults.
+    fn model(&self, backend: &Arc<dyn Backend>) -> &CostModel {
+        self.model.get_or_init(|| {
+            let topology = backend.topology();
+            let Some(path) = &self.profile else {
+                return CostModel::from_topology(topology);
+            };
+            let measured = Profile::load(path).and_then(|profile| {
+                if let Some(note) = profile.partial_note(path) {
+                    log::write(&[note]);
+                }
+                CostModel::from_profile(topology, &profile)
+            });
+            let model = measured.unwrap_or_else(|e| {
+                log::write(&[format!(
+                    "{PROFILE_VARIABLE}: {e}; the kernels are picked by the topology's defaults"
+                )]);
+                CostModel::from_topology(topology)
+            });
+            if self.debug >= Debug::Info {
+                log::write(&[format!("the kernels are picked by the {}", model.origin())]);
+            }
+            model
+        })
     }
 
     /// Peerlink's state of `comm`, made at its first use from what NCCL answers of it.
@@ -307,7 +345,10 @@ impl Server {
         if captured && !capturable(backend, &mut comm, call) {
             return None;
         }
-        Some(self.result(call, run_lone(backend, &mut comm, peers, call)))
+        Some(self.result(
+            call,
+            run_lone(backend, self.model(backend), &mut comm, peers, call),
+        ))
     }
 
     /// The result code of a served call, its failure said on stderr: ncclRemoteError where its
@@ -414,14 +455,14 @@ impl Server {
         records: &[Record],
         listener: Option<TcpListener>,
     ) -> State {
-        let model = CostModel::from_topology(backend.topology());
+        let model = self.model(backend);
         let p2p = |gpus: &[usize], one_process: bool| {
             let placement = if one_process {
                 Placement::Beside
             } else {
                 Placement::AcrossProcesses
             };
-            pick(&model, gpus, 4, placement).is_some()
+            pick(model, gpus, 4, placement).is_some()
         };
         let seen = Seen {
             buses: backend
@@ -439,12 +480,13 @@ impl Server {
         match decision {
             Decision::Forward(why) => State::Forwarded(why),
             Decision::ThisHost { gpus, port } => {
-                let met =
-                    meet_processes(backend, comm, gpus, (port, listener)).and_then(|mut reduce| {
+                let met = meet_processes(backend, model, comm, gpus, (port, listener)).and_then(
+                    |mut reduce| {
                         let lifeline = Lifeline::new(backend, Some(reduce.group().watch()))?;
                         reduce.set_waiting(lifeline.waiting());
                         Ok((reduce, lifeline))
-                    });
+                    },
+                );
                 match met {
                     Ok((reduce, lifeline)) => {
                         comm.reduce = Some(Reduce::Processes(Box::new(reduce)));
@@ -454,8 +496,7 @@ impl Server {
                     Err(e) => State::Forwarded(format!("its ranks could not meet ({e})")),
                 }
             }
-            Decision::ThisProcess { gpus, token } => match self.clique(backend, model, gpus, token)
-            {
+            Decision::ThisProcess { gpus, token } => match self.clique(backend, gpus, token) {
                 Ok(clique) => {
                     comm.lifeline = Some(clique.lifeline.clone());
                     State::Served(Peers::Threads(clique))
@@ -470,7 +511,6 @@ impl Server {
     fn clique(
         &self,
         backend: &Arc<dyn Backend>,
-        model: CostModel,
         gpus: Vec<usize>,
         token: u64,
     ) -> Result<Arc<Clique>, String> {
@@ -485,7 +525,7 @@ impl Server {
         let lifeline =
             Lifeline::new(backend, None).map_err(|e| format!("its set-up failed ({e})"))?;
         let devices: Vec<usize> = (0..backend.topology().devices.len()).collect();
-        let mut local = LocalAllReduce::new(backend.clone(), model, &devices);
+        let mut local = LocalAllReduce::new(backend.clone(), self.model(backend).clone(), &devices);
         local.set_waiting(lifeline.waiting());
         let made = Arc::new(Clique {
             meeting: ThreadMeeting::new(&gpus),
@@ -638,6 +678,7 @@ impl Gather {
 /// the whole of it).
 fn run_lone(
     backend: &Arc<dyn Backend>,
+    model: &CostModel,
     comm: &mut Comm,
     peers: Peers,
     call: &AllReduce,
@@ -662,9 +703,8 @@ fn run_lone(
     match (&comm.reduce, peers) {
         (_, Peers::Alone) => return Ok(()),
         (None, Peers::Threads(clique)) => {
-            let model = CostModel::from_topology(backend.topology());
             let ranks = ThreadRanks::new(clique.meeting.clone(), comm.rank);
-            let mut joined = GroupAllReduce::join(backend.clone(), ranks, model)?;
+            let mut joined = GroupAllReduce::join(backend.clone(), ranks, model.clone())?;
             joined.set_waiting(clique.lifeline.waiting());
             comm.reduce = Some(Reduce::Threads(Box::new(joined)));
         }
@@ -686,6 +726,7 @@ fn run_lone(
 /// calls it at the set-up, and where one fails, all do.
 fn meet_processes(
     backend: &Arc<dyn Backend>,
+    model: &CostModel,
     comm: &Comm,
     gpus: Vec<usize>,
     (port, listener): (u16, Option<TcpListener>),
@@ -708,8 +749,11 @@ fn meet_processes(
             Group::join(identity, &rendezvous)?
         }
     };
-    let model = CostModel::from_topology(backend.topology());
-    GroupAllReduce::join(backend.clone(), ProcessRanks::new(group, gpus)?, model)
+    GroupAllReduce::join(
+        backend.clone(),
+        ProcessRanks::new(group, gpus)?,
+        model.clone(),
+    )
 }
 
 /// One all-reduce per rank of `clique`, all from this thread (`calls[i]` on `comms[i]`): every
@@ -787,7 +831,66 @@ mod tests {
             refused: Vec::new(),
             sim: None,
             table: table.map(std::path::PathBuf::from),
+            profile: None,
         })
+    }
+
+    /// A server of every call on the simulated `dgx-h100`, its kernels picked by the profile at
+    /// `profile`, if any.
+    fn on_dgx_h100(profile: Option<&std::path::Path>) -> Server {
+        Server::new(&Switches {
+            serve: Serve::All,
+            debug: Debug::Warn,
+            refused: Vec::new(),
+            sim: Some("dgx-h100".into()),
+            table: None,
+            profile: profile.map(std::path::Path::to_path_buf),
+        })
+    }
+
+    #[test]
+    fn the_kernels_are_picked_by_a_named_profile_of_this_host_else_by_the_topology() {
+        use peerlink::model::profile::Measured;
+        use peerlink::model::{Cost, Hop};
+        let host = |preset: &str| {
+            peerlink::backend::sim::Preset::load(preset)
+                .unwrap()
+                .topology()
+        };
+        let hop = Hop::PeerSm { src: 0, dst: 1 };
+        let measured = Cost {
+            alpha_us: 3.5,
+            beta_gbps: 123.0,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (this_host, other_host) = (dir.path().join("here.json"), dir.path().join("there.json"));
+        for (preset, path) in [("dgx-h100", &this_host), ("h200-pair", &other_host)] {
+            let mut profile = Profile::for_host(&host(preset));
+            profile.hops.push(Measured {
+                hop,
+                cost: measured,
+            });
+            profile.save(path).unwrap();
+        }
+
+        let calibrated = on_dgx_h100(Some(&this_host));
+        let model = calibrated.cost_model().unwrap();
+        assert!(
+            model.origin().starts_with("measured profile"),
+            "{}",
+            model.origin()
+        );
+        assert_eq!(model.cost(hop), Some(measured));
+        // Another host's profile is refused (said on stderr), as is none named.
+        for server in [on_dgx_h100(Some(&other_host)), on_dgx_h100(None)] {
+            let model = server.cost_model().unwrap();
+            assert!(
+                model.origin().starts_with("topology defaults"),
+                "{}",
+                model.origin()
+            );
+            assert_ne!(model.cost(hop), Some(measured));
+        }
     }
 
     fn call(datatype: i32, op: i32, count: usize) -> AllReduce {
