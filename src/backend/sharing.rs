@@ -64,8 +64,11 @@ pub trait Sharing {
     fn alloc_shared_host(&self, bytes: usize) -> Result<BufferId>;
 
     /// Exports a buffer this process allocated: device memory, or host memory from
-    /// [`Sharing::alloc_shared_host`]. The buffer stays this process's to use and free; an
-    /// importer must close its import before the exporter frees it.
+    /// [`Sharing::alloc_shared_host`]; or another library's device memory it borrowed
+    /// ([`crate::backend::Backend::borrow_memory`]: on real GPUs memory of cudaMalloc, or mapped
+    /// with a file-descriptor handle as ncclMemAlloc maps it; not of a stream-ordered pool). The
+    /// buffer stays this process's to use and free; an importer must close its import before the
+    /// exporter frees it (or its owner frees the memory).
     fn export(&self, buffer: BufferId) -> Result<SharedBuffer>;
 
     /// Opens a buffer another process exported, for work issued on GPU `gpu` of this process:

@@ -22,7 +22,39 @@ use std::time::{Duration, Instant};
 #[ignore = "needs a GPU"]
 fn a_child_process_moves_bytes_into_gpu_memory_exported_here() {
     let strategies = [Strategy::DirectCe, Strategy::DirectSm];
-    share::export_to_a_child_process("cuda", "processes::child_imports", &strategies);
+    share::export_to_a_child_process(
+        "cuda",
+        "processes::child_imports",
+        &strategies,
+        share::DeviceMemory::Own,
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_child_process_moves_bytes_into_another_librarys_memory_borrowed_and_exported_here() {
+    // A range inside each allocation (not at its start): cudaMalloc's memory travels as its
+    // allocation's IPC handle and the offset, ncclMemAlloc's (mapped) as a file descriptor.
+    let strategies = [Strategy::DirectCe, Strategy::DirectSm];
+    let offset = 4096 + 13;
+    share::export_to_a_child_process(
+        "cuda",
+        "processes::child_imports",
+        &strategies,
+        share::DeviceMemory::Borrowed { offset },
+    );
+    match peerlink::backend::open(&peerlink::backend::Choice::Gpu)
+        .map(|opened| opened.backend.collectives().nccl().map(|_| ()))
+    {
+        Ok(Ok(())) => share::export_to_a_child_process(
+            "cuda",
+            "processes::child_imports",
+            &strategies,
+            share::DeviceMemory::BorrowedFromNccl { offset },
+        ),
+        Ok(Err(why)) => eprintln!("no NCCL, so no ncclMemAlloc memory to export: {why}"),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 #[test]

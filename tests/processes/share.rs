@@ -6,7 +6,9 @@
 //! runs it in CI (tests/processes.rs), real GPUs in tests/gpu/processes.rs.
 
 use peerlink::backend::SharedBuffer;
-use peerlink::backend::{self, Backend, BufferCopy, Choice, CopyMethod, Memory, ShareDescriptor};
+use peerlink::backend::{
+    self, Backend, BufferCopy, BufferId, Choice, CopyMethod, Memory, ShareDescriptor,
+};
 use peerlink::engine::{Fabric, Strategy};
 use peerlink::pattern;
 use std::fs::File;
@@ -46,10 +48,16 @@ fn part(k: usize) -> (usize, usize) {
 /// every byte it did not) in its own memory.
 /// `strategies` are the engine strategies the child must have used, into the exported device
 /// memory and out of it (others may be offered too).
-pub fn export_to_a_child_process(backend_name: &str, child_test: &str, strategies: &[Strategy]) {
+/// `memory` is the exported device memory's kind.
+pub fn export_to_a_child_process(
+    backend_name: &str,
+    child_test: &str,
+    strategies: &[Strategy],
+    memory: DeviceMemory,
+) {
     let b = open(backend_name);
     let last = b.topology().devices.len() - 1;
-    let device = b.alloc(Memory::Device(last), LEN).unwrap();
+    let (owner, device) = memory.alloc(b.as_ref(), last);
     b.write(device, 0, &pattern::bytes(DEVICE_SEED, LEN))
         .unwrap();
     let host = b.sharing().alloc_shared_host(LEN).unwrap();
@@ -133,6 +141,52 @@ pub fn export_to_a_child_process(backend_name: &str, child_test: &str, strategie
             panic!("the exporter's {what} buffer: first wrong byte at {at}");
         }
         b.free(id).unwrap();
+    }
+    if owner != device {
+        b.free(owner).unwrap();
+    }
+}
+
+/// The device memory a process exports: its own, or `LEN` bytes at `offset` of another library's
+/// allocation, borrowed (`Backend::borrow_memory`; the simulator lends its buffers from their
+/// first byte only).
+#[derive(Clone, Copy, Debug)]
+pub enum DeviceMemory {
+    Own,
+    /// Of plain device memory (cudaMalloc's, as PyTorch's caching allocator holds it).
+    Borrowed {
+        offset: usize,
+    },
+    /// Of NCCL's memory for windows (ncclMemAlloc: mapped memory, which CUDA IPC refuses). Real
+    /// GPUs only (tests/gpu/processes.rs): the simulator has no model of NCCL's memory.
+    #[allow(dead_code)] // built into tests/processes.rs too, which runs on the simulator alone
+    BorrowedFromNccl {
+        offset: usize,
+    },
+}
+
+impl DeviceMemory {
+    /// The allocation of `device`'s memory, and the buffer to export (the same, or borrowed).
+    fn alloc(self, b: &dyn Backend, device: usize) -> (BufferId, BufferId) {
+        let (owner, offset) = match self {
+            DeviceMemory::Own => {
+                let own = b.alloc(Memory::Device(device), LEN).unwrap();
+                return (own, own);
+            }
+            DeviceMemory::Borrowed { offset } => (
+                b.alloc(Memory::Device(device), offset + LEN).unwrap(),
+                offset,
+            ),
+            DeviceMemory::BorrowedFromNccl { offset } => {
+                let nccl = b.collectives().nccl().unwrap();
+                (
+                    nccl.alloc_window_memory(device, offset + LEN).unwrap(),
+                    offset,
+                )
+            }
+        };
+        let address = b.sharing().device_address(owner).unwrap() + offset as u64;
+        (owner, b.borrow_memory(device, address, LEN).unwrap())
     }
 }
 

@@ -402,13 +402,22 @@ impl DeviceMemory {
 
     /// The IPC handle another process opens this memory with (cuIpcGetMemHandle).
     pub(super) fn ipc_handle(&self) -> Result<Vec<u8>, Error> {
+        DeviceMemory::ipc_handle_at(&self.ctx, self.address)
+    }
+
+    /// The IPC handle of the cuMemAlloc allocation of `ctx` that starts at `start` (this
+    /// process's, or another library's in it).
+    pub(super) fn ipc_handle_at(
+        ctx: &CudaContext,
+        start: sys::CUdeviceptr,
+    ) -> Result<Vec<u8>, Error> {
         let mut ipc = sys::CUipcMemHandle {
             reserved: [0; IPC_HANDLE_BYTES],
         };
-        bind(&self.ctx)?;
-        // SAFETY: `ipc` is a valid out-pointer; the address is a live cuMemAlloc_v2 allocation's
-        // start in the current context.
-        unsafe { sys::cuIpcGetMemHandle(&mut ipc, self.address) }
+        bind(ctx)?;
+        // SAFETY: `ipc` is a valid out-pointer; the driver checks that the address is a live
+        // allocation's start in the current context (else it fails).
+        unsafe { sys::cuIpcGetMemHandle(&mut ipc, start) }
             .result()
             .map_err(failed("cuIpcGetMemHandle"))?;
         Ok(ipc.reserved.iter().map(|&b| b as u8).collect())

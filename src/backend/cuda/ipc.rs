@@ -3,10 +3,11 @@
 //! import is freed); pinned host memory as a shared file every process maps and registers.
 //!
 //! Device buffers come from cuMemAlloc_v2, never from a stream-ordered pool, so the legacy IPC
-//! handle covers them all (pool memory would need cuMemPoolExportPointer instead).
+//! handle covers them all (pool memory would need cuMemPoolExportPointer instead). Another
+//! library's memory, borrowed, goes as a range of its allocation (`ranges`).
 
-use super::driver::{DeviceMemory, PinnedMemory};
-use super::{Buffer, Gpus, Storage};
+use super::driver::{DeviceMemory, PinnedMemory, IPC_HANDLE_BYTES};
+use super::{ranges, Buffer, Gpus, Storage};
 use crate::backend::sharing::RawSharing;
 use crate::backend::{shared_file, Memory};
 use crate::{Error, Result};
@@ -36,7 +37,7 @@ impl RawSharing for Gpus {
         &self,
         buffer: &Arc<Buffer>,
         _memory: Memory,
-        _len: usize,
+        len: usize,
     ) -> Result<(Vec<u8>, Option<OwnedFd>)> {
         match &buffer.0 {
             Storage::Device(memory) => Ok((memory.ipc_handle()?, None)),
@@ -47,8 +48,11 @@ impl RawSharing for Gpus {
                 Ok((Vec::new(), Some(duplicate(file)?)))
             }
             Storage::Managed(_) => unreachable!("the checked layer refuses managed memory"),
-            Storage::Borrowed { .. } => unreachable!("the checked layer refuses borrowed memory"),
+            Storage::Borrowed { address, device } => {
+                ranges::export(self.context(*device)?, *address, len)
+            }
             Storage::Nccl(_) => unreachable!("the checked layer refuses NCCL's memory"),
+            Storage::Range(_) => unreachable!("the checked layer refuses imports"),
         }
     }
 
@@ -65,8 +69,12 @@ impl RawSharing for Gpus {
                 // Opened in the issuing GPU's context: there the mapping reaches the memory's
                 // GPU through peer access; opened in the memory's own GPU's context, other GPUs'
                 // copies took a slow path and their kernels faulted (the H200 pair, 2026-11-30).
-                (Memory::Device(_), None) => {
+                (Memory::Device(_), None) if handle.len() == IPC_HANDLE_BYTES => {
                     Storage::Device(DeviceMemory::open_ipc(self.context(gpu)?, handle)?)
+                }
+                // A range of another library's memory (see `ranges`).
+                (Memory::Device(_), fd) => {
+                    Storage::Range(ranges::RangeImport::open(self.context(gpu)?, handle, fd)?)
                 }
                 (Memory::PinnedHost { .. }, Some(fd)) if handle.is_empty() => {
                     let file = File::from(fd);

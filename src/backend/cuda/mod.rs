@@ -31,6 +31,7 @@ mod kernels;
 mod nccl;
 mod patterns;
 mod peer;
+mod ranges;
 mod resident;
 mod topology;
 
@@ -141,6 +142,8 @@ enum Storage {
         address: u64,
         device: usize,
     },
+    /// Another process's range of another library's memory (`ranges`), closed when freed.
+    Range(ranges::RangeImport),
 }
 
 impl Buffer {
@@ -152,6 +155,7 @@ impl Buffer {
             Storage::Managed(memory) => memory.address(),
             Storage::Nccl(memory) => memory.address(),
             Storage::Borrowed { address, .. } => *address,
+            Storage::Range(range) => range.address(),
         }
     }
 
@@ -163,6 +167,7 @@ impl Buffer {
             Storage::Managed(memory) => memory.device(),
             Storage::Nccl(memory) => memory.device(),
             Storage::Borrowed { device, .. } => *device,
+            Storage::Range(range) => range.device(),
         }
     }
 
@@ -173,7 +178,8 @@ impl Buffer {
             Storage::Device(_)
             | Storage::Pinned(_)
             | Storage::Nccl(_)
-            | Storage::Borrowed { .. } => {
+            | Storage::Borrowed { .. }
+            | Storage::Range(_) => {
                 unreachable!("the checked layer passes only managed buffers here")
             }
         }

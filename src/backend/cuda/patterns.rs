@@ -29,6 +29,7 @@ fn on_gpu(range: &BufferRange<&Arc<Buffer>>) -> Result<(usize, u64)> {
         Storage::Device(memory) => Ok((memory.device(), memory.address() + range.offset as u64)),
         Storage::Nccl(memory) => Ok((memory.device(), memory.address() + range.offset as u64)),
         Storage::Borrowed { address, device } => Ok((*device, address + range.offset as u64)),
+        Storage::Range(import) => Ok((import.device(), import.address() + range.offset as u64)),
         Storage::Pinned(_) | Storage::Managed(_) => Err(Error::usage(
             "the pattern calls take device memory; fill and check other memory on the host",
         )),
