@@ -58,6 +58,6 @@ impl RawSharing for Simulator {
     }
 
     fn device_address(&self, buffer: &Key) -> u64 {
-        buffer.address()
+        self.lock().store.address(*buffer)
     }
 }

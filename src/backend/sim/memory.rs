@@ -262,6 +262,11 @@ impl Store {
         self.file(memory, Bytes::Shared { file, len }, true)
     }
 
+    /// The made-up unified address of what a key reaches: a borrowed handle's is its owner's.
+    pub fn address(&self, key: Key) -> u64 {
+        Key(self.id(key)).address()
+    }
+
     /// The buffer a key reaches: its own, or the one a borrowed handle stands for.
     fn id(&self, key: Key) -> u64 {
         self.aliases.get(&key.0).map_or(key.0, |alias| alias.owner)

@@ -157,22 +157,71 @@ impl<G: RankExchange> GroupAllReduce<G> {
                 "symmetric memory of 0 bytes: ask for at least one byte",
             ));
         }
+        let backend = self.backend.clone();
+        let made = zeroed(backend.as_ref(), self.gpu(), len);
+        let mine = agreed_by(&self.group, made)?;
+        self.share_symmetric(*mine, len)?;
+        Ok(mine.keep())
+    }
+
+    /// Makes `buffer`, `len` (> 0) bytes of this rank's GPU that another library allocated and
+    /// this process borrowed (a window an NCCL-API caller registered), symmetric memory of the
+    /// ranks, with every rank (each with its own, all of one `len`, in the same order of calls,
+    /// as a collective): an all-reduce of a range of it copies as little as one of
+    /// [`GroupAllReduce::alloc_symmetric`]'s. The handle is this `GroupAllReduce`'s from here
+    /// (freed, the memory left to its owner, by [`GroupAllReduce::release_symmetric`] or the
+    /// drop); the owner must keep the memory until then.
+    pub fn adopt_symmetric(&mut self, buffer: BufferId, len: usize) -> Result<()> {
+        let backend = self.backend.clone();
+        let mine = Owned::new(backend.as_ref(), buffer);
+        let fits = backend.len(buffer).and_then(|held| {
+            if len == 0 || len > held {
+                return Err(Error::usage(format!(
+                    "symmetric memory of {len} bytes in a buffer of {held}: adopt at least one \
+                     byte, and no more than the buffer holds"
+                )));
+            }
+            Ok(())
+        });
+        agreed_by(&self.group, fits)?;
+        self.share_symmetric(*mine, len)?;
+        mine.keep();
+        Ok(())
+    }
+
+    /// Gives up symmetric memory `buffer` (this rank's, from [`GroupAllReduce::alloc_symmetric`]
+    /// or [`GroupAllReduce::adopt_symmetric`]), with every rank (each its own, in the same order,
+    /// as a collective): each waits for its calls, closes the peers' memory, and once every rank
+    /// has, frees its own handle. A buffer that is not symmetric memory here is a usage error.
+    pub fn release_symmetric(&mut self, buffer: BufferId) -> Result<()> {
+        let Some(at) = self.symmetric_of(buffer) else {
+            return Err(Error::usage(format!(
+                "{buffer} is not symmetric memory of this all-reduce: release only what                  alloc_symmetric or adopt_symmetric made so"
+            )));
+        };
+        let gone = self.symmetric.remove(at);
         let backend = self.backend.as_ref();
-        let gpu = self.gpu();
-        let made = (|| {
-            let mine = zeroed(backend, gpu, len)?;
-            let address = backend.sharing().device_address(*mine)?;
-            Ok((mine, address))
-        })();
-        let (mine, address) = agreed_by(&self.group, made)?;
-        let every = self.group.share(backend, gpu, &[*mine])?;
-        let own = mine.keep();
+        self.order.wait_all(backend);
+        let me = self.rank();
+        for (_, peer) in gone.every.iter().enumerate().filter(|&(r, _)| r != me) {
+            backend.free(*peer)?;
+        }
+        self.group.barrier()?;
+        backend.free(gone.every[me])
+    }
+
+    /// Shares `mine` (`len` bytes of this rank's GPU, agreed on by every rank) with the others
+    /// as symmetric memory.
+    fn share_symmetric(&mut self, mine: BufferId, len: usize) -> Result<()> {
+        let backend = self.backend.as_ref();
+        let address = agreed_by(&self.group, backend.sharing().device_address(mine))?;
+        let every = self.group.share(backend, self.gpu(), &[mine])?;
         self.symmetric.push(Symmetric {
             every: every.iter().map(|b| b[0]).collect(),
             address,
             len,
         });
-        Ok(own)
+        Ok(())
     }
 
     /// The range of this rank's symmetric memory ([`GroupAllReduce::alloc_symmetric`]) that holds

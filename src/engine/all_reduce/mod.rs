@@ -20,3 +20,6 @@ pub use exchange::{ProcessRanks, RankExchange, ThreadMeeting, ThreadRanks};
 pub use group::{GroupAllReduce, INITIAL_SHARED_BYTES};
 pub use local::{LocalAllReduce, LocalRank};
 pub use price::Placement;
+
+#[cfg(test)]
+mod tests;

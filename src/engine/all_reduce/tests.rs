@@ -1,0 +1,86 @@
+//! The all-reduce across ranks that are threads of one process, on the simulator: memory another
+//! library allocated, adopted as symmetric memory, is summed in place.
+
+use super::{GroupAllReduce, ThreadMeeting, ThreadRanks};
+use crate::backend::collective::{BufferRange, DataType, Reduction};
+use crate::backend::sim::SimBackend;
+use crate::backend::{Backend, Memory, StreamId};
+use crate::model::CostModel;
+use std::sync::Arc;
+
+const RANKS: usize = 4;
+
+/// Fills `buffer` (`len` bytes of f32) with `rank + 1`, sums it over every rank by the cost
+/// model's pick and checks every element.
+fn sum_checked(
+    backend: &dyn Backend,
+    reduce: &mut GroupAllReduce<ThreadRanks>,
+    range: BufferRange,
+    (rank, stream): (usize, StreamId),
+) {
+    let mine = (rank as f32 + 1.0).to_le_bytes().repeat(range.len / 4);
+    backend.write(range.buffer, range.offset, &mine).unwrap();
+    reduce
+        .all_reduce(range, stream, DataType::F32, Reduction::Sum)
+        .unwrap();
+    backend.synchronize(stream).unwrap();
+    let mut got = vec![0; range.len];
+    backend.read(range.buffer, range.offset, &mut got).unwrap();
+    let sum: f32 = (1..=RANKS).map(|r| r as f32).sum();
+    assert!(got.chunks(4).all(|e| e == sum.to_le_bytes()), "rank {rank}");
+}
+
+#[test]
+fn memory_another_library_allocated_is_adopted_as_symmetric_and_summed_in_place() {
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
+    let gpus: Vec<usize> = (0..RANKS).collect();
+    let meeting = ThreadMeeting::new(&gpus);
+    let len = 16 << 20;
+    std::thread::scope(|scope| {
+        for rank in 0..RANKS {
+            let (backend, meeting) = (backend.clone(), meeting.clone());
+            scope.spawn(move || {
+                let b = backend.as_ref();
+                let model = CostModel::from_topology(b.topology());
+                let ranks = ThreadRanks::new(meeting, rank);
+                let mut reduce = GroupAllReduce::join(backend.clone(), ranks, model).unwrap();
+                let stream = b.create_stream(rank).unwrap();
+                // Another library's memory, lent by its address.
+                let theirs = b.alloc(Memory::Device(rank), len).unwrap();
+                let address = b.sharing().device_address(theirs).unwrap();
+                let whole = |buffer| BufferRange {
+                    buffer,
+                    offset: 0,
+                    len,
+                };
+                // Summed in other memory, 16 MiB goes through the shared buffers (1 MiB so far),
+                // which would grow for it.
+                let plain = b.borrow_memory(rank, address, len).unwrap();
+                assert!(!reduce.queues_only(whole(plain), stream));
+
+                let adopted = b.borrow_memory(rank, address, len).unwrap();
+                assert!(reduce.symmetric_range(address, len).is_none());
+                reduce.adopt_symmetric(adopted, len).unwrap();
+                let inside = reduce.symmetric_range(address + 4096, 64).unwrap();
+                assert_eq!((inside.buffer, inside.offset), (adopted, 4096));
+                // Adopted, it is summed where it lies: two-shot copies nothing.
+                assert!(reduce.queues_only(whole(adopted), stream));
+                sum_checked(b, &mut reduce, whole(adopted), (rank, stream));
+                let part = BufferRange {
+                    buffer: adopted,
+                    offset: 4096,
+                    len: 4 * 1001,
+                };
+                sum_checked(b, &mut reduce, part, (rank, stream));
+
+                reduce.release_symmetric(adopted).unwrap();
+                assert!(reduce.symmetric_range(address, len).is_none());
+                assert!(reduce.release_symmetric(adopted).is_err());
+                b.destroy_stream(stream).unwrap();
+                b.free(plain).unwrap();
+                drop(reduce);
+                b.free(theirs).unwrap();
+            });
+        }
+    });
+}
