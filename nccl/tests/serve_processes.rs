@@ -6,7 +6,7 @@
 //! simulated time) is waited for, a rank that dies is reported by `ncclCommGetAsyncError` and its
 //! peer's waiting call released, and `ncclCommAbort` releases a call waiting for a peer that never
 //! comes; a group setting up two communicators, held in crossed orders by the two processes,
-//! meets at once.
+//! meets at once; a symmetric window of each process is shared and summed in place.
 
 mod standin;
 
@@ -15,11 +15,13 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use peerlink_nccl::ffi::typed::{
-    ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRank, ncclComm_t,
-    ncclGroupEnd, ncclGroupStart,
+    ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRank,
+    ncclCommWindowDeregister, ncclCommWindowRegister, ncclComm_t, ncclGroupEnd, ncclGroupStart,
+    ncclWindow_t,
 };
 use standin::ranks::{
-    capture_stream_of, captured_sum_replays, reduce_at_counts, stream_of, sum_f32, Reduce, AVG, SUM,
+    capture_stream_of, captured_replays, captured_sum_replays, reduce_at_counts, stream_of,
+    sum_f32, Reduce, AVG, F32, SUM,
 };
 
 /// Which rank of how many this process is, and what the job does, set by the parent test for
@@ -109,6 +111,19 @@ fn a_group_setting_up_two_communicators_in_crossed_orders_meets_at_once_and_serv
     // A crossed meeting would wait out the 60 s rendezvous, then forward both.
     let took = started.elapsed();
     assert!(took < Duration::from_secs(30), "the job took {took:?}");
+}
+
+#[test]
+fn a_symmetric_window_of_each_process_is_shared_and_summed_in_place_even_captured() {
+    for ranks in [2, 4] {
+        for (rank, output) in job(ranks, "windows").iter().enumerate() {
+            let said = passed(rank, ranks, output);
+            assert!(
+                said.contains("symmetric window of 16777216 bytes is summed in place"),
+                "{said}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -285,6 +300,49 @@ fn crossed(rank: usize, first: ncclComm_t) {
     }
 }
 
+/// Every rank registers a symmetric window of 16 MiB (peerlink's all-reduce shares it with the
+/// other processes and sets the communicator up); a call in it captured into a graph is served
+/// (it copies nothing, so it needs no larger shared buffers) and each replay sums in place; an
+/// eager call with its output in the window too; then the window is deregistered.
+fn windows(rank: usize, ranks: usize, comm: ncclComm_t) {
+    let everyone: Vec<usize> = (0..ranks).collect();
+    let count = 4 << 20;
+    let (_, address) = standin::device_buffer(rank, count * 4);
+    let mut window: ncclWindow_t = std::ptr::null_mut();
+    // SAFETY: the simulator's memory of this rank's GPU, the live communicator, an out-pointer.
+    let code =
+        unsafe { ncclCommWindowRegister(comm, address as *mut _, count * 4, &mut window, 1) };
+    assert_eq!(code, 0);
+    assert_eq!(peerlink_nccl::serve::server().windows_of(comm as usize), 1);
+    let in_place = Reduce {
+        dtype: F32,
+        op: SUM,
+        count,
+        in_place: true,
+    };
+    let on = (comm, capture_stream_of(rank));
+    assert_eq!(
+        captured_replays(rank, on, (&in_place, (address, address)), 2, &everyone),
+        0
+    );
+    let beside = Reduce {
+        in_place: false,
+        ..in_place
+    };
+    let send = beside.buffers(rank, rank).0;
+    assert_eq!(
+        beside.call((send, address), comm, capture_stream_of(rank)),
+        0
+    );
+    beside.check(address, rank, capture_stream_of(rank), &everyone);
+    assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
+    // SAFETY: the window registered above; then the communicator made by the caller.
+    unsafe {
+        assert_eq!(ncclCommWindowDeregister(comm, window), 0);
+        assert_eq!(ncclCommDestroy(comm), 0);
+    }
+}
+
 /// One rank of [`ranks_that_are_each_a_process_of_this_host_are_served`]'s job.
 #[test]
 #[ignore = "one rank of a job that ranks_that_are_each_a_process_of_this_host_are_served starts"]
@@ -306,6 +364,7 @@ fn one_rank_of_a_job() {
         "dies" => return dies(rank, comm),
         "abort" => return abort(rank, comm),
         "crossed" => return crossed(rank, comm),
+        "windows" => return windows(rank, ranks, comm),
         _ => {}
     }
     for op in [SUM, AVG] {

@@ -429,9 +429,45 @@ passed_on! {
     ncclCommFinalize(comm: ncclComm_t);
     ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: size_t, handle: *mut *mut c_void);
     ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void);
-    ncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: size_t, win: *mut ncclWindow_t, winFlags: c_int);
-    ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t);
 }
+
+/// Registers the window with NCCL, then, where it is symmetric and peerlink serves the
+/// communicator with other ranks, with peerlink's all-reduce too (`serve::windows`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommWindowRegister(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: size_t,
+    win: *mut ncclWindow_t,
+    winFlags: c_int,
+) -> ncclResult_t {
+    let result =
+        serve::other_call(|| forward!(ncclCommWindowRegister(comm, buff, size, win, winFlags)));
+    if result == NCCL_SUCCESS && !win.is_null() {
+        let window = serve::Window {
+            comm: comm as usize,
+            address: buff as u64,
+            size,
+            // SAFETY: NCCL wrote the caller's out-pointer, checked for null, where it succeeded.
+            handle: unsafe { *win } as usize,
+            flags: winFlags,
+        };
+        serve::server().register_window(&RealNccl, window);
+    }
+    result
+}
+const _: sig::ncclCommWindowRegister = ncclCommWindowRegister;
+
+/// Gives the window up in peerlink's all-reduce where it was adopted, then passes the call on.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommWindowDeregister(
+    comm: ncclComm_t,
+    win: ncclWindow_t,
+) -> ncclResult_t {
+    serve::server().deregister_window(comm as usize, win as usize);
+    serve::other_call(|| forward!(ncclCommWindowDeregister(comm, win)))
+}
+const _: sig::ncclCommWindowDeregister = ncclCommWindowDeregister;
 
 /// Releases the communicator's served kernels that wait for peers, forgets it, and passes the
 /// abort on.

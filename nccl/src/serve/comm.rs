@@ -67,6 +67,37 @@ impl Reduce {
         }
     }
 
+    /// Where a call on `len` bytes at `address` (borrowed as `borrowed`) sums: the range of an
+    /// adopted window that holds them all (in place there), else the borrowed buffer.
+    pub fn range_of(&self, address: u64, borrowed: BufferId, len: usize) -> BufferRange {
+        let symmetric = match self {
+            Reduce::Threads(reduce) => reduce.symmetric_range(address, len),
+            Reduce::Processes(reduce) => reduce.symmetric_range(address, len),
+        };
+        symmetric.unwrap_or(BufferRange {
+            buffer: borrowed,
+            offset: 0,
+            len,
+        })
+    }
+
+    /// Adopts the caller's `len` bytes at `address` as symmetric memory, with every rank
+    /// (`GroupAllReduce::adopt_symmetric`): their handle.
+    pub fn adopt(&mut self, address: u64, len: usize) -> peerlink::Result<BufferId> {
+        match self {
+            Reduce::Threads(reduce) => reduce.adopt_symmetric(address, len),
+            Reduce::Processes(reduce) => reduce.adopt_symmetric(address, len),
+        }
+    }
+
+    /// Gives up adopted `buffer`, with every rank (`GroupAllReduce::release_symmetric`).
+    pub fn release(&mut self, buffer: BufferId) -> peerlink::Result<()> {
+        match self {
+            Reduce::Threads(reduce) => reduce.release_symmetric(buffer),
+            Reduce::Processes(reduce) => reduce.release_symmetric(buffer),
+        }
+    }
+
     /// Reduces `range` with every rank's (`op`), queued on `stream`.
     pub fn all_reduce(
         &mut self,
@@ -95,6 +126,8 @@ pub struct Comm {
     pub reduce: Option<Reduce>,
     /// What its kernels wait on, where it is served with other ranks (dropped after `reduce`).
     pub lifeline: Option<Arc<Lifeline>>,
+    /// The symmetric windows `reduce` adopted: each `ncclWindow_t` and its memory's handle.
+    pub windows: HashMap<usize, BufferId>,
     backend: Option<Arc<dyn Backend>>,
     streams: HashMap<u64, StreamId>,
     /// The stream handle of the last call: its all-reduce orders the next call after it, so it
@@ -114,6 +147,7 @@ impl Comm {
             state: State::Pending,
             reduce: None,
             lifeline: None,
+            windows: HashMap::new(),
             backend: None,
             streams: HashMap::new(),
             last_stream: None,

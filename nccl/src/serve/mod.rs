@@ -24,13 +24,14 @@ mod group;
 mod lifeline;
 pub mod records;
 pub mod table;
+mod windows;
 
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use peerlink::backend::collective::{BufferRange, DataType, Reduction};
+use peerlink::backend::collective::{DataType, Reduction};
 use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
 use peerlink::engine::all_reduce::price::{pick, Placement};
 use peerlink::engine::all_reduce::{
@@ -48,6 +49,7 @@ use records::{decide, Decision, Record, Seen, RECORD_BYTES};
 use table::Table;
 
 pub use group::{all_reduce, group_end, group_simulate_end, group_start, in_group, other_call};
+pub use windows::Window;
 
 /// `ncclResult_t` values this module answers with.
 const SUCCESS: i32 = 0;
@@ -584,16 +586,11 @@ fn capturable(backend: &Arc<dyn Backend>, comm: &mut Comm, call: &AllReduce) -> 
     let Ok((_, recv)) = comm.buffers(backend, call.send, call.recv, len) else {
         return false;
     };
-    let range = BufferRange {
-        buffer: recv,
-        offset: 0,
-        len,
-    };
     comm.lost().is_none()
-        && comm
-            .reduce
-            .as_mut()
-            .is_some_and(|reduce| reduce.queues_only(range, stream))
+        && comm.reduce.as_mut().is_some_and(|reduce| {
+            let range = reduce.range_of(call.recv, recv, len);
+            reduce.queues_only(range, stream)
+        })
 }
 
 /// One rank's all-gather of the set-up records: its own record in `send`, every rank's into
@@ -700,8 +697,23 @@ fn run_lone(
             &BufferCopy::from_start(send, recv, len),
         )?;
     }
+    let Some(reduce) = joined(backend, model, comm, peers)? else {
+        return Ok(());
+    };
+    let range = reduce.range_of(call.recv, recv, len);
+    reduce.all_reduce(range, stream, dtype, call.reduction())
+}
+
+/// The all-reduce of `comm`'s rank with its `peers`: with threads joined at its first use (every
+/// thread rank's, a collective); `None` for one rank, who sums with no one.
+fn joined<'c>(
+    backend: &Arc<dyn Backend>,
+    model: &CostModel,
+    comm: &'c mut Comm,
+    peers: Peers,
+) -> peerlink::Result<Option<&'c mut Reduce>> {
     match (&comm.reduce, peers) {
-        (_, Peers::Alone) => return Ok(()),
+        (_, Peers::Alone) => return Ok(None),
         (None, Peers::Threads(clique)) => {
             let ranks = ThreadRanks::new(clique.meeting.clone(), comm.rank);
             let mut joined = GroupAllReduce::join(backend.clone(), ranks, model.clone())?;
@@ -713,12 +725,7 @@ fn run_lone(
     let reduce = comm.reduce.as_mut().ok_or_else(|| {
         peerlink::Error::Group("a served communicator of processes lost its all-reduce".into())
     })?;
-    let range = BufferRange {
-        buffer: recv,
-        offset: 0,
-        len,
-    };
-    reduce.all_reduce(range, stream, dtype, call.reduction())
+    Ok(Some(reduce))
 }
 
 /// Rank `comm.rank` of ranks that are each a process of this host meets the others (rank 0 at

@@ -87,7 +87,7 @@ pub fn install(serve: &str, table: Option<&str>) {
         if let Some(table) = table {
             std::env::set_var("PEERLINK_NCCL_TABLE", table);
         }
-        let functions: [(Export, usize); 14] = [
+        let functions: [(Export, usize); 16] = [
             (Export::ncclCommInitRank, init_rank as *const () as usize),
             (Export::ncclCommInitAll, init_all as *const () as usize),
             (Export::ncclCommSplit, split as *const () as usize),
@@ -104,6 +104,14 @@ pub fn install(serve: &str, table: Option<&str>) {
             (
                 Export::ncclCommGetAsyncError,
                 async_error as *const () as usize,
+            ),
+            (
+                Export::ncclCommWindowRegister,
+                window_register as *const () as usize,
+            ),
+            (
+                Export::ncclCommWindowDeregister,
+                window_deregister as *const () as usize,
             ),
         ];
         // SAFETY: each function has the type NCCL gives its export, and lives as long as the test.
@@ -206,6 +214,27 @@ unsafe extern "C" fn abort(c: ncclComm_t) -> c_int {
 unsafe extern "C" fn async_error(c: ncclComm_t, out: *mut c_int) -> c_int {
     record("ncclCommGetAsyncError", c);
     unsafe { *out = 0 };
+    0
+}
+
+/// A window handle of its own for each registration (the stand-in keeps nothing of it).
+unsafe extern "C" fn window_register(
+    c: ncclComm_t,
+    _buff: *mut c_void,
+    _size: usize,
+    win: *mut *mut c_void,
+    _flags: c_int,
+) -> c_int {
+    static WINDOWS: AtomicU64 = AtomicU64::new(1);
+    record("ncclCommWindowRegister", c);
+    let handle = WINDOWS.fetch_add(1, Ordering::Relaxed) as usize;
+    // SAFETY: NCCL's contract: `win` is a valid out-pointer.
+    unsafe { *win = handle as *mut c_void };
+    0
+}
+
+unsafe extern "C" fn window_deregister(c: ncclComm_t, _win: *mut c_void) -> c_int {
+    record("ncclCommWindowDeregister", c);
     0
 }
 

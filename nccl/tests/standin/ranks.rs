@@ -40,18 +40,27 @@ impl Reduce {
     /// Fills a fresh input (and output) of `gpu` for rank `rank`: the addresses to call with.
     pub fn buffers(&self, rank: usize, gpu: usize) -> (u64, u64) {
         let bytes = self.count * self.element();
-        let backend = super::backend();
-        let (send_buffer, send) = super::device_buffer(gpu, bytes);
-        let values: Vec<f32> = (0..self.count).map(|i| value(rank, i)).collect();
-        backend
-            .write(send_buffer, 0, &super::encode(self.dtype, &values))
-            .unwrap();
+        let send = super::device_buffer(gpu, bytes).1;
+        self.fill(rank, gpu, send);
         let recv = if self.in_place {
             send
         } else {
             super::device_buffer(gpu, bytes).1
         };
         (send, recv)
+    }
+
+    /// Writes rank `rank`'s [`value`]s at `address` of GPU `gpu`.
+    pub fn fill(&self, rank: usize, gpu: usize, address: u64) {
+        let backend = super::backend();
+        let buffer = backend
+            .borrow_memory(gpu, address, self.count * self.element())
+            .unwrap();
+        let values: Vec<f32> = (0..self.count).map(|i| value(rank, i)).collect();
+        backend
+            .write(buffer, 0, &super::encode(self.dtype, &values))
+            .unwrap();
+        backend.free(buffer).unwrap();
     }
 
     pub fn call(&self, (send, recv): (u64, u64), comm: ncclComm_t, stream: u64) -> c_int {
@@ -135,16 +144,41 @@ pub fn captured_sum_replays(
     replays: usize,
     everyone: &[usize],
 ) -> c_int {
+    let reduce = Reduce {
+        dtype: F32,
+        op: SUM,
+        count,
+        in_place: false,
+    };
+    let buffers = reduce.buffers(rank, rank);
+    let on = (comm, capture_stream_of(rank));
+    captured_replays(rank, on, (&reduce, buffers), replays, everyone)
+}
+
+/// Captures `reduce` of `buffers` (rank `rank`'s, on its GPU) through the library on `comm` and
+/// the stream `handle` into a CUDA graph (on the simulator), then replays it `replays` times,
+/// each after the input is filled anew (and an output beside it zeroed), every element checked
+/// after each against the sum over `everyone`. Returns the capture's result code.
+pub fn captured_replays(
+    rank: usize,
+    (comm, handle): (ncclComm_t, u64),
+    (reduce, (send, recv)): (&Reduce, (u64, u64)),
+    replays: usize,
+    everyone: &[usize],
+) -> c_int {
     let backend = super::backend();
-    let handle = capture_stream_of(rank);
     let stream = backend.borrow_stream(rank, handle).unwrap();
     backend.begin_capture(stream).unwrap();
-    let (code, reduce, (_, recv)) = sum_f32(rank, comm, count, handle);
+    let code = reduce.call((send, recv), comm, handle);
     let graph = backend.end_capture(stream).unwrap();
+    let bytes = reduce.count * reduce.element();
     for _ in 0..replays {
-        let out = backend.borrow_memory(rank, recv, count * 4).unwrap();
-        backend.write(out, 0, &vec![0; count * 4]).unwrap();
-        backend.free(out).unwrap();
+        reduce.fill(rank, rank, send);
+        if send != recv {
+            let out = backend.borrow_memory(rank, recv, bytes).unwrap();
+            backend.write(out, 0, &vec![0; bytes]).unwrap();
+            backend.free(out).unwrap();
+        }
         backend.replay(graph, stream).unwrap();
         reduce.check(recv, rank, handle, everyone);
     }

@@ -164,29 +164,28 @@ impl<G: RankExchange> GroupAllReduce<G> {
         Ok(mine.keep())
     }
 
-    /// Makes `buffer`, `len` (> 0) bytes of this rank's GPU that another library allocated and
-    /// this process borrowed (a window an NCCL-API caller registered), symmetric memory of the
-    /// ranks, with every rank (each with its own, all of one `len`, in the same order of calls,
-    /// as a collective): an all-reduce of a range of it copies as little as one of
-    /// [`GroupAllReduce::alloc_symmetric`]'s. The handle is this `GroupAllReduce`'s from here
-    /// (freed, the memory left to its owner, by [`GroupAllReduce::release_symmetric`] or the
-    /// drop); the owner must keep the memory until then.
-    pub fn adopt_symmetric(&mut self, buffer: BufferId, len: usize) -> Result<()> {
+    /// Makes the `len` (> 0) bytes at unified address `address`, memory of this rank's GPU that
+    /// another library allocated (a window an NCCL-API caller registered), symmetric memory of the
+    /// ranks, with every rank (each with its own, all of one `len`, in the same order of calls, as
+    /// a collective): an all-reduce of a range of it copies as little as one of
+    /// [`GroupAllReduce::alloc_symmetric`]'s. Returns the memory's handle here, this
+    /// `GroupAllReduce`'s (closed, the memory left to its owner, by
+    /// [`GroupAllReduce::release_symmetric`] or the drop); the owner must keep the memory until
+    /// then.
+    pub fn adopt_symmetric(&mut self, address: u64, len: usize) -> Result<BufferId> {
         let backend = self.backend.clone();
-        let mine = Owned::new(backend.as_ref(), buffer);
-        let fits = backend.len(buffer).and_then(|held| {
-            if len == 0 || len > held {
-                return Err(Error::usage(format!(
-                    "symmetric memory of {len} bytes in a buffer of {held}: adopt at least one \
-                     byte, and no more than the buffer holds"
-                )));
-            }
-            Ok(())
-        });
-        agreed_by(&self.group, fits)?;
+        let borrowed = if len == 0 {
+            Err(Error::usage(
+                "symmetric memory of 0 bytes: adopt at least one byte",
+            ))
+        } else {
+            backend
+                .borrow_memory(self.gpu(), address, len)
+                .map(|buffer| Owned::new(backend.as_ref(), buffer))
+        };
+        let mine = agreed_by(&self.group, borrowed)?;
         self.share_symmetric(*mine, len)?;
-        mine.keep();
-        Ok(())
+        Ok(mine.keep())
     }
 
     /// Gives up symmetric memory `buffer` (this rank's, from [`GroupAllReduce::alloc_symmetric`]

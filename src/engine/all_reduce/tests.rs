@@ -58,9 +58,8 @@ fn memory_another_library_allocated_is_adopted_as_symmetric_and_summed_in_place(
                 let plain = b.borrow_memory(rank, address, len).unwrap();
                 assert!(!reduce.queues_only(whole(plain), stream));
 
-                let adopted = b.borrow_memory(rank, address, len).unwrap();
                 assert!(reduce.symmetric_range(address, len).is_none());
-                reduce.adopt_symmetric(adopted, len).unwrap();
+                let adopted = reduce.adopt_symmetric(address, len).unwrap();
                 let inside = reduce.symmetric_range(address + 4096, 64).unwrap();
                 assert_eq!((inside.buffer, inside.offset), (adopted, 4096));
                 // Adopted, it is summed where it lies: two-shot copies nothing.
