@@ -54,35 +54,24 @@ pub(super) fn export(
             allocation.size, allocation.start
         )));
     }
-    let Some(handle) = Retained::of(ctx, address)? else {
-        let mut bytes = DeviceMemory::ipc_handle_at(ctx, allocation.start)?;
-        bytes.extend_from_slice(&offset.to_le_bytes());
-        return Ok((bytes, None));
-    };
-    let mut fd: std::ffi::c_int = -1;
-    // SAFETY: `fd` is a valid out-pointer for a POSIX file descriptor (an int), the handle a live
-    // one retained above.
-    unsafe {
-        sys::cuMemExportToShareableHandle(
-            (&mut fd as *mut std::ffi::c_int).cast(),
-            handle.0,
-            POSIX_FD,
-            0,
-        )
+    if let Some(handle) = Retained::of(ctx, address)? {
+        // Mapped memory made without a shareable handle type gives no descriptor: it may still
+        // be cuMemAlloc's underneath, which CUDA IPC shares.
+        if let Some(fd) = handle.descriptor() {
+            let mut bytes = (allocation.size as u64).to_le_bytes().to_vec();
+            bytes.extend_from_slice(&offset.to_le_bytes());
+            return Ok((bytes, Some(fd)));
+        }
     }
-    .result()
-    .map_err(|e| {
+    let mut bytes = DeviceMemory::ipc_handle_at(ctx, allocation.start).map_err(|e| {
         Error::usage(format!(
-            "cannot export the memory at {address:#x}: the driver gives no file descriptor for \
-             its allocation ({e:?}); it was mapped without a shareable handle type — allocate it \
-             with ncclMemAlloc, or cuMemCreate asking for CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR"
+            "cannot export the memory at {address:#x}: the driver shares neither its allocation's \
+             IPC handle ({e}) nor a file descriptor of it; share memory of cudaMalloc, or mapped \
+             with a POSIX file descriptor handle type as ncclMemAlloc maps it"
         ))
     })?;
-    // SAFETY: the driver returned a new descriptor, owned by no one else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut bytes = (allocation.size as u64).to_le_bytes().to_vec();
     bytes.extend_from_slice(&offset.to_le_bytes());
-    Ok((bytes, Some(fd)))
+    Ok((bytes, None))
 }
 
 /// A physical allocation's handle, retained from an address it is mapped at, released on drop.
@@ -100,6 +89,30 @@ impl Retained {
             sys::cuMemRetainAllocationHandle(&mut handle, address as usize as *mut c_void)
         };
         Ok(retained.result().ok().map(|()| Retained(handle)))
+    }
+}
+
+impl Retained {
+    /// A POSIX file descriptor of the allocation for another process, where it was made with
+    /// that handle type (cuMemExportToShareableHandle).
+    fn descriptor(&self) -> Option<OwnedFd> {
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: `fd` is a valid out-pointer for a POSIX file descriptor (an int), the handle a
+        // live one retained by `of`.
+        let exported = unsafe {
+            sys::cuMemExportToShareableHandle(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                self.0,
+                POSIX_FD,
+                0,
+            )
+        };
+        // SAFETY: where the export succeeded the driver returned a new descriptor, owned by no
+        // one else.
+        exported
+            .result()
+            .ok()
+            .map(|()| unsafe { OwnedFd::from_raw_fd(fd) })
     }
 }
 
