@@ -11,12 +11,11 @@ use std::ffi::{c_int, c_void};
 
 use peerlink_nccl::ffi::typed::{
     ncclBroadcast, ncclCommAbort, ncclCommDestroy, ncclCommInitRank, ncclCommSplit,
-    ncclCommWindowDeregister, ncclCommWindowRegister, ncclComm_t, ncclGroupEnd, ncclGroupStart,
-    ncclWindow_t,
+    ncclCommWindowDeregister, ncclComm_t, ncclGroupEnd, ncclGroupStart,
 };
 use standin::ranks::{
-    capture_stream_of, captured_replays, captured_sum_replays, init_all, on_ranks,
-    reduce_at_counts, stream_of, sum_f32, Reduce, AVG, BF16, F32, SUM,
+    capture_stream_of, captured_sum_replays, init_all, on_ranks, reduce_at_counts, register_window,
+    stream_of, sum_f32, sums_in_a_window, Reduce, AVG, BF16, F32, SUM, SYMMETRIC,
 };
 
 fn setup() {
@@ -527,20 +526,6 @@ fn one_thread_driving_every_rank_is_served_into_cuda_graphs_once_set_up_and_repl
     }
 }
 
-/// `NCCL_WIN_COLL_SYMMETRIC`.
-const SYMMETRIC: c_int = 1;
-
-/// Registers `len` bytes at `address` as a window of `comm` with `flags` (through the library):
-/// the window.
-fn register(comm: ncclComm_t, (address, len): (u64, usize), flags: c_int) -> ncclWindow_t {
-    let mut window: ncclWindow_t = std::ptr::null_mut();
-    // SAFETY: the simulator's memory of this rank's GPU, a live communicator, an out-pointer.
-    let code =
-        unsafe { ncclCommWindowRegister(comm, address as *mut c_void, len, &mut window, flags) };
-    assert_eq!(code, 0);
-    window
-}
-
 /// A stream handle of rank `rank` for the windows' test alone.
 fn window_stream(rank: usize) -> u64 {
     0x7200 + rank as u64
@@ -552,41 +537,12 @@ fn a_symmetric_window_is_summed_in_place_even_by_a_call_captured_larger_than_any
     for ranks in [2, 4, 8] {
         let everyone: Vec<usize> = (0..ranks).collect();
         on_ranks(ranks, |rank, comm| {
-            let server = peerlink_nccl::serve::server();
-            // 16 MiB of f32: sixteen times the ranks' shared buffers, which a copy-in would need
-            // to grow (nothing can grow inside a capture, so such a call would be forwarded).
-            let count = 4 << 20;
-            let (_, address) = standin::device_buffer(rank, count * 4);
-            let window = register(comm, (address, count * 4), SYMMETRIC);
-            assert_eq!(server.windows_of(comm as usize), 1, "{ranks} ranks");
+            let window = sums_in_a_window(rank, comm, window_stream(rank), &everyone);
             // A window without the symmetric flag stays NCCL's alone.
             let (_, other) = standin::device_buffer(rank, 4096);
-            let plain = register(comm, (other, 4096), 0);
+            let plain = register_window(comm, (other, 4096), 0);
+            let server = peerlink_nccl::serve::server();
             assert_eq!(server.windows_of(comm as usize), 1, "{ranks} ranks");
-
-            // The registration set the communicator up: the first call may be captured.
-            let in_place = Reduce {
-                dtype: F32,
-                op: SUM,
-                count,
-                in_place: true,
-            };
-            let on = (comm, window_stream(rank));
-            let buffers = (address, address);
-            assert_eq!(
-                captured_replays(rank, on, (&in_place, buffers), 2, &everyone),
-                0
-            );
-            // Out of place, the output in the window: the input is copied in, then summed there.
-            let beside = Reduce {
-                in_place: false,
-                ..in_place
-            };
-            let send = beside.buffers(rank, rank).0;
-            assert_eq!(beside.call((send, address), comm, window_stream(rank)), 0);
-            beside.check(address, rank, window_stream(rank), &everyone);
-            assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
-
             for window in [window, plain] {
                 // SAFETY: windows registered above on the live communicator.
                 assert_eq!(unsafe { ncclCommWindowDeregister(comm, window) }, 0);
@@ -603,7 +559,7 @@ fn a_window_registered_inside_a_group_stays_nccls_alone() {
         let (_, address) = standin::device_buffer(rank, 4096);
         // SAFETY: group calls around a registration on the live communicator.
         assert_eq!(unsafe { ncclGroupStart() }, 0);
-        let window = register(comm, (address, 4096), SYMMETRIC);
+        let window = register_window(comm, (address, 4096), SYMMETRIC);
         // SAFETY: closes the group opened above.
         assert_eq!(unsafe { ncclGroupEnd() }, 0);
         let server = peerlink_nccl::serve::server();

@@ -16,12 +16,11 @@ use std::time::{Duration, Instant};
 
 use peerlink_nccl::ffi::typed::{
     ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRank,
-    ncclCommWindowDeregister, ncclCommWindowRegister, ncclComm_t, ncclGroupEnd, ncclGroupStart,
-    ncclWindow_t,
+    ncclCommWindowDeregister, ncclComm_t, ncclGroupEnd, ncclGroupStart,
 };
 use standin::ranks::{
-    capture_stream_of, captured_replays, captured_sum_replays, reduce_at_counts, stream_of,
-    sum_f32, Reduce, AVG, F32, SUM,
+    capture_stream_of, captured_sum_replays, reduce_at_counts, stream_of, sum_f32,
+    sums_in_a_window, Reduce, AVG, SUM,
 };
 
 /// Which rank of how many this process is, and what the job does, set by the parent test for
@@ -269,12 +268,7 @@ fn crossed(rank: usize, first: ncclComm_t) {
     let held: Vec<_> = order
         .iter()
         .map(|&comm| {
-            let reduce = Reduce {
-                dtype: standin::ranks::F32,
-                op: SUM,
-                count: 1001,
-                in_place: false,
-            };
+            let reduce = Reduce::f32_sum(1001, false);
             let buffers = reduce.buffers(rank, rank);
             assert_eq!(reduce.call(buffers, comm, stream_of(rank)), 0);
             (reduce, buffers.1)
@@ -300,42 +294,11 @@ fn crossed(rank: usize, first: ncclComm_t) {
     }
 }
 
-/// Every rank registers a symmetric window of 16 MiB (peerlink's all-reduce shares it with the
-/// other processes and sets the communicator up); a call in it captured into a graph is served
-/// (it copies nothing, so it needs no larger shared buffers) and each replay sums in place; an
-/// eager call with its output in the window too; then the window is deregistered.
+/// Every rank's window of 16 MiB is shared with the other processes and summed in place
+/// (`sums_in_a_window`), then deregistered.
 fn windows(rank: usize, ranks: usize, comm: ncclComm_t) {
     let everyone: Vec<usize> = (0..ranks).collect();
-    let count = 4 << 20;
-    let (_, address) = standin::device_buffer(rank, count * 4);
-    let mut window: ncclWindow_t = std::ptr::null_mut();
-    // SAFETY: the simulator's memory of this rank's GPU, the live communicator, an out-pointer.
-    let code =
-        unsafe { ncclCommWindowRegister(comm, address as *mut _, count * 4, &mut window, 1) };
-    assert_eq!(code, 0);
-    assert_eq!(peerlink_nccl::serve::server().windows_of(comm as usize), 1);
-    let in_place = Reduce {
-        dtype: F32,
-        op: SUM,
-        count,
-        in_place: true,
-    };
-    let on = (comm, capture_stream_of(rank));
-    assert_eq!(
-        captured_replays(rank, on, (&in_place, (address, address)), 2, &everyone),
-        0
-    );
-    let beside = Reduce {
-        in_place: false,
-        ..in_place
-    };
-    let send = beside.buffers(rank, rank).0;
-    assert_eq!(
-        beside.call((send, address), comm, capture_stream_of(rank)),
-        0
-    );
-    beside.check(address, rank, capture_stream_of(rank), &everyone);
-    assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
+    let window = sums_in_a_window(rank, comm, capture_stream_of(rank), &everyone);
     // SAFETY: the window registered above; then the communicator made by the caller.
     unsafe {
         assert_eq!(ncclCommWindowDeregister(comm, window), 0);

@@ -4,7 +4,8 @@
 use std::ffi::{c_int, c_void};
 
 use peerlink_nccl::ffi::typed::{
-    ncclAllReduce, ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclComm_t,
+    ncclAllReduce, ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclCommWindowRegister,
+    ncclComm_t, ncclWindow_t,
 };
 
 pub const F16: c_int = 6;
@@ -29,6 +30,16 @@ pub struct Reduce {
 }
 
 impl Reduce {
+    /// A sum of `count` f32 elements.
+    pub fn f32_sum(count: usize, in_place: bool) -> Reduce {
+        Reduce {
+            dtype: F32,
+            op: SUM,
+            count,
+            in_place,
+        }
+    }
+
     fn element(&self) -> usize {
         if self.dtype == F32 {
             4
@@ -116,12 +127,7 @@ pub fn sum_f32(
     count: usize,
     stream: u64,
 ) -> (c_int, Reduce, (u64, u64)) {
-    let reduce = Reduce {
-        dtype: F32,
-        op: SUM,
-        count,
-        in_place: false,
-    };
+    let reduce = Reduce::f32_sum(count, false);
     let buffers = reduce.buffers(rank, rank);
     let code = reduce.call(buffers, comm, stream);
     (code, reduce, buffers)
@@ -144,12 +150,7 @@ pub fn captured_sum_replays(
     replays: usize,
     everyone: &[usize],
 ) -> c_int {
-    let reduce = Reduce {
-        dtype: F32,
-        op: SUM,
-        count,
-        in_place: false,
-    };
+    let reduce = Reduce::f32_sum(count, false);
     let buffers = reduce.buffers(rank, rank);
     let on = (comm, capture_stream_of(rank));
     captured_replays(rank, on, (&reduce, buffers), replays, everyone)
@@ -184,6 +185,58 @@ pub fn captured_replays(
     }
     backend.destroy_graph(graph).unwrap();
     code
+}
+
+/// `NCCL_WIN_COLL_SYMMETRIC`.
+pub const SYMMETRIC: c_int = 1;
+
+/// Registers `len` bytes at `address` as a window of `comm` with `flags` through the library:
+/// the window.
+pub fn register_window(
+    comm: ncclComm_t,
+    (address, len): (u64, usize),
+    flags: c_int,
+) -> ncclWindow_t {
+    let mut window: ncclWindow_t = std::ptr::null_mut();
+    // SAFETY: the simulator's memory of this rank's GPU, a live communicator, an out-pointer.
+    let code =
+        unsafe { ncclCommWindowRegister(comm, address as *mut c_void, len, &mut window, flags) };
+    assert_eq!(code, 0);
+    window
+}
+
+/// Rank `rank` of `everyone` registers a symmetric window of 16 MiB on `comm` (which sets the
+/// communicator up), captures an in-place sum of it on stream `handle` — its first call — and
+/// replays it twice, then sums into it out of place, every element checked; nothing may reach
+/// NCCL. 16 MiB is sixteen times the ranks' shared buffers, which a copy-in would need to grow:
+/// nothing grows inside a capture, so in other memory the captured call would be forwarded.
+/// Returns the window.
+pub fn sums_in_a_window(
+    rank: usize,
+    comm: ncclComm_t,
+    handle: u64,
+    everyone: &[usize],
+) -> ncclWindow_t {
+    let count = 4 << 20;
+    let (_, address) = super::device_buffer(rank, count * 4);
+    let window = register_window(comm, (address, count * 4), SYMMETRIC);
+    assert_eq!(peerlink_nccl::serve::server().windows_of(comm as usize), 1);
+    let in_place = Reduce::f32_sum(count, true);
+    let captured = captured_replays(
+        rank,
+        (comm, handle),
+        (&in_place, (address, address)),
+        2,
+        everyone,
+    );
+    assert_eq!(captured, 0);
+    // Out of place, the output in the window: the input is copied in, then summed there.
+    let beside = Reduce::f32_sum(count, false);
+    let send = beside.buffers(rank, rank).0;
+    assert_eq!(beside.call((send, address), comm, handle), 0);
+    beside.check(address, rank, handle, everyone);
+    assert_eq!(super::count_of_this_thread("ncclAllReduce"), 0, "served");
+    window
 }
 
 /// All-reduces (`op`: sum or average) of f32, bf16 and f16 at each of `counts`, in place and not,
