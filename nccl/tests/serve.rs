@@ -14,8 +14,8 @@ use peerlink_nccl::ffi::typed::{
     ncclCommWindowDeregister, ncclComm_t, ncclGroupEnd, ncclGroupStart,
 };
 use standin::ranks::{
-    capture_stream_of, captured_sum_replays, init_all, on_ranks, reduce_at_counts, register_window,
-    stream_of, sum_f32, sums_in_a_window, Reduce, AVG, BF16, F32, SUM, SYMMETRIC,
+    capture_stream_of, captured_sum_replays, in_group, init_all, on_ranks, reduce_at_counts,
+    register_window, stream_of, sum_f32, sums_in_a_window, Reduce, AVG, BF16, F32, SUM, SYMMETRIC,
 };
 
 fn setup() {
@@ -537,13 +537,16 @@ fn a_symmetric_window_is_summed_in_place_even_by_a_call_captured_larger_than_any
     for ranks in [2, 4, 8] {
         let everyone: Vec<usize> = (0..ranks).collect();
         on_ranks(ranks, |rank, comm| {
-            let window = sums_in_a_window(rank, comm, window_stream(rank), &everyone);
+            let on = (comm, window_stream(rank));
+            let alone = sums_in_a_window(rank, on, false, &everyone);
+            // Registered inside a group, as nccl-tests -R 2 registers (each thread its rank's).
+            let grouped = sums_in_a_window(rank, on, true, &everyone);
             // A window without the symmetric flag stays NCCL's alone.
             let (_, other) = standin::device_buffer(rank, 4096);
             let plain = register_window(comm, (other, 4096), 0);
             let server = peerlink_nccl::serve::server();
-            assert_eq!(server.windows_of(comm as usize), 1, "{ranks} ranks");
-            for window in [window, plain] {
+            assert_eq!(server.windows_of(comm as usize), 2, "{ranks} ranks");
+            for window in [alone, grouped, plain] {
                 // SAFETY: windows registered above on the live communicator.
                 assert_eq!(unsafe { ncclCommWindowDeregister(comm, window) }, 0);
             }
@@ -553,18 +556,45 @@ fn a_symmetric_window_is_summed_in_place_even_by_a_call_captured_larger_than_any
 }
 
 #[test]
-fn a_window_registered_inside_a_group_stays_nccls_alone() {
+fn windows_one_thread_registers_for_every_rank_stay_nccls_and_its_groups_are_served() {
     setup();
-    on_ranks(2, |rank, comm| {
-        let (_, address) = standin::device_buffer(rank, 4096);
-        // SAFETY: group calls around a registration on the live communicator.
-        assert_eq!(unsafe { ncclGroupStart() }, 0);
-        let window = register_window(comm, (address, 4096), SYMMETRIC);
-        // SAFETY: closes the group opened above.
-        assert_eq!(unsafe { ncclGroupEnd() }, 0);
-        let server = peerlink_nccl::serve::server();
-        assert_eq!(server.windows_of(comm as usize), 0);
-        // SAFETY: the window registered above.
-        assert_eq!(unsafe { ncclCommWindowDeregister(comm, window) }, 0);
+    let ranks = 4;
+    let gpus: Vec<c_int> = (0..ranks as c_int).collect();
+    let comms = init_all(&gpus);
+    let reduce = Reduce::f32_sum(70_001, false);
+    let buffers: Vec<(u64, u64)> = (0..ranks).map(|r| reduce.buffers(r, r)).collect();
+    // As nccl-tests -g N -R 2 registers: one thread, one group, every rank's send and receive
+    // buffer. The calls go through LocalAllReduce, which sums the caller's buffers directly.
+    let windows: Vec<_> = in_group(true, || {
+        let bytes = reduce.count * 4;
+        let each = comms.iter().zip(&buffers);
+        each.flat_map(|(&comm, &(send, recv))| {
+            [send, recv].map(|address| register_window(comm, (address, bytes), SYMMETRIC))
+        })
+        .collect()
     });
+    let server = peerlink_nccl::serve::server();
+    assert!(comms
+        .iter()
+        .all(|&comm| server.windows_of(comm as usize) == 0));
+    in_group(true, || {
+        for (rank, comm) in comms.iter().enumerate() {
+            assert_eq!(reduce.call(buffers[rank], *comm, stream_of(rank)), 0);
+        }
+    });
+    let everyone: Vec<usize> = (0..ranks).collect();
+    for rank in 0..ranks {
+        reduce.check(buffers[rank].1, rank, stream_of(rank), &everyone);
+    }
+    let reached = standin::calls_of_this_thread();
+    let forwarded = |comm: &ncclComm_t| reached.contains(&("ncclAllReduce", *comm as usize));
+    assert!(!comms.iter().any(forwarded), "served");
+    for (i, window) in windows.into_iter().enumerate() {
+        // SAFETY: the windows registered above, each on its rank's live communicator.
+        assert_eq!(unsafe { ncclCommWindowDeregister(comms[i / 2], window) }, 0);
+    }
+    for comm in comms {
+        // SAFETY: made above.
+        assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
+    }
 }

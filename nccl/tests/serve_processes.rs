@@ -294,14 +294,17 @@ fn crossed(rank: usize, first: ncclComm_t) {
     }
 }
 
-/// Every rank's window of 16 MiB is shared with the other processes and summed in place
-/// (`sums_in_a_window`), then deregistered.
+/// Every rank's window of 16 MiB, registered alone and again inside a group, is shared with the
+/// other processes and summed in place (`sums_in_a_window`), then deregistered.
 fn windows(rank: usize, ranks: usize, comm: ncclComm_t) {
     let everyone: Vec<usize> = (0..ranks).collect();
-    let window = sums_in_a_window(rank, comm, capture_stream_of(rank), &everyone);
-    // SAFETY: the window registered above; then the communicator made by the caller.
+    let on = (comm, capture_stream_of(rank));
+    let windows = [false, true].map(|grouped| sums_in_a_window(rank, on, grouped, &everyone));
+    // SAFETY: the windows registered above; then the communicator made by the caller.
     unsafe {
-        assert_eq!(ncclCommWindowDeregister(comm, window), 0);
+        for window in windows {
+            assert_eq!(ncclCommWindowDeregister(comm, window), 0);
+        }
         assert_eq!(ncclCommDestroy(comm), 0);
     }
 }

@@ -448,11 +448,13 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
             comm: comm as usize,
             address: buff as u64,
             size,
-            // SAFETY: NCCL wrote the caller's out-pointer, checked for null, where it succeeded.
-            handle: unsafe { *win } as usize,
             flags: winFlags,
         };
-        serve::server().register_window(&RealNccl, window);
+        // Inside a group NCCL writes the handle at the group's end: read when it is needed.
+        // SAFETY: the caller's out-pointer, checked for null, valid until its group ends (NCCL's
+        // contract), which is when a held registration reads it.
+        let handle = Box::new(move || unsafe { *win } as usize);
+        serve::window_registered(&RealNccl, window, handle);
     }
     result
 }

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::comm::{Clique, Comm, Peers, State};
+use super::windows::HeldWindow;
 use super::{
     capturable, capturing, run_clique, run_lone, server, AllReduce, Real, Server, SUCCESS,
 };
@@ -32,6 +33,8 @@ struct Group {
     depth: u32,
     held: Vec<Held>,
     forwarded: bool,
+    /// Symmetric windows registered in the group, adopted at its end.
+    windows: Vec<HeldWindow>,
 }
 
 thread_local! {
@@ -86,6 +89,18 @@ pub fn other_call(forward: impl FnOnce() -> i32) -> i32 {
     first_failure(flushed, code)
 }
 
+/// Holds `window` to the end of this thread's group; gives it back outside any group.
+pub fn hold_window(window: HeldWindow) -> Option<HeldWindow> {
+    let mut window = Some(window);
+    let _ = GROUP.try_with(|g| {
+        let mut group = g.borrow_mut();
+        if group.depth > 0 {
+            group.windows.extend(window.take());
+        }
+    });
+    window
+}
+
 /// `ncclGroupSimulateEnd`: NCCL simulates the group as NCCL holds it, so what this group held
 /// goes to NCCL first; the group ends there.
 pub fn group_simulate_end(forward: impl FnOnce() -> i32) -> i32 {
@@ -100,6 +115,8 @@ pub fn group_simulate_end(forward: impl FnOnce() -> i32) -> i32 {
             group.depth = group.depth.saturating_sub(1);
             if group.depth == 0 {
                 group.forwarded = false;
+                // A simulated group registers nothing.
+                group.windows.clear();
             }
             code
         })
@@ -150,17 +167,24 @@ pub fn group_end(real: &dyn Real) -> i32 {
             return None;
         }
         group.forwarded = false;
-        Some(std::mem::take(&mut group.held))
+        Some((
+            std::mem::take(&mut group.held),
+            std::mem::take(&mut group.windows),
+        ))
     });
-    let held = match taken {
-        Ok(Some(held)) if !held.is_empty() => held,
+    let (held, windows) = match taken {
+        Ok(Some(taken)) if !taken.0.is_empty() || !taken.1.is_empty() => taken,
         _ => return real.group_end(),
     };
-    // NCCL's group holds none of them: close it, then set up and serve, or forward them as a
-    // group of their own.
+    // NCCL's group holds none of the all-reduces: close it (which registers the windows), adopt
+    // the windows, then set up and serve, or forward the all-reduces as a group of their own.
     let closed = real.group_end();
     if closed != SUCCESS {
         return closed;
+    }
+    server().register_windows(real, windows);
+    if held.is_empty() {
+        return SUCCESS;
     }
     if let Some(code) = server().serve_group(real, &held) {
         return code;

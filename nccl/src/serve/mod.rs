@@ -49,7 +49,7 @@ use records::{decide, Decision, Record, Seen, RECORD_BYTES};
 use table::Table;
 
 pub use group::{all_reduce, group_end, group_simulate_end, group_start, in_group, other_call};
-pub use windows::Window;
+pub use windows::{window_registered, Window};
 
 /// `ncclResult_t` values this module answers with.
 const SUCCESS: i32 = 0;

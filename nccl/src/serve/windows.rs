@@ -7,67 +7,116 @@
 //! sum back — as NCCL's symmetric kernels do. NCCL's rule for symmetric windows holds: every
 //! rank registers a window of one size, and calls with buffers at the same offset in it.
 //!
-//! A registration inside a group stays NCCL's alone (one thread may register for several ranks
-//! there, and adopting is a meeting of every rank); so does one where peerlink serves nothing.
+//! A registration inside a group is adopted at the group's end (where NCCL has written its
+//! handle), unless the group registered windows of several ranks of one clique of thread ranks:
+//! one thread drives them all (nccl-tests `-g N`), and its calls sum the caller's buffers
+//! directly. A registration where peerlink serves nothing stays NCCL's alone.
 
 use std::sync::Arc;
 
 use peerlink::backend::Backend;
 
-use super::comm::Comm;
-use super::group::in_group;
-use super::{joined, Real, Server, State};
+use super::comm::{Comm, Peers};
+use super::group::hold_window;
+use super::{joined, server, Real, Server, State};
 use crate::log;
 
 /// `NCCL_WIN_COLL_SYMMETRIC`: every rank registers its window at once, for collectives.
 pub const NCCL_WIN_COLL_SYMMETRIC: i32 = 0x01;
 
-/// A window NCCL registered: its communicator, memory, handle (`ncclWindow_t`) and flags.
+/// A window NCCL registered: its communicator, memory and flags.
 #[derive(Clone, Copy, Debug)]
 pub struct Window {
     pub comm: usize,
     pub address: u64,
     pub size: usize,
-    pub handle: usize,
     pub flags: i32,
 }
 
+/// A window registered inside a group, with what reads its handle (`ncclWindow_t`) once NCCL
+/// wrote it, at the group's end.
+pub struct HeldWindow {
+    pub window: Window,
+    pub handle: Box<dyn FnOnce() -> usize>,
+}
+
+/// After NCCL registered `window` (`handle` reads its `ncclWindow_t`): where it is symmetric,
+/// adopted now, or held to the end of the group it was registered in.
+pub fn window_registered(real: &dyn Real, window: Window, handle: Box<dyn FnOnce() -> usize>) {
+    if window.flags & NCCL_WIN_COLL_SYMMETRIC == 0 || window.size == 0 {
+        return;
+    }
+    let held = HeldWindow { window, handle };
+    if let Some(now) = hold_window(held) {
+        server().register_windows(real, vec![now]);
+    }
+}
+
 impl Server {
-    /// After NCCL registered `window`: adopts it where it is symmetric and its communicator is
-    /// served with other ranks (set up now, on the default stream, where it was not yet — every
-    /// rank registers at once). A failure is said on stderr; the window stays NCCL's.
-    pub fn register_window(&self, real: &dyn Real, window: Window) {
-        let symmetric = window.flags & NCCL_WIN_COLL_SYMMETRIC != 0;
-        if !symmetric || window.size == 0 || in_group() || self.why_none().is_some() {
+    /// Adopts `held` (registered together, in the caller's order) where peerlink serves their
+    /// communicators with other ranks (each set up now, on the default stream, where it was not
+    /// yet: every rank registers at once). Windows of two or more ranks of one clique of thread
+    /// ranks are left alone: one thread registered for several ranks (nccl-tests `-g N`), whose
+    /// calls sum the caller's buffers directly. A failure is said on stderr; the window stays
+    /// NCCL's.
+    pub fn register_windows(&self, real: &dyn Real, held: Vec<HeldWindow>) {
+        if held.is_empty() || self.why_none().is_some() {
             return;
         }
         let Some(backend) = self.backend() else {
             return;
         };
-        let Some(entry) = self.comm(real, window.comm) else {
-            return;
-        };
-        let Ok(mut comm) = entry.lock() else {
-            return;
-        };
-        if matches!(comm.state, State::Pending) {
-            self.set_up(backend, real, &mut [&mut comm], &[0]);
+        let mut addresses: Vec<usize> = Vec::new();
+        for held in &held {
+            if !addresses.contains(&held.window.comm) {
+                addresses.push(held.window.comm);
+            }
         }
-        if let Err(e) = self.adopt(backend, &mut comm, window) {
-            log::write(&[format!(
-                "communicator {:#x}: its symmetric window of {} bytes stays NCCL's alone, so \
-                 served calls in it copy as for other memory ({e})",
-                window.comm, window.size
-            )]);
+        let Some(entries) = addresses
+            .iter()
+            .map(|&address| self.comm(real, address))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
+        let Some(mut guards) = entries
+            .iter()
+            .map(|e| e.lock().ok())
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
+        let mut pending: Vec<&mut Comm> = guards
+            .iter_mut()
+            .map(|g| &mut **g)
+            .filter(|c| matches!(c.state, State::Pending))
+            .collect();
+        let streams = vec![0; pending.len()];
+        self.set_up(backend, real, &mut pending, &streams);
+        if one_thread_drives_several_ranks(&guards) {
+            return;
+        }
+        for HeldWindow { window, handle } in held {
+            let at = addresses.iter().position(|&a| a == window.comm);
+            let comm = &mut *guards[at.expect("every window's communicator was looked up")];
+            if let Err(e) = self.adopt(backend, comm, window, handle()) {
+                log::write(&[format!(
+                    "communicator {:#x}: its symmetric window of {} bytes stays NCCL's alone, so \
+                     served calls in it copy as for other memory ({e})",
+                    window.comm, window.size
+                )]);
+            }
         }
     }
 
-    /// Adopts `window` into `comm`'s all-reduce (joined now where its ranks are threads).
+    /// Adopts `window` (its `ncclWindow_t`: `handle`) into `comm`'s all-reduce (joined now where
+    /// its ranks are threads).
     fn adopt(
         &self,
         backend: &Arc<dyn Backend>,
         comm: &mut Comm,
         window: Window,
+        handle: usize,
     ) -> peerlink::Result<()> {
         let Some(peers) = comm.served_peers() else {
             return Ok(());
@@ -77,7 +126,7 @@ impl Server {
             return Ok(());
         };
         let adopted = reduce.adopt(window.address, window.size)?;
-        comm.windows.insert(window.handle, adopted);
+        comm.windows.insert(handle, adopted);
         self.log_decision(
             comm,
             &format!(
@@ -115,4 +164,17 @@ impl Server {
             )]);
         }
     }
+}
+
+/// Whether two of `comms` are ranks of one clique of this process's threads (so one thread
+/// drives them both).
+fn one_thread_drives_several_ranks(comms: &[std::sync::MutexGuard<'_, Comm>]) -> bool {
+    let cliques: Vec<_> = comms
+        .iter()
+        .filter_map(|comm| match comm.served_peers() {
+            Some(Peers::Threads(clique)) => Some(clique),
+            _ => None,
+        })
+        .collect();
+    (1..cliques.len()).any(|i| cliques[..i].iter().any(|c| Arc::ptr_eq(c, &cliques[i])))
 }

@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 
 use peerlink_nccl::ffi::typed::{
     ncclAllReduce, ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclCommWindowRegister,
-    ncclComm_t, ncclWindow_t,
+    ncclComm_t, ncclGroupEnd, ncclGroupStart, ncclWindow_t,
 };
 
 pub const F16: c_int = 6;
@@ -206,21 +206,25 @@ pub fn register_window(
 }
 
 /// Rank `rank` of `everyone` registers a symmetric window of 16 MiB on `comm` (which sets the
-/// communicator up), captures an in-place sum of it on stream `handle` — its first call — and
-/// replays it twice, then sums into it out of place, every element checked; nothing may reach
-/// NCCL. 16 MiB is sixteen times the ranks' shared buffers, which a copy-in would need to grow:
-/// nothing grows inside a capture, so in other memory the captured call would be forwarded.
-/// Returns the window.
+/// communicator up; inside a group of its own where `grouped`, as nccl-tests registers), captures
+/// an in-place sum of it on stream `handle` and replays it twice, then sums into it out of place,
+/// every element checked; nothing may reach NCCL. 16 MiB is sixteen times the ranks' shared
+/// buffers, which a copy-in would need to grow: nothing grows inside a capture, so in other
+/// memory the captured call would be forwarded. Returns the window.
 pub fn sums_in_a_window(
     rank: usize,
-    comm: ncclComm_t,
-    handle: u64,
+    (comm, handle): (ncclComm_t, u64),
+    grouped: bool,
     everyone: &[usize],
 ) -> ncclWindow_t {
     let count = 4 << 20;
     let (_, address) = super::device_buffer(rank, count * 4);
-    let window = register_window(comm, (address, count * 4), SYMMETRIC);
-    assert_eq!(peerlink_nccl::serve::server().windows_of(comm as usize), 1);
+    let server = peerlink_nccl::serve::server();
+    let adopted = server.windows_of(comm as usize);
+    let window = in_group(grouped, || {
+        register_window(comm, (address, count * 4), SYMMETRIC)
+    });
+    assert_eq!(server.windows_of(comm as usize), adopted + 1);
     let in_place = Reduce::f32_sum(count, true);
     let captured = captured_replays(
         rank,
@@ -237,6 +241,20 @@ pub fn sums_in_a_window(
     beside.check(address, rank, handle, everyone);
     assert_eq!(super::count_of_this_thread("ncclAllReduce"), 0, "served");
     window
+}
+
+/// `body`'s result, inside a group where `grouped`.
+pub fn in_group<T>(grouped: bool, body: impl FnOnce() -> T) -> T {
+    if grouped {
+        // SAFETY: opens a group, closed below.
+        assert_eq!(unsafe { ncclGroupStart() }, 0);
+    }
+    let value = body();
+    if grouped {
+        // SAFETY: closes the group opened above.
+        assert_eq!(unsafe { ncclGroupEnd() }, 0);
+    }
+    value
 }
 
 /// All-reduces (`op`: sum or average) of f32, bf16 and f16 at each of `counts`, in place and not,
