@@ -9,6 +9,8 @@
 #             on NCCL alone, each in NCCL's default mode and with -R 2 (symmetric windows)
 #   speed     -d float and -d bfloat16, 4 B–1 GiB, -c 1: NCCL alone and the library (SERVE=all) in
 #             each of NCCL's modes (default, -R 2, -G 100, -R 2 -G 100): like with like
+#   threads   all_reduce_perf -t N -g 1 (a thread per GPU, each a rank), plain and -R 2 (the library
+#             adopts each thread's symmetric windows): -d float -o all -c 1, and the speed sweep
 #   train     python/benchmarks/train_job.py under torchrun, DDP and FSDP, without and with the
 #             library (NCCL alone twice, for the run-to-run spread), and the losses compared
 #   workload  peerlink workload all-reduce f32 and bf16, streams and graphs (--issue both), in one
@@ -30,14 +32,16 @@ run() {
     echo "exit status $?" >>"$log"
 }
 
-# perf NAME LIBRARY? ARGS...: all_reduce_perf on every GPU in one process, through the library
-# where the second word is "lib" (SERVE=all), else on NCCL alone.
+# perf NAME LIBRARY? ARGS...: all_reduce_perf on every GPU in one process (one thread driving
+# them all, or one thread per GPU where $layout says "-t N -g 1"), through the library where the
+# second word is "lib" (SERVE=all), else on NCCL alone.
+layout="-g $gpus"
 perf() {
     local name=$1 through=$2
     shift 2
     local preload=()
     [[ $through == lib ]] && preload=(env LD_PRELOAD=$library PEERLINK_NCCL_SERVE=all PEERLINK_NCCL_DEBUG=INFO)
-    run "$dir/$name.log" "${preload[@]}" /tmp/nccl-tests/build/all_reduce_perf -g $gpus "$@"
+    run "$dir/$name.log" "${preload[@]}" /tmp/nccl-tests/build/all_reduce_perf $layout "$@"
     # Rows whose #wrong (out of place, in place) is not 0.
     local wrong=$(awk '/^ +[0-9]/ { rows++; if ($9 != 0 && $9 != "N/A") bad++; if ($13 != 0 && $13 != "N/A") bad++ }
         END { printf "%d rows, %d with a wrong count", rows, bad }' "$dir/$name.log")
@@ -57,6 +61,19 @@ for part in "$@"; do
                 done
             done
         done
+        ;;
+    threads)
+        # One thread per GPU, each a rank (lone calls through the ranks' shared buffers), and with
+        # -R 2 each thread's symmetric windows, which the library adopts and sums in place.
+        layout="-t $gpus -g 1"
+        for mode in "" "-R 2"; do
+            tag=$(echo "$mode" | tr -d ' -')
+            for through in nccl lib; do
+                perf "threads_check_${through}${tag:+_$tag}" $through -b 4 -e 1G -f 4 -d float -o all -c 1 $mode
+                perf "threads_speed_${through}${tag:+_$tag}" $through -b 4 -e 1G -f 2 -d float -o sum -c 1 -w 5 -n 20 $mode
+            done
+        done
+        layout="-g $gpus"
         ;;
     speed)
         for type in float bfloat16; do
