@@ -19,8 +19,8 @@ use peerlink_nccl::ffi::typed::{
     ncclCommWindowDeregister, ncclComm_t, ncclGroupEnd, ncclGroupStart,
 };
 use standin::ranks::{
-    capture_stream_of, captured_sum_replays, reduce_at_counts, stream_of, sum_f32,
-    sums_in_a_window, Reduce, AVG, SUM,
+    capture_stream_of, captured_sum_replays, in_group, reduce_at_counts, register_window,
+    stream_of, sum_f32, sums_in_a_window, Reduce, AVG, SUM, SYMMETRIC,
 };
 
 /// Which rank of how many this process is, and what the job does, set by the parent test for
@@ -249,7 +249,8 @@ fn abort(rank: usize, comm: ncclComm_t) {
 
 /// Two communicators of the same two processes, first called in one group each, rank 0 holding
 /// `first` then `second` and rank 1 the other way round (the group is forwarded whole, but sets
-/// both up); then a lone call on each is served.
+/// both up); then a lone call on each is served; then a window on each is registered in one
+/// group, in the same crossed orders, and adopted.
 fn crossed(rank: usize, first: ncclComm_t) {
     let mut second: ncclComm_t = std::ptr::null_mut();
     let id = standin::unique_id(0);
@@ -288,6 +289,21 @@ fn crossed(rank: usize, first: ncclComm_t) {
         meet_once(rank, comm);
     }
     assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 2, "served");
+    // Symmetric windows on both, registered in one group in the same crossed orders: adopted,
+    // each communicator's ranks meeting in one order.
+    let windows: Vec<_> = in_group(true, || {
+        order.map(|comm| {
+            let (_, address) = standin::device_buffer(rank, 4096);
+            (comm, register_window(comm, (address, 4096), SYMMETRIC))
+        })
+    })
+    .into();
+    let server = peerlink_nccl::serve::server();
+    for (comm, window) in windows {
+        assert_eq!(server.windows_of(comm as usize), 1);
+        // SAFETY: the window registered above on this rank's live communicator.
+        assert_eq!(unsafe { ncclCommWindowDeregister(comm, window) }, 0);
+    }
     for comm in [first, second] {
         // SAFETY: the communicators made by this rank, not used after.
         assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);

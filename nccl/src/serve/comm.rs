@@ -128,6 +128,10 @@ pub struct Comm {
     pub lifeline: Option<Arc<Lifeline>>,
     /// The symmetric windows `reduce` adopted: each `ncclWindow_t` and its memory's handle.
     pub windows: HashMap<usize, BufferId>,
+    /// Its name on this host once set up: its rank 0's process and name for it, the same on
+    /// every rank. Collective steps of several communicators at once take them in this order
+    /// in every process, so that no two processes wait for each other crosswise.
+    pub meeting_order: Option<(u64, u64)>,
     backend: Option<Arc<dyn Backend>>,
     streams: HashMap<u64, StreamId>,
     /// The stream handle of the last call: its all-reduce orders the next call after it, so it
@@ -148,6 +152,7 @@ impl Comm {
             reduce: None,
             lifeline: None,
             windows: HashMap::new(),
+            meeting_order: None,
             backend: None,
             streams: HashMap::new(),
             last_stream: None,

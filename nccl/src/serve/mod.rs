@@ -419,12 +419,12 @@ impl Server {
             })
             .collect();
         // Ranks that are processes meet at set-up, each communicator's in turn: every process
-        // takes its communicators in one order, by their rank 0's process and name (the same
-        // in every rank's records), so that no two wait for each other crosswise.
-        finished.sort_by_key(|(records, _, _)| {
+        // takes its communicators in their meeting order.
+        for (records, _, comm) in &mut finished {
             let first = records.as_ref().ok().and_then(|r| r.first());
-            first.map(|r| (r.process, r.token))
-        });
+            comm.meeting_order = first.map(|r| (r.process, r.token));
+        }
+        finished.sort_by_key(|(_, _, comm)| comm.meeting_order);
         for (records, listener, comm) in finished {
             comm.state = match records {
                 Ok(records) => self.decided(backend, comm, &records, listener),

@@ -59,7 +59,7 @@ impl Server {
     /// ranks are left alone: one thread registered for several ranks (nccl-tests `-g N`), whose
     /// calls sum the caller's buffers directly. A failure is said on stderr; the window stays
     /// NCCL's.
-    pub fn register_windows(&self, real: &dyn Real, held: Vec<HeldWindow>) {
+    pub fn register_windows(&self, real: &dyn Real, mut held: Vec<HeldWindow>) {
         if held.is_empty() || self.why_none().is_some() {
             return;
         }
@@ -96,9 +96,15 @@ impl Server {
         if one_thread_drives_several_ranks(&guards) {
             return;
         }
-        for HeldWindow { window, handle } in held {
+        let at = |window: &Window| {
             let at = addresses.iter().position(|&a| a == window.comm);
-            let comm = &mut *guards[at.expect("every window's communicator was looked up")];
+            at.expect("every window's communicator was looked up")
+        };
+        // Adopting meets every rank: communicators in their meeting order, each one's windows
+        // in the caller's order (the sort is stable).
+        held.sort_by_key(|h| guards[at(&h.window)].meeting_order);
+        for HeldWindow { window, handle } in held {
+            let comm = &mut *guards[at(&window)];
             if let Err(e) = self.adopt(backend, comm, window, handle()) {
                 log::write(&[format!(
                     "communicator {:#x}: its symmetric window of {} bytes stays NCCL's alone, so \
