@@ -1,6 +1,6 @@
 //! One process exports, a child process imports: this test binary runs one of its own tests again
-//! as the child (the importer), handing it the descriptors in a variable and each shared file as a
-//! `/proc/<pid>/fd/<n>` path it opens. The child checks every byte the exporter wrote, writes back
+//! as the child (the importer), handing it the descriptors in a variable and the shared files over
+//! a Unix socket (SCM_RIGHTS), as peerlink's groups pass them. The child checks every byte the exporter wrote, writes back
 //! from the host, copies in with each method and moves bytes in through the engine with every
 //! strategy the host offers; the exporter then checks every byte of its own buffers. The simulator
 //! runs it in CI (tests/processes.rs), real GPUs in tests/gpu/processes.rs.
@@ -11,15 +11,23 @@ use peerlink::backend::{
 };
 use peerlink::engine::{Fabric, Strategy};
 use peerlink::pattern;
-use std::fs::File;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::process::Command;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 /// The backend the child opens: `cuda` or `sim:<preset>`.
 const BACKEND_VAR: &str = "PEERLINK_TEST_CHILD_BACKEND";
-/// The exports, as JSON: each descriptor with the path of its file where it has one.
+/// The exports' descriptors, as JSON.
 const SHARED_VAR: &str = "PEERLINK_TEST_CHILD_SHARED";
+/// The Unix socket the child takes the exports' files from.
+const FDS_VAR: &str = "PEERLINK_TEST_CHILD_FDS";
 
 /// Bytes of each shared buffer: not a whole number of anything.
 const LEN: usize = (4 << 20) + 13;
@@ -63,25 +71,29 @@ pub fn export_to_a_child_process(
     let host = b.sharing().alloc_shared_host(LEN).unwrap();
     b.write(host, 0, &pattern::bytes(HOST_SEED, LEN)).unwrap();
     let mut files: Vec<OwnedFd> = Vec::new();
-    let exports: Vec<(ShareDescriptor, Option<String>)> = [device, host]
+    let exports: Vec<ShareDescriptor> = [device, host]
         .into_iter()
         .map(|id| {
             let shared = b.sharing().export(id).unwrap();
-            let path = shared.fd.map(|fd| {
-                let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
-                files.push(fd);
-                path
-            });
-            (shared.descriptor, path)
+            files.extend(shared.fd);
+            shared.descriptor
         })
         .collect();
-    let out = Command::new(std::env::current_exe().unwrap())
+    let meeting = tempfile::tempdir().unwrap();
+    let socket = meeting.path().join("fds");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
         .args([child_test, "--exact", "--ignored", "--nocapture"])
         .args(["--test-threads", "1"])
         .env(BACKEND_VAR, backend_name)
         .env(SHARED_VAR, serde_json::to_string(&exports).unwrap())
-        .output()
+        .env(FDS_VAR, &socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    hand_over(&listener, &files, &mut child);
+    let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
@@ -190,6 +202,62 @@ impl DeviceMemory {
     }
 }
 
+/// Passes `files` to the child, once it connects to `listener`, as SCM_RIGHTS over the socket:
+/// the same open files (a descriptor CUDA exported for mapped memory opens in no other way; its
+/// `/proc/<pid>/fd` path names another file). Returns where the child exits first.
+fn hand_over(listener: &UnixListener, files: &[OwnedFd], child: &mut Child) {
+    listener.set_nonblocking(true).unwrap();
+    let stream = loop {
+        match listener.accept() {
+            Ok((stream, _)) => break stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if child.try_wait().unwrap().is_some() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let fds: Vec<BorrowedFd> = files.iter().map(|f| f.as_fd()).collect();
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+    let count = [fds.len() as u8];
+    rustix::net::sendmsg(
+        &stream,
+        &[IoSlice::new(&count)],
+        &mut control,
+        SendFlags::empty(),
+    )
+    .unwrap();
+}
+
+/// The files the exporter passes ([`hand_over`]), in the order of its exports.
+fn taken_over(socket: &str) -> Vec<OwnedFd> {
+    let stream = UnixStream::connect(socket).unwrap();
+    let mut count = [0u8];
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let flags = RecvFlags::CMSG_CLOEXEC;
+    rustix::net::recvmsg(
+        &stream,
+        &mut [IoSliceMut::new(&mut count)],
+        &mut control,
+        flags,
+    )
+    .unwrap();
+    let files: Vec<OwnedFd> = control
+        .drain()
+        .flat_map(|message| match message {
+            RecvAncillaryMessage::ScmRights(fds) => fds.collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(files.len(), usize::from(count[0]));
+    files
+}
+
 /// The importer's side, run by [`export_to_a_child_process`] in a child process; without its
 /// variables (run on its own) it has nothing to import and returns.
 pub fn child() {
@@ -198,12 +266,10 @@ pub fn child() {
         return;
     };
     let b = open(&name);
-    let exports: Vec<(ShareDescriptor, Option<String>)> = serde_json::from_str(&shared).unwrap();
-    let mut exports = exports.into_iter().map(|(descriptor, path)| {
-        let fd = path.map(|path| {
-            let file = File::options().read(true).write(true).open(path).unwrap();
-            OwnedFd::from(file)
-        });
+    let exports: Vec<ShareDescriptor> = serde_json::from_str(&shared).unwrap();
+    let mut files = taken_over(&std::env::var(FDS_VAR).unwrap()).into_iter();
+    let mut exports = exports.into_iter().map(|descriptor| {
+        let fd = descriptor.has_fd.then(|| files.next().unwrap());
         SharedBuffer { descriptor, fd }
     });
     let (device, host) = (exports.next().unwrap(), exports.next().unwrap());
