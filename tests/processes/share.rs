@@ -204,7 +204,7 @@ impl DeviceMemory {
 
 /// Passes `files` to the child, once it connects to `listener`, as SCM_RIGHTS over the socket:
 /// the same open files (a descriptor CUDA exported for mapped memory opens in no other way; its
-/// `/proc/<pid>/fd` path names another file). Returns where the child exits first.
+/// `/proc/<pid>/fd` path opens another file). Gives up where the child exits before it connects.
 fn hand_over(listener: &UnixListener, files: &[OwnedFd], child: &mut Child) {
     listener.set_nonblocking(true).unwrap();
     let stream = loop {

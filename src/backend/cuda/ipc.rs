@@ -74,7 +74,8 @@ impl RawSharing for Gpus {
                 }
                 // A range of another library's memory (see `ranges`).
                 (Memory::Device(_), fd) => {
-                    Storage::Range(ranges::RangeImport::open(self.context(gpu)?, handle, fd)?)
+                    let ctx = self.context(gpu)?;
+                    Storage::Range(ranges::RangeImport::open(ctx, handle, fd, len)?)
                 }
                 (Memory::PinnedHost { .. }, Some(fd)) if handle.is_empty() => {
                     let file = File::from(fd);

@@ -5,11 +5,12 @@
 //! - Memory from cuMemAlloc (cudaMalloc, PyTorch's caching allocator) goes as a CUDA IPC handle
 //!   of its whole allocation — cuIpcGetMemHandle takes an allocation's start only — which the
 //!   importer opens as for peerlink's own buffers.
-//! - Memory mapped through CUDA's virtual memory management (cuMemCreate: ncclMemAlloc, PyTorch's
-//!   expandable segments), which CUDA IPC refuses, goes as a POSIX file descriptor of its physical
-//!   allocation (cuMemExportToShareableHandle; the allocation must have been made with that
-//!   handle type, as ncclMemAlloc makes it). The importer maps it into an address range of its own
-//!   (cuMemAddressReserve, cuMemMap) and opens that to its GPU (cuMemSetAccess).
+//! - Memory mapped through CUDA's virtual memory management (cuMemCreate, as ncclMemAlloc maps
+//!   one physical allocation per buffer), which CUDA IPC refuses, goes as a POSIX file descriptor
+//!   of its physical allocation (cuMemExportToShareableHandle; the allocation must have been made
+//!   with that handle type, as ncclMemAlloc makes it). The importer maps it into an address range
+//!   of its own (cuMemAddressReserve, cuMemMap) and opens that to its GPU (cuMemSetAccess). The
+//!   range must lie in the one mapping the driver names for its address.
 //! - Memory of a stream-ordered pool (cudaMallocAsync) is refused.
 //!
 //! The handle bytes say which: an IPC handle and the offset (72 bytes), or the allocation's size
@@ -132,29 +133,37 @@ pub(super) enum RangeImport {
 }
 
 impl RangeImport {
-    /// Opens the range `handle` (and `fd`, for mapped memory) describe for work in `ctx`.
+    /// Opens the range of `len` bytes that `handle` (and `fd`, for mapped memory) describe for
+    /// work in `ctx`; refused where it would run past the memory behind the handle.
     pub(super) fn open(
         ctx: &Arc<CudaContext>,
         handle: &[u8],
         fd: Option<OwnedFd>,
+        len: usize,
     ) -> Result<RangeImport, Error> {
         let word = |at: usize| u64::from_le_bytes(handle[at..at + 8].try_into().expect("8 bytes"));
+        let within = |offset: u64, size: u64| {
+            offset
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= size)
+        };
         match (handle.len(), fd) {
-            (IPC_RANGE_BYTES, None) => Ok(RangeImport::Ipc {
-                memory: DeviceMemory::open_ipc(ctx, &handle[..IPC_HANDLE_BYTES])?,
-                offset: word(IPC_HANDLE_BYTES),
-            }),
+            (IPC_RANGE_BYTES, None) => {
+                let memory = DeviceMemory::open_ipc(ctx, &handle[..IPC_HANDLE_BYTES])?;
+                let offset = word(IPC_HANDLE_BYTES);
+                let size = allocation_of(ctx, memory.address())?.size as u64;
+                // Closed again on the way out where the range does not fit.
+                within(offset, size)
+                    .then_some(RangeImport::Ipc { memory, offset })
+                    .ok_or_else(malformed)
+            }
             (MAPPED_RANGE_BYTES, Some(fd)) => {
                 let (size, offset) = (word(0), word(8));
-                if offset >= size {
+                if !within(offset, size) {
                     return Err(malformed());
                 }
-                Ok(RangeImport::Mapped(MappedRange::map(
-                    ctx,
-                    &fd,
-                    size as usize,
-                    offset,
-                )?))
+                let mapped = MappedRange::map(ctx, &fd, size as usize, offset)?;
+                Ok(RangeImport::Mapped(mapped))
             }
             _ => Err(malformed()),
         }
@@ -180,8 +189,8 @@ impl RangeImport {
 fn malformed() -> Error {
     Error::usage(
         "cannot import the shared buffer: its handle is neither a CUDA IPC handle nor a range of \
-         another library's memory as peerlink exports them; send the descriptor of one export \
-         unchanged, with its file descriptor where it has one",
+         another library's memory as peerlink exports them, or its length runs past that memory; \
+         send the descriptor of one export unchanged, with its file descriptor where it has one",
     )
 }
 
