@@ -134,7 +134,7 @@ pub(super) enum RangeImport {
 
 impl RangeImport {
     /// Opens the range of `len` bytes that `handle` (and `fd`, for mapped memory) describe for
-    /// work in `ctx`; refused where it would run past the memory behind the handle.
+    /// work in `ctx`; a mapped range is refused where it would run past its allocation.
     pub(super) fn open(
         ctx: &Arc<CudaContext>,
         handle: &[u8],
@@ -148,15 +148,12 @@ impl RangeImport {
                 .is_some_and(|end| end <= size)
         };
         match (handle.len(), fd) {
-            (IPC_RANGE_BYTES, None) => {
-                let memory = DeviceMemory::open_ipc(ctx, &handle[..IPC_HANDLE_BYTES])?;
-                let offset = word(IPC_HANDLE_BYTES);
-                let size = allocation_of(ctx, memory.address())?.size as u64;
-                // Closed again on the way out where the range does not fit.
-                within(offset, size)
-                    .then_some(RangeImport::Ipc { memory, offset })
-                    .ok_or_else(malformed)
-            }
+            // The exporter checked the range against its allocation; as for peerlink's own IPC
+            // handles, the length is taken as sent.
+            (IPC_RANGE_BYTES, None) => Ok(RangeImport::Ipc {
+                memory: DeviceMemory::open_ipc(ctx, &handle[..IPC_HANDLE_BYTES])?,
+                offset: word(IPC_HANDLE_BYTES),
+            }),
             (MAPPED_RANGE_BYTES, Some(fd)) => {
                 let (size, offset) = (word(0), word(8));
                 if !within(offset, size) {
