@@ -831,27 +831,28 @@ fn clique_ranks(
 mod tests {
     use super::*;
 
-    fn server(serve: Serve, table: Option<&str>) -> Server {
-        Server::new(&Switches {
+    fn switches(serve: Serve, table: Option<&str>) -> Switches {
+        Switches {
             serve,
             debug: Debug::Warn,
             refused: Vec::new(),
             sim: None,
             table: table.map(std::path::PathBuf::from),
             profile: None,
-        })
+        }
+    }
+
+    fn server(serve: Serve, table: Option<&str>) -> Server {
+        Server::new(&switches(serve, table))
     }
 
     /// A server of every call on the simulated `dgx-h100`, its kernels picked by the profile at
     /// `profile`, if any.
     fn on_dgx_h100(profile: Option<&std::path::Path>) -> Server {
         Server::new(&Switches {
-            serve: Serve::All,
-            debug: Debug::Warn,
-            refused: Vec::new(),
             sim: Some("dgx-h100".into()),
-            table: None,
             profile: profile.map(std::path::Path::to_path_buf),
+            ..switches(Serve::All, None)
         })
     }
 

@@ -195,7 +195,8 @@ impl<G: RankExchange> GroupAllReduce<G> {
     pub fn release_symmetric(&mut self, buffer: BufferId) -> Result<()> {
         let Some(at) = self.symmetric_of(buffer) else {
             return Err(Error::usage(format!(
-                "{buffer} is not symmetric memory of this all-reduce: release only what                  alloc_symmetric or adopt_symmetric made so"
+                "{buffer} is not symmetric memory of this all-reduce: release only what \
+                 alloc_symmetric or adopt_symmetric made so"
             )));
         };
         let gone = self.symmetric.remove(at);
