@@ -146,14 +146,19 @@ impl Server {
     /// How many of `comm`'s symmetric windows peerlink's all-reduce holds (0 for a communicator
     /// it does not know).
     pub fn windows_of(&self, comm: usize) -> usize {
-        let entry = self.comms.lock().ok().and_then(|c| c.get(&comm).cloned());
+        let entry = self.known(comm);
         entry.map_or(0, |entry| entry.lock().map_or(0, |comm| comm.windows.len()))
+    }
+
+    /// Peerlink's state of `comm`, where it has made one.
+    fn known(&self, comm: usize) -> Option<Arc<std::sync::Mutex<Comm>>> {
+        self.comms.lock().ok()?.get(&comm).cloned()
     }
 
     /// Before NCCL deregisters window `handle` of `comm` (a collective too): gives it up, every
     /// rank together, where it was adopted.
     pub fn deregister_window(&self, comm: usize, handle: usize) {
-        let Some(entry) = self.comms.lock().ok().and_then(|c| c.get(&comm).cloned()) else {
+        let Some(entry) = self.known(comm) else {
             return;
         };
         let Ok(mut comm) = entry.lock() else {

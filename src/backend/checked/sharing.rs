@@ -1,6 +1,7 @@
 //! Checks of sharing between processes: only memory this process allocated, of a kind that can be
-//! shared, or another library's device memory it borrowed, is exported; a descriptor is imported only from a backend of the same source, naming a
-//! GPU this process sees, with its file where it says it has one.
+//! shared, or another library's device memory it borrowed, is exported; a descriptor is imported
+//! only from a backend of the same source, naming a GPU this process sees, with its file where it
+//! says it has one.
 
 use super::{BufferEntry, Checked};
 use crate::backend::raw::RawCollectives;
@@ -47,7 +48,6 @@ impl<I: RawCollectives + RawSharing> Sharing for Checked<I> {
                     "was imported from another process: export it in the process that allocated it"
                         .to_string(),
                 ),
-
                 (Origin::Nccl, _) => Some(
                     "is NCCL's memory (ncclMemAlloc), which CUDA IPC cannot share: share it \
                      through an NCCL window registered by every rank"
