@@ -1,8 +1,10 @@
 //! How many calls of each kind and size class were served by peerlink and how many forwarded to
-//! NCCL: counted on every call (one relaxed atomic add), printed at exit under
-//! `PEERLINK_NCCL_DEBUG=INFO`.
+//! NCCL, and which of peerlink's kernels the served ones ran: counted on every call (one relaxed
+//! atomic add), printed at exit under `PEERLINK_NCCL_DEBUG=INFO`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use peerlink::backend::collective::AllReduceKernel;
 
 /// The calls counted: NCCL's collectives and point-to-point calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,9 +110,11 @@ fn class_label(class: usize) -> String {
     }
 }
 
-/// The counters: per call, size class and route.
+/// The counters: per call, size class and route; and the served calls per kernel (in the order
+/// of `AllReduceKernel::ALL`).
 pub struct Counters {
     counts: [[[AtomicU64; 2]; CLASSES]; CALLS.len()],
+    kernels: [AtomicU64; AllReduceKernel::ALL.len()],
 }
 
 impl Default for Counters {
@@ -123,6 +127,7 @@ impl Counters {
     pub const fn new() -> Counters {
         Counters {
             counts: [const { [const { [const { AtomicU64::new(0) }; 2] }; CLASSES] }; CALLS.len()],
+            kernels: [const { AtomicU64::new(0) }; AllReduceKernel::ALL.len()],
         }
     }
 
@@ -132,7 +137,16 @@ impl Counters {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The summary: a line of totals, then one line per call and size class that saw calls.
+    /// Counts one served call's kernel.
+    pub fn count_kernel(&self, kernel: AllReduceKernel) {
+        let index = AllReduceKernel::ALL.iter().position(|&k| k == kernel);
+        if let Some(counter) = index.and_then(|i| self.kernels.get(i)) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The summary: a line of totals, then one line per call and size class that saw calls,
+    /// then, where calls were served, how many each kernel summed.
     pub fn summary(&self) -> Vec<String> {
         let read = |call: Call, class: usize, route: Route| {
             self.counts[call as usize][class][route as usize].load(Ordering::Relaxed)
@@ -160,6 +174,19 @@ impl Counters {
             0,
             format!("calls at exit: {served} served by peerlink, {forwarded} forwarded to NCCL"),
         );
+        if served > 0 {
+            let kernels: Vec<String> = AllReduceKernel::ALL
+                .iter()
+                .zip(&self.kernels)
+                .map(|(kernel, count)| {
+                    format!("{} {}", kernel.name(), count.load(Ordering::Relaxed))
+                })
+                .collect();
+            lines.push(format!(
+                "  served calls by peerlink's kernel: {}",
+                kernels.join(", ")
+            ));
+        }
         lines
     }
 }
@@ -185,13 +212,15 @@ mod tests {
         for _ in 0..3 {
             counters.count(Call::AllReduce, size_class(1, 7), Route::Forwarded);
         }
-        counters.count(Call::Send, size_class(4096, 0), Route::Served);
+        counters.count(Call::AllReduce, size_class(4096, 7), Route::Served);
+        counters.count_kernel(AllReduceKernel::OneShotPackets);
         assert_eq!(
             counters.summary(),
             [
                 "calls at exit: 1 served by peerlink, 3 forwarded to NCCL",
                 "  ncclAllReduce             ≤ 4 B: 0 served, 3 forwarded",
-                "  ncclSend                ≤ 4 KiB: 1 served, 0 forwarded",
+                "  ncclAllReduce          ≤ 16 KiB: 1 served, 0 forwarded",
+                "  served calls by peerlink's kernel: one-shot 0, two-shot 0, one-shot-packets 1",
             ]
         );
     }

@@ -1,7 +1,7 @@
 //! PEERLINK_NCCL_SERVE=auto with a measurement (PEERLINK_NCCL_TABLE): calls at sizes where the
 //! measurement saw peerlink beat NCCL's best are served, the others forwarded; on the simulator,
 //! through the C API, every element checked either way. A communicator whose ranks the
-//! measurement did not measure (another count, or processes where it measured one) is forwarded. (`all` is tests/serve.rs; `none` is
+//! measurement did not measure (another count, or processes where it measured one) is forwarded, and so is one of one rank. (`all` is tests/serve.rs; `none` is
 //! tests/serve_none.rs: the switches are read once per process.)
 
 mod standin;
@@ -53,6 +53,17 @@ fn auto_serves_where_the_measurement_saw_peerlink_win_and_forwards_the_rest() {
         let (code, reduce, buffers) = sum_f32(rank, comm, 1023, stream_of(rank));
         assert_eq!(code, 0);
         reduce.check(buffers.1, rank, stream_of(rank), &[0, 1, 2, 3]);
+        assert_eq!(
+            standin::count_of_this_thread("ncclAllReduce"),
+            1,
+            "forwarded"
+        );
+    });
+    // One rank: NCCL's call is a copy, which peerlink's kernel cannot beat.
+    on_ranks(1, |rank, comm| {
+        let (code, reduce, buffers) = sum_f32(rank, comm, 1023, stream_of(rank));
+        assert_eq!(code, 0);
+        reduce.check(buffers.1, rank, stream_of(rank), &[0]);
         assert_eq!(
             standin::count_of_this_thread("ncclAllReduce"),
             1,

@@ -68,6 +68,29 @@ fn passed(rank: usize, ranks: usize, output: &Output) -> String {
 }
 
 #[test]
+fn a_job_of_one_rank_is_served_by_every_kernel() {
+    let output = &job(1, "alone")[0];
+    let stderr = passed(0, 1, output);
+    let said = "rank 0 of 1, GPU 0; served by peerlink (one rank: its kernel sums with no one)";
+    assert!(stderr.contains(said), "{stderr}");
+    assert!(
+        stderr.contains("window of 16777216 bytes is summed in place"),
+        "{stderr}"
+    );
+    // The summary: the calls served, and how many each kernel summed (every one some:
+    // two-shot in the window, one-shot in other memory beyond the packets' 256 KiB).
+    let kernels = stderr
+        .lines()
+        .find_map(|l| l.split("served calls by peerlink's kernel: ").nth(1))
+        .unwrap_or_else(|| panic!("no kernels in the summary:\n{stderr}"));
+    for part in kernels.split(", ") {
+        let (kernel, count) = part.rsplit_once(' ').unwrap();
+        assert!(count.parse::<u64>().unwrap() > 0, "{kernel}: {kernels}");
+    }
+    assert!(stderr.contains("0 forwarded to NCCL"), "{stderr}");
+}
+
+#[test]
 fn ranks_that_are_each_a_process_of_this_host_are_served() {
     for ranks in [2, 4, 8] {
         for (rank, output) in job(ranks, "sums").iter().enumerate() {
@@ -325,6 +348,33 @@ fn windows(rank: usize, ranks: usize, comm: ncclComm_t) {
     }
 }
 
+/// A job of one rank: its calls run peerlink's kernels, which sum with no one — in a
+/// symmetric window (captured, then out of place), captured after an eager call on the stream,
+/// and eager at every type and count — and nothing reaches NCCL (no set-up to gather either).
+fn alone(comm: ncclComm_t) {
+    let on = (comm, capture_stream_of(0));
+    let window = sums_in_a_window(0, on, false, &[0]);
+    let (code, reduce, (_, recv)) = sum_f32(0, comm, 1001, capture_stream_of(0));
+    assert_eq!(code, 0);
+    reduce.check(recv, 0, capture_stream_of(0), &[0]);
+    assert_eq!(captured_sum_replays(0, comm, 1001, 3, &[0]), 0);
+    for op in [SUM, AVG] {
+        reduce_at_counts(0, 1, comm, op, &[1, 1023, 70_001]);
+    }
+    assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0);
+    assert_eq!(standin::count_of_this_thread("ncclAllGather"), 0);
+    // SAFETY: the window registered above; then the communicator made by the caller.
+    unsafe {
+        assert_eq!(ncclCommWindowDeregister(comm, window), 0);
+        assert_eq!(ncclCommDestroy(comm), 0);
+    }
+    // The summary the library prints at exit where it loaded a real NCCL (the stand-in was
+    // installed instead).
+    for line in peerlink_nccl::ffi::COUNTERS.summary() {
+        eprintln!("{line}");
+    }
+}
+
 /// One rank of [`ranks_that_are_each_a_process_of_this_host_are_served`]'s job.
 #[test]
 #[ignore = "one rank of a job that ranks_that_are_each_a_process_of_this_host_are_served starts"]
@@ -347,6 +397,7 @@ fn one_rank_of_a_job() {
         "abort" => return abort(rank, comm),
         "crossed" => return crossed(rank, comm),
         "windows" => return windows(rank, ranks, comm),
+        "alone" => return alone(comm),
         _ => {}
     }
     for op in [SUM, AVG] {

@@ -470,6 +470,7 @@ pub trait Collectives {
     /// rank's process has queued its part (the processes meet through their shared flag files;
     /// each keeps its own virtual clock).
     /// The kernel waits for the others as `waiting` says (its release word is this process's).
+    /// One rank (1 to `MAX_RANKS` ranks) sums with no one: its kernel runs all the same.
     #[allow(clippy::too_many_arguments)] // one rank's part: what it reduces, how, and where
     fn rank_all_reduce(
         &self,

@@ -627,8 +627,8 @@ pub fn rank_all_reduce_refuses_what_it_cannot_take(b: &dyn Backend) {
         };
     let (one_shot, len) = (AllReduceKernel::OneShot, r.len);
     says(
-        &usage(call(one_shot, 0, r.streams[0], &buffers[..1], len)),
-        "2 to 8 ranks",
+        &usage(call(one_shot, 0, r.streams[0], &[], len)),
+        "1 to 8 ranks",
     );
     says(
         &usage(call(one_shot, 2, r.streams[0], &buffers, len)),
@@ -690,6 +690,58 @@ pub fn rank_all_reduce_refuses_what_it_cannot_take(b: &dyn Backend) {
     );
     r.synchronize(b);
     r.check(b, "after refused calls", &r.outputs, &vec![FILL; len]);
+}
+
+/// One rank's part across processes sums with no one: every kernel and element type writes its
+/// input, summed or averaged alone, into its output (one element, an odd count, the largest the
+/// kernel takes up to 1 MiB), twice on the same flags, and in place where the kernel takes it.
+pub fn one_rank_across_processes_writes_its_input_as_its_sum(b: &dyn Backend) {
+    if gpus(b) == 0 {
+        return not_here("one rank's all-reduce", "no GPU");
+    }
+    for dtype in DTYPES {
+        for kernel in KERNELS {
+            let larger = ((1 << 20) / dtype.size() + 3).min(kernel.max_len() / dtype.size());
+            for elements in [1, 1001, larger] {
+                let r = Ranks::new(b, &[0], dtype, elements);
+                let mut alone = RankBuffers {
+                    input: r.inputs[0],
+                    output: r.outputs[0],
+                    input_offset: 0,
+                    output_offset: 0,
+                    flags: r.flags[0],
+                };
+                let call = |op: Reduction, buffers: RankBuffers| {
+                    let collectives = b.collectives();
+                    let waiting = Waiting::Bounded;
+                    collectives.rank_all_reduce(
+                        kernel,
+                        dtype,
+                        op,
+                        0,
+                        r.streams[0],
+                        &[buffers],
+                        waiting,
+                        r.len,
+                    )
+                };
+                for op in [Reduction::Sum, Reduction::Average] {
+                    call(op, alone).unwrap();
+                    r.synchronize(b);
+                    let what = format!("one rank's {} all-reduce ({op})", kernel.name());
+                    r.check(b, &what, &r.outputs, &r.want(op));
+                    b.write(r.outputs[0], 0, &vec![FILL; r.len]).unwrap();
+                }
+                if kernel.in_place() {
+                    alone.output = alone.input;
+                    call(Reduction::Sum, alone).unwrap();
+                    r.synchronize(b);
+                    let what = format!("one rank's {} all-reduce in place", kernel.name());
+                    r.check(b, &what, &r.inputs, &r.want(Reduction::Sum));
+                }
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

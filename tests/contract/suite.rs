@@ -100,6 +100,7 @@ macro_rules! contract_tests {
             a_captured_all_reduce_replays_on_every_rank_and_the_capture_runs_none,
             all_reduce_refuses_what_its_kernels_cannot_take,
             rank_all_reduce_refuses_what_it_cannot_take,
+            one_rank_across_processes_writes_its_input_as_its_sum,
             two_shot_and_packet_all_reduces_sum_in_place,
             a_rank_later_than_a_bounded_wait_is_waited_for_with_a_release_word,
             busy_keeps_its_stream_for_at_least_its_duration,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use peerlink::backend::collective::{BufferRange, DataType, Reduction};
+use peerlink::backend::collective::{AllReduceKernel, BufferRange, DataType, Reduction};
 use peerlink::backend::{Backend, BufferId, StreamId};
 use peerlink::engine::all_reduce::{
     GroupAllReduce, LocalAllReduce, ProcessRanks, ThreadMeeting, ThreadRanks,
@@ -98,17 +98,17 @@ impl Reduce {
         }
     }
 
-    /// Reduces `range` with every rank's (`op`), queued on `stream`.
+    /// Reduces `range` with every rank's (`op`), queued on `stream`; the kernel that does.
     pub fn all_reduce(
         &mut self,
         range: BufferRange,
         stream: StreamId,
         dtype: DataType,
         op: Reduction,
-    ) -> peerlink::Result<()> {
+    ) -> peerlink::Result<AllReduceKernel> {
         match self {
-            Reduce::Threads(reduce) => reduce.all_reduce(range, stream, dtype, op).map(|_| ()),
-            Reduce::Processes(reduce) => reduce.all_reduce(range, stream, dtype, op).map(|_| ()),
+            Reduce::Threads(reduce) => reduce.all_reduce(range, stream, dtype, op),
+            Reduce::Processes(reduce) => reduce.all_reduce(range, stream, dtype, op),
         }
     }
 }

@@ -5,7 +5,8 @@
 //! - **What is served**: all-reduce, sum and avg, of f32, bf16 and f16, any count, in
 //!   place or not, on communicators whose ranks are on distinct GPUs of this host with P2P
 //!   between every two — all threads of this process (nccl-tests `-g N`), or each a process of
-//!   its own (torchrun) — or of one rank. Everything else is forwarded.
+//!   its own (torchrun) — or, under `all` only, of one rank (its kernel sums with no one).
+//!   Everything else is forwarded.
 //! - **Set-up**, once per communicator at its first call peerlink would serve (a collective
 //!   moment): every rank's host, process and GPU are all-gathered through the real communicator
 //!   ([`records`]) and every rank decides alike; a communicator peerlink cannot serve is
@@ -31,7 +32,7 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use peerlink::backend::collective::{DataType, Reduction};
+use peerlink::backend::collective::{AllReduceKernel, DataType, Reduction};
 use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
 use peerlink::engine::all_reduce::price::{pick, Placement};
 use peerlink::engine::all_reduce::{
@@ -353,12 +354,16 @@ impl Server {
         ))
     }
 
-    /// The result code of a served call, its failure said on stderr: ncclRemoteError where its
-    /// peers are lost (the launch group failed), ncclInternalError otherwise.
-    fn result(&self, call: &AllReduce, outcome: peerlink::Result<()>) -> i32 {
+    /// The result code of a served call (its kernel counted), its failure said on stderr:
+    /// ncclRemoteError where its peers are lost (the launch group failed), ncclInternalError
+    /// otherwise.
+    fn result(&self, call: &AllReduce, outcome: peerlink::Result<AllReduceKernel>) -> i32 {
         call.count_as(Route::Served);
         match outcome {
-            Ok(()) => SUCCESS,
+            Ok(kernel) => {
+                crate::ffi::COUNTERS.count_kernel(kernel);
+                SUCCESS
+            }
             Err(e) => {
                 log::write(&[format!(
                     "peerlink's all-reduce of communicator {:#x} failed: {e}",
@@ -369,6 +374,24 @@ impl Server {
                     _ => INTERNAL_ERROR,
                 }
             }
+        }
+    }
+
+    /// Sets up a communicator of one rank, which sums with no one: NCCL's call is then a copy
+    /// (or nothing, in place), which peerlink's kernel cannot beat, so `auto` forwards it;
+    /// `all` runs the kernel all the same (the served path, exercised on one GPU).
+    fn set_up_alone(&self, comm: &mut Comm) {
+        if self.serve == Serve::All {
+            comm.state = State::Served(Peers::Alone);
+            self.log_decision(
+                comm,
+                "served by peerlink (one rank: its kernel sums with no one)",
+            );
+        } else {
+            let why = "one rank: NCCL's copy is all its all-reduce does (PEERLINK_NCCL_SERVE=all \
+                       runs peerlink's kernel for it)";
+            comm.state = State::Forwarded(why.to_string());
+            self.log_decision(comm, &format!("forwarded to NCCL: {why}"));
         }
     }
 
@@ -385,8 +408,7 @@ impl Server {
         let mut gathers = Vec::new();
         for (comm, &stream) in comms.iter_mut().zip(streams) {
             if comm.ranks == 1 {
-                comm.state = State::Served(Peers::Alone);
-                self.log_decision(comm, "served by peerlink (one rank)");
+                self.set_up_alone(comm);
                 continue;
             }
             match Gather::start(backend, comm, stream) {
@@ -562,16 +584,14 @@ impl Server {
     }
 }
 
-/// Whether the call's stream is capturing a graph for a communicator of several ranks (or cannot
-/// be told): such a call is served only in a group of one thread driving every rank, set up and
-/// ready (`run_clique`); a lone call is forwarded (each rank's kernel would need the host at its
-/// call). One rank's call (a copy, or nothing) is captured as it is.
+/// Whether the call's stream is capturing a graph (or cannot be told): such a call is served
+/// only where it only queues work — a lone call on an all-reduce joined before
+/// ([`capturable`]), or a group of one thread driving every rank, set up and ready
+/// (`run_clique`) — and forwarded otherwise.
 fn capturing(backend: &Arc<dyn Backend>, comm: &mut Comm, stream: u64) -> bool {
-    comm.ranks > 1
-        && comm
-            .stream(backend, stream)
-            .and_then(|stream| backend.is_capturing(stream))
-            .unwrap_or(true)
+    comm.stream(backend, stream)
+        .and_then(|stream| backend.is_capturing(stream))
+        .unwrap_or(true)
 }
 
 /// Whether a lone call on a capturing stream may be served into the graph: its communicator's
@@ -671,15 +691,15 @@ impl Gather {
 }
 
 /// A lone call (or a group's one) on a served communicator: the input copied to the output
-/// where they differ, then summed in place there with the other ranks (one rank: the copy is
-/// the whole of it).
+/// where they differ, then summed in place there with the other ranks (one rank: by its kernel
+/// alone). Returns the kernel that summed.
 fn run_lone(
     backend: &Arc<dyn Backend>,
     model: &CostModel,
     comm: &mut Comm,
     peers: Peers,
     call: &AllReduce,
-) -> peerlink::Result<()> {
+) -> peerlink::Result<AllReduceKernel> {
     let _kept = backend.keep_thread_context()?;
     if let Some(why) = comm.lost() {
         return Err(peerlink::Error::Group(format!(
@@ -697,35 +717,36 @@ fn run_lone(
             &BufferCopy::from_start(send, recv, len),
         )?;
     }
-    let Some(reduce) = joined(backend, model, comm, peers)? else {
-        return Ok(());
-    };
+    let reduce = joined(backend, model, comm, peers)?;
     let range = reduce.range_of(call.recv, recv, len);
     reduce.all_reduce(range, stream, dtype, call.reduction())
 }
 
-/// The all-reduce of `comm`'s rank with its `peers`: with threads joined at its first use (every
-/// thread rank's, a collective); `None` for one rank, who sums with no one.
+/// The all-reduce of `comm`'s rank with its `peers`, joined at its first use where its ranks
+/// are threads (every thread rank's, a collective) or it has one rank (a meeting of one, whose
+/// kernel meets no one and so never waits).
 fn joined<'c>(
     backend: &Arc<dyn Backend>,
     model: &CostModel,
     comm: &'c mut Comm,
     peers: Peers,
-) -> peerlink::Result<Option<&'c mut Reduce>> {
+) -> peerlink::Result<&'c mut Reduce> {
+    let join = |ranks: ThreadRanks| GroupAllReduce::join(backend.clone(), ranks, model.clone());
     match (&comm.reduce, peers) {
-        (_, Peers::Alone) => return Ok(None),
+        (None, Peers::Alone) => {
+            let alone = ThreadRanks::new(ThreadMeeting::new(&[comm.gpu]), 0);
+            comm.reduce = Some(Reduce::Threads(Box::new(join(alone)?)));
+        }
         (None, Peers::Threads(clique)) => {
-            let ranks = ThreadRanks::new(clique.meeting.clone(), comm.rank);
-            let mut joined = GroupAllReduce::join(backend.clone(), ranks, model.clone())?;
+            let mut joined = join(ThreadRanks::new(clique.meeting.clone(), comm.rank))?;
             joined.set_waiting(clique.lifeline.waiting());
             comm.reduce = Some(Reduce::Threads(Box::new(joined)));
         }
         _ => {}
     }
-    let reduce = comm.reduce.as_mut().ok_or_else(|| {
+    comm.reduce.as_mut().ok_or_else(|| {
         peerlink::Error::Group("a served communicator of processes lost its all-reduce".into())
-    })?;
-    Ok(Some(reduce))
+    })
 }
 
 /// Rank `comm.rank` of ranks that are each a process of this host meets the others (rank 0 at
@@ -773,7 +794,7 @@ fn run_clique(
     comms: &mut [&mut Comm],
     calls: &[AllReduce],
     captured: bool,
-) -> Option<peerlink::Result<()>> {
+) -> Option<peerlink::Result<AllReduceKernel>> {
     let _kept = match backend.keep_thread_context() {
         Ok(kept) => kept,
         Err(e) => return Some(Err(e)),
@@ -797,11 +818,7 @@ fn run_clique(
     if captured && !local.queues_only(&ranks, len, dtype) {
         return None;
     }
-    Some(
-        local
-            .all_reduce(&ranks, len, dtype, calls[0].reduction())
-            .map(|_| ()),
-    )
+    Some(local.all_reduce(&ranks, len, dtype, calls[0].reduction()))
 }
 
 /// The ranks of one call each on `comms` (`calls[i]` on `comms[i]`), their buffers and streams

@@ -1,6 +1,6 @@
 //! Symmetric windows (`ncclCommWindowRegister` with `NCCL_WIN_COLL_SYMMETRIC`, a collective):
 //! registered with the real NCCL first, so that a forwarded call keeps NCCL's symmetric kernels,
-//! then, on a communicator peerlink serves with other ranks, adopted by its all-reduce
+//! then, on a communicator peerlink serves, adopted by its all-reduce
 //! (`GroupAllReduce::adopt_symmetric`: every rank's window shared with the others, by CUDA IPC
 //! between processes). A served call whose output lies in the window then sums in place there —
 //! two-shot copies nothing, where other memory is copied into the ranks' shared buffer and the
@@ -54,7 +54,7 @@ pub fn window_registered(real: &dyn Real, window: Window, handle: Box<dyn FnOnce
 
 impl Server {
     /// Adopts `held` (registered together, in the caller's order) where peerlink serves their
-    /// communicators with other ranks (each set up now, on the default stream, where it was not
+    /// communicators (each set up now, on the default stream, where it was not
     /// yet: every rank registers at once). Windows of two or more ranks of one clique of thread
     /// ranks are left alone: one thread registered for several ranks (nccl-tests `-g N`), whose
     /// calls sum the caller's buffers directly. A failure is said on stderr; the window stays
@@ -116,7 +116,7 @@ impl Server {
     }
 
     /// Adopts `window` (its `ncclWindow_t`: `handle`) into `comm`'s all-reduce (joined now where
-    /// its ranks are threads).
+    /// its ranks are threads or it has one).
     fn adopt(
         &self,
         backend: &Arc<dyn Backend>,
@@ -128,9 +128,7 @@ impl Server {
             return Ok(());
         };
         let _kept = backend.keep_thread_context()?;
-        let Some(reduce) = joined(backend, self.model(backend), comm, peers)? else {
-            return Ok(());
-        };
+        let reduce = joined(backend, self.model(backend), comm, peers)?;
         let adopted = reduce.adopt(window.address, window.size)?;
         comm.windows.insert(handle, adopted);
         self.log_decision(

@@ -171,10 +171,12 @@ fn check_rank_call(
     n: usize,
     len: usize,
 ) -> Result<()> {
-    if !(2..=MAX_RANKS).contains(&n) {
+    // One rank sums with no one: its kernel still runs (the NCCL-API library serves a
+    // communicator of one rank with it, as NCCL runs its own for one).
+    if !(1..=MAX_RANKS).contains(&n) {
         return Err(Error::usage(format!(
-            "{call} over {n} rank(s): peerlink's all-reduce kernels take 2 to {MAX_RANKS} \
-             ranks, one per GPU"
+            "{call} over {n} rank(s): peerlink's all-reduce across processes takes 1 to \
+             {MAX_RANKS} ranks, one per GPU"
         )));
     }
     if rank >= n {

@@ -18,7 +18,7 @@ pub(super) struct RankPlan {
     pub output: Key,
 }
 
-/// peerlink's all-reduce (`op`) of `len` bytes over `ranks` (at least two, distinct GPUs with P2P).
+/// peerlink's all-reduce (`op`) of `len` bytes over `ranks` (distinct GPUs with P2P).
 ///
 /// The fixed costs: a flag exchange before the data moves and one after (the slowest pair's
 /// one-way signal each), one remote load's round trip before the first bytes arrive, and for
@@ -30,7 +30,8 @@ pub(super) struct RankPlan {
 /// input's bytes (packets are half data) to every peer, the first bytes landing one one-way signal
 /// after the launch, and each rank waits only for the packets pushed to it. (The ranks still start
 /// together here, as the others do: a rank's packets cannot all arrive before its peers run.)
-/// A `bounded` wait traps where a rank waits for the last one longer than [`PEER_TIMEOUT_NS`].
+/// One rank's kernel copies its input to its output within its GPU. A `bounded` wait traps where
+/// a rank waits for the last one longer than [`PEER_TIMEOUT_NS`].
 #[allow(clippy::too_many_arguments)] // as `RawCollectives::all_reduce`
 pub(super) fn all_reduce(
     links: &LinkModel,
@@ -70,6 +71,9 @@ pub(super) fn all_reduce(
         holds: everyone.clone(),
     };
     let (flows, tail_us) = match kernel {
+        // One rank meets no one: its kernel reads its input and writes its output, a copy
+        // within its GPU.
+        _ if n == 1 => (vec![flow(0, 0, 0, len)], 0.0),
         AllReduceKernel::OneShot => {
             let reads = pairs.iter().map(|&(i, j)| flow(j, i, i, len)).collect();
             (reads, signal_us)

@@ -332,9 +332,9 @@ impl RankExchange for ThreadRanks {
                 "a rank is on GPU {gpu} but this process sees {count} GPU(s)"
             )));
         }
-        if gpus.len() < 2 {
+        if gpus.is_empty() {
             return Err(Error::usage(
-                "an all-reduce across ranks needs at least 2 ranks",
+                "an all-reduce across ranks needs at least one rank",
             ));
         }
         for (i, gpu) in gpus.iter().enumerate() {

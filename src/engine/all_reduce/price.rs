@@ -73,13 +73,17 @@ fn pair_bytes(kernel: AllReduceKernel, bytes: u64, ranks: usize) -> f64 {
 /// The cost model's time for `kernel` reducing `bytes` over `devices`, µs: a launch, its flag
 /// exchanges, and its bytes through the busiest link (each directed pair at an SM kernel's rate,
 /// and what every pair puts on a shared link or switch port together at that resource's rate).
-/// `None` where a pair has no P2P.
+/// One rank's kernel meets no one and reads and writes its own memory: a local copy, whichever
+/// kernel. `None` where a pair has no P2P.
 pub fn predict(
     model: &CostModel,
     devices: &[usize],
     kernel: AllReduceKernel,
     bytes: u64,
 ) -> Option<f64> {
+    if let [device] = *devices {
+        return Some(model.cost(Hop::Local { device })?.time_us(bytes));
+    }
     let per_pair = pair_bytes(kernel, bytes, devices.len());
     let mut launch_us: f64 = 0.0;
     let mut link_us: f64 = 0.0;
@@ -277,6 +281,26 @@ mod tests {
         let all: Vec<usize> = (0..8).collect();
         let (symmetric, _) = pick(&model, &all, 256 << 20, Placement::Symmetric).unwrap();
         assert_eq!(symmetric, TwoShot);
+    }
+
+    #[test]
+    fn one_rank_is_priced_as_a_local_copy_and_copies_nothing_it_need_not() {
+        use AllReduceKernel::*;
+        let model = CostModel::from_topology(&nvswitch8());
+        let copy_us = |bytes| model.cost(Hop::Local { device: 3 }).unwrap().time_us(bytes);
+        for kernel in AllReduceKernel::ALL {
+            assert_eq!(
+                predict(&model, &[3], kernel, 1 << 20),
+                Some(copy_us(1 << 20))
+            );
+        }
+        // Across processes: packets (no copy) while they take the size, then one-shot's one copy
+        // beats two-shot's two.
+        let across = |bytes| pick(&model, &[3], bytes, Placement::AcrossProcesses).unwrap();
+        assert_eq!(across(4096).0, OneShotPackets);
+        let (kernel, us) = across(64 << 20);
+        assert_eq!(kernel, OneShot);
+        assert_eq!(us, 2.0 * copy_us(64 << 20));
     }
 
     #[test]

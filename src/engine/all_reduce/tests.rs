@@ -83,3 +83,81 @@ fn memory_another_library_allocated_is_adopted_as_symmetric_and_summed_in_place(
         }
     });
 }
+
+#[test]
+fn one_rank_runs_each_kernel_alone_and_its_sum_is_its_input() {
+    use crate::backend::collective::AllReduceKernel::{OneShot, OneShotPackets, TwoShot};
+    use crate::backend::{BufferCopy, CopyMethod};
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
+    let b = backend.as_ref();
+    let model = CostModel::from_topology(b.topology());
+    let ranks = ThreadRanks::new(ThreadMeeting::new(&[2]), 0);
+    let mut reduce = GroupAllReduce::join(backend.clone(), ranks, model).unwrap();
+    let stream = b.create_stream(2).unwrap();
+    let timed = |queue: &mut dyn FnMut()| {
+        let start = b.record(stream).unwrap();
+        queue();
+        let end = b.record(stream).unwrap();
+        b.synchronize(stream).unwrap();
+        b.elapsed_us(start, end).unwrap()
+    };
+    let len = 64 << 20;
+    let theirs = b.alloc(Memory::Device(2), len).unwrap();
+    let aside = b.alloc(Memory::Device(2), len).unwrap();
+    let copy_us = timed(&mut || {
+        let copy = BufferCopy::from_start(theirs, aside, len);
+        b.copy(stream, CopyMethod::CopyEngine, &copy).unwrap();
+    });
+    // Adopted as symmetric memory, two-shot copies nothing and one-shot its input aside: what
+    // they take beyond that is the kernel's own reading and writing.
+    let address = b.sharing().device_address(theirs).unwrap();
+    let adopted = reduce.adopt_symmetric(address, len).unwrap();
+    for (kernel, len, copies) in [
+        (OneShotPackets, 4 * 1001, 0.0),
+        (OneShot, len, 1.0),
+        (TwoShot, len, 0.0),
+    ] {
+        let mine: Vec<u8> = (0..len / 4)
+            .flat_map(|e| (e as f32).to_le_bytes())
+            .collect();
+        b.write(adopted, 0, &mine).unwrap();
+        let range = BufferRange {
+            buffer: adopted,
+            offset: 0,
+            len,
+        };
+        let took = timed(&mut || {
+            let op = Reduction::Average;
+            reduce
+                .all_reduce_by(kernel, range, stream, DataType::F32, op)
+                .unwrap();
+        });
+        let mut got = vec![0; len];
+        b.read(adopted, 0, &mut got).unwrap();
+        assert!(got == mine, "{kernel:?}: one rank's average is its input");
+        if len == 64 << 20 {
+            // The kernel ran: it read and wrote the bytes (at least half a copy's time).
+            assert!(
+                took >= (copies + 0.5) * copy_us,
+                "{kernel:?}: {took} µs, a copy {copy_us} µs"
+            );
+        }
+    }
+    let picked = reduce.all_reduce(
+        BufferRange {
+            buffer: aside,
+            offset: 0,
+            len: 4096,
+        },
+        stream,
+        DataType::F32,
+        Reduction::Sum,
+    );
+    assert_eq!(picked.unwrap(), OneShotPackets);
+    b.synchronize(stream).unwrap();
+    reduce.release_symmetric(adopted).unwrap();
+    drop(reduce);
+    b.free(theirs).unwrap();
+    b.free(aside).unwrap();
+    b.destroy_stream(stream).unwrap();
+}
