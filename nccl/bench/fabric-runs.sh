@@ -6,7 +6,8 @@
 # OUT/<part>/ gets one log per run (its command first, its stdout and stderr, its exit status).
 # Parts:
 #   check     all_reduce_perf -d all/float/bfloat16/half -o all -c 1, 4 B–1 GiB: through the library (SERVE=all) and
-#             on NCCL alone, each in NCCL's default mode and with -R 2 (symmetric windows)
+#             on NCCL alone, each in NCCL's default mode and with -R 2 (symmetric windows); -d float
+#             also captured into graphs (-G 10, plain and -R 2)
 #   speed     -d float and -d bfloat16, 4 B–1 GiB, -c 1: NCCL alone and the library (SERVE=all) in
 #             each of NCCL's modes (default, -R 2, -G 100, -R 2 -G 100): like with like
 #   threads   all_reduce_perf -t N -g 1 (a thread per GPU, each a rank), plain and -R 2 (the library
@@ -59,6 +60,11 @@ for part in "$@"; do
                 for type in all float bfloat16 half; do
                     perf "check_${type}_${through}${mode:+_R2}" $through -b 4 -e 1G -f 4 -d $type -o all -c 1 $mode
                 done
+            done
+            # Captured: every timed iteration a replay of a CUDA graph (-G 10), plain and in windows.
+            for mode in "-G 10" "-R 2 -G 10"; do
+                tag=$(echo "$mode" | tr -d ' -')
+                perf "check_float_${through}_${tag}" $through -b 4 -e 1G -f 4 -d float -o all -c 1 $mode
             done
         done
         ;;
