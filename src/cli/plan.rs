@@ -13,7 +13,7 @@ use peerlink::bench::proof::document::{
 };
 use peerlink::bench::proof::{self, batch, sweep};
 use peerlink::engine::Fabric;
-use peerlink::model::{CostModel, Profile};
+use peerlink::model::CostModel;
 use peerlink::report::plan as text;
 use peerlink::units::parse::{parse_size, parse_sizes};
 use std::sync::Arc;
@@ -105,11 +105,11 @@ pub fn run(global: &Global, args: &PlanArgs) -> Result<()> {
         fabric = fabric.devices(devices);
     }
     if let Some(path) = &args.profile {
-        let profile = Profile::load(path)?;
-        if let Some(note) = profile.partial_note(path) {
+        let (model, partial) = CostModel::from_profile_file(backend.topology(), path)?;
+        if let Some(note) = partial {
             eprintln!("peerlink: note: {note}");
         }
-        fabric = fabric.model(CostModel::from_profile(backend.topology(), &profile)?);
+        fabric = fabric.model(model);
     }
     if args.resident {
         fabric = fabric.resident(DEFAULT_COPY_BLOCKS);

@@ -354,6 +354,18 @@ impl CostModel {
         })
     }
 
+    /// The model of the `peerlink tune` profile at `path` ([`Profile::load`],
+    /// [`CostModel::from_profile`]), with the sentence for its reader where the profile is partial
+    /// ([`Profile::partial_note`]): what `plan --profile` and the NCCL-API library both load.
+    pub fn from_profile_file(
+        topology: &Topology,
+        path: &std::path::Path,
+    ) -> crate::Result<(Self, Option<String>)> {
+        let profile = Profile::load(path)?;
+        let model = CostModel::from_profile(topology, &profile)?;
+        Ok((model, profile.partial_note(path)))
+    }
+
     /// A model from a measured profile, refused with a sentence if it was measured on another
     /// host or driver. Hops the profile does not cover fall back to the topology defaults.
     pub fn from_profile(topology: &Topology, profile: &Profile) -> crate::Result<Self> {

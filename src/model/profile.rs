@@ -440,6 +440,7 @@ mod tests {
     }
 
     use super::super::test_support::dgx1;
+    use super::super::CostModel;
     use super::*;
 
     fn measured() -> Profile {
@@ -538,6 +539,26 @@ mod tests {
         }
         let entries = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(entries, 0, "the check leaves nothing behind");
+    }
+
+    #[test]
+    fn a_profile_file_gives_its_model_and_its_partial_note_or_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("host.json");
+        let mut profile = measured();
+        profile.save(&path).unwrap();
+        let (model, note) = CostModel::from_profile_file(&dgx1(), &path).unwrap();
+        assert_eq!(note, None);
+        let cost = model.cost(Hop::PeerCe { src: 0, dst: 1 }).unwrap();
+        assert_eq!(cost.beta_gbps, 21.5, "the measured cost prices its hop");
+        profile.header.partial = true;
+        profile.save(&path).unwrap();
+        let (_, note) = CostModel::from_profile_file(&dgx1(), &path).unwrap();
+        assert!(note.unwrap().contains("host.json is partial"));
+        let mut other_gpus = dgx1();
+        other_gpus.devices[3].uuid = "GPU-elsewhere".into();
+        let err = CostModel::from_profile_file(&other_gpus, &path).unwrap_err();
+        assert!(err.to_string().contains("GPU-elsewhere"), "{err}");
     }
 
     #[test]

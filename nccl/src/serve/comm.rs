@@ -5,11 +5,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use peerlink::backend::collective::{AllReduceKernel, BufferRange, DataType, Reduction};
+use peerlink::backend::collective::BufferRange;
 use peerlink::backend::{Backend, BufferId, StreamId};
-use peerlink::engine::all_reduce::{
-    GroupAllReduce, LocalAllReduce, ProcessRanks, ThreadMeeting, ThreadRanks,
-};
+use peerlink::engine::all_reduce::{GroupAllReduce, LocalAllReduce, RankExchange, ThreadMeeting};
+use peerlink::model::CostModel;
 
 use super::lifeline::Lifeline;
 
@@ -36,7 +35,7 @@ pub enum Peers {
     Alone,
     /// The other ranks of its clique, threads of this process.
     Threads(Arc<Clique>),
-    /// Ranks that are each a process of this host, met at the set-up ([`Reduce::Processes`]).
+    /// Ranks that are each a process of this host, met at the set-up (`Comm::reduce` made then).
     Processes,
 }
 
@@ -50,67 +49,27 @@ pub enum State {
     Served(Peers),
 }
 
-/// The all-reduce a communicator's lone calls go through, with the other ranks (boxed: each is
-/// about a kilobyte, and a communicator holds one at most).
-pub enum Reduce {
-    Threads(Box<GroupAllReduce<ThreadRanks>>),
-    Processes(Box<GroupAllReduce<ProcessRanks>>),
+/// The all-reduce a communicator's lone calls go through, with the other ranks: threads of this
+/// process (`ThreadRanks`) or processes (`ProcessRanks`).
+pub type Reduce = GroupAllReduce<Box<dyn RankExchange + Send>>;
+
+/// Joins the all-reduce of `ranks` with the others (a collective of every rank).
+pub fn join_reduce(
+    backend: &Arc<dyn Backend>,
+    ranks: impl RankExchange + Send + 'static,
+    model: &CostModel,
+) -> peerlink::Result<Reduce> {
+    GroupAllReduce::join(backend.clone(), Box::new(ranks), model.clone())
 }
 
-impl Reduce {
-    /// Whether reducing `range` on `stream` would only queue work there
-    /// (`GroupAllReduce::queues_only`), as a call captured into a graph must.
-    pub fn queues_only(&mut self, range: BufferRange, stream: StreamId) -> bool {
-        match self {
-            Reduce::Threads(reduce) => reduce.queues_only(range, stream),
-            Reduce::Processes(reduce) => reduce.queues_only(range, stream),
-        }
-    }
-
-    /// Where a call on `len` bytes at `address` (borrowed as `borrowed`) sums: the range of an
-    /// adopted window that holds them all (in place there), else the borrowed buffer.
-    pub fn range_of(&self, address: u64, borrowed: BufferId, len: usize) -> BufferRange {
-        let symmetric = match self {
-            Reduce::Threads(reduce) => reduce.symmetric_range(address, len),
-            Reduce::Processes(reduce) => reduce.symmetric_range(address, len),
-        };
-        symmetric.unwrap_or(BufferRange {
-            buffer: borrowed,
-            offset: 0,
-            len,
-        })
-    }
-
-    /// Adopts the caller's `len` bytes at `address` as symmetric memory, with every rank
-    /// (`GroupAllReduce::adopt_symmetric`): their handle.
-    pub fn adopt(&mut self, address: u64, len: usize) -> peerlink::Result<BufferId> {
-        match self {
-            Reduce::Threads(reduce) => reduce.adopt_symmetric(address, len),
-            Reduce::Processes(reduce) => reduce.adopt_symmetric(address, len),
-        }
-    }
-
-    /// Gives up adopted `buffer`, with every rank (`GroupAllReduce::release_symmetric`).
-    pub fn release(&mut self, buffer: BufferId) -> peerlink::Result<()> {
-        match self {
-            Reduce::Threads(reduce) => reduce.release_symmetric(buffer),
-            Reduce::Processes(reduce) => reduce.release_symmetric(buffer),
-        }
-    }
-
-    /// Reduces `range` with every rank's (`op`), queued on `stream`; the kernel that does.
-    pub fn all_reduce(
-        &mut self,
-        range: BufferRange,
-        stream: StreamId,
-        dtype: DataType,
-        op: Reduction,
-    ) -> peerlink::Result<AllReduceKernel> {
-        match self {
-            Reduce::Threads(reduce) => reduce.all_reduce(range, stream, dtype, op),
-            Reduce::Processes(reduce) => reduce.all_reduce(range, stream, dtype, op),
-        }
-    }
+/// Where a call on `len` bytes at `address` (borrowed as `borrowed`) sums: the range of a window
+/// `reduce` adopted that holds them all (in place there), else the borrowed buffer.
+pub fn sum_range(reduce: &Reduce, address: u64, borrowed: BufferId, len: usize) -> BufferRange {
+    reduce.symmetric_range(address, len).unwrap_or(BufferRange {
+        buffer: borrowed,
+        offset: 0,
+        len,
+    })
 }
 
 pub struct Comm {
@@ -234,10 +193,8 @@ impl Drop for Comm {
     fn drop(&mut self) {
         // An aborted communicator's ranks leave without meeting each other.
         if self.lifeline.as_ref().is_some_and(|l| l.is_released()) {
-            match &mut self.reduce {
-                Some(Reduce::Threads(reduce)) => reduce.abandon(),
-                Some(Reduce::Processes(reduce)) => reduce.abandon(),
-                None => {}
+            if let Some(reduce) = &mut self.reduce {
+                reduce.abandon();
             }
         }
         // The all-reduce first: it waits for its calls on the borrowed streams.

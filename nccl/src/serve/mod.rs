@@ -36,15 +36,15 @@ use peerlink::backend::collective::{AllReduceKernel, DataType, Reduction};
 use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
 use peerlink::engine::all_reduce::price::{pick, Placement};
 use peerlink::engine::all_reduce::{
-    GroupAllReduce, LocalAllReduce, LocalRank, ProcessRanks, ThreadMeeting, ThreadRanks,
+    LocalAllReduce, LocalRank, ProcessRanks, ThreadMeeting, ThreadRanks,
 };
 use peerlink::launch::{Group, Identity, Rendezvous, DEFAULT_TIMEOUT};
-use peerlink::model::{CostModel, Profile};
+use peerlink::model::CostModel;
 
 use crate::log;
 use crate::stats::{size_class, Call, Route};
 use crate::switches::{Debug, Serve, Switches, PROFILE_VARIABLE, SIM_VARIABLE};
-use comm::{Clique, Comm, Peers, Reduce, State};
+use comm::{join_reduce, sum_range, Clique, Comm, Peers, Reduce, State};
 use lifeline::Lifeline;
 use records::{decide, Decision, Record, Seen, RECORD_BYTES};
 use table::Table;
@@ -247,11 +247,11 @@ impl Server {
             let Some(path) = &self.profile else {
                 return CostModel::from_topology(topology);
             };
-            let measured = Profile::load(path).and_then(|profile| {
-                if let Some(note) = profile.partial_note(path) {
+            let measured = CostModel::from_profile_file(topology, path).map(|(model, partial)| {
+                if let Some(note) = partial {
                     log::write(&[note]);
                 }
-                CostModel::from_profile(topology, &profile)
+                model
             });
             let model = measured.unwrap_or_else(|e| {
                 log::write(&[format!(
@@ -504,16 +504,10 @@ impl Server {
         match decision {
             Decision::Forward(why) => State::Forwarded(why),
             Decision::ThisHost { gpus, port } => {
-                let met = meet_processes(backend, model, comm, gpus, (port, listener)).and_then(
-                    |mut reduce| {
-                        let lifeline = Lifeline::new(backend, Some(reduce.group().watch()))?;
-                        reduce.set_waiting(lifeline.waiting());
-                        Ok((reduce, lifeline))
-                    },
-                );
+                let met = meet_processes(backend, model, comm, gpus, (port, listener));
                 match met {
                     Ok((reduce, lifeline)) => {
-                        comm.reduce = Some(Reduce::Processes(Box::new(reduce)));
+                        comm.reduce = Some(reduce);
                         comm.lifeline = Some(lifeline);
                         State::Served(Peers::Processes)
                     }
@@ -608,7 +602,7 @@ fn capturable(backend: &Arc<dyn Backend>, comm: &mut Comm, call: &AllReduce) -> 
     };
     comm.lost().is_none()
         && comm.reduce.as_mut().is_some_and(|reduce| {
-            let range = reduce.range_of(call.recv, recv, len);
+            let range = sum_range(reduce, call.recv, recv, len);
             reduce.queues_only(range, stream)
         })
 }
@@ -718,7 +712,7 @@ fn run_lone(
         )?;
     }
     let reduce = joined(backend, model, comm, peers)?;
-    let range = reduce.range_of(call.recv, recv, len);
+    let range = sum_range(reduce, call.recv, recv, len);
     reduce.all_reduce(range, stream, dtype, call.reduction())
 }
 
@@ -731,16 +725,16 @@ fn joined<'c>(
     comm: &'c mut Comm,
     peers: Peers,
 ) -> peerlink::Result<&'c mut Reduce> {
-    let join = |ranks: ThreadRanks| GroupAllReduce::join(backend.clone(), ranks, model.clone());
     match (&comm.reduce, peers) {
         (None, Peers::Alone) => {
             let alone = ThreadRanks::new(ThreadMeeting::new(&[comm.gpu]), 0);
-            comm.reduce = Some(Reduce::Threads(Box::new(join(alone)?)));
+            comm.reduce = Some(join_reduce(backend, alone, model)?);
         }
         (None, Peers::Threads(clique)) => {
-            let mut joined = join(ThreadRanks::new(clique.meeting.clone(), comm.rank))?;
+            let ranks = ThreadRanks::new(clique.meeting.clone(), comm.rank);
+            let mut joined = join_reduce(backend, ranks, model)?;
             joined.set_waiting(clique.lifeline.waiting());
-            comm.reduce = Some(Reduce::Threads(Box::new(joined)));
+            comm.reduce = Some(joined);
         }
         _ => {}
     }
@@ -750,15 +744,16 @@ fn joined<'c>(
 }
 
 /// Rank `comm.rank` of ranks that are each a process of this host meets the others (rank 0 at
-/// its `listener`, the others at its `port` on loopback) and joins their all-reduce: every rank
-/// calls it at the set-up, and where one fails, all do.
+/// its `listener`, the others at its `port` on loopback) and joins their all-reduce, whose kernels
+/// wait on the lifeline returned with it (watching the other processes): every rank calls it at
+/// the set-up, and where one fails, all do.
 fn meet_processes(
     backend: &Arc<dyn Backend>,
     model: &CostModel,
     comm: &Comm,
     gpus: Vec<usize>,
     (port, listener): (u16, Option<TcpListener>),
-) -> peerlink::Result<GroupAllReduce<ProcessRanks>> {
+) -> peerlink::Result<(Reduce, Arc<Lifeline>)> {
     let _kept = backend.keep_thread_context()?;
     let identity = Identity {
         rank: comm.rank,
@@ -777,11 +772,11 @@ fn meet_processes(
             Group::join(identity, &rendezvous)?
         }
     };
-    GroupAllReduce::join(
-        backend.clone(),
-        ProcessRanks::new(group, gpus)?,
-        model.clone(),
-    )
+    let ranks = ProcessRanks::new(group, gpus)?;
+    let lifeline = Lifeline::new(backend, Some(ranks.watch()))?;
+    let mut reduce = join_reduce(backend, ranks, model)?;
+    reduce.set_waiting(lifeline.waiting());
+    Ok((reduce, lifeline))
 }
 
 /// One all-reduce per rank of `clique`, all from this thread (`calls[i]` on `comms[i]`): every
@@ -876,7 +871,7 @@ mod tests {
     #[test]
     fn the_kernels_are_picked_by_a_named_profile_of_this_host_else_by_the_topology() {
         use peerlink::model::profile::Measured;
-        use peerlink::model::{Cost, Hop};
+        use peerlink::model::{Cost, Hop, Profile};
         let host = |preset: &str| {
             peerlink::backend::sim::Preset::load(preset)
                 .unwrap()

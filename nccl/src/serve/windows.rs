@@ -129,7 +129,7 @@ impl Server {
         };
         let _kept = backend.keep_thread_context()?;
         let reduce = joined(backend, self.model(backend), comm, peers)?;
-        let adopted = reduce.adopt(window.address, window.size)?;
+        let adopted = reduce.adopt_symmetric(window.address, window.size)?;
         comm.windows.insert(handle, adopted);
         self.log_decision(
             comm,
@@ -165,7 +165,10 @@ impl Server {
         let Some(buffer) = comm.windows.remove(&handle) else {
             return;
         };
-        let released = comm.reduce.as_mut().map(|reduce| reduce.release(buffer));
+        let released = comm
+            .reduce
+            .as_mut()
+            .map(|reduce| reduce.release_symmetric(buffer));
         if let Some(Err(e)) = released {
             log::write(&[format!(
                 "communicator {:#x}: its symmetric window could not be given up ({e})",
