@@ -39,35 +39,6 @@ pub trait RankExchange {
     fn barrier(&self) -> Result<()>;
 }
 
-/// Ranks of either kind behind one type (`GroupAllReduce<Box<dyn RankExchange + Send>>`), as a
-/// library holding communicators of thread ranks and of process ranks keeps them.
-impl<E: RankExchange + ?Sized> RankExchange for Box<E> {
-    fn rank(&self) -> usize {
-        (**self).rank()
-    }
-
-    fn gpus(&self, backend: &dyn Backend) -> Result<Vec<usize>> {
-        (**self).gpus(backend)
-    }
-
-    fn agree(&self, mine: Result<()>) -> Result<()> {
-        (**self).agree(mine)
-    }
-
-    fn share(
-        &self,
-        backend: &dyn Backend,
-        gpu: usize,
-        mine: &[BufferId],
-    ) -> Result<Vec<Vec<BufferId>>> {
-        (**self).share(backend, gpu, mine)
-    }
-
-    fn barrier(&self) -> Result<()> {
-        (**self).barrier()
-    }
-}
-
 /// `mine`, once every rank has succeeded too ([`RankExchange::agree`]).
 pub(super) fn agreed_by<E: RankExchange + ?Sized, T>(ranks: &E, mine: Result<T>) -> Result<T> {
     let (value, outcome) = match mine {
@@ -228,7 +199,13 @@ fn share(
     Ok(imported)
 }
 
-impl<E: RankExchange + ?Sized> RankExchange for &E {
+/// A reference to ranks, or a box of them (`GroupAllReduce<Box<dyn RankExchange + Send>>`, as a
+/// library holding communicators of thread ranks and of process ranks keeps them), is the ranks.
+impl<P> RankExchange for P
+where
+    P: std::ops::Deref,
+    P::Target: RankExchange,
+{
     fn rank(&self) -> usize {
         (**self).rank()
     }
