@@ -15,7 +15,8 @@ use peerlink_nccl::ffi::typed::{
 };
 use standin::ranks::{
     capture_stream_of, captured_sum_replays, in_group, init_all, on_ranks, reduce_at_counts,
-    register_window, stream_of, sum_f32, sums_in_a_window, Reduce, AVG, BF16, F32, SUM, SYMMETRIC,
+    register_window, replays_after_the_shared_buffers_grow, stream_of, sum_f32, sums_in_a_window,
+    Reduce, AVG, BF16, F32, SUM, SYMMETRIC,
 };
 
 fn setup() {
@@ -418,6 +419,19 @@ fn lone_calls_captured_into_graphs_on_2_4_and_8_thread_ranks_are_served_and_repl
             assert_eq!(code, 0);
             reduce.check(recv, rank, capture_stream_of(rank), &everyone);
             assert_eq!(captured_sum_replays(rank, comm, 1001, 2, &everyone), 0);
+            assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
+        });
+    }
+}
+
+#[test]
+fn a_graph_captured_before_a_larger_call_grows_the_shared_buffers_still_sums_when_replayed() {
+    setup();
+    for ranks in [2, 4, 8] {
+        let everyone: Vec<usize> = (0..ranks).collect();
+        on_ranks(ranks, |rank, comm| {
+            let handle = 0x7300 + rank as u64;
+            replays_after_the_shared_buffers_grow(rank, comm, handle, &everyone);
             assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
         });
     }

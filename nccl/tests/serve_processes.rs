@@ -20,7 +20,8 @@ use peerlink_nccl::ffi::typed::{
 };
 use standin::ranks::{
     capture_stream_of, captured_sum_replays, in_group, reduce_at_counts, register_window,
-    stream_of, sum_f32, sums_in_a_window, Reduce, AVG, SUM, SYMMETRIC,
+    replays_after_the_shared_buffers_grow, stream_of, sum_f32, sums_in_a_window, Reduce, AVG, SUM,
+    SYMMETRIC,
 };
 
 /// Which rank of how many this process is, and what the job does, set by the parent test for
@@ -117,6 +118,7 @@ fn a_rank_that_dies_is_reported_by_get_async_error_and_its_peers_call_released()
 
 #[test]
 fn a_lone_call_captured_into_a_graph_is_served_and_every_replay_sums_across_processes() {
+    // Replays after the shared buffers grew too (`replays_after_the_shared_buffers_grow`).
     for ranks in [2, 4] {
         for (rank, output) in job(ranks, "graphs").iter().enumerate() {
             passed(rank, ranks, output);
@@ -189,6 +191,7 @@ fn graphs(rank: usize, ranks: usize, comm: ncclComm_t) {
     assert_eq!(code, 0);
     reduce.check(recv, rank, capture_stream_of(rank), &everyone);
     assert_eq!(captured_sum_replays(rank, comm, 1001, 3, &everyone), 0);
+    replays_after_the_shared_buffers_grow(rank, comm, capture_stream_of(rank), &everyone);
     assert_eq!(standin::count_of_this_thread("ncclAllReduce"), 0, "served");
     // SAFETY: the communicator made by the caller.
     assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);

@@ -3,6 +3,8 @@
 
 use std::ffi::{c_int, c_void};
 
+use peerlink::backend::GraphId;
+
 use peerlink_nccl::ffi::typed::{
     ncclAllReduce, ncclCommDestroy, ncclCommInitAll, ncclCommInitRank, ncclCommWindowRegister,
     ncclComm_t, ncclGroupEnd, ncclGroupStart, ncclWindow_t,
@@ -157,21 +159,48 @@ pub fn captured_sum_replays(
 }
 
 /// Captures `reduce` of `buffers` (rank `rank`'s, on its GPU) through the library on `comm` and
-/// the stream `handle` into a CUDA graph (on the simulator), then replays it `replays` times,
-/// each after the input is filled anew (and an output beside it zeroed), every element checked
-/// after each against the sum over `everyone`. Returns the capture's result code.
+/// the stream `handle` into a CUDA graph (on the simulator), then replays it `replays` times
+/// ([`replays_sum`]). Returns the capture's result code.
 pub fn captured_replays(
     rank: usize,
     (comm, handle): (ncclComm_t, u64),
-    (reduce, (send, recv)): (&Reduce, (u64, u64)),
+    (reduce, buffers): (&Reduce, (u64, u64)),
     replays: usize,
     everyone: &[usize],
 ) -> c_int {
+    let (graph, code) = capture(rank, (comm, handle), (reduce, buffers));
+    replays_sum(rank, handle, (reduce, buffers), graph, replays, everyone);
+    super::backend().destroy_graph(graph).unwrap();
+    code
+}
+
+/// Captures `reduce` of `buffers` through the library on `comm` and rank `rank`'s stream
+/// `handle` into a CUDA graph (on the simulator): the graph and the call's result code.
+pub fn capture(
+    rank: usize,
+    (comm, handle): (ncclComm_t, u64),
+    (reduce, buffers): (&Reduce, (u64, u64)),
+) -> (GraphId, c_int) {
     let backend = super::backend();
     let stream = backend.borrow_stream(rank, handle).unwrap();
     backend.begin_capture(stream).unwrap();
-    let code = reduce.call((send, recv), comm, handle);
-    let graph = backend.end_capture(stream).unwrap();
+    let code = reduce.call(buffers, comm, handle);
+    (backend.end_capture(stream).unwrap(), code)
+}
+
+/// Replays `graph` (rank `rank`'s capture of `reduce` of `(send, recv)` on stream `handle`)
+/// `replays` times, each after the input is filled anew (and an output beside it zeroed), every
+/// element checked after each against the sum over `everyone`.
+pub fn replays_sum(
+    rank: usize,
+    handle: u64,
+    (reduce, (send, recv)): (&Reduce, (u64, u64)),
+    graph: GraphId,
+    replays: usize,
+    everyone: &[usize],
+) {
+    let backend = super::backend();
+    let stream = backend.borrow_stream(rank, handle).unwrap();
     let bytes = reduce.count * reduce.element();
     for _ in 0..replays {
         reduce.fill(rank, rank, send);
@@ -183,8 +212,30 @@ pub fn captured_replays(
         backend.replay(graph, stream).unwrap();
         reduce.check(recv, rank, handle, everyone);
     }
-    backend.destroy_graph(graph).unwrap();
-    code
+}
+
+/// vLLM's order on rank `rank`'s stream `handle`: a call that sets the communicator up, one
+/// captured (100,001 f32: through the shared buffers), an eager one larger than the shared
+/// buffers made so far (4 MiB, which grow for it), then the graph replayed twice, each replay
+/// checked: the buffers a graph's kernels use must outlive the growth.
+pub fn replays_after_the_shared_buffers_grow(
+    rank: usize,
+    comm: ncclComm_t,
+    handle: u64,
+    everyone: &[usize],
+) {
+    let (code, first, (_, recv)) = sum_f32(rank, comm, 1001, handle);
+    assert_eq!(code, 0);
+    first.check(recv, rank, handle, everyone);
+    let captured = Reduce::f32_sum(100_001, false);
+    let buffers = captured.buffers(rank, rank);
+    let (graph, code) = capture(rank, (comm, handle), (&captured, buffers));
+    assert_eq!(code, 0);
+    let (code, large, (_, recv)) = sum_f32(rank, comm, 1 << 20, handle);
+    assert_eq!(code, 0);
+    large.check(recv, rank, handle, everyone);
+    replays_sum(rank, handle, (&captured, buffers), graph, 2, everyone);
+    super::backend().destroy_graph(graph).unwrap();
 }
 
 /// `NCCL_WIN_COLL_SYMMETRIC`.

@@ -55,9 +55,21 @@ impl CallOrder {
     }
 }
 
-/// Per GPU, a buffer for a rank's input copied aside, as large as the largest call so far.
+/// Per GPU, a buffer for a rank's input copied aside, as large as the largest call so far; one
+/// a CUDA graph captured a call on is kept when it grows (a replay may use it at any time) and
+/// freed with the rest.
 #[derive(Debug, Default)]
-pub(super) struct Scratch(HashMap<usize, (BufferId, usize)>);
+pub(super) struct Scratch {
+    buffers: HashMap<usize, ScratchBuffer>,
+    superseded: Vec<BufferId>,
+}
+
+#[derive(Debug)]
+struct ScratchBuffer {
+    buffer: BufferId,
+    len: usize,
+    captured: bool,
+}
 
 impl Scratch {
     /// `device`'s scratch buffer of at least `len` bytes, for a call on `stream`, which follows
@@ -69,31 +81,43 @@ impl Scratch {
         len: usize,
         stream: StreamId,
     ) -> Result<BufferId> {
-        let buffer = match self.0.get(&device).copied() {
-            Some((buffer, size)) if size >= len => return Ok(buffer),
-            Some((buffer, _)) => {
-                // The stream follows the last user, so the old buffer is idle once this stream's
-                // earlier work is: free it after that.
+        let capturing = backend.is_capturing(stream)?;
+        if let Some(held) = self.buffers.get_mut(&device).filter(|held| held.len >= len) {
+            held.captured |= capturing;
+            return Ok(held.buffer);
+        }
+        if let Some(old) = self.buffers.remove(&device) {
+            if old.captured {
+                self.superseded.push(old.buffer);
+            } else {
+                // The stream follows the last user, so the old buffer is idle once this
+                // stream's earlier work is: free it after that.
                 backend.synchronize(stream)?;
-                backend.free(buffer)?;
-                self.0.remove(&device);
-                backend.alloc(Memory::Device(device), len)?
+                backend.free(old.buffer)?;
             }
-            None => backend.alloc(Memory::Device(device), len)?,
+        }
+        let buffer = backend.alloc(Memory::Device(device), len)?;
+        let held = ScratchBuffer {
+            buffer,
+            len,
+            captured: capturing,
         };
-        self.0.insert(device, (buffer, len));
+        self.buffers.insert(device, held);
         Ok(buffer)
     }
 
     /// Whether `device`'s scratch buffer holds `len` bytes already.
     pub(super) fn holds(&self, device: usize, len: usize) -> bool {
-        self.0.get(&device).is_some_and(|&(_, size)| size >= len)
+        self.buffers
+            .get(&device)
+            .is_some_and(|held| held.len >= len)
     }
 
     /// Frees every scratch buffer (each release tried: it serves drop), once the calls that used
     /// them are done.
     pub(super) fn free_all(&mut self, backend: &dyn Backend) {
-        for (_, (buffer, _)) in self.0.drain() {
+        let held = self.buffers.drain().map(|(_, held)| held.buffer);
+        for buffer in held.chain(self.superseded.drain(..)) {
             let _ = backend.free(buffer);
         }
     }

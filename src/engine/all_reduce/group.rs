@@ -56,6 +56,12 @@ pub struct GroupAllReduce<G: RankExchange = Group> {
     /// Every rank's shared buffer, likewise, and their length.
     shared: Vec<BufferId>,
     shared_len: usize,
+    /// Whether a call on the shared buffers was queued into a CUDA graph: a replay may use them
+    /// at any time, so when they grow they are kept, not freed.
+    shared_captured: bool,
+    /// Every rank's shared buffers that grew since a graph captured a call on them, each list as
+    /// `shared`: freed with the rest at the drop.
+    superseded: Vec<Vec<BufferId>>,
     /// Memory the ranks allocated together ([`GroupAllReduce::alloc_symmetric`]), in the order
     /// allocated.
     symmetric: Vec<Symmetric>,
@@ -105,6 +111,8 @@ impl<G: RankExchange> GroupAllReduce<G> {
             flags: every.iter().map(|b| b[0]).collect(),
             shared: every.iter().map(|b| b[1]).collect(),
             shared_len: INITIAL_SHARED_BYTES,
+            shared_captured: false,
+            superseded: Vec::new(),
             symmetric: Vec::new(),
             picks: Picks::default(),
             order: CallOrder::default(),
@@ -312,6 +320,8 @@ impl<G: RankExchange> GroupAllReduce<G> {
         if copies > 0 && len > self.shared_len {
             self.grow(len, stream)?;
         }
+        // Any kernel may use the shared buffers (the packet kernel's peers write into them).
+        self.shared_captured |= self.backend.is_capturing(stream)?;
         let me = self.rank();
         let backend = self.backend.as_ref();
         let mine = self.shared[me];
@@ -402,7 +412,9 @@ impl<G: RankExchange> GroupAllReduce<G> {
     }
 
     /// Grows every rank's shared buffer to hold `len` bytes (each rank at the same call): each
-    /// waits for its earlier calls, shares a new buffer with the others and lets the old go.
+    /// waits for its earlier calls, shares a new buffer with the others and lets the old go —
+    /// or keeps it to the drop where a graph captured a call on it (every rank captures the same
+    /// calls, as collectives are captured, so every rank keeps its own and its mappings alike).
     fn grow(&mut self, len: usize, stream: StreamId) -> Result<()> {
         let backend = self.backend.as_ref();
         let me = self.rank();
@@ -419,6 +431,10 @@ impl<G: RankExchange> GroupAllReduce<G> {
         made.keep();
         let old = std::mem::replace(&mut self.shared, every.iter().map(|b| b[0]).collect());
         self.shared_len = new_len;
+        if std::mem::take(&mut self.shared_captured) {
+            self.superseded.push(old);
+            return Ok(());
+        }
         // Every rank waited for its calls before the exchange, so no kernel reads the old
         // buffers: close the peers' mappings, then, once every rank has, free this rank's own.
         for (_, buffer) in old.iter().enumerate().filter(|&(r, _)| r != me) {
@@ -440,6 +456,7 @@ impl<G: RankExchange> Drop for GroupAllReduce<G> {
         let every_kind = || {
             [&self.flags, &self.shared]
                 .into_iter()
+                .chain(&self.superseded)
                 .chain(self.symmetric.iter().map(|s| &s.every))
         };
         for buffers in every_kind() {

@@ -1,7 +1,8 @@
 //! The all-reduce across ranks that are threads of one process, on the simulator: memory another
-//! library allocated, adopted as symmetric memory, is summed in place.
+//! library allocated, adopted as symmetric memory, is summed in place; one rank runs each
+//! kernel; and a graph captured before the buffers a call copies aside into grow still replays.
 
-use super::{GroupAllReduce, ThreadMeeting, ThreadRanks};
+use super::{GroupAllReduce, LocalAllReduce, LocalRank, ThreadMeeting, ThreadRanks};
 use crate::backend::collective::{BufferRange, DataType, Reduction};
 use crate::backend::sim::SimBackend;
 use crate::backend::{Backend, Memory, StreamId};
@@ -160,4 +161,72 @@ fn one_rank_runs_each_kernel_alone_and_its_sum_is_its_input() {
     b.free(theirs).unwrap();
     b.free(aside).unwrap();
     b.destroy_stream(stream).unwrap();
+}
+
+#[test]
+fn a_call_in_place_captured_before_the_scratch_grows_still_sums_when_replayed() {
+    use crate::backend::collective::AllReduceKernel::OneShot;
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
+    let b = backend.as_ref();
+    let gpus = [0, 1];
+    let model = CostModel::from_topology(b.topology());
+    let mut reduce = LocalAllReduce::new(backend.clone(), model, &gpus);
+    let streams: Vec<StreamId> = gpus.iter().map(|&g| b.create_stream(g).unwrap()).collect();
+    // One-shot in place copies each input aside into the GPU's scratch buffer first.
+    let in_place = |len: usize| -> Vec<LocalRank> {
+        (gpus.iter().zip(&streams))
+            .map(|(&device, &stream)| {
+                let buffer = b.alloc(Memory::Device(device), len).unwrap();
+                let mine = (device as f32 + 1.0).to_le_bytes().repeat(len / 4);
+                b.write(buffer, 0, &mine).unwrap();
+                LocalRank {
+                    device,
+                    stream,
+                    input: buffer,
+                    output: buffer,
+                }
+            })
+            .collect()
+    };
+    let sum_by_one_shot = |reduce: &mut LocalAllReduce, ranks: &[LocalRank], len| {
+        let (dtype, op) = (DataType::F32, Reduction::Sum);
+        reduce
+            .all_reduce_by(OneShot, ranks, len, dtype, op)
+            .unwrap();
+    };
+    // Each element after `sums` sums in place from inputs of 1 and 2: 3, then doubled each time.
+    let check = |ranks: &[LocalRank], len: usize, sums: i32| {
+        for rank in ranks {
+            b.synchronize(rank.stream).unwrap();
+            let mut got = vec![0; len];
+            b.read(rank.output, 0, &mut got).unwrap();
+            let want = (3.0 * 2f32.powi(sums - 1)).to_le_bytes();
+            assert!(got.chunks(4).all(|e| e == want), "after {sums} sums");
+        }
+    };
+    let small = 4 * 1001;
+    let warm = in_place(small);
+    sum_by_one_shot(&mut reduce, &warm, small);
+    check(&warm, small, 1);
+    let captured = in_place(small);
+    for &stream in &streams {
+        b.begin_capture(stream).unwrap();
+    }
+    sum_by_one_shot(&mut reduce, &captured, small);
+    let graphs: Vec<_> = streams.iter().map(|&s| b.end_capture(s).unwrap()).collect();
+    // A larger call grows each GPU's scratch buffer.
+    let large = 4 << 20;
+    let larger = in_place(large);
+    sum_by_one_shot(&mut reduce, &larger, large);
+    check(&larger, large, 1);
+    for replays in 1..=2 {
+        for (&graph, &stream) in graphs.iter().zip(&streams) {
+            b.replay(graph, stream).unwrap();
+        }
+        check(&captured, small, replays);
+    }
+    drop(reduce);
+    for rank in warm.iter().chain(&captured).chain(&larger) {
+        b.free(rank.input).unwrap();
+    }
 }
