@@ -1,5 +1,6 @@
 """torch.distributed through libpeerlink_nccl.so, world size 1: dist.all_reduce eager and captured in
-a CUDA graph (replayed), and one DDP step; each result checked. Run it with the library preloaded:
+a CUDA graph (replayed, and replayed again after a larger call), and one DDP step; each result
+checked. Run it with the library preloaded:
 
     LD_PRELOAD=$(python3 -c 'import peerlink; print(peerlink.nccl_library())') \\
         PEERLINK_NCCL_DEBUG=INFO python3 scripts/nccl_forwarding_torch.py
@@ -25,7 +26,9 @@ def main() -> None:
     assert torch.equal(eager, torch.arange(1 << 20, device="cuda", dtype=torch.float32))
     print("eager all_reduce: right")
 
-    captured = torch.ones(4096, device="cuda", dtype=torch.bfloat16)
+    # 512 KiB: larger than the packet kernel takes, so the served call goes through the library's
+    # shared buffer.
+    captured = torch.ones(1 << 18, device="cuda", dtype=torch.bfloat16)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         dist.all_reduce(captured)  # warm-up on the capture stream, outside the graph
@@ -39,6 +42,19 @@ def main() -> None:
     torch.cuda.synchronize()
     assert torch.all(captured == 2**10).item(), captured[:4]
     print("all_reduce captured in a CUDA graph, 10 replays: right")
+
+    # A larger eager call (16 MiB, beyond the 4 MiB above) grows the library's shared buffer; the
+    # graph, captured on the old one, must still replay right (vLLM's order: decode steps
+    # captured, then a larger prefill, then replays).
+    large = torch.ones(1 << 22, device="cuda", dtype=torch.float32)
+    dist.all_reduce(large)
+    torch.cuda.synchronize()
+    assert torch.all(large == 1).item()
+    for _ in range(2):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.all(captured == 2**12).item(), captured[:4]
+    print("the graph replayed after a larger call grew the buffers: right")
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8)).cuda()
