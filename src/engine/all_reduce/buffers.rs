@@ -55,9 +55,9 @@ impl CallOrder {
     }
 }
 
-/// Per GPU, a buffer for a rank's input copied aside, as large as the largest call so far; one
-/// a CUDA graph captured a call on is kept when it grows (a replay may use it at any time) and
-/// freed with the rest.
+/// Per GPU, a buffer for a rank's input copied aside, as large as the largest call so far (in
+/// powers of two); one a CUDA graph captured a call on is kept when it grows (a replay may use it
+/// at any time) and freed with the rest, so that those kept add up to less than the one in use.
 #[derive(Debug, Default)]
 pub(super) struct Scratch {
     buffers: HashMap<usize, ScratchBuffer>,
@@ -96,6 +96,7 @@ impl Scratch {
                 backend.free(old.buffer)?;
             }
         }
+        let len = len.next_power_of_two();
         let buffer = backend.alloc(Memory::Device(device), len)?;
         let held = ScratchBuffer {
             buffer,
