@@ -32,8 +32,8 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use peerlink::backend::collective::{AllReduceKernel, DataType, Reduction};
-use peerlink::backend::{Backend, BufferCopy, Choice, CopyMethod};
+use peerlink::backend::collective::{AllReduceKernel, BufferRange, DataType, Reduction};
+use peerlink::backend::{Backend, Choice};
 use peerlink::engine::all_reduce::price::{pick, Placement};
 use peerlink::engine::all_reduce::{
     LocalAllReduce, LocalRank, ProcessRanks, ThreadMeeting, ThreadRanks,
@@ -684,9 +684,8 @@ impl Gather {
     }
 }
 
-/// A lone call (or a group's one) on a served communicator: the input copied to the output
-/// where they differ, then summed in place there with the other ranks (one rank: by its kernel
-/// alone). Returns the kernel that summed.
+/// A lone call (or a group's one) on a served communicator: its input summed into its output
+/// with the other ranks (one rank: by its kernel alone). Returns the kernel that summed.
 fn run_lone(
     backend: &Arc<dyn Backend>,
     model: &CostModel,
@@ -704,16 +703,19 @@ fn run_lone(
     let dtype = call.dtype().expect("a candidate's type is peerlink's");
     let stream = comm.stream(backend, call.stream)?;
     let (send, recv) = comm.buffers(backend, call.send, call.recv, len)?;
-    if send != recv {
-        backend.copy(
-            stream,
-            CopyMethod::CopyEngine,
-            &BufferCopy::from_start(send, recv, len),
-        )?;
-    }
     let reduce = joined(backend, model, comm, peers)?;
     let range = sum_range(reduce, call.recv, recv, len);
-    reduce.all_reduce(range, stream, dtype, call.reduction())
+    // Out of place, the kernels read the input where it is (no copy into the output first).
+    let input = if send == recv {
+        range
+    } else {
+        BufferRange {
+            buffer: send,
+            offset: 0,
+            len,
+        }
+    };
+    reduce.all_reduce_from(input, range, stream, dtype, call.reduction())
 }
 
 /// The all-reduce of `comm`'s rank with its `peers`, joined at its first use where its ranks

@@ -260,9 +260,24 @@ impl<G: RankExchange> GroupAllReduce<G> {
         dtype: DataType,
         op: Reduction,
     ) -> Result<AllReduceKernel> {
+        self.all_reduce_from(range, range, stream, dtype, op)
+    }
+
+    /// [`GroupAllReduce::all_reduce`] of every rank's `input` into its `range` (as long, of this
+    /// rank's GPU; `input` may be `range`, to sum in place): the kernels read the input where it
+    /// is, so a sum out of place costs no copy more than one in place — except into symmetric
+    /// memory, whose kernels sum in place there, where the input is first copied into `range`.
+    pub fn all_reduce_from(
+        &mut self,
+        input: BufferRange,
+        range: BufferRange,
+        stream: StreamId,
+        dtype: DataType,
+        op: Reduction,
+    ) -> Result<AllReduceKernel> {
         let symmetric = self.symmetric_of(range.buffer);
         let kernel = self.kernel(range.len, placement(symmetric))?;
-        self.reduce(kernel, range, symmetric, stream, (dtype, op))?;
+        self.reduce(kernel, (input, range), symmetric, stream, (dtype, op))?;
         Ok(kernel)
     }
 
@@ -290,21 +305,27 @@ impl<G: RankExchange> GroupAllReduce<G> {
         op: Reduction,
     ) -> Result<()> {
         let symmetric = self.symmetric_of(range.buffer);
-        self.reduce(kernel, range, symmetric, stream, (dtype, op))
+        self.reduce(kernel, (range, range), symmetric, stream, (dtype, op))
     }
 
-    /// The call of `kernel` over `range`, which is this rank's part of symmetric allocation
-    /// `symmetric`, or other memory.
+    /// The call of `kernel` summing `input` into `range`, which is this rank's part of symmetric
+    /// allocation `symmetric`, or other memory.
     fn reduce(
         &mut self,
         kernel: AllReduceKernel,
-        range: BufferRange,
+        (input, range): (BufferRange, BufferRange),
         symmetric: Option<usize>,
         stream: StreamId,
         (dtype, op): (DataType, Reduction),
     ) -> Result<()> {
         let len = range.len;
         // Checked before the shared buffers grow for it (the kernel's own checks come after).
+        if input.len != len {
+            return Err(Error::usage(format!(
+                "an all-reduce sums its input into an output as long: {} bytes into {len}",
+                input.len
+            )));
+        }
         if len == 0 || !len.is_multiple_of(dtype.size()) || len > kernel.max_len() {
             return Err(Error::usage(format!(
                 "an all-reduce of {dtype} by {} takes a whole number of {}-byte elements, at \
@@ -324,18 +345,22 @@ impl<G: RankExchange> GroupAllReduce<G> {
         self.shared_captured |= self.backend.is_capturing(stream)?;
         let me = self.rank();
         let backend = self.backend.as_ref();
-        let mine = self.shared[me];
+        let mine = BufferRange {
+            buffer: self.shared[me],
+            offset: 0,
+            len,
+        };
+        let copy = |src, dst| backend.copy(stream, CopyMethod::CopyEngine, &range_copy(src, dst));
+        let input = if symmetric.is_some() && input != range {
+            copy(input, range)?;
+            range
+        } else {
+            input
+        };
         if copies > 0 {
-            let copy_in = BufferCopy {
-                src: range.buffer,
-                src_offset: range.offset,
-                dst: mine,
-                dst_offset: 0,
-                len,
-            };
-            backend.copy(stream, CopyMethod::CopyEngine, &copy_in)?;
+            copy(input, mine)?;
         }
-        let ranks = self.rank_buffers(kernel, range, symmetric);
+        let ranks = self.rank_buffers(kernel, (input, range), symmetric);
         backend.collectives().rank_all_reduce(
             kernel,
             dtype,
@@ -347,39 +372,31 @@ impl<G: RankExchange> GroupAllReduce<G> {
             len,
         )?;
         if copies > 1 {
-            let copy_out = BufferCopy {
-                src: mine,
-                src_offset: 0,
-                dst: range.buffer,
-                dst_offset: range.offset,
-                len,
-            };
-            backend.copy(stream, CopyMethod::CopyEngine, &copy_out)?;
+            copy(mine, range)?;
         }
         Ok(())
     }
 
-    /// Every rank's buffers for one call of `kernel` over `range` (this rank's, in symmetric
-    /// allocation `symmetric` or other memory): this rank's own range where the kernel reads or
-    /// writes it there, each rank's symmetric range for two-shot in symmetric memory, the shared
-    /// buffers otherwise.
+    /// Every rank's buffers for one call of `kernel` summing `input` into `range` (this rank's,
+    /// `range` in symmetric allocation `symmetric` or other memory): this rank's own ranges where
+    /// the kernel reads or writes them there, each rank's symmetric range for two-shot in
+    /// symmetric memory, the shared buffers otherwise.
     fn rank_buffers(
         &self,
         kernel: AllReduceKernel,
-        range: BufferRange,
+        (input, range): (BufferRange, BufferRange),
         symmetric: Option<usize>,
     ) -> Vec<RankBuffers> {
         let me = self.rank();
+        let mine = |r: BufferRange| (r.buffer, r.offset);
         (0..self.gpus.len())
             .map(|r| {
                 let whole = |buffer| (buffer, 0);
                 let at_offset = |buffer| (buffer, range.offset);
                 let shared = whole(self.shared[r]);
                 let (input, output) = match (r == me, kernel, symmetric) {
-                    (true, AllReduceKernel::OneShotPackets, _) => {
-                        (at_offset(range.buffer), at_offset(range.buffer))
-                    }
-                    (true, AllReduceKernel::OneShot, _) => (shared, at_offset(range.buffer)),
+                    (true, AllReduceKernel::OneShotPackets, _) => (mine(input), mine(range)),
+                    (true, AllReduceKernel::OneShot, _) => (shared, mine(range)),
                     (_, AllReduceKernel::TwoShot, Some(s)) => {
                         let theirs = at_offset(self.symmetric[s].every[r]);
                         (theirs, theirs)
@@ -479,6 +496,17 @@ struct Symmetric {
     every: Vec<BufferId>,
     address: u64,
     len: usize,
+}
+
+/// The copy of `src`'s bytes into `dst` (as long).
+fn range_copy(src: BufferRange, dst: BufferRange) -> BufferCopy {
+    BufferCopy {
+        src: src.buffer,
+        src_offset: src.offset,
+        dst: dst.buffer,
+        dst_offset: dst.offset,
+        len: dst.len,
+    }
 }
 
 /// Where the sum of a call in `symmetric` allocation (or in other memory) goes.

@@ -1,6 +1,7 @@
 //! The all-reduce across ranks that are threads of one process, on the simulator: memory another
 //! library allocated, adopted as symmetric memory, is summed in place; one rank runs each
-//! kernel; and a graph captured before the buffers a call copies aside into grow still replays.
+//! kernel; a graph captured before the buffers a call copies aside into grow still replays; and
+//! a sum out of place leaves its input alone.
 
 use super::{GroupAllReduce, LocalAllReduce, LocalRank, ThreadMeeting, ThreadRanks};
 use crate::backend::collective::{BufferRange, DataType, Reduction};
@@ -229,4 +230,60 @@ fn a_call_in_place_captured_before_the_scratch_grows_still_sums_when_replayed() 
     for rank in warm.iter().chain(&captured).chain(&larger) {
         b.free(rank.input).unwrap();
     }
+}
+
+#[test]
+fn a_sum_out_of_place_into_other_memory_is_right_and_leaves_every_input_as_it_was() {
+    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
+    let gpus: Vec<usize> = (0..RANKS).collect();
+    let meeting = ThreadMeeting::new(&gpus);
+    std::thread::scope(|scope| {
+        for rank in 0..RANKS {
+            let (backend, meeting) = (backend.clone(), meeting.clone());
+            scope.spawn(move || {
+                let b = backend.as_ref();
+                let model = CostModel::from_topology(b.topology());
+                let ranks = ThreadRanks::new(meeting, rank);
+                let mut reduce = GroupAllReduce::join(backend.clone(), ranks, model).unwrap();
+                let stream = b.create_stream(rank).unwrap();
+                let mut kernels = Vec::new();
+                // Packets, then the kernels that go through the shared buffers (one growing).
+                for len in [4 * 1001, 4 * 100_001, 4 << 20] {
+                    let range = |buffer| BufferRange {
+                        buffer,
+                        offset: 0,
+                        len,
+                    };
+                    let input = b.alloc(Memory::Device(rank), len).unwrap();
+                    let output = b.alloc(Memory::Device(rank), len).unwrap();
+                    let mine = (rank as f32 + 1.0).to_le_bytes().repeat(len / 4);
+                    b.write(input, 0, &mine).unwrap();
+                    let (dtype, op) = (DataType::F32, Reduction::Sum);
+                    let (from, into) = (range(input), range(output));
+                    kernels.push(
+                        reduce
+                            .all_reduce_from(from, into, stream, dtype, op)
+                            .unwrap(),
+                    );
+                    b.synchronize(stream).unwrap();
+                    let mut got = vec![0; len];
+                    b.read(output, 0, &mut got).unwrap();
+                    let sum: f32 = (1..=RANKS).map(|r| r as f32).sum();
+                    assert!(got.chunks(4).all(|e| e == sum.to_le_bytes()), "{len} B");
+                    b.read(input, 0, &mut got).unwrap();
+                    assert!(got == mine, "{len} B: the input is left as it was");
+                    b.free(input).unwrap();
+                    b.free(output).unwrap();
+                }
+                let named: Vec<&str> = kernels.iter().map(|k| k.name()).collect();
+                assert_eq!(named[0], "one-shot-packets", "{named:?}");
+                assert!(
+                    named[1..].iter().all(|k| *k != "one-shot-packets"),
+                    "{named:?}"
+                );
+                drop(reduce);
+                b.destroy_stream(stream).unwrap();
+            });
+        }
+    });
 }
