@@ -32,57 +32,67 @@ fn sum_checked(
     assert!(got.chunks(4).all(|e| e == sum.to_le_bytes()), "rank {rank}");
 }
 
-#[test]
-fn memory_another_library_allocated_is_adopted_as_symmetric_and_summed_in_place() {
+/// Runs `each` on every one of `RANKS` thread ranks at once, each with its all-reduce joined (the
+/// cost model from the topology) and a stream of its GPU, both let go after it.
+fn on_thread_ranks(
+    each: impl Fn(&dyn Backend, &mut GroupAllReduce<ThreadRanks>, usize, StreamId) + Sync,
+) {
     let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
     let gpus: Vec<usize> = (0..RANKS).collect();
     let meeting = ThreadMeeting::new(&gpus);
-    let len = 16 << 20;
     std::thread::scope(|scope| {
         for rank in 0..RANKS {
-            let (backend, meeting) = (backend.clone(), meeting.clone());
+            let (backend, meeting, each) = (backend.clone(), meeting.clone(), &each);
             scope.spawn(move || {
                 let b = backend.as_ref();
                 let model = CostModel::from_topology(b.topology());
                 let ranks = ThreadRanks::new(meeting, rank);
                 let mut reduce = GroupAllReduce::join(backend.clone(), ranks, model).unwrap();
                 let stream = b.create_stream(rank).unwrap();
-                // Another library's memory, lent by its address.
-                let theirs = b.alloc(Memory::Device(rank), len).unwrap();
-                let address = b.sharing().device_address(theirs).unwrap();
-                let whole = |buffer| BufferRange {
-                    buffer,
-                    offset: 0,
-                    len,
-                };
-                // Summed in other memory, 16 MiB goes through the shared buffers (1 MiB so far),
-                // which would grow for it.
-                let plain = b.borrow_memory(rank, address, len).unwrap();
-                assert!(!reduce.queues_only(whole(plain), stream));
-
-                assert!(reduce.symmetric_range(address, len).is_none());
-                let adopted = reduce.adopt_symmetric(address, len).unwrap();
-                let inside = reduce.symmetric_range(address + 4096, 64).unwrap();
-                assert_eq!((inside.buffer, inside.offset), (adopted, 4096));
-                // Adopted, it is summed where it lies: two-shot copies nothing.
-                assert!(reduce.queues_only(whole(adopted), stream));
-                sum_checked(b, &mut reduce, whole(adopted), (rank, stream));
-                let part = BufferRange {
-                    buffer: adopted,
-                    offset: 4096,
-                    len: 4 * 1001,
-                };
-                sum_checked(b, &mut reduce, part, (rank, stream));
-
-                reduce.release_symmetric(adopted).unwrap();
-                assert!(reduce.symmetric_range(address, len).is_none());
-                assert!(reduce.release_symmetric(adopted).is_err());
-                b.destroy_stream(stream).unwrap();
-                b.free(plain).unwrap();
+                each(b, &mut reduce, rank, stream);
                 drop(reduce);
-                b.free(theirs).unwrap();
+                b.destroy_stream(stream).unwrap();
             });
         }
+    });
+}
+
+#[test]
+fn memory_another_library_allocated_is_adopted_as_symmetric_and_summed_in_place() {
+    let len = 16 << 20;
+    on_thread_ranks(|b, reduce, rank, stream| {
+        // Another library's memory, lent by its address.
+        let theirs = b.alloc(Memory::Device(rank), len).unwrap();
+        let address = b.sharing().device_address(theirs).unwrap();
+        let whole = |buffer| BufferRange {
+            buffer,
+            offset: 0,
+            len,
+        };
+        // Summed in other memory, 16 MiB goes through the shared buffers (1 MiB so far),
+        // which would grow for it.
+        let plain = b.borrow_memory(rank, address, len).unwrap();
+        assert!(!reduce.queues_only(whole(plain), stream));
+
+        assert!(reduce.symmetric_range(address, len).is_none());
+        let adopted = reduce.adopt_symmetric(address, len).unwrap();
+        let inside = reduce.symmetric_range(address + 4096, 64).unwrap();
+        assert_eq!((inside.buffer, inside.offset), (adopted, 4096));
+        // Adopted, it is summed where it lies: two-shot copies nothing.
+        assert!(reduce.queues_only(whole(adopted), stream));
+        sum_checked(b, reduce, whole(adopted), (rank, stream));
+        let part = BufferRange {
+            buffer: adopted,
+            offset: 4096,
+            len: 4 * 1001,
+        };
+        sum_checked(b, reduce, part, (rank, stream));
+
+        reduce.release_symmetric(adopted).unwrap();
+        assert!(reduce.symmetric_range(address, len).is_none());
+        assert!(reduce.release_symmetric(adopted).is_err());
+        b.free(plain).unwrap();
+        b.free(theirs).unwrap();
     });
 }
 
@@ -234,56 +244,41 @@ fn a_call_in_place_captured_before_the_scratch_grows_still_sums_when_replayed() 
 
 #[test]
 fn a_sum_out_of_place_into_other_memory_is_right_and_leaves_every_input_as_it_was() {
-    let backend: Arc<dyn Backend> = Arc::new(SimBackend::open("dgx-h100").unwrap());
-    let gpus: Vec<usize> = (0..RANKS).collect();
-    let meeting = ThreadMeeting::new(&gpus);
-    std::thread::scope(|scope| {
-        for rank in 0..RANKS {
-            let (backend, meeting) = (backend.clone(), meeting.clone());
-            scope.spawn(move || {
-                let b = backend.as_ref();
-                let model = CostModel::from_topology(b.topology());
-                let ranks = ThreadRanks::new(meeting, rank);
-                let mut reduce = GroupAllReduce::join(backend.clone(), ranks, model).unwrap();
-                let stream = b.create_stream(rank).unwrap();
-                let mut kernels = Vec::new();
-                // Packets, then the kernels that go through the shared buffers (one growing).
-                for len in [4 * 1001, 4 * 100_001, 4 << 20] {
-                    let range = |buffer| BufferRange {
-                        buffer,
-                        offset: 0,
-                        len,
-                    };
-                    let input = b.alloc(Memory::Device(rank), len).unwrap();
-                    let output = b.alloc(Memory::Device(rank), len).unwrap();
-                    let mine = (rank as f32 + 1.0).to_le_bytes().repeat(len / 4);
-                    b.write(input, 0, &mine).unwrap();
-                    let (dtype, op) = (DataType::F32, Reduction::Sum);
-                    let (from, into) = (range(input), range(output));
-                    kernels.push(
-                        reduce
-                            .all_reduce_from(from, into, stream, dtype, op)
-                            .unwrap(),
-                    );
-                    b.synchronize(stream).unwrap();
-                    let mut got = vec![0; len];
-                    b.read(output, 0, &mut got).unwrap();
-                    let sum: f32 = (1..=RANKS).map(|r| r as f32).sum();
-                    assert!(got.chunks(4).all(|e| e == sum.to_le_bytes()), "{len} B");
-                    b.read(input, 0, &mut got).unwrap();
-                    assert!(got == mine, "{len} B: the input is left as it was");
-                    b.free(input).unwrap();
-                    b.free(output).unwrap();
-                }
-                let named: Vec<&str> = kernels.iter().map(|k| k.name()).collect();
-                assert_eq!(named[0], "one-shot-packets", "{named:?}");
-                assert!(
-                    named[1..].iter().all(|k| *k != "one-shot-packets"),
-                    "{named:?}"
-                );
-                drop(reduce);
-                b.destroy_stream(stream).unwrap();
-            });
+    on_thread_ranks(|b, reduce, rank, stream| {
+        let mut kernels = Vec::new();
+        // Packets, then the kernels that go through the shared buffers (one growing).
+        for len in [4 * 1001, 4 * 100_001, 4 << 20] {
+            let range = |buffer| BufferRange {
+                buffer,
+                offset: 0,
+                len,
+            };
+            let input = b.alloc(Memory::Device(rank), len).unwrap();
+            let output = b.alloc(Memory::Device(rank), len).unwrap();
+            let mine = (rank as f32 + 1.0).to_le_bytes().repeat(len / 4);
+            b.write(input, 0, &mine).unwrap();
+            let (dtype, op) = (DataType::F32, Reduction::Sum);
+            let (from, into) = (range(input), range(output));
+            kernels.push(
+                reduce
+                    .all_reduce_from(from, into, stream, dtype, op)
+                    .unwrap(),
+            );
+            b.synchronize(stream).unwrap();
+            let mut got = vec![0; len];
+            b.read(output, 0, &mut got).unwrap();
+            let sum: f32 = (1..=RANKS).map(|r| r as f32).sum();
+            assert!(got.chunks(4).all(|e| e == sum.to_le_bytes()), "{len} B");
+            b.read(input, 0, &mut got).unwrap();
+            assert!(got == mine, "{len} B: the input is left as it was");
+            b.free(input).unwrap();
+            b.free(output).unwrap();
         }
+        let named: Vec<&str> = kernels.iter().map(|k| k.name()).collect();
+        assert_eq!(named[0], "one-shot-packets", "{named:?}");
+        assert!(
+            named[1..].iter().all(|k| *k != "one-shot-packets"),
+            "{named:?}"
+        );
     });
 }
