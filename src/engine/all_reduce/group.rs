@@ -430,8 +430,10 @@ impl<G: RankExchange> GroupAllReduce<G> {
 
     /// Grows every rank's shared buffer to hold `len` bytes (each rank at the same call): each
     /// waits for its earlier calls, shares a new buffer with the others and lets the old go —
-    /// or keeps it to the drop where a graph captured a call on it (every rank captures the same
-    /// calls, as collectives are captured, so every rank keeps its own and its mappings alike).
+    /// or keeps it to the drop where a graph captured a call on it. Collectives are captured on
+    /// every rank alike, so every rank keeps its own and its mappings of the others' alike (a rank
+    /// that captured and one that did not still meet at the same steps, but the second's buffer
+    /// would go while the first's graph maps it).
     fn grow(&mut self, len: usize, stream: StreamId) -> Result<()> {
         let backend = self.backend.as_ref();
         let me = self.rank();
@@ -450,7 +452,8 @@ impl<G: RankExchange> GroupAllReduce<G> {
         self.shared_len = new_len;
         if std::mem::take(&mut self.shared_captured) {
             self.superseded.push(old);
-            return Ok(());
+            // Met all the same: every rank takes as many steps, whatever it captured.
+            return self.group.barrier();
         }
         // Every rank waited for its calls before the exchange, so no kernel reads the old
         // buffers: close the peers' mappings, then, once every rank has, free this rank's own.
