@@ -4,7 +4,7 @@
 //! a sum out of place leaves its input alone.
 
 use super::{GroupAllReduce, LocalAllReduce, LocalRank, ThreadMeeting, ThreadRanks};
-use crate::backend::collective::{BufferRange, DataType, Reduction};
+use crate::backend::collective::{AllReduceKernel, BufferRange, DataType, Reduction};
 use crate::backend::sim::SimBackend;
 use crate::backend::{Backend, Memory, StreamId};
 use crate::model::CostModel;
@@ -12,24 +12,37 @@ use std::sync::Arc;
 
 const RANKS: usize = 4;
 
-/// Fills `buffer` (`len` bytes of f32) with `rank + 1`, sums it over every rank by the cost
-/// model's pick and checks every element.
+/// Fills `input` (`len` bytes of f32) with `rank + 1`, sums it over every rank into `range` (the
+/// same range: in place) by the cost model's pick and checks every element; an input elsewhere
+/// is checked left as it was. The kernel picked.
 fn sum_checked(
     backend: &dyn Backend,
     reduce: &mut GroupAllReduce<ThreadRanks>,
-    range: BufferRange,
+    (input, range): (BufferRange, BufferRange),
     (rank, stream): (usize, StreamId),
-) {
+) -> AllReduceKernel {
     let mine = (rank as f32 + 1.0).to_le_bytes().repeat(range.len / 4);
-    backend.write(range.buffer, range.offset, &mine).unwrap();
-    reduce
-        .all_reduce(range, stream, DataType::F32, Reduction::Sum)
+    backend.write(input.buffer, input.offset, &mine).unwrap();
+    let kernel = reduce
+        .all_reduce_from(input, range, stream, DataType::F32, Reduction::Sum)
         .unwrap();
     backend.synchronize(stream).unwrap();
     let mut got = vec![0; range.len];
     backend.read(range.buffer, range.offset, &mut got).unwrap();
     let sum: f32 = (1..=RANKS).map(|r| r as f32).sum();
-    assert!(got.chunks(4).all(|e| e == sum.to_le_bytes()), "rank {rank}");
+    let len = range.len;
+    assert!(
+        got.chunks(4).all(|e| e == sum.to_le_bytes()),
+        "rank {rank}, {len} B"
+    );
+    if input != range {
+        backend.read(input.buffer, input.offset, &mut got).unwrap();
+        assert!(
+            got == mine,
+            "rank {rank}, {len} B: the input is left as it was"
+        );
+    }
+    kernel
 }
 
 /// Runs `each` on every one of `RANKS` thread ranks at once, each with its all-reduce joined (the
@@ -80,13 +93,13 @@ fn memory_another_library_allocated_is_adopted_as_symmetric_and_summed_in_place(
         assert_eq!((inside.buffer, inside.offset), (adopted, 4096));
         // Adopted, it is summed where it lies: two-shot copies nothing.
         assert!(reduce.queues_only(whole(adopted), stream));
-        sum_checked(b, reduce, whole(adopted), (rank, stream));
+        sum_checked(b, reduce, (whole(adopted), whole(adopted)), (rank, stream));
         let part = BufferRange {
             buffer: adopted,
             offset: 4096,
             len: 4 * 1001,
         };
-        sum_checked(b, reduce, part, (rank, stream));
+        sum_checked(b, reduce, (part, part), (rank, stream));
 
         reduce.release_symmetric(adopted).unwrap();
         assert!(reduce.symmetric_range(address, len).is_none());
@@ -255,22 +268,8 @@ fn a_sum_out_of_place_into_other_memory_is_right_and_leaves_every_input_as_it_wa
             };
             let input = b.alloc(Memory::Device(rank), len).unwrap();
             let output = b.alloc(Memory::Device(rank), len).unwrap();
-            let mine = (rank as f32 + 1.0).to_le_bytes().repeat(len / 4);
-            b.write(input, 0, &mine).unwrap();
-            let (dtype, op) = (DataType::F32, Reduction::Sum);
-            let (from, into) = (range(input), range(output));
-            kernels.push(
-                reduce
-                    .all_reduce_from(from, into, stream, dtype, op)
-                    .unwrap(),
-            );
-            b.synchronize(stream).unwrap();
-            let mut got = vec![0; len];
-            b.read(output, 0, &mut got).unwrap();
-            let sum: f32 = (1..=RANKS).map(|r| r as f32).sum();
-            assert!(got.chunks(4).all(|e| e == sum.to_le_bytes()), "{len} B");
-            b.read(input, 0, &mut got).unwrap();
-            assert!(got == mine, "{len} B: the input is left as it was");
+            let ranges = (range(input), range(output));
+            kernels.push(sum_checked(b, reduce, ranges, (rank, stream)));
             b.free(input).unwrap();
             b.free(output).unwrap();
         }
