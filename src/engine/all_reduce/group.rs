@@ -341,8 +341,11 @@ impl<G: RankExchange> GroupAllReduce<G> {
         if copies > 0 && len > self.shared_len {
             self.grow(len, stream)?;
         }
-        // Any kernel may use the shared buffers (the packet kernel's peers write into them).
-        self.shared_captured |= self.backend.is_capturing(stream)?;
+        // Any kernel may use the shared buffers (the packet kernel's peers write into them); once
+        // a capture used them, no later call needs to ask.
+        if !self.shared_captured {
+            self.shared_captured = self.backend.is_capturing(stream)?;
+        }
         let me = self.rank();
         let backend = self.backend.as_ref();
         let mine = BufferRange {
